@@ -1,0 +1,96 @@
+"""The exceptions eventstore raises. Every one is an `EventStoreError`."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConcurrencyError",
+    "CorruptLogError",
+    "EventStoreError",
+    "FeatureNotFoundError",
+    "InvalidRecordError",
+    "InvalidSessionIdError",
+    "SnapshotVersionError",
+    "StorageError",
+    "StoreClosedError",
+    "UnsafePathError",
+]
+
+
+class EventStoreError(Exception):
+    """Base class of every error eventstore raises on purpose."""
+
+
+class InvalidSessionIdError(EventStoreError, ValueError):
+    """A session id that is empty, too long, or contains a NUL character."""
+
+
+class InvalidRecordError(EventStoreError, TypeError):
+    """A record or event of the wrong type or shape was given to a write."""
+
+
+class FeatureNotFoundError(EventStoreError, KeyError):
+    """`update_feature_pass` named a feature that is not in the feature list."""
+
+    def __init__(self, session_id: str, feature_id: str) -> None:
+        super().__init__(f"session {session_id!r} has no feature {feature_id!r}")
+        self.session_id = session_id
+        self.feature_id = feature_id
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class CorruptLogError(EventStoreError):
+    """A log line that cannot be trusted, anywhere but a torn tail.
+
+    Carries the file, the byte offset of the bad line and the sequence number
+    it should have had (or had), so a person can find it with `tail -c +N`.
+    """
+
+    def __init__(self, path: object, offset: int, seq: int | None, reason: str) -> None:
+        where = f"{path}: byte {offset}"
+        if seq is not None:
+            where += f" (seq {seq})"
+        super().__init__(f"{where}: {reason}")
+        self.path = path
+        self.offset = offset
+        self.seq = seq
+        self.reason = reason
+
+
+class ConcurrencyError(EventStoreError):
+    """An append's `expected_seq` did not match the session's last sequence."""
+
+    def __init__(self, session_id: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"session {session_id!r}: expected last sequence {expected}, found {actual}"
+        )
+        self.session_id = session_id
+        self.expected = expected
+        self.actual = actual
+
+
+class SnapshotVersionError(EventStoreError):
+    """A snapshot holds a projection state of another version and no archive can rebuild it."""
+
+
+class UnsafePathError(EventStoreError):
+    """A path eventstore would use is a symlink or not the kind of file expected."""
+
+
+class StorageError(EventStoreError, OSError):
+    """The filesystem refused a write (a full disk, an I/O error); nothing was acknowledged.
+
+    `errno` is the operating system's error number. The log is left as it was, or with a
+    torn tail that the next writer truncates.
+    """
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(errno, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class StoreClosedError(EventStoreError):
+    """The store was used after `close()`."""

@@ -1,0 +1,346 @@
+"""Event types (a msgspec tagged union) and the one line codec.
+
+A log line is one event encoded as a JSON object, then closed by the hash field:
+
+    {"type":"progress_appended","seq":7,"ts":"2026-11-29T15:40:00.123456Z","entry":{...},"h":"9f2c..."}
+
+`h` is the first 16 hex digits of BLAKE2b over the link of the previous line followed by
+the line's own bytes up to (not including) `,"h":`, closed by `}`. The link of a line is
+its `h`, except for a snapshot, whose link is `base_h` (the `h` of the last line it
+replaces), so lines copied verbatim after a snapshot still chain. The codec appends `h`
+as the last field, which lets `verify` check a line without re-encoding it.
+
+Batches: every line but the last of a multi-event append carries `more` (how many lines
+of its batch follow). A line with `more` absent (0) closes a batch; lines after the last
+closing line are a torn batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+import msgspec
+
+from .errors import InvalidRecordError
+from .records import FeatureRecord, Message, ProgressEntry, RunCheckpoint, SessionManifest
+
+__all__ = [
+    "BUILTIN_EVENT_TYPES",
+    "CheckpointRecorded",
+    "Event",
+    "EventCodec",
+    "FeatureListReplaced",
+    "FeaturePassUpdated",
+    "LineHead",
+    "ManifestSet",
+    "MessagesAppended",
+    "ProgressAppended",
+    "Snapshot",
+    "UnknownEvent",
+    "Upcaster",
+    "event_tag",
+    "line_hash",
+]
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+HASH_SUFFIX_LEN = len(b',"h":"') + 16 + len(b'"}')  # 24 bytes closing every line
+
+
+class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
+    """Base of every event. Subclass with `tag="..."` to define a custom event.
+
+    The envelope fields are stamped by the log when the event is appended; leave them
+    at their defaults when you build an event. `VERSION` is the current version of the
+    event's payload shape; bump it and register an upcaster when the shape changes.
+    """
+
+    VERSION: ClassVar[int] = 1
+
+    seq: int = 0
+    ts: datetime = EPOCH
+    more: int = 0
+    key: str | None = None
+    v: int = 1
+    h: str = ""
+
+
+class ManifestSet(Event, tag="manifest_set", kw_only=True):
+    manifest: SessionManifest
+
+
+class FeatureListReplaced(Event, tag="feature_list_replaced", kw_only=True):
+    features: list[FeatureRecord]
+
+
+class FeaturePassUpdated(Event, tag="feature_pass_updated", kw_only=True):
+    feature_id: str
+    passes: bool
+
+
+class ProgressAppended(Event, tag="progress_appended", kw_only=True):
+    entry: ProgressEntry
+
+
+class CheckpointRecorded(Event, tag="checkpoint_recorded", kw_only=True):
+    checkpoint: RunCheckpoint
+
+
+class MessagesAppended(Event, tag="messages_appended", kw_only=True):
+    messages: list[Message]
+
+
+class Snapshot(Event, tag="snapshot", kw_only=True):
+    """Written by compaction: the folded state of every projection at sequence `seq`.
+
+    `states` maps a projection name to `{"version": int, "state": ...}` (idempotency
+    keys are one of them); `unknown` keeps, verbatim, events of types this writer did
+    not know, so compaction never drops them.
+    """
+
+    base_h: str
+    states: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
+    unknown: list[msgspec.Raw] = msgspec.field(default_factory=list)
+
+
+class UnknownEvent(Event, tag="__unknown__", kw_only=True):
+    """A line whose type this reader does not know (written by a newer writer).
+
+    Never written under this tag: `raw` is the original line, and it is kept verbatim.
+    """
+
+    type_name: str = ""
+    raw: bytes = b""
+
+
+class LineHead(msgspec.Struct):
+    """The envelope of any line, whatever its type: what recovery and verify need."""
+
+    type: str
+    seq: int
+    more: int = 0
+    key: str | None = None
+    h: str = ""
+    base_h: str | None = None
+
+
+BUILTIN_EVENT_TYPES: tuple[type[Event], ...] = (
+    ManifestSet,
+    FeatureListReplaced,
+    FeaturePassUpdated,
+    ProgressAppended,
+    CheckpointRecorded,
+    MessagesAppended,
+    Snapshot,
+)
+
+# (event tag, version it reads) -> function turning that version's payload dict into the next
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def event_tag(cls: type[Event]) -> str:
+    """The `type` tag of an event class."""
+    tag = cls.__struct_config__.tag
+    if not isinstance(tag, str):
+        raise InvalidRecordError(f"{cls.__name__} has no string tag; define it with tag='...'")
+    return tag
+
+
+def line_hash(link: str, body: bytes) -> str:
+    """The 16-hex-digit hash of a line body chained to the previous line's link."""
+    return hashlib.blake2b(link.encode() + body, digest_size=8).hexdigest()
+
+
+def link_of(event: Event) -> str:
+    """The value the next line chains to (see module docstring)."""
+    return event.base_h if isinstance(event, Snapshot) else event.h
+
+
+class EventCodec:
+    """Encodes and decodes log lines for one set of event types.
+
+    Decoders are built per set of needed types: types a projection does not need are
+    decoded as bare envelopes, so their payloads are parsed but never materialized.
+    """
+
+    def __init__(self, event_types: Iterable[type[Event]] = ()) -> None:
+        types: dict[str, type[Event]] = {}
+        for cls in (*BUILTIN_EVENT_TYPES, *event_types):
+            if not (isinstance(cls, type) and issubclass(cls, Event)):
+                raise InvalidRecordError(f"{cls!r} is not an Event subclass")
+            tag = event_tag(cls)
+            if tag in types and types[tag] is not cls:
+                raise InvalidRecordError(f"two event types share the tag {tag!r}")
+            types[tag] = cls
+        self.types = types
+        self._upcasters: dict[tuple[str, int], Upcaster] = {}
+        self._encoder = msgspec.json.Encoder()
+        self._decoders: dict[frozenset[str] | None, msgspec.json.Decoder[list[Event]]] = {}
+        self._stubs: dict[str, type[Event]] = {}
+        self.head_decoder = msgspec.json.Decoder(LineHead)
+        self._dict_decoder = msgspec.json.Decoder(dict[str, Any])
+
+    # -- schema evolution -------------------------------------------------------------
+
+    def register_upcaster(self, cls: type[Event], from_version: int, fn: Upcaster) -> None:
+        """Register `fn` to turn a payload of `cls` at `from_version` into `from_version + 1`."""
+        if from_version >= cls.VERSION:
+            raise InvalidRecordError(
+                f"{cls.__name__} is at version {cls.VERSION}; an upcaster from"
+                f" version {from_version} would never run"
+            )
+        self._upcasters[(event_tag(cls), from_version)] = fn
+
+    def upcast(self, data: dict[str, Any], offset: int, path: object) -> Event:
+        """Bring a decoded line (a dict) to its type's current version and convert it."""
+        from .errors import CorruptLogError
+
+        tag = data.get("type")
+        cls = self.types.get(tag) if isinstance(tag, str) else None
+        if cls is None:
+            raise KeyError(tag)
+        version = data.get("v", 1)
+        if not isinstance(version, int):
+            raise CorruptLogError(path, offset, data.get("seq"), "version is not an integer")
+        while version < cls.VERSION:
+            fn = self._upcasters.get((event_tag(cls), version))
+            if fn is None:
+                raise CorruptLogError(
+                    path,
+                    offset,
+                    data.get("seq"),
+                    f"{tag} version {version} needs an upcaster to version {cls.VERSION}",
+                )
+            data = fn(dict(data))
+            version += 1
+        if version > cls.VERSION:
+            raise CorruptLogError(
+                path,
+                offset,
+                data.get("seq"),
+                f"{tag} version {version} is newer than this reader's {cls.VERSION}",
+            )
+        data["v"] = cls.VERSION
+        try:
+            return msgspec.convert(data, cls)
+        except msgspec.ValidationError as exc:
+            raise CorruptLogError(path, offset, data.get("seq"), f"bad {tag}: {exc}") from None
+
+    # -- decoding ---------------------------------------------------------------------
+
+    def decoder(self, needed: frozenset[str] | None = None) -> msgspec.json.Decoder[list[Event]]:
+        """A `decode_lines` decoder for the tags in `needed` (None: every type).
+
+        Snapshots are always decoded in full; other types outside `needed` become stubs.
+        """
+        key = None if needed is None else frozenset(needed | {"snapshot"})
+        dec = self._decoders.get(key)
+        if dec is None:
+            members: list[type[Event]] = []
+            for tag, cls in self.types.items():
+                members.append(cls if key is None or tag in key else self._stub(tag))
+            union = members[0]
+            for m in members[1:]:
+                union = union | m  # type: ignore[assignment]
+            dec = msgspec.json.Decoder(list[union])  # type: ignore[valid-type]
+            self._decoders[key] = dec
+        return dec
+
+    def _stub(self, tag: str) -> type[Event]:
+        stub = self._stubs.get(tag)
+        if stub is None:
+            stub = msgspec.defstruct(
+                f"Skipped_{tag}", [], bases=(Event,), tag=tag, kw_only=True, omit_defaults=True
+            )
+            self._stubs[tag] = stub
+        return stub
+
+    def decode_line(self, line: bytes, offset: int, path: object) -> Event:
+        """Decode one line (no newline) slowly but exactly; for error paths and `verify`."""
+        from .errors import CorruptLogError
+
+        try:
+            data = self._dict_decoder.decode(line)
+        except msgspec.DecodeError as exc:
+            raise CorruptLogError(path, offset, None, f"not a JSON object: {exc}") from None
+        seq = data.get("seq")
+        tag = data.get("type")
+        if not isinstance(tag, str) or not isinstance(seq, int) or isinstance(seq, bool):
+            raise CorruptLogError(path, offset, None, "line has no string 'type' and integer 'seq'")
+        if tag not in self.types:
+            try:
+                head = self.head_decoder.decode(line)
+            except msgspec.ValidationError as exc:
+                raise CorruptLogError(path, offset, seq, f"bad envelope: {exc}") from None
+            return UnknownEvent(
+                seq=head.seq, more=head.more, key=head.key, h=head.h, type_name=tag, raw=line
+            )
+        return self.upcast(data, offset, path)
+
+    # -- encoding ---------------------------------------------------------------------
+
+    def check(self, event: object) -> Event:
+        """A validated private deep copy of `event`; InvalidRecordError for what is not a
+        registered, well-formed event. Runs before anything is written."""
+        if isinstance(event, UnknownEvent) or not isinstance(event, Event):
+            raise InvalidRecordError(f"expected an Event, got {type(event).__name__}")
+        tag = event_tag(type(event))
+        if self.types.get(tag) is not type(event):
+            raise InvalidRecordError(
+                f"event type {type(event).__name__} ({tag!r}) is not registered with this store"
+            )
+        try:  # validates every field's type, including nested records and aware datetimes
+            return msgspec.convert(msgspec.to_builtins(event), type(event))
+        except (msgspec.ValidationError, TypeError) as exc:
+            raise InvalidRecordError(f"invalid {tag} event: {exc}") from None
+
+    def encode_batch(
+        self, events: Sequence[Event], first_seq: int, link: str, ts: datetime, key: str | None
+    ) -> tuple[bytes, list[Event], str]:
+        """Stamp `events` as one batch and encode it; returns (bytes, stamped, new link)."""
+        out = bytearray()
+        stamped: list[Event] = []
+        remaining = len(events)
+        seq = first_seq
+        for i, ev in enumerate(events):
+            remaining -= 1
+            ev = msgspec.structs.replace(
+                ev,
+                seq=seq,
+                ts=ts,
+                more=remaining,
+                key=key if i == 0 else None,
+                v=type(ev).VERSION,
+                h="",
+            )
+            body = self._encoder.encode(ev)
+            h = line_hash(link, body)
+            out += body[:-1]
+            out += b',"h":"'
+            out += h.encode()
+            out += b'"}\n'
+            ev.h = h
+            link = link_of(ev)
+            stamped.append(ev)
+            seq += 1
+        return bytes(out), stamped, link
+
+    def encode_unhashed(self, event: Event) -> bytes:
+        """The JSON of one event as given (no stamping); for export and snapshots."""
+        return self._encoder.encode(event)
+
+
+def split_hash(line: bytes) -> tuple[bytes, str] | None:
+    """Split a line (no newline) into the hashed body and its `h`; None if malformed."""
+    if len(line) <= HASH_SUFFIX_LEN or not line.endswith(b'"}'):
+        return None
+    if line[-HASH_SUFFIX_LEN : -HASH_SUFFIX_LEN + 6] != b',"h":"':
+        return None
+    h = line[-18:-2]
+    try:
+        text = h.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return line[:-HASH_SUFFIX_LEN] + b"}", text

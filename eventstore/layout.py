@@ -1,0 +1,184 @@
+"""The store root on disk: where each session lives, and private files and directories.
+
+    <root>/sessions/<session dir>/log.jsonl     the session's event log
+    <root>/sessions/<session dir>/log.lock      the writers' lock (the log itself is replaced)
+    <root>/sessions/<session dir>/archive/      old logs kept by compaction
+    <root>/sessions/<session dir>/id            the original id, when the name is a hash
+
+A session dir is the id itself when the id is ordinary (`[A-Za-z0-9][A-Za-z0-9._-]*`,
+up to 128 bytes), `_` + lowercase base32 of its UTF-8 for other ids up to 150 bytes, and
+`~` + SHA-256 hex for longer ones (with the `id` file). Neither `_` nor `~` can start an
+ordinary id, so the three forms never collide, and no form contains a path separator.
+Everything is created 0700/0600 from the start and never through a symlink.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import stat
+from pathlib import Path
+
+from .errors import InvalidSessionIdError, UnsafePathError
+
+__all__ = [
+    "MAX_SESSION_ID_BYTES",
+    "SessionPaths",
+    "decode_session_dir",
+    "ensure_private_dir",
+    "fsync_dir",
+    "open_private",
+    "session_dir_name",
+    "validate_session_id",
+]
+
+MAX_SESSION_ID_BYTES = 1024
+_ORDINARY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_VERBATIM_MAX = 128
+_BASE32_MAX = 150
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+SESSIONS_DIR = "sessions"
+LOG_NAME = "log.jsonl"
+LOCK_NAME = "log.lock"
+ARCHIVE_DIR = "archive"
+ID_FILE = "id"
+
+
+def validate_session_id(session_id: object) -> str:
+    """Return `session_id` if it is a usable id, else raise `InvalidSessionIdError`."""
+    if not isinstance(session_id, str):
+        raise InvalidSessionIdError(f"session id must be a str, got {type(session_id).__name__}")
+    if not session_id:
+        raise InvalidSessionIdError("session id must not be empty")
+    if "\x00" in session_id:
+        raise InvalidSessionIdError(f"session id {session_id!r} contains a NUL character")
+    try:
+        size = len(session_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidSessionIdError(
+            f"session id {session_id!r} is not encodable as UTF-8 (lone surrogate)"
+        ) from None
+    if size > MAX_SESSION_ID_BYTES:
+        raise InvalidSessionIdError(
+            f"session id is {size} bytes of UTF-8; the limit is {MAX_SESSION_ID_BYTES}"
+        )
+    return session_id
+
+
+def session_dir_name(session_id: str) -> str:
+    """The directory name of a (valid) session id; see the module docstring."""
+    raw = session_id.encode("utf-8")
+    if len(raw) <= _VERBATIM_MAX and _ORDINARY.match(session_id):
+        return session_id
+    if len(raw) <= _BASE32_MAX:
+        return "_" + base64.b32encode(raw).decode("ascii").rstrip("=").lower()
+    return "~" + hashlib.sha256(raw).hexdigest()
+
+
+def decode_session_dir(name: str, directory: Path) -> str | None:
+    """The original id of a session directory, or None if `name` is not one of ours."""
+    if name.startswith("_"):
+        body = name[1:].upper()
+        try:
+            return base64.b32decode(body + "=" * (-len(body) % 8)).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return None
+    if name.startswith("~"):
+        try:
+            return (directory / ID_FILE).read_text(encoding="utf-8")
+        except OSError:
+            return None
+    return name if _ORDINARY.match(name) else None
+
+
+def _refuse_symlink(path: Path) -> os.stat_result | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError(f"{path} is a symlink; eventstore never follows links in a store")
+    return st
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create `path` mode 0700 (its parent must exist); refuse a symlink or a non-directory."""
+    st = _refuse_symlink(path)
+    if st is not None:
+        if not stat.S_ISDIR(st.st_mode):
+            raise UnsafePathError(f"{path} exists and is not a directory")
+        return
+    try:
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        _refuse_symlink(path)
+
+
+def open_private(path: Path, flags: int) -> int:
+    """os.open with O_NOFOLLOW and mode 0600 on creation (a symlink raises UnsafePathError)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+    except OSError as exc:
+        if exc.errno == 40:  # ELOOP: the last component is a symlink
+            raise UnsafePathError(
+                f"{path} is a symlink; eventstore never follows links in a store"
+            ) from None
+        raise
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename or create inside it survives power loss."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SessionPaths:
+    """The files of one session under a store root."""
+
+    __slots__ = ("archive", "dir", "lock", "log", "session_id")
+
+    def __init__(self, root: Path, session_id: str) -> None:
+        self.session_id = session_id
+        self.dir = root / SESSIONS_DIR / session_dir_name(session_id)
+        self.log = self.dir / LOG_NAME
+        self.lock = self.dir / LOCK_NAME
+        self.archive = self.dir / ARCHIVE_DIR
+
+    def create(self) -> None:
+        """Create the session directory (and its `id` file when the name is a hash)."""
+        ensure_private_dir(self.dir.parent)
+        ensure_private_dir(self.dir)
+        if self.dir.name.startswith("~"):
+            id_path = self.dir / ID_FILE
+            if _refuse_symlink(id_path) is None:
+                tmp = self.dir / (ID_FILE + ".tmp")
+                fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                try:
+                    os.write(fd, self.session_id.encode("utf-8"))
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, id_path)
+
+
+def list_session_ids(root: Path) -> list[str]:
+    """The original ids of every session under `root` that has a log, sorted."""
+    base = root / SESSIONS_DIR
+    try:
+        entries = list(os.scandir(base))
+    except FileNotFoundError:
+        return []
+    ids: list[str] = []
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        sid = decode_session_dir(entry.name, Path(entry.path))
+        if sid is not None and os.path.lexists(os.path.join(entry.path, LOG_NAME)):
+            ids.append(sid)
+    return sorted(ids)

@@ -1,0 +1,401 @@
+"""One session's log file: the writers' lock, atomic appends, incremental reads, recovery.
+
+This is the storage engine behind the session API. The face talks to it only through
+`SessionLog` (read from a cursor; take the writers' lock; append; replace), so another
+engine can stand beside it.
+
+Readers take no lock: they read from their cursor to the end of the file and consume
+complete batches only. Writers take an exclusive portalocker lock on `log.lock` (not
+the log: compaction replaces the log), re-open the log if it was replaced, truncate a
+torn tail (with a warning), append one batch in one `write`, and release.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+import portalocker
+
+from .errors import CorruptLogError, StorageError
+from .events import Event, EventCodec, LineHead, Snapshot, link_of
+from .layout import SessionPaths, open_private
+
+__all__ = ["Cursor", "Durability", "FileSessionLog", "LogWriter", "ReadResult", "SessionLog"]
+
+log = logging.getLogger("eventstore")
+
+Durability = Literal["flush", "fsync"]
+_TAIL_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """A reader's position: which file, the byte after the last complete batch, its seq."""
+
+    ident: tuple[int, int] = (0, 0)
+    offset: int = 0
+    seq: int = 0
+    link: str = ""
+
+
+EMPTY = Cursor()
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """Events read after a cursor. `reset`: the file was replaced and `events` start at
+    its beginning (a snapshot), so a fold must restart from them."""
+
+    events: list[Event]
+    cursor: Cursor
+    reset: bool
+
+
+class SessionLog:
+    """The engine interface the face uses. `FileSessionLog` is the JSONL file engine."""
+
+    def exists(self) -> bool:
+        raise NotImplementedError
+
+    def read(self, cursor: Cursor, decoder: msgspec.json.Decoder[list[Event]]) -> ReadResult:
+        raise NotImplementedError
+
+    def writer(self) -> AbstractContextManager[LogWriter]:
+        raise NotImplementedError
+
+
+class LogWriter:
+    """Held while the writers' lock is held; `head` is the last committed event."""
+
+    head: Cursor
+
+    def append(self, events: Sequence[Event], key: str | None = None) -> list[Event]:
+        raise NotImplementedError
+
+
+_thread_locks: dict[str, threading.Lock] = {}
+_thread_locks_guard = threading.Lock()
+
+
+def _thread_lock(path: Path) -> threading.Lock:
+    # flock already excludes threads (each lock opens its own file description); this
+    # lock only spares threads of one process from spinning on the file lock.
+    key = os.fspath(path)
+    with _thread_locks_guard:
+        lock = _thread_locks.get(key)
+        if lock is None:
+            lock = _thread_locks[key] = threading.Lock()
+        return lock
+
+
+class FileSessionLog(SessionLog):
+    """The JSON Lines file of one session."""
+
+    def __init__(self, paths: SessionPaths, codec: EventCodec, durability: Durability) -> None:
+        self.paths = paths
+        self.path = paths.log
+        self.codec = codec
+        self.durability = durability
+
+    def exists(self) -> bool:
+        return os.path.lexists(self.path)
+
+    def last_seq(self) -> int:
+        """The last committed sequence number, from the tail of the file alone."""
+        try:
+            fd = open_private(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return 0
+        try:
+            head, _ = find_head(fd, os.fstat(fd).st_size, self)
+        finally:
+            os.close(fd)
+        return 0 if head is None else head.seq
+
+    # -- reading ----------------------------------------------------------------------
+
+    def read(self, cursor: Cursor, decoder: msgspec.json.Decoder[list[Event]]) -> ReadResult:
+        """Events after `cursor`, up to the last complete batch."""
+        try:
+            fd = open_private(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return ReadResult([], cursor, False)
+        try:
+            st = os.fstat(fd)
+            ident = (st.st_dev, st.st_ino)
+            reset = False
+            if ident != cursor.ident:
+                reset = cursor.ident != (0, 0)
+                cursor = Cursor(ident)
+            size = st.st_size
+            if size < cursor.offset:
+                raise CorruptLogError(
+                    self.path, size, cursor.seq, f"log shrank below a read position {cursor.offset}"
+                )
+            buf = _pread_all(fd, size - cursor.offset, cursor.offset)
+        finally:
+            os.close(fd)
+        events, end = self.parse(buf, cursor, decoder)
+        if not events:
+            return ReadResult([], cursor, reset)
+        last = events[-1]
+        return ReadResult(
+            events, Cursor(ident, cursor.offset + end, last.seq, link_of(last)), reset
+        )
+
+    def parse(
+        self, buf: bytes, cursor: Cursor, decoder: msgspec.json.Decoder[list[Event]]
+    ) -> tuple[list[Event], int]:
+        """Decode the complete batches in `buf` (read at `cursor.offset`).
+
+        Returns the events and the length of `buf` they occupy. Raises CorruptLogError
+        for anything but a torn tail.
+        """
+        end = buf.rfind(b"\n") + 1
+        if end == 0:
+            return [], 0
+        region = buf if end == len(buf) else buf[:end]
+        try:
+            events = decoder.decode_lines(region)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            events = self._decode_slow(region, cursor, decoder)
+        start = cursor.offset
+        expected = cursor.seq + 1
+        more = 0
+        commit = 0
+        slow = False
+        for i, ev in enumerate(events):
+            if ev.seq != expected and not (i == 0 and start == 0 and type(ev) is Snapshot):
+                off = start + _line_offset(region, i)
+                raise CorruptLogError(
+                    self.path, off, expected, f"sequence {ev.seq} where {expected} was expected"
+                )
+            if more and ev.more != more - 1:
+                off = start + _line_offset(region, i)
+                raise CorruptLogError(
+                    self.path, off, ev.seq, f"batch broken: 'more' is {ev.more}, not {more - 1}"
+                )
+            if type(ev) is Snapshot and (i or start):
+                off = start + _line_offset(region, i)
+                raise CorruptLogError(self.path, off, ev.seq, "snapshot after the first line")
+            if ev.v != type(ev).VERSION:
+                slow = True
+            expected = ev.seq + 1
+            more = ev.more
+            if not more:
+                commit = i + 1
+        if slow:  # an old-version line decoded under a newer shape: upcast it exactly
+            events = self._decode_slow(region, cursor, decoder)
+        if commit < len(events):
+            torn = len(events) - commit
+            del events[commit:]
+            pos = end - 1
+            for _ in range(torn):
+                pos = region.rfind(b"\n", 0, pos)
+            end = pos + 1
+        return events, end
+
+    def _decode_slow(
+        self, region: bytes, cursor: Cursor, decoder: msgspec.json.Decoder[list[Event]]
+    ) -> list[Event]:
+        """Line by line, with offsets: unknown types, upcasts and exact error positions."""
+        events: list[Event] = []
+        pos = 0
+        seq = cursor.seq
+        while pos < len(region):
+            nl = region.index(b"\n", pos)
+            line = region[pos:nl]
+            offset = cursor.offset + pos
+            try:
+                ev = decoder.decode_lines(line + b"\n")[0]
+                if ev.v != type(ev).VERSION:
+                    ev = self.codec.decode_line(line, offset, self.path)
+            except (msgspec.DecodeError, msgspec.ValidationError, IndexError):
+                try:
+                    ev = self.codec.decode_line(line, offset, self.path)
+                except CorruptLogError as exc:
+                    raise CorruptLogError(
+                        self.path, offset, exc.seq or seq + 1, exc.reason
+                    ) from None
+            events.append(ev)
+            seq = ev.seq
+            pos = nl + 1
+        return events
+
+    # -- writing ----------------------------------------------------------------------
+
+    @contextmanager
+    def writer(self) -> Iterator[FileLogWriter]:
+        """Hold the writers' lock; yield a writer positioned after the last complete batch."""
+        self.paths.create()
+        tlock = _thread_lock(self.paths.lock)
+        with tlock:
+            lock_fd = open_private(self.paths.lock, os.O_RDWR | os.O_CREAT)
+            with os.fdopen(lock_fd, "r+b", buffering=0) as lock_file:
+                portalocker.lock(lock_file, portalocker.LockFlags.EXCLUSIVE)
+                try:
+                    fd = open_private(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+                    try:
+                        w = FileLogWriter(self, fd)
+                        yield w
+                    finally:
+                        os.close(fd)
+                finally:
+                    portalocker.unlock(lock_file)
+
+
+class FileLogWriter(LogWriter):
+    """Appends to a log while its lock is held."""
+
+    def __init__(self, log_: FileSessionLog, fd: int) -> None:
+        self.log = log_
+        self.fd = fd
+        self.head = self._recover_tail()
+
+    def _recover_tail(self) -> Cursor:
+        """The last committed line; a torn tail (partial line or batch) is truncated."""
+        fd, path = self.fd, self.log.path
+        st = os.fstat(fd)
+        ident = (st.st_dev, st.st_ino)
+        size = st.st_size
+        head, cut = find_head(fd, size, self.log)
+        if cut < size:
+            log.warning(
+                "eventstore: %s: truncating a torn tail of %d bytes at byte %d",
+                path,
+                size - cut,
+                cut,
+            )
+            os.ftruncate(fd, cut)
+            if self.log.durability == "fsync":
+                os.fsync(fd)
+        if head is None:
+            return Cursor(ident, 0, 0, "")
+        link = (head.base_h or "") if head.type == "snapshot" else head.h
+        return Cursor(ident, cut, head.seq, link)
+
+    def append(self, events: Sequence[Event], key: str | None = None) -> list[Event]:
+        """Append one batch; returns the stamped events (seq, ts, h set)."""
+        if not events:
+            return []
+        head = self.head
+        data, stamped, link = self.log.codec.encode_batch(
+            events, head.seq + 1, head.link, datetime.now(UTC), key
+        )
+        self.write(data)
+        self.head = Cursor(head.ident, head.offset + len(data), stamped[-1].seq, link)
+        return stamped
+
+    def write(self, data: bytes) -> None:
+        """Write bytes at the end; on failure cut them back off and raise StorageError."""
+        fd = self.fd
+        start = self.head.offset
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass  # the next writer truncates the torn tail
+            raise StorageError(
+                f"{self.log.path}: append at byte {start} failed: {exc.strerror}", exc.errno
+            ) from exc
+        if self.log.durability == "fsync":
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                raise StorageError(
+                    f"{self.log.path}: fsync after byte {start} failed: {exc.strerror}"
+                    " (the append may or may not be durable)",
+                    exc.errno,
+                ) from exc
+
+
+def find_head(fd: int, size: int, log_: FileSessionLog) -> tuple[LineHead | None, int]:
+    """The envelope of the last committed line and the end of the last complete batch.
+
+    Reads only the tail of the file. Bytes after the returned offset are a torn tail.
+    """
+    if size == 0:
+        return None, 0
+    lines, cut = _tail_lines(fd, size)
+    # lines: complete lines (offset, bytes), newest first; cut starts with where a partial
+    # last line begins (== size when the file ends with a newline)
+    head: LineHead | None = None
+    idx = 0
+    while True:
+        if idx >= len(lines):
+            lines, _ = _tail_lines(fd, size, want=len(lines) * 2 + 2)
+            if idx >= len(lines):
+                break  # walked back to the start of the file
+        off, line = lines[idx]
+        try:
+            h = log_.codec.head_decoder.decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise CorruptLogError(log_.path, off, None, f"undecodable line: {exc}") from None
+        if h.more == 0:
+            head = h
+            break
+        cut = off  # a line of a batch that has no closing line: torn
+        idx += 1
+    return head, cut
+
+
+def _pread_all(fd: int, n: int, offset: int) -> bytes:
+    if n <= 0:
+        return b""
+    buf = os.pread(fd, n, offset)
+    if len(buf) == n:
+        return buf
+    parts = [buf]
+    got = len(buf)
+    while got < n:
+        chunk = os.pread(fd, n - got, offset + got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def _line_offset(region: bytes, index: int) -> int:
+    pos = 0
+    for _ in range(index):
+        pos = region.index(b"\n", pos) + 1
+    return pos
+
+
+def _tail_lines(fd: int, size: int, want: int = 2) -> tuple[list[tuple[int, bytes]], int]:
+    """Up to `want` or more complete lines before the end, newest first, and where the
+    partial last line (if any) starts."""
+    chunk = _TAIL_CHUNK
+    while True:
+        start = max(0, size - chunk)
+        buf = _pread_all(fd, size - start, start)
+        last_nl = buf.rfind(b"\n")
+        partial_at = start + last_nl + 1 if last_nl >= 0 else start
+        lines: list[tuple[int, bytes]] = []
+        end = last_nl
+        while end >= 0 and len(lines) < want:
+            prev = buf.rfind(b"\n", 0, end)
+            if prev < 0 and start > 0:
+                break  # this line may begin before the chunk
+            lines.append((start + prev + 1, buf[prev + 1 : end]))
+            end = prev
+        if len(lines) >= want or start == 0:
+            if last_nl < 0 and start == 0:
+                return [], 0
+            return lines, partial_at
+        chunk *= 4

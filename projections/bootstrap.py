@@ -1,0 +1,80 @@
+"""The bootstrap projection: events -> `BootstrapState`, what a harness reads at start."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from eventstore.events import (
+    CheckpointRecorded,
+    Event,
+    FeatureListReplaced,
+    FeaturePassUpdated,
+    ManifestSet,
+    ProgressAppended,
+)
+from eventstore.records import BootstrapState
+
+from .base import StructProjection
+
+__all__ = ["BootstrapProjection"]
+
+
+def _manifest(state: BootstrapState, ev: ManifestSet) -> None:
+    state.manifest = ev.manifest
+
+
+def _features(state: BootstrapState, ev: FeatureListReplaced) -> None:
+    state.feature_list = list(ev.features)
+
+
+def _pass(state: BootstrapState, ev: FeaturePassUpdated) -> None:
+    # records are shared with decoded events and copies: replace, never mutate
+    features = state.feature_list
+    for i, f in enumerate(features):
+        if f.id == ev.feature_id:
+            features[i] = msgspec.structs.replace(f, passes=ev.passes)
+
+
+def _progress(state: BootstrapState, ev: ProgressAppended) -> None:
+    state.recent_progress.append(ev.entry)
+
+
+def _checkpoint(state: BootstrapState, ev: CheckpointRecorded) -> None:
+    state.checkpoints.append(ev.checkpoint)
+
+
+_HANDLERS: dict[type[Event], Callable[[BootstrapState, Event], None]] = {
+    ManifestSet: _manifest,  # type: ignore[dict-item]
+    FeatureListReplaced: _features,  # type: ignore[dict-item]
+    FeaturePassUpdated: _pass,  # type: ignore[dict-item]
+    ProgressAppended: _progress,  # type: ignore[dict-item]
+    CheckpointRecorded: _checkpoint,  # type: ignore[dict-item]
+}
+
+
+class BootstrapProjection(StructProjection[BootstrapState]):
+    """Manifest, feature list, progress and checkpoints; never touches the transcript."""
+
+    name = "bootstrap"
+    version = 1
+    event_types = frozenset(
+        {
+            "manifest_set",
+            "feature_list_replaced",
+            "feature_pass_updated",
+            "progress_appended",
+            "checkpoint_recorded",
+        }
+    )
+    state_type = BootstrapState
+
+    def initial(self) -> BootstrapState:
+        return BootstrapState()
+
+    def apply(self, state: BootstrapState, event: Event) -> BootstrapState:
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(state, event)
+        return state

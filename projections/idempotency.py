@@ -1,0 +1,36 @@
+"""The idempotency projection: the recent idempotency keys of a session and their results.
+
+Kept like any other projection (folded, snapshotted), so keys survive restarts and
+compaction. Bounded: the newest `MAX_KEYS` keys are kept.
+"""
+
+from __future__ import annotations
+
+from eventstore.events import Event
+
+from .base import StructProjection
+
+__all__ = ["MAX_KEYS", "IdempotencyProjection"]
+
+MAX_KEYS = 1000
+
+# key -> (first seq, last seq) of the batch it was given to; dicts keep insertion order
+Keys = dict[str, tuple[int, int]]
+
+
+class IdempotencyProjection(StructProjection[Keys]):
+    name = "idempotency"
+    version = 1
+    event_types = frozenset()  # only envelopes: the key is on a batch's first line
+    state_type = Keys
+
+    def initial(self) -> Keys:
+        return {}
+
+    def apply(self, state: Keys, event: Event) -> Keys:
+        key = event.key
+        if key is not None:
+            state[key] = (event.seq, event.seq + event.more)
+            if len(state) > MAX_KEYS:
+                del state[next(iter(state))]
+        return state

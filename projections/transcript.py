@@ -1,0 +1,30 @@
+"""The transcript projection: events -> the conversation's messages, in append order."""
+
+from __future__ import annotations
+
+from eventstore.events import Event, MessagesAppended
+from eventstore.records import Message
+
+from .base import StructProjection
+
+__all__ = ["TranscriptProjection"]
+
+
+class TranscriptProjection(StructProjection[list[Message]]):
+    """Every message of every `messages_appended` event."""
+
+    name = "transcript"
+    version = 1
+    event_types = frozenset({"messages_appended"})
+    state_type = list[Message]
+
+    def initial(self) -> list[Message]:
+        return []
+
+    def apply(self, state: list[Message], event: Event) -> list[Message]:
+        if type(event) is MessagesAppended:
+            state.extend(event.messages)
+        return state
+
+    def copy(self, state: list[Message]) -> list[Message]:
+        return list(state)  # Message is frozen: sharing the objects is safe
