@@ -1,0 +1,87 @@
+"""eventstore: durable, fast, tamper-evident session memory for AI agent harnesses.
+
+Each session is an append-only JSON Lines event log; projections fold it into the state
+a harness reads; compaction rewrites a long log into a snapshot atomically.
+
+    from eventstore import SessionStore, SessionManifest
+    with SessionStore(".eventstore") as store:
+        store.initialize_session_if_missing("s1", SessionManifest(...), features)
+        state = store.load_bootstrap_state("s1")
+"""
+
+from .errors import (
+    ConcurrencyError,
+    CorruptLogError,
+    EventStoreError,
+    FeatureNotFoundError,
+    InvalidRecordError,
+    InvalidSessionIdError,
+    SnapshotVersionError,
+    StorageError,
+    StoreClosedError,
+    UnsafePathError,
+)
+from .events import (
+    CheckpointRecorded,
+    Event,
+    FeatureListReplaced,
+    FeaturePassUpdated,
+    ManifestSet,
+    MessagesAppended,
+    ProgressAppended,
+    Snapshot,
+    UnknownEvent,
+)
+from .records import (
+    BootstrapState,
+    FeatureRecord,
+    InitCommand,
+    InitPlan,
+    InitShell,
+    InitShellScript,
+    Message,
+    ProgressEntry,
+    Role,
+    RunCheckpoint,
+    RunStatus,
+    SessionManifest,
+)
+from .store import AppendResult, SessionStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AppendResult",
+    "BootstrapState",
+    "CheckpointRecorded",
+    "ConcurrencyError",
+    "CorruptLogError",
+    "Event",
+    "EventStoreError",
+    "FeatureListReplaced",
+    "FeaturePassUpdated",
+    "FeatureNotFoundError",
+    "FeatureRecord",
+    "InitCommand",
+    "InitPlan",
+    "InitShell",
+    "InitShellScript",
+    "InvalidRecordError",
+    "InvalidSessionIdError",
+    "ManifestSet",
+    "Message",
+    "MessagesAppended",
+    "ProgressAppended",
+    "ProgressEntry",
+    "Role",
+    "RunCheckpoint",
+    "RunStatus",
+    "SessionManifest",
+    "SessionStore",
+    "Snapshot",
+    "SnapshotVersionError",
+    "StorageError",
+    "StoreClosedError",
+    "UnknownEvent",
+    "UnsafePathError",
+]
