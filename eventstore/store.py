@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -54,6 +55,10 @@ from .records import (
     RunCheckpoint,
     SessionManifest,
 )
+
+if TYPE_CHECKING:
+    from .audit import VerifyReport
+    from .compaction import CompactionReport, Retention
 
 __all__ = ["AppendResult", "SessionStore"]
 
@@ -314,6 +319,70 @@ class SessionStore:
         """The original ids of every session in the store, sorted."""
         self._check_open()
         return list_session_ids(self.root)
+
+    # -- audit and replay (eventstore.audit) and compaction (eventstore.compaction) ----
+
+    def read_events(
+        self,
+        session_id: str,
+        *,
+        from_seq: int = 1,
+        to_seq: int | None = None,
+        types: Iterable[str | type[Event]] | None = None,
+    ) -> Iterator[Event]:
+        """Typed events in sequence order (from the archive where compaction removed them);
+        each has `.seq` and `.ts` (the aware time of its append)."""
+        from .audit import read_events
+
+        return read_events(self, session_id, from_seq=from_seq, to_seq=to_seq, types=types)
+
+    def state_at(
+        self, session_id: str, *, seq: int | None = None, at: datetime | None = None
+    ) -> BootstrapState:
+        """The bootstrap state as of sequence number `seq` or time `at` (one of them)."""
+        from .audit import state_at
+
+        return state_at(self, session_id, seq=seq, at=at)
+
+    def transcript_at(
+        self, session_id: str, *, seq: int | None = None, at: datetime | None = None
+    ) -> list[Message]:
+        """The transcript as of sequence number `seq` or time `at` (one of them)."""
+        from .audit import transcript_at
+
+        return transcript_at(self, session_id, seq=seq, at=at)
+
+    def verify(self, session_id: str) -> VerifyReport:
+        """Check a session's log and archive: sequence, hash links, decoding, batches."""
+        from .audit import verify
+
+        return verify(self, session_id)
+
+    def follow(
+        self,
+        session_id: str,
+        *,
+        from_seq: int = 1,
+        poll_interval: float = 0.2,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Event]:
+        """Yield events as they are appended (by any process, across compactions) until
+        `stop` is set or the iterator is closed."""
+        from .audit import follow
+
+        return follow(self, session_id, from_seq=from_seq, poll_interval=poll_interval, stop=stop)
+
+    def compact(
+        self,
+        session_id: str,
+        *,
+        archive: bool = True,
+        retention: Retention | None = None,
+    ) -> CompactionReport:
+        """Rewrite the session's log as one snapshot plus nothing else, atomically."""
+        from .compaction import compact
+
+        return compact(self, session_id, archive=archive, retention=retention)
 
     # -- internals --------------------------------------------------------------------
 
