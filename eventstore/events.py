@@ -120,6 +120,8 @@ class LineHead(msgspec.Struct):
 
     type: str
     seq: int
+    ts: datetime = EPOCH
+    v: int = 1
     more: int = 0
     key: str | None = None
     h: str = ""
@@ -177,7 +179,7 @@ class EventCodec:
         self.types = types
         self._upcasters: dict[tuple[str, int], Upcaster] = {}
         self._encoder = msgspec.json.Encoder()
-        self._decoders: dict[frozenset[str] | None, msgspec.json.Decoder[list[Event]]] = {}
+        self._decoders: dict[frozenset[str] | None, msgspec.json.Decoder[Event]] = {}
         self._stubs: dict[str, type[Event]] = {}
         self.head_decoder = msgspec.json.Decoder(LineHead)
         self._dict_decoder = msgspec.json.Decoder(dict[str, Any])
@@ -230,7 +232,7 @@ class EventCodec:
 
     # -- decoding ---------------------------------------------------------------------
 
-    def decoder(self, needed: frozenset[str] | None = None) -> msgspec.json.Decoder[list[Event]]:
+    def decoder(self, needed: frozenset[str] | None = None) -> msgspec.json.Decoder[Event]:
         """A `decode_lines` decoder for the tags in `needed` (None: every type).
 
         Snapshots are always decoded in full; other types outside `needed` become stubs.
@@ -244,7 +246,7 @@ class EventCodec:
             union = members[0]
             for m in members[1:]:
                 union = union | m  # type: ignore[assignment]
-            dec = msgspec.json.Decoder(list[union])  # type: ignore[valid-type]
+            dec = msgspec.json.Decoder(union)
             self._decoders[key] = dec
         return dec
 
@@ -265,18 +267,26 @@ class EventCodec:
             data = self._dict_decoder.decode(line)
         except msgspec.DecodeError as exc:
             raise CorruptLogError(path, offset, None, f"not a JSON object: {exc}") from None
-        seq = data.get("seq")
-        tag = data.get("type")
-        if not isinstance(tag, str) or not isinstance(seq, int) or isinstance(seq, bool):
-            raise CorruptLogError(path, offset, None, "line has no string 'type' and integer 'seq'")
-        if tag not in self.types:
-            try:
-                head = self.head_decoder.decode(line)
-            except msgspec.ValidationError as exc:
-                raise CorruptLogError(path, offset, seq, f"bad envelope: {exc}") from None
+        try:
+            head = self.head_decoder.decode(line)
+        except msgspec.ValidationError as exc:
+            raise CorruptLogError(path, offset, None, f"bad envelope: {exc}") from None
+        cls = self.types.get(head.type)
+        if cls is None:
             return UnknownEvent(
-                seq=head.seq, more=head.more, key=head.key, h=head.h, type_name=tag, raw=line
+                seq=head.seq,
+                ts=head.ts,
+                more=head.more,
+                key=head.key,
+                h=head.h,
+                type_name=head.type,
+                raw=line,
             )
+        if head.v == cls.VERSION:
+            try:
+                return msgspec.json.decode(line, type=cls)
+            except msgspec.ValidationError as exc:
+                raise CorruptLogError(path, offset, head.seq, f"bad {head.type}: {exc}") from None
         return self.upcast(data, offset, path)
 
     # -- encoding ---------------------------------------------------------------------

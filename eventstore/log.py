@@ -66,7 +66,7 @@ class SessionLog:
     def exists(self) -> bool:
         raise NotImplementedError
 
-    def read(self, cursor: Cursor, decoder: msgspec.json.Decoder[list[Event]]) -> ReadResult:
+    def read(self, cursor: Cursor, decoder: msgspec.json.Decoder[Event]) -> ReadResult:
         raise NotImplementedError
 
     def writer(self) -> AbstractContextManager[LogWriter]:
@@ -123,7 +123,7 @@ class FileSessionLog(SessionLog):
 
     # -- reading ----------------------------------------------------------------------
 
-    def read(self, cursor: Cursor, decoder: msgspec.json.Decoder[list[Event]]) -> ReadResult:
+    def read(self, cursor: Cursor, decoder: msgspec.json.Decoder[Event]) -> ReadResult:
         """Events after `cursor`, up to the last complete batch."""
         try:
             fd = open_private(self.path, os.O_RDONLY)
@@ -153,83 +153,10 @@ class FileSessionLog(SessionLog):
         )
 
     def parse(
-        self, buf: bytes, cursor: Cursor, decoder: msgspec.json.Decoder[list[Event]]
+        self, buf: bytes, cursor: Cursor, decoder: msgspec.json.Decoder[Event]
     ) -> tuple[list[Event], int]:
-        """Decode the complete batches in `buf` (read at `cursor.offset`).
-
-        Returns the events and the length of `buf` they occupy. Raises CorruptLogError
-        for anything but a torn tail.
-        """
-        end = buf.rfind(b"\n") + 1
-        if end == 0:
-            return [], 0
-        region = buf if end == len(buf) else buf[:end]
-        try:
-            events = decoder.decode_lines(region)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            events = self._decode_slow(region, cursor, decoder)
-        start = cursor.offset
-        expected = cursor.seq + 1
-        more = 0
-        commit = 0
-        slow = False
-        for i, ev in enumerate(events):
-            if ev.seq != expected and not (i == 0 and start == 0 and type(ev) is Snapshot):
-                off = start + _line_offset(region, i)
-                raise CorruptLogError(
-                    self.path, off, expected, f"sequence {ev.seq} where {expected} was expected"
-                )
-            if more and ev.more != more - 1:
-                off = start + _line_offset(region, i)
-                raise CorruptLogError(
-                    self.path, off, ev.seq, f"batch broken: 'more' is {ev.more}, not {more - 1}"
-                )
-            if type(ev) is Snapshot and (i or start):
-                off = start + _line_offset(region, i)
-                raise CorruptLogError(self.path, off, ev.seq, "snapshot after the first line")
-            if ev.v != type(ev).VERSION:
-                slow = True
-            expected = ev.seq + 1
-            more = ev.more
-            if not more:
-                commit = i + 1
-        if slow:  # an old-version line decoded under a newer shape: upcast it exactly
-            events = self._decode_slow(region, cursor, decoder)
-        if commit < len(events):
-            torn = len(events) - commit
-            del events[commit:]
-            pos = end - 1
-            for _ in range(torn):
-                pos = region.rfind(b"\n", 0, pos)
-            end = pos + 1
-        return events, end
-
-    def _decode_slow(
-        self, region: bytes, cursor: Cursor, decoder: msgspec.json.Decoder[list[Event]]
-    ) -> list[Event]:
-        """Line by line, with offsets: unknown types, upcasts and exact error positions."""
-        events: list[Event] = []
-        pos = 0
-        seq = cursor.seq
-        while pos < len(region):
-            nl = region.index(b"\n", pos)
-            line = region[pos:nl]
-            offset = cursor.offset + pos
-            try:
-                ev = decoder.decode_lines(line + b"\n")[0]
-                if ev.v != type(ev).VERSION:
-                    ev = self.codec.decode_line(line, offset, self.path)
-            except (msgspec.DecodeError, msgspec.ValidationError, IndexError):
-                try:
-                    ev = self.codec.decode_line(line, offset, self.path)
-                except CorruptLogError as exc:
-                    raise CorruptLogError(
-                        self.path, offset, exc.seq or seq + 1, exc.reason
-                    ) from None
-            events.append(ev)
-            seq = ev.seq
-            pos = nl + 1
-        return events
+        """Decode the complete batches in `buf`, read at `cursor.offset` (see parse_lines)."""
+        return parse_lines(buf, cursor, decoder, self.codec, self.path)
 
     # -- writing ----------------------------------------------------------------------
 
@@ -321,6 +248,111 @@ class FileLogWriter(LogWriter):
                     " (the append may or may not be durable)",
                     exc.errno,
                 ) from exc
+
+
+def parse_lines(
+    buf: bytes,
+    cursor: Cursor,
+    decoder: msgspec.json.Decoder[Event],
+    codec: EventCodec,
+    path: object,
+) -> tuple[list[Event], int]:
+    """Decode the complete batches in `buf` (read at `cursor.offset`).
+
+    Returns the events and the length of `buf` they occupy. Raises CorruptLogError
+    for anything but a torn tail.
+    """
+    end = buf.rfind(b"\n") + 1
+    if end == 0:
+        return [], 0
+    region = buf if end == len(buf) else buf[:end]
+    try:
+        events = decoder.decode_lines(region)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        events = _decode_slow(region, cursor, decoder, codec, path)
+    start = cursor.offset
+    expected = cursor.seq + 1
+    more = 0
+    commit = 0
+    slow = False
+    for i, ev in enumerate(events):
+        if ev.seq != expected and not (i == 0 and start == 0 and type(ev) is Snapshot):
+            off = start + _line_offset(region, i)
+            raise CorruptLogError(
+                path, off, expected, f"sequence {ev.seq} where {expected} was expected"
+            )
+        if more and ev.more != more - 1:
+            off = start + _line_offset(region, i)
+            raise CorruptLogError(
+                path, off, ev.seq, f"batch broken: 'more' is {ev.more}, not {more - 1}"
+            )
+        if type(ev) is Snapshot and (i or start):
+            off = start + _line_offset(region, i)
+            raise CorruptLogError(path, off, ev.seq, "snapshot after the first line")
+        if ev.v != type(ev).VERSION:
+            slow = True
+        expected = ev.seq + 1
+        more = ev.more
+        if not more:
+            commit = i + 1
+    if slow:  # an old-version line decoded under a newer shape: upcast it exactly
+        events = _decode_slow(region, cursor, decoder, codec, path)
+    if commit < len(events):
+        torn = len(events) - commit
+        del events[commit:]
+        pos = end - 1
+        for _ in range(torn):
+            pos = region.rfind(b"\n", 0, pos)
+        end = pos + 1
+    return events, end
+
+
+def _decode_slow(
+    region: bytes,
+    cursor: Cursor,
+    decoder: msgspec.json.Decoder[Event],
+    codec: EventCodec,
+    path: object,
+) -> list[Event]:
+    """Line by line, with offsets: unknown types, upcasts and exact error positions."""
+    events: list[Event] = []
+    pos = 0
+    seq = cursor.seq
+    while pos < len(region):
+        nl = region.index(b"\n", pos)
+        line = region[pos:nl]
+        offset = cursor.offset + pos
+        try:
+            ev = decoder.decode_lines(line + b"\n")[0]
+            if ev.v != type(ev).VERSION:
+                ev = codec.decode_line(line, offset, path)
+        except (msgspec.DecodeError, msgspec.ValidationError, IndexError):
+            try:
+                ev = codec.decode_line(line, offset, path)
+            except CorruptLogError as exc:
+                raise CorruptLogError(path, offset, exc.seq or seq + 1, exc.reason) from None
+        events.append(ev)
+        seq = ev.seq
+        pos = nl + 1
+    return events
+
+
+def read_log_file(
+    path: Path,
+    codec: EventCodec,
+    decoder: msgspec.json.Decoder[Event],
+    limit: int | None = None,
+) -> list[Event]:
+    """Every event of the complete batches of a whole log file (the first `limit` bytes)."""
+    fd = open_private(path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        size = st.st_size if limit is None else min(limit, st.st_size)
+        buf = _pread_all(fd, size, 0)
+    finally:
+        os.close(fd)
+    events, _ = parse_lines(buf, Cursor((st.st_dev, st.st_ino)), decoder, codec, path)
+    return events
 
 
 def find_head(fd: int, size: int, log_: FileSessionLog) -> tuple[LineHead | None, int]:

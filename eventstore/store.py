@@ -31,6 +31,7 @@ from .errors import (
     ConcurrencyError,
     FeatureNotFoundError,
     InvalidRecordError,
+    SnapshotVersionError,
     StoreClosedError,
     UnsafePathError,
 )
@@ -422,7 +423,12 @@ class SessionStore:
         if res.reset:
             f.state = proj.initial()
         if res.events:
-            f.state = fold(proj, f.state, res.events)
+            try:
+                f.state = fold(proj, f.state, res.events)
+            except SnapshotVersionError:  # a snapshot without this projection's state
+                from .compaction import fold_from_archive
+
+                f.state = fold_from_archive(self, sess, proj, res.events)
         f.cursor = res.cursor
         return f.state  # type: ignore[no-any-return]
 

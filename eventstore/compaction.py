@@ -1,0 +1,241 @@
+"""Compaction: rewrite a session's log as one snapshot, atomically, beside live writers.
+
+The protocol, all under the session's writers' lock:
+
+1. recover the tail (the writer does) and read every committed event;
+2. fold every registered projection; apply retention if asked (opt-in only);
+3. write `snapshot` (seq N = the last event, `base_h` = the link of line N) to a
+   temporary file in the session directory; fsync it;
+4. hard-link the old log into `archive/<first>-<last>.jsonl`; fsync the archive dir;
+5. rename the temporary file over the log; fsync the session directory.
+
+A crash before step 5 leaves the old log (plus a stray temporary file or archive link
+that the next compaction removes); after it, the new one. There is never a moment
+without a complete log. Readers notice the new file identity and re-read.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from projections import Projection, fold, snapshot_entry
+
+from .errors import SnapshotVersionError
+from .events import Event, Snapshot, UnknownEvent
+from .layout import ensure_private_dir, fsync_dir, open_private
+from .log import Cursor, read_log_file
+from .records import BootstrapState
+
+if TYPE_CHECKING:
+    from .store import SessionStore, _Session
+
+__all__ = ["CompactionReport", "Retention", "archive_files", "compact", "fold_from_archive"]
+
+_TMP_PREFIX = "log.jsonl.compact-"
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """Opt-in trimming applied to the snapshot: keep only the newest N of each list.
+
+    None keeps everything (the default). What is dropped stays in the archive (when
+    compaction archives), so `state_at` can still see it.
+    """
+
+    progress: int | None = None
+    checkpoints: int | None = None
+    messages: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("progress", "checkpoints", "messages"):
+            n = getattr(self, name)
+            if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
+                raise ValueError(f"Retention.{name} must be None or an int >= 0, got {n!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionReport:
+    """What one compaction did. `compacted` is False when the log was already compact."""
+
+    session_id: str
+    events_before: int
+    events_after: int
+    bytes_before: int
+    bytes_after: int
+    first_seq: int
+    last_seq: int
+    archive_path: Path | None
+    seconds: float
+    compacted: bool = True
+    unknown_kept: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def archive_files(archive_dir: Path) -> list[Path]:
+    """The archived logs of a session, oldest first (names sort by sequence)."""
+    try:
+        names = sorted(n for n in os.listdir(archive_dir) if n.endswith(".jsonl"))
+    except FileNotFoundError:
+        return []
+    return [archive_dir / n for n in names]
+
+
+def compact(
+    store: SessionStore,
+    session_id: str,
+    *,
+    archive: bool = True,
+    retention: Retention | None = None,
+) -> CompactionReport:
+    """Replace the session's log by one snapshot event; see the module docstring."""
+    t0 = time.perf_counter()
+    sess = store._session(session_id)
+    log = sess.log
+    paths = sess.paths
+    with sess.lock, log.writer() as w:
+        _remove_strays(sess, w.head)
+        size = w.head.offset
+        if w.head.seq == 0:
+            return CompactionReport(
+                session_id, 0, 0, 0, 0, 0, 0, None, time.perf_counter() - t0, False
+            )
+        events = read_log_file(log.path, log.codec, log.codec.decoder(None), limit=size)
+        first_seq = events[0].seq
+        last = events[-1]
+        if len(events) == 1 and type(last) is Snapshot and retention is None:
+            return CompactionReport(
+                session_id, 1, 1, size, size, first_seq, last.seq, None,
+                time.perf_counter() - t0, False,
+            )  # fmt: skip
+        states: dict[str, msgspec.Raw] = {}
+        for name, proj in store._projections.items():
+            state = _fold_all(store, sess, proj, events)
+            if retention is not None:
+                state = _retain(name, state, retention)
+            states[name] = snapshot_entry(proj, state)
+        unknown: list[msgspec.Raw] = []
+        for ev in events:
+            if type(ev) is Snapshot:
+                unknown.extend(ev.unknown)
+            elif type(ev) is UnknownEvent:
+                unknown.append(msgspec.Raw(ev.raw))
+        snap = Snapshot(base_h=w.head.link, states=states, unknown=unknown)
+        data, _, _ = log.codec.encode_batch([snap], last.seq, w.head.link, datetime.now(UTC), None)
+        tmp = paths.dir / f"{_TMP_PREFIX}{uuid.uuid4().hex}.tmp"
+        archived: Path | None = None
+        try:
+            fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if archive:
+                ensure_private_dir(paths.archive)
+                archived = paths.archive / f"{first_seq:012d}-{last.seq:012d}.jsonl"
+                if os.path.lexists(archived):  # a re-compaction of the same range
+                    archived = archived.with_name(f"{archived.stem}-{uuid.uuid4().hex[:8]}.jsonl")
+                os.link(log.path, archived)
+                fsync_dir(paths.archive)
+            os.replace(tmp, log.path)
+        except BaseException:
+            for leftover in (tmp, archived):
+                if leftover is not None:
+                    try:
+                        os.unlink(leftover)
+                    except OSError:
+                        pass
+            raise
+        sess.folds.clear()  # the new file has a new identity: every fold restarts from it
+        fsync_dir(paths.dir)
+    return CompactionReport(
+        session_id=session_id,
+        events_before=len(events),
+        events_after=1,
+        bytes_before=size,
+        bytes_after=len(data),
+        first_seq=first_seq,
+        last_seq=last.seq,
+        archive_path=archived,
+        seconds=time.perf_counter() - t0,
+        unknown_kept=len(unknown),
+    )
+
+
+def _remove_strays(sess: _Session, head: Cursor) -> None:
+    """Remove what a compaction that crashed left: temporary files and archive links
+    that still point at the live log (same inode), which would otherwise grow with it."""
+    for name in os.listdir(sess.paths.dir):
+        if name.startswith(_TMP_PREFIX):
+            try:
+                os.unlink(sess.paths.dir / name)
+            except OSError:
+                pass
+    for path in archive_files(sess.paths.archive):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == head.ident:
+            os.unlink(path)
+
+
+def _fold_all(
+    store: SessionStore, sess: _Session, proj: Projection[Any], events: list[Event]
+) -> Any:
+    try:
+        return fold(proj, proj.initial(), events)
+    except SnapshotVersionError:
+        return fold_from_archive(store, sess, proj, events)
+
+
+def fold_from_archive(
+    store: SessionStore, sess: _Session, proj: Projection[Any], events: list[Event]
+) -> Any:
+    """Fold `proj` over the whole history (archive files, then `events`, which start with
+    a snapshot that lacks this projection's state or holds another version of it)."""
+    snap = events[0]
+    history: list[Event] = []
+    upto = snap.seq
+    for path in archive_files(sess.paths.archive):
+        for ev in read_log_file(path, store.codec, store.codec.decoder(proj.event_types)):
+            if ev.seq > upto:
+                break
+            if not history and ev.seq != 1:
+                break  # this archive does not start at the beginning: history is lost
+            if history and ev.seq <= history[-1].seq:
+                continue  # a later archive starts with a snapshot of what we have
+            history.append(ev)
+    if not history or history[-1].seq != upto or history[0].seq != 1:
+        raise SnapshotVersionError(
+            f"{sess.paths.log}: the snapshot at seq {snap.seq} has no usable state for"
+            f" projection {proj.name!r} (version {proj.version}) and the archive does not"
+            " hold the history to rebuild it; compact with archive=True to keep it"
+        )
+    return fold(proj, proj.initial(), [*history, *events[1:]])
+
+
+def _retain(name: str, state: Any, retention: Retention) -> Any:
+    """Trim the built-in states' lists per the retention policy; others are untouched."""
+    if name == "bootstrap" and isinstance(state, BootstrapState):
+        if retention.progress is not None:
+            state.recent_progress = _last(state.recent_progress, retention.progress)
+        if retention.checkpoints is not None:
+            state.checkpoints = _last(state.checkpoints, retention.checkpoints)
+    elif name == "transcript" and retention.messages is not None:
+        state = _last(state, retention.messages)
+    return state
+
+
+def _last(items: list[Any], n: int) -> list[Any]:
+    return items[len(items) - n :] if n else []
