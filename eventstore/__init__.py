@@ -9,6 +9,7 @@ a harness reads; compaction rewrites a long log into a snapshot atomically.
         state = store.load_bootstrap_state("s1")
 """
 
+from .compaction import CompactionReport, Retention
 from .errors import (
     ConcurrencyError,
     CorruptLogError,
@@ -46,12 +47,15 @@ from .records import (
     RunStatus,
     SessionManifest,
 )
-from .store import AppendResult, SessionStore
+from .store import AppendResult, AutoCompact, SessionStore
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AppendResult",
+    "AutoCompact",
+    "CompactionReport",
+    "Retention",
     "BootstrapState",
     "CheckpointRecorded",
     "ConcurrencyError",

@@ -123,6 +123,30 @@ class FileSessionLog(SessionLog):
 
     # -- reading ----------------------------------------------------------------------
 
+    def first_seq(self, ident: tuple[int, int]) -> int:
+        """The sequence number of the first line of the file `ident` (0 if it is gone)."""
+        try:
+            fd = open_private(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return 0
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != ident:
+                return 0
+            chunk = _TAIL_CHUNK
+            while True:
+                buf = os.pread(fd, chunk, 0)
+                nl = buf.find(b"\n")
+                if nl >= 0:
+                    return self.codec.head_decoder.decode(buf[:nl]).seq
+                if len(buf) < chunk:
+                    return 0
+                chunk *= 4
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return 0
+        finally:
+            os.close(fd)
+
     def read(self, cursor: Cursor, decoder: msgspec.json.Decoder[Event]) -> ReadResult:
         """Events after `cursor`, up to the last complete batch."""
         try:

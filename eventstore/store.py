@@ -27,6 +27,7 @@ from projections import (
     fold,
 )
 
+from .compaction import CompactionReport, Retention, compact, fold_from_archive
 from .errors import (
     ConcurrencyError,
     FeatureNotFoundError,
@@ -59,9 +60,8 @@ from .records import (
 
 if TYPE_CHECKING:
     from .audit import VerifyReport
-    from .compaction import CompactionReport, Retention
 
-__all__ = ["AppendResult", "SessionStore"]
+__all__ = ["AppendResult", "AutoCompact", "SessionStore"]
 
 S = TypeVar("S")
 T = TypeVar("T")
@@ -69,6 +69,25 @@ T = TypeVar("T")
 BOOTSTRAP = BootstrapProjection()
 TRANSCRIPT = TranscriptProjection()
 IDEMPOTENCY = IdempotencyProjection()
+
+
+@dataclass(frozen=True, slots=True)
+class AutoCompact:
+    """Compact a session after an append once its log passes either threshold.
+
+    Off unless given to `SessionStore(auto_compact=...)`. `retention` is applied at
+    each automatic compaction; None keeps everything.
+    """
+
+    max_bytes: int | None = None
+    max_events: int | None = None
+    archive: bool = True
+    retention: Retention | None = None
+
+    def due(self, size: int, events: int) -> bool:
+        return (self.max_bytes is not None and size >= self.max_bytes) or (
+            self.max_events is not None and events >= self.max_events
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,13 +111,14 @@ class _Fold:
 class _Session:
     """What the store keeps per session: its log and its folded projections."""
 
-    __slots__ = ("folds", "lock", "log", "paths")
+    __slots__ = ("file_start", "folds", "lock", "log", "paths")
 
     def __init__(self, paths: SessionPaths, log: FileSessionLog) -> None:
         self.paths = paths
         self.log = log
         self.lock = threading.RLock()
         self.folds: dict[str, _Fold] = {}
+        self.file_start: tuple[tuple[int, int], int] = ((0, 0), 0)  # (file ident, first seq)
 
 
 class SessionStore:
@@ -108,8 +128,10 @@ class SessionStore:
     (every append reaches the OS before it returns: survives a killed process) or
     "fsync" (every append is fsynced: survives power loss). `event_types`,
     `projections` and `upcasters` extend the store with custom events, custom folds
-    and readers of old event versions. Usable as a context manager; safe to share
-    between threads; any number of processes may open the same root.
+    and readers of old event versions. `auto_compact` (off by default) compacts a
+    session after an append once its log passes a size or event-count threshold.
+    Usable as a context manager; safe to share between threads; any number of
+    processes may open the same root.
     """
 
     def __init__(
@@ -120,6 +142,7 @@ class SessionStore:
         event_types: Iterable[type[Event]] = (),
         projections: Iterable[Projection[Any]] = (),
         upcasters: Iterable[tuple[type[Event], int, Upcaster]] = (),
+        auto_compact: AutoCompact | None = None,
     ) -> None:
         if durability not in ("flush", "fsync"):
             raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
@@ -134,6 +157,7 @@ class SessionStore:
             if p.name in self._projections:
                 raise ValueError(f"two projections are named {p.name!r}")
             self._projections[p.name] = p
+        self.auto_compact = auto_compact
         self._sessions: dict[str, _Session] = {}
         self._guard = threading.Lock()
         self._closed = False
@@ -380,9 +404,11 @@ class SessionStore:
         archive: bool = True,
         retention: Retention | None = None,
     ) -> CompactionReport:
-        """Rewrite the session's log as one snapshot plus nothing else, atomically."""
-        from .compaction import compact
+        """Rewrite the session's log as one snapshot, atomically (see eventstore.compaction).
 
+        `archive` keeps the old log in the session's archive folder; `retention` trims
+        the snapshot's lists (opt-in). Safe beside live writers in any process.
+        """
         return compact(self, session_id, archive=archive, retention=retention)
 
     # -- internals --------------------------------------------------------------------
@@ -426,8 +452,6 @@ class SessionStore:
             try:
                 f.state = fold(proj, f.state, res.events)
             except SnapshotVersionError:  # a snapshot without this projection's state
-                from .compaction import fold_from_archive
-
                 f.state = fold_from_archive(self, sess, proj, res.events)
         f.cursor = res.cursor
         return f.state  # type: ignore[no-any-return]
@@ -444,22 +468,38 @@ class SessionStore:
         ):
             raise InvalidRecordError("idempotency_key must be a non-empty str")
         sess = self._session(session_id)
-        with sess.lock, sess.log.writer() as w:
-            if idempotency_key is not None:
-                keys = self._catch_up(sess, IDEMPOTENCY)
-                seen = keys.get(idempotency_key)
-                if seen is not None:
-                    return AppendResult(seen[0], seen[1], replayed=True)
-            events = build(sess, w)
-            if not events:
-                return None
-            before = w.head
-            stamped = w.append(events, idempotency_key)
-            for name, f in sess.folds.items():
-                if f.cursor == before:
-                    f.state = fold(self._projections[name], f.state, stamped)
-                    f.cursor = w.head
-            return AppendResult(stamped[0].seq, stamped[-1].seq)
+        with sess.lock:
+            with sess.log.writer() as w:
+                if idempotency_key is not None:
+                    keys = self._catch_up(sess, IDEMPOTENCY)
+                    seen = keys.get(idempotency_key)
+                    if seen is not None:
+                        return AppendResult(seen[0], seen[1], replayed=True)
+                events = build(sess, w)
+                if not events:
+                    return None
+                before = w.head
+                stamped = w.append(events, idempotency_key)
+                for name, f in sess.folds.items():
+                    if f.cursor == before:
+                        f.state = fold(self._projections[name], f.state, stamped)
+                        f.cursor = w.head
+                head = w.head
+            result = AppendResult(stamped[0].seq, stamped[-1].seq)
+            if self.auto_compact is not None:
+                self._maybe_compact(sess, head)
+            return result
+
+    def _maybe_compact(self, sess: _Session, head: Cursor) -> None:
+        auto = self.auto_compact
+        assert auto is not None
+        ident, first = sess.file_start
+        if ident != head.ident:
+            first = sess.log.first_seq(head.ident)
+            sess.file_start = (head.ident, first)
+        # head.seq == first: a lone snapshot, nothing left to compact
+        if head.seq != first and auto.due(head.offset, head.seq - first + 1):
+            compact(self, sess.paths.session_id, archive=auto.archive, retention=auto.retention)
 
 
 def _ensure_root(root: Path) -> None:
