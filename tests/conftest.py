@@ -1,0 +1,108 @@
+"""Shared fixtures: a store on tmp_path, the golden logs, small record factories."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+if str(TESTS_DIR) not in sys.path:  # so `import strategies` works in any import mode
+    sys.path.insert(0, str(TESTS_DIR))
+
+from eventstore import (  # noqa: E402
+    FeatureRecord,
+    InitCommand,
+    InitPlan,
+    InitShell,
+    InitShellScript,
+    ProgressEntry,
+    RunCheckpoint,
+    RunStatus,
+    SessionManifest,
+    SessionStore,
+)
+from eventstore.layout import SessionPaths  # noqa: E402
+
+FIXTURES = TESTS_DIR.parent / "fixtures"
+LOGS = FIXTURES / "logs"
+
+T0 = datetime(2026, 3, 1, 9, 30, tzinfo=timezone(timedelta(hours=1)))
+
+
+def log_path(root: Path | str, session_id: str) -> Path:
+    """Where the store keeps the log of `session_id` under `root`."""
+    return SessionPaths(Path(root), session_id).log
+
+
+def make_manifest(session_id: str = "s1", **kw: object) -> SessionManifest:
+    """A manifest with an init plan of both step kinds."""
+    fields: dict[str, object] = dict(
+        session_id=session_id,
+        active_branch="main",
+        current_objective="make the tests pass — ünïcode",
+        init_plan=InitPlan(
+            steps=[
+                InitCommand(program="uv", args=["sync"]),
+                InitShellScript(shell=InitShell.BASH, script="make build"),
+            ]
+        ),
+        metadata={"owner": "tests"},
+    )
+    fields.update(kw)
+    return SessionManifest(**fields)  # type: ignore[arg-type]
+
+
+def make_features(n: int = 3) -> list[FeatureRecord]:
+    """`n` features f1..fn, none passing."""
+    return [
+        FeatureRecord(
+            id=f"f{i}", category="core", description=f"feature {i}", steps=["a", "b"], passes=False
+        )
+        for i in range(1, n + 1)
+    ]
+
+
+def make_entry(i: int = 0, run_id: str = "run-1") -> ProgressEntry:
+    """A progress entry with a fixed, non-UTC timestamp."""
+    return ProgressEntry(run_id=run_id, summary=f"step {i}", created_at=T0 + timedelta(seconds=i))
+
+
+def make_checkpoint(run_id: str = "run-1") -> RunCheckpoint:
+    return RunCheckpoint(
+        run_id=run_id,
+        started_at=T0,
+        completed_at=T0.astimezone(UTC) + timedelta(minutes=5),
+        status=RunStatus.SUCCEEDED,
+        note="ok",
+    )
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A store root that does not exist yet."""
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def store(root: Path) -> Iterator[SessionStore]:
+    """A SessionStore on a fresh root, closed after the test."""
+    with SessionStore(root) as s:
+        yield s
+
+
+@pytest.fixture
+def install_log(root: Path):  # type: ignore[no-untyped-def]
+    """Copy a golden log (by file name) into `root` as the log of a session; returns its path."""
+
+    def install(name: str, session_id: str = "golden") -> Path:
+        paths = SessionPaths(root, session_id)
+        root.mkdir(mode=0o700, exist_ok=True)
+        paths.create()
+        paths.log.write_bytes((LOGS / name).read_bytes())
+        return paths.log
+
+    return install
