@@ -1,0 +1,666 @@
+"""The harness session map: conversation context id -> the harness's opaque session id.
+
+This module owns:
+
+- the map's files, one per context, `<root>/<context-id>/harness-session.json`, whose
+  content is exactly the JSON an existing runtime writes, so both read each other's:
+
+      {"type":"murmur.harness-session","session_id":"...","harness":"...","driver":"...",
+       "created_ms":1767225600000,"updated_ms":1767225600000}
+
+- the map's audit history: every put and forget is also appended, as the custom events
+  `harness_session_put` / `harness_session_forgotten`, to the eventstore log of the session
+  `harness-session-map` in the store `<root>/.eventstore` (a context id never starts with a
+  dot, so that directory can never be a context's);
+- the one-line failure report in `<workdir>/logs/bootstrap.log`;
+- `new_harness_session_id()`, a UUIDv7 generator (Python 3.11 has no `uuid.uuid7`).
+
+The JSON files are the source of truth for `get`; the history is for people and audits.
+Nothing here is fatal: a map with no root lives in memory, a root that cannot be written
+is reported once (per workdir, per process) and survived.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Final, Literal
+
+import msgspec
+
+from projections import StructProjection
+
+from .errors import UnsafePathError
+from .events import Event
+from .layout import ensure_private_dir, open_private
+from .store import SessionStore
+
+__all__ = [
+    "FORGET_BY_A2A",
+    "FORGET_BY_CLI",
+    "HARNESS_SESSION_FILE_NAME",
+    "HARNESS_SESSION_TYPE",
+    "HISTORY_SESSION_ID",
+    "HISTORY_STORE_DIR",
+    "REPORT_PREFIX",
+    "HarnessBinding",
+    "HarnessSessionEntry",
+    "HarnessSessionForgotten",
+    "HarnessSessionMap",
+    "HarnessSessionPut",
+    "HistoryEntry",
+    "current_bindings",
+    "is_plain_context_id",
+    "new_harness_session_id",
+    "read_history",
+]
+
+HARNESS_SESSION_FILE_NAME: Final = "harness-session.json"
+"""The name of a context's map entry inside its directory."""
+
+HARNESS_SESSION_TYPE: Final = "murmur.harness-session"
+"""The `type` every map entry carries; a file with any other type reads as absent."""
+
+FORGET_BY_CLI: Final = "cli"
+"""`forget(..., by=FORGET_BY_CLI)`: a person asked, from the command line."""
+
+FORGET_BY_A2A: Final = "a2a"
+"""`forget(..., by=FORGET_BY_A2A)`: a peer agent asked, over the agent-to-agent protocol."""
+
+HISTORY_STORE_DIR: Final = ".eventstore"
+"""The eventstore root of the map's history, inside the map's root."""
+
+HISTORY_SESSION_ID: Final = "harness-session-map"
+"""The session (in `HISTORY_STORE_DIR`) whose log is the map's history."""
+
+REPORT_PREFIX: Final = "[harness-session]"
+"""How the one failure line in `<workdir>/logs/bootstrap.log` starts."""
+
+MAX_CONTEXT_ID_BYTES: Final = 255  # NAME_MAX on every filesystem we care about
+_MAX_ENTRY_BYTES = 1 << 20  # a map entry is ~200 bytes; anything huge is not one of ours
+_DIR_MODE = 0o700
+
+
+# -- the file ------------------------------------------------------------------------
+
+
+class HarnessSessionEntry(msgspec.Struct, kw_only=True, frozen=True):
+    """One context's map entry, field for field the file's JSON (and in its key order).
+
+    Decoding ignores unknown keys and any key order, so the other runtime may add fields.
+    """
+
+    type: str = HARNESS_SESSION_TYPE
+    session_id: str
+    harness: str = ""
+    driver: str = ""
+    created_ms: int = 0
+    updated_ms: int = 0
+
+
+_entry_encoder = msgspec.json.Encoder()
+_entry_decoder = msgspec.json.Decoder(HarnessSessionEntry)
+
+
+def _decode_entry(data: bytes) -> HarnessSessionEntry | None:
+    """The entry in `data`, or None when it is not a usable map entry (never raises)."""
+    try:
+        entry = _entry_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if entry.type != HARNESS_SESSION_TYPE or not entry.session_id:
+        return None
+    return entry
+
+
+def is_plain_context_id(context_id: object) -> bool:
+    """True if `context_id` can be one directory name under the root, as it is.
+
+    Not plain (so memory only): not a str, empty, starting with a dot (which covers `.`
+    and `..` and keeps `.eventstore` free), containing `/`, `\\` or NUL, not encodable
+    as UTF-8, or over 255 bytes of it.
+    """
+    if not isinstance(context_id, str) or not context_id or context_id[0] == ".":
+        return False
+    if "/" in context_id or "\\" in context_id or "\x00" in context_id:
+        return False
+    try:
+        return len(context_id.encode("utf-8")) <= MAX_CONTEXT_ID_BYTES
+    except UnicodeEncodeError:  # a lone surrogate: no file name can carry it faithfully
+        return False
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# -- session ids ---------------------------------------------------------------------
+
+_uuid_lock = threading.Lock()
+_uuid_last_ms = 0
+_uuid_last_rand = 0
+_RAND_BITS = 74  # rand_a (12) + rand_b (62)
+
+
+def _uuid_reset_after_fork() -> None:
+    # a forked child must not continue the parent's sequence (both would draw the same
+    # next value if the random increment happened to match)
+    global _uuid_last_ms, _uuid_last_rand
+    _uuid_last_ms = 0
+    _uuid_last_rand = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_uuid_reset_after_fork)
+
+
+def new_harness_session_id() -> str:
+    """A new UUID version 7 as 36 lowercase hyphenated characters.
+
+    Time-ordered (48-bit Unix milliseconds first) and strictly increasing within this
+    process, even for many calls in one millisecond or when the clock steps back: the
+    74 random bits are a monotonic counter (RFC 9562, method 2) advanced by a random
+    step, carrying into the timestamp if they overflow.
+    """
+    global _uuid_last_ms, _uuid_last_rand
+    with _uuid_lock:
+        ms = _now_ms()
+        if ms > _uuid_last_ms:
+            _uuid_last_ms = ms
+            # top bit clear: leaves half the space for increments in this millisecond
+            _uuid_last_rand = secrets.randbits(_RAND_BITS - 1)
+        else:
+            _uuid_last_rand += secrets.randbits(32) + 1
+            if _uuid_last_rand >> _RAND_BITS:
+                _uuid_last_ms += 1
+                _uuid_last_rand = secrets.randbits(_RAND_BITS - 1)
+        ms, rand = _uuid_last_ms, _uuid_last_rand
+    rand_a = rand >> 62
+    rand_b = rand & ((1 << 62) - 1)
+    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+# -- the history (eventstore events and a projection over them) -----------------------
+
+
+class HarnessSessionPut(Event, tag="harness_session_put", kw_only=True):
+    """History event: `context_id` was bound to `session_id` (the log stamps `ts`)."""
+
+    context_id: str
+    session_id: str
+    harness: str
+    driver: str
+    created_ms: int
+    updated_ms: int
+
+
+class HarnessSessionForgotten(Event, tag="harness_session_forgotten", kw_only=True):
+    """History event: `by` asked to forget `context_id`; `session_id` is what was dropped
+    (None when nothing was bound)."""
+
+    context_id: str
+    session_id: str | None = None
+    harness: str | None = None
+    driver: str | None = None
+    by: str
+
+
+HISTORY_EVENT_TYPES: Final[tuple[type[Event], ...]] = (HarnessSessionPut, HarnessSessionForgotten)
+
+
+class HistoryEntry(msgspec.Struct, kw_only=True, frozen=True):
+    """One put or forget of the map, as `read_history` returns it."""
+
+    seq: int
+    at: datetime
+    action: Literal["put", "forget"]
+    context_id: str
+    session_id: str | None
+    harness: str | None
+    driver: str | None
+    by: str | None = None
+
+
+class _HistoryProjection(StructProjection[list[HistoryEntry]]):
+    """Folds the history session's log into its list of `HistoryEntry` (pure)."""
+
+    name = "harness_session_history"
+    version = 1
+    event_types: frozenset[str] | None = frozenset(
+        {"harness_session_put", "harness_session_forgotten"}
+    )
+    state_type = list[HistoryEntry]
+
+    def initial(self) -> list[HistoryEntry]:
+        return []
+
+    def apply(self, state: list[HistoryEntry], event: Event) -> list[HistoryEntry]:
+        if type(event) is HarnessSessionPut:
+            state.append(
+                HistoryEntry(
+                    seq=event.seq,
+                    at=event.ts,
+                    action="put",
+                    context_id=event.context_id,
+                    session_id=event.session_id,
+                    harness=event.harness,
+                    driver=event.driver,
+                )
+            )
+        elif type(event) is HarnessSessionForgotten:
+            state.append(
+                HistoryEntry(
+                    seq=event.seq,
+                    at=event.ts,
+                    action="forget",
+                    context_id=event.context_id,
+                    session_id=event.session_id,
+                    harness=event.harness,
+                    driver=event.driver,
+                    by=event.by,
+                )
+            )
+        return state
+
+    def copy(self, state: list[HistoryEntry]) -> list[HistoryEntry]:
+        return list(state)  # entries are frozen: sharing them is safe
+
+
+_HISTORY = _HistoryProjection()
+
+
+def _open_history(root: Path) -> SessionStore:
+    return SessionStore(
+        root / HISTORY_STORE_DIR, event_types=HISTORY_EVENT_TYPES, projections=[_HISTORY]
+    )
+
+
+def read_history(root: str | os.PathLike[str]) -> list[HistoryEntry]:
+    """Every put and forget recorded under `root`, oldest first.
+
+    `[]` when the map never wrote history there. FileNotFoundError / NotADirectoryError
+    if `root` is not a directory; CorruptLogError if the history log was tampered with.
+    """
+    root = Path(root)
+    _require_dir(root)
+    if not (root / HISTORY_STORE_DIR / "sessions").is_dir():
+        return []  # do not let SessionStore create anything for a read
+    with _open_history(root) as store:
+        entries: list[HistoryEntry] = store.load(HISTORY_SESSION_ID, _HISTORY.name)
+        return entries
+
+
+# -- current bindings ----------------------------------------------------------------
+
+
+class HarnessBinding(msgspec.Struct, kw_only=True, frozen=True):
+    """One context's current entry, as `current_bindings` returns it."""
+
+    context_id: str
+    session_id: str
+    harness: str
+    driver: str
+    created_ms: int
+    updated_ms: int
+
+
+def current_bindings(root: str | os.PathLike[str]) -> list[HarnessBinding]:
+    """Every valid `<root>/*/harness-session.json`, sorted by context id.
+
+    Entries that do not parse, have another type or an empty session id are skipped,
+    as `get` would read them as absent; so are symlinks and dot directories.
+    FileNotFoundError / NotADirectoryError if `root` is not a directory.
+    """
+    root = Path(root)
+    _require_dir(root)
+    out: list[HarnessBinding] = []
+    with os.scandir(root) as it:
+        for d in it:
+            if not is_plain_context_id(d.name) or not d.is_dir(follow_symlinks=False):
+                continue
+            entry = _read_entry(Path(d.path) / HARNESS_SESSION_FILE_NAME)
+            if entry is not None:
+                out.append(
+                    HarnessBinding(
+                        context_id=d.name,
+                        session_id=entry.session_id,
+                        harness=entry.harness,
+                        driver=entry.driver,
+                        created_ms=entry.created_ms,
+                        updated_ms=entry.updated_ms,
+                    )
+                )
+    out.sort(key=lambda b: b.context_id)
+    return out
+
+
+def _require_dir(root: Path) -> None:
+    st = os.stat(root)  # FileNotFoundError propagates
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(f"{root} is not a directory")
+
+
+def _read_entry(path: Path) -> HarnessSessionEntry | None:
+    """The entry at `path`, or None for anything else: missing, a symlink, not a regular
+    file, too large, unreadable, not a map entry."""
+    try:
+        fd = open_private(path, os.O_RDONLY | os.O_NONBLOCK)  # NONBLOCK: a FIFO must not hang
+    except (OSError, UnsafePathError):
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_ENTRY_BYTES:
+            return None
+        data = os.read(fd, _MAX_ENTRY_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return _decode_entry(data)
+
+
+# -- the one-line report -------------------------------------------------------------
+
+# Bootstrap logs (real paths) this process has already reported to: one line per workdir
+# per process, whichever map instance fails first and however many operations fail.
+_reported: set[str] = set()
+_reported_lock = threading.Lock()
+
+
+def _report_once(workdir: Path, message: str) -> None:
+    """Append `[harness-session] <message>` to `<workdir>/logs/bootstrap.log`, at most
+    once per workdir in this process. Never raises."""
+    log_path = workdir / "logs" / "bootstrap.log"
+    try:
+        key = os.path.realpath(log_path)
+    except (OSError, ValueError):
+        key = os.path.abspath(log_path)
+    with _reported_lock:
+        if key in _reported:
+            return
+        _reported.add(key)  # even if the write below fails: never retry on every put
+        line = f"{REPORT_PREFIX} {message}".replace("\n", " ").replace("\r", " ") + "\n"
+        try:
+            _makedirs_private(log_path.parent)
+            fd = open_private(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            try:
+                os.write(fd, line.encode("utf-8", "backslashreplace"))
+            finally:
+                os.close(fd)
+        except (OSError, UnsafePathError, ValueError):
+            pass  # nowhere left to report to; the map keeps working in memory
+
+
+def _makedirs_private(path: Path) -> None:
+    """Create `path` and any missing ancestors, each mode 0700 from the start (unlike
+    os.makedirs, whose parents get the umask's mode). A `path` that exists must be a
+    directory; like SessionStore's root, it may be a symlink the user chose."""
+    missing: list[Path] = []
+    p = path
+    while not os.path.lexists(p):
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        ensure_private_dir(d)
+    if not missing:
+        _require_dir(path)
+
+
+# -- the map -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Remembered:
+    entry: HarnessSessionEntry
+
+
+class HarnessSessionMap:
+    """Remembers, per conversation context, the session id its harness answers to.
+
+    `root` is the directory of context directories (None: memory only); `workdir` is
+    where `logs/bootstrap.log` gets the one `[harness-session]` line if the root cannot
+    be written. What this process put or forgot wins over the files; anything else is
+    read from `<root>/<context-id>/harness-session.json` on every `get`, so entries
+    written by other processes (or the other runtime) are seen. Never raises for a
+    filesystem problem. Safe to share between threads.
+    """
+
+    def __init__(self, root: Path | None, workdir: Path) -> None:
+        self.root: Path | None = None if root is None else Path(root)
+        self.workdir = Path(workdir)
+        # context id -> what this process put, or None (a tombstone) when a forget could
+        # not remove the file, so the stale file must not resurrect the binding here
+        self._memory: dict[str, _Remembered | None] = {}
+        self._lock = threading.RLock()
+        self._history: SessionStore | None = None
+
+    # -- public API -------------------------------------------------------------------
+
+    def entry_path(self, context_id: str) -> Path | None:
+        """`<root>/<context_id>/harness-session.json`, or None with no root or when the id
+        is not a plain path segment (see `is_plain_context_id`)."""
+        if self.root is None or not is_plain_context_id(context_id):
+            return None
+        return self.root / context_id / HARNESS_SESSION_FILE_NAME
+
+    def get(self, context_id: str) -> str | None:
+        """The harness session id bound to `context_id`, or None."""
+        with self._lock:
+            if context_id in self._memory:
+                seen = self._memory[context_id]
+                return None if seen is None else seen.entry.session_id
+        path = self.entry_path(context_id)
+        if path is None:
+            return None
+        entry = _read_entry(path)
+        return None if entry is None else entry.session_id
+
+    def put(self, context_id: str, session_id: str, harness: str, driver: str) -> None:
+        """Bind `context_id` to `session_id` (an empty `session_id` is ignored).
+
+        Writes the file atomically, keeping `created_ms` of the entry it replaces, and
+        records the put in the history; any failure is reported once and survived.
+        """
+        for name, value in (
+            ("context_id", context_id),
+            ("session_id", session_id),
+            ("harness", harness),
+            ("driver", driver),
+        ):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+        if not session_id:
+            return
+        with self._lock:
+            path = self.entry_path(context_id)
+            now = _now_ms()
+            created = now
+            seen = self._memory.get(context_id)
+            if seen is not None:
+                created = seen.entry.created_ms
+            if path is not None:
+                on_disk = _read_entry(path)
+                if on_disk is not None and on_disk.created_ms > 0:
+                    created = on_disk.created_ms
+            entry = HarnessSessionEntry(
+                session_id=session_id,
+                harness=harness,
+                driver=driver,
+                created_ms=created,
+                updated_ms=max(now, created),
+            )
+            self._memory[context_id] = _Remembered(entry)
+            if path is None:
+                return
+            assert self.root is not None
+            try:
+                self._write_entry(self.root, context_id, _entry_encoder.encode(entry))
+            except (OSError, UnsafePathError) as exc:
+                self._report(f"cannot write {path}: {_describe(exc)}")
+            self._record(
+                HarnessSessionPut(
+                    context_id=context_id,
+                    session_id=session_id,
+                    harness=harness,
+                    driver=driver,
+                    created_ms=entry.created_ms,
+                    updated_ms=entry.updated_ms,
+                )
+            )
+
+    def forget(self, context_id: str, *, by: str) -> str | None:
+        """Drop the binding of `context_id` and remove its file; return the session id
+        dropped (None if there was none). `by` says who asked (`FORGET_BY_CLI`,
+        `FORGET_BY_A2A`, or another name) and goes into the history."""
+        if not isinstance(by, str):
+            raise TypeError(f"by must be a str, got {type(by).__name__}")
+        with self._lock:
+            path = self.entry_path(context_id)
+            dropped: HarnessSessionEntry | None = None
+            if context_id in self._memory:
+                seen = self._memory.pop(context_id)
+                dropped = None if seen is None else seen.entry
+            elif path is not None:
+                dropped = _read_entry(path)
+            if path is None:
+                return None if dropped is None else dropped.session_id
+            assert self.root is not None
+            try:
+                self._remove_entry(self.root, context_id)
+            except (OSError, UnsafePathError) as exc:
+                # the stale file stays: remember the forget so it cannot come back here
+                self._memory[context_id] = None
+                self._report(f"cannot remove {path}: {_describe(exc)}")
+            self._record(
+                HarnessSessionForgotten(
+                    context_id=context_id,
+                    session_id=None if dropped is None else dropped.session_id,
+                    harness=None if dropped is None else dropped.harness,
+                    driver=None if dropped is None else dropped.driver,
+                    by=by,
+                )
+            )
+            return None if dropped is None else dropped.session_id
+
+    def close(self) -> None:
+        """Release the history store (the map keeps working; it reopens on demand)."""
+        with self._lock:
+            if self._history is not None:
+                self._history.close()
+                self._history = None
+
+    def __enter__(self) -> HarnessSessionMap:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals --------------------------------------------------------------------
+
+    def _report(self, what: str) -> None:
+        _report_once(
+            self.workdir,
+            f"{what}; harness sessions under {self.root} are kept in memory only"
+            " (this is reported once)",
+        )
+
+    def _record(self, event: Event) -> None:
+        """Append one history event; a failure is reported, never raised."""
+        assert self.root is not None
+        try:
+            if self._history is None:
+                _makedirs_private(self.root)  # SessionStore would make missing parents 0755
+                self._history = _open_history(self.root)
+            self._history.append(HISTORY_SESSION_ID, [event])
+        except Exception as exc:  # history is an audit aid: nothing in it may break a put
+            self._report(
+                f"cannot append to the history in {self.root / HISTORY_STORE_DIR}: {_describe(exc)}"
+            )
+
+    @staticmethod
+    def _write_entry(root: Path, context_id: str, data: bytes) -> None:
+        """Atomically replace the context's file with `data`: a unique temporary file in
+        the same directory, fsynced, renamed over the entry, then the directory fsynced.
+        Works through a directory fd so a context dir swapped for a symlink is refused."""
+        _makedirs_private(root)
+        ensure_private_dir(root / context_id)
+        dfd = _open_dir(root / context_id)
+        try:
+            tmp = f".{HARNESS_SESSION_FILE_NAME}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
+            fd = os.open(
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=dfd,
+            )
+            try:
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, HARNESS_SESSION_FILE_NAME, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except BaseException:
+                try:
+                    os.unlink(tmp, dir_fd=dfd)
+                except OSError:
+                    pass
+                raise
+            try:
+                os.fsync(dfd)
+            except OSError:
+                pass  # the rename is done and visible; only power-loss durability is lost
+        finally:
+            os.close(dfd)
+
+    @staticmethod
+    def _remove_entry(root: Path, context_id: str) -> None:
+        """Remove the context's file; a missing file or context dir is not an error."""
+        try:
+            dfd = _open_dir(root / context_id)
+        except FileNotFoundError:
+            return
+        except NotADirectoryError:
+            if os.path.isdir(root) or not os.path.lexists(root):
+                return  # the context path is some other file: there is no entry to remove
+            raise  # the root itself is not a directory
+        try:
+            try:
+                os.unlink(HARNESS_SESSION_FILE_NAME, dir_fd=dfd)
+            except FileNotFoundError:
+                return
+            try:
+                os.fsync(dfd)
+            except OSError:
+                pass
+        finally:
+            os.close(dfd)
+
+
+def _open_dir(path: Path) -> int:
+    """An fd of the directory `path`, refusing a symlink as its last component."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == 40 or (exc.errno == 20 and os.path.islink(path)):  # ELOOP/ENOTDIR
+            raise UnsafePathError(f"{path} is a symlink; the map never follows links") from None
+        raise
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return f"{type(exc).__name__}: {exc}"
