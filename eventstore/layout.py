@@ -150,6 +150,11 @@ class SessionPaths:
         self.lock = self.dir / LOCK_NAME
         self.archive = self.dir / ARCHIVE_DIR
 
+    def check_no_links(self) -> None:
+        """Raise UnsafePathError if the sessions dir or this session's dir is a symlink."""
+        _refuse_symlink(self.dir.parent)
+        _refuse_symlink(self.dir)
+
     def create(self) -> None:
         """Create the session directory (and its `id` file when the name is a hash)."""
         ensure_private_dir(self.dir.parent)

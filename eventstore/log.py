@@ -149,6 +149,7 @@ class FileSessionLog(SessionLog):
 
     def read(self, cursor: Cursor, decoder: msgspec.json.Decoder[Event]) -> ReadResult:
         """Events after `cursor`, up to the last complete batch."""
+        self.paths.check_no_links()
         try:
             fd = open_private(self.path, os.O_RDONLY)
         except FileNotFoundError:
