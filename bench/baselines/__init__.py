@@ -1,0 +1,1 @@
+"""Baseline implementations of the session API, for the benchmark only (not the library)."""

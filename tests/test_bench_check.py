@@ -1,0 +1,49 @@
+"""The benchmark's check mode on a tiny workload: every backend gives the same answers.
+
+Backends whose optional package (the `eventsourcing` library) is missing are skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from bench.backends import BACKENDS, available
+from bench.check import run_check
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_backend_agrees_with_eventstore(name: str) -> None:
+    if not available(name):
+        pytest.skip(f"{name} needs {BACKENDS[name].needs}, which is not installed")
+    ok, problems, skipped = run_check(turns=25, backends=[name])
+    assert problems == []
+    assert name in ok
+    assert skipped == []
+
+
+def test_check_reports_a_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.baselines import rewrite_json
+
+    real = rewrite_json.RewriteJsonStore.load_transcript_messages
+
+    def dropping(self: rewrite_json.RewriteJsonStore, sid: str) -> list:  # type: ignore[type-arg]
+        return real(self, sid)[1:]
+
+    monkeypatch.setattr(rewrite_json.RewriteJsonStore, "load_transcript_messages", dropping)
+    ok, problems, _ = run_check(turns=5, backends=["rewrite-json"])
+    assert "rewrite-json" not in ok
+    assert any("transcript" in p for p in problems)
+
+
+def test_missing_eventsourcing_is_reported_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "eventsourcing" else real(name, *a),
+    )
+    ok, problems, skipped = run_check(turns=3, backends=["eventsourcing-normal"])
+    assert skipped == ["eventsourcing-normal"]
+    assert problems == []
