@@ -92,9 +92,7 @@ checkpoints = st.builds(
 )
 
 init_commands = st.builds(InitCommand, program=texts, args=st.lists(texts, max_size=4))
-init_shell_scripts = st.builds(
-    InitShellScript, shell=st.sampled_from(InitShell), script=texts
-)
+init_shell_scripts = st.builds(InitShellScript, shell=st.sampled_from(InitShell), script=texts)
 
 #: Init plans mixing both step kinds (and, sometimes, no step at all).
 init_plans = st.builds(
