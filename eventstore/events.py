@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import msgspec
 
@@ -140,6 +140,38 @@ BUILTIN_EVENT_TYPES: tuple[type[Event], ...] = (
 
 # (event tag, version it reads) -> function turning that version's payload dict into the next
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+_T = TypeVar("_T")
+_json_encoder = msgspec.json.Encoder()
+
+
+def validated_copy(value: object, cls: type[_T], what: str) -> _T:
+    """A private deep copy of `value` as it will read back from the log.
+
+    Raises InvalidRecordError if `value` is not a `cls`, a field has the wrong type, or
+    the value would not read back equal (e.g. a UTC offset with seconds, which JSON
+    timestamps cannot carry): nothing is ever stored that would come back different.
+    """
+    if not isinstance(value, cls):
+        raise InvalidRecordError(f"{what} must be a {cls.__name__}, got {type(value).__name__}")
+    try:
+        copy = msgspec.json.decode(_json_encoder.encode(value), type=cls)
+    except (msgspec.ValidationError, msgspec.EncodeError, TypeError) as exc:
+        raise InvalidRecordError(f"invalid {what}: {exc}") from None
+    if copy != value and copy != _exact_copy(value, cls):  # the 2nd: "user" for Role.USER
+        raise InvalidRecordError(
+            f"invalid {what}: it would not read back equal (a timestamp with a UTC offset"
+            " that has seconds, or a value JSON cannot represent exactly?)"
+        )
+    return copy
+
+
+def _exact_copy(value: object, cls: type[_T]) -> _T | None:
+    try:  # keeps datetimes as they are, so only a lossy encoding makes it differ
+        return msgspec.convert(msgspec.to_builtins(value, builtin_types=(datetime,)), cls)
+    except (msgspec.ValidationError, TypeError):
+        return None
 
 
 def event_tag(cls: type[Event]) -> str:
@@ -301,10 +333,7 @@ class EventCodec:
             raise InvalidRecordError(
                 f"event type {type(event).__name__} ({tag!r}) is not registered with this store"
             )
-        try:  # validates every field's type, including nested records and aware datetimes
-            return msgspec.convert(msgspec.to_builtins(event), type(event))
-        except (msgspec.ValidationError, TypeError) as exc:
-            raise InvalidRecordError(f"invalid {tag} event: {exc}") from None
+        return validated_copy(event, type(event), f"{tag} event")
 
     def encode_batch(
         self, events: Sequence[Event], first_seq: int, link: str, ts: datetime, key: str | None

@@ -25,9 +25,9 @@ from typing import Literal
 import msgspec
 import portalocker
 
-from .errors import CorruptLogError, StorageError
+from .errors import CorruptLogError, EventStoreError, StorageError
 from .events import Event, EventCodec, LineHead, Snapshot, link_of
-from .layout import SessionPaths, open_private
+from .layout import SessionPaths, fsync_dir, open_private
 
 __all__ = ["Cursor", "Durability", "FileSessionLog", "LogWriter", "ReadResult", "SessionLog"]
 
@@ -187,35 +187,88 @@ class FileSessionLog(SessionLog):
 
     @contextmanager
     def writer(self) -> Iterator[FileLogWriter]:
-        """Hold the writers' lock; yield a writer positioned after the last complete batch."""
-        self.paths.create()
-        tlock = _thread_lock(self.paths.lock)
-        with tlock:
-            lock_fd = open_private(self.paths.lock, os.O_RDWR | os.O_CREAT)
-            with os.fdopen(lock_fd, "r+b", buffering=0) as lock_file:
-                portalocker.lock(lock_file, portalocker.LockFlags.EXCLUSIVE)
+        """Hold the writers' lock; yield a writer positioned after the last complete batch.
+
+        The log file itself is created by the first append, so a refused write leaves
+        no session behind.
+        """
+        with _thread_lock(self.paths.lock), self._locked() as lock_file:
+            try:
+                w = FileLogWriter(self)
                 try:
-                    fd = open_private(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
-                    try:
-                        w = FileLogWriter(self, fd)
-                        yield w
-                    finally:
-                        os.close(fd)
+                    yield w
                 finally:
-                    portalocker.unlock(lock_file)
+                    w.close()
+            finally:
+                portalocker.unlock(lock_file)
+
+    @contextmanager
+    def _locked(self) -> Iterator[object]:
+        try:
+            self.paths.create()
+            lock_fd = open_private(self.paths.lock, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            raise _storage_error(self.paths.lock, "opening the lock file", exc) from exc
+        with os.fdopen(lock_fd, "r+b", buffering=0) as lock_file:
+            portalocker.lock(lock_file, portalocker.LockFlags.EXCLUSIVE)
+            yield lock_file
+
+
+def _storage_error(path: object, doing: str, exc: OSError) -> Exception:
+    if isinstance(exc, EventStoreError):
+        return exc
+    return StorageError(f"{path}: {doing} failed: {exc.strerror or exc}", exc.errno)
 
 
 class FileLogWriter(LogWriter):
     """Appends to a log while its lock is held."""
 
-    def __init__(self, log_: FileSessionLog, fd: int) -> None:
+    def __init__(self, log_: FileSessionLog) -> None:
         self.log = log_
-        self.fd = fd
-        self.head = self._recover_tail()
+        self.fd: int | None = None
+        try:
+            self.fd = open_private(log_.path, os.O_RDWR | os.O_APPEND)
+        except FileNotFoundError:
+            self.head = EMPTY
+            return
+        except OSError as exc:
+            raise _storage_error(log_.path, "opening the log", exc) from exc
+        try:
+            self.head = self._recover_tail(self.fd)
+        except OSError as exc:
+            self.close()
+            raise _storage_error(log_.path, "recovering the tail", exc) from exc
+        except BaseException:
+            self.close()
+            raise
 
-    def _recover_tail(self) -> Cursor:
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def _create(self) -> int:
+        """Create the log file (first append of a session)."""
+        paths = self.log.paths
+        try:
+            fd = open_private(paths.log, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        except OSError as exc:
+            raise _storage_error(paths.log, "creating the log", exc) from exc
+        try:
+            if self.log.durability == "fsync":  # the new name must survive power loss too
+                fsync_dir(paths.dir)
+                fsync_dir(paths.dir.parent)
+            st = os.fstat(fd)
+        except OSError as exc:
+            os.close(fd)
+            raise _storage_error(paths.log, "creating the log", exc) from exc
+        self.fd = fd
+        self.head = Cursor((st.st_dev, st.st_ino), 0, 0, "")
+        return fd
+
+    def _recover_tail(self, fd: int) -> Cursor:
         """The last committed line; a torn tail (partial line or batch) is truncated."""
-        fd, path = self.fd, self.log.path
+        path = self.log.path
         st = os.fstat(fd)
         ident = (st.st_dev, st.st_ino)
         size = st.st_size
@@ -239,6 +292,8 @@ class FileLogWriter(LogWriter):
         """Append one batch; returns the stamped events (seq, ts, h set)."""
         if not events:
             return []
+        if self.fd is None:
+            self._create()
         head = self.head
         data, stamped, link = self.log.codec.encode_batch(
             events, head.seq + 1, head.link, datetime.now(UTC), key
@@ -249,7 +304,7 @@ class FileLogWriter(LogWriter):
 
     def write(self, data: bytes) -> None:
         """Write bytes at the end; on failure cut them back off and raise StorageError."""
-        fd = self.fd
+        fd = self.fd if self.fd is not None else self._create()
         start = self.head.offset
         try:
             view = memoryview(data)

@@ -17,8 +17,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import msgspec
-
 from projections import (
     BootstrapProjection,
     IdempotencyProjection,
@@ -46,6 +44,7 @@ from .events import (
     MessagesAppended,
     ProgressAppended,
     Upcaster,
+    validated_copy,
 )
 from .layout import SessionPaths, list_session_ids, validate_session_id
 from .log import EMPTY, Cursor, Durability, FileSessionLog, LogWriter
@@ -512,15 +511,7 @@ def _ensure_root(root: Path) -> None:
         raise UnsafePathError(f"store root {root} exists and is not a directory")
 
 
-def _record(value: object, cls: type[T], what: str) -> T:
-    """Validate one record (type and every field) and return a private deep copy, so
-    later changes to the caller's objects never reach the caches."""
-    if not isinstance(value, cls):
-        raise InvalidRecordError(f"{what} must be a {cls.__name__}, got {type(value).__name__}")
-    try:
-        return msgspec.convert(msgspec.to_builtins(value), cls)
-    except (msgspec.ValidationError, TypeError) as exc:
-        raise InvalidRecordError(f"invalid {what}: {exc}") from None
+_record = validated_copy
 
 
 def _records(values: object, cls: type[T], what: str) -> list[T]:

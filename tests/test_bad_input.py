@@ -238,12 +238,6 @@ def test_unknown_feature_raises_and_writes_nothing(store: SessionStore) -> None:
     assert SessionStore(store.root).load_bootstrap_state("s").feature_list == make_features()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a refused write on an unknown session leaves an empty log file behind "
-    "(FileSessionLog.writer creates the dir and opens log.jsonl with O_CREAT before the "
-    "command is validated), so list_sessions() reports a session that was never written",
-)
 def test_refused_write_on_unknown_session_creates_no_session(store: SessionStore) -> None:
     """A write refused on a session that does not exist leaves no trace: no session listed."""
     with pytest.raises(FeatureNotFoundError):

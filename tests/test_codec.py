@@ -250,11 +250,6 @@ def test_golden_log_hash_chain_and_round_trip() -> None:
     assert out == data
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: msgspec encodes a UTC offset with seconds as HH:MM (drops the seconds), "
-    "so the stored instant differs from the given one; records.AwareDatetime accepts it",
-)
 def test_offset_with_seconds_is_kept_or_rejected(tmp_path: Path) -> None:
     """A timestamp whose offset has seconds (legal in Python, e.g. LMT zones) is either
     stored exactly or refused, never silently moved in time."""
