@@ -104,19 +104,35 @@ class HarnessSessionEntry(msgspec.Struct, kw_only=True, frozen=True):
     updated_ms: int = 0
 
 
+class _FileEntry(msgspec.Struct, kw_only=True):
+    # what a file must hold to be an entry: unlike HarnessSessionEntry, `type` is required
+    type: str
+    session_id: str
+    harness: str = ""
+    driver: str = ""
+    created_ms: int = 0
+    updated_ms: int = 0
+
+
 _entry_encoder = msgspec.json.Encoder()
-_entry_decoder = msgspec.json.Decoder(HarnessSessionEntry)
+_entry_decoder = msgspec.json.Decoder(_FileEntry)
 
 
 def _decode_entry(data: bytes) -> HarnessSessionEntry | None:
     """The entry in `data`, or None when it is not a usable map entry (never raises)."""
     try:
-        entry = _entry_decoder.decode(data)
+        e = _entry_decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    if entry.type != HARNESS_SESSION_TYPE or not entry.session_id:
+    if e.type != HARNESS_SESSION_TYPE or not e.session_id:
         return None
-    return entry
+    return HarnessSessionEntry(
+        session_id=e.session_id,
+        harness=e.harness,
+        driver=e.driver,
+        created_ms=e.created_ms,
+        updated_ms=e.updated_ms,
+    )
 
 
 def is_plain_context_id(context_id: object) -> bool:

@@ -1,0 +1,819 @@
+"""The harness session map (eventstore.harness_sessions) and `eventstore contexts`."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import stat
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import eventstore.harness_sessions as hs
+from eventstore import SessionStore, cli_contexts
+from eventstore.harness_sessions import (
+    FORGET_BY_A2A,
+    FORGET_BY_CLI,
+    HARNESS_SESSION_FILE_NAME,
+    HARNESS_SESSION_TYPE,
+    HISTORY_SESSION_ID,
+    HISTORY_STORE_DIR,
+    HarnessSessionMap,
+    current_bindings,
+    is_plain_context_id,
+    new_harness_session_id,
+    read_history,
+)
+
+ENTRY_RE = re.compile(
+    r'\{"type":"murmur\.harness-session","session_id":"(?P<sid>[^"]*)",'
+    r'"harness":"(?P<harness>[^"]*)","driver":"(?P<driver>[^"]*)",'
+    r'"created_ms":(?P<created>\d+),"updated_ms":(?P<updated>\d+)\}\Z'
+)
+UUID7_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\Z")
+BAD_IDS = [
+    "../escape",
+    ".hidden",
+    "a/b",
+    "",
+    ".",
+    "..",
+    "a\\b",
+    "nul\x00byte",
+    "/abs",
+    "x" * 256,
+    "é" * 128,  # 256 bytes of UTF-8
+    "lone\ud800surrogate",
+]
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def map_root(tmp_path: Path) -> Path:
+    return tmp_path / "contexts"
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return tmp_path / "work"
+
+
+@pytest.fixture
+def hmap(map_root: Path, workdir: Path) -> Iterator[HarnessSessionMap]:
+    with HarnessSessionMap(map_root, workdir) as m:
+        yield m
+
+
+def report_lines(workdir: Path) -> list[str]:
+    log = workdir / "logs" / "bootstrap.log"
+    if not log.exists():
+        return []
+    return log.read_text(encoding="utf-8").splitlines()
+
+
+def all_paths(top: Path) -> set[Path]:
+    out = set()
+    for dirpath, dirnames, filenames in os.walk(top):
+        for n in dirnames + filenames:
+            out.add(Path(dirpath) / n)
+    return out
+
+
+def write_raw(map_root: Path, context_id: str, data: bytes | str) -> Path:
+    d = map_root / context_id
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / HARNESS_SESSION_FILE_NAME
+    p.write_bytes(data.encode() if isinstance(data, str) else data)
+    return p
+
+
+# -- ids and constants ---------------------------------------------------------------
+
+
+def test_constants() -> None:
+    assert HARNESS_SESSION_FILE_NAME == "harness-session.json"
+    assert HARNESS_SESSION_TYPE == "murmur.harness-session"
+    assert FORGET_BY_CLI == "cli"
+    assert FORGET_BY_A2A == "a2a"
+
+
+def test_importable_from_the_package() -> None:
+    import eventstore
+
+    if not hasattr(eventstore, "HarnessSessionMap"):
+        pytest.skip("eventstore/__init__.py does not export the map yet (wired separately)")
+    assert eventstore.HarnessSessionMap is HarnessSessionMap
+
+
+def test_new_harness_session_id_is_uuid7() -> None:
+    before = time.time_ns() // 1_000_000
+    sid = new_harness_session_id()
+    after = time.time_ns() // 1_000_000
+    assert len(sid) == 36 and UUID7_RE.match(sid), sid
+    u = uuid.UUID(sid)
+    assert u.version == 7 and u.variant == uuid.RFC_4122
+    assert str(u) == sid
+    ms = u.int >> 80
+    assert before <= ms <= after + 1
+
+
+def test_new_harness_session_id_unique_and_ordered_within_a_millisecond() -> None:
+    ids = [new_harness_session_id() for _ in range(20_000)]
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)  # lexical order of the hex form is time order
+    ms = [uuid.UUID(i).int >> 80 for i in ids]
+    assert len(set(ms)) < len(ids)  # many shared a millisecond, and still differ
+    assert all(UUID7_RE.match(i) for i in ids)
+
+
+def test_new_harness_session_id_monotonic_when_clock_steps_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = iter([5_000_000_000_000, 4_000_000_000_000, 4_000_000_000_000])
+    monkeypatch.setattr(hs, "_now_ms", lambda: next(clock))
+    a, b, c = (new_harness_session_id() for _ in range(3))
+    assert a < b < c
+    assert uuid.UUID(b).int >> 80 == 5_000_000_000_000  # did not go back in time
+
+
+def _child_ids(q: multiprocessing.Queue[list[str]]) -> None:
+    q.put([new_harness_session_id() for _ in range(500)])
+
+
+def test_new_harness_session_id_differs_in_a_forked_child() -> None:
+    mine = [new_harness_session_id() for _ in range(10)]
+    ctx = multiprocessing.get_context("fork")
+    q: multiprocessing.Queue[list[str]] = ctx.Queue()
+    p = ctx.Process(target=_child_ids, args=(q,))
+    p.start()
+    theirs = q.get(timeout=20)
+    p.join(20)
+    more = [new_harness_session_id() for _ in range(500)]
+    assert not set(theirs) & set(more + mine)
+
+
+# -- paths ---------------------------------------------------------------------------
+
+
+def test_entry_path(map_root: Path, workdir: Path) -> None:
+    m = HarnessSessionMap(map_root, workdir)
+    assert m.root == map_root
+    assert m.entry_path("ctx-1") == map_root / "ctx-1" / "harness-session.json"
+    assert m.entry_path("a b é") == map_root / "a b é" / "harness-session.json"
+    assert m.entry_path("x" * 255) is not None
+    assert HarnessSessionMap(None, workdir).entry_path("ctx-1") is None
+    assert HarnessSessionMap(None, workdir).root is None
+
+
+@pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+def test_non_plain_context_ids_get_no_file(bad: str, base: Path, map_root: Path) -> None:
+    map_root.mkdir()
+    workdir = base / "work"
+    before = all_paths(base)
+    m = HarnessSessionMap(map_root, workdir)
+    assert m.entry_path(bad) is None
+    assert not is_plain_context_id(bad)
+    m.put(bad, "sid-1", "h", "d")
+    assert m.get(bad) == "sid-1"  # remembered in memory
+    assert all_paths(base) == before  # no file, no history, nothing outside the root
+    assert m.forget(bad, by=FORGET_BY_CLI) == "sid-1"
+    assert m.get(bad) is None
+    assert all_paths(base) == before
+    assert not (base / "escape").exists()
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(context_id=st.text(min_size=0, max_size=300))
+def test_any_context_id_stays_inside_the_root(context_id: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        map_root = base / "root"
+        m = HarnessSessionMap(map_root, base / "work")
+        path = m.entry_path(context_id)
+        if path is not None:
+            assert path.parent.parent == map_root
+            assert path.parent.name == context_id
+            assert os.path.realpath(path).startswith(os.path.realpath(map_root) + os.sep)
+        m.put(context_id, "sid", "h", "d")
+        assert m.get(context_id) == "sid"
+        assert HarnessSessionMap(map_root, base / "work").get(context_id) == (
+            "sid" if path is not None else None
+        )
+        # nothing but the root was created, nothing was reported
+        assert {p.name for p in base.iterdir()} <= {"root"}
+        for p in all_paths(map_root):
+            assert os.path.realpath(p).startswith(os.path.realpath(map_root) + os.sep)
+        m.close()
+
+
+# -- put and get ---------------------------------------------------------------------
+
+
+def test_put_writes_the_exact_file(hmap: HarnessSessionMap, map_root: Path) -> None:
+    sid = new_harness_session_id()
+    hmap.put("ctx-1", sid, "claude-code", "acp")
+    assert hmap.get("ctx-1") == sid
+    raw = (map_root / "ctx-1" / "harness-session.json").read_text(encoding="utf-8")
+    m = ENTRY_RE.match(raw)
+    assert m, raw
+    assert (m["sid"], m["harness"], m["driver"]) == (sid, "claude-code", "acp")
+    assert m["created"] == m["updated"]
+    assert abs(int(m["created"]) - time.time() * 1000) < 60_000
+    assert list(json.loads(raw)) == [
+        "type",
+        "session_id",
+        "harness",
+        "driver",
+        "created_ms",
+        "updated_ms",
+    ]
+    # no temporary file is left behind
+    assert os.listdir(map_root / "ctx-1") == ["harness-session.json"]
+
+
+def test_second_instance_reads_what_the_first_wrote(map_root: Path, workdir: Path) -> None:
+    a = HarnessSessionMap(map_root, workdir)
+    a.put("ctx-1", "sid-1", "h", "d")
+    a.put("ctx-2", "sid-2", "h", "d")
+    b = HarnessSessionMap(map_root, workdir)
+    assert b.get("ctx-1") == "sid-1"
+    assert b.get("ctx-2") == "sid-2"
+    assert b.get("ctx-3") is None
+
+
+def test_modes_of_file_and_three_directory_levels(base: Path, workdir: Path) -> None:
+    old = os.umask(0)  # a permissive umask: the modes must come from creation, not umask
+    try:
+        map_root = base / "level1" / "level2"
+        m = HarnessSessionMap(map_root, workdir)
+        m.put("level3", "sid", "h", "d")
+        m.close()
+    finally:
+        os.umask(old)
+    for d in (base / "level1", map_root, map_root / "level3"):
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
+    f = map_root / "level3" / HARNESS_SESSION_FILE_NAME
+    assert stat.S_IMODE(os.stat(f).st_mode) == 0o600
+    # the history's files are private too
+    for p in all_paths(map_root / HISTORY_STORE_DIR):
+        want = 0o700 if p.is_dir() else 0o600
+        assert stat.S_IMODE(os.stat(p).st_mode) == want, p
+
+
+def test_created_ms_survives_rewrites(
+    hmap: HarnessSessionMap, map_root: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1_000]
+    monkeypatch.setattr(hs, "_now_ms", lambda: now[0])
+    hmap.put("ctx", "sid-1", "h", "d")
+    now[0] = 2_000
+    hmap.put("ctx", "sid-2", "h2", "d2")
+    entry = json.loads((map_root / "ctx" / HARNESS_SESSION_FILE_NAME).read_text())
+    assert (entry["created_ms"], entry["updated_ms"], entry["session_id"]) == (
+        1_000,
+        2_000,
+        "sid-2",
+    )
+    now[0] = 3_000
+    other = HarnessSessionMap(map_root, workdir)  # a fresh process keeps it too
+    other.put("ctx", "sid-3", "h", "d")
+    entry = json.loads((map_root / "ctx" / HARNESS_SESSION_FILE_NAME).read_text())
+    assert (entry["created_ms"], entry["updated_ms"]) == (1_000, 3_000)
+
+
+def test_memory_wins_over_the_file(hmap: HarnessSessionMap, map_root: Path, workdir: Path) -> None:
+    hmap.put("ctx", "mine", "h", "d")
+    write_raw(
+        map_root,
+        "ctx",
+        '{"type":"murmur.harness-session","session_id":"theirs","harness":"h","driver":"d",'
+        '"created_ms":1,"updated_ms":2}',
+    )
+    assert hmap.get("ctx") == "mine"
+    assert HarnessSessionMap(map_root, workdir).get("ctx") == "theirs"
+
+
+def test_entries_written_elsewhere_are_seen_until_this_process_binds(
+    hmap: HarnessSessionMap, map_root: Path, workdir: Path
+) -> None:
+    assert hmap.get("ctx") is None
+    HarnessSessionMap(map_root, workdir).put("ctx", "theirs", "h", "d")
+    assert hmap.get("ctx") == "theirs"  # file reads are not cached
+
+
+def test_empty_session_id_is_ignored(hmap: HarnessSessionMap, map_root: Path) -> None:
+    hmap.put("ctx", "", "h", "d")
+    assert hmap.get("ctx") is None
+    assert not (map_root / "ctx").exists()
+    hmap.put("ctx", "sid", "h", "d")
+    hmap.put("ctx", "", "h", "d")
+    assert hmap.get("ctx") == "sid"
+    assert [e.action for e in read_history(map_root)] == ["put"]
+
+
+def test_put_rejects_non_str_arguments(hmap: HarnessSessionMap) -> None:
+    with pytest.raises(TypeError):
+        hmap.put("ctx", None, "h", "d")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        hmap.forget("ctx", by=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"not json",
+        b'{"type":"murmur.harness-session","session_id":"sid"',  # half a file
+        b"[]",
+        b'"murmur.harness-session"',
+        b'{"type":"other.type","session_id":"sid","harness":"h","driver":"d"}',
+        b'{"session_id":"sid","harness":"h","driver":"d"}',
+        b'{"type":"murmur.harness-session","session_id":"","harness":"h","driver":"d"}',
+        b'{"type":"murmur.harness-session","harness":"h","driver":"d"}',
+        b'{"type":"murmur.harness-session","session_id":42,"harness":"h","driver":"d"}',
+        b'{"type":"murmur.harness-session","session_id":"sid","created_ms":"yesterday"}',
+        b"\xff\xfe\x00garbage",
+    ],
+    ids=repr,
+)
+def test_a_file_that_is_not_an_entry_reads_as_absent(
+    content: bytes, map_root: Path, workdir: Path
+) -> None:
+    write_raw(map_root, "ctx", content)
+    m = HarnessSessionMap(map_root, workdir)
+    assert m.get("ctx") is None
+    assert current_bindings(map_root) == []
+    m.put("ctx", "sid", "h", "d")  # and it is simply replaced
+    assert HarnessSessionMap(map_root, workdir).get("ctx") == "sid"
+    assert report_lines(workdir) == []
+
+
+def test_odd_things_where_the_file_should_be_read_as_absent(
+    map_root: Path, workdir: Path, base: Path
+) -> None:
+    (map_root / "dir-in-place" / HARNESS_SESSION_FILE_NAME).mkdir(parents=True)
+    outside = base / "outside.json"
+    outside.write_text('{"type":"murmur.harness-session","session_id":"leak"}')
+    (map_root / "symlinked").mkdir()
+    (map_root / "symlinked" / HARNESS_SESSION_FILE_NAME).symlink_to(outside)
+    os.mkfifo(write_raw(map_root, "fifo", b"").parent / "f")
+    (map_root / "fifo" / HARNESS_SESSION_FILE_NAME).unlink()
+    os.mkfifo(map_root / "fifo" / HARNESS_SESSION_FILE_NAME)
+    m = HarnessSessionMap(map_root, workdir)
+    for ctx in ("dir-in-place", "symlinked", "fifo"):
+        assert m.get(ctx) is None, ctx
+    assert current_bindings(map_root) == []
+
+
+def test_a_file_from_the_other_runtime_is_read(map_root: Path, workdir: Path) -> None:
+    write_raw(
+        map_root,
+        "ctx",
+        '{\n  "updated_ms": 1700000000500,\n  "driver" : "pty",\n'
+        '  "created_ms": 1700000000000,\n  "extra": {"nested": [1, 2]},\n'
+        '  "session_id": "0190b3c4-0000-7000-8000-000000000001",\n'
+        '  "harness": "codex",\n  "type": "murmur.harness-session"\n}\n',
+    )
+    m = HarnessSessionMap(map_root, workdir)
+    assert m.get("ctx") == "0190b3c4-0000-7000-8000-000000000001"
+    [b] = current_bindings(map_root)
+    assert (b.context_id, b.harness, b.driver, b.created_ms, b.updated_ms) == (
+        "ctx",
+        "codex",
+        "pty",
+        1700000000000,
+        1700000000500,
+    )
+    m.put("ctx", "new", "codex", "pty")  # our rewrite keeps its created_ms
+    assert (
+        json.loads((map_root / "ctx" / HARNESS_SESSION_FILE_NAME).read_text())["created_ms"]
+        == 1700000000000
+    )
+
+
+# -- forget --------------------------------------------------------------------------
+
+
+def test_forget_returns_what_it_dropped_and_removes_the_file(
+    hmap: HarnessSessionMap, map_root: Path, workdir: Path
+) -> None:
+    hmap.put("ctx", "sid", "h", "d")
+    assert hmap.forget("ctx", by=FORGET_BY_A2A) == "sid"
+    assert hmap.get("ctx") is None
+    assert not (map_root / "ctx" / HARNESS_SESSION_FILE_NAME).exists()
+    assert hmap.forget("ctx", by=FORGET_BY_A2A) is None
+    # a binding this process never saw is dropped from the file
+    HarnessSessionMap(map_root, workdir).put("ctx2", "theirs", "h", "d")
+    assert hmap.forget("ctx2", by=FORGET_BY_CLI) == "theirs"
+    assert HarnessSessionMap(map_root, workdir).get("ctx2") is None
+    assert report_lines(workdir) == []
+
+
+def test_forget_whose_file_cannot_be_removed_is_reported(
+    hmap: HarnessSessionMap, map_root: Path, workdir: Path
+) -> None:
+    hmap.put("ctx", "sid", "h", "d")
+    f = map_root / "ctx" / HARNESS_SESSION_FILE_NAME
+    f.unlink()
+    f.mkdir()  # unlink() of a directory fails (EISDIR), even for root
+    (f / "keep").write_text("x")
+    assert hmap.forget("ctx", by=FORGET_BY_CLI) == "sid"
+    assert hmap.get("ctx") is None
+    for _ in range(5):
+        hmap.forget("ctx", by=FORGET_BY_CLI)
+    [line] = report_lines(workdir)
+    assert line.startswith("[harness-session] ")
+    assert "cannot remove" in line and str(f) in line
+
+
+def test_a_failed_forget_is_not_undone_by_the_stale_file(
+    hmap: HarnessSessionMap, map_root: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hmap.put("ctx", "sid", "h", "d")
+
+    def refuse(root: Path, context_id: str) -> None:
+        raise PermissionError(1, "Operation not permitted", str(root / context_id))
+
+    monkeypatch.setattr(HarnessSessionMap, "_remove_entry", staticmethod(refuse))
+    assert hmap.forget("ctx", by=FORGET_BY_CLI) == "sid"
+    assert (map_root / "ctx" / HARNESS_SESSION_FILE_NAME).exists()
+    assert hmap.get("ctx") is None  # this process saw the forget: it wins over the file
+    assert hmap.forget("ctx", by=FORGET_BY_CLI) is None
+    assert HarnessSessionMap(map_root, workdir).get("ctx") == "sid"  # others see the file
+    monkeypatch.undo()
+    hmap.put("ctx", "again", "h", "d")
+    assert hmap.get("ctx") == "again"
+    assert len(report_lines(workdir)) == 1
+
+
+# -- never fatal ---------------------------------------------------------------------
+
+
+def test_no_root_is_memory_only(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(base)
+    workdir = base / "work"
+    m = HarnessSessionMap(None, workdir)
+    for i in range(5):
+        m.put(f"ctx-{i}", f"sid-{i}", "h", "d")
+    assert [m.get(f"ctx-{i}") for i in range(5)] == [f"sid-{i}" for i in range(5)]
+    assert m.forget("ctx-0", by=FORGET_BY_CLI) == "sid-0"
+    assert m.get("ctx-0") is None
+    assert HarnessSessionMap(None, workdir).get("ctx-1") is None
+    assert list(base.iterdir()) == []  # not even the workdir's log
+
+
+def test_root_that_is_a_file_reports_one_line(base: Path) -> None:
+    map_root = base / "contexts"
+    map_root.write_text("not a directory")
+    workdir = base / "work"
+    m = HarnessSessionMap(map_root, workdir)
+    for i in range(20):
+        m.put(f"ctx-{i}", f"sid-{i}", "h", "d")
+    assert m.get("ctx-3") == "sid-3"
+    assert m.forget("ctx-3", by=FORGET_BY_A2A) == "sid-3"
+    assert m.forget("never", by=FORGET_BY_A2A) is None
+    assert m.get("ctx-3") is None and m.get("ctx-4") == "sid-4"
+    # a second instance with the same workdir in the same process: still one line
+    m2 = HarnessSessionMap(map_root, workdir)
+    m2.put("ctx-x", "sid-x", "h", "d")
+    assert m2.get("ctx-x") == "sid-x"
+    lines = report_lines(workdir)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("[harness-session] ")
+    assert str(map_root) in lines[0]
+    assert stat.S_IMODE(os.stat(workdir / "logs").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(workdir / "logs" / "bootstrap.log").st_mode) == 0o600
+    assert map_root.read_text() == "not a directory"
+
+
+def test_root_under_a_file_reports_one_line_per_workdir(base: Path) -> None:
+    (base / "file").write_text("x")
+    for name in ("work-a", "work-b"):
+        workdir = base / name
+        (workdir / "logs").mkdir(parents=True)
+        (workdir / "logs" / "bootstrap.log").write_text("[bootstrap] earlier line\n")
+        m = HarnessSessionMap(base / "file" / "contexts", workdir)
+        for i in range(10):
+            m.put("ctx", f"sid-{i}", "h", "d")
+            m.forget("ctx", by=FORGET_BY_CLI)
+        lines = report_lines(workdir)
+        assert lines[0] == "[bootstrap] earlier line"  # appended, not overwritten
+        assert len(lines) == 2 and lines[1].startswith("[harness-session] ")
+
+
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0,
+    reason="running as root: a mode 0500 directory does not stop root's writes; the"
+    " unwritable-root cases above use a file where a directory should be instead",
+)
+def test_read_only_root_reports_one_line(map_root: Path, workdir: Path) -> None:
+    map_root.mkdir(mode=0o500)
+    try:
+        m = HarnessSessionMap(map_root, workdir)
+        for i in range(5):
+            m.put(f"ctx-{i}", "sid", "h", "d")
+        assert m.get("ctx-0") == "sid"
+        assert len(report_lines(workdir)) == 1
+    finally:
+        map_root.chmod(0o700)
+
+
+def test_an_unwritable_workdir_is_survived(base: Path) -> None:
+    (base / "root-file").write_text("x")
+    (base / "work-file").write_text("x")
+    m = HarnessSessionMap(base / "root-file", base / "work-file")
+    m.put("ctx", "sid", "h", "d")  # neither the entry nor the report can be written
+    assert m.get("ctx") == "sid"
+
+
+def test_a_symlinked_context_dir_is_not_followed(
+    hmap: HarnessSessionMap, map_root: Path, base: Path, workdir: Path
+) -> None:
+    outside = base / "outside"
+    outside.mkdir()
+    map_root.mkdir()
+    (map_root / "ctx").symlink_to(outside)
+    hmap.put("ctx", "sid", "h", "d")
+    assert list(outside.iterdir()) == []
+    assert hmap.get("ctx") == "sid"
+    [line] = report_lines(workdir)
+    assert "symlink" in line
+
+
+def _put_many(map_root: str, workdir: str, worker: int, n: int) -> None:
+    m = HarnessSessionMap(Path(map_root), Path(workdir))
+    for i in range(n):
+        m.put("shared", f"w{worker}-{i}", f"harness-{worker}", "d")
+    m.close()
+
+
+def test_concurrent_puts_from_four_processes(map_root: Path, workdir: Path) -> None:
+    n = 40
+    HarnessSessionMap(map_root, workdir).put("shared", "seed", "h", "d")
+    created = json.loads((map_root / "shared" / HARNESS_SESSION_FILE_NAME).read_text())[
+        "created_ms"
+    ]
+    ctx = multiprocessing.get_context("fork")
+    procs = [
+        ctx.Process(target=_put_many, args=(str(map_root), str(workdir), w, n)) for w in range(4)
+    ]
+    for p in procs:
+        p.start()
+    f = map_root / "shared" / HARNESS_SESSION_FILE_NAME
+    reads = 0
+    while any(p.is_alive() for p in procs):  # a reader never sees half a file
+        raw = f.read_text(encoding="utf-8")
+        assert ENTRY_RE.match(raw), raw
+        reads += 1
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    raw = f.read_text(encoding="utf-8")
+    m = ENTRY_RE.match(raw)
+    assert m, raw
+    worker, i = re.fullmatch(r"w(\d)-(\d+)", m["sid"]).groups()  # type: ignore[union-attr]
+    assert m["harness"] == f"harness-{worker}" and 0 <= int(i) < n
+    assert int(m["created"]) == created
+    assert os.listdir(map_root / "shared") == [HARNESS_SESSION_FILE_NAME]  # no temp files
+    history = read_history(map_root)
+    assert len(history) == 1 + 4 * n
+    assert [h.seq for h in history] == list(range(1, 2 + 4 * n))
+    assert report_lines(workdir) == []
+    assert reads > 0
+
+
+def test_threads_share_one_map(hmap: HarnessSessionMap) -> None:
+    import threading
+
+    def work(t: int) -> None:
+        for i in range(20):
+            hmap.put(f"ctx-{t}", f"sid-{t}-{i}", "h", "d")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [hmap.get(f"ctx-{t}") for t in range(4)] == [f"sid-{t}-19" for t in range(4)]
+
+
+# -- history and bindings ------------------------------------------------------------
+
+
+def test_history_records_puts_and_forgets(
+    map_root: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    start = datetime.now(UTC)
+    m = HarnessSessionMap(map_root, workdir)
+    m.put("ctx-1", "sid-1", "claude-code", "acp")
+    m.put("ctx-1", "sid-2", "claude-code", "pty")
+    m.put(".memory-only", "sid-x", "h", "d")  # no file, so no history either
+    assert m.forget("ctx-1", by=FORGET_BY_A2A) == "sid-2"
+    assert m.forget("ctx-2", by=FORGET_BY_CLI) is None
+    m.close()
+    m2 = HarnessSessionMap(map_root, workdir)  # a later process continues the same log
+    m2.put("ctx-2", "sid-3", "codex", "acp")
+    h = read_history(map_root)
+    assert [
+        (e.seq, e.action, e.context_id, e.session_id, e.harness, e.driver, e.by) for e in h
+    ] == [
+        (1, "put", "ctx-1", "sid-1", "claude-code", "acp", None),
+        (2, "put", "ctx-1", "sid-2", "claude-code", "pty", None),
+        (3, "forget", "ctx-1", "sid-2", "claude-code", "pty", "a2a"),
+        (4, "forget", "ctx-2", None, None, None, "cli"),
+        (5, "put", "ctx-2", "sid-3", "codex", "acp", None),
+    ]
+    assert all(start <= e.at <= datetime.now(UTC) for e in h)
+    assert [e.at for e in h] == sorted(e.at for e in h)
+    # it is an ordinary eventstore log: readable with cat/jq, verifiable
+    log = map_root / HISTORY_STORE_DIR / "sessions" / HISTORY_SESSION_ID / "log.jsonl"
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [x["type"] for x in lines] == ["harness_session_put"] * 2 + [
+        "harness_session_forgotten"
+    ] * 2 + ["harness_session_put"]
+    assert lines[2]["by"] == "a2a"
+    # the JSON files, not the history, answer get
+    assert current_bindings(map_root)[0].session_id == "sid-3"
+
+
+def test_history_survives_compaction_by_the_map_store(map_root: Path, workdir: Path) -> None:
+    m = HarnessSessionMap(map_root, workdir)
+    m.put("ctx", "sid-1", "h", "d")
+    m.forget("ctx", by=FORGET_BY_CLI)
+    with hs._open_history(map_root) as store:
+        if not hasattr(store, "compact"):
+            pytest.skip("SessionStore.compact is not available")
+        store.compact(HISTORY_SESSION_ID)
+    m.put("ctx", "sid-2", "h", "d")
+    assert [(e.action, e.session_id) for e in read_history(map_root)] == [
+        ("put", "sid-1"),
+        ("forget", "sid-1"),
+        ("put", "sid-2"),
+    ]
+
+
+def test_history_failure_is_reported_and_never_fatal(map_root: Path, workdir: Path) -> None:
+    map_root.mkdir()
+    (map_root / HISTORY_STORE_DIR).write_text("in the way")
+    m = HarnessSessionMap(map_root, workdir)
+    for i in range(5):
+        m.put("ctx", f"sid-{i}", "h", "d")
+    m.forget("ctx", by=FORGET_BY_CLI)
+    m.put("ctx", "last", "h", "d")
+    assert HarnessSessionMap(map_root, workdir).get("ctx") == "last"  # files still written
+    [line] = report_lines(workdir)
+    assert line.startswith("[harness-session] ") and "history" in line
+
+
+def test_read_history_and_current_bindings_on_odd_roots(base: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        read_history(base / "missing")
+    with pytest.raises(FileNotFoundError):
+        current_bindings(base / "missing")
+    (base / "file").write_text("x")
+    with pytest.raises(NotADirectoryError):
+        current_bindings(base / "file")
+    (base / "empty").mkdir()
+    assert read_history(base / "empty") == []
+    assert current_bindings(base / "empty") == []
+    assert os.listdir(base / "empty") == []  # reading created nothing
+
+
+def test_current_bindings_lists_valid_entries_sorted(map_root: Path, workdir: Path) -> None:
+    m = HarnessSessionMap(map_root, workdir)
+    m.put("b", "sid-b", "h", "d")
+    m.put("a", "sid-a", "h", "d")
+    write_raw(map_root, "broken", "{")
+    (map_root / "no-entry").mkdir()
+    (map_root / "stray-file").write_text("x")
+    (map_root / "link").symlink_to(map_root / "a")
+    assert [(b.context_id, b.session_id) for b in current_bindings(map_root)] == [
+        ("a", "sid-a"),
+        ("b", "sid-b"),
+    ]
+
+
+# -- the `contexts` subcommand -------------------------------------------------------
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser(prog="eventstore")
+    cli_contexts.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["contexts", *argv])
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_contexts.run(args, out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_cli_contexts_table_and_json(map_root: Path, workdir: Path) -> None:
+    m = HarnessSessionMap(map_root, workdir)
+    sid = new_harness_session_id()
+    m.put("ctx-long-name", sid, "claude-code", "acp")
+    m.put("c2", "s2", "codex", "pty")
+    m.put("tab\there", "s3", "h", "d")
+    code, out, err = run_cli(str(map_root))
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].split() == ["CONTEXT", "SESSION", "HARNESS", "DRIVER", "CREATED", "UPDATED"]
+    assert len(lines) == 4
+    assert lines[1].startswith("c2 ") and "tab\\there" in lines[3]  # control chars escaped
+    col = lines[0].index("SESSION")  # aligned columns
+    assert all(line[col - 2 : col] == "  " for line in lines)
+    assert lines[2][col:].startswith(sid)
+    code, out, _ = run_cli(str(map_root), "--json")
+    data = json.loads(out)
+    assert [d["context_id"] for d in data] == ["c2", "ctx-long-name", "tab\there"]
+    assert data[1]["session_id"] == sid and set(data[1]) == {
+        "context_id",
+        "session_id",
+        "harness",
+        "driver",
+        "created_ms",
+        "updated_ms",
+    }
+
+
+def test_cli_contexts_history(map_root: Path, workdir: Path) -> None:
+    m = HarnessSessionMap(map_root, workdir)
+    m.put("ctx", "sid", "claude-code", "acp")
+    m.forget("ctx", by=FORGET_BY_CLI)
+    code, out, _ = run_cli(str(map_root), "--history")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "SEQ",
+        "TIME",
+        "ACTION",
+        "CONTEXT",
+        "SESSION",
+        "HARNESS",
+        "DRIVER",
+        "BY",
+    ]
+    assert lines[1].split()[3:] == ["put", "ctx", "sid", "claude-code", "acp", "-"]
+    assert lines[2].split()[3:] == ["forget", "ctx", "sid", "claude-code", "acp", "cli"]
+    code, out, _ = run_cli(str(map_root), "--history", "--json")
+    data = json.loads(out)
+    assert [(d["seq"], d["action"], d["by"]) for d in data] == [
+        (1, "put", None),
+        (2, "forget", "cli"),
+    ]
+    assert datetime.fromisoformat(data[0]["at"]).tzinfo is not None
+
+
+def test_cli_contexts_empty_and_missing_roots(base: Path) -> None:
+    (base / "empty").mkdir()
+    code, out, _ = run_cli(str(base / "empty"))
+    assert code == 0 and "no harness sessions" in out
+    code, out, _ = run_cli(str(base / "empty"), "--history")
+    assert code == 0 and "no history" in out
+    assert run_cli(str(base / "empty"), "--json")[:2] == (0, "[]\n")
+    for target, why in ((base / "missing", "no such directory"), (base / "f", "not a directory")):
+        if target.name == "f":
+            target.write_text("x")
+        for extra in ((), ("--history",), ("--json",)):
+            code, out, err = run_cli(str(target), *extra)
+            assert code == 2 and out == ""
+            assert err.count("\n") == 1 and why in err and "Traceback" not in err
+
+
+def test_cli_contexts_tampered_history_is_a_clear_error(map_root: Path, workdir: Path) -> None:
+    m = HarnessSessionMap(map_root, workdir)
+    m.put("ctx", "sid", "h", "d")
+    m.put("ctx", "sid2", "h", "d")
+    m.close()
+    log = map_root / HISTORY_STORE_DIR / "sessions" / HISTORY_SESSION_ID / "log.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(b"garbage\n" + lines[1])
+    code, out, err = run_cli(str(map_root), "--history")
+    assert code == 1 and out == "" and err.count("\n") == 1 and "error" in err
+
+
+def test_cli_contexts_help_has_an_example() -> None:
+    parser = argparse.ArgumentParser(prog="eventstore")
+    cli_contexts.add_parser(parser.add_subparsers(dest="command"))
+    help_text = parser._subparsers._group_actions[0].choices["contexts"].format_help()  # type: ignore[union-attr]
+    assert "eventstore contexts" in help_text and "--history" in help_text
+
+
+# keep unused-import linters honest about helpers used only in some branches
+_ = (shutil, msgspec, SessionStore)
