@@ -34,10 +34,10 @@ from typing import Final, Literal
 
 import msgspec
 
-from projections import StructProjection
+from projections import StructProjection, restore_state
 
-from .errors import UnsafePathError
-from .events import Event
+from .errors import SnapshotVersionError, UnsafePathError
+from .events import Event, Snapshot
 from .layout import ensure_private_dir, open_private
 from .store import SessionStore
 
@@ -46,6 +46,7 @@ __all__ = [
     "FORGET_BY_CLI",
     "HARNESS_SESSION_FILE_NAME",
     "HARNESS_SESSION_TYPE",
+    "HISTORY_EVENT_TYPES",
     "HISTORY_SESSION_ID",
     "HISTORY_STORE_DIR",
     "REPORT_PREFIX",
@@ -310,8 +311,29 @@ def read_history(root: str | os.PathLike[str]) -> list[HistoryEntry]:
     if not (root / HISTORY_STORE_DIR / "sessions").is_dir():
         return []  # do not let SessionStore create anything for a read
     with _open_history(root) as store:
-        entries: list[HistoryEntry] = store.load(HISTORY_SESSION_ID, _HISTORY.name)
+        try:
+            entries: list[HistoryEntry] = store.load(HISTORY_SESSION_ID, _HISTORY.name)
+        except SnapshotVersionError:
+            # compacted without an archive by a store that did not know this projection
+            # (e.g. a plain `eventstore compact`): the snapshot kept our events verbatim
+            # in `unknown`, so fold them from there
+            return _history_from_events(store)
         return entries
+
+
+def _history_from_events(store: SessionStore) -> list[HistoryEntry]:
+    state = _HISTORY.initial()
+    for ev in store.read_events(HISTORY_SESSION_ID):
+        if type(ev) is Snapshot:
+            if _HISTORY.name in ev.states:
+                state = restore_state(_HISTORY, ev)
+                continue
+            for i, raw in enumerate(ev.unknown):
+                kept = store.codec.decode_line(bytes(raw), i, store.root)
+                state = _HISTORY.apply(state, kept)
+        else:
+            state = _HISTORY.apply(state, ev)
+    return state
 
 
 # -- current bindings ----------------------------------------------------------------

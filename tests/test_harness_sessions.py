@@ -8,7 +8,6 @@ import json
 import multiprocessing
 import os
 import re
-import shutil
 import stat
 import tempfile
 import time
@@ -17,7 +16,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -671,6 +669,46 @@ def test_history_survives_compaction_by_the_map_store(map_root: Path, workdir: P
     ]
 
 
+@pytest.mark.parametrize("archive", [True, False])
+def test_history_survives_compaction_by_a_plain_store(
+    map_root: Path, workdir: Path, archive: bool
+) -> None:
+    # e.g. `eventstore compact ROOT/.eventstore`: a store that knows neither the history's
+    # event types nor its projection; it keeps the events verbatim (archive or `unknown`)
+    m = HarnessSessionMap(map_root, workdir)
+    m.put("ctx", "sid-1", "h", "d")
+    m.forget("ctx", by=FORGET_BY_CLI)
+    m.close()
+    with SessionStore(map_root / HISTORY_STORE_DIR) as plain:
+        plain.compact(HISTORY_SESSION_ID, archive=archive)
+    m = HarnessSessionMap(map_root, workdir)
+    m.put("ctx", "sid-2", "h", "d")
+    assert [(e.seq, e.action, e.session_id, e.by) for e in read_history(map_root)] == [
+        (1, "put", "sid-1", None),
+        (2, "forget", "sid-1", "cli"),
+        (3, "put", "sid-2", None),
+    ]
+    assert report_lines(workdir) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a custom projection unknown to the store that compacted without an archive"
+    " cannot be loaded (SnapshotVersionError), although the snapshot keeps the events it"
+    " needs verbatim in `unknown`; DESIGN: every projection gives the same answer before"
+    " and after compaction. read_history works around it by folding `unknown` itself.",
+)
+def test_library_custom_projection_after_foreign_compaction(map_root: Path, workdir: Path) -> None:
+    m = HarnessSessionMap(map_root, workdir)
+    m.put("ctx", "sid-1", "h", "d")
+    m.close()
+    with SessionStore(map_root / HISTORY_STORE_DIR) as plain:
+        plain.compact(HISTORY_SESSION_ID, archive=False)
+    with hs._open_history(map_root) as store:
+        entries = store.load(HISTORY_SESSION_ID, hs._HISTORY.name)
+    assert [e.session_id for e in entries] == ["sid-1"]
+
+
 def test_history_failure_is_reported_and_never_fatal(map_root: Path, workdir: Path) -> None:
     map_root.mkdir()
     (map_root / HISTORY_STORE_DIR).write_text("in the way")
@@ -813,7 +851,3 @@ def test_cli_contexts_help_has_an_example() -> None:
     cli_contexts.add_parser(parser.add_subparsers(dest="command"))
     help_text = parser._subparsers._group_actions[0].choices["contexts"].format_help()  # type: ignore[union-attr]
     assert "eventstore contexts" in help_text and "--history" in help_text
-
-
-# keep unused-import linters honest about helpers used only in some branches
-_ = (shutil, msgspec, SessionStore)
