@@ -54,14 +54,15 @@ WRITE_OPS = frozenset(
 )
 
 _START = datetime(2026, 1, 5, 9, 0, 0, tzinfo=UTC)
-_WORDS = (
+_PROSE = (
     "the a of to and in is for that with on as by it be this are from at or an was not "
     "feature test run build commit branch session harness agent context window error fix "
     "passes fails step check module function parse write read load store event log state "
     "python rust json file lock append replace update record checkpoint progress manifest "
     "objective plan init shell command script result output input value config retry "
     "timeout cache index query table row column schema version migrate deploy review"
-).split()
+)
+_WORDS = _PROSE.split()
 
 
 class SessionBackend(Protocol):
@@ -204,12 +205,12 @@ class Workload:
             t = self._turn
             now = _START + timedelta(seconds=30 * t)
             user = Message(role=Role.USER, content=text.take(int(rng.gauss(300, 40) * s)))
-            reply = Message(
-                role=Role.ASSISTANT, content=text.take(int(rng.gauss(1500, 200) * s))
-            )
+            reply = Message(role=Role.ASSISTANT, content=text.take(int(rng.gauss(1500, 200) * s)))
             yield Op("append_transcript_messages", ([user, reply],))
             if t % 5 == 0:
-                entry = ProgressEntry(run_id=f"run-{t // 20:04d}", summary=text.take(160), created_at=now)
+                entry = ProgressEntry(
+                    run_id=f"run-{t // 20:04d}", summary=text.take(160), created_at=now
+                )
                 yield Op("append_progress_entry", (entry,))
             if t % 10 == 0:
                 fid = rng.choice(self._feature_ids)
@@ -238,7 +239,7 @@ class Workload:
         feats[3] = FeatureRecord(
             id=feats[3].id,
             category="unicode ✓",
-            description="naïve — 日本語 \"quoted\" \\ back\nslash",
+            description='naïve — 日本語 "quoted" \\ back\nslash',
             steps=[],
             passes=True,
         )

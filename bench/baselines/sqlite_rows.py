@@ -259,7 +259,10 @@ class SqliteRowsStore:
             manifest=manifest,
             feature_list=[
                 FeatureRecord(
-                    id=f[0], category=f[1], description=f[2], steps=json.loads(f[3]),
+                    id=f[0],
+                    category=f[1],
+                    description=f[2],
+                    steps=json.loads(f[3]),
                     passes=bool(f[4]),
                 )
                 for f in feats
