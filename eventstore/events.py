@@ -285,10 +285,17 @@ class EventCodec:
     def _stub(self, tag: str) -> type[Event]:
         stub = self._stubs.get(tag)
         if stub is None:
-            stub = msgspec.defstruct(
-                f"Skipped_{tag}", [], bases=(Event,), tag=tag, kw_only=True, omit_defaults=True
+            # same VERSION as the real type, so only a truly old line takes the slow path
+            made: type[Event] = msgspec.defstruct(  # type: ignore[assignment]
+                f"Skipped_{tag}",
+                [],
+                bases=(Event,),
+                tag=tag,
+                kw_only=True,
+                omit_defaults=True,
+                namespace={"VERSION": self.types[tag].VERSION},
             )
-            self._stubs[tag] = stub
+            stub = self._stubs[tag] = made
         return stub
 
     def decode_line(self, line: bytes, offset: int, path: object) -> Event:

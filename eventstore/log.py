@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 import msgspec
 import portalocker
@@ -203,7 +203,7 @@ class FileSessionLog(SessionLog):
                 portalocker.unlock(lock_file)
 
     @contextmanager
-    def _locked(self) -> Iterator[object]:
+    def _locked(self) -> Iterator[IO[bytes]]:
         try:
             self.paths.create()
             lock_fd = open_private(self.paths.lock, os.O_RDWR | os.O_CREAT)

@@ -152,7 +152,8 @@ class SessionStore:
         for cls, version, fn in upcasters:
             self.codec.register_upcaster(cls, version, fn)
         self._projections: dict[str, Projection[Any]] = {}
-        for p in (BOOTSTRAP, TRANSCRIPT, IDEMPOTENCY, *projections):
+        builtin: list[Projection[Any]] = [BOOTSTRAP, TRANSCRIPT, IDEMPOTENCY]
+        for p in (*builtin, *projections):
             if p.name in self._projections:
                 raise ValueError(f"two projections are named {p.name!r}")
             self._projections[p.name] = p

@@ -29,9 +29,14 @@ class Projection(Protocol[S]):
     payloads never materialized, and `apply` should ignore them.
     """
 
-    name: str
-    version: int
-    event_types: frozenset[str] | None
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def event_types(self) -> frozenset[str] | None: ...
 
     def initial(self) -> S: ...
 
