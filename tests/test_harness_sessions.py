@@ -117,7 +117,15 @@ def test_importable_from_the_package() -> None:
 
     if not hasattr(eventstore, "HarnessSessionMap"):
         pytest.skip("eventstore/__init__.py does not export the map yet (wired separately)")
-    assert eventstore.HarnessSessionMap is HarnessSessionMap
+    for name in (
+        "HarnessSessionMap",
+        "new_harness_session_id",
+        "HARNESS_SESSION_FILE_NAME",
+        "HARNESS_SESSION_TYPE",
+        "FORGET_BY_CLI",
+        "FORGET_BY_A2A",
+    ):
+        assert getattr(eventstore, name) is getattr(hs, name), name
 
 
 def test_new_harness_session_id_is_uuid7() -> None:
