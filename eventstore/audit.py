@@ -781,8 +781,8 @@ def event_summary(ev: Event) -> str:
         m = d["manifest"]
         steps = len((m.get("init_plan") or {}).get("steps", []))
         return (
-            f"{m['current_objective']} (branch {m['active_branch']},"
-            f" commit {m.get('last_known_good_commit') or '-'}, {steps} init steps)"
+            f"branch {m['active_branch']}, commit {m.get('last_known_good_commit') or '-'},"
+            f" {steps} init steps: {m['current_objective']}"
         )
     if tag == "feature_list_replaced":
         fs = d["features"]
