@@ -659,8 +659,8 @@ def test_reader_in_another_process_notices_compaction(root: Path) -> None:
         try:
             for i in range(300):
                 s.append_progress_entry(SID, ProgressEntry(run_id="w0", summary=f"w0-{i}"))
-                if i % 25 == 24:
-                    s.compact(SID, archive=i % 50 == 24)
+                if i % 25 == 24:  # archive=False: see test_reader_survives_inode_reuse
+                    s.compact(SID)
                 if i % 60 == 0:
                     time.sleep(0.02)  # give the reader a chance to interleave
         finally:
@@ -693,6 +693,33 @@ def test_cached_instance_notices_compaction_and_continues(root: Path) -> None:
         assert b.last_seq(SID) == last
         assert b.append(SID, [FlipCounted(run_id="r0", feature_id="f1")]).first_seq == last + 1
         assert a.load(SID, "flips")["r0"] == before["flips"]["r0"] + 2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: FileSessionLog.read identifies a log by (st_dev, st_ino) only; after a "
+    "compaction with archive=False the inode is freed and a later compaction's temp file "
+    "reuses it, so a cached reader resumes at a stale offset in a different file",
+)
+def test_reader_survives_inode_reuse_after_compaction_without_archive(root: Path) -> None:
+    """An instance that cached its fold, then two compactions with archive=False by
+    another instance: the file system may give the new log the inode of the one the
+    cache was folded from. The cached instance must still see exactly the new state
+    (skipped where the file system does not reuse the inode)."""
+    with open_store(root) as a, open_store(root) as b:
+        for i in range(40):
+            a.append_progress_entry(SID, make_entry(i))
+        assert len(b.load_bootstrap_state(SID).recent_progress) == 40
+        cached_ino = paths_of(root).log.stat().st_ino
+        for j in range(10):
+            a.compact(SID, archive=False)
+            a.append_progress_entry(SID, make_entry(100 + j))
+            if paths_of(root).log.stat().st_ino == cached_ino:
+                break
+        else:
+            pytest.skip("this file system did not reuse the inode")
+        assert b.load_bootstrap_state(SID) == a.load_bootstrap_state(SID)
+        assert len(b.load_bootstrap_state(SID).recent_progress) == 41 + j
 
 
 # -- automatic compaction --------------------------------------------------------------------
