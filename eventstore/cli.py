@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -112,25 +113,31 @@ def shorten(text: str, width: int, full: bool) -> str:
     return text if len(text) <= width else text[: max(1, width - 1)] + "…"
 
 
+def display_width(text: str) -> int:
+    """Columns `text` takes on a terminal (East Asian wide characters take two)."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
 def table(
     headers: Sequence[str], rows: Iterable[Sequence[object]], right: Iterable[int] = ()
 ) -> str:
     """An aligned plain-text table (the last column is never padded)."""
     cells = [[str(c) for c in r] for r in rows]
     cols = len(headers)
-    widths = [len(h) for h in headers]
+    widths = [display_width(h) for h in headers]
     for r in cells:
         for i, c in enumerate(r):
-            widths[i] = max(widths[i], len(c))
+            widths[i] = max(widths[i], display_width(c))
     rset = set(right)
 
     def line(row: Sequence[str]) -> str:
         out = []
         for i, c in enumerate(row):
-            if i == cols - 1:
-                out.append(c.rjust(widths[i]) if i in rset else c)
+            pad = " " * (widths[i] - display_width(c))
+            if i in rset:
+                out.append(pad + c)
             else:
-                out.append(c.rjust(widths[i]) if i in rset else c.ljust(widths[i]))
+                out.append(c if i == cols - 1 else c + pad)
         return "  ".join(out).rstrip()
 
     return "\n".join([line(list(headers)), *(line(r) for r in cells)])
