@@ -1,0 +1,199 @@
+"""Incremental catch-up: a store folds only what was appended since its last load (by it
+or another process), and loading the bootstrap state never materializes messages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from conftest import LOGS, log_path, make_checkpoint, make_entry, make_features, make_manifest
+
+import eventstore.log as log_module
+import eventstore.store as store_module
+from eventstore import BootstrapState, Message, MessagesAppended, Role, SessionStore
+from eventstore.events import EventCodec
+from eventstore.log import FileSessionLog
+from projections import BootstrapProjection, TranscriptProjection, fold
+
+COMPLETE = (LOGS / "complete.jsonl").read_bytes()
+
+
+class Spy:
+    """Records what the store folds and which byte ranges of the log it reads."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, log: Path) -> None:
+        self.folded: list[tuple[str, int]] = []
+        self.reads: list[tuple[int, int]] = []  # (offset, length) of reads of `log`
+        self.read_events: list[Any] = []
+        real_fold = store_module.fold
+        real_pread = log_module._pread_all
+        real_read = FileSessionLog.read
+
+        def spy_fold(proj: Any, state: Any, events: Any) -> Any:
+            events = list(events)
+            self.folded.append((proj.name, len(events)))
+            return real_fold(proj, state, events)
+
+        def spy_pread(fd: int, n: int, offset: int) -> bytes:
+            data = real_pread(fd, n, offset)
+            self.reads.append((offset, len(data)))
+            return data
+
+        def spy_read(this: FileSessionLog, cursor: Any, decoder: Any) -> Any:
+            res = real_read(this, cursor, decoder)
+            self.read_events.extend(res.events)
+            return res
+
+        monkeypatch.setattr(store_module, "fold", spy_fold)
+        monkeypatch.setattr(log_module, "_pread_all", spy_pread)
+        monkeypatch.setattr(FileSessionLog, "read", spy_read)
+        self.log = log
+
+    def clear(self) -> None:
+        self.folded.clear()
+        self.reads.clear()
+        self.read_events.clear()
+
+    def events_folded(self, name: str) -> int:
+        return sum(n for p, n in self.folded if p == name)
+
+
+def _setup(root: Path) -> SessionStore:
+    store = SessionStore(root)
+    store.initialize_session_if_missing("s", make_manifest("s"), make_features(4), make_entry(0))
+    for i in range(1, 6):
+        store.append_progress_entry("s", make_entry(i))
+    store.append_transcript_messages("s", [Message(role=Role.USER, content="hello")])
+    return store
+
+
+def test_other_store_appends_are_folded_incrementally(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After another store instance appends, the next load reads exactly the new bytes
+    and folds exactly the new events."""
+    writer = _setup(root)
+    reader = SessionStore(root)
+    path = log_path(root, "s")
+    spy = Spy(monkeypatch, path)
+    first = reader.load_bootstrap_state("s")
+    assert spy.events_folded("bootstrap") == 9  # 3 init + 5 progress + 1 message envelope
+    size = path.stat().st_size
+
+    spy.clear()
+    writer.append_progress_entry("s", make_entry(6))
+    writer.update_feature_pass("s", "f2", True)
+    writer.record_run_checkpoint("s", make_checkpoint())
+    added = path.stat().st_size - size
+    spy.clear()
+    state = reader.load_bootstrap_state("s")
+    assert spy.folded == [("bootstrap", 3)]
+    assert spy.reads == [(size, added)]
+    assert state.recent_progress == [*first.recent_progress, make_entry(6)]
+    assert [f.passes for f in state.feature_list] == [False, True, False, False]
+    assert state.checkpoints == [make_checkpoint()]
+
+    spy.clear()  # nothing new: nothing folded, no bytes read
+    assert reader.load_bootstrap_state("s") == state
+    assert spy.events_folded("bootstrap") == 0
+    assert all(n == 0 for off, n in spy.reads if off)
+
+
+def test_own_appends_need_no_reread(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store's own append is folded into its cache from the stamped events: the next
+    load reads no log bytes and folds nothing more."""
+    store = _setup(root)
+    store.load_bootstrap_state("s")
+    path = log_path(root, "s")
+    spy = Spy(monkeypatch, path)
+    store.append_progress_entry("s", make_entry(9))
+    folded_by_write = spy.events_folded("bootstrap")
+    spy.clear()
+    state = store.load_bootstrap_state("s")
+    assert folded_by_write == 1
+    assert spy.events_folded("bootstrap") == 0
+    assert sum(n for _, n in spy.reads) == 0
+    assert state.recent_progress[-1] == make_entry(9)
+
+
+def test_transcript_catch_up_is_independent(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each projection keeps its own position: loading the transcript after several loads
+    of the bootstrap state folds the whole log once for the transcript, then only news."""
+    writer = _setup(root)
+    reader = SessionStore(root)
+    spy = Spy(monkeypatch, log_path(root, "s"))
+    reader.load_bootstrap_state("s")
+    reader.load_bootstrap_state("s")
+    assert spy.events_folded("transcript") == 0
+    assert reader.load_transcript_messages("s") == [Message(role=Role.USER, content="hello")]
+    assert spy.events_folded("transcript") == 9
+    writer.append_transcript_messages("s", [Message(role=Role.ASSISTANT, content="hi")])
+    spy.clear()
+    assert len(reader.load_transcript_messages("s")) == 2
+    assert spy.folded == [("transcript", 1)]
+
+
+def _walk(obj: Any) -> Iterator[Any]:
+    """Every object reachable through struct fields, lists, tuples and dicts."""
+    yield obj
+    if isinstance(obj, msgspec.Struct):
+        for name in obj.__struct_fields__:
+            yield from _walk(getattr(obj, name))
+    elif isinstance(obj, list | tuple):
+        for x in obj:
+            yield from _walk(x)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _walk(k)
+            yield from _walk(v)
+
+
+def test_bootstrap_load_never_builds_messages(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Everything the log read produced for the bootstrap state is inspected: no Message
+    object and no message text in it; the transcript load (the control) does build them."""
+    store = _setup(root)
+    secret = "transcript text " * 50
+    store.append_transcript_messages(
+        "s", [Message(role=Role.ASSISTANT, content=secret + str(i)) for i in range(20)]
+    )
+    spy = Spy(monkeypatch, log_path(root, "s"))
+    cold = SessionStore(root)
+    state = cold.load_bootstrap_state("s")
+    assert state.manifest is not None
+    envelopes = [e for e in spy.read_events if e.__struct_config__.tag == "messages_appended"]
+    assert len(envelopes) == 2  # both message events were read, as bare envelopes
+    objs = list(_walk(spy.read_events))
+    assert not any(isinstance(o, Message | MessagesAppended) for o in objs)
+    assert not any(isinstance(o, str) and secret in o for o in objs)
+
+    spy.clear()  # control: the same spy sees the transcript's messages
+    assert len(cold.load_transcript_messages("s")) == 21
+    objs = list(_walk(spy.read_events))
+    assert sum(isinstance(o, Message) for o in objs) == 21
+
+
+def test_reader_catches_up_from_any_cut(tmp_path: Path) -> None:
+    """A reader that loaded while the log ended at any byte (mid-line, mid-batch) folds the
+    rest exactly once when the writer finishes: its state equals a cold load's."""
+    decoder = EventCodec().decoder()
+    events = [decoder.decode(line) for line in COMPLETE.splitlines()]
+    full = fold(BootstrapProjection(), BootstrapState(), events)
+    transcript = fold(TranscriptProjection(), [], events)
+    root = tmp_path / "store"
+    SessionStore(root).close()
+    path = log_path(root, "golden")
+    path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    for k in range(0, len(COMPLETE) + 1, 7):
+        with open(path, "wb") as f:
+            f.write(COMPLETE[:k])
+        reader = SessionStore(root)
+        reader.load_bootstrap_state("golden")
+        reader.load_transcript_messages("golden")
+        with open(path, "ab") as f:
+            f.write(COMPLETE[k:])
+        assert reader.load_bootstrap_state("golden") == full, k
+        assert reader.load_transcript_messages("golden") == transcript, k
+        assert reader.last_seq("golden") == len(events)
