@@ -49,9 +49,9 @@ from typing import Any, Literal
 import msgspec
 import portalocker
 
-from projections import Projection, fold
+from projections import Projection, fold, restore_state
 
-from .errors import CorruptLogError, EventStoreError
+from .errors import CorruptLogError, EventStoreError, SnapshotVersionError
 from .events import (
     EPOCH,
     Event,
@@ -612,6 +612,10 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
                                 f"seq {s} differs from its copy in {prev_file.path.name}",
                             )
                         )
+                # lines after a snapshot chain to base_h, not to the snapshot's own h, so
+                # a snapshot edited with its h recomputed breaks no link: compare its
+                # states with the fold of the archived history instead
+                problems.extend(_check_snapshot_states(store, session_id, first, name))
         elif i > 0 and first is not None:
             problems.append(
                 Problem(
@@ -635,6 +639,68 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
         events=head_seq,
         files=[str(f.path) for f in files],
     )
+
+
+def _check_snapshot_states(
+    store: SessionStore, session_id: str, snap: Snapshot, name: str
+) -> list[Problem]:
+    """Each registered projection's state in `snap` against the fold of events 1..seq.
+
+    Opt-in retention may have trimmed the built-in lists: the snapshot's progress,
+    checkpoints and messages must then be a suffix of the folded ones.
+    """
+    try:
+        history = [
+            ev
+            for ev, _ in _history(
+                store, session_id, store.codec.decoder(None), 1, snap.seq, exact=True
+            )
+        ]
+    except EventStoreError:
+        return []  # the archive itself is damaged: reported on its own lines
+    if not history or history[-1].seq != snap.seq or type(history[0]) is Snapshot:
+        return []  # the history before this snapshot is not all there to compare with
+    found: list[Problem] = []
+    for proj in store.projections.values():
+        try:
+            stored = restore_state(proj, snap)
+        except SnapshotVersionError as exc:
+            found.append(Problem(name, 0, snap.seq, "snapshot_version", str(exc), "warning"))
+            continue
+        expected = fold(proj, proj.initial(), history)
+        if proj.encode_state(stored) == proj.encode_state(expected):
+            continue
+        if _retained(stored, expected):
+            continue
+        found.append(
+            Problem(
+                name,
+                0,
+                snap.seq,
+                "snapshot_state",
+                f"the snapshot's {proj.name!r} state differs from the fold of the archived"
+                f" events 1..{snap.seq}: the snapshot was edited",
+            )
+        )
+    return found
+
+
+def _retained(stored: Any, expected: Any) -> bool:
+    """True if `stored` is `expected` with lists trimmed by retention (newest kept)."""
+
+    def suffix(a: list[Any], b: list[Any]) -> bool:
+        return len(a) <= len(b) and (not a or a == b[len(b) - len(a) :])
+
+    if isinstance(stored, BootstrapState) and isinstance(expected, BootstrapState):
+        return (
+            stored.manifest == expected.manifest
+            and stored.feature_list == expected.feature_list
+            and suffix(stored.recent_progress, expected.recent_progress)
+            and suffix(stored.checkpoints, expected.checkpoints)
+        )
+    if isinstance(stored, list) and isinstance(expected, list):
+        return suffix(stored, expected)
+    return False
 
 
 def files_index(files: list[LogFile], name: str) -> int:
