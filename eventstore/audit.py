@@ -53,7 +53,6 @@ from projections import Projection, fold, restore_state
 
 from .errors import CorruptLogError, EventStoreError, SnapshotVersionError
 from .events import (
-    EPOCH,
     Event,
     EventCodec,
     Snapshot,
@@ -158,24 +157,6 @@ def _read_bytes(path: Path) -> bytes:
         return f.read()
 
 
-class _UnknownTs(msgspec.Struct):
-    ts: datetime = EPOCH
-
-
-_unknown_ts = msgspec.json.Decoder(_UnknownTs)
-
-
-def _with_ts(ev: Event) -> Event:
-    # BUG workaround: EventCodec.decode_line builds UnknownEvent without the line's `ts`
-    if type(ev) is UnknownEvent and ev.ts == EPOCH and ev.raw:
-        try:
-            ts = _unknown_ts.decode(ev.raw).ts
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return ev
-        return msgspec.structs.replace(ev, ts=ts)
-    return ev
-
-
 def _parse_file(
     store: SessionStore, session_id: str, path: Path, decoder: Any
 ) -> tuple[list[Event], list[bytes]]:
@@ -231,7 +212,7 @@ def _history(
                 return
             nxt = s + 1
             if s >= from_seq:
-                yield _with_ts(ev), line
+                yield ev, line
 
 
 def _type_filter(store: SessionStore, types: Iterable[str | type[Event]] | None) -> tuple[Any, Any]:
@@ -748,7 +729,7 @@ def follow(
                     last = max(last, ev.seq)
                 continue
             if ev.seq > last:
-                yield _with_ts(ev)
+                yield ev
                 last = ev.seq
         if stop is not None:
             stop.wait(poll_interval)

@@ -1,0 +1,425 @@
+"""Audit and replay (eventstore.audit): read_events, state_at, verify, follow, repair."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FIXTURES, LOGS, make_checkpoint, make_entry, make_features, make_manifest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import checkpoints, feature_lists, messages, progress_entries
+
+from eventstore import (
+    Event,
+    FeaturePassUpdated,
+    Message,
+    MessagesAppended,
+    ProgressAppended,
+    Role,
+    SessionStore,
+    Snapshot,
+    UnknownEvent,
+    audit,
+)
+from eventstore.audit import HistoryUnavailableError, UnknownSessionError
+from eventstore.layout import SessionPaths
+from eventstore.log import read_log_file
+from projections import BootstrapProjection, TranscriptProjection, fold
+
+sys.path.insert(0, str(FIXTURES / "tamper"))
+import make as tamper  # noqa: E402
+
+try:
+    import eventstore.compaction  # noqa: F401
+
+    HAVE_COMPACTION = True
+except ImportError:  # pragma: no cover - only before compaction lands
+    HAVE_COMPACTION = False
+
+needs_compaction = pytest.mark.skipif(
+    not HAVE_COMPACTION, reason="eventstore.compaction is not written yet"
+)
+
+BOOT = BootstrapProjection()
+TRANS = TranscriptProjection()
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _history(store: SessionStore, sid: str) -> None:
+    """A small session of every event type, in several batches."""
+    store.initialize_session_if_missing(
+        sid, make_manifest(sid), make_features(3), make_entry(0), make_checkpoint()
+    )
+    store.append_transcript_messages(sid, [Message(role=Role.USER, content="hi")])
+    store.update_feature_pass(sid, "f2", True)
+    store.append_progress_entry(sid, make_entry(1))
+    store.append_transcript_messages(sid, [Message(role=Role.ASSISTANT, content="hello")])
+
+
+def _log_events(store: SessionStore, sid: str) -> list[Event]:
+    """The live log read by the log layer itself (independent of eventstore.audit)."""
+    path = SessionPaths(store.root, sid).log
+    return read_log_file(path, store.codec, store.codec.decoder(None))
+
+
+# -- read_events -----------------------------------------------------------------------
+
+
+def test_read_events_ranges_and_types(store: SessionStore) -> None:
+    _history(store, "s")
+    all_ = list(store.read_events("s"))
+    assert [e.seq for e in all_] == list(range(1, 9))
+    assert all(e.ts.tzinfo is not None for e in all_)
+    assert [e.seq for e in store.read_events("s", from_seq=3, to_seq=5)] == [3, 4, 5]
+    by_tag = list(store.read_events("s", types=["messages_appended"]))
+    by_cls = list(store.read_events("s", types=[MessagesAppended]))
+    assert [e.seq for e in by_tag] == [e.seq for e in by_cls] == [5, 8]
+    assert all(type(e) is MessagesAppended for e in by_tag)
+    mixed = list(store.read_events("s", types=[FeaturePassUpdated, "progress_appended"]))
+    assert [type(e) for e in mixed] == [ProgressAppended, FeaturePassUpdated, ProgressAppended]
+    assert list(store.read_events("nobody")) == []
+
+
+@needs_compaction
+def test_read_events_across_compactions_reads_the_archive(store: SessionStore) -> None:
+    _history(store, "s")
+    before = [(e.seq, e.h, type(e)) for e in store.read_events("s")]
+    store.compact("s")
+    store.append_progress_entry("s", make_entry(2))
+    store.compact("s")
+    store.append_progress_entry("s", make_entry(3))
+    after = [(e.seq, e.h, type(e)) for e in store.read_events("s")]
+    assert after[: len(before)] == before
+    assert [s for s, _, _ in after] == list(range(1, 11))  # each once, snapshots not yielded
+    snaps = list(store.read_events("s", types=["snapshot"]))
+    assert [e.seq for e in snaps] == [8, 9]
+    assert audit.verify(store, "s").ok
+
+
+@needs_compaction
+def test_no_archive_history_is_a_snapshot_and_state_at_refuses(store: SessionStore) -> None:
+    _history(store, "s")
+    expected = store.load_bootstrap_state("s")
+    store.compact("s", archive=False)
+    store.append_progress_entry("s", make_entry(5))
+    evs = list(store.read_events("s"))
+    assert [type(e) for e in evs] == [Snapshot, ProgressAppended]
+    assert fold(BOOT, BOOT.initial(), evs) == store.load_bootstrap_state("s")
+    assert store.state_at("s", seq=8) == expected
+    with pytest.raises(HistoryUnavailableError, match="without an archive"):
+        store.state_at("s", seq=3)
+    rep = audit.verify(store, "s")
+    assert rep.ok and [p.kind for p in rep.problems] == ["history_gap"]
+
+
+def test_state_at_arguments(store: SessionStore) -> None:
+    _history(store, "s")
+    with pytest.raises(ValueError):
+        store.state_at("s")
+    with pytest.raises(ValueError):
+        store.state_at("s", seq=1, at=store.load_bootstrap_state("s").recent_progress[0].created_at)
+    with pytest.raises(HistoryUnavailableError):
+        store.state_at("s", seq=99)
+    assert store.state_at("s", seq=0) == BOOT.initial()
+
+
+def test_state_at_time(store: SessionStore) -> None:
+    store.initialize_session_if_missing("s", make_manifest("s"), make_features(2))
+    time.sleep(0.01)
+    store.append_progress_entry("s", make_entry(1))
+    time.sleep(0.01)
+    store.update_feature_pass("s", "f1", True)
+    evs = _log_events(store, "s")
+    at = evs[2].ts  # the progress entry's append time
+    assert store.state_at("s", at=at) == fold(BOOT, BOOT.initial(), evs[:3])
+    assert store.state_at("s", at=at - timedelta(microseconds=1)) == fold(
+        BOOT, BOOT.initial(), evs[:2]
+    )
+    assert store.state_at("s", at=evs[0].ts - timedelta(days=1)) == BOOT.initial()
+    assert store.transcript_at("s", at=evs[-1].ts) == []
+
+
+# -- state_at == fold of the prefix (hypothesis) ---------------------------------------
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("progress"), progress_entries),
+        st.tuples(st.just("checkpoint"), checkpoints),
+        st.tuples(st.just("messages"), st.lists(messages, min_size=1, max_size=3)),
+        st.tuples(st.just("features"), feature_lists),
+        st.tuples(st.just("pass"), st.integers(0, 5), st.booleans()),
+        st.tuples(st.just("compact")),
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+def _apply(store: SessionStore, sid: str, op: tuple[Any, ...], compact: bool) -> None:
+    kind = op[0]
+    if kind == "progress":
+        store.append_progress_entry(sid, op[1])
+    elif kind == "checkpoint":
+        store.record_run_checkpoint(sid, op[1])
+    elif kind == "messages":
+        store.append_transcript_messages(sid, op[1])
+    elif kind == "features":
+        store.replace_feature_list(sid, op[1])
+    elif kind == "pass":
+        feats = store.load_bootstrap_state(sid).feature_list
+        if feats:
+            store.update_feature_pass(sid, feats[op[1] % len(feats)].id, op[2])
+    elif kind == "compact" and compact:
+        store.compact(sid)
+
+
+def _check_every_prefix(store: SessionStore, sid: str, reference: list[Event]) -> None:
+    for k in range(len(reference) + 1):
+        assert store.state_at(sid, seq=k) == fold(BOOT, BOOT.initial(), reference[:k]), k
+        assert store.transcript_at(sid, seq=k) == fold(TRANS, TRANS.initial(), reference[:k]), k
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=ops)
+def test_state_at_every_seq_is_the_fold_of_the_prefix(tmp_path: Path, ops: list[Any]) -> None:
+    with SessionStore(tmp_path / f"h{time.monotonic_ns()}") as store:
+        store.initialize_session_if_missing("s", make_manifest("s"), make_features(3))
+        for op in ops:
+            _apply(store, "s", op, compact=False)
+        _check_every_prefix(store, "s", _log_events(store, "s"))
+
+
+@needs_compaction
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=ops)
+def test_state_at_every_seq_after_compactions(tmp_path: Path, ops: list[Any]) -> None:
+    # the same history twice: once never compacted (the reference), once compacted at
+    # the drawn points; state_at on the compacted one must equal the fold of the prefix
+    base = tmp_path / f"h{time.monotonic_ns()}"
+    with SessionStore(base / "ref") as ref, SessionStore(base / "cmp") as cmp_:
+        for s in (ref, cmp_):
+            s.initialize_session_if_missing("s", make_manifest("s"), make_features(3))
+        for op in ops:
+            _apply(ref, "s", op, compact=False)
+            _apply(cmp_, "s", op, compact=True)
+        cmp_.compact("s")  # at least once, at the end
+        _check_every_prefix(cmp_, "s", _log_events(ref, "s"))
+        assert audit.verify(cmp_, "s").ok
+
+
+# -- verify ----------------------------------------------------------------------------
+
+
+def _store_at(root: Path) -> SessionStore:
+    return SessionStore(root)
+
+
+def test_verify_golden_is_ok(root: Path, install_log: Any) -> None:
+    install_log("complete.jsonl")
+    with SessionStore(root) as store:
+        rep = audit.verify(store, "golden")
+    assert rep.ok and rep.problems == [] and rep.events == 18
+    last = json.loads((LOGS / "complete.jsonl").read_bytes().splitlines()[-1])
+    assert rep.head_hash == last["h"] and rep.head_seq == 18
+
+
+def _line_offset(path: Path, line_no: int) -> int:
+    lines = path.read_bytes().split(b"\n")
+    return sum(len(x) + 1 for x in lines[: line_no - 1])
+
+
+@pytest.mark.parametrize("case", sorted(tamper.EXPECTED))
+def test_verify_catches_each_tamper_fixture(case: str) -> None:
+    root = FIXTURES / "tamper" / case
+    rel, line_no, kind = tamper.EXPECTED[case]
+    path = root / rel
+    offset = _line_offset(path, line_no)
+    seq = json.loads(path.read_bytes().split(b"\n")[line_no - 1])["seq"]
+    with SessionStore(root) as store:
+        rep = audit.verify(store, "golden")
+    assert not rep.ok
+    errors = [p for p in rep.problems if p.severity == "error"]
+    first = errors[0]
+    assert (Path(first.file), first.offset, first.seq) == (path, offset, seq), rep.problems
+    assert kind in {p.kind for p in errors if p.offset == offset}
+
+
+def test_tamper_fixtures_are_reproducible(tmp_path: Path) -> None:
+    # make.py writes next to itself: compare a fresh run's bytes with the committed ones
+    before = {p: p.read_bytes() for p in (FIXTURES / "tamper").rglob("*.jsonl")}
+    subprocess.run([sys.executable, str(FIXTURES / "tamper" / "make.py")], check=True, cwd=REPO)
+    after = {p: p.read_bytes() for p in (FIXTURES / "tamper").rglob("*.jsonl")}
+    assert before == after
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "ok"),
+    [("torn_line.jsonl", "torn_tail", True), ("torn_batch.jsonl", "torn_batch", True),
+     ("corrupt_middle.jsonl", "undecodable", False)],
+)  # fmt: skip
+def test_verify_torn_tails_warn_and_corruption_fails(
+    root: Path, install_log: Any, name: str, kind: str, ok: bool
+) -> None:
+    install_log(name)
+    with SessionStore(root) as store:
+        rep = audit.verify(store, "golden")
+    assert rep.ok is ok
+    assert kind in [p.kind for p in rep.problems]
+    if ok:
+        assert all(p.severity == "warning" for p in rep.problems)
+
+
+def test_verify_unknown_session(store: SessionStore) -> None:
+    with pytest.raises(UnknownSessionError):
+        audit.verify(store, "nobody")
+
+
+class Custom(Event, tag="custom_thing", kw_only=True):
+    payload: str
+
+
+def test_unknown_event_types_are_kept_and_reported(root: Path) -> None:
+    with SessionStore(root, event_types=[Custom]) as writer:
+        writer.initialize_session_if_missing("s", make_manifest("s"), make_features(1))
+        writer.append("s", [Custom(payload="from a newer writer")])
+    with SessionStore(root) as reader:
+        evs = list(reader.read_events("s"))
+        assert type(evs[-1]) is UnknownEvent and evs[-1].type_name == "custom_thing"
+        assert evs[-1].ts >= evs[-2].ts  # the time of its own line, not 1970
+        assert [e.seq for e in reader.read_events("s", types=["custom_thing"])] == [3]
+        rep = audit.verify(reader, "s")
+        assert rep.ok and [p.kind for p in rep.problems] == ["unknown_type"]
+
+
+@needs_compaction
+def test_verify_across_compactions_and_broken_archive(store: SessionStore) -> None:
+    _history(store, "s")
+    store.compact("s")
+    store.append_progress_entry("s", make_entry(2))
+    store.compact("s")
+    rep = audit.verify(store, "s")
+    assert rep.ok and len(rep.files) == 3 and rep.events == 9
+    # an archive file edited after the fact is caught in the archive, with its offset
+    first = audit.history_files(store, "s")[0].path
+    data = first.read_bytes()
+    first.write_bytes(data.replace(b'"summary":"step 1"', b'"summary":"step X"'))
+    rep = audit.verify(store, "s")
+    assert not rep.ok
+    bad = [p for p in rep.problems if p.severity == "error"]
+    assert bad[0].file == str(first) and bad[0].kind == "hash_mismatch"
+    assert bad[0].offset == data.index(b'"summary":"step 1"') - data[
+        : data.index(b'"summary":"step 1"')
+    ][::-1].index(b"\n")
+
+
+# -- follow ----------------------------------------------------------------------------
+
+APPENDER = textwrap.dedent(
+    """
+    import sys, time
+    from eventstore import SessionStore, ProgressEntry
+    root, n, compact_at = sys.argv[1], int(sys.argv[2]), set(map(int, sys.argv[3].split(",")))
+    with SessionStore(root) as s:
+        for i in range(n):
+            s.append_progress_entry("s", ProgressEntry(run_id="p", summary=f"e{i}"))
+            if i in compact_at:
+                s.compact("s")
+            time.sleep(0.002)
+    """
+)
+
+
+@needs_compaction
+def test_follow_sees_exactly_what_another_process_appends(root: Path) -> None:
+    with SessionStore(root) as store:
+        store.initialize_session_if_missing("s", make_manifest("s"), make_features(2))
+        seen: list[Event] = []
+        stop = threading.Event()
+
+        def run() -> None:
+            for ev in store.follow("s", from_seq=1, poll_interval=0.01, stop=stop):
+                seen.append(ev)
+
+        t = threading.Thread(target=run)
+        t.start()
+        n = 120
+        subprocess.run(
+            [sys.executable, "-c", APPENDER, str(root), str(n), "10,40,41,90"],
+            check=True,
+            cwd=REPO,
+            timeout=60,
+        )
+        deadline = time.monotonic() + 10
+        while len(seen) < n + 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)  # a chance to (wrongly) yield more
+        stop.set()
+        t.join(5)
+        assert not t.is_alive()
+        assert [e.seq for e in seen] == list(range(1, n + 3))
+        summaries = [e.entry.summary for e in seen if isinstance(e, ProgressAppended)]
+        assert summaries == [f"e{i}" for i in range(n)]
+        assert not any(isinstance(e, Snapshot) for e in seen)
+        assert len(audit.history_files(store, "s")) == 5  # four archives + the live log
+
+
+def test_follow_stops_and_starts_where_asked(store: SessionStore) -> None:
+    _history(store, "s")
+    stop = threading.Event()
+    got: list[int] = []
+    for ev in store.follow("s", from_seq=6, poll_interval=0.01, stop=stop):
+        got.append(ev.seq)
+        if ev.seq == 8:
+            stop.set()
+    assert got == [6, 7, 8]
+
+
+# -- stats, export, repair -------------------------------------------------------------
+
+
+def test_stats_and_export(store: SessionStore) -> None:
+    _history(store, "s")
+    s = audit.stats(store, "s")
+    assert s.events == 8 and s.last_seq == 8 and s.by_type["messages_appended"] == 2
+    assert s.first_ts is not None and s.log_events == 8 and s.archive_files == 0
+    doc = audit.export_session(store, "s")
+    assert doc["last_seq"] == 8 and doc["transcript"][1]["content"] == "hello"
+    lines = b"".join(audit.export_jsonl(store, "s"))
+    assert lines == SessionPaths(store.root, "s").log.read_bytes()
+
+
+def test_repair_truncates_a_torn_tail(root: Path, install_log: Any) -> None:
+    log = install_log("torn_line.jsonl")
+    size = log.stat().st_size
+    with SessionStore(root) as store:
+        rep = audit.repair(store, "golden")
+        assert rep.action == "truncated" and rep.kept_events == 17
+        assert log.stat().st_size == rep.kept_bytes == size - rep.dropped_bytes
+        assert audit.verify(store, "golden").problems == []
+        assert audit.repair(store, "golden").action == "none"
+
+
+def test_repair_moves_a_corrupt_log_aside(root: Path, install_log: Any) -> None:
+    log = install_log("corrupt_middle.jsonl")
+    original = log.read_bytes()
+    with SessionStore(root) as store:
+        rep = audit.repair(store, "golden")
+        assert rep.action == "moved_aside" and rep.moved_to is not None
+        assert Path(rep.moved_to).read_bytes() == original
+        assert rep.kept_events == 9 and log.read_bytes() == original[: rep.kept_bytes]
+        assert audit.verify(store, "golden").ok
+        store.append_progress_entry("golden", make_entry(1))  # the log takes appends again
+        assert store.last_seq("golden") == 10
