@@ -1,0 +1,163 @@
+"""import-legacy: the older design's per-session JSON files become sessions with equal state."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FIXTURES, make_entry
+
+from eventstore import (
+    BootstrapState,
+    FeatureRecord,
+    InitCommand,
+    InitPlan,
+    InitShell,
+    InitShellScript,
+    Message,
+    ProgressEntry,
+    Role,
+    RunCheckpoint,
+    RunStatus,
+    SessionManifest,
+    SessionStore,
+)
+from eventstore.legacy import import_legacy, legacy_file_name
+
+LEGACY = FIXTURES / "legacy"
+
+
+def _time(obj: dict[str, Any], prefix: str) -> datetime | None:
+    secs = obj.get(f"{prefix}_secs")
+    if secs is None:
+        return None
+    nanos = obj.get(f"{prefix}_nanos") or 0
+    # written independently of eventstore.legacy: through a float-free integer path
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(
+        microseconds=secs * 1_000_000 + nanos // 1000
+    )
+
+
+def _expected(doc: dict[str, Any]) -> tuple[BootstrapState, list[Message]]:
+    """The state a legacy file describes, built by hand from its JSON."""
+    m = doc.get("manifest")
+    manifest = None
+    if m is not None:
+        plan = None
+        if m.get("init_plan") is not None:
+            steps: list[InitCommand | InitShellScript] = []
+            for s in m["init_plan"]["steps"]:
+                if s["kind"] == "command":
+                    steps.append(InitCommand(program=s["program"], args=s.get("args", [])))
+                else:
+                    steps.append(InitShellScript(shell=InitShell(s["shell"]), script=s["script"]))
+            plan = InitPlan(steps=steps)
+        manifest = SessionManifest(
+            session_id=m["session_id"],
+            active_branch=m["active_branch"],
+            current_objective=m["current_objective"],
+            schema_version=m.get("schema_version", 1),
+            harness_version=m.get("harness_version", "v0"),
+            last_known_good_commit=m.get("last_known_good_commit"),
+            init_plan=plan,
+            metadata=m.get("metadata", {}),
+        )
+    state = BootstrapState(
+        manifest=manifest,
+        feature_list=[FeatureRecord(**f) for f in doc.get("feature_list", [])],
+        recent_progress=[
+            ProgressEntry(
+                run_id=p["run_id"], summary=p["summary"], created_at=_time(p, "created_at")
+            )  # type: ignore[arg-type]
+            for p in doc.get("recent_progress", [])
+        ],
+        checkpoints=[
+            RunCheckpoint(
+                run_id=c["run_id"],
+                started_at=_time(c, "started_at"),  # type: ignore[arg-type]
+                completed_at=_time(c, "completed_at"),
+                status=RunStatus(c.get("status", "in_progress")),
+                note=c.get("note"),
+            )
+            for c in doc.get("checkpoints", [])
+        ],
+    )
+    transcript = [
+        Message(role=Role(t["role"]), content=t["content"]) for t in doc.get("transcript", [])
+    ]
+    return state, transcript
+
+
+def _files() -> dict[str, dict[str, Any]]:
+    return {
+        bytes.fromhex(p.stem).decode(): json.loads(p.read_text(encoding="utf-8"))
+        for p in sorted((LEGACY / "sessions").glob("*.json"))
+    }
+
+
+def test_fixtures_cover_what_the_issue_asks() -> None:
+    files = _files()
+    assert any(not sid.isascii() for sid in files)
+    plans = [d["manifest"].get("init_plan") or {"steps": []} for d in files.values()]
+    kinds = {s["kind"] for p in plans for s in p["steps"]}
+    assert kinds == {"command", "shell_script"}
+    cps = [c for d in files.values() for c in d.get("checkpoints", [])]
+    assert any(c.get("completed_at_secs") is None for c in cps)
+    assert any(c.get("completed_at_secs") is not None for c in cps)
+    assert all(legacy_file_name(sid) in {p.name for p in (LEGACY / "sessions").iterdir()}
+               for sid in files)  # fmt: skip
+
+
+def test_import_state_equals_source_and_is_idempotent(root: Path) -> None:
+    with SessionStore(root) as store:
+        rep = import_legacy(store, LEGACY)
+        assert (rep.imported, rep.skipped, rep.failed) == (3, 0, 0)
+        for sid, doc in _files().items():
+            state, transcript = _expected(doc)
+            assert store.load_bootstrap_state(sid) == state, sid
+            assert store.load_transcript_messages(sid) == transcript, sid
+        seqs = {sid: store.last_seq(sid) for sid in store.list_sessions()}
+        assert set(seqs) == set(_files())
+        again = import_legacy(store, LEGACY)
+        assert (again.imported, again.skipped, again.failed) == (0, 3, 0)
+        assert {sid: store.last_seq(sid) for sid in store.list_sessions()} == seqs
+    with SessionStore(root) as fresh:  # another process's view: same, and still idempotent
+        assert import_legacy(fresh, LEGACY).imported == 0
+
+
+def test_bad_files_fail_alone_and_occupied_sessions_are_skipped(root: Path, tmp_path: Path) -> None:
+    legacy = tmp_path / "legacy"
+    shutil.copytree(LEGACY, legacy)
+    (legacy / "sessions" / "zz-not-hex.json").write_text("{}")
+    (legacy / "sessions" / legacy_file_name("broken")).write_text('{"manifest": 3}')
+    with SessionStore(root) as store:
+        store.append_progress_entry("minimal", make_entry(1))  # the session already has history
+        rep = import_legacy(store, legacy)
+        by_result: dict[str, list[str | None]] = {}
+        for item in rep.items:
+            by_result.setdefault(item.result, []).append(item.session_id)
+        assert sorted(by_result["failed"], key=str) == sorted([None, "broken"], key=str)
+        assert by_result["skipped"] == ["minimal"]
+        assert rep.imported == 2
+        assert store.last_seq("minimal") == 1
+
+
+@pytest.mark.parametrize("nanos", [0, 999, 1000, 999_999_999])
+def test_nanoseconds_truncate_to_microseconds(root: Path, tmp_path: Path, nanos: int) -> None:
+    legacy = tmp_path / "legacy"
+    (legacy / "sessions").mkdir(parents=True)
+    doc = {
+        "manifest": {"session_id": "t", "active_branch": "b", "current_objective": "o"},
+        "recent_progress": [
+            {"run_id": "r", "summary": "s", "created_at_secs": -1, "created_at_nanos": nanos}
+        ],
+    }
+    (legacy / "sessions" / legacy_file_name("t")).write_text(json.dumps(doc))
+    with SessionStore(root) as store:
+        assert import_legacy(store, legacy).imported == 1
+        got = store.load_bootstrap_state("t").recent_progress[0].created_at
+    assert got == datetime(1969, 12, 31, 23, 59, 59, nanos // 1000, tzinfo=UTC)
