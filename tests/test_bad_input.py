@@ -13,6 +13,7 @@ import pytest
 from conftest import log_path, make_checkpoint, make_entry, make_features, make_manifest
 
 from eventstore import (
+    BootstrapState,
     ConcurrencyError,
     CorruptLogError,
     EventStoreError,
@@ -358,3 +359,14 @@ def test_files_0600_and_dirs_0700_from_creation(tmp_path: Path) -> None:
             mode = stat.S_IMODE(os.stat(os.path.join(dirpath, name)).st_mode)
             assert mode == 0o600, (dirpath, name, oct(mode))
     assert seen_files >= 7  # 3 logs, 3 locks, 1 id file
+
+
+def test_reading_unknown_sessions_creates_nothing(store: SessionStore) -> None:
+    """Reads of a session that does not exist give the empty answers and leave no trace."""
+    for sid in ("nobody", "no/body", "ñ" * 300):
+        assert store.load_bootstrap_state(sid) == BootstrapState()
+        assert store.load_transcript_messages(sid) == []
+        assert store.is_initialized(sid) is False
+        assert store.last_seq(sid) == 0
+    assert store.list_sessions() == []
+    assert not (store.root / "sessions").exists() or not any((store.root / "sessions").iterdir())
