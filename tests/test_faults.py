@@ -145,6 +145,14 @@ def _batch(s: SessionStore) -> object:
     )
 
 
+def _progress(s: SessionStore) -> object:
+    return s.append_progress_entry(SID, make_entry(5))
+
+
+def _pass(s: SessionStore) -> object:
+    return s.update_feature_pass(SID, "f2", True)
+
+
 def _init(s: SessionStore) -> object:
     return s.initialize_session_if_missing(
         NEW_SID, make_manifest(NEW_SID), make_features(2), make_entry(0), make_checkpoint()
@@ -154,19 +162,19 @@ def _init(s: SessionStore) -> object:
 OPS = {
     op.name: op
     for op in [
-        Op("append-flush", "flush", setup_session, lambda s: s.append_progress_entry(SID, make_entry(5))),
-        Op("append-fsync", "fsync", setup_session, lambda s: s.append_progress_entry(SID, make_entry(5))),
+        Op("append-flush", "flush", setup_session, _progress),
+        Op("append-fsync", "fsync", setup_session, _progress),
         Op("batch-flush", "flush", setup_session, _batch),
         Op("batch-fsync", "fsync", setup_session, _batch),
-        Op("torn-append-flush", "flush", setup_torn, lambda s: s.append_progress_entry(SID, make_entry(5))),
-        Op("torn-append-fsync", "fsync", setup_torn, lambda s: s.append_progress_entry(SID, make_entry(5))),
-        Op("feature-pass", "flush", setup_session, lambda s: s.update_feature_pass(SID, "f2", True)),
+        Op("torn-append-flush", "flush", setup_torn, _progress),
+        Op("torn-append-fsync", "fsync", setup_torn, _progress),
+        Op("feature-pass", "flush", setup_session, _pass),
         Op("init-flush", "flush", lambda r: None, _init, NEW_SID, _init),
         Op("init-fsync", "fsync", lambda r: None, _init, NEW_SID, _init),
         Op("compact", "flush", setup_session, lambda s: s.compact(SID)),
         Op("compact-no-archive", "flush", setup_session, lambda s: s.compact(SID, archive=False)),
     ]
-}  # fmt: skip
+}
 
 
 @dataclass
@@ -335,3 +343,64 @@ def test_fault_figures(fault_base: Path) -> None:
     print(f"\nFAULT FIGURES: injected per function {TOTALS}, total {sum(TOTALS.values())}")
     for f in ("write", "fsync", "replace", "link", "open"):
         assert TOTALS.get(f, 0) > 0, f"no call of os.{f} was ever failed"
+
+
+# -- the harness session map -------------------------------------------------------------
+
+MAP_TOTALS: dict[str, int] = {}
+
+
+def _map_case(base: Path, func: str, err: int, k: int) -> str:
+    """Put over an existing entry, failing the k-th `func` call; '' or what broke."""
+    assert harness_sessions is not None
+    hs = harness_sessions
+    root, workdir = base / f"map-{func}-{err}-{k}", base / f"work-{func}-{err}-{k}"
+    hs.HarnessSessionMap(root, workdir).put("ctx", "old", "h", "d")
+    m = hs.HarnessSessionMap(root, workdir)
+    where = f"map.put {func}#{k} {errno.errorcode[err]}"
+    with Injector(func, k, err) as inj:
+        try:
+            m.put("ctx", "new", "h", "d")
+        except Exception as exc:  # noqa: BLE001 - the map must never raise for a fault
+            return f"{where} at {inj.site}: put raised {type(exc).__name__}: {exc}"
+    where += f" at {inj.site}"
+    if m.get("ctx") != "new":
+        return f"{where}: this process no longer sees its own put"
+    on_disk = hs.HarnessSessionMap(root, workdir / "other").get("ctx")
+    if on_disk not in ("old", "new"):
+        return f"{where}: the entry on disk is {on_disk!r}, neither the old nor the new one"
+    history = [h.session_id for h in hs.read_history(root)]
+    report = workdir / "logs" / "bootstrap.log"
+    if (on_disk != "new" or history[-1:] != ["new"]) and not report.exists():
+        return f"{where}: a failed put was not reported to {report}"
+    leftovers = [n for n in os.listdir(root / "ctx") if n.endswith(".tmp")]
+    if leftovers:
+        return f"{where}: temporary files left behind: {leftovers}"
+    m.put("ctx", "newer", "h", "d")  # the fault has stopped
+    if hs.HarnessSessionMap(root, workdir / "third").get("ctx") != "newer":
+        return f"{where}: the map does not write again once the fault stops"
+    if [h.session_id for h in hs.read_history(root)][-1:] != ["newer"]:
+        return f"{where}: the history does not record puts again once the fault stops"
+    return ""
+
+
+@pytest.mark.skipif(harness_sessions is None, reason="eventstore.harness_sessions not there")
+@pytest.mark.parametrize("func", FUNCS)
+def test_map_put_survives_faults(func: str, tmp_path: Path) -> None:
+    """A HarnessSessionMap.put hit by ENOSPC/EIO at any call site never raises, keeps the
+    binding in memory, leaves the old or the new entry on disk (never a partial one) and no
+    temporary file, reports the failure, and writes (file and history) once the fault stops."""
+    assert harness_sessions is not None
+    clean = tmp_path / "clean"
+    harness_sessions.HarnessSessionMap(clean, tmp_path / "w").put("ctx", "old", "h", "d")
+    with Injector(func) as inj:
+        harness_sessions.HarnessSessionMap(clean, tmp_path / "w").put("ctx", "new", "h", "d")
+    broken = []
+    for err in ERRNOS:
+        for k in range(1, inj.calls + 1):
+            MAP_TOTALS[func] = MAP_TOTALS.get(func, 0) + 1
+            problem = _map_case(tmp_path, func, err, k)
+            if problem:
+                broken.append(problem)
+    print(f"\nMAP FAULTS: {MAP_TOTALS}")
+    assert not broken, "\n".join(broken)
