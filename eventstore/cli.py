@@ -885,11 +885,11 @@ def _compact_one(store: SessionStore, sid: str, args: argparse.Namespace) -> dic
         res.update(bytes_before=size, bytes_after=size, events_before=lines, events_after=lines)
         if size < args.min_bytes or lines < args.min_events:
             res.update(
-                result="skipped", detail=f"below the threshold ({fmt_bytes(size)}, {lines} events)"
+                result="skipped", detail=f"below the threshold ({fmt_bytes(size)}, {lines} lines)"
             )
             return res
         if args.dry_run:
-            res.update(result="would compact", detail=f"{fmt_bytes(size)}, {lines} events")
+            res.update(result="would compact", detail=f"{fmt_bytes(size)}, {lines} lines")
             return res
         rep = store.compact(sid, archive=not args.no_archive)
         if not getattr(rep, "compacted", True):
