@@ -33,6 +33,14 @@ from .events import (
     Snapshot,
     UnknownEvent,
 )
+from .harness_sessions import (
+    FORGET_BY_A2A,
+    FORGET_BY_CLI,
+    HARNESS_SESSION_FILE_NAME,
+    HARNESS_SESSION_TYPE,
+    HarnessSessionMap,
+    new_harness_session_id,
+)
 from .records import (
     BootstrapState,
     FeatureRecord,
@@ -52,6 +60,12 @@ from .store import AppendResult, AutoCompact, SessionStore
 __version__ = "0.1.0"
 
 __all__ = [
+    "FORGET_BY_A2A",
+    "FORGET_BY_CLI",
+    "HARNESS_SESSION_FILE_NAME",
+    "HARNESS_SESSION_TYPE",
+    "HarnessSessionMap",
+    "new_harness_session_id",
     "AppendResult",
     "AutoCompact",
     "CompactionReport",

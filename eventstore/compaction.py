@@ -127,7 +127,8 @@ def compact(
                 unknown.extend(ev.unknown)
             elif type(ev) is UnknownEvent:
                 unknown.append(msgspec.Raw(ev.raw))
-        snap = Snapshot(base_h=w.head.link, states=states, unknown=unknown)
+        known = sorted(t for t in log.codec.types if t != "snapshot")
+        snap = Snapshot(base_h=w.head.link, states=states, unknown=unknown, known=known)
         data, _, _ = log.codec.encode_batch([snap], last.seq, w.head.link, datetime.now(UTC), None)
         tmp = paths.dir / f"{_TMP_PREFIX}{uuid.uuid4().hex}.tmp"
         archived: Path | None = None
@@ -205,6 +206,12 @@ def fold_from_archive(
     """Fold `proj` over the whole history (archive files, then `events`, which start with
     a snapshot that lacks this projection's state or holds another version of it)."""
     snap = events[0]
+    assert isinstance(snap, Snapshot)
+    wanted = proj.event_types
+    if snap.known and wanted is not None and not (wanted & set(snap.known)):
+        # every event this projection reads was unknown to the compactor: all kept verbatim
+        kept = [store.codec.decode_line(bytes(raw), 0, sess.paths.log) for raw in snap.unknown]
+        return fold(proj, proj.initial(), [*kept, *events[1:]])
     history: list[Event] = []
     upto = snap.seq
     for path in archive_files(sess.paths.archive):

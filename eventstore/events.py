@@ -97,12 +97,14 @@ class Snapshot(Event, tag="snapshot", kw_only=True):
 
     `states` maps a projection name to `{"version": int, "state": ...}` (idempotency
     keys are one of them); `unknown` keeps, verbatim, events of types this writer did
-    not know, so compaction never drops them.
+    not know, so compaction never drops them; `known` lists the types it did know, so a
+    projection over only unknown types can be rebuilt from `unknown` alone.
     """
 
     base_h: str
     states: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
     unknown: list[msgspec.Raw] = msgspec.field(default_factory=list)
+    known: list[str] = msgspec.field(default_factory=list)
 
 
 class UnknownEvent(Event, tag="__unknown__", kw_only=True):

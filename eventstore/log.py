@@ -45,6 +45,7 @@ class Cursor:
     offset: int = 0
     seq: int = 0
     link: str = ""
+    h: str = ""  # the `h` closing the line before `offset`: proves the file is the same
 
 
 EMPTY = Cursor()
@@ -158,7 +159,8 @@ class FileSessionLog(SessionLog):
             st = os.fstat(fd)
             ident = (st.st_dev, st.st_ino)
             reset = False
-            if ident != cursor.ident:
+            if ident != cursor.ident or not _still_there(fd, cursor):
+                # a new file (compaction), or the same inode number reused by one
                 reset = cursor.ident != (0, 0)
                 cursor = Cursor(ident)
             size = st.st_size
@@ -174,7 +176,7 @@ class FileSessionLog(SessionLog):
             return ReadResult([], cursor, reset)
         last = events[-1]
         return ReadResult(
-            events, Cursor(ident, cursor.offset + end, last.seq, link_of(last)), reset
+            events, Cursor(ident, cursor.offset + end, last.seq, link_of(last), last.h), reset
         )
 
     def parse(
@@ -286,7 +288,7 @@ class FileLogWriter(LogWriter):
         if head is None:
             return Cursor(ident, 0, 0, "")
         link = (head.base_h or "") if head.type == "snapshot" else head.h
-        return Cursor(ident, cut, head.seq, link)
+        return Cursor(ident, cut, head.seq, link, head.h)
 
     def append(self, events: Sequence[Event], key: str | None = None) -> list[Event]:
         """Append one batch; returns the stamped events (seq, ts, h set)."""
@@ -299,7 +301,9 @@ class FileLogWriter(LogWriter):
             events, head.seq + 1, head.link, datetime.now(UTC), key
         )
         self.write(data)
-        self.head = Cursor(head.ident, head.offset + len(data), stamped[-1].seq, link)
+        self.head = Cursor(
+            head.ident, head.offset + len(data), stamped[-1].seq, link, stamped[-1].h
+        )
         return stamped
 
     def write(self, data: bytes) -> None:
@@ -463,6 +467,14 @@ def find_head(fd: int, size: int, log_: FileSessionLog) -> tuple[LineHead | None
         cut = off  # a line of a batch that has no closing line: torn
         idx += 1
     return head, cut
+
+
+def _still_there(fd: int, cursor: Cursor) -> bool:
+    """Whether the line before the cursor still ends with the `h` the cursor recorded."""
+    if cursor.offset == 0:
+        return True
+    tail = (cursor.h + '"}\n').encode()
+    return os.pread(fd, len(tail), cursor.offset - len(tail)) == tail
 
 
 def _pread_all(fd: int, n: int, offset: int) -> bytes:

@@ -8,6 +8,7 @@ batch, fold the new events into the caches that were current.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import threading
@@ -28,6 +29,7 @@ from projections import (
 from .compaction import CompactionReport, Retention, compact, fold_from_archive
 from .errors import (
     ConcurrencyError,
+    EventStoreError,
     FeatureNotFoundError,
     InvalidRecordError,
     SnapshotVersionError,
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AppendResult", "AutoCompact", "SessionStore"]
 
+log = logging.getLogger("eventstore")
 S = TypeVar("S")
 T = TypeVar("T")
 
@@ -487,7 +490,14 @@ class SessionStore:
                 head = w.head
             result = AppendResult(stamped[0].seq, stamped[-1].seq)
             if self.auto_compact is not None:
-                self._maybe_compact(sess, head)
+                try:
+                    self._maybe_compact(sess, head)
+                except (EventStoreError, OSError) as exc:
+                    # the append is committed: failing it now would make callers retry
+                    # and duplicate it; the next due append tries compacting again
+                    log.warning(
+                        "eventstore: automatic compaction of %r failed: %s", session_id, exc
+                    )
             return result
 
     def _maybe_compact(self, sess: _Session, head: Cursor) -> None:

@@ -695,12 +695,6 @@ def test_cached_instance_notices_compaction_and_continues(root: Path) -> None:
         assert a.load(SID, "flips")["r0"] == before["flips"]["r0"] + 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: FileSessionLog.read identifies a log by (st_dev, st_ino) only; after a "
-    "compaction with archive=False the inode is freed and a later compaction's temp file "
-    "reuses it, so a cached reader resumes at a stale offset in a different file",
-)
 def test_reader_survives_inode_reuse_after_compaction_without_archive(root: Path) -> None:
     """An instance that cached its fold, then two compactions with archive=False by
     another instance: the file system may give the new log the inode of the one the

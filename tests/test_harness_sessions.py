@@ -699,13 +699,6 @@ def test_history_survives_compaction_by_a_plain_store(
     assert report_lines(workdir) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a custom projection unknown to the store that compacted without an archive"
-    " cannot be loaded (SnapshotVersionError), although the snapshot keeps the events it"
-    " needs verbatim in `unknown`; DESIGN: every projection gives the same answer before"
-    " and after compaction. read_history works around it by folding `unknown` itself.",
-)
 def test_library_custom_projection_after_foreign_compaction(map_root: Path, workdir: Path) -> None:
     m = HarnessSessionMap(map_root, workdir)
     m.put("ctx", "sid-1", "h", "d")
