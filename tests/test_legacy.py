@@ -71,8 +71,10 @@ def _expected(doc: dict[str, Any]) -> tuple[BootstrapState, list[Message]]:
         feature_list=[FeatureRecord(**f) for f in doc.get("feature_list", [])],
         recent_progress=[
             ProgressEntry(
-                run_id=p["run_id"], summary=p["summary"], created_at=_time(p, "created_at")
-            )  # type: ignore[arg-type]
+                run_id=p["run_id"],
+                summary=p["summary"],
+                created_at=_time(p, "created_at"),  # type: ignore[arg-type]
+            )
             for p in doc.get("recent_progress", [])
         ],
         checkpoints=[
