@@ -6,11 +6,13 @@ The protocol, all under the session's writers' lock:
 2. fold every registered projection; apply retention if asked (opt-in only);
 3. write `snapshot` (seq N = the last event, `base_h` = the link of line N) to a
    temporary file in the session directory; fsync it;
-4. hard-link the old log into `archive/<first>-<last>.jsonl`; fsync the archive dir;
-5. rename the temporary file over the log; fsync the session directory.
+4. hard-link the old log into `archive/<first>-<last>.jsonl.pending`; fsync the archive;
+5. rename the temporary file over the log; fsync the session directory;
+6. rename the archive link to `archive/<first>-<last>.jsonl`; fsync the archive.
 
-A crash before step 5 leaves the old log (plus a stray temporary file or archive link
-that the next compaction removes); after it, the new one. There is never a moment
+A crash before step 5 leaves the old log (plus a temporary file and a pending link to
+the live log, which the next compaction removes); after it, the new one (and a pending
+link to the old log, which the next compaction names). There is never a moment
 without a complete log. Readers notice the new file identity and re-read.
 """
 
@@ -28,7 +30,7 @@ import msgspec
 
 from projections import Projection, fold, snapshot_entry
 
-from .errors import SnapshotVersionError
+from .errors import EventStoreError, SnapshotVersionError, StorageError
 from .events import Event, Snapshot, UnknownEvent
 from .layout import ensure_private_dir, fsync_dir, open_private
 from .log import Cursor, read_log_file
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["CompactionReport", "Retention", "archive_files", "compact", "fold_from_archive"]
 
 _TMP_PREFIX = "log.jsonl.compact-"
+_PENDING = ".pending"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +104,10 @@ def compact(
     log = sess.log
     paths = sess.paths
     with sess.lock, log.writer() as w:
-        _remove_strays(sess, w.head)
+        try:
+            _remove_strays(sess, w.head)
+        except OSError as exc:
+            raise StorageError(f"{paths.dir}: cleaning up after a crash failed: {exc}") from exc
         size = w.head.offset
         if w.head.seq == 0:
             return CompactionReport(
@@ -131,7 +137,7 @@ def compact(
         snap = Snapshot(base_h=w.head.link, states=states, unknown=unknown, known=known)
         data, _, _ = log.codec.encode_batch([snap], last.seq, w.head.link, datetime.now(UTC), None)
         tmp = paths.dir / f"{_TMP_PREFIX}{uuid.uuid4().hex}.tmp"
-        archived: Path | None = None
+        archived = pending = None
         try:
             fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
             try:
@@ -143,22 +149,37 @@ def compact(
                 os.close(fd)
             if archive:
                 ensure_private_dir(paths.archive)
-                archived = paths.archive / f"{first_seq:012d}-{last.seq:012d}.jsonl"
-                if os.path.lexists(archived):  # a re-compaction of the same range
-                    archived = archived.with_name(f"{archived.stem}-{uuid.uuid4().hex[:8]}.jsonl")
-                os.link(log.path, archived)
+                archived = _archive_name(paths.archive, first_seq, last.seq)
+                # linked under a pending name: until the swap it is the live log, and
+                # audit tools must not take it for history
+                pending = archived.with_name(archived.name + _PENDING)
+                os.link(log.path, pending)
                 fsync_dir(paths.archive)
             os.replace(tmp, log.path)
-        except BaseException:
-            for leftover in (tmp, archived):
+        except BaseException as exc:
+            for leftover in (tmp, pending):
                 if leftover is not None:
                     try:
                         os.unlink(leftover)
                     except OSError:
                         pass
+            if isinstance(exc, OSError) and not isinstance(exc, EventStoreError):
+                raise StorageError(
+                    f"{log.path}: compaction failed, the log is unchanged: {exc}", exc.errno
+                ) from exc
             raise
         sess.folds.clear()  # the new file has a new identity: every fold restarts from it
-        fsync_dir(paths.dir)
+        try:  # the new log is in place; these steps only make it and the archive durable
+            fsync_dir(paths.dir)
+            if pending is not None and archived is not None:
+                os.rename(pending, archived)
+                fsync_dir(paths.archive)
+        except OSError as exc:
+            raise StorageError(
+                f"{log.path}: compacted, but making it durable failed ({exc}); the next"
+                " compaction finishes the archive",
+                exc.errno,
+            ) from exc
     return CompactionReport(
         session_id=session_id,
         events_before=len(events),
@@ -173,22 +194,33 @@ def compact(
     )
 
 
+def _archive_name(archive_dir: Path, first: int, last: int) -> Path:
+    name = archive_dir / f"{first:012d}-{last:012d}.jsonl"
+    if os.path.lexists(name) or os.path.lexists(name.with_name(name.name + _PENDING)):
+        name = name.with_name(f"{name.stem}-{uuid.uuid4().hex[:8]}.jsonl")  # a re-compaction
+    return name
+
+
 def _remove_strays(sess: _Session, head: Cursor) -> None:
-    """Remove what a compaction that crashed left: temporary files and archive links
-    that still point at the live log (same inode), which would otherwise grow with it."""
+    """Finish or undo what a compaction that crashed left behind: temporary files go; a
+    pending archive link that is still the live log goes (it would grow with it); one
+    that is the old log (the swap happened) gets its final name."""
     for name in os.listdir(sess.paths.dir):
         if name.startswith(_TMP_PREFIX):
-            try:
-                os.unlink(sess.paths.dir / name)
-            except OSError:
-                pass
-    for path in archive_files(sess.paths.archive):
-        try:
-            st = os.lstat(path)
-        except OSError:
+            os.unlink(sess.paths.dir / name)
+    try:
+        names = os.listdir(sess.paths.archive)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if not name.endswith(_PENDING):
             continue
+        path = sess.paths.archive / name
+        st = os.lstat(path)
         if (st.st_dev, st.st_ino) == head.ident:
             os.unlink(path)
+        else:
+            os.rename(path, path.with_name(name[: -len(_PENDING)]))
 
 
 def _fold_all(

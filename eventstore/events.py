@@ -58,6 +58,7 @@ class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
     """
 
     VERSION: ClassVar[int] = 1
+    SKIPPED: ClassVar[bool] = False  # True on the envelope-only stand-ins of skipped types
 
     seq: int = 0
     ts: datetime = EPOCH
@@ -152,8 +153,9 @@ def validated_copy(value: object, cls: type[_T], what: str) -> _T:
     """A private deep copy of `value` as it will read back from the log.
 
     Raises InvalidRecordError if `value` is not a `cls`, a field has the wrong type, or
-    the value would not read back equal (e.g. a UTC offset with seconds, which JSON
-    timestamps cannot carry): nothing is ever stored that would come back different.
+    the value would not read back equal (a str where an enum belongs, bytes where text
+    belongs, a UTC offset with seconds, which JSON timestamps cannot carry): nothing is
+    ever stored that would come back different.
     """
     if not isinstance(value, cls):
         raise InvalidRecordError(f"{what} must be a {cls.__name__}, got {type(value).__name__}")
@@ -161,19 +163,31 @@ def validated_copy(value: object, cls: type[_T], what: str) -> _T:
         copy = msgspec.json.decode(_json_encoder.encode(value), type=cls)
     except (msgspec.ValidationError, msgspec.EncodeError, TypeError) as exc:
         raise InvalidRecordError(f"invalid {what}: {exc}") from None
-    if copy != value and copy != _exact_copy(value, cls):  # the 2nd: "user" for Role.USER
+    if copy != value:
+        where, given, stored = _first_difference(value, copy, what)
         raise InvalidRecordError(
-            f"invalid {what}: it would not read back equal (a timestamp with a UTC offset"
-            " that has seconds, or a value JSON cannot represent exactly?)"
+            f"invalid {where}: {given!r} ({type(given).__name__}) would read back as"
+            f" {stored!r}; give the declared type"
         )
     return copy
 
 
-def _exact_copy(value: object, cls: type[_T]) -> _T | None:
-    try:  # keeps datetimes as they are, so only a lossy encoding makes it differ
-        return msgspec.convert(msgspec.to_builtins(value, builtin_types=(datetime,)), cls)
-    except (msgspec.ValidationError, TypeError):
-        return None
+def _first_difference(given: Any, stored: Any, path: str) -> tuple[str, Any, Any]:
+    """The path of the first value that differs between `given` and its round trip."""
+    if isinstance(given, msgspec.Struct) and type(given) is type(stored):
+        for name in given.__struct_fields__:
+            a, b = getattr(given, name), getattr(stored, name)
+            if a != b or type(a) is not type(b):
+                return _first_difference(a, b, f"{path}.{name}")
+    elif isinstance(given, (list, tuple)) and isinstance(stored, (list, tuple)):
+        for i, (a, b) in enumerate(zip(given, stored, strict=False)):
+            if a != b or type(a) is not type(b):
+                return _first_difference(a, b, f"{path}[{i}]")
+    elif isinstance(given, dict) and isinstance(stored, dict):
+        for k in given:
+            if k in stored and (given[k] != stored[k] or type(given[k]) is not type(stored[k])):
+                return _first_difference(given[k], stored[k], f"{path}[{k!r}]")
+    return path, given, stored
 
 
 def event_tag(cls: type[Event]) -> str:
@@ -295,7 +309,7 @@ class EventCodec:
                 tag=tag,
                 kw_only=True,
                 omit_defaults=True,
-                namespace={"VERSION": self.types[tag].VERSION},
+                namespace={"VERSION": self.types[tag].VERSION, "SKIPPED": True},
             )
             stub = self._stubs[tag] = made
         return stub

@@ -88,9 +88,15 @@ def decode_session_dir(name: str, directory: Path) -> str | None:
             return None
     if name.startswith("~"):
         try:
-            return (directory / ID_FILE).read_text(encoding="utf-8")
-        except OSError:
+            fd = open_private(directory / ID_FILE, os.O_RDONLY)
+        except (OSError, UnsafePathError):
+            return None  # no id file, or a planted link: not a session of ours
+        try:
+            return os.read(fd, 4 * MAX_SESSION_ID_BYTES).decode("utf-8")
+        except (OSError, UnicodeDecodeError):
             return None
+        finally:
+            os.close(fd)
     return name if _ORDINARY.match(name) else None
 
 

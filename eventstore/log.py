@@ -112,12 +112,17 @@ class FileSessionLog(SessionLog):
 
     def last_seq(self) -> int:
         """The last committed sequence number, from the tail of the file alone."""
+        self.paths.check_no_links()
         try:
             fd = open_private(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return 0
+        except OSError as exc:
+            raise _storage_error(self.path, "opening the log", exc) from exc
         try:
             head, _ = find_head(fd, os.fstat(fd).st_size, self)
+        except OSError as exc:
+            raise _storage_error(self.path, "reading the log", exc) from exc
         finally:
             os.close(fd)
         return 0 if head is None else head.seq
@@ -155,6 +160,8 @@ class FileSessionLog(SessionLog):
             fd = open_private(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return ReadResult([], cursor, False)
+        except OSError as exc:
+            raise _storage_error(self.path, "opening the log", exc) from exc
         try:
             st = os.fstat(fd)
             ident = (st.st_dev, st.st_ino)
@@ -169,6 +176,8 @@ class FileSessionLog(SessionLog):
                     self.path, size, cursor.seq, f"log shrank below a read position {cursor.offset}"
                 )
             buf = _pread_all(fd, size - cursor.offset, cursor.offset)
+        except OSError as exc:
+            raise _storage_error(self.path, "reading the log", exc) from exc
         finally:
             os.close(fd)
         events, end = self.parse(buf, cursor, decoder)
@@ -373,7 +382,7 @@ def parse_lines(
         if type(ev) is Snapshot and (i or start):
             off = start + _line_offset(region, i)
             raise CorruptLogError(path, off, ev.seq, "snapshot after the first line")
-        if ev.v != type(ev).VERSION:
+        if ev.v != type(ev).VERSION and not type(ev).SKIPPED:
             slow = True
         expected = ev.seq + 1
         more = ev.more
@@ -408,7 +417,7 @@ def _decode_slow(
         offset = cursor.offset + pos
         try:
             ev = decoder.decode_lines(line + b"\n")[0]
-            if ev.v != type(ev).VERSION:
+            if ev.v != type(ev).VERSION and not type(ev).SKIPPED:
                 ev = codec.decode_line(line, offset, path)
         except (msgspec.DecodeError, msgspec.ValidationError, IndexError):
             try:

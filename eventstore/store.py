@@ -186,8 +186,9 @@ class SessionStore:
 
     # -- the session API --------------------------------------------------------------
 
-    def is_initialized(self, session_id: str) -> bool:
-        """True once the session has a manifest."""
+    def is_initialized(self, session_id: str, *, idempotency_key: str | None = None) -> bool:
+        """True once the session has a manifest. (`idempotency_key` is accepted so every
+        session operation has the same shape; reads are idempotent anyway.)"""
         return self._state(session_id, BOOTSTRAP).manifest is not None
 
     def initialize_session_if_missing(
@@ -224,7 +225,9 @@ class SessionStore:
         # a replayed key means an earlier call with this key initialized the session
         return self._write(session_id, build, idempotency_key) is not None
 
-    def load_bootstrap_state(self, session_id: str) -> BootstrapState:
+    def load_bootstrap_state(
+        self, session_id: str, *, idempotency_key: str | None = None
+    ) -> BootstrapState:
         """The manifest, features, progress and checkpoints; `BootstrapState()` if unknown."""
         return BOOTSTRAP.copy(self._state(session_id, BOOTSTRAP))
 
@@ -283,7 +286,9 @@ class SessionStore:
         ev = CheckpointRecorded(checkpoint=_record(checkpoint, RunCheckpoint, "checkpoint"))
         self._write(session_id, lambda s, w: [ev], idempotency_key)
 
-    def load_transcript_messages(self, session_id: str) -> list[Message]:
+    def load_transcript_messages(
+        self, session_id: str, *, idempotency_key: str | None = None
+    ) -> list[Message]:
         """Every transcript message in append order; `[]` for an unknown session."""
         return TRANSCRIPT.copy(self._state(session_id, TRANSCRIPT))
 
