@@ -521,7 +521,12 @@ def _ensure_root(root: Path) -> None:
     try:
         st = os.stat(root)
     except FileNotFoundError:
-        os.makedirs(root, mode=0o700, exist_ok=True)
+        missing = [root, *(p for p in root.parents if not p.exists())]
+        for path in reversed(missing):  # every directory we create is private, not just the last
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                pass
         return
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"store root {root} exists and is not a directory")

@@ -25,6 +25,7 @@ from eventstore import (
     Message,
     ProgressAppended,
     ProgressEntry,
+    Role,
     RunCheckpoint,
     SessionStore,
 )
@@ -348,7 +349,7 @@ def test_files_0600_and_dirs_0700_from_creation(tmp_path: Path) -> None:
         with SessionStore(root) as store:
             for sid in ("plain", "ünï/code", "x" * 300):
                 store.initialize_session_if_missing(sid, make_manifest(sid), make_features())
-                store.append_transcript_messages(sid, [Message(role="user", content="hi")])  # type: ignore[arg-type]
+                store.append_transcript_messages(sid, [Message(role=Role.USER, content="hi")])
     finally:
         os.umask(old)
     seen_files = 0

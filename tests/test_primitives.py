@@ -441,12 +441,6 @@ def test_every_session_write_is_idempotent_with_a_key(tmp_path: Path, op: str) -
 @pytest.mark.parametrize(
     "op", ["is_initialized", "load_bootstrap_state", "load_transcript_messages"]
 )
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="SPEC GAP: issue 6 says the ten session operations accept idempotency_key=; "
-    "the three reads do not",
-)
 def test_session_reads_accept_an_idempotency_key(tmp_path: Path, op: str) -> None:
     """The three reads of the session API accept (and ignore) idempotency_key, so a
     harness can pass one uniformly to every operation."""

@@ -268,12 +268,6 @@ def test_a_missing_upcaster_is_a_clear_corrupt_log_error(tmp_path: Path) -> None
     ).read_bytes()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=CorruptLogError,
-    reason="BUG: since stubs carry the real VERSION, an old line of a type a projection "
-    "skips sends parse_lines to _decode_slow, which fully decodes and upcasts it",
-)
 def test_a_missing_upcaster_does_not_break_projections_that_skip_the_type(
     tmp_path: Path,
 ) -> None:
