@@ -51,7 +51,7 @@ import portalocker
 
 from projections import Projection, fold, restore_state
 
-from .errors import CorruptLogError, EventStoreError, SnapshotVersionError
+from .errors import CorruptLogError, EventStoreError, SnapshotVersionError, UnsafePathError
 from .events import (
     Event,
     EventCodec,
@@ -120,8 +120,15 @@ class LogFile:
 def history_files(store: SessionStore, session_id: str) -> list[LogFile]:
     """The archive files in sequence order, then the live log (if it exists)."""
     paths = SessionPaths(store.root, validate_session_id(session_id))
+    # never read history through a planted link: not the sessions dir, the session
+    # dir or archive/ (files are opened with O_NOFOLLOW)
+    paths.check_no_links()
     files: list[LogFile] = []
     try:
+        if os.path.islink(paths.archive):
+            raise UnsafePathError(
+                f"{paths.archive} is a symlink; eventstore never follows links in a store"
+            )
         names = os.listdir(paths.archive)
     except (FileNotFoundError, NotADirectoryError):
         names = []
@@ -722,7 +729,7 @@ def follow(
             if type(ev) is Snapshot:
                 if ev.seq > last:
                     # events up to the snapshot that this reader has not seen yet
-                    for old, _ in _history(store, session_id, decoder, last + 1, ev.seq):
+                    for old in _catch_up(store, session_id, decoder, last + 1, ev.seq):
                         if old.seq > last:
                             yield old
                             last = old.seq
@@ -735,6 +742,30 @@ def follow(
             stop.wait(poll_interval)
         else:
             time.sleep(poll_interval)
+
+
+def _catch_up(store: SessionStore, session_id: str, decoder: Any, lo: int, hi: int) -> list[Event]:
+    """Events lo..hi that a compaction moved to the archive while a follower looked away.
+
+    Compaction renames the old log's archive link from `<name>.jsonl.pending` to its
+    final name just after swapping the log in: while a pending link exists, the events
+    may be a moment from being readable, so wait for it (up to about a second) rather
+    than yield the snapshot in their place.
+    """
+    archive = SessionPaths(store.root, session_id).archive
+    got: list[Event] = []
+    for _ in range(100):
+        got = [ev for ev, _ in _history(store, session_id, decoder, lo, hi)]
+        if not any(type(ev) is Snapshot for ev in got):
+            return got
+        try:
+            pending = any(n.endswith(".jsonl.pending") for n in os.listdir(archive))
+        except OSError:
+            pending = False
+        if not pending:
+            break
+        time.sleep(0.01)
+    return got  # compacted without an archive: the snapshot stands in
 
 
 # -- stats and export ------------------------------------------------------------------
