@@ -42,8 +42,8 @@ class Spy:
             self.reads.append((offset, len(data)))
             return data
 
-        def spy_read(this: FileSessionLog, cursor: Any, decoder: Any) -> Any:
-            res = real_read(this, cursor, decoder)
+        def spy_read(this: FileSessionLog, *args: Any, **kwargs: Any) -> Any:
+            res = real_read(this, *args, **kwargs)
             self.read_events.extend(res.events)
             return res
 
