@@ -295,16 +295,15 @@ _RAW_READ = (
     " OSError escape; a write that catches up under the lock (update_feature_pass,"
     " initialize_session_if_missing) then fails untyped; wrap it with _storage_error"
 )
+_RAW_READ_LOG_FILE = (
+    "BUG: log.read_log_file() (compaction reads the live log with it, under the lock)"
+    " lets a raw OSError from open_private/fstat/pread escape compact() untyped; wrap it"
+    " with _storage_error like FileSessionLog.read"
+)
+# fixed since first reported (kept as regression tests): _RAW_READ, _RAW_COMPACT
 UNTYPED: dict[tuple[str, str], str] = {
-    ("feature-pass", "open"): _RAW_READ,
-    ("init-flush", "open"): _RAW_READ,
-    ("init-fsync", "open"): _RAW_READ,
-    **{
-        (op, f): _RAW_COMPACT
-        for op in ("compact", "compact-no-archive")
-        for f in ("write", "fsync", "replace", "open")
-    },
-    ("compact", "link"): _RAW_COMPACT,
+    ("compact", "open"): _RAW_READ_LOG_FILE,
+    ("compact-no-archive", "open"): _RAW_READ_LOG_FILE,
 }
 
 

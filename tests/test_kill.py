@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -191,8 +192,8 @@ def _check_session(root: Path, sid: str, acks: list[Ack], figures: Figures) -> N
         report = store.verify(sid)
         errors = [p for p in report.problems if p.severity == "error"]
         if _debris(SessionPaths(root, sid)):
-            # known defect, pinned by test_kill_between_archive_link_and_rename_leaves_no_alarm:
-            # the stray archive link grows with the live log until the next compaction
+            # stray compaction debris (see test_kill_at_each_compaction_step): tolerated here,
+            # pinned deterministically there
             errors = [p for p in errors if p.kind != "archive_name"]
         assert not errors, errors
 
@@ -278,27 +279,86 @@ def test_sigkill_loses_no_acknowledged_append(tmp_path: Path) -> None:
     assert figures.kills >= (200 if LONG else 40)
 
 
-@pytest.mark.xfail(
+# A compactor child that SIGKILLs itself at the k-th call of os.<func> made by eventstore
+# during one compaction: a crash at exactly each step of the protocol.
+CRASH_COMPACT = r"""
+import os, signal, sys
+from eventstore import SessionStore
+root, sid, func, k, archive = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+store = SessionStore(root)
+real = getattr(os, func)
+calls = 0
+def hooked(*a, **kw):
+    global calls
+    if sys._getframe(1).f_globals.get("__name__", "").startswith("eventstore"):
+        calls += 1
+        if calls == k:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real(*a, **kw)
+setattr(os, func, hooked)
+store.compact(sid, archive=archive == "1")
+print(calls, flush=True)
+"""
+CRASH_FUNCS = ("open", "write", "fsync", "link", "replace", "rename", "unlink")
+
+
+_PENDING_BUG = pytest.mark.xfail(
     strict=True,
-    reason="BUG: a kill between os.link(log, archive) and os.replace in compact() leaves an"
-    " archive link to the live log; it grows with every append and verify() reports"
-    " 'archive_name' errors until the next compaction removes it",
+    reason="BUG: a kill after compact()'s os.replace but before the rename of"
+    " archive/<range>.jsonl.pending leaves the old log (seqs after the previous snapshot)"
+    " only under the .pending name, which audit.history_files ignores: verify() reports"
+    " 'the snapshot covers seq N, which <archive> does not hold' and read_events/state_at"
+    " skip those seqs until the next compaction; history_files (or the writer's open,"
+    " under the lock) should adopt a .pending link whose inode is not the live log's",
 )
-def test_kill_between_archive_link_and_rename_leaves_no_alarm(tmp_path: Path) -> None:
-    """The state a SIGKILL leaves between compaction's archive link and its rename (built
-    by hand, deterministically: the archive holds a second name of the live log) must not
-    turn into a verify error once writers append again."""
+CRASH_CASES = [
+    pytest.param(f, a, id=f"{f}-{a}", marks=[_PENDING_BUG] if a == "1" and f in (
+        "open", "fsync", "rename") else [])
+    for f in CRASH_FUNCS
+    for a in ("1", "0")
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("func", "archive"), CRASH_CASES)
+def test_kill_at_each_compaction_step(tmp_path: Path, func: str, archive: str) -> None:
+    """A compactor killed at each os.<func> call of a compaction (before, between and
+    after the archive link, the rename and the fsyncs) leaves a session that reads the same
+    state, verifies clean once writers append again, and compacts cleanly afterwards."""
     root = tmp_path / "store"
     with SessionStore(root) as store:
         for i in range(3):
             store.append("s", [ProgressAppended(entry=ProgressEntry(run_id="r", summary=f"{i}"))])
-        store.compact("s")
+        store.compact("s", archive=archive == "1")
         for i in range(3, 6):
             store.append("s", [ProgressAppended(entry=ProgressEntry(run_id="r", summary=f"{i}"))])
-        paths = SessionPaths(root, "s")
-        os.link(paths.log, paths.archive / f"{3:012d}-{6:012d}.jsonl")  # killed here
-    with SessionStore(root) as store:  # a new process: the next writer
-        store.append("s", [ProgressAppended(entry=ProgressEntry(run_id="r", summary="6"))])
-        assert [e.seq for e in store.read_events("s")] == list(range(1, 8))
-        report = store.verify("s")
-        assert report.ok, report.problems
+        want = [p.summary for p in store.load_bootstrap_state("s").recent_progress]
+    k, kills = 1, 0
+    while True:
+        case = tmp_path / f"k{k}"
+        shutil.copytree(root, case, symlinks=True, copy_function=shutil.copy2)
+        run = subprocess.run(
+            [sys.executable, "-c", CRASH_COMPACT, str(case), "s", func, str(k), archive],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if run.returncode == 0:
+            break  # fewer than k calls: every crash point of this function was tried
+        assert run.returncode == -signal.SIGKILL, run.stderr
+        kills += 1
+        with SessionStore(case) as store:
+            assert [p.summary for p in store.load_bootstrap_state("s").recent_progress] == want
+            store.append("s", [ProgressAppended(entry=ProgressEntry(run_id="r", summary="6"))])
+            report = store.verify("s")
+            assert report.ok, (func, k, report.problems)
+            if archive == "1":  # the whole history stays readable
+                assert [e.seq for e in store.read_events("s")] == list(range(1, 8)), (func, k)
+            store.compact("s", archive=archive == "1")
+            assert not _debris(SessionPaths(case, "s"))
+            report = store.verify("s")
+            assert report.ok, (func, k, report.problems)
+        with SessionStore(case) as store:
+            got = [p.summary for p in store.load_bootstrap_state("s").recent_progress]
+            assert got == [*want, "6"]
+        k += 1
+    print(f"\ncompaction killed at each of {kills} os.{func} calls (archive={archive})")
