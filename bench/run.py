@@ -29,6 +29,8 @@ __all__ = ["main"]
 DEFAULT_SIZES = [500, 2000, 10_000]
 QUICK_SIZES = [200, 1000]
 WARM_K = [10, 100, 1000]
+#: the compaction row with `Retention`: keep the newest 500 progress entries, 100 checkpoints
+RETENTION = {"progress": 500, "checkpoints": 100}
 
 
 def _worker(mode: str, args: dict[str, Any], timeout: float) -> dict[str, Any] | str:
@@ -195,13 +197,16 @@ def transcript_scale_table(rows: dict[float, list[dict[str, Any]]], turns: int) 
 def compact_table(rows: list[dict[str, Any]]) -> str:
     """Cold loads of a long session before and after compaction."""
     out = [
-        "| events | message size × | log MB before → after | cold bootstrap before → after ms"
-        " | cold transcript before → after ms | compact s |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "| events | message size × | retention | log MB before → after"
+        " | cold bootstrap before → after ms | cold transcript before → after ms | compact s |",
+        "|---:|---:|---|---:|---:|---:|---:|",
     ]
     for r in rows:
+        keep = r.get("retention")
+        kept = ", ".join(f"{k} {v}" for k, v in keep.items()) if keep else "none"
         out.append(
-            f"| {r['events']:,} | {r['msg_scale']:g} | {r['log_bytes_before'] / 1e6:,.1f} → "
+            f"| {r['events']:,} | {r['msg_scale']:g} | {kept} | "
+            f"{r['log_bytes_before'] / 1e6:,.1f} → "
             f"{r['log_bytes_after'] / 1e6:,.1f} | {_fmt_ms(r['cold_bootstrap_before_s'])} → "
             f"{_fmt_ms(r['cold_bootstrap_after_s'])} | {_fmt_ms(r['cold_transcript_before_s'])} → "
             f"{_fmt_ms(r['cold_transcript_after_s'])} | {r['compact_s']:.2f} |"
@@ -322,12 +327,9 @@ def main(argv: list[str] | None = None) -> int:
         ]
         events = 5000 if a.quick else a.compact_events
         comp = []
-        for scale in (1.0, 0.1):
-            res = _worker(
-                "compact",
-                {"events": events, "msg_scale": scale, "cold_runs": 3},
-                max(a.timeout, 600),
-            )
+        for scale, keep in ((1.0, None), (0.1, None), (0.1, RETENTION)):
+            args = {"events": events, "msg_scale": scale, "cold_runs": 3, "retention": keep}
+            res = _worker("compact", args, max(a.timeout, 600))
             _log(f"compact {events} x{scale}: {res if isinstance(res, str) else 'done'}")
             if isinstance(res, dict):
                 comp.append(res)

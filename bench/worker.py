@@ -195,6 +195,7 @@ def compact_mode(a: dict[str, Any]) -> dict[str, Any]:
         res: dict[str, Any] = {
             "events": n_events,
             "msg_scale": a.get("msg_scale", 1.0),
+            "retention": a.get("retention"),
             "build_s": build_s,
             "log_bytes_before": log.stat().st_size,
             "bare_decode_before_s": _bare_decode(log, 3),
@@ -204,7 +205,12 @@ def compact_mode(a: dict[str, Any]) -> dict[str, Any]:
         res["cold_transcript_before_s"] = statistics.median(c["transcript_s"] for c in before)
         store = SessionStore(root)
         t = time.perf_counter()
-        report = store.compact(SID)
+        retention = None
+        if a.get("retention"):
+            from eventstore.compaction import Retention
+
+            retention = Retention(**a["retention"])
+        report = store.compact(SID, retention=retention)
         res["compact_s"] = time.perf_counter() - t
         store.close()
         res["report"] = {
