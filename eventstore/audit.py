@@ -90,7 +90,7 @@ __all__ = [
 ]
 
 # compaction adds "-<hex>" when it archives the same range twice (a re-compacted snapshot)
-ARCHIVE_NAME = re.compile(r"(\d{12})-(\d{12})(?:-[0-9a-f]+)?\.jsonl\Z")
+ARCHIVE_NAME = re.compile(r"(\d{12})-(\d{12})(?:-[0-9a-f]+)?\.jsonl(\.pending)?\Z")
 INF = float("inf")
 
 
@@ -133,14 +133,24 @@ def history_files(store: SessionStore, session_id: str) -> list[LogFile]:
     except (FileNotFoundError, NotADirectoryError):
         names = []
     keyed: list[tuple[int, int, int, str, LogFile]] = []
+    try:
+        st = os.lstat(paths.log)
+        live = (st.st_dev, st.st_ino)
+    except FileNotFoundError:
+        live = (0, 0)
     for name in names:
         m = ARCHIVE_NAME.match(name)
         if m:
             path = paths.archive / name
             try:
-                mtime = os.lstat(path).st_mtime_ns
+                st = os.lstat(path)
             except FileNotFoundError:
                 continue
+            if m[3] and (st.st_dev, st.st_ino) == live:
+                continue  # a pending link that is still the live log: not history yet
+            # a pending link to another file is the old log of a compaction that stopped
+            # just after its swap: history, which the next compaction names
+            mtime = st.st_mtime_ns
             # same range twice: the older file (last written earlier) comes first
             keyed.append(
                 (int(m[1]), int(m[2]), mtime, name, LogFile(path, True, int(m[1]), int(m[2])))
