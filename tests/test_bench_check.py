@@ -6,11 +6,16 @@ Backends whose optional package (the `eventsourcing` library) is missing are ski
 from __future__ import annotations
 
 import importlib.util
+import sys
+from pathlib import Path
 
 import pytest
 
-from bench.backends import BACKENDS, available
-from bench.check import run_check
+# `bench/` lives at the repository root and is not an installed package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.backends import BACKENDS, available  # noqa: E402
+from bench.check import run_check  # noqa: E402
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
