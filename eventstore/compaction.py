@@ -30,7 +30,7 @@ import msgspec
 
 from projections import Projection, fold, snapshot_entry
 
-from .errors import EventStoreError, SnapshotVersionError, StorageError
+from .errors import CorruptLogError, EventStoreError, SnapshotVersionError, StorageError
 from .events import Event, Snapshot, UnknownEvent
 from .layout import ensure_private_dir, fsync_dir, open_private
 from .log import Cursor, read_log_file
@@ -135,7 +135,7 @@ def compact(
                 unknown.append(msgspec.Raw(ev.raw))
         known = sorted(t for t in log.codec.types if t != "snapshot")
         snap = Snapshot(base_h=w.head.link, states=states, unknown=unknown, known=known)
-        data, _, _ = log.codec.encode_batch([snap], last.seq, w.head.link, datetime.now(UTC), None)
+        data, _ = log.codec.encode_snapshot(snap, last.seq, w.head.link, datetime.now(UTC))
         tmp = paths.dir / f"{_TMP_PREFIX}{uuid.uuid4().hex}.tmp"
         archived = pending = None
         try:
@@ -230,6 +230,10 @@ def _fold_all(
         return fold(proj, proj.initial(), events)
     except SnapshotVersionError:
         return fold_from_archive(store, sess, proj, events)
+    except CorruptLogError as exc:
+        if exc.path is not None:
+            raise
+        raise CorruptLogError(sess.paths.log, 0, exc.seq, exc.reason) from None
 
 
 def fold_from_archive(

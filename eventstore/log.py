@@ -26,7 +26,7 @@ import msgspec
 import portalocker
 
 from .errors import CorruptLogError, EventStoreError, StorageError
-from .events import Event, EventCodec, LineHead, Snapshot, link_of
+from .events import HASH_SUFFIX_LEN, Event, EventCodec, LineHead, Snapshot, SnapshotHead, link_of
 from .layout import SessionPaths, fsync_dir, open_private
 
 __all__ = ["Cursor", "Durability", "FileSessionLog", "LogWriter", "ReadResult", "SessionLog"]
@@ -67,7 +67,12 @@ class SessionLog:
     def exists(self) -> bool:
         raise NotImplementedError
 
-    def read(self, cursor: Cursor, decoder: msgspec.json.Decoder[Event]) -> ReadResult:
+    def read(
+        self, cursor: Cursor, decoder: msgspec.json.Decoder[Event], part: str | None = None
+    ) -> ReadResult:
+        raise NotImplementedError
+
+    def last_seq(self) -> int:
         raise NotImplementedError
 
     def writer(self) -> AbstractContextManager[LogWriter]:
@@ -153,8 +158,14 @@ class FileSessionLog(SessionLog):
         finally:
             os.close(fd)
 
-    def read(self, cursor: Cursor, decoder: msgspec.json.Decoder[Event]) -> ReadResult:
-        """Events after `cursor`, up to the last complete batch."""
+    def read(
+        self, cursor: Cursor, decoder: msgspec.json.Decoder[Event], part: str | None = None
+    ) -> ReadResult:
+        """Events after `cursor`, up to the last complete batch.
+
+        `part`: the one projection the caller folds. When the read starts at an opening
+        snapshot, only that projection's state is read from it (see SnapshotHead).
+        """
         self.paths.check_no_links()
         try:
             fd = open_private(self.path, os.O_RDONLY)
@@ -175,6 +186,12 @@ class FileSessionLog(SessionLog):
                 raise CorruptLogError(
                     self.path, size, cursor.seq, f"log shrank below a read position {cursor.offset}"
                 )
+            lead: list[Event] = []
+            if part is not None and cursor.offset == 0 and size:
+                snap = _snapshot_part(fd, part)
+                if snap is not None:
+                    lead = [snap]
+                    cursor = Cursor(ident, snap.length + 1, snap.seq, snap.base_h, snap.h)
             buf = _pread_all(fd, size - cursor.offset, cursor.offset)
         except OSError as exc:
             raise _storage_error(self.path, "reading the log", exc) from exc
@@ -182,11 +199,10 @@ class FileSessionLog(SessionLog):
             os.close(fd)
         events, end = self.parse(buf, cursor, decoder)
         if not events:
-            return ReadResult([], cursor, reset)
+            return ReadResult(lead, cursor, reset)
         last = events[-1]
-        return ReadResult(
-            events, Cursor(ident, cursor.offset + end, last.seq, link_of(last), last.h), reset
-        )
+        after = Cursor(ident, cursor.offset + end, last.seq, link_of(last), last.h)
+        return ReadResult([*lead, *events], after, reset)
 
     def parse(
         self, buf: bytes, cursor: Cursor, decoder: msgspec.json.Decoder[Event]
@@ -437,13 +453,16 @@ def read_log_file(
     limit: int | None = None,
 ) -> list[Event]:
     """Every event of the complete batches of a whole log file (the first `limit` bytes)."""
-    fd = open_private(path, os.O_RDONLY)
     try:
-        st = os.fstat(fd)
-        size = st.st_size if limit is None else min(limit, st.st_size)
-        buf = _pread_all(fd, size, 0)
-    finally:
-        os.close(fd)
+        fd = open_private(path, os.O_RDONLY)
+        try:
+            st = os.fstat(fd)
+            size = st.st_size if limit is None else min(limit, st.st_size)
+            buf = _pread_all(fd, size, 0)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _storage_error(path, "reading the log", exc) from exc
     events, _ = parse_lines(buf, Cursor((st.st_dev, st.st_ino)), decoder, codec, path)
     return events
 
@@ -451,31 +470,81 @@ def read_log_file(
 def find_head(fd: int, size: int, log_: FileSessionLog) -> tuple[LineHead | None, int]:
     """The envelope of the last committed line and the end of the last complete batch.
 
-    Reads only the tail of the file. Bytes after the returned offset are a torn tail.
+    Reads only the tail of the file (and, when the last line is a compaction snapshot,
+    its header at the start): bytes after the returned offset are a torn tail.
     """
     if size == 0:
         return None, 0
-    lines, cut = _tail_lines(fd, size)
-    # lines: complete lines (offset, bytes), newest first; cut starts with where a partial
-    # last line begins (== size when the file ends with a newline)
-    head: LineHead | None = None
-    idx = 0
+    first = snapshot_header(fd)
+    first_end = first[0].length if first is not None else None
+    want = 1
     while True:
-        if idx >= len(lines):
-            lines, _ = _tail_lines(fd, size, want=len(lines) * 2 + 2)
-            if idx >= len(lines):
-                break  # walked back to the start of the file
-        off, line = lines[idx]
-        try:
-            h = log_.codec.head_decoder.decode(line)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise CorruptLogError(log_.path, off, None, f"undecodable line: {exc}") from None
-        if h.more == 0:
-            head = h
+        lines, cut, at_start = _tail_lines(fd, size, want, first_end)
+        for off, line in lines:
+            if line is None:  # the first line, a snapshot: its header says what we need
+                assert first is not None
+                snap, h = first
+                head = LineHead(type="snapshot", seq=snap.seq, ts=snap.ts, h=h, base_h=snap.base_h)
+            else:
+                try:
+                    head = log_.codec.head_decoder.decode(line)
+                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                    raise CorruptLogError(
+                        log_.path, off, None, f"undecodable line: {exc}"
+                    ) from None
+            if head.more == 0:
+                return head, cut
+            cut = off  # a line of a batch that has no closing line: torn
+        if at_start:
+            return None, cut
+        want *= 4  # a torn batch longer than what we read: look further back
+
+
+def snapshot_header(fd: int) -> tuple[SnapshotHead, str] | None:
+    """The header and `h` of the snapshot that opens a file, if it opens with one."""
+    chunk = 4096
+    while True:
+        buf = os.pread(fd, chunk, 0)
+        if not buf.startswith(b'{"type":"snapshot",'):
+            return None
+        i = buf.find(b',"states":{')
+        if i >= 0:
             break
-        cut = off  # a line of a batch that has no closing line: torn
-        idx += 1
-    return head, cut
+        if len(buf) < chunk:
+            return None
+        chunk *= 4
+    try:
+        head = _snapshot_head_decoder.decode(buf[:i] + b"}")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if head.length <= HASH_SUFFIX_LEN:
+        return None  # written before snapshots described themselves
+    tail = os.pread(fd, 19, head.length - 18)  # 16 hex digits, '"}', newline
+    if len(tail) != 19 or tail[16:] != b'"}\n':
+        return None
+    return head, tail[:16].decode("ascii", "replace")
+
+
+_snapshot_head_decoder = msgspec.json.Decoder(SnapshotHead)
+
+
+def _snapshot_part(fd: int, part: str) -> Snapshot | None:
+    """The opening snapshot with only `part`'s state read, or None (read it whole)."""
+    first = snapshot_header(fd)
+    if first is None or part not in first[0].layout:
+        return None
+    head, h = first
+    start, end = head.layout[part]
+    raw = _pread_all(fd, end - start, start)
+    return Snapshot(
+        seq=head.seq,
+        ts=head.ts,
+        h=h,
+        base_h=head.base_h,
+        length=head.length,
+        layout=head.layout,
+        states={part: msgspec.Raw(raw)},
+    )
 
 
 def _still_there(fd: int, cursor: Cursor) -> bool:
@@ -510,25 +579,34 @@ def _line_offset(region: bytes, index: int) -> int:
     return pos
 
 
-def _tail_lines(fd: int, size: int, want: int = 2) -> tuple[list[tuple[int, bytes]], int]:
-    """Up to `want` or more complete lines before the end, newest first, and where the
-    partial last line (if any) starts."""
+def _tail_lines(
+    fd: int, size: int, want: int, first_end: int | None
+) -> tuple[list[tuple[int, bytes | None]], int, bool]:
+    """Up to `want` complete lines before the end, newest first; where the partial last
+    line (if any) starts; and whether the lines reach the start of the file.
+
+    A line that ends at `first_end` (the end of an opening snapshot) is returned as
+    (0, None) instead of being read: it can be longer than all the rest together.
+    """
     chunk = _TAIL_CHUNK
     while True:
         start = max(0, size - chunk)
         buf = _pread_all(fd, size - start, start)
         last_nl = buf.rfind(b"\n")
-        partial_at = start + last_nl + 1 if last_nl >= 0 else start
-        lines: list[tuple[int, bytes]] = []
-        end = last_nl
-        while end >= 0 and len(lines) < want:
-            prev = buf.rfind(b"\n", 0, end)
-            if prev < 0 and start > 0:
-                break  # this line may begin before the chunk
-            lines.append((start + prev + 1, buf[prev + 1 : end]))
-            end = prev
-        if len(lines) >= want or start == 0:
-            if last_nl < 0 and start == 0:
-                return [], 0
-            return lines, partial_at
+        if last_nl < 0 and start == 0:
+            return [], 0, True
+        if last_nl >= 0:
+            lines: list[tuple[int, bytes | None]] = []
+            end = last_nl
+            while end >= 0 and len(lines) < want:
+                if first_end is not None and start + end == first_end:
+                    lines.append((0, None))
+                    return lines, start + last_nl + 1, True
+                prev = buf.rfind(b"\n", 0, end)
+                if prev < 0 and start > 0:
+                    break  # this line may begin before the chunk
+                lines.append((start + prev + 1, buf[prev + 1 : end]))
+                end = prev
+            if len(lines) >= want or end < 0:
+                return lines, start + last_nl + 1, end < 0
         chunk *= 4

@@ -29,6 +29,7 @@ from projections import (
 from .compaction import CompactionReport, Retention, compact, fold_from_archive
 from .errors import (
     ConcurrencyError,
+    CorruptLogError,
     EventStoreError,
     FeatureNotFoundError,
     InvalidRecordError,
@@ -453,7 +454,7 @@ class SessionStore:
         f = sess.folds.get(proj.name)
         if f is None:
             f = sess.folds[proj.name] = _Fold(proj.initial(), EMPTY)
-        res = sess.log.read(f.cursor, self.codec.decoder(proj.event_types))
+        res = sess.log.read(f.cursor, self.codec.decoder(proj.event_types), proj.name)
         if res.reset:
             f.state = proj.initial()
         if res.events:
@@ -461,6 +462,11 @@ class SessionStore:
                 f.state = fold(proj, f.state, res.events)
             except SnapshotVersionError:  # a snapshot without this projection's state
                 f.state = fold_from_archive(self, sess, proj, res.events)
+            except CorruptLogError as exc:
+                if exc.path is not None:
+                    raise
+                # a snapshot's state that does not decode: the snapshot opens the file
+                raise CorruptLogError(sess.log.path, 0, exc.seq, exc.reason) from None
         f.cursor = res.cursor
         return f.state  # type: ignore[no-any-return]
 

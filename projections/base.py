@@ -12,7 +12,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
-from eventstore.errors import SnapshotVersionError
+from eventstore.errors import CorruptLogError, SnapshotVersionError
 from eventstore.events import Event, Snapshot
 
 __all__ = ["Projection", "StructProjection", "fold", "restore_state", "snapshot_entry"]
@@ -74,9 +74,10 @@ class StructProjection(Generic[S]):
         return msgspec.json.decode(data, type=self.state_type)  # type: ignore[no-any-return]
 
     def copy(self, state: S) -> S:
-        # a deep copy at C speed: callers get state they may change freely
-        return msgspec.msgpack.decode(  # type: ignore[no-any-return]
-            msgspec.msgpack.encode(state), type=self.state_type
+        # a deep copy at C speed: callers get state they may change freely (JSON, not
+        # msgpack, which would turn every timestamp's offset into UTC)
+        return msgspec.json.decode(  # type: ignore[no-any-return]
+            msgspec.json.encode(state), type=self.state_type
         )
 
 
@@ -105,13 +106,23 @@ def restore_state(projection: Projection[S], snapshot: Snapshot) -> S:
         raise SnapshotVersionError(
             f"snapshot at seq {snapshot.seq} holds no state for projection {projection.name!r}"
         )
-    entry = _entry_decoder.decode(raw)
+    try:
+        entry = _entry_decoder.decode(raw)
+    except msgspec.MsgspecError as exc:
+        raise CorruptLogError(
+            None, 0, snapshot.seq, f"snapshot entry of {projection.name!r} is malformed: {exc}"
+        ) from None
     if entry.version != projection.version:
         raise SnapshotVersionError(
             f"snapshot at seq {snapshot.seq} holds {projection.name!r} version"
             f" {entry.version}; this code reads version {projection.version}"
         )
-    return projection.decode_state(bytes(entry.state))
+    try:
+        return projection.decode_state(bytes(entry.state))
+    except msgspec.MsgspecError as exc:
+        raise CorruptLogError(
+            None, 0, snapshot.seq, f"snapshot state of {projection.name!r} does not decode: {exc}"
+        ) from None
 
 
 def fold(projection: Projection[S], state: S, events: Iterable[Event]) -> S:

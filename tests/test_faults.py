@@ -300,11 +300,9 @@ _RAW_READ_LOG_FILE = (
     " lets a raw OSError from open_private/fstat/pread escape compact() untyped; wrap it"
     " with _storage_error like FileSessionLog.read"
 )
-# fixed since first reported (kept as regression tests): _RAW_READ, _RAW_COMPACT
-UNTYPED: dict[tuple[str, str], str] = {
-    ("compact", "open"): _RAW_READ_LOG_FILE,
-    ("compact-no-archive", "open"): _RAW_READ_LOG_FILE,
-}
+# fixed since first reported (kept as regression tests): _RAW_READ, _RAW_COMPACT,
+# _RAW_READ_LOG_FILE
+UNTYPED: dict[tuple[str, str], str] = {}
 
 
 def _params() -> list[Any]:

@@ -22,13 +22,11 @@ import os
 import shutil
 import signal
 import tempfile
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
 import pytest
 from conftest import make_checkpoint, make_entry, make_features, make_manifest
 from hypothesis import HealthCheck, given, settings
@@ -236,15 +234,11 @@ def _known_snapshot_outcome(exc: BaseException) -> str:
     - SnapshotVersionError: a snapshot without (or with another version of) a projection's
       state is the documented answer, typed, when no archive can rebuild it; a damaged
       state key looks exactly like that.
-    - a raw msgspec error from restore_state: the defect pinned by
-      test_corrupt_snapshot_state_raises_corrupt_log_error (xfail).
+    (A raw msgspec error from restore_state was a defect, fixed: see
+    test_corrupt_snapshot_state_raises_corrupt_log_error.)
     """
     if isinstance(exc, SnapshotVersionError):
         return "snapshot-version"
-    if isinstance(exc, msgspec.MsgspecError) and any(
-        f.name == "restore_state" for f in traceback.extract_tb(exc.__traceback__)
-    ):
-        return "known-snapshot-bug"
     return ""
 
 
@@ -377,14 +371,6 @@ def _snapshot_log() -> bytes:
     return valid_logs()[1].data
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: projections.base.restore_state() lets msgspec.ValidationError/DecodeError"
-    " (a snapshot state that does not match the projection's type, e.g. a renamed field)"
-    " escape from SessionStore loads instead of CorruptLogError; catch"
-    " msgspec.MsgspecError in restore_state/_catch_up and raise CorruptLogError naming the"
-    " file, offset and seq of the snapshot",
-)
 @pytest.mark.parametrize(
     ("old", "new"),
     [
