@@ -39,6 +39,7 @@ __all__ = [
     "MessagesAppended",
     "ProgressAppended",
     "Snapshot",
+    "SnapshotHead",
     "UnknownEvent",
     "Upcaster",
     "event_tag",
@@ -103,9 +104,27 @@ class Snapshot(Event, tag="snapshot", kw_only=True):
     """
 
     base_h: str
+    length: int = 0
+    layout: dict[str, tuple[int, int]] = msgspec.field(default_factory=dict)
     states: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
     unknown: list[msgspec.Raw] = msgspec.field(default_factory=list)
     known: list[str] = msgspec.field(default_factory=list)
+
+
+class SnapshotHead(msgspec.Struct):
+    """The fields of a snapshot line before its states: enough to read one state alone.
+
+    `length` is the line's length (without the newline) and `layout` maps each
+    projection to the byte range of its entry in the line, so a reader that needs one
+    projection preads that range and never touches the rest (e.g. a long transcript).
+    """
+
+    type: str
+    seq: int
+    ts: datetime = EPOCH
+    base_h: str = ""
+    length: int = 0
+    layout: dict[str, tuple[int, int]] = msgspec.field(default_factory=dict)
 
 
 class UnknownEvent(Event, tag="__unknown__", kw_only=True):
@@ -389,9 +408,37 @@ class EventCodec:
             seq += 1
         return bytes(out), stamped, link
 
+    def encode_snapshot(
+        self, snap: Snapshot, seq: int, link: str, ts: datetime
+    ) -> tuple[bytes, Snapshot]:
+        """Encode a snapshot line whose `length` and `layout` describe the line itself."""
+        layout: dict[str, tuple[int, int]] = {}
+        length = 0
+        for _ in range(8):  # offsets shift only when a number gains a digit: this converges
+            trial = msgspec.structs.replace(snap, layout=layout, length=length)
+            data, stamped, _ = self.encode_batch([trial], seq, link, ts, None)
+            found = _locate_states(data, snap.states)
+            if found == layout and len(data) - 1 == length:
+                return data, stamped[0]  # type: ignore[return-value]
+            layout, length = found, len(data) - 1
+        raise AssertionError("snapshot layout did not converge")
+
     def encode_unhashed(self, event: Event) -> bytes:
         """The JSON of one event as given (no stamping); for export and snapshots."""
         return self._encoder.encode(event)
+
+
+def _locate_states(line: bytes, states: dict[str, msgspec.Raw]) -> dict[str, tuple[int, int]]:
+    # msgspec writes a dict[str, Raw] as {"name":raw,...} with no spaces, in order
+    pos = line.index(b',"states":{') + len(b',"states":{')
+    found: dict[str, tuple[int, int]] = {}
+    for name, raw in states.items():
+        key = _json_encoder.encode(name) + b":"
+        assert line[pos : pos + len(key)] == key
+        start = pos + len(key)
+        found[name] = (start, start + len(raw))
+        pos = start + len(raw) + 1
+    return found
 
 
 def split_hash(line: bytes) -> tuple[bytes, str] | None:
