@@ -40,14 +40,12 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-import portalocker
 
 from projections import Projection, fold, restore_state
 
@@ -63,7 +61,7 @@ from .events import (
     split_hash,
 )
 from .layout import SessionPaths, fsync_dir, open_private, validate_session_id
-from .log import Cursor, FileSessionLog, _thread_lock, parse_lines
+from .log import Cursor, FileSessionLog, parse_lines
 from .records import BootstrapState, Message
 from .store import SessionStore
 
@@ -938,20 +936,6 @@ class RepairReport(msgspec.Struct):
     message: str
 
 
-@contextmanager
-def _writers_lock(paths: SessionPaths) -> Iterator[None]:
-    # The writer's own context manager recovers the tail first, which fails on a corrupt
-    # log; repair needs the bare lock (the same lock file, so writers wait for it).
-    with _thread_lock(paths.lock):
-        fd = open_private(paths.lock, os.O_RDWR | os.O_CREAT)
-        with os.fdopen(fd, "r+b", buffering=0) as lock_file:
-            portalocker.lock(lock_file, portalocker.LockFlags.EXCLUSIVE)
-            try:
-                yield
-            finally:
-                portalocker.unlock(lock_file)
-
-
 def repair(store: SessionStore, session_id: str) -> RepairReport:
     """Make the live log trustworthy again, explicitly and under the writers' lock.
 
@@ -965,7 +949,7 @@ def repair(store: SessionStore, session_id: str) -> RepairReport:
     log_path = paths.log
     if not os.path.lexists(log_path):
         raise UnknownSessionError(f"session {session_id!r} has no live log to repair")
-    with _writers_lock(paths):
+    with FileSessionLog(paths, store.codec, store.durability).locked():
         buf = _read_bytes(log_path)
         problems: list[Problem] = []
         scan = _scan_file(store, log_path, buf, problems, first_file=True)

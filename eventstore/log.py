@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Literal
+from typing import Literal
 
 import msgspec
 import portalocker
@@ -34,7 +34,8 @@ __all__ = ["Cursor", "Durability", "FileSessionLog", "LogWriter", "ReadResult", 
 log = logging.getLogger("eventstore")
 
 Durability = Literal["flush", "fsync"]
-_TAIL_CHUNK = 1 << 16
+_TAIL_CHUNK = 1 << 13
+_EXCLUSIVE = portalocker.LockFlags.EXCLUSIVE
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,9 @@ class FileSessionLog(SessionLog):
         self.path = paths.log
         self.codec = codec
         self.durability = durability
+        # where the last writer of this process left the file: when the file has not
+        # changed since, the next writer needs no tail read at all
+        self.last_head: Cursor | None = None
 
     def exists(self) -> bool:
         return os.path.lexists(self.path)
@@ -219,26 +223,35 @@ class FileSessionLog(SessionLog):
         The log file itself is created by the first append, so a refused write leaves
         no session behind.
         """
-        with _thread_lock(self.paths.lock), self._locked() as lock_file:
+        with self.locked():
+            w = FileLogWriter(self)
             try:
-                w = FileLogWriter(self)
-                try:
-                    yield w
-                finally:
-                    w.close()
+                yield w
             finally:
-                portalocker.unlock(lock_file)
+                self.last_head = w.head if w.fd is not None else None
+                w.close()
 
     @contextmanager
-    def _locked(self) -> Iterator[IO[bytes]]:
+    def locked(self) -> Iterator[None]:
+        """Hold the writers' lock only (no tail recovery): for repair tools and writers."""
+        with _thread_lock(self.paths.lock), self._file_lock():
+            yield
+
+    @contextmanager
+    def _file_lock(self) -> Iterator[None]:
         try:
             self.paths.create()
             lock_fd = open_private(self.paths.lock, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
             raise _storage_error(self.paths.lock, "opening the lock file", exc) from exc
-        with os.fdopen(lock_fd, "r+b", buffering=0) as lock_file:
-            portalocker.lock(lock_file, portalocker.LockFlags.EXCLUSIVE)
-            yield lock_file
+        try:
+            portalocker.lock(lock_fd, _EXCLUSIVE)
+            try:
+                yield
+            finally:
+                portalocker.unlock(lock_fd)
+        finally:
+            os.close(lock_fd)
 
 
 def _storage_error(path: object, doing: str, exc: OSError) -> Exception:
@@ -261,7 +274,17 @@ class FileLogWriter(LogWriter):
         except OSError as exc:
             raise _storage_error(log_.path, "opening the log", exc) from exc
         try:
-            self.head = self._recover_tail(self.fd)
+            known = log_.last_head
+            st = os.fstat(self.fd)
+            if (
+                known is not None
+                and known.ident == (st.st_dev, st.st_ino)
+                and known.offset == st.st_size
+                and _still_there(self.fd, known)
+            ):
+                self.head = known  # nobody wrote since this process did
+            else:
+                self.head = self._recover_tail(self.fd)
         except OSError as exc:
             self.close()
             raise _storage_error(log_.path, "recovering the tail", exc) from exc
