@@ -14,7 +14,7 @@ from eventstore.events import (
     ManifestSet,
     ProgressAppended,
 )
-from eventstore.records import BootstrapState
+from eventstore.records import BootstrapState, FeatureRecord
 
 from .base import StructProjection
 
@@ -32,9 +32,22 @@ def _features(state: BootstrapState, ev: FeatureListReplaced) -> None:
 def _pass(state: BootstrapState, ev: FeaturePassUpdated) -> None:
     # records are shared with decoded events and copies: replace, never mutate
     features = state.feature_list
-    for i, f in enumerate(features):
-        if f.id == ev.feature_id:
-            features[i] = msgspec.structs.replace(f, passes=ev.passes)
+    global _positions
+    memo = _positions  # read once: another thread may swap it
+    if memo[0] is not features:
+        index: dict[str, list[int]] = {}
+        for i, f in enumerate(features):
+            index.setdefault(f.id, []).append(i)
+        memo = _positions = (features, index)
+    for i in memo[1].get(ev.feature_id, ()):
+        features[i] = msgspec.structs.replace(features[i], passes=ev.passes)
+
+
+# A memo of the positions of each feature id in the last feature list folded. A fold
+# only replaces entries in place (ids keep their positions) or replaces the whole list,
+# so the memo holds while its list object is the state's. It keeps that list alive, so
+# identity cannot be confused with a new list at the same address.
+_positions: tuple[list[FeatureRecord], dict[str, list[int]]] = ([], {})
 
 
 def _progress(state: BootstrapState, ev: ProgressAppended) -> None:
