@@ -9,17 +9,20 @@ a harness reads; compaction rewrites a long log into a snapshot atomically.
         state = store.load_bootstrap_state("s1")
 """
 
+from .audit import Problem, RepairReport, SessionStats, VerifyReport
 from .compaction import CompactionReport, Retention
 from .errors import (
     ConcurrencyError,
     CorruptLogError,
     EventStoreError,
     FeatureNotFoundError,
+    HistoryUnavailableError,
     InvalidRecordError,
     InvalidSessionIdError,
     SnapshotVersionError,
     StorageError,
     StoreClosedError,
+    UnknownSessionError,
     UnsafePathError,
 )
 from .events import (
@@ -80,6 +83,7 @@ __all__ = [
     "FeaturePassUpdated",
     "FeatureNotFoundError",
     "FeatureRecord",
+    "HistoryUnavailableError",
     "InitCommand",
     "InitPlan",
     "InitShell",
@@ -89,17 +93,22 @@ __all__ = [
     "ManifestSet",
     "Message",
     "MessagesAppended",
+    "Problem",
     "ProgressAppended",
     "ProgressEntry",
+    "RepairReport",
     "Role",
     "RunCheckpoint",
     "RunStatus",
     "SessionManifest",
+    "SessionStats",
     "SessionStore",
     "Snapshot",
     "SnapshotVersionError",
     "StorageError",
     "StoreClosedError",
     "UnknownEvent",
+    "UnknownSessionError",
     "UnsafePathError",
+    "VerifyReport",
 ]

@@ -49,7 +49,14 @@ import msgspec
 
 from projections import Projection, fold, restore_state
 
-from .errors import CorruptLogError, EventStoreError, SnapshotVersionError, UnsafePathError
+from .errors import (
+    CorruptLogError,
+    EventStoreError,
+    HistoryUnavailableError,
+    SnapshotVersionError,
+    UnknownSessionError,
+    UnsafePathError,
+)
 from .events import (
     Event,
     EventCodec,
@@ -90,15 +97,6 @@ __all__ = [
 # compaction adds "-<hex>" when it archives the same range twice (a re-compacted snapshot)
 ARCHIVE_NAME = re.compile(r"(\d{12})-(\d{12})(?:-[0-9a-f]+)?\.jsonl(\.pending)?\Z")
 INF = float("inf")
-
-
-class UnknownSessionError(EventStoreError, LookupError):
-    """The session has no log (and no archive) in this store."""
-
-
-class HistoryUnavailableError(EventStoreError, LookupError):
-    """The events asked for are not in any file: compacted without an archive, or beyond
-    the session's last sequence number."""
 
 
 # -- the files of a session ------------------------------------------------------------

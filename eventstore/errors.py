@@ -7,11 +7,13 @@ __all__ = [
     "CorruptLogError",
     "EventStoreError",
     "FeatureNotFoundError",
+    "HistoryUnavailableError",
     "InvalidRecordError",
     "InvalidSessionIdError",
     "SnapshotVersionError",
     "StorageError",
     "StoreClosedError",
+    "UnknownSessionError",
     "UnsafePathError",
 ]
 
@@ -90,6 +92,15 @@ class StorageError(EventStoreError, OSError):
 
     def __str__(self) -> str:
         return str(self.strerror)
+
+
+class UnknownSessionError(EventStoreError, LookupError):
+    """An audit asked about a session that has no log (and no archive) in this store."""
+
+
+class HistoryUnavailableError(EventStoreError, LookupError):
+    """The events asked for are not in any file: compacted without an archive, or beyond
+    the session's last sequence number."""
 
 
 class StoreClosedError(EventStoreError):
