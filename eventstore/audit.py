@@ -141,7 +141,15 @@ def history_files(store: SessionStore, session_id: str) -> list[LogFile]:
             try:
                 st = os.lstat(path)
             except FileNotFoundError:
-                continue
+                if not m[3]:
+                    continue
+                # compaction just gave the pending link its final name
+                name = name.removesuffix(".pending")
+                path = paths.archive / name
+                try:
+                    st = os.lstat(path)
+                except FileNotFoundError:
+                    continue
             if m[3] and (st.st_dev, st.st_ino) == live:
                 continue  # a pending link that is still the live log: not history yet
             # a pending link to another file is the old log of a compaction that stopped
@@ -201,7 +209,14 @@ def _history(
     for lf in history_files(store, session_id):
         if lf.archived and lf.last_seq is not None and lf.last_seq < max(nxt, from_seq):
             continue  # wholly before what is wanted (or read already): skip unread
-        events, lines = _parse_file(store, session_id, lf.path, decoder)
+        try:
+            events, lines = _parse_file(store, session_id, lf.path, decoder)
+        except FileNotFoundError:
+            if not lf.path.name.endswith(".pending"):
+                raise
+            # compaction gave the pending link its final name since it was listed
+            final = lf.path.with_name(lf.path.name.removesuffix(".pending"))
+            events, lines = _parse_file(store, session_id, final, decoder)
         for ev, line in zip(events, lines, strict=True):
             s = ev.seq
             if type(ev) is Snapshot:

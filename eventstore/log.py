@@ -19,6 +19,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import compress
+from operator import attrgetter
 from pathlib import Path
 from typing import Literal
 
@@ -403,7 +405,61 @@ def parse_lines(
     except (msgspec.DecodeError, msgspec.ValidationError):
         events = _decode_slow(region, cursor, decoder, codec, path)
     start = cursor.offset
-    expected = cursor.seq + 1
+    commit = _check_regular(events, cursor.seq + 1, start)
+    slow = False
+    if commit is None:  # something to look at closely: find it, or confirm it is fine
+        commit, slow = _check_each(events, cursor.seq + 1, start, region, path)
+    if slow:  # an old-version line decoded under a newer shape: upcast it exactly
+        events = _decode_slow(region, cursor, decoder, codec, path)
+    if commit < len(events):
+        torn = len(events) - commit
+        del events[commit:]
+        pos = end - 1
+        for _ in range(torn):
+            pos = region.rfind(b"\n", 0, pos)
+        end = pos + 1
+    return events, end
+
+
+_get_seq = attrgetter("seq")
+_get_more = attrgetter("more")
+_get_v = attrgetter("v")
+
+
+def _check_regular(events: list[Event], expected: int, start: int) -> int | None:
+    """How many events form complete batches, if the run is regular: sequence numbers
+    contiguous from `expected`, batches well formed, every line of version 1, no snapshot
+    but at the start of a file. None means "check each line" (`_check_each`).
+
+    This is the fast path of every load: a few C-level passes instead of a Python loop.
+    """
+    n = len(events)
+    seqs = list(map(_get_seq, events))
+    first = 1 if start == 0 and type(events[0]) is Snapshot else 0
+    if first:
+        expected = seqs[0] + 1  # an opening snapshot stands at the seq it covers
+    if seqs[first:] != list(range(expected, expected + n - first)):
+        return None
+    if Snapshot in set(map(type, events[first:])) or set(map(_get_v, events)) != {1}:
+        return None
+    mores = list(map(_get_more, events))
+    commit = n
+    for i in compress(range(n), mores):  # only lines of multi-event batches: few
+        m = mores[i]
+        if i + 1 < n and mores[i + 1] != m - 1:
+            return None
+        if i and mores[i - 1] and mores[i - 1] != m + 1:
+            return None
+    while commit and mores[commit - 1]:
+        commit -= 1  # a torn batch at the end
+    return commit
+
+
+def _check_each(
+    events: list[Event], expected: int, start: int, region: bytes, path: object
+) -> tuple[int, bool]:
+    """Check every line; raise CorruptLogError at the first bad one. Returns how many
+    events form complete batches and whether an old-version line needs upcasting."""
     more = 0
     commit = 0
     slow = False
@@ -427,16 +483,7 @@ def parse_lines(
         more = ev.more
         if not more:
             commit = i + 1
-    if slow:  # an old-version line decoded under a newer shape: upcast it exactly
-        events = _decode_slow(region, cursor, decoder, codec, path)
-    if commit < len(events):
-        torn = len(events) - commit
-        del events[commit:]
-        pos = end - 1
-        for _ in range(torn):
-            pos = region.rfind(b"\n", 0, pos)
-        end = pos + 1
-    return events, end
+    return commit, slow
 
 
 def _decode_slow(
