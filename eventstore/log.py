@@ -428,8 +428,8 @@ _get_v = attrgetter("v")
 
 def _check_regular(events: list[Event], expected: int, start: int) -> int | None:
     """How many events form complete batches, if the run is regular: sequence numbers
-    contiguous from `expected`, batches well formed, every line of version 1, no snapshot
-    but at the start of a file. None means "check each line" (`_check_each`).
+    contiguous from `expected`, batches well formed, every line of version 1 and of a
+    type still at version 1, no snapshot but at the start of a file. None means "check each line" (`_check_each`).
 
     This is the fast path of every load: a few C-level passes instead of a Python loop.
     """
@@ -440,8 +440,11 @@ def _check_regular(events: list[Event], expected: int, start: int) -> int | None
         expected = seqs[0] + 1  # an opening snapshot stands at the seq it covers
     if seqs[first:] != list(range(expected, expected + n - first)):
         return None
-    if Snapshot in set(map(type, events[first:])) or set(map(_get_v, events)) != {1}:
+    types = set(map(type, events[first:]))
+    if Snapshot in types or set(map(_get_v, events)) != {1}:
         return None
+    if any(t.VERSION != 1 and not t.SKIPPED for t in types):
+        return None  # lines of a type now past version 1 may need upcasting
     mores = list(map(_get_more, events))
     commit = n
     for i in compress(range(n), mores):  # only lines of multi-event batches: few
