@@ -404,6 +404,8 @@ def parse_lines(
         events = decoder.decode_lines(region)
     except (msgspec.DecodeError, msgspec.ValidationError):
         events = _decode_slow(region, cursor, decoder, codec, path)
+    if not events:
+        return [], end  # blank lines only (msgspec skips them; `verify` reports them)
     start = cursor.offset
     commit = _check_regular(events, cursor.seq + 1, start)
     slow = False
@@ -415,8 +417,11 @@ def parse_lines(
         torn = len(events) - commit
         del events[commit:]
         pos = end - 1
-        for _ in range(torn):
-            pos = region.rfind(b"\n", 0, pos)
+        while torn:  # walk back over the torn batch's lines (blank lines hold no event)
+            prev = region.rfind(b"\n", 0, pos)
+            if region[prev + 1 : pos].strip():
+                torn -= 1
+            pos = prev
         end = pos + 1
     return events, end
 
@@ -429,7 +434,8 @@ _get_v = attrgetter("v")
 def _check_regular(events: list[Event], expected: int, start: int) -> int | None:
     """How many events form complete batches, if the run is regular: sequence numbers
     contiguous from `expected`, batches well formed, every line of version 1 and of a
-    type still at version 1, no snapshot but at the start of a file. None means "check each line" (`_check_each`).
+    type still at version 1, no snapshot but at the start of a file. None means "check
+    each line" (`_check_each`).
 
     This is the fast path of every load: a few C-level passes instead of a Python loop.
     """
@@ -646,10 +652,15 @@ def _pread_all(fd: int, n: int, offset: int) -> bytes:
 
 
 def _line_offset(region: bytes, index: int) -> int:
+    """Where the `index`-th event's line starts (blank lines hold no event)."""
     pos = 0
-    for _ in range(index):
-        pos = region.index(b"\n", pos) + 1
-    return pos
+    while True:
+        nl = region.index(b"\n", pos)
+        if region[pos:nl].strip():
+            if not index:
+                return pos
+            index -= 1
+        pos = nl + 1
 
 
 def _tail_lines(
