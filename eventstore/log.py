@@ -564,6 +564,8 @@ def find_head(fd: int, size: int, log_: FileSessionLog) -> tuple[LineHead | None
                 assert first is not None
                 snap, h = first
                 head = LineHead(type="snapshot", seq=snap.seq, ts=snap.ts, h=h, base_h=snap.base_h)
+            elif not line.strip():
+                continue  # a blank line holds no event
             else:
                 try:
                     head = log_.codec.head_decoder.decode(line)

@@ -284,6 +284,35 @@ def test_log_with_a_sequence_gap_is_corrupt(install_log, root: Path) -> None:  #
     assert info.value.seq == 10
 
 
+def test_blank_lines_hold_no_event_and_never_shift_a_torn_tail(install_log, root: Path) -> None:  # type: ignore[no-untyped-def]
+    """Blank lines (which msgspec's decode_lines skips) change no state, and a torn batch
+    after them is cut at its own first line, not one line off (a fuzzer's find)."""
+    path = install_log("complete.jsonl")
+    clean = SessionStore(root).load_bootstrap_state("golden")
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert b'"more"' not in lines[-1]
+    # a blank line in the middle, then the last batch torn after two blank lines
+    torn = lines[-1][: len(lines[-1]) // 2]
+    path.write_bytes(b"".join([*lines[:5], b"\n", *lines[5:], b"\n\n", b"\n"]))
+    assert SessionStore(root).load_bootstrap_state("golden") == clean
+    assert SessionStore(root).load_bootstrap_state("golden") == clean
+    path.write_bytes(b"".join([*lines[:-1], b"\n\n", torn]))
+    with SessionStore(root) as store:
+        last = store.last_seq("golden")
+        store.append_progress_entry("golden", make_entry())
+        assert store.last_seq("golden") == last + 1
+        assert SessionStore(root).load_bootstrap_state("golden") == store.load_bootstrap_state(
+            "golden"
+        )
+
+
+def test_only_blank_lines_read_as_empty(install_log, root: Path) -> None:  # type: ignore[no-untyped-def]
+    """A log of blank lines only loads as an empty session instead of crashing."""
+    path = install_log("complete.jsonl")
+    path.write_bytes(b"\n")
+    assert SessionStore(root).load_bootstrap_state("golden") == BootstrapState()
+
+
 # -- optimistic concurrency and idempotency ---------------------------------------------
 
 
