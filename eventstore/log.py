@@ -446,7 +446,7 @@ def _check_regular(events: list[Event], expected: int, start: int) -> int | None
         expected = seqs[0] + 1  # an opening snapshot stands at the seq it covers
     if seqs[first:] != list(range(expected, expected + n - first)):
         return None
-    types = set(map(type, events[first:]))
+    types: set[type[Event]] = set(map(type, events[first:]))
     if Snapshot in types or set(map(_get_v, events)) != {1}:
         return None
     if any(t.VERSION != 1 and not t.SKIPPED for t in types):

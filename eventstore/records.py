@@ -68,16 +68,18 @@ class FeatureRecord(msgspec.Struct):
     passes: bool
 
 
-class ProgressEntry(msgspec.Struct):
-    """A progress note written by a run."""
+class ProgressEntry(msgspec.Struct, frozen=True):
+    """A progress note written by a run. Frozen: an entry is a fact in an append-only log
+    (use `msgspec.structs.replace` for an edited copy)."""
 
     run_id: str
     summary: str
     created_at: AwareDatetime = msgspec.field(default_factory=utc_now)
 
 
-class RunCheckpoint(msgspec.Struct):
-    """The state of one run: when it started, how it ended."""
+class RunCheckpoint(msgspec.Struct, frozen=True):
+    """The state of one run: when it started, how it ended. Frozen, like ProgressEntry:
+    record a new checkpoint (e.g. `msgspec.structs.replace(cp, status=...)`) to move on."""
 
     run_id: str
     started_at: AwareDatetime = msgspec.field(default_factory=utc_now)

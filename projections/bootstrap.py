@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import overload
 
 import msgspec
 
@@ -14,7 +15,7 @@ from eventstore.events import (
     ManifestSet,
     ProgressAppended,
 )
-from eventstore.records import BootstrapState, FeatureRecord
+from eventstore.records import BootstrapState, FeatureRecord, SessionManifest
 
 from .base import StructProjection
 
@@ -41,6 +42,19 @@ def _pass(state: BootstrapState, ev: FeaturePassUpdated) -> None:
         memo = _positions = (features, index)
     for i in memo[1].get(ev.feature_id, ()):
         features[i] = msgspec.structs.replace(features[i], passes=ev.passes)
+
+
+_FEATURES = msgspec.json.Decoder(list[FeatureRecord])
+_MANIFEST = msgspec.json.Decoder(SessionManifest)
+
+
+@overload
+def _deep_copy(value: SessionManifest) -> SessionManifest: ...
+@overload
+def _deep_copy(value: list[FeatureRecord]) -> list[FeatureRecord]: ...
+def _deep_copy(value: object) -> object:
+    decoder = _MANIFEST if isinstance(value, SessionManifest) else _FEATURES
+    return decoder.decode(msgspec.json.encode(value))
 
 
 # A memo of the positions of each feature id in the last feature list folded. A fold
@@ -91,3 +105,13 @@ class BootstrapProjection(StructProjection[BootstrapState]):
         if handler is not None:
             handler(state, event)
         return state
+
+    def copy(self, state: BootstrapState) -> BootstrapState:
+        # progress entries and checkpoints are frozen (and hold nothing mutable): share
+        # them, so a copy costs the manifest and the features, not the whole history
+        return BootstrapState(
+            manifest=None if state.manifest is None else _deep_copy(state.manifest),
+            feature_list=_deep_copy(state.feature_list),
+            recent_progress=list(state.recent_progress),
+            checkpoints=list(state.checkpoints),
+        )
