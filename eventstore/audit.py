@@ -67,7 +67,7 @@ from .events import (
     link_of,
     split_hash,
 )
-from .layout import SessionPaths, fsync_dir, open_private, validate_session_id
+from .layout import SessionPaths, fsync_dir, open_private, validate_session_id, write_all
 from .log import Cursor, FileSessionLog, parse_lines
 from .records import BootstrapState, Message
 from .store import SessionStore
@@ -996,8 +996,7 @@ def repair(store: SessionStore, session_id: str) -> RepairReport:
         tmp = log_path.with_name(log_path.name + ".repair-tmp")
         fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
-            os.write(fd, buf[:cut])
-            os.fsync(fd)
+            write_all(fd, buf[:cut], fsync=True)
         finally:
             os.close(fd)
         os.replace(tmp, log_path)

@@ -32,7 +32,7 @@ from projections import Projection, fold, snapshot_entry
 
 from .errors import CorruptLogError, EventStoreError, SnapshotVersionError, StorageError
 from .events import Event, Snapshot, UnknownEvent
-from .layout import ensure_private_dir, fsync_dir, open_private
+from .layout import ensure_private_dir, fsync_dir, open_private, write_all
 from .log import Cursor, read_log_file
 from .records import BootstrapState
 
@@ -141,10 +141,7 @@ def compact(
         try:
             fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
+                write_all(fd, data, fsync=True)
             finally:
                 os.close(fd)
             if archive:

@@ -38,7 +38,7 @@ from projections import StructProjection, restore_state
 
 from .errors import SnapshotVersionError, UnsafePathError
 from .events import Event, Snapshot
-from .layout import ensure_private_dir, open_private
+from .layout import ensure_private_dir, open_private, write_all
 from .store import SessionStore
 
 __all__ = [
@@ -430,7 +430,7 @@ def _report_once(workdir: Path, message: str) -> None:
             _makedirs_private(log_path.parent)
             fd = open_private(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
             try:
-                os.write(fd, line.encode("utf-8", "backslashreplace"))
+                write_all(fd, line.encode("utf-8", "backslashreplace"))
             finally:
                 os.close(fd)
         except (OSError, UnsafePathError, ValueError):
@@ -643,10 +643,7 @@ class HarnessSessionMap:
             )
             try:
                 try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
-                    os.fsync(fd)
+                    write_all(fd, data, fsync=True)
                 finally:
                     os.close(fd)
                 os.replace(tmp, HARNESS_SESSION_FILE_NAME, src_dir_fd=dfd, dst_dir_fd=dfd)

@@ -32,6 +32,7 @@ __all__ = [
     "open_private",
     "session_dir_name",
     "validate_session_id",
+    "write_all",
 ]
 
 MAX_SESSION_ID_BYTES = 1024
@@ -135,6 +136,15 @@ def open_private(path: Path, flags: int) -> int:
         raise
 
 
+def write_all(fd: int, data: bytes, *, fsync: bool = False) -> None:
+    """Write all of `data` (os.write may write less than asked), then fsync if asked."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    if fsync:
+        os.fsync(fd)
+
+
 def fsync_dir(path: Path) -> None:
     """fsync a directory so a rename or create inside it survives power loss."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -147,7 +157,7 @@ def fsync_dir(path: Path) -> None:
 class SessionPaths:
     """The files of one session under a store root."""
 
-    __slots__ = ("archive", "dir", "lock", "log", "session_id")
+    __slots__ = ("_checks", "archive", "dir", "lock", "log", "session_id")
 
     def __init__(self, root: Path, session_id: str) -> None:
         self.session_id = session_id
@@ -155,14 +165,34 @@ class SessionPaths:
         self.log = self.dir / LOG_NAME
         self.lock = self.dir / LOCK_NAME
         self.archive = self.dir / ARCHIVE_DIR
+        # the paths checked on every operation, as str: pathlib's conversions cost more
+        # than the lstat calls themselves on the hot path
+        checks = [os.fspath(self.dir.parent), os.fspath(self.dir)]
+        if self.dir.name.startswith("~"):
+            checks.append(os.fspath(self.dir / ID_FILE))
+        self._checks = tuple(checks)
 
     def check_no_links(self) -> None:
         """Raise UnsafePathError if the sessions dir or this session's dir is a symlink."""
-        _refuse_symlink(self.dir.parent)
-        _refuse_symlink(self.dir)
+        for path in self._checks[:2]:
+            try:
+                if stat.S_ISLNK(os.lstat(path).st_mode):
+                    _refuse_symlink(Path(path))
+            except FileNotFoundError:
+                return
 
     def create(self) -> None:
         """Create the session directory (and its `id` file when the name is a hash)."""
+        try:  # the usual case: everything exists and is what it should be
+            sessions_dir, session_dir, *id_file = self._checks
+            if (
+                stat.S_ISDIR(os.lstat(sessions_dir).st_mode)
+                and stat.S_ISDIR(os.lstat(session_dir).st_mode)
+                and all(stat.S_ISREG(os.lstat(p).st_mode) for p in id_file)
+            ):
+                return
+        except FileNotFoundError:
+            pass
         ensure_private_dir(self.dir.parent)
         ensure_private_dir(self.dir)
         if self.dir.name.startswith("~"):
@@ -171,8 +201,7 @@ class SessionPaths:
                 tmp = self.dir / (ID_FILE + ".tmp")
                 fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
                 try:
-                    os.write(fd, self.session_id.encode("utf-8"))
-                    os.fsync(fd)
+                    write_all(fd, self.session_id.encode("utf-8"), fsync=True)
                 finally:
                     os.close(fd)
                 os.replace(tmp, id_path)

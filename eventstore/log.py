@@ -29,7 +29,7 @@ import portalocker
 
 from .errors import CorruptLogError, EventStoreError, StorageError
 from .events import HASH_SUFFIX_LEN, Event, EventCodec, LineHead, Snapshot, SnapshotHead, link_of
-from .layout import SessionPaths, fsync_dir, open_private
+from .layout import SessionPaths, fsync_dir, open_private, write_all
 
 __all__ = ["Cursor", "Durability", "FileSessionLog", "LogWriter", "ReadResult", "SessionLog"]
 
@@ -38,6 +38,16 @@ log = logging.getLogger("eventstore")
 Durability = Literal["flush", "fsync"]
 _TAIL_CHUNK = 1 << 13
 _EXCLUSIVE = portalocker.LockFlags.EXCLUSIVE
+# fdatasync flushes the data and the size (all a reader needs), not the times: ~10%
+# faster per append than fsync on Linux; platforms without it (macOS) fall back to fsync
+_HAS_FDATASYNC = hasattr(os, "fdatasync")
+
+
+def _datasync(fd: int) -> None:
+    if _HAS_FDATASYNC:
+        os.fdatasync(fd)
+    else:
+        os.fsync(fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,10 +371,7 @@ class FileLogWriter(LogWriter):
         fd = self.fd if self.fd is not None else self._create()
         start = self.head.offset
         try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
+            write_all(fd, data)
         except OSError as exc:
             try:
                 os.ftruncate(fd, start)
@@ -375,7 +382,7 @@ class FileLogWriter(LogWriter):
             ) from exc
         if self.log.durability == "fsync":
             try:
-                os.fsync(fd)
+                _datasync(fd)
             except OSError as exc:
                 raise StorageError(
                     f"{self.log.path}: fsync after byte {start} failed: {exc.strerror}"

@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover - the map is another engineer's module
 
 LONG = os.environ.get("EVENTSTORE_LONG") == "1"
 ERRNOS = (errno.ENOSPC, errno.EIO)
-FUNCS = ("write", "fsync", "replace", "link", "open", "ftruncate", "mkdir")
+FUNCS = ("write", "fsync", "fdatasync", "replace", "link", "open", "ftruncate", "mkdir")
 SID = "s"
 NEW_SID = "n" * 200  # long: a hashed directory name, so initialization writes the `id` file
 TOTALS: dict[str, int] = {}  # function -> faults injected (printed at the end)
