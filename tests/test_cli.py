@@ -205,16 +205,18 @@ def test_repair(tmp_path: Path) -> None:
 
 
 def test_compact_many_with_a_corrupt_one(tmp_path: Path) -> None:
+    """A store of 200 sessions, one corrupt and one too small: the others are compacted,
+    the corrupt one is reported with where it broke, and the exit code says so."""
     root = tmp_path / "store"
-    for i in range(5):
+    for i in range(198):
         _install(root, "complete.jsonl", f"s{i}")
     with SessionStore(root) as store:
         store.append_progress_entry("tiny", make_entry(0))  # below --min-bytes
     _install(root, "corrupt_middle.jsonl", "broken")
     dry = run("compact", root, "--all", "--dry-run", "--min-bytes", "1000").stdout
-    assert "6 would compact, 1 skipped, 0 failed" in dry  # a dry run reads no log
+    assert "199 would compact, 1 skipped, 0 failed" in dry  # a dry run reads no log
     out = run("compact", root, "--all", "--min-bytes", "1000", ok=1).stdout
-    assert "5 compacted, 1 skipped, 1 failed" in out
+    assert "198 compacted, 1 skipped, 1 failed" in out
     assert "failed         broken:" in out and "byte" in out
     doc = json.loads(run("compact", root, "s0", "s1", "--json").stdout)
     assert [s["result"] for s in doc["sessions"]] == ["skipped", "skipped"]  # already compact
