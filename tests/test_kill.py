@@ -264,6 +264,7 @@ def _report(figures: Figures, seconds: float) -> None:
     )
 
 
+@pytest.mark.timeout(3600 if LONG else 300)  # the long variant: ~200 kills
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 def test_sigkill_loses_no_acknowledged_append(tmp_path: Path) -> None:
     """Across 4 sessions (2 flush, 2 fsync; 2 archived by compaction, 2 not), SIGKILL of
