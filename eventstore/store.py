@@ -34,6 +34,7 @@ from .errors import (
     FeatureNotFoundError,
     InvalidRecordError,
     SnapshotVersionError,
+    StorageError,
     StoreClosedError,
     UnsafePathError,
 )
@@ -208,14 +209,14 @@ class SessionStore:
         several processes race, exactly one gets True.
         """
         events: list[Event] = [
-            ManifestSet(manifest=_record(manifest, SessionManifest, "manifest")),
+            ManifestSet(manifest=validated_copy(manifest, SessionManifest, "manifest")),
             FeatureListReplaced(features=_records(feature_list, FeatureRecord, "feature_list")),
         ]
         if initial_progress_entry is not None:
-            entry = _record(initial_progress_entry, ProgressEntry, "initial_progress_entry")
+            entry = validated_copy(initial_progress_entry, ProgressEntry, "initial_progress_entry")
             events.append(ProgressAppended(entry=entry))
         if initial_checkpoint is not None:
-            cp = _record(initial_checkpoint, RunCheckpoint, "initial_checkpoint")
+            cp = validated_copy(initial_checkpoint, RunCheckpoint, "initial_checkpoint")
             events.append(CheckpointRecorded(checkpoint=cp))
 
         def build(sess: _Session, w: LogWriter) -> list[Event]:
@@ -236,14 +237,14 @@ class SessionStore:
         self, session_id: str, manifest: SessionManifest, *, idempotency_key: str | None = None
     ) -> None:
         """Replace the session's manifest."""
-        ev = ManifestSet(manifest=_record(manifest, SessionManifest, "manifest"))
+        ev = ManifestSet(manifest=validated_copy(manifest, SessionManifest, "manifest"))
         self._write(session_id, lambda s, w: [ev], idempotency_key)
 
     def append_progress_entry(
         self, session_id: str, entry: ProgressEntry, *, idempotency_key: str | None = None
     ) -> None:
         """Append a progress note."""
-        ev = ProgressAppended(entry=_record(entry, ProgressEntry, "entry"))
+        ev = ProgressAppended(entry=validated_copy(entry, ProgressEntry, "entry"))
         self._write(session_id, lambda s, w: [ev], idempotency_key)
 
     def replace_feature_list(
@@ -284,7 +285,7 @@ class SessionStore:
         self, session_id: str, checkpoint: RunCheckpoint, *, idempotency_key: str | None = None
     ) -> None:
         """Append a run checkpoint."""
-        ev = CheckpointRecorded(checkpoint=_record(checkpoint, RunCheckpoint, "checkpoint"))
+        ev = CheckpointRecorded(checkpoint=validated_copy(checkpoint, RunCheckpoint, "checkpoint"))
         self._write(session_id, lambda s, w: [ev], idempotency_key)
 
     def load_transcript_messages(
@@ -526,6 +527,8 @@ class SessionStore:
 def _ensure_root(root: Path) -> None:
     try:
         st = os.stat(root)
+    except NotADirectoryError as exc:
+        raise UnsafePathError(f"store root {root}: a part of the path is not a directory") from exc
     except FileNotFoundError:
         missing = [root, *(p for p in root.parents if not p.exists())]
         for path in reversed(missing):  # every directory we create is private, not just the last
@@ -533,15 +536,16 @@ def _ensure_root(root: Path) -> None:
                 os.mkdir(path, 0o700)
             except FileExistsError:
                 pass
+            except OSError as exc:
+                raise StorageError(
+                    f"cannot create the store root {root}: {exc}", exc.errno
+                ) from exc
         return
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"store root {root} exists and is not a directory")
 
 
-_record = validated_copy
-
-
 def _records(values: object, cls: type[T], what: str) -> list[T]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise InvalidRecordError(f"{what} must be a list of {cls.__name__}")
-    return [_record(v, cls, f"{what}[{i}]") for i, v in enumerate(values)]
+    return [validated_copy(v, cls, f"{what}[{i}]") for i, v in enumerate(values)]

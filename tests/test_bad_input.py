@@ -400,3 +400,14 @@ def test_reading_unknown_sessions_creates_nothing(store: SessionStore) -> None:
         assert store.last_seq(sid) == 0
     assert store.list_sessions() == []
     assert not (store.root / "sessions").exists() or not any((store.root / "sessions").iterdir())
+
+
+def test_a_root_that_is_not_a_directory_is_a_typed_error(tmp_path: Path) -> None:
+    """A store root that is a file, or lies under a file, is refused with an
+    EventStoreError, not a raw OSError, and nothing is created."""
+    afile = tmp_path / "file"
+    afile.write_bytes(b"")
+    for root in (afile, afile / "below"):
+        with pytest.raises(EventStoreError, match="not a directory"):
+            SessionStore(root)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
