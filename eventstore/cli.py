@@ -156,6 +156,7 @@ def emit_json(obj: Any) -> None:
 
 
 def emit_json_line(obj: Any) -> None:
+    """One JSON object on its own line, flushed (for `log --json` and `follow --json`)."""
     sys.stdout.write(msgspec.json.encode(obj).decode() + "\n")
     sys.stdout.flush()
 

@@ -70,27 +70,39 @@ class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
 
 
 class ManifestSet(Event, tag="manifest_set", kw_only=True):
+    """`save_manifest` (and the first line of an initialization): the whole manifest."""
+
     manifest: SessionManifest
 
 
 class FeatureListReplaced(Event, tag="feature_list_replaced", kw_only=True):
+    """`replace_feature_list`: the whole list, in order."""
+
     features: list[FeatureRecord]
 
 
 class FeaturePassUpdated(Event, tag="feature_pass_updated", kw_only=True):
+    """`update_feature_pass`: one feature's flag (written only for a feature that exists)."""
+
     feature_id: str
     passes: bool
 
 
 class ProgressAppended(Event, tag="progress_appended", kw_only=True):
+    """`append_progress_entry`."""
+
     entry: ProgressEntry
 
 
 class CheckpointRecorded(Event, tag="checkpoint_recorded", kw_only=True):
+    """`record_run_checkpoint`."""
+
     checkpoint: RunCheckpoint
 
 
 class MessagesAppended(Event, tag="messages_appended", kw_only=True):
+    """`append_transcript_messages`: the whole list in one event, so it is atomic."""
+
     messages: list[Message]
 
 

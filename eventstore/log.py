@@ -78,17 +78,22 @@ class SessionLog:
     """The engine interface the face uses. `FileSessionLog` is the JSONL file engine."""
 
     def exists(self) -> bool:
+        """Whether the session has a log at all."""
         raise NotImplementedError
 
     def read(
         self, cursor: Cursor, decoder: msgspec.json.Decoder[Event], part: str | None = None
     ) -> ReadResult:
+        """Events after `cursor` (complete batches only); `part`: the one projection
+        the caller folds, which lets an engine read less of a snapshot."""
         raise NotImplementedError
 
     def last_seq(self) -> int:
+        """The last committed sequence number (0: no events)."""
         raise NotImplementedError
 
     def writer(self) -> AbstractContextManager[LogWriter]:
+        """Hold the writers' lock; the writer's `head` is the last committed event."""
         raise NotImplementedError
 
 
@@ -98,6 +103,7 @@ class LogWriter:
     head: Cursor
 
     def append(self, events: Sequence[Event], key: str | None = None) -> list[Event]:
+        """Append one batch atomically; returns the events as stamped (seq, ts, h)."""
         raise NotImplementedError
 
 
@@ -129,6 +135,7 @@ class FileSessionLog(SessionLog):
         self.last_head: Cursor | None = None
 
     def exists(self) -> bool:
+        """Whether the log file exists."""
         return os.path.lexists(self.path)
 
     def last_seq(self) -> int:
@@ -305,6 +312,7 @@ class FileLogWriter(LogWriter):
             raise
 
     def close(self) -> None:
+        """Close the log file (the lock is released by the log's context manager)."""
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None

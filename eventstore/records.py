@@ -39,12 +39,16 @@ def utc_now() -> datetime:
 
 
 class RunStatus(enum.Enum):
+    """How a run stands."""
+
     IN_PROGRESS = "in_progress"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
 
 
 class InitShell(enum.Enum):
+    """The shell an `InitShellScript` runs in."""
+
     BASH = "bash"
     SH = "sh"
     PWSH = "pwsh"
@@ -52,6 +56,8 @@ class InitShell(enum.Enum):
 
 
 class Role(enum.Enum):
+    """Who wrote a transcript message."""
+
     SYSTEM = "system"
     USER = "user"
     ASSISTANT = "assistant"

@@ -89,6 +89,7 @@ class AutoCompact:
     retention: Retention | None = None
 
     def due(self, size: int, events: int) -> bool:
+        """Whether a log of `size` bytes holding `events` lines passes a threshold."""
         return (self.max_bytes is not None and size >= self.max_bytes) or (
             self.max_events is not None and events >= self.max_events
         )

@@ -30,23 +30,39 @@ class Projection(Protocol[S]):
     """
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The key of this projection's state in snapshots."""
+        ...
 
     @property
-    def version(self) -> int: ...
+    def version(self) -> int:
+        """Bump it whenever the state's shape changes."""
+        ...
 
     @property
-    def event_types(self) -> frozenset[str] | None: ...
+    def event_types(self) -> frozenset[str] | None:
+        """The tags `apply` reads (None: all); the others arrive as bare envelopes."""
+        ...
 
-    def initial(self) -> S: ...
+    def initial(self) -> S:
+        """The state of a session with no events."""
+        ...
 
-    def apply(self, state: S, event: Event) -> S: ...
+    def apply(self, state: S, event: Event) -> S:
+        """The state after `event` (may change `state` in place and return it)."""
+        ...
 
-    def encode_state(self, state: S) -> bytes: ...
+    def encode_state(self, state: S) -> bytes:
+        """The state as JSON, for a snapshot."""
+        ...
 
-    def decode_state(self, data: bytes) -> S: ...
+    def decode_state(self, data: bytes) -> S:
+        """The state back from `encode_state`'s JSON."""
+        ...
 
-    def copy(self, state: S) -> S: ...
+    def copy(self, state: S) -> S:
+        """A copy the caller may change without changing the store's cached state."""
+        ...
 
 
 class StructProjection(Generic[S]):
@@ -62,18 +78,23 @@ class StructProjection(Generic[S]):
     state_type: Any
 
     def initial(self) -> S:
+        """The state of a session with no events (define it)."""
         raise NotImplementedError
 
     def apply(self, state: S, event: Event) -> S:
+        """The state after `event` (define it)."""
         raise NotImplementedError
 
     def encode_state(self, state: S) -> bytes:
+        """The state as JSON, by msgspec."""
         return msgspec.json.encode(state)
 
     def decode_state(self, data: bytes) -> S:
+        """The state back from JSON, typed by `state_type`."""
         return msgspec.json.decode(data, type=self.state_type)  # type: ignore[no-any-return]
 
     def copy(self, state: S) -> S:
+        """A deep copy (a JSON round trip)."""
         # a deep copy at C speed: callers get state they may change freely (JSON, not
         # msgpack, which would turn every timestamp's offset into UTC)
         return msgspec.json.decode(  # type: ignore[no-any-return]

@@ -98,15 +98,18 @@ class BootstrapProjection(StructProjection[BootstrapState]):
     state_type = BootstrapState
 
     def initial(self) -> BootstrapState:
+        """An empty state."""
         return BootstrapState()
 
     def apply(self, state: BootstrapState, event: Event) -> BootstrapState:
+        """Fold one event into the state."""
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(state, event)
         return state
 
     def copy(self, state: BootstrapState) -> BootstrapState:
+        """A state the caller may change: manifest and features copied, the rest shared."""
         # progress entries and checkpoints are frozen (and hold nothing mutable): share
         # them, so a copy costs the manifest and the features, not the whole history
         return BootstrapState(

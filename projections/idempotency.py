@@ -19,15 +19,19 @@ Keys = dict[str, tuple[int, int]]
 
 
 class IdempotencyProjection(StructProjection[Keys]):
+    """Idempotency key -> (first seq, last seq) of the batch it was given to."""
+
     name = "idempotency"
     version = 1
     event_types = frozenset()  # only envelopes: the key is on a batch's first line
     state_type = Keys
 
     def initial(self) -> Keys:
+        """An empty state."""
         return {}
 
     def apply(self, state: Keys, event: Event) -> Keys:
+        """Fold one event into the state."""
         key = event.key
         if key is not None:
             state[key] = (event.seq, event.seq + event.more)

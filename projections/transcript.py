@@ -19,12 +19,15 @@ class TranscriptProjection(StructProjection[list[Message]]):
     state_type = list[Message]
 
     def initial(self) -> list[Message]:
+        """An empty state."""
         return []
 
     def apply(self, state: list[Message], event: Event) -> list[Message]:
+        """Fold one event into the state."""
         if type(event) is MessagesAppended:
             state.extend(event.messages)
         return state
 
     def copy(self, state: list[Message]) -> list[Message]:
+        """A new list of the same (frozen) messages."""
         return list(state)  # Message is frozen: sharing the objects is safe
