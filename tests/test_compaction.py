@@ -792,3 +792,47 @@ def _no_leftover_children() -> Iterator[None]:
     for child in multiprocessing.active_children():
         child.kill()
         child.join(5)
+
+
+def test_bootstrap_load_after_compaction_never_reads_the_transcript(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshot describes its own layout: a cold bootstrap load preads the header and
+    the bootstrap state's byte range only, never the (large) transcript state; the
+    transcript load still reads it whole, and both equal their state before compaction."""
+    import eventstore.log as log_module
+
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.initialize_session_if_missing("s", make_manifest("s"), make_features(5))
+        for i in range(200):
+            store.append_transcript_messages(
+                "s", [Message(role=Role.ASSISTANT, content=f"{i}" + "x" * 5000)]
+            )
+            store.append_progress_entry("s", make_entry(i))
+        before = (store.load_bootstrap_state("s"), store.load_transcript_messages("s"))
+        store.compact("s")
+    size = SessionPaths(root, "s").log.stat().st_size
+    assert size > 1_000_000  # the transcript dominates the snapshot
+
+    read: list[int] = []
+    real_pread, real_pread_all = os.pread, log_module._pread_all
+
+    def spy_pread(fd: int, n: int, offset: int) -> bytes:
+        data = real_pread(fd, n, offset)
+        read.append(len(data))
+        return data
+
+    def spy_pread_all(fd: int, n: int, offset: int) -> bytes:
+        data = real_pread_all(fd, n, offset)
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr(log_module.os, "pread", spy_pread)
+    monkeypatch.setattr(log_module, "_pread_all", spy_pread_all)
+    with SessionStore(root) as store:
+        assert store.load_bootstrap_state("s") == before[0]
+        assert sum(read) < size // 20, f"read {sum(read)} of {size} bytes"
+        read.clear()
+        assert store.load_transcript_messages("s") == before[1]
+        assert sum(read) >= size * 0.9
