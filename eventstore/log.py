@@ -328,6 +328,7 @@ class FileLogWriter(LogWriter):
             if self.log.durability == "fsync":  # the new name must survive power loss too
                 fsync_dir(paths.dir)
                 fsync_dir(paths.dir.parent)
+                fsync_dir(paths.dir.parent.parent)  # the store root holds `sessions`
             st = os.fstat(fd)
         except OSError as exc:
             os.close(fd)
