@@ -39,7 +39,14 @@ from .records import BootstrapState
 if TYPE_CHECKING:
     from .store import SessionStore, _Session
 
-__all__ = ["CompactionReport", "Retention", "archive_files", "compact", "fold_from_archive"]
+__all__ = [
+    "CompactionReport",
+    "Retention",
+    "archive_files",
+    "compact",
+    "fold_events",
+    "fold_from_archive",
+]
 
 _TMP_PREFIX = "log.jsonl.compact-"
 _PENDING = ".pending"
@@ -123,7 +130,7 @@ def compact(
             )  # fmt: skip
         states: dict[str, msgspec.Raw] = {}
         for name, proj in store._projections.items():
-            state = _fold_all(store, sess, proj, events)
+            state = fold_events(store, sess, proj, proj.initial(), events)
             if retention is not None:
                 state = _retain(name, state, retention)
             states[name] = snapshot_entry(proj, state)
@@ -220,17 +227,21 @@ def _remove_strays(sess: _Session, head: Cursor) -> None:
             os.rename(path, path.with_name(name[: -len(_PENDING)]))
 
 
-def _fold_all(
-    store: SessionStore, sess: _Session, proj: Projection[Any], events: list[Event]
+def fold_events(
+    store: SessionStore, sess: _Session, proj: Projection[Any], state: Any, events: list[Event]
 ) -> Any:
+    """`fold`, plus what only the face can do: rebuild from the archive a state that the
+    opening snapshot lacks, and name the file of a snapshot state that does not decode."""
     try:
-        return fold(proj, proj.initial(), events)
+        return fold(proj, state, events)
     except SnapshotVersionError:
         return fold_from_archive(store, sess, proj, events)
     except CorruptLogError as exc:
         if exc.path is not None:
             raise
-        raise CorruptLogError(sess.paths.log, 0, exc.seq, exc.reason) from None
+        raise CorruptLogError(
+            sess.paths.log, 0, exc.seq, exc.reason
+        ) from None  # offset 0: it opens the file
 
 
 def fold_from_archive(

@@ -26,14 +26,12 @@ from projections import (
     fold,
 )
 
-from .compaction import CompactionReport, Retention, compact, fold_from_archive
+from .compaction import CompactionReport, Retention, compact, fold_events
 from .errors import (
     ConcurrencyError,
-    CorruptLogError,
     EventStoreError,
     FeatureNotFoundError,
     InvalidRecordError,
-    SnapshotVersionError,
     StorageError,
     StoreClosedError,
     UnsafePathError,
@@ -460,15 +458,7 @@ class SessionStore:
         if res.reset:
             f.state = proj.initial()
         if res.events:
-            try:
-                f.state = fold(proj, f.state, res.events)
-            except SnapshotVersionError:  # a snapshot without this projection's state
-                f.state = fold_from_archive(self, sess, proj, res.events)
-            except CorruptLogError as exc:
-                if exc.path is not None:
-                    raise
-                # a snapshot's state that does not decode: the snapshot opens the file
-                raise CorruptLogError(sess.log.path, 0, exc.seq, exc.reason) from None
+            f.state = fold_events(self, sess, proj, f.state, res.events)
         f.cursor = res.cursor
         return f.state  # type: ignore[no-any-return]
 
