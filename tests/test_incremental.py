@@ -11,6 +11,7 @@ import msgspec
 import pytest
 from conftest import LOGS, log_path, make_checkpoint, make_entry, make_features, make_manifest
 
+import eventstore.compaction as compaction_module
 import eventstore.log as log_module
 import eventstore.store as store_module
 from eventstore import BootstrapState, Message, MessagesAppended, Role, SessionStore
@@ -47,7 +48,10 @@ class Spy:
             self.read_events.extend(res.events)
             return res
 
+        # the store folds its own appends with `fold`, and what it reads with
+        # compaction.fold_events, which calls `fold` there
         monkeypatch.setattr(store_module, "fold", spy_fold)
+        monkeypatch.setattr(compaction_module, "fold", spy_fold)
         monkeypatch.setattr(log_module, "_pread_all", spy_pread)
         monkeypatch.setattr(FileSessionLog, "read", spy_read)
         self.log = log
