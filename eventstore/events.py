@@ -350,15 +350,19 @@ class EventCodec:
         from .errors import CorruptLogError
 
         try:
-            data = self._dict_decoder.decode(line)
-        except msgspec.DecodeError as exc:
-            raise CorruptLogError(path, offset, None, f"not a JSON object: {exc}") from None
-        try:
             head = self.head_decoder.decode(line)
         except msgspec.ValidationError as exc:
-            raise CorruptLogError(path, offset, None, f"bad envelope: {exc}") from None
+            raise CorruptLogError(
+                path, offset, None, f"not an event (an object with 'type' and 'seq'): {exc}"
+            ) from None
+        except msgspec.DecodeError as exc:
+            raise CorruptLogError(path, offset, None, f"not JSON: {exc}") from None
         cls = self.types.get(head.type)
         if cls is None:
+            try:  # kept verbatim (e.g. in a snapshot), so the whole line must be valid JSON
+                self._dict_decoder.decode(line)
+            except msgspec.DecodeError as exc:
+                raise CorruptLogError(path, offset, head.seq, f"bad {head.type}: {exc}") from None
             return UnknownEvent(
                 seq=head.seq,
                 ts=head.ts,
@@ -371,8 +375,13 @@ class EventCodec:
         if head.v == cls.VERSION:
             try:
                 return msgspec.json.decode(line, type=cls)
-            except msgspec.ValidationError as exc:
+            except msgspec.DecodeError as exc:  # also invalid UTF-8 the envelope skipped over
                 raise CorruptLogError(path, offset, head.seq, f"bad {head.type}: {exc}") from None
+        # an older version: only now is the line needed as a dict, for the upcasters
+        try:
+            data = self._dict_decoder.decode(line)
+        except msgspec.DecodeError as exc:
+            raise CorruptLogError(path, offset, head.seq, f"bad {head.type}: {exc}") from None
         return self.upcast(data, offset, path)
 
     # -- encoding ---------------------------------------------------------------------
