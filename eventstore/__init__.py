@@ -46,7 +46,9 @@ from .harness_sessions import (
 )
 from .records import (
     BootstrapState,
+    ContentBlock,
     FeatureRecord,
+    ImageBlock,
     InitCommand,
     InitPlan,
     InitShell,
@@ -57,6 +59,10 @@ from .records import (
     RunCheckpoint,
     RunStatus,
     SessionManifest,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
 )
 from .store import AppendResult, AutoCompact, SessionStore
 
@@ -111,4 +117,10 @@ __all__ = [
     "UnknownSessionError",
     "UnsafePathError",
     "VerifyReport",
+    "ContentBlock",
+    "ImageBlock",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolResultBlock",
+    "ToolUseBlock",
 ]

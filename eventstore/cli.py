@@ -44,6 +44,7 @@ from .records import (
     SessionManifest,
 )
 from .store import SessionStore
+from .transcript_format import describe_message
 
 __all__ = ["main"]
 
@@ -581,7 +582,7 @@ def cmd_transcript(args: argparse.Namespace) -> int:
             table(
                 ["#", "ROLE", "CONTENT"],
                 [
-                    [first + i, m.role.value, shorten(m.content, width, args.full)]
+                    [first + i, m.role.value, shorten(describe_message(m), width, args.full)]
                     for i, m in enumerate(messages)
                 ],
                 right=(0,),
