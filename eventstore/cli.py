@@ -721,6 +721,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """One session as a JSON document, or its raw events as JSON Lines."""
+    if args.format == "claude-code":
+        return importlib.import_module("eventstore.cli_claude_code").run_export(args)  # type: ignore[no-any-return]
     with open_store(args.root) as store:
         need_session(store, args.session)
         fmt = "json" if args.json else args.format
@@ -1083,7 +1085,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     session(p)
     p.add_argument(
-        "--format", choices=("json", "jsonl"), default="json", help="json (default) or jsonl"
+        "--format",
+        choices=("json", "jsonl", "claude-code"),
+        default="json",
+        help="json (default), jsonl, or claude-code (the imported Claude Code lines)",
     )
 
     p = add(
@@ -1131,6 +1136,7 @@ def build_parser() -> argparse.ArgumentParser:
     contexts = _contexts_module()
     if contexts is not None:
         contexts.add_parser(sub)
+    importlib.import_module("eventstore.cli_claude_code").add_parser(sub)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""Integrations of eventstore with agent harnesses, each over the public API (optional)."""
