@@ -1,0 +1,185 @@
+"""Transcript paging: the newest N messages read from the end of a log (live lines, then
+a compaction snapshot's transcript), equal to the last N of the full fold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import texts
+from test_messages import rich_messages
+
+from eventstore import (
+    Message,
+    ProgressEntry,
+    Role,
+    SessionStore,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from eventstore.compaction import Retention
+from eventstore.errors import CorruptLogError
+from eventstore.events import EventCodec
+from eventstore.layout import SessionPaths
+from eventstore.transcript_pages import last_messages
+
+
+def _page(path: Path, n: int, size: int | None = None) -> list[Message] | None:
+    data = path.read_bytes()
+    reads: list[tuple[int, int]] = []
+
+    def read_span(start: int, end: int) -> bytes:
+        assert 0 <= start <= end <= len(data)
+        reads.append((start, end))
+        return data[start:end]
+
+    out = last_messages(read_span, len(data) if size is None else size, n, EventCodec(), path)
+    _page.reads = reads  # type: ignore[attr-defined]
+    return out
+
+
+def _log(store: SessionStore, sid: str) -> Path:
+    return SessionPaths(store.root, sid).log
+
+
+def _turn(i: int, pad: int = 0) -> list[Message]:
+    """One turn with a tool call and its result, like a coding harness writes."""
+    return [
+        Message(Role.USER, f"turn {i}: fix test {i}" + "x" * pad),
+        Message(
+            Role.ASSISTANT,
+            f"running test {i}",
+            blocks=[
+                TextBlock(text=f"running test {i}"),
+                ToolUseBlock(id=f"t{i}", name="Bash", input={"command": f"pytest -k {i}"}),
+            ],
+            # a nested object with a `role` key: a false message boundary in a snapshot
+            metadata={"trace": [{"a": 1}, {"role": "x", "content": "y"}]},
+        ),
+        Message(
+            Role.TOOL,
+            "",
+            name="Bash",
+            blocks=[ToolResultBlock(tool_use_id=f"t{i}", content=f"{i} passed")],
+        ),
+    ]
+
+
+@pytest.mark.parametrize("compact_at", [None, 0, 5, 30])
+def test_the_last_n_equal_the_fold_live_and_compacted(
+    store: SessionStore, compact_at: int | None
+) -> None:
+    for i in range(40):
+        if compact_at is not None and i == compact_at:
+            store.compact("s")
+        store.append_transcript_messages("s", _turn(i))
+        if i % 3 == 0:
+            store.append_progress_entry("s", ProgressEntry(run_id="r", summary=f"p{i}"))
+    full = store.load_transcript_messages("s")
+    assert len(full) == 120
+    for n in (0, 1, 2, 3, 4, 20, 119, 120, 121, 500):
+        assert _page(_log(store, "s"), n) == (full[max(0, len(full) - n) :] if n else [])
+
+
+def test_a_compacted_log_is_paged_from_the_snapshot_without_reading_it_all(
+    store: SessionStore,
+) -> None:
+    for i in range(2000):
+        store.append_transcript_messages("s", _turn(i, pad=200))
+    store.compact("s")
+    store.append_transcript_messages("s", _turn(2000))
+    log = _log(store, "s")
+    full = store.load_transcript_messages("s")
+    assert _page(log, 20) == full[-20:]
+    read = sum(b - a for a, b in _page.reads)  # type: ignore[attr-defined]
+    size = log.stat().st_size
+    assert size > 1_000_000 and read < 200_000  # the bytes of ~20 messages and headers
+
+
+def test_a_long_live_log_is_read_only_at_its_end(store: SessionStore) -> None:
+    for i in range(2000):
+        store.append_transcript_messages("s", _turn(i, pad=200))
+    log = _log(store, "s")
+    assert _page(log, 20) == store.load_transcript_messages("s")[-20:]
+    read = sum(b - a for a, b in _page.reads)  # type: ignore[attr-defined]
+    assert read <= 2 * 64 * 1024
+
+
+def test_messages_longer_than_a_read_chunk(store: SessionStore) -> None:
+    big = [Message(Role.USER, "y" * 300_000), Message(Role.ASSISTANT, "z" * 200_000)]
+    store.append_transcript_messages("s", big)
+    store.append_transcript_messages("s", [Message(Role.USER, "after")])
+    assert _page(_log(store, "s"), 3) == [*big, Message(Role.USER, "after")]
+    store.compact("s")
+    store.append_transcript_messages("s", [Message(Role.USER, "later")])
+    assert _page(_log(store, "s"), 4) == [
+        *big,
+        Message(Role.USER, "after"),
+        Message(Role.USER, "later"),
+    ]
+
+
+def test_a_torn_tail_past_the_committed_size_is_never_read(store: SessionStore) -> None:
+    store.append_transcript_messages("s", [Message(Role.USER, "a")])
+    log = _log(store, "s")
+    committed = log.stat().st_size
+    with log.open("ab") as f:
+        f.write(b'{"type":"messages_appended","seq":2,"ts":"2026-01-01T00:00:00Z","messages":[{"ro')
+    assert _page(log, 5, size=committed) == [Message(Role.USER, "a")]
+
+
+def test_retention_trimmed_snapshots_page_what_they_keep(store: SessionStore) -> None:
+    for i in range(30):
+        store.append_transcript_messages("s", _turn(i))
+    store.compact("s", retention=Retention(messages=10))
+    store.append_transcript_messages("s", _turn(30))
+    full = store.load_transcript_messages("s")
+    assert len(full) == 13
+    assert _page(_log(store, "s"), 50) == full
+    assert _page(_log(store, "s"), 11) == full[-11:]
+
+
+def test_a_corrupt_messages_line_in_the_page_is_an_error_naming_the_file(
+    store: SessionStore,
+) -> None:
+    store.append_transcript_messages("s", [Message(Role.USER, "a")])
+    store.append_transcript_messages("s", [Message(Role.USER, "b")])
+    log = _log(store, "s")
+    data = log.read_bytes()
+    log.write_bytes(data.replace(b'"content":"b"', b'"content":7  '))
+    with pytest.raises(CorruptLogError) as info:
+        _page(log, 1)
+    assert str(log) in str(info.value)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.one_of(
+            st.lists(rich_messages, min_size=1, max_size=4).map(lambda b: ("messages", b)),
+            texts.map(lambda t: ("progress", t)),
+            st.sampled_from([("compact", None), ("compact", 2)]),
+        ),
+        max_size=12,
+    ),
+    st.integers(min_value=0, max_value=30),
+)
+def test_any_history_pages_like_the_fold(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, object]], n: int
+) -> None:
+    with SessionStore(tmp_path_factory.mktemp("page")) as s:
+        s.append_progress_entry("s", ProgressEntry(run_id="r", summary="start"))
+        for op, arg in ops:
+            if op == "messages":
+                s.append_transcript_messages("s", arg)  # type: ignore[arg-type]
+            elif op == "progress":
+                s.append_progress_entry("s", ProgressEntry(run_id="r", summary=str(arg)))
+            else:
+                s.compact("s", retention=None if arg is None else Retention(messages=arg))  # type: ignore[arg-type]
+        full = s.load_transcript_messages("s")
+        assert _page(_log(s, "s"), n) == (full[max(0, len(full) - n) :] if n else [])
