@@ -35,6 +35,7 @@ from eventstore import (
     RunCheckpoint,
     SessionManifest,
     SessionStore,
+    TextBlock,
     UnsafePathError,
 )
 from eventstore.layout import SessionPaths
@@ -340,6 +341,11 @@ WRONG_FOR = {
     "dict[str,str]": [{"a": 1}, {"a": None}, ["a"], None, "a"],
     "plan|None": ["x", [], {"steps": 1}, 1],
     "steps": [[1], ["x"], [{"kind": "nope"}], None, "x"],
+    "blocks": [
+        [1], ["x"], [{"type": "text", "text": "x"}], None, "x",
+        (TextBlock(text="x"),), [TextBlock(text=1)],  # type: ignore[arg-type]
+    ],
+    "dict[str,json]": [{"a": {1}}, {1: "a"}, {"a": (1,)}, {"a": float("nan")}, ["a"], None],
 }
 FIELDS = {
     FeatureRecord: {"id": "str", "category": "str", "description": "str", "steps": "list[str]",
@@ -347,7 +353,8 @@ FIELDS = {
     ProgressEntry: {"run_id": "str", "summary": "str", "created_at": "datetime"},
     RunCheckpoint: {"run_id": "str", "started_at": "datetime", "completed_at": "datetime|None",
                     "status": "enum", "note": "str|None"},
-    Message: {"role": "enum", "content": "str"},
+    Message: {"role": "enum", "content": "str", "name": "str|None", "blocks": "blocks",
+              "created_at": "datetime|None", "metadata": "dict[str,json]"},
     SessionManifest: {"session_id": "str", "active_branch": "str", "current_objective": "str",
                       "schema_version": "int", "harness_version": "str",
                       "last_known_good_commit": "str|None", "init_plan": "plan|None",
