@@ -288,10 +288,25 @@ class SessionStore:
         self._write(session_id, lambda s, w: [ev], idempotency_key)
 
     def load_transcript_messages(
-        self, session_id: str, *, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        *,
+        start: int | None = None,
+        limit: int | None = None,
+        last: int | None = None,
+        idempotency_key: str | None = None,
     ) -> list[Message]:
-        """Every transcript message in append order; `[]` for an unknown session."""
-        return TRANSCRIPT.copy(self._state(session_id, TRANSCRIPT))
+        """Transcript messages in append order; `[]` for an unknown session.
+
+        A page: `last=N`, the newest N; `start=i` (0-based) and/or `limit=N`,
+        `messages[i:i + N]`. A page costs O(N), also from a cold store for `last` (see
+        eventstore.transcript_pages).
+        """
+        if start is None and limit is None and last is None:
+            return TRANSCRIPT.copy(self._state(session_id, TRANSCRIPT))
+        from .transcript_pages import transcript_page
+
+        return transcript_page(self, session_id, start=start, limit=limit, last=last)
 
     def append_transcript_messages(
         self,
@@ -448,6 +463,30 @@ class SessionStore:
         sess = self._session(session_id)
         with sess.lock:
             return self._catch_up(sess, proj)
+
+    def _has_fold(self, sess: _Session, name: str) -> bool:
+        """Whether this store has folded projection `name` of the session before."""
+        return name in sess.folds
+
+    def _read_last_messages(self, sess: _Session, n: int) -> list[Message] | None:
+        """The newest `n` messages read from the end of the log (None: fold instead)."""
+        from .layout import open_private
+        from .log import _pread_all, find_head
+        from .transcript_pages import last_messages
+
+        log_ = sess.log
+        log_.paths.check_no_links()
+        try:
+            fd = open_private(log_.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return []
+        try:
+            _, size = find_head(fd, os.fstat(fd).st_size, log_)
+            return last_messages(
+                lambda a, b: _pread_all(fd, b - a, a), size, n, self.codec, log_.path
+            )
+        finally:
+            os.close(fd)
 
     def _catch_up(self, sess: _Session, proj: Projection[S]) -> S:
         """Fold what was appended since the cached cursor (the file may have been replaced)."""

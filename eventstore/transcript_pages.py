@@ -1,7 +1,12 @@
-"""The last N transcript messages of a log, read from its end: O(N), not O(transcript).
+"""Transcript paging: a page of messages for O(its size), not O(transcript).
 
-Owns the cold path of transcript paging (`SessionStore.load_transcript_messages(sid,
-last=N)` when the store has not folded the transcript yet). It reads the committed live
+Owns `SessionStore.load_transcript_messages(sid, start=, limit=, last=)`. Warm (the
+store has folded the transcript before), a page is a slice of the folded state, brought
+up to date first (O(what was appended since)); only the page is copied. Cold, `last=N`
+is read from the end of the log (`last_messages`); `start` folds the transcript once
+(then it is warm).
+
+`last_messages` reads the committed live
 log backwards through a byte-range reader, decodes only `messages_appended` lines (the
 others are recognised by their first bytes and never decoded) and stops once it has N
 messages. If it reaches a compaction snapshot first, it takes the missing messages from
@@ -16,13 +21,20 @@ log whose committed size is `size` (a torn tail is past `size`, never read).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import msgspec
 
+from projections.transcript import copy_message
+
+from .errors import InvalidRecordError
 from .events import EventCodec, MessagesAppended, SnapshotHead
 from .records import Message
 
-__all__ = ["SpanReader", "last_messages"]
+if TYPE_CHECKING:
+    from .store import SessionStore
+
+__all__ = ["SpanReader", "last_messages", "transcript_page"]
 
 #: `read_span(start, end)`: bytes [start, end) of the live log (end <= the committed size).
 SpanReader = Callable[[int, int], bytes]
@@ -36,6 +48,41 @@ _message_list = msgspec.json.Decoder(list[Message])
 # `{` cannot be an escaped one, so this only ever matches at an object's start (which
 # may still be a nested object: see `_snapshot_tail`).
 _BOUNDARY = b',{"role":"'
+
+
+def _count(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidRecordError(f"{name} must be None or an int >= 0, got {value!r}")
+    return value
+
+
+def transcript_page(
+    store: SessionStore,
+    session_id: str,
+    *,
+    start: int | None = None,
+    limit: int | None = None,
+    last: int | None = None,
+) -> list[Message]:
+    """`messages[start:start + limit]`, or with `last` the newest `last` messages (see
+    the module docstring for what each costs). The messages are the caller's own."""
+    start, limit, last = _count("start", start), _count("limit", limit), _count("last", last)
+    if last is not None and (start is not None or limit is not None):
+        raise InvalidRecordError("give last=, or start= and/or limit=, not both")
+    sess = store._session(session_id)
+    if last is not None and not store._has_fold(sess, "transcript"):
+        page = store._read_last_messages(sess, last)
+        if page is not None:
+            return page
+    state: list[Message] = store._state(session_id, store.projections["transcript"])
+    if last is not None:
+        part = state[len(state) - last :] if last < len(state) else state
+    else:
+        first = start or 0
+        part = state[first : None if limit is None else first + limit]
+    return [copy_message(m) for m in part]
 
 
 def last_messages(

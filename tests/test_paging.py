@@ -183,3 +183,109 @@ def test_any_history_pages_like_the_fold(
                 s.compact("s", retention=None if arg is None else Retention(messages=arg))  # type: ignore[arg-type]
         full = s.load_transcript_messages("s")
         assert _page(_log(s, "s"), n) == (full[max(0, len(full) - n) :] if n else [])
+
+
+# -- through the session API -------------------------------------------------------------
+
+
+def _fill(store: SessionStore, turns: int, sid: str = "s") -> list[Message]:
+    for i in range(turns):
+        store.append_transcript_messages(sid, _turn(i))
+    return [m for i in range(turns) for m in _turn(i)]
+
+
+def test_pages_through_the_api_warm_and_cold(root: Path) -> None:
+    with SessionStore(root) as s:
+        full = _fill(s, 50)
+    with SessionStore(root) as cold:
+        assert cold.load_transcript_messages("s", last=7) == full[-7:]
+        assert not cold._has_fold(cold._session("s"), "transcript")  # nothing was folded
+        assert cold.load_transcript_messages("s", start=140) == full[140:]
+        assert cold._has_fold(cold._session("s"), "transcript")  # start folds once
+        assert cold.load_transcript_messages("s", last=7) == full[-7:]  # now warm
+        assert cold.load_transcript_messages("s", start=3, limit=4) == full[3:7]
+        assert cold.load_transcript_messages("s", limit=2) == full[:2]
+        assert cold.load_transcript_messages("s", last=0) == []
+        assert cold.load_transcript_messages("s", last=10_000) == full
+        assert cold.load_transcript_messages("s", start=10_000) == []
+        assert cold.load_transcript_messages("nobody", last=3) == []
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"last": -1}, {"start": -2}, {"limit": 1.5}, {"last": True}, {"last": 2, "start": 1}],
+)
+def test_bad_page_arguments_are_refused(store: SessionStore, kwargs: dict[str, object]) -> None:
+    from eventstore import InvalidRecordError
+
+    with pytest.raises(InvalidRecordError):
+        store.load_transcript_messages("s", **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_page_is_the_callers_own(root: Path) -> None:
+    with SessionStore(root) as s:
+        full = _fill(s, 3)
+    for warm in (False, True):
+        with SessionStore(root) as s:
+            if warm:
+                s.load_transcript_messages("s")
+            page = s.load_transcript_messages("s", last=2)
+            page[0].metadata["trace"].append("changed")
+            page[0].blocks.clear()
+            assert s.load_transcript_messages("s", last=2) == full[-2:]
+            assert s.load_transcript_messages("s") == full
+
+
+def test_cold_pages_after_another_process_compacts_and_appends(root: Path) -> None:
+    with SessionStore(root) as writer, SessionStore(root) as reader:
+        full = _fill(writer, 20)
+        assert reader.load_transcript_messages("s", last=5) == full[-5:]
+        writer.compact("s")
+        assert reader.load_transcript_messages("s", last=5) == full[-5:]
+        writer.append_transcript_messages("s", _turn(20))
+        full += _turn(20)
+        assert reader.load_transcript_messages("s", last=5) == full[-5:]
+        reader.load_transcript_messages("s")  # warm now: a compaction swaps the file under it
+        writer.compact("s")
+        writer.append_transcript_messages("s", _turn(21))
+        full += _turn(21)
+        assert reader.load_transcript_messages("s", last=5) == full[-5:]
+
+
+def test_pages_beside_a_live_writer_are_whole_batches_in_order(root: Path) -> None:
+    import threading
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with SessionStore(root) as w:
+                i = 0
+                while not stop.is_set() and i < 400:
+                    w.append_transcript_messages("s", _turn(i))
+                    if i % 97 == 96:
+                        w.compact("s")
+                    i += 1
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=write)
+    t.start()
+    seen = 0
+    try:
+        while t.is_alive():
+            with SessionStore(root) as r:  # cold every time
+                page = r.load_transcript_messages("s", last=6)
+            if page:
+                # whole turns, in order: the page ends with the last committed batch
+                last_call = page[-1].tool_results[0].tool_use_id
+                i = int(last_call[1:])
+                expected = [m for j in range(max(0, i - 1), i + 1) for m in _turn(j)]
+                assert page == expected[-6:]
+                assert i >= seen
+                seen = i
+    finally:
+        stop.set()
+        t.join()
+    assert errors == []
