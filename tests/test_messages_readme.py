@@ -34,15 +34,7 @@ def test_each_python_example_runs(
     index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    shutil.copy(
-        REPO
-        / "fixtures"
-        / "claude_code"
-        / "projects"
-        / "-home-dev-kvcache"
-        / "0b7e4f5c-2d1a-4c3b-9e8f-7a6b5c4d3e2f.jsonl",
-        tmp_path,
-    )
+    shutil.copytree(REPO / "fixtures", tmp_path / "fixtures")  # examples name fixtures/
     namespace: dict[str, object] = {}
     exec(compile(PYTHON_BLOCKS[index], f"README Transcripts example {index}", "exec"), namespace)
 
@@ -66,18 +58,11 @@ def test_the_claude_code_example_round_trips(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    src = (
-        REPO
-        / "fixtures"
-        / "claude_code"
-        / "projects"
-        / "-home-dev-kvcache"
-        / "0b7e4f5c-2d1a-4c3b-9e8f-7a6b5c4d3e2f.jsonl"
-    )
-    shutil.copy(src, tmp_path)
+    shutil.copytree(REPO / "fixtures", tmp_path / "fixtures")
     namespace: dict[str, object] = {}
-    exec(PYTHON_BLOCKS[1], namespace)
-    assert namespace["exported"] == src.read_bytes()
+    exec(PYTHON_BLOCKS[1], namespace)  # it asserts the byte-for-byte round trip itself
+    assert namespace["exported"] == (tmp_path / str(namespace["path"])).read_bytes()
+    assert 'assert exported == open(path, "rb").read()' in PYTHON_BLOCKS[1]
 
 
 def test_plain_messages_are_unchanged_by_the_new_fields() -> None:
