@@ -1137,6 +1137,7 @@ def build_parser() -> argparse.ArgumentParser:
     if contexts is not None:
         contexts.add_parser(sub)
     importlib.import_module("eventstore.cli_claude_code").add_parser(sub)
+    importlib.import_module("eventstore.cli_lifecycle").add_parser(sub)
     return parser
 
 

@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import aware_datetimes, texts
 
-import eventstore.log as log_module
 from eventstore import (
     ImageBlock,
     InvalidRecordError,
@@ -151,7 +150,8 @@ def test_the_golden_session_is_rewritten_byte_for_byte(
     the same calls now write the same bytes (every message line, every hash)."""
     make = _make_fixtures_module()
     make._Clock.ticks = 0
-    monkeypatch.setattr(log_module, "datetime", make._Clock)
+    # the module whose clock stamps appends, as the fixture script itself patches it
+    monkeypatch.setattr(make.log_module, "datetime", make._Clock)
     data = make.write_session(tmp_path / "store")
     assert data == (LOGS / "complete.jsonl").read_bytes()
     assert data.count(b'"type":"messages_appended"') == 3

@@ -1,0 +1,284 @@
+"""Session lifecycle: `eventstore delete ROOT SESSION`, expiry with `--older-than`, beside
+live writers and under kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from conftest import make_features, make_manifest
+
+import eventstore.lifecycle as lifecycle
+from eventstore import Message, ProgressEntry, Role, SessionStore
+from eventstore.cli import main as cli_main
+from eventstore.lifecycle import delete_older_than, last_activity, parse_age
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main(argv: list[str]) -> int:
+    """`eventstore ARGV` in-process; a usage error argparse reports is exit status 2."""
+    try:
+        return cli_main(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+
+
+def _session(store: SessionStore, sid: str, progress: int = 3) -> None:
+    store.initialize_session_if_missing(sid, make_manifest(sid), make_features(4))
+    for i in range(progress):
+        store.append_progress_entry(sid, ProgressEntry(run_id="r", summary=f"p{i}"))
+    store.append_transcript_messages(sid, [Message(Role.USER, f"hello {sid}")])
+
+
+def _files_of(root: Path, sid: str) -> list[Path]:
+    return [p for p in (root / "sessions").rglob("*") if sid in str(p)]
+
+
+# -- delete ------------------------------------------------------------------------------
+
+
+def test_delete_removes_log_archive_and_caches_and_nothing_else(root: Path) -> None:
+    with SessionStore(root) as store:
+        _session(store, "a")
+        _session(store, "b")
+        store.compact("a")  # an archive too
+        store.append_progress_entry("a", ProgressEntry(run_id="r", summary="after"))
+        assert store.load_bootstrap_state("a").manifest is not None  # cached
+        assert store.delete_session("a") is True
+        assert store.list_sessions() == ["b"]
+        assert store.load_bootstrap_state("a").manifest is None  # the cache went too
+        assert store.load_transcript_messages("a") == []
+        assert store.last_seq("a") == 0
+        assert store.delete_session("a") is False
+        assert store.load_bootstrap_state("b").manifest is not None
+    assert _files_of(root, "sessions/a") == []
+    with SessionStore(root) as fresh:
+        assert fresh.list_sessions() == ["b"] and fresh.verify("b").ok
+
+
+def test_cli_delete_by_name(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with SessionStore(root) as store:
+        for sid in ("a", "b", "c"):
+            _session(store, sid)
+    assert main(["delete", str(root), "a", "c"]) == 0
+    out = capsys.readouterr().out
+    assert "deleted       a" in out and "2 deleted, 0 failed" in out
+    with SessionStore(root) as store:
+        assert store.list_sessions() == ["b"]
+
+
+def test_cli_delete_refuses_an_unknown_session_and_deletes_nothing(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with SessionStore(root) as store:
+        _session(store, "a")
+    assert main(["delete", str(root), "a", "nope"]) == 2
+    assert "unknown session 'nope'" in capsys.readouterr().err
+    assert main(["delete", str(root)]) == 2
+    assert main(["delete", str(root), "a", "--older-than", "1d"]) == 2
+    assert main(["delete", str(root / "missing"), "a"]) == 2
+    assert not (root / "missing").exists()
+    with SessionStore(root) as store:
+        assert store.list_sessions() == ["a"]
+
+
+def test_cli_delete_dry_run_and_json(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with SessionStore(root) as store:
+        _session(store, "a")
+    assert main(["delete", str(root), "a", "--dry-run", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["result"] == "would delete"
+    with SessionStore(root) as store:
+        assert store.list_sessions() == ["a"]
+
+
+# -- expiry ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30d", 30 * 86400),
+        ("12h", 43200),
+        ("90m", 5400),
+        ("45s", 45),
+        ("2w", 14 * 86400),
+        ("1.5h", 5400),
+    ],
+)
+def test_parse_age(text: str, seconds: float) -> None:
+    assert parse_age(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "30", "d", "-1d", "3y", "1 d 2h", "x30d"])
+def test_parse_age_refuses_what_is_not_an_age(text: str) -> None:
+    with pytest.raises(ValueError, match="not an age"):
+        parse_age(text)
+
+
+def test_last_activity_is_the_last_event_not_a_compaction(root: Path) -> None:
+    with SessionStore(root) as store:
+        assert last_activity(store, "none") is None
+        _session(store, "a")
+        before = last_activity(store, "a")
+        assert before is not None
+        time.sleep(0.01)
+        store.compact("a")
+        assert last_activity(store, "a") == before  # read from the archive
+
+
+def test_expiry_deletes_only_sessions_idle_longer_than_the_age(root: Path) -> None:
+    with SessionStore(root) as store:
+        for sid in ("old1", "old2", "new"):
+            _session(store, sid)
+        t_old = last_activity(store, "old2")
+        assert t_old is not None
+        later = t_old + timedelta(days=31)
+        # "new" is written to 30 days after the others (as seen from `later`: 1 day ago)
+        now = datetime.now(UTC)
+        assert delete_older_than(store, timedelta(days=30), now=now) == []
+        dry = delete_older_than(store, timedelta(days=30), now=later, dry_run=True)
+        assert {r.session_id for r in dry} == {"old1", "old2", "new"}
+        assert store.list_sessions() == ["new", "old1", "old2"]
+        store.append_progress_entry("new", ProgressEntry(run_id="r", summary="fresh"))
+        t_new = last_activity(store, "new")
+        assert t_new is not None
+        results = delete_older_than(store, t_new - t_old - timedelta(microseconds=1), now=t_new)
+        assert {r.session_id: r.result for r in results} == {"old1": "deleted", "old2": "deleted"}
+        assert store.list_sessions() == ["new"]
+
+
+def test_cli_expiry(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with SessionStore(root) as store:
+        _session(store, "a")
+        _session(store, "b")
+    assert main(["delete", str(root), "--older-than", "30d"]) == 0
+    assert "0 deleted" in capsys.readouterr().out
+
+    class Later(datetime):
+        @classmethod
+        def now(cls, tz: object = None) -> datetime:  # type: ignore[override]
+            return datetime.now(UTC) + timedelta(days=31)
+
+    monkeypatch.setattr(lifecycle, "datetime", Later)
+    assert main(["delete", str(root), "--older-than", "30d", "--dry-run"]) == 0
+    assert "2 would be deleted" in capsys.readouterr().out
+    assert main(["delete", str(root), "--older-than", "30d"]) == 0
+    assert "2 deleted, 0 failed" in capsys.readouterr().out
+    assert main(["delete", str(root), "--older-than", "soon"]) == 2
+    with SessionStore(root) as store:
+        assert store.list_sessions() == []
+
+
+# -- beside live writers -----------------------------------------------------------------
+
+
+def test_delete_beside_live_writers_and_readers_never_shows_half_a_session(root: Path) -> None:
+    """Writers keep initializing and appending to the session being deleted; readers keep
+    loading it. Every state a reader sees is whole (the init batch is all or nothing, its
+    progress in order), and after the last delete the session is gone or a whole new one."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            with SessionStore(root) as s:
+                i = 0
+                while not stop.is_set():
+                    s.initialize_session_if_missing("x", make_manifest("x"), make_features(4))
+                    s.append_progress_entry("x", ProgressEntry(run_id=f"w{n}", summary=str(i)))
+                    i += 1
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                with SessionStore(root) as s:
+                    st = s.load_bootstrap_state("x")
+                    assert (st.manifest is None) == (st.feature_list == [])
+                    for run in {p.run_id for p in st.recent_progress}:
+                        nums = [int(p.summary) for p in st.recent_progress if p.run_id == run]
+                        assert nums == sorted(nums)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(2)]
+    threads.append(threading.Thread(target=reader))
+    for t in threads:
+        t.start()
+    deleted = 0
+    try:
+        with SessionStore(root) as s:
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                deleted += s.delete_session("x")
+                time.sleep(0.01)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert deleted > 10
+    with SessionStore(root) as s:
+        report = s.verify("x") if "x" in s.list_sessions() else None
+        assert report is None or report.ok
+
+
+# -- under kill --------------------------------------------------------------------------
+
+_DELETER = textwrap.dedent(
+    """
+    import sys
+    from eventstore import SessionStore
+    with SessionStore(sys.argv[1]) as store:
+        for sid in sys.argv[2:]:
+            store.delete_session(sid)
+    """
+)
+
+
+def test_a_deleter_killed_at_random_moments_never_leaves_half_a_session(root: Path) -> None:
+    rng = random.Random(4242)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    ids = [f"s{i:03d}" for i in range(60)]
+    with SessionStore(root) as store:
+        for sid in ids:
+            _session(store, sid, progress=2)
+            if rng.random() < 0.5:
+                store.compact(sid)
+        expected = {sid: store.load_bootstrap_state(sid) for sid in ids}
+    for _ in range(4):
+        with SessionStore(root) as store:
+            left = store.list_sessions()
+        if not left:
+            break
+        proc = subprocess.Popen([sys.executable, "-c", _DELETER, str(root), *left], env=env)
+        time.sleep(rng.uniform(0.05, 0.6))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        with SessionStore(root) as store:
+            for sid in ids:
+                if sid in store.list_sessions():  # whole, as written
+                    assert store.verify(sid).ok, sid
+                    assert store.load_bootstrap_state(sid) == expected[sid]
+                else:  # gone entirely
+                    assert store.load_bootstrap_state(sid).manifest is None
+                    assert store.last_seq(sid) == 0
+    with SessionStore(root) as store:
+        for sid in store.list_sessions():
+            store.delete_session(sid)
+        assert store.list_sessions() == []
