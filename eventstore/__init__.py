@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "UnknownEngineError": ".errors",
     "UnknownSessionError": ".errors",
     "UnsafePathError": ".errors",
+    "ArchivePruned": ".events",
     "CheckpointRecorded": ".events",
     "Event": ".events",
     "FeatureListReplaced": ".events",
@@ -95,6 +96,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "ArchivePruned",
     "ContentBlock",
     "ImageBlock",
     "TextBlock",

@@ -4,8 +4,12 @@
     eventstore delete ROOT --older-than 30d        remove every session idle for 30 days
     eventstore delete ROOT --older-than 12h --dry-run
 
-Owns the command-line view of `SessionStore.delete_session` and
-`eventstore.lifecycle.delete_older_than`. `add_parser` registers it; `run` executes it.
+and the `--prune-archive-before SEQ|TIME` option of `eventstore compact`
+(`add_prune_option` registers it on compact's parser, `prune_after_compact` runs it).
+
+Owns the command-line view of `SessionStore.delete_session`,
+`eventstore.lifecycle.delete_older_than` and `prune_archive`. `add_parser` registers
+`delete`; `run` executes it.
 Exit status: 0 done, 1 a session could not be removed (the others were), 2 a usage error
 (a missing store, an unknown session: nothing is removed then).
 """
@@ -14,17 +18,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import msgspec
 
 from .errors import EventStoreError
-from .lifecycle import ExpiryResult, delete_older_than, parse_age
+from .lifecycle import ExpiryResult, delete_older_than, parse_age, prune_archive
 from .store import SessionStore
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "add_prune_option", "prune_after_compact", "run"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -119,3 +123,44 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         verb = "would be deleted" if args.dry_run else "deleted"
         print(f"{done} {verb}, {len(failed)} failed", file=out)
     return EXIT_FAILED if failed else EXIT_OK
+
+
+# -- compact --prune-archive-before ------------------------------------------------------
+
+
+def _seq_or_time(text: str) -> int | datetime:
+    if text.isdigit():
+        return int(text)
+    try:
+        ts = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a sequence number or an ISO 8601 time: {text!r}"
+        ) from None
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+def add_prune_option(p: argparse.ArgumentParser) -> None:
+    """Add `--prune-archive-before SEQ|TIME` to the `compact` parser."""
+    p.add_argument(
+        "--prune-archive-before",
+        type=_seq_or_time,
+        metavar="SEQ|TIME",
+        help="after compacting, remove archived history wholly before SEQ or TIME"
+        " (recorded as an archive_pruned event)",
+    )
+
+
+def prune_after_compact(store: SessionStore, sid: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Run `--prune-archive-before` for one compacted session: the fields to add to its
+    result (`pruned_segments`, `pruned_bytes`, `pruned_event_seq`); nothing when the
+    option is absent. Errors propagate (compact reports the session as failed)."""
+    before = getattr(args, "prune_archive_before", None)
+    if before is None or args.dry_run:
+        return {}
+    report = prune_archive(store, sid, before)
+    return {
+        "pruned_segments": [s.where for s in report.segments],
+        "pruned_bytes": report.bytes,
+        "pruned_event_seq": report.event_seq,
+    }

@@ -16,6 +16,7 @@ __all__ = [
     "UnknownEngineError",
     "UnknownSessionError",
     "UnsafePathError",
+    "UnsupportedError",
 ]
 
 
@@ -111,3 +112,7 @@ class StoreClosedError(EventStoreError):
 class UnknownEngineError(EventStoreError, ValueError):
     """A store URL whose scheme no storage engine serves (or whose engine cannot be
     imported, e.g. an optional extra that is not installed)."""
+
+
+class UnsupportedError(EventStoreError):
+    """The store's engine does not offer an optional operation (e.g. pruning history)."""

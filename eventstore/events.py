@@ -29,6 +29,7 @@ from .records import FeatureRecord, Message, ProgressEntry, RunCheckpoint, Sessi
 
 __all__ = [
     "BUILTIN_EVENT_TYPES",
+    "ArchivePruned",
     "CheckpointRecorded",
     "Event",
     "EventCodec",
@@ -106,6 +107,19 @@ class MessagesAppended(Event, tag="messages_appended", kw_only=True):
     messages: list[Message]
 
 
+class ArchivePruned(Event, tag="archive_pruned", kw_only=True):
+    """Archived history dropped for good (`eventstore.lifecycle.prune_archive`), so the
+    audit trail says what went and when (its `ts`): events `first_seq`..`last_seq`, in
+    the archive `segments` (`bytes` in all), pruned as asked by `before` (a sequence
+    number or a time)."""
+
+    first_seq: int
+    last_seq: int
+    segments: list[str]
+    bytes: int
+    before: str
+
+
 class Snapshot(Event, tag="snapshot", kw_only=True):
     """Written by compaction: the folded state of every projection at sequence `seq`.
 
@@ -169,6 +183,7 @@ BUILTIN_EVENT_TYPES: tuple[type[Event], ...] = (
     ProgressAppended,
     CheckpointRecorded,
     MessagesAppended,
+    ArchivePruned,
     Snapshot,
 )
 

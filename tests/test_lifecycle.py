@@ -19,9 +19,16 @@ import pytest
 from conftest import make_features, make_manifest
 
 import eventstore.lifecycle as lifecycle
-from eventstore import Message, ProgressEntry, Role, SessionStore
+from eventstore import (
+    ArchivePruned,
+    HistoryUnavailableError,
+    Message,
+    ProgressEntry,
+    Role,
+    SessionStore,
+)
 from eventstore.cli import main as cli_main
-from eventstore.lifecycle import delete_older_than, last_activity, parse_age
+from eventstore.lifecycle import delete_older_than, last_activity, parse_age, prune_archive
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -282,3 +289,145 @@ def test_a_deleter_killed_at_random_moments_never_leaves_half_a_session(root: Pa
         for sid in store.list_sessions():
             store.delete_session(sid)
         assert store.list_sessions() == []
+
+
+# -- pruning archived history ------------------------------------------------------------
+
+
+def _three_archives(store: SessionStore, sid: str = "p") -> list[int]:
+    """A session compacted three times; returns the last seq of each compaction."""
+    bounds = []
+    for k in range(3):
+        for i in range(4):
+            store.append_progress_entry(sid, ProgressEntry(run_id=f"r{k}", summary=f"{k}.{i}"))
+        bounds.append(store.last_seq(sid))
+        store.compact(sid)
+    store.append_progress_entry(sid, ProgressEntry(run_id="live", summary="after"))
+    return bounds
+
+
+@pytest.mark.parametrize("url", ["dir", "memory://"])
+def test_prune_by_seq_removes_the_oldest_archives_and_records_it(root: Path, url: str) -> None:
+    with SessionStore(root if url == "dir" else url) as store:
+        bounds = _three_archives(store)
+        state = store.load_bootstrap_state("p")
+        report = prune_archive(store, "p", bounds[1] + 1)  # the first two archives
+        assert [(s.first_seq, s.last_seq) for s in report.segments] == [
+            (1, bounds[0]),
+            (bounds[0], bounds[1]),
+        ]
+        assert report.bytes > 0 and report.event_seq == store.last_seq("p")
+        ev = list(store.read_events("p", from_seq=report.event_seq))[-1]
+        assert isinstance(ev, ArchivePruned)
+        assert (ev.first_seq, ev.last_seq, ev.before) == (1, bounds[1], f"seq {bounds[1] + 1}")
+        assert len(ev.segments) == 2 and ev.bytes == report.bytes
+        assert store.load_bootstrap_state("p") == state  # the live state is untouched
+        with pytest.raises(HistoryUnavailableError):
+            store.state_at("p", seq=2)
+        assert store.state_at("p", seq=bounds[2]).recent_progress[-1].summary == "2.3"
+        assert prune_archive(store, "p", bounds[1] + 1).segments == []  # nothing left to do
+        assert store.verify("p").ok
+
+
+def test_prune_by_time_and_nothing_old_enough_writes_nothing(root: Path) -> None:
+    with SessionStore(root) as store:
+        _three_archives(store)
+        seq = store.last_seq("p")
+        early = datetime(2000, 1, 1, tzinfo=UTC)
+        assert prune_archive(store, "p", early).event_seq is None
+        assert store.last_seq("p") == seq
+        report = prune_archive(store, "p", datetime.now(UTC) + timedelta(seconds=1))
+        assert len(report.segments) == 3  # every archive; the live log stays
+        assert store.load_bootstrap_state("p").recent_progress[-1].summary == "after"
+        with pytest.raises(ValueError):
+            prune_archive(store, "p", datetime(2030, 1, 1))  # naive
+        with pytest.raises(ValueError):
+            prune_archive(store, "p", 0)
+
+
+def test_cli_compact_prune_archive_before(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with SessionStore(root) as store:
+        bounds = _three_archives(store)
+        before = store.last_seq("p")
+    assert main(["compact", str(root), "p", "--prune-archive-before", str(bounds[2] + 1)]) == 0
+    out = capsys.readouterr().out
+    assert "pruned 3 archived logs" in out
+    assert main(["compact", str(root), "p", "--prune-archive-before", "soon"]) == 2
+    with SessionStore(root) as store:
+        events = list(store.read_events("p", from_seq=before))
+        assert any(isinstance(e, ArchivePruned) for e in events)
+        assert store.verify("p").ok
+
+
+def test_prune_beside_a_live_writer_loses_nothing_live(root: Path) -> None:
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    written: list[int] = []
+
+    def writer() -> None:
+        try:
+            with SessionStore(root) as s:
+                i = 0
+                while not stop.is_set():
+                    s.append_progress_entry("p", ProgressEntry(run_id="w", summary=str(i)))
+                    written.append(i)
+                    i += 1
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        with SessionStore(root) as s:
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                if s.last_seq("p"):
+                    s.compact("p")
+                    prune_archive(s, "p", s.last_seq("p"))
+    finally:
+        stop.set()
+        t.join()
+    assert errors == []
+    with SessionStore(root) as s:
+        got = [int(p.summary) for p in s.load_bootstrap_state("p").recent_progress]
+        assert got == written
+        assert s.verify("p").ok
+
+
+_PRUNER = textwrap.dedent(
+    """
+    import sys
+    from eventstore import SessionStore
+    from eventstore.lifecycle import prune_archive
+    with SessionStore(sys.argv[1]) as store:
+        for sid in sys.argv[2:]:
+            prune_archive(store, sid, store.last_seq(sid) + 1)
+    """
+)
+
+
+def test_a_pruner_killed_at_random_moments_leaves_the_live_state_whole(root: Path) -> None:
+    rng = random.Random(99)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    ids = [f"p{i:02d}" for i in range(25)]
+    with SessionStore(root) as store:
+        for sid in ids:
+            _three_archives(store, sid)
+        expected = {sid: store.load_bootstrap_state(sid) for sid in ids}
+    for _ in range(3):
+        proc = subprocess.Popen([sys.executable, "-c", _PRUNER, str(root), *ids], env=env)
+        time.sleep(rng.uniform(0.05, 0.5))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        with SessionStore(root) as store:
+            for sid in ids:
+                state = store.load_bootstrap_state(sid)
+                assert state == expected[sid], sid
+                assert store.verify(sid).ok, sid
+    with SessionStore(root) as store:
+        for sid in ids:
+            prune_archive(store, sid, store.last_seq(sid) + 1)
+            assert not (root / "sessions" / sid / "archive").exists() or not any(
+                (root / "sessions" / sid / "archive").glob("*.jsonl")
+            )

@@ -100,7 +100,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..errors import EventStoreError, UnknownEngineError
+from ..errors import EventStoreError, UnknownEngineError, UnsupportedError
 
 __all__ = [
     "EMPTY_HEAD",
@@ -113,6 +113,8 @@ __all__ = [
     "History",
     "InstallResult",
     "LiveView",
+    "PrunedSegment",
+    "UnsupportedError",
     "Position",
     "ReadResult",
     "RepairHold",
@@ -304,6 +306,16 @@ class LiveView:
     where: str
 
 
+@dataclass(frozen=True, slots=True)
+class PrunedSegment:
+    """An archived segment `prune_history` removed: its name and the lines it held."""
+
+    where: str
+    first_seq: int
+    last_seq: int
+    size: int
+
+
 class RepairHold(ABC):
     """The writers' exclusion held for an explicit repair (see `Engine.hold`)."""
 
@@ -380,6 +392,18 @@ class Engine(ABC):
         """Hold the writers' exclusion for a repair; see `RepairHold`."""
 
     # -- sessions ---------------------------------------------------------------------
+
+    def prune_history(self, session_id: str, before_seq: int) -> list[PrunedSegment]:
+        """Remove, for good, every kept (archived) segment all of whose lines come before
+        `before_seq`; the live log is never touched. Returns what was removed, oldest
+        first. Optional: an engine without it raises UnsupportedError (the face checks
+        `supports_pruning` before it logs anything)."""
+        raise UnsupportedError(f"{type(self).__name__} cannot prune history")
+
+    @property
+    def supports_pruning(self) -> bool:
+        """Whether `prune_history` is implemented by this engine."""
+        return type(self).prune_history is not Engine.prune_history
 
     @abstractmethod
     def list_sessions(self) -> list[str]:

@@ -62,6 +62,7 @@ from .base import (
     InstallResult,
     LiveView,
     Position,
+    PrunedSegment,
     ReadResult,
     RepairHold,
     Segment,
@@ -395,6 +396,39 @@ class FileEngine(Engine):
                 os.close(fd)
             raise
         return _FileHistory(segments, fds)
+
+    def prune_history(self, session_id: str, before_seq: int) -> list[PrunedSegment]:
+        """Unlink, under the writers' lock, the archive files whose last line comes
+        before `before_seq` (pending links, which a compaction still names, are left),
+        then fsync the archive directory."""
+        sess = self._session(session_id)
+        paths = sess.paths
+        removed: list[PrunedSegment] = []
+        with self._locked(sess, create=False) as exists:
+            if not exists:
+                return []
+            found = []
+            for name in _archive_names(paths.archive):
+                m = ARCHIVE_NAME.match(name)
+                assert m is not None
+                if not m[3] and int(m[2]) < before_seq:
+                    found.append((int(m[1]), int(m[2]), name))
+            for first, last, name in sorted(found):
+                path = paths.archive / name
+                try:
+                    size = os.lstat(path).st_size
+                    os.unlink(path)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    raise _storage_error(path, "removing an archived log", exc) from exc
+                removed.append(PrunedSegment(str(path), first, last, size))
+            if removed:
+                try:
+                    fsync_dir(paths.archive)
+                except OSError as exc:
+                    raise _storage_error(paths.archive, "syncing the archive", exc) from exc
+        return removed
 
     def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
         """Poll the file's identity and size until they differ from `position`'s."""

@@ -33,6 +33,7 @@ from .base import (
     InstallResult,
     LiveView,
     Position,
+    PrunedSegment,
     ReadResult,
     RepairHold,
     Segment,
@@ -150,6 +151,20 @@ class MemoryEngine(Engine):
         with self._store.changed:
             lg = self._log(session_id)
             return EMPTY_HEAD if lg is None else lg.head
+
+    def prune_history(self, session_id: str, before_seq: int) -> list[PrunedSegment]:
+        """Drop the kept segments whose last line comes before `before_seq`."""
+        where = self._where(session_id)
+        with self._store.changed:
+            lg = self._log(session_id)
+            if lg is None:
+                return []
+            gone = [seg for seg in lg.archive if seg[1] < before_seq]
+            lg.archive = [seg for seg in lg.archive if seg[1] >= before_seq]
+        return [
+            PrunedSegment(f"{where}/archive/{first:012d}-{last:012d}", first, last, len(data))
+            for first, last, data in gone
+        ]
 
     @contextmanager
     def live_view(self, session_id: str) -> Iterator[LiveView | None]:
