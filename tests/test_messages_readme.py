@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -33,8 +32,7 @@ def test_the_section_has_its_examples() -> None:
 def test_each_python_example_runs(
     index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    shutil.copytree(REPO / "fixtures", tmp_path / "fixtures")  # examples name fixtures/
+    monkeypatch.chdir(tmp_path)  # an empty directory, as a reader starts
     namespace: dict[str, object] = {}
     exec(compile(PYTHON_BLOCKS[index], f"README Transcripts example {index}", "exec"), namespace)
 
@@ -58,11 +56,18 @@ def test_the_claude_code_example_round_trips(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    shutil.copytree(REPO / "fixtures", tmp_path / "fixtures")
     namespace: dict[str, object] = {}
     exec(PYTHON_BLOCKS[1], namespace)  # it asserts the byte-for-byte round trip itself
-    assert namespace["exported"] == (tmp_path / str(namespace["path"])).read_bytes()
-    assert 'assert exported == open(path, "rb").read()' in PYTHON_BLOCKS[1]
+    report = namespace["report"]
+    assert report.appended == {namespace["sid"]: 3} and report.malformed == []  # type: ignore[attr-defined]
+    assert "assert exported == path.read_bytes()" in PYTHON_BLOCKS[1]
+
+
+def test_the_paging_example_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}
+    exec(PYTHON_BLOCKS[2], namespace)
+    assert [m.content for m in namespace["newest"]] == [f"turn {i}" for i in range(80, 100)]  # type: ignore[attr-defined]
 
 
 def test_plain_messages_are_unchanged_by_the_new_fields() -> None:
