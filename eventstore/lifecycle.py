@@ -49,18 +49,28 @@ def parse_age(text: str) -> timedelta:
 def last_activity(store: SessionStore, session_id: str) -> datetime | None:
     """When the session's last event was appended (None for a session with none).
 
-    A compaction snapshot is not activity: after one, the time of the last event it
-    covers is read from the archive (or, compacted without one, the snapshot's time).
+    Maintenance is not activity: compaction snapshots and `archive_pruned` records are
+    passed over (the events a snapshot covers are read from the archive; with no
+    archive, or only maintenance left, the newest line's time is the answer).
     """
     seq = store.last_seq(session_id)
     if seq == 0:
         return None
-    found: datetime | None = None
-    for ev in store.read_events(session_id, from_seq=seq, to_seq=seq):
-        found = ev.ts
-        if type(ev) is not Snapshot:
-            break
-    return found
+    newest: datetime | None = None
+    window = 8
+    while seq >= 1:
+        lo = max(1, seq - window + 1)
+        events = list(store.read_events(session_id, from_seq=lo, to_seq=seq))
+        if newest is None and events:
+            newest = events[-1].ts
+        for ev in reversed(events):
+            if type(ev) not in _MAINTENANCE:
+                return ev.ts
+        seq, window = lo - 1, window * 4
+    return newest
+
+
+_MAINTENANCE = (Snapshot, ArchivePruned)
 
 
 @dataclass(frozen=True, slots=True)

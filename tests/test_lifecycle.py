@@ -329,6 +329,17 @@ def test_prune_by_seq_removes_the_oldest_archives_and_records_it(root: Path, url
         assert store.verify("p").ok
 
 
+def test_maintenance_is_not_activity(root: Path) -> None:
+    with SessionStore(root) as store:
+        _three_archives(store)
+        before = last_activity(store, "p")
+        time.sleep(0.01)
+        store.compact("p")
+        prune_archive(store, "p", store.last_seq("p"))  # an archive_pruned record at the end
+        store.compact("p")
+        assert last_activity(store, "p") == before
+
+
 def test_prune_by_time_and_nothing_old_enough_writes_nothing(root: Path) -> None:
     with SessionStore(root) as store:
         _three_archives(store)
