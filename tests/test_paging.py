@@ -289,3 +289,18 @@ def test_pages_beside_a_live_writer_are_whole_batches_in_order(root: Path) -> No
         stop.set()
         t.join()
     assert errors == []
+
+
+def test_pages_on_the_memory_engine_and_from_an_engine_without_a_ranged_view() -> None:
+    from contextlib import nullcontext
+
+    with SessionStore("memory://") as s:
+        full = _fill(s, 10)
+        s.compact("s")
+        s.append_transcript_messages("s", _turn(10))
+        full += _turn(10)
+        assert s.load_transcript_messages("s", last=5) == full[-5:]  # cold, from a copy
+        s.engine.live_view = lambda sid: nullcontext(None)  # type: ignore[method-assign]
+        s._sessions.clear()  # forget the folds: the next page is cold again
+        assert s.load_transcript_messages("s", last=5) == full[-5:]  # folded instead
+        assert s._has_fold(s._session("s"), "transcript")
