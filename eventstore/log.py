@@ -72,16 +72,19 @@ class Reporter:
 
     stops = False  # True: reading ends at the first error
 
-    def report(self, problem: Problem) -> None:
-        """Called for every problem found, in file order."""
+    def report(self, problem: Problem, expected_seq: int | None = None) -> None:
+        """Called for every problem found, in file order. `problem.seq` is the line's own
+        sequence number; `expected_seq` the one it should have had, when they differ."""
 
 
 class _Strict(Reporter):
-    """Raise CorruptLogError at the first error; warnings pass."""
+    """Raise CorruptLogError at the first error; warnings pass. The error names the
+    sequence number the line should have had (what a reader was looking for)."""
 
-    def report(self, problem: Problem) -> None:
+    def report(self, problem: Problem, expected_seq: int | None = None) -> None:
         if problem.severity == "error":
-            raise CorruptLogError(problem.file, problem.offset, problem.seq, problem.message)
+            seq = problem.seq if expected_seq is None else expected_seq
+            raise CorruptLogError(problem.file, problem.offset, seq, problem.message)
 
 
 STRICT: Reporter = _Strict()
@@ -94,7 +97,7 @@ class Collecting(Reporter):
     def __init__(self) -> None:
         self.problems: list[Problem] = []
 
-    def report(self, problem: Problem) -> None:
+    def report(self, problem: Problem, expected_seq: int | None = None) -> None:
         self.problems.append(problem)
 
 
@@ -107,7 +110,7 @@ class Prefix(Reporter):
         self.error: Problem | None = None
         self.warnings: list[Problem] = []
 
-    def report(self, problem: Problem) -> None:
+    def report(self, problem: Problem, expected_seq: int | None = None) -> None:
         if problem.severity == "error":
             if self.error is None:
                 self.error = problem
@@ -277,10 +280,17 @@ def _read_careful(
     n = len(buf)
     errors = 0
 
-    def report(off: int, s: int | None, kind: str, msg: str, sev: Severity = "error") -> None:
+    def report(
+        off: int,
+        s: int | None,
+        kind: str,
+        msg: str,
+        sev: Severity = "error",
+        expected: int | None = None,
+    ) -> None:
         nonlocal errors
         errors += sev == "error"
-        reporter.report(Problem(where, offset + off, s, kind, msg, sev))
+        reporter.report(Problem(where, offset + off, s, kind, msg, sev), expected)
 
     while pos < n:
         nl = buf.find(b"\n", pos)
@@ -327,11 +337,11 @@ def _read_careful(
                 report(off, s, "misplaced_snapshot", "a snapshot after the first line")
             link = ev.base_h
         elif want is not None and s != want:
-            # the seq reported is the one the line should have had
             if prev_seq == 0:
-                report(off, want, "sequence", f"the log starts at sequence {s}, not 1")
+                report(off, s, "sequence", f"the log starts at sequence {s}, not 1", expected=want)
             else:
-                report(off, want, "sequence", f"sequence {s} where {want} was expected")
+                msg = f"sequence {s} where {want} was expected"
+                report(off, s, "sequence", msg, expected=want)
         if sh is not None and link is not None:
             expect = line_hash(link, sh[0])
             if expect != sh[1]:

@@ -4,8 +4,8 @@ unchanged: the file engine reads and writes the release's format byte for byte."
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,13 @@ from conftest import FIXTURES, make_entry
 from eventstore import SessionStore
 
 STORES = FIXTURES / "stores"
-sys.path.insert(0, str(STORES))
-from make import Note  # noqa: E402  (the custom event type the release store holds)
+# the generator defines the custom event type the release store holds; loaded by path
+# (other fixture generators are also called make.py)
+_spec = importlib.util.spec_from_file_location("release_store_make", STORES / "make.py")
+assert _spec is not None and _spec.loader is not None
+_make = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_make)
+Note = _make.Note
 
 EXPECTED: dict[str, Any] = msgspec.json.decode(
     (STORES / "release-0.1.0.expected.json").read_bytes()

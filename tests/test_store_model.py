@@ -16,10 +16,10 @@ from typing import Any
 
 import msgspec
 import pytest
+from engines import ENGINES, EngineCase
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from engines import ENGINES, EngineCase
 from strategies import checkpoints, feature_lists, manifests, messages, progress_entries, texts
 
 from eventstore import (
