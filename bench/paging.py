@@ -54,7 +54,7 @@ def turn(i: int) -> list[Message]:
                     input={"command": f"pytest -q tests/test_{i % 37}.py -k test_{i}"},
                 ),
             ],
-            metadata={"model": "claude-x", "usage": {"input_tokens": 1200 + i, "output_tokens": 80}},
+            metadata={"model": "claude-x", "usage": {"input_tokens": 1200 + i, "output": 80}},
         ),
         Message(
             Role.TOOL,

@@ -82,7 +82,8 @@ def test_an_importer_killed_at_random_moments_leaves_nothing_doubled(tmp_path: P
         "".join(
             f'{{"type":"assistant","sessionId":"long","uuid":"u{i % 7000}","message":'
             f'{{"role":"assistant","content":[{{"type":"text","text":"turn {i}"}},'
-            f'{{"type":"tool_use","id":"t{i}","name":"Bash","input":{{"command":"echo {i}"}}}}]}}}}\n'
+            f'{{"type":"tool_use","id":"t{i}","name":"Bash",'
+            f'"input":{{"command":"echo {i}"}}}}]}}}}\n'
             for i in range(n)
         )
     )
