@@ -442,3 +442,22 @@ def test_a_pruner_killed_at_random_moments_leaves_the_live_state_whole(root: Pat
             assert not (root / "sessions" / sid / "archive").exists() or not any(
                 (root / "sessions" / sid / "archive").glob("*.jsonl")
             )
+
+
+def test_expiry_keeps_a_session_written_to_after_it_was_judged_idle(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with SessionStore(root) as store:
+        _session(store, "busy")
+        real = lifecycle.last_activity
+
+        def judged_then_written(s: SessionStore, sid: str) -> datetime | None:
+            when = real(s, sid)  # idle as judged...
+            s.append_progress_entry(sid, ProgressEntry(run_id="r", summary="just now"))
+            return when  # ...but written to before the removal
+
+        monkeypatch.setattr(lifecycle, "last_activity", judged_then_written)
+        far = datetime.now(UTC) + timedelta(days=365)
+        results = delete_older_than(store, timedelta(days=1), now=far)
+        assert [(r.session_id, r.result) for r in results] == [("busy", "kept")]
+        assert store.list_sessions() == ["busy"]
