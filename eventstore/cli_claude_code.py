@@ -14,6 +14,7 @@ status is 1 when a line was skipped or a file could not be read (the rest is imp
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -25,6 +26,7 @@ from typing import TextIO
 
 import msgspec
 
+from .engines.base import scheme_of
 from .errors import EventStoreError
 from .integrations.claude_code import (
     ImportReport,
@@ -35,7 +37,7 @@ from .integrations.claude_code import (
     transcript_files,
 )
 
-__all__ = ["add_parser", "run", "run_export"]
+__all__ = ["add_parser", "missing_store", "run", "run_export"]
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -65,7 +67,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("root", metavar="ROOT", type=Path, help="the store root (created if missing)")
+    p.add_argument(
+        "root", metavar="ROOT", help="the store: a directory (created if missing) or a URL"
+    )
     p.add_argument("paths", metavar="PATH", type=Path, nargs="+", help="files or directories")
     p.add_argument(
         "--follow",
@@ -203,9 +207,19 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     return EXIT_PROBLEMS if failed or skipped else EXIT_OK
 
 
+def missing_store(root: str | os.PathLike[str]) -> bool:
+    """Whether ROOT names a store directory that does not exist (a URL of another
+    engine is for its engine to judge)."""
+    root = os.fspath(root)
+    if scheme_of(root) != "file":
+        return False
+    path = Path(root.removeprefix("file://")) if root.startswith("file://") else Path(root)
+    return not path.is_dir()
+
+
 def run_export(args: argparse.Namespace) -> int:
     """Write session `args.session`'s Claude Code lines to stdout, byte for byte."""
-    if not Path(args.root).is_dir():  # a read never creates a store
+    if missing_store(args.root):  # a read never creates a store
         print(f"eventstore: error: no store at {args.root}", file=sys.stderr)
         return EXIT_USAGE
     with open_store(args.root) as store:

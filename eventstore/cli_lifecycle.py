@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TextIO
 
 import msgspec
 
+from .cli_claude_code import missing_store
 from .errors import EventStoreError
 from .lifecycle import ExpiryResult, delete_older_than, parse_age, prune_archive
 from .store import SessionStore
@@ -55,7 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("root", metavar="ROOT", type=Path, help="the store root")
+    p.add_argument("root", metavar="ROOT", help="the store: a directory or a URL")
     p.add_argument("sessions", metavar="SESSION", nargs="*", help="sessions to delete")
     p.add_argument(
         "--older-than", metavar="AGE", type=_age, help="delete sessions idle for longer than AGE"
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
 
     if bool(args.sessions) == (args.older_than is not None):
         return usage("give SESSION names or --older-than AGE (one of them)")
-    if not Path(args.root).is_dir():  # deleting never creates a store
+    if missing_store(args.root):  # deleting never creates a store
         return usage(f"no store at {args.root}")
     try:
         store = SessionStore(args.root)
