@@ -898,14 +898,9 @@ def _compact_one(store: SessionStore, sid: str, args: argparse.Namespace) -> dic
         rep = store.compact(sid, archive=not args.no_archive)
         if not getattr(rep, "compacted", True):
             res.update(result="skipped", detail="already compact")
-            pruned = importlib.import_module("eventstore.cli_lifecycle").prune_after_compact(
-                store, sid, args
+            importlib.import_module("eventstore.cli_lifecycle").prune_after_compact(
+                store, sid, args, res
             )
-            if pruned:
-                res.update(
-                    pruned,
-                    detail=f"already compact; pruned {len(pruned['pruned_segments'])} archives",
-                )
             return res
         res.update(
             result="compacted",
@@ -916,12 +911,9 @@ def _compact_one(store: SessionStore, sid: str, args: argparse.Namespace) -> dic
             archive_path=str(rep.archive_path) if rep.archive_path else None,
             detail=f"seq {rep.first_seq}..{rep.last_seq} in {rep.seconds:.3f} s",
         )
-        pruned = importlib.import_module("eventstore.cli_lifecycle").prune_after_compact(
-            store, sid, args
+        importlib.import_module("eventstore.cli_lifecycle").prune_after_compact(
+            store, sid, args, res
         )
-        if pruned:
-            res.update(pruned)
-            res["detail"] += f"; pruned {len(pruned['pruned_segments'])} archived logs"
     except (EventStoreError, OSError, ValueError) as exc:
         res.update(result="failed", detail=_one_line(exc))
     return res

@@ -151,16 +151,20 @@ def add_prune_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def prune_after_compact(store: SessionStore, sid: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Run `--prune-archive-before` for one compacted session: the fields to add to its
-    result (`pruned_segments`, `pruned_bytes`, `pruned_event_seq`); nothing when the
-    option is absent. Errors propagate (compact reports the session as failed)."""
+def prune_after_compact(
+    store: SessionStore, sid: str, args: argparse.Namespace, res: dict[str, Any]
+) -> None:
+    """Run `--prune-archive-before` for one session `compact` just compacted (or found
+    compact), adding to its result `res` what was pruned (`pruned_segments`,
+    `pruned_bytes`, `pruned_event_seq`, a note in `detail`); nothing when the option is
+    absent or on a dry run. Errors propagate (compact reports the session as failed)."""
     before = getattr(args, "prune_archive_before", None)
     if before is None or args.dry_run:
-        return {}
+        return
     report = prune_archive(store, sid, before)
-    return {
-        "pruned_segments": [s.where for s in report.segments],
-        "pruned_bytes": report.bytes,
-        "pruned_event_seq": report.event_seq,
-    }
+    res.update(
+        pruned_segments=[s.where for s in report.segments],
+        pruned_bytes=report.bytes,
+        pruned_event_seq=report.event_seq,
+    )
+    res["detail"] += f"; pruned {len(report.segments)} archived logs"
