@@ -45,10 +45,9 @@ EXIT_USAGE = 2
 
 _EXAMPLES = """\
 examples:
-  eventstore import-claude-code .eventstore ~/.claude/projects/-home-me-myproject
-  eventstore import-claude-code .eventstore ~/.claude/projects/-home-me-app/<session id>.jsonl
-  eventstore import-claude-code .eventstore ~/.claude/projects --follow --interval 1
-  eventstore export .eventstore <session id> --format claude-code > back.jsonl
+  eventstore import-claude-code .eventstore ~/.claude/projects/-home-me-app
+  eventstore import-claude-code .eventstore ~/.claude/projects --follow
+  eventstore export .eventstore SESSION_ID --format claude-code > back.jsonl
 """
 
 

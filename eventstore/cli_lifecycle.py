@@ -36,8 +36,8 @@ EXIT_USAGE = 2
 
 _EXAMPLES = """\
 examples:
-  eventstore delete .eventstore demo                   remove one session
-  eventstore delete .eventstore --older-than 30d       expire sessions idle for 30 days
+  eventstore delete .eventstore other                   remove one session
+  eventstore delete .eventstore --older-than 30d        idle for 30 days
   eventstore delete .eventstore --older-than 12h --dry-run --json
 """
 
