@@ -47,7 +47,6 @@ _EXAMPLES = """\
 examples:
   eventstore import-claude-code .eventstore ~/.claude/projects/-home-me-app
   eventstore import-claude-code .eventstore ~/.claude/projects --follow
-  eventstore export .eventstore SESSION_ID --format claude-code > back.jsonl
 """
 
 
