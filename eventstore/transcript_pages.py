@@ -6,16 +6,15 @@ up to date first (O(what was appended since)); only the page is copied. Cold, `l
 is read from the end of the log (`last_messages`); `start` folds the transcript once
 (then it is warm).
 
-`last_messages` reads the committed live
-log backwards through a byte-range reader, decodes only `messages_appended` lines (the
-others are recognised by their first bytes and never decoded) and stops once it has N
-messages. If it reaches a compaction snapshot first, it takes the missing messages from
-the end of the snapshot's transcript entry, whose byte range the snapshot's `layout`
-gives, finding message boundaries backwards (see `_snapshot_tail`), so a compacted
-transcript of any length costs the bytes of the messages returned.
-
-No I/O of its own: the caller passes `read_span(start, end)` over one consistent live
-log whose committed size is `size` (a torn tail is past `size`, never read).
+`last_messages` reads the committed live log backwards through a byte-range reader,
+decodes only `messages_appended` lines (the others are recognised by their first bytes
+and never decoded) and stops once it has N messages. If it reaches a compaction
+snapshot first, it takes the missing messages from the end of the snapshot's transcript
+entry, whose byte range the snapshot's `layout` gives, finding message boundaries
+backwards (see `_suffix_messages`), so a compacted transcript of any length costs the
+bytes of the messages returned. It does no I/O of its own: the caller (the store, over
+the engine's `live_view`) passes `read_span(start, end)` over one consistent live log
+whose committed size is `size` (a torn tail lies past `size` and is never read).
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ _snapshot_head = msgspec.json.Decoder(SnapshotHead)
 _message_list = msgspec.json.Decoder(list[Message])
 # A message inside a transcript state: msgspec writes `role` first, and the quote after
 # `{` cannot be an escaped one, so this only ever matches at an object's start (which
-# may still be a nested object: see `_snapshot_tail`).
+# may still be a nested object: see `_suffix_messages`).
 _BOUNDARY = b',{"role":"'
 
 
