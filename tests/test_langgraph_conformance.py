@@ -1,0 +1,55 @@
+"""The official LangGraph checkpointer conformance suite (langgraph-checkpoint-conformance),
+base and extended capabilities, against EventStoreSaver: every capability must be
+detected and every test pass."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+from langgraph.checkpoint.conformance.report import ProgressCallbacks
+
+from eventstore import SessionStore
+from eventstore.integrations import langgraph as lg
+from eventstore.integrations.langgraph import EventStoreSaver
+
+
+@pytest.mark.parametrize("shared_store", [False, True], ids=["own-store", "shared-store"])
+def test_conformance_suite_passes_in_full(
+    shared_store: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    roots: list[Path] = []
+
+    @checkpointer_test(name=f"EventStoreSaver-{'shared' if shared_store else 'own'}")
+    async def saver() -> AsyncIterator[EventStoreSaver]:
+        root = Path(tempfile.mkdtemp(prefix="eventstore-conformance-"))
+        roots.append(root)
+        if shared_store:
+            store = SessionStore(root, event_types=lg.EVENT_TYPES, projections=lg.PROJECTIONS)
+            async with EventStoreSaver(store) as s:
+                yield s
+            store.close()
+        else:
+            async with EventStoreSaver(root) as s:
+                yield s
+
+    report = asyncio.run(validate(saver, progress=ProgressCallbacks.verbose()))
+    report.print_report()
+    out = capsys.readouterr().out
+    failures = {k: r.failures for k, r in report.results.items() if r.failures}
+    assert failures == {}, out
+    assert {k for k, r in report.results.items() if r.detected} == {
+        c.value for c in ALL_CAPABILITIES
+    }
+    assert report.conformance_level() == "FULL"
+    assert all(r.tests_passed > 0 for r in report.results.values())
+    # every session the suite left behind is a clean log
+    for root in roots:
+        store = SessionStore(root, event_types=lg.EVENT_TYPES, projections=lg.PROJECTIONS)
+        for sid in store.list_sessions():
+            assert store.verify(sid).ok, sid
