@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, cast
 
 import msgspec
@@ -245,6 +245,8 @@ def _drop_unreferenced_blobs(state: State) -> None:
     for key in [k for k, e in state.items() if isinstance(e, BlobEntry) and k not in referenced]:
         del state[key]
 
+
+_Entries = list[CheckpointEntry]  # named here: inside the saver, `list` is its method
 
 PROJECTION = LangGraphProjection()
 PROJECTIONS: tuple[LangGraphProjection, ...] = (PROJECTION,)
@@ -494,7 +496,11 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         if not wanted:
             return
         for thread_id in self.thread_ids():
-            self._remove(thread_id, lambda e: e.run_id in wanted, "delete_for_runs")
+            self._remove(
+                thread_id,
+                lambda entries: [e for e in entries if e.run_id in wanted],
+                "delete_for_runs",
+            )
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of one thread into another, as one append."""
@@ -514,21 +520,17 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         for thread_id in thread_ids:
             if strategy == "delete":
                 self.delete_thread(thread_id)
-                continue
-            state = self._state(str(thread_id))
-            newest: dict[str, str] = {}
-            for e in state.values():
-                if isinstance(e, CheckpointEntry) and e.checkpoint_id > newest.get(e.ns, ""):
-                    newest[e.ns] = e.checkpoint_id
-            if self._remove(str(thread_id), lambda e: e.checkpoint_id != newest[e.ns], "prune"):
+            elif self._remove(str(thread_id), _all_but_newest, "prune"):
                 self.store.compact(self.session_id(str(thread_id)), archive=False)
 
-    def _remove(self, thread_id: str, doomed: Any, reason: str) -> bool:
-        gone = [
-            (e.ns, e.checkpoint_id)
-            for e in self._state(thread_id).values()
-            if isinstance(e, CheckpointEntry) and doomed(e)
-        ]
+    def _remove(
+        self,
+        thread_id: str,
+        select: Callable[[_Entries], _Entries],
+        reason: str,
+    ) -> bool:
+        entries = [e for e in self._state(thread_id).values() if isinstance(e, CheckpointEntry)]
+        gone = [(e.ns, e.checkpoint_id) for e in select(entries)]
         if gone:
             self.store.append(
                 self.session_id(thread_id), [CheckpointsRemoved(checkpoints=gone, reason=reason)]
@@ -626,6 +628,13 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
 
 # a lane key for calls that span threads; no session id can equal it (ids are non-empty)
 _EVERY_THREAD = ""
+
+
+def _all_but_newest(entries: list[CheckpointEntry]) -> list[CheckpointEntry]:
+    newest: dict[str, str] = {}
+    for e in entries:
+        newest[e.ns] = max(e.checkpoint_id, newest.get(e.ns, ""))
+    return [e for e in entries if e.checkpoint_id != newest[e.ns]]
 
 
 def _version(v: str | int | float) -> str:
