@@ -151,6 +151,25 @@ def test_the_thread_offload_is_bounded(tmp_path: Path) -> None:
     assert peak == 2
 
 
+def test_calls_waiting_for_their_turn_hold_no_thread(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    async def main() -> None:
+        async with AsyncSessionStore(tmp_path, max_workers=2) as store:
+            blocker = asyncio.ensure_future(store.call("a", lambda: release.wait(10)))
+            queued = [asyncio.ensure_future(store.append("a", [note(i)])) for i in range(20)]
+            await asyncio.sleep(0.05)
+            # 21 calls on "a" are submitted, one worker is taken: "b" still gets the other
+            await asyncio.wait_for(store.append("b", [note("b")]), 5)
+            assert not any(q.done() for q in queued)
+            release.set()
+            await blocker
+            await asyncio.gather(*queued)
+
+    run(main())
+    assert summaries(SessionStore(tmp_path), "a") == [str(i) for i in range(20)]
+
+
 def test_errors_are_raised_typed_and_the_lane_goes_on(tmp_path: Path) -> None:
     manifest = SessionManifest(session_id="s", active_branch="main", current_objective="o")
     feature = FeatureRecord(id="f1", category="c", description="d", steps=[], passes=False)

@@ -48,6 +48,7 @@ def test_conformance_suite_passes_in_full(
     }
     assert report.conformance_level() == "FULL"
     assert all(r.tests_passed > 0 for r in report.results.values())
+    assert sum(r.tests_passed for r in report.results.values()) == 81  # all of 0.0.2 (README)
     # every session the suite left behind is a clean log
     for root in roots:
         store = SessionStore(root, event_types=lg.EVENT_TYPES, projections=lg.PROJECTIONS)
