@@ -258,6 +258,36 @@ def test_a_retry_after_a_committed_append_does_not_append_twice(
     assert adds(tmp_path, "s") == 2
 
 
+def test_a_retry_after_a_cancelled_add_does_not_append_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = plain_store(tmp_path)
+    real_append = store.append
+    started = __import__("threading").Event()
+
+    def slow_append(*args: Any, **kwargs: Any) -> Any:
+        started.set()
+        __import__("time").sleep(0.2)  # the caller gives up meanwhile; the append goes on
+        return real_append(*args, **kwargs)
+
+    monkeypatch.setattr(store, "append", slow_append)
+
+    async def main() -> None:
+        s = EventStoreSession("s", store)
+        first = asyncio.ensure_future(s.add_items([msg("once")]))
+        while not started.is_set():
+            await asyncio.sleep(0.005)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        await s.add_items([msg("once")])  # the retry runs after the cancelled call ended
+        assert await s.get_items() == [msg("once")]
+        await s.close()
+
+    run(main())
+    assert adds(tmp_path, "s") == 1
+
+
 def test_a_failed_add_then_other_items_then_the_first_again_appends_each(tmp_path: Path) -> None:
     async def main() -> None:
         s = EventStoreSession("s", tmp_path)

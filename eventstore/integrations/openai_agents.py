@@ -12,13 +12,16 @@ The conversation is a fold of three custom events, so nothing is ever overwritte
 to any point, so a popped or cleared conversation can still be read back, and
 `eventstore log` / `verify` see every step.
 
-Retries: each `add_items` carries an idempotency key made of this session object's
-identity, the log position its previous successful write left it at, and a fingerprint
-of the items (canonical JSON). A call that failed after its append was committed (a
-timeout, a cancellation) and is retried with the same items gets the same key and
-appends nothing; adding the same items again after a success gets a new position, so a
-user who really says "yes" twice is recorded twice. The key is per object: a retry from
+Retries: each `add_items` is appended under an idempotency key. A call whose caller saw
+no outcome (an exception, a cancellation: its append may have been committed anyway)
+leaves its key with the session object, filed under a fingerprint of its items
+(canonical JSON, so key order does not matter); the next `add_items` of the same items
+reuses that key, and appends nothing if the first attempt was committed. A call that
+returned consumed its key: adding the same items again is a new message (a user who
+really says "yes" twice is recorded twice). The keys live in the object: a retry from
 another process (or a new object) cannot be told from a new message and appends again.
+A position-based key would not do: a cancelled call's append finishes in its worker
+and moves the position, so the retry would look new.
 
 Several processes may share one session: appends take the log's writers' lock; a pop
 removes the item it read only if nothing was appended since (`expected_seq`), and
@@ -67,6 +70,7 @@ __all__ = [
 ]
 
 POP_ATTEMPTS = 100  # pops racing other writers re-read at most this often
+MAX_UNACKNOWLEDGED = 100  # failed adds whose keys a session object keeps for retries
 
 
 class ItemsAdded(Event, tag="agents_items_added", kw_only=True):
@@ -187,9 +191,8 @@ class EventStoreSession:
                 " event_types=openai_agents.EVENT_TYPES, projections=openai_agents.PROJECTIONS"
             )
         self.store = self.aio.store
-        # identifies this object's writes in idempotency keys (see the module docstring)
-        self._writer = uuid.uuid4().hex
-        self._position: int | None = None  # where this object's last successful write left the log
+        # fingerprint of items -> the key of an add whose caller saw no outcome
+        self._unacknowledged: dict[str, str] = {}
 
     # -- the Session protocol -----------------------------------------------------------
 
@@ -204,22 +207,25 @@ class EventStoreSession:
         return [_decode(i.item) for i in items]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append the items as one atomic event; a retry of a failed call with the same
-        items appends nothing if the first attempt was committed."""
+        """Append the items as one atomic event; a retry of a failed or cancelled call
+        with the same items appends nothing if the first attempt was committed."""
         if not items:
             return
         raws, fingerprint = _encode_items(items)
-
-        def write() -> None:
-            if self._position is None:
-                self._position = self.store.last_seq(self.session_id)
-            key = f"agents-add:{self._writer}:{self._position}:{fingerprint}"
-            result = self.store.append(
-                self.session_id, [ItemsAdded(items=raws)], idempotency_key=key
+        # a new attempt gets a new key; a retry of an attempt whose outcome its caller
+        # never saw (an error, a cancellation) reuses that attempt's key
+        key = self._unacknowledged.pop(fingerprint, None) or f"agents-add:{uuid.uuid4().hex}"
+        event = ItemsAdded(items=raws)
+        try:
+            await self.aio.call(
+                self.session_id,
+                lambda: self.store.append(self.session_id, [event], idempotency_key=key),
             )
-            self._position = result.last_seq
-
-        await self.aio.call(self.session_id, write)
+        except BaseException:
+            self._unacknowledged[fingerprint] = key
+            while len(self._unacknowledged) > MAX_UNACKNOWLEDGED:
+                del self._unacknowledged[next(iter(self._unacknowledged))]
+            raise
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item; None (and nothing written) if there is none."""
@@ -232,10 +238,9 @@ class EventStoreSession:
                 last = state.items[-1]
                 event = ItemPopped(added_seq=last.added_seq, index=last.index, item=last.item)
                 try:
-                    result = self.store.append(self.session_id, [event], expected_seq=state.seq)
+                    self.store.append(self.session_id, [event], expected_seq=state.seq)
                 except ConcurrencyError:
                     continue  # another writer got in first: read again
-                self._position = result.last_seq
                 return _decode(last.item)
             raise ConcurrencyError(self.session_id, state.seq, self.store.last_seq(self.session_id))
 
@@ -244,11 +249,9 @@ class EventStoreSession:
     async def clear_session(self) -> None:
         """Remove every item from the session (the log keeps them: see `items_at`)."""
 
-        def clear() -> None:
-            result = self.store.append(self.session_id, [SessionCleared()])
-            self._position = result.last_seq
-
-        await self.aio.call(self.session_id, clear)
+        await self.aio.call(
+            self.session_id, lambda: self.store.append(self.session_id, [SessionCleared()])
+        )
 
     # -- audit ---------------------------------------------------------------------------
 
