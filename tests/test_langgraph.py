@@ -6,6 +6,7 @@ that removes bytes, a clean `eventstore verify`, and resumes from a new saver in
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import operator
 import threading
 from pathlib import Path
@@ -138,6 +139,46 @@ def test_many_threads_run_concurrently_on_one_store(tmp_path: Path) -> None:
     assert logs == [[f"t{i}", "drafted", "review:y", "published"] for i in range(12)]
     store = plain_store(tmp_path)
     assert sorted(store.list_sessions()) == sorted(f"langgraph-t{i}" for i in range(12))
+    assert all(store.verify(s).ok for s in store.list_sessions())
+
+
+def _graph_worker(root: str, worker: int, go: Any) -> None:
+    go.wait()
+    with EventStoreSaver(root) as saver:
+        graph = build(saver)
+        cfg: Any = {"configurable": {"thread_id": f"proc{worker}"}}
+        graph.invoke({"log": [f"w{worker}"]}, cfg)
+        graph.invoke(Command(resume=str(worker)), cfg)
+        parent = None
+        for i in range(10):  # and checkpoints into one thread every process writes
+            parent = put(saver, "common", parent, v=f"{worker}:{i}")
+
+
+def test_several_processes_on_one_store(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    go = ctx.Event()
+    procs = [ctx.Process(target=_graph_worker, args=(str(tmp_path), w, go)) for w in range(3)]
+    for p in procs:
+        p.start()
+    go.set()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    with EventStoreSaver(tmp_path) as saver:
+        graph = build(saver)
+        for w in range(3):
+            cfg: Any = {"configurable": {"thread_id": f"proc{w}"}}
+            assert graph.get_state(cfg).values["log"] == [
+                f"w{w}",
+                "drafted",
+                f"review:{w}",
+                "published",
+            ]
+        common = list(saver.list({"configurable": {"thread_id": "common"}}))
+        assert sorted(t.checkpoint["channel_values"]["v"] for t in common) == sorted(
+            f"{w}:{i}" for w in range(3) for i in range(10)
+        )
+    store = plain_store(tmp_path)
     assert all(store.verify(s).ok for s in store.list_sessions())
 
 

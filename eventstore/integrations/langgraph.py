@@ -234,6 +234,14 @@ class LangGraphProjection(StructProjection[State]):
         """A copy sharing the immutable entries (see the class docstring)."""
         return dict(state)
 
+    def encode_state(self, state: State) -> bytes:
+        """The entries as JSON, keys sorted: equal states encode equal whatever order
+        their entries were folded in (verify compares snapshots this way)."""
+        return _deterministic.encode(state)
+
+
+_deterministic = msgspec.json.Encoder(order="deterministic")
+
 
 def _drop_unreferenced_blobs(state: State) -> None:
     referenced = {
