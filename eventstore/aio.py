@@ -97,6 +97,7 @@ class AsyncSessionStore:
             weakref.WeakKeyDictionary()
         )
         self._queued: set[asyncio.Future[Any]] = set()
+        self._follows: set[threading.Event] = set()  # the stop events of running follows
         self._guard = threading.Lock()
         self._closed = False
 
@@ -108,11 +109,14 @@ class AsyncSessionStore:
         return self._closed
 
     async def close(self) -> None:
-        """Refuse new calls, wait for every call already submitted, then release the
-        threads (and close the underlying store if this object opened it)."""
+        """Refuse new calls, end every `follow`, wait for every call already submitted,
+        then release the threads (and close the underlying store if this object opened
+        it)."""
         with self._guard:
             self._closed = True
             queued = [f for f in self._queued if not f.cancelled()]
+            for stop in self._follows:
+                stop.set()
         if queued:  # they start as the calls before them finish; cancelled ones may
             await asyncio.wait(queued)  # still run, and the pool's shutdown waits for them
         await asyncio.get_running_loop().run_in_executor(None, self._release)
@@ -410,14 +414,17 @@ class AsyncSessionStore:
         from_seq: int = 1,
         poll_interval: float = 0.2,
     ) -> AsyncIterator[Event]:
-        """Yield events as any process appends them, until the iterator is closed.
+        """Yield events as any process appends them, until the iterator is closed or
+        the store is.
 
-        The polling runs in a thread of its own (not one of the `max_workers`), so a
-        long follow never holds up other calls.
+        The polling runs in the loop's default executor, not in one of the
+        `max_workers`, so a long follow never holds up other calls.
         """
-        if self._closed:
-            raise StoreClosedError("the async store is closed")
         stop = threading.Event()
+        with self._guard:
+            if self._closed:
+                raise StoreClosedError("the async store is closed")
+            self._follows.add(stop)
         it = self.store.follow(
             session_id, from_seq=from_seq, poll_interval=poll_interval, stop=stop
         )
@@ -431,3 +438,5 @@ class AsyncSessionStore:
                 yield ev
         finally:
             stop.set()
+            with self._guard:
+                self._follows.discard(stop)

@@ -323,6 +323,29 @@ def test_follow_yields_what_is_appended_later(tmp_path: Path) -> None:
     assert run(main()) == [1, 2, 3]
 
 
+def test_close_ends_a_running_follow(tmp_path: Path) -> None:
+    async def main() -> list[int]:
+        store = AsyncSessionStore(tmp_path)
+        await store.append("s", [note(0)])
+        seen: list[int] = []
+
+        async def consume() -> None:
+            async for ev in store.follow("s", poll_interval=0.01):
+                seen.append(ev.seq)
+
+        consumer = asyncio.ensure_future(consume())
+        while not seen:
+            await asyncio.sleep(0.005)
+        await store.close()
+        await asyncio.wait_for(consumer, 5)  # the iteration ended by itself
+        with pytest.raises(StoreClosedError):
+            async for _ in store.follow("s"):
+                pass
+        return seen
+
+    assert run(main()) == [1]
+
+
 def test_bad_max_workers_is_refused(tmp_path: Path) -> None:
     for bad in (0, -1, True, 1.5):
         with pytest.raises(ValueError, match="max_workers"):
