@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, interrupt
 
-from eventstore import SessionStore
+from eventstore import CorruptLogError, InvalidSessionIdError, SessionStore
 from eventstore.cli import main as cli_main
 from eventstore.integrations import langgraph as lg
 from eventstore.integrations.langgraph import EventStoreSaver
@@ -312,3 +314,40 @@ def test_delete_thread_removes_its_bytes(tmp_path: Path) -> None:
     assert saver.get_tuple({"configurable": {"thread_id": "gone"}}) is None
     assert not paths.dir.exists()
     assert saver.thread_ids() == ["kept"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.text(min_size=0, max_size=40), min_size=1, max_size=4, unique=True))
+def test_any_thread_id_round_trips_and_stays_inside_the_root(
+    tmp_path_factory: pytest.TempPathFactory, thread_ids: list[str]
+) -> None:
+    thread_ids = [t for t in thread_ids if "\x00" not in t] or ["plain"]
+    base = tmp_path_factory.mktemp("ids")
+    root = base / "store"
+    saver = EventStoreSaver(root)
+    for t in thread_ids:
+        put(saver, t, v=t)
+    for t in thread_ids:
+        tup = saver.get_tuple({"configurable": {"thread_id": t}})
+        assert tup is not None and tup.checkpoint["channel_values"] == {"v": t}
+    assert sorted(saver.thread_ids()) == sorted(thread_ids)
+    assert sorted(p.name for p in base.iterdir()) == ["store"]  # nothing written beside it
+
+
+def test_a_bad_thread_id_is_a_typed_error_and_writes_nothing(tmp_path: Path) -> None:
+    saver = EventStoreSaver(tmp_path)
+    for bad in ("x" * 1100, "nul\x00byte"):
+        with pytest.raises(InvalidSessionIdError):
+            put(saver, bad, v=1)
+    assert saver.thread_ids() == []
+
+
+def test_a_corrupt_thread_log_is_reported_not_skipped(tmp_path: Path) -> None:
+    saver = EventStoreSaver(tmp_path)
+    cfg = put(saver, "c", v=1)
+    put(saver, "c", cfg, v=2)
+    log = SessionPaths(tmp_path, "langgraph-c").log
+    lines = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(lines[0][:40] + b"garbage\n" + lines[1])
+    with pytest.raises(CorruptLogError):
+        EventStoreSaver(tmp_path).get_tuple({"configurable": {"thread_id": "c"}})
