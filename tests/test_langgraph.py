@@ -351,3 +351,11 @@ def test_a_corrupt_thread_log_is_reported_not_skipped(tmp_path: Path) -> None:
     log.write_bytes(lines[0][:40] + b"garbage\n" + lines[1])
     with pytest.raises(CorruptLogError):
         EventStoreSaver(tmp_path).get_tuple({"configurable": {"thread_id": "c"}})
+
+
+def test_thread_prefix_names_the_sessions(tmp_path: Path) -> None:
+    saver = EventStoreSaver(tmp_path, thread_prefix="lg.")
+    put(saver, "t1", v=1)
+    assert plain_store(tmp_path).list_sessions() == ["lg.t1"]
+    assert saver.session_id("t1") == "lg.t1" and saver.thread_ids() == ["t1"]
+    assert EventStoreSaver(tmp_path).thread_ids() == []  # another prefix sees no thread

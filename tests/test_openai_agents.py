@@ -28,6 +28,7 @@ from eventstore import InvalidRecordError, SessionStore, StorageError
 from eventstore.aio import AsyncSessionStore
 from eventstore.integrations import openai_agents as oa
 from eventstore.integrations.openai_agents import EventStoreSession, ItemsAdded
+from eventstore.layout import SessionPaths
 
 T = TypeVar("T")
 set_tracing_disabled(True)
@@ -402,3 +403,22 @@ def test_pops_from_several_processes_never_pop_one_item_twice(tmp_path: Path) ->
     left = run(EventStoreSession("shared", tmp_path).get_items())
     assert [i["content"] for i in left] == [str(i) for i in range(16)]  # type: ignore[typeddict-item]
     assert plain_store(tmp_path).verify("shared").ok
+
+
+def test_a_cleared_conversation_compacted_without_archive_shrinks_to_its_snapshot(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        s = EventStoreSession("s", tmp_path)
+        for i in range(50):
+            await s.add_items([msg(f"{i} " + "words " * 100)])
+        await s.clear_session()
+        await s.close()
+
+    run(main())
+    store = plain_store(tmp_path)
+    log = SessionPaths(tmp_path, "s").log
+    before = log.stat().st_size
+    store.compact("s", archive=False)
+    assert log.stat().st_size < before / 10  # what stays: the newest idempotency keys
+    assert run(EventStoreSession("s", tmp_path).get_items()) == []

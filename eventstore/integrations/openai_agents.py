@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import uuid
+import secrets
 from datetime import datetime
 from typing import Any, cast
 
@@ -214,7 +214,7 @@ class EventStoreSession:
         raws, fingerprint = _encode_items(items)
         # a new attempt gets a new key; a retry of an attempt whose outcome its caller
         # never saw (an error, a cancellation) reuses that attempt's key
-        key = self._unacknowledged.pop(fingerprint, None) or f"agents-add:{uuid.uuid4().hex}"
+        key = self._unacknowledged.pop(fingerprint, None) or f"agents-add:{secrets.token_hex(8)}"
         event = ItemsAdded(items=raws)
         try:
             await self.aio.call(
