@@ -204,7 +204,9 @@ def test_compaction_keeps_every_checkpoint_and_the_graph_resumes(tmp_path: Path)
     assert plain_store(tmp_path).verify("langgraph-c").ok
 
 
-def put(saver: EventStoreSaver, thread: str, parent: Any = None, **values: Any) -> Any:
+def put(
+    saver: EventStoreSaver, thread: str, parent: Any = None, run_id: str = "", **values: Any
+) -> Any:
     from langgraph.checkpoint.base import empty_checkpoint
 
     cp = empty_checkpoint()
@@ -214,7 +216,8 @@ def put(saver: EventStoreSaver, thread: str, parent: Any = None, **values: Any) 
     cfg: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
     if parent is not None:
         cfg["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
-    return saver.put(cfg, cp, {"source": "loop", "step": 0, "run_id": thread}, versions)
+    metadata: Any = {"source": "loop", "step": 0, "run_id": run_id or thread}
+    return saver.put(cfg, cp, metadata, versions)
 
 
 def test_every_saver_call_is_one_atomic_append(tmp_path: Path) -> None:
@@ -359,3 +362,29 @@ def test_thread_prefix_names_the_sessions(tmp_path: Path) -> None:
     assert plain_store(tmp_path).list_sessions() == ["lg.t1"]
     assert saver.session_id("t1") == "lg.t1" and saver.thread_ids() == ["t1"]
     assert EventStoreSaver(tmp_path).thread_ids() == []  # another prefix sees no thread
+
+
+def test_the_newest_checkpoint_follows_removals_and_copies(tmp_path: Path) -> None:
+    saver = EventStoreSaver(tmp_path)
+    latest: Any = {"configurable": {"thread_id": "a"}}
+
+    def newest(thread: str) -> Any:
+        tup = saver.get_tuple({"configurable": {"thread_id": thread}})
+        return tup.checkpoint["channel_values"]["v"] if tup else None
+
+    c1 = put(saver, "a", v="one")  # run id "a"
+    assert newest("a") == "one"
+    c2 = put(saver, "b", v="b-old")  # "b" gets a checkpoint older than a's next one
+    put(saver, "a", c1, v="two")
+    assert saver.get_tuple(latest) is not None and newest("a") == "two"
+    saver.copy_thread("a", "b")  # b's newest is now a's newest ("two")
+    assert newest("b") == "two"
+    put(saver, "b", c2, v="b-new")
+    saver.copy_thread("a", "b")  # copying again must not bring b back to an older one
+    assert newest("b") == "b-new"
+    put(saver, "a", c1, run_id="late", v="three")
+    assert newest("a") == "three"
+    saver.delete_for_runs(["late"])  # the newest goes: the one before it is the newest
+    assert newest("a") == "two"
+    saver.delete_for_runs(["a"])  # every checkpoint put for thread "a" and its copies
+    assert newest("a") is None and newest("b") == "b-new"

@@ -12,9 +12,10 @@ One eventstore session per LangGraph thread (`<thread_prefix><thread_id>`, by de
 | `delete_thread` | the session is deleted (`SessionStore.delete_session`), bytes and all |
 
 The `langgraph` projection folds those events into one flat dict of immutable entries
-(checkpoints, channel blobs, pending writes), so a read copies one dict and decodes only
-what it returns. Values are encoded by the saver's `serde` (LangGraph's
-`JsonPlusSerializer` by default) and stored as (type, base64 bytes) pairs.
+(checkpoints, channel blobs, pending writes, each namespace's newest checkpoint id), so a
+read copies one dict and decodes only what it returns. Values are encoded by the saver's
+`serde` (LangGraph's `JsonPlusSerializer` by default) and stored as (type, base64 bytes)
+pairs.
 
 Channel versions are strings with a random suffix (as LangGraph's in-memory saver makes
 them), so two branches forked from one checkpoint never write the same blob key.
@@ -120,7 +121,13 @@ class WritesEntry(msgspec.Struct, frozen=True, tag="writes", tag_field="kind"):
     writes: tuple[WriteRecord, ...]
 
 
-Entry = CheckpointEntry | BlobEntry | WritesEntry
+class NewestEntry(msgspec.Struct, frozen=True, tag="newest", tag_field="kind"):
+    """The newest checkpoint id of a namespace (an index: reads of "the latest" are O(1))."""
+
+    checkpoint_id: str
+
+
+Entry = CheckpointEntry | BlobEntry | WritesEntry | NewestEntry
 State = dict[str, Entry]
 
 
@@ -170,6 +177,10 @@ def _wkey(ns: str, checkpoint_id: str) -> str:
     return f"w{len(ns)}:{ns}{checkpoint_id}"
 
 
+def _nkey(ns: str) -> str:
+    return f"n{len(ns)}:{ns}"
+
+
 def _bkey(ns: str, channel: str, version: str) -> str:
     return f"b{len(ns)}:{ns}{len(channel)}:{channel}{version}"
 
@@ -205,6 +216,9 @@ class LangGraphProjection(StructProjection[State]):
                 event.checkpoint,
                 event.metadata,
             )
+            newest = state.get(_nkey(event.ns))
+            if not isinstance(newest, NewestEntry) or event.checkpoint_id > newest.checkpoint_id:
+                state[_nkey(event.ns)] = NewestEntry(event.checkpoint_id)
         elif isinstance(event, WritesPut):
             key = _wkey(event.ns, event.checkpoint_id)
             old = state.get(key)
@@ -226,8 +240,12 @@ class LangGraphProjection(StructProjection[State]):
                 state.pop(_ckey(ns, checkpoint_id), None)
                 state.pop(_wkey(ns, checkpoint_id), None)
             _drop_unreferenced_blobs(state)
+            _index_newest(state, {ns for ns, _ in event.checkpoints})
         elif isinstance(event, ThreadCopied):
             state.update(event.entries)
+            _index_newest(
+                state, {e.ns for e in event.entries.values() if isinstance(e, CheckpointEntry)}
+            )
         return state
 
     def copy(self, state: State) -> State:
@@ -241,6 +259,18 @@ class LangGraphProjection(StructProjection[State]):
 
 
 _deterministic = msgspec.json.Encoder(order="deterministic")
+
+
+def _index_newest(state: State, namespaces: set[str]) -> None:
+    newest: dict[str, str] = {}
+    for e in state.values():
+        if isinstance(e, CheckpointEntry) and e.ns in namespaces:
+            newest[e.ns] = max(e.checkpoint_id, newest.get(e.ns, ""))
+    for ns in namespaces:
+        if ns in newest:
+            state[_nkey(ns)] = NewestEntry(newest[ns])
+        else:
+            state.pop(_nkey(ns), None)
 
 
 def _drop_unreferenced_blobs(state: State) -> None:
@@ -342,11 +372,10 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         ns = conf.get("checkpoint_ns", "")
         state = self._state(thread_id)
         checkpoint_id = get_checkpoint_id(config)
-        if checkpoint_id:
-            entry = state.get(_ckey(ns, checkpoint_id))
-        else:
-            newest = [e for e in state.values() if isinstance(e, CheckpointEntry) and e.ns == ns]
-            entry = max(newest, key=lambda e: e.checkpoint_id, default=None)
+        if not checkpoint_id:
+            newest = state.get(_nkey(ns))
+            checkpoint_id = newest.checkpoint_id if isinstance(newest, NewestEntry) else None
+        entry = state.get(_ckey(ns, checkpoint_id)) if checkpoint_id else None
         if not isinstance(entry, CheckpointEntry):
             return None
         return self._tuple(thread_id, entry, state)
