@@ -61,7 +61,8 @@ class AsyncSessionStore:
     `root_or_url` is what `SessionStore` takes (a directory, or a store URL where the
     engine supports one), or an open `SessionStore` to share: a store passed in is not
     closed by `close()`; one created here is. The other arguments go to `SessionStore`.
-    `max_workers` bounds the threads doing blocking work (default 4).
+    `max_workers` bounds the threads doing blocking work (default 4). `store` is the
+    underlying `SessionStore`.
     """
 
     def __init__(
