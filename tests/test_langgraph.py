@@ -388,3 +388,90 @@ def test_the_newest_checkpoint_follows_removals_and_copies(tmp_path: Path) -> No
     assert newest("a") == "two"
     saver.delete_for_runs(["a"])  # every checkpoint put for thread "a" and its copies
     assert newest("a") is None and newest("b") == "b-new"
+
+
+# -- every base call answers as LangGraph's own InMemorySaver does ----------------------
+
+THREADS = st.sampled_from(["t1", "t2", "t3"])
+NAMESPACES = st.sampled_from(["", "child:1"])
+INTS = st.integers(-(2**63), 2**63 - 1)  # what the serializer (msgpack) can hold
+VALUES = st.one_of(INTS, st.text(max_size=5), st.lists(INTS, max_size=3))
+
+
+def _summary(tup: Any) -> Any:
+    if tup is None:
+        return None
+    return (
+        tup.config["configurable"],
+        tup.checkpoint["id"],
+        tup.checkpoint["channel_values"],
+        tup.checkpoint["channel_versions"],
+        {k: v for k, v in tup.metadata.items()},
+        tup.parent_config["configurable"] if tup.parent_config else None,
+        tup.pending_writes,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_base_calls_answer_as_the_in_memory_saver_does(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    ours = EventStoreSaver(tmp_path_factory.mktemp("diff"))
+    ref = InMemorySaver()
+    stored: list[Any] = []  # configs returned by put
+    version = 0
+    for _ in range(data.draw(st.integers(1, 25))):
+        op = data.draw(st.sampled_from(["put", "put", "writes", "get", "list", "delete"]))
+        if op == "put":
+            thread, ns = data.draw(THREADS), data.draw(NAMESPACES)
+            parents = [c for c in stored if c["configurable"]["thread_id"] == thread
+                       and c["configurable"]["checkpoint_ns"] == ns]  # fmt: skip
+            parent = data.draw(st.sampled_from([None, *parents]))
+            values = data.draw(st.dictionaries(st.sampled_from("abc"), VALUES, max_size=3))
+            cp = empty_checkpoint()
+            version += 1
+            new = {ch: f"{version:032}.{i}" for i, ch in enumerate(values)}
+            cp["channel_values"] = dict(values)
+            cp["channel_versions"] = dict(new)
+            cfg: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
+            if parent is not None:
+                cfg["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+            metadata: Any = {"source": "loop", "step": version, "run_id": thread}
+            got = ours.put(cfg, cp, metadata, dict(new))
+            assert got == ref.put(cfg, cp, metadata, dict(new))
+            stored.append(got)
+        elif op == "writes" and stored:
+            target = data.draw(st.sampled_from(stored))
+            writes = data.draw(
+                st.lists(st.tuples(st.sampled_from(["x", "y", "__error__"]), VALUES), max_size=3)
+            )
+            task = data.draw(st.sampled_from(["task-a", "task-b"]))
+            path = data.draw(st.sampled_from(["", "~p"]))
+            ours.put_writes(target, writes, task, path)
+            ref.put_writes(target, writes, task, path)
+        elif op == "get":
+            thread, ns = data.draw(THREADS), data.draw(NAMESPACES)
+            pick = data.draw(st.sampled_from([None, *stored]))
+            cfg = pick or {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
+            assert _summary(ours.get_tuple(cfg)) == _summary(ref.get_tuple(cfg))
+        elif op == "list":
+            thread, ns = data.draw(THREADS), data.draw(NAMESPACES)
+            cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
+            before = data.draw(st.sampled_from([None, *stored]))
+            limit = data.draw(st.one_of(st.none(), st.integers(0, 3)))
+            flt = data.draw(st.sampled_from([None, {"source": "loop"}, {"step": 2}]))
+            kwargs: Any = {"before": before, "limit": limit, "filter": flt}
+            assert [_summary(t) for t in ours.list(cfg, **kwargs)] == [
+                _summary(t) for t in ref.list(cfg, **kwargs)
+            ]
+        elif op == "delete":
+            thread = data.draw(THREADS)
+            ours.delete_thread(thread)
+            ref.delete_thread(thread)
+            stored = [c for c in stored if c["configurable"]["thread_id"] != thread]
+    everything = sorted((_summary(t) for t in ours.list(None)), key=repr)
+    assert everything == sorted((_summary(t) for t in ref.list(None)), key=repr)
