@@ -27,9 +27,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .compaction import CompactionReport, Retention
+from .engines.base import Durability
 from .errors import StoreClosedError
 from .events import Event
-from .log import Durability
 from .records import (
     BootstrapState,
     FeatureRecord,
@@ -356,6 +356,11 @@ class AsyncSessionStore:
     async def list_sessions(self) -> list[str]:
         """The original ids of every session in the store, sorted."""
         return await self._submit(_STORE_WIDE, self.store.list_sessions)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Remove a session, its log and history (see `SessionStore.delete_session`);
+        False if it did not exist. Runs after the calls on it submitted before."""
+        return await self._submit(session_id, lambda: self.store.delete_session(session_id))
 
     # -- audit, replay and compaction -------------------------------------------------
 

@@ -346,6 +346,32 @@ def test_close_ends_a_running_follow(tmp_path: Path) -> None:
     assert run(main()) == [1]
 
 
+def test_delete_session_runs_after_the_calls_before_it(tmp_path: Path) -> None:
+    async def main() -> tuple[bool, bool, list[str]]:
+        async with AsyncSessionStore(tmp_path) as store:
+            writes = [store.append("s", [note(i)]) for i in range(20)]
+            deleted = store.delete_session("s")
+            again = store.delete_session("s")
+            results = await asyncio.gather(*writes, deleted, again)
+            first, second = results[-2], results[-1]
+            assert isinstance(first, bool) and isinstance(second, bool)
+            return first, second, await store.list_sessions()
+
+    assert run(main()) == (True, False, [])
+
+
+@pytest.mark.parametrize("url", ["memory://", "file"])
+def test_urls_open_any_engine(tmp_path: Path, url: str) -> None:
+    async def main() -> list[str]:
+        async with AsyncSessionStore(str(tmp_path) if url == "file" else url) as store:
+            await asyncio.gather(*(store.append(f"s{i % 3}", [note(i)]) for i in range(30)))
+            state = await store.load_bootstrap_state("s1")
+            assert [p.summary for p in state.recent_progress] == [str(i) for i in range(1, 30, 3)]
+            return await store.list_sessions()
+
+    assert run(main()) == ["s0", "s1", "s2"]
+
+
 def test_bad_max_workers_is_refused(tmp_path: Path) -> None:
     for bad in (0, -1, True, 1.5):
         with pytest.raises(ValueError, match="max_workers"):

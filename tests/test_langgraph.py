@@ -6,6 +6,7 @@ that removes bytes, a clean `eventstore verify`, and resumes from a new saver in
 from __future__ import annotations
 
 import asyncio
+import base64
 import multiprocessing
 import operator
 import threading
@@ -306,17 +307,25 @@ def test_a_store_without_the_langgraph_projection_is_refused(tmp_path: Path) -> 
         EventStoreSaver(SessionStore(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason="needs SessionStore.delete_session (engines)")
 def test_delete_thread_removes_its_bytes(tmp_path: Path) -> None:
     saver = EventStoreSaver(tmp_path)
-    put(saver, "gone", v="secret")
+    secret = "the-secret-" + "s" * 40
+    cfg = put(saver, "gone", v=secret)
+    put(saver, "gone", cfg, v=secret + "2")
+    saver.store.compact("langgraph-gone")  # an archive too
     put(saver, "kept", v="other")
     paths = SessionPaths(tmp_path, "langgraph-gone")
-    assert paths.log.exists()
+    assert paths.log.exists() and paths.archive.exists()
+    needle = base64.b64encode(saver.serde.dumps_typed(secret)[1])[:40]
+    assert any(needle in f.read_bytes() for f in paths.dir.rglob("*") if f.is_file())
     saver.delete_thread("gone")
     assert saver.get_tuple({"configurable": {"thread_id": "gone"}}) is None
     assert not paths.dir.exists()
     assert saver.thread_ids() == ["kept"]
+    assert EventStoreSaver(tmp_path).get_tuple({"configurable": {"thread_id": "gone"}}) is None
+    # no byte of it is left anywhere under the root (values are stored base64-encoded)
+    for f in tmp_path.rglob("*"):
+        assert not f.is_file() or needle not in f.read_bytes(), f
 
 
 @settings(max_examples=25, deadline=None)

@@ -19,17 +19,19 @@ from eventstore.integrations import langgraph as lg
 from eventstore.integrations.langgraph import EventStoreSaver
 
 
-@pytest.mark.parametrize("shared_store", [False, True], ids=["own-store", "shared-store"])
-def test_conformance_suite_passes_in_full(
-    shared_store: bool, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.mark.parametrize("how", ["path", "shared-store", "memory-url"])
+def test_conformance_suite_passes_in_full(how: str, capsys: pytest.CaptureFixture[str]) -> None:
     roots: list[Path] = []
 
-    @checkpointer_test(name=f"EventStoreSaver-{'shared' if shared_store else 'own'}")
+    @checkpointer_test(name=f"EventStoreSaver-{how}")
     async def saver() -> AsyncIterator[EventStoreSaver]:
+        if how == "memory-url":
+            async with EventStoreSaver("memory://") as s:
+                yield s
+            return
         root = Path(tempfile.mkdtemp(prefix="eventstore-conformance-"))
         roots.append(root)
-        if shared_store:
+        if how == "shared-store":
             store = SessionStore(root, event_types=lg.EVENT_TYPES, projections=lg.PROJECTIONS)
             async with EventStoreSaver(store) as s:
                 yield s

@@ -422,3 +422,15 @@ def test_a_cleared_conversation_compacted_without_archive_shrinks_to_its_snapsho
     store.compact("s", archive=False)
     assert log.stat().st_size < before / 10  # what stays: the newest idempotency keys
     assert run(EventStoreSession("s", tmp_path).get_items()) == []
+
+
+def test_a_memory_url_store_works() -> None:
+    async def main() -> list[TResponseInputItem]:
+        s = EventStoreSession("chat", "memory://")
+        await s.add_items([msg("a"), msg("b")])
+        assert await s.pop_item() == msg("b")
+        items = await s.get_items()
+        await s.close()
+        return items
+
+    assert run(main()) == [msg("a")]

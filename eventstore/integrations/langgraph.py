@@ -510,21 +510,8 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         self.store.append(self.session_id(str(conf["thread_id"])), [event])
 
     def delete_thread(self, thread_id: str) -> None:
-        """Delete the thread's session: its checkpoints, writes and bytes on disk."""
-        sid = self.session_id(str(thread_id))
-        delete_session = getattr(self.store, "delete_session", None)
-        if delete_session is not None:
-            delete_session(sid)
-        elif self.store.last_seq(sid):
-            # TODO(engines): remove once SessionStore.delete_session lands everywhere
-            state = self._state(str(thread_id))
-            gone = [
-                (e.ns, e.checkpoint_id) for e in state.values() if isinstance(e, CheckpointEntry)
-            ]
-            if gone:
-                self.store.append(
-                    sid, [CheckpointsRemoved(checkpoints=gone, reason="delete_thread")]
-                )
+        """Delete the thread's session: its checkpoints, writes, history and bytes."""
+        self.store.delete_session(self.session_id(str(thread_id)))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Remove every checkpoint (and its writes) whose metadata has one of `run_ids`,
