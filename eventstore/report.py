@@ -46,8 +46,8 @@ class ReportLimits:
     `rows`: the most recent events, messages and chart points kept; `problems`: verify
     findings listed."""
 
-    content_chars: int = 6_000_000
-    summary_chars: int = 240
+    content_chars: int = 5_000_000
+    summary_chars: int = 160
     rows: int = 200_000
     problems: int = 100
 
@@ -332,9 +332,15 @@ def _message_fields(message: Message) -> tuple[str, str, dict[str, str], str | N
         return "unknown", _as_text(fields), {}, None
     role = str(fields.pop("role", "unknown"))
     content = _as_text(fields.pop("content", ""))
+    ts: str | None = None
+    for name in ("time", "created_at"):  # the message's own time, shown as its time
+        value = getattr(message, name, None)
+        if isinstance(value, datetime):
+            ts = _iso(value)
+            fields.pop(name, None)
+            break
     extras = {k: _as_text(v) for k, v in fields.items() if not _empty(v)}
-    ts = getattr(message, "time", None) or getattr(message, "created_at", None)
-    return role, content, extras, _iso(ts) if isinstance(ts, datetime) else None
+    return role, content, extras, ts
 
 
 def _messages(
