@@ -7,8 +7,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
+import shutil
 import stat
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
@@ -637,3 +641,107 @@ def test_report_data_is_public_and_typed(store: SessionStore) -> None:
     assert data.generated_at == "2026-11-29T15:00:00Z"
     assert msgspec.json.decode(msgspec.json.encode(data))["session_id"] == "s1"
     assert store.load_bootstrap_state("s1").manifest is not None
+
+
+# -- the README's claims -------------------------------------------------------------------
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+SCREENSHOT = README.parent / "fixtures" / "screenshots" / "report.png"
+CSS = Path(__file__).resolve().parent.parent / "eventstore" / "report_assets" / "report.css"
+
+
+def readme_section(title: str) -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index(f"\n## {title}\n")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_the_readme_commands_run(tmp_path: Path) -> None:
+    block = readme_section("Session report").split("```sh\n", 1)[1].split("```", 1)[0]
+    assert "eventstore report .eventstore demo -o demo.html" in block
+    script = f'set -euo pipefail\neventstore() {{ "{sys.executable}" -m eventstore "$@"; }}\n'
+    done = subprocess.run(
+        ["bash", "-c", script + block],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    one = Page((tmp_path / "demo.html").read_text(encoding="utf-8")).data()
+    two = Page((tmp_path / "stdout.html").read_text(encoding="utf-8")).data()
+    assert one["session_id"] == two["session_id"] == "demo"
+    assert one["sizes"] == two["sizes"] and one["sizes"]["features"] == 20
+
+
+def test_the_readme_screenshot_is_a_small_png() -> None:
+    data = SCREENSHOT.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert 50_000 < len(data) < 300_000
+    assert "](fixtures/screenshots/report.png)" in readme_section("Session report")
+
+
+def _luminance(hex_colour: str) -> float:
+    channels = [int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def contrast(a: str, b: str) -> float:
+    """The WCAG 2 contrast ratio of two #rrggbb colours."""
+    hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def test_text_contrast_is_at_least_4_5() -> None:
+    css = CSS.read_text(encoding="utf-8")
+    var = dict(re.findall(r"--([a-z]+):\s*(#[0-9a-f]{6})", css))
+    assert contrast("#000000", "#ffffff") == pytest.approx(21)
+    for fg in ("fg", "muted", "info", "ok", "bad", "run"):
+        for bg in ("bg", "panel"):
+            assert contrast(var[fg], var[bg]) >= 4.5, (fg, bg)
+    # every badge: white text on its background
+    badges = re.findall(r"\.b-[a-z_]+[^{]*\{\s*background:\s*(#[0-9a-f]{6}|var\(--([a-z]+)\))", css)
+    assert len(badges) >= 5
+    for literal, name in badges:
+        colour = var[name] if name else literal
+        assert contrast("#ffffff", colour) >= 4.5, colour
+    # the message backgrounds keep body text readable
+    for bg in re.findall(r"li\.r-[a-z]+ \{ background: (#[0-9a-f]{6})", css):
+        assert contrast(var["fg"], bg) >= 4.5 and contrast(var["muted"], bg) >= 4.5
+
+
+def run_browser_tests(env_ci: str | None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PATH"] = str(Path(sys.executable).parent)  # python, but no chromium on PATH
+    if env_ci is not None:
+        env["CI"] = env_ci
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_report_browser.py",
+            "-k",
+            "dump_dom",
+        ],
+        cwd=README.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_browser_tests_fail_in_ci_without_chromium() -> None:
+    if any(shutil.which(n, path=str(Path(sys.executable).parent)) for n in ("chromium",)):
+        pytest.skip("a chromium beside python: cannot hide it")
+    done = run_browser_tests("true")
+    assert done.returncode == 1 and "no chromium: CI must run the browser tests" in done.stdout
+    done = run_browser_tests(None)
+    assert done.returncode == 0 and "1 skipped" in done.stdout, done.stdout

@@ -376,6 +376,20 @@ def test_no_error_and_no_request_but_the_page(
     assert devtools.requests() == [page.as_uri()]
 
 
+def test_print_hides_the_controls(devtools: DevTools, demo_page: tuple[Path, Path]) -> None:
+    _, page = demo_page
+    devtools.open(page.as_uri())
+    display = (
+        "[...document.querySelectorAll('.controls, .pager, #js-errors, button')]"
+        ".map(e => getComputedStyle(e).display)"
+    )
+    assert "none" not in devtools.eval(display.replace("#js-errors, ", ""))
+    devtools.send("Emulation.setEmulatedMedia", media="print")
+    shown = devtools.eval(display)
+    assert len(shown) > 5 and set(shown) == {"none"}
+    assert devtools.eval("getComputedStyle(document.getElementById('chart')).display") == "block"
+
+
 def test_filters_and_pages_work(devtools: DevTools, long_session: Path, tmp_path: Path) -> None:  # noqa: F811
     page = tmp_path / "long.html"
     assert main(["report", str(long_session), "long", "-o", str(page)]) == 0
