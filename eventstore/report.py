@@ -235,6 +235,10 @@ def _cut(text: str, cap: int | None) -> str:
     return text if cap is None or len(text) <= cap else text[:cap]
 
 
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 class _Timeline:
     """The features-passing chart and the event table, from one pass over the events."""
 
@@ -256,9 +260,7 @@ class _Timeline:
             tag = _tag(ev)
             ts = _iso(ev.ts) or ""
             self.types[tag] = self.types.get(tag, 0) + 1
-            summary = audit.event_summary(ev)
-            if len(summary) > self.summary_chars:
-                summary = summary[: self.summary_chars - 1] + "…"
+            summary = _shorten(audit.event_summary(ev), self.summary_chars)
             self.events.append(EventRow(ev.seq, ts, tag, summary))
             if isinstance(ev, MessagesAppended):
                 self.message_events.extend([(ev.seq, ts)] * len(ev.messages))
@@ -343,13 +345,16 @@ def _message_fields(message: Message) -> tuple[str, str, dict[str, str], str | N
     return role, content, extras, ts
 
 
+_Fields = tuple[str, str, dict[str, str], str | None]
+
+
 def _messages(
-    transcript: Sequence[Message], seqs: Sequence[tuple[int, str]], limits: ReportLimits
+    transcript: Sequence[_Fields], seqs: Sequence[tuple[int, str]], limits: ReportLimits
 ) -> tuple[list[MessageRow], Omitted]:
     # the transcript is the truth (retention may have trimmed its head; a snapshot may
     # stand in for lost history), so message events are matched from the end
     first = max(0, len(transcript) - limits.rows)
-    parts = [_message_fields(m) for m in transcript[first:]]
+    parts = transcript[first:]
     offset = len(transcript) - len(seqs)
     cap = fit_cap(
         [len(c) + sum(len(v) for v in x.values()) for _, c, x, _ in parts], limits.content_chars
@@ -377,28 +382,41 @@ def _messages(
     return rows, Omitted(messages=first, messages_cut=cut, content_cap=cap)
 
 
-def report_data(
-    store: SessionStore,
-    session_id: str,
-    *,
-    limits: ReportLimits | None = None,
-    generated_at: datetime | None = None,
-) -> ReportData:
-    """Everything the page about `session_id` shows. UnknownSessionError for a session
-    with no log and no archive; CorruptLogError if its events do not read."""
-    limits = limits or ReportLimits()
+@dataclass(frozen=True, slots=True)
+class _Gathered:
+    """What one read of a session gives; shaped into pages of any size."""
+
+    session_id: str
+    stats: audit.SessionStats
+    verify: audit.VerifyReport
+    state: BootstrapState
+    messages: list[_Fields]
+    timeline: _Timeline
+
+
+def _gather(store: SessionStore, session_id: str, summary_chars: int) -> _Gathered:
     stats = audit.stats(store, session_id)  # first: it names an unknown session
     report = store.verify(session_id)
     state = store.load_bootstrap_state(session_id)
-    transcript = store.load_transcript_messages(session_id)
-    timeline = _Timeline(store, limits.summary_chars)
+    messages = [_message_fields(m) for m in store.load_transcript_messages(session_id)]
+    timeline = _Timeline(store, summary_chars)
     timeline.run(store.read_events(session_id))
-    messages, omitted = _messages(transcript, timeline.message_events, limits)
+    return _Gathered(session_id, stats, report, state, messages, timeline)
+
+
+def _shape(g: _Gathered, limits: ReportLimits, generated_at: datetime) -> ReportData:
+    timeline, stats, report, state = g.timeline, g.stats, g.verify, g.state
+    messages, omitted = _messages(g.messages, timeline.message_events, limits)
     omitted.events = max(0, len(timeline.events) - limits.rows)
     omitted.chart_points = max(0, len(timeline.chart) - limits.rows)
+    events = timeline.events[-limits.rows :]
+    if limits.summary_chars < timeline.summary_chars:
+        events = [
+            EventRow(e.seq, e.ts, e.type, _shorten(e.summary, limits.summary_chars)) for e in events
+        ]
     return ReportData(
-        session_id=session_id,
-        generated_at=_iso(generated_at or datetime.now(UTC)) or "",
+        session_id=g.session_id,
+        generated_at=_iso(generated_at) or "",
         generator=f"eventstore {__version__}",
         manifest=msgspec.to_builtins(state.manifest) if state.manifest else None,
         verify=VerifyRow(
@@ -424,7 +442,7 @@ def report_data(
             archive_bytes=stats.archive_bytes,
             snapshots=stats.snapshots,
             compacted_without_archive=stats.compacted_without_archive,
-            messages=len(transcript),
+            messages=len(g.messages),
             features=len(state.feature_list),
         ),
         features=[_feature(f, timeline.last_flip.get(f.id)) for f in state.feature_list],
@@ -432,10 +450,24 @@ def report_data(
         flips=timeline.flips[-limits.rows :],
         runs=_runs(state),
         messages=messages,
-        events=timeline.events[-limits.rows :],
+        events=events,
         event_types=dict(sorted(timeline.types.items())),
         omitted=omitted,
     )
+
+
+def report_data(
+    store: SessionStore,
+    session_id: str,
+    *,
+    limits: ReportLimits | None = None,
+    generated_at: datetime | None = None,
+) -> ReportData:
+    """Everything the page about `session_id` shows. UnknownSessionError for a session
+    with no log and no archive; CorruptLogError if its events do not read."""
+    limits = limits or ReportLimits()
+    gathered = _gather(store, session_id, limits.summary_chars)
+    return _shape(gathered, limits, generated_at or datetime.now(UTC))
 
 
 def _feature(f: FeatureRecord, flipped_at: int | None) -> FeatureRow:
@@ -506,8 +538,9 @@ def build_report(
     """
     limits = limits or ReportLimits()
     generated_at = generated_at or datetime.now(UTC)
+    gathered = _gather(store, session_id, limits.summary_chars)  # read once, cut as needed
     while True:
-        page = render_page(report_data(store, session_id, limits=limits, generated_at=generated_at))
+        page = render_page(_shape(gathered, limits, generated_at))
         size = len(page.encode("utf-8"))
         if size <= max_bytes:
             return page
