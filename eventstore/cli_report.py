@@ -1,10 +1,11 @@
-"""The `eventstore report ROOT SESSION -o FILE.html` subcommand.
+"""The `eventstore report ROOT SESSION -o FILE.html` and `eventstore serve ROOT` subcommands.
 
 Owns the command-line face of the session report (eventstore.report): it opens the store
 (which must exist: a report never creates one), builds the page and writes it to FILE
 (atomically, mode 0600: a reader never sees half a page) or to standard output with `-o -`.
-`add_parser` registers it on the `eventstore` command's subparsers; `run` executes it
-and returns the exit status.
+`serve` shows the same pages live from a read-only server on 127.0.0.1
+(eventstore.report_server). `add_parser` registers both on the `eventstore` command's
+subparsers; `run` and `run_serve` execute them and return the exit status.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .layout import write_all
 from .report import MAX_BYTES, build_report
 from .store import SessionStore
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "run", "run_serve"]
 
 _EXAMPLES = """\
 examples:
@@ -65,6 +66,37 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help=f"cut long text so the page stays under N bytes (default {MAX_BYTES:,})",
     )
     p.set_defaults(func=run)
+
+    p = subparsers.add_parser(
+        "serve",
+        help="serve the session reports of a store on 127.0.0.1 (read-only)",
+        description=(
+            "Serve ROOT's sessions on http://127.0.0.1:PORT/: a list of sessions, and each\n"
+            "session's report page, built afresh on every request. Read-only; loopback only."
+        ),
+        epilog="examples:\n  eventstore serve .eventstore\n  eventstore serve .eventstore --port 0",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("root", metavar="ROOT", type=Path, help="the store root directory")
+    p.add_argument(
+        "--port", type=_port, default=8765, metavar="N", help="the port (default 8765; 0: any free)"
+    )
+    p.set_defaults(func=run_serve)
+
+
+def run_serve(args: argparse.Namespace, err: TextIO | None = None) -> int:
+    """Execute `eventstore serve` for parsed `args` until Ctrl-C; returns the exit status."""
+    from .report_server import serve
+
+    err = sys.stderr if err is None else err
+    try:
+        serve(args.root, args.port)
+    except KeyboardInterrupt:
+        return EXIT_OK
+    except OSError as exc:  # no such root, or the port is taken
+        print(f"eventstore serve: error: {_one_line(str(exc))}", file=err)
+        return EXIT_USAGE
+    return EXIT_OK
 
 
 def run(args: argparse.Namespace, out: BinaryIO | None = None, err: TextIO | None = None) -> int:
@@ -120,6 +152,16 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {value}")
     return value
 
 
