@@ -28,12 +28,23 @@ from typing import Any
 
 import msgspec
 
+from projections import fold
+
 from . import __version__, audit
 from .events import Event, FeatureListReplaced, FeaturePassUpdated, MessagesAppended, Snapshot
 from .records import BootstrapState, FeatureRecord, Message
 from .store import SessionStore
 
-__all__ = ["MAX_BYTES", "ReportData", "ReportLimits", "build_report", "fit_cap"]
+__all__ = [
+    "MAX_BYTES",
+    "ReportData",
+    "ReportLimits",
+    "build_report",
+    "embed_json",
+    "fit_cap",
+    "render_page",
+    "report_data",
+]
 
 MAX_BYTES = 10_000_000
 """The largest page `build_report` writes by default (bytes of UTF-8)."""
@@ -254,8 +265,6 @@ class _Timeline:
         self.message_events: list[tuple[int, str]] = []  # (seq, ts) per message
 
     def run(self, events: Iterable[Event]) -> None:
-        from projections import fold
-
         for ev in events:
             tag = _tag(ev)
             ts = _iso(ev.ts) or ""

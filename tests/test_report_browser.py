@@ -453,3 +453,20 @@ def test_long_messages_fold_and_tool_results_collapse(devtools: DevTools, tmp_pa
         == "$ pytest\n3 passed"
     )
     assert devtools.problems() == []
+
+
+def test_the_probe_reports_a_broken_page(
+    chromium: str, demo_page: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The clean probe the other tests ask for means something: a page whose script
+    fails shows the error in #js-errors and is never marked rendered."""
+    _, page = demo_page
+    broken = tmp_path / "broken.html"
+    text = page.read_text(encoding="utf-8")
+    broken.write_text(text.replace('id="report-data">{', 'id="report-data">{oops', 1))
+    done = run_chromium(chromium, tmp_path, "--dump-dom", broken.as_uri())
+    dom = done.stdout
+    assert 'data-rendered="ok"' not in dom
+    errors = block(dom, '<pre id="js-errors"', "</pre>")
+    assert "hidden" not in errors and "SyntaxError" in errors
+    assert any(":CONSOLE" in line for line in done.stderr.splitlines())

@@ -319,7 +319,8 @@
     return h('li', { class: 'r-' + m.role }, kids);
   }
   function transcript() {
-    const ms = D.messages, counts = {}, state = { page: 0, label: 'transcript', text: '', shown: {} };
+    const ms = D.messages, counts = Object.create(null);
+    const state = { page: 0, label: 'transcript', text: '', shown: Object.create(null) };
     for (const m of ms) counts[m.role] = (counts[m.role] || 0) + 1;
     let lower = null; // the searchable text, built on the first search
     const haystack = (i) => {
@@ -354,7 +355,7 @@
 
   // -- events ----------------------------------------------------------------------------------
   function events() {
-    const evs = D.events, state = { page: 0, label: 'event log', text: '', shown: {} };
+    const evs = D.events, state = { page: 0, label: 'event log', text: '', shown: Object.create(null) };
     const count = h('p', { id: 'ev-count', 'aria-live': 'polite' }), top = h('div');
     const body = h('tbody');
     function draw() {
