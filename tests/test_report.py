@@ -745,3 +745,52 @@ def test_browser_tests_fail_in_ci_without_chromium() -> None:
     assert done.returncode == 1 and "no chromium: CI must run the browser tests" in done.stdout
     done = run_browser_tests(None)
     assert done.returncode == 0 and "1 skipped" in done.stdout, done.stdout
+
+
+INSTALL = README.parent / ".ci" / "install-chromium.sh"
+
+
+def run_install(path: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["/bin/bash", str(INSTALL)],
+        env={"PATH": str(path), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def fake(directory: Path, name: str, body: str) -> None:
+    tool = directory / name
+    tool.write_text("#!/bin/bash\n" + body + "\n")
+    tool.chmod(0o755)
+
+
+def test_install_chromium_installs_only_when_missing(tmp_path: Path) -> None:
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    log = tmp_path / "apt.log"
+    fake(bin_, "id", "echo 0")
+    # a fake apt-get that records its arguments; `install` puts a chromium on PATH
+    fake(
+        bin_,
+        "apt-get",
+        f'echo "$@" >> {log}\n'
+        f'if [[ " $* " == *" install "* ]]; then printf "#!/bin/bash\\n" > {bin_}/chromium;'
+        f" /bin/chmod 755 {bin_}/chromium; fi",
+    )
+    done = run_install(bin_, tmp_path)
+    assert done.returncode == 0, done.stderr
+    calls = log.read_text().splitlines()
+    assert len(calls) == 2
+    assert calls[0].endswith("update -q") and calls[1].endswith("install -y -q chromium")
+    # again: chromium is there, apt-get is not called
+    done = run_install(bin_, tmp_path)
+    assert done.returncode == 0 and "already installed" in done.stdout
+    assert len(log.read_text().splitlines()) == 2
+
+
+def test_install_chromium_without_apt_says_so(tmp_path: Path) -> None:
+    done = run_install(tmp_path, tmp_path)  # an empty PATH: no chromium, no apt-get
+    assert done.returncode == 1 and "no apt-get" in done.stderr
