@@ -470,3 +470,23 @@ def test_the_probe_reports_a_broken_page(
     errors = block(dom, '<pre id="js-errors"', "</pre>")
     assert "hidden" not in errors and "SyntaxError" in errors
     assert any(":CONSOLE" in line for line in done.stderr.splitlines())
+
+
+def test_sparse_and_compacted_sessions_draw(chromium: str, tmp_path: Path) -> None:
+    """A session with only a transcript (no manifest, features or runs), and one whose
+    early history was compacted away, draw without an error."""
+    with SessionStore(tmp_path / "store") as store:
+        store.append_transcript_messages("bare", [Message(role=Role.USER, content="hello")])
+        write_session(store, "cut")
+        store.compact("cut", archive=False)
+        store.update_feature_pass("cut", "feat-004", True)
+        for sid in ("bare", "cut"):
+            (tmp_path / f"{sid}.html").write_text(build_report(store, sid), encoding="utf-8")
+    bare = dump_dom(chromium, tmp_path / "bare.html", tmp_path)
+    probe_is_clean(bare)
+    assert "(no manifest)" in bare and "No feature list yet" in bare
+    assert "No run checkpoints or progress notes." in bare and ">hello</pre>" in bare
+    cut = dump_dom(chromium, tmp_path / "cut.html", tmp_path)
+    probe_is_clean(cut)
+    assert "<code>snapshot</code>" in cut and "events compacted without an archive" in cut
+    assert "2 of 5 features pass" in cut
