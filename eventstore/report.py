@@ -124,7 +124,9 @@ class RunRow(msgspec.Struct):
 
 class MessageRow(msgspec.Struct, omit_defaults=True):
     """One transcript message. `length`: characters of the original content when the
-    page holds less; `extras`: any other field of the message, as text."""
+    page holds less; `extras`: (label, text) for every other non-empty field of the
+    message, and one per block of a field that holds typed blocks (tool calls, tool
+    results, thinking...)."""
 
     index: int
     role: str
@@ -132,7 +134,7 @@ class MessageRow(msgspec.Struct, omit_defaults=True):
     seq: int | None = None
     ts: str | None = None
     length: int | None = None
-    extras: dict[str, str] = msgspec.field(default_factory=dict)
+    extras: list[tuple[str, str]] = msgspec.field(default_factory=list)
 
 
 class EventRow(msgspec.Struct, array_like=True):
@@ -336,11 +338,20 @@ def _empty(value: Any) -> bool:
     return value is None or value == "" or value == [] or value == {}
 
 
-def _message_fields(message: Message) -> tuple[str, str, dict[str, str], str | None]:
-    """role, content, the other non-empty fields as text, the message's own time."""
+_Extras = list[tuple[str, str]]
+_Fields = tuple[str, str, _Extras, str | None]
+_IDS = ("id", "tool_use_id", "signature")  # pairing keys: shown in the JSON, not the label
+
+
+def _message_fields(message: Message) -> _Fields:
+    """role, content, the other non-empty fields as (label, text), the message's own time.
+
+    Generic over the fields a message has: whatever is not role, content or its time is
+    an extra; a field holding a list of objects tagged by "type" (content blocks) gives
+    one extra per block, labelled by its type and name."""
     fields = msgspec.to_builtins(message)
     if not isinstance(fields, dict):  # not a Struct as expected: show what it is
-        return "unknown", _as_text(fields), {}, None
+        return "unknown", _as_text(fields), [], None
     role = str(fields.pop("role", "unknown"))
     content = _as_text(fields.pop("content", ""))
     ts: str | None = None
@@ -350,11 +361,32 @@ def _message_fields(message: Message) -> tuple[str, str, dict[str, str], str | N
             ts = _iso(value)
             fields.pop(name, None)
             break
-    extras = {k: _as_text(v) for k, v in fields.items() if not _empty(v)}
+    extras: _Extras = []
+    for key, value in fields.items():
+        if _empty(value):
+            continue
+        if isinstance(value, list) and all(
+            isinstance(b, dict) and isinstance(b.get("type"), str) for b in value
+        ):
+            extras.extend(x for b in value if (x := _block(b, content)) is not None)
+        else:
+            extras.append((key, _as_text(value)))
     return role, content, extras, ts
 
 
-_Fields = tuple[str, str, dict[str, str], str | None]
+def _block(block: dict[str, Any], content: str) -> tuple[str, str] | None:
+    """One content block as (label, text); None for a text block the content repeats."""
+    rest = {k: v for k, v in block.items() if k != "type"}
+    label = str(block["type"])
+    if isinstance(rest.get("name"), str):
+        label += ": " + rest.pop("name")
+    if rest.get("is_error") is True:
+        label += " (error)"
+        rest.pop("is_error")
+    body = [v for k, v in rest.items() if k not in _IDS]
+    if len(body) == 1 and isinstance(body[0], str):  # one text (and ids): shown as itself
+        return None if label == "text" and body[0] in content else (label, body[0])
+    return label, _as_text(rest)
 
 
 def _messages(
@@ -366,7 +398,7 @@ def _messages(
     parts = transcript[first:]
     offset = len(transcript) - len(seqs)
     cap = fit_cap(
-        [len(c) + sum(len(v) for v in x.values()) for _, c, x, _ in parts], limits.content_chars
+        [len(c) + sum(len(v) for _, v in x) for _, c, x, _ in parts], limits.content_chars
     )
     rows: list[MessageRow] = []
     cut = 0
@@ -374,7 +406,7 @@ def _messages(
         i = first + k
         seq, ts = seqs[i - offset] if i - offset >= 0 else (None, None)
         shown = _cut(content, cap)
-        shown_extras = {key: _cut(v, cap) for key, v in extras.items()}
+        shown_extras = [(label, _cut(v, cap)) for label, v in extras]
         whole = shown == content and shown_extras == extras
         cut += not whole
         rows.append(

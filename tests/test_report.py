@@ -349,38 +349,64 @@ def test_history_compacted_away_still_draws(store: SessionStore) -> None:
     assert d["sizes"]["compacted_without_archive"] > 0
 
 
+class WideMessage(msgspec.Struct, frozen=True):
+    """A message with more fields than `Message` has here: the page must not care."""
+
+    role: Role
+    content: str | list[dict[str, str]]
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] = []
+    blocks: list[dict[str, Any]] = []
+    created_at: datetime | None = None
+    metadata: dict[str, str] = {}
+
+
+def wide_messages() -> list[WideMessage]:
+    return [
+        WideMessage(
+            role=Role.ASSISTANT,
+            content=[{"type": "text", "text": "not text"}],
+            tool_calls=[{"id": "c1", "name": "run", "arguments": '{"cmd": "ls"}'}],
+            created_at=T0,
+        ),
+        WideMessage(role=Role.TOOL, content="listing", name="run", metadata={"k": "v"}),
+        WideMessage(
+            role=Role.ASSISTANT,
+            content="Let me look.",
+            blocks=[
+                {"type": "thinking", "thinking": "the listing first", "signature": "sig"},
+                {"type": "text", "text": "Let me look."},
+                {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls -la"}},
+                {"type": "tool_result", "tool_use_id": "t1", "content": "a\nb", "is_error": True},
+                {"type": "image", "source": "sha256:ab", "media_type": "image/png"},
+            ],
+        ),
+    ]
+
+
 def test_extra_message_fields_are_shown_generically(
     store: SessionStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Messages may grow fields (tool calls, a name, content blocks, a time): the page
-    shows each non-empty one as text, and content that is not text as JSON."""
-
-    class WideMessage(msgspec.Struct, frozen=True):
-        role: Role
-        content: str | list[dict[str, str]]
-        name: str | None = None
-        tool_calls: list[dict[str, Any]] = []
-        time: datetime | None = None
-        metadata: dict[str, str] = {}
-
+    shows each non-empty one as text, content that is not text as JSON, and each typed
+    block of a field on its own, labelled by type and name."""
     write_session(store)
-    wide = [
-        WideMessage(
-            role=Role.ASSISTANT,
-            content=[{"type": "text", "text": "blocks"}],
-            tool_calls=[{"id": "c1", "name": "run", "arguments": '{"cmd": "ls"}'}],
-            time=T0,
-        ),
-        WideMessage(role=Role.TOOL, content="listing", name="run"),
-    ]
-    monkeypatch.setattr(store, "load_transcript_messages", lambda sid: wide)
+    monkeypatch.setattr(store, "load_transcript_messages", lambda sid: wide_messages())
     d = page_of(store, "s1").data()
-    first, second = d["messages"]
-    assert json.loads(first["content"]) == [{"type": "text", "text": "blocks"}]
-    assert json.loads(first["extras"]["tool_calls"])[0]["name"] == "run"
-    assert set(first["extras"]) == {"tool_calls"}  # empty fields and the time are not extras
+    first, second, third = d["messages"]
+    assert json.loads(first["content"]) == [{"type": "text", "text": "not text"}]
+    ((label, text),) = first["extras"]  # empty fields and the time are not extras
+    assert label == "tool_calls" and json.loads(text)[0]["name"] == "run"
     assert first["ts"] == "2026-11-29T15:00:00Z"
-    assert second["extras"] == {"name": "run"} and second["content"] == "listing"
+    assert second["extras"] == [["name", "run"], ["metadata", '{\n  "k": "v"\n}']]
+    labels = [x[0] for x in third["extras"]]
+    # the text block repeats the content: left out; the others, each on its own
+    assert labels == ["thinking", "tool_use: Bash", "tool_result (error)", "image"]
+    extras = dict(map(tuple, third["extras"]))
+    assert extras["thinking"] == "the listing first"
+    assert json.loads(extras["tool_use: Bash"]) == {"id": "t1", "input": {"command": "ls -la"}}
+    assert extras["tool_result (error)"] == "a\nb"
+    assert json.loads(extras["image"]) == {"source": "sha256:ab", "media_type": "image/png"}
 
 
 # -- hostile text cannot break out -----------------------------------------------------------

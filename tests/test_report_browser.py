@@ -28,6 +28,7 @@ from test_report import (  # noqa: F401 (long_session: a fixture)
     HOSTILE,
     T0,
     long_session,
+    wide_messages,
     write_hostile,
     write_session,
 )
@@ -490,3 +491,36 @@ def test_sparse_and_compacted_sessions_draw(chromium: str, tmp_path: Path) -> No
     probe_is_clean(cut)
     assert "<code>snapshot</code>" in cut and "events compacted without an archive" in cut
     assert "2 of 5 features pass" in cut
+
+
+def test_tool_calls_and_other_fields_collapse(
+    devtools: DevTools, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with SessionStore(tmp_path / "store") as store:
+        write_session(store)
+        monkeypatch.setattr(store, "load_transcript_messages", lambda sid: wide_messages())
+        page = tmp_path / "wide.html"
+        page.write_text(build_report(store, "s1"), encoding="utf-8")
+    devtools.open(page.as_uri())
+    boxes = devtools.eval(
+        "[...document.querySelectorAll('#messages details.extra')]"
+        ".map(d => [d.querySelector('summary').textContent, d.open])"
+    )
+    assert boxes == [
+        ["tool calls", False],
+        ["name", False],
+        ["metadata", False],
+        ["thinking", False],
+        ["tool use: Bash", False],
+        ["tool result (error)", False],
+        ["image", False],
+    ]
+    # the filter box searches inside them too
+    devtools.eval(
+        "const f = document.getElementById('msg-filter');"
+        "f.value = 'LS -LA'; f.dispatchEvent(new Event('input'));" + SETTLE
+    )
+    assert devtools.eval("document.getElementById('msg-count').textContent") == (
+        "Messages 1–1 of 1 matching (3 in all)"
+    )
+    assert devtools.problems() == []

@@ -311,10 +311,10 @@
         num(m.length) + ' characters to keep this page small (eventstore transcript --full' +
         ' shows it all).'));
     }
-    const extras = m.extras || {};
-    for (const k of Object.keys(extras)) {
-      kids.push(h('details', { class: 'extra', 'data-field': k }, [
-        h('summary', null, k.replace(/_/g, ' ')), folded(extras[k], 'extra')]));
+    // other fields (tool calls, tool results, a name, metadata...): closed until opened
+    for (const [label, text] of m.extras || []) {
+      kids.push(h('details', { class: 'extra', 'data-field': label }, [
+        h('summary', null, label.replace(/_/g, ' ')), folded(text, 'extra')]));
     }
     return h('li', { class: 'r-' + m.role }, kids);
   }
@@ -325,7 +325,7 @@
     let lower = null; // the searchable text, built on the first search
     const haystack = (i) => {
       if (!lower) {
-        lower = ms.map((m) => (m.content + '\n' + Object.values(m.extras || {}).join('\n'))
+        lower = ms.map((m) => (m.content + '\n' + (m.extras || []).map((x) => x[1]).join('\n'))
           .toLowerCase());
       }
       return lower[i];
