@@ -158,7 +158,8 @@ class ProblemRow(msgspec.Struct):
 
 
 class VerifyRow(msgspec.Struct):
-    """What verify said about the session."""
+    """What verify said about the session: its findings, errors first (`problems` may
+    list fewer than `problems_total`)."""
 
     ok: bool
     head_hash: str
@@ -166,6 +167,7 @@ class VerifyRow(msgspec.Struct):
     events: int
     problems: list[ProblemRow]
     problems_total: int
+    errors: int
 
 
 class Sizes(msgspec.Struct):
@@ -465,11 +467,14 @@ def _shape(g: _Gathered, limits: ReportLimits, generated_at: datetime) -> Report
             head_hash=report.head_hash,
             head_seq=report.head_seq,
             events=report.events,
-            problems=[
+            problems=[  # errors first: they are what a reader must see
                 ProblemRow(p.severity, p.kind, p.seq, p.file, p.offset, p.message)
-                for p in report.problems[: limits.problems]
+                for p in sorted(report.problems, key=lambda p: p.severity != "error")[
+                    : limits.problems
+                ]
             ],
             problems_total=len(report.problems),
+            errors=sum(p.severity == "error" for p in report.problems),
         ),
         sizes=Sizes(
             events=stats.events,

@@ -318,9 +318,20 @@ def test_a_tampered_log_is_reported_on_the_page(store: SessionStore, root: Path)
     with SessionStore(root) as fresh:
         d = page_of(fresh, "s1").data()
     assert d["verify"]["ok"] is False
-    assert d["verify"]["problems_total"] >= 1
-    assert any(p["severity"] == "error" for p in d["verify"]["problems"])
+    assert d["verify"]["problems_total"] >= d["verify"]["errors"] >= 1
+    assert d["verify"]["problems"][0]["severity"] == "error"  # errors first
     assert any(r["run_id"] == "run-1" for r in d["runs"])  # the page is still drawn
+
+
+def test_a_torn_tail_is_a_warning(store: SessionStore, root: Path) -> None:
+    write_session(store)
+    with open(log_path(root, "s1"), "ab") as f:
+        f.write(b'{"type":"progress_appended","seq":99')  # a crash mid-append
+    with SessionStore(root) as fresh:
+        d = page_of(fresh, "s1").data()
+    assert d["verify"]["ok"] is True and d["verify"]["errors"] == 0
+    assert d["verify"]["problems_total"] == 1
+    assert d["verify"]["problems"][0]["severity"] == "warning"
 
 
 def test_a_compacted_session_keeps_its_history(store: SessionStore) -> None:

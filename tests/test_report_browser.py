@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import log_path
 from test_report import (  # noqa: F401 (long_session: a fixture)
     HOSTILE,
     T0,
@@ -524,3 +525,26 @@ def test_tool_calls_and_other_fields_collapse(
         "Messages 1–1 of 1 matching (3 in all)"
     )
     assert devtools.problems() == []
+
+
+def test_verify_errors_show_and_warnings_fold(chromium: str, tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        write_session(store, "tampered")
+        write_session(store, "torn")
+    tampered, torn = log_path(root, "tampered"), log_path(root, "torn")
+    tampered.write_bytes(tampered.read_bytes().replace(b"plan written", b"plan WRITTEN"))
+    with open(torn, "ab") as f:
+        f.write(b'{"type":"progress_appended","seq":99')
+    with SessionStore(root) as store:
+        for sid in ("tampered", "torn"):
+            (tmp_path / f"{sid}.html").write_text(build_report(store, sid), encoding="utf-8")
+    dom = dump_dom(chromium, tmp_path / "tampered.html", tmp_path)
+    probe_is_clean(dom)
+    assert '<span class="badge b-bad">FAILED</span>' in dom
+    assert "hash" in block(dom, '<ul id="problems">', "</ul>")
+    dom = dump_dom(chromium, tmp_path / "torn.html", tmp_path)
+    probe_is_clean(dom)
+    assert '<span class="badge b-ok">verified</span> no errors, 1 warning' in dom
+    assert 'id="problems"' not in dom
+    assert "<details><summary>Verify warnings (1)</summary>" in dom

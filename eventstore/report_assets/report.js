@@ -69,7 +69,9 @@
     }
     const integrity = [
       ['Verify', [badge(v.ok ? 'ok' : 'bad', v.ok ? 'verified' : 'FAILED'), ' ',
-        v.problems_total ? plural(v.problems_total, 'problem') : 'no problems']],
+        (v.errors ? plural(v.errors, 'error') : 'no errors') +
+        (v.problems_total > v.errors ? ', ' + plural(v.problems_total - v.errors, 'warning')
+          : '')]],
       ['Head', [h('code', { id: 'head-hash' }, v.head_hash || '–'), ' at seq ' + num(v.head_seq)]],
       ['Events', num(z.events) + ' (seq ' + num(z.first_seq) + '–' + num(z.last_seq) + ')'],
       ['Time', when(z.first_ts) + ' → ' + when(z.last_ts)],
@@ -87,13 +89,27 @@
       h('div', { class: 'panel' }, [h('h3', null, 'Manifest'), facts(manifest)]),
       h('div', { class: 'panel' }, [h('h3', null, 'Integrity and size'), facts(integrity)]),
     ])];
-    if (v.problems.length) {
-      kids.push(h('h3', null, 'Verify problems'));
-      kids.push(h('ul', { id: 'problems' }, v.problems.map((p) => h('li', null, [
-        badge(p.severity === 'error' ? 'bad' : 'none', p.severity), ' ', h('code', null, p.kind),
-        ' seq ' + (p.seq == null ? '–' : p.seq) + ', byte ' + p.offset + ' of ' + p.file + ': ' +
-        p.message]))));
+    const problem = (p) => h('li', null, [
+      badge(p.severity === 'error' ? 'bad' : 'none', p.severity), ' ', h('code', null, p.kind),
+      ' seq ' + (p.seq == null ? '–' : p.seq) + ', byte ' + p.offset + ' of ' + p.file + ': ' +
+      p.message]);
+    // errors in sight; warnings (a torn tail, event types this reader does not know) folded
+    const errors = v.problems.filter((p) => p.severity === 'error');
+    const warnings = v.problems.filter((p) => p.severity !== 'error');
+    const unlisted = v.problems_total > v.problems.length
+      ? h('p', { class: 'muted' }, 'The first ' + v.problems.length + ' of ' +
+        num(v.problems_total) + ' problems are listed (eventstore verify lists them all).')
+      : null;
+    if (errors.length) {
+      kids.push(h('h3', null, 'Verify errors (' + num(v.errors) + ')'));
+      kids.push(h('ul', { id: 'problems' }, errors.map(problem)));
     }
+    if (warnings.length) {
+      kids.push(h('details', null, [
+        h('summary', null, 'Verify warnings (' + num(v.problems_total - v.errors) + ')'),
+        h('ul', { id: 'warnings' }, warnings.map(problem))]));
+    }
+    kids.push(unlisted);
     return section('overview', 'Overview', kids);
   }
 
@@ -178,15 +194,17 @@
         ? last[2] + ' of ' + last[3] + ' features pass' : 'No feature list yet') +
         (D.omitted.chart_points ? ' (the chart shows the last ' + num(pts.length) + ' changes)'
           : '')),
-      h('figure', null, [chartSvg(), legend]),
-      h('h3', { id: 'failing-h' }, 'Failing features (' + failing.length + ')'),
-      failing.length
-        ? h('ul', { class: 'features', id: 'failing', 'aria-labelledby': 'failing-h' },
-          failing.map(item))
-        : h('p', null, 'None: every feature passes.'),
-      h('details', null, [h('summary', null, 'Passing features (' + passing.length + ')'),
-        h('ul', { class: 'features', id: 'passing' }, passing.map(item))]),
     ];
+    if (pts.length) kids.push(h('figure', null, [chartSvg(), legend]));
+    if (D.features.length) {
+      kids.push(h('h3', { id: 'failing-h' }, 'Failing features (' + failing.length + ')'),
+        failing.length
+          ? h('ul', { class: 'features', id: 'failing', 'aria-labelledby': 'failing-h' },
+            failing.map(item))
+          : h('p', null, 'None: every feature passes.'),
+        h('details', null, [h('summary', null, 'Passing features (' + passing.length + ')'),
+          h('ul', { class: 'features', id: 'passing' }, passing.map(item))]));
+    }
     if (D.flips.length) {
       const listed = D.flips.slice(-FLIPS_LISTED);
       kids.push(h('details', null, [
