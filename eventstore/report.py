@@ -31,6 +31,7 @@ import msgspec
 from projections import fold
 
 from . import __version__, audit
+from .errors import CorruptLogError
 from .events import Event, FeatureListReplaced, FeaturePassUpdated, MessagesAppended, Snapshot
 from .records import BootstrapState, FeatureRecord, Message
 from .store import SessionStore
@@ -199,7 +200,9 @@ class Omitted(msgspec.Struct):
 
 
 class ReportData(msgspec.Struct):
-    """Everything the page shows, as embedded in it (element `#report-data`)."""
+    """Everything the page shows, as embedded in it (element `#report-data`).
+    `unreadable`: why the session's events could not be read (the page then shows what
+    verify found, and empty sections)."""
 
     session_id: str
     generated_at: str
@@ -215,6 +218,7 @@ class ReportData(msgspec.Struct):
     events: list[EventRow]
     event_types: dict[str, int]
     omitted: Omitted
+    unreadable: str | None = None
 
 
 # -- gathering -------------------------------------------------------------------------
@@ -430,25 +434,63 @@ class _Gathered:
     """What one read of a session gives; shaped into pages of any size."""
 
     session_id: str
-    stats: audit.SessionStats
     verify: audit.VerifyReport
+    sizes: Sizes
     state: BootstrapState
     messages: list[_Fields]
     timeline: _Timeline
+    unreadable: str | None = None
 
 
 def _gather(store: SessionStore, session_id: str, summary_chars: int) -> _Gathered:
-    stats = audit.stats(store, session_id)  # first: it names an unknown session
-    report = store.verify(session_id)
-    state = store.load_bootstrap_state(session_id)
-    messages = [_message_fields(m) for m in store.load_transcript_messages(session_id)]
-    timeline = _Timeline(store, summary_chars)
-    timeline.run(store.read_events(session_id))
-    return _Gathered(session_id, stats, report, state, messages, timeline)
+    report = store.verify(session_id)  # first: it names an unknown session, reads any log
+    try:
+        stats = audit.stats(store, session_id)
+        state = store.load_bootstrap_state(session_id)
+        messages = [_message_fields(m) for m in store.load_transcript_messages(session_id)]
+        timeline = _Timeline(store, summary_chars)
+        timeline.run(store.read_events(session_id))
+    except CorruptLogError as exc:
+        # the log does not read (a bad line; or an edited one, where reads check hashes):
+        # the page still shows what verify found, which is what its reader needs
+        sizes = Sizes(
+            events=report.events,
+            first_seq=1 if report.head_seq else 0,
+            last_seq=report.head_seq,
+            first_ts=None,
+            last_ts=None,
+            log_bytes=0,
+            log_events=0,
+            archive_files=0,
+            archive_bytes=0,
+            snapshots=0,
+            compacted_without_archive=0,
+            messages=0,
+            features=0,
+        )
+        empty = _Timeline(store, summary_chars)
+        text = " ".join(str(exc).split())
+        return _Gathered(session_id, report, sizes, BootstrapState(), [], empty, text)
+    sizes = Sizes(
+        events=stats.events,
+        first_seq=stats.first_seq,
+        last_seq=stats.last_seq,
+        first_ts=_iso(stats.first_ts),
+        last_ts=_iso(stats.last_ts),
+        log_bytes=stats.log_bytes,
+        log_events=stats.log_events,
+        archive_files=stats.archive_files,
+        archive_bytes=stats.archive_bytes,
+        snapshots=stats.snapshots,
+        compacted_without_archive=stats.compacted_without_archive,
+        messages=len(messages),
+        features=len(state.feature_list),
+    )
+    return _Gathered(session_id, report, sizes, state, messages, timeline)
 
 
 def _shape(g: _Gathered, limits: ReportLimits, generated_at: datetime) -> ReportData:
-    timeline, stats, report, state = g.timeline, g.stats, g.verify, g.state
+    timeline, report, state = g.timeline, g.verify, g.state
     messages, omitted = _messages(g.messages, timeline.message_events, limits)
     omitted.events = max(0, len(timeline.events) - limits.rows)
     omitted.chart_points = max(0, len(timeline.chart) - limits.rows)
@@ -476,21 +518,7 @@ def _shape(g: _Gathered, limits: ReportLimits, generated_at: datetime) -> Report
             problems_total=len(report.problems),
             errors=sum(p.severity == "error" for p in report.problems),
         ),
-        sizes=Sizes(
-            events=stats.events,
-            first_seq=stats.first_seq,
-            last_seq=stats.last_seq,
-            first_ts=_iso(stats.first_ts),
-            last_ts=_iso(stats.last_ts),
-            log_bytes=stats.log_bytes,
-            log_events=stats.log_events,
-            archive_files=stats.archive_files,
-            archive_bytes=stats.archive_bytes,
-            snapshots=stats.snapshots,
-            compacted_without_archive=stats.compacted_without_archive,
-            messages=len(g.messages),
-            features=len(state.feature_list),
-        ),
+        sizes=g.sizes,
         features=[_feature(f, timeline.last_flip.get(f.id)) for f in state.feature_list],
         chart=timeline.chart[-limits.rows :],
         flips=timeline.flips[-limits.rows :],
@@ -499,6 +527,7 @@ def _shape(g: _Gathered, limits: ReportLimits, generated_at: datetime) -> Report
         events=events,
         event_types=dict(sorted(timeline.types.items())),
         omitted=omitted,
+        unreadable=g.unreadable,
     )
 
 
@@ -510,7 +539,8 @@ def report_data(
     generated_at: datetime | None = None,
 ) -> ReportData:
     """Everything the page about `session_id` shows. UnknownSessionError for a session
-    with no log and no archive; CorruptLogError if its events do not read."""
+    with no log and no archive. A log whose events do not read gives a page of what
+    verify found (`unreadable` says why the rest is empty)."""
     limits = limits or ReportLimits()
     gathered = _gather(store, session_id, limits.summary_chars)
     return _shape(gathered, limits, generated_at or datetime.now(UTC))

@@ -241,6 +241,7 @@ def test_the_page_holds_the_session(store: SessionStore) -> None:
     events = list(store.read_events("s1"))
     assert [e[0] for e in d["events"]] == [ev.seq for ev in events]
     assert d["event_types"] == st_.by_type
+    assert d["unreadable"] is None
     assert d["omitted"] == {
         "events": 0,
         "messages": 0,
@@ -321,6 +322,19 @@ def test_a_tampered_log_is_reported_on_the_page(store: SessionStore, root: Path)
     assert d["verify"]["problems_total"] >= d["verify"]["errors"] >= 1
     assert d["verify"]["problems"][0]["severity"] == "error"  # errors first
     assert any(r["run_id"] == "run-1" for r in d["runs"])  # the page is still drawn
+
+
+def test_a_log_that_does_not_read_still_gives_a_page(install_log: Any, root: Path) -> None:
+    """A bad line in the middle: loads refuse the log, and the page shows what verify
+    found (where, what) with the other sections empty."""
+    install_log("corrupt_middle.jsonl", "bad")
+    with SessionStore(root) as store:
+        report = store.verify("bad")
+        d = page_of(store, "bad").data()
+    assert d["verify"]["ok"] is False and d["verify"]["errors"] >= 1
+    assert d["verify"]["head_hash"] == report.head_hash
+    assert d["unreadable"] is not None and "seq 10" in d["unreadable"]
+    assert d["messages"] == [] and d["events"] == [] and d["features"] == []
 
 
 def test_a_torn_tail_is_a_warning(store: SessionStore, root: Path) -> None:
@@ -744,6 +758,8 @@ def test_text_contrast_is_at_least_4_5() -> None:
     for literal, name in badges:
         colour = var[name] if name else literal
         assert contrast("#ffffff", colour) >= 4.5, colour
+    alert = re.search(r"#js-errors, \.alert \{ background: (#[0-9a-f]{6})", css)
+    assert alert is not None and contrast(var["bad"], alert.group(1)) >= 4.5
     # the message backgrounds keep body text readable
     for bg in re.findall(r"li\.r-[a-z]+ \{ background: (#[0-9a-f]{6})", css):
         assert contrast(var["fg"], bg) >= 4.5 and contrast(var["muted"], bg) >= 4.5

@@ -527,6 +527,25 @@ def test_tool_calls_and_other_fields_collapse(
     assert devtools.problems() == []
 
 
+def test_an_unreadable_log_draws_what_verify_found(chromium: str, tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_transcript_messages("bad", [Message(role=Role.USER, content="a")] * 3)
+        store.append_transcript_messages("bad", [Message(role=Role.USER, content="b")])
+    log = log_path(root, "bad")
+    lines = log.read_bytes().split(b"\n")
+    lines[1] = b"\0" * len(lines[1])  # a line in the middle overwritten
+    log.write_bytes(b"\n".join(lines))
+    with SessionStore(root) as store:
+        (tmp_path / "bad.html").write_text(build_report(store, "bad"), encoding="utf-8")
+    dom = dump_dom(chromium, tmp_path / "bad.html", tmp_path)
+    probe_is_clean(dom)
+    alert = block(dom, '<p class="alert" id="unreadable">', "</p>")
+    assert "only what verify found is shown" in alert and "byte" in alert
+    assert '<span class="badge b-bad">FAILED</span>' in dom
+    assert "Transcript (0 messages)" in dom
+
+
 def test_verify_errors_show_and_warnings_fold(chromium: str, tmp_path: Path) -> None:
     root = tmp_path / "store"
     with SessionStore(root) as store:

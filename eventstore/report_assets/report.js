@@ -85,7 +85,9 @@
       ['Transcript', plural(z.messages, 'message')],
       ['Features', num(z.features)],
     ];
-    const kids = [h('div', { class: 'grid2' }, [
+    const kids = [D.unreadable ? h('p', { class: 'alert', id: 'unreadable' },
+      'This session\'s log does not read, so only what verify found is shown: ' +
+      D.unreadable) : null, h('div', { class: 'grid2' }, [
       h('div', { class: 'panel' }, [h('h3', null, 'Manifest'), facts(manifest)]),
       h('div', { class: 'panel' }, [h('h3', null, 'Integrity and size'), facts(integrity)]),
     ])];
