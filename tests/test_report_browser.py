@@ -45,6 +45,7 @@ FLAGS = [
     "--headless=new",
     "--no-sandbox",
     "--disable-gpu",
+    "--disable-dev-shm-usage",  # containers often give /dev/shm only 64 MB
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
@@ -264,8 +265,15 @@ class DevTools:
         self.session = ""
 
     def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait(timeout=30)
+        try:  # politely first: the browser takes its helper processes down with it
+            self.send("Browser.close", timeout=10)
+        except (OSError, RuntimeError, TimeoutError, EOFError):
+            pass
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
         os.close(self._to_browser)
         os.close(self._from_browser)
 
