@@ -537,8 +537,8 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """`"keep_latest"`: keep each namespace's newest checkpoint, then compact the
-        thread without an archive so the pruned bytes leave the disk. `"delete"`:
-        delete the threads."""
+        thread without an archive so the pruned bytes leave the live log (archives an
+        earlier compaction made are kept). `"delete"`: delete the threads."""
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"prune strategy must be 'keep_latest' or 'delete', not {strategy!r}")
         for thread_id in thread_ids:
