@@ -1,0 +1,511 @@
+"""Power loss, explored: every crash state of each workload under two persistence models.
+
+Each workload runs once on a real store while `crashfs.Recorder` records its file-system
+operations and the acknowledgements it received (`rec.ack` after each call returned).
+`crashfs.explore` then materialises every crash state the model allows (sampled where
+they explode) and `check_state` opens a store there and checks, for `durability="fsync"`:
+
+- every append acknowledged before the crash is present exactly once (the bootstrap
+  state and the transcript), in append order, and nothing is there that was never written;
+- loads succeed (no `CorruptLogError`: the only damage a crash may leave is a torn tail,
+  which readers ignore); `verify` reports no error and no warning but a torn tail;
+- where the archive is kept, the history (archive + live log) yields sequence 1..N
+  with every event once;
+- a harness-map entry is byte for byte one of the versions the map wrote: the one last
+  acknowledged or the one in flight, never half of one;
+- the next writer continues: an append, a load that sees it once, `verify` clean.
+
+`durability="flush"` is run through the same explorer and its losses are measured and
+asserted as documented (README, Guarantees). The models are described in `crashfs`.
+CI explores on a budget (about a minute in all); EVENTSTORE_LONG=1 enumerates far more.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eventstore import (
+    FeatureRecord,
+    HarnessSessionMap,
+    Message,
+    MessagesAppended,
+    ProgressAppended,
+    ProgressEntry,
+    Role,
+    SessionManifest,
+    SessionStore,
+)
+from eventstore.audit import repair
+from eventstore.layout import SessionPaths
+from eventstore.store import AutoCompact
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from crashfs import (  # noqa: E402
+    EXT4_ORDERED,
+    STRICT,
+    CrashState,
+    Exploration,
+    Model,
+    Op,
+    Recorder,
+    Trace,
+    explore,
+    legal_state,
+    materialise,
+)
+
+LONG = os.environ.get("EVENTSTORE_LONG") == "1"
+BUDGET = dict(exhaustive=4096, samples=400) if LONG else dict(exhaustive=96, samples=12)
+MODELS = [EXT4_ORDERED, STRICT]
+TORN = {"torn_tail", "torn_batch"}
+
+
+# -- workloads ------------------------------------------------------------------------
+
+
+def prog(token: str) -> ProgressAppended:
+    return ProgressAppended(entry=ProgressEntry(run_id="crash", summary=token))
+
+
+def msg(token: str) -> Message:
+    return Message(role=Role.USER, content=token)
+
+
+@dataclass
+class Workload:
+    """`setup` builds the durable starting tree; `run` is recorded. Acks carry payloads:
+    {"sid": s, "tokens": [...]} for appends, {"map": ctx, "bytes": b} for map writes."""
+
+    name: str
+    run: Callable[[Path, Recorder], None]
+    setup: Callable[[Path], None] = lambda root: None
+    durability: str = "fsync"
+    sessions: tuple[str, ...] = ("s1",)
+    initial: dict[str, list[str]] = field(default_factory=dict)  # tokens durable at the start
+    archive: bool = True  # the history is kept: check read_events
+    auto_compact: AutoCompact | None = None
+    corrupt: dict[str, bytes] = field(default_factory=dict)  # sid -> its corrupt log bytes
+
+
+def _store(root: Path, wl: Workload) -> SessionStore:
+    return SessionStore(root, durability=wl.durability, auto_compact=wl.auto_compact)  # type: ignore[arg-type]
+
+
+def _append(store: SessionStore, rec: Recorder, sid: str, tokens: list[str]) -> None:
+    """One atomic append of `tokens` (progress entries, or one messages batch for 'm:')."""
+    events: list[Any] = []
+    msgs = [t for t in tokens if t.startswith("m:")]
+    events += [prog(t) for t in tokens if not t.startswith("m:")]
+    if msgs:
+        events.append(MessagesAppended(messages=[msg(t) for t in msgs]))
+    store.append(sid, events)
+    rec.ack(f"append {sid} {tokens}", {"sid": sid, "tokens": tokens})
+
+
+def _seed(root: Path, wl: Workload, n: int = 3) -> None:
+    with _store(root, wl) as store:
+        for sid in wl.sessions:
+            toks = [f"{sid}:seed{i}" for i in range(n)]
+            wl.initial[sid] = toks
+            for t in toks:
+                store.append(sid, [prog(t)])
+
+
+def wl_append() -> Workload:
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            _append(store, rec, "s1", ["a1"])
+            _append(store, rec, "s1", ["a2", "a3", "m:a4", "m:a5"])  # one batch, 3 lines
+            store.append_transcript_messages("s1", [msg("m:a6"), msg("m:a7")])
+            rec.ack("messages", {"sid": "s1", "tokens": ["m:a6", "m:a7"]})
+            _append(store, rec, "s1", ["a8" + "x" * 9000])  # spans pages
+
+    wl = Workload("append", run, setup=lambda root: _seed(root, wl))
+    return wl
+
+
+HASHED = "ü/" * 50  # not ordinary and too long for base32: `~<sha256>` with an `id` file
+BASE32 = "a b"  # `_<base32>`
+
+
+def wl_first_append() -> Workload:
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            _append(store, rec, "s1", ["b1"])  # creates sessions/, the session dir, the log
+            _append(store, rec, HASHED, ["b2"])
+            _append(store, rec, BASE32, ["b3", "b4"])
+            _append(store, rec, "s1", ["b5"])
+
+    wl = Workload("first append", run, sessions=("s1", HASHED, BASE32))
+    return wl
+
+
+def wl_init() -> Workload:
+    def run(root: Path, rec: Recorder) -> None:
+        manifest = SessionManifest(session_id="s1", active_branch="main", current_objective="o")
+        features = [FeatureRecord(id="f1", category="c", description="d", steps=[], passes=False)]
+        with _store(root, wl) as store:
+            won = store.initialize_session_if_missing(
+                "s1", manifest, features, initial_progress_entry=prog("c1").entry
+            )
+            assert won
+            rec.ack("init", {"sid": "s1", "tokens": ["c1"], "initialized": True})
+            assert not store.initialize_session_if_missing("s1", manifest, features)
+            rec.ack("init again", {"sid": "s1", "tokens": [], "initialized": True})
+            _append(store, rec, "s1", ["c2"])
+
+    wl = Workload("initialize_session_if_missing", run)
+    return wl
+
+
+def wl_compact(archive: bool) -> Workload:
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            store.compact("s1", archive=archive)
+            rec.ack("compact", {"sid": "s1", "tokens": []})
+            _append(store, rec, "s1", ["d1"])
+            store.compact("s1", archive=archive)  # a second compaction: the archive grows
+            rec.ack("compact again", {"sid": "s1", "tokens": []})
+            _append(store, rec, "s1", ["d2"])
+
+    name = "compaction" + ("" if archive else " without archive")
+    wl = Workload(name, run, setup=lambda root: _seed(root, wl), archive=archive)
+    return wl
+
+
+def wl_auto_compact() -> Workload:
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            for i in range(4):
+                _append(store, rec, "s1", [f"e{i}"])
+
+    wl = Workload(
+        "auto-compaction",
+        run,
+        setup=lambda root: _seed(root, wl, 1),
+        auto_compact=AutoCompact(max_events=3),
+    )
+    return wl
+
+
+def wl_repair() -> Workload:
+    def setup(root: Path) -> None:
+        _seed(root, wl, 5)
+        p1 = SessionPaths(root, "s1").log
+        lines = p1.read_bytes().splitlines(keepends=True)
+        lines[3] = lines[3].replace(b"s1:seed3", b"s1:seeX3")  # a bad line in the middle
+        p1.write_bytes(b"".join(lines))
+        wl.corrupt["s1"] = p1.read_bytes()
+        wl.initial["s1"] = ["s1:seed0", "s1:seed1", "s1:seed2"]
+        p2 = SessionPaths(root, "s2").log
+        with open(p2, "ab") as f:
+            f.write(b'{"type":"progress_appended","seq":6,"ts":"2026-')  # a torn tail
+
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            repair(store, "s1")
+            rec.ack("repair s1", {"sid": "s1", "tokens": [], "repaired": "s1"})
+            _append(store, rec, "s1", ["f1"])
+            repair(store, "s2")
+            rec.ack("repair s2", {"sid": "s2", "tokens": []})
+            _append(store, rec, "s2", ["f2"])
+
+    wl = Workload("repair", run, setup=setup, sessions=("s1", "s2"))
+    return wl
+
+
+MAP = "contexts"
+
+
+def wl_map() -> Workload:
+    def setup(root: Path) -> None:
+        HarnessSessionMap(root / MAP, workdir=root.parent).put(
+            "c0", "old-0", harness="h", driver="d"
+        )
+
+    def run(root: Path, rec: Recorder) -> None:
+        m = HarnessSessionMap(root / MAP, workdir=root.parent)
+        for ctx, sid in (("c1", "new-1"), ("c1", "new-2"), ("c0", "new-0")):
+            m.put(ctx, sid, harness="h", driver="d")
+            rec.ack(f"put {ctx}", {"map": ctx, "bytes": _entry_bytes(root, ctx)})
+        m.forget("c1", by="test")
+        rec.ack("forget c1", {"map": "c1", "bytes": None})
+
+    return Workload("harness map put/forget", run, setup=setup, sessions=())
+
+
+def _entry_bytes(root: Path, ctx: str) -> bytes | None:
+    try:
+        return (root / MAP / ctx / "harness-session.json").read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def wl_flush() -> Workload:
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            for i in range(3):
+                _append(store, rec, "s1", [f"g{i}"])
+            store.compact("s1")
+            rec.ack("compact", {"sid": "s1", "tokens": []})
+            for i in range(3, 5):
+                _append(store, rec, "s1", [f"g{i}"])
+
+    wl = Workload("flush", run, durability="flush", setup=lambda root: _seed(root, wl, 1))
+    return wl
+
+
+FSYNC_WORKLOADS = [
+    wl_append,
+    wl_first_append,
+    wl_init,
+    lambda: wl_compact(True),
+    lambda: wl_compact(False),
+    wl_auto_compact,
+    wl_repair,
+    wl_map,
+]
+
+
+# -- recording ------------------------------------------------------------------------
+
+
+def record(wl: Workload, base: Path) -> Trace:
+    """Set the workload up, then run it under the recorder; the trace reproduces the tree."""
+    base = base.resolve()
+    root = base / "root"
+    root.mkdir(parents=True)
+    wl.setup(root)
+    with Recorder(root) as rec:
+        wl.run(root, rec)
+    rec.self_check()
+    return rec.trace
+
+
+# -- checking one crash state ---------------------------------------------------------
+
+
+def expected(wl: Workload, trace: Trace, acks: list[Op]) -> dict[str, Any]:
+    """What the checker needs: tokens required (acked), tokens ever written, in order."""
+    required = {sid: list(wl.initial.get(sid, [])) for sid in wl.sessions}
+    written = {sid: list(wl.initial.get(sid, [])) for sid in wl.sessions}
+    for op in trace.acks(len(trace.ops)):
+        p = op.payload or {}
+        if "sid" in p:
+            written[p["sid"]] += p["tokens"]
+    for op in acks:
+        p = op.payload or {}
+        if "sid" in p:
+            required[p["sid"]] += p["tokens"]
+    return {"required": required, "written": written}
+
+
+def present_tokens(store: SessionStore, sid: str) -> list[str]:
+    boot = store.load_bootstrap_state(sid)
+    msgs = store.load_transcript_messages(sid)
+    return [p.summary for p in boot.recent_progress] + [m.content for m in msgs]
+
+
+def check_session(
+    store: SessionStore, wl: Workload, sid: str, required: list[str], written: list[str]
+) -> list[str]:
+    """The checks on one session; returns the tokens present."""
+    present = present_tokens(store, sid)
+    counts = Counter(present)
+    dup = sorted(t for t, c in counts.items() if c > 1)
+    assert not dup, f"{sid}: duplicated {dup}"
+    stray = sorted(t for t in counts if t not in written)
+    assert not stray, f"{sid}: never written {stray}"
+    missing = [t for t in required if t not in counts]
+    assert not missing, f"{sid}: acknowledged but lost {missing}"
+    for kind in ("m:", ""):  # progress and messages each in append order
+        order = [t for t in written if t.startswith("m:") == bool(kind)]
+        got = [t for t in present if t.startswith("m:") == bool(kind)]
+        assert got == [t for t in order if t in counts], f"{sid}: out of order {got}"
+    if not SessionPaths(store.root, sid).log.exists():
+        return present
+    report = store.verify(sid)
+    bad = [p for p in report.problems if p.severity == "error" or p.kind not in _allowed(wl)]
+    assert report.ok and not bad, f"{sid}: verify: {[(p.kind, p.message) for p in bad]}"
+    if wl.archive:
+        evs = list(store.read_events(sid))
+        seqs = [e.seq for e in evs]
+        assert seqs == list(range(1, len(seqs) + 1)), f"{sid}: history seqs {seqs}"
+        hist = [e.entry.summary for e in evs if isinstance(e, ProgressAppended)] + [
+            m.content for e in evs if isinstance(e, MessagesAppended) for m in e.messages
+        ]
+        assert Counter(hist) == counts, f"{sid}: history {hist} != state {present}"
+    return present
+
+
+def _allowed(wl: Workload) -> set[str]:
+    return TORN if wl.archive else TORN | {"history_gap"}
+
+
+def check_next_writer(store: SessionStore, wl: Workload, sid: str, present: list[str]) -> None:
+    before = store.last_seq(sid)
+    store.append(sid, [prog(f"{sid}:next")])
+    assert store.last_seq(sid) == before + 1, f"{sid}: the next writer's seq"
+    again = present_tokens(store, sid)
+    assert Counter(again) == Counter([*present, f"{sid}:next"]), f"{sid}: after the next writer"
+    if SessionPaths(store.root, sid).log.exists():
+        report = store.verify(sid)
+        bad = [(p.kind, p.message) for p in report.problems if p.kind not in _allowed(wl) - TORN]
+        assert report.ok and not bad, f"{sid}: verify after the next writer: {bad}"
+
+
+def check_map(trace: Trace, acks: list[Op], root: Path) -> None:
+    """Each context's file is the version last acknowledged or the one in flight."""
+    versions: dict[str, list[bytes | None]] = {}
+    done: Counter[str] = Counter()
+    for op in trace.acks(len(trace.ops)):
+        if op.payload and "map" in op.payload:
+            versions.setdefault(op.payload["map"], []).append(op.payload["bytes"])
+    for op in acks:
+        if op.payload and "map" in op.payload:
+            done[op.payload["map"]] += 1
+    for ctx, vs in versions.items():
+        initial = trace.initial_data.get(
+            trace.initial_names.get(f"{MAP}/{ctx}/harness-session.json", -1)
+        )
+        chain = [initial, *vs]
+        n = done[ctx]
+        allowed = chain[n : n + 2]
+        got = _entry_bytes(root, ctx)
+        assert got in allowed, (
+            f"map {ctx}: the file is {got!r}, expected one of {allowed!r} ({n} writes acknowledged)"
+        )
+        m = HarnessSessionMap(root / MAP, workdir=root.parent)
+        sid = m.get(ctx)
+        assert (sid is None) == (got is None), f"map {ctx}: get() says {sid!r}"
+
+
+def check_state(wl: Workload, trace: Trace, root: Path, acks: list[Op], state: CrashState) -> None:
+    """Everything `durability="fsync"` promises, on one crash state."""
+    exp = expected(wl, trace, acks)
+    check_map(trace, acks, root)
+    with _store(root, wl) as store:
+        for sid in wl.sessions:
+            log = SessionPaths(root, sid).log
+            original = wl.corrupt.get(sid)
+            if original is not None:
+                _check_nothing_lost(root, sid, original)
+                if log.exists() and log.read_bytes() == original:
+                    assert not any((op.payload or {}).get("repaired") == sid for op in acks), (
+                        f"{sid}: repair was acknowledged but the log is the corrupt one"
+                    )
+                    continue  # not repaired yet: the corruption is the workload's, not the crash's
+            initialized = [op for op in acks if (op.payload or {}).get("initialized")]
+            if initialized:
+                assert store.is_initialized(sid), f"{sid}: initialized, then lost"
+            present = check_session(store, wl, sid, exp["required"][sid], exp["written"][sid])
+            check_next_writer(store, wl, sid, present)
+
+
+def _check_nothing_lost(root: Path, sid: str, original: bytes) -> None:
+    d = SessionPaths(root, sid).dir
+    kept = [p for p in d.iterdir() if p.name.startswith("log.jsonl") and p.read_bytes() == original]
+    assert kept, f"{sid}: the original bytes of the corrupt log are gone (repair keeps them)"
+
+
+# -- the explorations -----------------------------------------------------------------
+
+FIGURES: dict[tuple[str, str], Exploration] = {}
+
+
+def run_exploration(wl: Workload, model: Model, tmp_path: Path) -> tuple[Trace, Exploration]:
+    trace = record(wl, tmp_path / "live")
+    work = tmp_path / "states"
+    work.mkdir()
+    result = explore(
+        trace,
+        model,
+        lambda root, acks, st: check_state(wl, trace, root, acks, st),
+        work,
+        seed=19,
+        **BUDGET,  # type: ignore[arg-type]
+    )
+    FIGURES[(wl.name, model.name)] = result
+    print(f"\n{wl.name}: {result.summary()}", file=sys.stderr)
+    return trace, result
+
+
+def failures_text(trace: Trace, result: Exploration) -> str:
+    return "\n".join(f"- {msg}\n  in: {st.describe(trace)}" for st, msg in result.failures if msg)
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.name)
+@pytest.mark.parametrize(
+    "make", FSYNC_WORKLOADS, ids=lambda f: f().name.replace(" ", "-").replace("/", "-")
+)
+def test_fsync_durability_survives_every_crash_state(
+    make: Callable[[], Workload], model: Model, tmp_path: Path
+) -> None:
+    wl = make()
+    trace, result = run_exploration(wl, model, tmp_path)
+    assert result.checked > 0
+    assert not result.failures, (
+        f"{len(result.failures)} bad crash states; first ones:\n{failures_text(trace, result)}"
+    )
+
+
+# -- the crash states the explorer found, kept ------------------------------------------
+
+
+def _after(trace: Trace, pred: Callable[[Op], bool]) -> int:
+    """The crash point just after the first op matching `pred`."""
+    return next(op.index for op in trace.ops if pred(op)) + 1
+
+
+def _check_pinned(wl: Workload, trace: Trace, state: CrashState, tmp_path: Path) -> None:
+    dest = tmp_path / "pinned"
+    materialise(trace, state, dest)
+    check_state(wl, trace, dest, trace.acks(state.k), state)
+
+
+def test_compaction_keeps_its_archive_directory_when_the_swap_survives(tmp_path: Path) -> None:
+    """Found by the explorer (strict model): the first compaction created `archive/`,
+    linked the old log into it and fsynced `archive/`, then renamed the snapshot over
+    the log. Nothing had fsynced the session directory since `mkdir archive`, so a
+    power loss could keep the swap and lose the directory: the history of the events
+    the snapshot replaced was gone (verify: history_gap). Compaction now fsyncs the
+    session directory after creating `archive/`."""
+    wl = wl_compact(True)
+    trace = record(wl, tmp_path / "live")
+    k = _after(trace, lambda op: op.kind == "rename" and op.path.endswith("/log.jsonl"))
+    state = legal_state(trace, STRICT, k, lambda op: op.kind in ("mkdir", "create"))
+    _check_pinned(wl, trace, state, tmp_path)
+
+
+def test_repair_keeps_the_original_when_the_repaired_log_survives(tmp_path: Path) -> None:
+    """Found by the explorer (strict model): repair hard-linked the corrupt log to
+    `log.jsonl.corrupt-<time>`, then renamed the repaired prefix over the log and only
+    then fsynced the directory. A power loss in between could keep the rename and lose
+    the link, and with it every byte after the bad line that repair promises to keep.
+    Repair now fsyncs the directory after the link, before the rename."""
+    wl = wl_repair()
+    trace = record(wl, tmp_path / "live")
+    k = _after(trace, lambda op: op.kind == "rename" and op.path == "sessions/s1/log.jsonl")
+    state = legal_state(trace, STRICT, k, lambda op: op.kind in ("link", "create"))
+    _check_pinned(wl, trace, state, tmp_path)
+
+
+def test_harness_map_put_of_a_new_context_survives(tmp_path: Path) -> None:
+    """Found by the explorer (strict model): `put` for a new context created its
+    directory, wrote the file through a temporary file, fsynced it, renamed it and
+    fsynced the context directory, but never the directory holding the new context
+    directory: after `put` returned, a power loss could lose the whole context (and a
+    new map root likewise). The map now fsyncs the parent of every directory it creates."""
+    wl = wl_map()
+    trace = record(wl, tmp_path / "live")
+    k = _after(trace, lambda op: op.kind == "ack")
+    state = legal_state(trace, STRICT, k, lambda op: op.kind == "mkdir")
+    _check_pinned(wl, trace, state, tmp_path)
