@@ -153,6 +153,9 @@ def compact(
                 os.close(fd)
             if archive:
                 ensure_private_dir(paths.archive)
+                # the archive's own name must be durable before the swap relies on it:
+                # otherwise a power loss can keep the new log and lose `archive/`
+                fsync_dir(paths.dir)
                 archived = _archive_name(paths.archive, first_seq, last.seq)
                 # linked under a pending name: until the swap it is the live log, and
                 # audit tools must not take it for history
