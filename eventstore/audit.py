@@ -993,6 +993,7 @@ def repair(store: SessionStore, session_id: str) -> RepairReport:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         aside = log_path.with_name(f"{log_path.name}.corrupt-{stamp}")
         os.link(log_path, aside)  # the original bytes, kept before anything changes
+        fsync_dir(log_path.parent)  # durably: a power loss must not keep the rename alone
         tmp = log_path.with_name(log_path.name + ".repair-tmp")
         fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
