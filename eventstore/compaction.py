@@ -152,6 +152,10 @@ def compact(
             finally:
                 os.close(fd)
             if archive:
+                # the old log becomes history: under durability="flush" its last appends
+                # may still be only in the OS cache, and the archive must hold them all
+                if log.durability != "fsync":
+                    _sync_file(log.path)
                 ensure_private_dir(paths.archive)
                 # the archive's own name must be durable before the swap relies on it:
                 # otherwise a power loss can keep the new log and lose `archive/`
@@ -199,6 +203,14 @@ def compact(
         seconds=time.perf_counter() - t0,
         unknown_kept=len(unknown),
     )
+
+
+def _sync_file(path: Path) -> None:
+    fd = open_private(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _archive_name(archive_dir: Path, first: int, last: int) -> Path:
