@@ -23,9 +23,11 @@ CI explores on a budget (about a minute in all); EVENTSTORE_LONG=1 enumerates fa
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,7 +66,14 @@ from crashfs import (  # noqa: E402
 )
 
 LONG = os.environ.get("EVENTSTORE_LONG") == "1"
-BUDGET = dict(exhaustive=4096, samples=400) if LONG else dict(exhaustive=96, samples=12)
+# CI: about a minute for the whole file; EVENTSTORE_LONG=1: 3x longer workloads, tears
+# at up to 24 bytes of each write, exhaustive up to 4,096 states per crash point
+SCALE = 3 if LONG else 1
+BUDGET = (
+    dict(exhaustive=4096, samples=400, max_cuts=24)
+    if LONG
+    else dict(exhaustive=128, samples=24, max_cuts=6)
+)
 MODELS = [EXT4_ORDERED, STRICT]
 TORN = {"torn_tail", "torn_batch"}
 
@@ -100,15 +109,18 @@ def _store(root: Path, wl: Workload) -> SessionStore:
     return SessionStore(root, durability=wl.durability, auto_compact=wl.auto_compact)  # type: ignore[arg-type]
 
 
-def _append(store: SessionStore, rec: Recorder, sid: str, tokens: list[str]) -> None:
+def _append(
+    store: SessionStore, rec: Recorder, sid: str, tokens: list[str], key: str | None = None
+) -> None:
     """One atomic append of `tokens` (progress entries, or one messages batch for 'm:')."""
     events: list[Any] = []
     msgs = [t for t in tokens if t.startswith("m:")]
     events += [prog(t) for t in tokens if not t.startswith("m:")]
     if msgs:
         events.append(MessagesAppended(messages=[msg(t) for t in msgs]))
-    store.append(sid, events)
-    rec.ack(f"append {sid} {tokens}", {"sid": sid, "tokens": tokens})
+    replayed = store.append(sid, events, idempotency_key=key).replayed
+    label = f"append {sid} {[t[:12] for t in tokens]}"
+    rec.ack(label, {"sid": sid, "tokens": [] if replayed else tokens})
 
 
 def _seed(root: Path, wl: Workload, n: int = 3) -> None:
@@ -128,6 +140,10 @@ def wl_append() -> Workload:
             store.append_transcript_messages("s1", [msg("m:a6"), msg("m:a7")])
             rec.ack("messages", {"sid": "s1", "tokens": ["m:a6", "m:a7"]})
             _append(store, rec, "s1", ["a8" + "x" * 9000])  # spans pages
+            _append(store, rec, "s1", ["a9"], key="k9")
+            _append(store, rec, "s1", ["a9"], key="k9")  # a retry: replayed, not appended
+            for i in range(10, 10 + 4 * SCALE):
+                _append(store, rec, "s1", [f"a{i}"])
 
     wl = Workload("append", run, setup=lambda root: _seed(root, wl))
     return wl
@@ -185,15 +201,35 @@ def wl_compact(archive: bool) -> Workload:
 def wl_auto_compact() -> Workload:
     def run(root: Path, rec: Recorder) -> None:
         with _store(root, wl) as store:
-            for i in range(4):
-                _append(store, rec, "s1", [f"e{i}"])
+            for i in range(4 * SCALE):
+                _append(store, rec, "s1", [f"e{i}" + "y" * 300 * (i % 3)])
 
     wl = Workload(
         "auto-compaction",
         run,
         setup=lambda root: _seed(root, wl, 1),
-        auto_compact=AutoCompact(max_events=3),
+        auto_compact=AutoCompact(max_events=4, max_bytes=1500),
     )
+    return wl
+
+
+def wl_torn_tail() -> Workload:
+    """A crash left a torn tail; the next writer truncates it (and fsyncs) and appends;
+    then a compaction."""
+
+    def setup(root: Path) -> None:
+        _seed(root, wl, 2)
+        with open(SessionPaths(root, "s1").log, "ab") as f:
+            f.write(b'{"type":"progress_appended","seq":3,"ts":"2026-')
+
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            _append(store, rec, "s1", ["t1"])
+            store.compact("s1")
+            rec.ack("compact", {"sid": "s1", "tokens": []})
+            _append(store, rec, "s1", ["t2"])
+
+    wl = Workload("torn tail, then append and compaction", run, setup=setup)
     return wl
 
 
@@ -253,12 +289,12 @@ def _entry_bytes(root: Path, ctx: str) -> bytes | None:
 def wl_flush() -> Workload:
     def run(root: Path, rec: Recorder) -> None:
         with _store(root, wl) as store:
-            for i in range(3):
+            for i in range(3 * SCALE):
                 _append(store, rec, "s1", [f"g{i}"])
             store.compact("s1")
             rec.ack("compact", {"sid": "s1", "tokens": []})
-            for i in range(3, 5):
-                _append(store, rec, "s1", [f"g{i}"])
+            for i in range(3 * SCALE, 5 * SCALE):
+                _append(store, rec, "s1", [f"g{i}", f"m:g{i}"])
 
     wl = Workload("flush", run, durability="flush", setup=lambda root: _seed(root, wl, 1))
     return wl
@@ -271,6 +307,7 @@ FSYNC_WORKLOADS = [
     lambda: wl_compact(True),
     lambda: wl_compact(False),
     wl_auto_compact,
+    wl_torn_tail,
     wl_repair,
     wl_map,
 ]
@@ -419,13 +456,29 @@ def _check_nothing_lost(root: Path, sid: str, original: bytes) -> None:
 
 # -- the explorations -----------------------------------------------------------------
 
+
+@pytest.fixture
+def states_dir(tmp_path: Path) -> Iterator[Path]:
+    """Where crash states are materialised: tmpfs when there is one (the states are
+    modelled, not real, so the disk under them does not matter, only its speed)."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        d = Path(tempfile.mkdtemp(prefix="eventstore-crash-", dir=shm))
+        yield d
+        shutil.rmtree(d, ignore_errors=True)
+    else:
+        d = tmp_path / "states"
+        d.mkdir()
+        yield d
+
+
 FIGURES: dict[tuple[str, str], Exploration] = {}
 
 
-def run_exploration(wl: Workload, model: Model, tmp_path: Path) -> tuple[Trace, Exploration]:
+def run_exploration(
+    wl: Workload, model: Model, tmp_path: Path, work: Path
+) -> tuple[Trace, Exploration]:
     trace = record(wl, tmp_path / "live")
-    work = tmp_path / "states"
-    work.mkdir()
     result = explore(
         trace,
         model,
@@ -448,10 +501,10 @@ def failures_text(trace: Trace, result: Exploration) -> str:
     "make", FSYNC_WORKLOADS, ids=lambda f: f().name.replace(" ", "-").replace("/", "-")
 )
 def test_fsync_durability_survives_every_crash_state(
-    make: Callable[[], Workload], model: Model, tmp_path: Path
+    make: Callable[[], Workload], model: Model, tmp_path: Path, states_dir: Path
 ) -> None:
     wl = make()
-    trace, result = run_exploration(wl, model, tmp_path)
+    trace, result = run_exploration(wl, model, tmp_path, states_dir)
     assert result.checked > 0
     assert not result.failures, (
         f"{len(result.failures)} bad crash states; first ones:\n{failures_text(trace, result)}"
@@ -573,7 +626,9 @@ def classify_flush_state(wl: Workload, trace: Trace, root: Path, acks: list[Op])
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.name)
-def test_flush_durability_loses_what_the_readme_says(model: Model, tmp_path: Path) -> None:
+def test_flush_durability_loses_what_the_readme_says(
+    model: Model, tmp_path: Path, states_dir: Path
+) -> None:
     wl = wl_flush()
     outcomes: Counter[str] = Counter()
 
@@ -581,9 +636,7 @@ def test_flush_durability_loses_what_the_readme_says(model: Model, tmp_path: Pat
         outcomes[classify_flush_state(wl, trace, root, acks)] += 1
 
     trace = record(wl, tmp_path / "live")
-    work = tmp_path / "states"
-    work.mkdir()
-    result = explore(trace, model, check, work, seed=19, **BUDGET)  # type: ignore[arg-type]
+    result = explore(trace, model, check, states_dir, seed=19, **BUDGET)  # type: ignore[arg-type]
     FIGURES[(wl.name, model.name)] = result
     print(f"\nflush: {result.summary()}: {dict(outcomes)}", file=sys.stderr)
     assert not result.failures
