@@ -593,9 +593,9 @@ def classify_flush_state(wl: Workload, trace: Trace, root: Path, acks: list[Op])
             report = repair(store, sid)
             present = present_tokens(store, sid)
             lost = [t for t in durable if t not in present]
-            order = [t for t in written if t in present]
-            if report.action != "moved_aside" or lost or present != order:
-                return f"repair failed: {report.action}, lost {lost}"
+            shape = _loss_shape(wl, trace, sid, present)
+            if report.action != "moved_aside" or lost or shape:
+                return f"repair failed: {report.action}, lost {lost} {shape}"
             return "load raises CorruptLogError; repair keeps a prefix"
         if Counter(present) != Counter(set(present)) or any(t not in written for t in present):
             return "duplicated or invented events"
@@ -616,13 +616,28 @@ def classify_flush_state(wl: Workload, trace: Trace, root: Path, acks: list[Op])
             check_next_writer(store, wl, sid, present)
         except Exception as exc:
             return f"the next writer fails: {exc}"
-        lost = [t for t in required if t not in present]
-        if not lost:
+        shape = _loss_shape(wl, trace, sid, present)
+        if shape:
+            return shape
+        if all(t in present for t in required):
             return "nothing acknowledged lost"
-        order = [t for t in written if t in required]
-        if present == order[: len(present)]:
-            return "a suffix of acknowledged appends lost"
+        return "a suffix of acknowledged appends lost"
+
+
+def _loss_shape(wl: Workload, trace: Trace, sid: str, present: list[str]) -> str:
+    """'' when each append is whole or absent and what survived is a prefix of what
+    was appended; otherwise what is wrong."""
+    batches = [[t] for t in wl.initial[sid]] + [
+        op.payload["tokens"]
+        for op in trace.acks(len(trace.ops))
+        if op.payload and op.payload.get("sid") == sid and op.payload["tokens"]
+    ]
+    kept = [all(t in present for t in b) for b in batches]
+    if any(kept[i] != any(t in present for t in b) for i, b in enumerate(batches)):
+        return "an append torn apart"
+    if kept != sorted(kept, reverse=True):
         return "acknowledged appends lost out of order"
+    return ""
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.name)
