@@ -717,14 +717,18 @@ def _names_and_content(
                 names[op.path] = op.inode
         elif op.kind in DATA_OPS:
             buf = content.setdefault(op.inode, bytearray())
-            v = state.data.get(op.index, "whole")
-            if v is None:
+            whole = op.index not in state.data
+            v = state.data.get(op.index)
+            if not whole and v is None:
                 continue
             if op.kind == "truncate":
                 del buf[op.size :]
                 buf.extend(bytes(op.size - len(buf)))
                 continue
-            data = op.data if v == "whole" else bytes(len(op.data)) if v == -1 else op.data[:v]
+            if whole or v is None:
+                data = op.data
+            else:
+                data = bytes(len(op.data)) if v == -1 else op.data[:v]
             end = op.offset + len(data)
             if len(buf) < op.offset:
                 buf.extend(bytes(op.offset - len(buf)))

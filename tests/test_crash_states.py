@@ -69,7 +69,7 @@ LONG = os.environ.get("EVENTSTORE_LONG") == "1"
 # CI: about a minute for the whole file; EVENTSTORE_LONG=1: 3x longer workloads, tears
 # at up to 24 bytes of each write, exhaustive up to 4,096 states per crash point
 SCALE = 3 if LONG else 1
-BUDGET = (
+BUDGET: dict[str, int] = (
     dict(exhaustive=4096, samples=400, max_cuts=24)
     if LONG
     else dict(exhaustive=128, samples=24, max_cuts=6)
@@ -186,12 +186,10 @@ def wl_init() -> Workload:
 def wl_compact(archive: bool) -> Workload:
     def run(root: Path, rec: Recorder) -> None:
         with _store(root, wl) as store:
-            store.compact("s1", archive=archive)
-            rec.ack("compact", {"sid": "s1", "tokens": []})
-            _append(store, rec, "s1", ["d1"])
-            store.compact("s1", archive=archive)  # a second compaction: the archive grows
-            rec.ack("compact again", {"sid": "s1", "tokens": []})
-            _append(store, rec, "s1", ["d2"])
+            for i in range(2 * SCALE):  # from the second on, the archive grows
+                store.compact("s1", archive=archive)
+                rec.ack(f"compact {i}", {"sid": "s1", "tokens": []})
+                _append(store, rec, "s1", [f"d{i}"])
 
     name = "compaction" + ("" if archive else " without archive")
     wl = Workload(name, run, setup=lambda root: _seed(root, wl), archive=archive)
@@ -485,7 +483,7 @@ def run_exploration(
         lambda root, acks, st: check_state(wl, trace, root, acks, st),
         work,
         seed=19,
-        **BUDGET,  # type: ignore[arg-type]
+        **BUDGET,
     )
     FIGURES[(wl.name, model.name)] = result
     print(f"\n{wl.name}: {result.summary()}", file=sys.stderr)
@@ -590,12 +588,12 @@ def classify_flush_state(wl: Workload, trace: Trace, root: Path, acks: list[Op])
         try:
             present = present_tokens(store, sid)
         except CorruptLogError:
-            report = repair(store, sid)
+            fixed = repair(store, sid)
             present = present_tokens(store, sid)
             lost = [t for t in durable if t not in present]
             shape = _loss_shape(wl, trace, sid, present)
-            if report.action != "moved_aside" or lost or shape:
-                return f"repair failed: {report.action}, lost {lost} {shape}"
+            if fixed.action != "moved_aside" or lost or shape:
+                return f"repair failed: {fixed.action}, lost {lost} {shape}"
             return "load raises CorruptLogError; repair keeps a prefix"
         if Counter(present) != Counter(set(present)) or any(t not in written for t in present):
             return "duplicated or invented events"
@@ -651,7 +649,7 @@ def test_flush_durability_loses_what_the_readme_says(
         outcomes[classify_flush_state(wl, trace, root, acks)] += 1
 
     trace = record(wl, tmp_path / "live")
-    result = explore(trace, model, check, states_dir, seed=19, **BUDGET)  # type: ignore[arg-type]
+    result = explore(trace, model, check, states_dir, seed=19, **BUDGET)
     FIGURES[(wl.name, model.name)] = result
     print(f"\nflush: {result.summary()}: {dict(outcomes)}", file=sys.stderr)
     assert not result.failures
