@@ -47,6 +47,7 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.audit import repair
+from eventstore.harness_sessions import read_history
 from eventstore.layout import SessionPaths
 from eventstore.store import AutoCompact
 
@@ -103,10 +104,15 @@ class Workload:
     archive: bool = True  # the history is kept: check read_events
     auto_compact: AutoCompact | None = None
     corrupt: dict[str, bytes] = field(default_factory=dict)  # sid -> its corrupt log bytes
+    store_dir: str = ""  # the store root under the recorded directory
 
 
 def _store(root: Path, wl: Workload) -> SessionStore:
-    return SessionStore(root, durability=wl.durability, auto_compact=wl.auto_compact)  # type: ignore[arg-type]
+    return SessionStore(
+        root / wl.store_dir,
+        durability=wl.durability,  # type: ignore[arg-type]
+        auto_compact=wl.auto_compact,
+    )
 
 
 def _append(
@@ -162,6 +168,15 @@ def wl_first_append() -> Workload:
             _append(store, rec, "s1", ["b5"])
 
     wl = Workload("first append", run, sessions=("s1", HASHED, BASE32))
+    return wl
+
+
+def wl_new_root() -> Workload:
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:  # creates the root, two levels deep
+            _append(store, rec, "s1", ["n1"])
+
+    wl = Workload("first append in a new store root", run, store_dir="new/store")
     return wl
 
 
@@ -301,6 +316,7 @@ def wl_flush() -> Workload:
 FSYNC_WORKLOADS = [
     wl_append,
     wl_first_append,
+    wl_new_root,
     wl_init,
     lambda: wl_compact(True),
     lambda: wl_compact(False),
@@ -422,13 +438,24 @@ def check_map(trace: Trace, acks: list[Op], root: Path) -> None:
         m = HarnessSessionMap(root / MAP, workdir=root.parent)
         sid = m.get(ctx)
         assert (sid is None) == (got is None), f"map {ctx}: get() says {sid!r}"
+    if versions:
+        # the audit history reads back and records every acknowledged put and forget
+        history = read_history(root / MAP)
+        acked = 1 + sum(done.values())  # the setup's put, then the workload's
+        assert len(history) >= acked, f"map history: {len(history)} entries, {acked} acked"
+        # the map keeps working: a put after the crash is read back
+        HarnessSessionMap(root / MAP, workdir=root.parent).put(
+            "after", "s", harness="h", driver="d"
+        )
+        assert HarnessSessionMap(root / MAP, workdir=root.parent).get("after") == "s"
 
 
-def check_state(wl: Workload, trace: Trace, root: Path, acks: list[Op], state: CrashState) -> None:
+def check_state(wl: Workload, trace: Trace, top: Path, acks: list[Op], state: CrashState) -> None:
     """Everything `durability="fsync"` promises, on one crash state."""
     exp = expected(wl, trace, acks)
-    check_map(trace, acks, root)
-    with _store(root, wl) as store:
+    check_map(trace, acks, top)
+    root = top / wl.store_dir
+    with _store(top, wl) as store:
         for sid in wl.sessions:
             log = SessionPaths(root, sid).log
             original = wl.corrupt.get(sid)
@@ -760,3 +787,16 @@ def test_recorder_self_check_finds_writes_it_did_not_see(tmp_path: Path) -> None
 
     with pytest.raises(AssertionError, match="does not reproduce"):
         _toy(tmp_path, body)
+
+
+def test_a_new_store_root_survives_with_its_first_append(tmp_path: Path) -> None:
+    """Found by the explorer (strict model): `SessionStore(root)` created a missing root
+    (and its missing parents) but nothing ever fsynced the directories holding them; the
+    first fsync append fsyncs the session directory, `sessions/` and the root, not the
+    root's own name. A power loss after that append returned could lose the whole store.
+    The store now fsyncs the parent of every directory it creates for its root."""
+    wl = wl_new_root()
+    trace = record(wl, tmp_path / "live")
+    k = _after(trace, lambda op: op.kind == "ack")
+    state = legal_state(trace, STRICT, k, lambda op: op.path.startswith("new"))
+    _check_pinned(wl, trace, state, tmp_path)
