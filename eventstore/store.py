@@ -48,7 +48,7 @@ from .events import (
     Upcaster,
     validated_copy,
 )
-from .layout import SessionPaths, list_session_ids, validate_session_id
+from .layout import SessionPaths, fsync_dir, list_session_ids, validate_session_id
 from .log import EMPTY, Cursor, Durability, FileSessionLog, LogWriter
 from .records import (
     BootstrapState,
@@ -531,6 +531,11 @@ def _ensure_root(root: Path) -> None:
                 raise StorageError(
                     f"cannot create the store root {root}: {exc}", exc.errno
                 ) from exc
+        for path in reversed(missing):  # their names must survive power loss too
+            try:
+                fsync_dir(path.parent)
+            except OSError:
+                pass  # the directories exist and work; only power-loss durability is lost
         return
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"store root {root} exists and is not a directory")
