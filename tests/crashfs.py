@@ -662,17 +662,31 @@ def crash_states(
     return states, True
 
 
-def legal_state(trace: Trace, model: Model, k: int, undo: Callable[[Op], bool]) -> CrashState:
+def legal_state(
+    trace: Trace,
+    model: Model,
+    k: int,
+    undo: Callable[[Op], bool],
+    drop: Callable[[Op], bool] = lambda op: False,
+) -> CrashState:
     """The crash after op k-1 in which the pending directory operations matching `undo`
-    are undone (only those the model lets go: a durable one stays) and everything else
-    persisted whole: for regression tests that pin one crash state."""
-    pending_dir, durable, _ = _pending(trace, k, model)
+    are undone and the pending data operations matching `drop` are lost (only those the
+    model lets go: durable ones stay; under an in-order model, everything after them
+    goes too) and everything else persisted whole: for regression tests that pin one
+    crash state."""
+    pending_dir, durable, data = _pending(trace, k, model)
     undone = {op.index for op in pending_dir if undo(op)}
     if model.dir_ops_in_order and undone:  # a journal keeps a prefix: undo from the first
         first = min(undone)
         undone = {op.index for op in pending_dir if op.index >= first}
     kept = durable | {op.index for op in pending_dir if op.index not in undone}
-    return CrashState(k, frozenset(kept), {})
+    lost: dict[int, int | None] = {}
+    for ops in data.values():
+        hit = [op.index for op in ops if drop(op)]
+        if model.data_in_order and hit:
+            hit = [op.index for op in ops if op.index >= hit[0]]
+        lost.update(dict.fromkeys(hit))
+    return CrashState(k, frozenset(kept), lost)
 
 
 def _all_kept(slot: list[_Alt]) -> _Alt:

@@ -800,3 +800,16 @@ def test_a_new_store_root_survives_with_its_first_append(tmp_path: Path) -> None
     k = _after(trace, lambda op: op.kind == "ack")
     state = legal_state(trace, STRICT, k, lambda op: op.path.startswith("new"))
     _check_pinned(wl, trace, state, tmp_path)
+
+
+def test_harness_map_history_records_every_acknowledged_put(tmp_path: Path) -> None:
+    """Found by the explorer (both models): the map's audit history was an ordinary
+    store with the default durability ("flush"), so a power loss after `put` returned
+    could lose its history record (ext4: the tail; strict: also a hole, after which
+    `read_history` raised CorruptLogError). The history is now written with
+    durability="fsync", as durable as the entry it records."""
+    wl = wl_map()
+    trace = record(wl, tmp_path / "live")
+    k = _after(trace, lambda op: op.kind == "ack")
+    state = legal_state(trace, STRICT, k, lambda op: False, drop=lambda op: True)
+    _check_pinned(wl, trace, state, tmp_path)
