@@ -295,8 +295,12 @@ _HISTORY = _HistoryProjection()
 
 
 def _open_history(root: Path) -> SessionStore:
+    # fsync: a record must be as durable as the map file it records (which is fsynced)
     return SessionStore(
-        root / HISTORY_STORE_DIR, event_types=HISTORY_EVENT_TYPES, projections=[_HISTORY]
+        root / HISTORY_STORE_DIR,
+        durability="fsync",
+        event_types=HISTORY_EVENT_TYPES,
+        projections=[_HISTORY],
     )
 
 
