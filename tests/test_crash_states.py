@@ -104,6 +104,7 @@ class Workload:
     archive: bool = True  # the history is kept: check read_events
     auto_compact: AutoCompact | None = None
     corrupt: dict[str, bytes] = field(default_factory=dict)  # sid -> its corrupt log bytes
+    retries: list[tuple[str, str, str]] = field(default_factory=list)  # (sid, key, token)
     store_dir: str = ""  # the store root under the recorded directory
 
 
@@ -148,6 +149,7 @@ def wl_append() -> Workload:
             _append(store, rec, "s1", ["a8" + "x" * 9000])  # spans pages
             _append(store, rec, "s1", ["a9"], key="k9")
             _append(store, rec, "s1", ["a9"], key="k9")  # a retry: replayed, not appended
+            wl.retries.append(("s1", "k9", "a9"))
             for i in range(10, 10 + 4 * SCALE):
                 _append(store, rec, "s1", [f"a{i}"])
 
@@ -246,6 +248,37 @@ def wl_torn_tail() -> Workload:
     return wl
 
 
+def wl_compact_after_crash(swapped: bool) -> Workload:
+    """A compaction crashed and left debris: its temporary file and its pending archive
+    link (before the swap: a link to the live log; after it: the old log). The next
+    compaction cleans it up, then compacts."""
+
+    def setup(root: Path) -> None:
+        _seed(root, wl)
+        paths = SessionPaths(root, "s1")
+        (paths.dir / "log.jsonl.compact-0123456789abcdef.tmp").write_bytes(b'{"type":"snap')
+        paths.archive.mkdir(mode=0o700)
+        pending = paths.archive / "000000000001-000000000003.jsonl.pending"
+        os.link(paths.log, pending)
+        if swapped:  # the swap happened: the live log is a snapshot, the pending the old log
+            with _store(root, wl) as store:
+                store.compact("s1", archive=False)
+            for extra in (paths.archive).iterdir():
+                if not extra.name.endswith(".pending"):
+                    extra.unlink()
+
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            _append(store, rec, "s1", ["h1"])
+            store.compact("s1")
+            rec.ack("compact", {"sid": "s1", "tokens": []})
+            _append(store, rec, "s1", ["h2"])
+
+    name = "compaction after a crashed one" + (" (swapped)" if swapped else "")
+    wl = Workload(name, run, setup=setup, archive=not swapped)
+    return wl
+
+
 def wl_repair() -> Workload:
     def setup(root: Path) -> None:
         _seed(root, wl, 5)
@@ -322,6 +355,8 @@ FSYNC_WORKLOADS = [
     lambda: wl_compact(False),
     wl_auto_compact,
     wl_torn_tail,
+    lambda: wl_compact_after_crash(False),
+    lambda: wl_compact_after_crash(True),
     wl_repair,
     wl_map,
 ]
@@ -403,11 +438,19 @@ def _allowed(wl: Workload) -> set[str]:
 
 
 def check_next_writer(store: SessionStore, wl: Workload, sid: str, present: list[str]) -> None:
+    """An append continues the session; a retry of a keyed append (as a caller that
+    did not see its acknowledgement would make) lands exactly once."""
     before = store.last_seq(sid)
     store.append(sid, [prog(f"{sid}:next")])
     assert store.last_seq(sid) == before + 1, f"{sid}: the next writer's seq"
+    expect = [*present, f"{sid}:next"]
+    for rsid, key, token in wl.retries:
+        if rsid == sid:
+            r = store.append(sid, [prog(token)], idempotency_key=key)
+            assert r.replayed == (token in present), f"{sid}: retry of {key}: {r}"
+            expect += [] if r.replayed else [token]
     again = present_tokens(store, sid)
-    assert Counter(again) == Counter([*present, f"{sid}:next"]), f"{sid}: after the next writer"
+    assert Counter(again) == Counter(expect), f"{sid}: after the next writer"
     if SessionPaths(store.root, sid).log.exists():
         report = store.verify(sid)
         bad = [(p.kind, p.message) for p in report.problems if p.kind not in _allowed(wl) - TORN]
