@@ -856,3 +856,19 @@ def test_harness_map_history_records_every_acknowledged_put(tmp_path: Path) -> N
     k = _after(trace, lambda op: op.kind == "ack")
     state = legal_state(trace, STRICT, k, lambda op: False, drop=lambda op: True)
     _check_pinned(wl, trace, state, tmp_path)
+
+
+def test_flush_compaction_archives_a_durable_old_log(tmp_path: Path) -> None:
+    """Found by the explorer (both models): under durability="flush" compaction linked
+    the old log into the archive without fsyncing it, then made the swap durable. A
+    power loss could keep the snapshot and lose the old log's last appends, so the
+    archive no longer reached the snapshot's base (verify: archive_chain,
+    archive_name). Compaction now fsyncs the old log first under flush."""
+    wl = wl_flush()
+    trace = record(wl, tmp_path / "live")
+    k = _after(trace, lambda op: op.label == "compact")
+    state = legal_state(trace, STRICT, k, lambda op: False, drop=lambda op: True)
+    dest = tmp_path / "pinned"
+    materialise(trace, state, dest)
+    outcome = classify_flush_state(wl, trace, dest, trace.acks(k))
+    assert outcome in FLUSH_OUTCOMES, outcome
