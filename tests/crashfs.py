@@ -190,6 +190,8 @@ class Recorder:
 
     ``with Recorder(root) as rec: ...; rec.ack("append 1", payload)``, then `rec.trace`.
     `root` must be an existing directory given by its real path (no symlinks in it).
+    The wrappers replace `os` functions process-wide: record one thread's workload at a
+    time, in a process with no other writer under the root.
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:

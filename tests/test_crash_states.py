@@ -6,13 +6,16 @@ operations and the acknowledgements it received (`rec.ack` after each call retur
 they explode) and `check_state` opens a store there and checks, for `durability="fsync"`:
 
 - every append acknowledged before the crash is present exactly once (the bootstrap
-  state and the transcript), in append order, and nothing is there that was never written;
+  state and the transcript), in append order, and nothing is there that was never
+  written; a retry of a keyed append after the crash is replayed if and only if the
+  append survived;
 - loads succeed (no `CorruptLogError`: the only damage a crash may leave is a torn tail,
   which readers ignore); `verify` reports no error and no warning but a torn tail;
 - where the archive is kept, the history (archive + live log) yields sequence 1..N
   with every event once;
 - a harness-map entry is byte for byte one of the versions the map wrote: the one last
-  acknowledged or the one in flight, never half of one;
+  acknowledged or the one in flight, never half of one; the map's history reads back
+  with a record of every acknowledged put and forget, and the map takes a new put;
 - the next writer continues: an append, a load that sees it once, `verify` clean.
 
 `durability="flush"` is run through the same explorer and its losses are measured and
