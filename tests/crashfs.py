@@ -37,8 +37,11 @@ The two persistence models (`EXT4_ORDERED`, `STRICT`)
     binds the destination to the inode and unbinds the source only if the source still
     names that inode.
 
-    `EXT4_ORDERED`: Linux ext4 with data=ordered (the default), as the ALICE study's
-    measurements describe it (its Table 1 column for ext4-ordered), made precise:
+    `EXT4_ORDERED`: Linux ext4 with data=ordered (the default), after the persistence
+    properties the ALICE study reports for ext4 in ordered mode (directory operations
+    atomic and ordered; appends not ordered against later operations, because of
+    delayed allocation, except a rename over an existing file; appended content never
+    garbage; a multi-block append not atomic), made precise:
     - directory operations are journaled in program order, so what survives is a
       prefix of them: all the durable ones and any prefix of the rest;
     - data written and not yet fsynced is not ordered against directory operations
@@ -50,8 +53,10 @@ The two persistence models (`EXT4_ORDERED`, `STRICT`)
       and the last one persisted may be torn at any byte — a prefix of its bytes, never
       garbage (ALICE: append content atomic in ordered mode, multi-block appends not).
     We do not assume ext4's stronger real behaviour that any fsync commits the whole
-    journal (which would make every earlier directory operation durable): ALICE's own
-    default model does not assume it either.
+    journal (which would make every earlier directory operation durable). ALICE's own
+    default explorer (alicedefaultfs.py) is weaker than ext4 and closer to `STRICT`:
+    an append may show zeros or garbage before its data, and any one operation may be
+    left out of a prefix, with dependencies only through fsync.
 
     `STRICT`: anything not fsynced may be lost or torn, independently, in any order:
     - each unsynced write is dropped, persisted, torn at any byte (a prefix of it), or
