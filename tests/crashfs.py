@@ -104,9 +104,11 @@ __all__ = [
     "Op",
     "Recorder",
     "Trace",
+    "crash_states",
     "explore",
     "legal_state",
     "materialise",
+    "tree_signature",
 ]
 
 OpKind = Literal[
@@ -350,8 +352,12 @@ class Recorder:
         return n
 
     def _pwrite(self, fd: int, data: Any, offset: int) -> int:
+        f = self._fds.get(fd)
+        at = offset
+        if f is not None and f.append:  # Linux: pwrite on O_APPEND appends, whatever offset
+            at = os.fstat(fd).st_size
         n: int = self._real["pwrite"](fd, data, offset)
-        self._record_write(fd, bytes(memoryview(data)[:n]), offset)
+        self._record_write(fd, bytes(memoryview(data)[:n]), at)
         return n
 
     def _writev(self, fd: int, buffers: Sequence[Any]) -> int:
@@ -425,6 +431,8 @@ class Recorder:
             if srel is not None or drel is not None:
                 raise NotImplementedError(f"{sfull} -> {dfull}: a rename across the root")
             return
+        if replaced == ino:
+            return  # POSIX: two links to one file: rename does nothing, both names stay
         self._emit("rename", inode=ino, src=srel, path=drel, replaced=replaced)
 
     def _link(self, src: Any, dst: Any, **kw: Any) -> None:
