@@ -510,6 +510,9 @@ class FileEngine(Engine):
             def link_old_log() -> None:
                 nonlocal archived, pending
                 ensure_private_dir(paths.archive)
+                # the archive's own name must be durable before the swap relies on it:
+                # otherwise a power loss can keep the new log and lose `archive/`
+                fsync_dir(paths.dir)
                 archived = _archive_name(paths.archive, old_base, head.seq)
                 # linked under a pending name: until the swap it is the live log, and
                 # history readers must not take it for history
