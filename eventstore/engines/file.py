@@ -509,6 +509,14 @@ class FileEngine(Engine):
 
             def link_old_log() -> None:
                 nonlocal archived, pending
+                # the old log becomes history: under durability="flush" its last appends
+                # may still be only in the OS cache, and the archive must hold them all
+                if self.durability != "fsync":
+                    sync_fd = open_private(paths.log, os.O_RDONLY)
+                    try:
+                        os.fsync(sync_fd)
+                    finally:
+                        os.close(sync_fd)
                 ensure_private_dir(paths.archive)
                 # the archive's own name must be durable before the swap relies on it:
                 # otherwise a power loss can keep the new log and lose `archive/`
