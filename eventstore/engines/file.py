@@ -722,6 +722,11 @@ def _ensure_root(root: Path) -> None:
                 raise StorageError(
                     f"cannot create the store root {root}: {exc}", exc.errno
                 ) from exc
+        for path in reversed(missing):  # their names must survive power loss too
+            try:
+                fsync_dir(path.parent)
+            except OSError:
+                pass  # the directories exist and work; only power-loss durability is lost
         return
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"store root {root} exists and is not a directory")
