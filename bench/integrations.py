@@ -1,5 +1,7 @@
-"""Integrations bench: eventstore under LangGraph and the OpenAI Agents SDK, side by side
-with each framework's SQLite default, on the same machine in the same run.
+"""Integrations bench: eventstore against LangGraph's and the Agents SDK's SQLite defaults.
+
+Each framework runs on eventstore and on its own SQLite default, on the same machine in
+the same run.
 
     pip install -e '.[bench]'
     python -m bench.integrations                    # ~1-3 min; markdown to stdout
