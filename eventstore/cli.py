@@ -1145,6 +1145,9 @@ def build_parser() -> argparse.ArgumentParser:
         contexts.add_parser(sub)
     importlib.import_module("eventstore.cli_claude_code").add_parser(sub)
     importlib.import_module("eventstore.cli_lifecycle").add_parser(sub)
+    from . import cli_report
+
+    cli_report.add_parser(sub)
     return parser
 
 
