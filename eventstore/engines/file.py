@@ -669,7 +669,11 @@ class FileEngine(Engine):
             except OSError as exc:
                 raise _storage_error(paths.dir, "removing the session", exc) from exc
             sess.known = None
-        shutil.rmtree(trash, ignore_errors=True)
+        # what was renamed is no session any more: delete it, and what a removal that
+        # crashed before finishing left behind
+        for name in os.listdir(trash.parent):
+            if name.startswith(_REMOVED_PREFIX):
+                shutil.rmtree(trash.parent / name, ignore_errors=True)
         return had
 
     def close(self) -> None:
@@ -768,7 +772,7 @@ def from_url(url_or_path: str | os.PathLike[str], **options: Any) -> FileEngine:
             rest = "/" + path
         text = rest
     if not text:
-        raise ValueError("a store needs a path (got an empty one)")
+        raise UnsafePathError("an empty store path would mean the current directory; give one")
     return FileEngine(text, **options)
 
 
