@@ -194,6 +194,11 @@ def validated_copy(value: object, cls: type[_T], what: str) -> _T:
         copy = msgspec.json.decode(_json_encoder.encode(value), type=cls)
     except (msgspec.ValidationError, msgspec.EncodeError, TypeError) as exc:
         raise InvalidRecordError(f"invalid {what}: {exc}") from None
+    except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 line can carry it
+        raise InvalidRecordError(
+            f"invalid {what}: {exc.object[exc.start : exc.end]!r} in {exc.object!r} is not"
+            " encodable as UTF-8 (lone surrogate)"
+        ) from None
     if copy != value:
         where, given, stored = _first_difference(value, copy, what)
         raise InvalidRecordError(
