@@ -57,10 +57,9 @@ sys.stdout.flush()
 # The compaction job: compacts every session in turn until stdin closes; prints its count.
 COMPACTOR = r"""
 import sys, threading
-import pytest
-
-from eventstore import Message, Role, SessionStore, Snapshot
+from eventstore import SessionStore
 root, procs = sys.argv[1], int(sys.argv[2])
+always_archive = sys.argv[3:] == ["always-archive"]
 store = SessionStore(root)
 stop = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
