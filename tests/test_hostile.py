@@ -218,7 +218,8 @@ MUST_REFUSE = {
     "sessions": set(WRITES) | set(READS),
     "session": set(WRITES) | set(READS),
     "log": set(WRITES) | set(READS),
-    "lock": set(WRITES),
+    # a write that writes nothing (init of an initialized session) never takes the lock
+    "lock": set(WRITES) - {"init"},
     "archive": {"compact", "read_events", "verify"},
     "archive-pending": {"compact", "read_events", "verify"},
 }
