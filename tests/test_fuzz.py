@@ -419,7 +419,6 @@ def _install(data: bytes) -> Path:
     return root
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12 item 1")
 @settings(max_examples=2000 if LONG else 300, **COMMON)  # type: ignore[arg-type]
 @given(st.one_of(mutated(), merged()))
 def test_mutated_valid_log_never_returns_an_edited_event(case: tuple[int, bytes, str]) -> None:
@@ -449,7 +448,6 @@ def test_mutated_valid_log_never_returns_an_edited_event(case: tuple[int, bytes,
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12 item 6")
 @settings(max_examples=1000 if LONG else 200, **COMMON)  # type: ignore[arg-type]
 @given(st.one_of(merged(), mutated()))
 def test_mutated_logs_verify_reports_and_read_events_raises_only_corrupt_log_error(

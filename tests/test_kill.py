@@ -384,7 +384,6 @@ store.append(sid, [MessagesAppended(messages=[Message(role=Role.USER, content="t
 """
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12 item 2")
 @pytest.mark.parametrize("recovery", ["writer", "repair"])
 def test_a_torn_tail_left_by_a_kill_is_saved_aside_by_recovery(
     tmp_path: Path, recovery: str

