@@ -443,7 +443,6 @@ def test_a_failed_fsync_is_cut_back_so_a_retry_stores_once(tmp_path: Path, batch
     assert not broken, "\n".join(broken)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12 item 11")
 @pytest.mark.parametrize("durability", ["flush", "fsync"])
 def test_a_refused_first_append_creates_no_session(tmp_path: Path, durability: str) -> None:
     """The first append of a new session, failed at each os call it makes in turn (ENOSPC):

@@ -629,7 +629,6 @@ def _created(root: Path) -> list[str]:
     )
 
 
-@xfail(11)
 def test_item11_a_refused_first_append_leaves_no_session(tmp_path: Path) -> None:
     root = tmp_path / "store"
     with SessionStore(root) as s:

@@ -404,12 +404,18 @@ class FileEngine(Engine):
                 if not head.same_chain_point(expected):
                     sess.known = head if head.position is not None else None
                     raise HeadMovedError(str(paths.log), expected, head)
+                created = fd is None
                 if fd is None:
                     fd, head = self._create(sess)
                 pos = head.position
                 assert isinstance(pos, FilePosition) or pos is None
                 start = head.size
-                self._write(fd, batch.data, start, paths.log)
+                try:
+                    self._write(fd, batch.data, start, paths.log)
+                except BaseException:
+                    if created:  # a call that writes nothing leaves no session behind
+                        self._discard_new_session(sess)
+                    raise
                 ident = pos.ident if pos is not None else _ident(fd)
                 size = start + len(batch.data)
                 base = head.base_seq or batch.first_seq
@@ -439,8 +445,30 @@ class FileEngine(Engine):
                 fsync_dir(paths.dir.parent.parent)  # the store root holds `sessions`
         except OSError as exc:
             os.close(fd)
+            self._discard_new_session(sess)
             raise _storage_error(paths.log, "creating the log", exc) from exc
         return fd, EMPTY_HEAD
+
+    def _discard_new_session(self, sess: _Session) -> None:
+        """Undo the first append of a session that failed (writers' lock held): remove the
+        empty log this call created and, when nothing else is kept for the session, its
+        directory (renamed away first, as `remove_session` does, so a writer waiting on
+        the lock notices and starts over). Best effort: the error being raised is the one
+        the caller needs."""
+        paths = sess.paths
+        sess.known = None
+        try:
+            if os.path.lexists(paths.log):
+                if os.lstat(paths.log).st_size:
+                    return  # bytes a failed cut-back left: the next writer sets them aside
+                os.unlink(paths.log)
+            if os.path.lexists(paths.archive):
+                return
+            trash = paths.dir.parent / f"{_REMOVED_PREFIX}{uuid.uuid4().hex}"
+            os.rename(paths.dir, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+        except OSError:
+            pass
 
     def _write(self, fd: int, data: bytes, start: int, path: Path) -> None:
         """Write bytes at the end; on failure cut them back off and raise StorageError."""
