@@ -406,7 +406,6 @@ def test_map_put_survives_faults(func: str, tmp_path: Path) -> None:
 # -- issue 12: an fsync failure cannot duplicate; a refused first append creates nothing --
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12 item 10")
 @pytest.mark.parametrize("batch", [1, 3], ids=["one-event", "batch"])
 def test_a_failed_fsync_is_cut_back_so_a_retry_stores_once(tmp_path: Path, batch: int) -> None:
     """With durability="fsync", failing each fsync/fdatasync an append makes, in turn: the

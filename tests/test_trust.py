@@ -601,7 +601,6 @@ def failing_once(names: tuple[str, ...], err: int) -> Iterator[list[str]]:
             setattr(os, n, fn)
 
 
-@xfail(10)
 def test_item10_an_fsync_failure_cannot_lead_to_a_duplicate_on_retry(tmp_path: Path) -> None:
     root = tmp_path / "store"
     seeded(root).close()

@@ -486,9 +486,19 @@ class FileEngine(Engine):
             try:
                 _datasync(fd)
             except OSError as exc:
+                # not acknowledged, so not left visible: a retry must not store it twice
+                try:
+                    os.ftruncate(fd, start)
+                except OSError as cut:
+                    raise StorageError(
+                        f"{path}: fsync after byte {start} failed ({exc.strerror}) and cutting"
+                        f" the append back off failed too ({cut.strerror}): the batch is in"
+                        " the log but may not be durable; retry with an idempotency key",
+                        exc.errno,
+                    ) from exc
                 raise StorageError(
-                    f"{path}: fsync after byte {start} failed: {exc.strerror}"
-                    " (the append may or may not be durable)",
+                    f"{path}: fsync after byte {start} failed: {exc.strerror}; the append was"
+                    " cut back off, nothing was stored",
                     exc.errno,
                 ) from exc
 
