@@ -750,15 +750,11 @@ def unreadable(root: Path) -> Iterator[None]:
 @pytest.mark.parametrize(
     "call",
     [
-        pytest.param(lambda s: s.load_bootstrap_state(SID), id="load_bootstrap", marks=xfail(12)),
-        pytest.param(
-            lambda s: s.load_transcript_messages(SID), id="load_transcript", marks=xfail(12)
-        ),
-        pytest.param(lambda s: s.last_seq(SID), id="last_seq", marks=xfail(12)),
-        pytest.param(lambda s: s.list_sessions(), id="list_sessions", marks=xfail(12)),
-        pytest.param(
-            lambda s: s.append_progress_entry(SID, make_entry(1)), id="append", marks=xfail(12)
-        ),
+        pytest.param(lambda s: s.load_bootstrap_state(SID), id="load_bootstrap"),
+        pytest.param(lambda s: s.load_transcript_messages(SID), id="load_transcript"),
+        pytest.param(lambda s: s.last_seq(SID), id="last_seq"),
+        pytest.param(lambda s: s.list_sessions(), id="list_sessions"),
+        pytest.param(lambda s: s.append_progress_entry(SID, make_entry(1)), id="append"),
     ],
 )
 def test_item12_an_unreadable_root_is_a_typed_error(
