@@ -467,6 +467,20 @@ def _locate_states(line: bytes, states: dict[str, msgspec.Raw]) -> dict[str, tup
     return found
 
 
+def damaged_newline(tail: bytes, link: str) -> bool:
+    """Whether `tail`, the bytes after a log's last newline, is a whole line chained to
+    `link` whose newline was replaced by another byte.
+
+    A crash mid-append leaves a prefix of the bytes it meant to write, so its partial
+    line never ends in a byte that is not the newline after a complete line whose `h`
+    checks: such a tail is a committed line that was damaged, not a torn one.
+    """
+    if len(tail) <= HASH_SUFFIX_LEN or tail[-1:] == b"\n":
+        return False
+    sh = split_hash(tail[:-1])
+    return sh is not None and line_hash(link, sh[0]) == sh[1]
+
+
 def split_hash(line: bytes) -> tuple[bytes, str] | None:
     """Split a line (no newline) into the hashed body and its `h`; None if malformed."""
     if len(line) <= HASH_SUFFIX_LEN or not line.endswith(b'"}'):

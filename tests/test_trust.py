@@ -203,7 +203,6 @@ def test_item1_any_byte_changed_inside_a_committed_line_fails_both_loads(
 # -- item 2: a damaged final newline; what recovery cuts off is kept ---------------------
 
 
-@xfail(2)
 @pytest.mark.parametrize("byte", [b" ", b"x", b"\x00"])
 def test_item2_damaged_final_newline_is_corruption_not_a_torn_tail(
     tmp_path: Path, byte: bytes

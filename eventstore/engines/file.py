@@ -39,7 +39,7 @@ import msgspec
 import portalocker
 
 from ..errors import CorruptLogError, EventStoreError, StorageError, UnsafePathError
-from ..events import HASH_SUFFIX_LEN, LineHead, SnapshotHead
+from ..events import HASH_SUFFIX_LEN, LineHead, SnapshotHead, damaged_newline
 from ..layout import (
     TMP_MARK,
     SessionPaths,
@@ -257,6 +257,8 @@ class FileEngine(Engine):
             raise _storage_error(paths.log, "reading the log", exc) from exc
         finally:
             os.close(fd)
+        if buf[-1:] not in (b"", b"\n"):
+            _refuse_damaged_last_line(buf, start, where, pos)
         end, last = _committed_end(buf, where, start)
         if last is None:
             if pos is not None:
@@ -301,6 +303,9 @@ class FileEngine(Engine):
                 return known  # nobody wrote since this process did
         where = str(sess.paths.log)
         last, cut = find_head(fd, size, where)
+        if cut < size:
+            start = max(0, cut - _TAIL_CHUNK)
+            _refuse_damaged_last_line(_pread_all(fd, size - start, start), start, where, None)
         if cut < size and recover:
             self._set_aside_torn(sess, fd, cut, size)
         if last is None:  # nothing committed (an empty file, blank lines, a torn first batch)
@@ -832,6 +837,43 @@ def _remove_strays(paths: SessionPaths, live: tuple[int, int]) -> None:
             os.unlink(path)
         else:
             os.rename(path, path.with_name(name[: -len(_PENDING)]))
+
+
+def _refuse_damaged_last_line(
+    buf: bytes, start: int, where: str, pos: FilePosition | None
+) -> None:
+    """CorruptLogError if the partial last line of `buf` (bytes `start`.. of the log) is a
+    committed line whose newline was damaged (see `events.damaged_newline`), not a torn
+    one. `pos`: the read position `buf` starts at (its line is the one before), if any."""
+    last_nl = buf.rfind(b"\n")
+    tail = buf[last_nl + 1 :]
+    if len(tail) <= HASH_SUFFIX_LEN:
+        return
+    if last_nl >= 0:
+        prev = buf[buf.rfind(b"\n", 0, last_nl) + 1 : last_nl]
+        if buf.rfind(b"\n", 0, last_nl) < 0 and start > 0 and pos is None:
+            return  # the line before starts outside what was read: a writer finds it later
+        try:
+            env = _head_decoder.decode(prev)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return  # the careful reader reports the undecodable line itself
+        link = (env.base_h or "") if env.type == "snapshot" else env.h
+        seq = env.seq + 1
+    elif pos is not None:
+        link, seq = pos.link, pos.seq + 1
+    elif start == 0:
+        link, seq = "", 1
+    else:
+        return
+    if damaged_newline(tail, link):
+        raise CorruptLogError(
+            where,
+            start + last_nl + 1,
+            seq,
+            "the last line is complete and its h checks, but its newline was replaced by"
+            " another byte: a committed line was damaged, not torn by a crash"
+            " (`eventstore repair` keeps the log before it and saves the original)",
+        )
 
 
 def _committed_end(buf: bytes, where: str, start: int) -> tuple[int, LineHead | None]:
