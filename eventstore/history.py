@@ -39,11 +39,11 @@ from .errors import (
     UnknownSessionError,
 )
 from .events import Event, Snapshot, UnknownEvent, event_tag
-from .log import read_lines
+from .log import Lines, read_lines
 from .records import BootstrapState, Message
 
 if TYPE_CHECKING:
-    from .engines.base import History
+    from .engines.base import History, Segment
     from .store import SessionStore
 
 __all__ = [
@@ -52,7 +52,9 @@ __all__ = [
     "fold_from_archive",
     "history_files",
     "iter_history",
+    "archive_shortfall",
     "read_events",
+    "read_segment",
     "require_history",
     "state_at",
     "transcript_at",
@@ -116,7 +118,7 @@ def _iter_segments(
     for seg in hist.segments:
         if seg.archived and seg.last_seq is not None and seg.last_seq < max(nxt, from_seq):
             continue  # wholly before what is wanted (or read already): skip unread
-        lines = read_lines(seg.read(), store.codec, decoder, seg.where, keep_raw=True)
+        lines = read_segment(store, seg, decoder, keep_raw=True)
         assert lines.raw is not None
         for ev, line in zip(lines.events, lines.raw, strict=True):
             s = ev.seq
@@ -142,6 +144,49 @@ def _iter_segments(
             nxt = s + 1
             if s >= from_seq:
                 yield ev, line
+
+
+def read_segment(
+    store: SessionStore,
+    seg: Segment,
+    decoder: msgspec.json.Decoder[Event],
+    *,
+    keep_raw: bool = False,
+) -> Lines:
+    """The checked lines of one segment of a history. An archived segment was complete
+    when it was archived: a torn tail in it, or fewer events than it was archived with,
+    means it was cut short since, which is corruption (CorruptLogError), never a torn
+    tail to pass over."""
+    data = seg.read()
+    lines = read_lines(data, store.codec, decoder, seg.where, keep_raw=keep_raw)
+    if seg.archived:
+        problem = archive_shortfall(seg, len(data), lines.end, lines.seq if lines.events else None)
+        if problem is not None:
+            raise CorruptLogError(seg.where, problem[0], problem[1], problem[2])
+    return lines
+
+
+def archive_shortfall(
+    seg: Segment, size: int, end: int, last_seq: int | None
+) -> tuple[int, int | None, str] | None:
+    """(offset, seq, reason) if the archived segment `seg` ends short: bytes after its
+    last complete batch (`end` of `size`), or a last seq below the one it was archived
+    with; None if it is whole."""
+    if end < size:
+        return (
+            end,
+            None if last_seq is None else last_seq + 1,
+            f"the archived segment ends in {size - end} bytes that are not a complete"
+            " batch: it was cut short (an archive is written whole, it has no torn tail)",
+        )
+    if seg.last_seq is not None and (last_seq or 0) < seg.last_seq:
+        return (
+            end,
+            (last_seq or 0) + 1,
+            f"the archived segment ends at seq {last_seq or 0}, but it was archived"
+            f" holding up to seq {seg.last_seq}: it was cut short",
+        )
+    return None
 
 
 def _type_filter(
@@ -315,7 +360,7 @@ def fold_from_archive(
         for seg in hist.segments:
             if not seg.archived:
                 break
-            for ev in read_lines(seg.read(), store.codec, decoder, seg.where).events:
+            for ev in read_segment(store, seg, decoder).events:
                 if ev.seq > upto:
                     break
                 if not history and ev.seq != 1:

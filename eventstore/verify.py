@@ -28,7 +28,7 @@ from projections import fold, is_retained, restore_state
 
 from .errors import CorruptLogError, EventStoreError, SnapshotVersionError
 from .events import Event, Snapshot
-from .history import require_history
+from .history import archive_shortfall, require_history
 from .log import Collecting, Lines, Problem, Severity, read_lines
 
 if TYPE_CHECKING:
@@ -85,6 +85,14 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
                 keep_links=True,
             )
             found = reporter.problems
+            if seg.archived:
+                # an archive has no torn tail: what looks like one is a segment cut short
+                found = [p for p in found if p.kind not in ("torn_tail", "torn_batch")]
+                short = archive_shortfall(
+                    seg, len(data), scan.end, scan.seq if scan.events else None
+                )
+                if short is not None:
+                    found.append(Problem(name, short[0], short[1], "archive_truncated", short[2]))
             first = scan.events[0] if scan.events else None
             first_seq = first.seq if first is not None else None
             last_seq = scan.seq if scan.events else None

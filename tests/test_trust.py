@@ -495,7 +495,6 @@ def _compacted_with_archive(root: Path) -> Path:
     return arch
 
 
-@xfail(7)
 @pytest.mark.parametrize("cut", ["whole-lines", "mid-line"])
 def test_item7_a_truncated_archive_is_corruption_not_a_torn_tail(tmp_path: Path, cut: str) -> None:
     root = tmp_path / "store"

@@ -839,9 +839,7 @@ def _remove_strays(paths: SessionPaths, live: tuple[int, int]) -> None:
             os.rename(path, path.with_name(name[: -len(_PENDING)]))
 
 
-def _refuse_damaged_last_line(
-    buf: bytes, start: int, where: str, pos: FilePosition | None
-) -> None:
+def _refuse_damaged_last_line(buf: bytes, start: int, where: str, pos: FilePosition | None) -> None:
     """CorruptLogError if the partial last line of `buf` (bytes `start`.. of the log) is a
     committed line whose newline was damaged (see `events.damaged_newline`), not a torn
     one. `pos`: the read position `buf` starts at (its line is the one before), if any."""
