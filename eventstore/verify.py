@@ -177,6 +177,20 @@ def _check_snapshot(
         ]
     found: list[Problem] = []
     old_h = prev.links.get(n)
+    if old_h is None and prev.seq is not None and prev.events and n > prev.seq:
+        # the segment before ends before the snapshot: the events after it were compacted
+        # without an archive (a later compaction than the one that archived it)
+        return [
+            Problem(
+                name,
+                0,
+                n,
+                "history_gap",
+                f"events {prev.seq + 1}..{n} were compacted without an archive: the"
+                " snapshot's base_h cannot be checked",
+                "warning",
+            )
+        ]
     if old_h is None:
         first = prev.events[0].seq if prev.events else None
         found.append(

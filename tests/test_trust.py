@@ -516,7 +516,6 @@ def test_item7_a_truncated_archive_is_corruption_not_a_torn_tail(tmp_path: Path,
 # -- item 8: mixed compactions ----------------------------------------------------------
 
 
-@xfail(8)
 def test_item8_archive_then_no_archive_is_a_warning(tmp_path: Path) -> None:
     root = tmp_path / "store"
     with seeded(root) as s:
