@@ -531,7 +531,6 @@ def test_item8_archive_then_no_archive_is_a_warning(tmp_path: Path) -> None:
 # -- item 9: repair of a damaged snapshot -----------------------------------------------
 
 
-@xfail(9)
 def test_item9_repair_of_a_damaged_snapshot_rebuilds_from_the_archive(tmp_path: Path) -> None:
     root = tmp_path / "store"
     with seeded(root) as s:
@@ -553,7 +552,6 @@ def test_item9_repair_of_a_damaged_snapshot_rebuilds_from_the_archive(tmp_path: 
         assert s.verify(SID).ok
 
 
-@xfail(9)
 def test_item9_repair_never_reuses_a_sequence_number(tmp_path: Path) -> None:
     """Even where nothing can be rebuilt (the archive is gone too), the next event gets a
     sequence number after every one the session ever used."""

@@ -718,6 +718,18 @@ class _FileRepairHold(RepairHold):
         self._data = data[:n]
         return str(aside)
 
+    def rewrite(self, data: bytes, reason: str) -> str:
+        log_path = self.paths.log
+        aside = log_path.with_name(f"{log_path.name}.{reason}-{_stamp()}")
+        try:
+            os.link(log_path, aside)  # the original bytes, kept before anything changes
+            fsync_dir(log_path.parent)
+            write_atomically(log_path, data)
+        except OSError as exc:
+            raise _storage_error(log_path, "repairing the log", exc) from exc
+        self._data = data
+        return str(aside)
+
 
 # -- helpers ---------------------------------------------------------------------------
 

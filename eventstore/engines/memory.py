@@ -313,6 +313,16 @@ class _MemoryRepairHold(RepairHold):
         lg.head = _scan_head(lg.generation, bytes(lg.data))
         return name
 
+    def rewrite(self, data: bytes, reason: str) -> str:
+        lg = self._engine._log(self._sid)
+        assert lg is not None  # repair rewrites only a log it read
+        name = f"{self.where}/log.{reason}-{len(lg.aside) + 1}"
+        lg.aside.append((name, bytes(lg.data)))
+        lg.generation = next(_generations)
+        lg.data = type(lg.data)(data)
+        lg.head = _scan_head(lg.generation, bytes(lg.data))
+        return name
+
 
 def _scan_head(generation: int, data: bytes) -> Head:
     """The head of raw log bytes (after a repair or a test's tampering)."""
