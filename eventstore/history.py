@@ -53,6 +53,7 @@ __all__ = [
     "history_files",
     "iter_history",
     "archive_shortfall",
+    "opening_chain",
     "read_events",
     "read_segment",
     "require_history",
@@ -115,11 +116,14 @@ def _iter_segments(
 ) -> Iterator[tuple[Event, bytes]]:
     hi = INF if to_seq is None else to_seq
     nxt = 1  # the first sequence number not yet covered by what was read
+    after: tuple[int, str] | None = None  # where the segment read last ended
     for seg in hist.segments:
-        if seg.archived and seg.last_seq is not None and seg.last_seq < max(nxt, from_seq):
-            continue  # wholly before what is wanted (or read already): skip unread
-        lines = read_segment(store, seg, decoder, keep_raw=True)
+        # every segment is read, also those before `from_seq`: a segment that does not
+        # open with a snapshot continues the chain of the one before it
+        lines = read_segment(store, seg, decoder, keep_raw=True, after=after)
         assert lines.raw is not None
+        if lines.events and lines.seq is not None and lines.link is not None:
+            after = (lines.seq, lines.link)
         for ev, line in zip(lines.events, lines.raw, strict=True):
             s = ev.seq
             if type(ev) is Snapshot:
@@ -152,18 +156,31 @@ def read_segment(
     decoder: msgspec.json.Decoder[Event],
     *,
     keep_raw: bool = False,
+    after: tuple[int, str] | None = None,
 ) -> Lines:
-    """The checked lines of one segment of a history. An archived segment was complete
-    when it was archived: a torn tail in it, or fewer events than it was archived with,
-    means it was cut short since, which is corruption (CorruptLogError), never a torn
-    tail to pass over."""
+    """The checked lines of one segment of a history. `after`: the seq and link where
+    the segment before it ended; a segment that does not open with a snapshot continues
+    from there (the first opens at seq 1). An archived segment was complete when it was
+    archived: a torn tail in it, or fewer events than it was archived with, means it was
+    cut short since, which is corruption (CorruptLogError), never a torn tail."""
     data = seg.read()
-    lines = read_lines(data, store.codec, decoder, seg.where, keep_raw=keep_raw)
+    seq, link = opening_chain(data, after)
+    lines = read_lines(data, store.codec, decoder, seg.where, keep_raw=keep_raw, seq=seq, link=link)
     if seg.archived:
         problem = archive_shortfall(seg, len(data), lines.end, lines.seq if lines.events else None)
         if problem is not None:
             raise CorruptLogError(seg.where, problem[0], problem[1], problem[2])
     return lines
+
+
+def opening_chain(data: bytes, after: tuple[int, str] | None) -> tuple[int, str]:
+    """The (seq, link) a segment's first line chains to: a segment opening with a
+    snapshot chains to the snapshot's own `base_h`, whatever is passed; one without
+    continues `after` (the end of the segment before it), or opens the history at 1.
+    An archived segment holding the events after an archived snapshot opens this way."""
+    if after is None or data.startswith(b'{"type":"snapshot",'):
+        return 0, ""
+    return after
 
 
 def archive_shortfall(
@@ -357,10 +374,14 @@ def fold_from_archive(
     upto = snap.seq
     decoder = store.codec.decoder(proj.event_types)
     with store.engine.history(session_id) as hist:
+        after: tuple[int, str] | None = None
         for seg in hist.segments:
             if not seg.archived:
                 break
-            for ev in read_segment(store, seg, decoder).events:
+            lines = read_segment(store, seg, decoder, after=after)
+            if lines.events and lines.seq is not None and lines.link is not None:
+                after = (lines.seq, lines.link)
+            for ev in lines.events:
                 if ev.seq > upto:
                     break
                 if not history and ev.seq != 1:

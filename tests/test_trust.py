@@ -769,7 +769,6 @@ def test_item12_an_unreadable_root_is_a_typed_error(
 # -- item 13: archive growth ------------------------------------------------------------
 
 
-@xfail(13)
 def test_item13_archive_bytes_stay_within_1_2x_the_events_they_hold(tmp_path: Path) -> None:
     """Compacted after every few turns, a session with a growing transcript keeps an
     archive that holds each event once: its bytes stay within 1.2x the bytes of the

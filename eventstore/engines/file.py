@@ -542,6 +542,13 @@ class FileEngine(Engine):
                 # holds each line once
                 prefix = _pread_all(fd, pos.offset, 0) if tail and keep_history else b""
                 old_base = head.base_seq
+                # the events after the old log's opening snapshot, when the archive
+                # already holds what that snapshot replaced: only they are archived, so
+                # an archive holds each event once (never a copy of a snapshot's state)
+                _remove_leftover_copies(paths.archive, fd)
+                since = _events_after_archived_snapshot(fd, pos.offset, paths.archive)
+                if since is not None and keep_history:
+                    prefix = b""
             except OSError as exc:
                 raise _storage_error(paths.log, "reading the log", exc) from exc
             finally:
@@ -560,6 +567,14 @@ class FileEngine(Engine):
                 os.link(paths.log, pending)
                 fsync_dir(paths.archive)
 
+            if since is not None and keep_history:
+                try:
+                    archived = _archive_events(paths.archive, old_base + 1, covers.seq, since)
+                except OSError as exc:
+                    raise StorageError(
+                        f"{paths.log}: archiving failed, the log is unchanged: {exc}", exc.errno
+                    ) from exc
+                keep_history = False  # archived already: nothing to link
             try:
                 write_atomically(
                     paths.log, data, before_replace=link_old_log if keep_history else None
@@ -825,6 +840,61 @@ def _archive_name(archive_dir: Path, first: int, last: int) -> Path:
     name = archive_dir / f"{first:012d}-{last:012d}.jsonl"
     if os.path.lexists(name) or os.path.lexists(name.with_name(name.name + _PENDING)):
         name = name.with_name(f"{name.stem}-{uuid.uuid4().hex[:8]}.jsonl")  # a re-compaction
+    return name
+
+
+def _events_after_archived_snapshot(fd: int, end: int, archive_dir: Path) -> bytes | None:
+    """The lines of the log `fd` after its opening snapshot, up to byte `end`, when the
+    archive has a segment ending at that snapshot's seq (so the snapshot's events are
+    held there); None when the log opens with no snapshot or its history is not kept."""
+    first = snapshot_header(fd)
+    if first is None:
+        return None
+    snap, _ = first
+    if not any(
+        (m := ARCHIVE_NAME.match(n)) and not m[3] and int(m[2]) == snap.seq
+        for n in _archive_names(archive_dir)
+    ):
+        return None  # compacted without an archive before: the snapshot stands in for it
+    start = snap.length + 1
+    return _pread_all(fd, end - start, start) if end > start else b""
+
+
+def _remove_leftover_copies(archive_dir: Path, fd: int) -> None:
+    """Remove archive copies an install that crashed before its swap left behind: they
+    start after the live log's opening snapshot, so the live log still holds every line
+    they hold (history is what the snapshot replaced, which starts at or before it)."""
+    first = snapshot_header(fd)
+    if first is None:
+        return
+    for name in _archive_names(archive_dir):
+        m = ARCHIVE_NAME.match(name)
+        assert m is not None
+        if m[3] or int(m[1]) <= first[0].seq:
+            continue
+        path = archive_dir / name
+        fd2, _ = _open_existing(path)
+        if fd2 is None:
+            continue
+        try:
+            opens_with_snapshot = os.pread(fd2, 19, 0) == b'{"type":"snapshot",'
+        finally:
+            os.close(fd2)
+        if not opens_with_snapshot:
+            os.unlink(path)
+
+
+def _archive_events(archive_dir: Path, first: int, last: int, data: bytes) -> Path | None:
+    """Archive `data` (the lines `first`..`last`) as `<first>-<last>.jsonl`, written
+    whole before the log is swapped (until then the live log holds the same lines too:
+    history reads each seq once). None when there is nothing to archive. A copy a crashed
+    install left under the same name holds the same lines: it is kept."""
+    if not data:
+        return None
+    ensure_private_dir(archive_dir)
+    name = archive_dir / f"{first:012d}-{last:012d}.jsonl"
+    if not os.path.lexists(name):
+        write_atomically(name, data)  # fsyncs the archive directory too
     return name
 
 
