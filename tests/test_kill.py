@@ -244,11 +244,19 @@ def _run(root: Path, rounds: int, compact_every: int, seed: int) -> Figures:
                 if p is not None and p.poll() is None:
                     p.kill()
                     p.communicate()
+        torn = b""
         if _torn(paths):
             figures.torn_tails_repaired += 1
+            data = paths.log.read_bytes()
+            torn = data[data.rfind(b"\n") + 1 :]
         # verify re-reads the whole archive, which repeated compactions of a growing
         # transcript make large: the long variant runs it every 10th round (and at the end)
         _check_session(root, sid, acks, figures, full_verify=not LONG or rnd % 10 == 0)
+        if torn:  # the next writer (in _check_session) saved the torn bytes before cutting
+            assert any(
+                p.name.startswith("log.jsonl.torn-") and p.read_bytes().endswith(torn)
+                for p in paths.dir.iterdir()
+            ), "a torn tail was cut off without being saved aside"
     # a final compaction clears any debris and keeps every projection's answer
     for sid, _ in sessions:
         with SessionStore(root) as store:
