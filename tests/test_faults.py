@@ -114,6 +114,18 @@ def setup_session(root: Path) -> None:
         s.update_feature_pass(SID, "f1", True)
 
 
+def setup_uncompacted(root: Path) -> None:
+    """A session with every kind of event, never compacted: its first compaction links
+    the old log into the archive (a repeat one archives a copy of the events after the
+    old snapshot instead)."""
+    with SessionStore(root) as s:
+        s.initialize_session_if_missing(
+            SID, make_manifest(SID), make_features(3), make_entry(0), make_checkpoint()
+        )
+        s.append_transcript_messages(SID, [Message(role=Role.USER, content="hello")])
+        s.append_progress_entry(SID, make_entry(1))
+
+
 def setup_torn(root: Path) -> None:
     """As setup_session, then a torn tail: a partial line the next writer must cut."""
     setup_session(root)
@@ -171,6 +183,7 @@ OPS = {
         Op("feature-pass", "flush", setup_session, _pass),
         Op("init-flush", "flush", lambda r: None, _init, NEW_SID, _init),
         Op("init-fsync", "fsync", lambda r: None, _init, NEW_SID, _init),
+        Op("compact-first", "flush", setup_uncompacted, lambda s: s.compact(SID)),
         Op("compact", "flush", setup_session, lambda s: s.compact(SID)),
         Op("compact-no-archive", "flush", setup_session, lambda s: s.compact(SID, archive=False)),
     ]
