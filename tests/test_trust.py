@@ -806,3 +806,20 @@ def test_item13_compacting_a_lone_snapshot_is_skipped_with_a_reason(tmp_path: Pa
     assert again.notes and all(isinstance(n_, str) and n_ for n_ in again.notes)
     assert len(archive_files(root)) == n
     assert log_file(root).read_bytes() == log_before
+
+
+@pytest.mark.parametrize("engine", ["file", "memory"])
+def test_item13_every_engine_archives_each_event_once(tmp_path: Path, engine: str) -> None:
+    """On every engine, after repeated compactions the history holds each event once and
+    only the live snapshot: no archived copy of an older snapshot's state."""
+    url = str(tmp_path / "store") if engine == "file" else "memory://"
+    with SessionStore(url) as s:
+        for turn in range(9):
+            s.append_transcript_messages(SID, [Message(role=Role.USER, content=f"t{turn}")])
+            if turn % 3 == 2:
+                s.compact(SID)
+        s.append_progress_entry(SID, make_entry(1))
+        assert [e.seq for e in s.read_events(SID)] == list(range(1, 11))
+        assert [e.seq for e in s.read_events(SID, types=["snapshot"])] == [9]
+        assert s.verify(SID).ok
+        assert len(s.load_transcript_messages(SID)) == 9
