@@ -83,7 +83,8 @@ class UnsafePathError(EventStoreError):
 
 
 class StorageError(EventStoreError, OSError):
-    """The filesystem refused a write (a full disk, an I/O error); nothing was acknowledged.
+    """The filesystem refused a read or a write (a full disk, an I/O error, a directory
+    that cannot be read); nothing was acknowledged.
 
     `errno` is the operating system's error number. The log is left as it was, or with a
     torn tail that the next writer truncates.

@@ -509,7 +509,10 @@ class SessionStore:
 
     def _session(self, session_id: str) -> _Session:
         self._check_open()
-        sess = self._sessions.get(session_id)
+        try:
+            sess = self._sessions.get(session_id)
+        except TypeError:  # unhashable, so not a str: validate_session_id says so
+            sess = None
         if sess is None:
             validate_session_id(session_id)
             with self._guard:
@@ -574,6 +577,14 @@ class SessionStore:
             not isinstance(idempotency_key, str) or not idempotency_key
         ):
             raise InvalidRecordError("idempotency_key must be a non-empty str")
+        if idempotency_key is not None and not idempotency_key.isascii():
+            try:
+                idempotency_key.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidRecordError(
+                    f"idempotency_key {idempotency_key!r} is not encodable as UTF-8"
+                    " (lone surrogate)"
+                ) from None
         sess = self._session(session_id)
         wanted = (self.idempotency, *needs) if idempotency_key is not None else needs
         with sess.lock:

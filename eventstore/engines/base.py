@@ -341,6 +341,13 @@ class RepairHold(ABC):
         under, or None when `n` is the whole log (nothing changes).
         """
 
+    def rewrite(self, data: bytes, reason: str) -> str:
+        """Replace the live log by `data` (complete lines; a repair rebuilt them),
+        atomically, saving the whole original aside first under a name containing
+        `reason`; returns that name. Engines that cannot raise NotImplementedError (repair
+        then keeps a prefix instead)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot rewrite a live log")
+
 
 class Engine(ABC):
     """A storage engine: see the module docstring for the contract every method keeps.

@@ -246,8 +246,18 @@ class MemoryEngine(Engine):
             archived = None
             if keep_history:
                 # lines after `covers` stay live: the archive keeps what the snapshot replaced
-                lg.archive.append((head.base_seq, covers.seq, before[: pos.offset]))
-                archived = f"{where}/archive/{head.base_seq:012d}-{covers.seq:012d}"
+                first, kept = head.base_seq, before[: pos.offset]
+                nl = kept.find(b"\n")
+                if kept.startswith(b'{"type":"snapshot",') and any(
+                    last == first for _, last, _ in lg.archive
+                ):
+                    # the archive holds what the old snapshot replaced: keep only the
+                    # events after it, so the archive holds each event once (as the file
+                    # engine does)
+                    first, kept = first + 1, kept[nl + 1 :]
+                if kept:
+                    lg.archive.append((first, covers.seq, kept))
+                    archived = f"{where}/archive/{first:012d}-{covers.seq:012d}"
             tail = before[pos.offset :]
             lg.generation = next(_generations)
             lg.data = bytearray(line + tail)
@@ -337,6 +347,16 @@ class _MemoryRepairHold(RepairHold):
         lg.aside.append((name, bytes(lg.data)))
         lg.generation = next(_generations)
         lg.data = lg.data[:n]
+        lg.head = _scan_head(lg.generation, bytes(lg.data))
+        return name
+
+    def rewrite(self, data: bytes, reason: str) -> str:
+        lg = self._engine._log(self._sid)
+        assert lg is not None  # repair rewrites only a log it read
+        name = f"{self.where}/log.{reason}-{len(lg.aside) + 1}"
+        lg.aside.append((name, bytes(lg.data)))
+        lg.generation = next(_generations)
+        lg.data = type(lg.data)(data)
         lg.head = _scan_head(lg.generation, bytes(lg.data))
         return name
 
