@@ -236,7 +236,7 @@ def test_errors_are_one_line_with_exit_2(tmp_path: Path) -> None:
     corrupt = run("state", root, "golden", ok=2)
     assert corrupt.stderr.count("\n") == 1 and "byte" in corrupt.stderr
     assert "seq 10" in corrupt.stderr
-    run(ok=2)  # no subcommand: usage
+    assert "examples:" in run(ok=0).stdout  # no arguments: the help
 
 
 def test_help_has_examples_and_exit_codes() -> None:
