@@ -23,6 +23,7 @@ from types import ModuleType
 from . import __version__
 from .cli_args import EXIT_OK, EXIT_USAGE, CliError
 from .cli_format import one_line
+from .cli_store import redact_url
 from .errors import EventStoreError
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
@@ -84,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in command_modules():
         module.add_parser(sub)
     return parser
@@ -101,11 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error argparse printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
-    if func is None:
-        parser.print_usage(sys.stderr)
-        print(f"{PROG}: error: give a COMMAND (eventstore --help lists them)", file=sys.stderr)
-        return EXIT_USAGE
+    func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
     except CliError as exc:
@@ -123,7 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    # an error may quote a store URL: never print its password
+    print(f"{PROG}: error: {redact_url(message)}", file=sys.stderr)
     return code
 
 

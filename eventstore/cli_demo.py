@@ -38,7 +38,7 @@ def add_parser(sub: Subparsers) -> None:
         "demo",
         run,
         "write a realistic harness session and print its state",
-        "  eventstore demo\n  eventstore demo --root /tmp/store --session demo-2",
+        "  eventstore demo\n  eventstore demo --root other-store --session demo-2",
     )
     p.add_argument("--root", default=".eventstore", help="store root (default ./.eventstore)")
     p.add_argument(

@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import stat
 from collections.abc import Iterable
 from importlib.metadata import entry_points
 from pathlib import Path
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from .cli_args import CliError
 from .errors import InvalidSessionIdError
@@ -38,19 +39,15 @@ __all__ = [
 ENTRY_POINT_GROUP = "eventstore.event_types"
 
 
+# scheme://user:password@ -- the password is everything up to the last @ of the authority
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/:@\s]*:)[^/\s]*(@)")
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&\s]*", re.IGNORECASE)
+
+
 def redact_url(text: str) -> str:
-    """`text` with the password of a URL (`scheme://user:secret@host`) replaced by `***`."""
-    if "://" not in text:
-        return text
-    try:
-        parts = urlsplit(text)
-    except ValueError:
-        return text
-    if parts.password is None:
-        return text
-    host = parts.netloc.rpartition("@")[2]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    """`text` with every URL password (`scheme://user:secret@host`, `?password=secret`)
+    replaced by `***`; safe on any text, such as an error message quoting a URL."""
+    return _QUERY_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***\2", text))
 
 
 def shown_root(args: argparse.Namespace) -> str:
