@@ -44,23 +44,25 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 EPILOG = """\
 examples:
-  eventstore demo                              write a demo session under ./.eventstore
-  eventstore sessions .eventstore              list the sessions of a store
+  eventstore demo                      write a demo session under ./.eventstore
+  eventstore sessions .eventstore      list the sessions of a store
   eventstore state .eventstore demo --at-seq 10
-  eventstore log .eventstore demo --type feature_pass_updated --since 2026-11-29T10:00
-  eventstore verify .eventstore --all          check every session (exit 1 on a problem)
+  eventstore log .eventstore demo --type feature_pass_updated --json
+  eventstore verify .eventstore --all  check every session (exit 1: a problem)
   eventstore compact .eventstore --all --min-bytes 1000000
-  eventstore follow .eventstore demo --json    like tail -f, one JSON object per event
+  eventstore follow .eventstore demo --json   like tail -f, JSON lines
 
 exit codes:
   0  ok
-  1  problems found (verify, sessions), or some sessions failed (compact, import-legacy)
+  1  problems found (verify, sessions), or some sessions failed (compact,
+     import-legacy)
   2  usage error, missing store root, unknown session, corrupt log
 
-ROOT is a store directory (or a store URL). Times are shown in UTC; --at-time, --since
-and --until take ISO 8601 (no offset: UTC). Every subcommand takes --json; `log` and
-`follow` then print one JSON object per line. Custom event types: --event-types
-MODULE:ATTR, or an entry point in the group `eventstore.event_types`.
+ROOT is a store directory (or a store URL). Times are shown in UTC; --at-time,
+--since and --until take ISO 8601 (no offset: UTC). Every command takes --json;
+`log` and `follow` then print one JSON object per line. Custom event types:
+--event-types MODULE:ATTR, or an entry point in the group
+`eventstore.event_types`.
 """
 
 

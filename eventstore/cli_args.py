@@ -9,6 +9,7 @@ and these helpers, so every command reads and validates its arguments alike.
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TypeAlias
@@ -93,7 +94,7 @@ def add_command(
     p: argparse.ArgumentParser = sub.add_parser(
         name,
         help=help_,
-        description=help_,
+        description=textwrap.fill(help_, 79),  # the raw formatter keeps it as given
         epilog="examples:\n" + examples,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -64,7 +64,7 @@ def add_parser(sub: Subparsers) -> None:
         run_log,
         "show a session's events, one per line",
         "  eventstore log .eventstore demo\n"
-        "  eventstore log .eventstore demo --type progress_appended --type checkpoint_recorded\n"
+        "  eventstore log .eventstore demo --type progress_appended --type snapshot\n"
         "  eventstore log .eventstore demo --from-seq 10 --to-seq 20 --full\n"
         "  eventstore log .eventstore demo --since 2026-11-29T15:00 --json | jq .type",
     )

@@ -60,6 +60,18 @@ def test_a_bad_command_or_option_is_a_usage_error() -> None:
     assert "the following arguments are required: COMMAND" in cli("--bogus", code=2).err
 
 
+def test_every_help_fits_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    parser = build_parser()
+    commands = [a for a in parser._subparsers._group_actions] if parser._subparsers else []
+    names = [name for action in commands for name in getattr(action, "choices", {})]
+    assert len(names) >= 13
+    for argv in (["--help"], *([name, "--help"] for name in names)):
+        out = cli(*argv).out
+        too_long = [line for line in out.splitlines() if display_width(line) > 79]
+        assert not too_long, (argv, too_long)
+
+
 def _help_examples() -> list[str]:
     """Every `eventstore ...` example line of the top-level and per-command help."""
     parser = build_parser()
