@@ -13,6 +13,7 @@ __all__ = [
     "SnapshotVersionError",
     "StorageError",
     "StoreClosedError",
+    "UnknownEngineError",
     "UnknownSessionError",
     "UnsafePathError",
 ]
@@ -105,3 +106,8 @@ class HistoryUnavailableError(EventStoreError, LookupError):
 
 class StoreClosedError(EventStoreError):
     """The store was used after `close()`."""
+
+
+class UnknownEngineError(EventStoreError, ValueError):
+    """A store URL whose scheme no storage engine serves (or whose engine cannot be
+    imported, e.g. an optional extra that is not installed)."""

@@ -1,0 +1,427 @@
+"""The storage engine interface: everything an engine must do for the face, and nothing else.
+
+An engine stores, per session, an ordered log of *lines*: the exact bytes the face
+encoded (one JSON object each, ending in a newline), plus, for compacted sessions, the
+history those lines replaced. An engine knows bytes and line *envelopes* (`seq`, the
+batch marker `more`, the hash `h`, a snapshot's `base_h`; see `eventstore.events`), never
+records, projections or folds. Everything a user sees (the codec and hash chain, folding
+and its caches, compaction's fold and snapshot building, retention, history reads,
+`state_at`, verify, follow, stats, export and repair's decisions) is written once, above
+this interface, in the face (`eventstore.store` and the modules it uses).
+
+Engines are chosen by URL (`open_engine`):
+
+    /some/dir, ./rel, file:///abs/dir     the file engine (eventstore.engines.file)
+    memory://                             a private in-memory engine
+    memory://NAME                         an in-memory engine shared by NAME in this process
+    postgresql://... / postgres://...     eventstore.engines.postgres (imported on use)
+
+The contract, in the order the face uses it:
+
+Reading. `read(sid, position)` returns the committed lines after an opaque `Position`
+(None: the beginning) and the `Head` after them, whose `position` is where the next
+read starts. Committed means complete batches only: a torn tail (a partial line, or a
+batch whose closing line is missing, after a crash) is never returned. If the log was
+replaced since `position` was taken (a snapshot was installed, the session was removed
+or repaired), the result has `reset=True` and its lines start at the beginning of the
+current log (typically with a snapshot line). A position never names a byte offset or
+a file to the face; only the engine that made it may interpret it.
+
+Appending. The face reads up to the head, validates a command against the state it
+folded, encodes the batch chained to that head (`seq` = head.seq + 1.., the first `h`
+linked to `head.link`) and calls `append(sid, batch, expected=head)`. Under the writers'
+exclusion (across threads and processes sharing the store) the engine compares the
+session's current (seq, link) with `expected`; if they differ it writes nothing and
+raises `HeadMovedError` carrying the actual head; the face then catches up, re-validates,
+re-encodes and retries. Otherwise it makes the whole batch durable as one unit (all or
+nothing after a crash) and returns the new head. This is one round trip for a database
+(one statement or server-side function) and it is what makes
+`initialize_session_if_missing` have exactly one winner: the losers' expected head is
+stale, so they re-validate and find the manifest.
+
+Installing a snapshot changes neither the head's `seq` nor its `link` (a snapshot's link
+is its `base_h`, the `h` of the last line it covers), so appends encoded before a
+compaction stay valid after it.
+
+Idempotency. The face is the authority: it checks an idempotency key against its own
+projection after catching up, and the expected-head check makes that race-free (any
+concurrent append moves the head, so the loser re-checks and finds the key). The batch
+carries the key and a fingerprint of the request so that an engine MAY store them (a
+table in a database, for lookups beyond what the face's projection keeps); an engine
+never refuses or replays a batch because of its key.
+
+Snapshots. `install_snapshot(sid, line, covers, keep_history)` replaces the live log by
+one snapshot line that covers every line up to `covers` (the head the face folded),
+followed verbatim by whatever lines were committed after `covers` meanwhile (they chain
+to the snapshot's `base_h`, so the chain holds). It is atomic: at every instant, and after
+a crash at any point, the session has exactly one complete log, the old or the new. With
+`keep_history` the replaced lines stay readable through `history`; without, they are
+gone. If `covers` is no longer in the live log (another snapshot was installed, the
+session was removed or repaired), nothing changes and `HeadMovedError` is raised.
+
+History. `history(sid)` returns one consistent picture of everything the engine still
+holds for a session: the kept segments oldest first, then the live log, each as raw bytes
+(torn tails included: verify reports them) with a name for messages. Consistent means
+as of one instant: no segment is missing or doubled because a compaction ran while it
+was read. Segments may overlap (a snapshot's later lines are copies); the face reads
+each sequence number once.
+
+Waiting. `wait(sid, position, timeout)` blocks until lines may have been committed after
+`position` (or the log was replaced), or `timeout` seconds pass; the caller always re-reads.
+
+Sessions. `list_sessions()` gives the ids of every session with at least one committed
+line; `remove_session(sid)` removes a session's log, history and anything else kept for
+it atomically (no reader ever sees it half-removed) and is safe beside live writers (an
+append racing a removal either lands before it and is removed with it, or sees an empty
+session and raises `HeadMovedError`).
+
+Repair. `hold(sid)` takes the writers' exclusion for an explicit repair and gives the raw
+live log, torn tail included; the face decides what to keep, and `RepairHold.keep_prefix`
+replaces the live log by a prefix of it atomically, saving every byte it drops aside
+first: recovery never destroys a committed byte.
+
+Threads and processes. Every method is safe to call from several threads; an engine whose
+storage is shared across processes (file, database) excludes writers across them. Locks
+and descriptors held per process are reset in a forked child.
+
+Adding an engine: subclass `Engine`, add a module under `eventstore/engines/` with a
+`from_url(url, **options) -> Engine` function and a scheme in `SCHEMES`, and run the
+conformance suite (`tests/test_engine_conformance.py`, with the engine listed in
+`tests/engines.py`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..errors import EventStoreError, UnknownEngineError
+
+__all__ = [
+    "EMPTY_HEAD",
+    "SCHEMES",
+    "Durability",
+    "EncodedBatch",
+    "Engine",
+    "Head",
+    "HeadMovedError",
+    "History",
+    "InstallResult",
+    "Position",
+    "ReadResult",
+    "RepairHold",
+    "Segment",
+    "UnknownEngineError",
+    "open_engine",
+    "scheme_of",
+]
+
+Durability = Literal["flush", "fsync"]
+"""What an append survives: "flush" (reaches the OS: a killed process) or "fsync" (power
+loss). Engines with their own durability settings (a database) may ignore it."""
+
+
+class Position:
+    """An opaque read position made by an engine; only that engine interprets it.
+
+    Positions compare equal when they name the same place in the same log, which is all
+    the face relies on (a cached fold is current when its position equals the head's).
+    Engines subclass it (typically as a frozen dataclass). None, where a position is
+    accepted, means the beginning of the log.
+    """
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The last committed line of a session's live log, and where reading ends.
+
+    `seq`: its sequence number (0: the session has no line). `link`: what the next line
+    chains to (its `h`, or a snapshot's `base_h`; "" for an empty session). `h`: the
+    line's own hash ("" when empty). `position`: just after it (None when empty).
+    `size`: bytes of committed lines in the live log. `base_seq`: the `seq` of the live
+    log's first line (a snapshot's seq after compaction, 1 before; 0 when empty), so the
+    live log holds `seq - base_seq + 1` lines: what automatic compaction measures.
+    """
+
+    seq: int = 0
+    link: str = ""
+    h: str = ""
+    position: Position | None = None
+    size: int = 0
+    base_seq: int = 0
+
+    def same_chain_point(self, other: Head) -> bool:
+        """Whether an append encoded against `other` chains onto this head."""
+        return self.seq == other.seq and self.link == other.link
+
+
+EMPTY_HEAD = Head()
+
+
+class HeadMovedError(EventStoreError):
+    """An engine refused a write because the session's head is not the one expected.
+
+    Raised by `Engine.append` and `Engine.install_snapshot`; nothing was written. `actual`
+    is the head found. The face catches it, catches up, re-validates and retries; users of
+    the session API never see it (an explicit `expected_seq` mismatch is reported as
+    `ConcurrencyError`).
+    """
+
+    def __init__(self, where: str, expected: Head, actual: Head) -> None:
+        super().__init__(
+            f"{where}: the head moved: expected seq {expected.seq} (link {expected.link or '-'}),"
+            f" found seq {actual.seq} (link {actual.link or '-'})"
+        )
+        self.where = where
+        self.expected = expected
+        self.actual = actual
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBatch:
+    """One batch of lines, encoded and chained by the face, written by an engine as a unit.
+
+    `data`: the lines, each ending in a newline, exactly as they must be stored.
+    `first_seq`..`last_seq`: their sequence numbers (contiguous). `hashes`: each line's
+    `h`, in order. `link`: what the line after the batch will chain to. `key` and
+    `fingerprint`: the idempotency key the batch was appended with (on its first line)
+    and a digest of the request; an engine may store them, never acts on them.
+    """
+
+    data: bytes
+    first_seq: int
+    last_seq: int
+    hashes: tuple[str, ...]
+    link: str
+    key: str | None = None
+    fingerprint: str | None = None
+
+    def lines(self) -> list[bytes]:
+        """The lines without their newlines (for engines that store one row per line)."""
+        return self.data.split(b"\n")[:-1]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """What `Engine.read` returns.
+
+    `data`: complete committed lines after the position read from (each ending in a
+    newline; possibly empty). `head`: the head after them; `head.position` is where the
+    next read starts. `reset`: the log was replaced since the position was taken, and
+    `data` starts at the beginning of the current log. `where` and `offset` locate
+    `data[0]` for error messages: a name (a path, or a URL-like name) and the byte offset
+    of the first byte of `data` within the session's live log.
+    """
+
+    data: bytes
+    head: Head
+    reset: bool
+    where: str
+    offset: int = 0
+
+
+class Segment(ABC):
+    """One piece of a session's history as of the instant `history` was taken.
+
+    `archived`: True for a kept (replaced) segment, False for the live log. `where`: its
+    name for messages (a path for the file engine). `size`: its length in bytes as of that
+    instant. `first_seq`/`last_seq`: what the engine recorded the segment as holding
+    (None when it records nothing; verify checks them against the contents).
+    """
+
+    archived: bool
+    where: str
+    size: int
+    first_seq: int | None = None
+    last_seq: int | None = None
+
+    @abstractmethod
+    def read(self) -> bytes:
+        """Its raw bytes as of the instant the history was taken (`size` of them), torn
+        tail included; valid until the history is closed."""
+
+
+class History:
+    """A session's whole history as one consistent picture: `segments` are the archived
+    segments oldest first, then the live log (absent if the session has none).
+
+    A context manager: engines may hold resources (descriptors, a transaction) until it
+    is closed, which is what keeps the picture consistent while segments are read.
+    """
+
+    def __init__(self, segments: list[Segment]) -> None:
+        self.segments = segments
+
+    @property
+    def live(self) -> Segment | None:
+        """The live log's segment, if the session has one."""
+        if self.segments and not self.segments[-1].archived:
+            return self.segments[-1]
+        return None
+
+    def __iter__(self) -> Iterator[Segment]:
+        return iter(self.segments)
+
+    def close(self) -> None:
+        """Release what the engine holds for this picture (nothing by default)."""
+
+    def __enter__(self) -> History:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class InstallResult:
+    """What `install_snapshot` did: the new `head` (same seq and link as before), the
+    `archived` segment's name if the replaced lines were kept, the bytes of the live log
+    `before` and `after` the swap."""
+
+    head: Head
+    archived: str | None
+    before: int
+    after: int
+
+
+class RepairHold(ABC):
+    """The writers' exclusion held for an explicit repair (see `Engine.hold`)."""
+
+    where: str
+    """The live log's name for messages."""
+
+    @property
+    @abstractmethod
+    def data(self) -> bytes:
+        """Every byte of the live log, torn tail included (b"" when it has none)."""
+
+    @abstractmethod
+    def keep_prefix(self, n: int, reason: str) -> str | None:
+        """Replace the live log by its first `n` bytes (a line boundary), atomically.
+
+        Every byte dropped is saved aside first (the whole original, under a name
+        containing `reason`, e.g. "torn" or "corrupt"); returns the name it was saved
+        under, or None when `n` is the whole log (nothing changes).
+        """
+
+
+class Engine(ABC):
+    """A storage engine: see the module docstring for the contract every method keeps.
+
+    `url` names the store (a password, if any, redacted): for messages and for opening
+    the same store again.
+    """
+
+    url: str
+
+    # -- reading ----------------------------------------------------------------------
+
+    @abstractmethod
+    def read(self, session_id: str, position: Position | None) -> ReadResult:
+        """The committed lines after `position` (None: from the beginning)."""
+
+    @abstractmethod
+    def head(self, session_id: str) -> Head:
+        """The session's head, cheaply (from the tail of the log alone)."""
+
+    @abstractmethod
+    def history(self, session_id: str) -> History:
+        """The archived segments then the live log, as of one instant (close it when
+        done: use it as a context manager)."""
+
+    @abstractmethod
+    def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
+        """Block until lines may have been committed after `position` or the log was
+        replaced (True), or `timeout` seconds passed (False). Spurious True is allowed."""
+
+    # -- writing ----------------------------------------------------------------------
+
+    @abstractmethod
+    def append(self, session_id: str, batch: EncodedBatch, expected: Head) -> Head:
+        """Write `batch` atomically if the session's head is still `expected`
+        (compared by seq and link), else raise HeadMovedError; returns the new head."""
+
+    @abstractmethod
+    def install_snapshot(
+        self, session_id: str, line: bytes, covers: Head, *, keep_history: bool
+    ) -> InstallResult:
+        """Replace the live log by `line` (one snapshot line, newline-terminated) plus
+        the lines committed after `covers`, atomically; HeadMovedError if `covers` is no
+        longer in the live log."""
+
+    @abstractmethod
+    def hold(self, session_id: str) -> AbstractContextManager[RepairHold]:
+        """Hold the writers' exclusion for a repair; see `RepairHold`."""
+
+    # -- sessions ---------------------------------------------------------------------
+
+    @abstractmethod
+    def list_sessions(self) -> list[str]:
+        """The ids of every session with a committed line (live or archived), sorted."""
+
+    @abstractmethod
+    def remove_session(self, session_id: str) -> bool:
+        """Remove the session and all it keeps, atomically; False if it did not exist."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release what the engine holds (descriptors, connections). Idempotent."""
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- choosing an engine by URL ----------------------------------------------------------
+
+SCHEMES: dict[str, str] = {
+    "file": "eventstore.engines.file",
+    "memory": "eventstore.engines.memory",
+    "postgresql": "eventstore.engines.postgres",
+    "postgres": "eventstore.engines.postgres",
+}
+"""URL scheme -> the module whose `from_url(url, **options) -> Engine` opens it. Modules
+are imported only when a URL of their scheme is opened."""
+
+
+def scheme_of(url_or_path: str | os.PathLike[str]) -> str:
+    """The scheme of a store URL; "file" for a path (anything without `scheme://`)."""
+    text = os.fspath(url_or_path)
+    head, sep, _ = text.partition("://")
+    if sep and head and head.replace("+", "").replace("-", "").replace(".", "").isalnum():
+        return head.lower()
+    return "file"
+
+
+def open_engine(url_or_path: str | os.PathLike[str], **options: Any) -> Engine:
+    """Open the engine a store URL or path names (see the module docstring).
+
+    `options` go to the engine (e.g. `durability` for the file engine). Raises
+    `UnknownEngineError` for a scheme no engine serves, and whatever the engine raises
+    for a URL it cannot open.
+    """
+    scheme = scheme_of(url_or_path)
+    module_name = SCHEMES.get(scheme)
+    if module_name is None:
+        raise UnknownEngineError(
+            f"no storage engine for {scheme}:// URLs (known: {', '.join(sorted(SCHEMES))})"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UnknownEngineError(
+            f"the {scheme}:// engine ({module_name}) cannot be imported: {exc}"
+        ) from exc
+    engine = module.from_url(url_or_path, **options)
+    if not isinstance(engine, Engine):
+        raise TypeError(f"{module_name}.from_url returned {type(engine).__name__}, not an Engine")
+    return engine
