@@ -2,7 +2,7 @@
 writers; one failure never stops the rest. A view of `SessionStore.compact`.
 
 Whether a session is worth compacting (`--min-bytes`, `--min-events`, `--dry-run`) is
-decided from the size of its live log and its sequence numbers, never by reading the
+decided from its head (the live log's size and sequence numbers), never by reading the
 log whole and never through a link. On a terminal a progress bar runs on stderr while
 each session's line is printed above it.
 """
@@ -10,8 +10,6 @@ each session's line is printed above it.
 from __future__ import annotations
 
 import argparse
-import os
-import stat
 import sys
 import time
 from typing import Any, TextIO
@@ -27,9 +25,7 @@ from .cli_args import (
 )
 from .cli_format import emit_json, fmt_bytes, one_line, plural, shorten
 from .cli_store import need_sessions, open_store, shown_root
-from .errors import EventStoreError, UnknownSessionError, UnsafePathError
-from .layout import SessionPaths
-from .log import FileSessionLog
+from .errors import EventStoreError, UnknownSessionError
 from .store import SessionStore
 
 __all__ = ["add_parser", "run"]
@@ -156,20 +152,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def live_log_size(store: SessionStore, sid: str) -> tuple[int, int]:
-    """(bytes, events) of the session's live log, from its size, its first line and its
-    tail: never read whole, never through a link."""
-    paths = SessionPaths(store.root, sid)
-    paths.check_no_links()
-    try:
-        st = os.lstat(paths.log)
-    except FileNotFoundError:
-        raise UnknownSessionError(f"session {sid!r} has no live log") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise UnsafePathError(f"{paths.log} is not a regular file; eventstore never follows it")
-    flog = FileSessionLog(paths, store.codec, store.durability)
-    last = flog.last_seq()
-    first = flog.first_seq((st.st_dev, st.st_ino))
-    return st.st_size, (last - first + 1 if first and last >= first else 0)
+    """(bytes, events) of the session's live log, from its head alone: never read whole
+    (the file engine reads the tail and refuses links)."""
+    head = store.engine.head(sid)
+    if head.seq == 0:
+        raise UnknownSessionError(f"session {sid!r} has no committed event")
+    return head.size, head.seq - head.base_seq + 1
 
 
 def _compact_one(store: SessionStore, sid: str, args: argparse.Namespace) -> dict[str, Any]:

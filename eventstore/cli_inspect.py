@@ -5,11 +5,9 @@
 from __future__ import annotations
 
 import argparse
-import os
-import stat
 import sys
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from . import audit
@@ -40,7 +38,7 @@ from .cli_format import (
     table,
 )
 from .cli_store import need_session, open_store, shown_root
-from .errors import EventStoreError, UnsafePathError
+from .errors import EventStoreError
 from .events import Event
 from .store import SessionStore
 
@@ -132,18 +130,16 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def _session_row(store: SessionStore, sid: str) -> dict[str, Any]:
-    """One row of `sessions`; raises for a session that cannot be read safely."""
-    files = audit.history_files(store, sid)  # refuses planted links in the session's dirs
-    live = [f for f in files if not f.archived]
-    st = os.lstat(live[0].path) if live else None  # never through a link
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        raise UnsafePathError(f"{live[0].path} is not a regular file; eventstore never follows it")
+    """One row of `sessions`, from the session's head and the names of its history
+    (nothing is read whole); raises for a session that cannot be read safely."""
+    head = store.engine.head(sid)
+    files = audit.history_files(store, sid)
     return {
         "session_id": sid,
-        "last_seq": store.last_seq(sid) if live else 0,
-        "log_bytes": st.st_size if st else 0,
+        "last_seq": head.seq,
+        "log_bytes": head.size,
+        "log_events": head.seq - head.base_seq + 1 if head.seq else 0,
         "archive_files": sum(1 for f in files if f.archived),
-        "updated": datetime.fromtimestamp(st.st_mtime, UTC) if st else None,
         "error": None,
     }
 
@@ -158,7 +154,7 @@ def run_sessions(args: argparse.Namespace) -> int:
             except (EventStoreError, OSError) as exc:
                 rows.append(
                     {"session_id": sid, "last_seq": None, "log_bytes": None,
-                     "archive_files": None, "updated": None, "error": one_line(exc)}
+                     "log_events": None, "archive_files": None, "error": one_line(exc)}
                 )  # fmt: skip
     bad = [r for r in rows if r["error"]]
     status = EXIT_PROBLEMS if bad else EXIT_OK
@@ -171,18 +167,18 @@ def run_sessions(args: argparse.Namespace) -> int:
     elif good:
         print(
             table(
-                ["SESSION", "LAST SEQ", "LOG", "ARCHIVED", "UPDATED"],
+                ["SESSION", "LAST SEQ", "LOG", "IN LOG", "ARCHIVED"],
                 [
                     [
                         r["session_id"],
                         r["last_seq"],
                         fmt_bytes(r["log_bytes"]),
+                        r["log_events"],
                         r["archive_files"],
-                        fmt_time(r["updated"]),
                     ]
                     for r in good
                 ],
-                right=(1, 2, 3),
+                right=(1, 2, 3, 4),
             )
         )
     for r in bad:

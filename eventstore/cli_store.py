@@ -1,6 +1,7 @@
 """Opening the store a command's ROOT names, the one way every `eventstore` command does.
 
-ROOT is a directory path or a store URL. A read never creates a store: a missing
+ROOT is a directory path or a store URL (`file://`, `memory://`, `postgresql://`, ...:
+whatever `SessionStore` opens). A read never creates a directory: a missing
 directory, or a file where the directory should be, is a one-line error. Custom event
 types come from `--event-types MODULE:ATTR` and from the `eventstore.event_types`
 entry-point group, so `log`, `state` and `verify` decode them like the built-in ones.
@@ -112,16 +113,15 @@ def _event_classes(obj: object, where: str) -> list[type[Event]]:
 def open_store(args: argparse.Namespace, *, create: bool = False) -> SessionStore:
     """The store `args.root` names, knowing `args.event_types` and the plug-in types.
 
-    Refuses (CliError) a path that does not exist (unless `create`) or is not a
-    directory, without creating anything.
+    ROOT is a directory, a `file://` URL, or any store URL an engine serves (memory://,
+    postgresql://...). Refuses (CliError) a path that does not exist (unless `create`)
+    or is not a directory, without creating anything.
     """
     root = str(args.root)
     if not root:
         raise CliError("ROOT is empty: give a store directory or URL")
     path = store_path(root)
-    if path is None:
-        raise CliError(f"unsupported store URL {redact_url(root)!r} (give a directory)")
-    if not create:
+    if path is not None and not create:
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -131,7 +131,9 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> SessionStor
         if not stat.S_ISDIR(st.st_mode):
             raise CliError(f"{path} is a file, not a store directory")
     types = load_event_types(getattr(args, "event_types", None) or [])
-    return SessionStore(path, event_types=types)
+    # another URL (memory://, postgresql://) goes to the engine it names, which refuses
+    # what it cannot open with a typed error
+    return SessionStore(root if path is None else path, event_types=types)
 
 
 def need_session(store: SessionStore, session_id: str, shown: str) -> None:

@@ -84,9 +84,12 @@ def test_demo_writes_then_continues(demo: tuple[Path, str, str], tmp_path: Path)
 def test_sessions(demo: tuple[Path, str, str]) -> None:
     root = demo[0]
     out = cli("sessions", root).out
-    assert out.splitlines()[0].split() == ["SESSION", "LAST", "SEQ", "LOG", "ARCHIVED", "UPDATED"]
-    assert out.splitlines()[1].split()[:2] == ["demo", "40"]
-    assert cli("sessions", root, "--json").json()[0]["last_seq"] == 40
+    assert out.splitlines()[0].split() == ["SESSION", "LAST", "SEQ", "LOG", "IN", "LOG", "ARCHIVED"]
+    row = out.splitlines()[1].split()
+    assert row[:2] == ["demo", "40"] and row[4:] == ["40", "0"]
+    doc = cli("sessions", root, "--json").json()[0]
+    assert doc["last_seq"] == 40 and doc["log_events"] == 40
+    assert doc["log_bytes"] == SessionPaths(root, "demo").log.stat().st_size
 
 
 def test_sessions_of_an_empty_store(tmp_path: Path) -> None:
