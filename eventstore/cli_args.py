@@ -11,8 +11,11 @@ from __future__ import annotations
 import argparse
 import textwrap
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TypeAlias
+
+from .errors import InvalidArgumentError
+from .history import parse_time as parse_iso_time
 
 __all__ = [
     "EXIT_OK",
@@ -50,12 +53,12 @@ class CliError(Exception):
 
 
 def parse_time(text: str) -> datetime:
-    """ISO 8601 (`2026-11-29T15:40`, `...Z`, `...+01:00`); no offset means UTC."""
+    """ISO 8601 (`2026-11-29T15:40`, `...Z`, `...+01:00`); no offset means UTC (the
+    library's own parser, so `--at-time` and `state_at(at=str)` agree)."""
     try:
-        ts = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+        return parse_iso_time(text)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def nonneg_int(text: str) -> int:

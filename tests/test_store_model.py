@@ -160,6 +160,7 @@ class SessionStoreMachine(RuleBasedStateMachine):
         entry: ProgressEntry | None,
         checkpoint: RunCheckpoint | None,
     ) -> None:
+        manifest = msgspec.structs.replace(manifest, session_id=sid)  # it names its session
         ref = self.ref[sid]
         fresh = ref.manifest is None
         got = self.stores[w].initialize_session_if_missing(
@@ -184,6 +185,7 @@ class SessionStoreMachine(RuleBasedStateMachine):
 
     @rule(sid=sids, w=which, manifest=manifests())
     def save_manifest(self, sid: str, w: str, manifest: SessionManifest) -> None:
+        manifest = msgspec.structs.replace(manifest, session_id=sid)  # it names its session
         self.stores[w].save_manifest(sid, manifest)
         self.ref[sid].manifest = manifest
         self.ref[sid].wrote()
