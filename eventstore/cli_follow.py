@@ -21,8 +21,9 @@ from .cli_args import (
     nonneg_int,
     positive_seconds,
 )
-from .cli_format import emit_json_line, event_line, event_to_json, shorten, terminal_width
+from .cli_format import emit_json_line, event_line, shorten, terminal_width
 from .cli_store import need_session, open_store, shown_root
+from .export import event_to_json
 
 __all__ = ["add_parser", "run"]
 

@@ -16,18 +16,8 @@ from typing import Any
 
 import msgspec
 
-from .events import (
-    CheckpointRecorded,
-    Event,
-    FeatureListReplaced,
-    FeaturePassUpdated,
-    ManifestSet,
-    MessagesAppended,
-    ProgressAppended,
-    Snapshot,
-    UnknownEvent,
-    event_tag,
-)
+from .events import Event, UnknownEvent, event_tag
+from .export import event_summary
 from .records import BootstrapState, InitCommand
 
 __all__ = [
@@ -35,8 +25,7 @@ __all__ = [
     "emit_json",
     "emit_json_line",
     "event_line",
-    "event_summary",
-    "event_to_json",
+    "event_type",
     "fmt_bytes",
     "fmt_time",
     "kv",
@@ -182,15 +171,6 @@ def emit_json_line(obj: Any) -> None:
 
 # -- events ----------------------------------------------------------------------------
 
-_json = msgspec.json.Encoder()
-
-
-def event_to_json(ev: Event) -> Any:
-    """An event as JSON-ready builtins (an unknown event as its original line)."""
-    if type(ev) is UnknownEvent:
-        return msgspec.json.decode(ev.raw)
-    return msgspec.json.decode(_json.encode(ev))
-
 
 def event_type(ev: Event) -> str:
     """The event's `type` tag (an unknown event's own type name)."""
@@ -199,46 +179,13 @@ def event_type(ev: Event) -> str:
     return event_tag(type(ev))
 
 
-def event_summary(ev: Event) -> str:
-    """A one-line human summary of an event's payload."""
-    if type(ev) is UnknownEvent:
-        return f"(unknown type {ev.type_name!r}; load it with --event-types)"
-    if isinstance(ev, ManifestSet):
-        m = ev.manifest
-        steps = len(m.init_plan.steps) if m.init_plan else 0
-        return (
-            f"objective: {m.current_objective} (branch {m.active_branch},"
-            f" commit {m.last_known_good_commit or '-'}, {plural(steps, 'init step')})"
-        )
-    if isinstance(ev, FeatureListReplaced):
-        fs = ev.features
-        done = sum(1 for f in fs if f.passes)
-        ids = ", ".join(f.id for f in fs)
-        return f"{plural(len(fs), 'feature')} ({done} passing)" + (f": {ids}" if fs else "")
-    if isinstance(ev, FeaturePassUpdated):
-        return f"{ev.feature_id} -> {'passes' if ev.passes else 'fails'}"
-    if isinstance(ev, ProgressAppended):
-        return f"[{ev.entry.run_id}] {ev.entry.summary}"
-    if isinstance(ev, CheckpointRecorded):
-        c = ev.checkpoint
-        return f"[{c.run_id}] {c.status.value}" + (f": {c.note}" if c.note else "")
-    if isinstance(ev, MessagesAppended):
-        ms = ev.messages
-        head = f": {ms[0].role.value}: {ms[0].content}" if ms else ""
-        return plural(len(ms), "message") + head
-    if isinstance(ev, Snapshot):
-        return f"snapshot of seq 1..{ev.seq} (base_h {ev.base_h}; {', '.join(ev.states)})"
-    payload = {
-        k: v
-        for k, v in event_to_json(ev).items()
-        if k not in ("type", "seq", "ts", "more", "key", "v", "h")
-    }
-    return _json.encode(payload).decode()
-
-
 def event_line(ev: Event) -> list[str]:
-    """SEQ, TIME, TYPE, SUMMARY of one event (a row of `log`, a line of `follow`)."""
-    return [str(ev.seq), fmt_time(ev.ts), event_type(ev), event_summary(ev)]
+    """SEQ, TIME, TYPE, SUMMARY of one event (a row of `log`, a line of `follow`): the
+    library's summary, with how to make an unknown type known."""
+    summary = event_summary(ev)
+    if type(ev) is UnknownEvent:
+        summary = f"(unknown type {ev.type_name!r}; load it with --event-types)"
+    return [str(ev.seq), fmt_time(ev.ts), event_type(ev), summary]
 
 
 # -- the bootstrap state ---------------------------------------------------------------

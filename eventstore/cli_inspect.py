@@ -28,7 +28,6 @@ from .cli_format import (
     emit_json,
     emit_json_line,
     event_line,
-    event_to_json,
     fmt_bytes,
     fmt_time,
     kv,
@@ -40,6 +39,7 @@ from .cli_format import (
 from .cli_store import need_session, open_store, shown_root
 from .errors import EventStoreError
 from .events import Event
+from .export import event_to_json
 from .store import SessionStore
 
 __all__ = ["add_parser"]

@@ -29,6 +29,7 @@ from eventstore import (
     FeatureNotFoundError,
     FeatureRecord,
     HistoryUnavailableError,
+    IdempotencyConflictError,
     Message,
     ProgressAppended,
     ProgressEntry,
@@ -52,7 +53,8 @@ class Ref:
     checkpoints: list[RunCheckpoint] = field(default_factory=list)
     transcript: list[Message] = field(default_factory=list)
     seq: int = 0  # events written: refused operations write none
-    keys: dict[str, tuple[int, int]] = field(default_factory=dict)  # idempotency keys
+    # idempotency key -> (first seq, last seq) and the request: (run_id, summary) per entry
+    keys: dict[str, tuple[tuple[int, int], list[tuple[str, str]]]] = field(default_factory=dict)
     # what state_at(seq) must give; None inside a batch (not modelled), GONE where a
     # compaction without an archive dropped it
     history: dict[int, tuple[BootstrapState, list[Message]] | str | None] = field(
@@ -62,6 +64,8 @@ class Ref:
     hist_progress: list[ProgressEntry] = field(default_factory=list)
     hist_checkpoints: list[RunCheckpoint] = field(default_factory=list)
     hist_transcript: list[Message] = field(default_factory=list)
+    archived_upto: int = 0  # events 1..this are in an archive (kept by a compaction)
+    dropped: set[int] = field(default_factory=set)  # events compacted away, no archive
 
     def state(self) -> BootstrapState:
         return BootstrapState(
@@ -250,14 +254,29 @@ class SessionStoreMachine(RuleBasedStateMachine):
         self, sid: str, w: str, entries: list[ProgressEntry], expect: str, key: str | None
     ) -> None:
         """`append` with an expected sequence number and an idempotency key: a seen key
-        replays its first result and writes nothing; a wrong expected seq raises
-        ConcurrencyError and writes nothing."""
+        replays its first result for the same request (times inside records aside) and
+        refuses another (IdempotencyConflictError), writing nothing either way; a wrong
+        expected seq raises ConcurrencyError and writes nothing."""
         ref = self.ref[sid]
         expected = {"none": None, "right": ref.seq, "wrong": ref.seq + 1}[expect]
         events = [ProgressAppended(entry=e) for e in entries]
+        request = [(e.run_id, e.summary) for e in entries]
         if key is not None and key in ref.keys:
-            res = self.stores[w].append(sid, events, expected_seq=expected, idempotency_key=key)
-            assert res.replayed and (res.first_seq, res.last_seq) == ref.keys[key]
+            span, first_request = ref.keys[key]
+            if request != first_request:
+                # a batch compacted away without an archive cannot be compared: it replays
+                gone = any(s in ref.dropped for s in range(span[0], span[1] + 1))
+                try:
+                    res = self.stores[w].append(
+                        sid, events, expected_seq=expected, idempotency_key=key
+                    )
+                except IdempotencyConflictError as exc:
+                    assert (exc.first_seq, exc.last_seq) == span
+                    return
+                assert gone, "a key reused for another request replayed"
+            else:
+                res = self.stores[w].append(sid, events, expected_seq=expected, idempotency_key=key)
+            assert res.replayed and (res.first_seq, res.last_seq) == span
             return
         if expect == "wrong":
             with pytest.raises(ConcurrencyError) as info:
@@ -270,7 +289,7 @@ class SessionStoreMachine(RuleBasedStateMachine):
             ref.seq + len(events),
         )
         if key is not None:
-            ref.keys[key] = (res.first_seq, res.last_seq)
+            ref.keys[key] = ((res.first_seq, res.last_seq), request)
         for e in entries:
             ref.progress_added(e)
         ref.wrote(len(events))
@@ -289,10 +308,15 @@ class SessionStoreMachine(RuleBasedStateMachine):
             ref.progress = _keep(ref.progress, retention.progress)
             ref.checkpoints = _keep(ref.checkpoints, retention.checkpoints)
             ref.transcript = _keep(ref.transcript, retention.messages)
-        if not archive:
-            # the history before the snapshot is gone; the snapshot stands in at its seq
+        if archive:
+            ref.archived_upto = ref.seq
+        else:
+            # the history before the snapshot is gone, but for what an earlier compaction
+            # archived; the snapshot stands in at its seq
             for s in ref.history:
-                ref.history[s] = GONE
+                if s > ref.archived_upto:
+                    ref.history[s] = GONE
+            ref.dropped.update(range(ref.archived_upto + 1, ref.seq + 1))
             ref.hist_progress = list(ref.progress)
             ref.hist_checkpoints = list(ref.checkpoints)
             ref.hist_transcript = list(ref.transcript)
