@@ -40,6 +40,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eventstore.cli_compact",
     "eventstore.cli_legacy",
     "eventstore.cli_contexts",
+    "eventstore.cli_report",
 )
 
 EPILOG = """\

@@ -92,8 +92,14 @@ def _help_examples() -> list[str]:
 
 
 # examples that cannot run on a fresh demo store: their stores are elsewhere, or they
-# run until stopped (follow is exercised in test_follow_* and tests/test_cli_smoke.py)
-NOT_ON_A_DEMO = ("eventstore follow", "eventstore contexts", "eventstore import-legacy")
+# run until stopped (follow is exercised in test_follow_* and tests/test_cli_smoke.py,
+# serve in tests/test_report_serve.py)
+NOT_ON_A_DEMO = (
+    "eventstore follow",
+    "eventstore serve",
+    "eventstore contexts",
+    "eventstore import-legacy",
+)
 
 
 def test_every_help_example_runs_on_a_fresh_demo(

@@ -509,7 +509,18 @@ class FileEngine(Engine):
 
             def link_old_log() -> None:
                 nonlocal archived, pending
+                # the old log becomes history: under durability="flush" its last appends
+                # may still be only in the OS cache, and the archive must hold them all
+                if self.durability != "fsync":
+                    sync_fd = open_private(paths.log, os.O_RDONLY)
+                    try:
+                        os.fsync(sync_fd)
+                    finally:
+                        os.close(sync_fd)
                 ensure_private_dir(paths.archive)
+                # the archive's own name must be durable before the swap relies on it:
+                # otherwise a power loss can keep the new log and lose `archive/`
+                fsync_dir(paths.dir)
                 archived = _archive_name(paths.archive, old_base, head.seq)
                 # linked under a pending name: until the swap it is the live log, and
                 # history readers must not take it for history
@@ -592,7 +603,11 @@ class FileEngine(Engine):
             except OSError as exc:
                 raise _storage_error(paths.dir, "removing the session", exc) from exc
             sess.known = None
-        shutil.rmtree(trash, ignore_errors=True)
+        # what was renamed is no session any more: delete it, and what a removal that
+        # crashed before finishing left behind
+        for name in os.listdir(trash.parent):
+            if name.startswith(_REMOVED_PREFIX):
+                shutil.rmtree(trash.parent / name, ignore_errors=True)
         return had
 
     def close(self) -> None:
@@ -691,7 +706,7 @@ def from_url(url_or_path: str | os.PathLike[str], **options: Any) -> FileEngine:
             rest = "/" + path
         text = rest
     if not text:
-        raise ValueError("a store needs a path (got an empty one)")
+        raise UnsafePathError("an empty store path would mean the current directory; give one")
     return FileEngine(text, **options)
 
 
@@ -711,6 +726,11 @@ def _ensure_root(root: Path) -> None:
                 raise StorageError(
                     f"cannot create the store root {root}: {exc}", exc.errno
                 ) from exc
+        for path in reversed(missing):  # their names must survive power loss too
+            try:
+                fsync_dir(path.parent)
+            except OSError:
+                pass  # the directories exist and work; only power-loss durability is lost
         return
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"store root {root} exists and is not a directory")
