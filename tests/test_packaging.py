@@ -26,6 +26,15 @@ def test_the_distribution_name_is_ours_and_the_import_name_is_eventstore() -> No
     assert PYPROJECT["project"]["scripts"] == {"eventstore": "eventstore.cli:main"}
 
 
+def test_extras_refer_to_this_distribution_by_its_name() -> None:
+    """An extra that pulls in other extras names this distribution; `eventstore[...]`
+    would install the unrelated PyPI project of that name."""
+    for extra, reqs in PYPROJECT["project"]["optional-dependencies"].items():
+        for req in reqs:
+            name = req.split("[")[0].split(">")[0].split("=")[0].strip().lower()
+            assert name != "eventstore", (extra, req)
+
+
 def test_license_is_an_spdx_string_with_its_file() -> None:
     project = PYPROJECT["project"]
     assert project["license"] == "MIT"  # PEP 639; a table is deprecated by setuptools

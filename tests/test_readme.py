@@ -11,13 +11,16 @@ each shown line's first word must match the real output's (times, hashes, sizes 
 durations are masked), and the exit status must be 0 unless the command ends with a
 comment `# exit N`. Blocks of other languages (json, toml, plain) are not run.
 
-Nothing is skipped silently: the only things not run are in SKIP below, each with why.
-A block naming a `postgresql://` URL runs only when EVENTSTORE_TEST_POSTGRES_URL is set
-(its URLs are replaced by that one).
+Nothing is skipped silently: the only things not run are in SKIP below, each with why;
+a `python` block whose imports are not installed (an optional extra) is skipped naming
+the missing module; a block naming a `postgresql://` URL runs only when
+EVENTSTORE_TEST_POSTGRES_URL is set (its URLs are replaced by that one).
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
 import os
 import re
 import shutil
@@ -44,6 +47,7 @@ SKIP: dict[str, str] = {
     ".venv/bin/mypy": "development tooling, run by the development workflow",
     "eventstore follow": "runs until stopped; tested in tests/test_cli_refusals.py",
     "python -m bench": "minutes of benchmarks; tested in tests/test_bench_check.py",
+    "sudo ": "installs system packages on the reader's machine",
 }
 
 
@@ -115,6 +119,25 @@ def _env(home: Path) -> dict[str, str]:
     return env
 
 
+def _needs_extras(block: Block) -> None:
+    """Skip a python block whose imports are not installed here (an optional extra)."""
+    try:
+        tree = ast.parse(block.text)
+    except SyntaxError:
+        return  # the run reports it
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except ImportError as exc:
+                pytest.skip(f"{block.id} needs an optional dependency: {exc}")
+
+
 def _postgres(block: Block) -> Block:
     if "postgresql://" not in block.text and "postgres://" not in block.text:
         return block
@@ -176,6 +199,7 @@ def test_readme_block(block: Block, home: Path, tmp_path: Path) -> None:
     block = _postgres(block)
     env = _env(home)
     if block.lang == "python":
+        _needs_extras(block)
         script = tmp_path / "block.py"
         script.write_text(block.text, encoding="utf-8")
         proc = subprocess.run(
