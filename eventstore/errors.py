@@ -117,8 +117,8 @@ class UnknownEngineError(EventStoreError, ValueError):
 
 
 class InvalidArgumentError(EventStoreError, ValueError):
-    """An argument eventstore cannot use (a durability it does not offer, an empty store
-    root, a time that is not ISO 8601); nothing was changed."""
+    """An argument eventstore cannot use (a durability it does not offer, a time that is
+    not ISO 8601); nothing was changed."""
 
 
 class UnknownProjectionError(EventStoreError, KeyError):

@@ -12,6 +12,7 @@ advanced by the appended events without reading them back.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import logging
 import os
@@ -65,6 +66,7 @@ from .events import (
     Snapshot,
     UnknownEvent,
     Upcaster,
+    event_tag,
     validated_copy,
 )
 from .history import fold_events
@@ -193,9 +195,6 @@ class SessionStore:
     ) -> None:
         if durability not in ("flush", "fsync"):
             raise InvalidArgumentError(f"durability must be 'flush' or 'fsync', not {durability!r}")
-        if isinstance(root, str) and not root:
-            # "" would silently be the current directory
-            raise InvalidArgumentError("the store root is empty: give a directory or a URL")
         self.durability: Durability = durability
         self.engine: Engine = (
             root if isinstance(root, Engine) else open_engine(root, durability=durability)
@@ -661,8 +660,9 @@ class SessionStore:
             if type(ev) is UnknownEvent:
                 data = msgspec.json.decode(ev.raw)
             else:
-                data = msgspec.to_builtins(ev, builtin_types=(datetime,))
-            payload = {k: _mask_times(v) for k, v in data.items() if k not in _ENVELOPE}
+                data = _request_form(ev)
+                data["type"] = event_tag(type(ev))
+            payload = {k: v for k, v in data.items() if k not in _ENVELOPE}
             digest.update(msgspec.json.encode(payload, order="sorted") + b"\n")
         return digest.hexdigest()
 
@@ -694,13 +694,21 @@ class SessionStore:
 _ENVELOPE = frozenset({"seq", "ts", "more", "key", "v", "h"})
 
 
-def _mask_times(value: Any) -> Any:
+def _request_form(value: Any) -> Any:
+    """`value` as plain data for a fingerprint: Structs as dicts of every field, times
+    masked, raw JSON decoded, enums as their values."""
     if isinstance(value, datetime):
         return "<time>"
+    if isinstance(value, msgspec.Raw):
+        return _request_form(msgspec.json.decode(value))
+    if isinstance(value, msgspec.Struct):
+        return {f: _request_form(getattr(value, f)) for f in value.__struct_fields__}
     if isinstance(value, dict):
-        return {k: _mask_times(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mask_times(v) for v in value]
+        return {str(k): _request_form(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_request_form(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return value.value
     return value
 
 

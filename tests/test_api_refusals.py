@@ -26,6 +26,7 @@ from eventstore import (
     RunCheckpoint,
     SessionStore,
     UnknownProjectionError,
+    UnsafePathError,
 )
 
 
@@ -228,6 +229,7 @@ def test_duplicate_feature_ids_are_refused(store: SessionStore) -> None:
 
 def test_an_empty_root_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(InvalidArgumentError, match="empty"):
+    with pytest.raises(UnsafePathError, match="empty") as info:
         SessionStore("")
+    assert isinstance(info.value, EventStoreError)
     assert list(tmp_path.iterdir()) == []  # the current directory was not used
