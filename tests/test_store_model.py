@@ -55,6 +55,8 @@ class Ref:
     seq: int = 0  # events written: refused operations write none
     # idempotency key -> (first seq, last seq) and the request: (run_id, summary) per entry
     keys: dict[str, tuple[tuple[int, int], list[tuple[str, str]]]] = field(default_factory=dict)
+    # events a compaction without archive may have dropped (an earlier archive may hold them)
+    dropped: set[int] = field(default_factory=set)
     # what state_at(seq) must give; None inside a batch (not modelled), GONE where a
     # compaction without an archive dropped it
     history: dict[int, tuple[BootstrapState, list[Message]] | str | None] = field(
@@ -64,8 +66,6 @@ class Ref:
     hist_progress: list[ProgressEntry] = field(default_factory=list)
     hist_checkpoints: list[RunCheckpoint] = field(default_factory=list)
     hist_transcript: list[Message] = field(default_factory=list)
-    archived_upto: int = 0  # events 1..this are in an archive (kept by a compaction)
-    dropped: set[int] = field(default_factory=set)  # events compacted away, no archive
 
     def state(self) -> BootstrapState:
         return BootstrapState(
@@ -308,15 +308,11 @@ class SessionStoreMachine(RuleBasedStateMachine):
             ref.progress = _keep(ref.progress, retention.progress)
             ref.checkpoints = _keep(ref.checkpoints, retention.checkpoints)
             ref.transcript = _keep(ref.transcript, retention.messages)
-        if archive:
-            ref.archived_upto = ref.seq
-        else:
-            # the history before the snapshot is gone, but for what an earlier compaction
-            # archived; the snapshot stands in at its seq
+        if not archive:
+            # the history before the snapshot is gone; the snapshot stands in at its seq
             for s in ref.history:
-                if s > ref.archived_upto:
-                    ref.history[s] = GONE
-            ref.dropped.update(range(ref.archived_upto + 1, ref.seq + 1))
+                ref.history[s] = GONE
+            ref.dropped.update(range(1, ref.seq + 1))
             ref.hist_progress = list(ref.progress)
             ref.hist_checkpoints = list(ref.checkpoints)
             ref.hist_transcript = list(ref.transcript)
