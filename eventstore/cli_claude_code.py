@@ -26,6 +26,7 @@ from typing import TextIO
 
 import msgspec
 
+from .cli_format import table
 from .engines.base import scheme_of
 from .errors import EventStoreError
 from .integrations.claude_code import (
@@ -193,8 +194,6 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         out.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")
     else:
         if rows:
-            from .cli import table  # the command's one table formatter (cli imports us)
-
             headers = ["RESULT", "LINES", "NEW", "MESSAGES", "ALREADY", "SKIPPED", "SESSIONS"]
             print(table([*headers, "FILE"], rows, right=(1, 2, 3, 4, 5)), file=out)
         new = sum(sum(r.appended.values()) for _, r, _ in reports)

@@ -29,8 +29,8 @@ __all__ = ["add_parser", "run"]
 
 _EXAMPLES = """\
 examples:
-  eventstore contexts ~/.murmur/contexts             which harness session each context resumes
-  eventstore contexts ~/.murmur/contexts --history   every put and forget, oldest first
+  eventstore contexts ~/.murmur/contexts             # each context's session
+  eventstore contexts ~/.murmur/contexts --history   # every put and forget
   eventstore contexts ~/.murmur/contexts --json | jq '.[].session_id'
 """
 

@@ -26,8 +26,8 @@ __all__ = ["add_parser", "run", "run_serve"]
 
 _EXAMPLES = """\
 examples:
-  eventstore report .eventstore demo -o demo.html       then open demo.html in a browser
-  eventstore report .eventstore demo -o - > demo.html   the page on standard output
+  eventstore report .eventstore demo -o demo.html       # open it in a browser
+  eventstore report .eventstore demo -o - > demo.html   # on standard output
   eventstore report .eventstore demo -o demo.html --max-bytes 2000000
 """
 

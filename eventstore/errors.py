@@ -8,12 +8,15 @@ __all__ = [
     "EventStoreError",
     "FeatureNotFoundError",
     "HistoryUnavailableError",
+    "IdempotencyConflictError",
+    "InvalidArgumentError",
     "InvalidRecordError",
     "InvalidSessionIdError",
     "SnapshotVersionError",
     "StorageError",
     "StoreClosedError",
     "UnknownEngineError",
+    "UnknownProjectionError",
     "UnknownSessionError",
     "UnsafePathError",
     "UnsupportedError",
@@ -117,3 +120,34 @@ class UnknownEngineError(EventStoreError, ValueError):
 
 class UnsupportedError(EventStoreError):
     """The store's engine does not offer an optional operation (e.g. pruning history)."""
+
+
+class InvalidArgumentError(EventStoreError, ValueError):
+    """An argument eventstore cannot use (a durability it does not offer, a time that is
+    not ISO 8601); nothing was changed."""
+
+
+class UnknownProjectionError(EventStoreError, KeyError):
+    """A projection name that is not registered with the store."""
+
+    def __str__(self) -> str:  # a KeyError would show the message quoted
+        return str(self.args[0]) if self.args else ""
+
+
+class IdempotencyConflictError(EventStoreError):
+    """An idempotency key reused for a different request; nothing was written.
+
+    The same request with the same key replays the first result. `key`, `session_id`
+    and `first_seq`/`last_seq` (what the key was first given to) say where.
+    """
+
+    def __init__(self, session_id: str, key: str, first_seq: int, last_seq: int) -> None:
+        span = f"seq {first_seq}" if first_seq == last_seq else f"seq {first_seq}..{last_seq}"
+        super().__init__(
+            f"session {session_id!r}: idempotency key {key!r} was used for a different"
+            f" request ({span}); use a new key for a new request"
+        )
+        self.session_id = session_id
+        self.key = key
+        self.first_seq = first_seq
+        self.last_seq = last_seq

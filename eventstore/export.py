@@ -13,7 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .events import Event, Snapshot, UnknownEvent
+from .events import (
+    CheckpointRecorded,
+    Event,
+    FeatureListReplaced,
+    FeaturePassUpdated,
+    ManifestSet,
+    MessagesAppended,
+    ProgressAppended,
+    Snapshot,
+    UnknownEvent,
+)
 from .history import iter_history, require_history
 from .log import read_lines
 
@@ -108,41 +118,44 @@ def event_to_json(ev: Event) -> Any:
 
 
 def event_summary(ev: Event) -> str:
-    """A one-line human summary of an event's payload."""
-    d = event_to_json(ev)
+    """A one-line human summary of an event's payload (`log`, `follow`, reports)."""
     if type(ev) is UnknownEvent:
         return f"(unknown type {ev.type_name!r})"
-    tag = d.get("type")
-    if tag == "manifest_set":
-        m = d["manifest"]
-        steps = len((m.get("init_plan") or {}).get("steps", []))
+    if isinstance(ev, ManifestSet):
+        m = ev.manifest
+        steps = len(m.init_plan.steps) if m.init_plan else 0
         return (
-            f"branch {m['active_branch']}, commit {m.get('last_known_good_commit') or '-'},"
-            f" {steps} init steps: {m['current_objective']}"
+            f"objective: {m.current_objective} (branch {m.active_branch},"
+            f" commit {m.last_known_good_commit or '-'}, {_plural(steps, 'init step')})"
         )
-    if tag == "feature_list_replaced":
-        fs = d["features"]
-        done = sum(1 for f in fs if f["passes"])
-        return f"{len(fs)} features ({done} passing): " + ", ".join(f["id"] for f in fs)
-    if tag == "feature_pass_updated":
-        return f"{d['feature_id']} -> {'passes' if d['passes'] else 'fails'}"
-    if tag == "progress_appended":
-        e = d["entry"]
-        return f"[{e['run_id']}] {e['summary']}"
-    if tag == "checkpoint_recorded":
-        c = d["checkpoint"]
-        note = f": {c['note']}" if c.get("note") else ""
-        return f"[{c['run_id']}] {c['status']}{note}"
-    if tag == "messages_appended":
-        ms = d["messages"]
-        head = f"{ms[0]['role']}: {ms[0]['content']}" if ms else ""
-        return f"{len(ms)} message{'s' if len(ms) != 1 else ''}: {head}"
-    if tag == "snapshot":
-        return f"snapshot of seq 1..{d['seq']} (base_h {d['base_h']}; {', '.join(d['states'])})"
+    if isinstance(ev, FeatureListReplaced):
+        fs = ev.features
+        done = sum(1 for f in fs if f.passes)
+        ids = ", ".join(f.id for f in fs)
+        return f"{_plural(len(fs), 'feature')} ({done} passing)" + (f": {ids}" if fs else "")
+    if isinstance(ev, FeaturePassUpdated):
+        return f"{ev.feature_id} -> {'passes' if ev.passes else 'fails'}"
+    if isinstance(ev, ProgressAppended):
+        return f"[{ev.entry.run_id}] {ev.entry.summary}"
+    if isinstance(ev, CheckpointRecorded):
+        c = ev.checkpoint
+        return f"[{c.run_id}] {c.status.value}" + (f": {c.note}" if c.note else "")
+    if isinstance(ev, MessagesAppended):
+        ms = ev.messages
+        head = f": {ms[0].role.value}: {ms[0].content}" if ms else ""
+        return _plural(len(ms), "message") + head
+    if isinstance(ev, Snapshot):
+        return f"snapshot of seq 1..{ev.seq} (base_h {ev.base_h}; {', '.join(ev.states)})"
     payload = {
-        k: v for k, v in d.items() if k not in ("type", "seq", "ts", "more", "key", "v", "h")
+        k: v
+        for k, v in event_to_json(ev).items()
+        if k not in ("type", "seq", "ts", "more", "key", "v", "h")
     }
     return _json.encode(payload).decode()
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def export_session(store: SessionStore, session_id: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from projections import Projection, fold
 from .errors import (
     CorruptLogError,
     HistoryUnavailableError,
+    InvalidArgumentError,
     SnapshotVersionError,
     UnknownSessionError,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "iter_history",
     "archive_shortfall",
     "opening_chain",
+    "parse_time",
     "read_events",
     "read_segment",
     "require_history",
@@ -260,19 +262,33 @@ def read_events(
             yield ev
 
 
+def parse_time(text: str) -> datetime:
+    """An ISO 8601 time (`2026-11-29T15:40`, `...Z`, `...+01:00`); no offset means UTC.
+    InvalidArgumentError for anything else."""
+    try:
+        ts = datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"not an ISO 8601 time: {text!r}") from None
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
 def _state_at(
     store: SessionStore,
     proj: Projection[Any],
     session_id: str,
     seq: int | None,
-    at: datetime | None,
+    at: datetime | str | None,
 ) -> Any:
     if (seq is None) == (at is None):
-        raise ValueError("give exactly one of seq= and at=")
+        raise InvalidArgumentError("give exactly one of seq= and at=")
+    if isinstance(at, str):
+        at = parse_time(at)
+    elif at is not None and not isinstance(at, datetime):
+        raise InvalidArgumentError(f"at= must be a datetime or an ISO 8601 str, not {at!r}")
     if at is not None and (at.tzinfo is None or at.utcoffset() is None):
-        raise ValueError("at= must be a timezone-aware datetime")
+        raise InvalidArgumentError("at= must be a timezone-aware datetime")
     if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool) or seq < 0):
-        raise ValueError(f"seq must be an int >= 0, got {seq!r}")
+        raise InvalidArgumentError(f"seq must be an int >= 0, got {seq!r}")
     if seq == 0:
         return proj.initial()
     decoder = store.codec.decoder(proj.event_types)
@@ -308,10 +324,11 @@ def state_at(
     session_id: str,
     *,
     seq: int | None = None,
-    at: datetime | None = None,
+    at: datetime | str | None = None,
 ) -> BootstrapState:
     """The bootstrap state as of sequence number `seq` (0: before any event) or as of the
-    aware time `at` (every event up to the first appended after it); exactly one.
+    aware time `at` (every event up to the first appended after it); exactly one. `at`
+    may be an ISO 8601 str (no offset: UTC).
 
     Equals the fold of the events 1..seq, read from the archive where needed.
     HistoryUnavailableError for a seq beyond the last, or history compacted away.
@@ -324,7 +341,7 @@ def transcript_at(
     session_id: str,
     *,
     seq: int | None = None,
-    at: datetime | None = None,
+    at: datetime | str | None = None,
 ) -> list[Message]:
     """The transcript as of `seq` or `at` (exactly one); see `state_at`."""
     return _state_at(store, store.projections["transcript"], session_id, seq, at)  # type: ignore[no-any-return]

@@ -12,6 +12,7 @@ advanced by the appended events without reading them back.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import logging
 import os
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
 
 from projections import (
     BootstrapProjection,
@@ -44,8 +47,12 @@ from .errors import (
     ConcurrencyError,
     EventStoreError,
     FeatureNotFoundError,
+    HistoryUnavailableError,
+    IdempotencyConflictError,
+    InvalidArgumentError,
     InvalidRecordError,
     StoreClosedError,
+    UnknownProjectionError,
 )
 from .events import (
     CheckpointRecorded,
@@ -56,7 +63,10 @@ from .events import (
     ManifestSet,
     MessagesAppended,
     ProgressAppended,
+    Snapshot,
+    UnknownEvent,
     Upcaster,
+    event_tag,
     validated_copy,
 )
 from .history import fold_events
@@ -184,7 +194,7 @@ class SessionStore:
         auto_compact: AutoCompact | None = None,
     ) -> None:
         if durability not in ("flush", "fsync"):
-            raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+            raise InvalidArgumentError(f"durability must be 'flush' or 'fsync', not {durability!r}")
         self.durability: Durability = durability
         self.engine: Engine = (
             root if isinstance(root, Engine) else open_engine(root, durability=durability)
@@ -256,8 +266,8 @@ class SessionStore:
         several processes race, exactly one gets True.
         """
         events: list[Event] = [
-            ManifestSet(manifest=validated_copy(manifest, SessionManifest, "manifest")),
-            FeatureListReplaced(features=_records(feature_list, FeatureRecord, "feature_list")),
+            ManifestSet(manifest=_manifest_of(session_id, manifest)),
+            FeatureListReplaced(features=_features(feature_list, "feature_list")),
         ]
         if initial_progress_entry is not None:
             entry = validated_copy(initial_progress_entry, ProgressEntry, "initial_progress_entry")
@@ -270,7 +280,7 @@ class SessionStore:
             return [] if states[0].manifest is not None else events
 
         # a replayed key means an earlier call with this key initialized the session
-        result = self._write(session_id, build, idempotency_key, (self.bootstrap,))
+        result = self._write(session_id, build, idempotency_key, (self.bootstrap,), events)
         return result is not None
 
     def load_bootstrap_state(
@@ -281,17 +291,17 @@ class SessionStore:
 
     def save_manifest(
         self, session_id: str, manifest: SessionManifest, *, idempotency_key: str | None = None
-    ) -> None:
-        """Replace the session's manifest."""
-        ev = ManifestSet(manifest=validated_copy(manifest, SessionManifest, "manifest"))
-        self._write(session_id, lambda h, s: [ev], idempotency_key)
+    ) -> AppendResult:
+        """Replace the session's manifest (whose `session_id` must be this session's)."""
+        ev = ManifestSet(manifest=_manifest_of(session_id, manifest))
+        return self._write_events(session_id, [ev], idempotency_key)
 
     def append_progress_entry(
         self, session_id: str, entry: ProgressEntry, *, idempotency_key: str | None = None
-    ) -> None:
+    ) -> AppendResult:
         """Append a progress note."""
         ev = ProgressAppended(entry=validated_copy(entry, ProgressEntry, "entry"))
-        self._write(session_id, lambda h, s: [ev], idempotency_key)
+        return self._write_events(session_id, [ev], idempotency_key)
 
     def replace_feature_list(
         self,
@@ -299,10 +309,10 @@ class SessionStore:
         features: Sequence[FeatureRecord],
         *,
         idempotency_key: str | None = None,
-    ) -> None:
-        """Replace the whole feature list; order is kept."""
-        ev = FeatureListReplaced(features=_records(features, FeatureRecord, "features"))
-        self._write(session_id, lambda h, s: [ev], idempotency_key)
+    ) -> AppendResult:
+        """Replace the whole feature list; order is kept, ids must be unique."""
+        ev = FeatureListReplaced(features=_features(features, "features"))
+        return self._write_events(session_id, [ev], idempotency_key)
 
     def update_feature_pass(
         self,
@@ -311,7 +321,7 @@ class SessionStore:
         passes: bool,
         *,
         idempotency_key: str | None = None,
-    ) -> None:
+    ) -> AppendResult:
         """Set one feature's `passes`; FeatureNotFoundError (nothing written) if unknown."""
         if not isinstance(feature_id, str):
             raise InvalidRecordError(f"feature_id must be a str, got {type(feature_id).__name__}")
@@ -324,14 +334,16 @@ class SessionStore:
                 raise FeatureNotFoundError(session_id, feature_id)
             return [ev]
 
-        self._write(session_id, build, idempotency_key, (self.bootstrap,))
+        result = self._write(session_id, build, idempotency_key, (self.bootstrap,), [ev])
+        assert result is not None  # build never returns []
+        return result
 
     def record_run_checkpoint(
         self, session_id: str, checkpoint: RunCheckpoint, *, idempotency_key: str | None = None
-    ) -> None:
+    ) -> AppendResult:
         """Append a run checkpoint."""
         ev = CheckpointRecorded(checkpoint=validated_copy(checkpoint, RunCheckpoint, "checkpoint"))
-        self._write(session_id, lambda h, s: [ev], idempotency_key)
+        return self._write_events(session_id, [ev], idempotency_key)
 
     def load_transcript_messages(
         self,
@@ -360,10 +372,10 @@ class SessionStore:
         messages: Sequence[Message],
         *,
         idempotency_key: str | None = None,
-    ) -> None:
+    ) -> AppendResult:
         """Append messages as one atomic event (all or none after a crash)."""
         ev = MessagesAppended(messages=_records(messages, Message, "messages"))
-        self._write(session_id, lambda h, s: [ev], idempotency_key)
+        return self._write_events(session_id, [ev], idempotency_key)
 
     # -- the lower-level API ----------------------------------------------------------
 
@@ -380,7 +392,8 @@ class SessionStore:
         `expected_seq`: append only if the session's last sequence number equals it (0:
         the session must be empty), else raise ConcurrencyError and write nothing.
         `idempotency_key`: if a batch with this key was appended before (among the
-        session's newest 1,000 keys), return its result and write nothing.
+        session's newest 1,000 keys), return its result and write nothing; if that batch
+        was a different request, raise IdempotencyConflictError.
         """
         if isinstance(events, Event) or not isinstance(events, Sequence):
             raise InvalidRecordError("events must be a sequence of Event instances")
@@ -397,7 +410,7 @@ class SessionStore:
                 raise ConcurrencyError(session_id, expected_seq, head.seq)
             return checked
 
-        result = self._write(session_id, build, idempotency_key)
+        result = self._write(session_id, build, idempotency_key, (), checked)
         assert result is not None
         return result
 
@@ -443,15 +456,16 @@ class SessionStore:
         return read_events(self, session_id, from_seq=from_seq, to_seq=to_seq, types=types)
 
     def state_at(
-        self, session_id: str, *, seq: int | None = None, at: datetime | None = None
+        self, session_id: str, *, seq: int | None = None, at: datetime | str | None = None
     ) -> BootstrapState:
-        """The bootstrap state as of sequence number `seq` or time `at` (one of them)."""
+        """The bootstrap state as of sequence number `seq` or time `at` (one of them; an
+        aware datetime or an ISO 8601 str, no offset meaning UTC)."""
         from .history import state_at
 
         return state_at(self, session_id, seq=seq, at=at)
 
     def transcript_at(
-        self, session_id: str, *, seq: int | None = None, at: datetime | None = None
+        self, session_id: str, *, seq: int | None = None, at: datetime | str | None = None
     ) -> list[Message]:
         """The transcript as of sequence number `seq` or time `at` (one of them)."""
         from .history import transcript_at
@@ -505,7 +519,10 @@ class SessionStore:
         try:
             return self._projections[name]
         except KeyError:
-            raise KeyError(f"no projection named {name!r} is registered") from None
+            known = ", ".join(sorted(self._projections))
+            raise UnknownProjectionError(
+                f"no projection named {name!r} is registered (known: {known})"
+            ) from None
 
     def _session(self, session_id: str) -> _Session:
         self._check_open()
@@ -564,15 +581,27 @@ class SessionStore:
         sess.head = res.head
         return f.state  # type: ignore[no-any-return]
 
+    def _write_events(
+        self, session_id: str, events: list[Event], idempotency_key: str | None
+    ) -> AppendResult:
+        """Append `events`, which need no validation against the session's state."""
+        result = self._write(session_id, lambda h, s: events, idempotency_key, (), events)
+        assert result is not None
+        return result
+
     def _write(
         self,
         session_id: str,
         build: Build,
         idempotency_key: str | None,
         needs: tuple[Projection[Any], ...] = (),
+        request: list[Event] | None = None,
     ) -> AppendResult | None:
         """The one write path: fold what `build` needs, build (validate), append against
-        the head those folds reached; on a moved head, catch up and do it again."""
+        the head those folds reached; on a moved head, catch up and do it again.
+
+        `request`: the events the caller asked for, whose fingerprint a reused
+        idempotency key must match (IdempotencyConflictError otherwise)."""
         if idempotency_key is not None and (
             not isinstance(idempotency_key, str) or not idempotency_key
         ):
@@ -598,6 +627,8 @@ class SessionStore:
                     if idempotency_key is not None:
                         seen = states.pop(0).get(idempotency_key)
                         if seen is not None:
+                            if request is not None:
+                                self._check_replay(session_id, idempotency_key, seen, request)
                             return AppendResult(seen[0], seen[1], replayed=True)
                 elif head is None:
                     head = sess.head = self.engine.head(session_id)
@@ -660,12 +691,37 @@ class SessionStore:
             if len(heads) == 1:
                 return sess.folds[projections[-1].name].head, states
 
-    def _fingerprint(self, events: list[Event]) -> str:
-        """A digest of what a keyed request asked to write (its events, unstamped)."""
+    def _fingerprint(self, events: Sequence[Event]) -> str:
+        """A digest of what a keyed request asked to write: its events' types and payloads,
+        without the envelope (sequence, time of append, key, hash) and with every time
+        inside a record masked, so a retry that rebuilt its records (fresh default
+        times) is the same request, while a time set where there was none is not."""
         digest = hashlib.blake2b(digest_size=16)
         for ev in events:
-            digest.update(self.codec.encode_unhashed(ev))
+            if type(ev) is UnknownEvent:
+                data = msgspec.json.decode(ev.raw)
+            else:
+                data = _request_form(ev)
+                data["type"] = event_tag(type(ev))
+            payload = {k: v for k, v in data.items() if k not in _ENVELOPE}
+            digest.update(msgspec.json.encode(payload, order="sorted") + b"\n")
         return digest.hexdigest()
+
+    def _check_replay(
+        self, session_id: str, key: str, seen: tuple[int, int], request: list[Event]
+    ) -> None:
+        """IdempotencyConflictError unless the batch `key` was first given to (`seen`,
+        its first and last seq) is the same request as `request`. A batch compacted
+        away without an archive cannot be compared, and replays."""
+        first, last = seen
+        try:
+            stored = list(self.read_events(session_id, from_seq=first, to_seq=last))
+        except HistoryUnavailableError:
+            return
+        if len(stored) != last - first + 1 or any(type(e) is Snapshot for e in stored):
+            return
+        if self._fingerprint(stored) != self._fingerprint(request):
+            raise IdempotencyConflictError(session_id, key, first, last)
 
     def _maybe_compact(self, session_id: str, head: Head) -> None:
         auto = self.auto_compact
@@ -673,6 +729,48 @@ class SessionStore:
         # head.seq == base_seq: a lone snapshot, nothing left to compact
         if head.seq != head.base_seq and auto.due(head.size, head.seq - head.base_seq + 1):
             self.compact(session_id, archive=auto.archive, retention=auto.retention)
+
+
+# the envelope of a line: where and when it was appended, not what was asked for
+_ENVELOPE = frozenset({"seq", "ts", "more", "key", "v", "h"})
+
+
+def _request_form(value: Any) -> Any:
+    """`value` as plain data for a fingerprint: Structs as dicts of every field, times
+    masked, raw JSON decoded, enums as their values."""
+    if isinstance(value, datetime):
+        return "<time>"
+    if isinstance(value, msgspec.Raw):
+        return _request_form(msgspec.json.decode(value))
+    if isinstance(value, msgspec.Struct):
+        return {f: _request_form(getattr(value, f)) for f in value.__struct_fields__}
+    if isinstance(value, dict):
+        return {str(k): _request_form(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_request_form(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return value.value
+    return value
+
+
+def _manifest_of(session_id: str, manifest: object) -> SessionManifest:
+    """A validated copy of a manifest that names this session."""
+    validate_session_id(session_id)  # a bad id is reported as such, before the manifest
+    m = validated_copy(manifest, SessionManifest, "manifest")
+    if m.session_id != session_id:
+        raise InvalidRecordError(f"the manifest names session {m.session_id!r}, not {session_id!r}")
+    return m
+
+
+def _features(values: object, what: str) -> list[FeatureRecord]:
+    """A validated copy of a feature list whose ids are unique."""
+    features = _records(values, FeatureRecord, what)
+    seen: set[str] = set()
+    for i, f in enumerate(features):
+        if f.id in seen:
+            raise InvalidRecordError(f"{what}[{i}]: feature id {f.id!r} appears twice")
+        seen.add(f.id)
+    return features
 
 
 def _records(values: object, cls: type[T], what: str) -> list[T]:

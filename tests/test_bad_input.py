@@ -135,12 +135,14 @@ def _bad_writes(store: SessionStore, sid: str) -> dict[str, Callable[[], object]
     feature = make_features(1)[0]
     return {
         "manifest-not-a-manifest": lambda: store.save_manifest(sid, {"session_id": sid}),  # type: ignore[arg-type]
-        "manifest-field-int": lambda: store.save_manifest(sid, make_manifest(active_branch=3)),
+        "manifest-field-int": lambda: store.save_manifest(sid, make_manifest(sid, active_branch=3)),
         "manifest-steps-int": lambda: store.save_manifest(
             sid,
-            make_manifest(init_plan=InitPlan(steps=[1])),  # type: ignore[list-item]
+            make_manifest(sid, init_plan=InitPlan(steps=[1])),  # type: ignore[list-item]
         ),
-        "manifest-metadata-int": lambda: store.save_manifest(sid, make_manifest(metadata={"a": 1})),
+        "manifest-metadata-int": lambda: store.save_manifest(
+            sid, make_manifest(sid, metadata={"a": 1})
+        ),
         "progress-a-string": lambda: store.append_progress_entry(sid, "did things"),  # type: ignore[arg-type]
         "progress-naive-datetime": lambda: store.append_progress_entry(
             sid, ProgressEntry(run_id="r", summary="s", created_at=NAIVE)
@@ -182,18 +184,18 @@ def _bad_writes(store: SessionStore, sid: str) -> dict[str, Callable[[], object]
         ),
         "init-bad-feature": lambda: store.initialize_session_if_missing(
             sid + "-new",
-            make_manifest(),
+            make_manifest(sid + "-new"),
             [feature, "f2"],  # type: ignore[list-item]
         ),
         "init-naive-entry": lambda: store.initialize_session_if_missing(
             sid + "-new",
-            make_manifest(),
+            make_manifest(sid + "-new"),
             [feature],
             ProgressEntry(run_id="r", summary="s", created_at=NAIVE),
         ),
         "init-bad-checkpoint": lambda: store.initialize_session_if_missing(
             sid + "-new",
-            make_manifest(),
+            make_manifest(sid + "-new"),
             [feature],
             None,
             make_entry(),  # type: ignore[arg-type]
@@ -229,7 +231,7 @@ def test_wrong_records_raise_invalid_record_and_write_nothing(store: SessionStor
 def test_unknown_feature_raises_and_writes_nothing(store: SessionStore) -> None:
     """update_feature_pass on an unknown id: FeatureNotFoundError (a KeyError and an
     EventStoreError) naming the id, and the log is unchanged."""
-    store.initialize_session_if_missing("s", make_manifest(), make_features())
+    store.initialize_session_if_missing("s", make_manifest("s"), make_features())
     path = log_path(store.root, "s")
     before = path.read_bytes()
     with pytest.raises(FeatureNotFoundError) as info:
@@ -319,7 +321,7 @@ def test_only_blank_lines_read_as_empty(install_log, root: Path) -> None:  # typ
 def test_expected_seq_mismatch_raises_with_actual_and_writes_nothing(store: SessionStore) -> None:
     """append(expected_seq=N) when the log is at M != N: ConcurrencyError carrying both,
     nothing written; with the right N it appends."""
-    store.initialize_session_if_missing("s", make_manifest(), make_features(), make_entry())
+    store.initialize_session_if_missing("s", make_manifest("s"), make_features(), make_entry())
     path = log_path(store.root, "s")
     before = path.read_bytes()
     for wrong in (0, 2, 4, 100):
@@ -340,7 +342,7 @@ def test_expected_seq_mismatch_raises_with_actual_and_writes_nothing(store: Sess
 def test_idempotency_key_retry_returns_first_result(store: SessionStore) -> None:
     """A retried append with the same key returns the first result and writes nothing,
     also through a new store instance."""
-    store.initialize_session_if_missing("s", make_manifest(), make_features())
+    store.initialize_session_if_missing("s", make_manifest("s"), make_features())
     batch = [ProgressAppended(entry=make_entry(1)), ProgressAppended(entry=make_entry(2))]
     first = store.append("s", batch, idempotency_key="run-7/step-3")
     assert (first.first_seq, first.last_seq, first.replayed) == (3, 4, False)

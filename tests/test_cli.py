@@ -1,13 +1,12 @@
-"""The `eventstore` command, run as a real subprocess against fixture stores."""
+"""The `eventstore` command, in-process through `eventstore.cli.main(argv)`: every
+subcommand on the demo session and on fixture stores (corrupt, tampered, legacy)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,42 +14,56 @@ import pytest
 from conftest import FIXTURES, LOGS, make_entry
 
 from eventstore import SessionStore
+from eventstore.cli import main
 from eventstore.layout import SessionPaths
 
-REPO = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
+
+class Result:
+    """What one `main(argv)` call printed and returned."""
+
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code, self.out, self.err = code, out, err
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+    def jsonl(self) -> list[Any]:
+        return [json.loads(line) for line in self.out.splitlines()]
 
 
-def run(*args: object, ok: int | None = 0) -> subprocess.CompletedProcess[str]:
-    """`python -m eventstore ARGS`; checks the exit code when `ok` is not None."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "eventstore", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        cwd=REPO,
-        timeout=60,
-    )
-    if ok is not None:
-        assert proc.returncode == ok, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
+def cli(*args: object, code: int | None = 0) -> Result:
+    """Run `main(args)` with stdout/stderr captured; check the exit status unless None."""
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    err = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main([str(a) for a in args])
+    out.flush()
+    res = Result(rc, out.buffer.getvalue().decode("utf-8"), err.getvalue())  # type: ignore[attr-defined]
+    if code is not None:
+        assert rc == code, (rc, res.out, res.err)
+    assert "Traceback" not in res.err, res.err
+    return res
 
 
-def jsonl(text: str) -> list[Any]:
-    return [json.loads(line) for line in text.splitlines()]
+@pytest.fixture(autouse=True)
+def wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wide terminal unless a test says otherwise (the width tests set their own)."""
+    monkeypatch.setenv("COLUMNS", "200")
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     """A store with the demo session run twice (initialized, then continued)."""
     root = tmp_path_factory.mktemp("cli") / "store"
-    first = run("demo", "--root", root).stdout
-    second = run("demo", "--root", root).stdout
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COLUMNS", "200")
+        first = cli("demo", "--root", root).out
+        second = cli("demo", "--root", root).out
     return root, first, second
 
 
-def _install(root: Path, name: str, sid: str = "golden") -> Path:
+def install(root: Path, name: str, sid: str = "golden") -> Path:
+    """Copy the fixture log `name` in as session `sid`'s live log."""
     paths = SessionPaths(root, sid)
     root.mkdir(mode=0o700, exist_ok=True)
     paths.create()
@@ -58,197 +71,195 @@ def _install(root: Path, name: str, sid: str = "golden") -> Path:
     return paths.log
 
 
-def test_demo_writes_then_continues(demo: tuple[Path, str, str]) -> None:
+def test_demo_writes_then_continues(demo: tuple[Path, str, str], tmp_path: Path) -> None:
     root, first, second = demo
     assert "wrote a new demo session 'demo'" in first
     assert "features: 4/20 passing" in first and "1. command  npm ci" in first
-    assert "2. bash" in first and "checkpoints: 2" in first
+    assert "2. bash     npm run db:migrate" in first and "checkpoints: 2" in first
     assert "continued the demo session 'demo'" in second and "features: 8/20 passing" in second
-    doc = json.loads(run("demo", "--root", root.parent / "other", "--json").stdout)
+    doc = cli("demo", "--root", tmp_path / "other", "--json").json()
     assert doc["created"] is True and len(doc["state"]["feature_list"]) == 20
 
 
 def test_sessions(demo: tuple[Path, str, str]) -> None:
     root = demo[0]
-    out = run("sessions", root).stdout
-    assert out.splitlines()[0].split() == ["SESSION", "LAST", "SEQ", "LOG", "ARCHIVED", "UPDATED"]
-    assert out.splitlines()[1].split()[:2] == ["demo", "40"]
-    assert json.loads(run("sessions", root, "--json").stdout)[0]["last_seq"] == 40
+    out = cli("sessions", root).out
+    assert out.splitlines()[0].split() == ["SESSION", "LAST", "SEQ", "LOG", "IN", "LOG", "ARCHIVED"]
+    row = out.splitlines()[1].split()
+    assert row[:2] == ["demo", "40"] and row[4:] == ["40", "0"]
+    doc = cli("sessions", root, "--json").json()[0]
+    assert doc["last_seq"] == 40 and doc["log_events"] == 40
+    assert doc["log_bytes"] == SessionPaths(root, "demo").log.stat().st_size
+
+
+def test_sessions_of_an_empty_store(tmp_path: Path) -> None:
+    assert cli("sessions", tmp_path).out == f"no sessions in {tmp_path}\n"
 
 
 def test_log_and_its_filters(demo: tuple[Path, str, str]) -> None:
     root = demo[0]
-    lines = run("log", root, "demo").stdout.splitlines()
+    lines = cli("log", root, "demo").out.splitlines()
     assert lines[0].split() == ["SEQ", "TIME", "TYPE", "SUMMARY"] and len(lines) == 41
     assert lines[7].split()[3:6] == ["feature_pass_updated", "auth-001", "->"]
-    flips = jsonl(run("log", root, "demo", "--type", "feature_pass_updated", "--json").stdout)
+    flips = cli("log", root, "demo", "--type", "feature_pass_updated", "--json").jsonl()
     assert len(flips) == 8 and {e["type"] for e in flips} == {"feature_pass_updated"}
-    rng = run("log", root, "demo", "--from-seq", "3", "--to-seq", "5").stdout.splitlines()
+    rng = cli("log", root, "demo", "--from-seq", "3", "--to-seq", "5").out.splitlines()
     assert [r.split()[0] for r in rng[1:]] == ["3", "4", "5"]
-    assert "no events match" in run("log", root, "demo", "--since", "2999-01-01").stdout
-    until = run("log", root, "demo", "--until", "2000-01-01T00:00Z", "--json").stdout
-    assert until == ""
-    full = run("log", root, "demo", "--to-seq", "1", "--full").stdout
+    assert "no events match" in cli("log", root, "demo", "--since", "2999-01-01").out
+    assert cli("log", root, "demo", "--until", "2000-01-01T00:00Z", "--json").out == ""
+    full = cli("log", root, "demo", "--to-seq", "1", "--full").out
     assert "every feature in the list passes end to end" in full
 
 
 def test_state_now_and_as_of(demo: tuple[Path, str, str]) -> None:
     root = demo[0]
-    assert "features: 8/20 passing" in run("state", root, "demo").stdout
-    old = run("state", root, "demo", "--at-seq", "2").stdout
+    assert "features: 8/20 passing" in cli("state", root, "demo").out
+    old = cli("state", root, "demo", "--at-seq", "2").out
     assert "features: 0/20 passing" in old and "as of seq 2" in old
-    doc = json.loads(run("state", root, "demo", "--at-seq", "21", "--json").stdout)
+    doc = cli("state", root, "demo", "--at-seq", "21", "--json").json()
     assert sum(f["passes"] for f in doc["feature_list"]) == 4
-    at = json.loads(run("state", root, "demo", "--at-time", "2000-01-01", "--json").stdout)
+    at = cli("state", root, "demo", "--at-time", "2000-01-01", "--json").json()
     assert at["manifest"] is None
-    run("state", root, "demo", "--at-seq", "2", "--at-time", "2000-01-01", ok=2)
+    both = cli("state", root, "demo", "--at-seq", "2", "--at-time", "2000-01-01", code=2)
+    assert "not allowed with" in both.err
 
 
 def test_transcript(demo: tuple[Path, str, str]) -> None:
     root = demo[0]
-    lines = run("transcript", root, "demo", "--last", "2").stdout.splitlines()
+    lines = cli("transcript", root, "demo", "--last", "2").out.splitlines()
     assert len(lines) == 3 and lines[2].split()[1:3] == ["assistant", "Done"]
-    msgs = json.loads(run("transcript", root, "demo", "--json").stdout)
+    assert lines[1].split()[0] == "21"  # numbered from the start of the transcript
+    msgs = cli("transcript", root, "demo", "--json").json()
     assert len(msgs) == 22 and msgs[0]["role"] == "system"
+    assert cli("transcript", root, "demo", "--last", "0").out == "no messages\n"
+    early = cli("transcript", root, "demo", "--at-seq", "5", "--json").json()
+    assert [m["role"] for m in early] == ["system", "user"]
 
 
 def test_verify_ok_and_tampered() -> None:
     root = FIXTURES / "tamper"
-    out = run("verify", root / "edited", "golden", ok=1).stdout
+    out = cli("verify", root / "edited", "golden", code=1).out
     assert out.startswith("FAILED  golden")
     assert "hash_mismatch" in out and " 2516 " in out  # the byte offset of line 5
-    rep = json.loads(run("verify", root / "snapshot_rehashed", "--all", "--json", ok=1).stdout)
+    assert "sessions/golden/log.jsonl" in out  # files are shown relative to ROOT
+    rep = cli("verify", root / "snapshot_rehashed", "--all", "--json", code=1).json()
     assert rep["ok"] is False
     assert rep["sessions"][0]["problems"][0]["kind"] == "snapshot_state"
 
 
 def test_verify_demo_all_ok(demo: tuple[Path, str, str]) -> None:
-    out = run("verify", demo[0], "--all").stdout
+    out = cli("verify", demo[0], "--all").out
     assert out.startswith("ok      demo  events=40")
-    assert json.loads(run("verify", demo[0], "demo", "--json").stdout)["ok"] is True
-    run("verify", demo[0], ok=2)  # neither a session nor --all
-
-
-def test_follow_prints_appends_and_stops_on_signals(
-    demo: tuple[Path, str, str], tmp_path: Path
-) -> None:
-    root = tmp_path / "store"
-    shutil.copytree(demo[0], root)
-    procs = {
-        sig: subprocess.Popen(
-            [sys.executable, "-m", "eventstore", "follow", str(root), "demo", *extra],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=ENV,
-            cwd=REPO,
-        )
-        for sig, extra in (
-            (signal.SIGINT, ["--json", "--interval", "0.05"]),
-            (signal.SIGTERM, ["--interval", "0.05"]),
-        )
-    }
-    outs: dict[signal.Signals, list[str]] = {sig: [] for sig in procs}
-    for sig, p in procs.items():  # like tail -f, each first prints the last 10 events
-        assert p.stdout is not None
-        outs[sig] += [p.stdout.readline() for _ in range(10)]
-    with SessionStore(root) as store:
-        store.append_progress_entry("demo", make_entry(1, run_id="run-follow"))
-    for sig, p in procs.items():
-        assert p.stdout is not None
-        outs[sig].append(p.stdout.readline())  # the new event, as it is appended
-        p.send_signal(sig)
-        rest, err = p.communicate(timeout=10)
-        assert p.returncode == 0, (sig, err)
-        assert "Traceback" not in err and rest == ""
-    events = [json.loads(line) for line in outs[signal.SIGINT]]
-    assert [e["seq"] for e in events] == list(range(31, 42))
-    assert events[-1]["entry"]["run_id"] == "run-follow"
-    plain = outs[signal.SIGTERM]
-    assert plain[0].split()[0] == "31" and "[run-follow] step 1" in plain[-1]
+    assert out.rstrip().endswith("1 session verified, 0 with errors")
+    assert cli("verify", demo[0], "demo", "--json").json()["ok"] is True
+    assert "give a SESSION or --all" in cli("verify", demo[0], code=2).err
+    assert "not both" in cli("verify", demo[0], "demo", "--all", code=2).err
 
 
 def test_stats(demo: tuple[Path, str, str]) -> None:
-    out = run("stats", demo[0], "demo").stdout
+    out = cli("stats", demo[0], "demo").out
     assert "events   40 (seq 1..40)" in out and "feature_pass_updated" in out
-    doc = json.loads(run("stats", demo[0], "demo", "--json").stdout)
+    assert "0 snapshots" in out and "0 B in 0 files" in out
+    doc = cli("stats", demo[0], "demo", "--json").json()
     assert doc["by_type"]["feature_pass_updated"] == 8 and doc["archive_files"] == 0
 
 
 def test_export(demo: tuple[Path, str, str]) -> None:
     root = demo[0]
-    doc = json.loads(run("export", root, "demo").stdout)
+    doc = cli("export", root, "demo").json()
     assert doc["last_seq"] == 40 and len(doc["transcript"]) == 22
-    raw = run("export", root, "demo", "--format", "jsonl").stdout
+    raw = cli("export", root, "demo", "--format", "jsonl").out
     assert raw == SessionPaths(root, "demo").log.read_text(encoding="utf-8")
 
 
 def test_import_legacy(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    out = run("import-legacy", root, FIXTURES / "legacy").stdout
-    assert "3 imported, 0 skipped, 0 failed" in out and "sesión-ünïcode ✓/日本" in out
-    again = json.loads(run("import-legacy", root, FIXTURES / "legacy", "--json").stdout)
+    out = cli("import-legacy", root, FIXTURES / "legacy").out
+    assert "3 imported, 0 skipped, 0 failed (3 files in" in out and "sesión-ünïcode ✓/日本" in out
+    again = cli("import-legacy", root, FIXTURES / "legacy", "--json").json()
     assert (again["imported"], again["skipped"]) == (0, 3)
-    run("import-legacy", root, tmp_path / "nowhere", ok=2)
+    assert "no legacy directory" in cli("import-legacy", root, tmp_path / "nowhere", code=2).err
 
 
 def test_repair(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    _install(root, "torn_line.jsonl")
-    out = run("repair", root, "golden").stdout
-    assert "action          truncated" in out
-    _install(root, "corrupt_middle.jsonl")
-    rep = json.loads(run("repair", root, "golden", "--json").stdout)
+    install(root, "torn_line.jsonl")
+    assert "action          truncated" in cli("repair", root, "golden").out
+    install(root, "corrupt_middle.jsonl")
+    rep = cli("repair", root, "golden", "--json").json()
     assert rep["action"] == "moved_aside" and Path(rep["moved_to"]).exists()
     assert rep["kept_events"] == 9
-    run("verify", root, "golden")
+    cli("verify", root, "golden")
+    assert "action          none" in cli("repair", root, "golden").out
 
 
 def test_compact_many_with_a_corrupt_one(tmp_path: Path) -> None:
-    """A store of 200 sessions, one corrupt and one too small: the others are compacted,
-    the corrupt one is reported with where it broke, and the exit code says so."""
+    """A store of 50 sessions, one corrupt and one too small: the others are compacted,
+    the corrupt one is reported with where it broke, and the exit status says so."""
     root = tmp_path / "store"
-    for i in range(198):
-        _install(root, "complete.jsonl", f"s{i}")
+    for i in range(48):
+        install(root, "complete.jsonl", f"s{i}")
     with SessionStore(root) as store:
         store.append_progress_entry("tiny", make_entry(0))  # below --min-bytes
-    _install(root, "corrupt_middle.jsonl", "broken")
-    dry = run("compact", root, "--all", "--dry-run", "--min-bytes", "1000").stdout
-    assert "199 would compact, 1 skipped, 0 failed" in dry  # a dry run reads no log
-    out = run("compact", root, "--all", "--min-bytes", "1000", ok=1).stdout
-    assert "198 compacted, 1 skipped, 1 failed" in out
+    install(root, "corrupt_middle.jsonl", "broken")
+    dry = cli("compact", root, "--all", "--dry-run", "--min-bytes", "1000").out
+    assert "49 would compact, 1 skipped, 0 failed" in dry  # a dry run reads no log whole
+    assert "skipped        tiny: below the threshold" in dry and "1 event)" in dry
+    out = cli("compact", root, "--all", "--min-bytes", "1000", code=1).out
+    assert "48 compacted, 1 skipped, 1 failed" in out
     assert "failed         broken:" in out and "byte" in out
-    doc = json.loads(run("compact", root, "s0", "s1", "--json").stdout)
+    assert "compacted      s0:" in out  # each session's line, not only the failures
+    doc = cli("compact", root, "s0", "s1", "--json").json()
     assert [s["result"] for s in doc["sessions"]] == ["skipped", "skipped"]  # already compact
-    assert run("verify", root, "s3").returncode == 0
+    cli("verify", root, "s3")
     assert len(list((SessionPaths(root, "s3").archive).iterdir())) == 1
-    run("compact", root, ok=2)
+    assert "give SESSION names or --all" in cli("compact", root, code=2).err
+
+
+def test_compact_min_events(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    install(root, "complete.jsonl", "big")
+    with SessionStore(root) as store:
+        n = store.last_seq("big")
+        for i in range(3):
+            store.append_progress_entry("small", make_entry(i))
+    doc = cli("compact", root, "--all", "--min-events", n, "--dry-run", "--json").json()
+    got = {s["session_id"]: (s["result"], s["events_before"]) for s in doc["sessions"]}
+    assert got == {"big": ("would compact", n), "small": ("skipped", 3)}
+    cli("compact", root, "big")
+    # after compaction the live log is one snapshot line: below any threshold > 1
+    again = cli("compact", root, "big", "--min-events", "2", "--json").json()
+    assert again["sessions"][0]["result"] == "skipped"
+    assert again["sessions"][0]["events_before"] == 1
 
 
 def test_errors_are_one_line_with_exit_2(tmp_path: Path) -> None:
-    missing = run("state", tmp_path / "nope", "demo", ok=2)
-    assert missing.stderr.count("\n") == 1 and "no store at" in missing.stderr
+    missing = cli("state", tmp_path / "nope", "demo", code=2)
+    assert missing.err.count("\n") == 1 and "no store at" in missing.err
     assert not (tmp_path / "nope").exists()  # a read never creates a store
     root = tmp_path / "store"
-    _install(root, "corrupt_middle.jsonl")
-    unknown = run("log", root, "nobody", ok=2)
-    assert "unknown session 'nobody'" in unknown.stderr
-    corrupt = run("state", root, "golden", ok=2)
-    assert corrupt.stderr.count("\n") == 1 and "byte" in corrupt.stderr
-    assert "seq 10" in corrupt.stderr
-    run(ok=2)  # no subcommand: usage
+    install(root, "corrupt_middle.jsonl")
+    unknown = cli("log", root, "nobody", code=2)
+    assert "unknown session 'nobody'" in unknown.err
+    corrupt = cli("state", root, "golden", code=2)
+    assert corrupt.err.count("\n") == 1 and "byte" in corrupt.err and "seq 10" in corrupt.err
+    bad_id = cli("log", root, "", code=2)
+    assert bad_id.err.count("\n") == 1
 
 
 def test_help_has_examples_and_exit_codes() -> None:
-    out = run("--help").stdout
+    out = cli("--help").out
     assert "examples:" in out and "exit codes:" in out
     for cmd in ("demo", "sessions", "log", "state", "transcript", "verify", "follow", "stats",
-                "export", "import-legacy", "repair", "compact"):  # fmt: skip
+                "export", "import-legacy", "repair", "compact", "contexts"):  # fmt: skip
         assert cmd in out
-    assert "eventstore log .eventstore demo --type" in run("log", "--help").stdout
-    try:
-        import eventstore.cli_contexts  # noqa: F401
-    except ImportError:
-        assert "contexts" not in out
-    else:
-        assert "contexts" in out
+    assert "eventstore log .eventstore demo --type" in cli("log", "--help").out
+
+
+def test_store_copies_are_independent(demo: tuple[Path, str, str], tmp_path: Path) -> None:
+    """The module's demo store is shared: a test that writes works on a copy."""
+    root = tmp_path / "store"
+    shutil.copytree(demo[0], root)
+    cli("compact", root, "demo")
+    assert cli("sessions", demo[0], "--json").json()[0]["archive_files"] == 0
+    assert cli("sessions", root, "--json").json()[0]["archive_files"] == 1

@@ -160,13 +160,13 @@ def build_history(store: SessionStore, sid: str = SID, n: int = 6) -> None:
 
 runs = st.sampled_from(["r1", "r2", "r3"])
 ops = st.one_of(
-    st.tuples(st.just("init"), manifests(), feature_lists),
+    st.tuples(st.just("init"), manifests(st.just(SID)), feature_lists),
     st.tuples(st.just("progress"), progress_entries),
     st.tuples(st.just("checkpoint"), checkpoints),
     st.tuples(st.just("messages"), st.lists(messages, min_size=1, max_size=3)),
     st.tuples(st.just("features"), feature_lists),
     st.tuples(st.just("pass"), st.integers(0, 9), st.booleans()),
-    st.tuples(st.just("manifest"), manifests()),
+    st.tuples(st.just("manifest"), manifests(st.just(SID))),
     st.tuples(st.just("flip"), runs, st.integers(1, 3)),
     st.tuples(st.just("keyed"), st.integers(0, 3), progress_entries),
     st.tuples(st.just("compact"), st.booleans()),

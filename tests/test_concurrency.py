@@ -245,7 +245,7 @@ def test_no_lock_is_held_after_a_failed_write(tmp_path: Path) -> None:
     another process right after succeeds."""
     root = tmp_path / "store"
     store = SessionStore(root)
-    store.initialize_session_if_missing("s", make_manifest(), make_features())
+    store.initialize_session_if_missing("s", make_manifest("s"), make_features())
     try:
         store.update_feature_pass("s", "missing", True)
     except KeyError:

@@ -376,8 +376,13 @@ WRONG_FOR = {
     "plan|None": ["x", [], {"steps": 1}, 1],
     "steps": [[1], ["x"], [{"kind": "nope"}], None, "x"],
     "blocks": [
-        [1], ["x"], [{"type": "text", "text": "x"}], None, "x",
-        (TextBlock(text="x"),), [TextBlock(text=1)],  # type: ignore[arg-type]
+        [1],
+        ["x"],
+        [{"type": "text", "text": "x"}],
+        None,
+        "x",
+        (TextBlock(text="x"),),
+        [TextBlock(text=1)],  # type: ignore[arg-type]
     ],
     "dict[str,json]": [{"a": {1}}, {1: "a"}, {"a": (1,)}, {"a": float("nan")}, ["a"], None],
 }

@@ -29,6 +29,7 @@ from eventstore import (
     FeatureNotFoundError,
     FeatureRecord,
     HistoryUnavailableError,
+    IdempotencyConflictError,
     Message,
     ProgressAppended,
     ProgressEntry,
@@ -52,7 +53,10 @@ class Ref:
     checkpoints: list[RunCheckpoint] = field(default_factory=list)
     transcript: list[Message] = field(default_factory=list)
     seq: int = 0  # events written: refused operations write none
-    keys: dict[str, tuple[int, int]] = field(default_factory=dict)  # idempotency keys
+    # idempotency key -> (first seq, last seq) and the request: (run_id, summary) per entry
+    keys: dict[str, tuple[tuple[int, int], list[tuple[str, str]]]] = field(default_factory=dict)
+    # events a compaction without archive may have dropped (an earlier archive may hold them)
+    dropped: set[int] = field(default_factory=set)
     # what state_at(seq) must give; None inside a batch (not modelled), GONE where a
     # compaction without an archive dropped it
     history: dict[int, tuple[BootstrapState, list[Message]] | str | None] = field(
@@ -160,6 +164,7 @@ class SessionStoreMachine(RuleBasedStateMachine):
         entry: ProgressEntry | None,
         checkpoint: RunCheckpoint | None,
     ) -> None:
+        manifest = msgspec.structs.replace(manifest, session_id=sid)  # it names its session
         ref = self.ref[sid]
         fresh = ref.manifest is None
         got = self.stores[w].initialize_session_if_missing(
@@ -184,6 +189,7 @@ class SessionStoreMachine(RuleBasedStateMachine):
 
     @rule(sid=sids, w=which, manifest=manifests())
     def save_manifest(self, sid: str, w: str, manifest: SessionManifest) -> None:
+        manifest = msgspec.structs.replace(manifest, session_id=sid)  # it names its session
         self.stores[w].save_manifest(sid, manifest)
         self.ref[sid].manifest = manifest
         self.ref[sid].wrote()
@@ -248,14 +254,29 @@ class SessionStoreMachine(RuleBasedStateMachine):
         self, sid: str, w: str, entries: list[ProgressEntry], expect: str, key: str | None
     ) -> None:
         """`append` with an expected sequence number and an idempotency key: a seen key
-        replays its first result and writes nothing; a wrong expected seq raises
-        ConcurrencyError and writes nothing."""
+        replays its first result for the same request (times inside records aside) and
+        refuses another (IdempotencyConflictError), writing nothing either way; a wrong
+        expected seq raises ConcurrencyError and writes nothing."""
         ref = self.ref[sid]
         expected = {"none": None, "right": ref.seq, "wrong": ref.seq + 1}[expect]
         events = [ProgressAppended(entry=e) for e in entries]
+        request = [(e.run_id, e.summary) for e in entries]
         if key is not None and key in ref.keys:
-            res = self.stores[w].append(sid, events, expected_seq=expected, idempotency_key=key)
-            assert res.replayed and (res.first_seq, res.last_seq) == ref.keys[key]
+            span, first_request = ref.keys[key]
+            if request != first_request:
+                # a batch compacted away without an archive cannot be compared: it replays
+                gone = any(s in ref.dropped for s in range(span[0], span[1] + 1))
+                try:
+                    res = self.stores[w].append(
+                        sid, events, expected_seq=expected, idempotency_key=key
+                    )
+                except IdempotencyConflictError as exc:
+                    assert (exc.first_seq, exc.last_seq) == span
+                    return
+                assert gone, "a key reused for another request replayed"
+            else:
+                res = self.stores[w].append(sid, events, expected_seq=expected, idempotency_key=key)
+            assert res.replayed and (res.first_seq, res.last_seq) == span
             return
         if expect == "wrong":
             with pytest.raises(ConcurrencyError) as info:
@@ -268,7 +289,7 @@ class SessionStoreMachine(RuleBasedStateMachine):
             ref.seq + len(events),
         )
         if key is not None:
-            ref.keys[key] = (res.first_seq, res.last_seq)
+            ref.keys[key] = ((res.first_seq, res.last_seq), request)
         for e in entries:
             ref.progress_added(e)
         ref.wrote(len(events))
@@ -310,6 +331,7 @@ class SessionStoreMachine(RuleBasedStateMachine):
             for s in ref.history:
                 if s > ref.archived_upto:
                     ref.history[s] = GONE
+            ref.dropped.update(range(ref.archived_upto + 1, ref.seq + 1))
             ref.hist_progress = list(ref.progress)
             ref.hist_checkpoints = list(ref.checkpoints)
             ref.hist_transcript = list(ref.transcript)

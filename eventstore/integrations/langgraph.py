@@ -46,7 +46,8 @@ try:
     from langgraph.checkpoint.serde.base import SerializerProtocol
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "eventstore.integrations.langgraph needs LangGraph: pip install 'eventstore[langgraph]'"
+        "eventstore.integrations.langgraph needs LangGraph:"
+        " pip install 'harness-eventstore[langgraph]'"
     ) from exc
 
 from projections import StructProjection

@@ -48,7 +48,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "eventstore.integrations.openai_agents needs the OpenAI Agents SDK:"
-        " pip install 'eventstore[openai-agents]'"
+        " pip install 'harness-eventstore[openai-agents]'"
     ) from exc
 
 from projections import StructProjection, fold
