@@ -49,7 +49,13 @@ from .base import (
     RepairHold,
     Segment,
 )
-from .postgres_schema import SCHEMA_VERSION, channel_of, ensure_schema, quote_schema
+from .postgres_schema import (
+    SCHEMA_VERSION,
+    SchemaVersionError,
+    channel_of,
+    ensure_schema,
+    quote_schema,
+)
 
 try:
     import psycopg
@@ -60,10 +66,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 __all__ = [
+    "SCHEMA_VERSION",
     "FeedEntry",
     "PgPosition",
     "PostgresEngine",
+    "SchemaVersionError",
     "from_url",
+    "init_db",
     "redact_url",
     "split_url",
 ]
@@ -303,6 +312,11 @@ class PostgresEngine(Engine):
             raise ValueError("an encoded batch must end with a newline")
         lines = [line + b"\n" for line in data.split(b"\n")[:-1]]
         opening = expected.seq == 0 and lines[0].startswith(_SNAPSHOT_PREFIX)
+        if not opening and batch.first_seq != expected.seq + 1:
+            raise ValueError(
+                f"{self.where(session_id)}: a batch starting at seq {batch.first_seq}"
+                f" cannot follow seq {expected.seq}"
+            )
         params = (
             session_id,
             expected.seq,

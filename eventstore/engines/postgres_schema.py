@@ -53,7 +53,7 @@ SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 """Accepted schema names: lower-case identifiers short enough that the notification
 channel (`<schema>_append`) stays under PostgreSQL's 63-byte identifier limit."""
 
-# taken (transaction-scoped) while the schema is created or migrated, so concurrent
+# taken (session-level) while the schema is created or migrated, so concurrent
 # first uses by many processes create it once
 INIT_LOCK_KEY = 0x6576_7374_5F70_6731  # "evst_pg1"
 
@@ -315,18 +315,23 @@ def ensure_schema(conn: Any, schema: str) -> int:
             f"the database's eventstore schema {schema!r} is at version {found}; this"
             f" eventstore reads version {SCHEMA_VERSION}: upgrade eventstore"
         )
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (INIT_LOCK_KEY,))
-        found = _version(conn, quoted)  # another process may have done it meanwhile
-        for version in range(found + 1, SCHEMA_VERSION + 1):
-            conn.execute(psycopg.sql.SQL(ddl(schema, version)))  # type: ignore[arg-type]
-            conn.execute(
-                psycopg.sql.SQL(
-                    "INSERT INTO {}.meta (name, value) VALUES ('schema_version', %s)"
-                    " ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value"
-                ).format(psycopg.sql.Identifier(schema)),
-                (str(version),),
-            )
+    # a session-level lock taken before the transaction starts: a transaction that began
+    # before another process committed the schema would still see its catalog as it was
+    conn.execute("SELECT pg_advisory_lock(%s)", (INIT_LOCK_KEY,))
+    try:
+        with conn.transaction():
+            found = _version(conn, quoted)  # another process may have done it meanwhile
+            for version in range(found + 1, SCHEMA_VERSION + 1):
+                conn.execute(psycopg.sql.SQL(ddl(schema, version)))
+                conn.execute(
+                    psycopg.sql.SQL(
+                        "INSERT INTO {}.meta (name, value) VALUES ('schema_version', %s)"
+                        " ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value"
+                    ).format(psycopg.sql.Identifier(schema)),
+                    (str(version),),
+                )
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (INIT_LOCK_KEY,))
     return found
 
 
