@@ -1130,6 +1130,9 @@ def build_parser() -> argparse.ArgumentParser:
     contexts = _contexts_module()
     if contexts is not None:
         contexts.add_parser(sub)
+    from . import cli_postgres  # init-db, migrate
+
+    cli_postgres.add_parser(sub)
     return parser
 
 

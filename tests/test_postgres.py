@@ -698,3 +698,100 @@ def test_engine_survives_fork(engine: pg.PostgresEngine) -> None:
     assert os.waitstatus_to_exitcode(status) == 0
     assert append_retrying(engine, "s").seq == 3
     check_chain(engine.read("s", None).data)
+
+
+# -- migrate ------------------------------------------------------------------------------
+
+
+def _build_compacted(e: pg.PostgresEngine, sid: str, keep: tuple[bool, ...]) -> None:
+    """A session with multi-line batches and one compaction per entry of `keep`."""
+    append_retrying(e, sid, 3)
+    for i, k in enumerate(keep):
+        h = append_retrying(e, sid, 1 + i % 2)
+        append_retrying(e, sid, 2)  # committed after what the snapshot covers
+        e.install_snapshot(sid, snapshot_line(h), h, keep_history=k)
+    append_retrying(e, sid, 2)
+
+
+def _flat(e: pg.PostgresEngine, sid: str) -> list[bytes]:
+    with e.history(sid) as hist:
+        return [seg.read() for seg in hist]
+
+
+def test_migrate_between_postgres_stores_is_exact_and_idempotent(server_url: str) -> None:
+    from eventstore.migrate import MigrationError, migrate_session, same_history
+
+    a_url = with_schema(server_url, f"t_{uuid.uuid4().hex[:12]}")
+    b_url = with_schema(server_url, f"t_{uuid.uuid4().hex[:12]}")
+    a, b = pg.from_url(a_url), pg.from_url(b_url)
+    try:
+        _build_compacted(a, "s", (True, True))
+        _build_compacted(a, "hole", (True, False, True))
+        seen: list[tuple[int, int]] = []
+        res = migrate_session(a, b, "s", lambda d, t: seen.append((d, t)))
+        assert res.written == res.total > 0 and res.already == 0 and seen[-1] == (res.total,) * 2
+        assert _flat(a, "s") == _flat(b, "s") and same_history(a, b, "s")
+        assert a.head("s").seq == b.head("s").seq
+        again = migrate_session(a, b, "s")
+        assert (again.written, again.already) == (0, res.total)
+        # more appended at the source: a second run copies only that
+        append_retrying(a, "s", 2)
+        more = migrate_session(a, b, "s")
+        assert more.written == 2 and _flat(a, "s") == _flat(b, "s")
+        # a destination that diverged is refused and left as it was
+        append_retrying(b, "s", 1, tag="other")
+        before = _flat(b, "s")
+        append_retrying(a, "s", 1)
+        with pytest.raises(MigrationError, match="already holds other lines"):
+            migrate_session(a, b, "s")
+        assert _flat(b, "s") == before
+        # a history with a hole: the copy starts at the segment after it
+        res = migrate_session(a, b, "hole")
+        assert res.started_after_hole is not None
+        assert a.read("hole", None).data == b.read("hole", None).data
+    finally:
+        for e in (a, b):
+            with psycopg.connect(pg.split_url(server_url)[0], autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {e._q} CASCADE")
+            e.close()
+
+
+def test_cli_init_db_and_migrate(server_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from eventstore.cli import main
+
+    parts = urlsplit(server_url)
+    user = parts.username or "postgres"
+    # trust auth ignores the password: it must still never be printed
+    secret_url = urlunsplit(
+        parts._replace(netloc=f"{user}:hunter2-secret@{parts.hostname}:{parts.port}")
+    )
+    a_url = with_schema(secret_url, f"t_{uuid.uuid4().hex[:12]}")
+    b_url = with_schema(secret_url, f"t_{uuid.uuid4().hex[:12]}")
+    try:
+        assert main(["init-db", a_url]) == 0
+        assert main(["init-db", a_url]) == 0
+        out = capsys.readouterr()
+        assert "created at version 1" in out.out and "already at version 1" in out.out
+        with pg.from_url(a_url) as a:
+            _build_compacted(a, "one", (True,))
+            _build_compacted(a, "two", ())
+        assert main(["migrate", a_url, b_url, "--all"]) == 0
+        out = capsys.readouterr()
+        assert "migrated 2 of 2" in out.out and "[2/2]" in out.err
+        assert main(["migrate", a_url, b_url, "one", "--json"]) == 0
+        out = capsys.readouterr()
+        rows = msgspec.json.decode(out.out)
+        assert rows[0]["written"] == 0 and rows[0]["ok"] is True
+        assert main(["migrate", a_url, b_url]) == 2  # neither SESSIONs nor --all
+        assert main(["migrate", a_url, b_url, "nope"]) == 1
+        out = capsys.readouterr()
+        assert "no session 'nope'" in out.err
+        with pg.from_url(a_url) as a, pg.from_url(b_url) as b:
+            assert _flat(a, "one") == _flat(b, "one") and _flat(a, "two") == _flat(b, "two")
+        everything = out.out + out.err
+        for text in (everything, str(capsys.readouterr())):
+            assert "hunter2" not in text
+    finally:
+        with psycopg.connect(pg.split_url(server_url)[0], autocommit=True) as conn:
+            for u in (a_url, b_url):
+                conn.execute(f'DROP SCHEMA IF EXISTS "{pg.split_url(u)[1]}" CASCADE')

@@ -30,7 +30,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 
@@ -56,6 +55,7 @@ from .postgres_schema import (
     ensure_schema,
     quote_schema,
 )
+from .postgres_url import DEFAULT_SCHEMA, redact_url, split_url
 
 try:
     import psycopg
@@ -66,6 +66,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 __all__ = [
+    "DEFAULT_SCHEMA",
     "SCHEMA_VERSION",
     "FeedEntry",
     "PgPosition",
@@ -77,7 +78,6 @@ __all__ = [
     "split_url",
 ]
 
-DEFAULT_SCHEMA = "eventstore"
 _SNAPSHOT_PREFIX = b'{"type":"snapshot",'
 _head_decoder = msgspec.json.Decoder(LineHead)
 
@@ -101,45 +101,6 @@ class FeedEntry:
     session_id: str
     seq: int
     line: bytes
-
-
-def redact_url(url: str) -> str:
-    """`url` with any password (in the authority or a `password=` parameter) replaced
-    by `***`: what every message and the CLI print."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        if ":" in userinfo:
-            user = userinfo.split(":", 1)[0]
-            netloc = f"{user}:***@{hostport}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(k == "password" for k, _ in pairs):
-            query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def split_url(url: str) -> tuple[str, str]:
-    """(the libpq connection URL, the schema name) of a store URL; `postgres://` is
-    accepted as `postgresql://`. ValueError for a URL that is not one, or a bad schema."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise ValueError(f"not a PostgreSQL URL: {redact_url(url)}")
-    schema = DEFAULT_SCHEMA
-    kept: list[tuple[str, str]] = []
-    for k, v in parse_qsl(parts.query, keep_blank_values=True):
-        if k == "schema":
-            schema = v
-        else:
-            kept.append((k, v))
-    quote_schema(schema)  # validates
-    conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(kept), ""))
-    return conninfo, schema
 
 
 def from_url(url: str | os.PathLike[str], **options: Any) -> PostgresEngine:
