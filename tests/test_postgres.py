@@ -331,7 +331,7 @@ def test_feed_is_in_commit_order_and_never_fills_in_behind_a_reader(
     seen: list[pg.FeedEntry] = []
 
     def tail() -> None:
-        after = 0
+        after = pg.FEED_START
         while True:
             batch = engine.feed(after, 50)
             seen.extend(batch)
@@ -353,10 +353,10 @@ def test_feed_is_in_commit_order_and_never_fills_in_behind_a_reader(
         w.join()
     stop.set()
     reader.join()
-    full = engine.feed(0, 100_000)
+    full = engine.feed(pg.FEED_START, 100_000)
     assert seen == full
-    assert [e.position for e in full] == list(range(1, len(full) + 1))
-    assert len(full) == 4 * sum(1 + i % 3 for i in range(40)) == engine.feed_head()
+    assert [e.position for e in full] == sorted({e.position for e in full})  # increasing
+    assert len(full) == 4 * sum(1 + i % 3 for i in range(40))
     for sid in ("s0", "s1", "s2", "s3"):
         mine = [e for e in full if e.session_id == sid]
         assert [e.seq for e in mine] == list(range(1, len(mine) + 1))

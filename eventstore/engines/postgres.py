@@ -10,8 +10,9 @@ order) is in `eventstore.engines.postgres_schema`. In short: one row per line ho
 its exact bytes (so the hash chain, verify and export agree byte for byte with the file
 engine), a `sessions` row per session holding its head, which every writer locks, and
 one server-side function call per append (one round trip, one transaction): lock the
-session row, compare the head with the expected one, insert the lines, record the
-idempotency key and fingerprint, take a global feed position, NOTIFY.
+session, compare the head with the expected one, insert the lines (each gets its global
+feed position), record the idempotency key and fingerprint. The NOTIFY that wakes
+followers is sent after the commit, by a thread (see `_Notifier` for why).
 
 Positions are (log id, seq, byte offset in the live log); the log id changes whenever the
 live log is replaced (a snapshot installed, a repair, a removal), which is how a reader
@@ -29,7 +30,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -68,7 +69,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 __all__ = [
     "DEFAULT_SCHEMA",
     "SCHEMA_VERSION",
+    "FEED_START",
     "FeedEntry",
+    "FeedPosition",
     "PgPosition",
     "PostgresEngine",
     "SchemaVersionError",
@@ -92,12 +95,23 @@ class PgPosition(Position):
     offset: int
 
 
+class FeedPosition(NamedTuple):
+    """A place in the global feed: (the appending transaction's id, the line's number).
+    Ordered; `FeedPosition(0, 0)` is the start. Store it as the two integers."""
+
+    tx: int
+    pos: int
+
+
+FEED_START = FeedPosition(0, 0)
+
+
 @dataclass(frozen=True, slots=True)
 class FeedEntry:
-    """One line of the global feed: its `position` (increasing in commit order across
-    every session of the store), the session, the line's `seq` and its exact bytes."""
+    """One line of the global feed: its `position` (increasing across every session of
+    the store, see postgres_schema), the session, the line's `seq` and its exact bytes."""
 
-    position: int
+    position: FeedPosition
     session_id: str
     seq: int
     line: bytes
@@ -134,6 +148,7 @@ class PostgresEngine(Engine):
         self._pid = os.getpid()
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._listener: _Listener | None = None
+        self._notifier: _Notifier | None = None
         self._closed = False
         self._sql = _Statements(self._q)
         try:
@@ -158,6 +173,7 @@ class PostgresEngine(Engine):
                 _ORPHANS.extend(x for x in (self._pool, self._listener) if x is not None)
                 self._pool = None
                 self._listener = None
+                self._notifier = None  # its thread did not survive the fork
                 self._lock = threading.Lock()
                 self._pid = os.getpid()
             if self._pool is None:
@@ -250,19 +266,15 @@ class PostgresEngine(Engine):
 
     # -- the global feed --------------------------------------------------------------
 
-    def feed(self, after: int = 0, limit: int = 1000) -> list[FeedEntry]:
-        """Up to `limit` lines of every session committed after feed position `after`, in
-        commit order (see postgres_schema for why no later commit lands below a position
-        already read). Lines dropped by a compaction without history are not in it."""
+    def feed(self, after: FeedPosition = FEED_START, limit: int = 1000) -> list[FeedEntry]:
+        """Up to `limit` lines of every session after feed position `after`, in feed
+        order: a line never appears later below a position already returned (see
+        postgres_schema for why). Lines dropped by a compaction without history, or by
+        removing their session, are not in it."""
+        tx, pos = after
         with self._conn("reading the feed") as conn:
-            rows = conn.execute(self._sql.feed, (after, limit), binary=True).fetchall()
-        return [FeedEntry(r[0], r[1], r[2], bytes(r[3])) for r in rows]
-
-    def feed_head(self) -> int:
-        """The last feed position handed out (0: none)."""
-        with self._conn("reading the feed") as conn:
-            row = conn.execute(self._sql.feed_head).fetchone()
-        return int(row[0]) if row else 0
+            rows = conn.execute(self._sql.feed, (str(tx), pos, limit), binary=True).fetchall()
+        return [FeedEntry(FeedPosition(int(r[0]), r[1]), r[2], r[3], bytes(r[4])) for r in rows]
 
     # -- writing ----------------------------------------------------------------------
 
@@ -309,7 +321,15 @@ class PostgresEngine(Engine):
         head = _head_of(row[1:])
         if row[0]:
             raise HeadMovedError(self.where(session_id), expected, head)
+        self._get_notifier().post(session_id)
         return head
+
+    def _get_notifier(self) -> _Notifier:
+        pool = self._get_pool()  # resets per-process state in a forked child
+        with self._lock:
+            if self._notifier is None:
+                self._notifier = _Notifier(pool, self._channel)
+            return self._notifier
 
     def install_snapshot(
         self, session_id: str, line: bytes, covers: Head, *, keep_history: bool
@@ -365,10 +385,13 @@ class PostgresEngine(Engine):
             self._closed = True
             pool, self._pool = self._pool, None
             listener, self._listener = self._listener, None
+            notifier, self._notifier = self._notifier, None
             mine = self._pid == os.getpid()
         if not mine:
             _ORPHANS.extend(x for x in (pool, listener) if x is not None)
             return
+        if notifier is not None:
+            notifier.close()
         if listener is not None:
             listener.close()
         if pool is not None:
@@ -409,10 +432,12 @@ class _Statements:
             f" RETURNING sid, (head_seq > 0 OR snap_seq > 0)"
         )
         self.feed = (
-            f"SELECT l.pos, s.session_id, l.seq, l.line FROM {q}.lines l"
-            f" JOIN {q}.sessions s USING (sid) WHERE l.pos > %s ORDER BY l.pos LIMIT %s"
+            f"SELECT l.tx::text, l.pos, s.session_id, l.seq, l.line FROM {q}.lines l"
+            f" JOIN {q}.sessions s USING (sid)"
+            f" WHERE (l.tx, l.pos) > (%s::text::xid8, %s)"
+            f" AND l.tx < pg_snapshot_xmin(pg_current_snapshot())"
+            f" ORDER BY l.tx, l.pos LIMIT %s"
         )
-        self.feed_head = f"SELECT last_pos FROM {q}.feed_clock"
         self.lock_session = (
             f"SELECT sid, log_id, snap_seq, snap_len, live_origin, stream_end"
             f" FROM {q}.sessions WHERE session_id = %s FOR UPDATE"
@@ -577,6 +602,56 @@ class _PgRepairHold(RepairHold):
             )
         conn.execute("SELECT pg_notify(%s, %s)", (self.engine._channel, self.session_id))
         return name
+
+
+class _Notifier:
+    """Sends the NOTIFY of committed appends from a thread of its own, coalesced.
+
+    Not inside the append's transaction: PostgreSQL serializes the commits of every
+    transaction that notifies (a global lock held through the WAL flush), which would
+    make concurrent writers of different sessions wait for each other's disk flushes.
+    A notification is a wake-up only, so one lost to a crash costs a follower at most
+    its wait timeout.
+    """
+
+    def __init__(self, pool: psycopg_pool.ConnectionPool[Any], channel: str) -> None:
+        self._pool = pool
+        self._channel = channel
+        self._cond = threading.Condition()
+        self._pending: dict[str, None] = {}
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="eventstore-notify", daemon=True)
+        self._thread.start()
+
+    def post(self, session_id: str) -> None:
+        """Notify the session's followers soon (after the caller's commit)."""
+        with self._cond:
+            self._pending[session_id] = None
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._pending) or self._closed)
+                if not self._pending and self._closed:
+                    return
+                batch = list(self._pending)
+                self._pending.clear()
+            try:
+                with self._pool.connection(timeout=10) as conn:
+                    conn.execute(
+                        "SELECT pg_notify(%s, x) FROM unnest(%s::text[]) AS x",
+                        (self._channel, batch),
+                    )
+            except (psycopg.Error, psycopg_pool.PoolTimeout):
+                pass  # a wake-up only: followers re-read when their wait times out
+
+    def close(self) -> None:
+        """Send what is pending, then stop the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=10.0)
 
 
 class _Listener:

@@ -10,22 +10,26 @@ Tables (one row per session in `sessions`, its head: the row every writer locks)
                opening snapshot covers, 0: none), snap_len, live_origin/stream_end
                (byte offsets in the session's stream of lines, for live-log offsets)
     lines      one row per appended line, its exact bytes (newline included), never
-               rewritten: sid, seq, stream_off, pos (the global feed position), line
+               rewritten: sid, seq, stream_off, tx and pos (its global feed position), line
     snapshots  every snapshot installed, in order (n); `line` NULL once the log it
                opened was replaced without keeping history
     idempotency_keys  the key and request fingerprint of each keyed batch
     saved      bytes a repair dropped, saved aside first
-    feed_clock one row: the last global feed position handed out
 
-The global feed order: `append` takes the row lock on `feed_clock` as its last step
-before inserting, adds the batch's line count to it, and gives the lines the positions
-below the new value; the row lock is held until the transaction commits (the function is
-the whole transaction). So positions are handed out in commit order, and a position is
-visible only after every smaller one is committed or rolled back (a rollback also undoes
-the clock update, so positions are gapless unless lines are later dropped): a reader that
-has seen position p never later finds a new line below p. The lock is held for the insert
-and the commit only (the session's own checks run before it), so writers of different
-sessions serialize on their commits and nothing else.
+The global feed (`PostgresEngine.feed`) orders every line of every session by (tx, pos):
+`tx` is the appending transaction's id (`pg_current_xact_id()`, 64-bit, never wraps) and
+`pos` a number from a sequence, increasing within a transaction. A reader returns only
+lines whose `tx` is below the oldest transaction still running
+(`pg_snapshot_xmin(pg_current_snapshot())`): every transaction below that horizon has
+ended, committed or rolled back, so no line can ever appear later below a position a
+reader has passed, however long a writer's transaction was in flight. The order agrees
+with time: a transaction that commits before another begins gets a smaller id. And it
+keeps each session's seq order: `append` takes a transaction-scoped advisory lock on the
+session before anything gives it a transaction id, so the next append to that session
+gets its id only after this one has committed. Writers never serialize on anything
+global (commits of different sessions proceed in parallel and share WAL flushes); the
+price is that a line reaches the feed only once every older writing transaction in the
+database has ended.
 
 Every value reaches the server as a parameter; the schema name, the only identifier
 spliced into SQL, is checked against `SCHEMA_NAME` and quoted.
@@ -52,6 +56,10 @@ SCHEMA_VERSION = 1
 SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 """Accepted schema names: lower-case identifiers short enough that the notification
 channel (`<schema>_append`) stays under PostgreSQL's 63-byte identifier limit."""
+
+# seeds the hash of a session id into the key of its advisory lock (any constant would do;
+# a fixed one keeps every process agreeing)
+SESSION_LOCK_SEED = 0x6576_7374
 
 # taken (session-level) while the schema is created or migrated, so concurrent
 # first uses by many processes create it once
@@ -88,11 +96,7 @@ CREATE TABLE @S.meta (
 
 CREATE SEQUENCE @S.log_ids;
 
-CREATE TABLE @S.feed_clock (
-    one      boolean PRIMARY KEY DEFAULT true CHECK (one),
-    last_pos bigint NOT NULL
-);
-INSERT INTO @S.feed_clock (one, last_pos) VALUES (true, 0);
+CREATE SEQUENCE @S.line_pos;
 
 CREATE TABLE @S.sessions (
     sid         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -112,12 +116,13 @@ CREATE TABLE @S.lines (
     sid        bigint NOT NULL REFERENCES @S.sessions ON DELETE CASCADE,
     seq        bigint NOT NULL,
     stream_off bigint NOT NULL,
-    pos        bigint NOT NULL,
+    tx         xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    pos        bigint NOT NULL DEFAULT nextval('@S.line_pos'),
     line       bytea NOT NULL,
     PRIMARY KEY (sid, seq)
 );
 ALTER TABLE @S.lines ALTER COLUMN line SET STORAGE EXTERNAL;
-CREATE UNIQUE INDEX lines_pos ON @S.lines (pos);
+CREATE UNIQUE INDEX lines_feed ON @S.lines (tx, pos);
 
 CREATE TABLE @S.snapshots (
     n            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -167,10 +172,11 @@ DECLARE
     n       int := cardinality(p_lines);
     nbytes  bigint;
     first   bigint := p_first_seq;
-    last_p  bigint;
     snap    bytea;
     rest    bytea[] := p_lines;
 BEGIN
+    -- first, before anything assigns this transaction an id: see the feed order above
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_session_id, @K));
     SELECT * INTO s FROM @S.sessions WHERE session_id = p_session_id FOR UPDATE;
     IF NOT FOUND THEN
         IF p_expected_seq <> 0 OR p_expected_link <> '' THEN
@@ -208,14 +214,12 @@ BEGIN
         s.base_seq := first;
     END IF;
     nbytes := coalesce((SELECT sum(length(l)) FROM unnest(rest) AS l), 0);
-    -- the global feed clock, last: its row lock is held until commit (see module doc)
-    UPDATE @S.feed_clock SET last_pos = last_pos + n RETURNING last_pos INTO last_p;
-    INSERT INTO @S.lines (sid, seq, stream_off, pos, line)
+    INSERT INTO @S.lines (sid, seq, stream_off, line)
         SELECT s.sid, first + i - 1,
                s.stream_end + coalesce(sum(length(l)) OVER (ORDER BY i
                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0),
-               last_p - n + i, l
-        FROM unnest(rest) WITH ORDINALITY AS t(l, i);
+               l
+        FROM unnest(rest) WITH ORDINALITY AS t(l, i) ORDER BY i;
     UPDATE @S.sessions SET
         head_seq = first + n - 1, head_link = p_link, head_h = p_last_h,
         base_seq = s.base_seq, snap_seq = s.snap_seq, snap_len = s.snap_len,
@@ -226,7 +230,6 @@ BEGIN
             VALUES (s.sid, p_key, p_fingerprint, p_first_seq, first + n - 1)
             ON CONFLICT DO NOTHING;
     END IF;
-    PERFORM pg_notify('@C', p_session_id);
     RETURN QUERY SELECT false, s.log_id, first + n - 1, p_link, p_last_h, s.base_seq,
         s.snap_len + s.stream_end + nbytes - s.live_origin;
 END
@@ -294,7 +297,12 @@ _MIGRATIONS: dict[int, str] = {1: _DDL_V1}
 def ddl(schema: str, version: int) -> str:
     """The SQL that brings `schema` from `version - 1` to `version`."""
     quoted = quote_schema(schema)
-    return _MIGRATIONS[version].replace("@S", quoted).replace("@C", channel_of(schema))
+    return (
+        _MIGRATIONS[version]
+        .replace("@S", quoted)
+        .replace("@C", channel_of(schema))
+        .replace("@K", str(SESSION_LOCK_SEED))
+    )
 
 
 def ensure_schema(conn: Any, schema: str) -> int:
