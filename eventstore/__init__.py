@@ -1,105 +1,141 @@
 """eventstore: durable, fast, tamper-evident session memory for AI agent harnesses.
 
-Each session is an append-only JSON Lines event log; projections fold it into the state
-a harness reads; compaction rewrites a long log into a snapshot atomically.
+Each session is an append-only event log kept by a storage engine (JSON Lines files by
+default; memory; PostgreSQL); projections fold it into the state a harness reads;
+compaction rewrites a long log into a snapshot atomically.
 
     from eventstore import SessionStore, SessionManifest
-    with SessionStore(".eventstore") as store:
+    with SessionStore(".eventstore") as store:        # or "memory://", "postgresql://..."
         store.initialize_session_if_missing("s1", SessionManifest(...), features)
         state = store.load_bootstrap_state("s1")
+
+The names below are imported on first use, so `import eventstore` stays cheap and
+`projections` (which the store builds on) can be imported first. Extension points:
+`Event` (custom events), `Projection` / `StructProjection` (custom folds), and the
+storage engine interface (`Engine` and its types, `open_engine`; see
+`eventstore.engines.base`).
 """
 
-from .audit import Problem, RepairReport, SessionStats, VerifyReport
-from .compaction import CompactionReport, Retention
-from .errors import (
-    ConcurrencyError,
-    CorruptLogError,
-    EventStoreError,
-    FeatureNotFoundError,
-    HistoryUnavailableError,
-    InvalidRecordError,
-    InvalidSessionIdError,
-    SnapshotVersionError,
-    StorageError,
-    StoreClosedError,
-    UnknownSessionError,
-    UnsafePathError,
-)
-from .events import (
-    CheckpointRecorded,
-    Event,
-    FeatureListReplaced,
-    FeaturePassUpdated,
-    ManifestSet,
-    MessagesAppended,
-    ProgressAppended,
-    Snapshot,
-    UnknownEvent,
-)
-from .harness_sessions import (
-    FORGET_BY_A2A,
-    FORGET_BY_CLI,
-    HARNESS_SESSION_FILE_NAME,
-    HARNESS_SESSION_TYPE,
-    HarnessSessionMap,
-    new_harness_session_id,
-)
-from .records import (
-    BootstrapState,
-    FeatureRecord,
-    InitCommand,
-    InitPlan,
-    InitShell,
-    InitShellScript,
-    Message,
-    ProgressEntry,
-    Role,
-    RunCheckpoint,
-    RunStatus,
-    SessionManifest,
-)
-from .store import AppendResult, AutoCompact, SessionStore
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+_EXPORTS: dict[str, str] = {
+    "ConcurrencyError": ".errors",
+    "CorruptLogError": ".errors",
+    "EventStoreError": ".errors",
+    "FeatureNotFoundError": ".errors",
+    "HistoryUnavailableError": ".errors",
+    "InvalidRecordError": ".errors",
+    "InvalidSessionIdError": ".errors",
+    "SnapshotVersionError": ".errors",
+    "StorageError": ".errors",
+    "StoreClosedError": ".errors",
+    "UnknownEngineError": ".errors",
+    "UnknownSessionError": ".errors",
+    "UnsafePathError": ".errors",
+    "CheckpointRecorded": ".events",
+    "Event": ".events",
+    "FeatureListReplaced": ".events",
+    "FeaturePassUpdated": ".events",
+    "ManifestSet": ".events",
+    "MessagesAppended": ".events",
+    "ProgressAppended": ".events",
+    "Snapshot": ".events",
+    "UnknownEvent": ".events",
+    "BootstrapState": ".records",
+    "FeatureRecord": ".records",
+    "InitCommand": ".records",
+    "InitPlan": ".records",
+    "InitShell": ".records",
+    "InitShellScript": ".records",
+    "Message": ".records",
+    "ProgressEntry": ".records",
+    "Role": ".records",
+    "RunCheckpoint": ".records",
+    "RunStatus": ".records",
+    "SessionManifest": ".records",
+    "AppendResult": ".store",
+    "AutoCompact": ".store",
+    "SessionStore": ".store",
+    "CompactionReport": ".compaction",
+    "Projection": "projections",
+    "Retention": "projections",
+    "StructProjection": "projections",
+    "Engine": ".engines.base",
+    "EncodedBatch": ".engines.base",
+    "Head": ".engines.base",
+    "HeadMovedError": ".engines.base",
+    "History": ".engines.base",
+    "InstallResult": ".engines.base",
+    "Position": ".engines.base",
+    "ReadResult": ".engines.base",
+    "RepairHold": ".engines.base",
+    "Segment": ".engines.base",
+    "open_engine": ".engines.base",
+    "VerifyReport": ".verify",
+    "Problem": ".log",
+    "RepairReport": ".repair",
+    "SessionStats": ".export",
+    "FORGET_BY_A2A": ".harness_sessions",
+    "FORGET_BY_CLI": ".harness_sessions",
+    "HARNESS_SESSION_FILE_NAME": ".harness_sessions",
+    "HARNESS_SESSION_TYPE": ".harness_sessions",
+    "HarnessSessionMap": ".harness_sessions",
+    "new_harness_session_id": ".harness_sessions",
+}
+
 __all__ = [
+    "AppendResult",
+    "AutoCompact",
+    "BootstrapState",
+    "CheckpointRecorded",
+    "CompactionReport",
+    "ConcurrencyError",
+    "CorruptLogError",
+    "EncodedBatch",
+    "Engine",
+    "Event",
+    "EventStoreError",
     "FORGET_BY_A2A",
     "FORGET_BY_CLI",
+    "FeatureListReplaced",
+    "FeatureNotFoundError",
+    "FeaturePassUpdated",
+    "FeatureRecord",
     "HARNESS_SESSION_FILE_NAME",
     "HARNESS_SESSION_TYPE",
     "HarnessSessionMap",
-    "new_harness_session_id",
-    "AppendResult",
-    "AutoCompact",
-    "CompactionReport",
-    "Retention",
-    "BootstrapState",
-    "CheckpointRecorded",
-    "ConcurrencyError",
-    "CorruptLogError",
-    "Event",
-    "EventStoreError",
-    "FeatureListReplaced",
-    "FeaturePassUpdated",
-    "FeatureNotFoundError",
-    "FeatureRecord",
+    "Head",
+    "HeadMovedError",
+    "History",
     "HistoryUnavailableError",
     "InitCommand",
     "InitPlan",
     "InitShell",
     "InitShellScript",
+    "InstallResult",
     "InvalidRecordError",
     "InvalidSessionIdError",
     "ManifestSet",
     "Message",
     "MessagesAppended",
+    "Position",
     "Problem",
     "ProgressAppended",
     "ProgressEntry",
+    "Projection",
+    "ReadResult",
+    "RepairHold",
     "RepairReport",
+    "Retention",
     "Role",
     "RunCheckpoint",
     "RunStatus",
+    "Segment",
     "SessionManifest",
     "SessionStats",
     "SessionStore",
@@ -107,8 +143,115 @@ __all__ = [
     "SnapshotVersionError",
     "StorageError",
     "StoreClosedError",
+    "StructProjection",
+    "UnknownEngineError",
     "UnknownEvent",
     "UnknownSessionError",
     "UnsafePathError",
     "VerifyReport",
+    "new_harness_session_id",
+    "open_engine",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'eventstore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+if TYPE_CHECKING:
+    from projections import (
+        Projection,
+        Retention,
+        StructProjection,
+    )
+
+    from .compaction import (
+        CompactionReport,
+    )
+    from .engines.base import (
+        EncodedBatch,
+        Engine,
+        Head,
+        HeadMovedError,
+        History,
+        InstallResult,
+        Position,
+        ReadResult,
+        RepairHold,
+        Segment,
+        open_engine,
+    )
+    from .errors import (
+        ConcurrencyError,
+        CorruptLogError,
+        EventStoreError,
+        FeatureNotFoundError,
+        HistoryUnavailableError,
+        InvalidRecordError,
+        InvalidSessionIdError,
+        SnapshotVersionError,
+        StorageError,
+        StoreClosedError,
+        UnknownEngineError,
+        UnknownSessionError,
+        UnsafePathError,
+    )
+    from .events import (
+        CheckpointRecorded,
+        Event,
+        FeatureListReplaced,
+        FeaturePassUpdated,
+        ManifestSet,
+        MessagesAppended,
+        ProgressAppended,
+        Snapshot,
+        UnknownEvent,
+    )
+    from .export import (
+        SessionStats,
+    )
+    from .harness_sessions import (
+        FORGET_BY_A2A,
+        FORGET_BY_CLI,
+        HARNESS_SESSION_FILE_NAME,
+        HARNESS_SESSION_TYPE,
+        HarnessSessionMap,
+        new_harness_session_id,
+    )
+    from .log import (
+        Problem,
+    )
+    from .records import (
+        BootstrapState,
+        FeatureRecord,
+        InitCommand,
+        InitPlan,
+        InitShell,
+        InitShellScript,
+        Message,
+        ProgressEntry,
+        Role,
+        RunCheckpoint,
+        RunStatus,
+        SessionManifest,
+    )
+    from .repair import (
+        RepairReport,
+    )
+    from .store import (
+        AppendResult,
+        AutoCompact,
+        SessionStore,
+    )
+    from .verify import (
+        VerifyReport,
+    )

@@ -19,6 +19,8 @@ import hashlib
 import os
 import re
 import stat
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import InvalidSessionIdError, UnsafePathError
@@ -33,6 +35,7 @@ __all__ = [
     "session_dir_name",
     "validate_session_id",
     "write_all",
+    "write_atomically",
 ]
 
 MAX_SESSION_ID_BYTES = 1024
@@ -154,6 +157,40 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+TMP_MARK = ".tmp-"
+"""Temporary files of `write_atomically` are named `<name>.tmp-<hex>` beside `<name>`."""
+
+
+def write_atomically(
+    path: Path, data: bytes, *, before_replace: Callable[[], None] | None = None
+) -> None:
+    """Replace (or create) `path` with `data` so that a crash leaves the old or the new.
+
+    The one temp-file + fsync + rename writer: `data` goes to a private temporary file
+    beside `path`, which is fsynced and renamed over `path`, then the directory is
+    fsynced. `before_replace` runs after the temporary file is durable and before the
+    rename (compaction links the old log into its archive there). On any failure the
+    temporary file is removed and the error propagates; `path` is unchanged.
+    """
+    tmp = path.with_name(f"{path.name}{TMP_MARK}{uuid.uuid4().hex}")
+    try:
+        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            write_all(fd, data, fsync=True)
+        finally:
+            os.close(fd)
+        if before_replace is not None:
+            before_replace()
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
 class SessionPaths:
     """The files of one session under a store root."""
 
@@ -198,13 +235,7 @@ class SessionPaths:
         if self.dir.name.startswith("~"):
             id_path = self.dir / ID_FILE
             if _refuse_symlink(id_path) is None:
-                tmp = self.dir / (ID_FILE + ".tmp")
-                fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-                try:
-                    write_all(fd, self.session_id.encode("utf-8"), fsync=True)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, id_path)
+                write_atomically(id_path, self.session_id.encode("utf-8"))
 
 
 def list_session_ids(root: Path) -> list[str]:

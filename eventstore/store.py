@@ -1,20 +1,25 @@
-"""`SessionStore`: the session API over per-session event logs (the face).
+"""`SessionStore`: the session API over a storage engine (the face).
 
-Each session's projections are cached with the cursor they were folded to, so a repeated
-load folds only what was appended since, by this process or another. Writes go through
-one path (`_write`): take the session's writers' lock, catch up, validate, append one
-batch, fold the new events into the caches that were current.
+Each session's projections are cached with the engine position they were folded to, so
+a repeated load folds only what was appended since, by this process or another. Every
+line a load folds is checked against the hash chain (`eventstore.log`). Writes go
+through one path (`_write`): fold what the command must be validated against, build the
+events, encode them chained to the head that fold reached, and ask the engine to append
+them against that head; if another writer moved the head meanwhile, catch up and try
+again (the engine writes nothing on a moved head). The caches that were current are
+advanced by the appended events without reading them back.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
-import stat
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,15 +31,21 @@ from projections import (
     fold,
 )
 
-from .compaction import CompactionReport, Retention, compact, fold_events
+from .engines.base import (
+    EMPTY_HEAD,
+    Durability,
+    EncodedBatch,
+    Engine,
+    Head,
+    HeadMovedError,
+    open_engine,
+)
 from .errors import (
     ConcurrencyError,
     EventStoreError,
     FeatureNotFoundError,
     InvalidRecordError,
-    StorageError,
     StoreClosedError,
-    UnsafePathError,
 )
 from .events import (
     CheckpointRecorded,
@@ -48,8 +59,9 @@ from .events import (
     Upcaster,
     validated_copy,
 )
-from .layout import SessionPaths, list_session_ids, validate_session_id
-from .log import EMPTY, Cursor, Durability, FileSessionLog, LogWriter
+from .history import fold_events
+from .layout import validate_session_id
+from .log import read_lines
 from .records import (
     BootstrapState,
     FeatureRecord,
@@ -60,17 +72,16 @@ from .records import (
 )
 
 if TYPE_CHECKING:
-    from .audit import VerifyReport
+    from projections import Retention
+
+    from .compaction import CompactionReport
+    from .verify import VerifyReport
 
 __all__ = ["AppendResult", "AutoCompact", "SessionStore"]
 
 log = logging.getLogger("eventstore")
 S = TypeVar("S")
 T = TypeVar("T")
-
-BOOTSTRAP = BootstrapProjection()
-TRANSCRIPT = TranscriptProjection()
-IDEMPOTENCY = IdempotencyProjection()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,42 +115,67 @@ class AppendResult:
 
 
 class _Fold:
-    __slots__ = ("cursor", "state")
+    """One projection's state of one session and the head it was folded to."""
 
-    def __init__(self, state: Any, cursor: Cursor) -> None:
+    __slots__ = ("head", "state")
+
+    def __init__(self, state: Any, head: Head) -> None:
         self.state = state
-        self.cursor = cursor
+        self.head = head
 
 
 class _Session:
-    """What the store keeps per session: its log and its folded projections."""
+    """What the store keeps per session: its folded projections and the last head seen."""
 
-    __slots__ = ("file_start", "folds", "lock", "log", "paths")
+    __slots__ = ("folds", "head", "lock", "session_id")
 
-    def __init__(self, paths: SessionPaths, log: FileSessionLog) -> None:
-        self.paths = paths
-        self.log = log
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
         self.lock = threading.RLock()
         self.folds: dict[str, _Fold] = {}
-        self.file_start: tuple[tuple[int, int], int] = ((0, 0), 0)  # (file ident, first seq)
+        self.head: Head | None = None  # the newest head this process saw (may be stale)
+
+
+# a build function: given the head and the folded states asked for, the events to append
+Build = Callable[[Head, list[Any]], list[Event]]
+
+_stores: weakref.WeakSet[SessionStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # a session lock held by another thread of the parent at the fork stays held in the
+    # child forever: give every store fresh ones. That thread may also have been between
+    # updating a cached state and its head: the child refolds from the engine.
+    for store in list(_stores):
+        store._guard = threading.Lock()
+        for sess in list(store._sessions.values()):
+            sess.lock = threading.RLock()
+            sess.folds = {}
+            sess.head = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class SessionStore:
     """Durable per-session memory for agent harnesses, kept as append-only event logs.
 
-    `root` is a directory, created (mode 0700) if missing. `durability` is "flush"
-    (every append reaches the OS before it returns: survives a killed process) or
-    "fsync" (every append is fsynced: survives power loss). `event_types`,
-    `projections` and `upcasters` extend the store with custom events, custom folds
-    and readers of old event versions. `auto_compact` (off by default) compacts a
-    session after an append once its log passes a size or event-count threshold.
-    Usable as a context manager; safe to share between threads; any number of
-    processes may open the same root.
+    `root` is a store URL or path (see `eventstore.engines`): a directory (created 0700
+    if missing) or `file:///abs/dir` for the file engine, `memory://` or `memory://NAME`
+    for memory, `postgresql://...` for PostgreSQL; or an `Engine` instance. `durability`
+    is "flush" (every append reaches the OS before it returns: survives a killed
+    process) or "fsync" (every append is fsynced: survives power loss). `event_types`,
+    `projections` and `upcasters` extend the store with custom events, custom folds and
+    readers of old event versions. `auto_compact` (off by default) compacts a session
+    after an append once its log passes a size or event-count threshold. Usable as a
+    context manager; safe to share between threads; any number of processes may open
+    the same file or database store.
     """
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: str | os.PathLike[str] | Engine,
         durability: Durability = "flush",
         *,
         event_types: Iterable[type[Event]] = (),
@@ -149,14 +185,22 @@ class SessionStore:
     ) -> None:
         if durability not in ("flush", "fsync"):
             raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
-        self.root = Path(root)
         self.durability: Durability = durability
-        _ensure_root(self.root)
+        self.engine: Engine = (
+            root if isinstance(root, Engine) else open_engine(root, durability=durability)
+        )
+        self.url = self.engine.url
+        engine_root = getattr(self.engine, "root", None)
+        # the directory of a file store (None for other engines)
+        self.root: Path | None = engine_root if isinstance(engine_root, Path) else None
         self.codec = EventCodec(event_types)
         for cls, version, fn in upcasters:
             self.codec.register_upcaster(cls, version, fn)
+        self.bootstrap = BootstrapProjection()
+        self.transcript = TranscriptProjection()
+        self.idempotency = IdempotencyProjection()
         self._projections: dict[str, Projection[Any]] = {}
-        builtin: list[Projection[Any]] = [BOOTSTRAP, TRANSCRIPT, IDEMPOTENCY]
+        builtin: list[Projection[Any]] = [self.bootstrap, self.transcript, self.idempotency]
         for p in (*builtin, *projections):
             if p.name in self._projections:
                 raise ValueError(f"two projections are named {p.name!r}")
@@ -165,14 +209,18 @@ class SessionStore:
         self._sessions: dict[str, _Session] = {}
         self._guard = threading.Lock()
         self._closed = False
+        _stores.add(self)
 
     # -- lifecycle --------------------------------------------------------------------
 
     def close(self) -> None:
-        """Forget cached state. Nothing needs flushing: every append is already written."""
+        """Forget cached state and release the engine. Nothing needs flushing: every
+        append is already written."""
         with self._guard:
             self._sessions.clear()
-            self._closed = True
+            if not self._closed:
+                self._closed = True
+                self.engine.close()
 
     def __enter__(self) -> SessionStore:
         return self
@@ -190,7 +238,7 @@ class SessionStore:
     def is_initialized(self, session_id: str, *, idempotency_key: str | None = None) -> bool:
         """True once the session has a manifest. (`idempotency_key` is accepted so every
         session operation has the same shape; reads are idempotent anyway.)"""
-        return self._state(session_id, BOOTSTRAP).manifest is not None
+        return self._state(session_id, self.bootstrap).manifest is not None
 
     def initialize_session_if_missing(
         self,
@@ -218,33 +266,32 @@ class SessionStore:
             cp = validated_copy(initial_checkpoint, RunCheckpoint, "initial_checkpoint")
             events.append(CheckpointRecorded(checkpoint=cp))
 
-        def build(sess: _Session, w: LogWriter) -> list[Event]:
-            if self._catch_up(sess, BOOTSTRAP).manifest is not None:
-                return []
-            return events
+        def build(head: Head, states: list[Any]) -> list[Event]:
+            return [] if states[0].manifest is not None else events
 
         # a replayed key means an earlier call with this key initialized the session
-        return self._write(session_id, build, idempotency_key) is not None
+        result = self._write(session_id, build, idempotency_key, (self.bootstrap,))
+        return result is not None
 
     def load_bootstrap_state(
         self, session_id: str, *, idempotency_key: str | None = None
     ) -> BootstrapState:
         """The manifest, features, progress and checkpoints; `BootstrapState()` if unknown."""
-        return BOOTSTRAP.copy(self._state(session_id, BOOTSTRAP))
+        return self.bootstrap.copy(self._state(session_id, self.bootstrap))
 
     def save_manifest(
         self, session_id: str, manifest: SessionManifest, *, idempotency_key: str | None = None
     ) -> None:
         """Replace the session's manifest."""
         ev = ManifestSet(manifest=validated_copy(manifest, SessionManifest, "manifest"))
-        self._write(session_id, lambda s, w: [ev], idempotency_key)
+        self._write(session_id, lambda h, s: [ev], idempotency_key)
 
     def append_progress_entry(
         self, session_id: str, entry: ProgressEntry, *, idempotency_key: str | None = None
     ) -> None:
         """Append a progress note."""
         ev = ProgressAppended(entry=validated_copy(entry, ProgressEntry, "entry"))
-        self._write(session_id, lambda s, w: [ev], idempotency_key)
+        self._write(session_id, lambda h, s: [ev], idempotency_key)
 
     def replace_feature_list(
         self,
@@ -255,7 +302,7 @@ class SessionStore:
     ) -> None:
         """Replace the whole feature list; order is kept."""
         ev = FeatureListReplaced(features=_records(features, FeatureRecord, "features"))
-        self._write(session_id, lambda s, w: [ev], idempotency_key)
+        self._write(session_id, lambda h, s: [ev], idempotency_key)
 
     def update_feature_pass(
         self,
@@ -272,26 +319,25 @@ class SessionStore:
             raise InvalidRecordError(f"passes must be a bool, got {type(passes).__name__}")
         ev = FeaturePassUpdated(feature_id=feature_id, passes=passes)
 
-        def build(sess: _Session, w: LogWriter) -> list[Event]:
-            state = self._catch_up(sess, BOOTSTRAP)
-            if not any(f.id == feature_id for f in state.feature_list):
+        def build(head: Head, states: list[Any]) -> list[Event]:
+            if not any(f.id == feature_id for f in states[0].feature_list):
                 raise FeatureNotFoundError(session_id, feature_id)
             return [ev]
 
-        self._write(session_id, build, idempotency_key)
+        self._write(session_id, build, idempotency_key, (self.bootstrap,))
 
     def record_run_checkpoint(
         self, session_id: str, checkpoint: RunCheckpoint, *, idempotency_key: str | None = None
     ) -> None:
         """Append a run checkpoint."""
         ev = CheckpointRecorded(checkpoint=validated_copy(checkpoint, RunCheckpoint, "checkpoint"))
-        self._write(session_id, lambda s, w: [ev], idempotency_key)
+        self._write(session_id, lambda h, s: [ev], idempotency_key)
 
     def load_transcript_messages(
         self, session_id: str, *, idempotency_key: str | None = None
     ) -> list[Message]:
         """Every transcript message in append order; `[]` for an unknown session."""
-        return TRANSCRIPT.copy(self._state(session_id, TRANSCRIPT))
+        return self.transcript.copy(self._state(session_id, self.transcript))
 
     def append_transcript_messages(
         self,
@@ -302,7 +348,7 @@ class SessionStore:
     ) -> None:
         """Append messages as one atomic event (all or none after a crash)."""
         ev = MessagesAppended(messages=_records(messages, Message, "messages"))
-        self._write(session_id, lambda s, w: [ev], idempotency_key)
+        self._write(session_id, lambda h, s: [ev], idempotency_key)
 
     # -- the lower-level API ----------------------------------------------------------
 
@@ -331,9 +377,9 @@ class SessionStore:
         ):
             raise InvalidRecordError(f"expected_seq must be an int >= 0, got {expected_seq!r}")
 
-        def build(sess: _Session, w: LogWriter) -> list[Event]:
-            if expected_seq is not None and w.head.seq != expected_seq:
-                raise ConcurrencyError(session_id, expected_seq, w.head.seq)
+        def build(head: Head, states: list[Any]) -> list[Event]:
+            if expected_seq is not None and head.seq != expected_seq:
+                raise ConcurrencyError(session_id, expected_seq, head.seq)
             return checked
 
         result = self._write(session_id, build, idempotency_key)
@@ -342,7 +388,8 @@ class SessionStore:
 
     def last_seq(self, session_id: str) -> int:
         """The session's last committed sequence number (0 if it has none)."""
-        return self._session(session_id).log.last_seq()
+        self._session(session_id)
+        return self.engine.head(session_id).seq
 
     def load(self, session_id: str, projection: str | Projection[S]) -> Any:
         """The current state of any registered projection (by name or object), a copy."""
@@ -352,9 +399,19 @@ class SessionStore:
     def list_sessions(self) -> list[str]:
         """The original ids of every session in the store, sorted."""
         self._check_open()
-        return list_session_ids(self.root)
+        return self.engine.list_sessions()
 
-    # -- audit and replay (eventstore.audit) and compaction (eventstore.compaction) ----
+    def delete_session(self, session_id: str) -> bool:
+        """Remove a session: its log, history and caches, atomically (no reader ever sees
+        it half removed); safe beside live writers. False if it did not exist."""
+        sess = self._session(session_id)
+        with sess.lock:
+            removed = self.engine.remove_session(session_id)
+            sess.folds.clear()
+            sess.head = None
+        return removed
+
+    # -- audit and replay, compaction (eventstore.history, .verify, .follow, .compaction) --
 
     def read_events(
         self,
@@ -366,7 +423,7 @@ class SessionStore:
     ) -> Iterator[Event]:
         """Typed events in sequence order (from the archive where compaction removed them);
         each has `.seq` and `.ts` (the aware time of its append)."""
-        from .audit import read_events
+        from .history import read_events
 
         return read_events(self, session_id, from_seq=from_seq, to_seq=to_seq, types=types)
 
@@ -374,7 +431,7 @@ class SessionStore:
         self, session_id: str, *, seq: int | None = None, at: datetime | None = None
     ) -> BootstrapState:
         """The bootstrap state as of sequence number `seq` or time `at` (one of them)."""
-        from .audit import state_at
+        from .history import state_at
 
         return state_at(self, session_id, seq=seq, at=at)
 
@@ -382,13 +439,13 @@ class SessionStore:
         self, session_id: str, *, seq: int | None = None, at: datetime | None = None
     ) -> list[Message]:
         """The transcript as of sequence number `seq` or time `at` (one of them)."""
-        from .audit import transcript_at
+        from .history import transcript_at
 
         return transcript_at(self, session_id, seq=seq, at=at)
 
     def verify(self, session_id: str) -> VerifyReport:
         """Check a session's log and archive: sequence, hash links, decoding, batches."""
-        from .audit import verify
+        from .verify import verify
 
         return verify(self, session_id)
 
@@ -402,7 +459,7 @@ class SessionStore:
     ) -> Iterator[Event]:
         """Yield events as they are appended (by any process, across compactions) until
         `stop` is set or the iterator is closed."""
-        from .audit import follow
+        from .follow import follow
 
         return follow(self, session_id, from_seq=from_seq, poll_interval=poll_interval, stop=stop)
 
@@ -415,16 +472,18 @@ class SessionStore:
     ) -> CompactionReport:
         """Rewrite the session's log as one snapshot, atomically (see eventstore.compaction).
 
-        `archive` keeps the old log in the session's archive folder; `retention` trims
-        the snapshot's lists (opt-in). Safe beside live writers in any process.
+        `archive` keeps the old log in the session's history; `retention` trims the
+        snapshot's lists (opt-in). Safe beside live writers in any process.
         """
+        from .compaction import compact
+
         return compact(self, session_id, archive=archive, retention=retention)
 
     # -- internals --------------------------------------------------------------------
 
     def _check_open(self) -> None:
         if self._closed:
-            raise StoreClosedError(f"the store at {self.root} is closed")
+            raise StoreClosedError(f"the store at {self.url} is closed")
 
     def _projection(self, projection: str | Projection[Any]) -> Projection[Any]:
         name = projection if isinstance(projection, str) else projection.name
@@ -438,10 +497,8 @@ class SessionStore:
         sess = self._sessions.get(session_id)
         if sess is None:
             validate_session_id(session_id)
-            paths = SessionPaths(self.root, session_id)
-            sess = _Session(paths, FileSessionLog(paths, self.codec, self.durability))
             with self._guard:
-                sess = self._sessions.setdefault(session_id, sess)
+                sess = self._sessions.setdefault(session_id, _Session(session_id))
         return sess
 
     def _state(self, session_id: str, proj: Projection[S]) -> S:
@@ -450,90 +507,131 @@ class SessionStore:
             return self._catch_up(sess, proj)
 
     def _catch_up(self, sess: _Session, proj: Projection[S]) -> S:
-        """Fold what was appended since the cached cursor (the file may have been replaced)."""
+        """Fold what was appended since the cached head (the log may have been replaced)."""
         f = sess.folds.get(proj.name)
         if f is None:
-            f = sess.folds[proj.name] = _Fold(proj.initial(), EMPTY)
-        res = sess.log.read(f.cursor, self.codec.decoder(proj.event_types), proj.name)
+            f = sess.folds[proj.name] = _Fold(proj.initial(), EMPTY_HEAD)
+        res = self.engine.read(sess.session_id, f.head.position)
+        start = f.head
         if res.reset:
             f.state = proj.initial()
-        if res.events:
-            f.state = fold_events(self, sess, proj, f.state, res.events)
-        f.cursor = res.cursor
+            start = EMPTY_HEAD
+        if res.data:
+            lines = read_lines(
+                res.data,
+                self.codec,
+                self.codec.decoder(proj.event_types),
+                res.where,
+                offset=res.offset,
+                seq=start.seq,
+                link=start.link,
+            )
+            f.state = fold_events(self, sess.session_id, proj, f.state, lines.events, res.where)
+        f.head = res.head
+        sess.head = res.head
         return f.state  # type: ignore[no-any-return]
 
     def _write(
         self,
         session_id: str,
-        build: Callable[[_Session, LogWriter], list[Event]],
+        build: Build,
         idempotency_key: str | None,
+        needs: tuple[Projection[Any], ...] = (),
     ) -> AppendResult | None:
-        """The one write path: lock, catch up, check the key, build (validate), append."""
+        """The one write path: fold what `build` needs, build (validate), append against
+        the head those folds reached; on a moved head, catch up and do it again."""
         if idempotency_key is not None and (
             not isinstance(idempotency_key, str) or not idempotency_key
         ):
             raise InvalidRecordError("idempotency_key must be a non-empty str")
         sess = self._session(session_id)
+        wanted = (self.idempotency, *needs) if idempotency_key is not None else needs
         with sess.lock:
-            with sess.log.writer() as w:
-                if idempotency_key is not None:
-                    keys = self._catch_up(sess, IDEMPOTENCY)
-                    seen = keys.get(idempotency_key)
-                    if seen is not None:
-                        return AppendResult(seen[0], seen[1], replayed=True)
-                events = build(sess, w)
+            head = sess.head
+            fresh = False  # whether `head` was read from the engine during this call
+            while True:
+                states: list[Any] = []
+                if wanted:
+                    head, states = self._fold_to_one_head(sess, wanted)
+                    fresh = True
+                    if idempotency_key is not None:
+                        seen = states.pop(0).get(idempotency_key)
+                        if seen is not None:
+                            return AppendResult(seen[0], seen[1], replayed=True)
+                elif head is None:
+                    head = sess.head = self.engine.head(session_id)
+                    fresh = True
+                try:
+                    events = build(head, states)
+                except ConcurrencyError:
+                    if fresh:
+                        raise
+                    head, fresh = self.engine.head(session_id), True  # the cached one was stale
+                    continue
                 if not events:
                     return None
-                before = w.head
-                stamped = w.append(events, idempotency_key)
-                for name, f in sess.folds.items():
-                    if f.cursor == before:
-                        f.state = fold(self._projections[name], f.state, stamped)
-                        f.cursor = w.head
-                head = w.head
-            result = AppendResult(stamped[0].seq, stamped[-1].seq)
-            if self.auto_compact is not None:
+                data, stamped, link = self.codec.encode_batch(
+                    events, head.seq + 1, head.link, datetime.now(UTC), idempotency_key
+                )
+                batch = EncodedBatch(
+                    data,
+                    stamped[0].seq,
+                    stamped[-1].seq,
+                    tuple(ev.h for ev in stamped),
+                    link,
+                    idempotency_key,
+                    self._fingerprint(events) if idempotency_key is not None else None,
+                )
                 try:
-                    self._maybe_compact(sess, head)
-                except (EventStoreError, OSError) as exc:
-                    # the append is committed: failing it now would make callers retry
-                    # and duplicate it; the next due append tries compacting again
-                    log.warning(
-                        "eventstore: automatic compaction of %r failed: %s", session_id, exc
-                    )
-            return result
+                    new = self.engine.append(session_id, batch, head)
+                except HeadMovedError as exc:
+                    if exc.actual.same_chain_point(head):
+                        raise  # an engine refusing the head it reports: retrying cannot help
+                    head = sess.head = exc.actual
+                    fresh = True
+                    continue
+                break
+            for name, f in sess.folds.items():
+                if f.head.position == head.position and f.head.seq == head.seq:
+                    f.state = fold(self._projections[name], f.state, stamped)
+                    f.head = new
+            sess.head = new
+            result = AppendResult(stamped[0].seq, stamped[-1].seq)
+        if self.auto_compact is not None:
+            try:
+                self._maybe_compact(session_id, new)
+            except (EventStoreError, OSError) as exc:
+                # the append is committed: failing it now would make callers retry and
+                # duplicate it; the next due append tries compacting again
+                log.warning("eventstore: automatic compaction of %r failed: %s", session_id, exc)
+        return result
 
-    def _maybe_compact(self, sess: _Session, head: Cursor) -> None:
+    def _fold_to_one_head(
+        self, sess: _Session, projections: tuple[Projection[Any], ...]
+    ) -> tuple[Head, list[Any]]:
+        """Catch every projection up to the same head (re-reading if an append landed
+        between two of the reads)."""
+        while True:
+            states = [self._catch_up(sess, p) for p in projections]
+            heads = {
+                (sess.folds[p.name].head.seq, sess.folds[p.name].head.link) for p in projections
+            }
+            if len(heads) == 1:
+                return sess.folds[projections[-1].name].head, states
+
+    def _fingerprint(self, events: list[Event]) -> str:
+        """A digest of what a keyed request asked to write (its events, unstamped)."""
+        digest = hashlib.blake2b(digest_size=16)
+        for ev in events:
+            digest.update(self.codec.encode_unhashed(ev))
+        return digest.hexdigest()
+
+    def _maybe_compact(self, session_id: str, head: Head) -> None:
         auto = self.auto_compact
         assert auto is not None
-        ident, first = sess.file_start
-        if ident != head.ident:
-            first = sess.log.first_seq(head.ident)
-            sess.file_start = (head.ident, first)
-        # head.seq == first: a lone snapshot, nothing left to compact
-        if head.seq != first and auto.due(head.offset, head.seq - first + 1):
-            compact(self, sess.paths.session_id, archive=auto.archive, retention=auto.retention)
-
-
-def _ensure_root(root: Path) -> None:
-    try:
-        st = os.stat(root)
-    except NotADirectoryError as exc:
-        raise UnsafePathError(f"store root {root}: a part of the path is not a directory") from exc
-    except FileNotFoundError:
-        missing = [root, *(p for p in root.parents if not p.exists())]
-        for path in reversed(missing):  # every directory we create is private, not just the last
-            try:
-                os.mkdir(path, 0o700)
-            except FileExistsError:
-                pass
-            except OSError as exc:
-                raise StorageError(
-                    f"cannot create the store root {root}: {exc}", exc.errno
-                ) from exc
-        return
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafePathError(f"store root {root} exists and is not a directory")
+        # head.seq == base_seq: a lone snapshot, nothing left to compact
+        if head.seq != head.base_seq and auto.due(head.size, head.seq - head.base_seq + 1):
+            self.compact(session_id, archive=auto.archive, retention=auto.retention)
 
 
 def _records(values: object, cls: type[T], what: str) -> list[T]:

@@ -5,7 +5,16 @@ Built in: `BootstrapProjection` (-> `BootstrapState`), `TranscriptProjection`
 own by implementing `Projection` (or subclassing `StructProjection`).
 """
 
-from .base import Projection, StructProjection, fold, restore_state, snapshot_entry
+from .base import (
+    Projection,
+    Retention,
+    StructProjection,
+    fold,
+    is_retained,
+    restore_state,
+    retain,
+    snapshot_entry,
+)
 from .bootstrap import BootstrapProjection
 from .idempotency import MAX_KEYS, IdempotencyProjection
 from .transcript import TranscriptProjection
@@ -15,9 +24,12 @@ __all__ = [
     "BootstrapProjection",
     "IdempotencyProjection",
     "Projection",
+    "Retention",
     "StructProjection",
     "TranscriptProjection",
     "fold",
+    "is_retained",
     "restore_state",
+    "retain",
     "snapshot_entry",
 ]

@@ -1,13 +1,16 @@
-"""The projection protocol and the one fold loop. Pure: no I/O, no clock.
+"""The projection protocol, the one fold loop and retention. Pure: no I/O, no clock.
 
 A projection is an initial state, a function applying one event to a state, and a way
 to encode its state into a snapshot and back. `fold` is the only loop that applies
-events anywhere in eventstore.
+events anywhere in eventstore. Retention (opt-in trimming of a snapshot's state) belongs
+to each projection: it trims its own state (`retain`) and recognises a trimmed state
+(`retained_from`); the face never knows which lists a projection keeps.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
@@ -15,9 +18,51 @@ import msgspec
 from eventstore.errors import CorruptLogError, SnapshotVersionError
 from eventstore.events import Event, Snapshot
 
-__all__ = ["Projection", "StructProjection", "fold", "restore_state", "snapshot_entry"]
+__all__ = [
+    "Projection",
+    "Retention",
+    "StructProjection",
+    "fold",
+    "is_retained",
+    "restore_state",
+    "retain",
+    "snapshot_entry",
+]
 
 S = TypeVar("S")
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """Opt-in trimming applied to a snapshot: keep only the newest N of each list.
+
+    None keeps everything (the default). What is dropped stays in the archive (when
+    compaction archives), so `state_at` can still see it. Each projection applies the
+    fields that concern it (`retain`): the bootstrap projection `progress` and
+    `checkpoints`, the transcript projection `messages`.
+    """
+
+    progress: int | None = None
+    checkpoints: int | None = None
+    messages: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("progress", "checkpoints", "messages"):
+            n = getattr(self, name)
+            if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
+                raise ValueError(f"Retention.{name} must be None or an int >= 0, got {n!r}")
+
+
+def keep_last(items: list[Any], n: int | None) -> list[Any]:
+    """The newest `n` items (all of them for None): what a retention count keeps."""
+    if n is None:
+        return items
+    return items[len(items) - n :] if n else []
+
+
+def is_suffix(kept: list[Any], full: list[Any]) -> bool:
+    """Whether `kept` is the newest part of `full` (what `keep_last` leaves)."""
+    return len(kept) <= len(full) and (not kept or kept == full[len(full) - len(kept) :])
 
 
 class Projection(Protocol[S]):
@@ -27,6 +72,11 @@ class Projection(Protocol[S]):
     changes, so an old snapshot is never misread. `event_types` lists the tags the
     projection reads (None: all); the others reach `apply` as bare envelopes, their
     payloads never materialized, and `apply` should ignore them.
+
+    Optional (used when present; `StructProjection` has both): `retain(state,
+    retention) -> state` trims the state a snapshot stores, and `retained_from(stored,
+    full) -> bool` says whether `stored` is `full` trimmed that way (verify uses it).
+    Without them a projection is never trimmed.
     """
 
     @property
@@ -93,6 +143,14 @@ class StructProjection(Generic[S]):
         """The state back from JSON, typed by `state_type`."""
         return msgspec.json.decode(data, type=self.state_type)  # type: ignore[no-any-return]
 
+    def retain(self, state: S, retention: Retention) -> S:
+        """The state a snapshot keeps under `retention` (untrimmed unless overridden)."""
+        return state
+
+    def retained_from(self, stored: S, full: S) -> bool:
+        """Whether `stored` is what `retain` keeps of `full` (equal unless overridden)."""
+        return self.encode_state(stored) == self.encode_state(full)
+
     def copy(self, state: S) -> S:
         """A deep copy (a JSON round trip)."""
         # a deep copy at C speed: callers get state they may change freely (JSON, not
@@ -155,3 +213,18 @@ def fold(projection: Projection[S], state: S, events: Iterable[Event]) -> S:
         else:
             state = apply(state, ev)
     return state
+
+
+def retain(projection: Projection[S], state: S, retention: Retention) -> S:
+    """`projection.retain(state, retention)`, or `state` for a projection without it."""
+    trim = getattr(projection, "retain", None)
+    return state if trim is None else trim(state, retention)
+
+
+def is_retained(projection: Projection[S], stored: S, full: S) -> bool:
+    """Whether a snapshot's `stored` state is the fold `full`, possibly trimmed by
+    the projection's own retention."""
+    check = getattr(projection, "retained_from", None)
+    if check is not None:
+        return bool(check(stored, full))
+    return projection.encode_state(stored) == projection.encode_state(full)

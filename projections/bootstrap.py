@@ -17,7 +17,7 @@ from eventstore.events import (
 )
 from eventstore.records import BootstrapState, FeatureRecord, SessionManifest
 
-from .base import StructProjection
+from .base import Retention, StructProjection, is_suffix, keep_last
 
 __all__ = ["BootstrapProjection"]
 
@@ -28,20 +28,6 @@ def _manifest(state: BootstrapState, ev: ManifestSet) -> None:
 
 def _features(state: BootstrapState, ev: FeatureListReplaced) -> None:
     state.feature_list = list(ev.features)
-
-
-def _pass(state: BootstrapState, ev: FeaturePassUpdated) -> None:
-    # records are shared with decoded events and copies: replace, never mutate
-    features = state.feature_list
-    global _positions
-    memo = _positions  # read once: another thread may swap it
-    if memo[0] is not features:
-        index: dict[str, list[int]] = {}
-        for i, f in enumerate(features):
-            index.setdefault(f.id, []).append(i)
-        memo = _positions = (features, index)
-    for i in memo[1].get(ev.feature_id, ()):
-        features[i] = msgspec.structs.replace(features[i], passes=ev.passes)
 
 
 _FEATURES = msgspec.json.Decoder(list[FeatureRecord])
@@ -57,13 +43,6 @@ def _deep_copy(value: object) -> object:
     return decoder.decode(msgspec.json.encode(value))
 
 
-# A memo of the positions of each feature id in the last feature list folded. A fold
-# only replaces entries in place (ids keep their positions) or replaces the whole list,
-# so the memo holds while its list object is the state's. It keeps that list alive, so
-# identity cannot be confused with a new list at the same address.
-_positions: tuple[list[FeatureRecord], dict[str, list[int]]] = ([], {})
-
-
 def _progress(state: BootstrapState, ev: ProgressAppended) -> None:
     state.recent_progress.append(ev.entry)
 
@@ -75,7 +54,6 @@ def _checkpoint(state: BootstrapState, ev: CheckpointRecorded) -> None:
 _HANDLERS: dict[type[Event], Callable[[BootstrapState, Event], None]] = {
     ManifestSet: _manifest,  # type: ignore[dict-item]
     FeatureListReplaced: _features,  # type: ignore[dict-item]
-    FeaturePassUpdated: _pass,  # type: ignore[dict-item]
     ProgressAppended: _progress,  # type: ignore[dict-item]
     CheckpointRecorded: _checkpoint,  # type: ignore[dict-item]
 }
@@ -97,16 +75,58 @@ class BootstrapProjection(StructProjection[BootstrapState]):
     )
     state_type = BootstrapState
 
+    def __init__(self) -> None:
+        # the positions of each feature id in the last feature list a pass update was
+        # folded into. A fold only replaces entries in place (ids keep their positions)
+        # or replaces the whole list, so the memo holds while its list object is the
+        # state's; it keeps that list alive, so identity cannot be confused with a new
+        # list at the same address. Per projection instance: no state is shared
+        # between stores.
+        self._positions: tuple[list[FeatureRecord], dict[str, list[int]]] = ([], {})
+
     def initial(self) -> BootstrapState:
         """An empty state."""
         return BootstrapState()
 
     def apply(self, state: BootstrapState, event: Event) -> BootstrapState:
         """Fold one event into the state."""
+        if type(event) is FeaturePassUpdated:
+            self._pass(state, event)
+            return state
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(state, event)
         return state
+
+    def _pass(self, state: BootstrapState, ev: FeaturePassUpdated) -> None:
+        # records are shared with decoded events and copies: replace, never mutate
+        features = state.feature_list
+        memo = self._positions  # read once: another thread may swap it
+        if memo[0] is not features:
+            index: dict[str, list[int]] = {}
+            for i, f in enumerate(features):
+                index.setdefault(f.id, []).append(i)
+            memo = self._positions = (features, index)
+        for i in memo[1].get(ev.feature_id, ()):
+            features[i] = msgspec.structs.replace(features[i], passes=ev.passes)
+
+    def retain(self, state: BootstrapState, retention: Retention) -> BootstrapState:
+        """Keep the newest `retention.progress` entries and `retention.checkpoints`."""
+        return BootstrapState(
+            manifest=state.manifest,
+            feature_list=state.feature_list,
+            recent_progress=keep_last(state.recent_progress, retention.progress),
+            checkpoints=keep_last(state.checkpoints, retention.checkpoints),
+        )
+
+    def retained_from(self, stored: BootstrapState, full: BootstrapState) -> bool:
+        """Manifest and features equal; progress and checkpoints the newest of `full`'s."""
+        return (
+            stored.manifest == full.manifest
+            and stored.feature_list == full.feature_list
+            and is_suffix(stored.recent_progress, full.recent_progress)
+            and is_suffix(stored.checkpoints, full.checkpoints)
+        )
 
     def copy(self, state: BootstrapState) -> BootstrapState:
         """A state the caller may change: manifest and features copied, the rest shared."""

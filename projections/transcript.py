@@ -5,7 +5,7 @@ from __future__ import annotations
 from eventstore.events import Event, MessagesAppended
 from eventstore.records import Message
 
-from .base import StructProjection
+from .base import Retention, StructProjection, is_suffix, keep_last
 
 __all__ = ["TranscriptProjection"]
 
@@ -31,3 +31,11 @@ class TranscriptProjection(StructProjection[list[Message]]):
     def copy(self, state: list[Message]) -> list[Message]:
         """A new list of the same (frozen) messages."""
         return list(state)  # Message is frozen: sharing the objects is safe
+
+    def retain(self, state: list[Message], retention: Retention) -> list[Message]:
+        """Keep the newest `retention.messages` messages."""
+        return keep_last(state, retention.messages)
+
+    def retained_from(self, stored: list[Message], full: list[Message]) -> bool:
+        """Whether `stored` is the newest part of `full`."""
+        return is_suffix(stored, full)

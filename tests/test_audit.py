@@ -32,7 +32,7 @@ from eventstore import (
 )
 from eventstore.audit import HistoryUnavailableError, UnknownSessionError
 from eventstore.layout import SessionPaths
-from eventstore.log import read_log_file
+from eventstore.log import read_lines
 from projections import BootstrapProjection, TranscriptProjection, fold
 
 sys.path.insert(0, str(FIXTURES / "tamper"))
@@ -68,7 +68,7 @@ def _history(store: SessionStore, sid: str) -> None:
 def _log_events(store: SessionStore, sid: str) -> list[Event]:
     """The live log read by the log layer itself (independent of eventstore.audit)."""
     path = SessionPaths(store.root, sid).log
-    return read_log_file(path, store.codec, store.codec.decoder(None))
+    return read_lines(path.read_bytes(), store.codec, store.codec.decoder(None), str(path)).events
 
 
 # -- read_events -----------------------------------------------------------------------

@@ -40,8 +40,7 @@ from eventstore import (
     Snapshot,
 )
 from eventstore.events import EventCodec, LineHead, line_hash, link_of, split_hash
-from eventstore.layout import SessionPaths
-from eventstore.log import Cursor, FileSessionLog
+from eventstore.log import read_lines
 from eventstore.records import BootstrapState, InitPlan
 
 SETTINGS = settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
@@ -51,8 +50,10 @@ CODEC = EventCodec()
 FULL = CODEC.decoder()
 
 
-def _log(tmp: Path = Path("/nonexistent")) -> FileSessionLog:
-    return FileSessionLog(SessionPaths(tmp, "codec"), CODEC, "flush")
+def _parse(data: bytes) -> tuple[list[Event], int]:
+    """The events of `data` read as a whole log by the line reader, and the bytes read."""
+    lines = read_lines(data, CODEC, FULL, "test.jsonl")
+    return lines.events, lines.end
 
 
 def _lines(data: bytes) -> list[bytes]:
@@ -169,14 +170,15 @@ def test_log_parse_round_trips_snapshot_then_events(
 ) -> None:
     """A log starting with a snapshot (as compaction writes it) parses back to the stamped
     events; lines after it chain to the snapshot's `base_h`."""
-    data, stamped, _ = CODEC.encode_batch([snap], seq, "", TS, None)
+    # compaction chains a snapshot's own h to its base_h (the link of the line it covers)
+    data, stamped, _ = CODEC.encode_batch([snap], seq, snap.base_h, TS, None)
     assert link_of(stamped[0]) == snap.base_h
     more, stamped2, link = CODEC.encode_batch(rest, seq + 1, snap.base_h, TS, None)
     data += more
-    events, end = _log().parse(data, Cursor(), FULL)
+    events, end = _parse(data)
     assert end == len(data)
     assert events == stamped + stamped2
-    _check_chain(data, stamped + stamped2, "")
+    _check_chain(data, stamped + stamped2, snap.base_h)
 
 
 @SETTINGS
@@ -192,7 +194,7 @@ def test_log_parse_of_several_batches(batches: list[list[Event]]) -> None:
         data += chunk
         expected += stamped
         seq += len(batch)
-    events, end = _log().parse(data, Cursor(), FULL)
+    events, end = _parse(data)
     assert events == expected
     assert end == len(data)
     assert [e.seq for e in events] == list(range(1, seq))
@@ -231,7 +233,7 @@ def test_golden_log_hash_chain_and_round_trip() -> None:
     """The golden complete log decodes fully, chains from the empty link, and re-encodes
     byte for byte."""
     data = (LOGS / "complete.jsonl").read_bytes()
-    events, end = _log().parse(data, Cursor(), FULL)
+    events, end = _parse(data)
     assert end == len(data)
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     _check_chain(data, events, "")

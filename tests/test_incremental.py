@@ -11,12 +11,11 @@ import msgspec
 import pytest
 from conftest import LOGS, log_path, make_checkpoint, make_entry, make_features, make_manifest
 
-import eventstore.compaction as compaction_module
-import eventstore.log as log_module
+import eventstore.engines.file as file_engine
+import eventstore.history as history_module
 import eventstore.store as store_module
 from eventstore import BootstrapState, Message, MessagesAppended, Role, SessionStore
 from eventstore.events import EventCodec
-from eventstore.log import FileSessionLog
 from projections import BootstrapProjection, TranscriptProjection, fold
 
 COMPLETE = (LOGS / "complete.jsonl").read_bytes()
@@ -30,8 +29,8 @@ class Spy:
         self.reads: list[tuple[int, int]] = []  # (offset, length) of reads of `log`
         self.read_events: list[Any] = []
         real_fold = store_module.fold
-        real_pread = log_module._pread_all
-        real_read = FileSessionLog.read
+        real_pread = file_engine._pread_all
+        real_read_lines = store_module.read_lines
 
         def spy_fold(proj: Any, state: Any, events: Any) -> Any:
             events = list(events)
@@ -43,17 +42,17 @@ class Spy:
             self.reads.append((offset, len(data)))
             return data
 
-        def spy_read(this: FileSessionLog, *args: Any, **kwargs: Any) -> Any:
-            res = real_read(this, *args, **kwargs)
+        def spy_read_lines(*args: Any, **kwargs: Any) -> Any:
+            res = real_read_lines(*args, **kwargs)
             self.read_events.extend(res.events)
             return res
 
         # the store folds its own appends with `fold`, and what it reads with
-        # compaction.fold_events, which calls `fold` there
+        # history.fold_events, which calls `fold` there
         monkeypatch.setattr(store_module, "fold", spy_fold)
-        monkeypatch.setattr(compaction_module, "fold", spy_fold)
-        monkeypatch.setattr(log_module, "_pread_all", spy_pread)
-        monkeypatch.setattr(FileSessionLog, "read", spy_read)
+        monkeypatch.setattr(history_module, "fold", spy_fold)
+        monkeypatch.setattr(file_engine, "_pread_all", spy_pread)
+        monkeypatch.setattr(store_module, "read_lines", spy_read_lines)
         self.log = log
 
     def clear(self) -> None:

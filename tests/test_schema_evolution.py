@@ -399,13 +399,13 @@ def test_current_version_custom_events_keep_the_fast_decode_path(
         for i in range(20):
             s.append(SID, [NoteAdded(text=str(i), tags=[])])
     slow_calls: list[int] = []
-    real = log_module._decode_slow
+    real = log_module._read_careful
 
     def spy(region: bytes, *a: Any) -> Any:
         slow_calls.append(len(region))
         return real(region, *a)
 
-    monkeypatch.setattr(log_module, "_decode_slow", spy)
+    monkeypatch.setattr(log_module, "_read_careful", spy)
     with open_store(root) as fresh:
         assert len(fresh.load(SID, "notes")) == 20
         assert slow_calls == []  # the projection that reads note_added: fast

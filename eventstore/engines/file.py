@@ -1,0 +1,957 @@
+"""The file engine: one JSON Lines file per session under a store root (the on-disk format
+of every release; see `eventstore.layout` for where files live).
+
+Readers take no lock: they read from their position to the end of the file and return
+complete batches only. Writers take an exclusive portalocker lock on `log.lock` (not the
+log: a snapshot install replaces the log), check the head, set aside and cut a torn tail
+(with a warning), append one batch in one `write`, and release. A snapshot is installed
+by writing the new log to a temporary file, fsyncing it, hard-linking the old log into
+`archive/<first>-<last>.jsonl.pending`, renaming the new log over the old, and giving the
+archive link its final name:
+
+1. a crash before the rename leaves the old log (plus a temporary file and a pending link
+   to the live log, which the next install removes);
+2. after it, the new log (and a pending link to the old log, which the next install names).
+
+There is never a moment without a complete log. Readers notice the new file identity
+(device, inode and the hash before their position) and re-read from the start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import stat
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import portalocker
+
+from ..errors import CorruptLogError, EventStoreError, StorageError, UnsafePathError
+from ..events import HASH_SUFFIX_LEN, LineHead, SnapshotHead
+from ..layout import (
+    TMP_MARK,
+    SessionPaths,
+    ensure_private_dir,
+    fsync_dir,
+    list_session_ids,
+    open_private,
+    validate_session_id,
+    write_all,
+    write_atomically,
+)
+from .base import (
+    EMPTY_HEAD,
+    Durability,
+    EncodedBatch,
+    Engine,
+    Head,
+    HeadMovedError,
+    History,
+    InstallResult,
+    Position,
+    ReadResult,
+    RepairHold,
+    Segment,
+)
+
+__all__ = ["FileEngine", "FilePosition", "from_url"]
+
+log = logging.getLogger("eventstore")
+
+_TAIL_CHUNK = 1 << 13
+_EXCLUSIVE = portalocker.LockFlags.EXCLUSIVE
+# fdatasync flushes the data and the size (all a reader needs), not the times: ~10%
+# faster per append than fsync on Linux; platforms without it (macOS) fall back to fsync
+_HAS_FDATASYNC = hasattr(os, "fdatasync")
+# compaction adds "-<hex>" when it archives the same range twice (a re-compacted snapshot)
+ARCHIVE_NAME = re.compile(r"(\d{12})-(\d{12})(?:-[0-9a-f]+)?\.jsonl(\.pending)?\Z")
+_PENDING = ".pending"
+_OLD_TMP_PREFIX = "log.jsonl.compact-"  # temporary files of releases before 0.2
+_REMOVED_PREFIX = ".removed-"  # a session being removed: never an id (ids cannot start with ".")
+_head_decoder = msgspec.json.Decoder(LineHead)
+_snapshot_head_decoder = msgspec.json.Decoder(SnapshotHead)
+
+
+def _datasync(fd: int) -> None:
+    if _HAS_FDATASYNC:
+        os.fdatasync(fd)
+    else:
+        os.fsync(fd)
+
+
+def _storage_error(path: object, doing: str, exc: OSError) -> Exception:
+    if isinstance(exc, EventStoreError):
+        return exc
+    return StorageError(f"{path}: {doing} failed: {exc.strerror or exc}", exc.errno)
+
+
+@dataclass(frozen=True, slots=True)
+class FilePosition(Position):
+    """Where a read of one log file ended: the file (device, inode), the byte after the
+    last complete batch, and that batch's last line (seq, link, `h`: the `h` proves the
+    file is still the one read, even if its inode number was reused). `seen`: the size
+    of the file when read (a torn tail included), which `wait` compares against."""
+
+    ident: tuple[int, int]
+    offset: int
+    seq: int
+    link: str
+    h: str
+    base_seq: int
+    seen: int = field(default=0, compare=False)
+
+    def head(self) -> Head:
+        """The head this position is just after."""
+        return Head(self.seq, self.link, self.h, self, self.offset, self.base_seq)
+
+
+def _head_at(ident: tuple[int, int], offset: int, line: LineHead, base_seq: int, seen: int) -> Head:
+    link = (line.base_h or "") if line.type == "snapshot" else line.h
+    return FilePosition(ident, offset, line.seq, link, line.h, base_seq, seen).head()
+
+
+class _Session:
+    """What the engine keeps per session in this process."""
+
+    __slots__ = ("lock", "paths", "known")
+
+    def __init__(self, paths: SessionPaths) -> None:
+        self.paths = paths
+        # spares threads of one process from spinning on the file lock (flock alone
+        # already excludes them: each holder opens its own file description)
+        self.lock = threading.Lock()
+        # where the last writer of this process left the file: when the file has not
+        # changed since, the next writer needs no tail read at all
+        self.known: Head | None = None
+
+
+_engines: weakref.WeakSet[FileEngine] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # a lock held by another thread of the parent at the fork is held forever in the
+    # child: give the child fresh ones (the file locks are per open file, not inherited
+    # by the child's own opens)
+    for engine in list(_engines):
+        engine._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class FileEngine(Engine):
+    """Sessions as JSON Lines files under `root` (created 0700 if missing)."""
+
+    def __init__(self, root: str | os.PathLike[str], durability: Durability = "flush") -> None:
+        if durability not in ("flush", "fsync"):
+            raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+        self.root = Path(root)
+        self.durability: Durability = durability
+        self.url = os.fspath(self.root)
+        _ensure_root(self.root)
+        self._sessions: dict[str, _Session] = {}
+        self._guard = threading.Lock()
+        _engines.add(self)
+
+    def _reset_after_fork(self) -> None:
+        self._guard = threading.Lock()
+        self._sessions = {}
+
+    def _session(self, session_id: str) -> _Session:
+        sess = self._sessions.get(session_id)
+        if sess is None:
+            validate_session_id(session_id)
+            with self._guard:
+                sess = self._sessions.setdefault(
+                    session_id, _Session(SessionPaths(self.root, session_id))
+                )
+        return sess
+
+    # -- locking ----------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self, sess: _Session, *, create: bool = True) -> Iterator[bool]:
+        """Hold the session's writers' lock; yields False (holding nothing) when the
+        session directory does not exist and `create` is False.
+
+        The lock file lives in the session directory, which `remove_session` renames
+        away: after locking, the lock file must still be the one at the path, else the
+        session was removed meanwhile and the lock is taken again on the new one.
+        """
+        paths = sess.paths
+        with sess.lock:
+            while True:
+                try:
+                    if create:
+                        paths.create()
+                    else:
+                        paths.check_no_links()
+                        if not os.path.lexists(paths.dir):
+                            yield False
+                            return
+                    lock_fd = open_private(paths.lock, os.O_RDWR | os.O_CREAT)
+                except FileNotFoundError:
+                    continue  # the directory was removed between create and open
+                except OSError as exc:
+                    raise _storage_error(paths.lock, "opening the lock file", exc) from exc
+                try:
+                    portalocker.lock(lock_fd, _EXCLUSIVE)
+                    try:
+                        if _same_file(lock_fd, paths.lock):
+                            yield True
+                            return
+                    finally:
+                        portalocker.unlock(lock_fd)
+                finally:
+                    os.close(lock_fd)
+                sess.known = None  # the session was removed while we waited
+
+    # -- reading ----------------------------------------------------------------------
+
+    def read(self, session_id: str, position: Position | None) -> ReadResult:
+        """Complete batches after `position` (see the interface)."""
+        sess = self._session(session_id)
+        paths = sess.paths
+        where = str(paths.log)
+        paths.check_no_links()
+        try:
+            fd = open_private(paths.log, os.O_RDONLY)
+        except FileNotFoundError:
+            return ReadResult(b"", EMPTY_HEAD, position is not None, where)
+        except OSError as exc:
+            raise _storage_error(paths.log, "opening the log", exc) from exc
+        try:
+            st = os.fstat(fd)
+            ident = (st.st_dev, st.st_ino)
+            size = st.st_size
+            reset = False
+            pos = position if isinstance(position, FilePosition) else None
+            if pos is None or pos.ident != ident or not _still_there(fd, pos):
+                # a new file (a snapshot installed, a repair), or an inode number reused
+                reset = position is not None
+                pos = None
+            start = 0 if pos is None else pos.offset
+            if size < start:
+                raise CorruptLogError(
+                    where,
+                    size,
+                    pos.seq if pos else None,
+                    f"log shrank below a read position {start}",
+                )
+            buf = _pread_all(fd, size - start, start)
+            base_seq = pos.base_seq if pos is not None else _base_seq(fd, size)
+        except OSError as exc:
+            raise _storage_error(paths.log, "reading the log", exc) from exc
+        finally:
+            os.close(fd)
+        end, last = _committed_end(buf, where, start)
+        if last is None:
+            if pos is not None:
+                head = FilePosition(
+                    ident, pos.offset, pos.seq, pos.link, pos.h, pos.base_seq, size
+                ).head()
+            else:
+                head = FilePosition(ident, 0, 0, "", "", 0, size).head() if size else EMPTY_HEAD
+            return ReadResult(b"", head, reset, where, start)
+        head = _head_at(ident, start + end, last, base_seq, size)
+        return ReadResult(buf[:end] if end < len(buf) else buf, head, reset, where, start)
+
+    def head(self, session_id: str) -> Head:
+        """The last committed line, from the tail of the file alone."""
+        sess = self._session(session_id)
+        paths = sess.paths
+        paths.check_no_links()
+        try:
+            fd = open_private(paths.log, os.O_RDONLY)
+        except FileNotFoundError:
+            return EMPTY_HEAD
+        except OSError as exc:
+            raise _storage_error(paths.log, "opening the log", exc) from exc
+        try:
+            return self._current_head(sess, fd, recover=False)
+        except OSError as exc:
+            raise _storage_error(paths.log, "reading the log", exc) from exc
+        finally:
+            os.close(fd)
+
+    def _current_head(self, sess: _Session, fd: int, *, recover: bool) -> Head:
+        """The head of the open log `fd`; with `recover` (writers' lock held) a torn tail
+        is set aside and cut off."""
+        st = os.fstat(fd)
+        ident = (st.st_dev, st.st_ino)
+        size = st.st_size
+        known = sess.known
+        if known is not None:
+            pos = known.position
+            assert isinstance(pos, FilePosition)
+            if pos.ident == ident and pos.offset == size and _still_there(fd, pos):
+                return known  # nobody wrote since this process did
+        where = str(sess.paths.log)
+        last, cut = find_head(fd, size, where)
+        if cut < size and recover:
+            self._set_aside_torn(sess, fd, cut, size)
+        if last is None:  # nothing committed (an empty file, blank lines, a torn first batch)
+            return FilePosition(ident, cut, 0, "", "", 0, size).head() if size else EMPTY_HEAD
+        return _head_at(ident, cut, last, _base_seq(fd, cut), size)
+
+    def _set_aside_torn(self, sess: _Session, fd: int, cut: int, size: int) -> None:
+        """Save the bytes after the last complete batch beside the log, then cut them."""
+        path = sess.paths.log
+        torn = _pread_all(fd, size - cut, cut)
+        aside = path.with_name(f"{path.name}.torn-{_stamp()}")
+        write_atomically(aside, torn)
+        log.warning(
+            "eventstore: %s: set aside a torn tail of %d bytes at byte %d (saved to %s)",
+            path,
+            size - cut,
+            cut,
+            aside.name,
+        )
+        os.ftruncate(fd, cut)
+        if self.durability == "fsync":
+            os.fsync(fd)
+
+    def history(self, session_id: str) -> History:
+        """The archive files in sequence order, then the live log, opened under the
+        writers' lock (so no install is half done) and read later through those
+        descriptors (so later installs change nothing of this picture)."""
+        sess = self._session(session_id)
+        paths = sess.paths
+        fds: list[int] = []
+        segments: list[Segment] = []
+        try:
+            with self._locked(sess, create=False) as exists:
+                if not exists:
+                    return _FileHistory([], [])
+                keyed: list[tuple[tuple[int, int, int, str], Segment]] = []
+                live_fd, live_st = _open_existing(paths.log)
+                if live_fd is not None:
+                    fds.append(live_fd)
+                live = (live_st.st_dev, live_st.st_ino) if live_st is not None else (0, 0)
+                for name in _archive_names(paths.archive):
+                    m = ARCHIVE_NAME.match(name)
+                    assert m is not None
+                    fd, st = _open_existing(paths.archive / name)
+                    if fd is None or st is None:
+                        continue
+                    if m[3] and (st.st_dev, st.st_ino) == live:
+                        os.close(fd)  # a pending link that is still the live log
+                        continue
+                    fds.append(fd)
+                    seg = _FileSegment(
+                        fd, str(paths.archive / name), st.st_size, True, int(m[1]), int(m[2])
+                    )
+                    keyed.append(((int(m[1]), int(m[2]), st.st_mtime_ns, name), seg))
+                segments = [seg for _, seg in sorted(keyed, key=lambda k: k[0])]
+                if live_fd is not None and live_st is not None:
+                    segments.append(_FileSegment(live_fd, str(paths.log), live_st.st_size, False))
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return _FileHistory(segments, fds)
+
+    def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
+        """Poll the file's identity and size until they differ from `position`'s."""
+        paths = self._session(session_id).paths
+        pos = position if isinstance(position, FilePosition) else None
+        seen = (pos.ident, pos.seen) if pos is not None else None
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            try:
+                st = os.lstat(paths.log)
+                now: tuple[tuple[int, int], int] | None = ((st.st_dev, st.st_ino), st.st_size)
+            except (FileNotFoundError, NotADirectoryError):
+                now = None
+            if now != seen and not (seen is None and now is not None and now[1] == 0):
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(0.05, left))
+
+    # -- writing ----------------------------------------------------------------------
+
+    def append(self, session_id: str, batch: EncodedBatch, expected: Head) -> Head:
+        """Write `batch` under the writers' lock if the head is still `expected`."""
+        sess = self._session(session_id)
+        paths = sess.paths
+        with self._locked(sess):
+            try:
+                fd: int | None = open_private(paths.log, os.O_RDWR | os.O_APPEND)
+            except FileNotFoundError:
+                fd = None
+            except OSError as exc:
+                raise _storage_error(paths.log, "opening the log", exc) from exc
+            try:
+                try:
+                    head = EMPTY_HEAD if fd is None else self._current_head(sess, fd, recover=True)
+                except OSError as exc:
+                    raise _storage_error(paths.log, "recovering the tail", exc) from exc
+                if not head.same_chain_point(expected):
+                    sess.known = head if head.position is not None else None
+                    raise HeadMovedError(str(paths.log), expected, head)
+                if fd is None:
+                    fd, head = self._create(sess)
+                pos = head.position
+                assert isinstance(pos, FilePosition) or pos is None
+                start = head.size
+                self._write(fd, batch.data, start, paths.log)
+                ident = pos.ident if pos is not None else _ident(fd)
+                size = start + len(batch.data)
+                base = head.base_seq or batch.first_seq
+                new = FilePosition(
+                    ident, size, batch.last_seq, batch.link, batch.hashes[-1], base, size
+                ).head()
+                sess.known = new
+                return new
+            except BaseException:
+                sess.known = None
+                raise
+            finally:
+                if fd is not None:
+                    os.close(fd)
+
+    def _create(self, sess: _Session) -> tuple[int, Head]:
+        """Create the log file (the first append of a session)."""
+        paths = sess.paths
+        try:
+            fd = open_private(paths.log, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        except OSError as exc:
+            raise _storage_error(paths.log, "creating the log", exc) from exc
+        try:
+            if self.durability == "fsync":  # the new name must survive power loss too
+                fsync_dir(paths.dir)
+                fsync_dir(paths.dir.parent)
+                fsync_dir(paths.dir.parent.parent)  # the store root holds `sessions`
+        except OSError as exc:
+            os.close(fd)
+            raise _storage_error(paths.log, "creating the log", exc) from exc
+        return fd, EMPTY_HEAD
+
+    def _write(self, fd: int, data: bytes, start: int, path: Path) -> None:
+        """Write bytes at the end; on failure cut them back off and raise StorageError."""
+        try:
+            write_all(fd, data)
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass  # the next writer sets the torn tail aside
+            raise StorageError(
+                f"{path}: append at byte {start} failed: {exc.strerror}", exc.errno
+            ) from exc
+        if self.durability == "fsync":
+            try:
+                _datasync(fd)
+            except OSError as exc:
+                raise StorageError(
+                    f"{path}: fsync after byte {start} failed: {exc.strerror}"
+                    " (the append may or may not be durable)",
+                    exc.errno,
+                ) from exc
+
+    def install_snapshot(
+        self, session_id: str, line: bytes, covers: Head, *, keep_history: bool
+    ) -> InstallResult:
+        """Swap in a new log (the snapshot + lines after `covers`); see the module docstring."""
+        sess = self._session(session_id)
+        paths = sess.paths
+        where = str(paths.log)
+        with self._locked(sess):
+            try:
+                _remove_strays(paths, _live_ident(paths.log))
+            except OSError as exc:
+                raise StorageError(f"{paths.dir}: cleaning up after a crash failed: {exc}") from exc
+            try:
+                fd = open_private(paths.log, os.O_RDWR | os.O_APPEND)
+            except FileNotFoundError:
+                raise HeadMovedError(where, covers, EMPTY_HEAD) from None
+            except OSError as exc:
+                raise _storage_error(paths.log, "opening the log", exc) from exc
+            sess.known = None
+            try:
+                head = self._current_head(sess, fd, recover=True)
+                pos = covers.position
+                if (
+                    not isinstance(pos, FilePosition)
+                    or pos.ident != _ident(fd)
+                    or head.seq < covers.seq
+                    or not _still_there(fd, pos)
+                ):
+                    raise HeadMovedError(where, covers, head)
+                tail = _pread_all(fd, head.size - pos.offset, pos.offset)
+                # lines appended after `covers` stay live (copied after the snapshot):
+                # the archive then keeps only what the snapshot replaced, so history
+                # holds each line once
+                prefix = _pread_all(fd, pos.offset, 0) if tail and keep_history else b""
+                old_base = head.base_seq
+            except OSError as exc:
+                raise _storage_error(paths.log, "reading the log", exc) from exc
+            finally:
+                os.close(fd)
+            data = line + tail
+            archived: Path | None = None
+            pending: Path | None = None
+
+            def link_old_log() -> None:
+                nonlocal archived, pending
+                ensure_private_dir(paths.archive)
+                archived = _archive_name(paths.archive, old_base, head.seq)
+                # linked under a pending name: until the swap it is the live log, and
+                # history readers must not take it for history
+                pending = archived.with_name(archived.name + _PENDING)
+                os.link(paths.log, pending)
+                fsync_dir(paths.archive)
+
+            try:
+                write_atomically(
+                    paths.log, data, before_replace=link_old_log if keep_history else None
+                )
+            except BaseException as exc:
+                if pending is not None:
+                    try:
+                        os.unlink(pending)
+                    except OSError:
+                        pass
+                if isinstance(exc, OSError) and not isinstance(exc, EventStoreError):
+                    raise StorageError(
+                        f"{paths.log}: installing a snapshot failed, the log is unchanged: {exc}",
+                        exc.errno,
+                    ) from exc
+                raise
+            try:  # the new log is in place; this only gives the archive link its name
+                if pending is not None and archived is not None:
+                    if tail:
+                        # a crash before this leaves the whole old log under its own
+                        # (first..last) name: overlapping copies, which history reads once
+                        archived = _archive_name(paths.archive, old_base, covers.seq)
+                        write_atomically(archived, prefix)
+                        os.unlink(pending)
+                        fsync_dir(paths.archive)
+                    else:
+                        os.rename(pending, archived)
+                        fsync_dir(paths.archive)
+            except OSError as exc:
+                raise StorageError(
+                    f"{paths.log}: compacted, but naming the archive failed ({exc}); the next"
+                    " compaction finishes it",
+                    exc.errno,
+                ) from exc
+            ident = _live_ident(paths.log)
+            h = head.h if tail else line.rstrip(b"\n")[-18:-2].decode("ascii")
+            new = FilePosition(
+                ident, len(data), head.seq, head.link, h, covers.seq, len(data)
+            ).head()
+            sess.known = new
+        return InstallResult(new, str(archived) if archived else None, head.size, len(data))
+
+    @contextmanager
+    def hold(self, session_id: str) -> Iterator[RepairHold]:
+        """The writers' lock, for a repair of the live log."""
+        sess = self._session(session_id)
+        with self._locked(sess, create=False) as exists:
+            sess.known = None
+            try:
+                yield _FileRepairHold(sess.paths, exists)
+            finally:
+                sess.known = None
+
+    # -- sessions ---------------------------------------------------------------------
+
+    def list_sessions(self) -> list[str]:
+        """Every session with a log file, by original id."""
+        return list_session_ids(self.root)
+
+    def remove_session(self, session_id: str) -> bool:
+        """Rename the session directory away under its lock (one atomic step: readers see
+        the whole session or none of it), then delete what was renamed."""
+        sess = self._session(session_id)
+        paths = sess.paths
+        trash = paths.dir.parent / f"{_REMOVED_PREFIX}{uuid.uuid4().hex}"
+        with self._locked(sess, create=False) as exists:
+            if not exists:
+                return False
+            had = os.path.lexists(paths.log) or os.path.lexists(paths.archive)
+            try:
+                os.rename(paths.dir, trash)
+                fsync_dir(paths.dir.parent)
+            except OSError as exc:
+                raise _storage_error(paths.dir, "removing the session", exc) from exc
+            sess.known = None
+        # what was renamed is no session any more: delete it, and what a removal that
+        # crashed before finishing left behind
+        for name in os.listdir(trash.parent):
+            if name.startswith(_REMOVED_PREFIX):
+                shutil.rmtree(trash.parent / name, ignore_errors=True)
+        return had
+
+    def close(self) -> None:
+        """Forget per-session state (nothing is held open between calls)."""
+        with self._guard:
+            self._sessions = {}
+
+
+class _FileSegment(Segment):
+    __slots__ = ("_fd",)
+
+    def __init__(
+        self,
+        fd: int,
+        where: str,
+        size: int,
+        archived: bool,
+        first_seq: int | None = None,
+        last_seq: int | None = None,
+    ) -> None:
+        self._fd = fd
+        self.where = where
+        self.size = size
+        self.archived = archived
+        self.first_seq = first_seq
+        self.last_seq = last_seq
+
+    def read(self) -> bytes:
+        try:
+            return _pread_all(self._fd, self.size, 0)
+        except OSError as exc:
+            raise _storage_error(self.where, "reading", exc) from exc
+
+
+class _FileHistory(History):
+    def __init__(self, segments: list[Segment], fds: list[int]) -> None:
+        super().__init__(segments)
+        self._fds = fds
+
+    def close(self) -> None:
+        fds, self._fds = self._fds, []
+        for fd in fds:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class _FileRepairHold(RepairHold):
+    def __init__(self, paths: SessionPaths, exists: bool) -> None:
+        self.paths = paths
+        self.where = str(paths.log)
+        self._data: bytes | None = None if exists else b""
+
+    @property
+    def data(self) -> bytes:
+        if self._data is None:
+            fd, _ = _open_existing(self.paths.log)
+            if fd is None:
+                self._data = b""
+            else:
+                try:
+                    self._data = _pread_all(fd, os.fstat(fd).st_size, 0)
+                finally:
+                    os.close(fd)
+        return self._data
+
+    def keep_prefix(self, n: int, reason: str) -> str | None:
+        data = self.data
+        if n >= len(data):
+            return None
+        log_path = self.paths.log
+        aside = log_path.with_name(f"{log_path.name}.{reason}-{_stamp()}")
+        try:
+            os.link(log_path, aside)  # the original bytes, kept before anything changes
+            fsync_dir(log_path.parent)
+            write_atomically(log_path, data[:n])
+        except OSError as exc:
+            raise _storage_error(log_path, "repairing the log", exc) from exc
+        self._data = data[:n]
+        return str(aside)
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def from_url(url_or_path: str | os.PathLike[str], **options: Any) -> FileEngine:
+    """The file engine of a path or a `file://` URL (`file:///abs/dir`)."""
+    text = os.fspath(url_or_path)
+    if text.startswith("file://"):
+        rest = text[len("file://") :]
+        if rest and not rest.startswith("/"):
+            host, _, path = rest.partition("/")
+            if host not in ("", "localhost"):
+                raise ValueError(f"{text}: a file:// URL names a local path (file:///abs/dir)")
+            rest = "/" + path
+        text = rest
+    if not text:
+        raise ValueError("a store needs a path (got an empty one)")
+    return FileEngine(text, **options)
+
+
+def _ensure_root(root: Path) -> None:
+    try:
+        st = os.stat(root)
+    except NotADirectoryError as exc:
+        raise UnsafePathError(f"store root {root}: a part of the path is not a directory") from exc
+    except FileNotFoundError:
+        missing = [root, *(p for p in root.parents if not p.exists())]
+        for path in reversed(missing):  # every directory we create is private, not just the last
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise StorageError(
+                    f"cannot create the store root {root}: {exc}", exc.errno
+                ) from exc
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePathError(f"store root {root} exists and is not a directory")
+
+
+def _stamp() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+
+
+def _ident(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return (st.st_dev, st.st_ino)
+
+
+def _live_ident(path: Path) -> tuple[int, int]:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return (0, 0)
+    return (st.st_dev, st.st_ino)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether the open file `fd` is still the file at `path`."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return (st.st_dev, st.st_ino) == _ident(fd)
+
+
+def _open_existing(path: Path) -> tuple[int | None, os.stat_result | None]:
+    """Open a file for reading (never through a link); (None, None) if it is gone."""
+    try:
+        fd = open_private(path, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None, None
+    except OSError as exc:
+        raise _storage_error(path, "opening", exc) from exc
+    return fd, os.fstat(fd)
+
+
+def _archive_names(archive_dir: Path) -> list[str]:
+    """The names in a session's archive that are archived logs (or pending links)."""
+    if os.path.islink(archive_dir):
+        raise UnsafePathError(
+            f"{archive_dir} is a symlink; eventstore never follows links in a store"
+        )
+    try:
+        names = os.listdir(archive_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [n for n in names if ARCHIVE_NAME.match(n)]
+
+
+def _archive_name(archive_dir: Path, first: int, last: int) -> Path:
+    name = archive_dir / f"{first:012d}-{last:012d}.jsonl"
+    if os.path.lexists(name) or os.path.lexists(name.with_name(name.name + _PENDING)):
+        name = name.with_name(f"{name.stem}-{uuid.uuid4().hex[:8]}.jsonl")  # a re-compaction
+    return name
+
+
+def _remove_strays(paths: SessionPaths, live: tuple[int, int]) -> None:
+    """Finish or undo what an install that crashed left behind: temporary files go; a
+    pending archive link that is still the live log goes (it would grow with it); one
+    that is the old log (the swap happened) gets its final name."""
+    tmp_prefix = paths.log.name + TMP_MARK
+    for name in os.listdir(paths.dir):
+        if name.startswith((tmp_prefix, _OLD_TMP_PREFIX)):
+            os.unlink(paths.dir / name)
+    if os.path.isdir(paths.archive) and not os.path.islink(paths.archive):
+        for name in os.listdir(paths.archive):
+            if TMP_MARK in name:  # an archive copy that was never renamed in
+                os.unlink(paths.archive / name)
+    for name in _archive_names(paths.archive):
+        if not name.endswith(_PENDING):
+            continue
+        path = paths.archive / name
+        st = os.lstat(path)
+        if (st.st_dev, st.st_ino) == live:
+            os.unlink(path)
+        else:
+            os.rename(path, path.with_name(name[: -len(_PENDING)]))
+
+
+def _committed_end(buf: bytes, where: str, start: int) -> tuple[int, LineHead | None]:
+    """The end of the last complete batch in `buf` and its closing line's envelope.
+
+    Walks back from the last newline over lines whose batch is not closed (`more` > 0):
+    usually one envelope decode. Blank lines hold nothing.
+    """
+    end = buf.rfind(b"\n")
+    while end >= 0:
+        prev = buf.rfind(b"\n", 0, end)
+        line = buf[prev + 1 : end]
+        if line.strip():
+            try:
+                head = _head_decoder.decode(line)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise CorruptLogError(
+                    where, start + prev + 1, None, f"undecodable line: {exc}"
+                ) from None
+            if head.more == 0:
+                return end + 1, head
+        end = prev
+    return 0, None
+
+
+def find_head(fd: int, size: int, where: str) -> tuple[LineHead | None, int]:
+    """The envelope of the last committed line and the end of the last complete batch.
+
+    Reads only the tail of the file (and, when the last line is a compaction snapshot,
+    its header at the start): bytes after the returned offset are a torn tail.
+    """
+    if size == 0:
+        return None, 0
+    first = snapshot_header(fd)
+    first_end = first[0].length if first is not None else None
+    want = 1
+    while True:
+        lines, cut, at_start = _tail_lines(fd, size, want, first_end)
+        for off, line in lines:
+            if line is None:  # the first line, a snapshot: its header says what we need
+                assert first is not None
+                snap, h = first
+                head = LineHead(type="snapshot", seq=snap.seq, ts=snap.ts, h=h, base_h=snap.base_h)
+            elif not line.strip():
+                continue  # a blank line holds no event
+            else:
+                try:
+                    head = _head_decoder.decode(line)
+                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                    raise CorruptLogError(where, off, None, f"undecodable line: {exc}") from None
+            if head.more == 0:
+                return head, cut
+            cut = off  # a line of a batch that has no closing line: torn
+        if at_start:
+            return None, cut
+        want *= 4  # a torn batch longer than what we read: look further back
+
+
+def snapshot_header(fd: int) -> tuple[SnapshotHead, str] | None:
+    """The header and `h` of the snapshot that opens a file, if it opens with one."""
+    chunk = 4096
+    while True:
+        buf = os.pread(fd, chunk, 0)
+        if not buf.startswith(b'{"type":"snapshot",'):
+            return None
+        i = buf.find(b',"states":{')
+        if i >= 0:
+            break
+        if len(buf) < chunk:
+            return None
+        chunk *= 4
+    try:
+        head = _snapshot_head_decoder.decode(buf[:i] + b"}")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if head.length <= HASH_SUFFIX_LEN:
+        return None  # written before snapshots described themselves
+    tail = os.pread(fd, 19, head.length - 18)  # 16 hex digits, '"}', newline
+    if len(tail) != 19 or tail[16:] != b'"}\n':
+        return None
+    return head, tail[:16].decode("ascii", "replace")
+
+
+def _base_seq(fd: int, size: int) -> int:
+    """The seq of the log's first line: an opening snapshot's, else 1 (0 when empty)."""
+    if size == 0:
+        return 0
+    buf = os.pread(fd, 4096, 0)
+    if not buf.startswith(b'{"type":"snapshot",'):
+        return 1
+    first = snapshot_header(fd)
+    if first is not None:
+        return first[0].seq
+    nl = buf.find(b"\n")
+    line = buf[:nl] if nl >= 0 else _pread_all(fd, size, 0).split(b"\n", 1)[0]
+    try:
+        return _head_decoder.decode(line).seq
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return 1
+
+
+def _still_there(fd: int, pos: FilePosition) -> bool:
+    """Whether the line before the position still ends with the `h` it recorded."""
+    if pos.offset == 0:
+        return True
+    tail = (pos.h + '"}\n').encode()
+    return os.pread(fd, len(tail), pos.offset - len(tail)) == tail
+
+
+def _pread_all(fd: int, n: int, offset: int) -> bytes:
+    if n <= 0:
+        return b""
+    buf = os.pread(fd, n, offset)
+    if len(buf) == n:
+        return buf
+    parts = [buf]
+    got = len(buf)
+    while got < n:
+        chunk = os.pread(fd, n - got, offset + got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def _tail_lines(
+    fd: int, size: int, want: int, first_end: int | None
+) -> tuple[list[tuple[int, bytes | None]], int, bool]:
+    """Up to `want` complete lines before the end, newest first; where the partial last
+    line (if any) starts; and whether the lines reach the start of the file.
+
+    A line that ends at `first_end` (the end of an opening snapshot) is returned as
+    (0, None) instead of being read: it can be longer than all the rest together.
+    """
+    chunk = _TAIL_CHUNK
+    while True:
+        start = max(0, size - chunk)
+        buf = _pread_all(fd, size - start, start)
+        last_nl = buf.rfind(b"\n")
+        if last_nl < 0 and start == 0:
+            return [], 0, True
+        if last_nl >= 0:
+            lines: list[tuple[int, bytes | None]] = []
+            end = last_nl
+            while end >= 0 and len(lines) < want:
+                if first_end is not None and start + end == first_end:
+                    lines.append((0, None))
+                    return lines, start + last_nl + 1, True
+                prev = buf.rfind(b"\n", 0, end)
+                if prev < 0 and start > 0:
+                    break  # this line may begin before the chunk
+                lines.append((start + prev + 1, buf[prev + 1 : end]))
+                end = prev
+            if len(lines) >= want or end < 0:
+                return lines, start + last_nl + 1, end < 0
+        chunk *= 4

@@ -1,0 +1,348 @@
+"""The memory engine: sessions kept in this process's memory, for tests, ephemeral
+sessions and notebooks.
+
+`memory://` opens a private engine (its sessions die with it); `memory://NAME` opens the
+engine shared under NAME by every store of this process that opens the same URL (its
+sessions live as long as the process). Appends are atomic by construction (no torn
+tails); `durability` is accepted and ignored: nothing survives the process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from ..events import LineHead
+from ..layout import validate_session_id
+from .base import (
+    EMPTY_HEAD,
+    EncodedBatch,
+    Engine,
+    Head,
+    HeadMovedError,
+    History,
+    InstallResult,
+    Position,
+    ReadResult,
+    RepairHold,
+    Segment,
+)
+
+__all__ = ["MemoryEngine", "from_url"]
+
+_head_decoder = msgspec.json.Decoder(LineHead)
+_generations = itertools.count(1)  # a log's identity: never reused within the process
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPosition(Position):
+    """A place in one generation of a session's live log (a new generation begins at
+    every snapshot install, repair and re-creation after removal)."""
+
+    generation: int
+    offset: int
+    seq: int
+    link: str
+    h: str
+    base_seq: int
+
+    def head(self) -> Head:
+        """The head this position is just after."""
+        return Head(self.seq, self.link, self.h, self, self.offset, self.base_seq)
+
+
+@dataclass(slots=True)
+class _Log:
+    generation: int
+    data: bytearray
+    head: Head
+    archive: list[tuple[int, int, bytes]]  # (first seq, last seq, bytes) oldest first
+    aside: list[tuple[str, bytes]]  # what repairs dropped, by name
+
+
+class _Store:
+    """The sessions of one engine (shared by name between engines of the process)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.logs: dict[str, _Log] = {}
+        self.changed = threading.Condition()
+
+
+_shared: dict[str, _Store] = {}
+_shared_guard = threading.Lock()
+_engines: weakref.WeakSet[MemoryEngine] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # locks held by another thread of the parent at the fork would stay held in the
+    # child: fresh ones. That thread may also have been between extending a log and
+    # moving its head: the child takes the head from the bytes.
+    global _shared_guard
+    _shared_guard = threading.Lock()
+    stores = {id(s): s for s in [*_shared.values(), *(e._store for e in list(_engines))]}
+    for store in stores.values():
+        store.changed = threading.Condition()
+        for lg in store.logs.values():
+            lg.head = _scan_head(lg.generation, bytes(lg.data))
+            del lg.data[lg.head.size :]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class MemoryEngine(Engine):
+    """Sessions in memory: private, or shared by `name` within the process."""
+
+    def __init__(self, name: str | None = None) -> None:
+        if name is None:
+            self._store = _Store("")
+            self.url = "memory://"
+        else:
+            with _shared_guard:
+                store = _shared.get(name)
+                if store is None:
+                    store = _shared[name] = _Store(name)
+            self._store = store
+            self.url = f"memory://{name}"
+        _engines.add(self)
+
+    def _where(self, session_id: str) -> str:
+        return f"{self.url.rstrip('/')}/{session_id}"
+
+    def _log(self, session_id: str) -> _Log | None:
+        validate_session_id(session_id)
+        return self._store.logs.get(session_id)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def read(self, session_id: str, position: Position | None) -> ReadResult:
+        """The lines after `position` of the session's live log."""
+        where = self._where(session_id)
+        with self._store.changed:
+            lg = self._log(session_id)
+            if lg is None:
+                return ReadResult(b"", EMPTY_HEAD, position is not None, where)
+            pos = position if isinstance(position, MemoryPosition) else None
+            reset = False
+            if pos is None or pos.generation != lg.generation:
+                reset = position is not None
+                start = 0
+            else:
+                start = pos.offset
+            data = bytes(lg.data[start : lg.head.size])
+            head = lg.head
+        return ReadResult(data, head, reset, where, start)
+
+    def head(self, session_id: str) -> Head:
+        """The session's head (kept, not computed)."""
+        with self._store.changed:
+            lg = self._log(session_id)
+            return EMPTY_HEAD if lg is None else lg.head
+
+    def history(self, session_id: str) -> History:
+        """The kept segments then the live log, copied under the engine's lock."""
+        where = self._where(session_id)
+        with self._store.changed:
+            lg = self._log(session_id)
+            if lg is None:
+                return History([])
+            segments: list[Segment] = [
+                _MemorySegment(data, f"{where}/archive/{first:012d}-{last:012d}", True, first, last)
+                for first, last, data in lg.archive
+            ]
+            segments.append(_MemorySegment(bytes(lg.data), where, False))
+        return History(segments)
+
+    def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
+        """Block on the engine's condition until the session's head is not `position`."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._store.changed:
+            while True:
+                head = self.head(session_id)
+                if head.position != position:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._store.changed.wait(left)
+
+    # -- writing ----------------------------------------------------------------------
+
+    def append(self, session_id: str, batch: EncodedBatch, expected: Head) -> Head:
+        """Append `batch` if the head is still `expected`."""
+        where = self._where(session_id)
+        with self._store.changed:
+            lg = self._log(session_id)
+            head = EMPTY_HEAD if lg is None else lg.head
+            if not head.same_chain_point(expected):
+                raise HeadMovedError(where, expected, head)
+            if lg is None:
+                lg = self._store.logs[session_id] = _Log(
+                    next(_generations), bytearray(), EMPTY_HEAD, [], []
+                )
+            lg.data += batch.data
+            base = lg.head.base_seq or batch.first_seq
+            lg.head = MemoryPosition(
+                lg.generation, len(lg.data), batch.last_seq, batch.link, batch.hashes[-1], base
+            ).head()
+            self._store.changed.notify_all()
+            return lg.head
+
+    def install_snapshot(
+        self, session_id: str, line: bytes, covers: Head, *, keep_history: bool
+    ) -> InstallResult:
+        """Replace the live log by `line` plus the lines after `covers`."""
+        where = self._where(session_id)
+        with self._store.changed:
+            lg = self._log(session_id)
+            head = EMPTY_HEAD if lg is None else lg.head
+            pos = covers.position
+            if (
+                lg is None
+                or not isinstance(pos, MemoryPosition)
+                or pos.generation != lg.generation
+                or pos.offset > len(lg.data)
+            ):
+                raise HeadMovedError(where, covers, head)
+            before = bytes(lg.data)
+            archived = None
+            if keep_history:
+                # lines after `covers` stay live: the archive keeps what the snapshot replaced
+                lg.archive.append((head.base_seq, covers.seq, before[: pos.offset]))
+                archived = f"{where}/archive/{head.base_seq:012d}-{covers.seq:012d}"
+            tail = before[pos.offset :]
+            lg.generation = next(_generations)
+            lg.data = bytearray(line + tail)
+            h = head.h if tail else line.rstrip(b"\n")[-18:-2].decode("ascii")
+            lg.head = MemoryPosition(
+                lg.generation, len(lg.data), head.seq, head.link, h, covers.seq
+            ).head()
+            self._store.changed.notify_all()
+            return InstallResult(lg.head, archived, len(before), len(lg.data))
+
+    @contextmanager
+    def hold(self, session_id: str) -> Iterator[RepairHold]:
+        """The engine's lock, held for a repair."""
+        with self._store.changed:
+            yield _MemoryRepairHold(self, session_id)
+            self._store.changed.notify_all()
+
+    # -- sessions ---------------------------------------------------------------------
+
+    def list_sessions(self) -> list[str]:
+        """Every session with a line."""
+        with self._store.changed:
+            return sorted(sid for sid, lg in self._store.logs.items() if lg.data or lg.archive)
+
+    def remove_session(self, session_id: str) -> bool:
+        """Forget the session (one dict removal: atomic for every reader)."""
+        with self._store.changed:
+            validate_session_id(session_id)
+            gone = self._store.logs.pop(session_id, None)
+            self._store.changed.notify_all()
+            return gone is not None
+
+    def close(self) -> None:
+        """Nothing to release: a shared engine's sessions live on for other stores."""
+
+    # -- for tests ----------------------------------------------------------------------
+
+    def replace_raw(self, session_id: str, data: bytes) -> None:
+        """Replace the live log's bytes without any check: for tests that tamper with a log
+        (the equivalent of editing a file of the file engine)."""
+        with self._store.changed:
+            lg = self._log(session_id)
+            if lg is None:
+                raise KeyError(session_id)
+            lg.generation = next(_generations)
+            lg.data = bytearray(data)
+            lg.head = _scan_head(lg.generation, bytes(data))
+            self._store.changed.notify_all()
+
+
+class _MemorySegment(Segment):
+    def __init__(
+        self,
+        data: bytes,
+        where: str,
+        archived: bool,
+        first_seq: int | None = None,
+        last_seq: int | None = None,
+    ) -> None:
+        self._data = data
+        self.where = where
+        self.size = len(data)
+        self.archived = archived
+        self.first_seq = first_seq
+        self.last_seq = last_seq
+
+    def read(self) -> bytes:
+        return self._data
+
+
+class _MemoryRepairHold(RepairHold):
+    def __init__(self, engine: MemoryEngine, session_id: str) -> None:
+        self._engine = engine
+        self._sid = session_id
+        self.where = engine._where(session_id)
+
+    @property
+    def data(self) -> bytes:
+        lg = self._engine._log(self._sid)
+        return b"" if lg is None else bytes(lg.data)
+
+    def keep_prefix(self, n: int, reason: str) -> str | None:
+        lg = self._engine._log(self._sid)
+        if lg is None or n >= len(lg.data):
+            return None
+        name = f"{self.where}/log.{reason}-{len(lg.aside) + 1}"
+        lg.aside.append((name, bytes(lg.data)))
+        lg.generation = next(_generations)
+        lg.data = lg.data[:n]
+        lg.head = _scan_head(lg.generation, bytes(lg.data))
+        return name
+
+
+def _scan_head(generation: int, data: bytes) -> Head:
+    """The head of raw log bytes (after a repair or a test's tampering)."""
+    end = data.rfind(b"\n")
+    first_seq = 0
+    nl = data.find(b"\n")
+    if nl > 0:
+        try:
+            first = _head_decoder.decode(data[:nl])
+            first_seq = first.seq
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            first_seq = 1
+    while end >= 0:
+        prev = data.rfind(b"\n", 0, end)
+        line = data[prev + 1 : end]
+        try:
+            last = _head_decoder.decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            end = prev
+            continue
+        if last.more == 0:
+            link = (last.base_h or "") if last.type == "snapshot" else last.h
+            return MemoryPosition(generation, end + 1, last.seq, link, last.h, first_seq).head()
+        end = prev
+    return EMPTY_HEAD
+
+
+def from_url(url: str | os.PathLike[str], **options: Any) -> MemoryEngine:
+    """`memory://` (private) or `memory://NAME` (shared by NAME in this process).
+    Options such as `durability` are accepted and ignored."""
+    text = os.fspath(url)
+    name = text[len("memory://") :].strip("/")
+    return MemoryEngine(name or None)

@@ -1,0 +1,77 @@
+"""`follow`: yield a session's events as they are appended, by any process, each once.
+
+Reads the live log from an engine position and waits on the engine for more
+(`Engine.wait`: polling for files, a notification where the engine has one). When the
+log is replaced by a snapshot, the events appended after the last read and before the
+compaction are read from the history; with no archive, the snapshot stands in for them
+(as in `read_events`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from .engines.base import EMPTY_HEAD
+from .events import Event, Snapshot
+from .history import iter_history
+from .log import read_lines
+
+if TYPE_CHECKING:
+    from .store import SessionStore
+
+__all__ = ["follow"]
+
+
+def follow(
+    store: SessionStore,
+    session_id: str,
+    *,
+    from_seq: int = 1,
+    poll_interval: float = 0.2,
+    stop: threading.Event | None = None,
+) -> Iterator[Event]:
+    """Yield every event with seq >= `from_seq` as it is appended, by any process, until
+    `stop` is set (or the generator is closed). Each event once, none missed.
+
+    `poll_interval`: the longest wait between two looks at the log (and at `stop`).
+    """
+    if not poll_interval > 0:
+        raise ValueError(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
+    store._session(session_id)
+    engine = store.engine
+    decoder = store.codec.decoder(None)
+    head = EMPTY_HEAD
+    last = from_seq - 1
+    while stop is None or not stop.is_set():
+        res = engine.read(session_id, head.position)
+        start = EMPTY_HEAD if res.reset else head
+        events: list[Event] = []
+        if res.data:
+            events = read_lines(
+                res.data,
+                store.codec,
+                decoder,
+                res.where,
+                offset=res.offset,
+                seq=start.seq,
+                link=start.link,
+            ).events
+        head = res.head
+        for ev in events:
+            if type(ev) is Snapshot:
+                if ev.seq > last:
+                    # events up to the snapshot that this reader has not seen yet
+                    for old, _ in iter_history(store, session_id, decoder, last + 1, ev.seq):
+                        if old.seq > last:
+                            yield old
+                            last = old.seq
+                    last = max(last, ev.seq)
+                continue
+            if ev.seq > last:
+                yield ev
+                last = ev.seq
+        if stop is not None and stop.is_set():
+            return
+        engine.wait(session_id, head.position, poll_interval)

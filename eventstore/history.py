@@ -1,0 +1,354 @@
+"""A session's whole history, read back: `read_events`, `state_at`, `transcript_at`, and
+the folds that need the history (rebuilding a projection a snapshot lacks).
+
+A session's history is what its engine still holds (`Engine.history`, one consistent
+picture): the archived segments in order, then the live log. Every segment after the
+first starts with a `snapshot` at sequence N whose `base_h` is the link of line N of the
+segment before it; lines after the snapshot continue the sequence (some of them may also
+be in the segment before: they are copies, read once). Every line is checked against
+the hash chain as it is read.
+
+Decisions (documented in the README, "Audit and replay"):
+
+- `read_events` yields the original events. A snapshot is yielded only (a) where the
+  events it replaced are in no segment (compacted with `archive=False`): it then stands
+  in for them, at its sequence number N, so folding what `read_events` yields always
+  gives the current state; or (b) when `types` asks for `"snapshot"` explicitly.
+- `state_at` / `transcript_at` are exact: the fold of the events 1..N, read from the
+  archive where needed (retention never changes them). Where history is gone (no
+  archive) and a snapshot cannot stand in, they raise `HistoryUnavailableError`.
+  "As of a time" means every event up to the first one appended after that time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from projections import Projection, fold
+
+from .errors import (
+    CorruptLogError,
+    HistoryUnavailableError,
+    SnapshotVersionError,
+    UnknownSessionError,
+)
+from .events import Event, Snapshot, UnknownEvent, event_tag
+from .log import read_lines
+from .records import BootstrapState, Message
+
+if TYPE_CHECKING:
+    from .engines.base import History
+    from .store import SessionStore
+
+__all__ = [
+    "LogFile",
+    "fold_events",
+    "fold_from_archive",
+    "history_files",
+    "iter_history",
+    "read_events",
+    "require_history",
+    "state_at",
+    "transcript_at",
+]
+
+INF = float("inf")
+
+
+def require_history(store: SessionStore, session_id: str) -> History:
+    """The session's history (close it when done); UnknownSessionError if it has none."""
+    store._session(session_id)  # validates the id, checks the store is open
+    hist = store.engine.history(session_id)
+    if not hist.segments:
+        hist.close()
+        raise UnknownSessionError(f"no session {session_id!r} in the store at {store.url}")
+    return hist
+
+
+def iter_history(
+    store: SessionStore,
+    session_id: str,
+    decoder: msgspec.json.Decoder[Event],
+    from_seq: int = 1,
+    to_seq: int | None = None,
+    *,
+    exact: bool = False,
+    all_snapshots: bool = False,
+    history: History | None = None,
+) -> Generator[tuple[Event, bytes]]:
+    """Every event of the history in [from_seq, to_seq] once, with its raw line.
+
+    Snapshots follow the rules in the module docstring. `exact`: raise
+    HistoryUnavailableError where the range needs events no segment holds. Raises
+    CorruptLogError at a line that does not check. `history`: a picture the caller took
+    (and closes); by default one is taken for this iteration.
+    """
+    store._session(session_id)
+    if history is None:
+        with store.engine.history(session_id) as hist:
+            yield from _iter_segments(
+                store, session_id, hist, decoder, from_seq, to_seq, exact, all_snapshots
+            )
+    else:
+        yield from _iter_segments(
+            store, session_id, history, decoder, from_seq, to_seq, exact, all_snapshots
+        )
+
+
+def _iter_segments(
+    store: SessionStore,
+    session_id: str,
+    hist: History,
+    decoder: msgspec.json.Decoder[Event],
+    from_seq: int,
+    to_seq: int | None,
+    exact: bool,
+    all_snapshots: bool,
+) -> Iterator[tuple[Event, bytes]]:
+    hi = INF if to_seq is None else to_seq
+    nxt = 1  # the first sequence number not yet covered by what was read
+    for seg in hist.segments:
+        if seg.archived and seg.last_seq is not None and seg.last_seq < max(nxt, from_seq):
+            continue  # wholly before what is wanted (or read already): skip unread
+        lines = read_lines(seg.read(), store.codec, decoder, seg.where, keep_raw=True)
+        assert lines.raw is not None
+        for ev, line in zip(lines.events, lines.raw, strict=True):
+            s = ev.seq
+            if type(ev) is Snapshot:
+                if s >= nxt and nxt <= hi and s >= from_seq:
+                    # events nxt..s exist nowhere else: the snapshot stands in for them
+                    if s > hi:
+                        if exact:
+                            raise HistoryUnavailableError(
+                                f"session {session_id!r}: events {max(nxt, from_seq)}..{s}"
+                                " were compacted without an archive"
+                            )
+                        return
+                    yield ev, line
+                elif all_snapshots and from_seq <= s <= hi:
+                    yield ev, line
+                nxt = max(nxt, s + 1)
+                continue
+            if s < nxt:
+                continue  # a verbatim copy of an event an earlier segment held
+            if s > hi:
+                return
+            nxt = s + 1
+            if s >= from_seq:
+                yield ev, line
+
+
+def _type_filter(
+    store: SessionStore, types: Iterable[str | type[Event]] | None
+) -> tuple[msgspec.json.Decoder[Event], Any]:
+    """(decoder, predicate) for a `types` filter: tags or Event classes."""
+    if types is None:
+        return store.codec.decoder(None), None
+    tags: set[str] = set()
+    classes: list[type[Event]] = []
+    for t in types:
+        if isinstance(t, str):
+            tags.add(t)
+        elif isinstance(t, type) and issubclass(t, Event):
+            classes.append(t)
+            if t is not UnknownEvent:
+                tags.add(event_tag(t))
+        else:
+            raise TypeError(f"types must hold event tags or Event classes, not {t!r}")
+    known = frozenset(tags & set(store.codec.types))
+    want_unknown = UnknownEvent in classes
+
+    def keep(ev: Event) -> bool:
+        if type(ev) is UnknownEvent:
+            return want_unknown or ev.type_name in tags
+        return type(ev).__struct_config__.tag in tags or isinstance(ev, tuple(classes))
+
+    # types outside the filter decode as bare envelopes: their payloads are never built
+    return store.codec.decoder(known), keep
+
+
+def read_events(
+    store: SessionStore,
+    session_id: str,
+    *,
+    from_seq: int = 1,
+    to_seq: int | None = None,
+    types: Iterable[str | type[Event]] | None = None,
+) -> Iterator[Event]:
+    """Typed events with `from_seq <= seq <= to_seq`, in order, each once.
+
+    Reads the archive where compaction removed events from the live log. `types`: event
+    tags (`"progress_appended"`, or the type name of an unknown event) or Event classes
+    (`UnknownEvent` matches every unknown type). Snapshots are yielded only in place of
+    history no segment holds, or when `types` names them. An unknown session yields
+    nothing.
+    """
+    decoder, keep = _type_filter(store, types)
+    wants_snapshots = keep is not None and keep(Snapshot(base_h=""))
+    for ev, _ in iter_history(
+        store, session_id, decoder, from_seq, to_seq, all_snapshots=wants_snapshots
+    ):
+        if keep is None or keep(ev):
+            yield ev
+
+
+def _state_at(
+    store: SessionStore,
+    proj: Projection[Any],
+    session_id: str,
+    seq: int | None,
+    at: datetime | None,
+) -> Any:
+    if (seq is None) == (at is None):
+        raise ValueError("give exactly one of seq= and at=")
+    if at is not None and (at.tzinfo is None or at.utcoffset() is None):
+        raise ValueError("at= must be a timezone-aware datetime")
+    if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool) or seq < 0):
+        raise ValueError(f"seq must be an int >= 0, got {seq!r}")
+    if seq == 0:
+        return proj.initial()
+    decoder = store.codec.decoder(proj.event_types)
+    history = iter_history(store, session_id, decoder, 1, seq, exact=True)
+    last = 0
+
+    def prefix() -> Iterator[Event]:
+        nonlocal last
+        for ev, _ in history:
+            if at is not None and ev.ts > at:
+                if type(ev) is Snapshot:
+                    raise HistoryUnavailableError(
+                        f"session {session_id!r}: the events before {_iso(ev.ts)} up to"
+                        f" seq {ev.seq} were compacted without an archive"
+                    )
+                return
+            last = ev.seq
+            yield ev
+
+    try:
+        state = fold(proj, proj.initial(), prefix())
+    finally:
+        history.close()
+    if seq is not None and last < seq:
+        raise HistoryUnavailableError(
+            f"session {session_id!r} has no event {seq} (its last is {last})"
+        )
+    return state
+
+
+def state_at(
+    store: SessionStore,
+    session_id: str,
+    *,
+    seq: int | None = None,
+    at: datetime | None = None,
+) -> BootstrapState:
+    """The bootstrap state as of sequence number `seq` (0: before any event) or as of the
+    aware time `at` (every event up to the first appended after it); exactly one.
+
+    Equals the fold of the events 1..seq, read from the archive where needed.
+    HistoryUnavailableError for a seq beyond the last, or history compacted away.
+    """
+    return _state_at(store, store.projections["bootstrap"], session_id, seq, at)  # type: ignore[no-any-return]
+
+
+def transcript_at(
+    store: SessionStore,
+    session_id: str,
+    *,
+    seq: int | None = None,
+    at: datetime | None = None,
+) -> list[Message]:
+    """The transcript as of `seq` or `at` (exactly one); see `state_at`."""
+    return _state_at(store, store.projections["transcript"], session_id, seq, at)  # type: ignore[no-any-return]
+
+
+def _iso(ts: datetime) -> str:
+    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+# -- folds that need the history ----------------------------------------------------------
+
+
+def fold_events(
+    store: SessionStore,
+    session_id: str,
+    proj: Projection[Any],
+    state: Any,
+    events: list[Event],
+    where: str,
+) -> Any:
+    """`fold`, plus what only the face can do: rebuild from the archive a state that the
+    opening snapshot lacks, and name the log of a snapshot state that does not decode."""
+    try:
+        return fold(proj, state, events)
+    except SnapshotVersionError:
+        return fold_from_archive(store, session_id, proj, events, where)
+    except CorruptLogError as exc:
+        if exc.path is not None:
+            raise
+        # offset 0: a snapshot opens the log
+        raise CorruptLogError(where, 0, exc.seq, exc.reason) from None
+
+
+def fold_from_archive(
+    store: SessionStore, session_id: str, proj: Projection[Any], events: list[Event], where: str
+) -> Any:
+    """Fold `proj` over the whole history (archived segments, then `events`, which start
+    with a snapshot that lacks this projection's state or holds another version of it)."""
+    snap = events[0]
+    assert isinstance(snap, Snapshot)
+    wanted = proj.event_types
+    if snap.known and wanted is not None and not (wanted & set(snap.known)):
+        # every event this projection reads was unknown to the compactor: all kept verbatim
+        kept = [store.codec.decode_line(bytes(raw), 0, where) for raw in snap.unknown]
+        return fold(proj, proj.initial(), [*kept, *events[1:]])
+    history: list[Event] = []
+    upto = snap.seq
+    decoder = store.codec.decoder(proj.event_types)
+    with store.engine.history(session_id) as hist:
+        for seg in hist.segments:
+            if not seg.archived:
+                break
+            for ev in read_lines(seg.read(), store.codec, decoder, seg.where).events:
+                if ev.seq > upto:
+                    break
+                if not history and ev.seq != 1:
+                    break  # this segment does not start at the beginning: history is lost
+                if history and ev.seq <= history[-1].seq:
+                    continue  # a later segment starts with a snapshot of what we have
+                history.append(ev)
+    if not history or history[-1].seq != upto or history[0].seq != 1:
+        raise SnapshotVersionError(
+            f"{where}: the snapshot at seq {snap.seq} has no usable state for"
+            f" projection {proj.name!r} (version {proj.version}) and the archive does not"
+            " hold the history to rebuild it; compact with archive=True to keep it"
+        )
+    return fold(proj, proj.initial(), [*history, *events[1:]])
+
+
+@dataclass(frozen=True, slots=True)
+class LogFile:
+    """One segment of a session's history by name (for the file engine, its path).
+    `first_seq`/`last_seq`: what an archived segment's name says (None for the live log)."""
+
+    path: Path
+    archived: bool
+    first_seq: int | None = None
+    last_seq: int | None = None
+
+
+def history_files(store: SessionStore, session_id: str) -> list[LogFile]:
+    """The segments of a session's history, archived ones first then the live log (if
+    any): their names and what they hold. Empty for an unknown session."""
+    store._session(session_id)
+    with store.engine.history(session_id) as hist:
+        return [
+            LogFile(Path(seg.where), seg.archived, seg.first_seq, seg.last_seq)
+            for seg in hist.segments
+        ]

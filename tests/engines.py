@@ -1,0 +1,63 @@
+"""The engines the conformance suite and the model test run on: one entry per engine.
+
+An engine joins by adding an `EngineCase` to `ENGINES`: how to get a URL of a fresh,
+empty store, whether several processes can share that store, and how a test rewrites a
+session's raw live log (to play an attacker or a bad tool). The PostgreSQL entry runs
+when `EVENTSTORE_TEST_POSTGRES_URL` names a server.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from eventstore import SessionStore
+from eventstore.engines.file import FileEngine
+from eventstore.engines.memory import MemoryEngine
+from eventstore.layout import SessionPaths
+
+Rewrite = Callable[[bytes], bytes]
+
+
+@dataclass(frozen=True)
+class EngineCase:
+    """One engine as the tests see it.
+
+    `fresh(tmp_path)`: the URL of a new, empty store (called once per test; a second
+    `SessionStore` on the same URL sees the same sessions). `processes`: whether stores
+    in several processes share that URL's sessions. `rewrite(store, sid, fn)`: replace
+    the session's live log bytes `b` by `fn(b)`, bypassing every check.
+    """
+
+    name: str
+    fresh: Callable[[Path], str]
+    processes: bool
+    rewrite: Callable[[SessionStore, str, Rewrite], None]
+
+
+def _rewrite_file(store: SessionStore, sid: str, fn: Rewrite) -> None:
+    assert isinstance(store.engine, FileEngine)
+    path = SessionPaths(store.engine.root, sid).log
+    path.write_bytes(fn(path.read_bytes()))
+
+
+def _rewrite_memory(store: SessionStore, sid: str, fn: Rewrite) -> None:
+    assert isinstance(store.engine, MemoryEngine)
+    hist = store.engine.history(sid)
+    live = hist.live
+    assert live is not None
+    store.engine.replace_raw(sid, fn(live.read()))
+
+
+ENGINES: list[EngineCase] = [
+    EngineCase("file", lambda tmp: str(tmp / "store"), True, _rewrite_file),
+    EngineCase("memory", lambda tmp: f"memory://test-{uuid.uuid4().hex}", False, _rewrite_memory),
+]
+
+# a PostgreSQL entry goes here, appended only when this names a server to test against
+POSTGRES_URL = os.environ.get("EVENTSTORE_TEST_POSTGRES_URL")
+
+ENGINE_IDS = [case.name for case in ENGINES]
