@@ -361,6 +361,53 @@ class PostgresEngine(Engine):
             hold = _PgRepairHold(self, conn, session_id)
             yield hold
 
+    def replace_raw(self, session_id: str, data: bytes) -> None:
+        """Replace the live log's bytes without any check: for tests that tamper with a
+        log (the equivalent of editing a file of the file engine). Rows get consecutive
+        seq numbers in the order of `data`, whatever seq their lines claim."""
+        lines = _split_keep(data)
+        sql = self._sql
+        with self._conn(f"rewriting {session_id!r}") as conn, conn.transaction():
+            row = conn.execute(sql.lock_session, (session_id,)).fetchone()
+            if row is None:
+                raise KeyError(session_id)
+            key, _, snap_seq, _, live_origin, _ = row
+            snap_len = 0
+            if snap_seq and lines:
+                snap = lines.pop(0)
+                snap_len = len(snap)
+                conn.execute(sql.replace_live_snapshot, (snap, key, key))
+            conn.execute(sql.drop_lines_from, (key, snap_seq + 1))
+            off = live_origin
+            for i, line in enumerate(lines, 1):
+                conn.execute(sql.insert_raw_line, (key, snap_seq + i, off, line))
+                off += len(line)
+            head_seq, link, h = 0, "", ""
+            complete = [x for x in lines if x.endswith(b"\n")]
+            if complete:
+                try:
+                    last = _head_decoder.decode(complete[-1])
+                    head_seq, h = last.seq, last.h
+                    link = (last.base_h or "") if last.type == "snapshot" else last.h
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    head_seq = snap_seq + len(complete)
+            elif snap_seq:
+                head_seq = snap_seq
+            conn.execute(
+                sql.set_head,
+                (
+                    head_seq,
+                    link,
+                    h,
+                    snap_seq or (1 if lines else 0),
+                    snap_seq,
+                    snap_len,
+                    live_origin,
+                    off,
+                    key,
+                ),
+            )
+
     # -- sessions ---------------------------------------------------------------------
 
     def list_sessions(self) -> list[str]:
@@ -449,6 +496,13 @@ class _Statements:
             f"SELECT seq, stream_off, line FROM {q}.lines WHERE sid = %s AND seq > %s ORDER BY seq"
         )
         self.save = f"INSERT INTO {q}.saved (sid, reason, data) VALUES (%s, %s, %s) RETURNING n"
+        self.replace_live_snapshot = (
+            f"UPDATE {q}.snapshots SET line = %s WHERE sid = %s AND n ="
+            f" (SELECT max(n) FROM {q}.snapshots WHERE sid = %s)"
+        )
+        self.insert_raw_line = (
+            f"INSERT INTO {q}.lines (sid, seq, stream_off, line) VALUES (%s, %s, %s, %s)"
+        )
         self.drop_lines_from = f"DELETE FROM {q}.lines WHERE sid = %s AND seq >= %s"
         self.drop_all_lines = f"DELETE FROM {q}.lines WHERE sid = %s"
         self.drop_snapshots = f"DELETE FROM {q}.snapshots WHERE sid = %s"
@@ -473,6 +527,13 @@ def _head_of(row: Any) -> Head:
         size=int(size),
         base_seq=int(base_seq),
     )
+
+
+def _split_keep(data: bytes) -> list[bytes]:
+    """`data` cut after every newline (only newlines: a CR inside a line stays in it)."""
+    parts = [x + b"\n" for x in data.split(b"\n")]
+    parts[-1] = parts[-1][:-1]
+    return [x for x in parts if x]
 
 
 class _BytesSegment(Segment):
