@@ -19,10 +19,10 @@ from typing import Any, TextIO
 
 import msgspec
 
-from .engines.base import Engine, open_engine
 from .engines.postgres_url import redact_url, split_url
 from .errors import EventStoreError
 from .migrate import MigrationResult, migrate_session, same_history
+from .store import SessionStore
 
 __all__ = ["add_parser", "run"]
 
@@ -115,9 +115,9 @@ def _init_db(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def _open(url: str, err: TextIO) -> Engine | None:
+def _open(url: str, err: TextIO) -> SessionStore | None:
     try:
-        return open_engine(url)
+        return SessionStore(url)
     except (EventStoreError, ValueError, OSError) as exc:
         print(f"eventstore migrate: error: {redact_url(url)}: {_one_line(str(exc))}", file=err)
         return None
@@ -141,15 +141,19 @@ def _migrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         dst.close()
 
 
-def _copy_all(args: argparse.Namespace, src: Engine, dst: Engine, out: TextIO, err: TextIO) -> int:
-    sessions: list[str] = src.list_sessions() if args.all else list(args.sessions)
+def _copy_all(
+    args: argparse.Namespace, src: SessionStore, dst: SessionStore, out: TextIO, err: TextIO
+) -> int:
+    src_url, dst_url = redact_url(src.engine.url), redact_url(dst.engine.url)
+    known = src.engine.list_sessions()
+    sessions: list[str] = known if args.all else list(args.sessions)
     quiet: bool = args.quiet
 
     def say(msg: str) -> None:
         if not quiet:
             print(msg, file=err, flush=True)
 
-    say(f"migrate: {len(sessions)} session(s) from {redact_url(src.url)} to {redact_url(dst.url)}")
+    say(f"migrate: {len(sessions)} session(s) from {src_url} to {dst_url}")
     results: list[dict[str, Any]] = []
     failed = 0
     for n, sid in enumerate(sessions, 1):
@@ -165,9 +169,9 @@ def _copy_all(args: argparse.Namespace, src: Engine, dst: Engine, out: TextIO, e
 
         row: dict[str, Any] = {"session_id": sid}
         try:
-            if sid not in src.list_sessions():
-                raise EventStoreError(f"{redact_url(src.url)} has no session {sid!r}")
-            res = migrate_session(src, dst, sid, progress)
+            if sid not in known:
+                raise EventStoreError(f"{src_url} has no session {sid!r}")
+            res = migrate_session(src.engine, dst.engine, sid, progress)
             problems = _check(src, dst, sid)
         except EventStoreError as exc:
             failed += 1
@@ -195,7 +199,7 @@ def _copy_all(args: argparse.Namespace, src: Engine, dst: Engine, out: TextIO, e
     else:
         copied = sum(1 for r in results if r.get("ok"))
         print(
-            f"migrated {copied} of {len(sessions)} session(s) to {redact_url(dst.url)}"
+            f"migrated {copied} of {len(sessions)} session(s) to {dst_url}"
             + (f"; {failed} failed" if failed else ""),
             file=out,
         )
@@ -211,21 +215,20 @@ def _result_fields(res: MigrationResult) -> dict[str, Any]:
     }
 
 
-def _check(src: Engine, dst: Engine, sid: str) -> list[str]:
+def _check(src: SessionStore, dst: SessionStore, sid: str) -> list[str]:
     """Both sides hold the same bytes, and each verifies clean."""
     problems: list[str] = []
-    if not same_history(src, dst, sid):
+    if not same_history(src.engine, dst.engine, sid):
         problems.append("the copy's lines differ from the source's")
-    for name, engine in (("source", src), ("destination", dst)):
-        report = _verify(engine, sid)
-        if report is not None:
-            problems.append(f"{name}: {report}")
+    for name, store in (("source", src), ("destination", dst)):
+        report = store.verify(sid)
+        if not report.ok:
+            bad = next(p for p in report.problems if p.severity == "error")
+            problems.append(
+                f"{name} fails verify: {bad.kind} at byte {bad.offset} (seq {bad.seq}):"
+                f" {_one_line(bad.message)}"
+            )
     return problems
-
-
-def _verify(engine: Engine, sid: str) -> str | None:
-    """None if the session verifies clean on `engine`, else what verify found."""
-    return None
 
 
 def _one_line(text: str) -> str:

@@ -27,6 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eventstore import ProgressEntry, SessionStore
 from eventstore.engines.base import EMPTY_HEAD, EncodedBatch, Head, HeadMovedError
 from eventstore.errors import StorageError
 from eventstore.events import (
@@ -37,7 +38,6 @@ from eventstore.events import (
     line_hash,
     split_hash,
 )
-from eventstore.records import ProgressEntry
 
 URL_ENV = "EVENTSTORE_TEST_POSTGRES_URL"
 REPO = Path(__file__).resolve().parent.parent
@@ -494,49 +494,30 @@ def test_schema_creation_race_creates_it_once(pg_url: str, tmp_path: Path) -> No
 
 # -- processes ----------------------------------------------------------------------------
 
-# What the worker scripts share: the face's append loop, without importing this module
-# (pytest and hypothesis would double each worker's start-up time).
+# Workers go through the session API (`SessionStore(url)`): the face and the engine.
 PRELUDE = textwrap.dedent(
     """
     import os, sys, time
-    from datetime import UTC, datetime
     from pathlib import Path
-    from eventstore.engines.base import EMPTY_HEAD, EncodedBatch, HeadMovedError
-    from eventstore.engines.postgres import from_url
-    from eventstore.events import EventCodec, ProgressAppended
-    from eventstore.records import ProgressEntry
+    from eventstore import FeatureRecord, ProgressEntry, SessionManifest, SessionStore
+    from eventstore.events import ProgressAppended
 
-    CODEC = EventCodec()
-
-    def make_batch(head, n=1, tag=""):
-        events = [ProgressAppended(entry=ProgressEntry(run_id="r", summary=f"{tag}{i}"))
-                  for i in range(n)]
-        data, stamped, link = CODEC.encode_batch(
-            events, head.seq + 1, head.link, datetime.now(UTC), None)
-        return EncodedBatch(data, stamped[0].seq, stamped[-1].seq,
-                            tuple(e.h for e in stamped), link)
-
-    def append_retrying(e, sid, n=1):
-        head = e.head(sid)
-        while True:
-            try:
-                return e.append(sid, make_batch(head, n), head)
-            except HeadMovedError as exc:
-                head = exc.actual
+    def ready_then_wait(gate):
+        (gate.parent / f"ready-{os.getpid()}").touch()
+        while not gate.exists():
+            time.sleep(0.0005)
     """
 )
 
 APPENDER = PRELUDE + textwrap.dedent(
     """
     url, sid, n, gate = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
-    e = from_url(url)
-    e.head(sid)  # connected
-    (gate.parent / f"ready-{os.getpid()}").touch()
-    while not gate.exists():
-        time.sleep(0.001)
+    store = SessionStore(url)
+    store.last_seq(sid)  # connected
+    ready_then_wait(gate)
     for i in range(n):
-        append_retrying(e, sid)
-    e.close()
+        store.append_progress_entry(sid, ProgressEntry(run_id=f"p{os.getpid()}", summary=str(i)))
+    store.close()
     """
 )
 
@@ -549,26 +530,33 @@ def test_four_processes_append_800_lines_to_one_session(pg_url: str, tmp_path: P
     for p in procs:
         _, err = p.communicate(timeout=240)
         assert p.returncode == 0, err.decode()
-    with pg.from_url(pg_url) as e:
-        data = e.read("shared", None).data
+    with SessionStore(pg_url) as store:
+        data = store.engine.read("shared", None).data
         heads = check_chain(data)
         assert [h.seq for h in heads] == list(range(1, 801))
-        assert e.head("shared").seq == 800
+        report = store.verify("shared")
+        assert report.ok and report.head_seq == 800
+        progress = store.load_bootstrap_state("shared").recent_progress
+        by_writer: dict[str, list[str]] = {}
+        for entry in progress:
+            by_writer.setdefault(entry.run_id, []).append(entry.summary)
+        # every writer's 200 appends, each once, in its own order
+        assert sorted(by_writer.values()) == [[str(i) for i in range(200)]] * 4
 
 
 RACER = PRELUDE + textwrap.dedent(
     """
-    url, gate = sys.argv[1], Path(sys.argv[2])
-    e = from_url(url)
-    e.head("race")  # connected
-    (gate.parent / f"ready-{os.getpid()}").touch()
-    while not gate.exists():
-        time.sleep(0.0005)
-    try:
-        e.append("race", make_batch(EMPTY_HEAD, 3, tag=sys.argv[3]), EMPTY_HEAD)
-        print("won")
-    except HeadMovedError:
-        print("lost")
+    url, gate, me = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+    store = SessionStore(url)
+    store.is_initialized("race")  # connected
+    ready_then_wait(gate)
+    won = store.initialize_session_if_missing(
+        "race",
+        SessionManifest(session_id="race", active_branch="main", current_objective=me),
+        [FeatureRecord(id=me, category="c", description="d", steps=[], passes=False)],
+        ProgressEntry(run_id=me, summary="init"),
+    )
+    print("won" if won else "lost")
     """
 )
 
@@ -578,7 +566,7 @@ def test_init_race_has_exactly_one_winner(pg_url: str, tmp_path: Path) -> None:
     for round_ in range(3):
         gate = tmp_path / str(round_) / "go"
         gate.parent.mkdir()
-        procs = [_spawn(RACER, pg_url, str(gate), f"w{i}-") for i in range(5)]
+        procs = [_spawn(RACER, pg_url, str(gate), f"w{i}") for i in range(5)]
         _release_when_ready(gate, procs)
         outs = []
         for p in procs:
@@ -586,27 +574,33 @@ def test_init_race_has_exactly_one_winner(pg_url: str, tmp_path: Path) -> None:
             assert p.returncode == 0, err.decode()
             outs.append(out.decode().strip())
         assert sorted(outs) == ["lost"] * 4 + ["won"]
-        with pg.from_url(pg_url) as e:
-            winner = outs.index("won")
-            data = e.read("race", None).data
-            assert [h.seq for h in check_chain(data)] == [1, 2, 3]
-            assert f'"summary":"w{winner}-0"'.encode() in data
-            e.remove_session("race")
+        winner = f"w{outs.index('won')}"
+        with SessionStore(pg_url) as store:
+            state = store.load_bootstrap_state("race")
+            assert state.manifest is not None and state.manifest.current_objective == winner
+            assert [f.id for f in state.feature_list] == [winner]
+            assert store.last_seq("race") == 3 and store.verify("race").ok
+            assert store.delete_session("race")
 
 
 KILLED_WRITER = PRELUDE + textwrap.dedent(
     """
-    e = from_url(sys.argv[1])
+    store = SessionStore(sys.argv[1])
     ack = os.open(sys.argv[2], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    n = 0
     while True:
-        h = append_retrying(e, "victim", 3)
-        os.write(ack, f"{h.seq}\\n".encode())  # acknowledged: the append returned
+        res = store.append("victim", [
+            ProgressAppended(entry=ProgressEntry(run_id="k", summary=f"{n}.{i}"))
+            for i in range(3)
+        ])
+        n += 1
+        os.write(ack, f"{res.last_seq}\\n".encode())  # acknowledged: the append returned
     """
 )
 
 
 def test_sigkilled_writer_loses_no_acknowledged_append(pg_url: str, tmp_path: Path) -> None:
-    """A writer appending 3-line batches is SIGKILLed at a random moment, 20 times: every
+    """A writer appending 3-event batches is SIGKILLed at a random moment, 20 times: every
     acknowledged batch is there, every batch is whole, the chain is unbroken."""
     import random
 
@@ -624,8 +618,9 @@ def test_sigkilled_writer_loses_no_acknowledged_append(pg_url: str, tmp_path: Pa
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=30)
     acked = [int(x) for x in ack.read_text().split()]
-    with pg.from_url(pg_url) as e:
-        data = e.read("victim", None).data
+    with SessionStore(pg_url) as store:
+        data = store.engine.read("victim", None).data
+        assert store.verify("victim").ok
     heads = check_chain(data)
     assert heads[-1].seq % 3 == 0  # whole batches only
     assert all(h.more == 2 - (h.seq - 1) % 3 for h in heads)
@@ -795,3 +790,144 @@ def test_cli_init_db_and_migrate(server_url: str, capsys: pytest.CaptureFixture[
         with psycopg.connect(pg.split_url(server_url)[0], autocommit=True) as conn:
             for u in (a_url, b_url):
                 conn.execute(f'DROP SCHEMA IF EXISTS "{pg.split_url(u)[1]}" CASCADE')
+
+
+# -- through the session API ---------------------------------------------------------------
+
+
+def _block_session(conninfo: str, q: str, sid: str) -> psycopg.Connection[object]:
+    """A connection holding the session's row lock in an open transaction."""
+    blocker: psycopg.Connection[object] = psycopg.connect(conninfo)
+    blocker.execute(f"SELECT 1 FROM {q}.sessions WHERE session_id = %s FOR UPDATE", (sid,))
+    return blocker
+
+
+def test_dropped_connection_then_retry_with_the_same_key_does_not_duplicate(
+    pg_url: str,
+) -> None:
+    from eventstore import Message, Role
+
+    with SessionStore(pg_url) as store:
+        engine = store.engine
+        assert isinstance(engine, pg.PostgresEngine)
+        conninfo = pg.split_url(pg_url)[0]
+        store.append_progress_entry("s", ProgressEntry(run_id="r", summary="before"))
+        msgs = [
+            Message(role=Role.USER, content="hello"),
+            Message(role=Role.ASSISTANT, content="hi"),
+        ]
+        errors: list[BaseException] = []
+        blocker = _block_session(conninfo, engine._q, "s")
+        try:
+
+            def attempt() -> None:
+                try:
+                    store.append_transcript_messages("s", msgs, idempotency_key="turn-7")
+                except BaseException as exc:  # noqa: BLE001 - the test inspects it
+                    errors.append(exc)
+
+            t = threading.Thread(target=attempt)
+            t.start()
+            deadline = time.monotonic() + 20
+            pids: list[int] = []
+            while not pids and time.monotonic() < deadline:
+                time.sleep(0.05)
+                pids = _backend_pids(conninfo, engine.schema)
+            assert pids, "the append never blocked on the row lock"
+            with psycopg.connect(conninfo, autocommit=True) as killer:
+                killer.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+            t.join(20)
+        finally:
+            blocker.rollback()
+            blocker.close()
+        assert len(errors) == 1 and isinstance(errors[0], StorageError), errors
+        assert store.load_transcript_messages("s") == []
+        first = store.append_transcript_messages("s", msgs, idempotency_key="turn-7")
+        again = store.append_transcript_messages("s", msgs, idempotency_key="turn-7")
+    with SessionStore(pg_url) as other:  # another process's view: the key is in the log
+        third = other.append_transcript_messages("s", msgs, idempotency_key="turn-7")
+        assert other.load_transcript_messages("s") == msgs
+        assert other.last_seq("s") == 2 and other.verify("s").ok
+    for res in (first, again, third):
+        assert res is None or (res.first_seq, res.last_seq) == (2, 2)
+
+
+def test_store_feed_and_follow(pg_url: str) -> None:
+    with SessionStore(pg_url) as a, SessionStore(pg_url) as b:
+        got: list[object] = []
+        stop = threading.Event()
+
+        def follow() -> None:
+            for ev in b.follow("s", stop=stop):
+                got.append(ev)
+                if len(got) == 3:
+                    return
+
+        t = threading.Thread(target=follow)
+        t.start()
+        for i in range(3):
+            a.append_progress_entry(
+                "s" if i != 1 else "t", ProgressEntry(run_id="r", summary=str(i))
+            )
+        a.append_progress_entry("s", ProgressEntry(run_id="r", summary="3"))
+        t.join(20)
+        stop.set()
+        assert [e.entry.summary for e in got] == ["0", "2", "3"]  # type: ignore[attr-defined]
+        items = b.feed()
+        assert [(sid, ev.entry.summary) for _, sid, ev in items] == [  # type: ignore[attr-defined]
+            ("s", "0"),
+            ("t", "1"),
+            ("s", "2"),
+            ("s", "3"),
+        ]
+        assert b.feed(items[1][0]) == items[2:]
+        assert b.feed(limit=1) == items[:1]
+
+
+def test_migrate_file_to_postgres_to_file_exports_identical_lines(
+    pg_url: str, tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    from eventstore import Message, Role
+    from eventstore.cli import main
+    from eventstore.export import export_jsonl
+
+    src, back = str(tmp_path / "src"), str(tmp_path / "back")
+    with SessionStore(src) as store:
+        for sid in ("plain", "compacted", "ünï ¢ødé"):
+            for i in range(5):
+                store.append_progress_entry(sid, ProgressEntry(run_id="r", summary=f"{sid} {i}"))
+                store.append_transcript_messages(
+                    sid,
+                    [
+                        Message(role=Role.USER, content=f"q{i}"),
+                        Message(role=Role.ASSISTANT, content="a"),
+                    ],
+                )
+            if sid != "plain":
+                store.compact(sid, archive=True)
+                store.append_progress_entry(sid, ProgressEntry(run_id="r", summary="after"))
+                store.compact(sid, archive=True)
+                store.append_progress_entry(sid, ProgressEntry(run_id="r", summary="after 2"))
+    assert main(["migrate", src, pg_url, "--all", "--quiet"]) == 0
+    assert main(["migrate", pg_url, back, "--all", "--quiet"]) == 0
+    assert main(["migrate", src, pg_url, "--all", "--quiet"]) == 0  # idempotent
+    capsysbinary.readouterr()
+
+    def export(root: str, sid: str) -> bytes:
+        # what `eventstore export ROOT SID --format jsonl` prints
+        with SessionStore(root) as store:
+            return b"".join(export_jsonl(store, sid))
+
+    for sid in ("plain", "compacted", "ünï ¢ødé"):
+        lines = export(src, sid)
+        assert lines and lines == export(pg_url, sid) == export(back, sid)
+        for root in (src, pg_url, back):
+            with SessionStore(root) as store:
+                assert store.verify(sid).ok
+                assert store.load_bootstrap_state(sid) == SessionStore(src).load_bootstrap_state(
+                    sid
+                )
+    with SessionStore(src) as a, SessionStore(back) as b:
+        for sid in a.list_sessions():
+            with a.engine.history(sid) as ha, b.engine.history(sid) as hb:
+                assert [s.read() for s in ha] == [s.read() for s in hb]
