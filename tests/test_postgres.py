@@ -931,3 +931,75 @@ def test_migrate_file_to_postgres_to_file_exports_identical_lines(
         for sid in a.list_sessions():
             with a.engine.history(sid) as ha, b.engine.history(sid) as hb:
                 assert [s.read() for s in ha] == [s.read() for s in hb]
+
+
+# -- README claims ---------------------------------------------------------------------------
+
+
+def test_feed_holds_back_lines_behind_a_transaction_in_flight(engine: pg.PostgresEngine) -> None:
+    """An append still in flight (its transaction open) holds back the feed lines of
+    appends that committed after it began, so a reader never passes a place where a line
+    can still appear; once it commits, the reader gets both, the earlier one first."""
+    conninfo = pg.split_url(engine._conninfo)[0]
+    append_retrying(engine, "b")
+    before = engine.feed()
+    assert len(before) == 1
+    batch = make_batch(EMPTY_HEAD, 1, tag="slow")
+    with psycopg.connect(conninfo) as slow:  # an explicit transaction: stays open
+        row = slow.execute(
+            f"SELECT moved FROM {engine._q}.append(%s, 0, '', 1, %s, %s, %s, false, NULL, NULL)",
+            ("a", [batch.data], batch.hashes[-1], batch.link),
+        ).fetchone()
+        assert row == (False,)
+        append_retrying(engine, "b", tag="fast")  # commits while "a" is in flight
+        assert engine.head("b").seq == 2
+        assert engine.feed(before[-1].position) == []  # held back, not skipped
+        slow.commit()
+    after = engine.feed(before[-1].position)
+    assert [(e.session_id, e.seq) for e in after] == [("a", 1), ("b", 2)]
+
+
+def test_privileges_the_readme_lists_are_enough(pg_url: str) -> None:
+    """An administrator runs init-db; an application role with only the documented grants
+    appends, reads, compacts, follows, verifies and deletes."""
+    conninfo, schema = pg.split_url(pg_url)
+    pg.init_db(pg_url)
+    role = f"es_app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(conninfo, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        # the grants of the README's PostgreSQL section, verbatim
+        admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        admin.execute(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}"
+        )
+        admin.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}")
+    try:
+        parts = urlsplit(pg_url)
+        app_url = urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port or 5432}"))
+        with SessionStore(app_url) as store:
+            for i in range(4):
+                store.append_progress_entry("s", ProgressEntry(run_id="r", summary=str(i)))
+            store.compact("s", archive=True)
+            store.append_progress_entry("s", ProgressEntry(run_id="r", summary="4"))
+            assert [e.summary for e in store.load_bootstrap_state("s").recent_progress] == [
+                str(i) for i in range(5)
+            ]
+            assert store.verify("s").ok and len(store.feed()) == 5
+            assert store.engine.wait("s", None, 1.0) is True
+            assert store.delete_session("s")
+        with (
+            psycopg.connect(app_url.split("?")[0], autocommit=True) as app,
+            pytest.raises(psycopg.errors.InsufficientPrivilege),
+        ):
+            app.execute(f"CREATE TABLE {schema}.intruder (x int)")
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as admin:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")
+
+
+def test_postgres_scheme_alias_and_default_schema(server_url: str) -> None:
+    conninfo, schema = pg.split_url(server_url.replace("postgresql://", "postgres://", 1))
+    assert conninfo.startswith("postgresql://") and schema == "eventstore"
+    with pytest.raises(ValueError, match="not a PostgreSQL URL"):
+        pg.split_url("mysql://u:pw@h/db")
