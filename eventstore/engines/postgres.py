@@ -211,20 +211,17 @@ class PostgresEngine(Engine):
         log_id = pos.log_id if pos is not None else -1
         after = pos.seq if pos is not None else 0
         with self._conn("reading a session") as conn:
-            row = conn.execute(
+            rows = conn.execute(
                 self._sql.read, {"log": log_id, "after": after, "sid": session_id}, binary=True
-            ).fetchone()
+            ).fetchall()
         where = self.where(session_id)
-        if row is None:
+        if not rows:
             return ReadResult(b"", EMPTY_HEAD, position is not None, where)
-        head = _head_of(row)
-        same = pos is not None and row[0] == pos.log_id
-        lines = row[7] or b""
-        if same:
-            assert pos is not None
-            return ReadResult(lines, head, False, where, pos.offset)
-        snap = row[6] or b""
-        return ReadResult(snap + lines, head, position is not None, where, 0)
+        head = _head_of(rows[0][2:])
+        data = b"".join([r[8] for r in rows[1:]])
+        if pos is not None and rows[0][2] == pos.log_id:
+            return ReadResult(data, head, False, where, pos.offset)
+        return ReadResult(data, head, position is not None, where, 0)
 
     def head(self, session_id: str) -> Head:
         """The session's head (one indexed row)."""
@@ -455,15 +452,21 @@ class _Statements:
     def __init__(self, q: str) -> None:
         live_size = "s.snap_len + s.stream_end - s.live_origin"
         head_cols = f"s.log_id, s.head_seq, s.head_link, s.head_h, s.base_seq, {live_size}"
+        # one statement (one snapshot): the head as the first row, then the live log's
+        # opening snapshot (when reading from the start) and the lines after the position,
+        # one row each (rows in binary: ~2x faster to fetch than one string_agg value)
         self.read = (
-            f"SELECT {head_cols},"
-            f" CASE WHEN s.log_id = %(log)s OR s.snap_seq = 0 THEN NULL ELSE"
-            f" (SELECT x.line FROM {q}.snapshots x WHERE x.sid = s.sid ORDER BY x.n DESC"
-            f" LIMIT 1) END,"
-            f" (SELECT string_agg(l.line, ''::bytea ORDER BY l.seq) FROM {q}.lines l"
+            f"WITH s AS (SELECT * FROM {q}.sessions WHERE session_id = %(sid)s)"
+            f" SELECT 0 AS k, 0::bigint AS seq, {head_cols}, NULL::bytea FROM s"
+            f" UNION ALL"
+            f" SELECT 1, 0, NULL, NULL, NULL, NULL, NULL, NULL, x.line FROM {q}.snapshots x, s"
+            f" WHERE x.sid = s.sid AND s.snap_seq > 0 AND s.log_id <> %(log)s"
+            f" AND x.n = (SELECT max(y.n) FROM {q}.snapshots y WHERE y.sid = s.sid)"
+            f" UNION ALL"
+            f" SELECT 2, l.seq, NULL, NULL, NULL, NULL, NULL, NULL, l.line FROM {q}.lines l, s"
             f" WHERE l.sid = s.sid AND l.seq > greatest(s.snap_seq,"
-            f" CASE WHEN s.log_id = %(log)s THEN %(after)s ELSE 0 END))"
-            f" FROM {q}.sessions s WHERE s.session_id = %(sid)s"
+            f" CASE WHEN s.log_id = %(log)s THEN %(after)s ELSE 0 END)"
+            f" ORDER BY 1, 2"
         )
         self.head = f"SELECT {head_cols} FROM {q}.sessions s WHERE s.session_id = %s"
         self.session_row = f"SELECT sid, snap_seq FROM {q}.sessions WHERE session_id = %s"
