@@ -768,6 +768,7 @@ def test_cli_init_db_and_migrate(server_url: str, capsys: pytest.CaptureFixture[
         out = capsys.readouterr()
         assert "created at version 1" in out.out and "already at version 1" in out.out
         with pg.from_url(a_url) as a:
+            assert "hunter2" not in a.url and ":***@" in a.url
             _build_compacted(a, "one", (True,))
             _build_compacted(a, "two", ())
         assert main(["migrate", a_url, b_url, "--all"]) == 0
