@@ -681,11 +681,18 @@ def test_dropped_connection_mid_append_is_a_typed_error(engine: pg.PostgresEngin
 
 def test_engine_survives_fork(engine: pg.PostgresEngine) -> None:
     append_retrying(engine, "s")
+    assert engine.wait("s", None, 1.0)  # the listener connection is open too
+    inherited = [(c, c.pgconn) for c in pg._CONNECTIONS]
+    assert len(inherited) >= 2
     pid = os.fork()
     if pid == 0:  # the child uses its own connections, never the parent's
         code = 1
         try:
             append_retrying(engine, "s")
+            # what finalizers at the child's exit would do to what it inherited: libpq
+            # sends Terminate on close, which must not reach the parent's sessions
+            for _, pgconn in inherited:
+                pgconn.finish()
             code = 0
         finally:
             os._exit(code)

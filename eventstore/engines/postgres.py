@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -179,6 +180,7 @@ class PostgresEngine(Engine):
             if self._pool is None:
                 self._pool = psycopg_pool.ConnectionPool(
                     self._conninfo,
+                    configure=_CONNECTIONS.add,
                     min_size=1,
                     max_size=self._pool_size,
                     kwargs={"autocommit": True},
@@ -443,7 +445,41 @@ class PostgresEngine(Engine):
 
 
 _ORPHANS: list[object] = []
-"""Connections inherited from a parent process: kept alive, never used (see _get_pool)."""
+"""Pools and listeners inherited from a parent process: kept alive, never used (see
+_get_pool)."""
+
+_CONNECTIONS: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
+"""Every long-lived connection this module opened (pooled or listening)."""
+
+
+def _neuter_inherited_connections() -> None:
+    """In a forked child: point every inherited connection's socket at /dev/null.
+
+    The socket is shared with the parent; if the child closed such a connection (a
+    finalizer at exit, a pool closing), libpq would send the server a Terminate message
+    and end the *parent's* session. Writing to /dev/null instead goes nowhere.
+    """
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+    except OSError:
+        return
+    try:
+        for conn in list(_CONNECTIONS):
+            try:
+                fd = conn.pgconn.socket
+            except psycopg.Error:
+                continue  # already closed
+            try:
+                os.dup2(null, fd)
+            except OSError:
+                pass
+    finally:
+        os.close(null)
+    _CONNECTIONS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_neuter_inherited_connections)
 
 
 class _Statements:
@@ -754,6 +790,7 @@ class _Listener:
         while not self._closed:
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                    _CONNECTIONS.add(conn)
                     conn.execute(f"LISTEN {self._channel}")
                     with self._cond:
                         self._listening = True
