@@ -14,8 +14,9 @@ Measured (medians over repeats; the machine is shared and noisy):
   its own: eventstore through the session API (`append_progress_entry`) and eventsourcing
   (one aggregate per session, one `save` per event, its application recorder);
   the rate is all appends over the wall time from the common start to the last finish.
-- **cold bootstrap load**: a fresh process opens the store and loads the bootstrap
-  state of a session of `--load-events` progress entries.
+- **cold bootstrap load**: a fresh process (modules imported) opens the store and loads
+  the bootstrap state of a session of `--load-events` progress entries; the same session
+  on the file engine beside it.
 - **follow latency**: a follower (its own store instance, LISTEN/NOTIFY wake-ups) sees
   each of `--follow-events` appends made at ~200/s; from before the append call to the
   follower holding the event.
@@ -161,9 +162,13 @@ def _rate(kind: str, url: str, writers: int, n: int) -> float:
 
 
 def _cold_load_child(url: str, sid: str, out: Any) -> None:
+    # as in the main bench: modules imported (psycopg alone takes ~0.3-0.5 s to import),
+    # nothing cached by the store; what is timed is opening the store and the first load
     t0 = time.perf_counter()
     from eventstore import SessionStore
 
+    if "://" in url:
+        import eventstore.engines.postgres  # noqa: F401
     t1 = time.perf_counter()
     with SessionStore(url) as store:
         state = store.load_bootstrap_state(sid)
