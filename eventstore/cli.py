@@ -1133,6 +1133,9 @@ def build_parser() -> argparse.ArgumentParser:
     from . import cli_postgres  # init-db, migrate
 
     cli_postgres.add_parser(sub)
+    from . import cli_report
+
+    cli_report.add_parser(sub)
     return parser
 
 

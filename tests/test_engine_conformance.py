@@ -520,7 +520,7 @@ def test_repair_keeps_a_valid_prefix_and_saves_the_original(case: EngineCase, ur
 def test_open_engine_by_url(tmp_path: Path) -> None:
     from eventstore.engines.file import FileEngine
     from eventstore.engines.memory import MemoryEngine
-    from eventstore.errors import UnknownEngineError
+    from eventstore.errors import UnknownEngineError, UnsafePathError
 
     assert isinstance(open_engine(tmp_path / "a"), FileEngine)
     assert isinstance(open_engine(f"file://{tmp_path}/b"), FileEngine)
@@ -535,6 +535,8 @@ def test_open_engine_by_url(tmp_path: Path) -> None:
         assert other.last_seq(SID) == 0
     with pytest.raises(UnknownEngineError):
         open_engine("nosuch://x")
+    with pytest.raises(UnsafePathError):
+        SessionStore("")
 
 
 # -- fork ------------------------------------------------------------------------------------
@@ -587,7 +589,10 @@ def test_a_child_forked_while_a_thread_appends_can_append(url: str) -> None:
 EDITS = {
     "a letter of a summary": (b'"summary":"step 3"', b'"summary":"step 8"'),
     "a letter of a type tag": (b'"type":"progress_appended"', b'"type":"progress_appendex"'),
-    "a digit of a timestamp": (b'"created_at":"2026-03-01T09:30:03', b'"created_at":"2026-03-01T09:30:04'),
+    "a digit of a timestamp": (
+        b'"created_at":"2026-03-01T09:30:03',
+        b'"created_at":"2026-03-01T09:30:04',
+    ),
 }
 
 
@@ -614,3 +619,41 @@ def test_a_load_never_returns_an_edited_line(case: EngineCase, url: str, what: s
         with pytest.raises(CorruptLogError):
             store.state_at(SID, seq=5)
         assert not store.verify(SID).ok
+
+
+def test_history_readers_beside_appends_and_compactions_see_one_picture(url: str) -> None:
+    """verify and read_events while another store appends and compacts: every report is
+    clean and every read is gapless 1..n with no snapshot standing in for archived events
+    (they used to list the archive and read the live log at different moments)."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def churn() -> None:
+        try:
+            with SessionStore(url) as s:
+                i = 0
+                while not stop.is_set():
+                    s.append_progress_entry(SID, make_entry(i))
+                    i += 1
+                    if i % 7 == 0:
+                        s.compact(SID)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    with SessionStore(url) as store:
+        _progress(store, SID, 3)
+        t = threading.Thread(target=churn)
+        t.start()
+        try:
+            for _ in range(25):
+                report = store.verify(SID)
+                assert report.ok, report.problems
+                seqs = [e.seq for e in store.read_events(SID)]
+                assert seqs == list(range(1, len(seqs) + 1))
+                assert not any(
+                    type(e) is Snapshot for e in store.read_events(SID, to_seq=len(seqs))
+                )
+        finally:
+            stop.set()
+            t.join()
+    assert errors == []

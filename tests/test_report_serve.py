@@ -1,0 +1,143 @@
+"""`eventstore serve ROOT` (eventstore.report_server): the reports live, on the loopback
+address only, read-only, refusing other methods and foreign Host headers."""
+
+from __future__ import annotations
+
+import http.client
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from test_report import Page, write_hostile, write_session
+from test_report_browser import DevTools, chromium, devtools  # noqa: F401 (fixtures)
+
+from eventstore import Message, Role, SessionStore
+from eventstore.cli import main
+from eventstore.report_server import HOST, ReportServer
+
+ODD_ID = "a/b?c#d <e> & f"
+
+
+@pytest.fixture
+def store_root(tmp_path: Path) -> Path:
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        write_session(store, "s1")
+        write_hostile(store, ODD_ID, "x")
+    return root
+
+
+@pytest.fixture
+def server(store_root: Path) -> Iterator[ReportServer]:
+    srv = ReportServer(store_root, 0)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(timeout=10)
+
+
+def request(
+    srv: ReportServer, method: str, path: str, host: str | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection(HOST, srv.server_address[1], timeout=30)
+    try:
+        headers = {"Host": host} if host is not None else {}
+        conn.request(method, path, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
+
+
+def files(root: Path) -> dict[Path, tuple[bytes, int]]:
+    return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+def test_it_listens_on_the_loopback_address_only(server: ReportServer) -> None:
+    assert server.server_address[0] == "127.0.0.1"
+    assert server.url == f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+def test_the_index_links_every_session(server: ReportServer) -> None:
+    status, headers, body = request(server, "GET", "/")
+    assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
+    text = body.decode()
+    assert "<e>" not in text and "&lt;e&gt;" in text  # the id as text
+    links = [a["href"] for t, a in Page(text).tags if t == "a"]
+    assert links == [f"/session/{quote(ODD_ID, safe='')}", "/session/s1"]
+    for link in links:  # each link opens its own session's page
+        status, _, page = request(server, "GET", link or "")
+        assert status == 200
+        assert Page(page.decode()).data()["session_id"] in (ODD_ID, "s1")
+
+
+def test_a_page_is_built_afresh_on_every_request(server: ReportServer, store_root: Path) -> None:
+    _, _, first = request(server, "GET", "/session/s1")
+    assert Page(first.decode()).data()["sizes"]["messages"] == 5
+    with SessionStore(store_root) as store:  # another process's writer, say
+        store.append_transcript_messages("s1", [Message(role=Role.USER, content="new")])
+    _, _, second = request(server, "GET", "/session/s1")
+    d = Page(second.decode()).data()
+    assert d["sizes"]["messages"] == 6 and d["messages"][-1]["content"] == "new"
+
+
+def test_refusals(server: ReportServer, store_root: Path) -> None:
+    before = files(store_root)
+    assert request(server, "GET", "/session/nope")[0] == 404
+    assert request(server, "GET", "/etc/passwd")[0] == 404
+    assert request(server, "GET", "/session/..%2F..%2Fetc")[0] == 404  # an id, not a path
+    for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
+        assert request(server, method, "/session/s1")[0] == 405, method
+    # a page of another site reaching 127.0.0.1 through its own name (DNS rebinding)
+    assert request(server, "GET", "/session/s1", host="evil.example:80")[0] == 403
+    assert request(server, "GET", "/", host=f"evil.example:{server.server_address[1]}")[0] == 403
+    status, headers, body = request(server, "HEAD", "/session/s1")
+    assert status == 200 and body == b"" and int(headers["Content-Length"]) > 10_000
+    assert files(store_root) == before  # nothing written, not even a lock file
+
+
+def test_serve_from_the_command_line(store_root: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eventstore", "serve", str(store_root), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # the address, printed once it listens
+        assert "read-only" in line
+        port = int(line.split("http://127.0.0.1:", 1)[1].split("/", 1)[0])
+        conn = http.client.HTTPConnection(HOST, port, timeout=30)
+        conn.request("GET", "/session/s1")
+        resp = conn.getresponse()
+        assert resp.status == 200 and b"report-data" in resp.read()
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_serve_needs_a_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", str(tmp_path / "missing"), "--port", "0"]) == 2
+    assert "no store at" in capsys.readouterr().err
+    assert not (tmp_path / "missing").exists()
+    with pytest.raises(SystemExit):
+        main(["serve", str(tmp_path), "--port", "70000"])
+
+
+def test_the_served_page_in_a_browser(devtools: DevTools, server: ReportServer) -> None:  # noqa: F811
+    url = server.url + "session/s1"
+    devtools.open(url)
+    assert devtools.eval("document.body.dataset.rendered") == "ok"
+    assert devtools.eval("document.querySelectorAll('#messages > li').length") == 5
+    assert devtools.problems() == []
+    assert devtools.requests() == [url]
