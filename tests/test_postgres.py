@@ -1011,3 +1011,10 @@ def test_postgres_scheme_alias_and_default_schema(server_url: str) -> None:
     assert conninfo.startswith("postgresql://") and schema == "eventstore"
     with pytest.raises(ValueError, match="not a PostgreSQL URL"):
         pg.split_url("mysql://u:pw@h/db")
+
+
+def test_feed_is_refused_by_engines_without_one(tmp_path: Path) -> None:
+    with SessionStore(tmp_path / "store") as store:
+        store.append_progress_entry("s", ProgressEntry(run_id="r", summary="x"))
+        with pytest.raises(NotImplementedError, match="no global feed"):
+            store.feed()
