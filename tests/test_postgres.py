@@ -1018,3 +1018,25 @@ def test_feed_is_refused_by_engines_without_one(tmp_path: Path) -> None:
         store.append_progress_entry("s", ProgressEntry(run_id="r", summary="x"))
         with pytest.raises(NotImplementedError, match="no global feed"):
             store.feed()
+
+
+def test_async_store_over_postgres(pg_url: str) -> None:
+    """The async API (a thread offload over SessionStore) works on this engine as is."""
+    import asyncio
+
+    from eventstore.aio import AsyncSessionStore
+
+    async def main() -> list[str]:
+        async with AsyncSessionStore(pg_url) as store:
+            await asyncio.gather(
+                *(
+                    store.append_progress_entry(
+                        f"s{i % 2}", ProgressEntry(run_id="r", summary=str(i))
+                    )
+                    for i in range(6)
+                )
+            )
+            state = await store.load_bootstrap_state("s0")
+            return [e.summary for e in state.recent_progress]
+
+    assert asyncio.run(main()) == ["0", "2", "4"]
