@@ -10,7 +10,8 @@ Tables (one row per session in `sessions`, its head: the row every writer locks)
                opening snapshot covers, 0: none), snap_len, live_origin/stream_end
                (byte offsets in the session's stream of lines, for live-log offsets)
     lines      one row per appended line, its exact bytes (newline included), never
-               rewritten: sid, seq, stream_off, tx and pos (its global feed position), line
+               edited (compaction without history and repair delete rows): sid, seq,
+               stream_off, tx and pos (its global feed position), line
     snapshots  every snapshot installed, in order (n); `line` NULL once the log it
                opened was replaced without keeping history
     idempotency_keys  the key and request fingerprint of each keyed batch
@@ -28,8 +29,8 @@ keeps each session's seq order: `append` takes a transaction-scoped advisory loc
 session before anything gives it a transaction id, so the next append to that session
 gets its id only after this one has committed. Writers never serialize on anything
 global (commits of different sessions proceed in parallel and share WAL flushes); the
-price is that a line reaches the feed only once every older writing transaction in the
-database has ended.
+price is that a line reaches the feed only once every older writing transaction on the
+server (in any database: transaction ids are server-wide) has ended.
 
 Every value reaches the server as a parameter; the schema name, the only identifier
 spliced into SQL, is checked against `SCHEMA_NAME` and quoted.
