@@ -322,7 +322,7 @@ def test_wait_wakes_on_append_from_another_engine(pg_url: str) -> None:
 # -- the global feed ------------------------------------------------------------------
 
 
-def test_feed_is_in_commit_order_and_never_fills_in_behind_a_reader(
+def test_feed_keeps_session_order_and_never_fills_in_behind_a_reader(
     engine: pg.PostgresEngine,
 ) -> None:
     """Writers on several sessions, a reader tailing the feed meanwhile: what the
