@@ -1039,6 +1039,7 @@ def test_async_store_over_postgres(pg_url: str) -> None:
                 )
             )
             state = await store.load_bootstrap_state("s0")
+            assert len(await store.feed()) == 6
             return [e.summary for e in state.recent_progress]
 
     assert asyncio.run(main()) == ["0", "2", "4"]
