@@ -245,16 +245,24 @@ class PostgresEngine(Engine):
         return History(_segments(where, snap_seq, snaps, lines))
 
     def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
-        """Block until the head may have moved past `position` (a NOTIFY for the session,
-        or the listener reconnecting), or `timeout` seconds pass."""
+        """Block until the session's head is no longer `position` (True) or `timeout`
+        seconds pass (False). A NOTIFY (or the listener reconnecting) only wakes it to
+        look again: a notification of an append it has already read (they are sent after
+        the commit, so one can arrive late) does not end the wait."""
+        deadline = time.monotonic() + max(timeout, 0.0)
         listener = self._get_listener()
-        mark = listener.mark(session_id, timeout)
-        if self.head(session_id).position != position:
-            return True
-        if mark is None:  # no listener connection: poll instead
-            time.sleep(min(max(timeout, 0.0), 0.2))
-            return self.head(session_id).position != position
-        return listener.wait_change(session_id, mark, timeout)
+        while True:
+            remaining = deadline - time.monotonic()
+            mark = listener.mark(session_id, max(remaining, 0.0))
+            if self.head(session_id).position != position:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if mark is None:  # no listener connection: poll instead
+                time.sleep(min(remaining, 0.2))
+            else:
+                listener.wait_change(session_id, mark, remaining)
 
     def _get_listener(self) -> _Listener:
         self._get_pool()  # resets per-process state in a forked child
