@@ -44,6 +44,7 @@ from .records import (
     SessionManifest,
 )
 from .store import SessionStore
+from .transcript_format import describe_message
 
 __all__ = ["main"]
 
@@ -581,7 +582,7 @@ def cmd_transcript(args: argparse.Namespace) -> int:
             table(
                 ["#", "ROLE", "CONTENT"],
                 [
-                    [first + i, m.role.value, shorten(m.content, width, args.full)]
+                    [first + i, m.role.value, shorten(describe_message(m), width, args.full)]
                     for i, m in enumerate(messages)
                 ],
                 right=(0,),
@@ -720,6 +721,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """One session as a JSON document, or its raw events as JSON Lines."""
+    if args.format == "claude-code":
+        return importlib.import_module("eventstore.cli_claude_code").run_export(args)  # type: ignore[no-any-return]
     with open_store(args.root) as store:
         need_session(store, args.session)
         fmt = "json" if args.json else args.format
@@ -895,6 +898,9 @@ def _compact_one(store: SessionStore, sid: str, args: argparse.Namespace) -> dic
         rep = store.compact(sid, archive=not args.no_archive)
         if not getattr(rep, "compacted", True):
             res.update(result="skipped", detail="already compact")
+            importlib.import_module("eventstore.cli_lifecycle").prune_after_compact(
+                store, sid, args, res
+            )
             return res
         res.update(
             result="compacted",
@@ -904,6 +910,9 @@ def _compact_one(store: SessionStore, sid: str, args: argparse.Namespace) -> dic
             events_after=rep.events_after,
             archive_path=str(rep.archive_path) if rep.archive_path else None,
             detail=f"seq {rep.first_seq}..{rep.last_seq} in {rep.seconds:.3f} s",
+        )
+        importlib.import_module("eventstore.cli_lifecycle").prune_after_compact(
+            store, sid, args, res
         )
     except (EventStoreError, OSError, ValueError) as exc:
         res.update(result="failed", detail=_one_line(exc))
@@ -1082,7 +1091,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     session(p)
     p.add_argument(
-        "--format", choices=("json", "jsonl"), default="json", help="json (default) or jsonl"
+        "--format",
+        choices=("json", "jsonl", "claude-code"),
+        default="json",
+        help="json (default), jsonl, or claude-code (the imported Claude Code lines)",
     )
 
     p = add(
@@ -1126,13 +1138,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-archive", action="store_true", help="do not keep the old log in the archive"
     )
     p.add_argument("--dry-run", action="store_true", help="show what would be compacted")
+    importlib.import_module("eventstore.cli_lifecycle").add_prune_option(p)
 
     contexts = _contexts_module()
     if contexts is not None:
         contexts.add_parser(sub)
-    from . import cli_postgres  # init-db, migrate
-
-    cli_postgres.add_parser(sub)
+    importlib.import_module("eventstore.cli_claude_code").add_parser(sub)
+    importlib.import_module("eventstore.cli_lifecycle").add_parser(sub)
+    importlib.import_module("eventstore.cli_postgres").add_parser(sub)  # init-db, migrate
     from . import cli_report
 
     cli_report.add_parser(sub)

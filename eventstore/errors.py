@@ -16,6 +16,7 @@ __all__ = [
     "UnknownEngineError",
     "UnknownSessionError",
     "UnsafePathError",
+    "UnsupportedError",
 ]
 
 
@@ -82,7 +83,8 @@ class UnsafePathError(EventStoreError):
 
 
 class StorageError(EventStoreError, OSError):
-    """The filesystem refused a write (a full disk, an I/O error); nothing was acknowledged.
+    """The filesystem refused a read or a write (a full disk, an I/O error, a directory
+    that cannot be read); nothing was acknowledged.
 
     `errno` is the operating system's error number. The log is left as it was, or with a
     torn tail that the next writer truncates.
@@ -111,3 +113,7 @@ class StoreClosedError(EventStoreError):
 class UnknownEngineError(EventStoreError, ValueError):
     """A store URL whose scheme no storage engine serves (or whose engine cannot be
     imported, e.g. an optional extra that is not installed)."""
+
+
+class UnsupportedError(EventStoreError):
+    """The store's engine does not offer an optional operation (e.g. pruning history)."""

@@ -29,6 +29,7 @@ from .records import FeatureRecord, Message, ProgressEntry, RunCheckpoint, Sessi
 
 __all__ = [
     "BUILTIN_EVENT_TYPES",
+    "ArchivePruned",
     "CheckpointRecorded",
     "Event",
     "EventCodec",
@@ -106,6 +107,19 @@ class MessagesAppended(Event, tag="messages_appended", kw_only=True):
     messages: list[Message]
 
 
+class ArchivePruned(Event, tag="archive_pruned", kw_only=True):
+    """Archived history dropped for good (`eventstore.lifecycle.prune_archive`), so the
+    audit trail says what went and when (its `ts`): events `first_seq`..`last_seq`, in
+    the archive `segments` (`bytes` in all), pruned as asked by `before` (a sequence
+    number or a time)."""
+
+    first_seq: int
+    last_seq: int
+    segments: list[str]
+    bytes: int
+    before: str
+
+
 class Snapshot(Event, tag="snapshot", kw_only=True):
     """Written by compaction: the folded state of every projection at sequence `seq`.
 
@@ -169,6 +183,7 @@ BUILTIN_EVENT_TYPES: tuple[type[Event], ...] = (
     ProgressAppended,
     CheckpointRecorded,
     MessagesAppended,
+    ArchivePruned,
     Snapshot,
 )
 
@@ -194,6 +209,11 @@ def validated_copy(value: object, cls: type[_T], what: str) -> _T:
         copy = msgspec.json.decode(_json_encoder.encode(value), type=cls)
     except (msgspec.ValidationError, msgspec.EncodeError, TypeError) as exc:
         raise InvalidRecordError(f"invalid {what}: {exc}") from None
+    except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 line can carry it
+        raise InvalidRecordError(
+            f"invalid {what}: {exc.object[exc.start : exc.end]!r} in {exc.object!r} is not"
+            " encodable as UTF-8 (lone surrogate)"
+        ) from None
     if copy != value:
         where, given, stored = _first_difference(value, copy, what)
         raise InvalidRecordError(
@@ -460,6 +480,20 @@ def _locate_states(line: bytes, states: dict[str, msgspec.Raw]) -> dict[str, tup
         found[name] = (start, start + len(raw))
         pos = start + len(raw) + 1
     return found
+
+
+def damaged_newline(tail: bytes, link: str) -> bool:
+    """Whether `tail`, the bytes after a log's last newline, is a whole line chained to
+    `link` whose newline was replaced by another byte.
+
+    A crash mid-append leaves a prefix of the bytes it meant to write, so its partial
+    line never ends in a byte that is not the newline after a complete line whose `h`
+    checks: such a tail is a committed line that was damaged, not a torn one.
+    """
+    if len(tail) <= HASH_SUFFIX_LEN or tail[-1:] == b"\n":
+        return False
+    sh = split_hash(tail[:-1])
+    return sh is not None and line_hash(link, sh[0]) == sh[1]
 
 
 def split_hash(line: bytes) -> tuple[bytes, str] | None:

@@ -22,6 +22,7 @@ is reported once (per workdir, per process) and survived.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import stat
@@ -82,6 +83,8 @@ HISTORY_SESSION_ID: Final = "harness-session-map"
 
 REPORT_PREFIX: Final = "[harness-session]"
 """How the one failure line in `<workdir>/logs/bootstrap.log` starts."""
+
+logger = logging.getLogger("eventstore")
 
 MAX_CONTEXT_ID_BYTES: Final = 255  # NAME_MAX on every filesystem we care about
 _MAX_ENTRY_BYTES = 1 << 20  # a map entry is ~200 bytes; anything huge is not one of ours
@@ -358,7 +361,8 @@ def current_bindings(root: str | os.PathLike[str]) -> list[HarnessBinding]:
     """Every valid `<root>/*/harness-session.json`, sorted by context id.
 
     Entries that do not parse, have another type or an empty session id are skipped,
-    as `get` would read them as absent; so are symlinks and dot directories.
+    as `get` reads them as absent; so are symlinks (to a context directory or to an
+    entry) and dot directories.
     FileNotFoundError / NotADirectoryError if `root` is not a directory.
     """
     root = Path(root)
@@ -366,9 +370,9 @@ def current_bindings(root: str | os.PathLike[str]) -> list[HarnessBinding]:
     out: list[HarnessBinding] = []
     with os.scandir(root) as it:
         for d in it:
-            if not is_plain_context_id(d.name) or not d.is_dir(follow_symlinks=False):
+            if not is_plain_context_id(d.name):
                 continue
-            entry = _read_entry(Path(d.path) / HARNESS_SESSION_FILE_NAME)
+            entry = _read_entry(root, d.name)
             if entry is not None:
                 out.append(
                     HarnessBinding(
@@ -390,13 +394,26 @@ def _require_dir(root: Path) -> None:
         raise NotADirectoryError(f"{root} is not a directory")
 
 
-def _read_entry(path: Path) -> HarnessSessionEntry | None:
-    """The entry at `path`, or None for anything else: missing, a symlink, not a regular
-    file, too large, unreadable, not a map entry."""
+def _read_entry(root: Path, context_id: str) -> HarnessSessionEntry | None:
+    """The entry of `context_id` under `root`, or None for anything else: missing, a
+    context directory or entry that is a symlink, not a regular file, too large,
+    unreadable, not a map entry. The context directory is opened without following a
+    link and the file relative to it, so what is read is always inside the root."""
     try:
-        fd = open_private(path, os.O_RDONLY | os.O_NONBLOCK)  # NONBLOCK: a FIFO must not hang
+        dfd = _open_dir(root / context_id)
     except (OSError, UnsafePathError):
         return None
+    try:
+        # NONBLOCK: a FIFO planted as the entry must not hang the read
+        fd = os.open(
+            HARNESS_SESSION_FILE_NAME,
+            os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
+            dir_fd=dfd,
+        )
+    except OSError:
+        return None
+    finally:
+        os.close(dfd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_ENTRY_BYTES:
@@ -441,6 +458,19 @@ def _report_once(workdir: Path, message: str) -> None:
             pass  # nowhere left to report to; the map keeps working in memory
 
 
+def _log_once(key: str, message: str) -> None:
+    """`_report_once` for a map with no workdir: one warning per root per process on the
+    `eventstore` logger."""
+    with _reported_lock:
+        if ("log", key) in _logged:
+            return
+        _logged.add(("log", key))
+    logger.warning("%s %s", REPORT_PREFIX, message)
+
+
+_logged: set[tuple[str, str]] = set()
+
+
 def _makedirs_private(path: Path) -> list[Path]:
     """Create `path` and any missing ancestors, each mode 0700 from the start (unlike
     os.makedirs, whose parents get the umask's mode). A `path` that exists must be a
@@ -463,9 +493,14 @@ def _makedirs_private(path: Path) -> list[Path]:
 # -- the map -------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Remembered:
-    entry: HarnessSessionEntry
+@dataclass(slots=True, frozen=True)
+class _Unwritten:
+    """What this process did to a context but could not make the file say: a put whose
+    write failed (`entry`), or a forget whose file could not be removed (`entry` None).
+    `at_ms` is when; a file written after it (a later `updated_ms`) supersedes it."""
+
+    entry: HarnessSessionEntry | None
+    at_ms: int
 
 
 class HarnessSessionMap:
@@ -473,18 +508,28 @@ class HarnessSessionMap:
 
     `root` is the directory of context directories (None: memory only); `workdir` is
     where `logs/bootstrap.log` gets the one `[harness-session]` line if the root cannot
-    be written. What this process put or forgot wins over the files; anything else is
-    read from `<root>/<context-id>/harness-session.json` on every `get`, so entries
-    written by other processes (or the other runtime) are seen. Never raises for a
-    filesystem problem. Safe to share between threads.
+    be written (None: the line goes to the `eventstore` logger instead).
+
+    The rule across processes: the newest write wins. The file
+    `<root>/<context-id>/harness-session.json` is the truth and is read on every `get`,
+    so a put or forget by another process (or the other runtime) is seen at once, also
+    for a context this process bound. Only what this process could not write (the file
+    could not be written or removed) is kept in memory, and a file written after it
+    takes over again. Never raises for a filesystem problem. Safe to share between
+    threads.
     """
 
-    def __init__(self, root: Path | None, workdir: Path) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        workdir: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.root: Path | None = None if root is None else Path(root)
-        self.workdir = Path(workdir)
-        # context id -> what this process put, or None (a tombstone) when a forget could
-        # not remove the file, so the stale file must not resurrect the binding here
-        self._memory: dict[str, _Remembered | None] = {}
+        self.workdir: Path | None = None if workdir is None else Path(workdir)
+        # context id -> what this process did but the disk does not show (see _Unwritten);
+        # for a context with no file (no root, an id that is not plain) every put and
+        # forget is kept here
+        self._memory: dict[str, _Unwritten] = {}
         self._lock = threading.RLock()
         self._history: SessionStore | None = None
 
@@ -499,21 +544,15 @@ class HarnessSessionMap:
 
     def get(self, context_id: str) -> str | None:
         """The harness session id bound to `context_id`, or None."""
-        with self._lock:
-            if context_id in self._memory:
-                seen = self._memory[context_id]
-                return None if seen is None else seen.entry.session_id
-        path = self.entry_path(context_id)
-        if path is None:
-            return None
-        entry = _read_entry(path)
+        entry = self._current(context_id)
         return None if entry is None else entry.session_id
 
     def put(self, context_id: str, session_id: str, harness: str, driver: str) -> None:
         """Bind `context_id` to `session_id` (an empty `session_id` is ignored).
 
         Writes the file atomically, keeping `created_ms` of the entry it replaces, and
-        records the put in the history; any failure is reported once and survived.
+        records the put in the history; any failure is reported once and survived (the
+        binding is then kept in this process's memory).
         """
         for name, value in (
             ("context_id", context_id),
@@ -528,14 +567,8 @@ class HarnessSessionMap:
         with self._lock:
             path = self.entry_path(context_id)
             now = _now_ms()
-            created = now
-            seen = self._memory.get(context_id)
-            if seen is not None:
-                created = seen.entry.created_ms
-            if path is not None:
-                on_disk = _read_entry(path)
-                if on_disk is not None and on_disk.created_ms > 0:
-                    created = on_disk.created_ms
+            before = self._current(context_id)
+            created = now if before is None or before.created_ms <= 0 else before.created_ms
             entry = HarnessSessionEntry(
                 session_id=session_id,
                 harness=harness,
@@ -543,13 +576,15 @@ class HarnessSessionMap:
                 created_ms=created,
                 updated_ms=max(now, created),
             )
-            self._memory[context_id] = _Remembered(entry)
             if path is None:
+                self._memory[context_id] = _Unwritten(entry, now)
                 return
             assert self.root is not None
             try:
                 self._write_entry(self.root, context_id, _entry_encoder.encode(entry))
+                self._memory.pop(context_id, None)
             except (OSError, UnsafePathError) as exc:
+                self._memory[context_id] = _Unwritten(entry, now)
                 self._report(f"cannot write {path}: {_describe(exc)}")
             self._record(
                 HarnessSessionPut(
@@ -570,20 +605,17 @@ class HarnessSessionMap:
             raise TypeError(f"by must be a str, got {type(by).__name__}")
         with self._lock:
             path = self.entry_path(context_id)
-            dropped: HarnessSessionEntry | None = None
-            if context_id in self._memory:
-                seen = self._memory.pop(context_id)
-                dropped = None if seen is None else seen.entry
-            elif path is not None:
-                dropped = _read_entry(path)
+            dropped = self._current(context_id)
             if path is None:
+                self._memory.pop(context_id, None)
                 return None if dropped is None else dropped.session_id
             assert self.root is not None
             try:
                 self._remove_entry(self.root, context_id)
+                self._memory.pop(context_id, None)
             except (OSError, UnsafePathError) as exc:
                 # the stale file stays: remember the forget so it cannot come back here
-                self._memory[context_id] = None
+                self._memory[context_id] = _Unwritten(None, _now_ms())
                 self._report(f"cannot remove {path}: {_describe(exc)}")
             self._record(
                 HarnessSessionForgotten(
@@ -611,12 +643,32 @@ class HarnessSessionMap:
 
     # -- internals --------------------------------------------------------------------
 
+    def _current(self, context_id: str) -> HarnessSessionEntry | None:
+        """The newest binding: the file, unless this process wrote something the file
+        could not take (`_memory`) after the file's `updated_ms`."""
+        with self._lock:
+            unwritten = self._memory.get(context_id)
+            path = self.entry_path(context_id)
+            if path is None:
+                return None if unwritten is None else unwritten.entry
+            assert self.root is not None
+            on_disk = _read_entry(self.root, context_id)
+            if unwritten is None:
+                return on_disk
+            if on_disk is not None and on_disk.updated_ms > unwritten.at_ms:
+                del self._memory[context_id]  # written later, by someone else: it wins
+                return on_disk
+            return unwritten.entry
+
     def _report(self, what: str) -> None:
-        _report_once(
-            self.workdir,
+        message = (
             f"{what}; harness sessions under {self.root} are kept in memory only"
-            " (this is reported once)",
+            " (this is reported once)"
         )
+        if self.workdir is not None:
+            _report_once(self.workdir, message)
+        else:
+            _log_once(str(self.root), message)
 
     def _record(self, event: Event) -> None:
         """Append one history event; a failure is reported, never raised."""

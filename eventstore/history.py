@@ -39,11 +39,11 @@ from .errors import (
     UnknownSessionError,
 )
 from .events import Event, Snapshot, UnknownEvent, event_tag
-from .log import read_lines
+from .log import Lines, read_lines
 from .records import BootstrapState, Message
 
 if TYPE_CHECKING:
-    from .engines.base import History
+    from .engines.base import History, Segment
     from .store import SessionStore
 
 __all__ = [
@@ -52,7 +52,10 @@ __all__ = [
     "fold_from_archive",
     "history_files",
     "iter_history",
+    "archive_shortfall",
+    "opening_chain",
     "read_events",
+    "read_segment",
     "require_history",
     "state_at",
     "transcript_at",
@@ -113,11 +116,14 @@ def _iter_segments(
 ) -> Iterator[tuple[Event, bytes]]:
     hi = INF if to_seq is None else to_seq
     nxt = 1  # the first sequence number not yet covered by what was read
+    after: tuple[int, str] | None = None  # where the segment read last ended
     for seg in hist.segments:
-        if seg.archived and seg.last_seq is not None and seg.last_seq < max(nxt, from_seq):
-            continue  # wholly before what is wanted (or read already): skip unread
-        lines = read_lines(seg.read(), store.codec, decoder, seg.where, keep_raw=True)
+        # every segment is read, also those before `from_seq`: a segment that does not
+        # open with a snapshot continues the chain of the one before it
+        lines = read_segment(store, seg, decoder, keep_raw=True, after=after)
         assert lines.raw is not None
+        if lines.events and lines.seq is not None and lines.link is not None:
+            after = (lines.seq, lines.link)
         for ev, line in zip(lines.events, lines.raw, strict=True):
             s = ev.seq
             if type(ev) is Snapshot:
@@ -142,6 +148,62 @@ def _iter_segments(
             nxt = s + 1
             if s >= from_seq:
                 yield ev, line
+
+
+def read_segment(
+    store: SessionStore,
+    seg: Segment,
+    decoder: msgspec.json.Decoder[Event],
+    *,
+    keep_raw: bool = False,
+    after: tuple[int, str] | None = None,
+) -> Lines:
+    """The checked lines of one segment of a history. `after`: the seq and link where
+    the segment before it ended; a segment that does not open with a snapshot continues
+    from there (the first opens at seq 1). An archived segment was complete when it was
+    archived: a torn tail in it, or fewer events than it was archived with, means it was
+    cut short since, which is corruption (CorruptLogError), never a torn tail."""
+    data = seg.read()
+    seq, link = opening_chain(data, after)
+    lines = read_lines(data, store.codec, decoder, seg.where, keep_raw=keep_raw, seq=seq, link=link)
+    if seg.archived:
+        problem = archive_shortfall(seg, len(data), lines.end, lines.seq if lines.events else None)
+        if problem is not None:
+            raise CorruptLogError(seg.where, problem[0], problem[1], problem[2])
+    return lines
+
+
+def opening_chain(data: bytes, after: tuple[int, str] | None) -> tuple[int, str]:
+    """The (seq, link) a segment's first line chains to: a segment opening with a
+    snapshot chains to the snapshot's own `base_h`, whatever is passed; one without
+    continues `after` (the end of the segment before it), or opens the history at 1.
+    An archived segment holding the events after an archived snapshot opens this way."""
+    if after is None or data.startswith(b'{"type":"snapshot",'):
+        return 0, ""
+    return after
+
+
+def archive_shortfall(
+    seg: Segment, size: int, end: int, last_seq: int | None
+) -> tuple[int, int | None, str] | None:
+    """(offset, seq, reason) if the archived segment `seg` ends short: bytes after its
+    last complete batch (`end` of `size`), or a last seq below the one it was archived
+    with; None if it is whole."""
+    if end < size:
+        return (
+            end,
+            None if last_seq is None else last_seq + 1,
+            f"the archived segment ends in {size - end} bytes that are not a complete"
+            " batch: it was cut short (an archive is written whole, it has no torn tail)",
+        )
+    if seg.last_seq is not None and (last_seq or 0) < seg.last_seq:
+        return (
+            end,
+            (last_seq or 0) + 1,
+            f"the archived segment ends at seq {last_seq or 0}, but it was archived"
+            f" holding up to seq {seg.last_seq}: it was cut short",
+        )
+    return None
 
 
 def _type_filter(
@@ -312,10 +374,14 @@ def fold_from_archive(
     upto = snap.seq
     decoder = store.codec.decoder(proj.event_types)
     with store.engine.history(session_id) as hist:
+        after: tuple[int, str] | None = None
         for seg in hist.segments:
             if not seg.archived:
                 break
-            for ev in read_lines(seg.read(), store.codec, decoder, seg.where).events:
+            lines = read_segment(store, seg, decoder, after=after)
+            if lines.events and lines.seq is not None and lines.link is not None:
+                after = (lines.seq, lines.link)
+            for ev in lines.events:
                 if ev.seq > upto:
                     break
                 if not history and ev.seq != 1:

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import InvalidSessionIdError, UnsafePathError
+from .errors import InvalidSessionIdError, StorageError, UnsafePathError
 
 __all__ = [
     "MAX_SESSION_ID_BYTES",
@@ -217,6 +217,8 @@ class SessionPaths:
                     _refuse_symlink(Path(path))
             except FileNotFoundError:
                 return
+            except OSError as exc:  # EACCES, ELOOP, EIO...: an error of ours, typed
+                raise StorageError(f"{path}: cannot be read: {exc.strerror}", exc.errno) from exc
 
     def create(self) -> None:
         """Create the session directory (and its `id` file when the name is a hash)."""
@@ -245,6 +247,8 @@ def list_session_ids(root: Path) -> list[str]:
         entries = list(os.scandir(base))
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise StorageError(f"{base}: cannot be listed: {exc.strerror}", exc.errno) from exc
     ids: list[str] = []
     for entry in entries:
         if not entry.is_dir(follow_symlinks=False):

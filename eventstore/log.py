@@ -16,7 +16,9 @@ at a problem is the reporter's choice (LevelDB's log reader is the model):
   batches before it.
 
 Lines after the last complete batch (a partial last line, a batch without its closing
-line) are a torn tail: never returned as events, reported as a warning.
+line) are a torn tail: never returned as events, reported as a warning. A partial last
+line that is a whole line whose `h` checks, its newline replaced by another byte, is no
+torn tail but a damaged committed line: an error (`damaged_newline`).
 
 Loads take a fast path when the run is regular (one msgspec call for every line, a few
 C-level checks, one hash per line) and fall back to the careful line-by-line reading,
@@ -34,7 +36,16 @@ from typing import Literal
 import msgspec
 
 from .errors import CorruptLogError
-from .events import Event, EventCodec, Snapshot, UnknownEvent, line_hash, link_of, split_hash
+from .events import (
+    Event,
+    EventCodec,
+    Snapshot,
+    UnknownEvent,
+    damaged_newline,
+    line_hash,
+    link_of,
+    split_hash,
+)
 
 __all__ = [
     "STRICT",
@@ -170,7 +181,8 @@ def read_lines(
     """
     end = buf.rfind(b"\n") + 1
     region = buf if end == len(buf) else buf[:end]
-    if reporter is STRICT and not keep_links and end:
+    # a partial last line goes the careful way, which tells a torn line from a damaged one
+    if reporter is STRICT and not keep_links and end == len(buf) and end:
         fast = _read_regular(region, decoder, offset, seq, link, keep_raw)
         if fast is not None:
             return fast  # a partial last line after `end` is a torn tail: loads ignore it
@@ -306,6 +318,16 @@ def _read_careful(
     while pos < n:
         nl = buf.find(b"\n", pos)
         want = None if prev_seq is None else prev_seq + 1
+        if nl < 0 and link is not None and damaged_newline(buf[pos:], link):
+            report(
+                pos,
+                want,
+                "damaged_newline",
+                f"the last line ({n - pos} bytes) is complete and its h checks, but its"
+                " newline was replaced by another byte: a committed line was damaged, not"
+                " torn by a crash",
+            )
+            break
         if nl < 0:
             report(
                 pos,

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import enum
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 
 __all__ = [
     "BootstrapState",
+    "ContentBlock",
     "FeatureRecord",
+    "ImageBlock",
     "InitCommand",
     "InitPlan",
     "InitShell",
@@ -25,6 +27,11 @@ __all__ = [
     "RunCheckpoint",
     "RunStatus",
     "SessionManifest",
+    "TextBlock",
+    "ThinkingBlock",
+    "text_of",
+    "ToolResultBlock",
+    "ToolUseBlock",
     "AwareDatetime",
     "utc_now",
 ]
@@ -127,11 +134,94 @@ class SessionManifest(msgspec.Struct):
     metadata: dict[str, str] = msgspec.field(default_factory=dict)
 
 
-class Message(msgspec.Struct, frozen=True):
-    """One transcript message. Frozen: transcripts are shared, never edited in place."""
+# -- transcript messages ------------------------------------------------------------------
+#
+# Every field added to a message since `Message(role, content)` has a default and is
+# omitted from the log while it holds it (omit_defaults), so a message built from role and
+# content alone is written byte for byte as before, and old lines read as such messages.
+# `content` keeps no default: an old writer's `"content":""` must stay in the line.
+
+
+class TextBlock(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="text"):
+    """A piece of text in a message's structured content."""
+
+    text: str
+
+
+class ThinkingBlock(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="thinking"
+):
+    """A model's visible reasoning; `signature` is the provider's opaque seal, if any."""
+
+    thinking: str
+    signature: str | None = None
+
+
+class ImageBlock(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="image"):
+    """A reference to an image, not its bytes: `source` is a URL, a path or a content
+    hash such as `sha256:<hex>`; `media_type` e.g. `image/png`."""
+
+    source: str
+    media_type: str | None = None
+
+
+class ToolUseBlock(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="tool_use"
+):
+    """A tool call: `id` pairs it with its result, `input` holds the JSON arguments."""
+
+    id: str
+    name: str
+    input: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ToolResultBlock(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="tool_result"
+):
+    """The result of the tool call whose id is `tool_use_id`: text, or text and images."""
+
+    tool_use_id: str
+    content: str | list[TextBlock | ImageBlock] = ""
+    is_error: bool = False
+
+
+#: One block of a message's structured content, tagged by `type` in the log.
+ContentBlock = TextBlock | ThinkingBlock | ImageBlock | ToolUseBlock | ToolResultBlock
+
+
+def text_of(blocks: list[ContentBlock]) -> str:
+    """The text blocks among `blocks`, joined by newlines: the `content` a message with
+    blocks conventionally carries (what importers write)."""
+    return "\n".join(b.text for b in blocks if type(b) is TextBlock)
+
+
+class Message(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One transcript message. Frozen: transcripts are shared, never edited in place.
+
+    `content` is the message's plain text (what a reader that knows only text shows).
+    The optional fields: `name` (of the tool or participant that wrote it), `blocks`
+    (structured content in order: text, tool calls, tool results, thinking, image
+    references), `created_at` (when the message was written, as opposed to appended)
+    and `metadata` (JSON values). Tool calls are `ToolUseBlock`s and tool results
+    `ToolResultBlock`s; `tool_calls` and `tool_results` list them.
+    """
 
     role: Role
     content: str
+    name: str | None = None
+    blocks: list[ContentBlock] = msgspec.field(default_factory=list)
+    created_at: AwareDatetime | None = None
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    @property
+    def tool_calls(self) -> list[ToolUseBlock]:
+        """The tool calls among `blocks`, in order."""
+        return [b for b in self.blocks if type(b) is ToolUseBlock]
+
+    @property
+    def tool_results(self) -> list[ToolResultBlock]:
+        """The tool results among `blocks`, in order."""
+        return [b for b in self.blocks if type(b) is ToolResultBlock]
 
 
 class BootstrapState(msgspec.Struct):

@@ -1,6 +1,13 @@
 """`repair`: make a session's live log trustworthy again, explicitly, under the writers'
 exclusion. Never automatic, and it never destroys a byte.
 
+A live log whose opening snapshot is damaged is rebuilt rather than emptied: a new
+snapshot is folded from the archived events (1..M, each checked), linked to the archive's
+last line, followed by the lines after the damaged snapshot that still chain to it. When
+the archive cannot rebuild the state the snapshot held, the new snapshot keeps the
+damaged one's sequence number (with the state the archive gives, or the initial one), so
+no sequence number is ever used twice.
+
 The live log is read by the one line reader with a prefix-keeping reporter: reading
 stops at the first error, and what is kept is the committed batches before it. A torn
 tail is cut off; a log with a bad line keeps its valid prefix. Either way the engine
@@ -11,11 +18,17 @@ moment without a log). Archived history is never changed.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from .errors import UnknownSessionError
+from projections import fold, snapshot_entry
+
+from .engines.base import History
+from .errors import EventStoreError, UnknownSessionError
+from .events import Event, LineHead, Snapshot, UnknownEvent, link_of
+from .history import iter_history
 from .log import Prefix, Problem, read_lines
 
 if TYPE_CHECKING:
@@ -26,11 +39,12 @@ __all__ = ["RepairReport", "repair"]
 
 class RepairReport(msgspec.Struct):
     """What `repair` did. `action`: "none" (nothing to do), "truncated" (a torn tail was
-    cut off) or "moved_aside" (the log had a bad line and keeps its valid prefix). Either
-    change first saved the whole original at `moved_to`."""
+    cut off), "moved_aside" (the log had a bad line and keeps its valid prefix) or
+    "rebuilt" (its opening snapshot was damaged and was folded again from the archive).
+    Every change first saved the whole original at `moved_to`."""
 
     session_id: str
-    action: Literal["none", "truncated", "moved_aside"]
+    action: Literal["none", "truncated", "moved_aside", "rebuilt"]
     log: str
     moved_to: str | None
     kept_events: int
@@ -46,6 +60,9 @@ def repair(store: SessionStore, session_id: str) -> RepairReport:
     session has no live log."""
     sess = store._session(session_id)
     codec = store.codec
+    # the archive, read before the hold (reading history takes the writers' exclusion
+    # too); no compaction can add to it meanwhile: it cannot read a damaged live log
+    archived = _archived_events(store, session_id)
     with sess.lock, store.engine.hold(session_id) as hold:
         buf = hold.data
         if not buf:
@@ -62,6 +79,22 @@ def repair(store: SessionStore, session_id: str) -> RepairReport:
                 session_id, "none", where, None, n, len(buf), 0, None,
                 "the log is intact; nothing to do",
             )  # fmt: skip
+        if bad is not None and bad.offset == 0 and buf.startswith(b'{"type":"snapshot",'):
+            rebuilt = _rebuild(store, session_id, buf, where, archived)
+            if rebuilt is not None:
+                try:
+                    aside = hold.rewrite(rebuilt[0], "corrupt")
+                except NotImplementedError:
+                    pass
+                else:
+                    sess.folds.clear()
+                    sess.head = None
+                    return RepairReport(
+                        session_id, "rebuilt", where, aside, rebuilt[1], len(rebuilt[0]),
+                        len(buf) - rebuilt[2], bad,
+                        f"{bad.kind} in the opening snapshot: {rebuilt[3]}; the original is"
+                        f" at {aside}",
+                    )  # fmt: skip
         saved = hold.keep_prefix(cut, "torn" if bad is None else "corrupt")
         sess.folds.clear()
         sess.head = None
@@ -76,3 +109,83 @@ def repair(store: SessionStore, session_id: str) -> RepairReport:
         f"{bad.kind} at byte {bad.offset} (seq {bad.seq}): kept {n} events"
         f" ({cut} bytes) before it; the original is at {saved}",
     )  # fmt: skip
+
+
+def _archived_events(store: SessionStore, session_id: str) -> list[Event] | None:
+    """The archived events, each once and checked, in order (a snapshot standing in
+    where history was compacted without an archive); None if the archive is unreadable
+    or corrupt, [] if there is none."""
+    try:
+        with store.engine.history(session_id) as hist:
+            segments = [seg for seg in hist.segments if seg.archived]
+            return [
+                ev
+                for ev, _ in iter_history(
+                    store, session_id, store.codec.decoder(None), history=History(segments)
+                )
+            ]
+    except EventStoreError:
+        return None
+
+
+def _rebuild(
+    store: SessionStore,
+    session_id: str,
+    buf: bytes,
+    where: str,
+    archived: list[Event] | None,
+) -> tuple[bytes, int, int, str] | None:
+    """A new live log for `buf`, whose opening snapshot is damaged: (bytes, events kept,
+    bytes of `buf` kept after the snapshot, what was done). None when the damaged line
+    does not even say which sequence number it had and there is no archive."""
+    codec = store.codec
+    nl = buf.find(b"\n")
+    first = buf[: nl if nl >= 0 else len(buf)]
+    claimed = _claimed(first)
+    events = archived or []
+    m = events[-1].seq if events else 0
+    link = link_of(events[-1]) if events else ""
+    if claimed is None and not m:
+        return None
+    rest = buf[nl + 1 :] if nl >= 0 else b""
+    kept_after = b""
+    if m and (claimed is None or claimed.seq <= m):
+        seq, base_h = m, link
+        # the lines after the damaged snapshot chain to its base_h, the archive's link
+        tail = read_lines(
+            rest, codec, codec.decoder(None), where, offset=nl + 1, seq=m, link=link,
+            reporter=Prefix(),
+        )  # fmt: skip
+        kept_after = rest[: tail.end]
+        n_after = len(tail.events)
+        how = f"rebuilt the snapshot at seq {m} from the archive, kept {n_after} events after it"
+    else:
+        assert claimed is not None
+        # the archive cannot give the state at the damaged snapshot's seq: keep that seq
+        # (and its link) so nothing is ever numbered twice, with what the archive gives
+        seq, base_h = max(claimed.seq, m), claimed.base_h or link
+        n_after = 0
+        how = (
+            f"the archive holds events up to seq {m} only: wrote a snapshot at seq {seq} with"
+            f" the state as of seq {m}; events {m + 1}..{seq} could not be recovered"
+        )
+    states: dict[str, msgspec.Raw] = {}
+    for name, proj in store.projections.items():
+        state = fold(proj, proj.initial(), events)
+        states[name] = snapshot_entry(proj, state)
+    unknown = [msgspec.Raw(ev.raw) for ev in events if type(ev) is UnknownEvent]
+    known = sorted(t for t in codec.types if t != "snapshot")
+    snap = Snapshot(base_h=base_h, states=states, unknown=unknown, known=known)
+    line, _ = codec.encode_snapshot(snap, seq, base_h, datetime.now(UTC))
+    return line + kept_after, 1 + n_after, nl + 1 + len(kept_after), how
+
+
+def _claimed(line: bytes) -> LineHead | None:
+    """The envelope a damaged line still carries (its seq, base_h), if it decodes."""
+    try:
+        return _line_head.decode(line)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+_line_head = msgspec.json.Decoder(LineHead)

@@ -334,10 +334,25 @@ class SessionStore:
         self._write(session_id, lambda h, s: [ev], idempotency_key)
 
     def load_transcript_messages(
-        self, session_id: str, *, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        *,
+        start: int | None = None,
+        limit: int | None = None,
+        last: int | None = None,
+        idempotency_key: str | None = None,
     ) -> list[Message]:
-        """Every transcript message in append order; `[]` for an unknown session."""
-        return self.transcript.copy(self._state(session_id, self.transcript))
+        """Transcript messages in append order; `[]` for an unknown session.
+
+        A page: `last=N`, the newest N; `start=i` (0-based) and/or `limit=N`,
+        `messages[i:i + N]`. A page costs O(N), also from a cold store for `last` (see
+        eventstore.transcript_pages).
+        """
+        if start is None and limit is None and last is None:
+            return self.transcript.copy(self._state(session_id, self.transcript))
+        from .transcript_pages import transcript_page
+
+        return transcript_page(self, session_id, start=start, limit=limit, last=last)
 
     def append_transcript_messages(
         self,
@@ -512,7 +527,10 @@ class SessionStore:
 
     def _session(self, session_id: str) -> _Session:
         self._check_open()
-        sess = self._sessions.get(session_id)
+        try:
+            sess = self._sessions.get(session_id)
+        except TypeError:  # unhashable, so not a str: validate_session_id says so
+            sess = None
         if sess is None:
             validate_session_id(session_id)
             with self._guard:
@@ -523,6 +541,21 @@ class SessionStore:
         sess = self._session(session_id)
         with sess.lock:
             return self._catch_up(sess, proj)
+
+    def _has_fold(self, sess: _Session, name: str) -> bool:
+        """Whether this store has folded projection `name` of the session before."""
+        return name in sess.folds
+
+    def _read_last_messages(self, sess: _Session, n: int) -> list[Message] | None:
+        """The newest `n` messages read from the end of the live log, through the
+        engine's ranged view of it (None: the engine has none, or the log cannot be
+        sliced; fold instead)."""
+        from .transcript_pages import last_messages
+
+        with self.engine.live_view(sess.session_id) as view:
+            if view is None:
+                return None
+            return last_messages(view.read_span, view.head.size, n, self.codec, view.where)
 
     def _catch_up(self, sess: _Session, proj: Projection[S]) -> S:
         """Fold what was appended since the cached head (the log may have been replaced)."""
@@ -562,6 +595,14 @@ class SessionStore:
             not isinstance(idempotency_key, str) or not idempotency_key
         ):
             raise InvalidRecordError("idempotency_key must be a non-empty str")
+        if idempotency_key is not None and not idempotency_key.isascii():
+            try:
+                idempotency_key.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidRecordError(
+                    f"idempotency_key {idempotency_key!r} is not encodable as UTF-8"
+                    " (lone surrogate)"
+                ) from None
         sess = self._session(session_id)
         wanted = (self.idempotency, *needs) if idempotency_key is not None else needs
         with sess.lock:

@@ -28,7 +28,7 @@ from projections import fold, is_retained, restore_state
 
 from .errors import CorruptLogError, EventStoreError, SnapshotVersionError
 from .events import Event, Snapshot
-from .history import require_history
+from .history import archive_shortfall, opening_chain, require_history
 from .log import Collecting, Lines, Problem, Severity, read_lines
 
 if TYPE_CHECKING:
@@ -62,6 +62,9 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
     with require_history(store, session_id) as hist:
         prev: Lines | None = None
         prev_name = ""
+        # every link and hash read so far, by seq (segments may overlap: a snapshot is
+        # checked against whichever earlier segment holds its seq)
+        earlier = Lines([], 0, None, None, "")
         # the events read so far, each seq once, while every segment read was clean
         so_far: list[Event] | None = []
         for i, seg in enumerate(hist.segments):
@@ -74,17 +77,33 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
                 problems.append(Problem(name, 0, None, "unreadable", str(exc)))
                 prev, so_far = None, None
                 continue
+            if i == 0:
+                seq, link = 0, ""
+            elif data.startswith(b'{"type":"snapshot",'):
+                seq, link = None, None  # chained to what came before by _check_snapshot
+            elif prev is not None and prev.seq is not None and prev.link is not None:
+                seq, link = opening_chain(data, (prev.seq, prev.link))
+            else:
+                seq, link = None, None  # the segment before is unreadable: cannot chain
             scan = read_lines(
                 data,
                 codec,
                 decoder,
                 name,
-                seq=0 if i == 0 else None,
-                link="" if i == 0 else None,
+                seq=seq,
+                link=link,
                 reporter=reporter,
                 keep_links=True,
             )
             found = reporter.problems
+            if seg.archived:
+                # an archive has no torn tail: what looks like one is a segment cut short
+                found = [p for p in found if p.kind not in ("torn_tail", "torn_batch")]
+                short = archive_shortfall(
+                    seg, len(data), scan.end, scan.seq if scan.events else None
+                )
+                if short is not None:
+                    found.append(Problem(name, short[0], short[1], "archive_truncated", short[2]))
             first = scan.events[0] if scan.events else None
             first_seq = first.seq if first is not None else None
             last_seq = scan.seq if scan.events else None
@@ -108,8 +127,13 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
                     )
                 )
             if isinstance(first, Snapshot):
-                found.extend(_check_snapshot(store, first, name, prev, prev_name, scan, so_far))
-            elif i > 0 and first is not None:
+                found.extend(
+                    _check_snapshot(
+                        store, first, name, prev if prev is None else earlier, prev_name, scan,
+                        so_far,
+                    )
+                )  # fmt: skip
+            elif i > 0 and first is not None and (prev is None or not prev.events):
                 found.append(
                     Problem(
                         name,
@@ -131,6 +155,11 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
             if scan.events:
                 head_hash, head_seq = scan.link or "", scan.seq or 0
             prev, prev_name = scan, name
+            earlier.links.update(scan.links)
+            earlier.hashes.update(scan.hashes)
+            if scan.events:
+                earlier.events = earlier.events or scan.events[:1]
+                earlier.seq = max(earlier.seq or 0, scan.seq or 0)
     order = {n: i for i, n in enumerate(names)}
     problems.sort(key=lambda p: (order.get(p.file, len(names)), p.offset))
     return VerifyReport(
@@ -169,6 +198,20 @@ def _check_snapshot(
         ]
     found: list[Problem] = []
     old_h = prev.links.get(n)
+    if old_h is None and prev.seq is not None and prev.events and n > prev.seq:
+        # the segment before ends before the snapshot: the events after it were compacted
+        # without an archive (a later compaction than the one that archived it)
+        return [
+            Problem(
+                name,
+                0,
+                n,
+                "history_gap",
+                f"events {prev.seq + 1}..{n} were compacted without an archive: the"
+                " snapshot's base_h cannot be checked",
+                "warning",
+            )
+        ]
     if old_h is None:
         first = prev.events[0].seq if prev.events else None
         found.append(

@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from eventstore.events import Event, MessagesAppended
 from eventstore.records import Message
 
 from .base import Retention, StructProjection, is_suffix, keep_last
 
-__all__ = ["TranscriptProjection"]
+__all__ = ["TranscriptProjection", "copy_message"]
+
+_MESSAGE = msgspec.json.Decoder(Message)
+_encode = msgspec.json.Encoder().encode
+
+
+def copy_message(message: Message) -> Message:
+    """`message` itself if nothing in it can change, else a deep copy.
+
+    A message is frozen, but the lists and dicts of a rich one (`blocks`, tool `input`,
+    `metadata`) are not: those are copied, so a caller changing them never changes the
+    store's state. Plain messages (role and text) are shared.
+    """
+    if message.blocks or message.metadata:
+        return _MESSAGE.decode(_encode(message))
+    return message
 
 
 class TranscriptProjection(StructProjection[list[Message]]):
@@ -29,8 +46,8 @@ class TranscriptProjection(StructProjection[list[Message]]):
         return state
 
     def copy(self, state: list[Message]) -> list[Message]:
-        """A new list of the same (frozen) messages."""
-        return list(state)  # Message is frozen: sharing the objects is safe
+        """A new list of the same messages; the mutable parts of rich ones copied."""
+        return [copy_message(m) for m in state]
 
     def retain(self, state: list[Message], retention: Retention) -> list[Message]:
         """Keep the newest `retention.messages` messages."""

@@ -114,6 +114,18 @@ def setup_session(root: Path) -> None:
         s.update_feature_pass(SID, "f1", True)
 
 
+def setup_uncompacted(root: Path) -> None:
+    """A session with every kind of event, never compacted: its first compaction links
+    the old log into the archive (a repeat one archives a copy of the events after the
+    old snapshot instead)."""
+    with SessionStore(root) as s:
+        s.initialize_session_if_missing(
+            SID, make_manifest(SID), make_features(3), make_entry(0), make_checkpoint()
+        )
+        s.append_transcript_messages(SID, [Message(role=Role.USER, content="hello")])
+        s.append_progress_entry(SID, make_entry(1))
+
+
 def setup_torn(root: Path) -> None:
     """As setup_session, then a torn tail: a partial line the next writer must cut."""
     setup_session(root)
@@ -171,6 +183,7 @@ OPS = {
         Op("feature-pass", "flush", setup_session, _pass),
         Op("init-flush", "flush", lambda r: None, _init, NEW_SID, _init),
         Op("init-fsync", "fsync", lambda r: None, _init, NEW_SID, _init),
+        Op("compact-first", "flush", setup_uncompacted, lambda s: s.compact(SID)),
         Op("compact", "flush", setup_session, lambda s: s.compact(SID)),
         Op("compact-no-archive", "flush", setup_session, lambda s: s.compact(SID, archive=False)),
     ]
@@ -400,4 +413,68 @@ def test_map_put_survives_faults(func: str, tmp_path: Path) -> None:
             if problem:
                 broken.append(problem)
     print(f"\nMAP FAULTS: {MAP_TOTALS}")
+    assert not broken, "\n".join(broken)
+
+
+# -- issue 12: an fsync failure cannot duplicate; a refused first append creates nothing --
+
+
+@pytest.mark.parametrize("batch", [1, 3], ids=["one-event", "batch"])
+def test_a_failed_fsync_is_cut_back_so_a_retry_stores_once(tmp_path: Path, batch: int) -> None:
+    """With durability="fsync", failing each fsync/fdatasync an append makes, in turn: the
+    append raises StorageError, and the caller's retry (no idempotency key) leaves each
+    event in the log exactly once."""
+    events = [
+        ProgressAppended(entry=ProgressEntry(run_id="f", summary=f"e{i}")) for i in range(batch)
+    ]
+    broken: list[str] = []
+    tried = 0
+    for func in ("fsync", "fdatasync"):
+        if not hasattr(os, func):
+            continue
+        base = tmp_path / f"base-{func}"
+        setup_session(base)
+        with SessionStore(base, "fsync") as s, Injector(func) as count:
+            s.append(SID, events)
+        for k in range(1, count.calls + 1):
+            tried += 1
+            case = tmp_path / f"{func}-{k}"
+            setup_session(case)
+            with SessionStore(case, "fsync") as s:
+                with Injector(func, k, errno.EIO) as inj:
+                    try:
+                        s.append(SID, events)
+                    except EventStoreError:
+                        pass
+                s.append(SID, events)  # the retry an error invites
+            got = [p.summary for p in read_state(case)[0].recent_progress]
+            for i in range(batch):
+                if got.count(f"e{i}") != 1:
+                    broken.append(f"{func}#{k} at {inj.site}: e{i} stored {got.count(f'e{i}')}x")
+    assert tried > 0, "an fsync append made no fsync call"
+    assert not broken, "\n".join(broken)
+
+
+@pytest.mark.parametrize("durability", ["flush", "fsync"])
+def test_a_refused_first_append_creates_no_session(tmp_path: Path, durability: str) -> None:
+    """The first append of a new session, failed at each os call it makes in turn (ENOSPC):
+    when it raises, the store lists no session and holds no log for it."""
+    first = [ProgressAppended(entry=ProgressEntry(run_id="f", summary="first"))]
+    broken = []
+    for func in FUNCS:
+        with Injector(func) as count:
+            SessionStore(tmp_path / f"count-{func}", durability).append("new", first)
+        for k in range(1, count.calls + 1):
+            root = tmp_path / f"{func}-{k}"
+            with SessionStore(root, durability) as s:
+                with Injector(func, k, errno.ENOSPC) as inj:
+                    try:
+                        s.append("new", first)
+                        continue  # the fault was survived: nothing to check here
+                    except EventStoreError:
+                        pass
+                listed = s.list_sessions()
+            logs = [p for p in root.rglob("log.jsonl")]
+            if listed or logs:
+                broken.append(f"{func}#{k} at {inj.site}: left {listed} {logs}")
     assert not broken, "\n".join(broken)

@@ -394,3 +394,81 @@ def test_corrupt_snapshot_state_raises_corrupt_log_error(old: bytes, new: bytes)
             s.load_bootstrap_state(SID)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# -- issue 12: what a load returns was checked; verify and read_events only report ---------
+
+
+@st.composite
+def merged(draw: st.DrawFn) -> tuple[int, bytes, str]:
+    """Two adjacent lines of a valid log made one: the newline became a space, or went."""
+    which = draw(st.integers(0, 1))
+    lines = _lines(valid_logs()[which].data)
+    i = draw(st.integers(0, len(lines) - 2))
+    glue = draw(st.sampled_from([b" ", b""]))
+    out = b"".join(lines[:i]) + lines[i][:-1] + glue + b"".join(lines[i + 1 :])
+    return which, out, "merge"
+
+
+def _install(data: bytes) -> Path:
+    root = Path(tempfile.mkdtemp(prefix="fuzz-"))
+    SessionStore(root).close()
+    paths = SessionPaths(root, SID)
+    paths.create()
+    paths.log.write_bytes(data)
+    return root
+
+
+@settings(max_examples=2000 if LONG else 300, **COMMON)  # type: ignore[arg-type]
+@given(st.one_of(mutated(), merged()))
+def test_mutated_valid_log_never_returns_an_edited_event(case: tuple[int, bytes, str]) -> None:
+    """A load of a mutated log raises CorruptLogError or returns exactly the state of a
+    committed prefix of the original: never an edited, duplicated or reordered event."""
+    which, data, kind = case
+    log = valid_logs()[which]
+    root = _install(data)
+    try:
+        with deadline(TIMEOUT), SessionStore(root) as s:
+            try:
+                progress = tuple(p.summary for p in s.load_bootstrap_state(SID).recent_progress)
+                messages = tuple(m.content for m in s.load_transcript_messages(SID))
+            except CorruptLogError:
+                _count(f"checked:{kind}:corrupt")
+                return
+            except SnapshotVersionError:
+                _count(f"checked:{kind}:snapshot-version")
+                return
+        prefixes = {((), ()), *zip(log.progress, log.messages, strict=True)}
+        assert (progress, messages) in prefixes, (
+            f"{kind}: a load returned a state that no committed prefix has:"
+            f" progress {progress}, messages {messages}"
+        )
+        _count(f"checked:{kind}:prefix")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@settings(max_examples=1000 if LONG else 200, **COMMON)  # type: ignore[arg-type]
+@given(st.one_of(merged(), mutated()))
+def test_mutated_logs_verify_reports_and_read_events_raises_only_corrupt_log_error(
+    case: tuple[int, bytes, str],
+) -> None:
+    """`verify` never raises on a damaged log, it reports, each problem naming its file;
+    `read_events` and `state_at` raise nothing but CorruptLogError (or the typed
+    SnapshotVersionError / HistoryUnavailableError of a damaged snapshot)."""
+    from eventstore import HistoryUnavailableError
+
+    _, data, kind = case
+    root = _install(data)
+    try:
+        with deadline(TIMEOUT), SessionStore(root) as s:
+            report = s.verify(SID)
+            assert all(p.file for p in report.problems), report.problems
+            for call in (lambda: list(s.read_events(SID)), lambda: s.state_at(SID, seq=5)):
+                try:
+                    call()
+                except (CorruptLogError, SnapshotVersionError, HistoryUnavailableError):
+                    pass
+        _count(f"verify:{kind}:{'ok' if report.ok else 'reported'}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

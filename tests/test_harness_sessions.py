@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -306,19 +307,59 @@ def test_created_ms_survives_rewrites(
     assert (entry["created_ms"], entry["updated_ms"]) == (1_000, 3_000)
 
 
-def test_memory_wins_over_the_file(hmap: HarnessSessionMap, map_root: Path, workdir: Path) -> None:
+def test_a_later_write_by_another_process_wins(
+    hmap: HarnessSessionMap, map_root: Path, workdir: Path
+) -> None:
+    """The newest write wins across processes (issue 12 item 14): a put or forget made
+    elsewhere after this process's put is what `get` returns here."""
     hmap.put("ctx", "mine", "h", "d")
     write_raw(
         map_root,
         "ctx",
         '{"type":"murmur.harness-session","session_id":"theirs","harness":"h","driver":"d",'
         '"created_ms":1,"updated_ms":2}',
+    )  # the other runtime, whatever its clock says
+    assert hmap.get("ctx") == "theirs"
+    other = HarnessSessionMap(map_root, workdir)
+    other.put("ctx", "other", "h", "d")
+    assert hmap.get("ctx") == "other"
+    assert other.forget("ctx", by=FORGET_BY_CLI) == "other"
+    assert hmap.get("ctx") is None
+    assert hmap.forget("ctx", by=FORGET_BY_CLI) is None
+
+
+def test_a_put_that_could_not_be_written_yields_only_to_a_later_file(
+    hmap: HarnessSessionMap, map_root: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What this process could not write stays in its memory and beats an older file;
+    a file written after it (a later `updated_ms`) takes over."""
+    now = [10_000]
+    monkeypatch.setattr(hs, "_now_ms", lambda: now[0])
+    write_raw(
+        map_root,
+        "ctx",
+        '{"type":"murmur.harness-session","session_id":"old","harness":"h","driver":"d",'
+        '"created_ms":1,"updated_ms":9000}',
     )
-    assert hmap.get("ctx") == "mine"
-    assert HarnessSessionMap(map_root, workdir).get("ctx") == "theirs"
+
+    def refuse(root: Path, context_id: str, data: bytes) -> None:
+        raise PermissionError(13, "Permission denied", str(root / context_id))
+
+    monkeypatch.setattr(HarnessSessionMap, "_write_entry", staticmethod(refuse))
+    hmap.put("ctx", "unwritten", "h", "d")
+    assert hmap.get("ctx") == "unwritten"
+    assert HarnessSessionMap(map_root, workdir).get("ctx") == "old"  # others see the file
+    write_raw(
+        map_root,
+        "ctx",
+        '{"type":"murmur.harness-session","session_id":"later","harness":"h","driver":"d",'
+        '"created_ms":1,"updated_ms":10001}',
+    )
+    assert hmap.get("ctx") == "later"
+    assert len(report_lines(workdir)) == 1
 
 
-def test_entries_written_elsewhere_are_seen_until_this_process_binds(
+def test_entries_written_elsewhere_are_seen(
     hmap: HarnessSessionMap, map_root: Path, workdir: Path
 ) -> None:
     assert hmap.get("ctx") is None
@@ -442,7 +483,9 @@ def test_forget_whose_file_cannot_be_removed_is_reported(
     f.unlink()
     f.mkdir()  # unlink() of a directory fails (EISDIR), even for root
     (f / "keep").write_text("x")
-    assert hmap.forget("ctx", by=FORGET_BY_CLI) == "sid"
+    # the file is the truth: a directory in its place is no binding, but still cannot
+    # be removed
+    assert hmap.forget("ctx", by=FORGET_BY_CLI) is None
     assert hmap.get("ctx") is None
     for _ in range(5):
         hmap.forget("ctx", by=FORGET_BY_CLI)
@@ -485,6 +528,32 @@ def test_no_root_is_memory_only(base: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert m.get("ctx-0") is None
     assert HarnessSessionMap(None, workdir).get("ctx-1") is None
     assert list(base.iterdir()) == []  # not even the workdir's log
+
+
+def test_a_map_needs_neither_root_nor_workdir(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`HarnessSessionMap(None)` (and `HarnessSessionMap()`) is the in-memory map."""
+    monkeypatch.chdir(base)
+    for m in (HarnessSessionMap(None), HarnessSessionMap()):
+        assert m.root is None and m.workdir is None
+        m.put("ctx", "sid", "h", "d")
+        assert m.get("ctx") == "sid"
+        assert m.forget("ctx", by=FORGET_BY_A2A) == "sid"
+        assert m.get("ctx") is None
+    assert list(base.iterdir()) == []
+
+
+def test_without_a_workdir_the_failure_goes_to_the_logger_once(
+    base: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (base / "file").write_text("x")
+    m = HarnessSessionMap(base / "file")
+    with caplog.at_level("WARNING", logger="eventstore"):
+        for i in range(3):
+            m.put(f"ctx-{i}", "sid", "h", "d")
+    lines = [r.getMessage() for r in caplog.records if r.name == "eventstore"]
+    assert len(lines) == 1 and lines[0].startswith("[harness-session] ")
+    assert m.get("ctx-0") == "sid"
+    assert not (base / "logs").exists()
 
 
 def test_root_that_is_a_file_reports_one_line(base: Path) -> None:
@@ -565,6 +634,29 @@ def test_a_symlinked_context_dir_is_not_followed(
     assert "symlink" in line
 
 
+def test_get_never_reads_through_a_symlinked_context_dir(
+    map_root: Path, base: Path, workdir: Path
+) -> None:
+    """A context directory planted as a link to a directory holding a valid entry reads
+    as absent for `get`, as for `current_bindings`, and `forget` removes nothing there
+    (issue 12 item 14)."""
+    outside = base / "outside"
+    outside.mkdir()
+    planted = outside / HARNESS_SESSION_FILE_NAME
+    planted.write_text('{"type":"murmur.harness-session","session_id":"planted"}')
+    map_root.mkdir()
+    (map_root / "ctx").symlink_to(outside)
+    m = HarnessSessionMap(map_root, workdir)
+    assert m.get("ctx") is None
+    assert current_bindings(map_root) == []
+    assert m.forget("ctx", by=FORGET_BY_CLI) is None
+    assert planted.read_text() == '{"type":"murmur.harness-session","session_id":"planted"}'
+    m.put("ctx", "mine", "h", "d")  # refused on disk, kept in memory
+    assert json.loads(planted.read_text())["session_id"] == "planted"
+    assert m.get("ctx") == "mine"
+    assert HarnessSessionMap(map_root, workdir).get("ctx") is None
+
+
 def _put_many(map_root: str, workdir: str, worker: int, n: int) -> None:
     m = HarnessSessionMap(Path(map_root), Path(workdir))
     for i in range(n):
@@ -605,6 +697,110 @@ def test_concurrent_puts_from_four_processes(map_root: Path, workdir: Path) -> N
     assert [h.seq for h in history] == list(range(1, 2 + 4 * n))
     assert report_lines(workdir) == []
     assert reads > 0
+
+
+def _map_worker(map_root: str, workdir: str, conn: Any) -> None:
+    """One process's map, driven over a pipe: ("put", ctx, sid), ("forget", ctx),
+    ("get", [ctx...]) -> [sid or None...], ("burst", worker, n, [ctx...]), ("exit",)."""
+    import random
+
+    m = HarnessSessionMap(Path(map_root), Path(workdir))
+    while True:
+        cmd = conn.recv()
+        if cmd[0] == "put":
+            m.put(cmd[1], cmd[2], "h", "d")
+            conn.send(None)
+        elif cmd[0] == "forget":
+            conn.send(m.forget(cmd[1], by=FORGET_BY_CLI))
+        elif cmd[0] == "get":
+            conn.send([m.get(c) for c in cmd[1]])
+        elif cmd[0] == "burst":
+            _, worker, n, ctxs = cmd
+            rnd = random.Random(worker)
+            for i in range(n):
+                c = rnd.choice(ctxs)
+                if rnd.random() < 0.2:
+                    m.forget(c, by=FORGET_BY_CLI)
+                else:
+                    m.put(c, f"w{worker}-{i}", "h", "d")
+            conn.send(None)
+        else:
+            m.close()
+            conn.send(None)
+            return
+
+
+class _Workers:
+    def __init__(self, map_root: Path, workdir: Path, n: int) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self.conns = []
+        self.procs = []
+        for _ in range(n):
+            mine, theirs = ctx.Pipe()
+            p = ctx.Process(target=_map_worker, args=(str(map_root), str(workdir), theirs))
+            p.start()
+            self.conns.append(mine)
+            self.procs.append(p)
+
+    def ask(self, w: int, *cmd: Any) -> Any:
+        self.conns[w].send(cmd)
+        assert self.conns[w].poll(30), f"worker {w} did not answer {cmd}"
+        return self.conns[w].recv()
+
+    def close(self) -> None:
+        for w, p in enumerate(self.procs):
+            if p.is_alive():
+                self.conns[w].send(("exit",))
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+
+
+def test_newest_write_wins_across_four_processes(map_root: Path, workdir: Path) -> None:
+    """Four processes take turns putting and forgetting three contexts; after every step
+    all four `get` the newest write, whoever made it (issue 12 item 14)."""
+    import random
+
+    rnd = random.Random(12)
+    ctxs = ["c0", "c1", "c2"]
+    model: dict[str, str | None] = dict.fromkeys(ctxs)
+    workers = _Workers(map_root, workdir, 4)
+    try:
+        for step in range(120):
+            w, c = rnd.randrange(4), rnd.choice(ctxs)
+            if rnd.random() < 0.25:
+                assert workers.ask(w, "forget", c) == model[c], step
+                model[c] = None
+            else:
+                workers.ask(w, "put", c, f"sid-{step}")
+                model[c] = f"sid-{step}"
+            for r in range(4):
+                assert workers.ask(r, "get", ctxs) == [model[x] for x in ctxs], (step, r)
+    finally:
+        workers.close()
+    assert {b.context_id: b.session_id for b in current_bindings(map_root)} == {
+        c: v for c, v in model.items() if v is not None
+    }
+    assert report_lines(workdir) == []
+
+
+def test_four_processes_writing_at_once_agree_afterwards(map_root: Path, workdir: Path) -> None:
+    """Four processes put and forget the same contexts at the same time; once they are
+    done every one of them, and a fresh map, reads what the files say."""
+    ctxs = ["a", "b"]
+    workers = _Workers(map_root, workdir, 4)
+    try:
+        for w in range(4):
+            workers.conns[w].send(("burst", w, 60, ctxs))
+        for w in range(4):
+            assert workers.conns[w].poll(60)
+            workers.conns[w].recv()
+        want = [HarnessSessionMap(map_root, workdir).get(c) for c in ctxs]
+        for w in range(4):
+            assert workers.ask(w, "get", ctxs) == want, w
+    finally:
+        workers.close()
+    assert [b.session_id for b in current_bindings(map_root)] == [x for x in want if x]
 
 
 def test_threads_share_one_map(hmap: HarnessSessionMap) -> None:

@@ -35,6 +35,7 @@ from eventstore import (
     RunCheckpoint,
     SessionManifest,
     SessionStore,
+    TextBlock,
     UnsafePathError,
 )
 from eventstore.layout import SessionPaths
@@ -118,6 +119,35 @@ def test_unusable_ids_are_refused_before_touching_disk(tmp_path: Path, bad: str)
     assert not (root / "sessions").exists() or not os.listdir(root / "sessions")
 
 
+@pytest.mark.parametrize("bad", [["x"], {"x": 1}, ("x",), b"x", 1, None, 1.5])
+def test_ids_that_are_not_str_are_refused(tmp_path: Path, bad: Any) -> None:
+    """An id that is not a str (a list, a dict: unhashable too) is InvalidSessionIdError for
+    every call, never a TypeError (issue 12 item 12)."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        for call in (
+            lambda: store.append_progress_entry(bad, make_entry()),
+            lambda: store.load_bootstrap_state(bad),
+            lambda: store.load_transcript_messages(bad),
+            lambda: store.last_seq(bad),
+            lambda: store.is_initialized(bad),
+            lambda: store.compact(bad),
+            lambda: list(store.read_events(bad)),
+            lambda: store.verify(bad),
+        ):
+            with pytest.raises(InvalidSessionIdError):
+                call()
+    assert not (root / "sessions").exists() or not os.listdir(root / "sessions")
+
+
+@pytest.mark.parametrize("key", ["\ud800", "k\udfffk"])
+def test_lone_surrogate_idempotency_key_is_refused(tmp_path: Path, key: str) -> None:
+    with SessionStore(tmp_path / "store") as store:
+        with pytest.raises(InvalidRecordError):
+            store.append_progress_entry("s", make_entry(), idempotency_key=key)
+        assert store.last_seq("s") == 0
+
+
 # -- planted symlinks ---------------------------------------------------------------------
 
 
@@ -159,7 +189,7 @@ def _plant(root: Path, tmp_path: Path, where: str, victim_kind: str) -> Path:
     """Replace `where` in session "s" with a symlink to a victim; return the victim."""
     paths = SessionPaths(root, "s")
     target = {"sessions": paths.dir.parent, "session": paths.dir, "log": paths.log}
-    target |= {"lock": paths.lock, "archive": paths.archive}
+    target |= {"lock": paths.lock, "archive": paths.archive, "archive-pending": paths.archive}
     link = target[where]
     if victim_kind == "outside":
         victim = tmp_path / "victim"
@@ -169,6 +199,8 @@ def _plant(root: Path, tmp_path: Path, where: str, victim_kind: str) -> Path:
             victim.mkdir()
             if link.exists():
                 shutil.copytree(link, victim, dirs_exist_ok=True)
+            if where == "archive-pending":  # what a crashed compaction's cleanup renames
+                (victim / "000000000001-000000000004.jsonl.pending").write_bytes(b"precious\n")
     else:  # another session of the same store (a sneaky, plausible-looking target)
         other = SessionPaths(root, "other")
         victim = {"session": other.dir, "log": other.log, "lock": other.lock}[where]
@@ -190,6 +222,7 @@ MUST_REFUSE = {
     # a write that writes nothing (init of an initialized session) never takes the lock
     "lock": set(WRITES) - {"init"},
     "archive": {"compact", "read_events", "verify"},
+    "archive-pending": {"compact", "read_events", "verify"},
 }
 PLANTS = [(w, "outside") for w in MUST_REFUSE] + [(w, "other") for w in ("session", "log", "lock")]
 _LAST_SEQ = (
@@ -203,7 +236,8 @@ _HISTORY = (
     " follows it), so read_events/verify/state_at read through a planted link; check the"
     " sessions dir, the session dir and archive/ with _refuse_symlink first"
 )
-# fixed since first reported (kept as regression tests): _LAST_SEQ, _HISTORY
+# fixed since first reported (kept as regression tests): _LAST_SEQ, _HISTORY, and issue 12
+# item 4 (compaction's stray cleanup renamed *.pending files through a symlinked archive/)
 KNOWN: dict[tuple[str, str, str], str] = {}
 
 
@@ -330,17 +364,22 @@ VALID: dict[type[Any], Any] = {
 }
 # wrong values by the field's declared type (all of them really are the wrong type)
 WRONG_FOR = {
-    "str": [1, 1.5, None, True, ["x"], {"x": "y"}],
+    "str": [1, 1.5, None, True, ["x"], {"x": "y"}, "lone \ud800"],
     "bool": [1, 0, "true", None, 1.0],
     "int": ["1", 1.5, None, True, [1]],
     "datetime": [0, None, 1.5, dt.datetime(2026, 3, 1), ["2026"], NOW.date()],
     "datetime|None": [0, 1.5, dt.datetime(2026, 3, 1), "", "not a date"],
-    "str|None": [1, 1.5, True, ["x"]],
+    "str|None": [1, 1.5, True, ["x"], "\udfff"],
     "enum": [1, None, "not-a-member", ["user"]],
-    "list[str]": ["abc", [1], [None], None, {"a": "b"}],
-    "dict[str,str]": [{"a": 1}, {"a": None}, ["a"], None, "a"],
+    "list[str]": ["abc", [1], [None], None, {"a": "b"}, ["\ud800"]],
+    "dict[str,str]": [{"a": 1}, {"a": None}, ["a"], None, "a", {"a": "\ud800"}, {"\udc80": "a"}],
     "plan|None": ["x", [], {"steps": 1}, 1],
     "steps": [[1], ["x"], [{"kind": "nope"}], None, "x"],
+    "blocks": [
+        [1], ["x"], [{"type": "text", "text": "x"}], None, "x",
+        (TextBlock(text="x"),), [TextBlock(text=1)],  # type: ignore[arg-type]
+    ],
+    "dict[str,json]": [{"a": {1}}, {1: "a"}, {"a": (1,)}, {"a": float("nan")}, ["a"], None],
 }
 FIELDS = {
     FeatureRecord: {"id": "str", "category": "str", "description": "str", "steps": "list[str]",
@@ -348,7 +387,8 @@ FIELDS = {
     ProgressEntry: {"run_id": "str", "summary": "str", "created_at": "datetime"},
     RunCheckpoint: {"run_id": "str", "started_at": "datetime", "completed_at": "datetime|None",
                     "status": "enum", "note": "str|None"},
-    Message: {"role": "enum", "content": "str"},
+    Message: {"role": "enum", "content": "str", "name": "str|None", "blocks": "blocks",
+              "created_at": "datetime|None", "metadata": "dict[str,json]"},
     SessionManifest: {"session_id": "str", "active_branch": "str", "current_objective": "str",
                       "schema_version": "int", "harness_version": "str",
                       "last_known_good_commit": "str|None", "init_plan": "plan|None",

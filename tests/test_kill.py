@@ -12,6 +12,7 @@ CI runs a short pass (about 40 kills); ``EVENTSTORE_LONG=1`` runs 200 or more.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -243,11 +244,19 @@ def _run(root: Path, rounds: int, compact_every: int, seed: int) -> Figures:
                 if p is not None and p.poll() is None:
                     p.kill()
                     p.communicate()
+        torn = b""
         if _torn(paths):
             figures.torn_tails_repaired += 1
+            data = paths.log.read_bytes()
+            torn = data[data.rfind(b"\n") + 1 :]
         # verify re-reads the whole archive, which repeated compactions of a growing
         # transcript make large: the long variant runs it every 10th round (and at the end)
         _check_session(root, sid, acks, figures, full_verify=not LONG or rnd % 10 == 0)
+        if torn:  # the next writer (in _check_session) saved the torn bytes before cutting
+            assert any(
+                p.name.startswith("log.jsonl.torn-") and p.read_bytes().endswith(torn)
+                for p in paths.dir.iterdir()
+            ), "a torn tail was cut off without being saved aside"
     # a final compaction clears any debris and keeps every projection's answer
     for sid, _ in sessions:
         with SessionStore(root) as store:
@@ -363,3 +372,57 @@ def test_kill_at_each_compaction_step(tmp_path: Path, func: str, archive: str) -
             assert got == [*want, "6"]
         k += 1
     print(f"\ncompaction killed at each of {kills} os.{func} calls (archive={archive})")
+
+
+# A writer child that SIGKILLs itself half-way through the write(2) of a batch: the torn
+# tail a crash mid-append leaves, at a known place.
+CRASH_APPEND = r"""
+import os, signal, sys
+from eventstore import Message, MessagesAppended, SessionStore, Role
+root, sid = sys.argv[1], sys.argv[2]
+store = SessionStore(root)
+real = os.write
+def hooked(fd, data):
+    if b"torn-by-kill" in bytes(data):
+        real(fd, bytes(data)[: len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(fd, data)
+os.write = hooked
+store.append(sid, [MessagesAppended(messages=[Message(role=Role.USER, content="torn-by-kill")])])
+"""
+
+
+@pytest.mark.parametrize("recovery", ["writer", "repair"])
+def test_a_torn_tail_left_by_a_kill_is_saved_aside_by_recovery(
+    tmp_path: Path, recovery: str
+) -> None:
+    """A writer killed in the middle of its write(2) leaves half a line. Whoever cuts it
+    off (the next writer, or `eventstore repair`) first saves those bytes
+    (or the whole original) as `log.jsonl.torn-<time>` beside the log: recovery never
+    destroys a byte."""
+    from eventstore.cli import main as cli_main
+
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append("s", [ProgressAppended(entry=ProgressEntry(run_id="r", summary="kept"))])
+    run = subprocess.run(
+        [sys.executable, "-c", CRASH_APPEND, str(root), "s"], capture_output=True, timeout=60
+    )
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    paths = SessionPaths(root, "s")
+    data = paths.log.read_bytes()
+    torn = data[data.rindex(b"\n") + 1 :]
+    assert torn  # half a line
+    if recovery == "writer":
+        with SessionStore(root) as store:
+            store.append("s", [ProgressAppended(entry=ProgressEntry(run_id="r", summary="next"))])
+    else:
+        with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+            assert cli_main(["repair", str(root), "s"]) == 0
+    saved = [p for p in paths.dir.iterdir() if p.name.startswith("log.jsonl.torn-")]
+    assert saved, "the torn bytes were not saved aside"
+    assert all(p.read_bytes().endswith(torn) for p in saved)  # the tail, or the whole original
+    with SessionStore(root) as store:
+        assert store.verify("s").ok
+        got = [p.summary for p in store.load_bootstrap_state("s").recent_progress]
+    assert got == (["kept", "next"] if recovery == "writer" else ["kept"])

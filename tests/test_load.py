@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from eventstore import SessionStore
+from eventstore import Message, Role, SessionStore, Snapshot
 
 LONG = os.environ.get("EVENTSTORE_LONG") == "1"
 PROCESSES = 8
@@ -57,6 +57,7 @@ COMPACTOR = r"""
 import sys, threading
 from eventstore import SessionStore
 root, procs = sys.argv[1], int(sys.argv[2])
+always_archive = sys.argv[3:] == ["always-archive"]
 store = SessionStore(root)
 stop = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
@@ -66,7 +67,7 @@ sids = ["shared"] + [f"own-{p}" for p in range(procs)]
 while not stop.is_set():
     for sid in sids:
         if store.last_seq(sid):
-            store.compact(sid, archive=n % 2 == 0)
+            store.compact(sid, archive=always_archive or n % 2 == 0)
             n += 1
 print(n, flush=True)
 """
@@ -138,3 +139,73 @@ def test_load_zero_loss(tmp_path: Path) -> None:
         f" shared session {len(acks['shared'])}), {compactions} compactions beside them,"
         f" zero lost, zero duplicated, seqs contiguous in {len(acks)} sessions"
     )
+
+
+# Appends large messages to the shared session and compacts it (archive kept) after every
+# third: each compaction swaps a large log, the widest window for a reader to straddle.
+BIG_APPENDS_AND_COMPACTION = r"""
+import sys, time
+from eventstore import Message, Role, SessionStore
+root, seconds = sys.argv[1], float(sys.argv[2])
+s = SessionStore(root)
+print("ready", flush=True)
+assert sys.stdin.readline() == "go\n"
+end = time.monotonic() + seconds
+i = 0
+while time.monotonic() < end:
+    i += 1
+    big = Message(role=Role.USER, content="%d " % i + "x" * 2000)
+    s.append_transcript_messages("shared", [big])
+    if i % 3 == 0:
+        s.compact("shared")
+"""
+
+
+def test_history_readers_beside_the_load_see_one_picture(tmp_path: Path) -> None:
+    """While 2 processes x 2 threads append, a third appends large messages and compacts,
+    and a compaction job (always archiving) runs beside them, every `verify` of the shared
+    session is clean and every `read_events` yields 1..N, each event once and no snapshot
+    in place of archived events."""
+    root = tmp_path / "store"
+    seconds = 12.0 if LONG else 4.0
+    with SessionStore(root) as store:  # a large history: reading it takes a while
+        for i in range(400):
+            store.append_transcript_messages(
+                "shared", [Message(role=Role.USER, content=f"{i} " + "y" * 4000)]
+            )
+    workers = [_spawn(WORKER, str(root), str(p), "2", str(seconds)) for p in range(2)]
+    compactor = _spawn(COMPACTOR, str(root), "2", "always-archive")
+    workers.append(_spawn(BIG_APPENDS_AND_COMPACTION, str(root), str(seconds)))
+    procs = [*workers, compactor]
+    watchdog = threading.Timer(seconds + 120, lambda: [p.kill() for p in procs])
+    watchdog.start()
+    problems: list[str] = []
+    reads = 0
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline() == "ready\n", p.stderr
+        for w in workers:
+            assert w.stdin is not None
+            w.stdin.write("go\n")
+            w.stdin.flush()
+        end = time.monotonic() + seconds
+        with SessionStore(root) as store:
+            while time.monotonic() < end and len(problems) < 5:
+                report = store.verify("shared")
+                if not report.ok:
+                    problems.append(f"verify: {report.problems[:2]}")
+                seqs = [e.seq for e in store.read_events("shared") if type(e) is not Snapshot]
+                if seqs != list(range(1, len(seqs) + 1)):
+                    problems.append(f"read_events: {len(seqs)} events, not 1..N")
+                reads += 1
+        for w in workers:
+            w.communicate()
+        compactor.communicate("")
+    finally:
+        watchdog.cancel()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    print(f"\nHISTORY READS beside the load: {reads} rounds, {len(problems)} inconsistent")
+    assert reads > 0
+    assert not problems, problems

@@ -62,6 +62,8 @@ class Ref:
     hist_progress: list[ProgressEntry] = field(default_factory=list)
     hist_checkpoints: list[RunCheckpoint] = field(default_factory=list)
     hist_transcript: list[Message] = field(default_factory=list)
+    archived_upto: int = 0  # the last seq a compaction with an archive kept
+    compacted_at: int = -1  # the seq of the last compaction (its log is a lone snapshot)
 
     def state(self) -> BootstrapState:
         return BootstrapState(
@@ -128,9 +130,7 @@ class SessionStoreMachine(RuleBasedStateMachine):
         self.ref = {sid: Ref() for sid in SIDS}
 
     def _open(self, w: str) -> SessionStore:
-        # the other store compacts on its own now and then: nothing a reader sees changes
-        auto = AutoCompact(max_events=7) if w == "other" else None
-        return SessionStore(self.url, auto_compact=auto)
+        return SessionStore(self.url)
 
     def teardown(self) -> None:
         for s in self.stores.values():
@@ -279,18 +279,37 @@ class SessionStoreMachine(RuleBasedStateMachine):
     def compact(self, sid: str, w: str, archive: bool, retention: Retention | None) -> None:
         """Compaction changes nothing a reader sees, except what retention trims from
         the current state; history stays exact where it is archived."""
-        ref = self.ref[sid]
         self.stores[w].compact(sid, archive=archive, retention=retention)
-        if not ref.seq:
-            return
+        self._compacted(self.ref[sid], archive, retention)
+
+    @rule(sid=sids, entry=progress_entries)
+    def auto_compaction(self, sid: str, entry: ProgressEntry) -> None:
+        """A store with AutoCompact(max_events=1) compacts (with its archive) after an
+        append that leaves more than a lone line."""
+        ref = self.ref[sid]
+        with SessionStore(self.url, auto_compact=AutoCompact(max_events=1)) as auto:
+            auto.append_progress_entry(sid, entry)
+        ref.progress_added(entry)
+        ref.wrote()
+        if ref.seq > 1:
+            self._compacted(ref, True, None)
+
+    @staticmethod
+    def _compacted(ref: Ref, archive: bool, retention: Retention | None) -> None:
+        if not ref.seq or (ref.compacted_at == ref.seq and retention is None):
+            return  # nothing to compact, or already a lone snapshot: skipped
+        ref.compacted_at = ref.seq
         if retention is not None:
             ref.progress = _keep(ref.progress, retention.progress)
             ref.checkpoints = _keep(ref.checkpoints, retention.checkpoints)
             ref.transcript = _keep(ref.transcript, retention.messages)
-        if not archive:
-            # the history before the snapshot is gone; the snapshot stands in at its seq
+        if archive:
+            ref.archived_upto = ref.seq
+        elif ref.archived_upto < ref.seq:
+            # what the archive did not keep is gone; the snapshot stands in at its seq
             for s in ref.history:
-                ref.history[s] = GONE
+                if s > ref.archived_upto:
+                    ref.history[s] = GONE
             ref.hist_progress = list(ref.progress)
             ref.hist_checkpoints = list(ref.checkpoints)
             ref.hist_transcript = list(ref.transcript)

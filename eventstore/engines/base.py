@@ -100,12 +100,12 @@ from __future__ import annotations
 import importlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..errors import EventStoreError, UnknownEngineError
+from ..errors import EventStoreError, UnknownEngineError, UnsupportedError
 
 __all__ = [
     "EMPTY_HEAD",
@@ -117,6 +117,9 @@ __all__ = [
     "HeadMovedError",
     "History",
     "InstallResult",
+    "LiveView",
+    "PrunedSegment",
+    "UnsupportedError",
     "Position",
     "ReadResult",
     "RepairHold",
@@ -296,6 +299,28 @@ class InstallResult:
     after: int
 
 
+@dataclass(frozen=True, slots=True)
+class LiveView:
+    """One consistent picture of a session's live log for reading parts of it (what
+    transcript paging reads from the end). `head`: its last committed line (`head.size`
+    committed bytes); `read_span(start, end)`: bytes [start, end) of that same log, for
+    `end <= head.size`, valid until the view is closed; `where` names it for messages."""
+
+    head: Head
+    read_span: Callable[[int, int], bytes]
+    where: str
+
+
+@dataclass(frozen=True, slots=True)
+class PrunedSegment:
+    """An archived segment `prune_history` removed: its name and the lines it held."""
+
+    where: str
+    first_seq: int
+    last_seq: int
+    size: int
+
+
 class RepairHold(ABC):
     """The writers' exclusion held for an explicit repair (see `Engine.hold`)."""
 
@@ -316,6 +341,13 @@ class RepairHold(ABC):
         under, or None when `n` is the whole log (nothing changes).
         """
 
+    def rewrite(self, data: bytes, reason: str) -> str:
+        """Replace the live log by `data` (complete lines; a repair rebuilt them),
+        atomically, saving the whole original aside first under a name containing
+        `reason`; returns that name. Engines that cannot raise NotImplementedError (repair
+        then keeps a prefix instead)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot rewrite a live log")
+
 
 class Engine(ABC):
     """A storage engine: see the module docstring for the contract every method keeps.
@@ -335,6 +367,12 @@ class Engine(ABC):
     @abstractmethod
     def head(self, session_id: str) -> Head:
         """The session's head, cheaply (from the tail of the log alone)."""
+
+    def live_view(self, session_id: str) -> AbstractContextManager[LiveView | None]:
+        """A `LiveView` of the live log, or None from an engine that reads only whole
+        logs (the default): the face then folds through `read`. Optional: an engine
+        offers it where a byte range costs no more than its length (a file: pread)."""
+        return nullcontext(None)
 
     @abstractmethod
     def history(self, session_id: str) -> History:
@@ -366,6 +404,18 @@ class Engine(ABC):
         """Hold the writers' exclusion for a repair; see `RepairHold`."""
 
     # -- sessions ---------------------------------------------------------------------
+
+    def prune_history(self, session_id: str, before_seq: int) -> list[PrunedSegment]:
+        """Remove, for good, every kept (archived) segment all of whose lines come before
+        `before_seq`; the live log is never touched. Returns what was removed, oldest
+        first. Optional: an engine without it raises UnsupportedError (the face checks
+        `supports_pruning` before it logs anything)."""
+        raise UnsupportedError(f"{type(self).__name__} cannot prune history")
+
+    @property
+    def supports_pruning(self) -> bool:
+        """Whether `prune_history` is implemented by this engine."""
+        return type(self).prune_history is not Engine.prune_history
 
     @abstractmethod
     def list_sessions(self) -> list[str]:

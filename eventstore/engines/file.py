@@ -39,7 +39,7 @@ import msgspec
 import portalocker
 
 from ..errors import CorruptLogError, EventStoreError, StorageError, UnsafePathError
-from ..events import HASH_SUFFIX_LEN, LineHead, SnapshotHead
+from ..events import HASH_SUFFIX_LEN, LineHead, SnapshotHead, damaged_newline
 from ..layout import (
     TMP_MARK,
     SessionPaths,
@@ -60,7 +60,9 @@ from .base import (
     HeadMovedError,
     History,
     InstallResult,
+    LiveView,
     Position,
+    PrunedSegment,
     ReadResult,
     RepairHold,
     Segment,
@@ -258,6 +260,8 @@ class FileEngine(Engine):
             raise _storage_error(paths.log, "reading the log", exc) from exc
         finally:
             os.close(fd)
+        if buf[-1:] not in (b"", b"\n"):
+            _refuse_damaged_last_line(buf, start, where, pos)
         end, last = _committed_end(buf, where, start)
         if last is None:
             if pos is not None:
@@ -288,6 +292,37 @@ class FileEngine(Engine):
         finally:
             os.close(fd)
 
+    @contextmanager
+    def live_view(self, session_id: str) -> Iterator[LiveView | None]:
+        """The live log through one open descriptor: its head, and preads of it (the
+        descriptor keeps this file even if a compaction renames another over it)."""
+        sess = self._session(session_id)
+        paths = sess.paths
+        where = str(paths.log)
+        paths.check_no_links()
+        try:
+            fd = open_private(paths.log, os.O_RDONLY)
+        except FileNotFoundError:
+            yield LiveView(EMPTY_HEAD, lambda a, b: b"", where)
+            return
+        except OSError as exc:
+            raise _storage_error(paths.log, "opening the log", exc) from exc
+
+        def read_span(start: int, end: int) -> bytes:
+            try:
+                return _pread_all(fd, end - start, start)
+            except OSError as exc:
+                raise _storage_error(paths.log, "reading the log", exc) from exc
+
+        try:
+            try:
+                head = self._current_head(sess, fd, recover=False)
+            except OSError as exc:
+                raise _storage_error(paths.log, "reading the log", exc) from exc
+            yield LiveView(head, read_span, where)
+        finally:
+            os.close(fd)
+
     def _current_head(self, sess: _Session, fd: int, *, recover: bool) -> Head:
         """The head of the open log `fd`; with `recover` (writers' lock held) a torn tail
         is set aside and cut off."""
@@ -302,6 +337,9 @@ class FileEngine(Engine):
                 return known  # nobody wrote since this process did
         where = str(sess.paths.log)
         last, cut = find_head(fd, size, where)
+        if cut < size:
+            start = max(0, cut - _TAIL_CHUNK)
+            _refuse_damaged_last_line(_pread_all(fd, size - start, start), start, where, None)
         if cut < size and recover:
             self._set_aside_torn(sess, fd, cut, size)
         if last is None:  # nothing committed (an empty file, blank lines, a torn first batch)
@@ -348,6 +386,39 @@ class FileEngine(Engine):
             assert picture is not None  # nothing changes while the lock is held
             return picture
 
+    def prune_history(self, session_id: str, before_seq: int) -> list[PrunedSegment]:
+        """Unlink, under the writers' lock, the archive files whose last line comes
+        before `before_seq` (pending links, which a compaction still names, are left),
+        then fsync the archive directory."""
+        sess = self._session(session_id)
+        paths = sess.paths
+        removed: list[PrunedSegment] = []
+        with self._locked(sess, create=False) as exists:
+            if not exists:
+                return []
+            found = []
+            for name in _archive_names(paths.archive):
+                m = ARCHIVE_NAME.match(name)
+                assert m is not None
+                if not m[3] and int(m[2]) < before_seq:
+                    found.append((int(m[1]), int(m[2]), name))
+            for first, last, name in sorted(found):
+                path = paths.archive / name
+                try:
+                    size = os.lstat(path).st_size
+                    os.unlink(path)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    raise _storage_error(path, "removing an archived log", exc) from exc
+                removed.append(PrunedSegment(str(path), first, last, size))
+            if removed:
+                try:
+                    fsync_dir(paths.archive)
+                except OSError as exc:
+                    raise _storage_error(paths.archive, "syncing the archive", exc) from exc
+        return removed
+
     def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
         """Poll the file's identity and size until they differ from `position`'s."""
         paths = self._session(session_id).paths
@@ -388,12 +459,18 @@ class FileEngine(Engine):
                 if not head.same_chain_point(expected):
                     sess.known = head if head.position is not None else None
                     raise HeadMovedError(str(paths.log), expected, head)
+                created = fd is None
                 if fd is None:
                     fd, head = self._create(sess)
                 pos = head.position
                 assert isinstance(pos, FilePosition) or pos is None
                 start = head.size
-                self._write(fd, batch.data, start, paths.log)
+                try:
+                    self._write(fd, batch.data, start, paths.log)
+                except BaseException:
+                    if created:  # a call that writes nothing leaves no session behind
+                        self._discard_new_session(sess)
+                    raise
                 ident = pos.ident if pos is not None else _ident(fd)
                 size = start + len(batch.data)
                 base = head.base_seq or batch.first_seq
@@ -423,8 +500,30 @@ class FileEngine(Engine):
                 fsync_dir(paths.dir.parent.parent)  # the store root holds `sessions`
         except OSError as exc:
             os.close(fd)
+            self._discard_new_session(sess)
             raise _storage_error(paths.log, "creating the log", exc) from exc
         return fd, EMPTY_HEAD
+
+    def _discard_new_session(self, sess: _Session) -> None:
+        """Undo the first append of a session that failed (writers' lock held): remove the
+        empty log this call created and, when nothing else is kept for the session, its
+        directory (renamed away first, as `remove_session` does, so a writer waiting on
+        the lock notices and starts over). Best effort: the error being raised is the one
+        the caller needs."""
+        paths = sess.paths
+        sess.known = None
+        try:
+            if os.path.lexists(paths.log):
+                if os.lstat(paths.log).st_size:
+                    return  # bytes a failed cut-back left: the next writer sets them aside
+                os.unlink(paths.log)
+            if os.path.lexists(paths.archive):
+                return
+            trash = paths.dir.parent / f"{_REMOVED_PREFIX}{uuid.uuid4().hex}"
+            os.rename(paths.dir, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+        except OSError:
+            pass
 
     def _write(self, fd: int, data: bytes, start: int, path: Path) -> None:
         """Write bytes at the end; on failure cut them back off and raise StorageError."""
@@ -442,9 +541,19 @@ class FileEngine(Engine):
             try:
                 _datasync(fd)
             except OSError as exc:
+                # not acknowledged, so not left visible: a retry must not store it twice
+                try:
+                    os.ftruncate(fd, start)
+                except OSError as cut:
+                    raise StorageError(
+                        f"{path}: fsync after byte {start} failed ({exc.strerror}) and cutting"
+                        f" the append back off failed too ({cut.strerror}): the batch is in"
+                        " the log but may not be durable; retry with an idempotency key",
+                        exc.errno,
+                    ) from exc
                 raise StorageError(
-                    f"{path}: fsync after byte {start} failed: {exc.strerror}"
-                    " (the append may or may not be durable)",
+                    f"{path}: fsync after byte {start} failed: {exc.strerror}; the append was"
+                    " cut back off, nothing was stored",
                     exc.errno,
                 ) from exc
 
@@ -483,6 +592,13 @@ class FileEngine(Engine):
                 # holds each line once
                 prefix = _pread_all(fd, pos.offset, 0) if tail and keep_history else b""
                 old_base = head.base_seq
+                # the events after the old log's opening snapshot, when the archive
+                # already holds what that snapshot replaced: only they are archived, so
+                # an archive holds each event once (never a copy of a snapshot's state)
+                _remove_leftover_copies(paths.archive, fd)
+                since = _events_after_archived_snapshot(fd, pos.offset, paths.archive)
+                if since is not None and keep_history:
+                    prefix = b""
             except OSError as exc:
                 raise _storage_error(paths.log, "reading the log", exc) from exc
             finally:
@@ -512,6 +628,14 @@ class FileEngine(Engine):
                 os.link(paths.log, pending)
                 fsync_dir(paths.archive)
 
+            if since is not None and keep_history:
+                try:
+                    archived = _archive_events(paths.archive, old_base + 1, covers.seq, since)
+                except OSError as exc:
+                    raise StorageError(
+                        f"{paths.log}: archiving failed, the log is unchanged: {exc}", exc.errno
+                    ) from exc
+                keep_history = False  # archived already: nothing to link
             try:
                 write_atomically(
                     paths.log, data, before_replace=link_old_log if keep_history else None
@@ -718,6 +842,18 @@ class _FileRepairHold(RepairHold):
         self._data = data[:n]
         return str(aside)
 
+    def rewrite(self, data: bytes, reason: str) -> str:
+        log_path = self.paths.log
+        aside = log_path.with_name(f"{log_path.name}.{reason}-{_stamp()}")
+        try:
+            os.link(log_path, aside)  # the original bytes, kept before anything changes
+            fsync_dir(log_path.parent)
+            write_atomically(log_path, data)
+        except OSError as exc:
+            raise _storage_error(log_path, "repairing the log", exc) from exc
+        self._data = data
+        return str(aside)
+
 
 # -- helpers ---------------------------------------------------------------------------
 
@@ -821,6 +957,61 @@ def _archive_name(archive_dir: Path, first: int, last: int) -> Path:
     return name
 
 
+def _events_after_archived_snapshot(fd: int, end: int, archive_dir: Path) -> bytes | None:
+    """The lines of the log `fd` after its opening snapshot, up to byte `end`, when the
+    archive has a segment ending at that snapshot's seq (so the snapshot's events are
+    held there); None when the log opens with no snapshot or its history is not kept."""
+    first = snapshot_header(fd)
+    if first is None:
+        return None
+    snap, _ = first
+    if not any(
+        (m := ARCHIVE_NAME.match(n)) and not m[3] and int(m[2]) == snap.seq
+        for n in _archive_names(archive_dir)
+    ):
+        return None  # compacted without an archive before: the snapshot stands in for it
+    start = snap.length + 1
+    return _pread_all(fd, end - start, start) if end > start else b""
+
+
+def _remove_leftover_copies(archive_dir: Path, fd: int) -> None:
+    """Remove archive copies an install that crashed before its swap left behind: they
+    start after the live log's opening snapshot, so the live log still holds every line
+    they hold (history is what the snapshot replaced, which starts at or before it)."""
+    first = snapshot_header(fd)
+    if first is None:
+        return
+    for name in _archive_names(archive_dir):
+        m = ARCHIVE_NAME.match(name)
+        assert m is not None
+        if m[3] or int(m[1]) <= first[0].seq:
+            continue
+        path = archive_dir / name
+        fd2, _ = _open_existing(path)
+        if fd2 is None:
+            continue
+        try:
+            opens_with_snapshot = os.pread(fd2, 19, 0) == b'{"type":"snapshot",'
+        finally:
+            os.close(fd2)
+        if not opens_with_snapshot:
+            os.unlink(path)
+
+
+def _archive_events(archive_dir: Path, first: int, last: int, data: bytes) -> Path | None:
+    """Archive `data` (the lines `first`..`last`) as `<first>-<last>.jsonl`, written
+    whole before the log is swapped (until then the live log holds the same lines too:
+    history reads each seq once). None when there is nothing to archive. A copy a crashed
+    install left under the same name holds the same lines: it is kept."""
+    if not data:
+        return None
+    ensure_private_dir(archive_dir)
+    name = archive_dir / f"{first:012d}-{last:012d}.jsonl"
+    if not os.path.lexists(name):
+        write_atomically(name, data)  # fsyncs the archive directory too
+    return name
+
+
 def _remove_strays(paths: SessionPaths, live: tuple[int, int]) -> None:
     """Finish or undo what an install that crashed left behind: temporary files go; a
     pending archive link that is still the live log goes (it would grow with it); one
@@ -842,6 +1033,41 @@ def _remove_strays(paths: SessionPaths, live: tuple[int, int]) -> None:
             os.unlink(path)
         else:
             os.rename(path, path.with_name(name[: -len(_PENDING)]))
+
+
+def _refuse_damaged_last_line(buf: bytes, start: int, where: str, pos: FilePosition | None) -> None:
+    """CorruptLogError if the partial last line of `buf` (bytes `start`.. of the log) is a
+    committed line whose newline was damaged (see `events.damaged_newline`), not a torn
+    one. `pos`: the read position `buf` starts at (its line is the one before), if any."""
+    last_nl = buf.rfind(b"\n")
+    tail = buf[last_nl + 1 :]
+    if len(tail) <= HASH_SUFFIX_LEN:
+        return
+    if last_nl >= 0:
+        prev = buf[buf.rfind(b"\n", 0, last_nl) + 1 : last_nl]
+        if buf.rfind(b"\n", 0, last_nl) < 0 and start > 0 and pos is None:
+            return  # the line before starts outside what was read: a writer finds it later
+        try:
+            env = _head_decoder.decode(prev)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return  # the careful reader reports the undecodable line itself
+        link = (env.base_h or "") if env.type == "snapshot" else env.h
+        seq = env.seq + 1
+    elif pos is not None:
+        link, seq = pos.link, pos.seq + 1
+    elif start == 0:
+        link, seq = "", 1
+    else:
+        return
+    if damaged_newline(tail, link):
+        raise CorruptLogError(
+            where,
+            start + last_nl + 1,
+            seq,
+            "the last line is complete and its h checks, but its newline was replaced by"
+            " another byte: a committed line was damaged, not torn by a crash"
+            " (`eventstore repair` keeps the log before it and saves the original)",
+        )
 
 
 def _committed_end(buf: bytes, where: str, start: int) -> tuple[int, LineHead | None]:

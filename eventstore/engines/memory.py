@@ -31,7 +31,9 @@ from .base import (
     HeadMovedError,
     History,
     InstallResult,
+    LiveView,
     Position,
+    PrunedSegment,
     ReadResult,
     RepairHold,
     Segment,
@@ -150,6 +152,31 @@ class MemoryEngine(Engine):
             lg = self._log(session_id)
             return EMPTY_HEAD if lg is None else lg.head
 
+    def prune_history(self, session_id: str, before_seq: int) -> list[PrunedSegment]:
+        """Drop the kept segments whose last line comes before `before_seq`."""
+        where = self._where(session_id)
+        with self._store.changed:
+            lg = self._log(session_id)
+            if lg is None:
+                return []
+            gone = [seg for seg in lg.archive if seg[1] < before_seq]
+            lg.archive = [seg for seg in lg.archive if seg[1] >= before_seq]
+        return [
+            PrunedSegment(f"{where}/archive/{first:012d}-{last:012d}", first, last, len(data))
+            for first, last, data in gone
+        ]
+
+    @contextmanager
+    def live_view(self, session_id: str) -> Iterator[LiveView | None]:
+        """The committed live log, copied under the engine's lock (a memory copy: the
+        log may be changed in place once the lock is released)."""
+        where = self._where(session_id)
+        with self._store.changed:
+            lg = self._log(session_id)
+            head = EMPTY_HEAD if lg is None else lg.head
+            data = b"" if lg is None else bytes(lg.data[: head.size])
+        yield LiveView(head, lambda a, b: data[a:b], where)
+
     def history(self, session_id: str) -> History:
         """The kept segments then the live log, copied under the engine's lock."""
         where = self._where(session_id)
@@ -219,8 +246,18 @@ class MemoryEngine(Engine):
             archived = None
             if keep_history:
                 # lines after `covers` stay live: the archive keeps what the snapshot replaced
-                lg.archive.append((head.base_seq, covers.seq, before[: pos.offset]))
-                archived = f"{where}/archive/{head.base_seq:012d}-{covers.seq:012d}"
+                first, kept = head.base_seq, before[: pos.offset]
+                nl = kept.find(b"\n")
+                if kept.startswith(b'{"type":"snapshot",') and any(
+                    last == first for _, last, _ in lg.archive
+                ):
+                    # the archive holds what the old snapshot replaced: keep only the
+                    # events after it, so the archive holds each event once (as the file
+                    # engine does)
+                    first, kept = first + 1, kept[nl + 1 :]
+                if kept:
+                    lg.archive.append((first, covers.seq, kept))
+                    archived = f"{where}/archive/{first:012d}-{covers.seq:012d}"
             tail = before[pos.offset :]
             lg.generation = next(_generations)
             lg.data = bytearray(line + tail)
@@ -310,6 +347,16 @@ class _MemoryRepairHold(RepairHold):
         lg.aside.append((name, bytes(lg.data)))
         lg.generation = next(_generations)
         lg.data = lg.data[:n]
+        lg.head = _scan_head(lg.generation, bytes(lg.data))
+        return name
+
+    def rewrite(self, data: bytes, reason: str) -> str:
+        lg = self._engine._log(self._sid)
+        assert lg is not None  # repair rewrites only a log it read
+        name = f"{self.where}/log.{reason}-{len(lg.aside) + 1}"
+        lg.aside.append((name, bytes(lg.data)))
+        lg.generation = next(_generations)
+        lg.data = type(lg.data)(data)
         lg.head = _scan_head(lg.generation, bytes(lg.data))
         return name
 

@@ -1,0 +1,204 @@
+"""Session lifecycle: deleting sessions, expiring those idle for longer than an age, and
+pruning archived history that is no longer needed.
+
+Owns the policy above `SessionStore.delete_session` (which removes one session's log,
+history and caches atomically, on every engine): which sessions are old enough to go,
+judged by the time of their last event, removed one by one so that a failure on one
+never stops the rest; and above `Engine.prune_history`: which archived segments lie
+wholly before a sequence number or a time, logged as an `archive_pruned` event before
+they are removed, so the audit trail says what was dropped and when. The `eventstore
+delete` command and `eventstore compact --prune-archive-before` are views of it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import PurePath
+
+import msgspec
+
+from .engines.base import PrunedSegment
+from .errors import EventStoreError, UnsupportedError
+from .events import ArchivePruned, LineHead, Snapshot
+from .store import SessionStore
+
+__all__ = [
+    "ExpiryResult",
+    "PruneReport",
+    "delete_older_than",
+    "last_activity",
+    "parse_age",
+    "prune_archive",
+]
+
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> timedelta:
+    """`30d`, `12h`, `90m`, `45s`, `2w` (a number and a unit) as a timedelta; ValueError
+    naming the text otherwise."""
+    m = _AGE.match(text)
+    if m is None:
+        raise ValueError(f"not an age: {text!r} (give a number and a unit: 30d, 12h, 90m, 45s, 2w)")
+    return timedelta(seconds=float(m.group(1)) * _UNIT[m.group(2)])
+
+
+def last_activity(store: SessionStore, session_id: str) -> datetime | None:
+    """When the session's last event was appended (None for a session with none).
+
+    Maintenance is not activity: compaction snapshots and `archive_pruned` records are
+    passed over (the events a snapshot covers are read from the archive; with no
+    archive, or only maintenance left, the newest line's time is the answer).
+    """
+    seq = store.last_seq(session_id)
+    if seq == 0:
+        return None
+    newest: datetime | None = None
+    window = 8
+    while seq >= 1:
+        lo = max(1, seq - window + 1)
+        events = list(store.read_events(session_id, from_seq=lo, to_seq=seq))
+        if newest is None and events:
+            newest = events[-1].ts
+        for ev in reversed(events):
+            if type(ev) not in _MAINTENANCE:
+                return ev.ts
+        seq, window = lo - 1, window * 4
+    return newest
+
+
+_MAINTENANCE = (Snapshot, ArchivePruned)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiryResult:
+    """One session considered for expiry: its last activity and what happened to it.
+
+    `result`: "deleted", "would delete" (a dry run), "kept" (written to since it was
+    judged idle: not deleted), "gone" (deleted by someone else meanwhile) or "failed"
+    (`error` says why)."""
+
+    session_id: str
+    last_activity: datetime | None
+    result: str
+    error: str | None = None
+
+
+def delete_older_than(
+    store: SessionStore,
+    age: timedelta,
+    *,
+    now: datetime | None = None,
+    dry_run: bool = False,
+) -> list[ExpiryResult]:
+    """Delete every session whose last event is older than `age` (as of `now`).
+
+    Each session is judged and removed on its own; one that fails is reported and the
+    rest go on. Just before removing a session its last sequence number is read again,
+    and a session written to since it was judged is kept; an append that lands in the
+    instant between that check and the removal is removed with the session, exactly as
+    when it races an explicit `delete_session`.
+    """
+    if age < timedelta(0):
+        raise ValueError("age must not be negative")
+    cutoff = (now or datetime.now(UTC)) - age
+    results: list[ExpiryResult] = []
+    for sid in store.list_sessions():
+        try:
+            seq = store.last_seq(sid)
+            when = last_activity(store, sid)
+            if when is None or when >= cutoff:
+                continue
+            if dry_run:
+                results.append(ExpiryResult(sid, when, "would delete"))
+            elif store.last_seq(sid) != seq:
+                results.append(ExpiryResult(sid, when, "kept"))
+            else:
+                removed = store.delete_session(sid)
+                results.append(ExpiryResult(sid, when, "deleted" if removed else "gone"))
+        except (EventStoreError, OSError) as exc:
+            results.append(ExpiryResult(sid, None, "failed", " ".join(str(exc).split())))
+    return results
+
+
+# -- pruning archived history ----------------------------------------------------------------
+
+_line_head = msgspec.json.Decoder(LineHead)
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    """What `prune_archive` removed: the archived `segments` (oldest first) and the
+    sequence number of the `archive_pruned` event that records it (None: nothing was
+    old enough, nothing written)."""
+
+    session_id: str
+    segments: list[PrunedSegment] = field(default_factory=list)
+    event_seq: int | None = None
+
+    @property
+    def bytes(self) -> int:
+        """The bytes removed."""
+        return sum(s.size for s in self.segments)
+
+
+def _last_time(data: bytes) -> datetime | None:
+    """The time of the last line of an archived log (its newest)."""
+    for line in reversed(data.rstrip(b"\n").split(b"\n")):
+        if line.strip():
+            try:
+                return _line_head.decode(line).ts
+            except msgspec.MsgspecError:
+                return None
+    return None
+
+
+def prune_archive(store: SessionStore, session_id: str, before: int | datetime) -> PruneReport:
+    """Remove the session's archived segments that lie wholly before `before`: a
+    sequence number (every event of the segment has a smaller one) or an aware time
+    (its newest line is older). Only the oldest segments go, never one after a segment
+    that stays, and never the live log. An `archive_pruned` event naming the range and
+    the segments is appended first, so a crash in between leaves the files and the
+    record of the intent; running it again removes them (and records that too).
+
+    Afterwards `state_at`, `read_events` and `verify` see history from the first event
+    kept on (earlier events are reported unavailable). UnsupportedError, writing
+    nothing, for an engine that cannot prune.
+    """
+    if isinstance(before, bool) or not isinstance(before, (int, datetime)):
+        raise ValueError(f"before must be a sequence number or a datetime, not {before!r}")
+    if isinstance(before, datetime) and before.utcoffset() is None:
+        raise ValueError("before must be a timezone-aware datetime")
+    if isinstance(before, int) and before < 1:
+        raise ValueError(f"before must be a sequence number >= 1, not {before}")
+    if not store.engine.supports_pruning:
+        raise UnsupportedError(f"the {store.engine.url} engine cannot prune archived history")
+    dropped: list[tuple[int, int, str, int]] = []
+    with store.engine.history(session_id) as hist:
+        for seg in hist:
+            if not seg.archived or seg.first_seq is None or seg.last_seq is None:
+                break
+            if isinstance(before, int):
+                old = seg.last_seq < before
+            else:
+                when = _last_time(seg.read())
+                old = when is not None and when < before
+            if not old:
+                break
+            dropped.append((seg.first_seq, seg.last_seq, PurePath(seg.where).name, seg.size))
+    if not dropped:
+        return PruneReport(session_id)
+    asked = f"seq {before}" if isinstance(before, int) else before.astimezone(UTC).isoformat()
+    event = ArchivePruned(
+        first_seq=dropped[0][0],
+        last_seq=dropped[-1][1],
+        segments=[name for _, _, name, _ in dropped],
+        bytes=sum(size for *_, size in dropped),
+        before=asked,
+    )
+    result = store.append(session_id, [event])
+    segments = store.engine.prune_history(session_id, dropped[-1][1] + 1)
+    return PruneReport(session_id, segments, result.first_seq)

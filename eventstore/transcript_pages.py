@@ -1,0 +1,213 @@
+"""Transcript paging: a page of messages for O(its size), not O(transcript).
+
+Owns `SessionStore.load_transcript_messages(sid, start=, limit=, last=)`. Warm (the
+store has folded the transcript before), a page is a slice of the folded state, brought
+up to date first (O(what was appended since)); only the page is copied. Cold, `last=N`
+is read from the end of the log (`last_messages`); `start` folds the transcript once
+(then it is warm).
+
+`last_messages` reads the committed live log backwards through a byte-range reader,
+decodes only `messages_appended` lines (the others are recognised by their first bytes
+and never decoded) and stops once it has N messages. If it reaches a compaction
+snapshot first, it takes the missing messages from the end of the snapshot's transcript
+entry, whose byte range the snapshot's `layout` gives, finding message boundaries
+backwards (see `_suffix_messages`), so a compacted transcript of any length costs the
+bytes of the messages returned. It does no I/O of its own: the caller (the store, over
+the engine's `live_view`) passes `read_span(start, end)` over one consistent live log
+whose committed size is `size` (a torn tail lies past `size` and is never read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from projections.transcript import copy_message
+
+from .errors import InvalidRecordError
+from .events import EventCodec, MessagesAppended, SnapshotHead
+from .records import Message
+
+if TYPE_CHECKING:
+    from .store import SessionStore
+
+__all__ = ["SpanReader", "last_messages", "transcript_page"]
+
+#: `read_span(start, end)`: bytes [start, end) of the live log (end <= the committed size).
+SpanReader = Callable[[int, int], bytes]
+
+_MESSAGES = b'{"type":"messages_appended",'
+_SNAPSHOT = b'{"type":"snapshot",'
+_CHUNK = 64 * 1024
+_snapshot_head = msgspec.json.Decoder(SnapshotHead)
+_message_list = msgspec.json.Decoder(list[Message])
+# A message inside a transcript state: msgspec writes `role` first, and the quote after
+# `{` cannot be an escaped one, so this only ever matches at an object's start (which
+# may still be a nested object: see `_suffix_messages`).
+_BOUNDARY = b',{"role":"'
+
+
+def _count(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidRecordError(f"{name} must be None or an int >= 0, got {value!r}")
+    return value
+
+
+def transcript_page(
+    store: SessionStore,
+    session_id: str,
+    *,
+    start: int | None = None,
+    limit: int | None = None,
+    last: int | None = None,
+) -> list[Message]:
+    """`messages[start:start + limit]`, or with `last` the newest `last` messages (see
+    the module docstring for what each costs). The messages are the caller's own."""
+    start, limit, last = _count("start", start), _count("limit", limit), _count("last", last)
+    if last is not None and (start is not None or limit is not None):
+        raise InvalidRecordError("give last=, or start= and/or limit=, not both")
+    sess = store._session(session_id)
+    if last is not None and not store._has_fold(sess, "transcript"):
+        page = store._read_last_messages(sess, last)
+        if page is not None:
+            return page
+    state: list[Message] = store._state(session_id, store.projections["transcript"])
+    if last is not None:
+        part = state[len(state) - last :] if last < len(state) else state
+    else:
+        first = start or 0
+        part = state[first : None if limit is None else first + limit]
+    return [copy_message(m) for m in part]
+
+
+def last_messages(
+    read_span: SpanReader, size: int, n: int, codec: EventCodec, where: object = None
+) -> list[Message] | None:
+    """The newest `n` messages of the log, oldest first; None if the log opens with a
+    snapshot whose transcript this reader cannot slice (the caller folds instead).
+
+    `where` names the log in errors (a bad line raises CorruptLogError, as a fold would).
+    """
+    if n <= 0 or size <= 0:
+        return []
+    floor = 0  # the first byte after an opening snapshot line: where the scan stops
+    snap: SnapshotHead | None = None
+    if read_span(0, min(size, len(_SNAPSHOT))) == _SNAPSHOT:
+        snap = _snapshot_header(read_span, size)
+        if snap is None or snap.length <= 0:
+            return None
+        floor = snap.length + 1
+    found: list[list[Message]] = []  # newest batch first
+    have = 0
+    pos = size  # lines from `pos` on are read (but for `partial`)
+    partial = b""  # bytes [pos, pos + len(partial)): the end of a line begun before pos
+    while pos > floor:
+        start = max(floor, pos - _CHUNK)
+        data = read_span(start, pos) + partial
+        if start > floor:
+            nl = data.find(b"\n")
+            if nl < 0:  # one line longer than the chunk: read further back
+                partial, pos = data, start
+                continue
+            partial, data = data[: nl + 1], data[nl + 1 :]
+            base = start + nl + 1
+        else:
+            partial, base = b"", start
+        lines = data.split(b"\n")
+        lines.pop()  # the committed region ends with a newline: nothing after it
+        offset = base + len(data)
+        for line in reversed(lines):
+            offset -= len(line) + 1
+            if line.startswith(_MESSAGES):
+                ev = codec.decode_line(line, offset, where)
+                if type(ev) is MessagesAppended and ev.messages:
+                    found.append(ev.messages)
+                    have += len(ev.messages)
+                    if have >= n:
+                        return _newest(found, n)
+        pos = start
+    if snap is not None and have < n:
+        older = _snapshot_tail(read_span, snap, n - have)
+        if older is None:
+            return None
+        found.append(older)
+    return _newest(found, n)
+
+
+def _newest(batches: list[list[Message]], n: int) -> list[Message]:
+    out: list[Message] = []
+    for batch in reversed(batches):
+        out.extend(batch)
+    return out[len(out) - n :] if len(out) > n else out
+
+
+def _snapshot_header(read_span: SpanReader, size: int) -> SnapshotHead | None:
+    """The fields of the opening snapshot line before its states."""
+    head_len = 4096
+    while True:
+        buf = read_span(0, min(size, head_len))
+        i = buf.find(b',"states":{')
+        if i >= 0:
+            break
+        if head_len >= size:
+            return None
+        head_len *= 4
+    try:
+        return _snapshot_head.decode(buf[:i] + b"}")
+    except msgspec.MsgspecError:
+        return None
+
+
+def _snapshot_tail(read_span: SpanReader, snap: SnapshotHead, k: int) -> list[Message] | None:
+    """The newest `k` messages of the transcript state in the snapshot opening the log."""
+    span = snap.layout.get("transcript")
+    if span is None:
+        return None
+    a, b = span
+    prefix = b'{"version":1,"state":['
+    if read_span(a, a + len(prefix)) != prefix or read_span(b - 2, b) != b"]}":
+        return None  # another version of the transcript state: fold instead
+    lo, hi = a + len(prefix), b - 2  # the state list's elements: [lo, hi)
+    if lo == hi:
+        return []
+    step = _CHUNK
+    while True:
+        start = max(lo, hi - step)
+        messages = _suffix_messages(read_span(start, hi), k, start == lo)
+        if messages is not None:
+            return messages
+        if start == lo:
+            return None  # not a list of messages after all: fold instead
+        step *= 4
+
+
+def _suffix_messages(data: bytes, k: int, whole: bool) -> list[Message] | None:
+    """The newest `k` messages among the list elements ending `data`, or None if `data`
+    does not reach back far enough. A boundary found inside a nested object (a
+    metadata value with a `role` key) leaves a suffix that is not a list of messages:
+    decoding it fails and the search moves one boundary further back."""
+    pos = len(data)
+    candidates = 0
+    while True:
+        pos = data.rfind(_BOUNDARY, 0, pos)
+        candidates += 1
+        if pos < 0:
+            if not whole:
+                return None
+            try:
+                messages = _message_list.decode(b"[" + data + b"]")
+            except msgspec.MsgspecError:
+                return None
+            return messages[len(messages) - k :] if len(messages) > k else messages
+        if candidates < k:
+            continue  # k messages need k boundaries at least: decode once, when found
+        try:
+            messages = _message_list.decode(b"[" + data[pos + 1 :] + b"]")
+        except msgspec.MsgspecError:
+            continue  # a nested object's boundary: look further back
+        if len(messages) >= k:
+            return messages[len(messages) - k :]

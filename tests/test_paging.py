@@ -1,0 +1,306 @@
+"""Transcript paging: the newest N messages read from the end of a log (live lines, then
+a compaction snapshot's transcript), equal to the last N of the full fold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import texts
+from test_messages import rich_messages
+
+from eventstore import (
+    Message,
+    ProgressEntry,
+    Role,
+    SessionStore,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from eventstore.compaction import Retention
+from eventstore.errors import CorruptLogError
+from eventstore.events import EventCodec
+from eventstore.layout import SessionPaths
+from eventstore.transcript_pages import last_messages
+
+
+def _page(path: Path, n: int, size: int | None = None) -> list[Message] | None:
+    data = path.read_bytes()
+    reads: list[tuple[int, int]] = []
+
+    def read_span(start: int, end: int) -> bytes:
+        assert 0 <= start <= end <= len(data)
+        reads.append((start, end))
+        return data[start:end]
+
+    out = last_messages(read_span, len(data) if size is None else size, n, EventCodec(), path)
+    _page.reads = reads  # type: ignore[attr-defined]
+    return out
+
+
+def _log(store: SessionStore, sid: str) -> Path:
+    return SessionPaths(store.root, sid).log
+
+
+def _turn(i: int, pad: int = 0) -> list[Message]:
+    """One turn with a tool call and its result, like a coding harness writes."""
+    return [
+        Message(Role.USER, f"turn {i}: fix test {i}" + "x" * pad),
+        Message(
+            Role.ASSISTANT,
+            f"running test {i}",
+            blocks=[
+                TextBlock(text=f"running test {i}"),
+                ToolUseBlock(id=f"t{i}", name="Bash", input={"command": f"pytest -k {i}"}),
+            ],
+            # a nested object with a `role` key: a false message boundary in a snapshot
+            metadata={"trace": [{"a": 1}, {"role": "x", "content": "y"}]},
+        ),
+        Message(
+            Role.TOOL,
+            "",
+            name="Bash",
+            blocks=[ToolResultBlock(tool_use_id=f"t{i}", content=f"{i} passed")],
+        ),
+    ]
+
+
+@pytest.mark.parametrize("compact_at", [None, 0, 5, 30])
+def test_the_last_n_equal_the_fold_live_and_compacted(
+    store: SessionStore, compact_at: int | None
+) -> None:
+    for i in range(40):
+        if compact_at is not None and i == compact_at:
+            store.compact("s")
+        store.append_transcript_messages("s", _turn(i))
+        if i % 3 == 0:
+            store.append_progress_entry("s", ProgressEntry(run_id="r", summary=f"p{i}"))
+    full = store.load_transcript_messages("s")
+    assert len(full) == 120
+    for n in (0, 1, 2, 3, 4, 20, 119, 120, 121, 500):
+        assert _page(_log(store, "s"), n) == (full[max(0, len(full) - n) :] if n else [])
+
+
+def test_a_compacted_log_is_paged_from_the_snapshot_without_reading_it_all(
+    store: SessionStore,
+) -> None:
+    for i in range(2000):
+        store.append_transcript_messages("s", _turn(i, pad=200))
+    store.compact("s")
+    store.append_transcript_messages("s", _turn(2000))
+    log = _log(store, "s")
+    full = store.load_transcript_messages("s")
+    assert _page(log, 20) == full[-20:]
+    read = sum(b - a for a, b in _page.reads)  # type: ignore[attr-defined]
+    size = log.stat().st_size
+    assert size > 1_000_000 and read < 200_000  # the bytes of ~20 messages and headers
+
+
+def test_a_long_live_log_is_read_only_at_its_end(store: SessionStore) -> None:
+    for i in range(2000):
+        store.append_transcript_messages("s", _turn(i, pad=200))
+    log = _log(store, "s")
+    assert _page(log, 20) == store.load_transcript_messages("s")[-20:]
+    read = sum(b - a for a, b in _page.reads)  # type: ignore[attr-defined]
+    assert read <= 2 * 64 * 1024
+
+
+def test_messages_longer_than_a_read_chunk(store: SessionStore) -> None:
+    big = [Message(Role.USER, "y" * 300_000), Message(Role.ASSISTANT, "z" * 200_000)]
+    store.append_transcript_messages("s", big)
+    store.append_transcript_messages("s", [Message(Role.USER, "after")])
+    assert _page(_log(store, "s"), 3) == [*big, Message(Role.USER, "after")]
+    store.compact("s")
+    store.append_transcript_messages("s", [Message(Role.USER, "later")])
+    assert _page(_log(store, "s"), 4) == [
+        *big,
+        Message(Role.USER, "after"),
+        Message(Role.USER, "later"),
+    ]
+
+
+def test_a_torn_tail_past_the_committed_size_is_never_read(store: SessionStore) -> None:
+    store.append_transcript_messages("s", [Message(Role.USER, "a")])
+    log = _log(store, "s")
+    committed = log.stat().st_size
+    with log.open("ab") as f:
+        f.write(b'{"type":"messages_appended","seq":2,"ts":"2026-01-01T00:00:00Z","messages":[{"ro')
+    assert _page(log, 5, size=committed) == [Message(Role.USER, "a")]
+
+
+def test_retention_trimmed_snapshots_page_what_they_keep(store: SessionStore) -> None:
+    for i in range(30):
+        store.append_transcript_messages("s", _turn(i))
+    store.compact("s", retention=Retention(messages=10))
+    store.append_transcript_messages("s", _turn(30))
+    full = store.load_transcript_messages("s")
+    assert len(full) == 13
+    assert _page(_log(store, "s"), 50) == full
+    assert _page(_log(store, "s"), 11) == full[-11:]
+
+
+def test_a_corrupt_messages_line_in_the_page_is_an_error_naming_the_file(
+    store: SessionStore,
+) -> None:
+    store.append_transcript_messages("s", [Message(Role.USER, "a")])
+    store.append_transcript_messages("s", [Message(Role.USER, "b")])
+    log = _log(store, "s")
+    data = log.read_bytes()
+    log.write_bytes(data.replace(b'"content":"b"', b'"content":7  '))
+    with pytest.raises(CorruptLogError) as info:
+        _page(log, 1)
+    assert str(log) in str(info.value)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.one_of(
+            st.lists(rich_messages, min_size=1, max_size=4).map(lambda b: ("messages", b)),
+            texts.map(lambda t: ("progress", t)),
+            st.sampled_from([("compact", None), ("compact", 2)]),
+        ),
+        max_size=12,
+    ),
+    st.integers(min_value=0, max_value=30),
+)
+def test_any_history_pages_like_the_fold(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, object]], n: int
+) -> None:
+    with SessionStore(tmp_path_factory.mktemp("page")) as s:
+        s.append_progress_entry("s", ProgressEntry(run_id="r", summary="start"))
+        for op, arg in ops:
+            if op == "messages":
+                s.append_transcript_messages("s", arg)  # type: ignore[arg-type]
+            elif op == "progress":
+                s.append_progress_entry("s", ProgressEntry(run_id="r", summary=str(arg)))
+            else:
+                s.compact("s", retention=None if arg is None else Retention(messages=arg))  # type: ignore[arg-type]
+        full = s.load_transcript_messages("s")
+        assert _page(_log(s, "s"), n) == (full[max(0, len(full) - n) :] if n else [])
+
+
+# -- through the session API -------------------------------------------------------------
+
+
+def _fill(store: SessionStore, turns: int, sid: str = "s") -> list[Message]:
+    for i in range(turns):
+        store.append_transcript_messages(sid, _turn(i))
+    return [m for i in range(turns) for m in _turn(i)]
+
+
+def test_pages_through_the_api_warm_and_cold(root: Path) -> None:
+    with SessionStore(root) as s:
+        full = _fill(s, 50)
+    with SessionStore(root) as cold:
+        assert cold.load_transcript_messages("s", last=7) == full[-7:]
+        assert not cold._has_fold(cold._session("s"), "transcript")  # nothing was folded
+        assert cold.load_transcript_messages("s", start=140) == full[140:]
+        assert cold._has_fold(cold._session("s"), "transcript")  # start folds once
+        assert cold.load_transcript_messages("s", last=7) == full[-7:]  # now warm
+        assert cold.load_transcript_messages("s", start=3, limit=4) == full[3:7]
+        assert cold.load_transcript_messages("s", limit=2) == full[:2]
+        assert cold.load_transcript_messages("s", last=0) == []
+        assert cold.load_transcript_messages("s", last=10_000) == full
+        assert cold.load_transcript_messages("s", start=10_000) == []
+        assert cold.load_transcript_messages("nobody", last=3) == []
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"last": -1}, {"start": -2}, {"limit": 1.5}, {"last": True}, {"last": 2, "start": 1}],
+)
+def test_bad_page_arguments_are_refused(store: SessionStore, kwargs: dict[str, object]) -> None:
+    from eventstore import InvalidRecordError
+
+    with pytest.raises(InvalidRecordError):
+        store.load_transcript_messages("s", **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_page_is_the_callers_own(root: Path) -> None:
+    with SessionStore(root) as s:
+        full = _fill(s, 3)
+    for warm in (False, True):
+        with SessionStore(root) as s:
+            if warm:
+                s.load_transcript_messages("s")
+            page = s.load_transcript_messages("s", last=2)
+            page[0].metadata["trace"].append("changed")
+            page[0].blocks.clear()
+            assert s.load_transcript_messages("s", last=2) == full[-2:]
+            assert s.load_transcript_messages("s") == full
+
+
+def test_cold_pages_after_another_process_compacts_and_appends(root: Path) -> None:
+    with SessionStore(root) as writer, SessionStore(root) as reader:
+        full = _fill(writer, 20)
+        assert reader.load_transcript_messages("s", last=5) == full[-5:]
+        writer.compact("s")
+        assert reader.load_transcript_messages("s", last=5) == full[-5:]
+        writer.append_transcript_messages("s", _turn(20))
+        full += _turn(20)
+        assert reader.load_transcript_messages("s", last=5) == full[-5:]
+        reader.load_transcript_messages("s")  # warm now: a compaction swaps the file under it
+        writer.compact("s")
+        writer.append_transcript_messages("s", _turn(21))
+        full += _turn(21)
+        assert reader.load_transcript_messages("s", last=5) == full[-5:]
+
+
+def test_pages_beside_a_live_writer_are_whole_batches_in_order(root: Path) -> None:
+    import threading
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with SessionStore(root) as w:
+                i = 0
+                while not stop.is_set() and i < 400:
+                    w.append_transcript_messages("s", _turn(i))
+                    if i % 97 == 96:
+                        w.compact("s")
+                    i += 1
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=write)
+    t.start()
+    seen = 0
+    try:
+        while t.is_alive():
+            with SessionStore(root) as r:  # cold every time
+                page = r.load_transcript_messages("s", last=6)
+            if page:
+                # whole turns, in order: the page ends with the last committed batch
+                last_call = page[-1].tool_results[0].tool_use_id
+                i = int(last_call[1:])
+                expected = [m for j in range(max(0, i - 1), i + 1) for m in _turn(j)]
+                assert page == expected[-6:]
+                assert i >= seen
+                seen = i
+    finally:
+        stop.set()
+        t.join()
+    assert errors == []
+
+
+def test_pages_on_the_memory_engine_and_from_an_engine_without_a_ranged_view() -> None:
+    from contextlib import nullcontext
+
+    with SessionStore("memory://") as s:
+        full = _fill(s, 10)
+        s.compact("s")
+        s.append_transcript_messages("s", _turn(10))
+        full += _turn(10)
+        assert s.load_transcript_messages("s", last=5) == full[-5:]  # cold, from a copy
+        s.engine.live_view = lambda sid: nullcontext(None)  # type: ignore[method-assign]
+        s._sessions.clear()  # forget the folds: the next page is cold again
+        assert s.load_transcript_messages("s", last=5) == full[-5:]  # folded instead
+        assert s._has_fold(s._session("s"), "transcript")
