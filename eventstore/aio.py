@@ -357,6 +357,10 @@ class AsyncSessionStore:
         """The original ids of every session in the store, sorted."""
         return await self._submit(_STORE_WIDE, self.store.list_sessions)
 
+    async def feed(self, after: Any = None, limit: int = 1000) -> list[tuple[Any, str, Event]]:
+        """The global feed (see `SessionStore.feed`; PostgreSQL only)."""
+        return await self._submit(_STORE_WIDE, lambda: self.store.feed(after, limit))
+
     async def delete_session(self, session_id: str) -> bool:
         """Remove a session, its log and history (see `SessionStore.delete_session`);
         False if it did not exist. Runs after the calls on it submitted before."""

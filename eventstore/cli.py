@@ -23,7 +23,7 @@ from types import ModuleType
 from . import __version__
 from .cli_args import EXIT_OK, EXIT_USAGE, CliError
 from .cli_format import one_line
-from .cli_store import redact_url
+from .engines.base import redact_text
 from .errors import EventStoreError
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
@@ -42,6 +42,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eventstore.cli_contexts",
     "eventstore.cli_claude_code",
     "eventstore.cli_lifecycle",
+    "eventstore.cli_postgres",
     "eventstore.cli_report",
 )
 
@@ -126,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _fail(message: str, code: int) -> int:
     # an error may quote a store URL: never print its password
-    print(f"{PROG}: error: {redact_url(message)}", file=sys.stderr)
+    print(f"{PROG}: error: {redact_text(message)}", file=sys.stderr)
     return code
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import re
 import stat
 from collections.abc import Iterable
 from importlib.metadata import entry_points
@@ -21,6 +20,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from .cli_args import CliError
+from .engines.base import redact_text
 from .errors import InvalidSessionIdError
 from .events import Event
 from .layout import validate_session_id
@@ -32,7 +32,6 @@ __all__ = [
     "need_session",
     "need_sessions",
     "open_store",
-    "redact_url",
     "shown_root",
     "store_path",
 ]
@@ -41,19 +40,9 @@ ENTRY_POINT_GROUP = "eventstore.event_types"
 
 
 # scheme://user:password@ -- the password is everything up to the last @ of the authority
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/:@\s]*:)[^/\s]*(@)")
-_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&\s]*", re.IGNORECASE)
-
-
-def redact_url(text: str) -> str:
-    """`text` with every URL password (`scheme://user:secret@host`, `?password=secret`)
-    replaced by `***`; safe on any text, such as an error message quoting a URL."""
-    return _QUERY_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***\2", text))
-
-
 def shown_root(args: argparse.Namespace) -> str:
     """ROOT as it may be printed (a URL's password hidden)."""
-    return redact_url(str(args.root))
+    return redact_text(str(args.root))
 
 
 def store_path(root: str) -> Path | None:

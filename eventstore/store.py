@@ -429,6 +429,24 @@ class SessionStore:
         self._check_open()
         return self.engine.list_sessions()
 
+    def feed(self, after: Any = None, limit: int = 1000) -> list[tuple[Any, str, Event]]:
+        """Up to `limit` events of every session after a feed position (None: the start),
+        as (position, session id, event), for engines that keep a global feed (PostgreSQL:
+        see `PostgresEngine.feed`); NotImplementedError for the others."""
+        self._check_open()
+        engine_feed = getattr(self.engine, "feed", None)
+        if engine_feed is None:
+            raise NotImplementedError(f"the engine of {self.engine.url} keeps no global feed")
+        entries = engine_feed(after, limit) if after is not None else engine_feed(limit=limit)
+        return [
+            (
+                e.position,
+                e.session_id,
+                self.codec.decode_line(e.line.rstrip(b"\n"), 0, e.session_id),
+            )
+            for e in entries
+        ]
+
     def delete_session(self, session_id: str) -> bool:
         """Remove a session: its log, history and caches, atomically (no reader ever sees
         it half removed); safe beside live writers. False if it did not exist."""

@@ -8,6 +8,7 @@ when `EVENTSTORE_TEST_POSTGRES_URL` names a server.
 
 from __future__ import annotations
 
+import atexit
 import os
 import uuid
 from collections.abc import Callable
@@ -59,5 +60,43 @@ ENGINES: list[EngineCase] = [
 
 # a PostgreSQL entry goes here, appended only when this names a server to test against
 POSTGRES_URL = os.environ.get("EVENTSTORE_TEST_POSTGRES_URL")
+
+_pg_schemas: list[str] = []
+
+
+def _fresh_postgres(tmp: Path) -> str:
+    """A URL of a schema of its own on the test server (dropped when the run ends)."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    assert POSTGRES_URL is not None
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    if not _pg_schemas:
+        atexit.register(_drop_postgres_schemas)
+    _pg_schemas.append(schema)
+    parts = urlsplit(POSTGRES_URL)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"] + [("schema", schema)]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _drop_postgres_schemas() -> None:
+    import psycopg
+
+    from eventstore.engines.postgres_url import split_url
+
+    assert POSTGRES_URL is not None
+    with psycopg.connect(split_url(POSTGRES_URL)[0], autocommit=True) as conn:
+        for schema in _pg_schemas:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _rewrite_postgres(store: SessionStore, sid: str, fn: Rewrite) -> None:
+    from eventstore.engines.postgres import PostgresEngine
+
+    assert isinstance(store.engine, PostgresEngine)
+    store.engine.replace_raw(sid, fn(store.engine.read(sid, None).data))
+
+
+if POSTGRES_URL:
+    ENGINES.append(EngineCase("postgres", _fresh_postgres, True, _rewrite_postgres))
 
 ENGINE_IDS = [case.name for case in ENGINES]

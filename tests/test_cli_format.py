@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eventstore.cli_format import display_width, fmt_bytes, plural, shorten, table
-from eventstore.cli_store import redact_url
+from eventstore.engines.base import redact_text as redact_url
 
 text = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), max_size=80)
 wide_or_narrow = st.sampled_from(["a", "é", "日", "✓", " ", "-"])

@@ -100,6 +100,8 @@ NOT_ON_A_DEMO = (
     "eventstore contexts",
     "eventstore import-legacy",
     "eventstore import-claude-code",
+    "eventstore init-db",  # their servers are examples: tests/test_postgres.py runs both
+    "eventstore migrate",
 )
 
 

@@ -99,11 +99,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import EventStoreError, UnknownEngineError, UnsupportedError
 
@@ -126,6 +128,8 @@ __all__ = [
     "Segment",
     "UnknownEngineError",
     "open_engine",
+    "redact_text",
+    "redact_url",
     "scheme_of",
 ]
 
@@ -455,6 +459,37 @@ def scheme_of(url_or_path: str | os.PathLike[str]) -> str:
     if sep and head and head.replace("+", "").replace("-", "").replace(".", "").isalnum():
         return head.lower()
     return "file"
+
+
+def redact_url(url: str) -> str:
+    """`url` with any password (in the authority or a `password=` parameter) replaced
+    by `***`: what every message and the CLI print. A path (no `://`) is returned as is."""
+    if "://" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        if ":" in userinfo:
+            user = userinfo.split(":", 1)[0]
+            netloc = f"{user}:***@{hostport}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(k == "password" for k, _ in pairs):
+            query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
+
+
+def redact_text(text: str) -> str:
+    """`text` (an error message, say) with every URL in it passed through `redact_url`."""
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
 
 
 def open_engine(url_or_path: str | os.PathLike[str], **options: Any) -> Engine:

@@ -1,0 +1,366 @@
+"""`python -m bench --engine postgres`: eventstore's PostgreSQL engine beside the
+`eventsourcing` library's PostgreSQL recorder, on the same server.
+
+    python -m bench --engine postgres --url postgresql://postgres@127.0.0.1:5432/bench
+    python -m bench --engine postgres --appends 2000 --writers 1,8 --repeat 3 --json pg.json
+
+The URL defaults to $EVENTSTORE_BENCH_POSTGRES_URL, then $EVENTSTORE_TEST_POSTGRES_URL.
+Every run works in fresh schemas it drops afterwards. The server must run with
+`synchronous_commit=on` (the default; checked and printed): every acknowledged append
+is on disk.
+
+Measured (medians over repeats; the machine is shared and noisy):
+- **appends/s** with 1 and 8 concurrent writer processes, each appending to a session of
+  its own: eventstore through the session API (`append_progress_entry`) and eventsourcing
+  (one aggregate per session, one `save` per event, its application recorder);
+  the rate is all appends over the wall time from the common start to the last finish.
+- **cold bootstrap load**: a fresh process (modules imported) opens the store and loads
+  the bootstrap state of a session of `--load-events` progress entries; the same session
+  on the file engine beside it.
+- **follow latency**: a follower (its own store instance, LISTEN/NOTIFY wake-ups) sees
+  each of `--follow-events` appends made at ~200/s; from before the append call to the
+  follower holding the event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+__all__ = ["main"]
+
+SUMMARY = "x" * 100  # a progress entry of ~150 bytes: a typical harness note
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _with_schema(url: str, schema: str) -> str:
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}schema={schema}"
+
+
+def _drop_schema(url: str, schema: str) -> None:
+    import psycopg
+
+    from eventstore.engines.postgres_url import split_url
+
+    with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+# -- writers (each in a process of its own) ---------------------------------------------
+
+
+def _eventstore_writer(url: str, sid: str, n: int, gate: Any, out: Any) -> None:
+    from eventstore import ProgressEntry, SessionStore
+
+    store = SessionStore(url)
+    store.append_progress_entry(sid, ProgressEntry(run_id="warm", summary="warm"))
+    gate.wait()
+    t0 = time.time()
+    for i in range(n):
+        store.append_progress_entry(sid, ProgressEntry(run_id=f"r{i}", summary=SUMMARY))
+    out.put((t0, time.time()))
+    store.close()
+
+
+def _eventsourcing_env(url: str, schema: str) -> dict[str, str]:
+    parts = urlsplit(url)
+    return {
+        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "POSTGRES_DBNAME": parts.path.lstrip("/"),
+        "POSTGRES_HOST": parts.hostname or "127.0.0.1",
+        "POSTGRES_PORT": str(parts.port or 5432),
+        "POSTGRES_USER": unquote(parts.username or "postgres"),
+        "POSTGRES_PASSWORD": unquote(parts.password or ""),
+        "POSTGRES_SCHEMA": schema,
+        "POSTGRES_POOL_SIZE": "2",
+    }
+
+
+def _eventsourcing_writer(url: str, schema: str, sid: str, n: int, gate: Any, out: Any) -> None:
+    from bench.baselines.eventsourcing_backend import SessionAggregate, SessionsApp
+
+    # the tables exist (made by _rate): concurrent CREATE ... IF NOT EXISTS can fail
+    app = SessionsApp(env={**_eventsourcing_env(url, schema), "CREATE_TABLE": "no"})
+    agg = SessionAggregate(
+        session_id=sid,
+        manifest=None,  # type: ignore[arg-type]  # the baseline's own session start
+        features=[],
+        progress=[],
+        checkpoints=[],
+    )
+    app.save(agg)
+    gate.wait()
+    t0 = time.time()
+    for i in range(n):
+        agg.append_progress(
+            {"run_id": f"r{i}", "summary": SUMMARY, "created_at": datetime.now(UTC).isoformat()}
+        )
+        app.save(agg)
+    out.put((t0, time.time()))
+    app.close()
+
+
+def _rate(kind: str, url: str, writers: int, n: int) -> float:
+    """Appends per second of `writers` processes appending `n` each, started together."""
+    ctx = mp.get_context("spawn")
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    gate = ctx.Barrier(writers + 1)
+    out = ctx.Queue()
+    procs = []
+    if kind == "eventsourcing":
+        import psycopg
+
+        from eventstore.engines.postgres_url import split_url
+
+        with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+        app_env = _eventsourcing_env(url, schema)
+        # create the tables once, before the writers race to
+        from bench.baselines.eventsourcing_backend import SessionsApp
+
+        SessionsApp(env=app_env).close()
+    for w in range(writers):
+        if kind == "eventstore":
+            args: tuple[Any, ...] = (_with_schema(url, schema), f"w{w}", n, gate, out)
+            target: Any = _eventstore_writer
+        else:
+            args = (url, schema, f"w{w}", n, gate, out)
+            target = _eventsourcing_writer
+        p = ctx.Process(target=target, args=args)
+        p.start()
+        procs.append(p)
+    try:
+        gate.wait(timeout=300)
+        spans = [out.get(timeout=600) for _ in procs]
+        for p in procs:
+            p.join(60)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        _drop_schema(url, schema)
+    start = min(s for s, _ in spans)
+    end = max(e for _, e in spans)
+    return float(writers * n / (end - start))
+
+
+# -- cold load and follow latency --------------------------------------------------------
+
+
+def _cold_load_child(url: str, sid: str, out: Any) -> None:
+    # as in the main bench: modules imported (psycopg alone takes ~0.3-0.5 s to import),
+    # nothing cached by the store; what is timed is opening the store and the first load
+    t0 = time.perf_counter()
+    from eventstore import SessionStore
+
+    if "://" in url:
+        import eventstore.engines.postgres  # noqa: F401
+    t1 = time.perf_counter()
+    with SessionStore(url) as store:
+        state = store.load_bootstrap_state(sid)
+    t2 = time.perf_counter()
+    out.put((t1 - t0, t2 - t1, len(state.recent_progress)))
+
+
+def _cold_load(url: str, events: int, repeat: int) -> dict[str, Any]:
+    """Cold loads of the same session from PostgreSQL and from the file engine."""
+    import tempfile
+
+    from eventstore import ProgressEntry, SessionStore
+
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    surl = _with_schema(url, schema)
+    out_: dict[str, Any] = {"events": events}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, store_url in (("postgres", surl), ("file", f"{tmp}/store")):
+                with SessionStore(store_url) as store:
+                    for i in range(0, events, 100):
+                        store.append(
+                            "load",
+                            [
+                                _progress_event(ProgressEntry(run_id=f"r{j}", summary=SUMMARY))
+                                for j in range(i, min(events, i + 100))
+                            ],
+                        )
+                ctx = mp.get_context("spawn")
+                times = []
+                for _ in range(repeat):
+                    q = ctx.Queue()
+                    p = ctx.Process(target=_cold_load_child, args=(store_url, "load", q))
+                    p.start()
+                    _, load_s, got = q.get(timeout=300)
+                    p.join(60)
+                    assert got == events, (got, events)
+                    times.append(load_s)
+                out_[f"{name}_load_s"] = times
+    finally:
+        _drop_schema(url, schema)
+    return out_
+
+
+def _progress_event(entry: Any) -> Any:
+    from eventstore.events import ProgressAppended
+
+    return ProgressAppended(entry=entry)
+
+
+def _follow_latency(url: str, events: int) -> list[float]:
+    from eventstore import ProgressEntry, SessionStore
+
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    surl = _with_schema(url, schema)
+    sent: dict[str, float] = {}
+    seen: list[float] = []
+    stop = threading.Event()
+    try:
+        writer = SessionStore(surl)
+        writer.append_progress_entry("f", ProgressEntry(run_id="start", summary="start"))
+        follower = SessionStore(surl)
+        ready = threading.Event()
+
+        def follow() -> None:
+            it = follower.follow("f", from_seq=2, stop=stop)
+            ready.set()
+            for ev in it:
+                t = time.perf_counter()
+                run_id = ev.entry.run_id  # type: ignore[attr-defined]
+                if run_id in sent:
+                    seen.append(t - sent[run_id])
+                if len(seen) >= events:
+                    return
+
+        t = threading.Thread(target=follow, daemon=True)
+        t.start()
+        ready.wait(30)
+        time.sleep(0.5)
+        for i in range(events):
+            sent[f"e{i}"] = time.perf_counter()
+            writer.append_progress_entry("f", ProgressEntry(run_id=f"e{i}", summary=SUMMARY))
+            time.sleep(0.005)
+        t.join(60)
+        stop.set()
+        writer.close()
+        follower.close()
+    finally:
+        _drop_schema(url, schema)
+    return seen
+
+
+# -- report -------------------------------------------------------------------------------
+
+
+def _server_facts(url: str) -> dict[str, str]:
+    import psycopg
+
+    from eventstore.engines.postgres_url import split_url
+
+    with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
+        facts = {
+            k: str(conn.execute(f"SHOW {k}").fetchone()[0])  # type: ignore[index]
+            for k in ("server_version", "synchronous_commit", "fsync", "wal_sync_method")
+        }
+    return facts
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the PostgreSQL benchmark and print markdown tables."""
+    ap = argparse.ArgumentParser(prog="python -m bench --engine postgres", description=__doc__)
+    ap.add_argument("--engine", default="postgres", choices=["postgres"])
+    ap.add_argument("--url", help="a database the bench may create schemas in")
+    ap.add_argument("--appends", type=int, default=2000, help="appends per writer (default 2000)")
+    ap.add_argument("--writers", default="1,8", help="writer counts (default 1,8)")
+    ap.add_argument("--repeat", type=int, default=3, help="repeats (default 3)")
+    ap.add_argument("--load-events", type=int, default=10_000)
+    ap.add_argument("--follow-events", type=int, default=300)
+    ap.add_argument("--json", help="also write the raw results to this file")
+    a = ap.parse_args(argv)
+    url = (
+        a.url
+        or os.environ.get("EVENTSTORE_BENCH_POSTGRES_URL")
+        or os.environ.get("EVENTSTORE_TEST_POSTGRES_URL")
+    )
+    if not url:
+        ap.error("give --url (or set EVENTSTORE_BENCH_POSTGRES_URL)")
+    from eventstore.engines.postgres_url import redact_url
+
+    facts = _server_facts(url)
+    _log(f"server: {redact_url(url)} {facts}")
+    if facts["synchronous_commit"] != "on":
+        _log("warning: synchronous_commit is not on: the figures do not compare")
+    try:
+        import eventsourcing  # noqa: F401
+
+        kinds = ["eventstore", "eventsourcing"]
+    except ImportError:
+        _log("eventsourcing is not installed (pip install -e '.[bench]'): eventstore only")
+        kinds = ["eventstore"]
+    writer_counts = [int(w) for w in a.writers.split(",")]
+    rates: dict[str, dict[int, list[float]]] = {k: {w: [] for w in writer_counts} for k in kinds}
+    for _ in range(a.repeat):
+        for w in writer_counts:
+            for kind in kinds:
+                r = _rate(kind, url, w, a.appends)
+                rates[kind][w].append(r)
+                _log(f"{kind} x{w}: {r:,.0f} appends/s")
+    cold = _cold_load(url, a.load_events, a.repeat)
+    _log(f"cold load of {a.load_events} events: {cold}")
+    follow = _follow_latency(url, a.follow_events)
+    _log(f"follow: {len(follow)} latencies")
+
+    lines = [
+        f"Server: PostgreSQL {facts['server_version']}, synchronous_commit="
+        f"{facts['synchronous_commit']}, fsync={facts['fsync']}"
+        f" ({facts['wal_sync_method']}); {a.appends} appends per writer, medians of"
+        f" {a.repeat}",
+        "",
+        "| writers | eventstore appends/s | eventsourcing appends/s | × |",
+        "|---:|---:|---:|---:|",
+    ]
+    for w in writer_counts:
+        es = statistics.median(rates["eventstore"][w])
+        other = statistics.median(rates["eventsourcing"][w]) if "eventsourcing" in kinds else None
+        ratio = f"{es / other:.2f}" if other else "-"
+        lines.append(
+            f"| {w} | {es:,.0f} | {other:,.0f} | {ratio} |"
+            if other
+            else f"| {w} | {es:,.0f} | - | - |"
+        )
+    lines += [
+        "",
+        f"Cold bootstrap load of a session of {a.load_events:,} progress entries (fresh"
+        f" process, store opened and state loaded), medians: PostgreSQL"
+        f" {statistics.median(cold['postgres_load_s']) * 1000:.0f} ms, the file engine"
+        f" {statistics.median(cold['file_load_s']) * 1000:.0f} ms.",
+        "",
+        f"Follow latency (append call -> follower holds the event, {len(follow)} events):"
+        f" median {statistics.median(follow) * 1000:.1f} ms,"
+        f" p95 {_pct(follow, 0.95) * 1000:.1f} ms,"
+        f" max {max(follow) * 1000:.1f} ms.",
+    ]
+    print("\n".join(lines))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(
+                {"server": facts, "rates": rates, "cold": cold, "follow_s": follow}, f, indent=1
+            )
+    return 0

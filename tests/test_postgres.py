@@ -1,0 +1,1045 @@
+"""The PostgreSQL engine on a real server: the engine contract, the schema, the global
+feed, hostile ids, concurrent processes, killed writers and dropped connections.
+
+Needs `EVENTSTORE_TEST_POSTGRES_URL` (a database the tests may create schemas in; `.ci/run`
+starts a throwaway server and sets it). Without it the tests skip, except in CI
+(`CI=true`), where they fail: CI must never pass by skipping them. Every test works in
+a schema of its own, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventstore import ProgressEntry, SessionStore
+from eventstore.engines.base import EMPTY_HEAD, EncodedBatch, Head, HeadMovedError
+from eventstore.errors import StorageError
+from eventstore.events import (
+    EventCodec,
+    LineHead,
+    ProgressAppended,
+    Snapshot,
+    line_hash,
+    split_hash,
+)
+
+URL_ENV = "EVENTSTORE_TEST_POSTGRES_URL"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _require_url() -> str:
+    url = os.environ.get(URL_ENV)
+    if url:
+        return url
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{URL_ENV} is not set in CI: .ci/run must start PostgreSQL")
+    pytest.skip(f"{URL_ENV} is not set (see the README's PostgreSQL section)")
+
+
+psycopg = pytest.importorskip("psycopg") if os.environ.get("CI") != "true" else None
+if psycopg is None:
+    import psycopg  # in CI the extra must be installed: an ImportError fails the run
+
+from eventstore.engines import postgres as pg  # noqa: E402
+
+
+def with_schema(url: str, schema: str) -> str:
+    """`url` with its `schema` query parameter set."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"]
+    query.append(("schema", schema))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+@pytest.fixture
+def server_url() -> str:
+    """The test server's URL (no schema parameter)."""
+    return _require_url()
+
+
+@pytest.fixture
+def pg_url(server_url: str) -> Iterator[str]:
+    """A store URL on a schema of this test's own, dropped afterwards."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    yield with_schema(server_url, schema)
+    with psycopg.connect(pg.split_url(server_url)[0], autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def engine(pg_url: str) -> Iterator[pg.PostgresEngine]:
+    e = pg.from_url(pg_url)
+    yield e
+    e.close()
+
+
+CODEC = EventCodec()
+
+
+def make_batch(head: Head, n: int = 1, key: str | None = None, tag: str = "") -> EncodedBatch:
+    """`n` progress events encoded and chained after `head`, the way the face does."""
+    events = [
+        ProgressAppended(entry=ProgressEntry(run_id="r", summary=f"{tag}{i}")) for i in range(n)
+    ]
+    data, stamped, link = CODEC.encode_batch(
+        events, head.seq + 1, head.link, datetime.now(UTC), key
+    )
+    return EncodedBatch(
+        data,
+        stamped[0].seq,
+        stamped[-1].seq,
+        tuple(e.h for e in stamped),
+        link,
+        key,
+        "fp" if key else None,
+    )
+
+
+def snapshot_line(head: Head) -> bytes:
+    """A snapshot line covering `head`."""
+    snap = Snapshot(base_h=head.link, states={"p": msgspec.Raw(b'{"version":1,"state":{}}')})
+    line, _ = CODEC.encode_snapshot(snap, head.seq, head.link, datetime.now(UTC))
+    return line
+
+
+def append_retrying(e: pg.PostgresEngine, sid: str, n: int = 1, tag: str = "") -> Head:
+    """Append like the face: encode against the head read, retry when it moved."""
+    head = e.head(sid)
+    while True:
+        try:
+            return e.append(sid, make_batch(head, n, tag=tag), head)
+        except HeadMovedError as exc:
+            head = exc.actual
+
+
+_heads = msgspec.json.Decoder(LineHead)
+
+
+def check_chain(data: bytes, first_seq: int = 1) -> list[LineHead]:
+    """Every line's seq follows the last and its `h` chains to the one before."""
+    heads = []
+    link = ""
+    seq = first_seq
+    for line in data.split(b"\n")[:-1]:
+        head = _heads.decode(line)
+        body, h = split_hash(line) or (b"", "")
+        if head.type == "snapshot":
+            assert not heads, "a snapshot after the first line"
+            seq = head.seq
+            link = head.base_h or ""  # a snapshot chains to the last line it covers
+        else:
+            assert head.seq == seq, f"seq {head.seq} where {seq} was expected"
+        assert line_hash(link, body) == h, f"broken chain at seq {head.seq}"
+        link = head.base_h if head.type == "snapshot" and head.base_h is not None else h
+        heads.append(head)
+        seq += 1
+    return heads
+
+
+# -- the engine contract --------------------------------------------------------------
+
+
+def test_append_read_head_and_positions(engine: pg.PostgresEngine) -> None:
+    assert engine.head("s") == EMPTY_HEAD
+    assert engine.read("s", None).data == b""
+    b1 = make_batch(EMPTY_HEAD, 3, key="k")
+    h1 = engine.append("s", b1, EMPTY_HEAD)
+    assert (h1.seq, h1.link, h1.h, h1.size, h1.base_seq) == (
+        3,
+        b1.link,
+        b1.hashes[-1],
+        len(b1.data),
+        1,
+    )
+    r = engine.read("s", None)
+    assert r.data == b1.data and r.head == h1 == engine.head("s") and not r.reset and r.offset == 0
+    b2 = make_batch(h1, 2)
+    h2 = engine.append("s", b2, h1)
+    r2 = engine.read("s", r.head.position)
+    assert r2.data == b2.data and r2.offset == len(b1.data) and r2.head == h2
+    assert engine.read("s", h2.position).data == b""
+    check_chain(engine.read("s", None).data)
+
+
+def test_stale_expected_head_writes_nothing(engine: pg.PostgresEngine) -> None:
+    h1 = engine.append("s", make_batch(EMPTY_HEAD), EMPTY_HEAD)
+    with pytest.raises(HeadMovedError) as info:
+        engine.append("s", make_batch(EMPTY_HEAD), EMPTY_HEAD)
+    assert info.value.actual == h1
+    # the same seq with another link (a forked chain) is refused too
+    forged = Head(seq=1, link="0" * 16)
+    with pytest.raises(HeadMovedError):
+        engine.append("s", make_batch(forged), forged)
+    # a head expected on a session that does not exist: nothing is created
+    with pytest.raises(HeadMovedError):
+        engine.append("ghost", make_batch(h1), h1)
+    assert engine.read("s", None).head == h1 == engine.head("s")
+    assert engine.list_sessions() == ["s"]
+
+
+def test_batch_not_following_the_head_is_refused(engine: pg.PostgresEngine) -> None:
+    h1 = engine.append("s", make_batch(EMPTY_HEAD), EMPTY_HEAD)
+    skip = make_batch(Head(seq=5, link=h1.link))
+    with pytest.raises(ValueError, match="starting at seq 6"):
+        engine.append("s", skip, h1)
+    assert engine.head("s") == h1
+
+
+def test_snapshot_install_keeps_or_drops_history(engine: pg.PostgresEngine) -> None:
+    h = append_retrying(engine, "s", 3)
+    before = engine.read("s", None)
+    line = snapshot_line(h)
+    res = engine.install_snapshot("s", line, h, keep_history=True)
+    assert (res.head.seq, res.head.link) == (h.seq, h.link)
+    assert res.head.h == split_hash(line[:-1])[1]  # type: ignore[index]
+    assert res.before == h.size and res.after == len(line) == res.head.size
+    assert res.archived is not None
+    # a reader positioned in the old log starts over at the snapshot
+    r = engine.read("s", before.head.position)
+    assert r.reset and r.data == line and r.head == res.head
+    # appends encoded before the install still chain (the snapshot keeps seq and link)
+    h2 = engine.append("s", make_batch(h, 2), h)
+    assert engine.read("s", None).data == line + engine.read("s", res.head.position).data
+    check_chain(engine.read("s", None).data)
+    with engine.history("s") as hist:
+        segs = list(hist)
+    assert [s.archived for s in segs] == [True, False]
+    assert segs[0].read() == before.data and (segs[0].first_seq, segs[0].last_seq) == (1, 3)
+    assert (segs[1].first_seq, segs[1].last_seq) == (3, 5) and segs[1].size == h2.size
+    # a second compaction without history: the first archive stays, the middle goes
+    line2 = snapshot_line(h2)
+    engine.install_snapshot("s", line2, h2, keep_history=False)
+    with engine.history("s") as hist:
+        segs = list(hist)
+    assert [s.read() for s in segs] == [before.data, line2]
+    # installing against the replaced log again is refused and changes nothing
+    with pytest.raises(HeadMovedError):
+        engine.install_snapshot("s", line, h, keep_history=True)
+    assert engine.read("s", None).data == line2
+
+
+def test_snapshot_then_later_lines_stay_in_place(engine: pg.PostgresEngine) -> None:
+    h3 = append_retrying(engine, "s", 3)
+    h5 = append_retrying(engine, "s", 2)
+    line = snapshot_line(h3)  # covers 3; lines 4 and 5 were committed meanwhile
+    res = engine.install_snapshot("s", line, h3, keep_history=False)
+    assert (res.head.seq, res.head.h) == (5, h5.h)
+    live = engine.read("s", None).data
+    heads = check_chain(live, 3)
+    assert [x.seq for x in heads] == [3, 4, 5] and res.head.size == len(live)
+    with engine.history("s") as hist:
+        assert [s.archived for s in hist] == [False]
+
+
+def test_opening_snapshot_batch_starts_a_compacted_copy(engine: pg.PostgresEngine) -> None:
+    # what a copy of a session compacted without history looks like: seq 7 opens it
+    line = snapshot_line(Head(seq=7, link="a" * 16))
+    h = split_hash(line[:-1])
+    assert h is not None
+    batch = EncodedBatch(line, 7, 7, (h[1],), "a" * 16)
+    head = engine.append("s", batch, EMPTY_HEAD)
+    assert (head.seq, head.base_seq, head.link, head.size) == (7, 7, "a" * 16, len(line))
+    h8 = engine.append("s", make_batch(head), head)
+    assert h8.seq == 8 and engine.read("s", None).data.startswith(line)
+
+
+def test_list_and_remove_sessions(engine: pg.PostgresEngine) -> None:
+    for sid in ("b", "a", "c"):
+        append_retrying(engine, sid)
+    assert engine.list_sessions() == ["a", "b", "c"]
+    pos = engine.head("b").position
+    assert engine.remove_session("b") is True
+    assert engine.remove_session("b") is False
+    assert engine.list_sessions() == ["a", "c"]
+    r = engine.read("b", pos)
+    assert r.reset and r.data == b"" and r.head == EMPTY_HEAD
+    # a writer that still expects the removed head is refused; a new session starts at 1
+    with pytest.raises(HeadMovedError):
+        engine.append("b", make_batch(engine.head("a")), engine.head("a"))
+    assert append_retrying(engine, "b").seq == 1
+
+
+def test_repair_hold_keeps_a_prefix_and_saves_the_rest(engine: pg.PostgresEngine) -> None:
+    h1 = append_retrying(engine, "s", 2)
+    append_retrying(engine, "s", 1)
+    whole = engine.read("s", None).data
+    with engine.hold("s") as hold:
+        assert hold.data == whole
+        assert hold.keep_prefix(len(whole), "none") is None
+        name = hold.keep_prefix(h1.size, "corrupt")
+    assert name is not None and "corrupt" in name
+    assert engine.read("s", None).data == whole[: h1.size]
+    assert (engine.head("s").seq, engine.head("s").link) == (h1.seq, h1.link)
+    with psycopg.connect(pg.split_url(engine._conninfo)[0], autocommit=True) as conn:
+        saved = conn.execute(f"SELECT data FROM {engine._q}.saved").fetchall()
+    assert [bytes(r[0]) for r in saved] == [whole]
+    assert append_retrying(engine, "s").seq == 3
+
+
+def test_wait_wakes_on_append_from_another_engine(pg_url: str) -> None:
+    reader, writer = pg.from_url(pg_url), pg.from_url(pg_url)
+    try:
+        h = append_retrying(writer, "s")
+        woke: list[float] = []
+
+        def waiter() -> None:
+            t0 = time.monotonic()
+            woke.append(reader.wait("s", h.position, 20.0))
+            woke.append(time.monotonic() - t0)
+
+        # nothing new: it times out, even if the append's own NOTIFY (sent just after its
+        # commit) arrives meanwhile
+        assert reader.wait("s", h.position, 0.2) is False
+        t = threading.Thread(target=waiter)
+        t.start()
+        time.sleep(0.5)
+        append_retrying(writer, "s")
+        t.join(10)
+        assert woke and woke[0] is True and woke[1] < 10.0
+        # a position behind the head returns at once
+        assert reader.wait("s", None, 5.0) is True
+    finally:
+        reader.close()
+        writer.close()
+
+
+# -- the global feed ------------------------------------------------------------------
+
+
+def test_feed_keeps_session_order_and_never_fills_in_behind_a_reader(
+    engine: pg.PostgresEngine,
+) -> None:
+    """Writers on several sessions, a reader tailing the feed meanwhile: what the
+    reader collected step by step equals the feed read once at the end (nothing ever
+    appeared below a position it had passed), positions are gapless, and each session's
+    lines come in seq order."""
+    stop = threading.Event()
+    seen: list[pg.FeedEntry] = []
+
+    def tail() -> None:
+        after = pg.FEED_START
+        while True:
+            batch = engine.feed(after, 50)
+            seen.extend(batch)
+            if batch:
+                after = batch[-1].position
+            elif stop.is_set():
+                return
+
+    def write(sid: str) -> None:
+        for i in range(40):
+            append_retrying(engine, sid, 1 + i % 3)
+
+    reader = threading.Thread(target=tail)
+    reader.start()
+    writers = [threading.Thread(target=write, args=(f"s{i}",)) for i in range(4)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    stop.set()
+    reader.join()
+    full = engine.feed(pg.FEED_START, 100_000)
+    assert seen == full
+    assert [e.position for e in full] == sorted({e.position for e in full})  # increasing
+    assert len(full) == 4 * sum(1 + i % 3 for i in range(40))
+    for sid in ("s0", "s1", "s2", "s3"):
+        mine = [e for e in full if e.session_id == sid]
+        assert [e.seq for e in mine] == list(range(1, len(mine) + 1))
+        assert b"".join(e.line for e in mine) == engine.read(sid, None).data
+
+
+# -- hostile input ---------------------------------------------------------------------
+
+HOSTILE_IDS = [
+    "'; DROP TABLE lines; --",
+    'x"); DROP SCHEMA public CASCADE; --',
+    "$fn$ SELECT 1 $fn$",
+    "%s %(sid)s {0} \\x00",
+    "ünïcødé/../../etc/passwd",
+    " leading and trailing ",
+    "a" * 1024,
+]
+
+
+def test_hostile_session_ids_and_keys_are_only_data(engine: pg.PostgresEngine) -> None:
+    for sid in HOSTILE_IDS:
+        head = EMPTY_HEAD
+        b = make_batch(head, 2, key=sid, tag=sid)
+        engine.append(sid, b, head)
+        assert engine.read(sid, None).data == b.data
+    assert engine.list_sessions() == sorted(HOSTILE_IDS)
+    with psycopg.connect(pg.split_url(engine._conninfo)[0], autocommit=True) as conn:
+        tables = {
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s", (engine.schema,)
+            )
+        }
+        keys = {r[0] for r in conn.execute(f"SELECT key FROM {engine._q}.idempotency_keys")}
+    assert {"lines", "sessions", "snapshots", "idempotency_keys", "saved"} <= tables
+    assert keys == set(HOSTILE_IDS)
+    for sid in HOSTILE_IDS:
+        assert engine.remove_session(sid)
+    assert engine.list_sessions() == []
+
+
+@pytest.mark.parametrize("schema", ["Upper", "x; DROP TABLE y", 'a"b', "1abc", "a" * 41, "", "a-b"])
+def test_hostile_schema_names_are_refused(server_url: str, schema: str) -> None:
+    with pytest.raises(ValueError, match="schema name"):
+        pg.from_url(with_schema(server_url, schema))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    user=st.text(st.characters(codec="ascii", categories=["L", "N"]), min_size=1, max_size=8),
+    password=st.text(min_size=0, max_size=30),
+)
+def test_redact_url_never_shows_the_password(user: str, password: str) -> None:
+    from urllib.parse import quote
+
+    secret = quote("§§" + password, safe="")  # the marker cannot occur in the rest
+    marker = quote("§§", safe="")
+    url = f"postgresql://{user}:{secret}@db.example:5432/x?sslmode=require"
+    red = pg.redact_url(url)
+    assert red == f"postgresql://{user}:***@db.example:5432/x?sslmode=require"
+    red2 = pg.redact_url(f"postgresql://h/x?password={secret}&user={user}")
+    assert marker not in red2
+    assert parse_qsl(urlsplit(red2).query) == [("password", "***"), ("user", user)]
+
+
+def test_storage_errors_name_the_url_without_the_password(server_url: str) -> None:
+    parts = urlsplit(server_url)
+    user = parts.username or "postgres"
+    bad = urlunsplit(parts._replace(netloc=f"{user}:s3cr3t-pw@127.0.0.1:1", path="/nowhere"))
+    with pytest.raises(StorageError) as info:
+        pg.from_url(bad)
+    assert "s3cr3t-pw" not in str(info.value) and "***" in str(info.value)
+
+
+# -- the schema -------------------------------------------------------------------------
+
+
+def test_schema_is_versioned_and_refuses_a_newer_one(pg_url: str) -> None:
+    conninfo, schema = pg.split_url(pg_url)
+    assert pg.init_db(pg_url) == (0, pg.SCHEMA_VERSION)
+    assert pg.init_db(pg_url) == (pg.SCHEMA_VERSION, pg.SCHEMA_VERSION)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f'UPDATE "{schema}".meta SET value = %s', (str(pg.SCHEMA_VERSION + 1),))
+    with pytest.raises(pg.SchemaVersionError, match="upgrade eventstore"):
+        pg.from_url(pg_url)
+
+
+INIT_RACE = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from eventstore.engines.postgres import from_url
+    gate = Path(sys.argv[2])
+    while not gate.exists():
+        time.sleep(0.001)
+    from_url(sys.argv[1]).close()
+    """
+)
+
+
+def _release_when_ready(gate: Path, procs: list[subprocess.Popen[bytes]]) -> None:
+    """Open the gate once every worker has written its ready file (or one has died)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready = {p.name for p in gate.parent.glob("ready-*")}
+        if all(f"ready-{p.pid}" in ready or p.poll() is not None for p in procs):
+            break
+        time.sleep(0.02)
+    gate.touch()
+
+
+def _spawn(script: str, *args: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def test_schema_creation_race_creates_it_once(pg_url: str, tmp_path: Path) -> None:
+    gate = tmp_path / "go"
+    procs = [_spawn(INIT_RACE, pg_url, str(gate)) for _ in range(6)]
+    time.sleep(1.0)
+    gate.touch()
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+    conninfo, schema = pg.split_url(pg_url)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        rows = conn.execute(f'SELECT name, value FROM "{schema}".meta').fetchall()
+    assert rows == [("schema_version", str(pg.SCHEMA_VERSION))]
+
+
+# -- processes ----------------------------------------------------------------------------
+
+# Workers go through the session API (`SessionStore(url)`): the face and the engine.
+PRELUDE = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    from eventstore import FeatureRecord, ProgressEntry, SessionManifest, SessionStore
+    from eventstore.events import ProgressAppended
+
+    def ready_then_wait(gate):
+        (gate.parent / f"ready-{os.getpid()}").touch()
+        while not gate.exists():
+            time.sleep(0.0005)
+    """
+)
+
+APPENDER = PRELUDE + textwrap.dedent(
+    """
+    url, sid, n, gate = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+    store = SessionStore(url)
+    store.last_seq(sid)  # connected
+    ready_then_wait(gate)
+    for i in range(n):
+        store.append_progress_entry(sid, ProgressEntry(run_id=f"p{os.getpid()}", summary=str(i)))
+    store.close()
+    """
+)
+
+
+def test_four_processes_append_800_lines_to_one_session(pg_url: str, tmp_path: Path) -> None:
+    pg.init_db(pg_url)
+    gate = tmp_path / "go"
+    procs = [_spawn(APPENDER, pg_url, "shared", "200", str(gate)) for _ in range(4)]
+    _release_when_ready(gate, procs)
+    for p in procs:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err.decode()
+    with SessionStore(pg_url) as store:
+        data = store.engine.read("shared", None).data
+        heads = check_chain(data)
+        assert [h.seq for h in heads] == list(range(1, 801))
+        report = store.verify("shared")
+        assert report.ok and report.head_seq == 800
+        progress = store.load_bootstrap_state("shared").recent_progress
+        by_writer: dict[str, list[str]] = {}
+        for entry in progress:
+            by_writer.setdefault(entry.run_id, []).append(entry.summary)
+        # every writer's 200 appends, each once, in its own order
+        assert sorted(by_writer.values()) == [[str(i) for i in range(200)]] * 4
+
+
+RACER = PRELUDE + textwrap.dedent(
+    """
+    url, gate, me = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+    store = SessionStore(url)
+    store.is_initialized("race")  # connected
+    ready_then_wait(gate)
+    won = store.initialize_session_if_missing(
+        "race",
+        SessionManifest(session_id="race", active_branch="main", current_objective=me),
+        [FeatureRecord(id=me, category="c", description="d", steps=[], passes=False)],
+        ProgressEntry(run_id=me, summary="init"),
+    )
+    print("won" if won else "lost")
+    """
+)
+
+
+def test_init_race_has_exactly_one_winner(pg_url: str, tmp_path: Path) -> None:
+    pg.init_db(pg_url)
+    for round_ in range(3):
+        gate = tmp_path / str(round_) / "go"
+        gate.parent.mkdir()
+        procs = [_spawn(RACER, pg_url, str(gate), f"w{i}") for i in range(5)]
+        _release_when_ready(gate, procs)
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err.decode()
+            outs.append(out.decode().strip())
+        assert sorted(outs) == ["lost"] * 4 + ["won"]
+        winner = f"w{outs.index('won')}"
+        with SessionStore(pg_url) as store:
+            state = store.load_bootstrap_state("race")
+            assert state.manifest is not None and state.manifest.current_objective == winner
+            assert [f.id for f in state.feature_list] == [winner]
+            assert store.last_seq("race") == 3 and store.verify("race").ok
+            assert store.delete_session("race")
+
+
+KILLED_WRITER = PRELUDE + textwrap.dedent(
+    """
+    store = SessionStore(sys.argv[1])
+    ack = os.open(sys.argv[2], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    n = 0
+    while True:
+        res = store.append("victim", [
+            ProgressAppended(entry=ProgressEntry(run_id="k", summary=f"{n}.{i}"))
+            for i in range(3)
+        ])
+        n += 1
+        os.write(ack, f"{res.last_seq}\\n".encode())  # acknowledged: the append returned
+    """
+)
+
+
+def test_sigkilled_writer_loses_no_acknowledged_append(pg_url: str, tmp_path: Path) -> None:
+    """A writer appending 3-event batches is SIGKILLed at a random moment, 20 times: every
+    acknowledged batch is there, every batch is whole, the chain is unbroken."""
+    import random
+
+    pg.init_db(pg_url)
+    ack = tmp_path / "ack"
+    rng = random.Random(15)
+    for _ in range(20):
+        p = _spawn(KILLED_WRITER, pg_url, str(ack))
+        # let it get going (imports take a while), then kill it at a random moment
+        deadline = time.monotonic() + 30
+        start = ack.stat().st_size if ack.exists() else 0
+        while (not ack.exists() or ack.stat().st_size == start) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0, 0.05))
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    acked = [int(x) for x in ack.read_text().split()]
+    with SessionStore(pg_url) as store:
+        data = store.engine.read("victim", None).data
+        assert store.verify("victim").ok
+    heads = check_chain(data)
+    assert heads[-1].seq % 3 == 0  # whole batches only
+    assert all(h.more == 2 - (h.seq - 1) % 3 for h in heads)
+    assert max(acked) <= heads[-1].seq
+    assert len(acked) >= 20
+
+
+def _backend_pids(conninfo: str, schema: str) -> list[int]:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        return [
+            r[0]
+            for r in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE query LIKE %s AND pid <> pg_backend_pid()"
+                " AND wait_event_type = 'Lock'",
+                (f'%"{schema}".append(%',),
+            )
+        ]
+
+
+def test_dropped_connection_mid_append_is_a_typed_error(engine: pg.PostgresEngine) -> None:
+    """The server ends the writer's connection while its append waits for the session's
+    row lock: StorageError, nothing written; the engine's pool recovers and a retry of
+    the same batch lands once."""
+    h1 = append_retrying(engine, "s")
+    conninfo = pg.split_url(engine._conninfo)[0]
+    batch = make_batch(h1, 2, key="k-retry")
+    errors: list[BaseException] = []
+    with psycopg.connect(conninfo) as blocker:
+        blocker.execute(f"SELECT 1 FROM {engine._q}.sessions WHERE session_id = 's' FOR UPDATE")
+
+        def attempt() -> None:
+            try:
+                engine.append("s", batch, h1)
+            except BaseException as exc:  # noqa: BLE001 - the test inspects it
+                errors.append(exc)
+
+        t = threading.Thread(target=attempt)
+        t.start()
+        deadline = time.monotonic() + 20
+        pids: list[int] = []
+        while not pids and time.monotonic() < deadline:
+            time.sleep(0.05)
+            pids = _backend_pids(conninfo, engine.schema)
+        assert pids, "the append never blocked on the row lock"
+        with psycopg.connect(conninfo, autocommit=True) as killer:
+            killer.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+        t.join(20)
+        blocker.rollback()
+    assert len(errors) == 1 and isinstance(errors[0], StorageError), errors
+    assert "connection" in str(errors[0])
+    assert engine.head("s") == h1
+    h2 = engine.append("s", batch, h1)
+    assert h2.seq == 3
+    with pytest.raises(HeadMovedError):
+        engine.append("s", batch, h1)
+    check_chain(engine.read("s", None).data)
+
+
+def test_engine_survives_fork(engine: pg.PostgresEngine) -> None:
+    append_retrying(engine, "s")
+    assert engine.wait("s", None, 1.0)  # the listener connection is open too
+    inherited = [(c, c.pgconn) for c in pg._CONNECTIONS]
+    assert len(inherited) >= 2
+    pid = os.fork()
+    if pid == 0:  # the child uses its own connections, never the parent's
+        code = 1
+        try:
+            append_retrying(engine, "s")
+            # what finalizers at the child's exit would do to what it inherited: libpq
+            # sends Terminate on close, which must not reach the parent's sessions
+            for _, pgconn in inherited:
+                pgconn.finish()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert append_retrying(engine, "s").seq == 3
+    check_chain(engine.read("s", None).data)
+
+
+# -- migrate ------------------------------------------------------------------------------
+
+
+def _build_compacted(e: pg.PostgresEngine, sid: str, keep: tuple[bool, ...]) -> None:
+    """A session with multi-line batches and one compaction per entry of `keep`."""
+    append_retrying(e, sid, 3)
+    for i, k in enumerate(keep):
+        h = append_retrying(e, sid, 1 + i % 2)
+        append_retrying(e, sid, 2)  # committed after what the snapshot covers
+        e.install_snapshot(sid, snapshot_line(h), h, keep_history=k)
+    append_retrying(e, sid, 2)
+
+
+def _flat(e: pg.PostgresEngine, sid: str) -> list[bytes]:
+    with e.history(sid) as hist:
+        return [seg.read() for seg in hist]
+
+
+def test_migrate_between_postgres_stores_is_exact_and_idempotent(server_url: str) -> None:
+    from eventstore.migrate import MigrationError, migrate_session, same_history
+
+    a_url = with_schema(server_url, f"t_{uuid.uuid4().hex[:12]}")
+    b_url = with_schema(server_url, f"t_{uuid.uuid4().hex[:12]}")
+    a, b = pg.from_url(a_url), pg.from_url(b_url)
+    try:
+        _build_compacted(a, "s", (True, True))
+        _build_compacted(a, "hole", (True, False, True))
+        seen: list[tuple[int, int]] = []
+        res = migrate_session(a, b, "s", lambda d, t: seen.append((d, t)))
+        assert res.written == res.total > 0 and res.already == 0 and seen[-1] == (res.total,) * 2
+        assert _flat(a, "s") == _flat(b, "s") and same_history(a, b, "s")
+        assert a.head("s").seq == b.head("s").seq
+        again = migrate_session(a, b, "s")
+        assert (again.written, again.already) == (0, res.total)
+        # more appended at the source: a second run copies only that
+        append_retrying(a, "s", 2)
+        more = migrate_session(a, b, "s")
+        assert more.written == 2 and _flat(a, "s") == _flat(b, "s")
+        # a destination that diverged is refused and left as it was
+        append_retrying(b, "s", 1, tag="other")
+        before = _flat(b, "s")
+        append_retrying(a, "s", 1)
+        with pytest.raises(MigrationError, match="already holds other lines"):
+            migrate_session(a, b, "s")
+        assert _flat(b, "s") == before
+        # a history with a hole: the copy starts at the segment after it
+        res = migrate_session(a, b, "hole")
+        assert res.started_after_hole is not None
+        assert a.read("hole", None).data == b.read("hole", None).data
+    finally:
+        for e in (a, b):
+            with psycopg.connect(pg.split_url(server_url)[0], autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {e._q} CASCADE")
+            e.close()
+
+
+def test_cli_init_db_and_migrate(server_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from eventstore.cli import main
+
+    parts = urlsplit(server_url)
+    user = parts.username or "postgres"
+    # trust auth ignores the password: it must still never be printed
+    secret_url = urlunsplit(
+        parts._replace(netloc=f"{user}:hunter2-secret@{parts.hostname}:{parts.port}")
+    )
+    a_url = with_schema(secret_url, f"t_{uuid.uuid4().hex[:12]}")
+    b_url = with_schema(secret_url, f"t_{uuid.uuid4().hex[:12]}")
+    try:
+        assert main(["init-db", a_url]) == 0
+        assert main(["init-db", a_url]) == 0
+        out = capsys.readouterr()
+        assert "created at version 1" in out.out and "already at version 1" in out.out
+        with pg.from_url(a_url) as a:
+            assert "hunter2" not in a.url and ":***@" in a.url
+            _build_compacted(a, "one", (True,))
+            _build_compacted(a, "two", ())
+        assert main(["migrate", a_url, b_url, "--all"]) == 0
+        out = capsys.readouterr()
+        assert "migrated 2 of 2" in out.out and "[2/2]" in out.err
+        assert main(["migrate", a_url, b_url, "one", "--json"]) == 0
+        out = capsys.readouterr()
+        rows = msgspec.json.decode(out.out)
+        assert rows[0]["written"] == 0 and rows[0]["ok"] is True
+        assert main(["migrate", a_url, b_url]) == 2  # neither SESSIONs nor --all
+        assert main(["migrate", a_url, b_url, "nope"]) == 1
+        out = capsys.readouterr()
+        assert "no session 'nope'" in out.err
+        with pg.from_url(a_url) as a, pg.from_url(b_url) as b:
+            assert _flat(a, "one") == _flat(b, "one") and _flat(a, "two") == _flat(b, "two")
+        everything = out.out + out.err
+        for text in (everything, str(capsys.readouterr())):
+            assert "hunter2" not in text
+    finally:
+        with psycopg.connect(pg.split_url(server_url)[0], autocommit=True) as conn:
+            for u in (a_url, b_url):
+                conn.execute(f'DROP SCHEMA IF EXISTS "{pg.split_url(u)[1]}" CASCADE')
+
+
+# -- through the session API ---------------------------------------------------------------
+
+
+def _block_session(conninfo: str, q: str, sid: str) -> psycopg.Connection[object]:
+    """A connection holding the session's row lock in an open transaction."""
+    blocker: psycopg.Connection[object] = psycopg.connect(conninfo)
+    blocker.execute(f"SELECT 1 FROM {q}.sessions WHERE session_id = %s FOR UPDATE", (sid,))
+    return blocker
+
+
+def test_dropped_connection_then_retry_with_the_same_key_does_not_duplicate(
+    pg_url: str,
+) -> None:
+    from eventstore import Message, Role
+
+    with SessionStore(pg_url) as store:
+        engine = store.engine
+        assert isinstance(engine, pg.PostgresEngine)
+        conninfo = pg.split_url(pg_url)[0]
+        store.append_progress_entry("s", ProgressEntry(run_id="r", summary="before"))
+        msgs = [
+            Message(role=Role.USER, content="hello"),
+            Message(role=Role.ASSISTANT, content="hi"),
+        ]
+        errors: list[BaseException] = []
+        blocker = _block_session(conninfo, engine._q, "s")
+        try:
+
+            def attempt() -> None:
+                try:
+                    store.append_transcript_messages("s", msgs, idempotency_key="turn-7")
+                except BaseException as exc:  # noqa: BLE001 - the test inspects it
+                    errors.append(exc)
+
+            t = threading.Thread(target=attempt)
+            t.start()
+            deadline = time.monotonic() + 20
+            pids: list[int] = []
+            while not pids and time.monotonic() < deadline:
+                time.sleep(0.05)
+                pids = _backend_pids(conninfo, engine.schema)
+            assert pids, "the append never blocked on the row lock"
+            with psycopg.connect(conninfo, autocommit=True) as killer:
+                killer.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+            t.join(20)
+        finally:
+            blocker.rollback()
+            blocker.close()
+        assert len(errors) == 1 and isinstance(errors[0], StorageError), errors
+        assert store.load_transcript_messages("s") == []
+        first = store.append_transcript_messages("s", msgs, idempotency_key="turn-7")
+        again = store.append_transcript_messages("s", msgs, idempotency_key="turn-7")
+    with SessionStore(pg_url) as other:  # another process's view: the key is in the log
+        third = other.append_transcript_messages("s", msgs, idempotency_key="turn-7")
+        assert other.load_transcript_messages("s") == msgs
+        assert other.last_seq("s") == 2 and other.verify("s").ok
+    for res in (first, again, third):
+        assert res is None or (res.first_seq, res.last_seq) == (2, 2)
+
+
+def test_store_feed_and_follow(pg_url: str) -> None:
+    with SessionStore(pg_url) as a, SessionStore(pg_url) as b:
+        got: list[object] = []
+        stop = threading.Event()
+
+        def follow() -> None:
+            for ev in b.follow("s", stop=stop):
+                got.append(ev)
+                if len(got) == 3:
+                    return
+
+        t = threading.Thread(target=follow)
+        t.start()
+        for i in range(3):
+            a.append_progress_entry(
+                "s" if i != 1 else "t", ProgressEntry(run_id="r", summary=str(i))
+            )
+        a.append_progress_entry("s", ProgressEntry(run_id="r", summary="3"))
+        t.join(20)
+        stop.set()
+        assert [e.entry.summary for e in got] == ["0", "2", "3"]  # type: ignore[attr-defined]
+        items = b.feed()
+        assert [(sid, ev.entry.summary) for _, sid, ev in items] == [  # type: ignore[attr-defined]
+            ("s", "0"),
+            ("t", "1"),
+            ("s", "2"),
+            ("s", "3"),
+        ]
+        assert b.feed(items[1][0]) == items[2:]
+        assert b.feed(limit=1) == items[:1]
+
+
+def test_migrate_file_to_postgres_to_file_exports_identical_lines(
+    pg_url: str, tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    from eventstore import Message, Role
+    from eventstore.cli import main
+    from eventstore.export import export_jsonl
+
+    src, back = str(tmp_path / "src"), str(tmp_path / "back")
+    with SessionStore(src) as store:
+        for sid in ("plain", "compacted", "ünï ¢ødé"):
+            for i in range(5):
+                store.append_progress_entry(sid, ProgressEntry(run_id="r", summary=f"{sid} {i}"))
+                store.append_transcript_messages(
+                    sid,
+                    [
+                        Message(role=Role.USER, content=f"q{i}"),
+                        Message(role=Role.ASSISTANT, content="a"),
+                    ],
+                )
+            if sid != "plain":
+                store.compact(sid, archive=True)
+                store.append_progress_entry(sid, ProgressEntry(run_id="r", summary="after"))
+                store.compact(sid, archive=True)
+                store.append_progress_entry(sid, ProgressEntry(run_id="r", summary="after 2"))
+    assert main(["migrate", src, pg_url, "--all", "--quiet"]) == 0
+    assert main(["migrate", pg_url, back, "--all", "--quiet"]) == 0
+    assert main(["migrate", src, pg_url, "--all", "--quiet"]) == 0  # idempotent
+    capsysbinary.readouterr()
+
+    def export(root: str, sid: str) -> bytes:
+        # what `eventstore export ROOT SID --format jsonl` prints
+        with SessionStore(root) as store:
+            return b"".join(export_jsonl(store, sid))
+
+    for sid in ("plain", "compacted", "ünï ¢ødé"):
+        lines = export(src, sid)
+        assert lines and lines == export(pg_url, sid) == export(back, sid)
+        for root in (src, pg_url, back):
+            with SessionStore(root) as store:
+                assert store.verify(sid).ok
+                assert store.load_bootstrap_state(sid) == SessionStore(src).load_bootstrap_state(
+                    sid
+                )
+    with SessionStore(src) as a, SessionStore(back) as b:
+        for sid in a.list_sessions():
+            with a.engine.history(sid) as ha, b.engine.history(sid) as hb:
+                assert [s.read() for s in ha] == [s.read() for s in hb]
+
+
+# -- README claims ---------------------------------------------------------------------------
+
+
+def test_feed_holds_back_lines_behind_a_transaction_in_flight(engine: pg.PostgresEngine) -> None:
+    """An append still in flight (its transaction open) holds back the feed lines of
+    appends that committed after it began, so a reader never passes a place where a line
+    can still appear; once it commits, the reader gets both, the earlier one first."""
+    conninfo = pg.split_url(engine._conninfo)[0]
+    append_retrying(engine, "b")
+    before = engine.feed()
+    assert len(before) == 1
+    batch = make_batch(EMPTY_HEAD, 1, tag="slow")
+    with psycopg.connect(conninfo) as slow:  # an explicit transaction: stays open
+        row = slow.execute(
+            f"SELECT moved FROM {engine._q}.append(%s, 0, '', 1, %s, %s, %s, false, NULL, NULL)",
+            ("a", [batch.data], batch.hashes[-1], batch.link),
+        ).fetchone()
+        assert row == (False,)
+        append_retrying(engine, "b", tag="fast")  # commits while "a" is in flight
+        assert engine.head("b").seq == 2
+        assert engine.feed(before[-1].position) == []  # held back, not skipped
+        slow.commit()
+    after = engine.feed(before[-1].position)
+    assert [(e.session_id, e.seq) for e in after] == [("a", 1), ("b", 2)]
+
+
+def test_privileges_the_readme_lists_are_enough(pg_url: str) -> None:
+    """An administrator runs init-db; an application role with only the documented grants
+    appends, reads, compacts, follows, verifies and deletes."""
+    conninfo, schema = pg.split_url(pg_url)
+    pg.init_db(pg_url)
+    role = f"es_app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(conninfo, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        # the grants of the README's PostgreSQL section, verbatim
+        admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        admin.execute(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}"
+        )
+        admin.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}")
+    try:
+        parts = urlsplit(pg_url)
+        app_url = urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port or 5432}"))
+        with SessionStore(app_url) as store:
+            for i in range(4):
+                store.append_progress_entry("s", ProgressEntry(run_id="r", summary=str(i)))
+            store.compact("s", archive=True)
+            store.append_progress_entry("s", ProgressEntry(run_id="r", summary="4"))
+            assert [e.summary for e in store.load_bootstrap_state("s").recent_progress] == [
+                str(i) for i in range(5)
+            ]
+            assert store.verify("s").ok and len(store.feed()) == 5
+            assert store.engine.wait("s", None, 1.0) is True
+            assert store.delete_session("s")
+        with (
+            psycopg.connect(app_url.split("?")[0], autocommit=True) as app,
+            pytest.raises(psycopg.errors.InsufficientPrivilege),
+        ):
+            app.execute(f"CREATE TABLE {schema}.intruder (x int)")
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as admin:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")
+
+
+def test_postgres_scheme_alias_and_default_schema(server_url: str) -> None:
+    conninfo, schema = pg.split_url(server_url.replace("postgresql://", "postgres://", 1))
+    assert conninfo.startswith("postgresql://") and schema == "eventstore"
+    with pytest.raises(ValueError, match="not a PostgreSQL URL"):
+        pg.split_url("mysql://u:pw@h/db")
+
+
+def test_feed_is_refused_by_engines_without_one(tmp_path: Path) -> None:
+    with SessionStore(tmp_path / "store") as store:
+        store.append_progress_entry("s", ProgressEntry(run_id="r", summary="x"))
+        with pytest.raises(NotImplementedError, match="no global feed"):
+            store.feed()
+
+
+def test_async_store_over_postgres(pg_url: str) -> None:
+    """The async API (a thread offload over SessionStore) works on this engine as is."""
+    import asyncio
+
+    from eventstore.aio import AsyncSessionStore
+
+    async def main() -> list[str]:
+        async with AsyncSessionStore(pg_url) as store:
+            await asyncio.gather(
+                *(
+                    store.append_progress_entry(
+                        f"s{i % 2}", ProgressEntry(run_id="r", summary=str(i))
+                    )
+                    for i in range(6)
+                )
+            )
+            state = await store.load_bootstrap_state("s0")
+            assert len(await store.feed()) == 6
+            return [e.summary for e in state.recent_progress]
+
+    assert asyncio.run(main()) == ["0", "2", "4"]
