@@ -229,17 +229,18 @@ def _read_regular(
     hs = list(map(_get_h, events))
     if first:
         prev = events[0].base_h.encode()  # type: ignore[attr-defined]
-        line = lines[0]
-        if line[-24:-18] != b',"h":"' or (
-            _blake2b(prev + line[:-24] + b"}", digest_size=8).hexdigest() != hs[0]
-        ):
+        if not _hash_checks(prev, lines[0], hs[0]):
             return None
     else:
         prev = link.encode()
     for line, h in zip(lines[first:], hs[first:], strict=True):
-        if line[-24:-18] != b',"h":"' or (
-            _blake2b(prev + line[:-24] + b"}", digest_size=8).hexdigest() != h
-        ):
+        # inlined _hash_checks: this loop is the cost of checking on every load
+        if line[-24:-18] != b',"h":"':
+            return None
+        digest = _blake2b(prev, digest_size=8)
+        digest.update(memoryview(line)[:-24])  # the body, not copied
+        digest.update(b"}")
+        if digest.hexdigest() != h:
             return None
         prev = line[-18:-2]
     if commit < n:
@@ -250,6 +251,16 @@ def _read_regular(
         return Lines([], 0, seq, link, "", [] if keep_raw else None)
     last = events[-1]
     return Lines(events, end, last.seq, link_of(last), last.h, lines if keep_raw else None)
+
+
+def _hash_checks(link: bytes, line: bytes, h: str) -> bool:
+    """Whether `line` ends with its `h` field and `h` chains it to `link`."""
+    if line[-24:-18] != b',"h":"':
+        return False
+    digest = _blake2b(link, digest_size=8)
+    digest.update(memoryview(line)[:-24])
+    digest.update(b"}")
+    return digest.hexdigest() == h
 
 
 def _read_careful(

@@ -585,6 +585,8 @@ class SessionStore:
                 try:
                     new = self.engine.append(session_id, batch, head)
                 except HeadMovedError as exc:
+                    if exc.actual.same_chain_point(head):
+                        raise  # an engine refusing the head it reports: retrying cannot help
                     head = sess.head = exc.actual
                     fresh = True
                     continue

@@ -582,3 +582,35 @@ def test_a_child_forked_while_a_thread_appends_can_append(url: str) -> None:
             stop.set()
             t.join()
         assert store.verify(SID).ok
+
+
+EDITS = {
+    "a letter of a summary": (b'"summary":"step 3"', b'"summary":"step 8"'),
+    "a letter of a type tag": (b'"type":"progress_appended"', b'"type":"progress_appendex"'),
+    "a digit of a timestamp": (b'"created_at":"2026-03-01T09:30:03', b'"created_at":"2026-03-01T09:30:04'),
+}
+
+
+@pytest.mark.parametrize("what", sorted(EDITS))
+def test_a_load_never_returns_an_edited_line(case: EngineCase, url: str, what: str) -> None:
+    """An edit that keeps the line valid JSON (so only its hash can tell) makes every load
+    that folds the line raise CorruptLogError naming the log, the offset and the seq; an
+    edited type tag does not make the event vanish as an unknown type."""
+    old, new = EDITS[what]
+    with SessionStore(url) as store:
+        _progress(store, SID, 6)
+        raw = store.engine.read(SID, None).data
+        lines = _lines(raw)
+        assert old in lines[3]
+        offset = sum(len(line) + 1 for line in lines[:3])
+        edited = [*lines[:3], lines[3].replace(old, new), *lines[4:]]
+        case.rewrite(store, SID, lambda b: _join(edited))
+    with SessionStore(url) as store:
+        for load in (store.load_bootstrap_state, store.load_transcript_messages):
+            with pytest.raises(CorruptLogError) as info:
+                load(SID)
+            assert (info.value.offset, info.value.seq) == (offset, 4)
+            assert str(info.value.path).endswith(SID) or "log.jsonl" in str(info.value.path)
+        with pytest.raises(CorruptLogError):
+            store.state_at(SID, seq=5)
+        assert not store.verify(SID).ok

@@ -376,6 +376,8 @@ SETTINGS = settings(
 )
 
 for _case in ENGINES:
-    _machine = type(f"SessionStoreMachine_{_case.name}", (SessionStoreMachine,), {"CASE": _case})
+    _machine: Any = type(
+        f"SessionStoreMachine_{_case.name}", (SessionStoreMachine,), {"CASE": _case}
+    )
     _machine.TestCase.settings = SETTINGS
     globals()[f"TestSessionStoreModel_{_case.name}"] = _machine.TestCase

@@ -55,9 +55,10 @@ one snapshot line that covers every line up to `covers` (the head the face folde
 followed verbatim by whatever lines were committed after `covers` meanwhile (they chain
 to the snapshot's `base_h`, so the chain holds). It is atomic: at every instant, and after
 a crash at any point, the session has exactly one complete log, the old or the new. With
-`keep_history` the replaced lines stay readable through `history`; without, they are
-gone. If `covers` is no longer in the live log (another snapshot was installed, the
-session was removed or repaired), nothing changes and `HeadMovedError` is raised.
+`keep_history` the lines the snapshot replaced (up to `covers`) stay readable through
+`history`, each once; without, they are gone. If `covers` is no longer in the live log
+(another snapshot was installed, the session was removed or repaired), nothing changes
+and `HeadMovedError` is raised.
 
 History. `history(sid)` returns one consistent picture of everything the engine still
 holds for a session: the kept segments oldest first, then the live log, each as raw bytes
@@ -65,6 +66,10 @@ holds for a session: the kept segments oldest first, then the live log, each as 
 as of one instant: no segment is missing or doubled because a compaction ran while it
 was read. Segments may overlap (a snapshot's later lines are copies); the face reads
 each sequence number once.
+
+There is no "read only one projection's part of a snapshot" hint: a load checks every
+line's `h`, which covers the whole snapshot line, so an engine always returns it whole
+(the face then decodes only the part it folds).
 
 Waiting. `wait(sid, position, timeout)` blocks until lines may have been committed after
 `position` (or the log was replaced), or `timeout` seconds pass; the caller always re-reads.

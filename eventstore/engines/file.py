@@ -592,7 +592,11 @@ class FileEngine(Engine):
             except OSError as exc:
                 raise _storage_error(paths.dir, "removing the session", exc) from exc
             sess.known = None
-        shutil.rmtree(trash, ignore_errors=True)
+        # what was renamed is no session any more: delete it, and what a removal that
+        # crashed before finishing left behind
+        for name in os.listdir(trash.parent):
+            if name.startswith(_REMOVED_PREFIX):
+                shutil.rmtree(trash.parent / name, ignore_errors=True)
         return had
 
     def close(self) -> None:

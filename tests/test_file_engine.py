@@ -1,0 +1,65 @@
+"""What only the file engine does: files set aside, leftovers of crashed removals, the
+archive of a compaction that raced appends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import log_path, make_entry
+
+from eventstore import SessionStore, Snapshot
+from eventstore.engines.file import FileEngine
+from eventstore.layout import SessionPaths
+from projections import snapshot_entry
+
+
+def test_a_torn_tail_is_saved_aside_before_the_next_writer_cuts_it(root: Path) -> None:
+    with SessionStore(root) as store:
+        for i in range(3):
+            store.append_progress_entry("s", make_entry(i))
+    path = log_path(root, "s")
+    torn = b'{"type":"progress_appended","seq":4,"ts":"2026-'
+    with open(path, "ab") as f:
+        f.write(torn)
+    with SessionStore(root) as store:
+        store.append_progress_entry("s", make_entry(3))
+        assert store.verify("s").ok
+    aside = sorted(path.parent.glob("log.jsonl.torn-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == torn
+
+
+def test_leftovers_of_a_crashed_removal_are_never_listed_and_are_cleaned(root: Path) -> None:
+    with SessionStore(root) as store:
+        store.append_progress_entry("a", make_entry(0))
+        store.append_progress_entry("b", make_entry(0))
+        # a removal that crashed after its rename, before deleting what it renamed
+        sessions = SessionPaths(root, "a").dir.parent
+        (sessions / "a").rename(sessions / ".removed-deadbeef")
+        assert store.list_sessions() == ["b"]
+        assert store.delete_session("b") is True
+        assert sorted(p.name for p in sessions.iterdir()) == []
+
+
+def test_an_archive_holds_only_what_the_snapshot_replaced(root: Path) -> None:
+    """Lines appended between the fold and the install stay live after the snapshot; the
+    archive keeps lines up to the snapshot's seq only, so history holds each line once."""
+    with SessionStore(root) as store:
+        for i in range(4):
+            store.append_progress_entry("s", make_entry(i))
+        state = store.load_bootstrap_state("s")
+        engine = store.engine
+        assert isinstance(engine, FileEngine)
+        covers = engine.read("s", None).head
+        store.append_progress_entry("s", make_entry(4))  # lands after the fold
+        entry = snapshot_entry(store.bootstrap, state)
+        snap = Snapshot(base_h=covers.link, states={"bootstrap": entry})
+        when = make_entry(0).created_at
+        line, _ = store.codec.encode_snapshot(snap, covers.seq, covers.link, when)
+        done = engine.install_snapshot("s", line, covers, keep_history=True)
+        assert done.archived is not None and done.archived.endswith(
+            "000000000001-000000000004.jsonl"
+        )
+        assert Path(done.archived).read_bytes().count(b"\n") == 4
+        live = log_path(root, "s").read_bytes()
+        assert live.startswith(line) and live.count(b"\n") == 2
+        assert done.head.seq == 5
