@@ -28,7 +28,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import portalocker
 
 from ..errors import CorruptLogError, EventStoreError, StorageError, UnsafePathError
 from ..events import HASH_SUFFIX_LEN, LineHead, SnapshotHead
@@ -71,7 +70,6 @@ __all__ = ["FileEngine", "FilePosition", "from_url"]
 log = logging.getLogger("eventstore")
 
 _TAIL_CHUNK = 1 << 13
-_EXCLUSIVE = portalocker.LockFlags.EXCLUSIVE
 # fdatasync flushes the data and the size (all a reader needs), not the times: ~10%
 # faster per append than fsync on Linux; platforms without it (macOS) fall back to fsync
 _HAS_FDATASYNC = hasattr(os, "fdatasync")
@@ -123,27 +121,94 @@ def _head_at(ident: tuple[int, int], offset: int, line: LineHead, base_seq: int,
 
 
 class _Session:
-    """What the engine keeps per session in this process."""
+    """What the engine keeps per session in this process.
 
-    __slots__ = ("lock", "paths", "known")
+    The writer fast path: the lock file's and the log's descriptors stay open between
+    calls (`lock_fd`, `log_fd`; -1 when closed), so an append is flock, one `pread` of
+    the lock file's generation, one `fstat` of the log, the write and the unlock. Every
+    replacer of the log (snapshot install, repair, removal) bumps the generation under
+    the lock *before* it replaces anything, so a writer that finds the generation it
+    cached knows its descriptors still name the live files, and one that finds the size
+    it left knows nobody appended since. Only code holding `lock` touches the
+    descriptors, which is why eviction and close never close one a writer is using.
+    """
+
+    __slots__ = ("gen", "known", "lock", "lock_fd", "log_fd", "paths")
 
     def __init__(self, paths: SessionPaths) -> None:
         self.paths = paths
-        # spares threads of one process from spinning on the file lock (flock alone
-        # already excludes them: each holder opens its own file description)
+        # spares threads of one process from spinning on the file lock, and guards the
+        # cached descriptors (threads of one process share them, and flock does not
+        # exclude two users of one open file description)
         self.lock = threading.Lock()
         # where the last writer of this process left the file: when the file has not
         # changed since, the next writer needs no tail read at all
         self.known: Head | None = None
+        self.lock_fd = -1
+        self.log_fd = -1
+        self.gen = b""  # the lock file's generation when lock_fd was last validated
 
+    def drop_log_fd(self) -> None:
+        """Close the cached log descriptor (the log was replaced, or is being)."""
+        fd, self.log_fd = self.log_fd, -1
+        self.known = None
+        if fd >= 0:
+            _close_quietly(fd)
+
+    def drop_fds(self) -> None:
+        """Close every cached descriptor (caller holds `lock`, or is a forked child)."""
+        self.drop_log_fd()
+        fd, self.lock_fd = self.lock_fd, -1
+        if fd >= 0:
+            _close_quietly(fd)
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+# the same OS lock portalocker takes on POSIX (fcntl.flock on the lock file's
+# descriptor; `tests/test_fastpath.py` proves the two exclude each other across
+# processes), without its per-call Python wrapper (~7 us) and without importing it
+# (its metadata lookup costs ~18 ms of `import`). Elsewhere portalocker does it.
+try:
+    import fcntl
+
+    def _lock_exclusive(fd: int, _flock: Any = fcntl.flock, _ex: int = fcntl.LOCK_EX) -> None:
+        _flock(fd, _ex)
+
+    def _unlock(fd: int, _flock: Any = fcntl.flock, _un: int = fcntl.LOCK_UN) -> None:
+        _flock(fd, _un)
+
+except ImportError:  # pragma: no cover - Windows
+
+    def _lock_exclusive(fd: int) -> None:
+        import portalocker
+
+        portalocker.lock(fd, portalocker.LockFlags.EXCLUSIVE)
+
+    def _unlock(fd: int) -> None:
+        import portalocker
+
+        portalocker.unlock(fd)
+
+
+_GEN_BYTES = 8  # the generation: a big-endian counter at the start of the lock file
+MAX_OPEN_SESSIONS = 64
+"""Sessions per engine whose descriptors stay open between calls (two each)."""
 
 _engines: weakref.WeakSet[FileEngine] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
     # a lock held by another thread of the parent at the fork is held forever in the
-    # child: give the child fresh ones (the file locks are per open file, not inherited
-    # by the child's own opens)
+    # child: give the child fresh ones. The cached descriptors are the parent's open file
+    # descriptions, and flock does not exclude two users of one description: the child
+    # closes its copies (the parent's lock, if held, stays with the parent's copy) and
+    # opens its own
     for engine in list(_engines):
         engine._reset_after_fork()
 
@@ -163,12 +228,17 @@ class FileEngine(Engine):
         self.url = os.fspath(self.root)
         _ensure_root(self.root)
         self._sessions: dict[str, _Session] = {}
+        # sessions with descriptors open, least recently opened first (bounded)
+        self._open: dict[str, _Session] = {}
         self._guard = threading.Lock()
         _engines.add(self)
 
     def _reset_after_fork(self) -> None:
         self._guard = threading.Lock()
+        for sess in self._sessions.values():
+            sess.drop_fds()
         self._sessions = {}
+        self._open = {}
 
     def _session(self, session_id: str) -> _Session:
         sess = self._sessions.get(session_id)
@@ -182,42 +252,98 @@ class FileEngine(Engine):
 
     # -- locking ----------------------------------------------------------------------
 
+    def _acquire(self, sess: _Session, create: bool) -> bool:
+        """Take the session's writers' lock (the caller holds `sess.lock`); False, holding
+        nothing, when the session directory does not exist and `create` is False.
+
+        Fast: the cached lock descriptor, and the generation it had. Slow (first use, or
+        the generation moved): open the lock file at its path; the lock file lives in
+        the session directory, which `remove_session` renames away, so after locking it
+        must still be the one at the path, else the session was removed meanwhile and
+        the lock is taken again on the new one.
+        """
+        fd = sess.lock_fd
+        if fd >= 0:
+            _lock_exclusive(fd)
+            try:
+                if os.pread(fd, _GEN_BYTES, 0) == sess.gen:
+                    return True
+            except BaseException:
+                _unlock(fd)
+                raise
+            _unlock(fd)
+            sess.drop_fds()  # replaced or removed since: reopen at the path
+        paths = sess.paths
+        while True:
+            try:
+                if create:
+                    paths.create()
+                else:
+                    paths.check_no_links()
+                    if not os.path.lexists(paths.dir):
+                        return False
+                fd = open_private(paths.lock, os.O_RDWR | os.O_CREAT)
+            except FileNotFoundError:
+                continue  # the directory was removed between create and open
+            except OSError as exc:
+                raise _storage_error(paths.lock, "opening the lock file", exc) from exc
+            try:
+                _lock_exclusive(fd)
+                if _same_file(fd, paths.lock):
+                    sess.gen = os.pread(fd, _GEN_BYTES, 0)
+                    sess.lock_fd = fd
+                    self._remember(sess)
+                    return True
+                _unlock(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+            sess.known = None  # the session was removed while we waited
+
+    def _remember(self, sess: _Session) -> None:
+        """Count `sess` among the sessions with open descriptors; past the bound, close
+        the oldest others' (skipping any a thread is using: their `lock` is held)."""
+        with self._guard:
+            self._open.pop(sess.paths.session_id, None)
+            self._open[sess.paths.session_id] = sess
+            if len(self._open) <= MAX_OPEN_SESSIONS:
+                return
+            for sid, other in list(self._open.items()):
+                if len(self._open) <= MAX_OPEN_SESSIONS:
+                    break
+                if other is sess or not other.lock.acquire(blocking=False):
+                    continue
+                try:
+                    other.drop_fds()
+                finally:
+                    other.lock.release()
+                del self._open[sid]
+
+    def _bump_generation(self, sess: _Session) -> None:
+        """Tell every process's cached descriptors that the log is being replaced (the
+        writers' lock is held). Called before the replacing step: a crash after it
+        costs others one reopen; the other order could leave them writing to a file
+        that is no longer the log."""
+        fd = sess.lock_fd
+        gen = (int.from_bytes(os.pread(fd, _GEN_BYTES, 0), "big") + 1) % (1 << 64)
+        data = gen.to_bytes(_GEN_BYTES, "big")
+        if os.pwrite(fd, data, 0) != _GEN_BYTES:
+            raise OSError(f"{sess.paths.lock}: short write of the generation")
+        sess.gen = data
+        sess.drop_log_fd()
+
     @contextmanager
     def _locked(self, sess: _Session, *, create: bool = True) -> Iterator[bool]:
-        """Hold the session's writers' lock; yields False (holding nothing) when the
-        session directory does not exist and `create` is False.
-
-        The lock file lives in the session directory, which `remove_session` renames
-        away: after locking, the lock file must still be the one at the path, else the
-        session was removed meanwhile and the lock is taken again on the new one.
-        """
-        paths = sess.paths
+        """`_acquire` as a context manager, for the paths that are not hot."""
         with sess.lock:
-            while True:
-                try:
-                    if create:
-                        paths.create()
-                    else:
-                        paths.check_no_links()
-                        if not os.path.lexists(paths.dir):
-                            yield False
-                            return
-                    lock_fd = open_private(paths.lock, os.O_RDWR | os.O_CREAT)
-                except FileNotFoundError:
-                    continue  # the directory was removed between create and open
-                except OSError as exc:
-                    raise _storage_error(paths.lock, "opening the lock file", exc) from exc
-                try:
-                    portalocker.lock(lock_fd, _EXCLUSIVE)
-                    try:
-                        if _same_file(lock_fd, paths.lock):
-                            yield True
-                            return
-                    finally:
-                        portalocker.unlock(lock_fd)
-                finally:
-                    os.close(lock_fd)
-                sess.known = None  # the session was removed while we waited
+            if not self._acquire(sess, create):
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                _unlock(sess.lock_fd)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -386,44 +512,61 @@ class FileEngine(Engine):
     # -- writing ----------------------------------------------------------------------
 
     def append(self, session_id: str, batch: EncodedBatch, expected: Head) -> Head:
-        """Write `batch` under the writers' lock if the head is still `expected`."""
+        """Write `batch` under the writers' lock if the head is still `expected`.
+
+        The hot path (no generator context manager, no path lookups): the cached
+        descriptors, and the head this process left when the log's size is still the
+        size it left (the generation check in `_acquire` proved it is the same file).
+        """
         sess = self._session(session_id)
-        paths = sess.paths
-        with self._locked(sess):
+        with sess.lock:
+            self._acquire(sess, True)
             try:
-                fd: int | None = open_private(paths.log, os.O_RDWR | os.O_APPEND)
-            except FileNotFoundError:
-                fd = None
-            except OSError as exc:
-                raise _storage_error(paths.log, "opening the log", exc) from exc
-            try:
-                try:
-                    head = EMPTY_HEAD if fd is None else self._current_head(sess, fd, recover=True)
-                except OSError as exc:
-                    raise _storage_error(paths.log, "recovering the tail", exc) from exc
-                if not head.same_chain_point(expected):
-                    sess.known = head if head.position is not None else None
-                    raise HeadMovedError(str(paths.log), expected, head)
-                if fd is None:
-                    fd, head = self._create(sess)
-                pos = head.position
-                assert isinstance(pos, FilePosition) or pos is None
-                start = head.size
-                self._write(fd, batch.data, start, paths.log)
-                ident = pos.ident if pos is not None else _ident(fd)
-                size = start + len(batch.data)
-                base = head.base_seq or batch.first_seq
-                new = FilePosition(
-                    ident, size, batch.last_seq, batch.link, batch.hashes[-1], base, size
-                ).head()
-                sess.known = new
-                return new
+                return self._append_locked(sess, batch, expected)
             except BaseException:
                 sess.known = None
                 raise
             finally:
-                if fd is not None:
-                    os.close(fd)
+                _unlock(sess.lock_fd)
+
+    def _append_locked(self, sess: _Session, batch: EncodedBatch, expected: Head) -> Head:
+        paths = sess.paths
+        fd = sess.log_fd
+        if fd < 0:
+            try:
+                fd = sess.log_fd = open_private(paths.log, os.O_RDWR | os.O_APPEND)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise _storage_error(paths.log, "opening the log", exc) from exc
+        if fd < 0:
+            head = EMPTY_HEAD
+        else:
+            try:
+                known = sess.known
+                if known is not None and os.fstat(fd).st_size == known.size:
+                    head = known  # nobody wrote since this process did
+                else:
+                    head = self._current_head(sess, fd, recover=True)
+            except OSError as exc:
+                raise _storage_error(paths.log, "recovering the tail", exc) from exc
+        if not head.same_chain_point(expected):
+            sess.known = head if head.position is not None else None
+            raise HeadMovedError(str(paths.log), expected, head)
+        if fd < 0:
+            fd, head = self._create(sess)
+            sess.log_fd = fd
+        pos = head.position
+        start = head.size
+        self._write(fd, batch.data, start, paths.log)
+        ident = pos.ident if pos is not None else _ident(fd)  # type: ignore[attr-defined]
+        size = start + len(batch.data)
+        base = head.base_seq or batch.first_seq
+        new = FilePosition(
+            ident, size, batch.last_seq, batch.link, batch.hashes[-1], base, size
+        ).head()
+        sess.known = new
+        return new
 
     def _create(self, sess: _Session) -> tuple[int, Head]:
         """Create the log file (the first append of a session)."""
@@ -518,6 +661,7 @@ class FileEngine(Engine):
                 fsync_dir(paths.archive)
 
             try:
+                self._bump_generation(sess)  # before the swap: see _bump_generation
                 write_atomically(
                     paths.log, data, before_replace=link_old_log if keep_history else None
                 )
@@ -566,7 +710,7 @@ class FileEngine(Engine):
         with self._locked(sess, create=False) as exists:
             sess.known = None
             try:
-                yield _FileRepairHold(sess.paths, exists)
+                yield _FileRepairHold(sess.paths, exists, lambda: self._bump_generation(sess))
             finally:
                 sess.known = None
 
@@ -587,11 +731,13 @@ class FileEngine(Engine):
                 return False
             had = os.path.lexists(paths.log) or os.path.lexists(paths.archive)
             try:
+                self._bump_generation(sess)  # other processes' cached descriptors: reopen
                 os.rename(paths.dir, trash)
                 fsync_dir(paths.dir.parent)
             except OSError as exc:
                 raise _storage_error(paths.dir, "removing the session", exc) from exc
-            sess.known = None
+            # this process's too: a generation no lock file holds (8 bytes or none)
+            sess.gen = b"removed"
         # what was renamed is no session any more: delete it, and what a removal that
         # crashed before finishing left behind
         for name in os.listdir(trash.parent):
@@ -600,9 +746,13 @@ class FileEngine(Engine):
         return had
 
     def close(self) -> None:
-        """Forget per-session state (nothing is held open between calls)."""
+        """Close the cached descriptors (waiting for a writer using them) and forget
+        per-session state. The engine stays usable: descriptors reopen on use."""
         with self._guard:
-            self._sessions = {}
+            sessions, self._sessions, self._open = list(self._sessions.values()), {}, {}
+        for sess in sessions:
+            with sess.lock:
+                sess.drop_fds()
 
 
 class _FileSegment(Segment):
@@ -646,8 +796,11 @@ class _FileHistory(History):
 
 
 class _FileRepairHold(RepairHold):
-    def __init__(self, paths: SessionPaths, exists: bool) -> None:
+    def __init__(
+        self, paths: SessionPaths, exists: bool, before_replace: Callable[[], None]
+    ) -> None:
         self.paths = paths
+        self._before_replace = before_replace  # bumps the generation
         self.where = str(paths.log)
         self._data: bytes | None = None if exists else b""
 
@@ -673,6 +826,7 @@ class _FileRepairHold(RepairHold):
         try:
             os.link(log_path, aside)  # the original bytes, kept before anything changes
             fsync_dir(log_path.parent)
+            self._before_replace()
             write_atomically(log_path, data[:n])
         except OSError as exc:
             raise _storage_error(log_path, "repairing the log", exc) from exc
