@@ -31,6 +31,7 @@ from projections import (
     fold,
 )
 
+from . import fold_cache
 from .engines.base import (
     EMPTY_HEAD,
     Durability,
@@ -115,13 +116,16 @@ class AppendResult:
 
 
 class _Fold:
-    """One projection's state of one session and the head it was folded to."""
+    """One projection's state of one session and the head it was folded to. `saved`: the
+    seq of the head the persistent fold cache holds, as far as this process knows (-1:
+    unknown), so a cache is written only when it would hold something new."""
 
-    __slots__ = ("head", "state")
+    __slots__ = ("head", "saved", "state")
 
-    def __init__(self, state: Any, head: Head) -> None:
+    def __init__(self, state: Any, head: Head, saved: int = -1) -> None:
         self.state = state
         self.head = head
+        self.saved = saved
 
 
 class _Session:
@@ -140,6 +144,13 @@ class _Session:
 Build = Callable[[Head, list[Any]], list[Event]]
 
 _stores: weakref.WeakSet[SessionStore] = weakref.WeakSet()
+
+# when the persistent fold cache (eventstore.fold_cache) is written: after a fold that
+# read at least this many bytes of log, and on close for a fold whose log is at least
+# _CACHE_ON_CLOSE_BYTES long (below that a cold fold costs about what reading a cache
+# does, and close stays free of fsyncs for small sessions)
+_CACHE_AFTER_FOLD_BYTES = 1 << 20
+_CACHE_ON_CLOSE_BYTES = 64 << 10
 
 
 def _after_fork_in_child() -> None:
@@ -171,6 +182,12 @@ class SessionStore:
     after an append once its log passes a size or event-count threshold. Usable as a
     context manager; safe to share between threads; any number of processes may open
     the same file or database store.
+
+    The bootstrap projection's state, and that of any projection with a true
+    `cache_folds` attribute, is kept between processes in the engine's fold cache
+    (`eventstore.fold_cache`; the file engine keeps it beside the log): a cold load
+    folds only what was appended after it. It is written on `close`, after a long fold
+    and by compaction, and used only when it checks against the log.
     """
 
     def __init__(
@@ -206,6 +223,12 @@ class SessionStore:
                 raise ValueError(f"two projections are named {p.name!r}")
             self._projections[p.name] = p
         self.auto_compact = auto_compact
+        # the projections whose folds the engine's fold cache keeps
+        self._cached = frozenset(
+            name
+            for name, p in self._projections.items()
+            if p is self.bootstrap or getattr(p, "cache_folds", False) is True
+        )
         self._sessions: dict[str, _Session] = {}
         self._guard = threading.Lock()
         self._closed = False
@@ -214,10 +237,23 @@ class SessionStore:
     # -- lifecycle --------------------------------------------------------------------
 
     def close(self) -> None:
-        """Forget cached state and release the engine. Nothing needs flushing: every
-        append is already written."""
+        """Save the fold caches worth saving, forget cached state and release the engine.
+        Every append is already written: the caches only save later loads time."""
         with self._guard:
+            sessions = list(self._sessions.values()) if not self._closed else []
             self._sessions.clear()
+        for sess in sessions:
+            with sess.lock:
+                for name, f in sess.folds.items():
+                    if (
+                        name in self._cached
+                        and f.saved != f.head.seq
+                        and f.head.size >= _CACHE_ON_CLOSE_BYTES
+                    ):
+                        fold_cache.store(
+                            self.engine, sess.session_id, self._projections[name], f.state, f.head
+                        )
+        with self._guard:
             if not self._closed:
                 self._closed = True
                 self.engine.close()
@@ -510,7 +546,7 @@ class SessionStore:
         """Fold what was appended since the cached head (the log may have been replaced)."""
         f = sess.folds.get(proj.name)
         if f is None:
-            f = sess.folds[proj.name] = _Fold(proj.initial(), EMPTY_HEAD)
+            f = sess.folds[proj.name] = self._first_fold(sess, proj)
         res = self.engine.read(sess.session_id, f.head.position)
         start = f.head
         if res.reset:
@@ -527,9 +563,28 @@ class SessionStore:
                 link=start.link,
             )
             f.state = fold_events(self, sess.session_id, proj, f.state, lines.events, res.where)
+            if len(res.data) >= _CACHE_AFTER_FOLD_BYTES and proj.name in self._cached:
+                fold_cache.store(self.engine, sess.session_id, proj, f.state, res.head)
+                f.saved = res.head.seq
         f.head = res.head
         sess.head = res.head
         return f.state  # type: ignore[no-any-return]
+
+    def _first_fold(self, sess: _Session, proj: Projection[S]) -> _Fold:
+        """Where this process starts folding a projection: the engine's fold cache when
+        it keeps one that checks, else the beginning."""
+        if proj.name in self._cached:
+            found = fold_cache.load(self.engine, sess.session_id, proj)
+            if found is not None:
+                return _Fold(found[0], found[1], found[1].seq)
+        return _Fold(proj.initial(), EMPTY_HEAD)
+
+    def _save_fold_caches(self, session_id: str, head: Head, states: dict[str, Any]) -> None:
+        """Keep folded `states` (by projection name, at `head`) in the fold cache, for
+        the projections it keeps (compaction's states of the snapshot it installed)."""
+        for name, state in states.items():
+            if name in self._cached:
+                fold_cache.store(self.engine, session_id, self._projections[name], state, head)
 
     def _write(
         self,

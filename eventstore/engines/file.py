@@ -19,11 +19,13 @@ There is never a moment without a complete log. Readers notice the new file iden
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
 import shutil
 import stat
+import sys
 import threading
 import time
 import uuid
@@ -174,16 +176,16 @@ def _close_quietly(fd: int) -> None:
 # descriptor; `tests/test_fastpath.py` proves the two exclude each other across
 # processes), without its per-call Python wrapper (~7 us) and without importing it
 # (its metadata lookup costs ~18 ms of `import`). Elsewhere portalocker does it.
-try:
+if sys.platform != "win32":
     import fcntl
 
-    def _lock_exclusive(fd: int, _flock: Any = fcntl.flock, _ex: int = fcntl.LOCK_EX) -> None:
-        _flock(fd, _ex)
+    def _lock_exclusive(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
 
-    def _unlock(fd: int, _flock: Any = fcntl.flock, _un: int = fcntl.LOCK_UN) -> None:
-        _flock(fd, _un)
+    def _unlock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
-except ImportError:  # pragma: no cover - Windows
+else:  # pragma: no cover - Windows
 
     def _lock_exclusive(fd: int) -> None:
         import portalocker
@@ -745,6 +747,74 @@ class FileEngine(Engine):
                 shutil.rmtree(trash.parent / name, ignore_errors=True)
         return had
 
+    # -- the fold cache -----------------------------------------------------------------
+
+    def load_cache(self, session_id: str, name: str) -> tuple[Head, bytes] | None:
+        """`<session dir>/fold-<name>.cache`, if its position is still in the live log:
+        the same file (device, inode), at least that long, and the `h` before it."""
+        sess = self._session(session_id)
+        paths = sess.paths
+        path = paths.dir / _cache_file_name(name)
+        paths.check_no_links()
+        try:
+            # O_NONBLOCK: a FIFO planted there must not hang the load
+            fd = open_private(path, os.O_RDONLY | os.O_NONBLOCK)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except (OSError, UnsafePathError) as exc:
+            log.warning("eventstore: %s: fold cache ignored: %s", path, exc)
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_CACHE_BYTES:
+                return None
+            data = _pread_all(fd, st.st_size, 0)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        nl = data.find(b"\n")
+        try:
+            c = _cache_head_decoder.decode(data[:nl] if nl >= 0 else data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        pos = FilePosition((c.dev, c.ino), c.offset, c.seq, c.link, c.h, c.base_seq, c.offset)
+        log_fd, _ = _open_existing(paths.log)
+        if log_fd is None:
+            return None
+        try:
+            st = os.fstat(log_fd)
+            if (
+                (st.st_dev, st.st_ino) != pos.ident
+                or not 0 < pos.offset <= st.st_size
+                or not _still_there(log_fd, pos)
+            ):
+                return None
+        except OSError:
+            return None
+        finally:
+            os.close(log_fd)
+        return pos.head(), data[nl + 1 :]
+
+    def store_cache(self, session_id: str, name: str, head: Head, data: bytes) -> None:
+        """Write the cache file atomically (0600), with where in the log `head` is."""
+        pos = head.position
+        if not isinstance(pos, FilePosition):
+            return
+        paths = self._session(session_id).paths
+        paths.check_no_links()
+        if not os.path.lexists(paths.log):
+            return  # a call that writes nothing creates nothing
+        c = _CacheHead(
+            pos.ident[0], pos.ident[1], pos.offset, pos.seq, pos.link, pos.h, pos.base_seq
+        )
+        try:
+            write_atomically(
+                paths.dir / _cache_file_name(name), msgspec.json.encode(c) + b"\n" + data
+            )
+        except (FileNotFoundError, NotADirectoryError):
+            pass  # the session was removed meanwhile
+
     def close(self) -> None:
         """Close the cached descriptors (waiting for a writer using them) and forget
         per-session state. The engine stays usable: descriptors reopen on use."""
@@ -835,6 +905,31 @@ class _FileRepairHold(RepairHold):
 
 
 # -- helpers ---------------------------------------------------------------------------
+
+
+class _CacheHead(msgspec.Struct):
+    """Where in the log a fold cache's head is (the file engine's part of the file)."""
+
+    dev: int
+    ino: int
+    offset: int
+    seq: int
+    link: str
+    h: str
+    base_seq: int
+
+
+_cache_head_decoder = msgspec.json.Decoder(_CacheHead)
+_MAX_CACHE_BYTES = 1 << 30  # a cache larger than this is not one we wrote: ignored
+_CACHE_PREFIX = "fold-"
+_PLAIN_NAME = re.compile(r"[a-z0-9_]{1,64}\Z")
+
+
+def _cache_file_name(name: str) -> str:
+    """The cache file of a projection: its name when plain, else a digest of it."""
+    if not _PLAIN_NAME.match(name):
+        name = "x" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{_CACHE_PREFIX}{name}.cache"
 
 
 def from_url(url_or_path: str | os.PathLike[str], **options: Any) -> FileEngine:
@@ -937,7 +1032,9 @@ def _remove_strays(paths: SessionPaths, live: tuple[int, int]) -> None:
     that is the old log (the swap happened) gets its final name."""
     tmp_prefix = paths.log.name + TMP_MARK
     for name in os.listdir(paths.dir):
-        if name.startswith((tmp_prefix, _OLD_TMP_PREFIX)):
+        if name.startswith((tmp_prefix, _OLD_TMP_PREFIX)) or (
+            name.startswith(_CACHE_PREFIX) and TMP_MARK in name  # a cache write that crashed
+        ):
             os.unlink(paths.dir / name)
     if os.path.isdir(paths.archive) and not os.path.islink(paths.archive):
         for name in os.listdir(paths.archive):
