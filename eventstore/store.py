@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -60,6 +61,7 @@ from .events import (
     Upcaster,
     validated_copy,
 )
+from .frozen import maker
 from .history import fold_events
 from .layout import validate_session_id
 from .log import read_lines
@@ -628,11 +630,11 @@ class SessionStore:
                 data, stamped, link = self.codec.encode_batch(
                     events, head.seq + 1, head.link, datetime.now(UTC), idempotency_key
                 )
-                batch = EncodedBatch(
+                batch = _new_batch(
                     data,
                     stamped[0].seq,
                     stamped[-1].seq,
-                    tuple(ev.h for ev in stamped),
+                    tuple(map(_get_h, stamped)),
                     link,
                     idempotency_key,
                     self._fingerprint(events) if idempotency_key is not None else None,
@@ -651,7 +653,7 @@ class SessionStore:
                     f.state = fold(self._projections[name], f.state, stamped)
                     f.head = new
             sess.head = new
-            result = AppendResult(stamped[0].seq, stamped[-1].seq)
+            result = _new_result(stamped[0].seq, stamped[-1].seq, False)
         if self.auto_compact is not None:
             try:
                 self._maybe_compact(session_id, new)
@@ -687,6 +689,12 @@ class SessionStore:
         # head.seq == base_seq: a lone snapshot, nothing left to compact
         if head.seq != head.base_seq and auto.due(head.size, head.seq - head.base_seq + 1):
             self.compact(session_id, archive=auto.archive, retention=auto.retention)
+
+
+# the hot path's constructors (see eventstore.frozen)
+_new_batch = maker(EncodedBatch)
+_new_result = maker(AppendResult)
+_get_h = attrgetter("h")
 
 
 def _records(values: object, cls: type[T], what: str) -> list[T]:

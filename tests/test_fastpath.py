@@ -415,3 +415,34 @@ def test_wait_sees_a_fast_path_append(root: Path) -> None:
         store.append_progress_entry("s", make_entry(1))
         assert store.engine.wait("s", pos, 5.0)
         assert time.monotonic() - t0 < 5.0
+
+
+# -- eventstore.frozen: the hot path's constructors ---------------------------------------
+
+
+def test_fast_constructors_build_equal_frozen_objects() -> None:
+    import dataclasses
+
+    from eventstore.engines.base import EncodedBatch, Head
+    from eventstore.engines.file import FilePosition
+    from eventstore.frozen import maker
+    from eventstore.store import AppendResult
+
+    pos = maker(FilePosition)((1, 2), 10, 3, "l", "h", 1, 12)
+    assert pos == FilePosition((1, 2), 10, 3, "l", "h", 1, 12)
+    assert hash(pos) == hash(FilePosition((1, 2), 10, 3, "l", "h", 1, 12))
+    assert maker(Head)(3, "l", "h", pos, 10, 1) == Head(3, "l", "h", pos, 10, 1)
+    batch = maker(EncodedBatch)(b"x\n", 1, 1, ("h",), "h", None, None)
+    assert batch == EncodedBatch(b"x\n", 1, 1, ("h",), "h")
+    assert maker(AppendResult)(1, 2, False) == AppendResult(1, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pos.offset = 0  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        maker(Head)(1, 2)
+
+    @dataclasses.dataclass(frozen=True)
+    class NoSlots:
+        a: int
+
+    with pytest.raises(TypeError):
+        maker(NoSlots)

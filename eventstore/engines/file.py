@@ -23,7 +23,6 @@ import hashlib
 import logging
 import os
 import re
-import shutil
 import stat
 import sys
 import threading
@@ -41,6 +40,7 @@ import msgspec
 
 from ..errors import CorruptLogError, EventStoreError, StorageError, UnsafePathError
 from ..events import HASH_SUFFIX_LEN, LineHead, SnapshotHead
+from ..frozen import maker
 from ..layout import (
     TMP_MARK,
     SessionPaths,
@@ -114,7 +114,13 @@ class FilePosition(Position):
 
     def head(self) -> Head:
         """The head this position is just after."""
-        return Head(self.seq, self.link, self.h, self, self.offset, self.base_seq)
+        return _new_head(self.seq, self.link, self.h, self, self.offset, self.base_seq)
+
+
+# the hot path's constructors (eventstore.frozen: ~4 us less per append than calling
+# the frozen dataclasses)
+_new_head = maker(Head)
+_new_position = maker(FilePosition)
 
 
 def _head_at(ident: tuple[int, int], offset: int, line: LineHead, base_seq: int, seen: int) -> Head:
@@ -564,7 +570,7 @@ class FileEngine(Engine):
         ident = pos.ident if pos is not None else _ident(fd)  # type: ignore[attr-defined]
         size = start + len(batch.data)
         base = head.base_seq or batch.first_seq
-        new = FilePosition(
+        new = _new_position(
             ident, size, batch.last_seq, batch.link, batch.hashes[-1], base, size
         ).head()
         sess.known = new
@@ -590,7 +596,9 @@ class FileEngine(Engine):
     def _write(self, fd: int, data: bytes, start: int, path: Path) -> None:
         """Write bytes at the end; on failure cut them back off and raise StorageError."""
         try:
-            write_all(fd, data)
+            n = os.write(fd, data)  # one call, no memoryview: the usual case
+            if n != len(data):
+                write_all(fd, data[n:])  # a short write: the rest (or the error)
         except OSError as exc:
             try:
                 os.ftruncate(fd, start)
@@ -744,6 +752,8 @@ class FileEngine(Engine):
         # crashed before finishing left behind
         for name in os.listdir(trash.parent):
             if name.startswith(_REMOVED_PREFIX):
+                import shutil  # here: it imports bz2 and lzma, ~2 ms of every `import`
+
                 shutil.rmtree(trash.parent / name, ignore_errors=True)
         return had
 
