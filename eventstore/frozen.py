@@ -28,7 +28,7 @@ def maker(cls: type[T]) -> Callable[..., T]:
         raise TypeError(f"{cls.__name__} is not a slotted dataclass")
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__} has a __post_init__ that fast construction would skip")
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    names = [f.name for f in dataclasses.fields(cls)]
     setters = [getattr(cls, name).__set__ for name in names]
     new = object.__new__
     count = len(names)

@@ -152,6 +152,9 @@ _stores: weakref.WeakSet[SessionStore] = weakref.WeakSet()
 # _CACHE_ON_CLOSE_BYTES long (below that a cold fold costs about what reading a cache
 # does, and close stays free of fsyncs for small sessions)
 _CACHE_AFTER_FOLD_BYTES = 1 << 20
+# how much log a load reads and folds at a time (see Engine.read_some): bounds what a
+# cold load of a long log holds besides the state it builds
+_READ_PIECE = 2 << 20
 _CACHE_ON_CLOSE_BYTES = 64 << 10
 
 
@@ -549,27 +552,33 @@ class SessionStore:
         f = sess.folds.get(proj.name)
         if f is None:
             f = sess.folds[proj.name] = self._first_fold(sess, proj)
-        res = self.engine.read(sess.session_id, f.head.position)
-        start = f.head
-        if res.reset:
-            f.state = proj.initial()
-            start = EMPTY_HEAD
-        if res.data:
-            lines = read_lines(
-                res.data,
-                self.codec,
-                self.codec.decoder(proj.event_types),
-                res.where,
-                offset=res.offset,
-                seq=start.seq,
-                link=start.link,
-            )
-            f.state = fold_events(self, sess.session_id, proj, f.state, lines.events, res.where)
-            if len(res.data) >= _CACHE_AFTER_FOLD_BYTES and proj.name in self._cached:
-                fold_cache.store(self.engine, sess.session_id, proj, f.state, res.head)
-                f.saved = res.head.seq
-        f.head = res.head
-        sess.head = res.head
+        folded = 0
+        more = True
+        while more:
+            # piece by piece (engines that can): a long log is never all in memory at once
+            res, more = self.engine.read_some(sess.session_id, f.head.position, _READ_PIECE)
+            start = f.head
+            if res.reset:
+                f.state = proj.initial()
+                start = EMPTY_HEAD
+                folded = 0
+            if res.data:
+                lines = read_lines(
+                    res.data,
+                    self.codec,
+                    self.codec.decoder(proj.event_types),
+                    res.where,
+                    offset=res.offset,
+                    seq=start.seq,
+                    link=start.link,
+                )
+                f.state = fold_events(self, sess.session_id, proj, f.state, lines.events, res.where)
+                folded += len(res.data)
+            f.head = res.head  # the state and its head advance together, piece by piece
+            sess.head = res.head
+        if folded >= _CACHE_AFTER_FOLD_BYTES and proj.name in self._cached:
+            fold_cache.store(self.engine, sess.session_id, proj, f.state, f.head)
+            f.saved = f.head.seq
         return f.state  # type: ignore[no-any-return]
 
     def _first_fold(self, sess: _Session, proj: Projection[S]) -> _Fold:

@@ -65,19 +65,19 @@ class _Spy:
         self.decoders = 0
         self.folded = 0
         real_decoder = store.codec.decoder
-        real_read = store.engine.read
+        real_read = store.engine.read_some
 
         def decoder(needed: Any = None) -> Any:
             self.decoders += 1
             return real_decoder(needed)
 
-        def read(sid: str, position: Any) -> Any:
-            res = real_read(sid, position)
+        def read_some(sid: str, position: Any, limit: int) -> Any:
+            res, more = real_read(sid, position, limit)
             self.folded += len(res.data)
-            return res
+            return res, more
 
         monkeypatch.setattr(store.codec, "decoder", decoder)
-        monkeypatch.setattr(store.engine, "read", read)
+        monkeypatch.setattr(store.engine, "read_some", read_some)
 
 
 @pytest.fixture
@@ -348,3 +348,73 @@ def test_a_cache_that_fails_to_write_fails_nothing(
     assert "fold cache" in caplog.text
     with SessionStore(root) as s:
         assert s.load_bootstrap_state("s").manifest is not None
+
+
+# -- loads read a long log piece by piece (Engine.read_some) ------------------------------
+
+
+@pytest.mark.parametrize("piece", [1, 700, 5000])
+def test_a_load_in_small_pieces_equals_one_in_one_piece(
+    root: Path, monkeypatch: pytest.MonkeyPatch, piece: int
+) -> None:
+    import eventstore.store as store_module
+
+    with SessionStore(root) as s:
+        _fill(s, "s", turns=30)
+        s.append_transcript_messages(  # one batch far longer than a piece
+            "s", [Message(role=Role.TOOL, content="z" * 3000) for _ in range(5)]
+        )
+    truth = _truth(root, "s")
+    with SessionStore(root) as s:
+        s._cached = frozenset()
+        whole = s.load_transcript_messages("s")
+    monkeypatch.setattr(store_module, "_READ_PIECE", piece)
+    calls: list[bool] = []
+    with SessionStore(root) as s:
+        s._cached = frozenset()
+        real = s.engine.read_some
+
+        def counting(sid: str, position: Any, limit: int) -> Any:
+            res, more = real(sid, position, limit)
+            assert len(res.data) <= max(limit, 16_000)  # a piece, or one long batch
+            calls.append(more)
+            return res, more
+
+        monkeypatch.setattr(s.engine, "read_some", counting)
+        assert s.load_bootstrap_state("s") == truth
+        assert s.load_transcript_messages("s") == whole
+        assert s.verify("s").ok
+    assert calls.count(True) > 2 and calls[-1] is False
+
+
+def test_a_log_replaced_between_two_pieces_is_folded_from_its_start(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import eventstore.store as store_module
+
+    with SessionStore(root) as s:
+        _fill(s, "s", turns=30)
+    truth = _truth(root, "s")
+    monkeypatch.setattr(store_module, "_READ_PIECE", 2000)
+    with SessionStore(root) as s, SessionStore(root) as other:
+        s._cached = other._cached = frozenset()
+        real = s.engine.read_some
+        done: list[int] = []
+
+        def compact_after_the_first_piece(sid: str, position: Any, limit: int) -> Any:
+            got = real(sid, position, limit)
+            if not done:
+                done.append(1)
+                other.compact(sid)  # the log is replaced under the load
+            return got
+
+        monkeypatch.setattr(s.engine, "read_some", compact_after_the_first_piece)
+        assert s.load_bootstrap_state("s") == truth
+        assert done
+
+
+def test_an_engine_without_pieces_loads_in_one_read() -> None:
+    with SessionStore("memory://pieces") as s:
+        _fill(s, "s", turns=5)
+        res, more = s.engine.read_some("s", None, 10)
+        assert more is False and res.head.seq == s.last_seq("s")

@@ -336,6 +336,16 @@ class Engine(ABC):
     def read(self, session_id: str, position: Position | None) -> ReadResult:
         """The committed lines after `position` (None: from the beginning)."""
 
+    def read_some(
+        self, session_id: str, position: Position | None, limit: int
+    ) -> tuple[ReadResult, bool]:
+        """`read`, in pieces: an engine MAY stop after the last complete batch within
+        about `limit` bytes (never before the first batch) and return True with it; the
+        caller then reads on from the result's head. A load folds a long log piece by
+        piece this way, so it never holds the whole log in memory. The default reads
+        everything at once (False)."""
+        return self.read(session_id, position), False
+
     @abstractmethod
     def head(self, session_id: str) -> Head:
         """The session's head, cheaply (from the tail of the log alone)."""

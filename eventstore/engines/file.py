@@ -357,6 +357,18 @@ class FileEngine(Engine):
 
     def read(self, session_id: str, position: Position | None) -> ReadResult:
         """Complete batches after `position` (see the interface)."""
+        return self._read(session_id, position, None)[0]
+
+    def read_some(
+        self, session_id: str, position: Position | None, limit: int
+    ) -> tuple[ReadResult, bool]:
+        """Complete batches after `position`, stopping after the last batch that ends
+        within `limit` bytes (or the first batch, if longer); True when it stopped early."""
+        return self._read(session_id, position, max(1, limit))
+
+    def _read(
+        self, session_id: str, position: Position | None, limit: int | None
+    ) -> tuple[ReadResult, bool]:
         sess = self._session(session_id)
         paths = sess.paths
         where = str(paths.log)
@@ -364,9 +376,10 @@ class FileEngine(Engine):
         try:
             fd = open_private(paths.log, os.O_RDONLY)
         except FileNotFoundError:
-            return ReadResult(b"", EMPTY_HEAD, position is not None, where)
+            return ReadResult(b"", EMPTY_HEAD, position is not None, where), False
         except OSError as exc:
             raise _storage_error(paths.log, "opening the log", exc) from exc
+        cut = False  # whether this read stopped before the end of the file
         try:
             st = os.fstat(fd)
             ident = (st.st_dev, st.st_ino)
@@ -385,13 +398,19 @@ class FileEngine(Engine):
                     pos.seq if pos else None,
                     f"log shrank below a read position {start}",
                 )
-            buf = _pread_all(fd, size - start, start)
+            want = size - start if limit is None else min(size - start, limit)
+            while True:
+                buf = _pread_all(fd, want, start)
+                end, last = _committed_end(buf, where, start)
+                if last is not None or want >= size - start:
+                    break
+                want = min(size - start, want * 4)  # a batch longer than the chunk
+            cut = want < size - start and last is not None
             base_seq = pos.base_seq if pos is not None else _base_seq(fd, size)
         except OSError as exc:
             raise _storage_error(paths.log, "reading the log", exc) from exc
         finally:
             os.close(fd)
-        end, last = _committed_end(buf, where, start)
         if last is None:
             if pos is not None:
                 head = FilePosition(
@@ -399,9 +418,10 @@ class FileEngine(Engine):
                 ).head()
             else:
                 head = FilePosition(ident, 0, 0, "", "", 0, size).head() if size else EMPTY_HEAD
-            return ReadResult(b"", head, reset, where, start)
+            return ReadResult(b"", head, reset, where, start), False
         head = _head_at(ident, start + end, last, base_seq, size)
-        return ReadResult(buf[:end] if end < len(buf) else buf, head, reset, where, start)
+        data = buf[:end] if end < len(buf) else buf
+        return ReadResult(data, head, reset, where, start), cut
 
     def head(self, session_id: str) -> Head:
         """The last committed line, from the tail of the file alone."""
