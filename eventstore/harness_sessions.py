@@ -38,7 +38,7 @@ from projections import StructProjection, restore_state
 
 from .errors import SnapshotVersionError, UnsafePathError
 from .events import Event, Snapshot
-from .layout import ensure_private_dir, open_private, write_all
+from .layout import ensure_private_dir, fsync_dir, open_private, write_all
 from .store import SessionStore
 
 __all__ = [
@@ -295,8 +295,12 @@ _HISTORY = _HistoryProjection()
 
 
 def _open_history(root: Path) -> SessionStore:
+    # fsync: a record must be as durable as the map file it records (which is fsynced)
     return SessionStore(
-        root / HISTORY_STORE_DIR, event_types=HISTORY_EVENT_TYPES, projections=[_HISTORY]
+        root / HISTORY_STORE_DIR,
+        durability="fsync",
+        event_types=HISTORY_EVENT_TYPES,
+        projections=[_HISTORY],
     )
 
 
@@ -437,10 +441,11 @@ def _report_once(workdir: Path, message: str) -> None:
             pass  # nowhere left to report to; the map keeps working in memory
 
 
-def _makedirs_private(path: Path) -> None:
+def _makedirs_private(path: Path) -> list[Path]:
     """Create `path` and any missing ancestors, each mode 0700 from the start (unlike
     os.makedirs, whose parents get the umask's mode). A `path` that exists must be a
-    directory; like SessionStore's root, it may be a symlink the user chose."""
+    directory; like SessionStore's root, it may be a symlink the user chose. Returns
+    the directories it created, outermost first."""
     missing: list[Path] = []
     p = path
     while not os.path.lexists(p):
@@ -452,6 +457,7 @@ def _makedirs_private(path: Path) -> None:
         ensure_private_dir(d)
     if not missing:
         _require_dir(path)
+    return missing[::-1]
 
 
 # -- the map -------------------------------------------------------------------------
@@ -630,7 +636,9 @@ class HarnessSessionMap:
         """Atomically replace the context's file with `data`: a unique temporary file in
         the same directory, fsynced, renamed over the entry, then the directory fsynced.
         Works through a directory fd so a context dir swapped for a symlink is refused."""
-        _makedirs_private(root)
+        created = _makedirs_private(root)
+        if not os.path.lexists(root / context_id):
+            created.append(root / context_id)
         ensure_private_dir(root / context_id)
         dfd = _open_dir(root / context_id)
         try:
@@ -655,6 +663,8 @@ class HarnessSessionMap:
                 raise
             try:
                 os.fsync(dfd)
+                for d in created:  # a new directory's own name must survive power loss too
+                    fsync_dir(d.parent)
             except OSError:
                 pass  # the rename is done and visible; only power-loss durability is lost
         finally:

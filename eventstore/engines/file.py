@@ -682,7 +682,18 @@ class FileEngine(Engine):
 
             def link_old_log() -> None:
                 nonlocal archived, pending
+                # the old log becomes history: under durability="flush" its last appends
+                # may still be only in the OS cache, and the archive must hold them all
+                if self.durability != "fsync":
+                    sync_fd = open_private(paths.log, os.O_RDONLY)
+                    try:
+                        os.fsync(sync_fd)
+                    finally:
+                        os.close(sync_fd)
                 ensure_private_dir(paths.archive)
+                # the archive's own name must be durable before the swap relies on it:
+                # otherwise a power loss can keep the new log and lose `archive/`
+                fsync_dir(paths.dir)
                 archived = _archive_name(paths.archive, old_base, head.seq)
                 # linked under a pending name: until the swap it is the live log, and
                 # history readers must not take it for history
@@ -994,6 +1005,11 @@ def _ensure_root(root: Path) -> None:
                 raise StorageError(
                     f"cannot create the store root {root}: {exc}", exc.errno
                 ) from exc
+        for path in reversed(missing):  # their names must survive power loss too
+            try:
+                fsync_dir(path.parent)
+            except OSError:
+                pass  # the directories exist and work; only power-loss durability is lost
         return
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"store root {root} exists and is not a directory")
