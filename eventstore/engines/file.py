@@ -2,9 +2,23 @@
 of every release; see `eventstore.layout` for where files live).
 
 Readers take no lock: they read from their position to the end of the file and return
-complete batches only. Writers take an exclusive portalocker lock on `log.lock` (not the
-log: a snapshot install replaces the log), check the head, set aside and cut a torn tail
-(with a warning), append one batch in one `write`, and release. A snapshot is installed
+complete batches only (a long log piece by piece, `read_some`). Writers take an exclusive
+lock on `log.lock` (not the log: a snapshot install replaces the log) — the `flock` that
+portalocker takes, taken directly — check the head, set aside and cut a torn tail (with
+a warning), append one batch in one `write`, and release.
+
+The writer fast path: each session's lock-file and log descriptors stay open between
+appends (at most `MAX_OPEN_SESSIONS` sessions, reset in a forked child). The lock file
+holds a generation number that every replacer of the log (snapshot install, repair,
+removal) bumps under the lock before replacing anything; a writer that finds the
+generation it cached and the log size it left appends with no path lookup and no tail
+read (see `_Session`).
+
+`fold-<projection>.cache` beside the log is the face's fold cache (`load_cache`,
+`store_cache`; format in `eventstore.fold_cache`): the engine adds where in the log it
+was folded to and gives it back only while that point is still in the live log.
+
+A snapshot is installed
 by writing the new log to a temporary file, fsyncing it, hard-linking the old log into
 `archive/<first>-<last>.jsonl.pending`, renaming the new log over the old, and giving the
 archive link its final name:
