@@ -242,8 +242,15 @@ def _import_once(stmt: str) -> float:
 def import_times(runs: int) -> dict[str, list[float]]:
     """Seconds of each `IMPORTS` statement in fresh interpreters (after interpreter start,
     so only what the statement imports counts), `runs` of each, interleaved."""
+    import compileall
     import tempfile
 
+    # as installed: pip compiles bytecode at install time, but an editable checkout run
+    # with PYTHONDONTWRITEBYTECODE=1 would recompile every module in every interpreter
+    # (msgspec, installed, never does): compile ours once, like an install
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for package in ("eventstore", "projections"):
+        compileall.compile_dir(os.path.join(here, package), quiet=1)
     out: dict[str, list[float]] = {label: [] for label, _ in IMPORTS}
     for _ in range(runs):
         with tempfile.TemporaryDirectory(prefix="bench-import-") as tmp:

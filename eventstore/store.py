@@ -154,7 +154,7 @@ _stores: weakref.WeakSet[SessionStore] = weakref.WeakSet()
 _CACHE_AFTER_FOLD_BYTES = 1 << 20
 # how much log a load reads and folds at a time (see Engine.read_some): bounds what a
 # cold load of a long log holds besides the state it builds
-_READ_PIECE = 2 << 20
+_READ_PIECE = 256 << 10
 _CACHE_ON_CLOSE_BYTES = 64 << 10
 
 
