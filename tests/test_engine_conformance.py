@@ -520,7 +520,7 @@ def test_repair_keeps_a_valid_prefix_and_saves_the_original(case: EngineCase, ur
 def test_open_engine_by_url(tmp_path: Path) -> None:
     from eventstore.engines.file import FileEngine
     from eventstore.engines.memory import MemoryEngine
-    from eventstore.errors import UnknownEngineError
+    from eventstore.errors import UnknownEngineError, UnsafePathError
 
     assert isinstance(open_engine(tmp_path / "a"), FileEngine)
     assert isinstance(open_engine(f"file://{tmp_path}/b"), FileEngine)
@@ -535,6 +535,8 @@ def test_open_engine_by_url(tmp_path: Path) -> None:
         assert other.last_seq(SID) == 0
     with pytest.raises(UnknownEngineError):
         open_engine("nosuch://x")
+    with pytest.raises(UnsafePathError):
+        SessionStore("")
 
 
 # -- fork ------------------------------------------------------------------------------------
@@ -587,7 +589,10 @@ def test_a_child_forked_while_a_thread_appends_can_append(url: str) -> None:
 EDITS = {
     "a letter of a summary": (b'"summary":"step 3"', b'"summary":"step 8"'),
     "a letter of a type tag": (b'"type":"progress_appended"', b'"type":"progress_appendex"'),
-    "a digit of a timestamp": (b'"created_at":"2026-03-01T09:30:03', b'"created_at":"2026-03-01T09:30:04'),
+    "a digit of a timestamp": (
+        b'"created_at":"2026-03-01T09:30:03',
+        b'"created_at":"2026-03-01T09:30:04',
+    ),
 }
 
 

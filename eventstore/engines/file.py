@@ -999,7 +999,7 @@ def from_url(url_or_path: str | os.PathLike[str], **options: Any) -> FileEngine:
             rest = "/" + path
         text = rest
     if not text:
-        raise ValueError("a store needs a path (got an empty one)")
+        raise UnsafePathError("an empty store path would mean the current directory; give one")
     return FileEngine(text, **options)
 
 

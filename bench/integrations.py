@@ -1,0 +1,296 @@
+"""Integrations bench: eventstore against LangGraph's and the Agents SDK's SQLite defaults.
+
+Each framework runs on eventstore and on its own SQLite default, on the same machine in
+the same run.
+
+    pip install -e '.[bench]'
+    python -m bench.integrations                    # ~1-3 min; markdown to stdout
+    python -m bench.integrations --turns 50 --repeat 3 --json out.json
+
+Workloads (seeded, identical for every backend):
+- **LangGraph graph turns**: a one-node chat graph (`messages` is an appended list
+  channel), one `invoke` per turn with a ~300-character user message and a
+  ~1,500-character reply; sync API, one thread.
+- **LangGraph put / get**: `put` of a checkpoint chain (one ~1 kB channel value per
+  checkpoint), then `get_tuple` of the newest checkpoint from a new saver instance
+  (cold) and again (warm), and `list` of the whole thread.
+- **Agents SDK session**: `add_items` of a user and an assistant item per turn, then
+  `get_items()` from a new session object (cold), again (warm), and `get_items(10)`;
+  then `clear_session()` (eventstore: and `compact(archive=False)`), and the disk again.
+
+Backends: `SqliteSaver` / `SQLiteSession` on a file (WAL, SQLite's default
+`synchronous=FULL`, so every commit is fsynced), and eventstore with
+`durability="fsync"` (the same class: survives power loss) and `"flush"` (the default:
+survives a killed process). Ratios are against SQLite; above 1 eventstore is better.
+Medians over `--repeat` runs; every run starts from an empty directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import operator
+import os
+import random
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+from agents.memory import SQLiteSession
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+
+from eventstore import SessionStore
+from eventstore.aio import AsyncSessionStore
+from eventstore.integrations import langgraph as lg
+from eventstore.integrations import openai_agents as oa
+
+BACKENDS = ("sqlite", "eventstore-fsync", "eventstore-flush")
+
+
+def text(rng: random.Random, n: int) -> str:
+    words = ["agent", "graph", "tool", "state", "commit", "test", "fix", "plan", "log", "run"]
+    out: list[str] = []
+    while sum(len(w) + 1 for w in out) < n:
+        out.append(rng.choice(words))
+    return " ".join(out)[:n]
+
+
+def disk_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def durability(backend: str) -> Any:
+    return "fsync" if backend == "eventstore-fsync" else "flush"
+
+
+# -- LangGraph ---------------------------------------------------------------------------
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[str], operator.add]
+
+
+def lg_saver(backend: str, root: Path) -> tuple[BaseCheckpointSaver[Any], Callable[[], None]]:
+    if backend == "sqlite":
+        conn = sqlite3.connect(root / "checkpoints.sqlite", check_same_thread=False)
+        return SqliteSaver(conn), conn.close
+    store = SessionStore(
+        root, durability(backend), event_types=lg.EVENT_TYPES, projections=lg.PROJECTIONS
+    )
+    return lg.EventStoreSaver(store), store.close
+
+
+def bench_graph(backend: str, root: Path, turns: int) -> dict[str, float]:
+    rng = random.Random(7)
+    replies = [text(rng, 1500) for _ in range(turns)]
+    asks = [text(rng, 300) for _ in range(turns)]
+    saver, close = lg_saver(backend, root)
+    it = iter(replies)
+    g = StateGraph(Chat)
+    g.add_node("reply", lambda s: {"messages": [next(it)]})
+    g.add_edge(START, "reply")
+    g.add_edge("reply", END)
+    graph = g.compile(checkpointer=saver)
+    cfg: Any = {"configurable": {"thread_id": "chat"}}
+    t = time.perf_counter()
+    for ask in asks:
+        graph.invoke({"messages": [ask]}, cfg)
+    elapsed = time.perf_counter() - t
+    close()
+    out = {"turns/s": turns / elapsed, "disk MB": disk_bytes(root) / 1e6}
+    if backend != "sqlite":  # SqliteSaver has no prune
+        saver2, close2 = lg_saver(backend, root)
+        assert isinstance(saver2, lg.EventStoreSaver)
+        saver2.prune(["chat"])
+        close2()
+        out["disk MB after prune"] = disk_bytes(root) / 1e6
+    return out
+
+
+def bench_put_get(backend: str, root: Path, n: int) -> dict[str, float]:
+    rng = random.Random(11)
+    values = [text(rng, 1000) for _ in range(n)]
+    saver, close = lg_saver(backend, root)
+    cfg: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    version: Any = None
+    t = time.perf_counter()
+    for v in values:
+        cp = empty_checkpoint()
+        version = saver.get_next_version(version, None)
+        cp["channel_values"] = {"v": v}
+        cp["channel_versions"] = {"v": version}
+        cfg = saver.put(cfg, cp, {"source": "loop", "step": 0}, {"v": version})
+    puts = n / (time.perf_counter() - t)
+    close()
+    saver, close = lg_saver(backend, root)
+    latest: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    t = time.perf_counter()
+    tup = saver.get_tuple(latest)
+    cold = time.perf_counter() - t
+    assert tup is not None and tup.checkpoint["channel_values"]["v"] == values[-1]
+    t = time.perf_counter()
+    saver.get_tuple(latest)
+    warm = time.perf_counter() - t
+    t = time.perf_counter()
+    listed = sum(1 for _ in saver.list(latest))
+    listing = time.perf_counter() - t
+    assert listed == n
+    close()
+    return {
+        "puts/s": puts,
+        "cold get ms": cold * 1e3,
+        "warm get ms": warm * 1e3,
+        "list all ms": listing * 1e3,
+    }
+
+
+# -- OpenAI Agents SDK -------------------------------------------------------------------
+
+
+def agents_session(backend: str, root: Path, session_id: str) -> tuple[Any, Callable[[], Any]]:
+    if backend == "sqlite":
+        s = SQLiteSession(session_id, root / "agents.sqlite")
+        return s, lambda: s.close()
+    store = SessionStore(
+        root, durability(backend), event_types=oa.EVENT_TYPES, projections=oa.PROJECTIONS
+    )
+    aio = AsyncSessionStore(store)
+    es = oa.EventStoreSession(session_id, aio)
+
+    async def close() -> None:
+        await aio.close()
+        store.close()
+
+    return es, close
+
+
+async def bench_agents(backend: str, root: Path, turns: int) -> dict[str, float]:
+    rng = random.Random(13)
+    items = [
+        [
+            {"role": "user", "content": text(rng, 300)},
+            {"role": "assistant", "content": text(rng, 1500)},
+        ]
+        for _ in range(turns)
+    ]
+    s, close = agents_session(backend, root, "chat")
+    t = time.perf_counter()
+    for pair in items:
+        await s.add_items(pair)
+    adds = turns / (time.perf_counter() - t)
+    await _maybe_await(close())
+    s, close = agents_session(backend, root, "chat")
+    t = time.perf_counter()
+    got = await s.get_items()
+    cold = time.perf_counter() - t
+    assert len(got) == 2 * turns
+    t = time.perf_counter()
+    await s.get_items()
+    warm = time.perf_counter() - t
+    t = time.perf_counter()
+    await s.get_items(10)
+    last10 = time.perf_counter() - t
+    await s.clear_session()
+    await _maybe_await(close())
+    out = {
+        "add_items/s": adds,
+        "cold get_items ms": cold * 1e3,
+        "warm get_items ms": warm * 1e3,
+        "get_items(10) ms": last10 * 1e3,
+        "disk MB": disk_bytes(root) / 1e6,
+    }
+    if backend != "sqlite":
+        # the log keeps the cleared items (audit); compacting without an archive drops them
+        store = SessionStore(root, event_types=oa.EVENT_TYPES, projections=oa.PROJECTIONS)
+        store.compact("chat", archive=False)
+        store.close()
+    out["disk MB after clear (+ compact)"] = disk_bytes(root) / 1e6
+    return out
+
+
+async def _maybe_await(x: Any) -> None:
+    if asyncio.iscoroutine(x):
+        await x
+
+
+# -- the run -----------------------------------------------------------------------------
+
+HIGHER_IS_BETTER = {"turns/s", "puts/s", "add_items/s"}
+
+
+def measure(
+    name: str, fn: Callable[[str, Path], dict[str, float]], repeat: int
+) -> dict[str, dict[str, float]]:
+    medians: dict[str, dict[str, float]] = {}
+    for backend in BACKENDS:
+        runs: list[dict[str, float]] = []
+        for r in range(repeat):
+            root = Path(tempfile.mkdtemp(prefix="eventstore-bench-"))
+            try:
+                runs.append(fn(backend, root))
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+            print(f"{name} {backend} run {r + 1}/{repeat}", file=sys.stderr)
+        medians[backend] = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
+    return medians
+
+
+def table(title: str, medians: dict[str, dict[str, float]]) -> str:
+    metrics = list(dict.fromkeys(k for m in medians.values() for k in m))
+    lines = [f"### {title}", "", "| metric | " + " | ".join(BACKENDS) + " | × fsync | × flush |"]
+    lines.append("|---" * (len(BACKENDS) + 3) + "|")
+    base = medians["sqlite"]
+    for metric in metrics:
+        cells = [f"{medians[b][metric]:,.2f}" if metric in medians[b] else "–" for b in BACKENDS]
+        ratios = []
+        for b in ("eventstore-fsync", "eventstore-flush"):
+            if metric in base and metric in medians[b] and medians[b][metric] > 0:
+                ours, theirs = medians[b][metric], base[metric]
+                ratios.append(
+                    f"{ours / theirs:.2f}" if metric in HIGHER_IS_BETTER else f"{theirs / ours:.2f}"
+                )
+            else:
+                ratios.append("–")
+        lines.append(f"| {metric} | " + " | ".join(cells + ratios) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--turns", type=int, default=100, help="graph and session turns")
+    parser.add_argument("--puts", type=int, default=1000, help="checkpoints in the put bench")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--json", type=Path, help="also write the medians as JSON")
+    args = parser.parse_args(argv)
+    results = {
+        f"LangGraph graph, {args.turns} turns": measure(
+            "graph", lambda b, r: bench_graph(b, r, args.turns), args.repeat
+        ),
+        f"LangGraph put / get, {args.puts} checkpoints": measure(
+            "put/get", lambda b, r: bench_put_get(b, r, args.puts), args.repeat
+        ),
+        f"Agents SDK session, {args.turns} turns": measure(
+            "agents", lambda b, r: asyncio.run(bench_agents(b, r, args.turns)), args.repeat
+        ),
+    }
+    print(
+        f"Medians of {args.repeat} runs, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}.\n"
+    )
+    for title, medians in results.items():
+        print(table(title, medians) + "\n")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

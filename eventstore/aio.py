@@ -1,0 +1,448 @@
+"""`AsyncSessionStore`: the session API as coroutines, for asyncio programs.
+
+Every call runs the blocking `SessionStore` method in a bounded thread pool, so the
+event loop never waits on a lock, a file or a fold. Calls on one session run one after
+another in the order they were submitted (the order their coroutines started); calls on
+different sessions run in parallel, up to `max_workers` at a time. A call waiting for
+its turn holds no thread: each session has a queue (its lane) on the loop, and only the
+call at the head of a lane occupies a worker; when it ends, the next one starts.
+
+What a call raises in its worker (a `ConcurrencyError`, a `FeatureNotFoundError`, ...) is
+raised, unchanged, by the coroutine. A caller cancelled while its call waits for its
+turn withdraws the call (it never runs); a call already running in a worker runs to
+completion (a thread cannot be stopped halfway through an append), and the next call on
+that session waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .compaction import CompactionReport, Retention
+from .engines.base import Durability
+from .errors import StoreClosedError
+from .events import Event
+from .records import (
+    BootstrapState,
+    FeatureRecord,
+    Message,
+    ProgressEntry,
+    RunCheckpoint,
+    SessionManifest,
+)
+from .store import AppendResult, AutoCompact, SessionStore
+
+if TYPE_CHECKING:
+    from projections import Projection
+
+    from .audit import VerifyReport
+    from .events import Upcaster
+
+__all__ = ["DEFAULT_MAX_WORKERS", "AsyncSessionStore"]
+
+T = TypeVar("T")
+_Lane = deque[tuple[Callable[[], Any], "asyncio.Future[Any]"]]
+
+DEFAULT_MAX_WORKERS = 4
+_STORE_WIDE = object()  # the lane of calls that concern no one session (list_sessions)
+
+
+class AsyncSessionStore:
+    """`SessionStore` with every method as a coroutine; usable with `async with`.
+
+    `root_or_url` is what `SessionStore` takes (a directory, or a store URL where the
+    engine supports one), or an open `SessionStore` to share: a store passed in is not
+    closed by `close()`; one created here is. The other arguments go to `SessionStore`.
+    `max_workers` bounds the threads doing blocking work (default 4). `store` is the
+    underlying `SessionStore`.
+    """
+
+    def __init__(
+        self,
+        root_or_url: str | os.PathLike[str] | SessionStore,
+        durability: Durability = "flush",
+        *,
+        event_types: Iterable[type[Event]] = (),
+        projections: Iterable[Projection[Any]] = (),
+        upcasters: Iterable[tuple[type[Event], int, Upcaster]] = (),
+        auto_compact: AutoCompact | None = None,
+        max_workers: int = DEFAULT_MAX_WORKERS,
+    ) -> None:
+        if not isinstance(max_workers, int) or isinstance(max_workers, bool) or max_workers < 1:
+            raise ValueError(f"max_workers must be an int >= 1, not {max_workers!r}")
+        if isinstance(root_or_url, SessionStore):
+            self.store = root_or_url
+            self._owns_store = False
+        else:
+            self.store = SessionStore(
+                root_or_url,
+                durability,
+                event_types=event_types,
+                projections=projections,
+                upcasters=upcasters,
+                auto_compact=auto_compact,
+            )
+            self._owns_store = True
+        self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix="eventstore-aio")
+        # each session's calls in submission order, the running one first, per event
+        # loop (a store may be used from several loops one after another)
+        self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[object, _Lane]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._queued: set[asyncio.Future[Any]] = set()
+        self._follows: set[threading.Event] = set()  # the stop events of running follows
+        self._guard = threading.Lock()
+        self._closed = False
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once `close()` has begun: new calls raise StoreClosedError."""
+        return self._closed
+
+    async def close(self) -> None:
+        """Refuse new calls, end every `follow`, wait for every call already submitted,
+        then release the threads (and close the underlying store if this object opened
+        it)."""
+        with self._guard:
+            self._closed = True
+            queued = [f for f in self._queued if not f.cancelled()]
+            for stop in self._follows:
+                stop.set()
+        if queued:  # they start as the calls before them finish; cancelled ones may
+            await asyncio.wait(queued)  # still run, and the pool's shutdown waits for them
+        await asyncio.get_running_loop().run_in_executor(None, self._release)
+
+    def _release(self) -> None:
+        self._pool.shutdown(wait=True)
+        if self._owns_store:
+            self.store.close()
+
+    async def __aenter__(self) -> AsyncSessionStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def projections(self) -> dict[str, Projection[Any]]:
+        """The projections the store folds, by name (built-in and user-defined)."""
+        return self.store.projections
+
+    # -- the per-session lanes --------------------------------------------------------
+
+    async def call(self, session_id: str, fn: Callable[[], T]) -> T:
+        """Run `fn()` in a worker, in `session_id`'s order (after every call on that
+        session submitted before it, before every call submitted after it).
+
+        The building block of every method here; integrations use it to run several
+        store operations on one session as one step.
+        """
+        return await self._submit(session_id, fn)
+
+    async def _submit(self, lane_key: object, fn: Callable[[], T]) -> T:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        with self._guard:
+            if self._closed:
+                raise StoreClosedError("the async store is closed")
+            lanes = self._lanes.setdefault(loop, {})
+            lane = lanes.get(lane_key)
+            if lane is None:
+                lane = lanes[lane_key] = deque()
+            lane.append((fn, fut))
+            self._queued.add(fut)
+            first = len(lane) == 1
+        if first:
+            self._start_next(loop, lane_key, lane)
+        return await fut
+
+    def _start_next(self, loop: asyncio.AbstractEventLoop, lane_key: object, lane: _Lane) -> None:
+        """Hand the lane's head to a worker, skipping calls withdrawn while they waited."""
+        with self._guard:
+            while lane:
+                fn, fut = lane[0]
+                if not fut.cancelled():
+                    break
+                lane.popleft()
+                self._queued.discard(fut)
+            else:
+                del self._lanes[loop][lane_key]
+                return
+        work = self._pool.submit(fn)
+        work.add_done_callback(lambda w: self._finished_in_worker(loop, lane_key, lane, w))
+
+    def _finished_in_worker(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        lane_key: object,
+        lane: _Lane,
+        work: Future[Any],
+    ) -> None:
+        try:
+            loop.call_soon_threadsafe(self._finished, loop, lane_key, lane, work)
+        except RuntimeError:  # the loop was closed under a call its caller gave up on
+            pass
+
+    def _finished(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        lane_key: object,
+        lane: _Lane,
+        work: Future[Any],
+    ) -> None:
+        with self._guard:
+            _, fut = lane.popleft()
+            self._queued.discard(fut)
+        if not fut.cancelled():  # a caller cancelled while its call ran gets no result
+            exc = work.exception()
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(work.result())
+        self._start_next(loop, lane_key, lane)
+
+    # -- the session API --------------------------------------------------------------
+
+    async def is_initialized(self, session_id: str) -> bool:
+        """True once the session has a manifest."""
+        return await self._submit(session_id, lambda: self.store.is_initialized(session_id))
+
+    async def initialize_session_if_missing(
+        self,
+        session_id: str,
+        manifest: SessionManifest,
+        feature_list: Sequence[FeatureRecord],
+        initial_progress_entry: ProgressEntry | None = None,
+        initial_checkpoint: RunCheckpoint | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> bool:
+        """One atomic batch; False (and no change) if the session has a manifest."""
+        return await self._submit(
+            session_id,
+            lambda: self.store.initialize_session_if_missing(
+                session_id,
+                manifest,
+                feature_list,
+                initial_progress_entry,
+                initial_checkpoint,
+                idempotency_key=idempotency_key,
+            ),
+        )
+
+    async def load_bootstrap_state(self, session_id: str) -> BootstrapState:
+        """The manifest, features, progress and checkpoints; `BootstrapState()` if unknown."""
+        return await self._submit(session_id, lambda: self.store.load_bootstrap_state(session_id))
+
+    async def save_manifest(
+        self, session_id: str, manifest: SessionManifest, *, idempotency_key: str | None = None
+    ) -> None:
+        """Replace the session's manifest."""
+        await self._submit(
+            session_id,
+            lambda: self.store.save_manifest(session_id, manifest, idempotency_key=idempotency_key),
+        )
+
+    async def append_progress_entry(
+        self, session_id: str, entry: ProgressEntry, *, idempotency_key: str | None = None
+    ) -> None:
+        """Append a progress note."""
+        await self._submit(
+            session_id,
+            lambda: self.store.append_progress_entry(
+                session_id, entry, idempotency_key=idempotency_key
+            ),
+        )
+
+    async def replace_feature_list(
+        self,
+        session_id: str,
+        features: Sequence[FeatureRecord],
+        *,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Replace the whole feature list; order is kept."""
+        await self._submit(
+            session_id,
+            lambda: self.store.replace_feature_list(
+                session_id, features, idempotency_key=idempotency_key
+            ),
+        )
+
+    async def update_feature_pass(
+        self,
+        session_id: str,
+        feature_id: str,
+        passes: bool,
+        *,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Set one feature's `passes`; FeatureNotFoundError (nothing written) if unknown."""
+        await self._submit(
+            session_id,
+            lambda: self.store.update_feature_pass(
+                session_id, feature_id, passes, idempotency_key=idempotency_key
+            ),
+        )
+
+    async def record_run_checkpoint(
+        self, session_id: str, checkpoint: RunCheckpoint, *, idempotency_key: str | None = None
+    ) -> None:
+        """Append a run checkpoint."""
+        await self._submit(
+            session_id,
+            lambda: self.store.record_run_checkpoint(
+                session_id, checkpoint, idempotency_key=idempotency_key
+            ),
+        )
+
+    async def load_transcript_messages(self, session_id: str) -> list[Message]:
+        """Every transcript message in append order; `[]` for an unknown session."""
+        return await self._submit(
+            session_id, lambda: self.store.load_transcript_messages(session_id)
+        )
+
+    async def append_transcript_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Append messages as one atomic event."""
+        await self._submit(
+            session_id,
+            lambda: self.store.append_transcript_messages(
+                session_id, messages, idempotency_key=idempotency_key
+            ),
+        )
+
+    # -- the lower-level API ----------------------------------------------------------
+
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_seq: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> AppendResult:
+        """Append typed events as one atomic batch (see `SessionStore.append`)."""
+        return await self._submit(
+            session_id,
+            lambda: self.store.append(
+                session_id, events, expected_seq=expected_seq, idempotency_key=idempotency_key
+            ),
+        )
+
+    async def last_seq(self, session_id: str) -> int:
+        """The session's last committed sequence number (0 if it has none)."""
+        return await self._submit(session_id, lambda: self.store.last_seq(session_id))
+
+    async def load(self, session_id: str, projection: str | Projection[Any]) -> Any:
+        """The current state of any registered projection (a copy)."""
+        return await self._submit(session_id, lambda: self.store.load(session_id, projection))
+
+    async def list_sessions(self) -> list[str]:
+        """The original ids of every session in the store, sorted."""
+        return await self._submit(_STORE_WIDE, self.store.list_sessions)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Remove a session, its log and history (see `SessionStore.delete_session`);
+        False if it did not exist. Runs after the calls on it submitted before."""
+        return await self._submit(session_id, lambda: self.store.delete_session(session_id))
+
+    # -- audit, replay and compaction -------------------------------------------------
+
+    async def read_events(
+        self,
+        session_id: str,
+        *,
+        from_seq: int = 1,
+        to_seq: int | None = None,
+        types: Iterable[str | type[Event]] | None = None,
+    ) -> list[Event]:
+        """The events in the range, in sequence order (read in a worker, as a list)."""
+        return await self._submit(
+            session_id,
+            lambda: list(
+                self.store.read_events(session_id, from_seq=from_seq, to_seq=to_seq, types=types)
+            ),
+        )
+
+    async def state_at(
+        self, session_id: str, *, seq: int | None = None, at: datetime | None = None
+    ) -> BootstrapState:
+        """The bootstrap state as of sequence number `seq` or time `at`."""
+        return await self._submit(
+            session_id, lambda: self.store.state_at(session_id, seq=seq, at=at)
+        )
+
+    async def transcript_at(
+        self, session_id: str, *, seq: int | None = None, at: datetime | None = None
+    ) -> list[Message]:
+        """The transcript as of sequence number `seq` or time `at`."""
+        return await self._submit(
+            session_id, lambda: self.store.transcript_at(session_id, seq=seq, at=at)
+        )
+
+    async def verify(self, session_id: str) -> VerifyReport:
+        """Check a session's log and archive (see `SessionStore.verify`)."""
+        return await self._submit(session_id, lambda: self.store.verify(session_id))
+
+    async def compact(
+        self,
+        session_id: str,
+        *,
+        archive: bool = True,
+        retention: Retention | None = None,
+    ) -> CompactionReport:
+        """Rewrite the session's log as one snapshot, atomically."""
+        return await self._submit(
+            session_id,
+            lambda: self.store.compact(session_id, archive=archive, retention=retention),
+        )
+
+    async def follow(
+        self,
+        session_id: str,
+        *,
+        from_seq: int = 1,
+        poll_interval: float = 0.2,
+    ) -> AsyncIterator[Event]:
+        """Yield events as any process appends them, until the iterator is closed or
+        the store is.
+
+        The polling runs in the loop's default executor, not in one of the
+        `max_workers`, so a long follow never holds up other calls.
+        """
+        stop = threading.Event()
+        with self._guard:
+            if self._closed:
+                raise StoreClosedError("the async store is closed")
+            self._follows.add(stop)
+        it = self.store.follow(
+            session_id, from_seq=from_seq, poll_interval=poll_interval, stop=stop
+        )
+        end = object()
+        try:
+            while True:
+                ev = await asyncio.to_thread(next, it, end)
+                if ev is end:
+                    return
+                assert isinstance(ev, Event)
+                yield ev
+        finally:
+            stop.set()
+            with self._guard:
+                self._follows.discard(stop)

@@ -1,0 +1,675 @@
+"""`EventStoreSaver`: a LangGraph checkpointer kept in eventstore session logs.
+
+One eventstore session per LangGraph thread (`<thread_prefix><thread_id>`, by default
+`langgraph-<thread_id>`). Every saver call is one atomic append of custom events:
+
+| saver call | events appended (one batch per thread) |
+|---|---|
+| `put` | `langgraph_checkpoint`: the checkpoint, its metadata and its new channel blobs |
+| `put_writes` | `langgraph_writes`: a task's pending writes |
+| `copy_thread` | `langgraph_thread_copied` on the target: every entry of the source |
+| `delete_for_runs`, `prune` | `langgraph_removed`: the checkpoints (and writes) removed |
+| `delete_thread` | the session is deleted (`SessionStore.delete_session`), bytes and all |
+
+The `langgraph` projection folds those events into one flat dict of immutable entries
+(checkpoints, channel blobs, pending writes, each namespace's newest checkpoint id), so a
+read copies one dict and decodes only what it returns. Values are encoded by the saver's
+`serde` (LangGraph's `JsonPlusSerializer` by default) and stored as (type, base64 bytes)
+pairs.
+
+Channel versions are strings with a random suffix (as LangGraph's in-memory saver makes
+them), so two branches forked from one checkpoint never write the same blob key.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, cast
+
+import msgspec
+
+try:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        get_checkpoint_id,
+        get_checkpoint_metadata,
+        writes_sort_key,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "eventstore.integrations.langgraph needs LangGraph: pip install 'eventstore[langgraph]'"
+    ) from exc
+
+from projections import StructProjection
+
+from ..aio import AsyncSessionStore
+from ..events import Event
+from ..store import SessionStore
+
+__all__ = [
+    "EVENT_TYPES",
+    "PROJECTIONS",
+    "CheckpointPut",
+    "CheckpointsRemoved",
+    "EventStoreSaver",
+    "LangGraphProjection",
+    "ThreadCopied",
+    "WritesPut",
+]
+
+
+# -- what is stored --------------------------------------------------------------------
+
+
+class TypedValue(msgspec.Struct, array_like=True, frozen=True):
+    """A value as the serde encoded it: its type name and its bytes."""
+
+    type: str
+    data: bytes
+
+
+class BlobPut(msgspec.Struct, array_like=True, frozen=True):
+    """One channel's value at one version (`value` None: the channel is empty)."""
+
+    channel: str
+    version: str  # the version as JSON, so 1 and "1" stay apart
+    value: TypedValue | None
+
+
+class WriteRecord(msgspec.Struct, array_like=True, frozen=True):
+    """One pending write of a task."""
+
+    task_id: str
+    idx: int
+    channel: str
+    value: TypedValue
+    task_path: str = ""
+
+
+class CheckpointEntry(msgspec.Struct, frozen=True, tag="checkpoint", tag_field="kind"):
+    """A checkpoint without its channel values (those are blobs, by channel version)."""
+
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    run_id: str | None
+    versions: dict[str, str]  # channel -> version as JSON
+    checkpoint: TypedValue
+    metadata: TypedValue
+
+
+class BlobEntry(msgspec.Struct, frozen=True, tag="blob", tag_field="kind"):
+    """A channel value, referenced by every checkpoint holding its version."""
+
+    value: TypedValue | None
+
+
+class WritesEntry(msgspec.Struct, frozen=True, tag="writes", tag_field="kind"):
+    """The pending writes of one checkpoint, in `writes_sort_key` order."""
+
+    ns: str
+    checkpoint_id: str
+    writes: tuple[WriteRecord, ...]
+
+
+class NewestEntry(msgspec.Struct, frozen=True, tag="newest", tag_field="kind"):
+    """The newest checkpoint id of a namespace (an index: reads of "the latest" are O(1))."""
+
+    checkpoint_id: str
+
+
+Entry = CheckpointEntry | BlobEntry | WritesEntry | NewestEntry
+State = dict[str, Entry]
+
+
+class CheckpointPut(Event, tag="langgraph_checkpoint", kw_only=True):
+    """`put`: a checkpoint and the blobs of the channels it changed."""
+
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None = None
+    run_id: str | None = None
+    versions: dict[str, str]
+    checkpoint: TypedValue
+    metadata: TypedValue
+    blobs: list[BlobPut] = msgspec.field(default_factory=list)
+
+
+class WritesPut(Event, tag="langgraph_writes", kw_only=True):
+    """`put_writes`: a task's writes against one checkpoint."""
+
+    ns: str
+    checkpoint_id: str
+    writes: list[WriteRecord]
+
+
+class CheckpointsRemoved(Event, tag="langgraph_removed", kw_only=True):
+    """`delete_for_runs` / `prune`: checkpoints removed, as [ns, checkpoint_id] pairs."""
+
+    checkpoints: list[tuple[str, str]]
+    reason: str
+
+
+class ThreadCopied(Event, tag="langgraph_thread_copied", kw_only=True):
+    """`copy_thread`: every entry of the source thread, merged into this one."""
+
+    source_thread_id: str
+    entries: dict[str, Entry]
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (CheckpointPut, WritesPut, CheckpointsRemoved, ThreadCopied)
+
+
+def _ckey(ns: str, checkpoint_id: str) -> str:
+    return f"c{len(ns)}:{ns}{checkpoint_id}"
+
+
+def _wkey(ns: str, checkpoint_id: str) -> str:
+    return f"w{len(ns)}:{ns}{checkpoint_id}"
+
+
+def _nkey(ns: str) -> str:
+    return f"n{len(ns)}:{ns}"
+
+
+def _bkey(ns: str, channel: str, version: str) -> str:
+    return f"b{len(ns)}:{ns}{len(channel)}:{channel}{version}"
+
+
+class LangGraphProjection(StructProjection[State]):
+    """The checkpoints, blobs and pending writes of one thread, as one flat dict.
+
+    Entries are immutable and `apply` only sets or deletes keys, so `copy` is one dict
+    copy (a single C call, never torn by a concurrent fold in another thread).
+    """
+
+    name = "langgraph"
+    version = 1
+    event_types = frozenset({"langgraph_checkpoint", "langgraph_writes", "langgraph_removed",
+                             "langgraph_thread_copied"})  # fmt: skip
+    state_type = State
+
+    def initial(self) -> State:
+        """No checkpoints."""
+        return {}
+
+    def apply(self, state: State, event: Event) -> State:
+        """Fold one saver event into the thread's entries."""
+        if isinstance(event, CheckpointPut):
+            for b in event.blobs:
+                state[_bkey(event.ns, b.channel, b.version)] = BlobEntry(b.value)
+            state[_ckey(event.ns, event.checkpoint_id)] = CheckpointEntry(
+                event.ns,
+                event.checkpoint_id,
+                event.parent_id,
+                event.run_id,
+                event.versions,
+                event.checkpoint,
+                event.metadata,
+            )
+            newest = state.get(_nkey(event.ns))
+            if not isinstance(newest, NewestEntry) or event.checkpoint_id > newest.checkpoint_id:
+                state[_nkey(event.ns)] = NewestEntry(event.checkpoint_id)
+        elif isinstance(event, WritesPut):
+            key = _wkey(event.ns, event.checkpoint_id)
+            old = state.get(key)
+            merged = (
+                {(w.task_id, w.idx): w for w in old.writes} if isinstance(old, WritesEntry) else {}
+            )
+            for w in event.writes:
+                # a regular write is kept once (a retried put_writes changes nothing);
+                # a special one (error, interrupt, ...) is replaced by the newest
+                if w.idx >= 0 and (w.task_id, w.idx) in merged:
+                    continue
+                merged[(w.task_id, w.idx)] = w
+            ordered = sorted(
+                merged.values(), key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx)
+            )
+            state[key] = WritesEntry(event.ns, event.checkpoint_id, tuple(ordered))
+        elif isinstance(event, CheckpointsRemoved):
+            for ns, checkpoint_id in event.checkpoints:
+                state.pop(_ckey(ns, checkpoint_id), None)
+                state.pop(_wkey(ns, checkpoint_id), None)
+            _drop_unreferenced_blobs(state)
+            _index_newest(state, {ns for ns, _ in event.checkpoints})
+        elif isinstance(event, ThreadCopied):
+            state.update(event.entries)
+            _index_newest(
+                state, {e.ns for e in event.entries.values() if isinstance(e, CheckpointEntry)}
+            )
+        return state
+
+    def copy(self, state: State) -> State:
+        """A copy sharing the immutable entries (see the class docstring)."""
+        return dict(state)
+
+    def encode_state(self, state: State) -> bytes:
+        """The entries as JSON, keys sorted: equal states encode equal whatever order
+        their entries were folded in (verify compares snapshots this way)."""
+        return _deterministic.encode(state)
+
+
+_deterministic = msgspec.json.Encoder(order="deterministic")
+
+
+def _index_newest(state: State, namespaces: set[str]) -> None:
+    newest: dict[str, str] = {}
+    for e in state.values():
+        if isinstance(e, CheckpointEntry) and e.ns in namespaces:
+            newest[e.ns] = max(e.checkpoint_id, newest.get(e.ns, ""))
+    for ns in namespaces:
+        if ns in newest:
+            state[_nkey(ns)] = NewestEntry(newest[ns])
+        else:
+            state.pop(_nkey(ns), None)
+
+
+def _drop_unreferenced_blobs(state: State) -> None:
+    referenced = {
+        _bkey(e.ns, channel, version)
+        for e in state.values()
+        if isinstance(e, CheckpointEntry)
+        for channel, version in e.versions.items()
+    }
+    for key in [k for k, e in state.items() if isinstance(e, BlobEntry) and k not in referenced]:
+        del state[key]
+
+
+_Entries = list[CheckpointEntry]  # named here: inside the saver, `list` is its method
+
+PROJECTION = LangGraphProjection()
+PROJECTIONS: tuple[LangGraphProjection, ...] = (PROJECTION,)
+
+
+# -- the saver -------------------------------------------------------------------------
+
+
+class EventStoreSaver(BaseCheckpointSaver[str]):
+    """A LangGraph `BaseCheckpointSaver` over an eventstore store, sync and async.
+
+    `store_or_url` is an open `SessionStore` (created with
+    `event_types=langgraph.EVENT_TYPES, projections=langgraph.PROJECTIONS`, which it
+    then shares and never closes) or what `SessionStore` takes (a directory or a store
+    URL), opened here with those and closed by `close()`. Each thread is the session
+    `thread_prefix + thread_id`. Usable as a (sync or async) context manager.
+    """
+
+    def __init__(
+        self,
+        store_or_url: SessionStore | str | os.PathLike[str],
+        *,
+        thread_prefix: str = "langgraph-",
+        serde: SerializerProtocol | None = None,
+        max_workers: int = 4,
+    ) -> None:
+        super().__init__(serde=serde)
+        if isinstance(store_or_url, SessionStore):
+            if PROJECTION.name not in store_or_url.projections:
+                raise ValueError(
+                    "the SessionStore given to EventStoreSaver must be opened with"
+                    " event_types=langgraph.EVENT_TYPES, projections=langgraph.PROJECTIONS"
+                )
+            self.store = store_or_url
+            self._owns_store = False
+        else:
+            self.store = SessionStore(
+                store_or_url, event_types=EVENT_TYPES, projections=PROJECTIONS
+            )
+            self._owns_store = True
+        self.thread_prefix = thread_prefix
+        self.aio = AsyncSessionStore(self.store, max_workers=max_workers)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the store if this saver opened it."""
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> EventStoreSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> EventStoreSaver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aio.close()
+        self.close()
+
+    # -- where a thread lives -----------------------------------------------------------
+
+    def session_id(self, thread_id: str) -> str:
+        """The eventstore session holding `thread_id`'s checkpoints."""
+        return f"{self.thread_prefix}{thread_id}"
+
+    def thread_ids(self) -> list[str]:
+        """Every thread with a session in the store."""
+        n = len(self.thread_prefix)
+        return [s[n:] for s in self.store.list_sessions() if s.startswith(self.thread_prefix)]
+
+    def _state(self, thread_id: str) -> State:
+        return cast(State, self.store.load(self.session_id(thread_id), PROJECTION))
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint named by `config` (the thread's newest in its namespace when
+        it names none), with its channel values and pending writes; None if absent."""
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        ns = conf.get("checkpoint_ns", "")
+        state = self._state(thread_id)
+        checkpoint_id = get_checkpoint_id(config)
+        if not checkpoint_id:
+            newest = state.get(_nkey(ns))
+            checkpoint_id = newest.checkpoint_id if isinstance(newest, NewestEntry) else None
+        entry = state.get(_ckey(ns, checkpoint_id)) if checkpoint_id else None
+        if not isinstance(entry, CheckpointEntry):
+            return None
+        return self._tuple(thread_id, entry, state)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first: of one thread (or all), one namespace (if the
+        config names one), before a checkpoint, whose metadata has `filter`'s values."""
+        conf = config["configurable"] if config else {}
+        threads = [str(conf["thread_id"])] if "thread_id" in conf else self.thread_ids()
+        ns_wanted = conf.get("checkpoint_ns")
+        id_wanted = get_checkpoint_id(config) if config else None
+        before_id = get_checkpoint_id(before) if before else None
+        remaining = limit
+        for thread_id in threads:
+            state = self._state(thread_id)
+            entries = sorted(
+                (e for e in state.values() if isinstance(e, CheckpointEntry)),
+                key=lambda e: (e.ns, e.checkpoint_id),
+            )
+            by_ns: dict[str, list[CheckpointEntry]] = {}
+            for e in entries:
+                by_ns.setdefault(e.ns, []).append(e)
+            for ns, in_ns in by_ns.items():
+                if ns_wanted is not None and ns != ns_wanted:
+                    continue
+                for e in reversed(in_ns):
+                    if id_wanted and e.checkpoint_id != id_wanted:
+                        continue
+                    if before_id and e.checkpoint_id >= before_id:
+                        continue
+                    metadata = self._load(e.metadata) if filter else None
+                    if filter and not all(
+                        cast(dict[str, Any], metadata).get(k) == v for k, v in filter.items()
+                    ):
+                        continue
+                    if remaining is not None:
+                        if remaining <= 0:
+                            return
+                        remaining -= 1
+                    yield self._tuple(thread_id, e, state, metadata)
+
+    def _tuple(
+        self,
+        thread_id: str,
+        e: CheckpointEntry,
+        state: State,
+        metadata: Any = None,
+    ) -> CheckpointTuple:
+        checkpoint = cast(Checkpoint, self._load(e.checkpoint))
+        values: dict[str, Any] = {}
+        for channel, version in e.versions.items():
+            blob = state.get(_bkey(e.ns, channel, version))
+            if isinstance(blob, BlobEntry) and blob.value is not None:
+                values[channel] = self._load(blob.value)
+        checkpoint["channel_values"] = values
+        writes = state.get(_wkey(e.ns, e.checkpoint_id))
+        pending = (
+            [(w.task_id, w.channel, self._load(w.value)) for w in writes.writes]
+            if isinstance(writes, WritesEntry)
+            else []
+        )
+        return CheckpointTuple(
+            config=_config(thread_id, e.ns, e.checkpoint_id),
+            checkpoint=checkpoint,
+            metadata=cast(
+                CheckpointMetadata, metadata if metadata is not None else self._load(e.metadata)
+            ),
+            parent_config=_config(thread_id, e.ns, e.parent_id) if e.parent_id else None,
+            pending_writes=pending,
+        )
+
+    # -- writes -------------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint and the blobs of `new_versions`, as one atomic append."""
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        ns = conf.get("checkpoint_ns", "")
+        stored: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = stored.pop("channel_values", {})
+        full_metadata = get_checkpoint_metadata(config, metadata)
+        run_id = full_metadata.get("run_id")
+        event = CheckpointPut(
+            ns=ns,
+            checkpoint_id=checkpoint["id"],
+            parent_id=conf.get("checkpoint_id"),
+            run_id=str(run_id) if run_id is not None else None,
+            versions={ch: _version(v) for ch, v in checkpoint["channel_versions"].items()},
+            checkpoint=self._dump(stored),
+            metadata=self._dump(full_metadata),
+            blobs=[
+                BlobPut(ch, _version(v), self._dump(values[ch]) if ch in values else None)
+                for ch, v in new_versions.items()
+            ],
+        )
+        self.store.append(self.session_id(thread_id), [event])
+        return _config(thread_id, ns, checkpoint["id"])
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes against a checkpoint, as one atomic append; writing
+        the same (task, index) twice keeps the first."""
+        if not writes:
+            return
+        conf = config["configurable"]
+        event = WritesPut(
+            ns=conf.get("checkpoint_ns", ""),
+            checkpoint_id=str(conf["checkpoint_id"]),
+            writes=[
+                WriteRecord(task_id, WRITES_IDX_MAP.get(ch, i), ch, self._dump(v), task_path)
+                for i, (ch, v) in enumerate(writes)
+            ],
+        )
+        self.store.append(self.session_id(str(conf["thread_id"])), [event])
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread's session: its checkpoints, writes, history and bytes."""
+        self.store.delete_session(self.session_id(str(thread_id)))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Remove every checkpoint (and its writes) whose metadata has one of `run_ids`,
+        in every thread: one atomic append per thread that has any."""
+        wanted = {str(r) for r in run_ids}
+        if not wanted:
+            return
+        for thread_id in self.thread_ids():
+            self._remove(
+                thread_id,
+                lambda entries: [e for e in entries if e.run_id in wanted],
+                "delete_for_runs",
+            )
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of one thread into another, as one append."""
+        entries = self._state(str(source_thread_id))
+        if entries:
+            self.store.append(
+                self.session_id(str(target_thread_id)),
+                [ThreadCopied(source_thread_id=str(source_thread_id), entries=entries)],
+            )
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """`"keep_latest"`: keep each namespace's newest checkpoint, then compact the
+        thread without an archive so the pruned bytes leave the live log (archives an
+        earlier compaction made are kept). `"delete"`: delete the threads."""
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"prune strategy must be 'keep_latest' or 'delete', not {strategy!r}")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+            elif self._remove(str(thread_id), _all_but_newest, "prune"):
+                self.store.compact(self.session_id(str(thread_id)), archive=False)
+
+    def _remove(
+        self,
+        thread_id: str,
+        select: Callable[[_Entries], _Entries],
+        reason: str,
+    ) -> bool:
+        entries = [e for e in self._state(thread_id).values() if isinstance(e, CheckpointEntry)]
+        gone = [(e.ns, e.checkpoint_id) for e in select(entries)]
+        if gone:
+            self.store.append(
+                self.session_id(thread_id), [CheckpointsRemoved(checkpoints=gone, reason=reason)]
+            )
+        return bool(gone)
+
+    # -- async: the same calls, in the thread's lane of the async store ------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """`get_tuple` without blocking the event loop."""
+        return await self.aio.call(self._lane(config), lambda: self.get_tuple(config))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """`list` without blocking the event loop (read in a worker, then yielded)."""
+        found = await self.aio.call(
+            self._lane(config),
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit)),
+        )
+        for tup in found:
+            yield tup
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """`put` without blocking the event loop."""
+        return await self.aio.call(
+            self._lane(config), lambda: self.put(config, checkpoint, metadata, new_versions)
+        )
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """`put_writes` without blocking the event loop."""
+        await self.aio.call(
+            self._lane(config), lambda: self.put_writes(config, writes, task_id, task_path)
+        )
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """`delete_thread` without blocking the event loop."""
+        await self.aio.call(self.session_id(thread_id), lambda: self.delete_thread(thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """`delete_for_runs` without blocking the event loop."""
+        await self.aio.call(_EVERY_THREAD, lambda: self.delete_for_runs(run_ids))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """`copy_thread` without blocking the event loop (in the target's lane)."""
+        await self.aio.call(
+            self.session_id(target_thread_id),
+            lambda: self.copy_thread(source_thread_id, target_thread_id),
+        )
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """`prune` without blocking the event loop."""
+        await self.aio.call(_EVERY_THREAD, lambda: self.prune(thread_ids, strategy=strategy))
+
+    def _lane(self, config: RunnableConfig | None) -> str:
+        conf = config["configurable"] if config else {}
+        return self.session_id(str(conf["thread_id"])) if "thread_id" in conf else _EVERY_THREAD
+
+    # -- versions and values ------------------------------------------------------------
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """A string version `<counter>.<random>`: increasing, and unique across forks."""
+        if current is None:
+            n = 0
+        elif isinstance(current, int):
+            n = current
+        else:
+            n = int(str(current).split(".")[0])
+        return f"{n + 1:032}.{random.random():016}"
+
+    def _dump(self, value: Any) -> TypedValue:
+        type_name, data = self.serde.dumps_typed(value)
+        return TypedValue(type_name, data)
+
+    def _load(self, value: TypedValue) -> Any:
+        return self.serde.loads_typed((value.type, value.data))
+
+
+# a lane key for calls that span threads; no session id can equal it (ids are non-empty)
+_EVERY_THREAD = ""
+
+
+def _all_but_newest(entries: list[CheckpointEntry]) -> list[CheckpointEntry]:
+    newest: dict[str, str] = {}
+    for e in entries:
+        newest[e.ns] = max(e.checkpoint_id, newest.get(e.ns, ""))
+    return [e for e in entries if e.checkpoint_id != newest[e.ns]]
+
+
+def _version(v: str | int | float) -> str:
+    return msgspec.json.encode(v).decode()
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }

@@ -1,0 +1,300 @@
+"""`EventStoreSession`: an OpenAI Agents SDK `Session` kept in an eventstore session log.
+
+The conversation is a fold of three custom events, so nothing is ever overwritten:
+
+| call | event |
+|---|---|
+| `add_items(items)` | `agents_items_added`: the items, as one atomic append |
+| `pop_item()` | `agents_item_popped`: the item removed (and which one it was) |
+| `clear_session()` | `agents_session_cleared` |
+
+`get_items` reads the `agents_items` projection; `items_at(seq=...)` folds the history up
+to any point, so a popped or cleared conversation can still be read back, and
+`eventstore log` / `verify` see every step.
+
+Retries: each `add_items` is appended under an idempotency key. A call whose caller saw
+no outcome (an exception, a cancellation: its append may have been committed anyway)
+leaves its key with the session object, filed under a fingerprint of its items
+(canonical JSON, so key order does not matter); the next `add_items` of the same items
+reuses that key, and appends nothing if the first attempt was committed. A call that
+returned consumed its key: adding the same items again is a new message (a user who
+really says "yes" twice is recorded twice). The keys live in the object: a retry from
+another process (or a new object) cannot be told from a new message and appends again.
+A position-based key would not do: a cancelled call's append finishes in its worker
+and moves the position, so the retry would look new.
+
+Several processes may share one session: appends take the log's writers' lock; a pop
+removes the item it read only if nothing was appended since (`expected_seq`), and
+otherwise reads again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from datetime import datetime
+from typing import Any, cast
+
+import msgspec
+
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import (
+        SessionSettings,
+        coerce_session_settings,
+        resolve_session_limit,
+    )
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "eventstore.integrations.openai_agents needs the OpenAI Agents SDK:"
+        " pip install 'eventstore[openai-agents]'"
+    ) from exc
+
+from projections import StructProjection, fold
+
+from ..aio import AsyncSessionStore
+from ..errors import ConcurrencyError, InvalidRecordError
+from ..events import Event
+from ..store import SessionStore
+
+__all__ = [
+    "EVENT_TYPES",
+    "PROJECTIONS",
+    "AgentItems",
+    "AgentItemsProjection",
+    "EventStoreSession",
+    "ItemPopped",
+    "ItemsAdded",
+    "SessionCleared",
+]
+
+POP_ATTEMPTS = 100  # pops racing other writers re-read at most this often
+MAX_UNACKNOWLEDGED = 100  # failed adds whose keys a session object keeps for retries
+
+
+class ItemsAdded(Event, tag="agents_items_added", kw_only=True):
+    """`add_items`: the items, each as its JSON."""
+
+    items: list[msgspec.Raw]
+
+
+class ItemPopped(Event, tag="agents_item_popped", kw_only=True):
+    """`pop_item`: the item removed, named by the seq of the add that brought it and its
+    index in that add (kept in full too, so the log reads as a conversation)."""
+
+    added_seq: int
+    index: int
+    item: msgspec.Raw
+
+
+class SessionCleared(Event, tag="agents_session_cleared", kw_only=True):
+    """`clear_session`: every item is gone from the session (not from the log)."""
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (ItemsAdded, ItemPopped, SessionCleared)
+
+
+class StoredItem(msgspec.Struct, array_like=True, frozen=True):
+    """An item of the conversation, with where it came from."""
+
+    added_seq: int
+    index: int
+    item: msgspec.Raw
+
+
+class AgentItems(msgspec.Struct):
+    """The conversation as of `seq`, the last event folded (of any type)."""
+
+    seq: int = 0
+    items: list[StoredItem] = msgspec.field(default_factory=list)
+
+
+class AgentItemsProjection(StructProjection[AgentItems]):
+    """Items added, minus those popped, since the last clear."""
+
+    name = "agents_items"
+    version = 1
+    event_types = frozenset({"agents_items_added", "agents_item_popped", "agents_session_cleared"})
+    state_type = AgentItems
+
+    def initial(self) -> AgentItems:
+        """An empty conversation."""
+        return AgentItems()
+
+    def apply(self, state: AgentItems, event: Event) -> AgentItems:
+        """Fold one event; every event advances `seq`, so a pop can name its base."""
+        if isinstance(event, ItemsAdded):
+            state.items.extend(StoredItem(event.seq, i, raw) for i, raw in enumerate(event.items))
+        elif isinstance(event, ItemPopped):
+            items = state.items
+            if items and (items[-1].added_seq, items[-1].index) == (event.added_seq, event.index):
+                items.pop()
+            else:  # not the tail (only a writer that skipped expected_seq does this)
+                state.items = [
+                    i for i in items if (i.added_seq, i.index) != (event.added_seq, event.index)
+                ]
+        elif isinstance(event, SessionCleared):
+            state.items = []
+        state.seq = event.seq
+        return state
+
+    def copy(self, state: AgentItems) -> AgentItems:
+        """A copy sharing the immutable items. `seq` is read first: a fold racing this copy
+        can only make `seq` older than the items, which makes a pop re-read, never err."""
+        seq = state.seq
+        return AgentItems(seq, list(state.items))
+
+
+PROJECTION = AgentItemsProjection()
+PROJECTIONS: tuple[AgentItemsProjection, ...] = (PROJECTION,)
+
+_encoder = msgspec.json.Encoder()
+_sorted_encoder = msgspec.json.Encoder(order="sorted")
+
+
+class EventStoreSession:
+    """An Agents SDK `Session` (get_items, add_items, pop_item, clear_session) whose
+    conversation is the eventstore session `session_id`.
+
+    `store_or_url` is an `AsyncSessionStore` or `SessionStore` to share (opened with
+    `event_types=openai_agents.EVENT_TYPES, projections=openai_agents.PROJECTIONS`),
+    or what `SessionStore` takes (a directory or a store URL), opened here with those.
+    `session_settings.limit` is the default `get_items` limit.
+    """
+
+    session_id: str
+    session_settings: SessionSettings | None
+
+    def __init__(
+        self,
+        session_id: str,
+        store_or_url: AsyncSessionStore | SessionStore | str | os.PathLike[str],
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings = (
+            coerce_session_settings(session_settings)
+            if session_settings is not None
+            else SessionSettings()
+        )
+        if isinstance(store_or_url, AsyncSessionStore):
+            self.aio, self._owns = store_or_url, False
+        elif isinstance(store_or_url, SessionStore):
+            self.aio, self._owns = AsyncSessionStore(store_or_url), True
+        else:
+            store = SessionStore(store_or_url, event_types=EVENT_TYPES, projections=PROJECTIONS)
+            self.aio, self._owns = AsyncSessionStore(store), True
+        if PROJECTION.name not in self.aio.projections:
+            raise ValueError(
+                "the store given to EventStoreSession must be opened with"
+                " event_types=openai_agents.EVENT_TYPES, projections=openai_agents.PROJECTIONS"
+            )
+        self.store = self.aio.store
+        # fingerprint of items -> the key of an add whose caller saw no outcome
+        self._unacknowledged: dict[str, str] = {}
+
+    # -- the Session protocol -----------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The conversation in order; with a limit, its newest `limit` items (0: none; a
+        negative limit: all, as the SDK's SQLite session does)."""
+        n = resolve_session_limit(limit, self.session_settings)
+        state = await self.aio.load(self.session_id, PROJECTION)
+        items = cast(AgentItems, state).items
+        if n is not None and n >= 0:
+            items = items[max(len(items) - n, 0) :] if n else []
+        return [_decode(i.item) for i in items]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append the items as one atomic event; a retry of a failed or cancelled call
+        with the same items appends nothing if the first attempt was committed."""
+        if not items:
+            return
+        raws, fingerprint = _encode_items(items)
+        # a new attempt gets a new key; a retry of an attempt whose outcome its caller
+        # never saw (an error, a cancellation) reuses that attempt's key
+        key = self._unacknowledged.pop(fingerprint, None) or f"agents-add:{secrets.token_hex(8)}"
+        event = ItemsAdded(items=raws)
+        try:
+            await self.aio.call(
+                self.session_id,
+                lambda: self.store.append(self.session_id, [event], idempotency_key=key),
+            )
+        except BaseException:
+            self._unacknowledged[fingerprint] = key
+            while len(self._unacknowledged) > MAX_UNACKNOWLEDGED:
+                del self._unacknowledged[next(iter(self._unacknowledged))]
+            raise
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest item; None (and nothing written) if there is none."""
+
+        def pop() -> TResponseInputItem | None:
+            for _ in range(POP_ATTEMPTS):
+                state = cast(AgentItems, self.store.load(self.session_id, PROJECTION))
+                if not state.items:
+                    return None
+                last = state.items[-1]
+                event = ItemPopped(added_seq=last.added_seq, index=last.index, item=last.item)
+                try:
+                    self.store.append(self.session_id, [event], expected_seq=state.seq)
+                except ConcurrencyError:
+                    continue  # another writer got in first: read again
+                return _decode(last.item)
+            raise ConcurrencyError(self.session_id, state.seq, self.store.last_seq(self.session_id))
+
+        return await self.aio.call(self.session_id, pop)
+
+    async def clear_session(self) -> None:
+        """Remove every item from the session (the log keeps them: see `items_at`)."""
+
+        await self.aio.call(
+            self.session_id, lambda: self.store.append(self.session_id, [SessionCleared()])
+        )
+
+    # -- audit ---------------------------------------------------------------------------
+
+    async def items_at(
+        self, *, seq: int | None = None, at: datetime | None = None
+    ) -> list[TResponseInputItem]:
+        """The conversation as it was after event `seq`, or at time `at` (at most one;
+        neither: now), read from the whole history (the archive included)."""
+        if seq is not None and at is not None:
+            raise ValueError("give seq or at, not both")
+
+        def replay() -> list[TResponseInputItem]:
+            if not self.store.last_seq(self.session_id):
+                return []  # read_events would say the session is unknown
+            events = self.store.read_events(self.session_id, to_seq=seq)
+            if at is not None:
+                events = (e for e in events if e.ts <= at)
+            state = fold(PROJECTION, PROJECTION.initial(), events)
+            return [_decode(i.item) for i in state.items]
+
+        return await self.aio.call(self.session_id, replay)
+
+    async def close(self) -> None:
+        """Release the async store if this session made it (a shared one stays open)."""
+        if self._owns:
+            await self.aio.close()
+
+
+def _encode_items(items: list[TResponseInputItem]) -> tuple[list[msgspec.Raw], str]:
+    if not isinstance(items, list):
+        raise InvalidRecordError(f"items must be a list, got {type(items).__name__}")
+    digest = hashlib.blake2b(digest_size=16)
+    raws: list[msgspec.Raw] = []
+    for i, item in enumerate(items):
+        try:
+            raws.append(msgspec.Raw(_encoder.encode(item)))
+            canonical = _sorted_encoder.encode(item)
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise InvalidRecordError(f"items[{i}] is not JSON-serializable: {exc}") from None
+        digest.update(len(canonical).to_bytes(8, "big"))
+        digest.update(canonical)
+    return raws, digest.hexdigest()
+
+
+def _decode(raw: msgspec.Raw) -> TResponseInputItem:
+    return cast(TResponseInputItem, msgspec.json.decode(raw))

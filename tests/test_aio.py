@@ -1,0 +1,440 @@
+"""AsyncSessionStore: coroutines over the session API that never block the event loop.
+
+Attacks: hundreds of concurrent tasks on one session (order kept, reads see exactly the
+writes submitted before them), many sessions at once (in parallel, bounded), errors
+raised typed and not breaking a session's lane, cancellation before and during a call,
+close with calls in flight, and a loop-lag probe while 1,000 appends run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventstore import (
+    ConcurrencyError,
+    FeatureNotFoundError,
+    FeatureRecord,
+    InvalidRecordError,
+    InvalidSessionIdError,
+    ProgressAppended,
+    ProgressEntry,
+    SessionManifest,
+    SessionStore,
+    StoreClosedError,
+)
+from eventstore.aio import AsyncSessionStore
+
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def note(i: int | str) -> ProgressAppended:
+    return ProgressAppended(entry=ProgressEntry(run_id="r", summary=str(i)))
+
+
+def summaries(store: SessionStore, sid: str) -> list[str]:
+    return [p.summary for p in store.load_bootstrap_state(sid).recent_progress]
+
+
+def test_every_public_method_has_an_async_counterpart() -> None:
+    public = {
+        name
+        for name, member in inspect.getmembers(SessionStore)
+        if not name.startswith("_") and callable(member)
+    }
+    for name in public:
+        assert hasattr(AsyncSessionStore, name), f"AsyncSessionStore lacks {name}"
+        fn = getattr(AsyncSessionStore, name)
+        assert inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn), name
+
+
+def test_one_session_keeps_submission_order_and_reads_see_every_earlier_write(
+    tmp_path: Path,
+) -> None:
+    async def main() -> list[int]:
+        async with AsyncSessionStore(tmp_path, max_workers=4) as store:
+            calls: list[Coroutine[Any, Any, Any]] = []
+            for i in range(300):
+                calls.append(store.append("s", [note(i)]))
+                if i % 25 == 0:
+                    calls.append(store.load_bootstrap_state("s"))
+            results = await asyncio.gather(*calls)
+        # each read saw exactly the appends submitted before it, no more, no fewer
+        return [len(r.recent_progress) for r in results if not hasattr(r, "first_seq")]
+
+    seen = run(main())
+    assert seen == [i + 1 for i in range(0, 300, 25)]
+    assert summaries(SessionStore(tmp_path), "s") == [str(i) for i in range(300)]
+    assert SessionStore(tmp_path).verify("s").ok
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abcde"), st.integers(0, 10**6)), max_size=60))
+def test_many_sessions_each_keep_their_order(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int]]
+) -> None:
+    root = tmp_path_factory.mktemp("aio")
+
+    async def main() -> None:
+        async with AsyncSessionStore(root, max_workers=3) as store:
+            await asyncio.gather(*(store.append(sid, [note(v)]) for sid, v in ops))
+
+    run(main())
+    plain = SessionStore(root)
+    for sid in "abcde":
+        assert summaries(plain, sid) == [str(v) for s, v in ops if s == sid]
+
+
+def test_calls_on_one_session_never_overlap_and_different_sessions_run_in_parallel(
+    tmp_path: Path,
+) -> None:
+    active: dict[str, int] = {}
+    overlaps: list[str] = []
+    barrier = threading.Barrier(2, timeout=5)  # breaks unless two sessions run at once
+    lock = threading.Lock()
+
+    def work(sid: str, meet: bool) -> str:
+        with lock:
+            active[sid] = active.get(sid, 0) + 1
+            if active[sid] > 1:
+                overlaps.append(sid)
+        if meet:
+            barrier.wait()
+        time.sleep(0.002)
+        with lock:
+            active[sid] -= 1
+        return sid
+
+    async def main() -> None:
+        async with AsyncSessionStore(tmp_path, max_workers=4) as store:
+            same = [store.call("one", lambda: work("one", False)) for _ in range(40)]
+            meet = [store.call(sid, lambda sid=sid: work(sid, True)) for sid in ("x", "y")]  # type: ignore[misc]
+            await asyncio.gather(*same, *meet)
+
+    run(main())
+    assert overlaps == []
+
+
+def test_the_thread_offload_is_bounded(tmp_path: Path) -> None:
+    running = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def work() -> None:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.01)
+        with lock:
+            running -= 1
+
+    async def main() -> None:
+        async with AsyncSessionStore(tmp_path, max_workers=2) as store:
+            await asyncio.gather(*(store.call(f"s{i}", work) for i in range(12)))
+
+    run(main())
+    assert peak == 2
+
+
+def test_calls_waiting_for_their_turn_hold_no_thread(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    async def main() -> None:
+        async with AsyncSessionStore(tmp_path, max_workers=2) as store:
+            blocker = asyncio.ensure_future(store.call("a", lambda: release.wait(10)))
+            queued = [asyncio.ensure_future(store.append("a", [note(i)])) for i in range(20)]
+            await asyncio.sleep(0.05)
+            # 21 calls on "a" are submitted, one worker is taken: "b" still gets the other
+            await asyncio.wait_for(store.append("b", [note("b")]), 5)
+            assert not any(q.done() for q in queued)
+            release.set()
+            await blocker
+            await asyncio.gather(*queued)
+
+    run(main())
+    assert summaries(SessionStore(tmp_path), "a") == [str(i) for i in range(20)]
+
+
+def test_errors_are_raised_typed_and_the_lane_goes_on(tmp_path: Path) -> None:
+    manifest = SessionManifest(session_id="s", active_branch="main", current_objective="o")
+    feature = FeatureRecord(id="f1", category="c", description="d", steps=[], passes=False)
+
+    async def main() -> None:
+        async with AsyncSessionStore(tmp_path) as store:
+            assert await store.initialize_session_if_missing("s", manifest, [feature])
+            results = await asyncio.gather(
+                store.update_feature_pass("s", "nope", True),
+                store.append("s", [note(1)], expected_seq=0),
+                store.append("s", [note(2)]),
+                store.load_bootstrap_state("bad\x00id"),
+                store.append("s", []),
+                store.update_feature_pass("s", "f1", True),
+                return_exceptions=True,
+            )
+            assert isinstance(results[0], FeatureNotFoundError)
+            assert isinstance(results[1], ConcurrencyError) and results[1].actual == 2
+            assert results[2] is None or hasattr(results[2], "first_seq")
+            assert isinstance(results[3], InvalidSessionIdError)
+            assert isinstance(results[4], InvalidRecordError)
+            assert results[5] is None
+            state = await store.load_bootstrap_state("s")
+            assert [p.summary for p in state.recent_progress] == ["2"]
+            assert state.feature_list[0].passes is True
+
+    run(main())
+
+
+def test_a_call_cancelled_while_waiting_never_runs(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    async def main() -> None:
+        async with AsyncSessionStore(tmp_path) as store:
+            blocker = asyncio.ensure_future(store.call("s", lambda: release.wait(5)))
+            await asyncio.sleep(0.05)  # the blocker holds the lane
+            waiting = asyncio.ensure_future(store.append("s", [note("withdrawn")]))
+            after = asyncio.ensure_future(store.append("s", [note("after")]))
+            await asyncio.sleep(0.01)
+            waiting.cancel()
+            release.set()
+            assert await blocker is True
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            await after
+
+    run(main())
+    assert summaries(SessionStore(tmp_path), "s") == ["after"]
+
+
+def test_a_call_cancelled_while_running_completes_before_the_next(tmp_path: Path) -> None:
+    started = threading.Event()
+    order: list[str] = []
+
+    def slow() -> None:
+        started.set()
+        time.sleep(0.1)
+        order.append("slow done")
+
+    async def main() -> None:
+        async with AsyncSessionStore(tmp_path) as store:
+            running = asyncio.ensure_future(store.call("s", slow))
+            while not started.is_set():
+                await asyncio.sleep(0.001)
+            nxt = asyncio.ensure_future(store.call("s", lambda: order.append("next")))
+            running.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await running
+            await nxt
+
+    run(main())
+    assert order == ["slow done", "next"]
+
+
+def test_close_waits_for_submitted_calls_then_refuses_new_ones(tmp_path: Path) -> None:
+    async def main() -> AsyncSessionStore:
+        store = AsyncSessionStore(tmp_path)
+        tasks = [asyncio.ensure_future(store.append("s", [note(i)])) for i in range(50)]
+        await asyncio.sleep(0)  # the calls are submitted
+        await store.close()
+        assert all(t.done() and t.exception() is None for t in tasks)
+        assert store.closed
+        with pytest.raises(StoreClosedError):
+            await store.append("s", [note("late")])
+        with pytest.raises(StoreClosedError):
+            await store.list_sessions()
+        return store
+
+    store = run(main())
+    assert summaries(SessionStore(tmp_path), "s") == [str(i) for i in range(50)]
+    with pytest.raises(StoreClosedError):  # the store it opened is closed too
+        store.store.load_bootstrap_state("s")
+
+
+def test_a_shared_store_is_not_closed(tmp_path: Path) -> None:
+    plain = SessionStore(tmp_path)
+
+    async def main() -> None:
+        async with AsyncSessionStore(plain) as store:
+            await store.append("s", [note(1)])
+            assert await store.list_sessions() == ["s"]
+
+    run(main())
+    assert summaries(plain, "s") == ["1"]  # still open
+
+
+def test_the_store_can_be_used_from_one_loop_after_another(tmp_path: Path) -> None:
+    store = AsyncSessionStore(tmp_path)
+    for i in range(3):
+        run(store.append("s", [note(i)]))
+    assert run(store.last_seq("s")) == 3
+    run(store.close())
+
+
+def test_audit_methods_and_compaction(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with AsyncSessionStore(tmp_path) as store:
+            for i in range(5):
+                await store.append("s", [note(i)])
+            report = await store.compact("s")
+            assert report.events_before == 5
+            events = await store.read_events("s", from_seq=2, to_seq=4)
+            assert [e.seq for e in events] == [2, 3, 4]
+            assert len((await store.state_at("s", seq=3)).recent_progress) == 3
+            assert await store.transcript_at("s", seq=3) == []
+            assert (await store.verify("s")).ok
+            assert await store.load("s", "bootstrap") == await store.load_bootstrap_state("s")
+            assert "bootstrap" in store.projections
+
+    run(main())
+
+
+def test_follow_yields_what_is_appended_later(tmp_path: Path) -> None:
+    async def main() -> list[int]:
+        async with AsyncSessionStore(tmp_path) as store:
+            await store.append("s", [note(0)])
+            seen: list[int] = []
+
+            async def consume() -> None:
+                async for ev in store.follow("s", poll_interval=0.01):
+                    seen.append(ev.seq)
+                    if len(seen) == 3:
+                        return
+
+            consumer = asyncio.ensure_future(consume())
+            await store.append("s", [note(1)])
+            await store.append("s", [note(2)])
+            await asyncio.wait_for(consumer, 10)
+            return seen
+
+    assert run(main()) == [1, 2, 3]
+
+
+def test_close_ends_a_running_follow(tmp_path: Path) -> None:
+    async def main() -> list[int]:
+        store = AsyncSessionStore(tmp_path)
+        await store.append("s", [note(0)])
+        seen: list[int] = []
+
+        async def consume() -> None:
+            async for ev in store.follow("s", poll_interval=0.01):
+                seen.append(ev.seq)
+
+        consumer = asyncio.ensure_future(consume())
+        while not seen:
+            await asyncio.sleep(0.005)
+        await store.close()
+        await asyncio.wait_for(consumer, 5)  # the iteration ended by itself
+        with pytest.raises(StoreClosedError):
+            async for _ in store.follow("s"):
+                pass
+        return seen
+
+    assert run(main()) == [1]
+
+
+def test_delete_session_runs_after_the_calls_before_it(tmp_path: Path) -> None:
+    async def main() -> tuple[bool, bool, list[str]]:
+        async with AsyncSessionStore(tmp_path) as store:
+            writes = [store.append("s", [note(i)]) for i in range(20)]
+            deleted = store.delete_session("s")
+            again = store.delete_session("s")
+            results = await asyncio.gather(*writes, deleted, again)
+            first, second = results[-2], results[-1]
+            assert isinstance(first, bool) and isinstance(second, bool)
+            return first, second, await store.list_sessions()
+
+    assert run(main()) == (True, False, [])
+
+
+@pytest.mark.parametrize("url", ["memory://", "file"])
+def test_urls_open_any_engine(tmp_path: Path, url: str) -> None:
+    async def main() -> list[str]:
+        async with AsyncSessionStore(str(tmp_path) if url == "file" else url) as store:
+            await asyncio.gather(*(store.append(f"s{i % 3}", [note(i)]) for i in range(30)))
+            state = await store.load_bootstrap_state("s1")
+            assert [p.summary for p in state.recent_progress] == [str(i) for i in range(1, 30, 3)]
+            return await store.list_sessions()
+
+    assert run(main()) == ["s0", "s1", "s2"]
+
+
+def test_bad_max_workers_is_refused(tmp_path: Path) -> None:
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="max_workers"):
+            AsyncSessionStore(tmp_path, max_workers=bad)  # type: ignore[arg-type]
+
+
+def loop_lag_while_appending(root: Path, appends: int, sessions: int) -> tuple[list[float], float]:
+    """Lags (seconds) of a 1 ms ticker on the loop while `appends` appends run."""
+
+    async def main() -> tuple[list[float], float]:
+        lags: list[float] = []
+        done = asyncio.Event()
+
+        async def probe() -> None:
+            while not done.is_set():
+                t = time.perf_counter()
+                await asyncio.sleep(0.001)
+                lags.append(time.perf_counter() - t - 0.001)
+
+        async with AsyncSessionStore(root) as store:
+            ticker = asyncio.ensure_future(probe())
+            await asyncio.sleep(0.01)
+            t0 = time.perf_counter()
+            await asyncio.gather(
+                *(store.append(f"s{i % sessions}", [note(i)]) for i in range(appends))
+            )
+            elapsed = time.perf_counter() - t0
+            done.set()
+            await ticker
+        return lags, elapsed
+
+    return run(main())
+
+
+def test_the_event_loop_is_not_blocked_while_1000_appends_run(tmp_path: Path) -> None:
+    lags, elapsed = loop_lag_while_appending(tmp_path, 1000, 8)
+    lags.sort()
+    p99 = lags[int(len(lags) * 0.99) - 1]
+    print(
+        f"loop lag over {len(lags)} ticks during 1000 appends in {elapsed:.3f} s:"
+        f" median {statistics.median(lags) * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms,"
+        f" max {lags[-1] * 1e3:.2f} ms"
+    )
+    assert len(lags) > 10  # the probe really ran beside the appends
+    assert p99 < 0.050  # generous: a blocked loop would lag by the whole run
+
+
+@pytest.mark.parametrize("section", ["Async API", "LangGraph", "OpenAI Agents SDK"])
+def test_the_readme_examples_of_the_async_api_and_integrations_run(
+    section: str, tmp_path: Path
+) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    start = readme.index(f"\n## {section}\n")
+    body = readme[start + 1 : readme.index("\n## ", start + 1)]
+    blocks = re.findall(r"```python\n(.*?)```", body, re.S)
+    assert blocks, section
+    for i, code in enumerate(blocks):  # each as a script of its own, as a reader runs it
+        script = tmp_path / f"example{i}.py"
+        script.write_text(code, encoding="utf-8")
+        done = subprocess.run(
+            [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr

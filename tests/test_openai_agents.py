@@ -1,0 +1,436 @@
+"""EventStoreSession: the OpenAI Agents SDK `Session` protocol over an eventstore log.
+
+Proved against the SDK itself: its `Runner` with a fake model (no network), and the
+SDK's own `SQLiteSession` as the reference for every sequence of protocol calls
+(hypothesis). Attacked with retries after a committed append, pops racing across
+processes, adds from several processes at once, and input that is not JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+from collections.abc import AsyncIterator, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from agents import Agent, Runner, set_tracing_disabled
+from agents.items import ModelResponse, TResponseInputItem
+from agents.memory import Session, SQLiteSession
+from agents.models.interface import Model
+from agents.usage import Usage
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+
+from eventstore import InvalidRecordError, SessionStore, StorageError
+from eventstore.aio import AsyncSessionStore
+from eventstore.integrations import openai_agents as oa
+from eventstore.integrations.openai_agents import EventStoreSession, ItemsAdded
+from eventstore.layout import SessionPaths
+
+T = TypeVar("T")
+set_tracing_disabled(True)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def msg(text: str, role: str = "user") -> TResponseInputItem:
+    return {"role": role, "content": text}  # type: ignore[return-value,misc]
+
+
+def plain_store(root: Path) -> SessionStore:
+    return SessionStore(root, event_types=oa.EVENT_TYPES, projections=oa.PROJECTIONS)
+
+
+def adds(root: Path, sid: str) -> int:
+    return sum(1 for e in plain_store(root).read_events(sid) if isinstance(e, ItemsAdded))
+
+
+# -- the SDK's Runner with a fake model ------------------------------------------------
+
+
+class CountingModel(Model):
+    """Answers with how many user messages it was shown; remembers every input."""
+
+    def __init__(self) -> None:
+        self.inputs: list[list[Any]] = []
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
+        items = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+        self.inputs.append(items)
+        users = [i for i in items if i.get("role") == "user"]
+        text = f"seen {len(users)} user messages, last: {users[-1]['content']}"
+        out = ResponseOutputMessage(
+            id=f"msg_{len(self.inputs)}",
+            type="message",
+            role="assistant",
+            status="completed",
+            content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
+        )
+        return ModelResponse(output=[out], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise NotImplementedError
+
+
+def test_runner_keeps_the_conversation_across_turns_and_new_session_objects(tmp_path: Path) -> None:
+    model = CountingModel()
+    agent = Agent(name="echo", instructions="count", model=model)
+
+    async def main() -> list[str]:
+        outputs = []
+        session = EventStoreSession("chat-1", tmp_path)
+        assert isinstance(session, Session)  # the SDK's runtime-checkable protocol
+        r1 = await Runner.run(agent, "hello", session=session)
+        outputs.append(r1.final_output)
+        r2 = await Runner.run(agent, "again", session=session)
+        outputs.append(r2.final_output)
+        await session.close()
+        # a new object (another process, a restart) continues the same conversation
+        later = EventStoreSession("chat-1", tmp_path)
+        r3 = await Runner.run(agent, "third", session=later)
+        outputs.append(r3.final_output)
+        items = await later.get_items()
+        assert [i.get("role") for i in items] == ["user", "assistant"] * 3
+        await later.close()
+        return outputs
+
+    outputs = run(main())
+    assert outputs == [
+        "seen 1 user messages, last: hello",
+        "seen 2 user messages, last: again",
+        "seen 3 user messages, last: third",
+    ]
+    # the model was shown the history the session kept
+    assert [i.get("content") for i in model.inputs[2] if i.get("role") == "user"] == [
+        "hello",
+        "again",
+        "third",
+    ]
+    assert plain_store(tmp_path).verify("chat-1").ok
+
+
+# -- the protocol, against the SDK's SQLiteSession --------------------------------------
+
+ITEM = st.builds(
+    msg,
+    st.text(max_size=8),
+    st.sampled_from(["user", "assistant", "system"]),
+)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.lists(ITEM, max_size=3)),
+        st.tuples(st.just("pop"), st.none()),
+        st.tuples(st.just("clear"), st.none()),
+        st.tuples(st.just("get"), st.one_of(st.none(), st.integers(-2, 6))),
+    ),
+    max_size=25,
+)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=OPS, default_limit=st.one_of(st.none(), st.integers(0, 4)))
+def test_every_call_answers_as_the_sdks_sqlite_session_does(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, Any]], default_limit: int | None
+) -> None:
+    root = tmp_path_factory.mktemp("agents")
+    settings_ = {"limit": default_limit}
+
+    async def main() -> None:
+        ours = EventStoreSession("s", root, session_settings=settings_)
+        ref = SQLiteSession("s", session_settings=settings_)
+        for op, arg in ops:
+            if op == "add":
+                await ours.add_items(list(arg))
+                await ref.add_items(list(arg))
+            elif op == "pop":
+                assert await ours.pop_item() == await ref.pop_item()
+            elif op == "clear":
+                await ours.clear_session()
+                await ref.clear_session()
+            else:
+                assert await ours.get_items(arg) == await ref.get_items(arg), (op, arg)
+        assert await ours.get_items() == await ref.get_items()
+        await ours.close()
+        ref.close()
+
+    run(main())
+    if plain_store(root).last_seq("s"):
+        assert plain_store(root).verify("s").ok
+
+
+def test_limit_semantics(tmp_path: Path) -> None:
+    async def main() -> None:
+        s = EventStoreSession("s", tmp_path, session_settings={"limit": 2})
+        await s.add_items([msg(str(i)) for i in range(5)])
+        assert [i["content"] for i in await s.get_items()] == ["3", "4"]  # type: ignore[typeddict-item]
+        assert [i["content"] for i in await s.get_items(3)] == ["2", "3", "4"]  # type: ignore[typeddict-item]
+        assert await s.get_items(0) == []
+        assert len(await s.get_items(-1)) == 5
+        assert len(await s.get_items(50)) == 5
+        unlimited = EventStoreSession("s", tmp_path)
+        assert len(await unlimited.get_items()) == 5
+        assert await EventStoreSession("empty", tmp_path).get_items(3) == []
+
+    run(main())
+
+
+def test_pop_on_empty_returns_none_and_writes_nothing(tmp_path: Path) -> None:
+    async def main() -> None:
+        s = EventStoreSession("s", tmp_path)
+        assert await s.pop_item() is None
+        await s.add_items([msg("a")])
+        assert await s.pop_item() == msg("a")
+        assert await s.pop_item() is None
+
+    run(main())
+    assert plain_store(tmp_path).last_seq("s") == 2  # the add and one pop
+
+
+def test_pops_and_clears_are_events_and_the_history_stays_readable(tmp_path: Path) -> None:
+    async def main() -> None:
+        s = EventStoreSession("s", tmp_path)
+        await s.add_items([msg("a"), msg("b", "assistant")])  # seq 1
+        await s.add_items([msg("c")])  # seq 2
+        assert await s.pop_item() == msg("c")  # seq 3
+        await s.clear_session()  # seq 4
+        await s.add_items([msg("d")])  # seq 5
+        assert await s.get_items() == [msg("d")]
+        assert await s.items_at(seq=2) == [msg("a"), msg("b", "assistant"), msg("c")]
+        assert await s.items_at(seq=3) == [msg("a"), msg("b", "assistant")]
+        assert await s.items_at(seq=4) == []
+        assert await s.items_at() == [msg("d")]
+        assert await EventStoreSession("never", tmp_path).items_at(seq=3) == []
+        with pytest.raises(ValueError):
+            await s.items_at(seq=1, at=__import__("datetime").datetime.now())
+
+    run(main())
+    store = plain_store(tmp_path)
+    kinds = [type(e).__name__ for e in store.read_events("s")]
+    assert kinds == ["ItemsAdded", "ItemsAdded", "ItemPopped", "SessionCleared", "ItemsAdded"]
+    at = next(e for e in store.read_events("s") if e.seq == 3).ts
+
+    async def after_compaction() -> None:
+        store.compact("s")
+        s = EventStoreSession("s", tmp_path)
+        assert await s.get_items() == [msg("d")]
+        assert await s.items_at(at=at) == [msg("a"), msg("b", "assistant")]
+
+    run(after_compaction())
+    assert plain_store(tmp_path).verify("s").ok
+
+
+def test_a_retry_after_a_committed_append_does_not_append_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = plain_store(tmp_path)
+    real_append = store.append
+    fail_once = [True]
+
+    def append_then_fail(*args: Any, **kwargs: Any) -> Any:
+        result = real_append(*args, **kwargs)
+        if fail_once[0] and kwargs.get("idempotency_key"):
+            fail_once[0] = False
+            raise StorageError("the acknowledgement was lost", None)
+        return result
+
+    monkeypatch.setattr(store, "append", append_then_fail)
+
+    async def main() -> None:
+        s = EventStoreSession("s", store)
+        items = [msg("pay the invoice"), msg("ok", "assistant")]
+        with pytest.raises(StorageError):
+            await s.add_items(items)
+        await s.add_items([dict(reversed(list(i.items()))) for i in items])  # type: ignore[misc]
+        assert await s.get_items() == items  # once, though retried (keys in any order)
+        await s.add_items(items)  # a real second add of the same items after a success
+        assert await s.get_items() == items + items
+        await s.close()
+
+    run(main())
+    assert adds(tmp_path, "s") == 2
+
+
+def test_a_retry_after_a_cancelled_add_does_not_append_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = plain_store(tmp_path)
+    real_append = store.append
+    started = __import__("threading").Event()
+
+    def slow_append(*args: Any, **kwargs: Any) -> Any:
+        started.set()
+        __import__("time").sleep(0.2)  # the caller gives up meanwhile; the append goes on
+        return real_append(*args, **kwargs)
+
+    monkeypatch.setattr(store, "append", slow_append)
+
+    async def main() -> None:
+        s = EventStoreSession("s", store)
+        first = asyncio.ensure_future(s.add_items([msg("once")]))
+        while not started.is_set():
+            await asyncio.sleep(0.005)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        await s.add_items([msg("once")])  # the retry runs after the cancelled call ended
+        assert await s.get_items() == [msg("once")]
+        await s.close()
+
+    run(main())
+    assert adds(tmp_path, "s") == 1
+
+
+def test_a_failed_add_then_other_items_then_the_first_again_appends_each(tmp_path: Path) -> None:
+    async def main() -> None:
+        s = EventStoreSession("s", tmp_path)
+        await s.add_items([msg("x")])
+        await s.add_items([msg("y")])
+        await s.add_items([msg("x")])
+        assert [i["content"] for i in await s.get_items()] == ["x", "y", "x"]  # type: ignore[typeddict-item]
+
+    run(main())
+
+
+def test_two_session_objects_adding_the_same_items_both_count(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = AsyncSessionStore(plain_store(tmp_path))
+        a, b = EventStoreSession("s", store), EventStoreSession("s", store)
+        await asyncio.gather(a.add_items([msg("yes")]), b.add_items([msg("yes")]))
+        assert await a.get_items() == [msg("yes"), msg("yes")]
+        await store.close()
+
+    run(main())
+
+
+def test_concurrent_adds_on_one_object_keep_submission_order(tmp_path: Path) -> None:
+    async def main() -> None:
+        s = EventStoreSession("s", tmp_path)
+        await asyncio.gather(*(s.add_items([msg(str(i))]) for i in range(60)))
+        await asyncio.gather(*(s.add_items([msg("same")]) for _ in range(3)))
+        got = [i["content"] for i in await s.get_items()]  # type: ignore[typeddict-item]
+        assert got == [str(i) for i in range(60)] + ["same"] * 3
+        await s.close()
+
+    run(main())
+
+
+def test_input_that_is_not_json_is_refused_and_nothing_written(tmp_path: Path) -> None:
+    async def main() -> None:
+        s = EventStoreSession("s", tmp_path)
+        with pytest.raises(InvalidRecordError, match=r"items\[1\]"):
+            await s.add_items([msg("ok"), {"role": "user", "content": object()}])  # type: ignore[list-item,misc]
+        with pytest.raises(InvalidRecordError):
+            await s.add_items("not a list")  # type: ignore[arg-type]
+
+    run(main())
+    assert plain_store(tmp_path).last_seq("s") == 0
+
+
+def test_a_store_without_the_agents_projection_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="EVENT_TYPES"):
+        EventStoreSession("s", SessionStore(tmp_path))
+
+
+# -- several processes on one session ---------------------------------------------------
+
+
+def _add_worker(root: str, worker: int, n: int, go: Any) -> None:
+    go.wait()
+
+    async def main() -> None:
+        s = EventStoreSession("shared", root)
+        for i in range(n):
+            await s.add_items([msg(f"{worker}:{i}")])
+        await s.close()
+
+    asyncio.run(main())
+
+
+def _pop_worker(root: str, n: int, out: Any, go: Any) -> None:
+    go.wait()
+
+    async def main() -> list[Any]:
+        s = EventStoreSession("shared", root)
+        popped = [await s.pop_item() for _ in range(n)]
+        await s.close()
+        return popped
+
+    for item in asyncio.run(main()):
+        out.put(item["content"] if item else None)
+
+
+def test_adds_from_several_processes_all_land_in_each_ones_order(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    go = ctx.Event()
+    procs = [ctx.Process(target=_add_worker, args=(str(tmp_path), w, 15, go)) for w in range(4)]
+    for p in procs:
+        p.start()
+    go.set()  # all at once
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    items = run(EventStoreSession("shared", tmp_path).get_items())
+    contents = [str(i["content"]) for i in items]  # type: ignore[typeddict-item]
+    assert len(contents) == 60
+    for w in range(4):
+        assert [c for c in contents if c.startswith(f"{w}:")] == [f"{w}:{i}" for i in range(15)]
+    assert plain_store(tmp_path).verify("shared").ok
+
+
+def test_pops_from_several_processes_never_pop_one_item_twice(tmp_path: Path) -> None:
+    run(EventStoreSession("shared", tmp_path).add_items([msg(str(i)) for i in range(40)]))
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    go = ctx.Event()
+    procs = [ctx.Process(target=_pop_worker, args=(str(tmp_path), 6, out, go)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    go.set()
+    popped = [out.get(timeout=120) for _ in range(24)]
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    assert sorted(popped, key=int) == [str(i) for i in range(16, 40)]  # the newest 24, once each
+    left = run(EventStoreSession("shared", tmp_path).get_items())
+    assert [i["content"] for i in left] == [str(i) for i in range(16)]  # type: ignore[typeddict-item]
+    assert plain_store(tmp_path).verify("shared").ok
+
+
+def test_a_cleared_conversation_compacted_without_archive_shrinks_to_its_snapshot(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        s = EventStoreSession("s", tmp_path)
+        for i in range(50):
+            await s.add_items([msg(f"{i} " + "words " * 100)])
+        await s.clear_session()
+        await s.close()
+
+    run(main())
+    store = plain_store(tmp_path)
+    log = SessionPaths(tmp_path, "s").log
+    before = log.stat().st_size
+    store.compact("s", archive=False)
+    assert log.stat().st_size < before / 10  # what stays: the newest idempotency keys
+    assert run(EventStoreSession("s", tmp_path).get_items()) == []
+
+
+def test_a_memory_url_store_works() -> None:
+    async def main() -> list[TResponseInputItem]:
+        s = EventStoreSession("chat", "memory://")
+        await s.add_items([msg("a"), msg("b")])
+        assert await s.pop_item() == msg("b")
+        items = await s.get_items()
+        await s.close()
+        return items
+
+    assert run(main()) == [msg("a")]
