@@ -446,3 +446,21 @@ def test_fast_constructors_build_equal_frozen_objects() -> None:
 
     with pytest.raises(TypeError):
         maker(NoSlots)
+
+
+def test_a_store_dropped_without_close_closes_its_descriptors(root: Path) -> None:
+    """Stores are often dropped without close(): the cached descriptors must not leak
+    (a test suite that leaked them ran out of select()-able descriptors)."""
+    import gc
+
+    store = SessionStore(root)
+    for i in range(5):
+        store.append_progress_entry(f"s{i}", make_entry(i))
+    sessions = list(_engine(store)._sessions.values())
+    fds = [fd for sess in sessions for fd in (sess.lock_fd, sess.log_fd)]
+    assert len(fds) == 10 and min(fds) >= 0
+    del store, sessions
+    gc.collect()
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)

@@ -184,6 +184,11 @@ class _Session:
         if fd >= 0:
             _close_quietly(fd)
 
+    def __del__(self) -> None:
+        # an engine (a store) dropped without close() must not leak its descriptors:
+        # its sessions go with it (nothing else refers to them), and theirs close here
+        self.drop_fds()
+
 
 def _close_quietly(fd: int) -> None:
     try:
