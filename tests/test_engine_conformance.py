@@ -619,3 +619,40 @@ def test_a_load_never_returns_an_edited_line(case: EngineCase, url: str, what: s
         with pytest.raises(CorruptLogError):
             store.state_at(SID, seq=5)
         assert not store.verify(SID).ok
+
+
+def test_history_readers_beside_appends_and_compactions_see_one_picture(url: str) -> None:
+    """verify and read_events while another store appends and compacts: every report is
+    clean and every read is gapless 1..n with no snapshot standing in for archived events
+    (they used to list the archive and read the live log at different moments)."""
+    errors: list[BaseException] = []
+
+    def churn() -> None:
+        try:
+            with SessionStore(url) as s:
+                for i in range(70):
+                    s.append_progress_entry(SID, make_entry(i))
+                    if i % 7 == 6:
+                        s.compact(SID)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    with SessionStore(url) as store:
+        _progress(store, SID, 3)
+        t = threading.Thread(target=churn)
+        t.start()
+        rounds = 0
+        try:
+            while t.is_alive() or not rounds:
+                rounds += 1
+                report = store.verify(SID)
+                assert report.ok, report.problems
+                seqs = [e.seq for e in store.read_events(SID)]
+                assert seqs == list(range(1, len(seqs) + 1))
+                assert not any(
+                    type(e) is Snapshot for e in store.read_events(SID, to_seq=len(seqs))
+                )
+        finally:
+            t.join()
+        assert [e.seq for e in store.read_events(SID)] == list(range(1, 74))
+    assert errors == []

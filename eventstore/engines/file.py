@@ -94,6 +94,7 @@ ARCHIVE_NAME = re.compile(r"(\d{12})-(\d{12})(?:-[0-9a-f]+)?\.jsonl(\.pending)?\
 _PENDING = ".pending"
 _OLD_TMP_PREFIX = "log.jsonl.compact-"  # temporary files of releases before 0.2
 _REMOVED_PREFIX = ".removed-"  # a session being removed: never an id (ids cannot start with ".")
+_HISTORY_TRIES = 50  # lock-free pictures spoiled by installs before a reader takes the lock
 _head_decoder = msgspec.json.Decoder(LineHead)
 _snapshot_head_decoder = msgspec.json.Decoder(SnapshotHead)
 
@@ -498,44 +499,27 @@ class FileEngine(Engine):
             os.fsync(fd)
 
     def history(self, session_id: str) -> History:
-        """The archive files in sequence order, then the live log, opened under the
-        writers' lock (so no install is half done) and read later through those
-        descriptors (so later installs change nothing of this picture)."""
+        """The archive files in sequence order, then the live log, as of one instant.
+
+        Taken without the lock, so a busy writer cannot starve a reader: the archive is
+        listed, every file opened, the live log opened, and the archive listed again; if
+        an install changed anything meanwhile, the picture is taken again (under the
+        writers' lock after many tries). The files are then read through those
+        descriptors, so later installs change nothing of the picture.
+        """
         sess = self._session(session_id)
         paths = sess.paths
-        fds: list[int] = []
-        segments: list[Segment] = []
-        try:
-            with self._locked(sess, create=False) as exists:
-                if not exists:
-                    return _FileHistory([], [])
-                keyed: list[tuple[tuple[int, int, int, str], Segment]] = []
-                live_fd, live_st = _open_existing(paths.log)
-                if live_fd is not None:
-                    fds.append(live_fd)
-                live = (live_st.st_dev, live_st.st_ino) if live_st is not None else (0, 0)
-                for name in _archive_names(paths.archive):
-                    m = ARCHIVE_NAME.match(name)
-                    assert m is not None
-                    fd, st = _open_existing(paths.archive / name)
-                    if fd is None or st is None:
-                        continue
-                    if m[3] and (st.st_dev, st.st_ino) == live:
-                        os.close(fd)  # a pending link that is still the live log
-                        continue
-                    fds.append(fd)
-                    seg = _FileSegment(
-                        fd, str(paths.archive / name), st.st_size, True, int(m[1]), int(m[2])
-                    )
-                    keyed.append(((int(m[1]), int(m[2]), st.st_mtime_ns, name), seg))
-                segments = [seg for _, seg in sorted(keyed, key=lambda k: k[0])]
-                if live_fd is not None and live_st is not None:
-                    segments.append(_FileSegment(live_fd, str(paths.log), live_st.st_size, False))
-        except BaseException:
-            for fd in fds:
-                os.close(fd)
-            raise
-        return _FileHistory(segments, fds)
+        paths.check_no_links()
+        if not os.path.lexists(paths.dir):
+            return _FileHistory([], [])
+        for _ in range(_HISTORY_TRIES):
+            picture = _picture(paths)
+            if picture is not None:
+                return picture
+        with self._locked(sess, create=False) as exists:  # installs without end: wait one out
+            picture = _picture(paths) if exists else _FileHistory([], [])
+            assert picture is not None  # nothing changes while the lock is held
+            return picture
 
     def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
         """Poll the file's identity and size until they differ from `position`'s."""
@@ -883,6 +867,50 @@ class FileEngine(Engine):
         for sess in sessions:
             with sess.lock:
                 sess.drop_fds()
+
+
+def _picture(paths: SessionPaths) -> _FileHistory | None:
+    """The history of a session as of now, or None if an install changed the archive or
+    replaced the log while it was being taken."""
+    fds: list[int] = []
+    picture: _FileHistory | None = None
+    try:
+        names = sorted(_archive_names(paths.archive))
+        opened: list[tuple[str, int, os.stat_result]] = []
+        for name in names:
+            fd, st = _open_existing(paths.archive / name)
+            if fd is None or st is None:
+                return None  # a pending link renamed, or a re-compaction: look again
+            fds.append(fd)
+            opened.append((name, fd, st))
+        live_fd, live_st = _open_existing(paths.log)
+        if live_fd is not None:
+            fds.append(live_fd)
+        if sorted(_archive_names(paths.archive)) != names:
+            return None  # an install archived a log meanwhile
+        live = (live_st.st_dev, live_st.st_ino) if live_st is not None else (0, 0)
+        keyed: list[tuple[tuple[int, int, int, str], Segment]] = []
+        for name, fd, st in opened:
+            m = ARCHIVE_NAME.match(name)
+            assert m is not None
+            if m[3] and (st.st_dev, st.st_ino) == live:
+                continue  # a pending link that is still the live log: not history yet
+            # a pending link to another file is the old log of an install that stopped
+            # (or is) just after its swap: history, which the next install names
+            seg = _FileSegment(
+                fd, str(paths.archive / name), st.st_size, True, int(m[1]), int(m[2])
+            )
+            # the same range twice: the older file (last written earlier) comes first
+            keyed.append(((int(m[1]), int(m[2]), st.st_mtime_ns, name), seg))
+        segments = [seg for _, seg in sorted(keyed, key=lambda k: k[0])]
+        if live_fd is not None and live_st is not None:
+            segments.append(_FileSegment(live_fd, str(paths.log), live_st.st_size, False))
+        picture = _FileHistory(segments, fds)  # it closes every descriptor opened here
+        return picture
+    finally:
+        if picture is None:
+            for fd in fds:
+                os.close(fd)
 
 
 class _FileSegment(Segment):
