@@ -214,6 +214,61 @@ def compact_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+#: (label, statement) timed in fresh interpreters for the import row; `{tmp}` is a new
+#: directory. Interleaved, so every statement sees the same machine load.
+IMPORTS = [
+    ("import msgspec", "import msgspec"),
+    ("import sqlite3", "import sqlite3"),
+    ("import eventstore", "import eventstore"),
+    (
+        "import eventstore + open a store",
+        "from eventstore import SessionStore; SessionStore({tmp!r}).close()",
+    ),
+    (
+        "import sqlite3 + open a database",
+        "import sqlite3; sqlite3.connect({tmp!r} + '/db.sqlite').close()",
+    ),
+]
+
+
+def _import_once(stmt: str) -> float:
+    code = f"import time\nt = time.perf_counter()\n{stmt}\nprint(time.perf_counter() - t)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    return float(proc.stdout)
+
+
+def import_times(runs: int) -> dict[str, list[float]]:
+    """Seconds of each `IMPORTS` statement in fresh interpreters (after interpreter start,
+    so only what the statement imports counts), `runs` of each, interleaved."""
+    import compileall
+    import tempfile
+
+    # as installed: pip compiles bytecode at install time, but an editable checkout run
+    # with PYTHONDONTWRITEBYTECODE=1 would recompile every module in every interpreter
+    # (msgspec, installed, never does): compile ours once, like an install
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for package in ("eventstore", "projections"):
+        compileall.compile_dir(os.path.join(here, package), quiet=1)
+    out: dict[str, list[float]] = {label: [] for label, _ in IMPORTS}
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="bench-import-") as tmp:
+            for label, stmt in IMPORTS:
+                out[label].append(_import_once(stmt.format(tmp=tmp)))
+    return out
+
+
+def import_table(times: dict[str, list[float]]) -> str:
+    """Medians, each against `import msgspec` measured in the same run."""
+    ref = statistics.median(times["import msgspec"])
+    out = ["| statement (fresh interpreter) | median ms | / import msgspec |", "|---|---:|---:|"]
+    for label, vals in times.items():
+        med = statistics.median(vals)
+        out.append(f"| `{label}` | {_fmt_ms(med)} | {med / ref:.2f}× |")
+    return "\n".join(out)
+
+
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -232,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compact-events", type=int, default=100_000)
     ap.add_argument("--no-extras", action="store_true", help="only the main table")
     ap.add_argument("--json", help="also write every raw result to this file")
+    ap.add_argument(
+        "--import-runs", type=int, default=21, help="fresh interpreters per import row (21)"
+    )
     a = ap.parse_args(argv)
 
     names = a.backends.split(",") if a.backends else list(BACKENDS)
@@ -298,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
 
     sections = [f"Machine: {_machine()}", main_table(results, sorted(sizes), names)]
     raw: dict[str, Any] = {"main": {f"{k[0]}@{k[1]}": v for k, v in results.items()}}
+    imports = import_times(5 if a.quick else a.import_runs)
+    raw["imports"] = imports
+    sections += ["Import time, medians of fresh interpreters:", import_table(imports)]
     if not a.no_extras and "eventstore-flush" in names:
         sections += [
             "Fold against its ceiling (eventstore, flush):",

@@ -31,6 +31,17 @@ SID = "bench-session"
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak RSS. Linux: VmHWM, the high-water mark of this process's own
+    memory; `ru_maxrss` is not: it keeps the peak of the parent at the fork across the
+    exec, so a cold-load process started by a writer that had read a whole log reported
+    the writer's peak (eventstore's writer measures the decode ceiling; sqlite's does not)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 

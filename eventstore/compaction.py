@@ -85,11 +85,13 @@ def compact(
                 time.perf_counter() - t0, False, notes=["the log is already one snapshot"],
             )  # fmt: skip
         states: dict[str, msgspec.Raw] = {}
+        folded: dict[str, object] = {}
         for name, proj in store.projections.items():
             state = fold_events(store, session_id, proj, proj.initial(), events, res.where)
             if retention is not None:
                 state = retain(proj, state, retention)
             states[name] = snapshot_entry(proj, state)
+            folded[name] = state
         unknown: list[msgspec.Raw] = []
         for ev in events:
             if type(ev) is Snapshot:
@@ -106,6 +108,8 @@ def compact(
         with sess.lock:
             sess.folds.clear()  # the new log has a new identity: every fold restarts from it
             sess.head = done.head
+        if done.head.seq == covers.seq:  # nothing after the snapshot: the states are current
+            store._save_fold_caches(session_id, done.head, folded)
         return CompactionReport(
             session_id=session_id,
             events_before=len(events),

@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,6 +35,7 @@ from projections import (
     fold,
 )
 
+from . import fold_cache
 from .engines.base import (
     EMPTY_HEAD,
     Durability,
@@ -69,6 +71,7 @@ from .events import (
     event_tag,
     validated_copy,
 )
+from .frozen import maker
 from .history import fold_events
 from .layout import validate_session_id
 from .log import read_lines
@@ -125,13 +128,16 @@ class AppendResult:
 
 
 class _Fold:
-    """One projection's state of one session and the head it was folded to."""
+    """One projection's state of one session and the head it was folded to. `saved`: the
+    seq of the head the persistent fold cache holds, as far as this process knows (-1:
+    unknown), so a cache is written only when it would hold something new."""
 
-    __slots__ = ("head", "state")
+    __slots__ = ("head", "saved", "state")
 
-    def __init__(self, state: Any, head: Head) -> None:
+    def __init__(self, state: Any, head: Head, saved: int = -1) -> None:
         self.state = state
         self.head = head
+        self.saved = saved
 
 
 class _Session:
@@ -150,6 +156,16 @@ class _Session:
 Build = Callable[[Head, list[Any]], list[Event]]
 
 _stores: weakref.WeakSet[SessionStore] = weakref.WeakSet()
+
+# when the persistent fold cache (eventstore.fold_cache) is written: after a fold that
+# read at least this many bytes of log, and on close for a fold whose log is at least
+# _CACHE_ON_CLOSE_BYTES long (below that a cold fold costs about what reading a cache
+# does, and close stays free of fsyncs for small sessions)
+_CACHE_AFTER_FOLD_BYTES = 1 << 20
+# how much log a load reads and folds at a time (see Engine.read_some): bounds what a
+# cold load of a long log holds besides the state it builds
+_READ_PIECE = 256 << 10
+_CACHE_ON_CLOSE_BYTES = 64 << 10
 
 
 def _after_fork_in_child() -> None:
@@ -181,6 +197,12 @@ class SessionStore:
     after an append once its log passes a size or event-count threshold. Usable as a
     context manager; safe to share between threads; any number of processes may open
     the same file or database store.
+
+    The bootstrap projection's state, and that of any projection with a true
+    `cache_folds` attribute, is kept between processes in the engine's fold cache
+    (`eventstore.fold_cache`; the file engine keeps it beside the log): a cold load
+    folds only what was appended after it. It is written on `close`, after a long fold
+    and by compaction, and used only when it checks against the log.
     """
 
     def __init__(
@@ -216,6 +238,12 @@ class SessionStore:
                 raise ValueError(f"two projections are named {p.name!r}")
             self._projections[p.name] = p
         self.auto_compact = auto_compact
+        # the projections whose folds the engine's fold cache keeps
+        self._cached = frozenset(
+            name
+            for name, p in self._projections.items()
+            if p is self.bootstrap or getattr(p, "cache_folds", False) is True
+        )
         self._sessions: dict[str, _Session] = {}
         self._guard = threading.Lock()
         self._closed = False
@@ -224,10 +252,23 @@ class SessionStore:
     # -- lifecycle --------------------------------------------------------------------
 
     def close(self) -> None:
-        """Forget cached state and release the engine. Nothing needs flushing: every
-        append is already written."""
+        """Save the fold caches worth saving, forget cached state and release the engine.
+        Every append is already written: the caches only save later loads time."""
         with self._guard:
+            sessions = list(self._sessions.values()) if not self._closed else []
             self._sessions.clear()
+        for sess in sessions:
+            with sess.lock:
+                for name, f in sess.folds.items():
+                    if (
+                        name in self._cached
+                        and f.saved != f.head.seq
+                        and f.head.size >= _CACHE_ON_CLOSE_BYTES
+                    ):
+                        fold_cache.store(
+                            self.engine, sess.session_id, self._projections[name], f.state, f.head
+                        )
+        with self._guard:
             if not self._closed:
                 self._closed = True
                 self.engine.close()
@@ -578,25 +619,34 @@ class SessionStore:
         """Fold what was appended since the cached head (the log may have been replaced)."""
         f = sess.folds.get(proj.name)
         if f is None:
-            f = sess.folds[proj.name] = _Fold(proj.initial(), EMPTY_HEAD)
-        res = self.engine.read(sess.session_id, f.head.position)
-        start = f.head
-        if res.reset:
-            f.state = proj.initial()
-            start = EMPTY_HEAD
-        if res.data:
-            lines = read_lines(
-                res.data,
-                self.codec,
-                self.codec.decoder(proj.event_types),
-                res.where,
-                offset=res.offset,
-                seq=start.seq,
-                link=start.link,
-            )
-            f.state = fold_events(self, sess.session_id, proj, f.state, lines.events, res.where)
-        f.head = res.head
-        sess.head = res.head
+            f = sess.folds[proj.name] = self._first_fold(sess, proj)
+        folded = 0
+        more = True
+        while more:
+            # piece by piece (engines that can): a long log is never all in memory at once
+            res, more = self.engine.read_some(sess.session_id, f.head.position, _READ_PIECE)
+            start = f.head
+            if res.reset:
+                f.state = proj.initial()
+                start = EMPTY_HEAD
+                folded = 0
+            if res.data:
+                lines = read_lines(
+                    res.data,
+                    self.codec,
+                    self.codec.decoder(proj.event_types),
+                    res.where,
+                    offset=res.offset,
+                    seq=start.seq,
+                    link=start.link,
+                )
+                f.state = fold_events(self, sess.session_id, proj, f.state, lines.events, res.where)
+                folded += len(res.data)
+            f.head = res.head  # the state and its head advance together, piece by piece
+            sess.head = res.head
+        if folded >= _CACHE_AFTER_FOLD_BYTES and proj.name in self._cached:
+            fold_cache.store(self.engine, sess.session_id, proj, f.state, f.head)
+            f.saved = f.head.seq
         return f.state  # type: ignore[no-any-return]
 
     def _write_events(
@@ -606,6 +656,22 @@ class SessionStore:
         result = self._write(session_id, lambda h, s: events, idempotency_key, (), events)
         assert result is not None
         return result
+
+    def _first_fold(self, sess: _Session, proj: Projection[S]) -> _Fold:
+        """Where this process starts folding a projection: the engine's fold cache when
+        it keeps one that checks, else the beginning."""
+        if proj.name in self._cached:
+            found = fold_cache.load(self.engine, sess.session_id, proj)
+            if found is not None:
+                return _Fold(found[0], found[1], found[1].seq)
+        return _Fold(proj.initial(), EMPTY_HEAD)
+
+    def _save_fold_caches(self, session_id: str, head: Head, states: dict[str, Any]) -> None:
+        """Keep folded `states` (by projection name, at `head`) in the fold cache, for
+        the projections it keeps (compaction's states of the snapshot it installed)."""
+        for name, state in states.items():
+            if name in self._cached:
+                fold_cache.store(self.engine, session_id, self._projections[name], state, head)
 
     def _write(
         self,
@@ -663,11 +729,11 @@ class SessionStore:
                 data, stamped, link = self.codec.encode_batch(
                     events, head.seq + 1, head.link, datetime.now(UTC), idempotency_key
                 )
-                batch = EncodedBatch(
+                batch = _new_batch(
                     data,
                     stamped[0].seq,
                     stamped[-1].seq,
-                    tuple(ev.h for ev in stamped),
+                    tuple(map(_get_h, stamped)),
                     link,
                     idempotency_key,
                     self._fingerprint(events) if idempotency_key is not None else None,
@@ -686,7 +752,7 @@ class SessionStore:
                     f.state = fold(self._projections[name], f.state, stamped)
                     f.head = new
             sess.head = new
-            result = AppendResult(stamped[0].seq, stamped[-1].seq)
+            result = _new_result(stamped[0].seq, stamped[-1].seq, False)
         if self.auto_compact is not None:
             try:
                 self._maybe_compact(session_id, new)
@@ -789,6 +855,12 @@ def _features(values: object, what: str) -> list[FeatureRecord]:
             raise InvalidRecordError(f"{what}[{i}]: feature id {f.id!r} appears twice")
         seen.add(f.id)
     return features
+
+
+# the hot path's constructors (see eventstore.frozen)
+_new_batch = maker(EncodedBatch)
+_new_result = maker(AppendResult)
+_get_h = attrgetter("h")
 
 
 def _records(values: object, cls: type[T], what: str) -> list[T]:

@@ -80,6 +80,10 @@ it atomically (no reader ever sees it half-removed) and is safe beside live writ
 append racing a removal either lands before it and is removed with it, or sees an empty
 session and raises `HeadMovedError`).
 
+Caches (optional). `store_cache(sid, name, head, data)` keeps a folded state beside
+a session and `load_cache(sid, name)` gives it back with its head, only while that head
+is still in the live log; engines that keep none inherit the no-op defaults.
+
 Repair. `hold(sid)` takes the writers' exclusion for an explicit repair and gives the raw
 live log, torn tail included; the face decides what to keep, and `RepairHold.keep_prefix`
 replaces the live log by a prefix of it atomically, saving every byte it drops aside
@@ -368,6 +372,16 @@ class Engine(ABC):
     def read(self, session_id: str, position: Position | None) -> ReadResult:
         """The committed lines after `position` (None: from the beginning)."""
 
+    def read_some(
+        self, session_id: str, position: Position | None, limit: int
+    ) -> tuple[ReadResult, bool]:
+        """`read`, in pieces: an engine MAY stop after the last complete batch within
+        about `limit` bytes (never before the first batch) and return True with it; the
+        caller then reads on from the result's head. A load folds a long log piece by
+        piece this way, so it never holds the whole log in memory. The default reads
+        everything at once (False)."""
+        return self.read(session_id, position), False
+
     @abstractmethod
     def head(self, session_id: str) -> Head:
         """The session's head, cheaply (from the tail of the log alone)."""
@@ -432,6 +446,21 @@ class Engine(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release what the engine holds (descriptors, connections). Idempotent."""
+
+    # -- the fold cache (optional) ------------------------------------------------------
+
+    def load_cache(self, session_id: str, name: str) -> tuple[Head, bytes] | None:
+        """The bytes last given to `store_cache` under `name` for the session and the
+        head they were stored with, if that head is still a point of the live log (same
+        log, the same `h` at its position); else None. The face checks the bytes
+        themselves (`eventstore.fold_cache`). The default keeps no cache."""
+        return None
+
+    def store_cache(self, session_id: str, name: str, head: Head, data: bytes) -> None:
+        """Keep `data` (a folded state at `head`) under `name` for the session, replacing
+        what was kept, atomically; nothing when the session has no log. Removed with the
+        session. The default keeps nothing."""
+        return None  # noqa: PLR1711 - an optional method: engines without a cache keep nothing
 
     def __enter__(self) -> Engine:
         return self

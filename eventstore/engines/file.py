@@ -2,9 +2,23 @@
 of every release; see `eventstore.layout` for where files live).
 
 Readers take no lock: they read from their position to the end of the file and return
-complete batches only. Writers take an exclusive portalocker lock on `log.lock` (not the
-log: a snapshot install replaces the log), check the head, set aside and cut a torn tail
-(with a warning), append one batch in one `write`, and release. A snapshot is installed
+complete batches only (a long log piece by piece, `read_some`). Writers take an exclusive
+lock on `log.lock` (not the log: a snapshot install replaces the log) — the `flock` that
+portalocker takes, taken directly — check the head, set aside and cut a torn tail (with
+a warning), append one batch in one `write`, and release.
+
+The writer fast path: each session's lock-file and log descriptors stay open between
+appends (at most `MAX_OPEN_SESSIONS` sessions, reset in a forked child). The lock file
+holds a generation number that every replacer of the log (snapshot install, repair,
+removal) bumps under the lock before replacing anything; a writer that finds the
+generation it cached and the log size it left appends with no path lookup and no tail
+read (see `_Session`).
+
+`fold-<projection>.cache` beside the log is the face's fold cache (`load_cache`,
+`store_cache`; format in `eventstore.fold_cache`): the engine adds where in the log it
+was folded to and gives it back only while that point is still in the live log.
+
+A snapshot is installed
 by writing the new log to a temporary file, fsyncing it, hard-linking the old log into
 `archive/<first>-<last>.jsonl.pending`, renaming the new log over the old, and giving the
 archive link its final name:
@@ -19,16 +33,17 @@ There is never a moment without a complete log. Readers notice the new file iden
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
-import shutil
 import stat
+import sys
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,10 +51,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import portalocker
 
 from ..errors import CorruptLogError, EventStoreError, StorageError, UnsafePathError
 from ..events import HASH_SUFFIX_LEN, LineHead, SnapshotHead, damaged_newline
+from ..frozen import maker
 from ..layout import (
     TMP_MARK,
     SessionPaths,
@@ -73,7 +88,6 @@ __all__ = ["FileEngine", "FilePosition", "from_url"]
 log = logging.getLogger("eventstore")
 
 _TAIL_CHUNK = 1 << 13
-_EXCLUSIVE = portalocker.LockFlags.EXCLUSIVE
 # fdatasync flushes the data and the size (all a reader needs), not the times: ~10%
 # faster per append than fsync on Linux; platforms without it (macOS) fall back to fsync
 _HAS_FDATASYNC = hasattr(os, "fdatasync")
@@ -117,7 +131,13 @@ class FilePosition(Position):
 
     def head(self) -> Head:
         """The head this position is just after."""
-        return Head(self.seq, self.link, self.h, self, self.offset, self.base_seq)
+        return _new_head(self.seq, self.link, self.h, self, self.offset, self.base_seq)
+
+
+# the hot path's constructors (eventstore.frozen: ~4 us less per append than calling
+# the frozen dataclasses)
+_new_head = maker(Head)
+_new_position = maker(FilePosition)
 
 
 def _head_at(ident: tuple[int, int], offset: int, line: LineHead, base_seq: int, seen: int) -> Head:
@@ -126,27 +146,99 @@ def _head_at(ident: tuple[int, int], offset: int, line: LineHead, base_seq: int,
 
 
 class _Session:
-    """What the engine keeps per session in this process."""
+    """What the engine keeps per session in this process.
 
-    __slots__ = ("lock", "paths", "known")
+    The writer fast path: the lock file's and the log's descriptors stay open between
+    calls (`lock_fd`, `log_fd`; -1 when closed), so an append is flock, one `pread` of
+    the lock file's generation, one `fstat` of the log, the write and the unlock. Every
+    replacer of the log (snapshot install, repair, removal) bumps the generation under
+    the lock *before* it replaces anything, so a writer that finds the generation it
+    cached knows its descriptors still name the live files, and one that finds the size
+    it left knows nobody appended since. Only code holding `lock` touches the
+    descriptors, which is why eviction and close never close one a writer is using.
+    """
+
+    __slots__ = ("gen", "known", "lock", "lock_fd", "log_fd", "paths")
 
     def __init__(self, paths: SessionPaths) -> None:
         self.paths = paths
-        # spares threads of one process from spinning on the file lock (flock alone
-        # already excludes them: each holder opens its own file description)
+        # spares threads of one process from spinning on the file lock, and guards the
+        # cached descriptors (threads of one process share them, and flock does not
+        # exclude two users of one open file description)
         self.lock = threading.Lock()
         # where the last writer of this process left the file: when the file has not
         # changed since, the next writer needs no tail read at all
         self.known: Head | None = None
+        self.lock_fd = -1
+        self.log_fd = -1
+        self.gen = b""  # the lock file's generation when lock_fd was last validated
 
+    def drop_log_fd(self) -> None:
+        """Close the cached log descriptor (the log was replaced, or is being)."""
+        fd, self.log_fd = self.log_fd, -1
+        self.known = None
+        if fd >= 0:
+            _close_quietly(fd)
+
+    def drop_fds(self) -> None:
+        """Close every cached descriptor (caller holds `lock`, or is a forked child)."""
+        self.drop_log_fd()
+        fd, self.lock_fd = self.lock_fd, -1
+        if fd >= 0:
+            _close_quietly(fd)
+
+    def __del__(self) -> None:
+        # an engine (a store) dropped without close() must not leak its descriptors:
+        # its sessions go with it (nothing else refers to them), and theirs close here
+        self.drop_fds()
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+# the same OS lock portalocker takes on POSIX (fcntl.flock on the lock file's
+# descriptor; `tests/test_fastpath.py` proves the two exclude each other across
+# processes), without its per-call Python wrapper (~7 us) and without importing it
+# (its metadata lookup costs ~18 ms of `import`). Elsewhere portalocker does it.
+if sys.platform != "win32":
+    import fcntl
+
+    def _lock_exclusive(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+    def _unlock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+else:  # pragma: no cover - Windows
+
+    def _lock_exclusive(fd: int) -> None:
+        import portalocker
+
+        portalocker.lock(fd, portalocker.LockFlags.EXCLUSIVE)
+
+    def _unlock(fd: int) -> None:
+        import portalocker
+
+        portalocker.unlock(fd)
+
+
+_GEN_BYTES = 8  # the generation: a big-endian counter at the start of the lock file
+MAX_OPEN_SESSIONS = 64
+"""Sessions per engine whose descriptors stay open between calls (two each)."""
 
 _engines: weakref.WeakSet[FileEngine] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
     # a lock held by another thread of the parent at the fork is held forever in the
-    # child: give the child fresh ones (the file locks are per open file, not inherited
-    # by the child's own opens)
+    # child: give the child fresh ones. The cached descriptors are the parent's open file
+    # descriptions, and flock does not exclude two users of one description: the child
+    # closes its copies (the parent's lock, if held, stays with the parent's copy) and
+    # opens its own
     for engine in list(_engines):
         engine._reset_after_fork()
 
@@ -166,12 +258,17 @@ class FileEngine(Engine):
         self.url = os.fspath(self.root)
         _ensure_root(self.root)
         self._sessions: dict[str, _Session] = {}
+        # sessions with descriptors open, least recently opened first (bounded)
+        self._open: dict[str, _Session] = {}
         self._guard = threading.Lock()
         _engines.add(self)
 
     def _reset_after_fork(self) -> None:
         self._guard = threading.Lock()
+        for sess in self._sessions.values():
+            sess.drop_fds()
         self._sessions = {}
+        self._open = {}
 
     def _session(self, session_id: str) -> _Session:
         sess = self._sessions.get(session_id)
@@ -185,47 +282,115 @@ class FileEngine(Engine):
 
     # -- locking ----------------------------------------------------------------------
 
+    def _acquire(self, sess: _Session, create: bool) -> bool:
+        """Take the session's writers' lock (the caller holds `sess.lock`); False, holding
+        nothing, when the session directory does not exist and `create` is False.
+
+        Fast: the cached lock descriptor, and the generation it had. Slow (first use, or
+        the generation moved): open the lock file at its path; the lock file lives in
+        the session directory, which `remove_session` renames away, so after locking it
+        must still be the one at the path, else the session was removed meanwhile and
+        the lock is taken again on the new one.
+        """
+        fd = sess.lock_fd
+        if fd >= 0:
+            _lock_exclusive(fd)
+            try:
+                if os.pread(fd, _GEN_BYTES, 0) == sess.gen:
+                    return True
+            except BaseException:
+                _unlock(fd)
+                raise
+            _unlock(fd)
+            sess.drop_fds()  # replaced or removed since: reopen at the path
+        paths = sess.paths
+        while True:
+            try:
+                if create:
+                    paths.create()
+                else:
+                    paths.check_no_links()
+                    if not os.path.lexists(paths.dir):
+                        return False
+                fd = open_private(paths.lock, os.O_RDWR | os.O_CREAT)
+            except FileNotFoundError:
+                continue  # the directory was removed between create and open
+            except OSError as exc:
+                raise _storage_error(paths.lock, "opening the lock file", exc) from exc
+            try:
+                _lock_exclusive(fd)
+                if _same_file(fd, paths.lock):
+                    sess.gen = os.pread(fd, _GEN_BYTES, 0)
+                    sess.lock_fd = fd
+                    self._remember(sess)
+                    return True
+                _unlock(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+            sess.known = None  # the session was removed while we waited
+
+    def _remember(self, sess: _Session) -> None:
+        """Count `sess` among the sessions with open descriptors; past the bound, close
+        the oldest others' (skipping any a thread is using: their `lock` is held)."""
+        with self._guard:
+            self._open.pop(sess.paths.session_id, None)
+            self._open[sess.paths.session_id] = sess
+            if len(self._open) <= MAX_OPEN_SESSIONS:
+                return
+            for sid, other in list(self._open.items()):
+                if len(self._open) <= MAX_OPEN_SESSIONS:
+                    break
+                if other is sess or not other.lock.acquire(blocking=False):
+                    continue
+                try:
+                    other.drop_fds()
+                finally:
+                    other.lock.release()
+                del self._open[sid]
+
+    def _bump_generation(self, sess: _Session) -> None:
+        """Tell every process's cached descriptors that the log is being replaced (the
+        writers' lock is held). Called before the replacing step: a crash after it
+        costs others one reopen; the other order could leave them writing to a file
+        that is no longer the log."""
+        fd = sess.lock_fd
+        gen = (int.from_bytes(os.pread(fd, _GEN_BYTES, 0), "big") + 1) % (1 << 64)
+        data = gen.to_bytes(_GEN_BYTES, "big")
+        if os.pwrite(fd, data, 0) != _GEN_BYTES:
+            raise OSError(f"{sess.paths.lock}: short write of the generation")
+        sess.gen = data
+        sess.drop_log_fd()
+
     @contextmanager
     def _locked(self, sess: _Session, *, create: bool = True) -> Iterator[bool]:
-        """Hold the session's writers' lock; yields False (holding nothing) when the
-        session directory does not exist and `create` is False.
-
-        The lock file lives in the session directory, which `remove_session` renames
-        away: after locking, the lock file must still be the one at the path, else the
-        session was removed meanwhile and the lock is taken again on the new one.
-        """
-        paths = sess.paths
+        """`_acquire` as a context manager, for the paths that are not hot."""
         with sess.lock:
-            while True:
-                try:
-                    if create:
-                        paths.create()
-                    else:
-                        paths.check_no_links()
-                        if not os.path.lexists(paths.dir):
-                            yield False
-                            return
-                    lock_fd = open_private(paths.lock, os.O_RDWR | os.O_CREAT)
-                except FileNotFoundError:
-                    continue  # the directory was removed between create and open
-                except OSError as exc:
-                    raise _storage_error(paths.lock, "opening the lock file", exc) from exc
-                try:
-                    portalocker.lock(lock_fd, _EXCLUSIVE)
-                    try:
-                        if _same_file(lock_fd, paths.lock):
-                            yield True
-                            return
-                    finally:
-                        portalocker.unlock(lock_fd)
-                finally:
-                    os.close(lock_fd)
-                sess.known = None  # the session was removed while we waited
+            if not self._acquire(sess, create):
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                _unlock(sess.lock_fd)
 
     # -- reading ----------------------------------------------------------------------
 
     def read(self, session_id: str, position: Position | None) -> ReadResult:
         """Complete batches after `position` (see the interface)."""
+        return self._read(session_id, position, None)[0]
+
+    def read_some(
+        self, session_id: str, position: Position | None, limit: int
+    ) -> tuple[ReadResult, bool]:
+        """Complete batches after `position`, stopping after the last batch that ends
+        within `limit` bytes (or the first batch, if longer); True when it stopped early."""
+        return self._read(session_id, position, max(1, limit))
+
+    def _read(
+        self, session_id: str, position: Position | None, limit: int | None
+    ) -> tuple[ReadResult, bool]:
         sess = self._session(session_id)
         paths = sess.paths
         where = str(paths.log)
@@ -233,9 +398,10 @@ class FileEngine(Engine):
         try:
             fd = open_private(paths.log, os.O_RDONLY)
         except FileNotFoundError:
-            return ReadResult(b"", EMPTY_HEAD, position is not None, where)
+            return ReadResult(b"", EMPTY_HEAD, position is not None, where), False
         except OSError as exc:
             raise _storage_error(paths.log, "opening the log", exc) from exc
+        cut = False  # whether this read stopped before the end of the file
         try:
             st = os.fstat(fd)
             ident = (st.st_dev, st.st_ino)
@@ -254,15 +420,21 @@ class FileEngine(Engine):
                     pos.seq if pos else None,
                     f"log shrank below a read position {start}",
                 )
-            buf = _pread_all(fd, size - start, start)
+            want = size - start if limit is None else min(size - start, limit)
+            while True:
+                buf = _pread_all(fd, want, start)
+                end, last = _committed_end(buf, where, start)
+                if last is not None or want >= size - start:
+                    break
+                want = min(size - start, want * 4)  # a batch longer than the chunk
+            cut = want < size - start and last is not None
             base_seq = pos.base_seq if pos is not None else _base_seq(fd, size)
         except OSError as exc:
             raise _storage_error(paths.log, "reading the log", exc) from exc
         finally:
             os.close(fd)
-        if buf[-1:] not in (b"", b"\n"):
+        if start + len(buf) == size and buf[-1:] not in (b"", b"\n"):
             _refuse_damaged_last_line(buf, start, where, pos)
-        end, last = _committed_end(buf, where, start)
         if last is None:
             if pos is not None:
                 head = FilePosition(
@@ -270,9 +442,10 @@ class FileEngine(Engine):
                 ).head()
             else:
                 head = FilePosition(ident, 0, 0, "", "", 0, size).head() if size else EMPTY_HEAD
-            return ReadResult(b"", head, reset, where, start)
+            return ReadResult(b"", head, reset, where, start), False
         head = _head_at(ident, start + end, last, base_seq, size)
-        return ReadResult(buf[:end] if end < len(buf) else buf, head, reset, where, start)
+        data = buf[:end] if end < len(buf) else buf
+        return ReadResult(data, head, reset, where, start), cut
 
     def head(self, session_id: str) -> Head:
         """The last committed line, from the tail of the file alone."""
@@ -441,50 +614,67 @@ class FileEngine(Engine):
     # -- writing ----------------------------------------------------------------------
 
     def append(self, session_id: str, batch: EncodedBatch, expected: Head) -> Head:
-        """Write `batch` under the writers' lock if the head is still `expected`."""
+        """Write `batch` under the writers' lock if the head is still `expected`.
+
+        The hot path (no generator context manager, no path lookups): the cached
+        descriptors, and the head this process left when the log's size is still the
+        size it left (the generation check in `_acquire` proved it is the same file).
+        """
         sess = self._session(session_id)
-        paths = sess.paths
-        with self._locked(sess):
+        with sess.lock:
+            self._acquire(sess, True)
             try:
-                fd: int | None = open_private(paths.log, os.O_RDWR | os.O_APPEND)
-            except FileNotFoundError:
-                fd = None
-            except OSError as exc:
-                raise _storage_error(paths.log, "opening the log", exc) from exc
-            try:
-                try:
-                    head = EMPTY_HEAD if fd is None else self._current_head(sess, fd, recover=True)
-                except OSError as exc:
-                    raise _storage_error(paths.log, "recovering the tail", exc) from exc
-                if not head.same_chain_point(expected):
-                    sess.known = head if head.position is not None else None
-                    raise HeadMovedError(str(paths.log), expected, head)
-                created = fd is None
-                if fd is None:
-                    fd, head = self._create(sess)
-                pos = head.position
-                assert isinstance(pos, FilePosition) or pos is None
-                start = head.size
-                try:
-                    self._write(fd, batch.data, start, paths.log)
-                except BaseException:
-                    if created:  # a call that writes nothing leaves no session behind
-                        self._discard_new_session(sess)
-                    raise
-                ident = pos.ident if pos is not None else _ident(fd)
-                size = start + len(batch.data)
-                base = head.base_seq or batch.first_seq
-                new = FilePosition(
-                    ident, size, batch.last_seq, batch.link, batch.hashes[-1], base, size
-                ).head()
-                sess.known = new
-                return new
+                return self._append_locked(sess, batch, expected)
             except BaseException:
                 sess.known = None
                 raise
             finally:
-                if fd is not None:
-                    os.close(fd)
+                _unlock(sess.lock_fd)
+
+    def _append_locked(self, sess: _Session, batch: EncodedBatch, expected: Head) -> Head:
+        paths = sess.paths
+        fd = sess.log_fd
+        if fd < 0:
+            try:
+                fd = sess.log_fd = open_private(paths.log, os.O_RDWR | os.O_APPEND)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise _storage_error(paths.log, "opening the log", exc) from exc
+        if fd < 0:
+            head = EMPTY_HEAD
+        else:
+            try:
+                known = sess.known
+                if known is not None and os.fstat(fd).st_size == known.size:
+                    head = known  # nobody wrote since this process did
+                else:
+                    head = self._current_head(sess, fd, recover=True)
+            except OSError as exc:
+                raise _storage_error(paths.log, "recovering the tail", exc) from exc
+        if not head.same_chain_point(expected):
+            sess.known = head if head.position is not None else None
+            raise HeadMovedError(str(paths.log), expected, head)
+        created = fd < 0
+        if created:
+            fd, head = self._create(sess)
+            sess.log_fd = fd
+        pos = head.position
+        start = head.size
+        try:
+            self._write(fd, batch.data, start, paths.log)
+        except BaseException:
+            if created:  # a call that writes nothing leaves no session behind
+                self._discard_new_session(sess)
+            raise
+        ident = pos.ident if pos is not None else _ident(fd)  # type: ignore[attr-defined]
+        size = start + len(batch.data)
+        base = head.base_seq or batch.first_seq
+        new = _new_position(
+            ident, size, batch.last_seq, batch.link, batch.hashes[-1], base, size
+        ).head()
+        sess.known = new
+        return new
 
     def _create(self, sess: _Session) -> tuple[int, Head]:
         """Create the log file (the first append of a session)."""
@@ -512,15 +702,20 @@ class FileEngine(Engine):
         the caller needs."""
         paths = sess.paths
         sess.known = None
+        sess.drop_log_fd()  # the cached descriptor may name the file removed here
         try:
             if os.path.lexists(paths.log):
                 if os.lstat(paths.log).st_size:
                     return  # bytes a failed cut-back left: the next writer sets them aside
+                self._bump_generation(sess)  # other processes' cached descriptors: reopen
                 os.unlink(paths.log)
             if os.path.lexists(paths.archive):
                 return
             trash = paths.dir.parent / f"{_REMOVED_PREFIX}{uuid.uuid4().hex}"
             os.rename(paths.dir, trash)
+            sess.gen = b"removed"  # this process's lock descriptor too: reopen at the path
+            import shutil  # here: it imports bz2 and lzma, ~2 ms of every `import`
+
             shutil.rmtree(trash, ignore_errors=True)
         except OSError:
             pass
@@ -528,7 +723,9 @@ class FileEngine(Engine):
     def _write(self, fd: int, data: bytes, start: int, path: Path) -> None:
         """Write bytes at the end; on failure cut them back off and raise StorageError."""
         try:
-            write_all(fd, data)
+            n = os.write(fd, data)  # one call, no memoryview: the usual case
+            if n != len(data):
+                write_all(fd, data[n:])  # a short write: the rest (or the error)
         except OSError as exc:
             try:
                 os.ftruncate(fd, start)
@@ -637,6 +834,7 @@ class FileEngine(Engine):
                     ) from exc
                 keep_history = False  # archived already: nothing to link
             try:
+                self._bump_generation(sess)  # before the swap: see _bump_generation
                 write_atomically(
                     paths.log, data, before_replace=link_old_log if keep_history else None
                 )
@@ -685,7 +883,7 @@ class FileEngine(Engine):
         with self._locked(sess, create=False) as exists:
             sess.known = None
             try:
-                yield _FileRepairHold(sess.paths, exists)
+                yield _FileRepairHold(sess.paths, exists, lambda: self._bump_generation(sess))
             finally:
                 sess.known = None
 
@@ -706,22 +904,98 @@ class FileEngine(Engine):
                 return False
             had = os.path.lexists(paths.log) or os.path.lexists(paths.archive)
             try:
+                self._bump_generation(sess)  # other processes' cached descriptors: reopen
                 os.rename(paths.dir, trash)
                 fsync_dir(paths.dir.parent)
             except OSError as exc:
                 raise _storage_error(paths.dir, "removing the session", exc) from exc
-            sess.known = None
+            # this process's too: a generation no lock file holds (8 bytes or none)
+            sess.gen = b"removed"
         # what was renamed is no session any more: delete it, and what a removal that
         # crashed before finishing left behind
         for name in os.listdir(trash.parent):
             if name.startswith(_REMOVED_PREFIX):
+                import shutil  # here: it imports bz2 and lzma, ~2 ms of every `import`
+
                 shutil.rmtree(trash.parent / name, ignore_errors=True)
         return had
 
+    # -- the fold cache -----------------------------------------------------------------
+
+    def load_cache(self, session_id: str, name: str) -> tuple[Head, bytes] | None:
+        """`<session dir>/fold-<name>.cache`, if its position is still in the live log:
+        the same file (device, inode), at least that long, and the `h` before it."""
+        sess = self._session(session_id)
+        paths = sess.paths
+        path = paths.dir / _cache_file_name(name)
+        paths.check_no_links()
+        try:
+            # O_NONBLOCK: a FIFO planted there must not hang the load
+            fd = open_private(path, os.O_RDONLY | os.O_NONBLOCK)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except (OSError, UnsafePathError) as exc:
+            log.warning("eventstore: %s: fold cache ignored: %s", path, exc)
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_CACHE_BYTES:
+                return None
+            data = _pread_all(fd, st.st_size, 0)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        nl = data.find(b"\n")
+        try:
+            c = _cache_head_decoder.decode(data[:nl] if nl >= 0 else data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        pos = FilePosition((c.dev, c.ino), c.offset, c.seq, c.link, c.h, c.base_seq, c.offset)
+        log_fd, _ = _open_existing(paths.log)
+        if log_fd is None:
+            return None
+        try:
+            st = os.fstat(log_fd)
+            if (
+                (st.st_dev, st.st_ino) != pos.ident
+                or not 0 < pos.offset <= st.st_size
+                or not _still_there(log_fd, pos)
+            ):
+                return None
+        except OSError:
+            return None
+        finally:
+            os.close(log_fd)
+        return pos.head(), data[nl + 1 :]
+
+    def store_cache(self, session_id: str, name: str, head: Head, data: bytes) -> None:
+        """Write the cache file atomically (0600), with where in the log `head` is."""
+        pos = head.position
+        if not isinstance(pos, FilePosition):
+            return
+        paths = self._session(session_id).paths
+        paths.check_no_links()
+        if not os.path.lexists(paths.log):
+            return  # a call that writes nothing creates nothing
+        c = _CacheHead(
+            pos.ident[0], pos.ident[1], pos.offset, pos.seq, pos.link, pos.h, pos.base_seq
+        )
+        try:
+            write_atomically(
+                paths.dir / _cache_file_name(name), msgspec.json.encode(c) + b"\n" + data
+            )
+        except (FileNotFoundError, NotADirectoryError):
+            pass  # the session was removed meanwhile
+
     def close(self) -> None:
-        """Forget per-session state (nothing is held open between calls)."""
+        """Close the cached descriptors (waiting for a writer using them) and forget
+        per-session state. The engine stays usable: descriptors reopen on use."""
         with self._guard:
-            self._sessions = {}
+            sessions, self._sessions, self._open = list(self._sessions.values()), {}, {}
+        for sess in sessions:
+            with sess.lock:
+                sess.drop_fds()
 
 
 def _picture(paths: SessionPaths) -> _FileHistory | None:
@@ -809,8 +1083,11 @@ class _FileHistory(History):
 
 
 class _FileRepairHold(RepairHold):
-    def __init__(self, paths: SessionPaths, exists: bool) -> None:
+    def __init__(
+        self, paths: SessionPaths, exists: bool, before_replace: Callable[[], None]
+    ) -> None:
         self.paths = paths
+        self._before_replace = before_replace  # bumps the generation
         self.where = str(paths.log)
         self._data: bytes | None = None if exists else b""
 
@@ -836,6 +1113,7 @@ class _FileRepairHold(RepairHold):
         try:
             os.link(log_path, aside)  # the original bytes, kept before anything changes
             fsync_dir(log_path.parent)
+            self._before_replace()
             write_atomically(log_path, data[:n])
         except OSError as exc:
             raise _storage_error(log_path, "repairing the log", exc) from exc
@@ -856,6 +1134,31 @@ class _FileRepairHold(RepairHold):
 
 
 # -- helpers ---------------------------------------------------------------------------
+
+
+class _CacheHead(msgspec.Struct):
+    """Where in the log a fold cache's head is (the file engine's part of the file)."""
+
+    dev: int
+    ino: int
+    offset: int
+    seq: int
+    link: str
+    h: str
+    base_seq: int
+
+
+_cache_head_decoder = msgspec.json.Decoder(_CacheHead)
+_MAX_CACHE_BYTES = 1 << 30  # a cache larger than this is not one we wrote: ignored
+_CACHE_PREFIX = "fold-"
+_PLAIN_NAME = re.compile(r"[a-z0-9_]{1,64}\Z")
+
+
+def _cache_file_name(name: str) -> str:
+    """The cache file of a projection: its name when plain, else a digest of it."""
+    if not _PLAIN_NAME.match(name):
+        name = "x" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{_CACHE_PREFIX}{name}.cache"
 
 
 def from_url(url_or_path: str | os.PathLike[str], **options: Any) -> FileEngine:
@@ -1018,7 +1321,9 @@ def _remove_strays(paths: SessionPaths, live: tuple[int, int]) -> None:
     that is the old log (the swap happened) gets its final name."""
     tmp_prefix = paths.log.name + TMP_MARK
     for name in os.listdir(paths.dir):
-        if name.startswith((tmp_prefix, _OLD_TMP_PREFIX)):
+        if name.startswith((tmp_prefix, _OLD_TMP_PREFIX)) or (
+            name.startswith(_CACHE_PREFIX) and TMP_MARK in name  # a cache write that crashed
+        ):
             os.unlink(paths.dir / name)
     if os.path.isdir(paths.archive) and not os.path.islink(paths.archive):
         for name in os.listdir(paths.archive):

@@ -1,0 +1,87 @@
+"""What `import eventstore` and the session API's hot use must NOT load (issue 14, item
+3): the CLI, the audit tools, the harness map, the report, integrations, and portalocker
+(whose `__about__` reads package metadata through `importlib.metadata`). Checked in a
+fresh interpreter through `sys.modules`, never by timing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+NEVER_ON_IMPORT = (
+    "eventstore.cli",
+    "eventstore.cli_contexts",
+    "eventstore.cli_report",
+    "eventstore.audit",
+    "eventstore.verify",
+    "eventstore.repair",
+    "eventstore.follow",
+    "eventstore.export",
+    "eventstore.compaction",
+    "eventstore.harness_sessions",
+    "eventstore.report",
+    "eventstore.report_server",
+    "eventstore.legacy",
+    "eventstore.integrations",
+    "portalocker",
+    "importlib.metadata",
+)
+
+
+def _loaded_after(code: str, tmp_path: Path) -> set[str]:
+    script = f"import json, sys\n{code}\nprint(json.dumps(sorted(sys.modules)))\n"
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,  # not the repository: nothing imported by accident from a cwd
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
+    assert run.returncode == 0, run.stderr
+    return set(json.loads(run.stdout))
+
+
+def _prefixed(loaded: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in loaded if any(m == n or m.startswith(n + ".") for n in names))
+
+
+def test_import_eventstore_loads_nothing_heavy(tmp_path: Path) -> None:
+    loaded = _loaded_after("import eventstore", tmp_path)
+    assert _prefixed(loaded, NEVER_ON_IMPORT) == []
+    assert _prefixed(loaded, ("eventstore", "projections", "msgspec")) == ["eventstore"]
+
+
+@pytest.mark.parametrize("engine", ["file", "memory"])
+def test_the_session_api_loads_nothing_heavy(tmp_path: Path, engine: str) -> None:
+    """Open a store, write, load both projections, close: still none of them."""
+    url = repr(str(tmp_path / "store")) if engine == "file" else repr("memory://")
+    loaded = _loaded_after(
+        "from eventstore import SessionStore, SessionManifest, ProgressEntry, Message, Role\n"
+        f"with SessionStore({url}) as s:\n"
+        "    s.initialize_session_if_missing('s', SessionManifest(session_id='s',"
+        " active_branch='m', current_objective='o'), [])\n"
+        "    s.append_progress_entry('s', ProgressEntry(run_id='r', summary='x'))\n"
+        "    s.append_transcript_messages('s', [Message(role=Role.USER, content='hi')])\n"
+        "    assert s.load_bootstrap_state('s').manifest is not None\n"
+        "    assert len(s.load_transcript_messages('s')) == 1\n",
+        tmp_path,
+    )
+    assert _prefixed(loaded, NEVER_ON_IMPORT) == []
+
+
+def test_the_lazy_names_still_resolve(tmp_path: Path) -> None:
+    """The control: the names the module list above keeps off the import path load on use."""
+    loaded = _loaded_after(
+        "import eventstore\n"
+        "eventstore.HarnessSessionMap, eventstore.VerifyReport, eventstore.RepairReport\n"
+        "import eventstore.cli\n",
+        tmp_path,
+    )
+    assert {"eventstore.harness_sessions", "eventstore.verify", "eventstore.cli"} <= loaded
