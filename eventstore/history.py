@@ -83,8 +83,9 @@ _PRUNED_TAG = b'"type":"archive_pruned"'
 _pruned_decoder = msgspec.json.Decoder(ArchivePruned)
 
 
-def pruned_start(hist: History) -> int:
-    """The first sequence number pruning kept (1: nothing was pruned).
+def pruned_start(hist: History) -> tuple[int, str | None]:
+    """The first sequence number pruning kept (1: nothing was pruned) and the link it
+    chains to (None: unknown, the record predates `last_h`; its own hash goes unchecked).
 
     `prune_archive` appends an `archive_pruned` event before it removes the oldest
     archived segments, so pruned history is told from a lost archive by that record: the
@@ -101,8 +102,8 @@ def pruned_start(hist: History) -> int:
             break
         nxt = max(nxt, (seg.last_seq or 0) + 1)
     if not gap:
-        return 1
-    kept = 1
+        return 1, ""
+    kept, link = 1, None
     for seg in hist.segments:
         data = seg.read()
         pos = data.find(_PRUNED_TAG)
@@ -115,9 +116,10 @@ def pruned_start(hist: History) -> int:
             except msgspec.MsgspecError:
                 pass
             else:
-                kept = max(kept, ev.last_seq + 1)
+                if ev.last_seq + 1 > kept:
+                    kept, link = ev.last_seq + 1, ev.last_h or None
             pos = data.find(_PRUNED_TAG, end)
-    return kept
+    return kept, link
 
 
 def is_pruned(seg: Segment, kept: int) -> bool:
@@ -175,11 +177,11 @@ def _iter_segments(
     all_snapshots: bool,
 ) -> Iterator[tuple[Event, bytes]]:
     hi = INF if to_seq is None else to_seq
-    kept = pruned_start(hist)
+    kept, link = pruned_start(hist)
     nxt = kept  # the first sequence number not yet covered by what was read
     # where the segment read last ended; after pruning, the first one kept continues a
-    # line that is gone (its link unknown: the chain is checked from its second line on)
-    after: tuple[int, str | None] | None = None if kept == 1 else (kept - 1, None)
+    # line that is gone, whose link the pruning record names
+    after: tuple[int, str | None] | None = None if kept == 1 else (kept - 1, link)
     # an exact read that needs pruned events waits for a snapshot standing in for them
     lost = exact and from_seq < kept
     for seg in hist.segments:
@@ -469,7 +471,7 @@ def fold_from_archive(
     with store.engine.history(session_id) as hist:
         after: tuple[int, str | None] | None = None
         # pruned history cannot be folded from the start: nothing to rebuild from
-        for seg in hist.segments if pruned_start(hist) == 1 else []:
+        for seg in hist.segments if pruned_start(hist)[0] == 1 else []:
             if not seg.archived:
                 break
             lines = read_segment(store, seg, decoder, after=after)

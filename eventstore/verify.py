@@ -74,7 +74,7 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
         earlier = Lines([], 0, None, None, "")
         # the events read so far, each seq once, while every segment read was clean
         so_far: list[Event] | None = []
-        kept = pruned_start(hist)
+        kept, kept_link = pruned_start(hist)
         i = -1  # the index of the segment being checked, among those pruning kept
         for seg in hist.segments:
             name = seg.where
@@ -101,12 +101,12 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
                 prev, so_far = None, None
                 continue
             if i == 0 and kept > 1:
-                # the line before this segment was pruned: its link is unknown
+                # the line before this segment was pruned: the pruning record names its link
                 problems.append(
                     Problem(name, 0, kept, "history_pruned", pruned_message(session_id, kept),
                             "warning")
                 )  # fmt: skip
-                seq, link = opening_chain(data, (kept - 1, None))
+                seq, link = opening_chain(data, (kept - 1, kept_link))
             elif i == 0:
                 seq, link = 0, ""
             elif data.startswith(b'{"type":"snapshot",'):
