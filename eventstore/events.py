@@ -111,13 +111,15 @@ class ArchivePruned(Event, tag="archive_pruned", kw_only=True):
     """Archived history dropped for good (`eventstore.lifecycle.prune_archive`), so the
     audit trail says what went and when (its `ts`): events `first_seq`..`last_seq`, in
     the archive `segments` (`bytes` in all), pruned as asked by `before` (a sequence
-    number or a time)."""
+    number or a time). `last_h`: the link of event `last_seq`, which the first event kept
+    chains to, so readers still check that event ("" in a record that did not keep it)."""
 
     first_seq: int
     last_seq: int
     segments: list[str]
     bytes: int
     before: str
+    last_h: str = ""
 
 
 class Snapshot(Event, tag="snapshot", kw_only=True):

@@ -39,7 +39,7 @@ from .errors import (
     SnapshotVersionError,
     UnknownSessionError,
 )
-from .events import Event, Snapshot, UnknownEvent, event_tag
+from .events import ArchivePruned, Event, Snapshot, UnknownEvent, event_tag
 from .log import Lines, read_lines
 from .records import BootstrapState, Message
 
@@ -52,10 +52,13 @@ __all__ = [
     "fold_events",
     "fold_from_archive",
     "history_files",
+    "is_pruned",
     "iter_history",
     "archive_shortfall",
     "opening_chain",
     "parse_time",
+    "pruned_message",
+    "pruned_start",
     "read_events",
     "read_segment",
     "require_history",
@@ -74,6 +77,63 @@ def require_history(store: SessionStore, session_id: str) -> History:
         hist.close()
         raise UnknownSessionError(f"no session {session_id!r} in the store at {store.url}")
     return hist
+
+
+_PRUNED_TAG = b'"type":"archive_pruned"'
+_pruned_decoder = msgspec.json.Decoder(ArchivePruned)
+
+
+def pruned_start(hist: History) -> tuple[int, str | None]:
+    """The first sequence number pruning kept (1: nothing was pruned) and the link it
+    chains to (None: unknown, the record predates `last_h`; its own hash goes unchecked).
+
+    `prune_archive` appends an `archive_pruned` event before it removes the oldest
+    archived segments, so pruned history is told from a lost archive by that record: the
+    largest `last_seq` any such line in the picture names, plus one. Only looked for when
+    the archive's names leave a gap (a first segment not at seq 1, or a hole); a line that
+    does not decode is ignored here and reported by the chain check that reads it."""
+    nxt = 1
+    gap = False
+    for seg in hist.segments:
+        if not seg.archived or seg.first_seq is None:
+            break
+        if seg.first_seq > nxt:
+            gap = True
+            break
+        nxt = max(nxt, (seg.last_seq or 0) + 1)
+    if not gap:
+        return 1, ""
+    kept, link = 1, None
+    for seg in hist.segments:
+        data = seg.read()
+        pos = data.find(_PRUNED_TAG)
+        while pos >= 0:
+            end = data.find(b"\n", pos)
+            if end < 0:
+                break
+            try:
+                ev = _pruned_decoder.decode(data[data.rfind(b"\n", 0, pos) + 1 : end])
+            except msgspec.MsgspecError:
+                pass
+            else:
+                if ev.last_seq + 1 > kept:
+                    kept, link = ev.last_seq + 1, ev.last_h or None
+            pos = data.find(_PRUNED_TAG, end)
+    return kept, link
+
+
+def is_pruned(seg: Segment, kept: int) -> bool:
+    """Whether the archived `seg` lies wholly in the pruned prefix (before seq `kept`): a
+    crash in `prune_archive` may leave some of the segments it records as removed."""
+    return seg.archived and seg.last_seq is not None and seg.last_seq < kept
+
+
+def pruned_message(session_id: str, kept: int) -> str:
+    """What to say about history pruned before seq `kept`."""
+    return (
+        f"session {session_id!r}: events 1..{kept - 1} were pruned from the archive"
+        " (recorded by an archive_pruned event)"
+    )
 
 
 def iter_history(
@@ -117,9 +177,16 @@ def _iter_segments(
     all_snapshots: bool,
 ) -> Iterator[tuple[Event, bytes]]:
     hi = INF if to_seq is None else to_seq
-    nxt = 1  # the first sequence number not yet covered by what was read
-    after: tuple[int, str] | None = None  # where the segment read last ended
+    kept, link = pruned_start(hist)
+    nxt = kept  # the first sequence number not yet covered by what was read
+    # where the segment read last ended; after pruning, the first one kept continues a
+    # line that is gone, whose link the pruning record names
+    after: tuple[int, str | None] | None = None if kept == 1 else (kept - 1, link)
+    # an exact read that needs pruned events waits for a snapshot standing in for them
+    lost = exact and from_seq < kept
     for seg in hist.segments:
+        if is_pruned(seg, kept):
+            continue
         # every segment is read, also those before `from_seq`: a segment that does not
         # open with a snapshot continues the chain of the one before it
         lines = read_segment(store, seg, decoder, keep_raw=True, after=after)
@@ -128,6 +195,14 @@ def _iter_segments(
             after = (lines.seq, lines.link)
         for ev, line in zip(lines.events, lines.raw, strict=True):
             s = ev.seq
+            if lost:
+                if s > hi:
+                    raise HistoryUnavailableError(pruned_message(session_id, kept))
+                if type(ev) is Snapshot:
+                    lost = False  # it stands in for everything up to s, pruned or not
+                    nxt = s + 1
+                    yield ev, line
+                continue
             if type(ev) is Snapshot:
                 if s >= nxt and nxt <= hi and s >= from_seq:
                     # events nxt..s exist nowhere else: the snapshot stands in for them
@@ -150,6 +225,8 @@ def _iter_segments(
             nxt = s + 1
             if s >= from_seq:
                 yield ev, line
+    if lost:
+        raise HistoryUnavailableError(pruned_message(session_id, kept))
 
 
 def read_segment(
@@ -158,7 +235,7 @@ def read_segment(
     decoder: msgspec.json.Decoder[Event],
     *,
     keep_raw: bool = False,
-    after: tuple[int, str] | None = None,
+    after: tuple[int, str | None] | None = None,
 ) -> Lines:
     """The checked lines of one segment of a history. `after`: the seq and link where
     the segment before it ended; a segment that does not open with a snapshot continues
@@ -175,10 +252,11 @@ def read_segment(
     return lines
 
 
-def opening_chain(data: bytes, after: tuple[int, str] | None) -> tuple[int, str]:
+def opening_chain(data: bytes, after: tuple[int, str | None] | None) -> tuple[int, str | None]:
     """The (seq, link) a segment's first line chains to: a segment opening with a
     snapshot chains to the snapshot's own `base_h`, whatever is passed; one without
-    continues `after` (the end of the segment before it), or opens the history at 1.
+    continues `after` (the end of the segment before it; a link of None after pruning:
+    unknown), or opens the history at 1.
     An archived segment holding the events after an archived snapshot opens this way."""
     if after is None or data.startswith(b'{"type":"snapshot",'):
         return 0, ""
@@ -391,8 +469,9 @@ def fold_from_archive(
     upto = snap.seq
     decoder = store.codec.decoder(proj.event_types)
     with store.engine.history(session_id) as hist:
-        after: tuple[int, str] | None = None
-        for seg in hist.segments:
+        after: tuple[int, str | None] | None = None
+        # pruned history cannot be folded from the start: nothing to rebuild from
+        for seg in hist.segments if pruned_start(hist)[0] == 1 else []:
             if not seg.archived:
                 break
             lines = read_segment(store, seg, decoder, after=after)

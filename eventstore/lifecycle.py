@@ -145,15 +145,29 @@ class PruneReport:
         return sum(s.size for s in self.segments)
 
 
-def _last_time(data: bytes) -> datetime | None:
-    """The time of the last line of an archived log (its newest)."""
+def _last_head(data: bytes) -> LineHead | None:
+    """The envelope of the last line of an archived log (its newest)."""
     for line in reversed(data.rstrip(b"\n").split(b"\n")):
         if line.strip():
             try:
-                return _line_head.decode(line).ts
+                return _line_head.decode(line)
             except msgspec.MsgspecError:
                 return None
     return None
+
+
+def _last_time(data: bytes) -> datetime | None:
+    """The time of the last line of an archived log."""
+    head = _last_head(data)
+    return None if head is None else head.ts
+
+
+def _last_link(data: bytes) -> str:
+    """The link the line after an archived log chains to ("" if its last line is bad)."""
+    head = _last_head(data)
+    if head is None:
+        return ""
+    return (head.base_h or "") if head.type == "snapshot" else head.h
 
 
 def prune_archive(store: SessionStore, session_id: str, before: int | datetime) -> PruneReport:
@@ -177,6 +191,7 @@ def prune_archive(store: SessionStore, session_id: str, before: int | datetime) 
     if not store.engine.supports_pruning:
         raise UnsupportedError(f"the {store.engine.url} engine cannot prune archived history")
     dropped: list[tuple[int, int, str, int]] = []
+    last_h = ""
     with store.engine.history(session_id) as hist:
         for seg in hist:
             if not seg.archived or seg.first_seq is None or seg.last_seq is None:
@@ -189,6 +204,7 @@ def prune_archive(store: SessionStore, session_id: str, before: int | datetime) 
             if not old:
                 break
             dropped.append((seg.first_seq, seg.last_seq, PurePath(seg.where).name, seg.size))
+            last_h = _last_link(seg.read())  # the last dropped one's is kept
     if not dropped:
         return PruneReport(session_id)
     asked = f"seq {before}" if isinstance(before, int) else before.astimezone(UTC).isoformat()
@@ -198,6 +214,7 @@ def prune_archive(store: SessionStore, session_id: str, before: int | datetime) 
         segments=[name for _, _, name, _ in dropped],
         bytes=sum(size for *_, size in dropped),
         before=asked,
+        last_h=last_h,
     )
     result = store.append(session_id, [event])
     segments = store.engine.prune_history(session_id, dropped[-1][1] + 1)

@@ -28,7 +28,14 @@ from projections import fold, is_retained, restore_state
 
 from .errors import CorruptLogError, EventStoreError, SnapshotVersionError
 from .events import Event, Snapshot
-from .history import archive_shortfall, opening_chain, require_history
+from .history import (
+    archive_shortfall,
+    is_pruned,
+    opening_chain,
+    pruned_message,
+    pruned_start,
+    require_history,
+)
 from .log import Collecting, Lines, Problem, Severity, read_lines
 
 if TYPE_CHECKING:
@@ -67,9 +74,25 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
         earlier = Lines([], 0, None, None, "")
         # the events read so far, each seq once, while every segment read was clean
         so_far: list[Event] | None = []
-        for i, seg in enumerate(hist.segments):
+        kept, kept_link = pruned_start(hist)
+        i = -1  # the index of the segment being checked, among those pruning kept
+        for seg in hist.segments:
             name = seg.where
             names.append(name)
+            if is_pruned(seg, kept):
+                problems.append(
+                    Problem(
+                        name,
+                        0,
+                        seg.first_seq,
+                        "archive_pruned",
+                        f"{pruned_message(session_id, kept)}; this segment was left by an"
+                        " interrupted pruning (pruning again removes it)",
+                        "warning",
+                    )
+                )
+                continue
+            i += 1
             reporter = Collecting()
             try:
                 data = seg.read()
@@ -77,7 +100,14 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
                 problems.append(Problem(name, 0, None, "unreadable", str(exc)))
                 prev, so_far = None, None
                 continue
-            if i == 0:
+            if i == 0 and kept > 1:
+                # the line before this segment was pruned: the pruning record names its link
+                problems.append(
+                    Problem(name, 0, kept, "history_pruned", pruned_message(session_id, kept),
+                            "warning")
+                )  # fmt: skip
+                seq, link = opening_chain(data, (kept - 1, kept_link))
+            elif i == 0:
                 seq, link = 0, ""
             elif data.startswith(b'{"type":"snapshot",'):
                 seq, link = None, None  # chained to what came before by _check_snapshot
@@ -126,7 +156,7 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
                         f" {first_seq}..{last_seq}",
                     )
                 )
-            if isinstance(first, Snapshot):
+            if isinstance(first, Snapshot) and not (i == 0 and kept > 1):
                 found.extend(
                     _check_snapshot(
                         store, first, name, prev if prev is None else earlier, prev_name, scan,

@@ -21,6 +21,7 @@ from conftest import make_features, make_manifest
 import eventstore.lifecycle as lifecycle
 from eventstore import (
     ArchivePruned,
+    CorruptLogError,
     HistoryUnavailableError,
     Message,
     ProgressEntry,
@@ -461,3 +462,66 @@ def test_expiry_keeps_a_session_written_to_after_it_was_judged_idle(
         results = delete_older_than(store, timedelta(days=1), now=far)
         assert [(r.session_id, r.result) for r in results] == [("busy", "kept")]
         assert store.list_sessions() == ["busy"]
+
+
+def test_pruned_history_is_a_warning_but_a_lost_archive_is_corruption(root: Path) -> None:
+    with SessionStore(root) as store:
+        bounds = _three_archives(store)
+        archive = root / "sessions" / "p" / "archive"
+        prune_archive(store, "p", bounds[0] + 1)
+        report = store.verify("p")
+        assert report.ok
+        kinds = {p.kind: p for p in report.problems}
+        assert "history_pruned" in kinds and kinds["history_pruned"].severity == "warning"
+        assert "pruned" in kinds["history_pruned"].message
+        assert "without an archive" not in " ".join(p.message for p in report.problems)
+        with pytest.raises(HistoryUnavailableError, match="pruned"):
+            store.state_at("p", seq=bounds[1])  # needs events 1..bounds[0], pruned
+        assert [e.seq for e in store.read_events("p", to_seq=bounds[1])] == list(
+            range(bounds[0] + 1, bounds[1] + 1)
+        )
+        # an archive pruning did not record: corruption, for readers and verify
+        (archive / sorted(f.name for f in archive.glob("*.jsonl"))[0]).unlink()
+        assert not store.verify("p").ok
+        with pytest.raises(CorruptLogError):
+            list(store.read_events("p"))
+
+
+@pytest.mark.parametrize("line", [0, 1])
+def test_an_edit_of_what_pruning_kept_still_fails_the_chain(root: Path, line: int) -> None:
+    """The record keeps the link of the last pruned event: the first line kept is checked
+    too (line 0), not only those chained to it (line 1)."""
+    with SessionStore(root) as store:
+        bounds = _three_archives(store)
+        prune_archive(store, "p", bounds[0] + 1)
+        kept = sorted((root / "sessions" / "p" / "archive").glob("*.jsonl"))[0]
+        lines = kept.read_bytes().split(b"\n")
+        edited = lines[line].replace(f'"1.{line}"'.encode(), f'"1.{line}X"'.encode())
+        assert edited != lines[line]
+        lines[line] = edited
+        kept.write_bytes(b"\n".join(lines))
+        assert not store.verify("p").ok
+        with pytest.raises(CorruptLogError):
+            list(store.read_events("p"))
+
+
+def test_an_interrupted_pruning_is_understood(root: Path) -> None:
+    """The record is written before any segment goes: with the segments still there,
+    readers follow the record (the intent), verify warns, pruning again finishes."""
+    with SessionStore(root) as store:
+        bounds = _three_archives(store)
+        archive = root / "sessions" / "p" / "archive"
+        names = sorted(f.name for f in archive.glob("*.jsonl"))
+        store.append("p", [ArchivePruned(first_seq=1, last_seq=bounds[1], segments=names[:2],
+                                         bytes=1, before=f"seq {bounds[1] + 1}")])  # fmt: skip
+        (archive / names[1]).unlink()  # a crash removed the second but not the first
+        report = store.verify("p")
+        assert report.ok, report.problems
+        assert "archive_pruned" in {p.kind for p in report.problems}
+        assert store.state_at("p", seq=bounds[2]).recent_progress[-1].summary == "2.3"
+        with pytest.raises(HistoryUnavailableError):
+            store.state_at("p", seq=1)
+        assert [s.where for s in prune_archive(store, "p", bounds[1] + 1).segments] == [
+            str(archive / names[0])
+        ]
+        assert store.verify("p").ok
