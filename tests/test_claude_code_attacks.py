@@ -91,9 +91,25 @@ def test_an_importer_killed_at_random_moments_leaves_nothing_doubled(tmp_path: P
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     rng = random.Random(1729)
     kills = 0
+    log = root / "sessions" / "long" / "log.jsonl"
+
+    def log_size() -> int:
+        try:
+            return log.stat().st_size
+        except FileNotFoundError:
+            return 0
+
     for _ in range(6):
+        # killed once the log has grown by a random amount: a moment in the import itself,
+        # however fast or slow the machine is
+        grow = rng.randint(1, 400_000)
+        start = log_size()
         proc = subprocess.Popen([sys.executable, "-c", _IMPORTER, str(root), str(f)], env=env)
-        time.sleep(rng.uniform(0.3, 1.5))
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and log_size() - start < grow:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.001)
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1
@@ -103,7 +119,7 @@ def test_an_importer_killed_at_random_moments_leaves_nothing_doubled(tmp_path: P
         assert b"".join(export_transcript(store, "long")) == f.read_bytes()
         assert len(store.load_transcript_messages("long")) == n
         assert store.verify("long").ok
-    assert kills >= 1  # the import takes longer than the first pause at least
+    assert kills >= 1  # the first import is killed before it has grown the log by 400 kB
 
 
 def test_a_line_far_longer_than_a_read_round_trips(tmp_path: Path) -> None:

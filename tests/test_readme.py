@@ -42,6 +42,7 @@ SKIP: dict[str, str] = {
     ".venv/bin/pip install": "installs what this test already runs with",
     "pip install": "installs what this test already runs with",
     ".venv/bin/python -m pytest": "the test suite itself",
+    "export EVENTSTORE_TEST_POSTGRES_URL": "points the test suite at a server (set by .ci/run)",
     "EVENTSTORE_LONG=1": "the long test variants (minutes)",
     ".venv/bin/ruff": "development tooling, run by the development workflow",
     ".venv/bin/mypy": "development tooling, run by the development workflow",
