@@ -246,18 +246,18 @@ class AsyncSessionStore:
 
     async def save_manifest(
         self, session_id: str, manifest: SessionManifest, *, idempotency_key: str | None = None
-    ) -> None:
+    ) -> AppendResult:
         """Replace the session's manifest."""
-        await self._submit(
+        return await self._submit(
             session_id,
             lambda: self.store.save_manifest(session_id, manifest, idempotency_key=idempotency_key),
         )
 
     async def append_progress_entry(
         self, session_id: str, entry: ProgressEntry, *, idempotency_key: str | None = None
-    ) -> None:
+    ) -> AppendResult:
         """Append a progress note."""
-        await self._submit(
+        return await self._submit(
             session_id,
             lambda: self.store.append_progress_entry(
                 session_id, entry, idempotency_key=idempotency_key
@@ -270,9 +270,9 @@ class AsyncSessionStore:
         features: Sequence[FeatureRecord],
         *,
         idempotency_key: str | None = None,
-    ) -> None:
+    ) -> AppendResult:
         """Replace the whole feature list; order is kept."""
-        await self._submit(
+        return await self._submit(
             session_id,
             lambda: self.store.replace_feature_list(
                 session_id, features, idempotency_key=idempotency_key
@@ -286,9 +286,9 @@ class AsyncSessionStore:
         passes: bool,
         *,
         idempotency_key: str | None = None,
-    ) -> None:
+    ) -> AppendResult:
         """Set one feature's `passes`; FeatureNotFoundError (nothing written) if unknown."""
-        await self._submit(
+        return await self._submit(
             session_id,
             lambda: self.store.update_feature_pass(
                 session_id, feature_id, passes, idempotency_key=idempotency_key
@@ -297,9 +297,9 @@ class AsyncSessionStore:
 
     async def record_run_checkpoint(
         self, session_id: str, checkpoint: RunCheckpoint, *, idempotency_key: str | None = None
-    ) -> None:
+    ) -> AppendResult:
         """Append a run checkpoint."""
-        await self._submit(
+        return await self._submit(
             session_id,
             lambda: self.store.record_run_checkpoint(
                 session_id, checkpoint, idempotency_key=idempotency_key
@@ -318,9 +318,9 @@ class AsyncSessionStore:
         messages: Sequence[Message],
         *,
         idempotency_key: str | None = None,
-    ) -> None:
+    ) -> AppendResult:
         """Append messages as one atomic event."""
-        await self._submit(
+        return await self._submit(
             session_id,
             lambda: self.store.append_transcript_messages(
                 session_id, messages, idempotency_key=idempotency_key

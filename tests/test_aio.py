@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eventstore import (
+    AppendResult,
     ConcurrencyError,
     FeatureNotFoundError,
     FeatureRecord,
@@ -191,10 +192,10 @@ def test_errors_are_raised_typed_and_the_lane_goes_on(tmp_path: Path) -> None:
             )
             assert isinstance(results[0], FeatureNotFoundError)
             assert isinstance(results[1], ConcurrencyError) and results[1].actual == 2
-            assert results[2] is None or hasattr(results[2], "first_seq")
+            assert isinstance(results[2], AppendResult) and results[2].first_seq == 3
             assert isinstance(results[3], InvalidSessionIdError)
             assert isinstance(results[4], InvalidRecordError)
-            assert results[5] is None
+            assert isinstance(results[5], AppendResult) and results[5].first_seq == 4
             state = await store.load_bootstrap_state("s")
             assert [p.summary for p in state.recent_progress] == ["2"]
             assert state.feature_list[0].passes is True
