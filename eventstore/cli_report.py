@@ -11,16 +11,15 @@ subparsers; `run` and `run_serve` execute them and return the exit status.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from .cli_args import CliError
+from .cli_store import open_store
 from .errors import EventStoreError
-from .layout import write_all
+from .layout import write_atomically
 from .report import MAX_BYTES, build_report
-from .store import SessionStore
 
 __all__ = ["add_parser", "run", "run_serve"]
 
@@ -49,7 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("root", metavar="ROOT", type=Path, help="the store root directory")
+    p.add_argument("root", metavar="ROOT", help="the store: a directory or a store URL")
     p.add_argument("session", metavar="SESSION", help="the session id")
     p.add_argument(
         "-o",
@@ -103,14 +102,10 @@ def run(args: argparse.Namespace, out: BinaryIO | None = None, err: TextIO | Non
     """Execute `eventstore report` for parsed `args`; returns the exit status."""
     out = sys.stdout.buffer if out is None else out
     err = sys.stderr if err is None else err
-    root: Path = args.root
-    if not root.is_dir():
-        print(f"eventstore report: error: no store at {root} (directory not found)", file=err)
-        return EXIT_USAGE
     try:
-        with SessionStore(root) as store:
+        with open_store(args) as store:  # a path or any store URL, as every command takes
             page = build_report(store, args.session, max_bytes=args.max_bytes)
-    except (EventStoreError, ValueError, OSError) as exc:
+    except (CliError, EventStoreError, ValueError, OSError) as exc:
         print(f"eventstore report: error: {_one_line(str(exc))}", file=err)
         return EXIT_USAGE
     data = page.encode("utf-8")
@@ -119,30 +114,12 @@ def run(args: argparse.Namespace, out: BinaryIO | None = None, err: TextIO | Non
         out.flush()
         return EXIT_OK
     try:
-        _write_atomically(Path(args.output), data)
+        write_atomically(Path(args.output), data)
     except OSError as exc:
         print(f"eventstore report: error: cannot write {args.output}: {exc}", file=err)
         return EXIT_USAGE
     print(f"wrote {args.output} ({len(data):,} bytes)", file=err)
     return EXIT_OK
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    # a new file beside the target (mode 0600, like the store's own files: the page holds
-    # the whole transcript), renamed over it: a reader sees the old page or the new one
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        try:
-            write_all(fd, data, fsync=True)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def _positive(text: str) -> int:
