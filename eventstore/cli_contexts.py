@@ -17,6 +17,7 @@ from typing import TextIO
 
 import msgspec
 
+from .cli_format import one_line
 from .errors import EventStoreError
 from .harness_sessions import (
     HarnessBinding,
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         print(f"eventstore contexts: error: {root}: not a directory", file=err)
         return EXIT_USAGE
     except (OSError, EventStoreError) as exc:
-        print(f"eventstore contexts: error: {_one_line(str(exc))}", file=err)
+        print(f"eventstore contexts: error: {one_line(str(exc))}", file=err)
         return EXIT_FAILED
     if args.json:
         rows = history if args.history else bindings
@@ -157,7 +158,3 @@ def _ms(ms: int) -> str:
 
 def _time(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from .events import Event, UnknownEvent, event_tag
-from .export import event_summary
+from .export import event_summary, plural
 from .records import BootstrapState, InitCommand
 
 __all__ = [
@@ -75,11 +75,6 @@ def shorten(text: str, width: int, full: bool = False) -> str:
         out.append(ch)
         used += w
     return "".join(out) + "…"
-
-
-def plural(n: int, noun: str, nouns: str | None = None) -> str:
-    """`1 entry`, `2 entries`, `0 features`."""
-    return f"{n} {noun if n == 1 else (nouns or noun + 's')}"
 
 
 def fmt_time(ts: datetime | None) -> str:

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 import msgspec
 
+from .cli_format import one_line
 from .engines.postgres_url import redact_url, split_url
 from .errors import EventStoreError
 from .migrate import MigrationResult, migrate_session, same_history
@@ -100,10 +101,10 @@ def _init_db(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         _, schema = split_url(url)
         before, now = init_db(url)
     except ValueError as exc:
-        print(f"eventstore init-db: error: {_one_line(str(exc))}", file=err)
+        print(f"eventstore init-db: error: {one_line(str(exc))}", file=err)
         return EXIT_USAGE
     except EventStoreError as exc:
-        print(f"eventstore init-db: error: {_one_line(str(exc))}", file=err)
+        print(f"eventstore init-db: error: {one_line(str(exc))}", file=err)
         return EXIT_FAILED
     if before == now:
         what = f"already at version {now}"
@@ -119,7 +120,7 @@ def _open(url: str, err: TextIO) -> SessionStore | None:
     try:
         return SessionStore(url)
     except (EventStoreError, ValueError, OSError) as exc:
-        print(f"eventstore migrate: error: {redact_url(url)}: {_one_line(str(exc))}", file=err)
+        print(f"eventstore migrate: error: {redact_url(url)}: {one_line(str(exc))}", file=err)
         return None
 
 
@@ -175,7 +176,7 @@ def _copy_all(
             problems = _check(src, dst, sid)
         except EventStoreError as exc:
             failed += 1
-            row.update(ok=False, error=_one_line(str(exc)))
+            row.update(ok=False, error=one_line(str(exc)))
             say(f"migrate: {tag}: FAILED: {row['error']}")
             results.append(row)
             continue
@@ -226,10 +227,6 @@ def _check(src: SessionStore, dst: SessionStore, sid: str) -> list[str]:
             bad = next(p for p in report.problems if p.severity == "error")
             problems.append(
                 f"{name} fails verify: {bad.kind} at byte {bad.offset} (seq {bad.seq}):"
-                f" {_one_line(bad.message)}"
+                f" {one_line(bad.message)}"
             )
     return problems
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from .cli_args import CliError
+from .cli_format import one_line
 from .cli_store import open_store
 from .errors import EventStoreError
 from .layout import write_atomically
@@ -93,7 +94,7 @@ def run_serve(args: argparse.Namespace, err: TextIO | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_OK
     except OSError as exc:  # no such root, or the port is taken
-        print(f"eventstore serve: error: {_one_line(str(exc))}", file=err)
+        print(f"eventstore serve: error: {one_line(str(exc))}", file=err)
         return EXIT_USAGE
     return EXIT_OK
 
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace, out: BinaryIO | None = None, err: TextIO | Non
         with open_store(args) as store:  # a path or any store URL, as every command takes
             page = build_report(store, args.session, max_bytes=args.max_bytes)
     except (CliError, EventStoreError, ValueError, OSError) as exc:
-        print(f"eventstore report: error: {_one_line(str(exc))}", file=err)
+        print(f"eventstore report: error: {one_line(str(exc))}", file=err)
         return EXIT_USAGE
     data = page.encode("utf-8")
     if args.output == "-":
@@ -140,7 +141,3 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 0..65535, got {value}")
     return value
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

@@ -126,13 +126,13 @@ def event_summary(ev: Event) -> str:
         steps = len(m.init_plan.steps) if m.init_plan else 0
         return (
             f"objective: {m.current_objective} (branch {m.active_branch},"
-            f" commit {m.last_known_good_commit or '-'}, {_plural(steps, 'init step')})"
+            f" commit {m.last_known_good_commit or '-'}, {plural(steps, 'init step')})"
         )
     if isinstance(ev, FeatureListReplaced):
         fs = ev.features
         done = sum(1 for f in fs if f.passes)
         ids = ", ".join(f.id for f in fs)
-        return f"{_plural(len(fs), 'feature')} ({done} passing)" + (f": {ids}" if fs else "")
+        return f"{plural(len(fs), 'feature')} ({done} passing)" + (f": {ids}" if fs else "")
     if isinstance(ev, FeaturePassUpdated):
         return f"{ev.feature_id} -> {'passes' if ev.passes else 'fails'}"
     if isinstance(ev, ProgressAppended):
@@ -143,7 +143,7 @@ def event_summary(ev: Event) -> str:
     if isinstance(ev, MessagesAppended):
         ms = ev.messages
         head = f": {ms[0].role.value}: {ms[0].content}" if ms else ""
-        return _plural(len(ms), "message") + head
+        return plural(len(ms), "message") + head
     if isinstance(ev, Snapshot):
         return f"snapshot of seq 1..{ev.seq} (base_h {ev.base_h}; {', '.join(ev.states)})"
     payload = {
@@ -154,8 +154,9 @@ def event_summary(ev: Event) -> str:
     return _json.encode(payload).decode()
 
 
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """`1 entry`, `2 entries`, `0 features`."""
+    return f"{n} {noun if n == 1 else (nouns or noun + 's')}"
 
 
 def export_session(store: SessionStore, session_id: str) -> dict[str, Any]:
