@@ -32,10 +32,17 @@ from eventstore.integrations import langgraph as lg
 from eventstore.integrations.langgraph import EventStoreSaver
 from eventstore.integrations.langgraph_state import (
     BlobEntry,
+    BlobPut,
     CheckpointEntry,
+    CheckpointPut,
+    CheckpointsRemoved,
     NamespaceHead,
     NewestEntry,
+    ThreadCopied,
+    TypedValue,
+    WriteRecord,
     WritesEntry,
+    WritesPut,
     blob_key,
     checkpoint_key,
     newest_key,
@@ -79,14 +86,13 @@ def _full_latest(saver: EventStoreSaver, thread: str, ns: str) -> Any:
     return saver._tuple_in(thread, entry, state)
 
 
-def _check_heads_against_the_full_index(saver: EventStoreSaver, thread: str) -> int:
-    """Every head the projection claims to know is the full index's newest, entry,
-    blobs and writes; returns how many heads are known."""
-    heads = saver._heads(thread)
-    assert heads is not None
-    full = saver._state(thread)
+def _check_heads(full: Any, heads: Any) -> int:
+    """Every head the head projection claims to know is the full index's newest: its
+    entry, its blobs and its writes; ids above `max_id` were never put; early writes
+    are the full index's. Returns how many heads are known."""
     known = 0
-    for ns in NAMESPACES:
+    namespaces = set(heads) | {e.ns for e in full.values() if isinstance(e, CheckpointEntry)}
+    for ns in namespaces:
         ids = [
             e.checkpoint_id for e in full.values() if isinstance(e, CheckpointEntry) and e.ns == ns
         ]
@@ -97,6 +103,9 @@ def _check_heads_against_the_full_index(saver: EventStoreSaver, thread: str) -> 
         assert all(i <= nh.max_id for i in ids)
         for cid, w in nh.early.items():
             assert cid > nh.max_id and full.get(writes_key(ns, cid)) == w
+        for k, w in full.items():
+            if isinstance(w, WritesEntry) and w.ns == ns and w.checkpoint_id > nh.max_id:
+                assert nh.early.get(w.checkpoint_id) == w, k
         if nh.head is None:
             continue
         known += 1
@@ -109,6 +118,77 @@ def _check_heads_against_the_full_index(saver: EventStoreSaver, thread: str) -> 
         }
         assert full.get(writes_key(ns, cid)) == head.writes
     return known
+
+
+def _check_heads_against_the_full_index(saver: EventStoreSaver, thread: str) -> int:
+    heads = saver._heads(thread)
+    assert heads is not None
+    return _check_heads(saver._state(thread), heads)
+
+
+# -- the projections alone, on any events (also ones the saver never writes) ------------
+
+_TV = st.builds(lambda b: TypedValue("msgpack", b), st.sampled_from([b"a", b"b", b"c"]))
+_PIDS = st.sampled_from(["1", "2", "3", "4"])
+_PNS = st.sampled_from(["", "n"])
+_PVERS = st.sampled_from(["1", "2", "3"])
+
+
+@st.composite
+def _events(draw: Any, depth: int = 1) -> list[Any]:
+    out: list[Any] = []
+    for _ in range(draw(st.integers(0, 12))):
+        kind = draw(st.sampled_from(["put", "put", "writes", "removed", "copied"]))
+        if kind == "put":
+            versions = draw(st.dictionaries(st.sampled_from("ab"), _PVERS, max_size=2))
+            blobs = draw(
+                st.lists(
+                    st.builds(BlobPut, st.sampled_from("ab"), _PVERS, st.one_of(st.none(), _TV)),
+                    max_size=3,
+                )
+            )
+            out.append(
+                CheckpointPut(
+                    ns=draw(_PNS),
+                    checkpoint_id=draw(_PIDS),
+                    versions=versions,
+                    checkpoint=draw(_TV),
+                    metadata=draw(_TV),
+                    blobs=blobs,
+                )
+            )
+        elif kind == "writes":
+            record = st.builds(
+                WriteRecord, st.sampled_from(["t1", "t2"]), st.integers(-2, 1),
+                st.sampled_from("xy"), _TV,
+            )  # fmt: skip
+            out.append(
+                WritesPut(
+                    ns=draw(_PNS),
+                    checkpoint_id=draw(_PIDS),
+                    writes=draw(st.lists(record, min_size=1, max_size=2)),
+                )
+            )
+        elif kind == "removed":
+            pairs = draw(st.lists(st.tuples(_PNS, _PIDS), min_size=1, max_size=3))
+            out.append(CheckpointsRemoved(checkpoints=pairs, reason="test"))
+        elif depth > 0:
+            source = lg.PROJECTION.initial()
+            for ev in draw(_events(depth=0)):
+                source = lg.PROJECTION.apply(source, ev)
+            out.append(ThreadCopied(source_thread_id="other", entries=dict(source)))
+    return out
+
+
+@settings(max_examples=600, deadline=None)
+@given(_events())
+def test_the_head_projection_agrees_with_the_full_one_on_any_events(events: list[Any]) -> None:
+    full, heads = lg.PROJECTION.initial(), lg.HEAD_PROJECTION.initial()
+    for ev in events:
+        full = lg.PROJECTION.apply(full, ev)
+        heads = lg.HEAD_PROJECTION.apply(heads, ev)
+        _check_heads(full, heads)
+    assert lg.HEAD_PROJECTION.decode_state(lg.HEAD_PROJECTION.encode_state(heads)) == heads
 
 
 class _Driver:
