@@ -424,7 +424,8 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
                 self.delete_thread(thread_id)
             elif self._remove(str(thread_id), _all_but_newest, "prune"):
                 self.store.compact(self.session_id(str(thread_id)), archive=False)
-                self._no_head.discard(self.session_id(str(thread_id)))  # its snapshot has one
+                # the compaction restarted the store's folds, and its snapshot holds a head
+                self._forget(str(thread_id))
 
     def _remove(
         self,
