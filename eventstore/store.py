@@ -35,7 +35,7 @@ from projections import (
     fold,
 )
 
-from . import fold_cache
+from . import checked_prefix, fold_cache
 from .engines.base import (
     EMPTY_HEAD,
     Durability,
@@ -141,15 +141,22 @@ class _Fold:
 
 
 class _Session:
-    """What the store keeps per session: its folded projections and the last head seen."""
+    """What the store keeps per session: its folded projections, the last head seen, and
+    the checked prefix of its live log this process can vouch for (engines with a
+    cache only; see eventstore.checked_prefix)."""
 
-    __slots__ = ("folds", "head", "lock", "session_id")
+    __slots__ = ("folds", "head", "lock", "prefix", "session_id")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.lock = threading.RLock()
         self.folds: dict[str, _Fold] = {}
         self.head: Head | None = None  # the newest head this process saw (may be stale)
+        self.prefix: checked_prefix.Prefix | None = None
+
+
+class _PrefixMismatch(Exception):
+    """A checked prefix did not prove the bytes a load trusted: fold again, checking."""
 
 
 # a build function: given the head and the folded states asked for, the events to append
@@ -164,7 +171,7 @@ _stores: weakref.WeakSet[SessionStore] = weakref.WeakSet()
 _CACHE_AFTER_FOLD_BYTES = 1 << 20
 # how much log a load reads and folds at a time (see Engine.read_some): bounds what a
 # cold load of a long log holds besides the state it builds
-_READ_PIECE = 256 << 10
+_READ_PIECE = 1 << 20
 _CACHE_ON_CLOSE_BYTES = 64 << 10
 
 
@@ -178,6 +185,7 @@ def _after_fork_in_child() -> None:
             sess.lock = threading.RLock()
             sess.folds = {}
             sess.head = None
+            sess.prefix = None
 
 
 if hasattr(os, "register_at_fork"):
@@ -244,6 +252,8 @@ class SessionStore:
             for name, p in self._projections.items()
             if p is self.bootstrap or getattr(p, "cache_folds", False) is True
         )
+        # whether the engine keeps caches, so checked prefixes are worth keeping
+        self._marks = type(self.engine).store_cache is not Engine.store_cache
         self._sessions: dict[str, _Session] = {}
         self._guard = threading.Lock()
         self._closed = False
@@ -268,6 +278,9 @@ class SessionStore:
                         fold_cache.store(
                             self.engine, sess.session_id, self._projections[name], f.state, f.head
                         )
+                p = sess.prefix
+                if p is not None and p.size != p.saved and p.size >= _CACHE_ON_CLOSE_BYTES:
+                    checked_prefix.store(self.engine, sess.session_id, p)
         with self._guard:
             if not self._closed:
                 self._closed = True
@@ -565,7 +578,9 @@ class SessionStore:
         """
         from .compaction import compact
 
-        return compact(self, session_id, archive=archive, retention=retention)
+        report = compact(self, session_id, archive=archive, retention=retention)
+        self._session(session_id).prefix = None  # of the log the compaction replaced
+        return report
 
     # -- internals --------------------------------------------------------------------
 
@@ -620,34 +635,114 @@ class SessionStore:
         f = sess.folds.get(proj.name)
         if f is None:
             f = sess.folds[proj.name] = self._first_fold(sess, proj)
-        folded = 0
-        more = True
-        while more:
-            # piece by piece (engines that can): a long log is never all in memory at once
-            res, more = self.engine.read_some(sess.session_id, f.head.position, _READ_PIECE)
-            start = f.head
-            if res.reset:
-                f.state = proj.initial()
-                start = EMPTY_HEAD
-                folded = 0
-            if res.data:
-                lines = read_lines(
-                    res.data,
-                    self.codec,
-                    self.codec.decoder(proj.event_types),
-                    res.where,
-                    offset=res.offset,
-                    seq=start.seq,
-                    link=start.link,
-                )
-                f.state = fold_events(self, sess.session_id, proj, f.state, lines.events, res.where)
-                folded += len(res.data)
-            f.head = res.head  # the state and its head advance together, piece by piece
-            sess.head = res.head
+        mark = None
+        if self._marks and f.head.position is None:  # a fold from the start of the log
+            p = sess.prefix
+            mark = (
+                p.mark()
+                if p is not None and p.size
+                else checked_prefix.load(self.engine, sess.session_id)
+            )
+        try:
+            folded = self._fold_pieces(sess, proj, f, mark)
+        except Exception as exc:
+            if mark is None:
+                raise
+            # nothing folded from bytes the mark did not prove is kept: fold them again,
+            # checking every line (which reports whatever is really wrong)
+            log.debug("eventstore: checked prefix of %r not used: %r", sess.session_id, exc)
+            f.state, f.head = proj.initial(), EMPTY_HEAD
+            sess.prefix = None
+            folded = self._fold_pieces(sess, proj, f, None)
         if folded >= _CACHE_AFTER_FOLD_BYTES and proj.name in self._cached:
             fold_cache.store(self.engine, sess.session_id, proj, f.state, f.head)
             f.saved = f.head.seq
+        p = sess.prefix
+        if p is not None and p.head is f.head and p.size - p.saved >= _CACHE_AFTER_FOLD_BYTES:
+            checked_prefix.store(self.engine, sess.session_id, p)
         return f.state  # type: ignore[no-any-return]
+
+    def _fold_pieces(
+        self, sess: _Session, proj: Projection[S], f: _Fold, mark: checked_prefix.Mark | None
+    ) -> int:
+        """Fold the log after `f.head` into `f`, piece by piece (engines that can: a long
+        log is never all in memory at once); returns how many bytes it folded.
+
+        With `mark` (a fold from the start), the first `mark.size` bytes are folded
+        without per-line hashes while they are hashed; a mismatch raises _PrefixMismatch
+        (the caller discards the fold). The session's checked prefix grows with what
+        this fold checks, when the fold starts where it ends (or at the start)."""
+        codec = self.codec
+        sid = sess.session_id
+        grow = None
+        if self._marks:
+            p = sess.prefix
+            if f.head.position is None:
+                grow = checked_prefix.Prefix()
+            elif p is not None and p.head.position == f.head.position:
+                grow = p
+        trusted = mark.size if mark is not None else 0  # the end of the bytes to prove
+        folded = 0
+        more = True
+        while more:
+            res, more = self.engine.read_some(sid, f.head.position, _READ_PIECE)
+            start = f.head
+            if res.reset:
+                if trusted:
+                    raise _PrefixMismatch("the log was replaced during the load")
+                f.state = proj.initial()
+                start = EMPTY_HEAD
+                folded = 0
+                grow = checked_prefix.Prefix() if self._marks else None
+            data = res.data
+            seq, link = start.seq, start.link
+            split = min(len(data), max(0, trusted - res.offset))  # bytes of it to prove
+            if split:
+                assert mark is not None and grow is not None
+                part = data if split == len(data) else data[:split]
+                lines = read_lines(
+                    part, codec, codec.decoder(proj.event_types), res.where, offset=res.offset,
+                    seq=seq, link=link,
+                    hashes_checked=True,
+                )  # fmt: skip
+                if lines.end != len(part):
+                    raise _PrefixMismatch("the prefix does not end with a whole batch")
+                f.state = fold_events(self, sid, proj, f.state, lines.events, res.where)
+                folded += split
+                grow.extend(part, res.head if split == len(data) else mark.head)
+                assert lines.seq is not None and lines.link is not None  # given seq and link
+                seq, link = lines.seq, lines.link
+                if res.offset + split == trusted:
+                    proven = grow.mark().digest == mark.digest
+                    if not proven or (seq, lines.h) != (mark.head.seq, mark.head.h):
+                        raise _PrefixMismatch("the digest or the last line differs")
+                    trusted = 0  # proven: the rest is checked line by line
+            if split < len(data):
+                rest = data if not split else data[split:]
+                lines = read_lines(
+                    rest,
+                    codec,
+                    codec.decoder(proj.event_types),
+                    res.where,
+                    offset=res.offset + split,
+                    seq=seq,
+                    link=link,
+                )
+                f.state = fold_events(self, sid, proj, f.state, lines.events, res.where)
+                folded += len(rest)
+                if grow is not None:
+                    grow.extend(rest, res.head)
+            f.head = res.head  # the state and its head advance together, piece by piece
+            sess.head = res.head
+        if trusted:
+            raise _PrefixMismatch("the log ends before the prefix does")
+        if (
+            grow is not None
+            and grow.size
+            and (sess.prefix is None or grow.size >= sess.prefix.size)
+        ):
+            sess.prefix = grow
+        return folded
 
     def _write_events(
         self, session_id: str, events: list[Event], idempotency_key: str | None
@@ -752,6 +847,8 @@ class SessionStore:
                     f.state = fold(self._projections[name], f.state, stamped)
                     f.head = new
             sess.head = new
+            if self._marks:
+                self._extend_prefix(sess, head, data, new)
             result = _new_result(stamped[0].seq, stamped[-1].seq, False)
         if self.auto_compact is not None:
             try:
@@ -761,6 +858,22 @@ class SessionStore:
                 # duplicate it; the next due append tries compacting again
                 log.warning("eventstore: automatic compaction of %r failed: %s", session_id, exc)
         return result
+
+    def _extend_prefix(self, sess: _Session, at: Head, data: bytes, new: Head) -> None:
+        """The session's checked prefix grows by a batch this store appended at `at`
+        (bytes it encoded and chained itself), if the prefix ended there: the first
+        append of a log starts one. Saved every SAVE_EVERY bytes."""
+        p = sess.prefix
+        if p is None:
+            if at.position is not None or new.size != len(data):
+                return  # a log this process has not read: nothing to vouch for
+            p = sess.prefix = checked_prefix.Prefix()
+        elif p.head.position != at.position:
+            sess.prefix = None  # another writer appended in between
+            return
+        p.extend(data, new)
+        if p.size - p.saved >= checked_prefix.SAVE_EVERY:
+            checked_prefix.store(self.engine, sess.session_id, p)
 
     def _fold_to_one_head(
         self, sess: _Session, projections: tuple[Projection[Any], ...]
