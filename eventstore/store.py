@@ -868,7 +868,7 @@ class SessionStore:
             if at.position is not None or new.size != len(data):
                 return  # a log this process has not read: nothing to vouch for
             p = sess.prefix = checked_prefix.Prefix()
-        elif p.head.position != at.position:
+        elif p.head is not at and p.head.position != at.position:  # (identity: the hot path)
             sess.prefix = None  # another writer appended in between
             return
         p.extend(data, new)
