@@ -202,7 +202,9 @@ class SessionStore:
     process) or "fsync" (every append is fsynced: survives power loss). `event_types`,
     `projections` and `upcasters` extend the store with custom events, custom folds and
     readers of old event versions. `auto_compact` (off by default) compacts a session
-    after an append once its log passes a size or event-count threshold. Usable as a
+    after an append once its log passes a size or event-count threshold.
+    `cached_sessions`: how many sessions' folded states the store keeps in memory; past
+    it, the oldest opened are dropped (their caches saved first) and refold on next use. Usable as a
     context manager; safe to share between threads; any number of processes may open
     the same file or database store.
 
@@ -222,6 +224,7 @@ class SessionStore:
         projections: Iterable[Projection[Any]] = (),
         upcasters: Iterable[tuple[type[Event], int, Upcaster]] = (),
         auto_compact: AutoCompact | None = None,
+        cached_sessions: int = 1000,
     ) -> None:
         if durability not in ("flush", "fsync"):
             raise InvalidArgumentError(f"durability must be 'flush' or 'fsync', not {durability!r}")
@@ -246,6 +249,11 @@ class SessionStore:
                 raise ValueError(f"two projections are named {p.name!r}")
             self._projections[p.name] = p
         self.auto_compact = auto_compact
+        if type(cached_sessions) is not int or cached_sessions < 1:
+            raise InvalidArgumentError(
+                f"cached_sessions must be an int >= 1, got {cached_sessions!r}"
+            )
+        self.cached_sessions = cached_sessions
         # the projections whose folds the engine's fold cache keeps
         self._cached = frozenset(
             name
@@ -268,23 +276,28 @@ class SessionStore:
             sessions = list(self._sessions.values()) if not self._closed else []
             self._sessions.clear()
         for sess in sessions:
-            with sess.lock:
-                for name, f in sess.folds.items():
-                    if (
-                        name in self._cached
-                        and f.saved != f.head.seq
-                        and f.head.size >= _CACHE_ON_CLOSE_BYTES
-                    ):
-                        fold_cache.store(
-                            self.engine, sess.session_id, self._projections[name], f.state, f.head
-                        )
-                p = sess.prefix
-                if p is not None and p.size != p.saved and p.size >= _CACHE_ON_CLOSE_BYTES:
-                    checked_prefix.store(self.engine, sess.session_id, p)
+            self._save_caches(sess)
         with self._guard:
             if not self._closed:
                 self._closed = True
                 self.engine.close()
+
+    def _save_caches(self, sess: _Session) -> None:
+        """Save what is worth saving of a session this store stops keeping: the fold
+        caches that would hold something new, and the checked prefix."""
+        with sess.lock:
+            for name, f in sess.folds.items():
+                if (
+                    name in self._cached
+                    and f.saved != f.head.seq
+                    and f.head.size >= _CACHE_ON_CLOSE_BYTES
+                ):
+                    fold_cache.store(
+                        self.engine, sess.session_id, self._projections[name], f.state, f.head
+                    )
+            p = sess.prefix
+            if p is not None and p.size != p.saved and p.size >= _CACHE_ON_CLOSE_BYTES:
+                checked_prefix.store(self.engine, sess.session_id, p)
 
     def __enter__(self) -> SessionStore:
         return self
@@ -509,6 +522,7 @@ class SessionStore:
             removed = self.engine.remove_session(session_id)
             sess.folds.clear()
             sess.head = None
+            sess.prefix = None
         return removed
 
     # -- audit and replay, compaction (eventstore.history, .verify, .follow, .compaction) --
@@ -607,7 +621,16 @@ class SessionStore:
         if sess is None:
             validate_session_id(session_id)
             with self._guard:
-                sess = self._sessions.setdefault(session_id, _Session(session_id))
+                sess = self._sessions.get(session_id)
+                if sess is None:
+                    sess = self._sessions[session_id] = _Session(session_id)
+                    excess = len(self._sessions) - self.cached_sessions
+                    # the oldest opened go first; a thread still using one keeps it
+                    dropped = [self._sessions.pop(k) for k in list(self._sessions)[:excess]]
+                else:
+                    dropped = []
+            for old in dropped:
+                self._save_caches(old)
         return sess
 
     def _state(self, session_id: str, proj: Projection[S]) -> S:
