@@ -824,11 +824,20 @@ class SessionStore:
             while True:
                 states: list[Any] = []
                 if wanted:
-                    head, states = self._fold_to_one_head(sess, wanted)
-                    fresh = True
+                    folds = sess.folds
+                    if not fresh and head is not None and _all_at(folds, wanted, head):
+                        # the states this store left at its own head: no read. The append
+                        # is conditional on that head, so a stale one costs a retry only
+                        states = [folds[p.name].state for p in wanted]
+                    else:
+                        head, states = self._fold_to_one_head(sess, wanted)
+                        fresh = True
                     if idempotency_key is not None:
                         seen = states.pop(0).get(idempotency_key)
                         if seen is not None:
+                            if not fresh:
+                                fresh = True  # a replay answers from the log as it is now
+                                continue
                             if request is not None:
                                 self._check_replay(session_id, idempotency_key, seen, request)
                             return AppendResult(seen[0], seen[1], replayed=True)
@@ -837,10 +846,12 @@ class SessionStore:
                     fresh = True
                 try:
                     events = build(head, states)
-                except ConcurrencyError:
+                except EventStoreError:
                     if fresh:
                         raise
-                    head, fresh = self.engine.head(session_id), True  # the cached one was stale
+                    fresh = True  # judged against a cached head or state: read them, judge again
+                    if not wanted:
+                        head = self.engine.head(session_id)
                     continue
                 if not events:
                     return None
@@ -949,6 +960,15 @@ class SessionStore:
         # head.seq == base_seq: a lone snapshot, nothing left to compact
         if head.seq != head.base_seq and auto.due(head.size, head.seq - head.base_seq + 1):
             self.compact(session_id, archive=auto.archive, retention=auto.retention)
+
+
+def _all_at(folds: dict[str, _Fold], projections: tuple[Projection[Any], ...], head: Head) -> bool:
+    """Whether every projection has a fold at exactly `head` (the same object)."""
+    for p in projections:
+        f = folds.get(p.name)
+        if f is None or f.head is not head:
+            return False
+    return True
 
 
 # the envelope of a line: where and when it was appended, not what was asked for
