@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import make_entry, make_features, make_manifest
+from engines import ENGINE_IDS, ENGINES, EngineCase
 
 from eventstore import SessionStore
 from eventstore.errors import FeatureNotFoundError
@@ -22,8 +23,14 @@ def _feature(fid: str) -> FeatureRecord:
     return FeatureRecord(id=fid, category="c", description=fid, steps=["s"], passes=False)
 
 
-def _pair(root: Path) -> tuple[SessionStore, SessionStore]:
-    a, b = SessionStore(root), SessionStore(root)
+@pytest.fixture(params=ENGINES, ids=ENGINE_IDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    case: EngineCase = request.param
+    return case.fresh(tmp_path)
+
+
+def _pair(url: str) -> tuple[SessionStore, SessionStore]:
+    a, b = SessionStore(url), SessionStore(url)
     a.initialize_session_if_missing("s", make_manifest("s"), [_feature("f1"), _feature("f2")])
     a.load_bootstrap_state("s")  # a's bootstrap fold is warm
     return a, b
@@ -41,8 +48,8 @@ def _count_reads(store: SessionStore, monkeypatch: pytest.MonkeyPatch) -> list[i
     return calls
 
 
-def test_a_warm_update_reads_nothing(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    a, b = _pair(root)
+def test_a_warm_update_reads_nothing(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = _pair(url)
     with a, b:
         reads = _count_reads(a, monkeypatch)
         for _ in range(5):
@@ -52,8 +59,8 @@ def test_a_warm_update_reads_nothing(root: Path, monkeypatch: pytest.MonkeyPatch
         assert a.load_bootstrap_state("s").feature_list[0].passes is True
 
 
-def test_a_feature_added_elsewhere_can_be_updated(root: Path) -> None:
-    a, b = _pair(root)
+def test_a_feature_added_elsewhere_can_be_updated(url: str) -> None:
+    a, b = _pair(url)
     with a, b:
         b.replace_feature_list("s", [_feature("f1"), _feature("f2"), _feature("new")])
         a.update_feature_pass("s", "new", True)  # a's cached state lacks it: read, retry
@@ -64,8 +71,8 @@ def test_a_feature_added_elsewhere_can_be_updated(root: Path) -> None:
         ]
 
 
-def test_a_feature_removed_elsewhere_is_refused_and_nothing_is_written(root: Path) -> None:
-    a, b = _pair(root)
+def test_a_feature_removed_elsewhere_is_refused_and_nothing_is_written(url: str) -> None:
+    a, b = _pair(url)
     with a, b:
         b.replace_feature_list("s", [_feature("f2")])
         seq = b.last_seq("s")
@@ -75,8 +82,8 @@ def test_a_feature_removed_elsewhere_is_refused_and_nothing_is_written(root: Pat
         assert a.verify("s").ok
 
 
-def test_a_key_remembered_from_a_replaced_log_does_not_replay(root: Path) -> None:
-    a, b = _pair(root)
+def test_a_key_remembered_from_a_replaced_log_does_not_replay(url: str) -> None:
+    a, b = _pair(url)
     with a, b:
         first = a.append_progress_entry("s", make_entry(1), idempotency_key="k")
         again = a.append_progress_entry("s", make_entry(1), idempotency_key="k")
@@ -89,8 +96,8 @@ def test_a_key_remembered_from_a_replaced_log_does_not_replay(root: Path) -> Non
         assert [p.summary for p in b.load_bootstrap_state("s").recent_progress] == ["step 1"]
 
 
-def test_a_key_used_elsewhere_replays_here(root: Path) -> None:
-    a, b = _pair(root)
+def test_a_key_used_elsewhere_replays_here(url: str) -> None:
+    a, b = _pair(url)
     with a, b:
         a.append_progress_entry("s", make_entry(0), idempotency_key="warm")  # a's keys warm
         done = b.append_progress_entry("s", make_entry(5), idempotency_key="k5")
