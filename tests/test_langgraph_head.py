@@ -26,7 +26,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
 import eventstore.store
-from eventstore import SessionStore
+from eventstore import SessionStore, SnapshotVersionError
 from eventstore.engines.file import _cache_file_name
 from eventstore.integrations import langgraph as lg
 from eventstore.integrations.langgraph import EventStoreSaver
@@ -550,6 +550,13 @@ def test_a_snapshot_without_the_head_state_falls_back_to_the_full_index(tmp_path
         assert again is not None and again.checkpoint["channel_values"]["v"] == "after"
         assert len(list(saver.list(_latest("t", "")))) == 6
         assert saver.store.verify("langgraph-t").ok
+        # it cannot be compacted again (no history to build the head's state from): prune
+        # says so with a typed error, after recording the removal, which reads see
+        with pytest.raises(SnapshotVersionError, match="langgraph_head"):
+            saver.prune(["t"])
+        assert len(list(saver.list(_latest("t", "")))) == 1
+        newest = saver.get_tuple(_latest("t", ""))
+        assert newest is not None and newest.checkpoint["channel_values"]["v"] == "after"
 
 
 def test_saver_entries_and_events_are_not_tracked_by_the_gc(tmp_path: Path) -> None:
