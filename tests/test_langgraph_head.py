@@ -26,7 +26,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
 import eventstore.store
-from eventstore import SessionStore, SnapshotVersionError
+from eventstore import SessionStore
 from eventstore.engines.file import _cache_file_name
 from eventstore.integrations import langgraph as lg
 from eventstore.integrations.langgraph import EventStoreSaver
@@ -541,7 +541,7 @@ def test_a_snapshot_without_the_head_state_falls_back_to_the_full_index(tmp_path
         tup = saver.get_tuple(_latest("t", ""))
         assert tup is not None and tup.config == cfg
         assert tup.checkpoint["channel_values"] == {"v": "4:" + "x" * 10, "k": "kept"}
-        assert saver.session_id("t") in saver._no_head
+        assert saver.session_id("t") not in saver._no_head  # derived from the old snapshot
         cp = empty_checkpoint()  # writes still work, and read back
         cp["channel_versions"] = {"v": "3" * 32}
         cp["channel_values"] = {"v": "after"}
@@ -550,13 +550,33 @@ def test_a_snapshot_without_the_head_state_falls_back_to_the_full_index(tmp_path
         assert again is not None and again.checkpoint["channel_values"]["v"] == "after"
         assert len(list(saver.list(_latest("t", "")))) == 6
         assert saver.store.verify("langgraph-t").ok
-        # it cannot be compacted again (no history to build the head's state from): prune
-        # says so with a typed error, after recording the removal, which reads see
-        with pytest.raises(SnapshotVersionError, match="langgraph_head"):
-            saver.prune(["t"])
+        # and it compacts again: the head's state is derived from the old snapshot's index
+        saver.prune(["t"])
         assert len(list(saver.list(_latest("t", "")))) == 1
         newest = saver.get_tuple(_latest("t", ""))
         assert newest is not None and newest.checkpoint["channel_values"]["v"] == "after"
+        assert saver.store.verify("langgraph-t").ok
+    with EventStoreSaver(tmp_path) as cold:  # a new process: from the fold cache
+        newest = cold.get_tuple(_latest("t", ""))
+        assert newest is not None and newest.checkpoint["channel_values"]["v"] == "after"
+
+
+def test_the_head_derived_from_an_index_is_the_head_folded(tmp_path: Path) -> None:
+    """For logs the saver wrote, the head derived from a snapshot's index answers as the
+    head folded from the events (one thread with namespaces, writes and removals)."""
+    from eventstore.events import Snapshot
+
+    with EventStoreSaver(tmp_path) as saver:
+        _chain(saver, "t", 6, size=10)
+        sid = saver.session_id("t")
+        saver.store.compact(sid, archive=True)
+        live = saver.store.engine.read(sid, None)  # the snapshot opens the live log
+        snap = saver.store.codec.decode_line(live.data.split(b"\n", 1)[0], 0, live.where)
+        assert isinstance(snap, Snapshot)
+        folded = saver.store.load(sid, lg.HEAD_PROJECTION)
+    derived = lg.HEAD_PROJECTION.state_from_snapshot(snap)
+    assert derived is not None
+    assert {ns: h.head for ns, h in derived.items()} == {ns: h.head for ns, h in folded.items()}
 
 
 def test_saver_entries_and_events_are_not_tracked_by_the_gc(tmp_path: Path) -> None:

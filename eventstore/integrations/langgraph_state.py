@@ -38,9 +38,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         " pip install 'harness-eventstore[langgraph]'"
     ) from exc
 
-from projections import StructProjection
+from projections import StructProjection, restore_state
 
-from ..events import Event
+from ..errors import SnapshotVersionError
+from ..events import Event, Snapshot
 
 __all__ = [
     "EVENT_TYPES",
@@ -535,6 +536,18 @@ class LangGraphHeadProjection(StructProjection[HeadState]):
                 )
             elif cur.head is not None and e.checkpoint_id == cur.head.checkpoint.checkpoint_id:
                 state[e.ns] = NamespaceHead(cur.max_id, _with_writes(cur.head, e), cur.early)
+
+    def state_from_snapshot(self, snapshot: Snapshot) -> HeadState | None:
+        """The heads of a snapshot taken before this projection existed, derived from
+        the full index it holds: each namespace's newest checkpoint with its blobs and
+        writes, as if the thread were copied into an empty one (None: no index)."""
+        try:
+            index = restore_state(PROJECTION, snapshot)
+        except SnapshotVersionError:
+            return None
+        state: HeadState = {}
+        self._copied(state, index)
+        return state
 
     def copy(self, state: HeadState) -> HeadState:
         """A copy sharing the immutable entries."""
