@@ -420,7 +420,9 @@ class FileEngine(Engine):
                     pos.seq if pos else None,
                     f"log shrank below a read position {start}",
                 )
-            want = size - start if limit is None else min(size - start, limit)
+            want = size - start
+            if limit is not None and want > limit + (limit >> 1):
+                want = limit  # else the rest in one piece: no short last piece, no copy
             while True:
                 buf = _pread_all(fd, want, start)
                 end, last = _committed_end(buf, where, start)
