@@ -385,7 +385,8 @@ class FileEngine(Engine):
         self, session_id: str, position: Position | None, limit: int
     ) -> tuple[ReadResult, bool]:
         """Complete batches after `position`, stopping after the last batch that ends
-        within `limit` bytes (or the first batch, if longer); True when it stopped early."""
+        within `limit` bytes (or the first batch, if longer) unless the rest of the log
+        is under 1.5 `limit`s, which comes whole; True when it stopped early."""
         return self._read(session_id, position, max(1, limit))
 
     def _read(
