@@ -3,7 +3,9 @@ exclusion. Never automatic, and it never destroys a byte.
 
 A live log whose opening snapshot is damaged is rebuilt rather than emptied: a new
 snapshot is folded from the archived events (1..M, each checked), linked to the archive's
-last line, followed by the lines after the damaged snapshot that still chain to it. When
+last line, followed by the lines after the damaged snapshot that still chain to it. The
+`archive_pruned` records the damaged snapshot carried are carried on when its JSON still
+reads, so a pruned archive stays pruned history rather than a lost one. When
 the archive cannot rebuild the state the snapshot held, the new snapshot keeps the
 damaged one's sequence number (with the state the archive gives, or the initial one), so
 no sequence number is ever used twice.
@@ -28,7 +30,7 @@ from projections import fold, snapshot_entry
 from .engines.base import History
 from .errors import EventStoreError, UnknownSessionError
 from .events import Event, LineHead, Snapshot, UnknownEvent, link_of
-from .history import iter_history
+from .history import iter_history, pruning_records
 from .log import Prefix, Problem, read_lines
 
 if TYPE_CHECKING:
@@ -175,7 +177,10 @@ def _rebuild(
         states[name] = snapshot_entry(proj, state)
     unknown = [msgspec.Raw(ev.raw) for ev in events if type(ev) is UnknownEvent]
     known = sorted(t for t in codec.types if t != "snapshot")
-    snap = Snapshot(base_h=base_h, states=states, unknown=unknown, known=known)
+    # the pruning records the damaged snapshot carried, if its JSON still reads: without
+    # them the pruned archive before it would read as lost
+    pruned = [msgspec.Raw(raw) for _, raw in pruning_records(first + b"\n")]
+    snap = Snapshot(base_h=base_h, states=states, unknown=unknown, known=known, pruned=pruned)
     line, _ = codec.encode_snapshot(snap, seq, base_h, datetime.now(UTC))
     return line + kept_after, 1 + n_after, nl + 1 + len(kept_after), how
 

@@ -143,13 +143,16 @@ class _Fold:
 class _Session:
     """What the store keeps per session: its folded projections and the last head seen."""
 
-    __slots__ = ("folds", "head", "lock", "session_id")
+    __slots__ = ("auto_floor", "folds", "head", "lock", "session_id")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.lock = threading.RLock()
         self.folds: dict[str, _Fold] = {}
         self.head: Head | None = None  # the newest head this process saw (may be stale)
+        # the live log size below which automatic compaction is not tried again: twice
+        # the size at which it was last skipped as not shrinking (0: no skip)
+        self.auto_floor = 0
 
 
 # a build function: given the head and the folded states asked for, the events to append
@@ -557,15 +560,19 @@ class SessionStore:
         *,
         archive: bool = True,
         retention: Retention | None = None,
+        force: bool = False,
     ) -> CompactionReport:
         """Rewrite the session's log as one snapshot, atomically (see eventstore.compaction).
 
         `archive` keeps the old log in the session's history; `retention` trims the
-        snapshot's lists (opt-in). Safe beside live writers in any process.
+        snapshot's lists (opt-in). Skipped, changing nothing, when the snapshot would not
+        be smaller than the log, unless `force`. Safe beside live writers in any process.
         """
-        from .compaction import compact
+        from . import compaction
 
-        return compact(self, session_id, archive=archive, retention=retention)
+        return compaction.compact(
+            self, session_id, archive=archive, retention=retention, force=force
+        )
 
     # -- internals --------------------------------------------------------------------
 
@@ -810,9 +817,16 @@ class SessionStore:
     def _maybe_compact(self, session_id: str, head: Head) -> None:
         auto = self.auto_compact
         assert auto is not None
-        # head.seq == base_seq: a lone snapshot, nothing left to compact
-        if head.seq != head.base_seq and auto.due(head.size, head.seq - head.base_seq + 1):
-            self.compact(session_id, archive=auto.archive, retention=auto.retention)
+        sess = self._session(session_id)
+        # head.seq == base_seq: a lone snapshot, nothing left to compact; below the floor:
+        # skipped as not shrinking, retried once the log has doubled (O(1) per byte)
+        if (
+            head.seq != head.base_seq
+            and head.size >= sess.auto_floor
+            and auto.due(head.size, head.seq - head.base_seq + 1)
+        ):
+            report = self.compact(session_id, archive=auto.archive, retention=auto.retention)
+            sess.auto_floor = 2 * report.bytes_before if report.skipped else 0
 
 
 # the envelope of a line: where and when it was appended, not what was asked for

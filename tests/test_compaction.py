@@ -224,7 +224,9 @@ def test_random_histories_fold_identically_across_compactions(
                     expected = all_states(twin)
                     assert all_states(cached) == expected  # cache state before the swap
                     before = a.last_seq(SID)
-                    report = a.compact(SID, archive=op[1])
+                    # forced: a log this small might not shrink (that skip is tested
+                    # in test_prune_compaction.py); here the snapshot is what is tested
+                    report = a.compact(SID, archive=op[1], force=True)
                     compactions += report.compacted
                     assert a.last_seq(SID) == before
                     assert all_states(a) == expected
@@ -739,17 +741,19 @@ def _line_count(root: Path) -> int:
 
 
 def test_auto_compaction_by_event_count(root: Path, tmp_path: Path) -> None:
-    """AutoCompact(max_events=5) compacts once the log holds 5 lines: at rest it never
-    holds more than 4, the archive fills, and the state equals an uncompacted twin's."""
+    """AutoCompact(max_events=8) compacts once the log holds 8 lines: at rest it never
+    holds more than 7, the archive fills, and the state equals an uncompacted twin's.
+    (Fewer of these small entries would not shrink the log: that compaction is skipped,
+    tests/test_prune_compaction.py.)"""
     with (
-        open_store(root, auto_compact=AutoCompact(max_events=5)) as s,
+        open_store(root, auto_compact=AutoCompact(max_events=8)) as s,
         open_store(tmp_path / "twin") as twin,
     ):
         for i in range(23):
             for st_ in (s, twin):
                 st_.append_progress_entry(SID, make_entry(i))
-            assert _line_count(root) <= 4
-        assert len(list(paths_of(root).archive.glob("*.jsonl"))) >= 4
+            assert _line_count(root) <= 7
+        assert len(list(paths_of(root).archive.glob("*.jsonl"))) >= 3
         assert all_states(s) == all_states(twin)
         assert s.last_seq(SID) == 23
         with open_store(root) as fresh:
