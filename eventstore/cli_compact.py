@@ -63,6 +63,11 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument(
         "--no-archive", action="store_true", help="do not keep the old log in the archive"
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="compact even a log the snapshot would not make smaller (skipped otherwise)",
+    )
     p.add_argument("--dry-run", action="store_true", help="show what would be compacted")
     add_prune_option(p)
 
@@ -188,7 +193,7 @@ def _compact_one(store: SessionStore, sid: str, args: argparse.Namespace) -> dic
         if args.dry_run:
             res.update(result="would compact", detail=described)
             return res
-        rep = store.compact(sid, archive=not args.no_archive)
+        rep = store.compact(sid, archive=not args.no_archive, force=args.force)
         if not rep.compacted:
             # nothing changed: the reason in words (the snapshot's size when it is that)
             res.update(result="skipped", skipped=rep.skipped, detail="; ".join(rep.notes))

@@ -590,3 +590,66 @@ def test_automatic_compaction_does_not_retry_a_skipped_compaction_on_every_appen
         assert all(b >= 2 * a for a, b in zip(sizes, sizes[1:], strict=False))
         assert store.verify(SID).ok
         assert len(store.load(SID, "ledger")) == 300
+
+
+def test_views_of_what_is_held_still_work_on_a_pruned_session(pruning: SessionStore) -> None:
+    """stats, the JSONL export and the report page show what is held (from the first
+    kept event), instead of failing on the refused read from seq 1."""
+    from eventstore.audit import stats
+    from eventstore.export import export_jsonl
+    from eventstore.report import build_report
+
+    store = pruning
+    bounds = _three_archives(store)
+    prune_archive(store, SID, bounds[0] + 1)
+    assert stats(store, SID).first_seq == bounds[0] + 1
+    lines = b"".join(export_jsonl(store, SID)).splitlines()
+    assert msgspec.json.decode(lines[0])["seq"] == bounds[0] + 1
+    page = build_report(store, SID)
+    assert "history_pruned" in page
+
+
+def test_retention_asking_for_more_than_there_is_keeps_them_all(store: SessionStore) -> None:
+    """`Retention(progress=N)` with fewer than N entries kept only the last one (a negative
+    slice start); it keeps every entry."""
+    for i in range(2):
+        store.append_progress_entry(SID, ProgressEntry(run_id="r", summary=f"e{i}"))
+    store.compact(SID, retention=Retention(progress=3), force=True)
+    assert [p.summary for p in store.load_bootstrap_state(SID).recent_progress] == ["e0", "e1"]
+
+
+def test_verify_flags_a_pruning_record_that_names_events_after_itself(
+    pruning: SessionStore,
+) -> None:
+    store = pruning
+    _three_archives(store)
+    seq = store.last_seq(SID)
+    bogus = ArchivePruned(first_seq=1, last_seq=seq + 5, segments=[], bytes=0, before="x")
+    store.append(SID, [bogus])
+    report = store.verify(SID)
+    assert not report.ok
+    assert any(p.kind == "pruning_record" and p.seq == seq + 1 for p in report.problems)
+
+
+def test_verify_flags_a_carried_record_edited_and_rehashed(
+    pruning: SessionStore, case: EngineCase
+) -> None:
+    """A snapshot re-encoded (valid hash) with its copy of a pruning record moved later,
+    which would pass a lost archive off as pruned: the copy differs from the record's
+    line, which the archive still holds."""
+    store = pruning
+    bounds = _three_archives(store)
+    prune_archive(store, SID, bounds[0] + 1)
+    store.compact(SID, force=True)  # the record's line archived, a copy in the snapshot
+    live = _live_bytes(store)
+    line = live.split(b"\n")[0]
+    snap = store.codec.decode_line(line, 0, "live")
+    assert isinstance(snap, Snapshot) and len(snap.pruned) == 1
+    record = msgspec.json.decode(bytes(snap.pruned[0]))
+    record["last_seq"] = bounds[1]  # claims the second archive was pruned too
+    forged = msgspec.structs.replace(snap, pruned=[msgspec.Raw(msgspec.json.encode(record))])
+    new_line, _ = store.codec.encode_snapshot(forged, snap.seq, snap.base_h, snap.ts)
+    case.rewrite(store, SID, lambda data: new_line + data[len(line) + 1 :])
+    report = store.verify(SID)
+    assert not report.ok
+    assert any(p.kind == "pruning_record" for p in report.problems), report.problems
