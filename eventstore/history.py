@@ -18,6 +18,11 @@ Decisions (documented in the README, "Audit and replay"):
   archive where needed (retention never changes them). Where history is gone (no
   archive) and a snapshot cannot stand in, they raise `HistoryUnavailableError`.
   "As of a time" means every event up to the first one appended after that time.
+- After `prune_archive`, history starts at the first event kept (`first_kept_seq`): the
+  pruning records, which every compaction carries into its snapshot, say where. Reading
+  from an earlier seq — 1, the default, included — raises `HistoryPrunedError` before
+  anything is yielded: a partial history is never passed off as the whole one.
+  Internal views of what is held (export, stats, repair) read from `from_seq=None`.
 """
 
 from __future__ import annotations

@@ -150,9 +150,9 @@ class _Session:
         self.lock = threading.RLock()
         self.folds: dict[str, _Fold] = {}
         self.head: Head | None = None  # the newest head this process saw (may be stale)
-        # the live log size below which automatic compaction is not tried again: twice
-        # the size at which it was last skipped as not shrinking (0: no skip)
-        self.auto_floor = 0
+        # after an automatic compaction skipped as not shrinking: the live log it read
+        # (its first seq) and twice its size, below which it is not tried again
+        self.auto_floor = (0, 0)
 
 
 # a build function: given the head and the folded states asked for, the events to append
@@ -818,15 +818,17 @@ class SessionStore:
         auto = self.auto_compact
         assert auto is not None
         sess = self._session(session_id)
-        # head.seq == base_seq: a lone snapshot, nothing left to compact; below the floor:
-        # skipped as not shrinking, retried once the log has doubled (O(1) per byte)
+        base, floor = sess.auto_floor
+        # head.seq == base_seq: a lone snapshot, nothing left to compact; a log skipped as
+        # not shrinking is tried again once it has doubled (or was replaced): O(1) a byte
         if (
             head.seq != head.base_seq
-            and head.size >= sess.auto_floor
+            and (head.size >= floor or head.base_seq != base)
             and auto.due(head.size, head.seq - head.base_seq + 1)
         ):
             report = self.compact(session_id, archive=auto.archive, retention=auto.retention)
-            sess.auto_floor = 2 * report.bytes_before if report.skipped else 0
+            skipped = report.skipped == "would_not_shrink"
+            sess.auto_floor = (report.first_seq, 2 * report.bytes_before) if skipped else (0, 0)
 
 
 # the envelope of a line: where and when it was appended, not what was asked for

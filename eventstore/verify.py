@@ -7,7 +7,9 @@ the chain: each snapshot's `base_h` equals the link of its sequence number in th
 before it, copies of an event in two segments are identical, an archived segment holds
 what its name says, and a snapshot's states equal the fold of the archived events it
 replaced (a snapshot edited with its `h` recomputed breaks no link, so its states are
-compared instead; retention is recognised by each projection).
+compared instead; retention is recognised by each projection), and every `archive_pruned`
+record names events before itself and has identical copies (a snapshot carries them
+verbatim: an edited copy would move where history reads as pruned).
 
 Problems have a severity: an "error" (an edited, dropped, inserted or reordered line, an
 undecodable line, a broken batch in the middle, a broken archive chain) makes `ok` False;
