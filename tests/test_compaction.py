@@ -788,21 +788,25 @@ def test_failed_auto_compaction_does_not_fail_the_committed_append(
     """The append is committed before the automatic compaction runs; if that compaction
     fails, append must still report success (and the event is there once, uncompacted).
     Otherwise the caller would retry and duplicate the event."""
-    with open_store(root, auto_compact=AutoCompact(max_events=3)) as s:
-        s.append_progress_entry(SID, make_entry(0))
-        s.append_progress_entry(SID, make_entry(1))
+    # 8 lines: enough that the snapshot is smaller, so the compaction does run (and fail)
+    with open_store(root, auto_compact=AutoCompact(max_events=8)) as s:
+        for i in range(7):
+            s.append_progress_entry(SID, make_entry(i))
+        replaced: list[object] = []
 
         def fail(*a: Any, **k: Any) -> None:
+            replaced.append(a)
             raise OSError(28, "No space left on device")
 
         monkeypatch.setattr(os, "replace", fail)
         try:
-            res = s.append(SID, [ProgressAppended(entry=make_entry(2))])
+            res = s.append(SID, [ProgressAppended(entry=make_entry(7))])
         finally:
             monkeypatch.undo()
-        assert res.first_seq == 3 and not res.replayed
-        assert len(s.load_bootstrap_state(SID).recent_progress) == 3
-        assert _line_count(root) == 3 and tmp_files(root) == []
+        assert replaced  # the compaction ran and failed
+        assert res.first_seq == 8 and not res.replayed
+        assert len(s.load_bootstrap_state(SID).recent_progress) == 8
+        assert _line_count(root) == 8 and tmp_files(root) == []
 
 
 @pytest.fixture(autouse=True)
