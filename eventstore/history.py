@@ -55,8 +55,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LogFile",
-    "fold_events",
     "first_kept_seq",
+    "fold_events",
     "fold_from_archive",
     "history_files",
     "is_pruned",
