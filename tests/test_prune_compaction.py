@@ -683,3 +683,36 @@ def test_a_compaction_another_store_won_does_not_hold_back_automatic_compaction(
             a.append_progress_entry(SID, ProgressEntry(run_id="r", summary=f"b{i}"))
         head = a.engine.head(SID)
         assert head.seq - head.base_seq + 1 < 8  # compacted again at the 8th line
+
+
+def test_cli_follow_of_a_pruned_session_starts_at_what_is_held(tmp_path: Path) -> None:
+    """`eventstore follow` without --from-seq shows the last 10 events still held (the
+    last 10 by number would start below the pruned point, which is refused)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        bounds = _three_archives(store)
+        prune_archive(store, SID, bounds[2] + 1)  # every archive: 2 events held
+        store.compact(SID, archive=False, force=True)
+        last = store.last_seq(SID)
+    assert last - 9 < bounds[2] + 1
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eventstore", "follow", str(root), SID, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert msgspec.json.decode(first)["seq"] == last  # the snapshot standing in at the head
