@@ -74,6 +74,7 @@ class AsyncSessionStore:
         projections: Iterable[Projection[Any]] = (),
         upcasters: Iterable[tuple[type[Event], int, Upcaster]] = (),
         auto_compact: AutoCompact | None = None,
+        cached_sessions: int = 1000,
         max_workers: int = DEFAULT_MAX_WORKERS,
     ) -> None:
         if not isinstance(max_workers, int) or isinstance(max_workers, bool) or max_workers < 1:
@@ -89,6 +90,7 @@ class AsyncSessionStore:
                 projections=projections,
                 upcasters=upcasters,
                 auto_compact=auto_compact,
+                cached_sessions=cached_sessions,
             )
             self._owns_store = True
         self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix="eventstore-aio")

@@ -194,12 +194,13 @@ def write_atomically(
 class SessionPaths:
     """The files of one session under a store root."""
 
-    __slots__ = ("_checks", "archive", "dir", "lock", "log", "session_id")
+    __slots__ = ("_checks", "archive", "dir", "lock", "log", "log_str", "session_id")
 
     def __init__(self, root: Path, session_id: str) -> None:
         self.session_id = session_id
         self.dir = root / SESSIONS_DIR / session_dir_name(session_id)
         self.log = self.dir / LOG_NAME
+        self.log_str = os.fspath(self.log)  # for the append hot path's lstat
         self.lock = self.dir / LOCK_NAME
         self.archive = self.dir / ARCHIVE_DIR
         # the paths checked on every operation, as str: pathlib's conversions cost more

@@ -171,6 +171,7 @@ def read_lines(
     reporter: Reporter = STRICT,
     keep_raw: bool = False,
     keep_links: bool = False,
+    hashes_checked: bool = False,
 ) -> Lines:
     """Read the lines of `buf`, which starts at byte `offset` of the log named `where`.
 
@@ -178,12 +179,15 @@ def read_lines(
     the start of a session's history; None: unknown, any first line accepted). At offset
     0 a snapshot may open the log. `decoder` decodes the types the caller needs (others
     come back as bare envelopes, see `EventCodec.decoder`). Problems go to `reporter`.
+    `hashes_checked`: the caller vouches that these exact bytes passed the hash-chain
+    check before (`eventstore.checked_prefix` proves it with a digest of them), so the
+    regular path skips the per-line hashes; every other check still runs.
     """
     end = buf.rfind(b"\n") + 1
     region = buf if end == len(buf) else buf[:end]
     # a partial last line goes the careful way, which tells a torn line from a damaged one
     if reporter is STRICT and not keep_links and end == len(buf) and end:
-        fast = _read_regular(region, decoder, offset, seq, link, keep_raw)
+        fast = _read_regular(region, decoder, offset, seq, link, keep_raw, hashes_checked)
         if fast is not None:
             return fast  # a partial last line after `end` is a torn tail: loads ignore it
     return _read_careful(
@@ -198,20 +202,27 @@ def _read_regular(
     seq: int | None,
     link: str | None,
     keep_raw: bool,
+    hashes_checked: bool = False,
 ) -> Lines | None:
     """The fast path: the whole region in one msgspec call, checked with a few C-level
-    passes and one hash per line. None when anything is irregular (an undecodable or old
-    line, a blank line, a gap, a broken batch, a hash that does not check): the careful
-    reader then finds and reports it."""
+    passes and one hash per line (none when `hashes_checked`). None when anything is
+    irregular (an undecodable or old line, a blank line, a gap, a broken batch, a hash
+    that does not check): the careful reader then finds and reports it."""
     try:
         events = decoder.decode_lines(region)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    lines = region.split(b"\n")
-    lines.pop()
     n = len(events)
-    if n != len(lines) or not n or seq is None or link is None:
-        return None  # blank lines (which msgspec skips), or nothing to check against
+    # the lines themselves are needed for their hashes; without those, a count will do
+    lines: list[bytes] | None = None
+    if not hashes_checked or keep_raw:
+        lines = region.split(b"\n")[:-1]
+        if n != len(lines):
+            return None  # blank lines, which msgspec skips: the careful path warns
+    # (bytes that passed the checks before may hold blank lines: the careful path
+    # returned the same events then, skipping them)
+    if not n or seq is None or link is None:
+        return None  # nothing to check against
     seqs = list(map(_get_seq, events))
     first = 1 if offset == 0 and type(events[0]) is Snapshot else 0
     expected = seqs[0] + 1 if first else seq + 1
@@ -236,33 +247,44 @@ def _read_regular(
     commit = n
     while commit and mores[commit - 1]:
         commit -= 1  # a torn batch at the end
-    # the hash chain: h = blake2b(link of the line before + the line up to `,"h":"` + "}");
-    # an opening snapshot chains to its own base_h, and so does the line after it
+    if lines is not None and not hashes_checked and not _chain_checks(lines, events, first, link):
+        return None
+    if commit < n:
+        del events[commit:]
+        if lines is None:
+            lines = region.split(b"\n")[:-1]
+        del lines[commit:]
+        end = sum(map(len, lines)) + len(lines)
+    else:
+        end = len(region)
+    if not events:
+        return Lines([], 0, seq, link, "", [] if keep_raw else None)
+    last = events[-1]
+    return Lines(events, end, last.seq, link_of(last), last.h, lines if keep_raw else None)
+
+
+def _chain_checks(lines: list[bytes], events: list[Event], first: int, link: str) -> bool:
+    """Whether every line ends with its `h` and each `h` chains its line to the one
+    before: h = blake2b(link of the line before + the line up to `,"h":"` + "}"). An
+    opening snapshot (`first`) chains to its own base_h, and so does the line after it."""
     hs = list(map(_get_h, events))
     if first:
         prev = events[0].base_h.encode()  # type: ignore[attr-defined]
         if not _hash_checks(prev, lines[0], hs[0]):
-            return None
+            return False
     else:
         prev = link.encode()
     for line, h in zip(lines[first:], hs[first:], strict=True):
         # inlined _hash_checks: this loop is the cost of checking on every load
         if line[-24:-18] != b',"h":"':
-            return None
+            return False
         digest = _blake2b(prev, digest_size=8)
         digest.update(memoryview(line)[:-24])  # the body, not copied
         digest.update(b"}")
         if digest.hexdigest() != h:
-            return None
+            return False
         prev = line[-18:-2]
-    if commit < n:
-        del events[commit:]
-        del lines[commit:]
-    end = sum(map(len, lines)) + len(lines)
-    if not events:
-        return Lines([], 0, seq, link, "", [] if keep_raw else None)
-    last = events[-1]
-    return Lines(events, end, last.seq, link_of(last), last.h, lines if keep_raw else None)
+    return True
 
 
 def _hash_checks(link: bytes, line: bytes, h: str) -> bool:

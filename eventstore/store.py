@@ -35,7 +35,7 @@ from projections import (
     fold,
 )
 
-from . import fold_cache
+from . import checked_prefix, fold_cache
 from .engines.base import (
     EMPTY_HEAD,
     Durability,
@@ -141,18 +141,25 @@ class _Fold:
 
 
 class _Session:
-    """What the store keeps per session: its folded projections and the last head seen."""
+    """What the store keeps per session: its folded projections, the last head seen, and
+    the checked prefix of its live log this process can vouch for (engines with a
+    cache only; see eventstore.checked_prefix)."""
 
-    __slots__ = ("auto_floor", "folds", "head", "lock", "session_id")
+    __slots__ = ("auto_floor", "folds", "head", "lock", "prefix", "session_id")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.lock = threading.RLock()
         self.folds: dict[str, _Fold] = {}
         self.head: Head | None = None  # the newest head this process saw (may be stale)
+        self.prefix: checked_prefix.Prefix | None = None
         # after an automatic compaction skipped as not shrinking: the live log it read
         # (its first seq) and twice its size, below which it is not tried again
         self.auto_floor = (0, 0)
+
+
+class _PrefixMismatch(Exception):
+    """A checked prefix did not prove the bytes a load trusted: fold again, checking."""
 
 
 # a build function: given the head and the folded states asked for, the events to append
@@ -167,7 +174,7 @@ _stores: weakref.WeakSet[SessionStore] = weakref.WeakSet()
 _CACHE_AFTER_FOLD_BYTES = 1 << 20
 # how much log a load reads and folds at a time (see Engine.read_some): bounds what a
 # cold load of a long log holds besides the state it builds
-_READ_PIECE = 256 << 10
+_READ_PIECE = 1 << 20
 _CACHE_ON_CLOSE_BYTES = 64 << 10
 
 
@@ -181,6 +188,7 @@ def _after_fork_in_child() -> None:
             sess.lock = threading.RLock()
             sess.folds = {}
             sess.head = None
+            sess.prefix = None
 
 
 if hasattr(os, "register_at_fork"):
@@ -197,7 +205,9 @@ class SessionStore:
     process) or "fsync" (every append is fsynced: survives power loss). `event_types`,
     `projections` and `upcasters` extend the store with custom events, custom folds and
     readers of old event versions. `auto_compact` (off by default) compacts a session
-    after an append once its log passes a size or event-count threshold. Usable as a
+    after an append once its log passes a size or event-count threshold.
+    `cached_sessions`: how many sessions' folded states the store keeps in memory; past
+    it, the oldest opened are dropped (their caches saved first) and refold on next use. Usable as a
     context manager; safe to share between threads; any number of processes may open
     the same file or database store.
 
@@ -217,6 +227,7 @@ class SessionStore:
         projections: Iterable[Projection[Any]] = (),
         upcasters: Iterable[tuple[type[Event], int, Upcaster]] = (),
         auto_compact: AutoCompact | None = None,
+        cached_sessions: int = 1000,
     ) -> None:
         if durability not in ("flush", "fsync"):
             raise InvalidArgumentError(f"durability must be 'flush' or 'fsync', not {durability!r}")
@@ -241,12 +252,19 @@ class SessionStore:
                 raise ValueError(f"two projections are named {p.name!r}")
             self._projections[p.name] = p
         self.auto_compact = auto_compact
+        if type(cached_sessions) is not int or cached_sessions < 1:
+            raise InvalidArgumentError(
+                f"cached_sessions must be an int >= 1, got {cached_sessions!r}"
+            )
+        self.cached_sessions = cached_sessions
         # the projections whose folds the engine's fold cache keeps
         self._cached = frozenset(
             name
             for name, p in self._projections.items()
             if p is self.bootstrap or getattr(p, "cache_folds", False) is True
         )
+        # whether the engine keeps caches, so checked prefixes are worth keeping
+        self._marks = type(self.engine).store_cache is not Engine.store_cache
         self._sessions: dict[str, _Session] = {}
         self._guard = threading.Lock()
         self._closed = False
@@ -261,20 +279,28 @@ class SessionStore:
             sessions = list(self._sessions.values()) if not self._closed else []
             self._sessions.clear()
         for sess in sessions:
-            with sess.lock:
-                for name, f in sess.folds.items():
-                    if (
-                        name in self._cached
-                        and f.saved != f.head.seq
-                        and f.head.size >= _CACHE_ON_CLOSE_BYTES
-                    ):
-                        fold_cache.store(
-                            self.engine, sess.session_id, self._projections[name], f.state, f.head
-                        )
+            self._save_caches(sess)
         with self._guard:
             if not self._closed:
                 self._closed = True
                 self.engine.close()
+
+    def _save_caches(self, sess: _Session) -> None:
+        """Save what is worth saving of a session this store stops keeping: the fold
+        caches that would hold something new, and the checked prefix."""
+        with sess.lock:
+            for name, f in sess.folds.items():
+                if (
+                    name in self._cached
+                    and f.saved != f.head.seq
+                    and f.head.size >= _CACHE_ON_CLOSE_BYTES
+                ):
+                    fold_cache.store(
+                        self.engine, sess.session_id, self._projections[name], f.state, f.head
+                    )
+            p = sess.prefix
+            if p is not None and p.size != p.saved and p.size >= _CACHE_ON_CLOSE_BYTES:
+                checked_prefix.store(self.engine, sess.session_id, p)
 
     def __enter__(self) -> SessionStore:
         return self
@@ -499,6 +525,7 @@ class SessionStore:
             removed = self.engine.remove_session(session_id)
             sess.folds.clear()
             sess.head = None
+            sess.prefix = None
         return removed
 
     # -- audit and replay, compaction (eventstore.history, .verify, .follow, .compaction) --
@@ -570,9 +597,11 @@ class SessionStore:
         """
         from . import compaction
 
-        return compaction.compact(
+        report = compaction.compact(
             self, session_id, archive=archive, retention=retention, force=force
         )
+        self._session(session_id).prefix = None  # of the log the compaction replaced
+        return report
 
     # -- internals --------------------------------------------------------------------
 
@@ -599,7 +628,16 @@ class SessionStore:
         if sess is None:
             validate_session_id(session_id)
             with self._guard:
-                sess = self._sessions.setdefault(session_id, _Session(session_id))
+                sess = self._sessions.get(session_id)
+                if sess is None:
+                    sess = self._sessions[session_id] = _Session(session_id)
+                    excess = len(self._sessions) - self.cached_sessions
+                    # the oldest opened go first; a thread still using one keeps it
+                    dropped = [self._sessions.pop(k) for k in list(self._sessions)[:excess]]
+                else:
+                    dropped = []
+            for old in dropped:
+                self._save_caches(old)
         return sess
 
     def _state(self, session_id: str, proj: Projection[S]) -> S:
@@ -627,34 +665,114 @@ class SessionStore:
         f = sess.folds.get(proj.name)
         if f is None:
             f = sess.folds[proj.name] = self._first_fold(sess, proj)
-        folded = 0
-        more = True
-        while more:
-            # piece by piece (engines that can): a long log is never all in memory at once
-            res, more = self.engine.read_some(sess.session_id, f.head.position, _READ_PIECE)
-            start = f.head
-            if res.reset:
-                f.state = proj.initial()
-                start = EMPTY_HEAD
-                folded = 0
-            if res.data:
-                lines = read_lines(
-                    res.data,
-                    self.codec,
-                    self.codec.decoder(proj.event_types),
-                    res.where,
-                    offset=res.offset,
-                    seq=start.seq,
-                    link=start.link,
-                )
-                f.state = fold_events(self, sess.session_id, proj, f.state, lines.events, res.where)
-                folded += len(res.data)
-            f.head = res.head  # the state and its head advance together, piece by piece
-            sess.head = res.head
+        mark = None
+        if self._marks and f.head.position is None:  # a fold from the start of the log
+            p = sess.prefix
+            mark = (
+                p.mark()
+                if p is not None and p.size
+                else checked_prefix.load(self.engine, sess.session_id)
+            )
+        try:
+            folded = self._fold_pieces(sess, proj, f, mark)
+        except Exception as exc:
+            if mark is None:
+                raise
+            # nothing folded from bytes the mark did not prove is kept: fold them again,
+            # checking every line (which reports whatever is really wrong)
+            log.debug("eventstore: checked prefix of %r not used: %r", sess.session_id, exc)
+            f.state, f.head = proj.initial(), EMPTY_HEAD
+            sess.prefix = None
+            folded = self._fold_pieces(sess, proj, f, None)
         if folded >= _CACHE_AFTER_FOLD_BYTES and proj.name in self._cached:
             fold_cache.store(self.engine, sess.session_id, proj, f.state, f.head)
             f.saved = f.head.seq
+        p = sess.prefix
+        if p is not None and p.head is f.head and p.size - p.saved >= _CACHE_AFTER_FOLD_BYTES:
+            checked_prefix.store(self.engine, sess.session_id, p)
         return f.state  # type: ignore[no-any-return]
+
+    def _fold_pieces(
+        self, sess: _Session, proj: Projection[S], f: _Fold, mark: checked_prefix.Mark | None
+    ) -> int:
+        """Fold the log after `f.head` into `f`, piece by piece (engines that can: a long
+        log is never all in memory at once); returns how many bytes it folded.
+
+        With `mark` (a fold from the start), the first `mark.size` bytes are folded
+        without per-line hashes while they are hashed; a mismatch raises _PrefixMismatch
+        (the caller discards the fold). The session's checked prefix grows with what
+        this fold checks, when the fold starts where it ends (or at the start)."""
+        codec = self.codec
+        sid = sess.session_id
+        grow = None
+        if self._marks:
+            p = sess.prefix
+            if f.head.position is None:
+                grow = checked_prefix.Prefix()
+            elif p is not None and p.head.position == f.head.position:
+                grow = p
+        trusted = mark.size if mark is not None else 0  # the end of the bytes to prove
+        folded = 0
+        more = True
+        while more:
+            res, more = self.engine.read_some(sid, f.head.position, _READ_PIECE)
+            start = f.head
+            if res.reset:
+                if trusted:
+                    raise _PrefixMismatch("the log was replaced during the load")
+                f.state = proj.initial()
+                start = EMPTY_HEAD
+                folded = 0
+                grow = checked_prefix.Prefix() if self._marks else None
+            data = res.data
+            seq, link = start.seq, start.link
+            split = min(len(data), max(0, trusted - res.offset))  # bytes of it to prove
+            if split:
+                assert mark is not None and grow is not None
+                part = data if split == len(data) else data[:split]
+                lines = read_lines(
+                    part, codec, codec.decoder(proj.event_types), res.where, offset=res.offset,
+                    seq=seq, link=link,
+                    hashes_checked=True,
+                )  # fmt: skip
+                if lines.end != len(part):
+                    raise _PrefixMismatch("the prefix does not end with a whole batch")
+                f.state = fold_events(self, sid, proj, f.state, lines.events, res.where)
+                folded += split
+                grow.extend(part, res.head if split == len(data) else mark.head)
+                assert lines.seq is not None and lines.link is not None  # given seq and link
+                seq, link = lines.seq, lines.link
+                if res.offset + split == trusted:
+                    proven = grow.mark().digest == mark.digest
+                    if not proven or (seq, lines.h) != (mark.head.seq, mark.head.h):
+                        raise _PrefixMismatch("the digest or the last line differs")
+                    trusted = 0  # proven: the rest is checked line by line
+            if split < len(data):
+                rest = data if not split else data[split:]
+                lines = read_lines(
+                    rest,
+                    codec,
+                    codec.decoder(proj.event_types),
+                    res.where,
+                    offset=res.offset + split,
+                    seq=seq,
+                    link=link,
+                )
+                f.state = fold_events(self, sid, proj, f.state, lines.events, res.where)
+                folded += len(rest)
+                if grow is not None:
+                    grow.extend(rest, res.head)
+            f.head = res.head  # the state and its head advance together, piece by piece
+            sess.head = res.head
+        if trusted:
+            raise _PrefixMismatch("the log ends before the prefix does")
+        if (
+            grow is not None
+            and grow.size
+            and (sess.prefix is None or grow.size >= sess.prefix.size)
+        ):
+            sess.prefix = grow
+        return folded
 
     def _write_events(
         self, session_id: str, events: list[Event], idempotency_key: str | None
@@ -713,11 +831,20 @@ class SessionStore:
             while True:
                 states: list[Any] = []
                 if wanted:
-                    head, states = self._fold_to_one_head(sess, wanted)
-                    fresh = True
+                    folds = sess.folds
+                    if not fresh and head is not None and _all_at(folds, wanted, head):
+                        # the states this store left at its own head: no read. The append
+                        # is conditional on that head, so a stale one costs a retry only
+                        states = [folds[p.name].state for p in wanted]
+                    else:
+                        head, states = self._fold_to_one_head(sess, wanted)
+                        fresh = True
                     if idempotency_key is not None:
                         seen = states.pop(0).get(idempotency_key)
                         if seen is not None:
+                            if not fresh:
+                                fresh = True  # a replay answers from the log as it is now
+                                continue
                             if request is not None:
                                 self._check_replay(session_id, idempotency_key, seen, request)
                             return AppendResult(seen[0], seen[1], replayed=True)
@@ -726,10 +853,12 @@ class SessionStore:
                     fresh = True
                 try:
                     events = build(head, states)
-                except ConcurrencyError:
+                except EventStoreError:
                     if fresh:
                         raise
-                    head, fresh = self.engine.head(session_id), True  # the cached one was stale
+                    fresh = True  # judged against a cached head or state: read them, judge again
+                    if not wanted:
+                        head = self.engine.head(session_id)
                     continue
                 if not events:
                     return None
@@ -759,6 +888,8 @@ class SessionStore:
                     f.state = fold(self._projections[name], f.state, stamped)
                     f.head = new
             sess.head = new
+            if self._marks:
+                self._extend_prefix(sess, head, data, new)
             result = _new_result(stamped[0].seq, stamped[-1].seq, False)
         if self.auto_compact is not None:
             try:
@@ -768,6 +899,22 @@ class SessionStore:
                 # duplicate it; the next due append tries compacting again
                 log.warning("eventstore: automatic compaction of %r failed: %s", session_id, exc)
         return result
+
+    def _extend_prefix(self, sess: _Session, at: Head, data: bytes, new: Head) -> None:
+        """The session's checked prefix grows by a batch this store appended at `at`
+        (bytes it encoded and chained itself), if the prefix ended there: the first
+        append of a log starts one. Saved every SAVE_EVERY bytes."""
+        p = sess.prefix
+        if p is None:
+            if at.position is not None or new.size != len(data):
+                return  # a log this process has not read: nothing to vouch for
+            p = sess.prefix = checked_prefix.Prefix()
+        elif p.head is not at and p.head.position != at.position:  # (identity: the hot path)
+            sess.prefix = None  # another writer appended in between
+            return
+        p.extend(data, new)
+        if p.size - p.saved >= checked_prefix.SAVE_EVERY:
+            checked_prefix.store(self.engine, sess.session_id, p)
 
     def _fold_to_one_head(
         self, sess: _Session, projections: tuple[Projection[Any], ...]
@@ -829,6 +976,15 @@ class SessionStore:
             report = self.compact(session_id, archive=auto.archive, retention=auto.retention)
             skipped = report.skipped == "would_not_shrink"
             sess.auto_floor = (report.first_seq, 2 * report.bytes_before) if skipped else (0, 0)
+
+
+def _all_at(folds: dict[str, _Fold], projections: tuple[Projection[Any], ...], head: Head) -> bool:
+    """Whether every projection has a fold at exactly `head` (the same object)."""
+    for p in projections:
+        f = folds.get(p.name)
+        if f is None or f.head is not head:
+            return False
+    return True
 
 
 # the envelope of a line: where and when it was appended, not what was asked for

@@ -52,3 +52,15 @@ def test_missing_eventsourcing_is_reported_not_fatal(monkeypatch: pytest.MonkeyP
     ok, problems, skipped = run_check(turns=3, backends=["eventsourcing-normal"])
     assert skipped == ["eventsourcing-normal"]
     assert problems == []
+
+
+def test_fsync_floor_prints_every_row_against_the_floor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import fsync_floor
+
+    assert fsync_floor.main(["--n", "3", "--repeat", "1", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for row in fsync_floor.ROWS:
+        assert f"| {row} |" in out
+    assert "| grow | " in out and "| 1.00× |" in out

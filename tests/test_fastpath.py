@@ -149,6 +149,27 @@ def test_a_compaction_elsewhere_moves_the_cached_writer_to_the_new_log(root: Pat
         assert _summaries(c, "s") == ["step 0", "step 1", "step 2"]
 
 
+def test_a_log_replaced_without_a_generation_bump_is_noticed(root: Path) -> None:
+    """A replacer that does not bump the generation (a 0.1.0 process compacting, a tool
+    that rewrites the log by rename) must not leave the fast path appending to the old,
+    unlinked file: the next append lands in the file at the path."""
+    with SessionStore(root) as a:
+        a.append_progress_entry("s", make_entry(0))
+        a.append_progress_entry("s", make_entry(1))  # descriptors and head now cached
+        gen = _lock_bytes(root, "s")
+        log = log_path(root, "s")
+        fresh = log.with_name("log.jsonl.new")
+        fresh.write_bytes(log.read_bytes())  # the same lines, a new file (a new inode)
+        os.chmod(fresh, 0o600)
+        os.rename(fresh, log)
+        assert _lock_bytes(root, "s") == gen
+        a.append_progress_entry("s", make_entry(2))
+        assert b"step 2" in log.read_bytes()
+        assert a.verify("s").ok
+    with SessionStore(root) as c:
+        assert _summaries(c, "s") == ["step 0", "step 1", "step 2"]
+
+
 def test_a_repair_elsewhere_moves_the_cached_writer_to_the_new_log(root: Path) -> None:
     with SessionStore(root) as a, SessionStore(root) as b:
         a.append_progress_entry("s", make_entry(0))

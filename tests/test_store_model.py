@@ -378,6 +378,9 @@ class SessionStoreMachine(RuleBasedStateMachine):
     def mutate_what_was_loaded(self, sid: str, w: str) -> None:
         """Callers may change what they loaded; the store's state is not affected."""
         state = self.stores[w].load_bootstrap_state(sid)
+        for feature in state.feature_list:  # inside each record too, not only the list
+            feature.steps.append("junk")
+            feature.passes = not feature.passes
         state.feature_list.clear()
         state.recent_progress.append(ProgressEntry(run_id="x", summary="junk"))
         state.checkpoints = []

@@ -641,15 +641,28 @@ class FileEngine(Engine):
                 pass
             except OSError as exc:
                 raise _storage_error(paths.log, "opening the log", exc) from exc
-        if fd < 0:
-            head = EMPTY_HEAD
-        else:
+        head = EMPTY_HEAD
+        if fd >= 0:
             try:
                 known = sess.known
-                if known is not None and os.fstat(fd).st_size == known.size:
+                # by path, not by descriptor: a replacer that does not bump the generation
+                # (a 0.1.0 process compacting) must not leave us writing to the old file
+                st = os.lstat(paths.log_str)
+                if (
+                    known is not None
+                    and st.st_size == known.size
+                    and (st.st_dev, st.st_ino) == known.position.ident  # type: ignore[union-attr]
+                ):
                     head = known  # nobody wrote since this process did
                 else:
+                    fst = os.fstat(fd)
+                    if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+                        sess.drop_log_fd()  # the path names another file now: open that
+                        fd = sess.log_fd = open_private(paths.log, os.O_RDWR | os.O_APPEND)
                     head = self._current_head(sess, fd, recover=True)
+            except FileNotFoundError:
+                sess.drop_log_fd()  # removed behind our back: as if never created
+                fd = -1
             except OSError as exc:
                 raise _storage_error(paths.log, "recovering the tail", exc) from exc
         if not head.same_chain_point(expected):

@@ -276,8 +276,13 @@ class PostgresEngine(Engine):
     def feed(self, after: FeedPosition = FEED_START, limit: int = 1000) -> list[FeedEntry]:
         """Up to `limit` lines of every session after feed position `after`, in feed
         order: a line never appears later below a position already returned (see
-        postgres_schema for why). Lines dropped by a compaction without history, or by
-        removing their session, are not in it."""
+        postgres_schema for why). Lines dropped by a compaction without history, a
+        repair, or removing their session, are not in it.
+
+        The answer is as of the read's start (one statement, one snapshot), and a line
+        waits for every older transaction on the server to end: an empty answer says
+        nothing of appends that committed while the read ran, nor of acknowledged
+        appends an older transaction still holds back. A tailing reader reads again."""
         tx, pos = after
         with self._conn("reading the feed") as conn:
             rows = conn.execute(self._sql.feed, (str(tx), pos, limit), binary=True).fetchall()

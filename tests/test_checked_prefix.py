@@ -1,0 +1,261 @@
+"""The checked prefix (eventstore.checked_prefix): a digest of a live log's first bytes
+that passed the hash-chain check, so a cold load checks them with one SHA-256.
+
+Attacks: an edit anywhere in the vouched-for bytes (and a flip of every 397th byte), the
+log cut short below the mark, a mark that is garbage, of another session, of another
+log (after compaction), or with a wrong digest or size; another writer appending a
+line whose hash does not check between two appends of a writer keeping a prefix; a
+fork. Each time the load either returns exactly what a fully checked fold returns or
+raises CorruptLogError: never a state folded from bytes the chain did not pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import log_path, make_entry, make_features, make_manifest
+
+from eventstore import SessionStore, checked_prefix
+from eventstore import log as log_module
+from eventstore import store as store_module
+from eventstore.engines.file import _cache_file_name
+from eventstore.errors import CorruptLogError
+from eventstore.records import Message, Role
+
+MSG = [Message(role=Role.USER, content="u" * 300), Message(role=Role.ASSISTANT, content="a" * 900)]
+
+
+def _mark_file(root: Path, sid: str = "s") -> Path:
+    return log_path(root, sid).parent / _cache_file_name(checked_prefix.NAME)
+
+
+def _fill(store: SessionStore, sid: str = "s", turns: int = 100) -> None:
+    store.initialize_session_if_missing(sid, make_manifest(sid), make_features(5))
+    for i in range(turns):
+        store.append_transcript_messages(sid, MSG)
+        if i % 5 == 0:
+            store.append_progress_entry(sid, make_entry(i))
+
+
+def _truth(root: Path, sid: str = "s") -> tuple[list[Message], Any]:
+    """What a load checking every line returns (no checked prefix used or kept)."""
+    with SessionStore(root) as s:
+        s._marks = False
+        return s.load_transcript_messages(sid), s.load_bootstrap_state(sid)
+
+
+class _Spy:
+    """Counts the bytes read_lines was given as already checked, and as not."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.trusted = 0
+        self.checked = 0
+        real = log_module.read_lines
+
+        def read_lines(buf: bytes, *a: Any, hashes_checked: bool = False, **kw: Any) -> Any:
+            if hashes_checked:
+                self.trusted += len(buf)
+            else:
+                self.checked += len(buf)
+            return real(buf, *a, hashes_checked=hashes_checked, **kw)
+
+        monkeypatch.setattr(store_module, "read_lines", read_lines)
+
+
+@pytest.fixture
+def written(root: Path) -> Path:
+    """A session of ~150 KB written by one store, which saved its prefix on close."""
+    with SessionStore(root) as s:
+        _fill(s)
+    assert _mark_file(root).is_file()
+    return root
+
+
+def test_a_writer_saves_its_prefix_and_a_cold_load_trusts_it(
+    written: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = log_path(written, "s").stat().st_size
+    kept = json.loads(_mark_file(written).read_bytes().split(b"\n")[1])
+    assert kept["size"] == size  # the whole log: the writer encoded and chained every byte
+    truth = _truth(written)
+    spy = _Spy(monkeypatch)
+    with SessionStore(written) as s:
+        assert s.load_transcript_messages("s") == truth[0]
+        assert spy.trusted == size and spy.checked == 0
+
+
+def test_a_load_checks_line_by_line_what_was_appended_after_the_prefix(
+    written: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with SessionStore(written) as other:
+        other._marks = False  # a writer that keeps no prefix (another process, an old release)
+        other.append_transcript_messages("s", [Message(role=Role.USER, content="later")])
+    spy = _Spy(monkeypatch)
+    with SessionStore(written) as s:
+        messages = s.load_transcript_messages("s")
+    assert spy.trusted > 0 and 0 < spy.checked < 1000
+    assert messages[-1].content == "later" and messages == _truth(written)[0]
+
+
+@pytest.mark.parametrize("where", ["a message", "a progress summary", "a hash"])
+def test_an_edit_in_the_vouched_bytes_is_caught(written: Path, where: str) -> None:
+    log = log_path(written, "s")
+    data = log.read_bytes()
+    needle = {"a message": b"u" * 300, "a progress summary": b"step 50", "a hash": b'"h":"'}[where]
+    at = data.index(needle, len(data) // 2) + len(needle) - 2
+    edited = data[:at] + (b"v" if data[at : at + 1] != b"v" else b"w") + data[at + 1 :]
+    log.write_bytes(edited)  # same length, still JSON: only the chain can tell
+    with SessionStore(written) as s, pytest.raises(CorruptLogError):
+        s.load_transcript_messages("s")
+
+
+def test_a_flip_of_any_byte_is_caught_or_harmless(written: Path) -> None:
+    log = log_path(written, "s")
+    data = log.read_bytes()
+    truth = _truth(written)
+    for at in range(0, len(data), 397):
+        flipped = bytes([data[at] ^ 0x01])
+        log.write_bytes(data[:at] + flipped + data[at + 1 :])
+        try:
+            with SessionStore(written) as s:
+                got = s.load_transcript_messages("s"), s.load_bootstrap_state("s")
+        except CorruptLogError:
+            continue
+        assert got == truth, f"a flip at byte {at} changed what a load returned"
+    log.write_bytes(data)
+
+
+def test_a_log_cut_below_the_mark_ignores_the_mark(written: Path) -> None:
+    log = log_path(written, "s")
+    data = log.read_bytes()
+    cut = data.rindex(b"\n", 0, len(data) // 2) + 1
+    log.write_bytes(data[:cut])
+    with SessionStore(written) as s:
+        cut_messages = s.load_transcript_messages("s")
+    assert cut_messages == _truth(written)[0] and len(cut_messages) < 200
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["garbage", "empty", "other session", "wrong digest", "wrong size", "shorter size", "format"],
+)
+def test_a_damaged_or_foreign_mark_is_ignored(written: Path, damage: str) -> None:
+    mark = _mark_file(written)
+    head, line, _ = mark.read_bytes().split(b"\n")
+    kept = json.loads(line)
+    if damage == "garbage":
+        line = b"\x00not json"
+    elif damage == "empty":
+        line = b""
+    elif damage == "other session":
+        kept["session"] = "t"
+    elif damage == "wrong digest":
+        kept["sha256"] = "0" * 64
+    elif damage == "wrong size":
+        kept["size"] += 1
+    elif damage == "shorter size":
+        kept["size"] //= 2
+    else:
+        kept["format"] = 99
+    if damage not in ("garbage", "empty"):
+        line = json.dumps(kept).encode()
+    mark.write_bytes(head + b"\n" + line + b"\n")
+    truth = _truth(written)
+    with SessionStore(written) as s:
+        assert s.load_transcript_messages("s") == truth[0]
+        assert s.load_bootstrap_state("s") == truth[1]
+
+
+def test_verify_finds_an_edit_even_under_a_forged_mark(
+    written: Path,
+) -> None:
+    """The threat model, pinned: the digest, like the chain, is unkeyed. An edit caught
+    by the chain is also caught with a mark, unless the editor also rewrites the mark's
+    digest; `verify` always checks the whole chain and still finds it."""
+    log = log_path(written, "s")
+    data = log.read_bytes()
+    at = data.index(b"u" * 300) + 10
+    edited = data[:at] + b"v" + data[at + 1 :]
+    log.write_bytes(edited)
+    mark = _mark_file(written)
+    head, line, _ = mark.read_bytes().split(b"\n")
+    kept = json.loads(line)
+    import hashlib
+
+    kept["sha256"] = hashlib.sha256(edited[: kept["size"]]).hexdigest()
+    mark.write_bytes(head + b"\n" + json.dumps(kept).encode() + b"\n")
+    with SessionStore(written) as s:
+        assert not s.verify("s").ok
+
+
+def test_a_mark_of_a_replaced_log_is_not_used(
+    written: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with SessionStore(written) as s:
+        s.compact("s")
+    truth = _truth(written)
+    spy = _Spy(monkeypatch)
+    with SessionStore(written) as s:
+        assert s.load_transcript_messages("s") == truth[0]
+    assert spy.trusted == 0  # the old log's mark names another file: the engine drops it
+
+
+def test_bytes_another_writer_appended_are_never_vouched_for(root: Path) -> None:
+    """Between two appends of a writer keeping a prefix, a line whose hash does not
+    check is appended behind its back: the writer's prefix must stop before it, so a
+    cold load still checks that line (and fails)."""
+    with SessionStore(root) as w:
+        _fill(w, turns=60)
+        log = log_path(root, "s")
+        lines = log.read_bytes().splitlines(keepends=True)
+        last = json.loads(lines[-1])
+        bad = dict(last, seq=last["seq"] + 1, h="0" * 16)
+        bad.pop("key", None)
+        with open(log, "ab") as fh:
+            fh.write(json.dumps(bad, separators=(",", ":")).encode() + b"\n")
+        w.append_progress_entry("s", make_entry(999))  # chains after the bad line
+    with SessionStore(root) as s, pytest.raises(CorruptLogError):
+        s.load_transcript_messages("s")
+
+
+def test_a_long_writer_saves_its_prefix_before_close(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(checked_prefix, "SAVE_EVERY", 20_000)
+    w = SessionStore(root)
+    _fill(w, turns=40)
+    assert _mark_file(root).is_file()  # a killed writer still leaves most of it vouched
+    kept = json.loads(_mark_file(root).read_bytes().split(b"\n")[1])
+    assert 20_000 <= kept["size"] <= log_path(root, "s").stat().st_size
+    w.close()
+
+
+def test_a_reader_that_checked_a_long_log_saves_a_prefix(root: Path) -> None:
+    with SessionStore(root) as w:
+        w._marks = False
+        _fill(w, turns=900)  # > 1 MiB
+    assert not _mark_file(root).exists()
+    truth = _truth(root)
+    s = SessionStore(root)
+    assert s.load_transcript_messages("s") == truth[0]
+    assert _mark_file(root).is_file()  # after a long checked fold, not only on close
+    s.close()
+    with SessionStore(root) as again:
+        assert again.load_transcript_messages("s") == truth[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_starts_without_the_parents_prefix(written: Path) -> None:
+    with SessionStore(written) as s:
+        s.load_transcript_messages("s")
+        assert s._session("s").prefix is not None
+        pid = os.fork()
+        if pid == 0:  # the child: no prefix inherited, and its loads still check
+            ok = s._session("s").prefix is None and len(s.load_transcript_messages("s")) == 200
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0

@@ -1,0 +1,107 @@
+"""Writes that must be judged against the session's state (update_feature_pass,
+idempotency keys) are judged against the state this store left at its own head,
+without reading the log, and the append is conditional on that head: another writer
+that moved it makes the store read, judge again and retry. Attacked here with a second
+store instance changing the session between two writes of the first, on every engine
+that two instances can share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import make_entry, make_features, make_manifest
+from engines import ENGINE_IDS, ENGINES, EngineCase
+
+from eventstore import SessionStore
+from eventstore.errors import FeatureNotFoundError
+from eventstore.records import FeatureRecord
+
+
+def _feature(fid: str) -> FeatureRecord:
+    return FeatureRecord(id=fid, category="c", description=fid, steps=["s"], passes=False)
+
+
+@pytest.fixture(params=ENGINES, ids=ENGINE_IDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    case: EngineCase = request.param
+    return case.fresh(tmp_path)
+
+
+def _pair(url: str) -> tuple[SessionStore, SessionStore]:
+    a, b = SessionStore(url), SessionStore(url)
+    a.initialize_session_if_missing("s", make_manifest("s"), [_feature("f1"), _feature("f2")])
+    a.load_bootstrap_state("s")  # a's bootstrap fold is warm
+    return a, b
+
+
+def _count_reads(store: SessionStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls = [0]
+    real = store.engine.read_some
+
+    def read_some(*args: Any, **kw: Any) -> Any:
+        calls[0] += 1
+        return real(*args, **kw)
+
+    monkeypatch.setattr(store.engine, "read_some", read_some)
+    return calls
+
+
+def test_a_warm_update_reads_nothing(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = _pair(url)
+    with a, b:
+        reads = _count_reads(a, monkeypatch)
+        for _ in range(5):
+            a.update_feature_pass("s", "f1", True)
+            a.append_progress_entry("s", make_entry(0), idempotency_key=None)
+        assert reads[0] == 0
+        assert a.load_bootstrap_state("s").feature_list[0].passes is True
+
+
+def test_a_feature_added_elsewhere_can_be_updated(url: str) -> None:
+    a, b = _pair(url)
+    with a, b:
+        b.replace_feature_list("s", [_feature("f1"), _feature("f2"), _feature("new")])
+        a.update_feature_pass("s", "new", True)  # a's cached state lacks it: read, retry
+        assert [f.passes for f in b.load_bootstrap_state("s").feature_list] == [
+            False,
+            False,
+            True,
+        ]
+
+
+def test_a_feature_removed_elsewhere_is_refused_and_nothing_is_written(url: str) -> None:
+    a, b = _pair(url)
+    with a, b:
+        b.replace_feature_list("s", [_feature("f2")])
+        seq = b.last_seq("s")
+        with pytest.raises(FeatureNotFoundError):
+            a.update_feature_pass("s", "f1", True)  # a's cached state still has it
+        assert b.last_seq("s") == seq
+        assert a.verify("s").ok
+
+
+def test_a_key_remembered_from_a_replaced_log_does_not_replay(url: str) -> None:
+    a, b = _pair(url)
+    with a, b:
+        first = a.append_progress_entry("s", make_entry(1), idempotency_key="k")
+        again = a.append_progress_entry("s", make_entry(1), idempotency_key="k")
+        assert again.replayed and again.first_seq == first.first_seq
+        # another instance deletes the session and starts it again: the key is gone
+        b.delete_session("s")
+        b.initialize_session_if_missing("s", make_manifest("s"), make_features(1))
+        result = a.append_progress_entry("s", make_entry(1), idempotency_key="k")
+        assert not result.replayed
+        assert [p.summary for p in b.load_bootstrap_state("s").recent_progress] == ["step 1"]
+
+
+def test_a_key_used_elsewhere_replays_here(url: str) -> None:
+    a, b = _pair(url)
+    with a, b:
+        a.append_progress_entry("s", make_entry(0), idempotency_key="warm")  # a's keys warm
+        done = b.append_progress_entry("s", make_entry(5), idempotency_key="k5")
+        result = a.append_progress_entry("s", make_entry(5), idempotency_key="k5")
+        assert result.replayed and result.first_seq == done.first_seq
+        summaries = [p.summary for p in a.load_bootstrap_state("s").recent_progress]
+        assert summaries.count("step 5") == 1

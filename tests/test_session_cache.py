@@ -1,0 +1,81 @@
+"""SessionStore keeps at most `cached_sessions` sessions' folded states in memory: a
+long-lived process touching many sessions does not grow without bound, a dropped
+session's caches are saved first, and a session dropped while a thread uses it stays
+correct for both the thread and later callers."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import make_entry, make_features, make_manifest
+
+from eventstore import SessionStore
+from eventstore.aio import AsyncSessionStore
+from eventstore.errors import InvalidArgumentError
+from eventstore.records import Message, Role
+
+
+def test_the_store_keeps_at_most_cached_sessions(root: Path) -> None:
+    with SessionStore(root, cached_sessions=3) as s:
+        for i in range(10):
+            sid = f"s{i}"
+            s.initialize_session_if_missing(sid, make_manifest(sid), make_features(2))
+            s.append_progress_entry(sid, make_entry(i))
+            assert s.load_bootstrap_state(sid).recent_progress[-1].summary == f"step {i}"
+            assert len(s._sessions) <= 3
+        for i in range(10):  # every dropped session refolds to the same state
+            state = s.load_bootstrap_state(f"s{i}")
+            assert [p.summary for p in state.recent_progress] == [f"step {i}"]
+            assert len(s._sessions) <= 3
+
+
+def test_a_dropped_session_saves_its_caches(root: Path) -> None:
+    with SessionStore(root, cached_sessions=1) as s:
+        s.initialize_session_if_missing("big", make_manifest("big"), make_features(50))
+        for _ in range(80):
+            s.append_transcript_messages("big", [Message(role=Role.USER, content="x" * 1000)])
+        s.load_bootstrap_state("big")
+        cache_dir = root / "sessions" / "big"
+        assert not list(cache_dir.glob("fold-bootstrap.cache"))
+        s.load_bootstrap_state("other")  # drops "big"
+        assert list(cache_dir.glob("fold-bootstrap.cache"))  # saved before it was dropped
+
+
+def test_a_session_dropped_under_a_writing_thread_stays_consistent(root: Path) -> None:
+    with SessionStore(root, cached_sessions=1) as s:
+        errors: list[BaseException] = []
+
+        def write(sid: str) -> None:
+            try:
+                for i in range(60):
+                    s.append_progress_entry(sid, make_entry(i))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(sid,)) for sid in ("a", "b", "a", "b")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        for sid in ("a", "b"):
+            summaries = [p.summary for p in s.load_bootstrap_state(sid).recent_progress]
+            assert sorted(summaries) == sorted([f"step {i}" for i in range(60)] * 2)
+            assert s.verify(sid).ok
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "3", None])
+def test_a_bad_cached_sessions_is_refused(root: Path, bad: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="cached_sessions"):
+        SessionStore(root, cached_sessions=bad)  # type: ignore[arg-type]
+
+
+def test_the_async_store_passes_cached_sessions_on(root: Path) -> None:
+    store = AsyncSessionStore(root, cached_sessions=2)
+    try:
+        assert store.store.cached_sessions == 2
+    finally:
+        asyncio.run(store.close())
