@@ -114,16 +114,21 @@ def repair(store: SessionStore, session_id: str) -> RepairReport:
 
 
 def _archived_events(store: SessionStore, session_id: str) -> list[Event] | None:
-    """The archived events, each once and checked, in order (a snapshot standing in
-    where history was compacted without an archive); None if the archive is unreadable
-    or corrupt, [] if there is none."""
+    """The archived events from seq 1, each once and checked, in order (a snapshot
+    standing in where history was compacted without an archive); None if the archive is
+    unreadable, corrupt or pruned with nothing standing in for what went (a state folded
+    from what pruning kept would be passed off as the whole one), [] if there is none."""
     try:
         with store.engine.history(session_id) as hist:
             segments = [seg for seg in hist.segments if seg.archived]
             return [
                 ev
                 for ev, _ in iter_history(
-                    store, session_id, store.codec.decoder(None), history=History(segments)
+                    store,
+                    session_id,
+                    store.codec.decoder(None),
+                    exact=True,  # from seq 1: HistoryPrunedError after pruning
+                    history=History(segments),
                 )
             ]
     except EventStoreError:
@@ -167,9 +172,14 @@ def _rebuild(
         # (and its link) so nothing is ever numbered twice, with what the archive gives
         seq, base_h = max(claimed.seq, m), claimed.base_h or link
         n_after = 0
+        held = (
+            "the archive cannot rebuild it (unreadable, corrupt, or pruned)"
+            if archived is None
+            else f"the archive holds events up to seq {m} only"
+        )
         how = (
-            f"the archive holds events up to seq {m} only: wrote a snapshot at seq {seq} with"
-            f" the state as of seq {m}; events {m + 1}..{seq} could not be recovered"
+            f"{held}: wrote a snapshot at seq {seq} with the state as of seq {m};"
+            f" events {m + 1}..{seq} could not be recovered"
         )
     states: dict[str, msgspec.Raw] = {}
     for name, proj in store.projections.items():

@@ -716,3 +716,25 @@ def test_cli_follow_of_a_pruned_session_starts_at_what_is_held(tmp_path: Path) -
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert msgspec.json.decode(first)["seq"] == last  # the snapshot standing in at the head
+
+
+def test_repair_never_rebuilds_a_state_from_a_pruned_archive_as_if_it_were_whole(
+    pruning: SessionStore, case: EngineCase
+) -> None:
+    """The opening snapshot damaged after pruning and a compaction with archive: the
+    archive holds events from the pruned point on only. Folding those from an empty
+    state gave a state without the manifest, the features or the early progress, and
+    repair called it "rebuilt from the archive"; it now says the state could not be
+    recovered (the original is saved aside), and the history still reads as pruned."""
+    store = pruning
+    bounds = _three_archives(store)
+    prune_archive(store, SID, bounds[0] + 1)
+    store.compact(SID, force=True)  # the live lines, record included, are archived
+    case.rewrite(store, SID, lambda data: data.replace(b'"2.3"', b'"2.X"', 1))
+    report = repair(store, SID)
+    assert report.action == "rebuilt" and report.moved_to
+    assert "could not be recovered" in report.message and "pruned" in report.message
+    assert "rebuilt the snapshot" not in report.message
+    state = store.load_bootstrap_state(SID)
+    assert state.manifest is None and state.recent_progress == []  # nothing half-built
+    assert store.verify(SID).ok and first_kept_seq(store, SID) == bounds[0] + 1
