@@ -73,6 +73,7 @@ _EXPORTS: dict[str, str] = {
     "AutoCompact": ".store",
     "SessionStore": ".store",
     "CompactionReport": ".compaction",
+    "SkipReason": ".compaction",
     "Projection": "projections",
     "Retention": "projections",
     "StructProjection": "projections",
@@ -160,6 +161,7 @@ __all__ = [
     "SessionManifest",
     "SessionStats",
     "SessionStore",
+    "SkipReason",
     "Snapshot",
     "SnapshotVersionError",
     "StorageError",
@@ -198,6 +200,7 @@ if TYPE_CHECKING:
 
     from .compaction import (
         CompactionReport,
+        SkipReason,
     )
     from .engines.base import (
         EncodedBatch,
