@@ -13,7 +13,10 @@ Workloads (seeded, identical for every backend):
   ~1,500-character reply; sync API, one thread.
 - **LangGraph put / get**: `put` of a checkpoint chain (one ~1 kB channel value per
   checkpoint), then `get_tuple` of the newest checkpoint from a new saver instance
-  (cold) and again (warm), and `list` of the whole thread.
+  (cold) and again (warm), and `list` of the whole thread (eventstore: the first read
+  of the full index in that saver); then, from another new saver, `get_tuple` of the
+  checkpoint in the middle of the chain (cold, named by id: eventstore reads the full
+  index, not the head).
 - **Agents SDK session**: `add_items` of a user and an assistant item per turn, then
   `get_items()` from a new session object (cold), again (warm), and `get_items(10)`;
   then `clear_session()` (eventstore: and `compact(archive=False)`), and the disk again.
@@ -122,6 +125,7 @@ def bench_put_get(backend: str, root: Path, n: int) -> dict[str, float]:
     saver, close = lg_saver(backend, root)
     cfg: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     version: Any = None
+    configs: list[Any] = []
     t = time.perf_counter()
     for v in values:
         cp = empty_checkpoint()
@@ -129,6 +133,7 @@ def bench_put_get(backend: str, root: Path, n: int) -> dict[str, float]:
         cp["channel_values"] = {"v": v}
         cp["channel_versions"] = {"v": version}
         cfg = saver.put(cfg, cp, {"source": "loop", "step": 0}, {"v": version})
+        configs.append(cfg)
     puts = n / (time.perf_counter() - t)
     close()
     saver, close = lg_saver(backend, root)
@@ -145,11 +150,18 @@ def bench_put_get(backend: str, root: Path, n: int) -> dict[str, float]:
     listing = time.perf_counter() - t
     assert listed == n
     close()
+    saver, close = lg_saver(backend, root)
+    t = time.perf_counter()
+    tup = saver.get_tuple(configs[n // 2])
+    cold_older = time.perf_counter() - t
+    assert tup is not None and tup.checkpoint["channel_values"]["v"] == values[n // 2]
+    close()
     return {
         "puts/s": puts,
         "cold get ms": cold * 1e3,
         "warm get ms": warm * 1e3,
         "list all ms": listing * 1e3,
+        "cold get of an older checkpoint ms": cold_older * 1e3,
     }
 
 

@@ -27,6 +27,7 @@ Decisions (documented in the README, "Audit and replay"):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -312,9 +313,20 @@ def opening_chain(data: bytes, after: tuple[int, str | None] | None) -> tuple[in
     continues `after` (the end of the segment before it; a link of None after pruning:
     unknown), or opens the history at 1.
     An archived segment holding the events after an archived snapshot opens this way."""
-    if after is None or data.startswith(b'{"type":"snapshot",'):
+    if after is None or data.startswith(b'{"type":"snapshot",') or _opens_history(data):
         return 0, ""
     return after
+
+
+_FIRST_SEQ = re.compile(rb'\{"type":"[^"]*","seq":(\d+)[,}]')
+
+
+def _opens_history(data: bytes) -> bool:
+    """Whether the first line is seq 1: a copy of the history from its start (an old log
+    archived whole beside a copy of its prefix, by an install stopped before it named
+    the archive). It chains to the start; readers skip the events they already hold."""
+    m = _FIRST_SEQ.match(data)
+    return m is not None and m[1] == b"1"
 
 
 def archive_shortfall(

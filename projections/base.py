@@ -76,7 +76,10 @@ class Projection(Protocol[S]):
     Optional (used when present; `StructProjection` has both): `retain(state,
     retention) -> state` trims the state a snapshot stores, and `retained_from(stored,
     full) -> bool` says whether `stored` is `full` trimmed that way (verify uses it).
-    Without them a projection is never trimmed.
+    Without them a projection is never trimmed. `state_from_snapshot(snapshot) -> state
+    | None` derives the state from the snapshot's other states when it holds none of
+    this projection's version (one taken before the projection existed): a load then
+    needs no archive to rebuild it from.
     """
 
     @property
@@ -178,8 +181,20 @@ def snapshot_entry(projection: Projection[Any], state: Any) -> msgspec.Raw:
 
 
 def restore_state(projection: Projection[S], snapshot: Snapshot) -> S:
-    """The projection's state stored in a snapshot; SnapshotVersionError if it is absent
-    or of another version (the caller may rebuild it from the archive)."""
+    """The projection's state stored in a snapshot, or derived from its other states by
+    the projection's `state_from_snapshot`; SnapshotVersionError if it is absent or of
+    another version and cannot be derived (the caller may rebuild it from the archive)."""
+    try:
+        return _stored_state(projection, snapshot)
+    except SnapshotVersionError:
+        derive = getattr(projection, "state_from_snapshot", None)
+        derived = None if derive is None else derive(snapshot)
+        if derived is None:
+            raise
+        return derived  # type: ignore[no-any-return]
+
+
+def _stored_state(projection: Projection[S], snapshot: Snapshot) -> S:
     raw = snapshot.states.get(projection.name)
     if raw is None:
         raise SnapshotVersionError(

@@ -3,8 +3,11 @@ archive of a compaction that raced appends."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
+import pytest
 from conftest import log_path, make_entry
 
 from eventstore import SessionStore, Snapshot
@@ -63,3 +66,45 @@ def test_an_archive_holds_only_what_the_snapshot_replaced(root: Path) -> None:
         live = log_path(root, "s").read_bytes()
         assert live.startswith(line) and live.count(b"\n") == 2
         assert done.head.seq == 5
+
+
+def test_an_install_stopped_before_naming_its_archive_reads_once(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction whose log got a tail meanwhile archives a copy of its prefix, then
+    removes the pending link to the whole old log; stopped in between (a crash, an I/O
+    error), both stay: two overlapping copies from seq 1. History readers read each
+    event once and `verify` is clean (the copies are compared), instead of a sequence
+    error at the second copy."""
+    import eventstore.engines.file as file_engine
+    from eventstore import StorageError
+
+    with SessionStore(root) as s:
+        for i in range(10):
+            s.append_progress_entry("s", make_entry(i))
+        install = s.engine.install_snapshot
+
+        def with_a_tail(*args: Any, **kw: Any) -> Any:
+            with SessionStore(root) as other:  # appended after the fold, before the swap
+                other.append_progress_entry("s", make_entry(99))
+            return install(*args, **kw)
+
+        real_unlink = os.unlink
+
+        def unlink(path: Any, *a: Any, **kw: Any) -> None:
+            if str(path).endswith(".pending"):
+                raise OSError(5, "injected")
+            real_unlink(path, *a, **kw)
+
+        monkeypatch.setattr(s.engine, "install_snapshot", with_a_tail)
+        monkeypatch.setattr(file_engine.os, "unlink", unlink)
+        with pytest.raises(StorageError, match="naming the archive failed"):
+            s.compact("s")
+        monkeypatch.undo()
+    archive = sorted(p.name for p in (log_path(root, "s").parent / "archive").iterdir())
+    assert archive == ["000000000001-000000000010.jsonl", "000000000001-000000000011.jsonl.pending"]
+    with SessionStore(root) as s:
+        assert [e.seq for e in s.read_events("s")] == list(range(1, 12))
+        report = s.verify("s")
+        assert report.ok, report.problems
+        assert [p.summary for p in s.load_bootstrap_state("s").recent_progress][-1] == "step 99"

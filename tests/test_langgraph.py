@@ -288,7 +288,9 @@ def test_prune_keep_latest_removes_the_bytes(tmp_path: Path) -> None:
     log = SessionPaths(tmp_path, "langgraph-p").log
     size_before = log.stat().st_size
     saver.prune(["p"])
-    assert log.stat().st_size < size_before / 3  # only the newest blob is left
+    # only the newest blob is left, in the snapshot's state of each of the two
+    # projections (the full index and the head): 2 of the 6
+    assert log.stat().st_size < size_before / 2.5
     assert not SessionPaths(tmp_path, "langgraph-p").archive.exists() or not any(
         SessionPaths(tmp_path, "langgraph-p").archive.iterdir()
     )
@@ -496,7 +498,9 @@ def test_prune_after_an_archived_compaction_keeps_that_archive(tmp_path: Path) -
     archived = {f.name: f.read_bytes() for f in paths.archive.iterdir()}
     size_before = paths.log.stat().st_size
     saver.prune(["p"])
-    assert paths.log.stat().st_size < size_before / 2
+    # 3 blobs before (a and b in the snapshot, c), 2 after: c in the snapshot's state of
+    # each of the two projections (the full index and the head)
+    assert paths.log.stat().st_size < size_before * 0.6
     assert {f.name: f.read_bytes() for f in paths.archive.iterdir()} == archived
     left = list(saver.list({"configurable": {"thread_id": "p"}}))
     assert [t.checkpoint["channel_values"]["v"] for t in left] == ["c" * 5000]

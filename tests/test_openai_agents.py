@@ -434,3 +434,26 @@ def test_a_memory_url_store_works() -> None:
         return items
 
     assert run(main()) == [msg("a")]
+
+
+def test_items_and_events_are_not_tracked_by_the_gc(tmp_path: Path) -> None:
+    """A cold load of a long conversation decodes thousands of them: tracked, they would
+    wake the cyclic garbage collector, whose passes cost more than the fold."""
+    import gc
+
+    async def go() -> None:
+        session = EventStoreSession("s", tmp_path)
+        await session.add_items(
+            [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+        )
+        await session.pop_item()
+        await session.clear_session()
+        await session.close()
+
+    asyncio.run(go())
+    store = SessionStore(tmp_path, event_types=oa.EVENT_TYPES, projections=oa.PROJECTIONS)
+    events = list(store.read_events("s"))
+    assert {type(e) for e in events} == {oa.ItemsAdded, oa.ItemPopped, oa.SessionCleared}
+    items = oa.PROJECTION.apply(oa.AgentItems(), events[0]).items
+    assert len(items) == 2 and not any(gc.is_tracked(o) for o in [*events, *items])
+    store.close()

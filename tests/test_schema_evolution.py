@@ -414,3 +414,46 @@ def test_current_version_custom_events_keep_the_fast_decode_path(
         assert slow_calls == []  # the projection that reads note_added: fast
         fresh.load_bootstrap_state(SID)  # skips note_added: decoded as a stub
         assert slow_calls == []
+
+
+class TaskCount(StructProjection[int]):
+    """Added after snapshots of `tasks` were taken; derivable from `tasks`' state."""
+
+    name = "task_count"
+    version = 1
+    event_types = frozenset({"task_added"})
+    state_type = int
+
+    def initial(self) -> int:
+        return 0
+
+    def apply(self, state: int, event: Event) -> int:
+        return state + 1 if type(event) is TaskAdded else state
+
+
+class DerivedTaskCount(TaskCount):
+    def state_from_snapshot(self, snapshot: Snapshot) -> int | None:
+        from projections import restore_state
+
+        return len(restore_state(Tasks(), snapshot))
+
+
+def test_a_projection_added_after_a_snapshot_without_archive(tmp_path: Path) -> None:
+    """Without history to rebuild from, a new projection's state is refused, unless the
+    projection derives it from the snapshot's other states (`state_from_snapshot`)."""
+    from eventstore import SnapshotVersionError
+
+    with SessionStore(tmp_path, event_types=[TaskAdded], projections=[Tasks()]) as old:
+        for name in ("a", "b", "c"):
+            old.append("s", [TaskAdded(name=name)])
+        old.compact("s", archive=False)
+        old.append("s", [TaskAdded(name="d")])
+    new = SessionStore(tmp_path, event_types=[TaskAdded], projections=[TaskCount()])
+    with new, pytest.raises(SnapshotVersionError, match="task_count"):
+        new.load("s", "task_count")
+    kinds = [Tasks(), DerivedTaskCount()]
+    with SessionStore(tmp_path, event_types=[TaskAdded], projections=kinds) as s:
+        assert s.load("s", "task_count") == 4
+        s.compact("s", archive=False)  # and it compacts again, now holding its own state
+    with SessionStore(tmp_path, event_types=[TaskAdded], projections=[TaskCount()]) as s:
+        assert s.load("s", "task_count") == 4

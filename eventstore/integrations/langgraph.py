@@ -11,11 +11,17 @@ One eventstore session per LangGraph thread (`<thread_prefix><thread_id>`, by de
 | `delete_for_runs`, `prune` | `langgraph_removed`: the checkpoints (and writes) removed |
 | `delete_thread` | the session is deleted (`SessionStore.delete_session`), bytes and all |
 
-The `langgraph` projection folds those events into one flat dict of immutable entries
-(checkpoints, channel blobs, pending writes, each namespace's newest checkpoint id), so a
-read copies one dict and decodes only what it returns. Values are encoded by the saver's
-`serde` (LangGraph's `JsonPlusSerializer` by default) and stored as (type, base64 bytes)
-pairs.
+Two projections fold those events (`eventstore.integrations.langgraph_state`): `langgraph`,
+every checkpoint, blob and pending write of a thread as one flat dict of immutable
+entries; and `langgraph_head`, each namespace's newest checkpoint with its blobs and
+writes. `get_tuple` of the latest checkpoint (what every graph `invoke` starts with)
+reads the small head projection and falls back to the full one when the head cannot
+know the answer (after a removal, a fork onto an older branch, a copy); `list`, reads
+of a named older checkpoint, copies and removals read the full one. The head is kept in
+the store's persistent fold cache, so a new process folds only what was appended after
+the cache. Values are encoded by the saver's `serde` (LangGraph's `JsonPlusSerializer`
+by default) and stored as (type, base64 bytes) pairs; a read decodes only what it
+returns.
 
 Channel versions are strings with a random suffix (as LangGraph's in-memory saver makes
 them), so two branches forked from one checkpoint never write the same blob key.
@@ -41,7 +47,6 @@ try:
         CheckpointTuple,
         get_checkpoint_id,
         get_checkpoint_metadata,
-        writes_sort_key,
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -50,245 +55,52 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         " pip install 'harness-eventstore[langgraph]'"
     ) from exc
 
-from projections import StructProjection
-
 from ..aio import AsyncSessionStore
-from ..events import Event
+from ..errors import SnapshotVersionError
 from ..store import SessionStore
+from .langgraph_state import (
+    EVENT_TYPES,
+    HEAD_PROJECTION,
+    PROJECTION,
+    PROJECTIONS,
+    BlobEntry,
+    BlobPut,
+    CheckpointEntry,
+    CheckpointPut,
+    CheckpointsRemoved,
+    Entry,
+    HeadState,
+    LangGraphHeadProjection,
+    LangGraphProjection,
+    NewestEntry,
+    State,
+    ThreadCopied,
+    TypedValue,
+    WriteRecord,
+    WritesEntry,
+    WritesPut,
+    blob_key,
+    checkpoint_key,
+    newest_key,
+    writes_key,
+)
 
 __all__ = [
     "EVENT_TYPES",
+    "HEAD_PROJECTION",
+    "PROJECTION",
     "PROJECTIONS",
     "CheckpointPut",
     "CheckpointsRemoved",
     "EventStoreSaver",
+    "LangGraphHeadProjection",
     "LangGraphProjection",
     "ThreadCopied",
     "WritesPut",
 ]
 
 
-# -- what is stored --------------------------------------------------------------------
-
-
-class TypedValue(msgspec.Struct, array_like=True, frozen=True):
-    """A value as the serde encoded it: its type name and its bytes."""
-
-    type: str
-    data: bytes
-
-
-class BlobPut(msgspec.Struct, array_like=True, frozen=True):
-    """One channel's value at one version (`value` None: the channel is empty)."""
-
-    channel: str
-    version: str  # the version as JSON, so 1 and "1" stay apart
-    value: TypedValue | None
-
-
-class WriteRecord(msgspec.Struct, array_like=True, frozen=True):
-    """One pending write of a task."""
-
-    task_id: str
-    idx: int
-    channel: str
-    value: TypedValue
-    task_path: str = ""
-
-
-class CheckpointEntry(msgspec.Struct, frozen=True, tag="checkpoint", tag_field="kind"):
-    """A checkpoint without its channel values (those are blobs, by channel version)."""
-
-    ns: str
-    checkpoint_id: str
-    parent_id: str | None
-    run_id: str | None
-    versions: dict[str, str]  # channel -> version as JSON
-    checkpoint: TypedValue
-    metadata: TypedValue
-
-
-class BlobEntry(msgspec.Struct, frozen=True, tag="blob", tag_field="kind"):
-    """A channel value, referenced by every checkpoint holding its version."""
-
-    value: TypedValue | None
-
-
-class WritesEntry(msgspec.Struct, frozen=True, tag="writes", tag_field="kind"):
-    """The pending writes of one checkpoint, in `writes_sort_key` order."""
-
-    ns: str
-    checkpoint_id: str
-    writes: tuple[WriteRecord, ...]
-
-
-class NewestEntry(msgspec.Struct, frozen=True, tag="newest", tag_field="kind"):
-    """The newest checkpoint id of a namespace (an index: reads of "the latest" are O(1))."""
-
-    checkpoint_id: str
-
-
-Entry = CheckpointEntry | BlobEntry | WritesEntry | NewestEntry
-State = dict[str, Entry]
-
-
-class CheckpointPut(Event, tag="langgraph_checkpoint", kw_only=True):
-    """`put`: a checkpoint and the blobs of the channels it changed."""
-
-    ns: str
-    checkpoint_id: str
-    parent_id: str | None = None
-    run_id: str | None = None
-    versions: dict[str, str]
-    checkpoint: TypedValue
-    metadata: TypedValue
-    blobs: list[BlobPut] = msgspec.field(default_factory=list)
-
-
-class WritesPut(Event, tag="langgraph_writes", kw_only=True):
-    """`put_writes`: a task's writes against one checkpoint."""
-
-    ns: str
-    checkpoint_id: str
-    writes: list[WriteRecord]
-
-
-class CheckpointsRemoved(Event, tag="langgraph_removed", kw_only=True):
-    """`delete_for_runs` / `prune`: checkpoints removed, as [ns, checkpoint_id] pairs."""
-
-    checkpoints: list[tuple[str, str]]
-    reason: str
-
-
-class ThreadCopied(Event, tag="langgraph_thread_copied", kw_only=True):
-    """`copy_thread`: every entry of the source thread, merged into this one."""
-
-    source_thread_id: str
-    entries: dict[str, Entry]
-
-
-EVENT_TYPES: tuple[type[Event], ...] = (CheckpointPut, WritesPut, CheckpointsRemoved, ThreadCopied)
-
-
-def _ckey(ns: str, checkpoint_id: str) -> str:
-    return f"c{len(ns)}:{ns}{checkpoint_id}"
-
-
-def _wkey(ns: str, checkpoint_id: str) -> str:
-    return f"w{len(ns)}:{ns}{checkpoint_id}"
-
-
-def _nkey(ns: str) -> str:
-    return f"n{len(ns)}:{ns}"
-
-
-def _bkey(ns: str, channel: str, version: str) -> str:
-    return f"b{len(ns)}:{ns}{len(channel)}:{channel}{version}"
-
-
-class LangGraphProjection(StructProjection[State]):
-    """The checkpoints, blobs and pending writes of one thread, as one flat dict.
-
-    Entries are immutable and `apply` only sets or deletes keys, so `copy` is one dict
-    copy (a single C call, never torn by a concurrent fold in another thread).
-    """
-
-    name = "langgraph"
-    version = 1
-    event_types = frozenset({"langgraph_checkpoint", "langgraph_writes", "langgraph_removed",
-                             "langgraph_thread_copied"})  # fmt: skip
-    state_type = State
-
-    def initial(self) -> State:
-        """No checkpoints."""
-        return {}
-
-    def apply(self, state: State, event: Event) -> State:
-        """Fold one saver event into the thread's entries."""
-        if isinstance(event, CheckpointPut):
-            for b in event.blobs:
-                state[_bkey(event.ns, b.channel, b.version)] = BlobEntry(b.value)
-            state[_ckey(event.ns, event.checkpoint_id)] = CheckpointEntry(
-                event.ns,
-                event.checkpoint_id,
-                event.parent_id,
-                event.run_id,
-                event.versions,
-                event.checkpoint,
-                event.metadata,
-            )
-            newest = state.get(_nkey(event.ns))
-            if not isinstance(newest, NewestEntry) or event.checkpoint_id > newest.checkpoint_id:
-                state[_nkey(event.ns)] = NewestEntry(event.checkpoint_id)
-        elif isinstance(event, WritesPut):
-            key = _wkey(event.ns, event.checkpoint_id)
-            old = state.get(key)
-            merged = (
-                {(w.task_id, w.idx): w for w in old.writes} if isinstance(old, WritesEntry) else {}
-            )
-            for w in event.writes:
-                # a regular write is kept once (a retried put_writes changes nothing);
-                # a special one (error, interrupt, ...) is replaced by the newest
-                if w.idx >= 0 and (w.task_id, w.idx) in merged:
-                    continue
-                merged[(w.task_id, w.idx)] = w
-            ordered = sorted(
-                merged.values(), key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx)
-            )
-            state[key] = WritesEntry(event.ns, event.checkpoint_id, tuple(ordered))
-        elif isinstance(event, CheckpointsRemoved):
-            for ns, checkpoint_id in event.checkpoints:
-                state.pop(_ckey(ns, checkpoint_id), None)
-                state.pop(_wkey(ns, checkpoint_id), None)
-            _drop_unreferenced_blobs(state)
-            _index_newest(state, {ns for ns, _ in event.checkpoints})
-        elif isinstance(event, ThreadCopied):
-            state.update(event.entries)
-            _index_newest(
-                state, {e.ns for e in event.entries.values() if isinstance(e, CheckpointEntry)}
-            )
-        return state
-
-    def copy(self, state: State) -> State:
-        """A copy sharing the immutable entries (see the class docstring)."""
-        return dict(state)
-
-    def encode_state(self, state: State) -> bytes:
-        """The entries as JSON, keys sorted: equal states encode equal whatever order
-        their entries were folded in (verify compares snapshots this way)."""
-        return _deterministic.encode(state)
-
-
-_deterministic = msgspec.json.Encoder(order="deterministic")
-
-
-def _index_newest(state: State, namespaces: set[str]) -> None:
-    newest: dict[str, str] = {}
-    for e in state.values():
-        if isinstance(e, CheckpointEntry) and e.ns in namespaces:
-            newest[e.ns] = max(e.checkpoint_id, newest.get(e.ns, ""))
-    for ns in namespaces:
-        if ns in newest:
-            state[_nkey(ns)] = NewestEntry(newest[ns])
-        else:
-            state.pop(_nkey(ns), None)
-
-
-def _drop_unreferenced_blobs(state: State) -> None:
-    referenced = {
-        _bkey(e.ns, channel, version)
-        for e in state.values()
-        if isinstance(e, CheckpointEntry)
-        for channel, version in e.versions.items()
-    }
-    for key in [k for k, e in state.items() if isinstance(e, BlobEntry) and k not in referenced]:
-        del state[key]
-
-
 _Entries = list[CheckpointEntry]  # named here: inside the saver, `list` is its method
-
-PROJECTION = LangGraphProjection()
-PROJECTIONS: tuple[LangGraphProjection, ...] = (PROJECTION,)
 
 
 # -- the saver -------------------------------------------------------------------------
@@ -314,7 +126,7 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
     ) -> None:
         super().__init__(serde=serde)
         if isinstance(store_or_url, SessionStore):
-            if PROJECTION.name not in store_or_url.projections:
+            if not {PROJECTION.name, HEAD_PROJECTION.name} <= set(store_or_url.projections):
                 raise ValueError(
                     "the SessionStore given to EventStoreSaver must be opened with"
                     " event_types=langgraph.EVENT_TYPES, projections=langgraph.PROJECTIONS"
@@ -328,6 +140,12 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
             self._owns_store = True
         self.thread_prefix = thread_prefix
         self.aio = AsyncSessionStore(self.store, max_workers=max_workers)
+        # sessions whose head this saver has loaded: the store then keeps that fold
+        # current through every append, and saves it in the fold cache on close
+        self._heads_loaded: set[str] = set()
+        # sessions whose head cannot be folded: a snapshot from before the head
+        # projection existed opens the log, and no archive holds what it replaced
+        self._no_head: set[str] = set()
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -363,6 +181,31 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
     def _state(self, thread_id: str) -> State:
         return cast(State, self.store.load(self.session_id(thread_id), PROJECTION))
 
+    def _heads(self, thread_id: str) -> HeadState | None:
+        """The thread's head state; None when it cannot be folded (see `_no_head`)."""
+        sid = self.session_id(thread_id)
+        if sid in self._no_head:
+            return None
+        try:
+            heads = cast(HeadState, self.store.load(sid, HEAD_PROJECTION))
+        except SnapshotVersionError:
+            self._no_head.add(sid)
+            return None
+        self._heads_loaded.add(sid)
+        return heads
+
+    def _keep_head_current(self, thread_id: str) -> None:
+        """Load the thread's head once, so the appends of this saver advance it and
+        `close` leaves it in the fold cache for the next process (a writer that never
+        reads, such as a bulk import, would otherwise leave none)."""
+        if self.session_id(thread_id) not in self._heads_loaded:
+            self._heads(thread_id)
+
+    def _forget(self, thread_id: str) -> None:
+        sid = self.session_id(thread_id)
+        self._heads_loaded.discard(sid)
+        self._no_head.discard(sid)
+
     # -- reads --------------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -371,15 +214,31 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "")
-        state = self._state(thread_id)
         checkpoint_id = get_checkpoint_id(config)
+        heads = self._heads(thread_id)
+        if heads is not None:
+            known = heads.get(ns)
+            if known is None or known.max_id is None:
+                return None  # no checkpoint was ever put in the namespace
+            if checkpoint_id and checkpoint_id > known.max_id:
+                return None  # no checkpoint with an id that large was ever put
+            head = known.head
+            if head is not None and checkpoint_id in (None, "", head.checkpoint.checkpoint_id):
+                e = head.checkpoint
+                if not e.checkpoint_id:
+                    return None  # as the full index answers: an empty id names nothing
+                blobs = head.blobs
+                return self._tuple(
+                    thread_id, e, lambda channel, version: blobs.get(channel), head.writes
+                )
+        state = self._state(thread_id)
         if not checkpoint_id:
-            newest = state.get(_nkey(ns))
+            newest = state.get(newest_key(ns))
             checkpoint_id = newest.checkpoint_id if isinstance(newest, NewestEntry) else None
-        entry = state.get(_ckey(ns, checkpoint_id)) if checkpoint_id else None
+        entry = state.get(checkpoint_key(ns, checkpoint_id)) if checkpoint_id else None
         if not isinstance(entry, CheckpointEntry):
             return None
-        return self._tuple(thread_id, entry, state)
+        return self._tuple_in(thread_id, entry, state)
 
     def list(
         self,
@@ -423,26 +282,41 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
                         if remaining <= 0:
                             return
                         remaining -= 1
-                    yield self._tuple(thread_id, e, state, metadata)
+                    yield self._tuple_in(thread_id, e, state, metadata)
+
+    def _tuple_in(
+        self, thread_id: str, e: CheckpointEntry, state: State, metadata: Any = None
+    ) -> CheckpointTuple:
+        """The tuple of checkpoint `e` of the full index `state`."""
+
+        def blob_of(channel: str, version: str) -> Entry | None:
+            return state.get(blob_key(e.ns, channel, version))
+
+        writes = state.get(writes_key(e.ns, e.checkpoint_id))
+        return self._tuple(
+            thread_id, e, blob_of, writes if isinstance(writes, WritesEntry) else None, metadata
+        )
 
     def _tuple(
         self,
         thread_id: str,
         e: CheckpointEntry,
-        state: State,
+        blob_of: Callable[[str, str], Entry | None],
+        writes: WritesEntry | None,
         metadata: Any = None,
     ) -> CheckpointTuple:
+        """Checkpoint `e` decoded, with the values of its blobs (`blob_of(channel,
+        version)`) and its pending writes."""
         checkpoint = cast(Checkpoint, self._load(e.checkpoint))
         values: dict[str, Any] = {}
         for channel, version in e.versions.items():
-            blob = state.get(_bkey(e.ns, channel, version))
+            blob = blob_of(channel, version)
             if isinstance(blob, BlobEntry) and blob.value is not None:
                 values[channel] = self._load(blob.value)
         checkpoint["channel_values"] = values
-        writes = state.get(_wkey(e.ns, e.checkpoint_id))
         pending = (
             [(w.task_id, w.channel, self._load(w.value)) for w in writes.writes]
-            if isinstance(writes, WritesEntry)
+            if writes is not None
             else []
         )
         return CheckpointTuple(
@@ -485,6 +359,7 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
                 for ch, v in new_versions.items()
             ],
         )
+        self._keep_head_current(thread_id)
         self.store.append(self.session_id(thread_id), [event])
         return _config(thread_id, ns, checkpoint["id"])
 
@@ -508,11 +383,13 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
                 for i, (ch, v) in enumerate(writes)
             ],
         )
+        self._keep_head_current(str(conf["thread_id"]))
         self.store.append(self.session_id(str(conf["thread_id"])), [event])
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's session: its checkpoints, writes, history and bytes."""
         self.store.delete_session(self.session_id(str(thread_id)))
+        self._forget(str(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Remove every checkpoint (and its writes) whose metadata has one of `run_ids`,
@@ -549,6 +426,8 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
                 # forced: the pruned bytes must leave the log even where a snapshot
                 # would not be smaller
                 self.store.compact(self.session_id(str(thread_id)), archive=False, force=True)
+                # the compaction restarted the store's folds, and its snapshot holds a head
+                self._forget(str(thread_id))
 
     def _remove(
         self,

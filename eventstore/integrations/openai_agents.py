@@ -73,13 +73,13 @@ POP_ATTEMPTS = 100  # pops racing other writers re-read at most this often
 MAX_UNACKNOWLEDGED = 100  # failed adds whose keys a session object keeps for retries
 
 
-class ItemsAdded(Event, tag="agents_items_added", kw_only=True):
+class ItemsAdded(Event, tag="agents_items_added", kw_only=True, gc=False):
     """`add_items`: the items, each as its JSON."""
 
     items: list[msgspec.Raw]
 
 
-class ItemPopped(Event, tag="agents_item_popped", kw_only=True):
+class ItemPopped(Event, tag="agents_item_popped", kw_only=True, gc=False):
     """`pop_item`: the item removed, named by the seq of the add that brought it and its
     index in that add (kept in full too, so the log reads as a conversation)."""
 
@@ -88,14 +88,18 @@ class ItemPopped(Event, tag="agents_item_popped", kw_only=True):
     item: msgspec.Raw
 
 
-class SessionCleared(Event, tag="agents_session_cleared", kw_only=True):
+class SessionCleared(Event, tag="agents_session_cleared", kw_only=True, gc=False):
     """`clear_session`: every item is gone from the session (not from the log)."""
 
 
 EVENT_TYPES: tuple[type[Event], ...] = (ItemsAdded, ItemPopped, SessionCleared)
 
+# The events and items are `gc=False` Structs: they hold only numbers, strings and raw
+# JSON, so they cannot form reference cycles, and a cold fold of a long conversation
+# decodes thousands of them without waking the cyclic garbage collector.
 
-class StoredItem(msgspec.Struct, array_like=True, frozen=True):
+
+class StoredItem(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """An item of the conversation, with where it came from."""
 
     added_seq: int

@@ -1,0 +1,614 @@
+"""The LangGraph saver's fast cold reads: the `langgraph_head` projection (each
+namespace's newest checkpoint, kept in the fold cache) must answer exactly as the full
+index and as LangGraph's own InMemorySaver do, whatever the sequence of calls; a cold
+process (a new saver on the same store, reading the fold cache) must answer as the warm
+one did; a damaged or stale cache must be ignored or caught up, never trusted; a log
+whose snapshot predates the head projection must still read.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import operator
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langgraph.checkpoint.base import WRITES_IDX_MAP, empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+
+import eventstore.store
+from eventstore import SessionStore
+from eventstore.engines.file import _cache_file_name
+from eventstore.integrations import langgraph as lg
+from eventstore.integrations.langgraph import EventStoreSaver
+from eventstore.integrations.langgraph_state import (
+    BlobEntry,
+    BlobPut,
+    CheckpointEntry,
+    CheckpointPut,
+    CheckpointsRemoved,
+    NamespaceHead,
+    NewestEntry,
+    ThreadCopied,
+    TypedValue,
+    WriteRecord,
+    WritesEntry,
+    WritesPut,
+    blob_key,
+    checkpoint_key,
+    newest_key,
+    writes_key,
+)
+from eventstore.layout import SessionPaths
+
+THREADS = ["t1", "t2", "t3"]
+NAMESPACES = ["", "child:1"]
+VALUES = st.one_of(st.integers(-1000, 1000), st.text(max_size=5))
+# a small pool of checkpoint ids, so puts arrive out of order and ids repeat (retries)
+IDS = st.sampled_from([f"1ef{n:03}" for n in range(12)])
+
+
+def _summary(tup: Any) -> Any:
+    if tup is None:
+        return None
+    return (
+        tup.config["configurable"],
+        tup.checkpoint["id"],
+        tup.checkpoint["channel_values"],
+        tup.checkpoint["channel_versions"],
+        dict(tup.metadata),
+        tup.parent_config["configurable"] if tup.parent_config else None,
+        tup.pending_writes,
+    )
+
+
+def _latest(thread: str, ns: str) -> Any:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
+
+
+def _full_latest(saver: EventStoreSaver, thread: str, ns: str) -> Any:
+    """The newest checkpoint as the full index alone answers (the reference)."""
+    state = saver._state(thread)
+    newest = state.get(newest_key(ns))
+    if not isinstance(newest, NewestEntry) or not newest.checkpoint_id:
+        return None
+    entry = state.get(checkpoint_key(ns, newest.checkpoint_id))
+    assert isinstance(entry, CheckpointEntry)
+    return saver._tuple_in(thread, entry, state)
+
+
+def _check_heads(full: Any, heads: Any) -> int:
+    """Every head the head projection claims to know is the full index's newest: its
+    entry, its blobs and its writes; ids above `max_id` were never put; early writes
+    are the full index's. Returns how many heads are known."""
+    known = 0
+    namespaces = set(heads) | {e.ns for e in full.values() if isinstance(e, CheckpointEntry)}
+    for ns in namespaces:
+        ids = [
+            e.checkpoint_id for e in full.values() if isinstance(e, CheckpointEntry) and e.ns == ns
+        ]
+        nh = heads.get(ns)
+        if nh is None or nh.max_id is None:
+            assert ids == [], (ns, nh)
+            continue
+        assert all(i <= nh.max_id for i in ids)
+        for cid, w in nh.early.items():
+            assert cid > nh.max_id and full.get(writes_key(ns, cid)) == w
+        for k, w in full.items():
+            if isinstance(w, WritesEntry) and w.ns == ns and w.checkpoint_id > nh.max_id:
+                assert nh.early.get(w.checkpoint_id) == w, k
+        if nh.head is None:
+            continue
+        known += 1
+        head = nh.head
+        cid = head.checkpoint.checkpoint_id
+        assert cid == nh.max_id == max(ids)
+        assert full[checkpoint_key(ns, cid)] == head.checkpoint
+        assert head.blobs == {
+            ch: full[blob_key(ns, ch, v)] for ch, v in head.checkpoint.versions.items()
+        }
+        assert full.get(writes_key(ns, cid)) == head.writes
+    return known
+
+
+def _check_heads_against_the_full_index(saver: EventStoreSaver, thread: str) -> int:
+    heads = saver._heads(thread)
+    assert heads is not None
+    return _check_heads(saver._state(thread), heads)
+
+
+# -- the projections alone, on any events (also ones the saver never writes) ------------
+
+_TV = st.builds(lambda b: TypedValue("msgpack", b), st.sampled_from([b"a", b"b", b"c"]))
+_PIDS = st.sampled_from(["1", "2", "3", "4"])
+_PNS = st.sampled_from(["", "n"])
+_PVERS = st.sampled_from(["1", "2", "3"])
+
+
+@st.composite
+def _events(draw: Any, depth: int = 1) -> list[Any]:
+    out: list[Any] = []
+    for _ in range(draw(st.integers(0, 12))):
+        kind = draw(st.sampled_from(["put", "put", "writes", "removed", "copied"]))
+        if kind == "put":
+            versions = draw(st.dictionaries(st.sampled_from("ab"), _PVERS, max_size=2))
+            blobs = draw(
+                st.lists(
+                    st.builds(BlobPut, st.sampled_from("ab"), _PVERS, st.one_of(st.none(), _TV)),
+                    max_size=3,
+                )
+            )
+            out.append(
+                CheckpointPut(
+                    ns=draw(_PNS),
+                    checkpoint_id=draw(_PIDS),
+                    versions=versions,
+                    checkpoint=draw(_TV),
+                    metadata=draw(_TV),
+                    blobs=blobs,
+                )
+            )
+        elif kind == "writes":
+            record = st.builds(
+                WriteRecord, st.sampled_from(["t1", "t2"]), st.integers(-2, 1),
+                st.sampled_from("xy"), _TV,
+            )  # fmt: skip
+            out.append(
+                WritesPut(
+                    ns=draw(_PNS),
+                    checkpoint_id=draw(_PIDS),
+                    writes=draw(st.lists(record, min_size=1, max_size=2)),
+                )
+            )
+        elif kind == "removed":
+            pairs = draw(st.lists(st.tuples(_PNS, _PIDS), min_size=1, max_size=3))
+            out.append(CheckpointsRemoved(checkpoints=pairs, reason="test"))
+        elif depth > 0:
+            source = lg.PROJECTION.initial()
+            for ev in draw(_events(depth=0)):
+                source = lg.PROJECTION.apply(source, ev)
+            out.append(ThreadCopied(source_thread_id="other", entries=dict(source)))
+    return out
+
+
+@settings(max_examples=600, deadline=None)
+@given(_events())
+def test_the_head_projection_agrees_with_the_full_one_on_any_events(events: list[Any]) -> None:
+    full, heads = lg.PROJECTION.initial(), lg.HEAD_PROJECTION.initial()
+    for ev in events:
+        full = lg.PROJECTION.apply(full, ev)
+        heads = lg.HEAD_PROJECTION.apply(heads, ev)
+        _check_heads(full, heads)
+    assert lg.HEAD_PROJECTION.decode_state(lg.HEAD_PROJECTION.encode_state(heads)) == heads
+
+
+class _Driver:
+    """Draws saver calls and applies them to our saver (and a reference, if any)."""
+
+    def __init__(self, data: st.DataObject, ours: EventStoreSaver, ref: Any = None) -> None:
+        self.data = data
+        self.ours = ours
+        self.ref = ref
+        self.stored: list[Any] = []  # configs put returned
+        self.n = 0
+
+    def draw(self, strategy: st.SearchStrategy[Any]) -> Any:
+        return self.data.draw(strategy)
+
+    def both(self, call: str, *args: Any) -> Any:
+        got = getattr(self.ours, call)(*args)
+        if self.ref is not None:
+            assert got == getattr(self.ref, call)(*args)
+        return got
+
+    def put(self) -> None:
+        thread, ns = self.draw(st.sampled_from(THREADS)), self.draw(st.sampled_from(NAMESPACES))
+        here = [
+            c
+            for c in self.stored
+            if c["configurable"]["thread_id"] == thread and c["configurable"]["checkpoint_ns"] == ns
+        ]
+        parent = self.draw(st.sampled_from([None, *here]))
+        parent_versions: dict[str, Any] = {}
+        if parent is not None:
+            tup = self.ours.get_tuple(parent)
+            parent_versions = dict(tup.checkpoint["channel_versions"]) if tup else {}
+        changed = self.draw(st.dictionaries(st.sampled_from("abc"), VALUES, max_size=3))
+        self.n += 1
+        cp = empty_checkpoint()
+        if self.draw(st.booleans()):
+            cp["id"] = self.draw(IDS)  # out of order, or the id of an earlier put
+        # a fresh version per changed channel, or one from a small pool, so a put may
+        # rewrite the blob another checkpoint holds at that version (as the
+        # conformance suite's integer versions do)
+        pool = st.sampled_from(["1", "2", f"{self.n:032}"])
+        new = {ch: self.draw(pool) for ch in changed}
+        versions = {**parent_versions, **new}
+        if self.draw(st.integers(0, 9)) == 0:
+            versions["z"] = "00000000000000000000000000000000.9"  # no blob was ever put
+        cp["channel_versions"] = versions
+        cp["channel_values"] = dict(changed)
+        cfg: Any = _latest(thread, ns)
+        if parent is not None:
+            cfg["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+        metadata: Any = {"source": "loop", "step": self.n, "run_id": f"run-{self.n % 3}"}
+        self.stored.append(self.both("put", cfg, cp, metadata, dict(new)))
+
+    def writes(self) -> None:
+        if not self.stored or self.draw(st.integers(0, 4)) == 0:
+            thread, ns = self.draw(st.sampled_from(THREADS)), self.draw(st.sampled_from(NAMESPACES))
+            target: Any = _latest(thread, ns)  # against an id not put (yet)
+            target["configurable"]["checkpoint_id"] = self.draw(IDS)
+        else:
+            target = self.draw(st.sampled_from(self.stored))
+        channels = st.sampled_from(["x", "y", *WRITES_IDX_MAP])
+        writes = self.draw(st.lists(st.tuples(channels, VALUES), max_size=3))
+        task = self.draw(st.sampled_from(["task-a", "task-b"]))
+        self.both("put_writes", target, writes, task, self.draw(st.sampled_from(["", "~p"])))
+
+    def delete(self) -> None:
+        thread = self.draw(st.sampled_from(THREADS))
+        self.both("delete_thread", thread)
+        self.stored = [c for c in self.stored if c["configurable"]["thread_id"] != thread]
+
+    def step(self, ops: list[str]) -> str:
+        op: str = self.draw(st.sampled_from(ops))
+        if op == "put":
+            self.put()
+        elif op == "writes":
+            self.writes()
+        elif op == "delete":
+            self.delete()
+        elif op == "copy":
+            src, dst = self.draw(st.sampled_from(THREADS)), self.draw(st.sampled_from(THREADS))
+            self.ours.copy_thread(src, dst)
+        elif op == "delete_runs":
+            self.ours.delete_for_runs([f"run-{self.draw(st.integers(0, 2))}"])
+        elif op == "prune":
+            self.ours.prune([self.draw(st.sampled_from(THREADS))])
+        return op
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_reads_answer_as_the_in_memory_saver_does(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    ours = EventStoreSaver(tmp_path_factory.mktemp("head"))
+    driver = _Driver(data, ours, InMemorySaver())
+    for _ in range(data.draw(st.integers(1, 30))):
+        driver.step(["put", "put", "put", "writes", "writes", "delete"])
+        for thread in THREADS:
+            for ns in NAMESPACES:
+                cfg = _latest(thread, ns)
+                assert _summary(ours.get_tuple(cfg)) == _summary(driver.ref.get_tuple(cfg))
+        picked = data.draw(st.sampled_from([None, *driver.stored]))
+        if picked is not None:
+            assert _summary(ours.get_tuple(picked)) == _summary(driver.ref.get_tuple(picked))
+    ours.close()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_the_head_is_the_full_index_newest_after_any_calls(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    """With the calls InMemorySaver lacks too (copies, removals by run, prunes): every
+    head known is exact, and get_tuple answers as the full index does."""
+    ours = EventStoreSaver(tmp_path_factory.mktemp("head-full"))
+    driver = _Driver(data, ours)
+    ops = ["put", "put", "put", "writes", "writes", "delete", "copy", "delete_runs", "prune"]
+    for _ in range(data.draw(st.integers(1, 30))):
+        driver.step(ops)
+        for thread in THREADS:
+            _check_heads_against_the_full_index(ours, thread)
+            for ns in NAMESPACES:
+                got = _summary(ours.get_tuple(_latest(thread, ns)))
+                assert got == _summary(_full_latest(ours, thread, ns))
+    ours.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_cold_saver_answers_as_the_warm_one_did(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    root = tmp_path_factory.mktemp("cold")
+    old = eventstore.store._CACHE_ON_CLOSE_BYTES
+    eventstore.store._CACHE_ON_CLOSE_BYTES = 0  # every close leaves its caches
+    try:
+        warm = EventStoreSaver(root)
+        driver = _Driver(data, warm)
+        ops = ["put", "put", "put", "writes", "delete", "copy", "delete_runs", "prune"]
+        for _ in range(data.draw(st.integers(1, 25))):
+            driver.step(ops)
+        cfgs = [_latest(t, ns) for t in THREADS for ns in NAMESPACES] + driver.stored
+        answers = [_summary(warm.get_tuple(c)) for c in cfgs]
+        listed = [_summary(t) for t in warm.list(None)]
+        warm.close()
+        cold = EventStoreSaver(root)
+        assert [_summary(cold.get_tuple(c)) for c in cfgs] == answers
+        assert [_summary(t) for t in cold.list(None)] == listed
+        cold.close()
+    finally:
+        eventstore.store._CACHE_ON_CLOSE_BYTES = old
+
+
+# -- what a cold read costs: the fold cache, and never the full index for the latest ----
+
+
+def _chain(saver: EventStoreSaver, thread: str, n: int, size: int = 2000) -> Any:
+    """`n` checkpoints, each changing channel "v" (a `size`-character value) and
+    keeping channel "k" from the first, with a write on every third."""
+    cfg: Any = _latest(thread, "")
+    versions: dict[str, Any] = {}
+    for i in range(n):
+        cp = empty_checkpoint()
+        new: dict[str, str | int | float] = {"v": saver.get_next_version(versions.get("v"), None)}
+        if i == 0:
+            new["k"] = saver.get_next_version(None, None)
+        versions.update(new)
+        cp["channel_versions"] = dict(versions)
+        cp["channel_values"] = {"v": f"{i}:" + "x" * size, "k": "kept"}
+        cfg = saver.put(cfg, cp, {"source": "loop", "step": i}, new)
+        if i % 3 == 0:
+            saver.put_writes(cfg, [("v", i)], f"task-{i}")
+    return cfg
+
+
+class _ReadSpy:
+    """The log bytes each projection's loads read."""
+
+    def __init__(self, store: SessionStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.read = 0
+        real = store.engine.read_some
+
+        def read_some(sid: str, position: Any, limit: int) -> Any:
+            res, more = real(sid, position, limit)
+            self.read += len(res.data)
+            return res, more
+
+        monkeypatch.setattr(store.engine, "read_some", read_some)
+
+
+def test_a_cold_get_tuple_reads_the_head_cache_not_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with EventStoreSaver(tmp_path) as saver:  # a writer that never reads
+        last = _chain(saver, "t", 60)
+    log = SessionPaths(tmp_path, "langgraph-t").log
+    cache = log.parent / _cache_file_name("langgraph_head")
+    assert log.stat().st_size > 100_000 and cache.stat().st_size < 10_000
+    assert not (log.parent / _cache_file_name("langgraph")).exists()  # no second copy
+    with EventStoreSaver(tmp_path) as saver:
+        spy = _ReadSpy(saver.store, monkeypatch)
+        got = saver.get_tuple(_latest("t", ""))
+        assert spy.read == 0  # the cache is at the head: no log byte read
+        assert "langgraph" not in saver.store._sessions["langgraph-t"].folds
+        assert _summary(got) == _summary(_full_latest(saver, "t", ""))  # now folded
+        assert got is not None and got.config == last
+        assert got.checkpoint["channel_values"]["k"] == "kept"  # a blob from checkpoint 0
+        # another append, by another saver: the next cold read folds only that line
+        other = EventStoreSaver(tmp_path)
+        other.put_writes(last, [("v", "late")], "task-late")
+        other.close()
+        before = spy.read
+        got = saver.get_tuple(_latest("t", ""))
+        assert got is not None and ("task-late", "v", "late") in (got.pending_writes or [])
+        assert 0 < spy.read - before < 1000
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[str], operator.add]
+    turns: int
+
+
+def reply(s: Chat) -> dict[str, Any]:
+    return {"messages": [f"reply {len(s['messages'])}"], "turns": s.get("turns", 0) + 1}
+
+
+def test_a_graph_keeps_its_heads_known(tmp_path: Path) -> None:
+    """A linear run (each checkpoint the child of the newest) never leaves the head
+    unknown: every get_tuple of the latest is served by the head projection."""
+    g: Any = StateGraph(Chat)
+    g.add_node("reply", reply)
+    g.add_edge(START, "reply")
+    g.add_edge("reply", END)
+    cfg: Any = {"configurable": {"thread_id": "chat"}}
+    with EventStoreSaver(tmp_path) as saver:
+        graph = g.compile(checkpointer=saver)
+        for i in range(5):
+            graph.invoke({"messages": [f"ask {i}"]}, cfg)
+            heads = saver._heads("chat")
+            assert heads is not None and heads[""].head is not None
+        assert "langgraph" not in saver.store._sessions["langgraph-chat"].folds
+        values = graph.get_state(cfg).values
+    with EventStoreSaver(tmp_path) as saver:
+        assert g.compile(checkpointer=saver).get_state(cfg).values == values
+        assert values["turns"] == 5 and len(values["messages"]) == 10
+
+
+def test_a_new_process_reads_what_this_one_wrote(tmp_path: Path) -> None:
+    with EventStoreSaver(tmp_path) as saver:
+        _chain(saver, "t", 40)
+        tup = saver.get_tuple(_latest("t", ""))
+        assert tup is not None
+    code = (
+        "import json, sys\n"
+        "from eventstore.integrations.langgraph import EventStoreSaver\n"
+        "with EventStoreSaver(sys.argv[1]) as s:\n"
+        "    t = s.get_tuple({'configurable': {'thread_id': 't', 'checkpoint_ns': ''}})\n"
+        "    print(json.dumps([t.config, t.checkpoint['channel_values'],"
+        " [list(w) for w in t.pending_writes]]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    ).stdout
+    config, values, writes = json.loads(out)
+    assert config == tup.config
+    assert values == tup.checkpoint["channel_values"]
+    assert writes == [list(w) for w in tup.pending_writes or []]
+
+
+# -- a cache that does not check is ignored ---------------------------------------------
+
+
+def _cold_answer(root: Path) -> Any:
+    with EventStoreSaver(root) as saver:
+        return _summary(saver.get_tuple(_latest("t", "")))
+
+
+def _damage_cases(cache: Path, other: Path) -> list[tuple[str, bytes]]:
+    data = cache.read_bytes()
+    nl = data.find(b"\n")
+    cases = [
+        ("empty", b""),
+        ("truncated", data[: len(data) // 2]),
+        ("no newline", data[:-1]),
+        ("another thread's", other.read_bytes()),
+        ("garbage", b"not a cache\n" * 10),
+    ]
+    for at in (1, nl + 5, len(data) // 2, len(data) - 10):
+        flipped = bytearray(data)
+        flipped[at] ^= 0x20
+        cases.append((f"byte {at} flipped", bytes(flipped)))
+    return cases
+
+
+def test_a_damaged_head_cache_is_ignored(tmp_path: Path) -> None:
+    with EventStoreSaver(tmp_path) as saver:
+        _chain(saver, "t", 40)
+        _chain(saver, "u", 45)
+    paths = SessionPaths(tmp_path, "langgraph-t")
+    cache = paths.dir / _cache_file_name("langgraph_head")
+    other = SessionPaths(tmp_path, "langgraph-u").dir / _cache_file_name("langgraph_head")
+    good = cache.read_bytes()
+    truth = _cold_answer(tmp_path)
+    assert truth is not None
+    for what, damaged in _damage_cases(cache, other):
+        cache.write_bytes(damaged)
+        assert _cold_answer(tmp_path) == truth, what
+        cache.write_bytes(good)
+    # a cache whose state was altered and its digest recomputed still names the head
+    # of the log it was folded from: the engine checks that head's hash in the log
+    state_hacked = good.replace(b'"k":{"kind":"blob"', b'"k":{"kind":"blob" ', 1)
+    assert state_hacked != good
+    cache.write_bytes(state_hacked)
+    assert _cold_answer(tmp_path) == truth
+
+
+def test_a_stale_but_genuine_cache_is_caught_up(tmp_path: Path) -> None:
+    with EventStoreSaver(tmp_path) as saver:
+        cfg = _chain(saver, "t", 40)
+    cache = SessionPaths(tmp_path, "langgraph-t").dir / _cache_file_name("langgraph_head")
+    old = cache.read_bytes()
+    with EventStoreSaver(tmp_path) as saver:
+        cp = empty_checkpoint()
+        cp["channel_versions"] = {"v": "2" * 32 + ".1"}
+        cp["channel_values"] = {"v": "newest"}
+        saver.put(cfg, cp, {"source": "loop", "step": 99}, {"v": "2" * 32 + ".1"})
+        truth = _summary(saver.get_tuple(_latest("t", "")))
+    cache.write_bytes(old)  # the cache of the log as it was before that put
+    assert _cold_answer(tmp_path) == truth
+    assert truth[2] == {"v": "newest"}
+
+
+# -- logs written before the head projection existed ------------------------------------
+
+
+def test_a_snapshot_without_the_head_state_falls_back_to_the_full_index(tmp_path: Path) -> None:
+    old_style = SessionStore(
+        tmp_path, event_types=lg.EVENT_TYPES, projections=(lg.PROJECTION,)
+    )  # as the saver registered its projections before the head existed
+    with EventStoreSaver(tmp_path) as writer:
+        cfg = _chain(writer, "t", 5, size=10)
+    old_style.compact("langgraph-t", archive=False)  # a snapshot of "langgraph" only
+    old_style.close()
+    with EventStoreSaver(tmp_path) as saver:
+        tup = saver.get_tuple(_latest("t", ""))
+        assert tup is not None and tup.config == cfg
+        assert tup.checkpoint["channel_values"] == {"v": "4:" + "x" * 10, "k": "kept"}
+        assert saver.session_id("t") not in saver._no_head  # derived from the old snapshot
+        cp = empty_checkpoint()  # writes still work, and read back
+        cp["channel_versions"] = {"v": "3" * 32}
+        cp["channel_values"] = {"v": "after"}
+        saver.put(cfg, cp, {"source": "loop", "step": 9}, {"v": "3" * 32})
+        again = saver.get_tuple(_latest("t", ""))
+        assert again is not None and again.checkpoint["channel_values"]["v"] == "after"
+        assert len(list(saver.list(_latest("t", "")))) == 6
+        assert saver.store.verify("langgraph-t").ok
+        # and it compacts again: the head's state is derived from the old snapshot's index
+        saver.prune(["t"])
+        assert len(list(saver.list(_latest("t", "")))) == 1
+        newest = saver.get_tuple(_latest("t", ""))
+        assert newest is not None and newest.checkpoint["channel_values"]["v"] == "after"
+        assert saver.store.verify("langgraph-t").ok
+    with EventStoreSaver(tmp_path) as cold:  # a new process: from the fold cache
+        newest = cold.get_tuple(_latest("t", ""))
+        assert newest is not None and newest.checkpoint["channel_values"]["v"] == "after"
+
+
+def test_the_head_derived_from_an_index_is_the_head_folded(tmp_path: Path) -> None:
+    """For logs the saver wrote, the head derived from a snapshot's index answers as the
+    head folded from the events (one thread with namespaces, writes and removals)."""
+    from eventstore.events import Snapshot
+
+    with EventStoreSaver(tmp_path) as saver:
+        _chain(saver, "t", 6, size=10)
+        sid = saver.session_id("t")
+        saver.store.compact(sid, archive=True)
+        live = saver.store.engine.read(sid, None)  # the snapshot opens the live log
+        snap = saver.store.codec.decode_line(live.data.split(b"\n", 1)[0], 0, live.where)
+        assert isinstance(snap, Snapshot)
+        folded = saver.store.load(sid, lg.HEAD_PROJECTION)
+    derived = lg.HEAD_PROJECTION.state_from_snapshot(snap)
+    assert derived is not None
+    assert {ns: h.head for ns, h in derived.items()} == {ns: h.head for ns, h in folded.items()}
+
+
+def test_saver_entries_and_events_are_not_tracked_by_the_gc(tmp_path: Path) -> None:
+    """A cold fold decodes thousands of them: tracked, they trigger the cyclic GC,
+    whose first full pass in a fresh process cost more than the fold itself."""
+    with EventStoreSaver(tmp_path) as saver:
+        _chain(saver, "t", 4, size=10)
+        events = list(saver.store.read_events("langgraph-t"))
+        full = saver._state("t")
+        heads = saver._heads("t")
+    assert events and full and heads
+    objects: list[Any] = [*events, *full.values(), *heads.values()]
+    objects += [h.head for h in heads.values() if h.head is not None]
+    objects += [e.checkpoint for e in full.values() if isinstance(e, CheckpointEntry)]
+    assert not any(gc.is_tracked(o) for o in objects)
+    assert {type(o).__name__ for o in objects} >= {
+        "CheckpointPut",
+        "WritesPut",
+        "CheckpointEntry",
+        "BlobEntry",
+        "WritesEntry",
+        "NewestEntry",
+        "NamespaceHead",
+        "HeadEntry",
+        "TypedValue",
+    }
+    # and the head state round-trips through its encoding (what the cache holds)
+    proj = lg.HEAD_PROJECTION
+    assert proj.decode_state(proj.encode_state(heads)) == heads
+    assert isinstance(next(iter(heads.values())), NamespaceHead)
+    assert msgspec.json.decode(proj.encode_state(heads))  # plain JSON
+    assert all(
+        isinstance(b, BlobEntry) for h in heads.values() if h.head for b in h.head.blobs.values()
+    )
+    assert all(isinstance(h.head.writes, WritesEntry | None) for h in heads.values() if h.head)
