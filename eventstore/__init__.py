@@ -28,6 +28,7 @@ _EXPORTS: dict[str, str] = {
     "CorruptLogError": ".errors",
     "EventStoreError": ".errors",
     "FeatureNotFoundError": ".errors",
+    "HistoryPrunedError": ".errors",
     "HistoryUnavailableError": ".errors",
     "IdempotencyConflictError": ".errors",
     "InvalidArgumentError": ".errors",
@@ -72,6 +73,7 @@ _EXPORTS: dict[str, str] = {
     "AutoCompact": ".store",
     "SessionStore": ".store",
     "CompactionReport": ".compaction",
+    "SkipReason": ".compaction",
     "Projection": "projections",
     "Retention": "projections",
     "StructProjection": "projections",
@@ -129,6 +131,7 @@ __all__ = [
     "Head",
     "HeadMovedError",
     "History",
+    "HistoryPrunedError",
     "HistoryUnavailableError",
     "IdempotencyConflictError",
     "InitCommand",
@@ -158,6 +161,7 @@ __all__ = [
     "SessionManifest",
     "SessionStats",
     "SessionStore",
+    "SkipReason",
     "Snapshot",
     "SnapshotVersionError",
     "StorageError",
@@ -196,6 +200,7 @@ if TYPE_CHECKING:
 
     from .compaction import (
         CompactionReport,
+        SkipReason,
     )
     from .engines.base import (
         EncodedBatch,
@@ -215,6 +220,7 @@ if TYPE_CHECKING:
         CorruptLogError,
         EventStoreError,
         FeatureNotFoundError,
+        HistoryPrunedError,
         HistoryUnavailableError,
         IdempotencyConflictError,
         InvalidArgumentError,

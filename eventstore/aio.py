@@ -412,11 +412,15 @@ class AsyncSessionStore:
         *,
         archive: bool = True,
         retention: Retention | None = None,
+        force: bool = False,
     ) -> CompactionReport:
-        """Rewrite the session's log as one snapshot, atomically."""
+        """Rewrite the session's log as one snapshot, atomically (skipped when it would
+        not shrink, unless `force`: see `SessionStore.compact`)."""
         return await self._submit(
             session_id,
-            lambda: self.store.compact(session_id, archive=archive, retention=retention),
+            lambda: self.store.compact(
+                session_id, archive=archive, retention=retention, force=force
+            ),
         )
 
     async def follow(

@@ -63,6 +63,11 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument(
         "--no-archive", action="store_true", help="do not keep the old log in the archive"
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="compact even a log the snapshot would not make smaller (skipped otherwise)",
+    )
     p.add_argument("--dry-run", action="store_true", help="show what would be compacted")
     add_prune_option(p)
 
@@ -171,6 +176,7 @@ def _compact_one(store: SessionStore, sid: str, args: argparse.Namespace) -> dic
         "events_before": 0,
         "events_after": 0,
         "archive_path": None,
+        "skipped": None,
         "detail": "",
     }
     try:
@@ -178,14 +184,19 @@ def _compact_one(store: SessionStore, sid: str, args: argparse.Namespace) -> dic
         res.update(bytes_before=size, bytes_after=size, events_before=events, events_after=events)
         described = f"{fmt_bytes(size)}, {plural(events, 'event')}"
         if size < args.min_bytes or events < args.min_events:
-            res.update(result="skipped", detail=f"below the threshold ({described})")
+            res.update(
+                result="skipped",
+                skipped="below_threshold",
+                detail=f"below the threshold ({described})",
+            )
             return res
         if args.dry_run:
             res.update(result="would compact", detail=described)
             return res
-        rep = store.compact(sid, archive=not args.no_archive)
+        rep = store.compact(sid, archive=not args.no_archive, force=args.force)
         if not rep.compacted:
-            res.update(result="skipped", detail="already compact")
+            # nothing changed: the reason in words (the snapshot's size when it is that)
+            res.update(result="skipped", skipped=rep.skipped, detail="; ".join(rep.notes))
             prune_after_compact(store, sid, args, res)
             return res
         res.update(

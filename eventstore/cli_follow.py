@@ -24,6 +24,7 @@ from .cli_args import (
 from .cli_format import emit_json_line, event_line, shorten, terminal_width
 from .cli_store import need_session, open_store, shown_root
 from .export import event_to_json
+from .history import first_kept_seq
 
 __all__ = ["add_parser", "run"]
 
@@ -75,8 +76,9 @@ def run(args: argparse.Namespace) -> int:
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             from_seq = args.from_seq
-            if from_seq is None:  # like tail -f: the last 10, then what comes
-                from_seq = max(1, store.last_seq(args.session) - 9) if known else 1
+            if from_seq is None:  # like tail -f: the last 10 still held, then what comes
+                first = first_kept_seq(store, args.session) if known else 1
+                from_seq = max(first, store.last_seq(args.session) - 9) if known else 1
             width = terminal_width()
             for ev in audit.follow(
                 store, args.session, from_seq=from_seq, poll_interval=args.interval, stop=stop

@@ -37,7 +37,7 @@ from .cli_format import (
     table,
 )
 from .cli_store import need_session, open_store, shown_root
-from .errors import EventStoreError
+from .errors import EventStoreError, HistoryPrunedError
 from .events import Event
 from .export import event_to_json
 from .store import SessionStore
@@ -220,11 +220,14 @@ def run_log(args: argparse.Namespace) -> int:
                 for e in events
                 if (since is None or e.ts >= since) and (until is None or e.ts <= until)
             )
-        if args.json:
-            for ev in events:
-                emit_json_line(event_to_json(ev))
-            return EXIT_OK
-        rows = [event_line(ev) for ev in events]
+        try:
+            if args.json:
+                for ev in events:
+                    emit_json_line(event_to_json(ev))
+                return EXIT_OK
+            rows = [event_line(ev) for ev in events]
+        except HistoryPrunedError as exc:  # raised before any event is printed
+            raise CliError(f"{exc} (--from-seq {exc.first_kept} shows what is kept)") from None
     if not rows:
         print("no events match")
         return EXIT_OK

@@ -8,6 +8,15 @@ installs it atomically (`Engine.install_snapshot`): lines other writers appended
 N meanwhile are kept after the snapshot (they chain to its `base_h`), and the replaced
 lines stay in the session's history when `archive` is true. If another compaction
 replaced the log first, it is read again and compacted again.
+
+A compaction that would not make the live log smaller is skipped and changes nothing:
+the log is empty, already one snapshot, or the snapshot would take at least as many
+bytes as the lines it replaces (a log of a few small events: a snapshot holds every
+projection's state and the list of known types). The report says which (`skipped`).
+
+The `archive_pruned` records of the lines replaced, and those the snapshot before
+carried, are kept verbatim in the new snapshot (`Snapshot.pruned`): the point history
+was pruned to is read from the live log whatever compactions follow.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -24,22 +33,30 @@ from projections import Retention, retain, snapshot_entry
 
 from .engines.base import HeadMovedError
 from .events import Snapshot, UnknownEvent
-from .history import fold_events
+from .history import fold_events, pruning_records
 from .log import read_lines
 
 if TYPE_CHECKING:
     from .store import SessionStore
 
-__all__ = ["CompactionReport", "Retention", "compact"]
+__all__ = ["CompactionReport", "Retention", "SkipReason", "compact"]
 
 _ATTEMPTS = 20  # installs lost to a concurrent compaction before giving up (never seen)
 
 
+SkipReason = Literal["no_events", "one_snapshot", "would_not_shrink"]
+"""Why a compaction was skipped: the session has no events; its log is already one
+snapshot (and no retention was asked for); the snapshot would be at least as large as
+the live log it replaces."""
+
+
 @dataclass(frozen=True, slots=True)
 class CompactionReport:
-    """What one compaction did. `compacted` is False when the log was already compact
-    (`notes` say why). `archive_path`: where the replaced log was kept (a path for the
-    file engine, a name for others), None without an archive."""
+    """What one compaction did. `compacted` is False when it was skipped: `skipped` says
+    why (`notes` in words) and nothing changed (`bytes_after == bytes_before`).
+    `snapshot_bytes`: the size of the snapshot line written, or that would have been
+    written (0 when none was built). `archive_path`: where the replaced log was kept (a
+    path for the file engine, a name for others), None without an archive."""
 
     session_id: str
     events_before: int
@@ -53,6 +70,8 @@ class CompactionReport:
     compacted: bool = True
     unknown_kept: int = 0
     notes: list[str] = field(default_factory=list)
+    skipped: SkipReason | None = None
+    snapshot_bytes: int = 0
 
 
 def compact(
@@ -61,8 +80,11 @@ def compact(
     *,
     archive: bool = True,
     retention: Retention | None = None,
+    force: bool = False,
 ) -> CompactionReport:
-    """Replace the session's log by one snapshot line; see the module docstring."""
+    """Replace the session's log by one snapshot line; see the module docstring.
+    `force`: compact even when the snapshot would not be smaller than the log (an empty
+    session, or a lone snapshot with no retention asked for, is still skipped)."""
     t0 = time.perf_counter()
     sess = store._session(session_id)
     engine = store.engine
@@ -73,7 +95,7 @@ def compact(
         if covers.seq == 0:
             return CompactionReport(
                 session_id, 0, 0, 0, 0, 0, 0, None, time.perf_counter() - t0, False,
-                notes=["the session has no events"],
+                notes=["the session has no events"], skipped="no_events",
             )  # fmt: skip
         events = read_lines(res.data, codec, codec.decoder(None), res.where).events
         first_seq = events[0].seq
@@ -83,6 +105,7 @@ def compact(
             return CompactionReport(
                 session_id, 1, 1, size, size, first_seq, last.seq, None,
                 time.perf_counter() - t0, False, notes=["the log is already one snapshot"],
+                skipped="one_snapshot", snapshot_bytes=size,
             )  # fmt: skip
         states: dict[str, msgspec.Raw] = {}
         folded: dict[str, object] = {}
@@ -99,8 +122,21 @@ def compact(
             elif type(ev) is UnknownEvent:
                 unknown.append(msgspec.Raw(ev.raw))
         known = sorted(t for t in codec.types if t != "snapshot")
-        snap = Snapshot(base_h=covers.link, states=states, unknown=unknown, known=known)
+        committed = res.data if len(res.data) == size else res.data[:size]
+        records = {rec.seq: raw for rec, raw in pruning_records(committed)}  # each once
+        pruned = [msgspec.Raw(raw) for raw in records.values()]
+        snap = Snapshot(
+            base_h=covers.link, states=states, unknown=unknown, known=known, pruned=pruned
+        )
         line, _ = codec.encode_snapshot(snap, covers.seq, covers.link, datetime.now(UTC))
+        if len(line) >= size and not force:
+            return CompactionReport(
+                session_id, len(events), len(events), size, size, first_seq, last.seq, None,
+                time.perf_counter() - t0, False, unknown_kept=len(unknown),
+                notes=[f"the snapshot ({len(line)} bytes) would not be smaller than the"
+                       f" log ({size} bytes)"],
+                skipped="would_not_shrink", snapshot_bytes=len(line),
+            )  # fmt: skip
         try:
             done = engine.install_snapshot(session_id, line, covers, keep_history=archive)
         except HeadMovedError:
@@ -121,5 +157,6 @@ def compact(
             archive_path=Path(done.archived) if done.archived else None,
             seconds=time.perf_counter() - t0,
             unknown_kept=len(unknown),
+            snapshot_bytes=len(line),
         )
     raise HeadMovedError(res.where, covers, engine.head(session_id))

@@ -7,6 +7,7 @@ __all__ = [
     "CorruptLogError",
     "EventStoreError",
     "FeatureNotFoundError",
+    "HistoryPrunedError",
     "HistoryUnavailableError",
     "IdempotencyConflictError",
     "InvalidArgumentError",
@@ -107,6 +108,27 @@ class UnknownSessionError(EventStoreError, LookupError):
 class HistoryUnavailableError(EventStoreError, LookupError):
     """The events asked for are not in any file: compacted without an archive, or beyond
     the session's last sequence number."""
+
+
+class HistoryPrunedError(HistoryUnavailableError):
+    """Events asked for were pruned from the archive (`prune_archive`, which records it
+    by an `archive_pruned` event): `requested` is the first sequence number the request
+    needs, `first_kept` the first one the session still holds (read from there).
+    `asked` says what was asked for when it was more than events from `requested` on
+    (e.g. "the state as of seq 20")."""
+
+    def __init__(
+        self, session_id: str, requested: int, first_kept: int, asked: str | None = None
+    ) -> None:
+        super().__init__(
+            f"session {session_id!r}: {asked or f'seq {requested}'} was asked for, but"
+            f" events 1..{first_kept - 1} were pruned from the archive (recorded by an"
+            f" archive_pruned event); the first seq still kept is {first_kept}"
+        )
+        self.session_id = session_id
+        self.requested = requested
+        self.first_kept = first_kept
+        self.asked = asked
 
 
 class StoreClosedError(EventStoreError):

@@ -128,7 +128,9 @@ class Snapshot(Event, tag="snapshot", kw_only=True):
     `states` maps a projection name to `{"version": int, "state": ...}` (idempotency
     keys are one of them); `unknown` keeps, verbatim, events of types this writer did
     not know, so compaction never drops them; `known` lists the types it did know, so a
-    projection over only unknown types can be rebuilt from `unknown` alone.
+    projection over only unknown types can be rebuilt from `unknown` alone. `pruned`
+    keeps, verbatim, every `archive_pruned` line the snapshot replaces (and those the
+    snapshot before it kept), so the point history was pruned to outlives any compaction.
     """
 
     base_h: str
@@ -137,6 +139,7 @@ class Snapshot(Event, tag="snapshot", kw_only=True):
     states: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
     unknown: list[msgspec.Raw] = msgspec.field(default_factory=list)
     known: list[str] = msgspec.field(default_factory=list)
+    pruned: list[msgspec.Raw] = msgspec.field(default_factory=list)
 
 
 class SnapshotHead(msgspec.Struct):

@@ -18,6 +18,11 @@ Decisions (documented in the README, "Audit and replay"):
   archive where needed (retention never changes them). Where history is gone (no
   archive) and a snapshot cannot stand in, they raise `HistoryUnavailableError`.
   "As of a time" means every event up to the first one appended after that time.
+- After `prune_archive`, history starts at the first event kept (`first_kept_seq`): the
+  pruning records, which every compaction carries into its snapshot, say where. Reading
+  from an earlier seq — 1, the default, included — raises `HistoryPrunedError` before
+  anything is yielded: a partial history is never passed off as the whole one.
+  Internal views of what is held (export, stats, repair) read from `from_seq=None`.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from projections import Projection, fold
 
 from .errors import (
     CorruptLogError,
+    HistoryPrunedError,
     HistoryUnavailableError,
     InvalidArgumentError,
     SnapshotVersionError,
@@ -50,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LogFile",
+    "first_kept_seq",
     "fold_events",
     "fold_from_archive",
     "history_files",
@@ -60,6 +67,7 @@ __all__ = [
     "parse_time",
     "pruned_message",
     "pruned_start",
+    "pruning_records",
     "read_events",
     "read_segment",
     "require_history",
@@ -81,7 +89,41 @@ def require_history(store: SessionStore, session_id: str) -> History:
 
 
 _PRUNED_TAG = b'"type":"archive_pruned"'
+_SNAPSHOT_START = b'{"type":"snapshot",'
 _pruned_decoder = msgspec.json.Decoder(ArchivePruned)
+
+
+class _CarriedRecords(msgspec.Struct):
+    """The one field of a snapshot line that pruning reads: the records it carries."""
+
+    pruned: list[msgspec.Raw] = msgspec.field(default_factory=list)
+
+
+_carried_decoder = msgspec.json.Decoder(_CarriedRecords)
+
+
+def pruning_records(data: bytes) -> list[tuple[ArchivePruned, bytes]]:
+    """Every `archive_pruned` record in a segment's bytes, in order, with its line
+    verbatim: lines of their own, and those a snapshot line carries (`Snapshot.pruned`).
+    A line that does not decode is passed over here (the chain check reports it)."""
+    found: list[tuple[ArchivePruned, bytes]] = []
+    pos = data.find(_PRUNED_TAG)
+    while pos >= 0:
+        start = data.rfind(b"\n", 0, pos) + 1
+        end = data.find(b"\n", pos)
+        if end < 0:
+            break  # a torn tail: not a committed record
+        line = data[start:end]
+        try:
+            if line.startswith(_SNAPSHOT_START):
+                raws = [bytes(r) for r in _carried_decoder.decode(line).pruned]
+            else:
+                raws = [line]
+            found.extend((_pruned_decoder.decode(raw), raw) for raw in raws)
+        except msgspec.MsgspecError:
+            pass
+        pos = data.find(_PRUNED_TAG, end)
+    return found
 
 
 def pruned_start(hist: History) -> tuple[int, str | None]:
@@ -89,10 +131,12 @@ def pruned_start(hist: History) -> tuple[int, str | None]:
     chains to (None: unknown, the record predates `last_h`; its own hash goes unchecked).
 
     `prune_archive` appends an `archive_pruned` event before it removes the oldest
-    archived segments, so pruned history is told from a lost archive by that record: the
-    largest `last_seq` any such line in the picture names, plus one. Only looked for when
-    the archive's names leave a gap (a first segment not at seq 1, or a hole); a line that
-    does not decode is ignored here and reported by the chain check that reads it."""
+    archived segments, and every compaction carries the records of the log it replaces
+    into its snapshot (`Snapshot.pruned`), so the live log always holds them: pruned
+    history is told from a lost archive by them, the largest `last_seq` one names, plus
+    one. The archived segments are searched too when their names leave a gap (a first
+    segment not at seq 1, or a hole): a record archived by a compaction that predates
+    `Snapshot.pruned`."""
     nxt = 1
     gap = False
     for seg in hist.segments:
@@ -102,25 +146,23 @@ def pruned_start(hist: History) -> tuple[int, str | None]:
             gap = True
             break
         nxt = max(nxt, (seg.last_seq or 0) + 1)
-    if not gap:
-        return 1, ""
     kept, link = 1, None
     for seg in hist.segments:
-        data = seg.read()
-        pos = data.find(_PRUNED_TAG)
-        while pos >= 0:
-            end = data.find(b"\n", pos)
-            if end < 0:
-                break
-            try:
-                ev = _pruned_decoder.decode(data[data.rfind(b"\n", 0, pos) + 1 : end])
-            except msgspec.MsgspecError:
-                pass
-            else:
-                if ev.last_seq + 1 > kept:
-                    kept, link = ev.last_seq + 1, ev.last_h or None
-            pos = data.find(_PRUNED_TAG, end)
+        if seg.archived and not gap:
+            continue
+        for ev, _ in pruning_records(seg.read()):
+            if ev.last_seq + 1 > kept:
+                kept, link = ev.last_seq + 1, ev.last_h or None
     return kept, link
+
+
+def first_kept_seq(store: SessionStore, session_id: str) -> int:
+    """The first sequence number the session's history still holds: 1, or after
+    `prune_archive` the one after the last event it pruned (read from there: reading
+    from an earlier one raises HistoryPrunedError)."""
+    store._session(session_id)
+    with store.engine.history(session_id) as hist:
+        return pruned_start(hist)[0]
 
 
 def is_pruned(seg: Segment, kept: int) -> bool:
@@ -141,7 +183,7 @@ def iter_history(
     store: SessionStore,
     session_id: str,
     decoder: msgspec.json.Decoder[Event],
-    from_seq: int = 1,
+    from_seq: int | None = None,
     to_seq: int | None = None,
     *,
     exact: bool = False,
@@ -150,8 +192,11 @@ def iter_history(
 ) -> Generator[tuple[Event, bytes]]:
     """Every event of the history in [from_seq, to_seq] once, with its raw line.
 
-    Snapshots follow the rules in the module docstring. `exact`: raise
-    HistoryUnavailableError where the range needs events no segment holds. Raises
+    `from_seq` None: from the first event the history still holds (after pruning, the
+    first one kept); a number below the first one kept raises HistoryPrunedError before
+    anything is yielded. Snapshots follow the rules in the module docstring. `exact`:
+    raise HistoryUnavailableError (HistoryPrunedError for pruned history) where the
+    range needs events no segment holds, starting at 1 whatever `from_seq` says. Raises
     CorruptLogError at a line that does not check. `history`: a picture the caller took
     (and closes); by default one is taken for this iteration.
     """
@@ -172,13 +217,22 @@ def _iter_segments(
     session_id: str,
     hist: History,
     decoder: msgspec.json.Decoder[Event],
-    from_seq: int,
+    start: int | None,
     to_seq: int | None,
     exact: bool,
     all_snapshots: bool,
 ) -> Iterator[tuple[Event, bytes]]:
     hi = INF if to_seq is None else to_seq
     kept, link = pruned_start(hist)
+    if exact:
+        from_seq = 1  # an exact read folds from the beginning
+    elif start is None:
+        from_seq = kept
+    elif start < kept:
+        # never a partial history as if it were whole: the caller asked for what is gone
+        raise HistoryPrunedError(session_id, start, kept)
+    else:
+        from_seq = start
     nxt = kept  # the first sequence number not yet covered by what was read
     # where the segment read last ended; after pruning, the first one kept continues a
     # line that is gone, whose link the pruning record names
@@ -198,7 +252,7 @@ def _iter_segments(
             s = ev.seq
             if lost:
                 if s > hi:
-                    raise HistoryUnavailableError(pruned_message(session_id, kept))
+                    raise HistoryPrunedError(session_id, 1, kept)
                 if type(ev) is Snapshot:
                     lost = False  # it stands in for everything up to s, pruned or not
                     nxt = s + 1
@@ -227,7 +281,7 @@ def _iter_segments(
             if s >= from_seq:
                 yield ev, line
     if lost:
-        raise HistoryUnavailableError(pruned_message(session_id, kept))
+        raise HistoryPrunedError(session_id, 1, kept)
 
 
 def read_segment(
@@ -337,7 +391,11 @@ def read_events(
 ) -> Iterator[Event]:
     """Typed events with `from_seq <= seq <= to_seq`, in order, each once.
 
-    Reads the archive where compaction removed events from the live log. `types`: event
+    Reads the archive where compaction removed events from the live log. After
+    `prune_archive`, a `from_seq` below the first event kept (1 included, the default:
+    the whole history) raises HistoryPrunedError, naming the first seq kept, before
+    anything is yielded: a partial history is never passed off as the whole one; read
+    from `first_kept_seq(store, session_id)` for what is kept. `types`: event
     tags (`"progress_appended"`, or the type name of an unknown event) or Event classes
     (`UnknownEvent` matches every unknown type). Snapshots are yielded only in place of
     history no segment holds, or when `types` names them. An unknown session yields
@@ -390,6 +448,9 @@ def _state_at(
         for ev, _ in history:
             if at is not None and ev.ts > at:
                 if type(ev) is Snapshot:
+                    kept = first_kept_seq(store, session_id)
+                    if kept > 1:  # the snapshot stands in for pruned history too
+                        raise HistoryPrunedError(session_id, 1, kept)
                     raise HistoryUnavailableError(
                         f"session {session_id!r}: the events before {_iso(ev.ts)} up to"
                         f" seq {ev.seq} were compacted without an archive"
@@ -400,6 +461,9 @@ def _state_at(
 
     try:
         state = fold(proj, proj.initial(), prefix())
+    except HistoryPrunedError as exc:
+        asked = f"the state as of seq {seq}" if at is None else f"the state as of {_iso(at)}"
+        raise HistoryPrunedError(session_id, exc.requested, exc.first_kept, asked) from None
     finally:
         history.close()
     if seq is not None and last < seq:

@@ -22,6 +22,7 @@ import msgspec
 from .engines.base import PrunedSegment
 from .errors import EventStoreError, UnsupportedError
 from .events import ArchivePruned, LineHead, Snapshot
+from .history import first_kept_seq
 from .store import SessionStore
 
 __all__ = [
@@ -56,10 +57,11 @@ def last_activity(store: SessionStore, session_id: str) -> datetime | None:
     seq = store.last_seq(session_id)
     if seq == 0:
         return None
+    first = first_kept_seq(store, session_id)  # reading below a pruned point is refused
     newest: datetime | None = None
     window = 8
-    while seq >= 1:
-        lo = max(1, seq - window + 1)
+    while seq >= first:
+        lo = max(first, seq - window + 1)
         events = list(store.read_events(session_id, from_seq=lo, to_seq=seq))
         if newest is None and events:
             newest = events[-1].ts
@@ -178,9 +180,11 @@ def prune_archive(store: SessionStore, session_id: str, before: int | datetime) 
     the segments is appended first, so a crash in between leaves the files and the
     record of the intent; running it again removes them (and records that too).
 
-    Afterwards `state_at`, `read_events` and `verify` see history from the first event
-    kept on (earlier events are reported unavailable). UnsupportedError, writing
-    nothing, for an engine that cannot prune.
+    Afterwards history starts at the first event kept (`history.first_kept_seq`):
+    `read_events` from an earlier seq and `state_at` needing a pruned event raise
+    HistoryPrunedError, `verify` reports the pruned range as a warning. Compaction
+    carries the record into its snapshot, so this holds after any later compaction.
+    UnsupportedError, writing nothing, for an engine that cannot prune.
     """
     if isinstance(before, bool) or not isinstance(before, (int, datetime)):
         raise ValueError(f"before must be a sequence number or a datetime, not {before!r}")

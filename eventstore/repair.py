@@ -3,7 +3,9 @@ exclusion. Never automatic, and it never destroys a byte.
 
 A live log whose opening snapshot is damaged is rebuilt rather than emptied: a new
 snapshot is folded from the archived events (1..M, each checked), linked to the archive's
-last line, followed by the lines after the damaged snapshot that still chain to it. When
+last line, followed by the lines after the damaged snapshot that still chain to it. The
+`archive_pruned` records the damaged snapshot carried are carried on when its JSON still
+reads, so a pruned archive stays pruned history rather than a lost one. When
 the archive cannot rebuild the state the snapshot held, the new snapshot keeps the
 damaged one's sequence number (with the state the archive gives, or the initial one), so
 no sequence number is ever used twice.
@@ -28,7 +30,7 @@ from projections import fold, snapshot_entry
 from .engines.base import History
 from .errors import EventStoreError, UnknownSessionError
 from .events import Event, LineHead, Snapshot, UnknownEvent, link_of
-from .history import iter_history
+from .history import iter_history, pruning_records
 from .log import Prefix, Problem, read_lines
 
 if TYPE_CHECKING:
@@ -112,16 +114,21 @@ def repair(store: SessionStore, session_id: str) -> RepairReport:
 
 
 def _archived_events(store: SessionStore, session_id: str) -> list[Event] | None:
-    """The archived events, each once and checked, in order (a snapshot standing in
-    where history was compacted without an archive); None if the archive is unreadable
-    or corrupt, [] if there is none."""
+    """The archived events from seq 1, each once and checked, in order (a snapshot
+    standing in where history was compacted without an archive); None if the archive is
+    unreadable, corrupt or pruned with nothing standing in for what went (a state folded
+    from what pruning kept would be passed off as the whole one), [] if there is none."""
     try:
         with store.engine.history(session_id) as hist:
             segments = [seg for seg in hist.segments if seg.archived]
             return [
                 ev
                 for ev, _ in iter_history(
-                    store, session_id, store.codec.decoder(None), history=History(segments)
+                    store,
+                    session_id,
+                    store.codec.decoder(None),
+                    exact=True,  # from seq 1: HistoryPrunedError after pruning
+                    history=History(segments),
                 )
             ]
     except EventStoreError:
@@ -165,9 +172,14 @@ def _rebuild(
         # (and its link) so nothing is ever numbered twice, with what the archive gives
         seq, base_h = max(claimed.seq, m), claimed.base_h or link
         n_after = 0
+        held = (
+            "the archive cannot rebuild it (unreadable, corrupt, or pruned)"
+            if archived is None
+            else f"the archive holds events up to seq {m} only"
+        )
         how = (
-            f"the archive holds events up to seq {m} only: wrote a snapshot at seq {seq} with"
-            f" the state as of seq {m}; events {m + 1}..{seq} could not be recovered"
+            f"{held}: wrote a snapshot at seq {seq} with the state as of seq {m};"
+            f" events {m + 1}..{seq} could not be recovered"
         )
     states: dict[str, msgspec.Raw] = {}
     for name, proj in store.projections.items():
@@ -175,7 +187,10 @@ def _rebuild(
         states[name] = snapshot_entry(proj, state)
     unknown = [msgspec.Raw(ev.raw) for ev in events if type(ev) is UnknownEvent]
     known = sorted(t for t in codec.types if t != "snapshot")
-    snap = Snapshot(base_h=base_h, states=states, unknown=unknown, known=known)
+    # the pruning records the damaged snapshot carried, if its JSON still reads: without
+    # them the pruned archive before it would read as lost
+    pruned = [msgspec.Raw(raw) for _, raw in pruning_records(first + b"\n")]
+    snap = Snapshot(base_h=base_h, states=states, unknown=unknown, known=known, pruned=pruned)
     line, _ = codec.encode_snapshot(snap, seq, base_h, datetime.now(UTC))
     return line + kept_after, 1 + n_after, nl + 1 + len(kept_after), how
 

@@ -449,7 +449,8 @@ def _gather(store: SessionStore, session_id: str, summary_chars: int) -> _Gather
         state = store.load_bootstrap_state(session_id)
         messages = [_message_fields(m) for m in store.load_transcript_messages(session_id)]
         timeline = _Timeline(store, summary_chars)
-        timeline.run(store.read_events(session_id))
+        # from the first event held: after pruning, reading from seq 1 is refused
+        timeline.run(store.read_events(session_id, from_seq=stats.first_seq or 1))
     except CorruptLogError as exc:
         # the log does not read (a bad line; or an edited one, where reads check hashes):
         # the page still shows what verify found, which is what its reader needs

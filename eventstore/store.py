@@ -145,7 +145,7 @@ class _Session:
     the checked prefix of its live log this process can vouch for (engines with a
     cache only; see eventstore.checked_prefix)."""
 
-    __slots__ = ("folds", "head", "lock", "prefix", "session_id")
+    __slots__ = ("auto_floor", "folds", "head", "lock", "prefix", "session_id")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
@@ -153,6 +153,9 @@ class _Session:
         self.folds: dict[str, _Fold] = {}
         self.head: Head | None = None  # the newest head this process saw (may be stale)
         self.prefix: checked_prefix.Prefix | None = None
+        # after an automatic compaction skipped as not shrinking: the live log it read
+        # (its first seq) and twice its size, below which it is not tried again
+        self.auto_floor = (0, 0)
 
 
 class _PrefixMismatch(Exception):
@@ -584,15 +587,19 @@ class SessionStore:
         *,
         archive: bool = True,
         retention: Retention | None = None,
+        force: bool = False,
     ) -> CompactionReport:
         """Rewrite the session's log as one snapshot, atomically (see eventstore.compaction).
 
         `archive` keeps the old log in the session's history; `retention` trims the
-        snapshot's lists (opt-in). Safe beside live writers in any process.
+        snapshot's lists (opt-in). Skipped, changing nothing, when the snapshot would not
+        be smaller than the log, unless `force`. Safe beside live writers in any process.
         """
-        from .compaction import compact
+        from . import compaction
 
-        report = compact(self, session_id, archive=archive, retention=retention)
+        report = compaction.compact(
+            self, session_id, archive=archive, retention=retention, force=force
+        )
         self._session(session_id).prefix = None  # of the log the compaction replaced
         return report
 
@@ -957,9 +964,18 @@ class SessionStore:
     def _maybe_compact(self, session_id: str, head: Head) -> None:
         auto = self.auto_compact
         assert auto is not None
-        # head.seq == base_seq: a lone snapshot, nothing left to compact
-        if head.seq != head.base_seq and auto.due(head.size, head.seq - head.base_seq + 1):
-            self.compact(session_id, archive=auto.archive, retention=auto.retention)
+        sess = self._session(session_id)
+        base, floor = sess.auto_floor
+        # head.seq == base_seq: a lone snapshot, nothing left to compact; a log skipped as
+        # not shrinking is tried again once it has doubled (or was replaced): O(1) a byte
+        if (
+            head.seq != head.base_seq
+            and (head.size >= floor or head.base_seq != base)
+            and auto.due(head.size, head.seq - head.base_seq + 1)
+        ):
+            report = self.compact(session_id, archive=auto.archive, retention=auto.retention)
+            skipped = report.skipped == "would_not_shrink"
+            sess.auto_floor = (report.first_seq, 2 * report.bytes_before) if skipped else (0, 0)
 
 
 def _all_at(folds: dict[str, _Fold], projections: tuple[Projection[Any], ...], head: Head) -> bool:

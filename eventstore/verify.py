@@ -7,7 +7,9 @@ the chain: each snapshot's `base_h` equals the link of its sequence number in th
 before it, copies of an event in two segments are identical, an archived segment holds
 what its name says, and a snapshot's states equal the fold of the archived events it
 replaced (a snapshot edited with its `h` recomputed breaks no link, so its states are
-compared instead; retention is recognised by each projection).
+compared instead; retention is recognised by each projection), and every `archive_pruned`
+record names events before itself and has identical copies (a snapshot carries them
+verbatim: an edited copy would move where history reads as pruned).
 
 Problems have a severity: an "error" (an edited, dropped, inserted or reordered line, an
 undecodable line, a broken batch in the middle, a broken archive chain) makes `ok` False;
@@ -34,6 +36,7 @@ from .history import (
     opening_chain,
     pruned_message,
     pruned_start,
+    pruning_records,
     require_history,
 )
 from .log import Collecting, Lines, Problem, Severity, read_lines
@@ -75,6 +78,7 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
         # the events read so far, each seq once, while every segment read was clean
         so_far: list[Event] | None = []
         kept, kept_link = pruned_start(hist)
+        records: dict[int, tuple[bytes, str]] = {}  # each pruning record by seq, and where
         i = -1  # the index of the segment being checked, among those pruning kept
         for seg in hist.segments:
             name = seg.where
@@ -173,6 +177,7 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
                         "a segment after an archived one does not start with a snapshot",
                     )
                 )
+            found.extend(_check_pruning_records(name, data, records))
             problems.extend(found)
             if so_far is not None:
                 if any(p.severity == "error" for p in found):
@@ -201,6 +206,34 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
         events=head_seq,
         files=names,
     )
+
+
+def _check_pruning_records(
+    name: str, data: bytes, seen: dict[int, tuple[bytes, str]]
+) -> list[Problem]:
+    """The `archive_pruned` records in a segment (lines, and those a snapshot carries):
+    each names events before itself, and every copy of one is the same bytes (a snapshot
+    carries them verbatim, so an edited copy would move where history reads as pruned)."""
+    found: list[Problem] = []
+    for rec, raw in pruning_records(data):
+        if not 1 <= rec.first_seq <= rec.last_seq < rec.seq:
+            found.append(
+                Problem(
+                    name, 0, rec.seq, "pruning_record",
+                    f"the archive_pruned record at seq {rec.seq} names events"
+                    f" {rec.first_seq}..{rec.last_seq}, which are not all before it",
+                )
+            )  # fmt: skip
+        first = seen.setdefault(rec.seq, (raw, name))
+        if first[0] != raw:
+            found.append(
+                Problem(
+                    name, 0, rec.seq, "pruning_record",
+                    f"the archive_pruned record at seq {rec.seq} differs from its copy in"
+                    f" {first[1]}",
+                )
+            )  # fmt: skip
+    return found
 
 
 def _check_snapshot(

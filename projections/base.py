@@ -57,7 +57,7 @@ def keep_last(items: list[Any], n: int | None) -> list[Any]:
     """The newest `n` items (all of them for None): what a retention count keeps."""
     if n is None:
         return items
-    return items[len(items) - n :] if n else []
+    return items[max(0, len(items) - n) :] if n else []
 
 
 def is_suffix(kept: list[Any], full: list[Any]) -> bool:

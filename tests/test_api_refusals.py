@@ -88,7 +88,7 @@ def test_the_fingerprint_holds_after_reopening_and_compaction(tmp_path: Path) ->
         r = a.append_transcript_messages(
             "s", [Message(role=Role.USER, content="hi")], idempotency_key="m"
         )
-        a.compact("s")
+        a.compact("s", force=True)
     with SessionStore(root) as b:  # another process, after compaction
         again = b.append_transcript_messages(
             "s", [Message(role=Role.USER, content="hi")], idempotency_key="m"

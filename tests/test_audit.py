@@ -93,9 +93,9 @@ def test_read_events_ranges_and_types(store: SessionStore) -> None:
 def test_read_events_across_compactions_reads_the_archive(store: SessionStore) -> None:
     _history(store, "s")
     before = [(e.seq, e.h, type(e)) for e in store.read_events("s")]
-    store.compact("s")
+    store.compact("s", force=True)
     store.append_progress_entry("s", make_entry(2))
-    store.compact("s")
+    store.compact("s", force=True)
     store.append_progress_entry("s", make_entry(3))
     after = [(e.seq, e.h, type(e)) for e in store.read_events("s")]
     assert after[: len(before)] == before
@@ -111,7 +111,7 @@ def test_read_events_across_compactions_reads_the_archive(store: SessionStore) -
 def test_no_archive_history_is_a_snapshot_and_state_at_refuses(store: SessionStore) -> None:
     _history(store, "s")
     expected = store.load_bootstrap_state("s")
-    store.compact("s", archive=False)
+    store.compact("s", archive=False, force=True)
     store.append_progress_entry("s", make_entry(5))
     evs = list(store.read_events("s"))
     assert [type(e) for e in evs] == [Snapshot, ProgressAppended]
@@ -181,7 +181,7 @@ def _apply(store: SessionStore, sid: str, op: tuple[Any, ...], compact: bool) ->
         if feats:
             store.update_feature_pass(sid, feats[op[1] % len(feats)].id, op[2])
     elif kind == "compact" and compact:
-        store.compact(sid)
+        store.compact(sid, force=True)
 
 
 def _check_every_prefix(store: SessionStore, sid: str, reference: list[Event]) -> None:
@@ -217,7 +217,7 @@ def test_state_at_every_seq_after_compactions(tmp_path: Path, ops: list[Any]) ->
         for op in ops:
             _apply(ref, "s", op, compact=False)
             _apply(cmp_, "s", op, compact=True)
-        cmp_.compact("s")  # at least once, at the end
+        cmp_.compact("s", force=True)  # at least once, at the end
         _check_every_prefix(cmp_, "s", _log_events(ref, "s"))
         assert audit.verify(cmp_, "s").ok
 
@@ -315,9 +315,9 @@ def test_unknown_event_types_are_kept_and_reported(root: Path) -> None:
 @needs_compaction
 def test_verify_across_compactions_and_broken_archive(store: SessionStore) -> None:
     _history(store, "s")
-    store.compact("s")
+    store.compact("s", force=True)
     store.append_progress_entry("s", make_entry(2))
-    store.compact("s")
+    store.compact("s", force=True)
     rep = audit.verify(store, "s")
     assert rep.ok and len(rep.files) == 3 and rep.events == 9
     # an archive file edited after the fact is caught in the archive, with its offset
@@ -344,7 +344,7 @@ APPENDER = textwrap.dedent(
         for i in range(n):
             s.append_progress_entry("s", ProgressEntry(run_id="p", summary=f"e{i}"))
             if i in compact_at:
-                s.compact("s")
+                s.compact("s", force=True)
             time.sleep(0.002)
     """
 )

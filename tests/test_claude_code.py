@@ -70,7 +70,9 @@ def test_the_round_trip_holds_after_restart_and_compaction(tmp_path: Path) -> No
         import_transcript(s, FILE1)
     with open_store(root) as s:
         assert exported(s, S1) == FILE1.read_bytes()
-        s.compact(S1, archive=False)  # the lines live on in the snapshot, not the archive
+        s.compact(
+            S1, archive=False, force=True
+        )  # the lines live on in the snapshot, not the archive
     with open_store(root) as s:
         assert exported(s, S1) == FILE1.read_bytes()
         assert import_transcript(s, FILE1).appended == {S1: 0}
@@ -85,7 +87,7 @@ def test_a_store_that_does_not_know_the_lines_keeps_them_through_compaction(
         import_transcript(s, FILE1)
         seq = s.last_seq(S1)
     with SessionStore(root) as plain:  # e.g. `eventstore compact` without the integration
-        plain.compact(S1, archive=False)
+        plain.compact(S1, archive=False, force=True)
     with open_store(root) as s:
         assert exported(s, S1) == FILE1.read_bytes()
         assert import_transcript(s, FILE1).appended == {S1: 0}

@@ -211,7 +211,7 @@ def wl_compact(archive: bool) -> Workload:
     def run(root: Path, rec: Recorder) -> None:
         with _store(root, wl) as store:
             for i in range(2 * SCALE):  # from the second on, the archive grows
-                store.compact("s1", archive=archive)
+                store.compact("s1", archive=archive, force=True)
                 rec.ack(f"compact {i}", {"sid": "s1", "tokens": []})
                 _append(store, rec, "s1", [f"d{i}"])
 
@@ -247,7 +247,7 @@ def wl_torn_tail() -> Workload:
     def run(root: Path, rec: Recorder) -> None:
         with _store(root, wl) as store:
             _append(store, rec, "s1", ["t1"])
-            store.compact("s1")
+            store.compact("s1", force=True)
             rec.ack("compact", {"sid": "s1", "tokens": []})
             _append(store, rec, "s1", ["t2"])
 
@@ -269,7 +269,7 @@ def wl_compact_after_crash(swapped: bool) -> Workload:
         os.link(paths.log, pending)
         if swapped:  # the swap happened: the live log is a snapshot, the pending the old log
             with _store(root, wl) as store:
-                store.compact("s1", archive=False)
+                store.compact("s1", archive=False, force=True)
             for extra in (paths.archive).iterdir():
                 if not extra.name.endswith(".pending"):
                     extra.unlink()
@@ -277,7 +277,7 @@ def wl_compact_after_crash(swapped: bool) -> Workload:
     def run(root: Path, rec: Recorder) -> None:
         with _store(root, wl) as store:
             _append(store, rec, "s1", ["h1"])
-            store.compact("s1")
+            store.compact("s1", force=True)
             rec.ack("compact", {"sid": "s1", "tokens": []})
             _append(store, rec, "s1", ["h2"])
 
@@ -344,7 +344,7 @@ def wl_flush() -> Workload:
         with _store(root, wl) as store:
             for i in range(3 * SCALE):
                 _append(store, rec, "s1", [f"g{i}"])
-            store.compact("s1")
+            store.compact("s1", force=True)
             rec.ack("compact", {"sid": "s1", "tokens": []})
             for i in range(3 * SCALE, 5 * SCALE):
                 _append(store, rec, "s1", [f"g{i}", f"m:g{i}"])

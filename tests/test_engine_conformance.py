@@ -156,7 +156,7 @@ def test_a_snapshot_does_not_move_the_head_so_an_append_prepared_before_it_lands
     _progress(store, SID, 4)
     head = engine.head(SID)
     batch = _batch(store.codec, [ProgressAppended(entry=make_entry(9))], head.seq + 1, head.link)
-    store.compact(SID)
+    store.compact(SID, force=True)
     new = engine.append(SID, batch, head)
     assert new.seq == 5
     assert _summaries(store)[-1] == "step 9"
@@ -171,7 +171,7 @@ def test_idempotent_replays_write_once_across_reopen(url: str) -> None:
             first.first_seq,
             first.last_seq,
         )
-        store.compact(SID)
+        store.compact(SID, force=True)
     with SessionStore(url) as store:
         third = store.append(SID, [ProgressAppended(entry=make_entry(1))], idempotency_key="k")
         assert third.replayed
@@ -273,7 +273,7 @@ def test_snapshot_install_beside_live_writers(url: str) -> None:
             with SessionStore(url) as s:
                 while not stop.is_set():
                     if s.last_seq(SID):
-                        s.compact(SID)
+                        s.compact(SID, force=True)
                     stop.wait(0.005)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
@@ -306,10 +306,10 @@ def test_snapshot_install_beside_live_writers(url: str) -> None:
 def test_history_across_snapshots_with_and_without_archive(store: SessionStore) -> None:
     store.initialize_session_if_missing(SID, make_manifest(SID), make_features(2))
     _progress(store, SID, 3)
-    store.compact(SID)
+    store.compact(SID, force=True)
     _progress(store, SID, 3, start=3)
     store.append_transcript_messages(SID, [Message(role=Role.USER, content="hi")])
-    store.compact(SID, retention=Retention(progress=2))
+    store.compact(SID, retention=Retention(progress=2), force=True)
     _progress(store, SID, 1, start=6)
     assert [e.seq for e in store.read_events(SID)] == list(range(1, 11))
     assert [e.summary for e in store.state_at(SID, seq=8).recent_progress] == [
@@ -324,7 +324,7 @@ def test_history_across_snapshots_with_and_without_archive(store: SessionStore) 
     assert store.verify(SID).ok
     # without an archive the snapshot stands in for what it replaced
     _progress(store, "bare", 3)
-    store.compact("bare", archive=False)
+    store.compact("bare", archive=False, force=True)
     _progress(store, "bare", 1, start=3)
     kinds = [type(e) for e in store.read_events("bare")]
     assert kinds == [Snapshot, ProgressAppended]
@@ -343,7 +343,7 @@ def test_engine_read_resets_after_a_snapshot_and_history_is_one_picture(
     engine = store.engine
     _progress(store, SID, 5)
     first = engine.read(SID, None)
-    store.compact(SID)
+    store.compact(SID, force=True)
     after = engine.read(SID, first.head.position)
     assert after.reset and after.data.startswith(b'{"type":"snapshot"')
     assert after.head.seq == 5 and after.head.link == first.head.link
@@ -387,7 +387,7 @@ def test_follow_yields_every_event_exactly_once_across_compactions(url: str) -> 
         for i in range(40):
             w.append_progress_entry(SID, make_entry(i))
             if i % 9 == 8:
-                w.compact(SID)
+                w.compact(SID, force=True)
     t.join(30)
     assert not t.is_alive()
     assert seen == list(range(1, 41))
@@ -439,7 +439,7 @@ def test_list_and_remove_sessions(url: str) -> None:
     with SessionStore(url) as store:
         for sid in ("b", "a", "ünï/cødé"):
             _progress(store, sid, 2)
-        store.compact("a")
+        store.compact("a", force=True)
         assert store.list_sessions() == sorted(["a", "b", "ünï/cødé"])
         assert store.delete_session("a") is True
         assert store.delete_session("a") is False
@@ -633,7 +633,7 @@ def test_history_readers_beside_appends_and_compactions_see_one_picture(url: str
                 for i in range(70):
                     s.append_progress_entry(SID, make_entry(i))
                     if i % 7 == 6:
-                        s.compact(SID)
+                        s.compact(SID, force=True)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 

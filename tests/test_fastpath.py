@@ -138,7 +138,7 @@ def test_a_compaction_elsewhere_moves_the_cached_writer_to_the_new_log(root: Pat
         a.append_progress_entry("s", make_entry(0))
         a.append_progress_entry("s", make_entry(1))
         gen = _lock_bytes(root, "s")
-        b.compact("s")
+        b.compact("s", force=True)
         assert _lock_bytes(root, "s") != gen  # the replacer bumped the generation
         a.append_progress_entry("s", make_entry(2))  # through descriptors cached before
         assert b"step 2" in log_path(root, "s").read_bytes()
@@ -381,7 +381,7 @@ def test_every_replacer_bumps_the_generation_under_the_lock(root: Path) -> None:
         for i in range(3):
             store.append_progress_entry("s", make_entry(i))
         seen = {_lock_bytes(root, "s")}
-        store.compact("s")
+        store.compact("s", force=True)
         seen.add(_lock_bytes(root, "s"))
         engine = _engine(store)
         with engine.hold("s") as hold:
@@ -398,7 +398,7 @@ def test_the_fast_path_needs_no_portalocker_import() -> None:
         from eventstore import SessionStore, ProgressEntry
         with SessionStore(tempfile.mkdtemp()) as s:
             s.append_progress_entry("s", ProgressEntry(run_id="r", summary="x"))
-            s.compact("s")
+            s.compact("s", force=True)
             s.delete_session("s")
         assert "portalocker" not in sys.modules, "portalocker was imported"
         """

@@ -864,7 +864,7 @@ def test_history_survives_compaction_by_the_map_store(map_root: Path, workdir: P
     with hs._open_history(map_root) as store:
         if not hasattr(store, "compact"):
             pytest.skip("SessionStore.compact is not available")
-        store.compact(HISTORY_SESSION_ID)
+        store.compact(HISTORY_SESSION_ID, force=True)
     m.put("ctx", "sid-2", "h", "d")
     assert [(e.action, e.session_id) for e in read_history(map_root)] == [
         ("put", "sid-1"),
@@ -884,7 +884,7 @@ def test_history_survives_compaction_by_a_plain_store(
     m.forget("ctx", by=FORGET_BY_CLI)
     m.close()
     with SessionStore(map_root / HISTORY_STORE_DIR) as plain:
-        plain.compact(HISTORY_SESSION_ID, archive=archive)
+        plain.compact(HISTORY_SESSION_ID, archive=archive, force=True)
     m = HarnessSessionMap(map_root, workdir)
     m.put("ctx", "sid-2", "h", "d")
     assert [(e.seq, e.action, e.session_id, e.by) for e in read_history(map_root)] == [
@@ -900,7 +900,7 @@ def test_library_custom_projection_after_foreign_compaction(map_root: Path, work
     m.put("ctx", "sid-1", "h", "d")
     m.close()
     with SessionStore(map_root / HISTORY_STORE_DIR) as plain:
-        plain.compact(HISTORY_SESSION_ID, archive=False)
+        plain.compact(HISTORY_SESSION_ID, archive=False, force=True)
     with hs._open_history(map_root) as store:
         entries = store.load(HISTORY_SESSION_ID, hs._HISTORY.name)
     assert [e.session_id for e in entries] == ["sid-1"]

@@ -131,7 +131,7 @@ def test_ids_that_are_not_str_are_refused(tmp_path: Path, bad: Any) -> None:
             lambda: store.load_transcript_messages(bad),
             lambda: store.last_seq(bad),
             lambda: store.is_initialized(bad),
-            lambda: store.compact(bad),
+            lambda: store.compact(bad, force=True),
             lambda: list(store.read_events(bad)),
             lambda: store.verify(bad),
         ):
@@ -173,7 +173,7 @@ WRITES: dict[str, Callable[[SessionStore], object]] = {
     "append": lambda s: s.append_progress_entry("s", make_entry(9)),
     "init": lambda s: s.initialize_session_if_missing("s", make_manifest("s"), []),
     "feature-pass": lambda s: s.update_feature_pass("s", "f1", True),
-    "compact": lambda s: s.compact("s"),
+    "compact": lambda s: s.compact("s", force=True),
 }
 READS: dict[str, Callable[[SessionStore], object]] = {
     "load_bootstrap_state": lambda s: s.load_bootstrap_state("s"),
@@ -261,7 +261,7 @@ def test_planted_symlink_is_refused_and_nothing_goes_through_it(
     root = tmp_path / "store"
     _seed(root)
     with SessionStore(root) as s:  # compaction once, so archive/ exists for the plant,
-        s.compact("s")  # then one more event, so the next compaction has work to do
+        s.compact("s", force=True)  # then one more event, so the next compaction has work to do
         s.append_progress_entry("s", make_entry(2))
     victim = _plant(root, tmp_path, where, victim_kind)
     before = _fingerprint(victim)
@@ -317,7 +317,7 @@ def test_huge_append_round_trips(tmp_path: Path) -> None:
     assert size > 100 * 10**6
     with SessionStore(root) as s:
         assert s.load_transcript_messages("big") == messages
-        s.compact("big")
+        s.compact("big", force=True)
         s.append_progress_entry("big", make_entry(2))
     with SessionStore(root) as s:
         assert s.load_transcript_messages("big") == messages

@@ -74,7 +74,7 @@ store = SessionStore(root)
 out = sys.stdout
 out.write("ready\n"); out.flush()
 while True:
-    store.compact(sid, archive=archive == "1")
+    store.compact(sid, archive=archive == "1", force=True)
     out.write("c\n"); out.flush()
 """
 
@@ -261,7 +261,7 @@ def _run(root: Path, rounds: int, compact_every: int, seed: int) -> Figures:
     for sid, _ in sessions:
         with SessionStore(root) as store:
             before = (store.load_bootstrap_state(sid), store.load_transcript_messages(sid))
-            store.compact(sid, archive=sid.endswith("0"))
+            store.compact(sid, archive=sid.endswith("0"), force=True)
             assert not _debris(SessionPaths(root, sid))
         with SessionStore(root) as store:
             after = (store.load_bootstrap_state(sid), store.load_transcript_messages(sid))
@@ -313,7 +313,7 @@ def hooked(*a, **kw):
             os.kill(os.getpid(), signal.SIGKILL)
     return real(*a, **kw)
 setattr(os, func, hooked)
-store.compact(sid, archive=archive == "1")
+store.compact(sid, archive=archive == "1", force=True)
 print(calls, flush=True)
 """
 CRASH_FUNCS = ("open", "write", "fsync", "link", "replace", "rename", "unlink")
@@ -338,7 +338,7 @@ def test_kill_at_each_compaction_step(tmp_path: Path, func: str, archive: str) -
     with SessionStore(root) as store:
         for i in range(3):
             store.append("s", [ProgressAppended(entry=ProgressEntry(run_id="r", summary=f"{i}"))])
-        store.compact("s", archive=archive == "1")
+        store.compact("s", archive=archive == "1", force=True)
         for i in range(3, 6):
             store.append("s", [ProgressAppended(entry=ProgressEntry(run_id="r", summary=f"{i}"))])
         want = [p.summary for p in store.load_bootstrap_state("s").recent_progress]
@@ -363,7 +363,7 @@ def test_kill_at_each_compaction_step(tmp_path: Path, func: str, archive: str) -
             assert report.ok, (func, k, report.problems)
             if archive == "1":  # the whole history stays readable
                 assert [e.seq for e in store.read_events("s")] == list(range(1, 8)), (func, k)
-            store.compact("s", archive=archive == "1")
+            store.compact("s", archive=archive == "1", force=True)
             assert not _debris(SessionPaths(case, "s"))
             report = store.verify("s")
             assert report.ok, (func, k, report.problems)

@@ -192,7 +192,7 @@ def test_compaction_keeps_every_checkpoint_and_the_graph_resumes(tmp_path: Path)
     graph = build(saver)
     graph.invoke({"log": ["x"]}, cfg)
     before = [(s.config, s.values, s.next) for s in graph.get_state_history(cfg)]
-    report = store.compact("langgraph-c")
+    report = store.compact("langgraph-c", force=True)
     assert report.events_before > 1
     fresh = build(EventStoreSaver(plain_store(tmp_path)))
     assert [(s.config, s.values, s.next) for s in fresh.get_state_history(cfg)] == before
@@ -314,7 +314,7 @@ def test_delete_thread_removes_its_bytes(tmp_path: Path) -> None:
     secret = "the-secret-" + "s" * 40
     cfg = put(saver, "gone", v=secret)
     put(saver, "gone", cfg, v=secret + "2")
-    saver.store.compact("langgraph-gone")  # an archive too
+    saver.store.compact("langgraph-gone", force=True)  # an archive too
     put(saver, "kept", v="other")
     paths = SessionPaths(tmp_path, "langgraph-gone")
     assert paths.log.exists() and paths.archive.exists()
@@ -492,7 +492,7 @@ def test_prune_after_an_archived_compaction_keeps_that_archive(tmp_path: Path) -
     saver = EventStoreSaver(tmp_path)
     cfg = put(saver, "p", v="a" * 5000)
     cfg = put(saver, "p", cfg, v="b" * 5000)
-    saver.store.compact("langgraph-p")  # the user chose to archive events 1..2
+    saver.store.compact("langgraph-p", force=True)  # the user chose to archive events 1..2
     cfg = put(saver, "p", cfg, v="c" * 5000)
     paths = SessionPaths(tmp_path, "langgraph-p")
     archived = {f.name: f.read_bytes() for f in paths.archive.iterdir()}
@@ -511,7 +511,7 @@ def test_prune_after_an_archived_compaction_verifies(tmp_path: Path) -> None:
     saver = EventStoreSaver(tmp_path)
     cfg = put(saver, "p", v="a")
     cfg = put(saver, "p", cfg, v="b")
-    saver.store.compact("langgraph-p")
+    saver.store.compact("langgraph-p", force=True)
     put(saver, "p", cfg, v="c")
     saver.prune(["p"])
     assert plain_store(tmp_path).verify("langgraph-p").ok

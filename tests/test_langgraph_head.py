@@ -535,7 +535,7 @@ def test_a_snapshot_without_the_head_state_falls_back_to_the_full_index(tmp_path
     )  # as the saver registered its projections before the head existed
     with EventStoreSaver(tmp_path) as writer:
         cfg = _chain(writer, "t", 5, size=10)
-    old_style.compact("langgraph-t", archive=False)  # a snapshot of "langgraph" only
+    old_style.compact("langgraph-t", archive=False, force=True)  # a snapshot of "langgraph" only
     old_style.close()
     with EventStoreSaver(tmp_path) as saver:
         tup = saver.get_tuple(_latest("t", ""))
@@ -569,7 +569,7 @@ def test_the_head_derived_from_an_index_is_the_head_folded(tmp_path: Path) -> No
     with EventStoreSaver(tmp_path) as saver:
         _chain(saver, "t", 6, size=10)
         sid = saver.session_id("t")
-        saver.store.compact(sid, archive=True)
+        saver.store.compact(sid, archive=True, force=True)
         live = saver.store.engine.read(sid, None)  # the snapshot opens the live log
         snap = saver.store.codec.decode_line(live.data.split(b"\n", 1)[0], 0, live.where)
         assert isinstance(snap, Snapshot)

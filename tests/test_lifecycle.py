@@ -60,7 +60,7 @@ def test_delete_removes_log_archive_and_caches_and_nothing_else(root: Path) -> N
     with SessionStore(root) as store:
         _session(store, "a")
         _session(store, "b")
-        store.compact("a")  # an archive too
+        store.compact("a", force=True)  # an archive too
         store.append_progress_entry("a", ProgressEntry(run_id="r", summary="after"))
         assert store.load_bootstrap_state("a").manifest is not None  # cached
         assert store.delete_session("a") is True
@@ -141,7 +141,7 @@ def test_last_activity_is_the_last_event_not_a_compaction(root: Path) -> None:
         before = last_activity(store, "a")
         assert before is not None
         time.sleep(0.01)
-        store.compact("a")
+        store.compact("a", force=True)
         assert last_activity(store, "a") == before  # read from the archive
 
 
@@ -266,7 +266,7 @@ def test_a_deleter_killed_at_random_moments_never_leaves_half_a_session(root: Pa
         for sid in ids:
             _session(store, sid, progress=2)
             if rng.random() < 0.5:
-                store.compact(sid)
+                store.compact(sid, force=True)
         expected = {sid: store.load_bootstrap_state(sid) for sid in ids}
     for _ in range(4):
         with SessionStore(root) as store:
@@ -302,7 +302,7 @@ def _three_archives(store: SessionStore, sid: str = "p") -> list[int]:
         for i in range(4):
             store.append_progress_entry(sid, ProgressEntry(run_id=f"r{k}", summary=f"{k}.{i}"))
         bounds.append(store.last_seq(sid))
-        store.compact(sid)
+        store.compact(sid, force=True)
     store.append_progress_entry(sid, ProgressEntry(run_id="live", summary="after"))
     return bounds
 
@@ -335,9 +335,9 @@ def test_maintenance_is_not_activity(root: Path) -> None:
         _three_archives(store)
         before = last_activity(store, "p")
         time.sleep(0.01)
-        store.compact("p")
+        store.compact("p", force=True)
         prune_archive(store, "p", store.last_seq("p"))  # an archive_pruned record at the end
-        store.compact("p")
+        store.compact("p", force=True)
         assert last_activity(store, "p") == before
 
 
@@ -394,7 +394,7 @@ def test_prune_beside_a_live_writer_loses_nothing_live(root: Path) -> None:
             deadline = time.monotonic() + 2
             while time.monotonic() < deadline:
                 if s.last_seq("p"):
-                    s.compact("p")
+                    s.compact("p", force=True)
                     prune_archive(s, "p", s.last_seq("p"))
     finally:
         stop.set()
@@ -477,14 +477,16 @@ def test_pruned_history_is_a_warning_but_a_lost_archive_is_corruption(root: Path
         assert "without an archive" not in " ".join(p.message for p in report.problems)
         with pytest.raises(HistoryUnavailableError, match="pruned"):
             store.state_at("p", seq=bounds[1])  # needs events 1..bounds[0], pruned
-        assert [e.seq for e in store.read_events("p", to_seq=bounds[1])] == list(
-            range(bounds[0] + 1, bounds[1] + 1)
-        )
+        with pytest.raises(HistoryUnavailableError, match="pruned"):
+            list(store.read_events("p", to_seq=bounds[1]))  # from 1: never partial
+        assert [
+            e.seq for e in store.read_events("p", from_seq=bounds[0] + 1, to_seq=bounds[1])
+        ] == list(range(bounds[0] + 1, bounds[1] + 1))
         # an archive pruning did not record: corruption, for readers and verify
         (archive / sorted(f.name for f in archive.glob("*.jsonl"))[0]).unlink()
         assert not store.verify("p").ok
         with pytest.raises(CorruptLogError):
-            list(store.read_events("p"))
+            list(store.read_events("p", from_seq=bounds[0] + 1))
 
 
 @pytest.mark.parametrize("line", [0, 1])
@@ -502,7 +504,7 @@ def test_an_edit_of_what_pruning_kept_still_fails_the_chain(root: Path, line: in
         kept.write_bytes(b"\n".join(lines))
         assert not store.verify("p").ok
         with pytest.raises(CorruptLogError):
-            list(store.read_events("p"))
+            list(store.read_events("p", from_seq=bounds[0] + 1))
 
 
 def test_an_interrupted_pruning_is_understood(root: Path) -> None:

@@ -200,7 +200,7 @@ def test_rich_messages_round_trip_through_the_store_and_compaction(
         assert store.load_transcript_messages("s") == flat
     with SessionStore(root) as fresh:  # read back from the file, not the cache
         assert fresh.load_transcript_messages("s") == flat
-        fresh.compact("s")
+        fresh.compact("s", force=True)
     with SessionStore(root) as after:  # read back from the snapshot
         assert after.load_transcript_messages("s") == flat
         assert after.transcript_at("s", seq=len(batches)) == flat

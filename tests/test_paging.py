@@ -74,7 +74,7 @@ def test_the_last_n_equal_the_fold_live_and_compacted(
 ) -> None:
     for i in range(40):
         if compact_at is not None and i == compact_at:
-            store.compact("s")
+            store.compact("s", force=True)
         store.append_transcript_messages("s", _turn(i))
         if i % 3 == 0:
             store.append_progress_entry("s", ProgressEntry(run_id="r", summary=f"p{i}"))
@@ -89,7 +89,7 @@ def test_a_compacted_log_is_paged_from_the_snapshot_without_reading_it_all(
 ) -> None:
     for i in range(2000):
         store.append_transcript_messages("s", _turn(i, pad=200))
-    store.compact("s")
+    store.compact("s", force=True)
     store.append_transcript_messages("s", _turn(2000))
     log = _log(store, "s")
     full = store.load_transcript_messages("s")
@@ -113,7 +113,7 @@ def test_messages_longer_than_a_read_chunk(store: SessionStore) -> None:
     store.append_transcript_messages("s", big)
     store.append_transcript_messages("s", [Message(Role.USER, "after")])
     assert _page(_log(store, "s"), 3) == [*big, Message(Role.USER, "after")]
-    store.compact("s")
+    store.compact("s", force=True)
     store.append_transcript_messages("s", [Message(Role.USER, "later")])
     assert _page(_log(store, "s"), 4) == [
         *big,
@@ -134,7 +134,7 @@ def test_a_torn_tail_past_the_committed_size_is_never_read(store: SessionStore) 
 def test_retention_trimmed_snapshots_page_what_they_keep(store: SessionStore) -> None:
     for i in range(30):
         store.append_transcript_messages("s", _turn(i))
-    store.compact("s", retention=Retention(messages=10))
+    store.compact("s", retention=Retention(messages=10), force=True)
     store.append_transcript_messages("s", _turn(30))
     full = store.load_transcript_messages("s")
     assert len(full) == 13
@@ -180,7 +180,9 @@ def test_any_history_pages_like_the_fold(
             elif op == "progress":
                 s.append_progress_entry("s", ProgressEntry(run_id="r", summary=str(arg)))
             else:
-                s.compact("s", retention=None if arg is None else Retention(messages=arg))  # type: ignore[arg-type]
+                s.compact(
+                    "s", retention=None if arg is None else Retention(messages=arg), force=True
+                )  # type: ignore[arg-type]
         full = s.load_transcript_messages("s")
         assert _page(_log(s, "s"), n) == (full[max(0, len(full) - n) :] if n else [])
 
@@ -240,13 +242,13 @@ def test_cold_pages_after_another_process_compacts_and_appends(root: Path) -> No
     with SessionStore(root) as writer, SessionStore(root) as reader:
         full = _fill(writer, 20)
         assert reader.load_transcript_messages("s", last=5) == full[-5:]
-        writer.compact("s")
+        writer.compact("s", force=True)
         assert reader.load_transcript_messages("s", last=5) == full[-5:]
         writer.append_transcript_messages("s", _turn(20))
         full += _turn(20)
         assert reader.load_transcript_messages("s", last=5) == full[-5:]
         reader.load_transcript_messages("s")  # warm now: a compaction swaps the file under it
-        writer.compact("s")
+        writer.compact("s", force=True)
         writer.append_transcript_messages("s", _turn(21))
         full += _turn(21)
         assert reader.load_transcript_messages("s", last=5) == full[-5:]
@@ -265,7 +267,7 @@ def test_pages_beside_a_live_writer_are_whole_batches_in_order(root: Path) -> No
                 while not stop.is_set() and i < 400:
                     w.append_transcript_messages("s", _turn(i))
                     if i % 97 == 96:
-                        w.compact("s")
+                        w.compact("s", force=True)
                     i += 1
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
@@ -296,7 +298,7 @@ def test_pages_on_the_memory_engine_and_from_an_engine_without_a_ranged_view() -
 
     with SessionStore("memory://") as s:
         full = _fill(s, 10)
-        s.compact("s")
+        s.compact("s", force=True)
         s.append_transcript_messages("s", _turn(10))
         full += _turn(10)
         assert s.load_transcript_messages("s", last=5) == full[-5:]  # cold, from a copy

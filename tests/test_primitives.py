@@ -243,7 +243,7 @@ def test_expected_seq_survives_compaction(tmp_path: Path) -> None:
             s.append(SID, [Incr(value=i, worker="a")])
         seq = s.last_seq(SID)
         with open_store(root) as other:
-            other.compact(SID)
+            other.compact(SID, force=True)
         assert s.last_seq(SID) == seq
         assert s.append(SID, [Incr(value=6, worker="a")], expected_seq=seq).first_seq == seq + 1
         with pytest.raises(ConcurrencyError):
@@ -275,10 +275,10 @@ def test_retry_with_the_same_key_replays(tmp_path: Path) -> None:
     with open_store(root) as s:
         assert s.append(SID, _progress(1), idempotency_key="k1") == AppendResult(3, 4, True)
         assert log_bytes(root) == before
-        s.compact(SID)
+        s.compact(SID, force=True)
         compacted = log_bytes(root)
         assert s.append(SID, _progress(1), idempotency_key="k1") == AppendResult(3, 4, True)
-        s.compact(SID, archive=False)
+        s.compact(SID, archive=False, force=True)
     with open_store(root) as s:
         assert s.append(SID, _progress(1), idempotency_key="k1") == AppendResult(3, 4, True)
         assert len(log_bytes(root).splitlines()) == 1
@@ -359,7 +359,7 @@ def test_key_bound_is_the_newest_1000_keys(tmp_path: Path) -> None:
         # key-0 is the oldest of exactly 1,000: still remembered
         assert s.append(SID, [Incr(value=0, worker="k")], idempotency_key="key-0").replayed
         s.append(SID, [Incr(value=1000, worker="k")], idempotency_key="key-1000")
-        s.compact(SID)
+        s.compact(SID, force=True)
     with open_store(root) as s:
         before = log_bytes(root)
         for i in (1, 500, 1000):

@@ -275,7 +275,7 @@ while time.monotonic() < end:
     i += 1
     s.append_transcript_messages("s", [Message(role=Role.USER, content="m%d " % i + "x" * 2000)])
     if i % 3 == 0:
-        s.compact("s")
+        s.compact("s", force=True)
 """
 
 
@@ -343,7 +343,7 @@ def test_item4_compact_renames_nothing_through_a_planted_archive_link(tmp_path: 
     before = _snapshot_tree(outside)
     (session_dir(root) / "archive").symlink_to(outside)
     with SessionStore(root) as s, pytest.raises(UnsafePathError):
-        s.compact(SID)
+        s.compact(SID, force=True)
     assert _snapshot_tree(outside) == before
 
 
@@ -376,7 +376,7 @@ def test_item4_a_rebuild_from_the_archive_never_reads_through_a_planted_link(
         s.initialize_session_if_missing(SID, make_manifest(SID), make_features())
         for i in range(3):
             s.append_progress_entry(SID, make_entry(i))
-        s.compact(SID)
+        s.compact(SID, force=True)
     with SessionStore(root, projections=[ProgressCountV2()]) as s:
         assert s.load(SID, "progress_count") == 3  # the rebuild works on a real archive
     outside = tmp_path / "outside"
@@ -472,7 +472,7 @@ def test_item6_a_snapshot_state_that_no_longer_decodes_is_reported_with_its_file
 ) -> None:
     root = tmp_path / "store"
     with seeded(root) as s:
-        s.compact(SID)
+        s.compact(SID, force=True)
     path = log_file(root)
     data = path.read_bytes()
     assert b'"recent_progress":[' in data
@@ -489,7 +489,7 @@ def test_item6_a_snapshot_state_that_no_longer_decodes_is_reported_with_its_file
 
 def _compacted_with_archive(root: Path) -> Path:
     with seeded(root) as s:
-        s.compact(SID)
+        s.compact(SID, force=True)
         s.append_progress_entry(SID, make_entry(50))
     (arch,) = archive_files(root)
     return arch
@@ -519,9 +519,9 @@ def test_item7_a_truncated_archive_is_corruption_not_a_torn_tail(tmp_path: Path,
 def test_item8_archive_then_no_archive_is_a_warning(tmp_path: Path) -> None:
     root = tmp_path / "store"
     with seeded(root) as s:
-        s.compact(SID)
+        s.compact(SID, force=True)
         s.append_progress_entry(SID, make_entry(8))
-        s.compact(SID, archive=False)
+        s.compact(SID, archive=False, force=True)
         s.append_progress_entry(SID, make_entry(9))
         report = s.verify(SID)
     assert report.ok, report.problems
@@ -534,7 +534,7 @@ def test_item8_archive_then_no_archive_is_a_warning(tmp_path: Path) -> None:
 def test_item9_repair_of_a_damaged_snapshot_rebuilds_from_the_archive(tmp_path: Path) -> None:
     root = tmp_path / "store"
     with seeded(root) as s:
-        s.compact(SID)
+        s.compact(SID, force=True)
         want_state = s.load_bootstrap_state(SID)
         want_msgs = s.load_transcript_messages(SID)
         last = s.last_seq(SID)
@@ -557,7 +557,7 @@ def test_item9_repair_never_reuses_a_sequence_number(tmp_path: Path) -> None:
     sequence number after every one the session ever used."""
     root = tmp_path / "store"
     with seeded(root) as s:
-        s.compact(SID)
+        s.compact(SID, force=True)
         last = s.last_seq(SID)
     shutil.rmtree(session_dir(root) / "archive")
     path = log_file(root)
@@ -637,7 +637,7 @@ def test_item11_a_refused_first_append_leaves_no_session(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     "call",
     [
-        pytest.param(lambda s: s.compact("never"), id="compact"),
+        pytest.param(lambda s: s.compact("never", force=True), id="compact"),
         pytest.param(
             lambda s: s.update_feature_pass("nosess", "f1", True), id="update_feature_pass"
         ),
@@ -785,7 +785,7 @@ def test_item13_archive_bytes_stay_within_1_2x_the_events_they_hold(tmp_path: Pa
                 event_bytes += sum(
                     len(ln) for ln in lines if not ln.startswith(b'{"type":"snapshot"')
                 )
-                s.compact(SID)
+                s.compact(SID, force=True)
         assert s.verify(SID).ok
         assert len(s.load_transcript_messages(SID)) == 40
         assert [e.seq for e in s.read_events(SID)] == list(range(1, 41))
@@ -796,11 +796,11 @@ def test_item13_archive_bytes_stay_within_1_2x_the_events_they_hold(tmp_path: Pa
 def test_item13_compacting_a_lone_snapshot_is_skipped_with_a_reason(tmp_path: Path) -> None:
     root = tmp_path / "store"
     with seeded(root) as s:
-        first = s.compact(SID)
+        first = s.compact(SID, force=True)
         assert first.compacted
         n = len(archive_files(root))
         log_before = log_file(root).read_bytes()
-        again = s.compact(SID)
+        again = s.compact(SID, force=True)
     assert not again.compacted
     assert again.archive_path is None
     assert again.notes and all(isinstance(n_, str) and n_ for n_ in again.notes)
@@ -817,7 +817,7 @@ def test_item13_every_engine_archives_each_event_once(tmp_path: Path, engine: st
         for turn in range(9):
             s.append_transcript_messages(SID, [Message(role=Role.USER, content=f"t{turn}")])
             if turn % 3 == 2:
-                s.compact(SID)
+                s.compact(SID, force=True)
         s.append_progress_entry(SID, make_entry(1))
         assert [e.seq for e in s.read_events(SID)] == list(range(1, 11))
         assert [e.seq for e in s.read_events(SID, types=["snapshot"])] == [9]

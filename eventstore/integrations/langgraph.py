@@ -423,7 +423,9 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
             if strategy == "delete":
                 self.delete_thread(thread_id)
             elif self._remove(str(thread_id), _all_but_newest, "prune"):
-                self.store.compact(self.session_id(str(thread_id)), archive=False)
+                # forced: the pruned bytes must leave the log even where a snapshot
+                # would not be smaller
+                self.store.compact(self.session_id(str(thread_id)), archive=False, force=True)
                 # the compaction restarted the store's folds, and its snapshot holds a head
                 self._forget(str(thread_id))
 
