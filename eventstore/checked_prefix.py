@@ -54,12 +54,13 @@ class _Stored(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class Mark(NamedTuple):
-    """A checked prefix to trust: its head (the line it ends with), its length in bytes
-    and the digest of those bytes."""
+    """A checked prefix to trust: its head (the line it ends with), its length in bytes,
+    the digest of those bytes, and how many of them the engine's cache vouches for."""
 
     head: Head
     size: int
     digest: str
+    saved: int
 
 
 _decoder = msgspec.json.Decoder(_Stored)
@@ -90,7 +91,7 @@ class Prefix:
 
     def mark(self) -> Mark:
         """The digest of the bytes so far, with where they end."""
-        return Mark(self.head, self.size, self._hasher.hexdigest())
+        return Mark(self.head, self.size, self._hasher.hexdigest(), self.saved)
 
 
 def load(engine: Engine, session_id: str) -> Mark | None:
@@ -114,7 +115,7 @@ def load(engine: Engine, session_id: str) -> Mark | None:
     ):
         log.debug("eventstore: checked prefix of %r ignored: not this log's", session_id)
         return None
-    return Mark(head, kept.size, kept.sha256)
+    return Mark(head, kept.size, kept.sha256, kept.size)
 
 
 def store(engine: Engine, session_id: str, prefix: Prefix) -> None:

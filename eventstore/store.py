@@ -747,6 +747,7 @@ class SessionStore:
                     if not proven or (seq, lines.h) != (mark.head.seq, mark.head.h):
                         raise _PrefixMismatch("the digest or the last line differs")
                     trusted = 0  # proven: the rest is checked line by line
+                    grow.saved = mark.saved  # (what the engine keeps needs no rewrite)
             if split < len(data):
                 rest = data if not split else data[split:]
                 lines = read_lines(

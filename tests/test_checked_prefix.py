@@ -259,3 +259,11 @@ def test_a_forked_child_starts_without_the_parents_prefix(written: Path) -> None
             os._exit(0 if ok else 1)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_load_that_uses_the_saved_prefix_does_not_rewrite_it(written: Path) -> None:
+    before = os.stat(_mark_file(written)).st_ino
+    with SessionStore(written) as s:
+        s.load_transcript_messages("s")
+        s.load_bootstrap_state("s")
+    assert os.stat(_mark_file(written)).st_ino == before  # no write (and no fsync) on a load
