@@ -1,4 +1,5 @@
-"""Shared fixtures: a store on tmp_path, the golden logs, small record factories."""
+"""Shared fixtures: a store on tmp_path, every engine (`case`, `url`), the golden logs,
+small record factories."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:  # so `import strategies` works in any import mode
     sys.path.insert(0, str(TESTS_DIR))
+
+from engines import ENGINE_IDS, ENGINES, EngineCase  # noqa: E402
 
 from eventstore import (  # noqa: E402
     FeatureRecord,
@@ -106,3 +109,15 @@ def install_log(root: Path):  # type: ignore[no-untyped-def]
         return paths.log
 
     return install
+
+
+@pytest.fixture(params=ENGINES, ids=ENGINE_IDS)
+def case(request: pytest.FixtureRequest) -> EngineCase:
+    """Each engine in turn (see tests/engines.py; PostgreSQL when a server is given)."""
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def url(case: EngineCase, tmp_path: Path) -> str:
+    """The URL of a fresh, empty store of `case`'s engine."""
+    return case.fresh(tmp_path)

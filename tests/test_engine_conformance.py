@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_entry, make_features, make_manifest
-from engines import ENGINE_IDS, ENGINES, EngineCase
+from engines import EngineCase
 
 from eventstore import (
     ConcurrencyError,
@@ -40,16 +40,6 @@ from eventstore.repair import repair
 from projections import Retention
 
 SID = "s"
-
-
-@pytest.fixture(params=ENGINES, ids=ENGINE_IDS)
-def case(request: pytest.FixtureRequest) -> EngineCase:
-    return request.param  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def url(case: EngineCase, tmp_path: Path) -> str:
-    return case.fresh(tmp_path)
 
 
 @pytest.fixture

@@ -7,12 +7,10 @@ that two instances can share."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import make_entry, make_features, make_manifest
-from engines import ENGINE_IDS, ENGINES, EngineCase
 
 from eventstore import SessionStore
 from eventstore.errors import FeatureNotFoundError
@@ -21,12 +19,6 @@ from eventstore.records import FeatureRecord
 
 def _feature(fid: str) -> FeatureRecord:
     return FeatureRecord(id=fid, category="c", description=fid, steps=["s"], passes=False)
-
-
-@pytest.fixture(params=ENGINES, ids=ENGINE_IDS)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    case: EngineCase = request.param
-    return case.fresh(tmp_path)
 
 
 def _pair(url: str) -> tuple[SessionStore, SessionStore]:

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import pytest
 from conftest import make_features, make_manifest
-from engines import ENGINE_IDS, ENGINES, EngineCase
+from engines import EngineCase
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -45,16 +45,6 @@ from eventstore.repair import repair
 from projections import StructProjection
 
 SID = "p"
-
-
-@pytest.fixture(params=ENGINES, ids=ENGINE_IDS)
-def case(request: pytest.FixtureRequest) -> EngineCase:
-    return request.param  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def url(case: EngineCase, tmp_path: Path) -> str:
-    return case.fresh(tmp_path)
 
 
 @pytest.fixture
