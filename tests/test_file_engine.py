@@ -108,3 +108,49 @@ def test_an_install_stopped_before_naming_its_archive_reads_once(
         report = s.verify("s")
         assert report.ok, report.problems
         assert [p.summary for p in s.load_bootstrap_state("s").recent_progress][-1] == "step 99"
+
+
+def test_a_snapshot_longer_than_a_piece_is_read_at_once_and_still_checked(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A load reads a log that opens with a long snapshot in pieces: the snapshot's
+    header says where its line ends, so the first piece is that line read in one pread
+    (not a piece, then 4 pieces, then the line); its bytes are still checked."""
+    from eventstore.engines import file as file_module
+    from eventstore.errors import CorruptLogError
+    from eventstore.records import Message, Role
+
+    with SessionStore(root) as s:
+        for i in range(300):
+            s.append_transcript_messages("s", [Message(Role.USER, f"{i} " + "x" * 1000)])
+        s.compact("s")
+        for i in range(100):
+            s.append_transcript_messages("s", [Message(Role.USER, f"after {i} " + "z" * 1000)])
+        expected = s.load_transcript_messages("s")
+    log = log_path(root, "s")
+    data = log.read_bytes()
+    snapshot_end = data.index(b"\n") + 1
+    assert snapshot_end > 256 << 10
+    reads: list[int] = []
+    real = file_module._pread_all
+
+    def pread_all(fd: int, n: int, offset: int) -> bytes:
+        reads.append(n)
+        return real(fd, n, offset)
+
+    monkeypatch.setattr(file_module, "_pread_all", pread_all)
+    engine = FileEngine(root)
+    res, more = engine.read_some("s", None, 64 << 10)
+    assert reads == [snapshot_end] and res.data == data[:snapshot_end] and more
+    assert res.head.seq == 300 and res.head.size == snapshot_end
+    rest = b""
+    while more:
+        res, more = engine.read_some("s", res.head.position, 64 << 10)
+        rest += res.data
+    assert rest == data[snapshot_end:]
+    with SessionStore(root) as s:
+        assert s.load_transcript_messages("s") == expected
+    at = data.index(b"x" * 1000, snapshot_end // 2) + 500  # inside the transcript state
+    log.write_bytes(data[:at] + b"y" + data[at + 1 :])
+    with SessionStore(root) as s, pytest.raises(CorruptLogError):
+        s.load_transcript_messages("s")

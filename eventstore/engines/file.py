@@ -414,6 +414,9 @@ class FileEngine(Engine):
                 reset = position is not None
                 pos = None
             start = 0 if pos is None else pos.offset
+            # from the start: an opening snapshot's header says where its line ends and
+            # what its envelope holds, so a long one is read once and never decoded whole
+            first = snapshot_header(fd) if pos is None and size else None
             if size < start:
                 raise CorruptLogError(
                     where,
@@ -424,14 +427,21 @@ class FileEngine(Engine):
             want = size - start
             if limit is not None and want > limit + (limit >> 1):
                 want = limit  # else the rest in one piece: no short last piece, no copy
+                if first is not None and want <= first[0].length:
+                    want = first[0].length + 1
+                    if size - want <= limit >> 1:
+                        want = size
             while True:
                 buf = _pread_all(fd, want, start)
-                end, last = _committed_end(buf, where, start)
+                end, last = _committed_end(buf, where, start, first)
                 if last is not None or want >= size - start:
                     break
                 want = min(size - start, want * 4)  # a batch longer than the chunk
             cut = want < size - start and last is not None
-            base_seq = pos.base_seq if pos is not None else _base_seq(fd, size)
+            if pos is not None:
+                base_seq = pos.base_seq
+            else:
+                base_seq = first[0].seq if first is not None else _base_seq(fd, size)
         except OSError as exc:
             raise _storage_error(paths.log, "reading the log", exc) from exc
         finally:
@@ -1391,14 +1401,22 @@ def _refuse_damaged_last_line(buf: bytes, start: int, where: str, pos: FilePosit
         )
 
 
-def _committed_end(buf: bytes, where: str, start: int) -> tuple[int, LineHead | None]:
+def _committed_end(
+    buf: bytes,
+    where: str,
+    start: int,
+    first: tuple[SnapshotHead, str] | None = None,
+) -> tuple[int, LineHead | None]:
     """The end of the last complete batch in `buf` and its closing line's envelope.
 
     Walks back from the last newline over lines whose batch is not closed (`more` > 0):
-    usually one envelope decode. Blank lines hold nothing.
+    usually one envelope decode. Blank lines hold nothing. `first`: the header of the
+    snapshot that opens the log, when `buf` starts there (its envelope, not decoded).
     """
     end = buf.rfind(b"\n")
     while end >= 0:
+        if first is not None and start == 0 and end == first[0].length:
+            return end + 1, _snapshot_line_head(first)  # the opening snapshot, no scan
         prev = buf.rfind(b"\n", 0, end)
         line = buf[prev + 1 : end]
         if line.strip():
@@ -1430,8 +1448,7 @@ def find_head(fd: int, size: int, where: str) -> tuple[LineHead | None, int]:
         for off, line in lines:
             if line is None:  # the first line, a snapshot: its header says what we need
                 assert first is not None
-                snap, h = first
-                head = LineHead(type="snapshot", seq=snap.seq, ts=snap.ts, h=h, base_h=snap.base_h)
+                head = _snapshot_line_head(first)
             elif not line.strip():
                 continue  # a blank line holds no event
             else:
@@ -1470,6 +1487,12 @@ def snapshot_header(fd: int) -> tuple[SnapshotHead, str] | None:
     if len(tail) != 19 or tail[16:] != b'"}\n':
         return None
     return head, tail[:16].decode("ascii", "replace")
+
+
+def _snapshot_line_head(first: tuple[SnapshotHead, str]) -> LineHead:
+    """The envelope of an opening snapshot's line, from its header and `h`."""
+    snap, h = first
+    return LineHead(type="snapshot", seq=snap.seq, ts=snap.ts, h=h, base_h=snap.base_h)
 
 
 def _base_seq(fd: int, size: int) -> int:
