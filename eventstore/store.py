@@ -83,6 +83,7 @@ from .records import (
     RunCheckpoint,
     SessionManifest,
 )
+from .side_thread import SideThread
 
 if TYPE_CHECKING:
     from projections import Retention
@@ -175,6 +176,9 @@ _CACHE_AFTER_FOLD_BYTES = 1 << 20
 # how much log a load reads and folds at a time (see Engine.read_some): bounds what a
 # cold load of a long log holds besides the state it builds
 _READ_PIECE = 1 << 20
+# a checked prefix's bytes are hashed on a side thread, beside their decoding, from this
+# many bytes in a piece (below it the thread's start costs more than it hides)
+_HASH_ASIDE = 128 << 10
 _CACHE_ON_CLOSE_BYTES = 64 << 10
 
 
@@ -713,58 +717,70 @@ class SessionStore:
                 grow = p
         trusted = mark.size if mark is not None else 0  # the end of the bytes to prove
         folded = 0
+        side: SideThread | None = None  # hashes a checked prefix while this thread decodes
         more = True
-        while more:
-            res, more = self.engine.read_some(sid, f.head.position, _READ_PIECE)
-            start = f.head
-            if res.reset:
-                if trusted:
-                    raise _PrefixMismatch("the log was replaced during the load")
-                f.state = proj.initial()
-                start = EMPTY_HEAD
-                folded = 0
-                grow = checked_prefix.Prefix() if self._marks else None
-            data = res.data
-            seq, link = start.seq, start.link
-            split = min(len(data), max(0, trusted - res.offset))  # bytes of it to prove
-            if split:
-                assert mark is not None and grow is not None
-                part = data if split == len(data) else data[:split]
-                lines = read_lines(
-                    part, codec, codec.decoder(proj.event_types), res.where, offset=res.offset,
-                    seq=seq, link=link,
-                    hashes_checked=True,
-                )  # fmt: skip
-                if lines.end != len(part):
-                    raise _PrefixMismatch("the prefix does not end with a whole batch")
-                f.state = fold_events(self, sid, proj, f.state, lines.events, res.where)
-                folded += split
-                grow.extend(part, res.head if split == len(data) else mark.head)
-                assert lines.seq is not None and lines.link is not None  # given seq and link
-                seq, link = lines.seq, lines.link
-                if res.offset + split == trusted:
-                    proven = grow.mark().digest == mark.digest
-                    if not proven or (seq, lines.h) != (mark.head.seq, mark.head.h):
-                        raise _PrefixMismatch("the digest or the last line differs")
-                    trusted = 0  # proven: the rest is checked line by line
-                    grow.saved = mark.saved  # (what the engine keeps needs no rewrite)
-            if split < len(data):
-                rest = data if not split else data[split:]
-                lines = read_lines(
-                    rest,
-                    codec,
-                    codec.decoder(proj.event_types),
-                    res.where,
-                    offset=res.offset + split,
-                    seq=seq,
-                    link=link,
-                )
-                f.state = fold_events(self, sid, proj, f.state, lines.events, res.where)
-                folded += len(rest)
-                if grow is not None:
-                    grow.extend(rest, res.head)
-            f.head = res.head  # the state and its head advance together, piece by piece
-            sess.head = res.head
+        try:
+            while more:
+                res, more = self.engine.read_some(sid, f.head.position, _READ_PIECE)
+                start = f.head
+                if res.reset:
+                    if trusted:
+                        raise _PrefixMismatch("the log was replaced during the load")
+                    f.state = proj.initial()
+                    start = EMPTY_HEAD
+                    folded = 0
+                    grow = checked_prefix.Prefix() if self._marks else None
+                data = res.data
+                seq, link = start.seq, start.link
+                split = min(len(data), max(0, trusted - res.offset))  # bytes of it to prove
+                if split:
+                    assert mark is not None and grow is not None
+                    part = data if split == len(data) else data[:split]
+                    end_head = res.head if split == len(data) else mark.head
+                    hashed = None
+                    if split >= _HASH_ASIDE:
+                        side = side or SideThread()
+                        hashed = side.submit(grow.extend, part, end_head)
+                    else:
+                        grow.extend(part, end_head)
+                    lines = read_lines(
+                        part, codec, codec.decoder(proj.event_types), res.where,
+                        offset=res.offset, seq=seq, link=link, hashes_checked=True,
+                    )  # fmt: skip
+                    if hashed is not None:
+                        hashed.result()
+                    if lines.end != len(part):
+                        raise _PrefixMismatch("the prefix does not end with a whole batch")
+                    f.state = fold_events(self, sid, proj, f.state, lines.events, res.where)
+                    folded += split
+                    assert lines.seq is not None and lines.link is not None  # given seq, link
+                    seq, link = lines.seq, lines.link
+                    if res.offset + split == trusted:
+                        proven = grow.mark().digest == mark.digest
+                        if not proven or (seq, lines.h) != (mark.head.seq, mark.head.h):
+                            raise _PrefixMismatch("the digest or the last line differs")
+                        trusted = 0  # proven: the rest is checked line by line
+                        grow.saved = mark.saved  # (what the engine keeps needs no rewrite)
+                if split < len(data):
+                    rest = data if not split else data[split:]
+                    lines = read_lines(
+                        rest,
+                        codec,
+                        codec.decoder(proj.event_types),
+                        res.where,
+                        offset=res.offset + split,
+                        seq=seq,
+                        link=link,
+                    )
+                    f.state = fold_events(self, sid, proj, f.state, lines.events, res.where)
+                    folded += len(rest)
+                    if grow is not None:
+                        grow.extend(rest, res.head)
+                f.head = res.head  # the state and its head advance together, piece by piece
+                sess.head = res.head
+        finally:
+            if side is not None:
+                side.close()
         if trusted:
             raise _PrefixMismatch("the log ends before the prefix does")
         if (

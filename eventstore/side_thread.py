@@ -1,0 +1,85 @@
+"""A helper thread for one long load: it hashes a piece of the log while the caller
+decodes it, two steps that otherwise take turns.
+
+`hashlib` releases the GIL over a large buffer and msgspec's decoding holds it, so on
+two cores the hash costs the caller next to nothing, provided the helper is inside the
+hash before the caller starts decoding: a thread waiting for the GIL gets it from a
+busy caller only after the 5 ms switch interval. So `submit` returns once the call has
+started, and a job should be one call that releases the GIL at once. The thread lives
+only while the load does (`close` joins it): nothing outlives the call, so a process
+forked later has no half-owned pool to deadlock on.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from queue import SimpleQueue
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Job", "SideThread"]
+
+T = TypeVar("T")
+
+
+class Job(Generic[T]):
+    """One call submitted to a `SideThread`; `result()` waits for it."""
+
+    __slots__ = ("_args", "_done", "_error", "_fn", "_started", "_value")
+
+    def __init__(self, fn: Callable[..., T], args: tuple[Any, ...]) -> None:
+        self._fn = fn
+        self._args = args
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._done = threading.Lock()  # held until the call ends: a one-shot latch
+        self._done.acquire()
+        self._started = threading.Lock()  # held until the call is about to start
+        self._started.acquire()
+
+    def run(self) -> None:
+        self._started.release()
+        try:
+            self._value = self._fn(*self._args)
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for it
+            self._error = exc
+        finally:
+            self._done.release()
+
+    def result(self) -> T:
+        """The call's return value, or its exception raised here."""
+        with self._done:
+            pass
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+
+class SideThread:
+    """A thread that runs submitted calls one at a time, in the order submitted."""
+
+    __slots__ = ("_jobs", "_thread")
+
+    def __init__(self) -> None:
+        self._jobs: SimpleQueue[Job[Any] | None] = SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="eventstore-load", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Job[T]:
+        """Run `fn(*args)` on the thread after the calls submitted before it; returns
+        when it starts (the caller waits without the GIL, so the thread takes it)."""
+        job = Job(fn, args)
+        self._jobs.put(job)
+        with job._started:
+            pass
+        return job
+
+    def close(self) -> None:
+        """Finish the calls submitted, then end the thread."""
+        self._jobs.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        jobs = self._jobs
+        while (job := jobs.get()) is not None:
+            job.run()
