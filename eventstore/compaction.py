@@ -144,8 +144,10 @@ def compact(
         with sess.lock:
             sess.folds.clear()  # the new log has a new identity: every fold restarts from it
             sess.head = done.head
+            sess.prefix = None  # (of the log replaced)
         if done.head.seq == covers.seq:  # nothing after the snapshot: the states are current
             store._save_fold_caches(session_id, done.head, folded)
+            store._vouch_for_snapshot(sess, line, done.head)
         return CompactionReport(
             session_id=session_id,
             events_before=len(events),

@@ -601,11 +601,9 @@ class SessionStore:
         """
         from . import compaction
 
-        report = compaction.compact(
+        return compaction.compact(
             self, session_id, archive=archive, retention=retention, force=force
         )
-        self._session(session_id).prefix = None  # of the log the compaction replaced
-        return report
 
     # -- internals --------------------------------------------------------------------
 
@@ -916,6 +914,20 @@ class SessionStore:
                 # duplicate it; the next due append tries compacting again
                 log.warning("eventstore: automatic compaction of %r failed: %s", session_id, exc)
         return result
+
+    def _vouch_for_snapshot(self, sess: _Session, line: bytes, head: Head) -> None:
+        """The checked prefix of a log a compaction just made of one snapshot `line`
+        (bytes this store encoded and chained itself), kept for cold loads: the first
+        load after it need not check a long line's hash."""
+        if not self._marks or head.size != len(line):
+            return
+        p = checked_prefix.Prefix()
+        p.extend(line, head)
+        with sess.lock:
+            if sess.prefix is not None or sess.head is not head:
+                return  # a load or an append got there first
+            sess.prefix = p
+        checked_prefix.store(self.engine, sess.session_id, p)
 
     def _extend_prefix(self, sess: _Session, at: Head, data: bytes, new: Head) -> None:
         """The session's checked prefix grows by a batch this store appended at `at`

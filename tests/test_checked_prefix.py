@@ -196,7 +196,8 @@ def test_a_mark_of_a_replaced_log_is_not_used(
     written: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with SessionStore(written) as s:
-        s.compact("s")
+        s._marks = False  # a compactor that keeps no prefix (an older release): the mark
+        s.compact("s")  # left on disk is the replaced log's
     truth = _truth(written)
     spy = _Spy(monkeypatch)
     with SessionStore(written) as s:
@@ -267,3 +268,24 @@ def test_a_load_that_uses_the_saved_prefix_does_not_rewrite_it(written: Path) ->
         s.load_transcript_messages("s")
         s.load_bootstrap_state("s")
     assert os.stat(_mark_file(written)).st_ino == before  # no write (and no fsync) on a load
+
+
+def test_a_compaction_vouches_for_the_snapshot_it_wrote(
+    written: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    truth = _truth(written)
+    with SessionStore(written) as s:
+        assert s.compact("s", force=True).compacted
+    log = log_path(written, "s")
+    size = log.stat().st_size
+    kept = json.loads(_mark_file(written).read_bytes().split(b"\n")[1])
+    assert kept["size"] == size  # the new log, the one line the compaction encoded
+    spy = _Spy(monkeypatch)
+    with SessionStore(written) as s:
+        assert (s.load_transcript_messages("s"), s.load_bootstrap_state("s")) == truth
+    assert spy.trusted == size and spy.checked == 0  # the first cold load checks no hash
+    data = log.read_bytes()
+    at = data.index(b"u" * 300) + 100
+    log.write_bytes(data[:at] + b"v" + data[at + 1 :])  # same length, still JSON
+    with SessionStore(written) as s, pytest.raises(CorruptLogError):
+        s.load_transcript_messages("s")
