@@ -122,7 +122,7 @@ def compact(
             elif type(ev) is UnknownEvent:
                 unknown.append(msgspec.Raw(ev.raw))
         known = sorted(t for t in codec.types if t != "snapshot")
-        committed = res.data if len(res.data) == size else res.data[:size]
+        committed = bytes(res.data[:size])  # (`read` gives bytes: no copy when whole)
         records = {rec.seq: raw for rec, raw in pruning_records(committed)}  # each once
         pruned = [msgspec.Raw(raw) for raw in records.values()]
         snap = Snapshot(

@@ -160,7 +160,7 @@ _dict_decoder = msgspec.json.Decoder(dict[str, object])
 
 
 def read_lines(
-    buf: bytes,
+    buf: bytes | memoryview,
     codec: EventCodec,
     decoder: msgspec.json.Decoder[Event],
     where: str,
@@ -181,8 +181,17 @@ def read_lines(
     come back as bare envelopes, see `EventCodec.decoder`). Problems go to `reporter`.
     `hashes_checked`: the caller vouches that these exact bytes passed the hash-chain
     check before (`eventstore.checked_prefix` proves it with a digest of them), so the
-    regular path skips the per-line hashes; every other check still runs.
+    regular path skips the per-line hashes; every other check still runs. A memoryview
+    (a piece of `Engine.read_some`) is decoded in place when no line needs splitting
+    out (checked bytes, no raw lines kept), else copied to bytes first.
     """
+    if isinstance(buf, memoryview):
+        regular = hashes_checked and reporter is STRICT and not (keep_raw or keep_links)
+        if regular and buf and buf[-1] == 10:  # ends with a newline: whole lines
+            fast = _read_regular(buf, decoder, offset, seq, link, False, True)
+            if fast is not None:
+                return fast
+        buf = buf.tobytes()
     end = buf.rfind(b"\n") + 1
     region = buf if end == len(buf) else buf[:end]
     # a partial last line goes the careful way, which tells a torn line from a damaged one
@@ -196,7 +205,7 @@ def read_lines(
 
 
 def _read_regular(
-    region: bytes,
+    region: bytes | memoryview,
     decoder: msgspec.json.Decoder[Event],
     offset: int,
     seq: int | None,
@@ -216,7 +225,7 @@ def _read_regular(
     # the lines themselves are needed for their hashes; without those, a count will do
     lines: list[bytes] | None = None
     if not hashes_checked or keep_raw:
-        lines = region.split(b"\n")[:-1]
+        lines = bytes(region).split(b"\n")[:-1]
         if n != len(lines):
             return None  # blank lines, which msgspec skips: the careful path warns
     # (bytes that passed the checks before may hold blank lines: the careful path
@@ -252,7 +261,7 @@ def _read_regular(
     if commit < n:
         del events[commit:]
         if lines is None:
-            lines = region.split(b"\n")[:-1]
+            lines = bytes(region).split(b"\n")[:-1]  # (bytes: no copy; a view: copied)
         del lines[commit:]
         end = sum(map(len, lines)) + len(lines)
     else:

@@ -154,3 +154,28 @@ def test_a_snapshot_longer_than_a_piece_is_read_at_once_and_still_checked(
     log.write_bytes(data[:at] + b"y" + data[at + 1 :])
     with SessionStore(root) as s, pytest.raises(CorruptLogError):
         s.load_transcript_messages("s")
+
+
+@pytest.mark.parametrize("marks", [True, False], ids=["checked prefix", "every line checked"])
+def test_a_load_in_small_pieces_folds_what_a_whole_read_does(
+    root: Path, monkeypatch: pytest.MonkeyPatch, marks: bool
+) -> None:
+    """Pieces cut at their last whole batch come as views of the engine's buffer
+    (not copied): read in place when checked, copied when their lines are hashed."""
+    from eventstore import store as store_module
+    from eventstore.records import Message, Role
+
+    with SessionStore(root) as s:
+        for i in range(120):
+            s.append_transcript_messages(
+                "s", [Message(Role.USER, f"{i} " + "q" * (i * 37 % 700)), Message(Role.TOOL, "t")]
+            )
+            if i % 7 == 0:
+                s.append_progress_entry("s", make_entry(i))
+        whole = s.load_transcript_messages("s"), s.load_bootstrap_state("s")
+    res, more = FileEngine(root).read_some("s", None, 4096)
+    assert more and isinstance(res.data, memoryview) and bytes(res.data).endswith(b"\n")
+    monkeypatch.setattr(store_module, "_READ_PIECE", 4096)
+    with SessionStore(root) as s:
+        s._marks = marks
+        assert (s.load_transcript_messages("s"), s.load_bootstrap_state("s")) == whole

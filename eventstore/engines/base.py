@@ -229,14 +229,16 @@ class ReadResult:
     """What `Engine.read` returns.
 
     `data`: complete committed lines after the position read from (each ending in a
-    newline; possibly empty). `head`: the head after them; `head.position` is where the
-    next read starts. `reset`: the log was replaced since the position was taken, and
-    `data` starts at the beginning of the current log. `where` and `offset` locate
-    `data[0]` for error messages: a name (a path, or a URL-like name) and the byte offset
-    of the first byte of `data` within the session's live log.
+    newline; possibly empty): bytes from `read`; from `read_some`, possibly a memoryview
+    of a larger buffer (a piece cut at its last whole batch, not copied). `head`: the
+    head after them; `head.position` is where the next read starts. `reset`: the log
+    was replaced since the position was taken, and `data` starts at the beginning of the
+    current log. `where` and `offset` locate `data[0]` for error messages: a name (a
+    path, or a URL-like name) and the byte offset of the first byte of `data` within the
+    session's live log.
     """
 
-    data: bytes
+    data: bytes | memoryview
     head: Head
     reset: bool
     where: str

@@ -457,7 +457,9 @@ class FileEngine(Engine):
                 head = FilePosition(ident, 0, 0, "", "", 0, size).head() if size else EMPTY_HEAD
             return ReadResult(b"", head, reset, where, start), False
         head = _head_at(ident, start + end, last, base_seq, size)
-        data = buf[:end] if end < len(buf) else buf
+        data: bytes | memoryview = buf
+        if end < len(buf):  # a piece's partial last batch is cut off without a copy
+            data = memoryview(buf)[:end] if limit is not None else buf[:end]
         return ReadResult(data, head, reset, where, start), cut
 
     def head(self, session_id: str) -> Head:
