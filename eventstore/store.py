@@ -404,7 +404,7 @@ class SessionStore:
         ev = FeaturePassUpdated(feature_id=feature_id, passes=passes)
 
         def build(head: Head, states: list[Any]) -> list[Event]:
-            if not any(f.id == feature_id for f in states[0].feature_list):
+            if not self.bootstrap.has_feature(states[0], feature_id):
                 raise FeatureNotFoundError(session_id, feature_id)
             return [ev]
 

@@ -98,17 +98,24 @@ class BootstrapProjection(StructProjection[BootstrapState]):
             handler(state, event)
         return state
 
+    def has_feature(self, state: BootstrapState, feature_id: str) -> bool:
+        """Whether the state's feature list holds `feature_id` (without a scan)."""
+        return feature_id in self._index(state.feature_list)
+
     def _pass(self, state: BootstrapState, ev: FeaturePassUpdated) -> None:
         # records are shared with decoded events and copies: replace, never mutate
         features = state.feature_list
+        for i in self._index(features).get(ev.feature_id, ()):
+            features[i] = msgspec.structs.replace(features[i], passes=ev.passes)
+
+    def _index(self, features: list[FeatureRecord]) -> dict[str, list[int]]:
         memo = self._positions  # read once: another thread may swap it
         if memo[0] is not features:
             index: dict[str, list[int]] = {}
             for i, f in enumerate(features):
                 index.setdefault(f.id, []).append(i)
             memo = self._positions = (features, index)
-        for i in memo[1].get(ev.feature_id, ()):
-            features[i] = msgspec.structs.replace(features[i], passes=ev.passes)
+        return memo[1]
 
     def retain(self, state: BootstrapState, retention: Retention) -> BootstrapState:
         """Keep the newest `retention.progress` entries and `retention.checkpoints`."""
