@@ -1349,10 +1349,16 @@ def _remove_strays(paths: SessionPaths, live: tuple[int, int]) -> None:
     that is the old log (the swap happened) gets its final name."""
     tmp_prefix = paths.log.name + TMP_MARK
     for name in os.listdir(paths.dir):
-        if name.startswith((tmp_prefix, _OLD_TMP_PREFIX)) or (
-            name.startswith(_CACHE_PREFIX) and TMP_MARK in name  # a cache write that crashed
-        ):
+        if name.startswith((tmp_prefix, _OLD_TMP_PREFIX)):
             os.unlink(paths.dir / name)
+        elif name.startswith(_CACHE_PREFIX) and TMP_MARK in name:
+            # a cache write that crashed, or one a reader (no lock) is making now: gone
+            # by the time we get to it, it was renamed in; removed under it, that write
+            # is lost, as a cache may be
+            try:
+                os.unlink(paths.dir / name)
+            except FileNotFoundError:
+                pass
     if os.path.isdir(paths.archive) and not os.path.islink(paths.archive):
         for name in os.listdir(paths.archive):
             if TMP_MARK in name:  # an archive copy that was never renamed in
