@@ -715,7 +715,9 @@ class SessionStore:
                 grow = p
         trusted = mark.size if mark is not None else 0  # the end of the bytes to prove
         folded = 0
-        side: SideThread | None = None  # hashes a checked prefix while this thread decodes
+        # hashes the checked prefix while this thread decodes; started before the first
+        # read, so it is ready by the time the first piece is
+        side = SideThread() if trusted >= _HASH_ASIDE else None
         more = True
         try:
             while more:
@@ -736,8 +738,7 @@ class SessionStore:
                     part = data if split == len(data) else data[:split]
                     end_head = res.head if split == len(data) else mark.head
                     hashed = None
-                    if split >= _HASH_ASIDE:
-                        side = side or SideThread()
+                    if side is not None and split >= _HASH_ASIDE:
                         hashed = side.submit(grow.extend, part, end_head)
                     else:
                         grow.extend(part, end_head)
