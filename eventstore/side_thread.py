@@ -71,13 +71,16 @@ class SideThread:
         self._ended.acquire()
         _thread.start_new_thread(self._run, ())
 
-    def submit(self, fn: Callable[..., T], *args: Any) -> Job[T]:
+    def submit(self, fn: Callable[..., T], *args: Any, wait: bool = True) -> Job[T]:
         """Run `fn(*args)` on the thread after the calls submitted before it; returns
-        when it starts (the caller waits without the GIL, so the thread takes it)."""
+        when it starts (the caller waits without the GIL, so the thread takes it), or
+        at once with `wait=False`, for a caller about to release the GIL anyway (a
+        read): waking the thread costs more than a short hash."""
         job = Job(fn, args)
         self._jobs.put(job)
-        with job._started:
-            pass
+        if wait:
+            with job._started:
+                pass
         return job
 
     def close(self) -> None:

@@ -43,6 +43,7 @@ from .engines.base import (
     Engine,
     Head,
     HeadMovedError,
+    ReadResult,
     open_engine,
 )
 from .errors import (
@@ -718,10 +719,12 @@ class SessionStore:
         # hashes the checked prefix while this thread decodes; started before the first
         # read, so it is ready by the time the first piece is
         side = SideThread() if trusted >= _HASH_ASIDE else None
-        more = True
+        piece: tuple[ReadResult, bool] | None = self.engine.read_some(
+            sid, f.head.position, _READ_PIECE
+        )
         try:
-            while more:
-                res, more = self.engine.read_some(sid, f.head.position, _READ_PIECE)
+            while piece is not None:
+                res, more = piece
                 start = f.head
                 if res.reset:
                     if trusted:
@@ -733,15 +736,21 @@ class SessionStore:
                 data = res.data
                 seq, link = start.seq, start.link
                 split = min(len(data), max(0, trusted - res.offset))  # bytes of it to prove
+                part = data if split == len(data) else data[:split]
+                hashed = None
                 if split:
                     assert mark is not None and grow is not None
-                    part = data if split == len(data) else data[:split]
                     end_head = res.head if split == len(data) else mark.head
-                    hashed = None
                     if side is not None and split >= _HASH_ASIDE:
-                        hashed = side.submit(grow.extend, part, end_head)
+                        # a read follows: it hands the side thread the GIL
+                        hashed = side.submit(grow.extend, part, end_head, wait=not more)
                     else:
                         grow.extend(part, end_head)
+                # the next piece (from where this one ends) is read before this one is
+                # decoded: the side thread starts hashing meanwhile
+                piece = self.engine.read_some(sid, res.head.position, _READ_PIECE) if more else None
+                if split:
+                    assert mark is not None and grow is not None
                     lines = read_lines(
                         part, codec, codec.decoder(proj.event_types), res.where,
                         offset=res.offset, seq=seq, link=link, hashes_checked=True,
