@@ -18,7 +18,7 @@ from collections.abc import Callable
 from queue import SimpleQueue
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Job", "SideThread"]
+__all__ = ["Job", "SideThread", "start_side_thread"]
 
 T = TypeVar("T")
 
@@ -96,3 +96,12 @@ class SideThread:
                 job.run()
         finally:
             self._ended.release()
+
+
+def start_side_thread() -> SideThread | None:
+    """A new side thread, or None where none can be started (a process at its thread
+    limit): the caller then does the work itself, as it would without one."""
+    try:
+        return SideThread()
+    except RuntimeError:  # "can't start new thread"
+        return None

@@ -84,7 +84,7 @@ from .records import (
     RunCheckpoint,
     SessionManifest,
 )
-from .side_thread import SideThread
+from .side_thread import start_side_thread
 
 if TYPE_CHECKING:
     from projections import Retention
@@ -718,7 +718,7 @@ class SessionStore:
         folded = 0
         # hashes the checked prefix while this thread decodes; started before the first
         # read, so it is ready by the time the first piece is
-        side = SideThread() if trusted >= _HASH_ASIDE else None
+        side = start_side_thread() if trusted >= _HASH_ASIDE else None
         piece: tuple[ReadResult, bool] | None = self.engine.read_some(
             sid, f.head.position, _READ_PIECE
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import log_path
@@ -76,3 +77,30 @@ def test_a_prefix_hashed_either_way_proves_the_same_and_catches_an_edit(
     with SessionStore(root) as s, pytest.raises(CorruptLogError):
         s.load_transcript_messages("s")
     assert set(threading.enumerate()) == before
+
+
+def test_a_load_where_no_thread_can_start_hashes_inline(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import _thread
+
+    _fill(root)
+
+    def refuse(*a: object) -> None:
+        raise RuntimeError("can't start new thread")
+
+    trusted: list[int] = []
+    real = store_module.read_lines
+
+    def read_lines(buf: Any, *a: Any, hashes_checked: bool = False, **kw: Any) -> Any:
+        if hashes_checked:
+            trusted.append(len(buf))
+        return real(buf, *a, hashes_checked=hashes_checked, **kw)
+
+    monkeypatch.setattr(store_module, "read_lines", read_lines)
+    monkeypatch.setattr(store_module, "_HASH_ASIDE", 0)
+    monkeypatch.setattr(_thread, "start_new_thread", refuse)
+    with SessionStore(root) as s:
+        got = s.load_transcript_messages("s")
+    assert [m.content.split()[0] for m in got] == [str(i) for i in range(200)]
+    assert sum(trusted) == log_path(root, "s").stat().st_size  # the prefix still served
