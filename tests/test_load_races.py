@@ -126,3 +126,64 @@ def test_a_cache_write_finishing_during_a_compaction_does_not_fail_it(
     with SessionStore(root) as s:
         assert s.compact(SID, force=True).compacted
         assert [m.content for m in s.load_transcript_messages(SID)] == [_text(i) for i in range(50)]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_child_forked_during_a_piecewise_load_can_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread keeps loading cold, in pieces, its checked prefix hashed on a side
+    thread, while the main thread forks: each child loads through the inherited store
+    and a new one, and exits; none hangs on a lock or a queue of the parent's."""
+    import threading
+
+    monkeypatch.setattr(store_module, "_READ_PIECE", 4096)
+    monkeypatch.setattr(store_module, "_HASH_ASIDE", 0)
+    root = tmp_path / "store"
+    with SessionStore(root) as s:
+        for i in range(400):
+            s.append_transcript_messages(SID, [Message(Role.USER, _text(i))])
+    expected = [_text(i) for i in range(400)]
+    stop = threading.Event()
+    shared = SessionStore(root)
+    loads = [0]
+
+    def loader() -> None:
+        while not stop.is_set():
+            with SessionStore(root) as s:  # a new store: a cold load every time
+                assert [m.content for m in s.load_transcript_messages(SID)] == expected
+            loads[0] += 1
+
+    t = threading.Thread(target=loader)
+    t.start()
+    try:
+        for _ in range(10):
+            time.sleep(0.01)
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    with SessionStore(root) as s:
+                        ok = [m.content for m in s.load_transcript_messages(SID)] == expected
+                    ok = (
+                        ok and [m.content for m in shared.load_transcript_messages(SID)] == expected
+                    )
+                    code = 0 if ok else 2
+                finally:
+                    os._exit(code)
+            deadline = time.monotonic() + 20
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                if time.monotonic() > deadline:
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                    pytest.fail("a child forked during a load hung")
+                time.sleep(0.02)
+            assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        stop.set()
+        t.join()
+        shared.close()
+    assert loads[0] > 0
