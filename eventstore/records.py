@@ -142,14 +142,16 @@ class SessionManifest(msgspec.Struct):
 # `content` keeps no default: an old writer's `"content":""` must stay in the line.
 
 
-class TextBlock(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="text"):
+class TextBlock(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="text", gc=False
+):
     """A piece of text in a message's structured content."""
 
     text: str
 
 
 class ThinkingBlock(
-    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="thinking"
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="thinking", gc=False
 ):
     """A model's visible reasoning; `signature` is the provider's opaque seal, if any."""
 
@@ -157,7 +159,9 @@ class ThinkingBlock(
     signature: str | None = None
 
 
-class ImageBlock(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="image"):
+class ImageBlock(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="image", gc=False
+):
     """A reference to an image, not its bytes: `source` is a URL, a path or a content
     hash such as `sha256:<hex>`; `media_type` e.g. `image/png`."""
 
@@ -166,7 +170,7 @@ class ImageBlock(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="typ
 
 
 class ToolUseBlock(
-    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="tool_use"
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="tool_use", gc=False
 ):
     """A tool call: `id` pairs it with its result, `input` holds the JSON arguments."""
 
@@ -176,7 +180,7 @@ class ToolUseBlock(
 
 
 class ToolResultBlock(
-    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="tool_result"
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="tool_result", gc=False
 ):
     """The result of the tool call whose id is `tool_use_id`: text, or text and images."""
 
@@ -195,7 +199,7 @@ def text_of(blocks: list[ContentBlock]) -> str:
     return "\n".join(b.text for b in blocks if type(b) is TextBlock)
 
 
-class Message(msgspec.Struct, frozen=True, omit_defaults=True):
+class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One transcript message. Frozen: transcripts are shared, never edited in place.
 
     `content` is the message's plain text (what a reader that knows only text shows).
@@ -204,6 +208,12 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True):
     references), `created_at` (when the message was written, as opposed to appended)
     and `metadata` (JSON values). Tool calls are `ToolUseBlock`s and tool results
     `ToolResultBlock`s; `tool_calls` and `tool_results` list them.
+
+    Messages and their blocks are not tracked by the cyclic garbage collector (msgspec's
+    `gc=False`): they hold JSON values, so a transcript of thousands of them costs no
+    collection passes when it is loaded (20 % of a cold load of 20,000 messages). The
+    one thing this rules out is a message made to contain itself (through `metadata` or
+    a block's `input`), which would never be freed.
     """
 
     role: Role

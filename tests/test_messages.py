@@ -342,3 +342,31 @@ def test_cli_transcript_shows_tool_calls_and_results(
     doc = msgspec.json.decode(capsys.readouterr().out)
     assert doc[1]["blocks"][2]["name"] == "Bash"
     assert doc[2]["name"] == "Bash"
+
+
+def test_messages_and_blocks_are_not_tracked_by_the_cyclic_gc(tmp_path: Path) -> None:
+    """A loaded transcript adds nothing for the collector to walk (gc=False): a cold
+    load of thousands of messages runs no collection passes over them."""
+    import gc
+
+    from eventstore.records import ImageBlock, TextBlock, ThinkingBlock, ToolResultBlock
+
+    rich = Message(
+        Role.ASSISTANT,
+        "t",
+        blocks=[
+            TextBlock("t"),
+            ThinkingBlock("th"),
+            ImageBlock("sha256:00"),
+            ToolUseBlock("c1", "Bash", {"command": "ls"}),
+            ToolResultBlock("c1", [TextBlock("ok")]),
+        ],
+        metadata={"k": [1, 2]},
+    )
+    with SessionStore(tmp_path / "s") as store:
+        store.append_transcript_messages("s", [Message(Role.USER, "plain"), rich])
+    with SessionStore(tmp_path / "s") as store:
+        loaded = store.load_transcript_messages("s")
+    assert loaded[1] == rich
+    assert not any(gc.is_tracked(m) for m in loaded)
+    assert not any(gc.is_tracked(b) for b in loaded[1].blocks)
