@@ -2,9 +2,6 @@
 
 # no `from __future__ import annotations`: msgspec reads these structs' annotations
 # as objects, not strings to evaluate; that keeps decoder builds on cold loads ~3x cheaper
-from itertools import compress
-from operator import attrgetter, or_
-
 import msgspec
 
 from eventstore.events import Event, MessagesAppended
@@ -16,20 +13,20 @@ __all__ = ["TranscriptProjection", "copy_message"]
 
 _MESSAGE = msgspec.json.Decoder(Message)
 _encode = msgspec.json.Encoder().encode
-_get_blocks = attrgetter("blocks")
-_get_metadata = attrgetter("metadata")
+_replace = msgspec.structs.replace
 
 
 def copy_message(message: Message) -> Message:
-    """`message` itself if nothing in it can change, else a deep copy.
+    """A copy of `message` that the caller owns.
 
-    A message is frozen, but the lists and dicts of a rich one (`blocks`, tool `input`,
-    `metadata`) are not: those are copied, so a caller changing them never changes the
-    store's state. Plain messages (role and text) are shared.
+    A message is frozen, but its `blocks` and `metadata` (and a tool call's `input`)
+    are a list and dicts: a rich message is copied deep, a plain one gets empty ones of
+    its own (its text is shared: strings cannot change), so a caller changing them
+    never changes the store's state, nor another copy.
     """
     if message.blocks or message.metadata:
         return _MESSAGE.decode(_encode(message))
-    return message
+    return _replace(message, blocks=[], metadata={})
 
 
 class TranscriptProjection(StructProjection[list[Message]]):
@@ -51,13 +48,8 @@ class TranscriptProjection(StructProjection[list[Message]]):
         return state
 
     def copy(self, state: list[Message]) -> list[Message]:
-        """A new list of the same messages; the mutable parts of rich ones copied."""
-        out = list(state)
-        # which messages are rich, found by C-level maps: plain ones cost nothing here
-        rich = map(or_, map(bool, map(_get_blocks, out)), map(bool, map(_get_metadata, out)))
-        for i in compress(range(len(out)), rich):
-            out[i] = copy_message(out[i])
-        return out
+        """A new list of copies the caller owns (see `copy_message`)."""
+        return list(map(copy_message, state))
 
     def retain(self, state: list[Message], retention: Retention) -> list[Message]:
         """Keep the newest `retention.messages` messages."""

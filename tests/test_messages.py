@@ -370,3 +370,29 @@ def test_messages_and_blocks_are_not_tracked_by_the_cyclic_gc(tmp_path: Path) ->
     assert loaded[1] == rich
     assert not any(gc.is_tracked(m) for m in loaded)
     assert not any(gc.is_tracked(b) for b in loaded[1].blocks)
+
+
+@pytest.mark.parametrize("page", [{}, {"last": 2}, {"start": 0, "limit": 2}])
+def test_changing_a_loaded_message_never_changes_the_store(
+    tmp_path: Path, page: dict[str, int]
+) -> None:
+    """A message is frozen, but its blocks and metadata are a list and dicts: whatever
+    a caller does to them, plain or rich, the next load returns what the log holds."""
+    from eventstore.records import TextBlock
+
+    plain = Message(Role.USER, "plain")
+    rich = Message(
+        Role.ASSISTANT, "r", blocks=[ToolUseBlock("c", "Bash", {"a": 1})], metadata={"k": 1}
+    )
+    with SessionStore(tmp_path / "s") as store:
+        store.append_transcript_messages("s", [plain, rich])
+        for _ in range(2):  # a cold load, then a warm one
+            got = store.load_transcript_messages("s", **page)
+            assert got == [plain, rich]
+            got[0].blocks.append(TextBlock("injected"))
+            got[0].metadata["x"] = 1
+            got[1].blocks.append(TextBlock("injected"))
+            got[1].blocks[0].input["a"] = 2  # type: ignore[union-attr]
+            got[1].metadata["k"] = 2
+        assert store.load_transcript_messages("s") == [plain, rich]
+        assert store.load_transcript_messages("s", last=2) == [plain, rich]
