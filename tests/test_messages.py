@@ -270,9 +270,14 @@ def test_a_loaded_rich_message_is_the_callers_own_blocks_and_inputs(
     assert store.load_transcript_messages("s") == [_call()]
 
 
-def test_plain_messages_are_shared_not_copied(store: SessionStore) -> None:
-    store.append_transcript_messages("s", [Message(Role.USER, "a")])
-    assert store.load_transcript_messages("s")[0] is store.load_transcript_messages("s")[0]
+def test_a_loaded_plain_message_has_containers_of_its_own_and_shares_its_text(
+    store: SessionStore,
+) -> None:
+    store.append_transcript_messages("s", [Message(Role.USER, "a" * 1000)])
+    one, two = store.load_transcript_messages("s")[0], store.load_transcript_messages("s")[0]
+    assert one == two and one is not two
+    assert one.blocks is not two.blocks and one.metadata is not two.metadata
+    assert one.content is two.content  # a str cannot change: not copied
 
 
 @pytest.mark.parametrize(
