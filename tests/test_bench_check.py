@@ -64,3 +64,15 @@ def test_fsync_floor_prints_every_row_against_the_floor(
     for row in fsync_floor.ROWS:
         assert f"| {row} |" in out
     assert "| grow | " in out and "| 1.00× |" in out
+
+
+def test_ab_cold_prints_a_row_per_size_with_the_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    from pathlib import Path
+
+    from bench import ab_cold
+
+    repo = Path(ab_cold.__file__).resolve().parents[1]
+    assert ab_cold.main([str(repo), "--turns", "10,20", "--runs", "1"]) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if r[:3] in ("| 1", "| 2")]
+    assert [r.split("|")[1].strip() for r in rows] == ["10", "20"]
+    assert all(r.rstrip().endswith("× |") for r in rows)

@@ -1,0 +1,86 @@
+"""Cold loads by two checkouts of eventstore, interleaved in fresh processes.
+
+    python -m bench.ab_cold OLD_CHECKOUT [NEW_CHECKOUT] [--turns 500,2000,10000] [--runs 9]
+                            [--load transcript|bootstrap]
+
+Builds each size's session once (with this checkout's code: the log format is the
+same), then alternates OLD and NEW (NEW defaults to this checkout): each run is a fresh
+interpreter that imports that checkout, opens the store and times the first load (a
+bootstrap load first, as in `python -m bench`, for the transcript). Prints medians and
+minima of each and NEW/OLD: drift on a shared machine hits both alike. For a change's
+effect, check out the commit before it elsewhere (`git worktree add /tmp/old HEAD~1`)
+and pass that path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .workload import Workload, apply_op
+
+SID = "bench-session"
+
+_RUN = """
+import sys, time
+sys.path.insert(0, {src!r})
+from eventstore import SessionStore
+s = SessionStore({root!r}); s.load_bootstrap_state({sid!r}); s.close()
+s = SessionStore({root!r})
+t = time.perf_counter()
+s.{method}({sid!r})
+print(time.perf_counter() - t)
+"""
+
+
+def _build(root: Path, turns: int) -> None:
+    from eventstore import SessionStore
+
+    with SessionStore(root) as store:
+        for op in Workload(turns).ops:
+            apply_op(store, SID, op)
+
+
+def _cold(src: Path, root: Path, method: str) -> float:
+    code = _RUN.format(src=str(src), root=str(root), sid=SID, method=method)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.ab_cold", description=__doc__)
+    ap.add_argument("old", type=Path)
+    ap.add_argument("new", type=Path, nargs="?", default=Path(__file__).resolve().parents[1])
+    ap.add_argument("--turns", default="500,2000,10000")
+    ap.add_argument("--runs", type=int, default=9)
+    ap.add_argument("--load", choices=["transcript", "bootstrap"], default="transcript")
+    a = ap.parse_args(argv)
+    method = f"load_{a.load}_{'messages' if a.load == 'transcript' else 'state'}"
+    print(f"cold {method}, {a.runs} runs each, interleaved; NEW = {a.new}, OLD = {a.old}\n")
+    print("| turns | OLD median ms (min) | NEW median ms (min) | NEW / OLD |")
+    print("|---:|---:|---:|---:|")
+    for turns in (int(t) for t in a.turns.split(",")):
+        tmp = Path(tempfile.mkdtemp(prefix="ab-cold-"))
+        try:
+            _build(tmp / "store", turns)
+            times: dict[str, list[float]] = {"old": [], "new": []}
+            for _ in range(a.runs):
+                for name, src in (("old", a.old), ("new", a.new)):
+                    times[name].append(_cold(src, tmp / "store", method) * 1e3)
+            old, new = (statistics.median(times[k]) for k in ("old", "new"))
+            print(
+                f"| {turns:,} | {old:.2f} ({min(times['old']):.2f}) |"
+                f" {new:.2f} ({min(times['new']):.2f}) | {new / old:.2f}× |"
+            )
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
