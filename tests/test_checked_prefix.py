@@ -113,7 +113,15 @@ def test_an_edit_in_the_vouched_bytes_is_caught(written: Path, where: str) -> No
         s.load_transcript_messages("s")
 
 
-def test_a_flip_of_any_byte_is_caught_or_harmless(written: Path) -> None:
+@pytest.mark.parametrize(
+    "piece", [None, 4096], ids=["one piece", "4 KiB pieces (views, hashed aside)"]
+)
+def test_a_flip_of_any_byte_is_caught_or_harmless(
+    written: Path, monkeypatch: pytest.MonkeyPatch, piece: int | None
+) -> None:
+    if piece is not None:  # pieces cut mid-batch come as views; each hashed on the side
+        monkeypatch.setattr(store_module, "_READ_PIECE", piece)
+        monkeypatch.setattr(store_module, "_HASH_ASIDE", 0)
     log = log_path(written, "s")
     data = log.read_bytes()
     truth = _truth(written)
