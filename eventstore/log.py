@@ -191,6 +191,10 @@ def read_lines(
             fast = _read_regular(buf, decoder, offset, seq, link, False, True)
             if fast is not None:
                 return fast
+            # the same bytes would fail the fast path again: the careful way, once
+            return _read_careful(
+                buf.tobytes(), codec, decoder, where, offset, seq, link, reporter, False, False
+            )
         buf = buf.tobytes()
     end = buf.rfind(b"\n") + 1
     region = buf if end == len(buf) else buf[:end]
