@@ -1,12 +1,16 @@
 """Shared fixtures: a store on tmp_path, every engine (`case`, `url`), the golden logs,
-small record factories."""
+small record factories, and helpers for forked children and LangGraph checkpoints."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,3 +125,33 @@ def case(request: pytest.FixtureRequest) -> EngineCase:
 def url(case: EngineCase, tmp_path: Path) -> str:
     """The URL of a fresh, empty store of `case`'s engine."""
     return case.fresh(tmp_path)
+
+
+def wait_child(pid: int, seconds: float) -> int | None:
+    """The exit code of forked child `pid`, or None if it had not ended after `seconds`
+    (it is then killed): a hung child fails its test instead of hanging the suite."""
+    deadline = time.monotonic() + seconds
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.01)
+
+
+def checkpoint_summary(tup: Any) -> Any:
+    """What a LangGraph CheckpointTuple says, as a comparable value (None for None)."""
+    if tup is None:
+        return None
+    return (
+        tup.config["configurable"],
+        tup.checkpoint["id"],
+        tup.checkpoint["channel_values"],
+        tup.checkpoint["channel_versions"],
+        dict(tup.metadata),
+        tup.parent_config["configurable"] if tup.parent_config else None,
+        tup.pending_writes,
+    )

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import make_entry, make_features, make_manifest
+from conftest import make_entry, make_features, make_manifest, wait_child
 from engines import EngineCase
 
 from eventstore import (
@@ -558,18 +558,10 @@ def test_a_child_forked_while_a_thread_appends_can_append(url: str) -> None:
                         code = 0
                     finally:
                         os._exit(code)
-                deadline = 20.0
-                while deadline > 0:
-                    done, status = os.waitpid(pid, os.WNOHANG)
-                    if done:
-                        break
-                    stop.wait(0.05)
-                    deadline -= 0.05
-                else:
-                    os.kill(pid, 9)
-                    os.waitpid(pid, 0)
+                code = wait_child(pid, 20)
+                if code is None:
                     pytest.fail("the forked child hung on a lock held by a parent thread")
-                assert os.waitstatus_to_exitcode(status) == 0
+                assert code == 0
         finally:
             stop.set()
             t.join()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from conftest import checkpoint_summary
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import CheckpointTuple
@@ -409,20 +410,6 @@ INTS = st.integers(-(2**63), 2**63 - 1)  # what the serializer (msgpack) can hol
 VALUES = st.one_of(INTS, st.text(max_size=5), st.lists(INTS, max_size=3))
 
 
-def _summary(tup: Any) -> Any:
-    if tup is None:
-        return None
-    return (
-        tup.config["configurable"],
-        tup.checkpoint["id"],
-        tup.checkpoint["channel_values"],
-        tup.checkpoint["channel_versions"],
-        {k: v for k, v in tup.metadata.items()},
-        tup.parent_config["configurable"] if tup.parent_config else None,
-        tup.pending_writes,
-    )
-
-
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_base_calls_answer_as_the_in_memory_saver_does(
@@ -468,7 +455,7 @@ def test_base_calls_answer_as_the_in_memory_saver_does(
             thread, ns = data.draw(THREADS), data.draw(NAMESPACES)
             pick = data.draw(st.sampled_from([None, *stored]))
             cfg = pick or {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
-            assert _summary(ours.get_tuple(cfg)) == _summary(ref.get_tuple(cfg))
+            assert checkpoint_summary(ours.get_tuple(cfg)) == checkpoint_summary(ref.get_tuple(cfg))
         elif op == "list":
             thread, ns = data.draw(THREADS), data.draw(NAMESPACES)
             cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
@@ -476,16 +463,16 @@ def test_base_calls_answer_as_the_in_memory_saver_does(
             limit = data.draw(st.one_of(st.none(), st.integers(0, 3)))
             flt = data.draw(st.sampled_from([None, {"source": "loop"}, {"step": 2}]))
             kwargs: Any = {"before": before, "limit": limit, "filter": flt}
-            assert [_summary(t) for t in ours.list(cfg, **kwargs)] == [
-                _summary(t) for t in ref.list(cfg, **kwargs)
+            assert [checkpoint_summary(t) for t in ours.list(cfg, **kwargs)] == [
+                checkpoint_summary(t) for t in ref.list(cfg, **kwargs)
             ]
         elif op == "delete":
             thread = data.draw(THREADS)
             ours.delete_thread(thread)
             ref.delete_thread(thread)
             stored = [c for c in stored if c["configurable"]["thread_id"] != thread]
-    everything = sorted((_summary(t) for t in ours.list(None)), key=repr)
-    assert everything == sorted((_summary(t) for t in ref.list(None)), key=repr)
+    everything = sorted((checkpoint_summary(t) for t in ours.list(None)), key=repr)
+    assert everything == sorted((checkpoint_summary(t) for t in ref.list(None)), key=repr)
 
 
 def test_prune_after_an_archived_compaction_keeps_that_archive(tmp_path: Path) -> None:

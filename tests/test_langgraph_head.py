@@ -19,6 +19,7 @@ from typing import Annotated, Any, TypedDict
 
 import msgspec
 import pytest
+from conftest import checkpoint_summary
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import WRITES_IDX_MAP, empty_checkpoint
@@ -55,20 +56,6 @@ NAMESPACES = ["", "child:1"]
 VALUES = st.one_of(st.integers(-1000, 1000), st.text(max_size=5))
 # a small pool of checkpoint ids, so puts arrive out of order and ids repeat (retries)
 IDS = st.sampled_from([f"1ef{n:03}" for n in range(12)])
-
-
-def _summary(tup: Any) -> Any:
-    if tup is None:
-        return None
-    return (
-        tup.config["configurable"],
-        tup.checkpoint["id"],
-        tup.checkpoint["channel_values"],
-        tup.checkpoint["channel_versions"],
-        dict(tup.metadata),
-        tup.parent_config["configurable"] if tup.parent_config else None,
-        tup.pending_writes,
-    )
 
 
 def _latest(thread: str, ns: str) -> Any:
@@ -290,10 +277,14 @@ def test_reads_answer_as_the_in_memory_saver_does(
         for thread in THREADS:
             for ns in NAMESPACES:
                 cfg = _latest(thread, ns)
-                assert _summary(ours.get_tuple(cfg)) == _summary(driver.ref.get_tuple(cfg))
+                assert checkpoint_summary(ours.get_tuple(cfg)) == checkpoint_summary(
+                    driver.ref.get_tuple(cfg)
+                )
         picked = data.draw(st.sampled_from([None, *driver.stored]))
         if picked is not None:
-            assert _summary(ours.get_tuple(picked)) == _summary(driver.ref.get_tuple(picked))
+            assert checkpoint_summary(ours.get_tuple(picked)) == checkpoint_summary(
+                driver.ref.get_tuple(picked)
+            )
     ours.close()
 
 
@@ -312,8 +303,8 @@ def test_the_head_is_the_full_index_newest_after_any_calls(
         for thread in THREADS:
             _check_heads_against_the_full_index(ours, thread)
             for ns in NAMESPACES:
-                got = _summary(ours.get_tuple(_latest(thread, ns)))
-                assert got == _summary(_full_latest(ours, thread, ns))
+                got = checkpoint_summary(ours.get_tuple(_latest(thread, ns)))
+                assert got == checkpoint_summary(_full_latest(ours, thread, ns))
     ours.close()
 
 
@@ -332,12 +323,12 @@ def test_a_cold_saver_answers_as_the_warm_one_did(
         for _ in range(data.draw(st.integers(1, 25))):
             driver.step(ops)
         cfgs = [_latest(t, ns) for t in THREADS for ns in NAMESPACES] + driver.stored
-        answers = [_summary(warm.get_tuple(c)) for c in cfgs]
-        listed = [_summary(t) for t in warm.list(None)]
+        answers = [checkpoint_summary(warm.get_tuple(c)) for c in cfgs]
+        listed = [checkpoint_summary(t) for t in warm.list(None)]
         warm.close()
         cold = EventStoreSaver(root)
-        assert [_summary(cold.get_tuple(c)) for c in cfgs] == answers
-        assert [_summary(t) for t in cold.list(None)] == listed
+        assert [checkpoint_summary(cold.get_tuple(c)) for c in cfgs] == answers
+        assert [checkpoint_summary(t) for t in cold.list(None)] == listed
         cold.close()
     finally:
         eventstore.store._CACHE_ON_CLOSE_BYTES = old
@@ -394,7 +385,9 @@ def test_a_cold_get_tuple_reads_the_head_cache_not_the_log(
         got = saver.get_tuple(_latest("t", ""))
         assert spy.read == 0  # the cache is at the head: no log byte read
         assert "langgraph" not in saver.store._sessions["langgraph-t"].folds
-        assert _summary(got) == _summary(_full_latest(saver, "t", ""))  # now folded
+        assert checkpoint_summary(got) == checkpoint_summary(
+            _full_latest(saver, "t", "")
+        )  # now folded
         assert got is not None and got.config == last
         assert got.checkpoint["channel_values"]["k"] == "kept"  # a blob from checkpoint 0
         # another append, by another saver: the next cold read folds only that line
@@ -468,7 +461,7 @@ def test_a_new_process_reads_what_this_one_wrote(tmp_path: Path) -> None:
 
 def _cold_answer(root: Path) -> Any:
     with EventStoreSaver(root) as saver:
-        return _summary(saver.get_tuple(_latest("t", "")))
+        return checkpoint_summary(saver.get_tuple(_latest("t", "")))
 
 
 def _damage_cases(cache: Path, other: Path) -> list[tuple[str, bytes]]:
@@ -520,7 +513,7 @@ def test_a_stale_but_genuine_cache_is_caught_up(tmp_path: Path) -> None:
         cp["channel_versions"] = {"v": "2" * 32 + ".1"}
         cp["channel_values"] = {"v": "newest"}
         saver.put(cfg, cp, {"source": "loop", "step": 99}, {"v": "2" * 32 + ".1"})
-        truth = _summary(saver.get_tuple(_latest("t", "")))
+        truth = checkpoint_summary(saver.get_tuple(_latest("t", "")))
     cache.write_bytes(old)  # the cache of the log as it was before that put
     assert _cold_answer(tmp_path) == truth
     assert truth[2] == {"v": "newest"}

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_child
 
 from eventstore import SessionStore
 from eventstore import store as store_module
@@ -171,17 +172,10 @@ def test_a_child_forked_during_a_piecewise_load_can_load(
                     code = 0 if ok else 2
                 finally:
                     os._exit(code)
-            deadline = time.monotonic() + 20
-            while True:
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    break
-                if time.monotonic() > deadline:
-                    os.kill(pid, 9)
-                    os.waitpid(pid, 0)
-                    pytest.fail("a child forked during a load hung")
-                time.sleep(0.02)
-            assert os.waitstatus_to_exitcode(status) == 0
+            code = wait_child(pid, 20)
+            if code is None:
+                pytest.fail("a child forked during a load hung")
+            assert code == 0
     finally:
         stop.set()
         t.join()

@@ -13,7 +13,6 @@ import contextlib
 import errno
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -24,7 +23,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import make_entry, make_features, make_manifest
+from conftest import make_entry, make_features, make_manifest, wait_child
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -415,18 +414,9 @@ def test_item5_a_child_forked_during_an_append_can_append(tmp_path: Path) -> Non
                     code = 0
                 finally:
                     os._exit(code)
-            deadline = time.monotonic() + 10
-            while True:
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    failed += os.waitstatus_to_exitcode(status) != 0
-                    break
-                if time.monotonic() > deadline:
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-                    hung += 1
-                    break
-                time.sleep(0.01)
+            code = wait_child(pid, 10)
+            hung += code is None
+            failed += code is not None and code != 0
     finally:
         stop.set()
         t.join()
