@@ -12,13 +12,21 @@ and never decoded) and stops once it has N messages. If it reaches a compaction
 snapshot first, it takes the missing messages from the end of the snapshot's transcript
 entry, whose byte range the snapshot's `layout` gives, finding message boundaries
 backwards (see `_suffix_messages`), so a compacted transcript of any length costs the
-bytes of the messages returned. It does no I/O of its own: the caller (the store, over
-the engine's `live_view`) passes `read_span(start, end)` over one consistent live log
-whose committed size is `size` (a torn tail lies past `size` and is never read).
+bytes of the messages returned. Every live line whose messages it returns has its `h`
+checked against the link before it (the `h` ending the line before, the snapshot's
+`base_h` right after it, "" at the start of the log), as a fold would check it: a line
+that does not check, or an irregular one before it (a blank line), makes it return
+None, and the caller folds, which checks every line and reports the first that fails.
+(Messages cut from a snapshot's entry are not checked: that needs the whole line
+hashed, the cost the paging avoids; see tests/test_attack_loads.py.) It does no I/O of
+its own: the caller (the store, over the engine's `live_view`) passes
+`read_span(start, end)` over one consistent live log whose committed size is `size` (a
+torn tail lies past `size` and is never read).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -27,7 +35,7 @@ import msgspec
 from projections.transcript import copy_message
 
 from .errors import InvalidRecordError
-from .events import EventCodec, MessagesAppended, SnapshotHead
+from .events import HASH_SUFFIX_LEN, EventCodec, MessagesAppended, SnapshotHead
 from .records import Message
 
 if TYPE_CHECKING:
@@ -125,6 +133,9 @@ def last_messages(
             if line.startswith(_MESSAGES):
                 ev = codec.decode_line(line, offset, where)
                 if type(ev) is MessagesAppended and ev.messages:
+                    link = _link_before(read_span, data, base, offset, floor, snap)
+                    if link is None or not _chained(link, line):
+                        return None  # the fold checks every line and says what is wrong
                     found.append(ev.messages)
                     have += len(ev.messages)
                     if have >= n:
@@ -160,6 +171,46 @@ def _snapshot_header(read_span: SpanReader, size: int) -> SnapshotHead | None:
         return _snapshot_head.decode(buf[:i] + b"}")
     except msgspec.MsgspecError:
         return None
+
+
+def _link_before(
+    read_span: SpanReader,
+    data: bytes,
+    base: int,
+    offset: int,
+    floor: int,
+    snap: SnapshotHead | None,
+) -> str | None:
+    """The link the line at byte `offset` chains to: "" at the start of the log, the
+    opening snapshot's `base_h` right after it, else the `h` ending the line before
+    (`data` holds the log's bytes from `base`). None when the bytes before it do not
+    end with an `h` (a blank line, a damaged line)."""
+    if offset == 0:
+        return ""
+    if snap is not None and offset == floor:
+        return snap.base_h
+    if offset <= HASH_SUFFIX_LEN:
+        return None
+    i = offset - base
+    # the line before ends with `,"h":"` + 16 hex digits + `"}` and its newline
+    end = data[i - 25 : i] if i >= 25 else read_span(offset - 25, offset)
+    if end[:6] != b',"h":"' or end[22:] != b'"}\n':
+        return None
+    try:
+        return end[6:22].decode("ascii")
+    except UnicodeDecodeError:
+        return None
+
+
+def _chained(link: str, line: bytes) -> bool:
+    """Whether `line` (no newline) ends with its `h` and `h` is the hash of the line
+    chained to `link` (see eventstore.events), hashed in place."""
+    if len(line) <= HASH_SUFFIX_LEN or line[-HASH_SUFFIX_LEN:-18] != b',"h":"':
+        return False
+    digest = hashlib.blake2b(link.encode(), digest_size=8)
+    digest.update(memoryview(line)[:-HASH_SUFFIX_LEN])
+    digest.update(b"}")
+    return digest.hexdigest().encode() == line[-18:-2]
 
 
 def _snapshot_tail(read_span: SpanReader, snap: SnapshotHead, k: int) -> list[Message] | None:
