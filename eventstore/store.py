@@ -678,13 +678,17 @@ class SessionStore:
             )
         try:
             folded = self._fold_pieces(sess, proj, f, mark)
-        except Exception as exc:
+        except BaseException as exc:
             if mark is None:
                 raise
-            # nothing folded from bytes the mark did not prove is kept: fold them again,
-            # checking every line (which reports whatever is really wrong)
-            log.debug("eventstore: checked prefix of %r not used: %r", sess.session_id, exc)
+            # nothing folded from bytes the mark did not prove is kept, also when the
+            # load is interrupted (KeyboardInterrupt, a signal handler's exception)
+            # before the piece that proves them: the next load would build on it
             f.state, f.head = proj.initial(), EMPTY_HEAD
+            if not isinstance(exc, Exception):
+                raise
+            # fold them again, checking every line (which reports whatever is wrong)
+            log.debug("eventstore: checked prefix of %r not used: %r", sess.session_id, exc)
             sess.prefix = None
             folded = self._fold_pieces(sess, proj, f, None)
         if folded >= _CACHE_AFTER_FOLD_BYTES and proj.name in self._cached:

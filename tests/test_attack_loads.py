@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import log_path, make_entry
 from engines import EngineCase
 
 from eventstore import SessionStore
+from eventstore import store as store_module
 from eventstore.errors import CorruptLogError
 from eventstore.records import Message, Role
 
@@ -39,6 +41,40 @@ def _edit(log: Path, needle: bytes, start: int = 0) -> None:
     data = log.read_bytes()
     at = data.index(needle, start) + len(needle) - 1
     log.write_bytes(data[:at] + (b"v" if data[at : at + 1] != b"v" else b"x") + data[at + 1 :])
+
+
+class _Interrupted(BaseException):
+    """What a KeyboardInterrupt (or a timeout raised by a signal handler) is: no Exception."""
+
+
+def test_an_interrupt_mid_load_keeps_nothing_folded_from_unproven_bytes(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold load folds the checked prefix's first pieces before their digest is
+    proven (at the piece where the prefix ends). Interrupted in between, the store must
+    not keep that fold: the next load would build on bytes nobody checked."""
+    _fill(root)
+    _edit(log_path(root, SID), b"m3 ")  # in the first piece, inside the vouched bytes
+    monkeypatch.setattr(store_module, "_READ_PIECE", 4096)
+    s = SessionStore(root)
+    real = s.engine.read_some
+    calls = [0]
+
+    def read_some(*a: Any, **kw: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 3:  # the first piece is folded, the prefix not yet proven
+            raise _Interrupted
+        return real(*a, **kw)
+
+    monkeypatch.setattr(s.engine, "read_some", read_some)
+    with pytest.raises(_Interrupted):
+        s.load_transcript_messages(SID)
+    monkeypatch.setattr(s.engine, "read_some", real)
+    try:
+        with pytest.raises(CorruptLogError):
+            s.load_transcript_messages(SID)
+    finally:
+        s.close()
 
 
 # -- cold `last=N` pages (eventstore/transcript_pages.py, last_messages) ----------------
