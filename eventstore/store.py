@@ -952,8 +952,13 @@ class SessionStore:
             if at.position is not None or new.size != len(data):
                 return  # a log this process has not read: nothing to vouch for
             p = sess.prefix = checked_prefix.Prefix()
-        elif p.head is not at and p.head.position != at.position:  # (identity: the hot path)
-            sess.prefix = None  # another writer appended in between
+        elif (
+            p.head is not at and p.head.position != at.position  # (identity: the hot path)
+        ) or new.size != p.size + len(data):
+            # another writer appended in between, or replaced the log (a compaction in
+            # another process leaves the same chain point, so `at` may be this
+            # process's stale head: the batch then follows a snapshot, not the prefix)
+            sess.prefix = None
             return
         p.extend(data, new)
         if p.size - p.saved >= checked_prefix.SAVE_EVERY:

@@ -9,6 +9,7 @@ caller's own.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -149,3 +150,33 @@ def test_a_cold_last_page_never_returns_an_edited_snapshot_message(root: Path) -
         s.load_transcript_messages(SID)  # a fold sees the edit
     with SessionStore(root) as s, pytest.raises(CorruptLogError):
         s.load_transcript_messages(SID, last=2)  # returned "turn 911"
+
+
+# -- the checked prefix a writer keeps (eventstore/store.py, _extend_prefix) ------------
+
+
+def test_a_writer_never_vouches_for_a_log_another_process_compacted(root: Path) -> None:
+    """Another process compacts: the new log's snapshot ends at the same chain point
+    (seq, link) as the writer's stale head, so the writer's next append lands after the
+    snapshot. Its prefix must not grow by that batch (it did, and was saved on close
+    over the compactor's own, a digest of bytes that are not the log's)."""
+    from eventstore import checked_prefix
+    from eventstore.engines.file import _cache_file_name
+
+    writer = SessionStore(root)
+    for i in range(300):
+        writer.append_transcript_messages(SID, [Message(Role.USER, _text(i))])
+    with SessionStore(root) as other:
+        assert other.compact(SID, force=True).compacted
+    writer.append_transcript_messages(SID, [Message(Role.USER, "after")])
+    p = writer._session(SID).prefix
+    log = log_path(root, SID)
+    assert p is None or p.size == log.stat().st_size
+    writer.close()
+    kept = json.loads(
+        (log.parent / _cache_file_name(checked_prefix.NAME)).read_bytes().split(b"\n")[1]
+    )
+    assert kept["sha256"] == hashlib.sha256(log.read_bytes()[: kept["size"]]).hexdigest()
+    with SessionStore(root) as s:
+        got = s.load_transcript_messages(SID)
+    assert [m.content for m in got] == [*(_text(i) for i in range(300)), "after"]
