@@ -894,7 +894,7 @@ class SessionStore:
                 data, stamped, link = self.codec.encode_batch(
                     events, head.seq + 1, head.link, datetime.now(UTC), idempotency_key
                 )
-                batch = _new_batch(
+                batch = EncodedBatch(
                     data,
                     stamped[0].seq,
                     stamped[-1].seq,
@@ -1078,7 +1078,6 @@ def _features(values: object, what: str) -> list[FeatureRecord]:
 
 
 # the hot path's constructors (see eventstore.frozen)
-_new_batch = maker(EncodedBatch)
 _new_result = maker(AppendResult)
 _get_h = attrgetter("h")
 

@@ -438,10 +438,10 @@ def test_wait_sees_a_fast_path_append(root: Path) -> None:
         assert time.monotonic() - t0 < 5.0
 
 
-# -- eventstore.frozen: the hot path's constructors ---------------------------------------
+# -- the hot path's records: msgspec Structs and eventstore.frozen ---------------------------
 
 
-def test_fast_constructors_build_equal_frozen_objects() -> None:
+def test_the_hot_path_records_are_frozen_and_equal_by_place() -> None:
     import dataclasses
 
     from eventstore.engines.base import EncodedBatch, Head
@@ -449,17 +449,32 @@ def test_fast_constructors_build_equal_frozen_objects() -> None:
     from eventstore.frozen import maker
     from eventstore.store import AppendResult
 
-    pos = maker(FilePosition)((1, 2), 10, 3, "l", "h", 1, 12)
-    assert pos == FilePosition((1, 2), 10, 3, "l", "h", 1, 12)
-    assert hash(pos) == hash(FilePosition((1, 2), 10, 3, "l", "h", 1, 12))
-    assert maker(Head)(3, "l", "h", pos, 10, 1) == Head(3, "l", "h", pos, 10, 1)
-    batch = maker(EncodedBatch)(b"x\n", 1, 1, ("h",), "h", None, None)
-    assert batch == EncodedBatch(b"x\n", 1, 1, ("h",), "h")
+    pos = FilePosition((1, 2), 10, 3, "l", "h", 1, 12)
+    # `seen` (the size when read) is not part of the place
+    assert pos == FilePosition((1, 2), 10, 3, "l", "h", 1, 99)
+    assert hash(pos) == hash(FilePosition((1, 2), 10, 3, "l", "h", 1, 99))
+    for other in (
+        FilePosition((1, 3), 10, 3, "l", "h", 1, 12),
+        FilePosition((1, 2), 11, 3, "l", "h", 1, 12),
+        FilePosition((1, 2), 10, 4, "l", "h", 1, 12),
+        FilePosition((1, 2), 10, 3, "m", "h", 1, 12),
+        FilePosition((1, 2), 10, 3, "l", "i", 1, 12),
+        FilePosition((1, 2), 10, 3, "l", "h", 2, 12),
+    ):
+        assert pos != other
+    assert pos != (1, 2) and pos != None  # noqa: E711
+    assert pos.head() == Head(3, "l", "h", pos, 10, 1)
+    assert {pos.head(): 1}[Head(3, "l", "h", pos, 10, 1)] == 1
+    assert EncodedBatch(b"x\n", 1, 1, ("h",), "h").lines() == [b"x"]
+    batch = EncodedBatch(b"x\n", 1, 1, ("h",), "h")
+    for frozen, name in ((pos, "offset"), (pos.head(), "size"), (batch, "link")):
+        with pytest.raises(AttributeError, match="immutable"):
+            setattr(frozen, name, 0)
     assert maker(AppendResult)(1, 2, False) == AppendResult(1, 2)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        pos.offset = 0  # type: ignore[misc]
+        maker(AppendResult)(1, 2, False).first_seq = 0  # type: ignore[misc]
     with pytest.raises(TypeError):
-        maker(Head)(1, 2)
+        maker(AppendResult)(1, 2)
 
     @dataclasses.dataclass(frozen=True)
     class NoSlots:

@@ -111,6 +111,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import msgspec
+
 from ..errors import EventStoreError, UnknownEngineError, UnsupportedError
 
 __all__ = [
@@ -147,15 +149,15 @@ class Position:
 
     Positions compare equal when they name the same place in the same log, which is all
     the face relies on (a cached fold is current when its position equals the head's).
-    Engines subclass it (typically as a frozen dataclass). None, where a position is
-    accepted, means the beginning of the log.
+    Engines subclass it (as a frozen dataclass, or a frozen msgspec Struct where it is
+    built on the append hot path). None, where a position is accepted, means the
+    beginning of the log.
     """
 
     __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Head:
+class Head(msgspec.Struct, frozen=True):
     """The last committed line of a session's live log, and where reading ends.
 
     `seq`: its sequence number (0: the session has no line). `link`: what the next line
@@ -164,6 +166,9 @@ class Head:
     `size`: bytes of committed lines in the live log. `base_seq`: the `seq` of the live
     log's first line (a snapshot's seq after compaction, 1 before; 0 when empty), so the
     live log holds `seq - base_seq + 1` lines: what automatic compaction measures.
+
+    A frozen msgspec Struct, not a dataclass: every append builds one, and a Struct is
+    built about 6x faster than a frozen dataclass.
     """
 
     seq: int = 0
@@ -200,15 +205,15 @@ class HeadMovedError(EventStoreError):
         self.actual = actual
 
 
-@dataclass(frozen=True, slots=True)
-class EncodedBatch:
+class EncodedBatch(msgspec.Struct, frozen=True):
     """One batch of lines, encoded and chained by the face, written by an engine as a unit.
 
     `data`: the lines, each ending in a newline, exactly as they must be stored.
     `first_seq`..`last_seq`: their sequence numbers (contiguous). `hashes`: each line's
     `h`, in order. `link`: what the line after the batch will chain to. `key` and
     `fingerprint`: the idempotency key the batch was appended with (on its first line)
-    and a digest of the request; an engine may store them, never acts on them.
+    and a digest of the request; an engine may store them, never acts on them. A frozen
+    msgspec Struct, like `Head`: every append builds one.
     """
 
     data: bytes

@@ -45,7 +45,6 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -54,7 +53,6 @@ import msgspec
 
 from ..errors import CorruptLogError, EventStoreError, StorageError, UnsafePathError
 from ..events import HASH_SUFFIX_LEN, LineHead, SnapshotHead, damaged_newline
-from ..frozen import maker
 from ..layout import (
     TMP_MARK,
     SessionPaths,
@@ -114,12 +112,16 @@ def _storage_error(path: object, doing: str, exc: OSError) -> Exception:
     return StorageError(f"{path}: {doing} failed: {exc.strerror or exc}", exc.errno)
 
 
-@dataclass(frozen=True, slots=True)
-class FilePosition(Position):
+class FilePosition(msgspec.Struct, Position, frozen=True):
     """Where a read of one log file ended: the file (device, inode), the byte after the
     last complete batch, and that batch's last line (seq, link, `h`: the `h` proves the
     file is still the one read, even if its inode number was reused). `seen`: the size
-    of the file when read (a torn tail included), which `wait` compares against."""
+    of the file when read (a torn tail included), which `wait` compares against; it is
+    not part of the place, so positions that differ only in it are equal.
+
+    A frozen msgspec Struct (every append builds one, about 6x faster than a frozen
+    dataclass).
+    """
 
     ident: tuple[int, int]
     offset: int
@@ -127,17 +129,26 @@ class FilePosition(Position):
     link: str
     h: str
     base_seq: int
-    seen: int = field(default=0, compare=False)
+    seen: int = 0
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not FilePosition:
+            return NotImplemented
+        return (
+            self.offset == other.offset
+            and self.ident == other.ident
+            and self.h == other.h
+            and self.seq == other.seq
+            and self.link == other.link
+            and self.base_seq == other.base_seq
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.ident, self.offset, self.seq, self.link, self.h, self.base_seq))
 
     def head(self) -> Head:
         """The head this position is just after."""
-        return _new_head(self.seq, self.link, self.h, self, self.offset, self.base_seq)
-
-
-# the hot path's constructors (eventstore.frozen: ~4 us less per append than calling
-# the frozen dataclasses)
-_new_head = maker(Head)
-_new_position = maker(FilePosition)
+        return Head(self.seq, self.link, self.h, self, self.offset, self.base_seq)
 
 
 def _head_at(ident: tuple[int, int], offset: int, line: LineHead, base_seq: int, seen: int) -> Head:
@@ -698,7 +709,7 @@ class FileEngine(Engine):
         ident = pos.ident if pos is not None else _ident(fd)  # type: ignore[attr-defined]
         size = start + len(batch.data)
         base = head.base_seq or batch.first_seq
-        new = _new_position(
+        new = FilePosition(
             ident, size, batch.last_seq, batch.link, batch.hashes[-1], base, size
         ).head()
         sess.known = new
