@@ -147,7 +147,7 @@ class _Session:
     the checked prefix of its live log this process can vouch for (engines with a
     cache only; see eventstore.checked_prefix)."""
 
-    __slots__ = ("auto_floor", "folds", "head", "lock", "prefix", "session_id")
+    __slots__ = ("auto_floor", "checked_snapshots", "folds", "head", "lock", "prefix", "session_id")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
@@ -155,6 +155,8 @@ class _Session:
         self.folds: dict[str, _Fold] = {}
         self.head: Head | None = None  # the newest head this process saw (may be stale)
         self.prefix: checked_prefix.Prefix | None = None
+        # the `h` of snapshot lines a cold page checked whole (eventstore.transcript_pages)
+        self.checked_snapshots: set[bytes] = set()
         # after an automatic compaction skipped as not shrinking: the live log it read
         # (its first seq) and twice its size, below which it is not tried again
         self.auto_floor = (0, 0)
@@ -661,7 +663,14 @@ class SessionStore:
         with self.engine.live_view(sess.session_id) as view:
             if view is None:
                 return None
-            return last_messages(view.read_span, view.head.size, n, self.codec, view.where)
+            return last_messages(
+                view.read_span,
+                view.head.size,
+                n,
+                self.codec,
+                view.where,
+                sess.checked_snapshots,
+            )
 
     def _catch_up(self, sess: _Session, proj: Projection[S]) -> S:
         """Fold what was appended since the cached head (the log may have been replaced)."""

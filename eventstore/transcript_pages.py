@@ -93,12 +93,21 @@ def transcript_page(
 
 
 def last_messages(
-    read_span: SpanReader, size: int, n: int, codec: EventCodec, where: object = None
+    read_span: SpanReader,
+    size: int,
+    n: int,
+    codec: EventCodec,
+    where: object = None,
+    checked_snapshots: set[bytes] | None = None,
 ) -> list[Message] | None:
     """The newest `n` messages of the log, oldest first; None if the log opens with a
-    snapshot whose transcript this reader cannot slice (the caller folds instead).
+    snapshot whose transcript this reader cannot slice, or any line it would return
+    fails its hash check (the caller folds instead, which says what is wrong).
 
     `where` names the log in errors (a bad line raises CorruptLogError, as a fold would).
+    Messages cut from an opening snapshot's entry are returned only once the whole
+    snapshot line checks; `checked_snapshots` holds the `h` of snapshot lines a caller
+    has checked whole before (this call adds to it), so only its first page pays that.
     """
     if n <= 0 or size <= 0:
         return []
@@ -145,6 +154,15 @@ def last_messages(
         older = _snapshot_tail(read_span, snap, n - have)
         if older is None:
             return None
+        h = read_span(snap.length - 18, snap.length - 2)  # the line's `h`
+        if checked_snapshots is None or h not in checked_snapshots:
+            # the entry's bytes are a slice of one line, whose hash covers it whole
+            if not _chained(snap.base_h, read_span(0, snap.length)):
+                return None
+            if checked_snapshots is not None:
+                if len(checked_snapshots) >= 8:  # older snapshots: replaced by compaction
+                    checked_snapshots.clear()
+                checked_snapshots.add(h)
         found.append(older)
     return _newest(found, n)
 

@@ -137,12 +137,6 @@ def test_a_cold_last_page_of_an_intact_log_equals_the_fold(
             assert s.load_transcript_messages(SID, last=n) == full[-n:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not fixed: a cold last=N page cuts messages from a snapshot's transcript entry"
-    " without hashing the snapshot line (the read budget test_paging.py::"
-    "test_a_compacted_log_is_paged_from_the_snapshot_without_reading_it_all pins forbids it)",
-)
 def test_a_cold_last_page_never_returns_an_edited_snapshot_message(root: Path) -> None:
     with SessionStore(root) as s:
         for i in range(12):
