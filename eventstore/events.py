@@ -38,6 +38,7 @@ __all__ = [
     "LineHead",
     "ManifestSet",
     "MessagesAppended",
+    "NotAsStoredError",
     "ProgressAppended",
     "Snapshot",
     "SnapshotHead",
@@ -200,6 +201,13 @@ _T = TypeVar("_T")
 _json_encoder = msgspec.json.Encoder()
 _blake2b = hashlib.blake2b
 _replace = msgspec.structs.replace
+_decode = msgspec.json.decode
+
+
+class NotAsStoredError(InvalidRecordError):
+    """An event given to `EventCodec.encode_batch(check=True)` would not read back equal
+    (or cannot be encoded). The store runs `validated_copy` on its records, which names
+    the field, and raises that instead."""
 
 
 def validated_copy(value: object, cls: type[_T], what: str) -> _T:
@@ -426,9 +434,23 @@ class EventCodec:
         return validated_copy(event, type(event), f"{tag} event")
 
     def encode_batch(
-        self, events: Sequence[Event], first_seq: int, link: str, ts: datetime, key: str | None
+        self,
+        events: Sequence[Event],
+        first_seq: int,
+        link: str,
+        ts: datetime,
+        key: str | None,
+        *,
+        check: bool = False,
     ) -> tuple[bytes, list[Event], str]:
-        """Stamp `events` as one batch and encode it; returns (bytes, stamped, new link)."""
+        """Stamp `events` as one batch and encode it; returns (bytes, stamped, new link).
+
+        `check`: the events are the caller's, unvalidated; each stamped event returned is
+        then decoded from its own line (a private copy, as it reads back), and
+        `NotAsStoredError` is raised, before anything is returned, if one would not read
+        back equal or cannot be encoded. `validated_copy` of each record finds the same,
+        and names the field.
+        """
         # the append hot path: each event encoded once, its hash over the encoded body
         # (h omitted, see `line_hash`), the line's bytes joined once at the end
         parts: list[bytes] = []
@@ -445,7 +467,19 @@ class EventCodec:
                 v=type(ev).VERSION,
                 h="",
             )
-            body = encode(ev)
+            if check:
+                # one round trip of the whole event does what validated_copy does per
+                # record (a record would read back equal iff the event holding it does)
+                try:
+                    body = encode(ev)
+                    copy = _decode(body, type=type(ev))
+                except (msgspec.MsgspecError, TypeError, UnicodeEncodeError) as exc:
+                    raise NotAsStoredError(str(exc)) from exc
+                if copy != ev:
+                    raise NotAsStoredError(f"{type(ev).__name__} would not read back equal")
+                ev = copy
+            else:
+                body = encode(ev)
             digest = _blake2b(link.encode(), digest_size=8)
             digest.update(body)
             h = digest.hexdigest()

@@ -65,6 +65,7 @@ from .events import (
     FeaturePassUpdated,
     ManifestSet,
     MessagesAppended,
+    NotAsStoredError,
     ProgressAppended,
     Snapshot,
     UnknownEvent,
@@ -377,6 +378,13 @@ class SessionStore:
         self, session_id: str, entry: ProgressEntry, *, idempotency_key: str | None = None
     ) -> AppendResult:
         """Append a progress note."""
+        if type(entry) is ProgressEntry and idempotency_key is None:
+            return self._write_events(
+                session_id,
+                [ProgressAppended(entry=entry)],
+                None,
+                lambda: validated_copy(entry, ProgressEntry, "entry"),
+            )
         ev = ProgressAppended(entry=validated_copy(entry, ProgressEntry, "entry"))
         return self._write_events(session_id, [ev], idempotency_key)
 
@@ -419,6 +427,13 @@ class SessionStore:
         self, session_id: str, checkpoint: RunCheckpoint, *, idempotency_key: str | None = None
     ) -> AppendResult:
         """Append a run checkpoint."""
+        if type(checkpoint) is RunCheckpoint and idempotency_key is None:
+            return self._write_events(
+                session_id,
+                [CheckpointRecorded(checkpoint=checkpoint)],
+                None,
+                lambda: validated_copy(checkpoint, RunCheckpoint, "checkpoint"),
+            )
         ev = CheckpointRecorded(checkpoint=validated_copy(checkpoint, RunCheckpoint, "checkpoint"))
         return self._write_events(session_id, [ev], idempotency_key)
 
@@ -451,6 +466,14 @@ class SessionStore:
         idempotency_key: str | None = None,
     ) -> AppendResult:
         """Append messages as one atomic event (all or none after a crash)."""
+        given = _exactly(messages, Message)
+        if given is not None and idempotency_key is None:
+            return self._write_events(
+                session_id,
+                [MessagesAppended(messages=given)],
+                None,
+                lambda: _records(messages, Message, "messages"),
+            )
         ev = MessagesAppended(messages=_records(messages, Message, "messages"))
         return self._write_events(session_id, [ev], idempotency_key)
 
@@ -813,10 +836,19 @@ class SessionStore:
         return folded
 
     def _write_events(
-        self, session_id: str, events: list[Event], idempotency_key: str | None
+        self,
+        session_id: str,
+        events: list[Event],
+        idempotency_key: str | None,
+        recheck: Callable[[], object] | None = None,
     ) -> AppendResult:
-        """Append `events`, which need no validation against the session's state."""
-        result = self._write(session_id, lambda h, s: events, idempotency_key, (), events)
+        """Append `events`, which need no validation against the session's state.
+
+        `recheck`: the events hold the caller's records, unvalidated (the hot path: no
+        key); they are validated and copied by one round trip as they are encoded, and
+        if that fails `recheck` validates the records one by one, which raises the
+        error that names the field."""
+        result = self._write(session_id, lambda h, s: events, idempotency_key, (), events, recheck)
         assert result is not None
         return result
 
@@ -843,6 +875,7 @@ class SessionStore:
         idempotency_key: str | None,
         needs: tuple[Projection[Any], ...] = (),
         request: list[Event] | None = None,
+        recheck: Callable[[], object] | None = None,
     ) -> AppendResult | None:
         """The one write path: fold what `build` needs, build (validate), append against
         the head those folds reached; on a moved head, catch up and do it again.
@@ -900,9 +933,19 @@ class SessionStore:
                     continue
                 if not events:
                     return None
-                data, stamped, link = self.codec.encode_batch(
-                    events, head.seq + 1, head.link, datetime.now(UTC), idempotency_key
-                )
+                try:
+                    data, stamped, link = self.codec.encode_batch(
+                        events,
+                        head.seq + 1,
+                        head.link,
+                        datetime.now(UTC),
+                        idempotency_key,
+                        check=recheck is not None,
+                    )
+                except NotAsStoredError:
+                    assert recheck is not None
+                    recheck()  # raises the InvalidRecordError that names the field
+                    raise
                 batch = EncodedBatch(
                     data,
                     stamped[0].seq,
@@ -1089,6 +1132,17 @@ def _features(values: object, what: str) -> list[FeatureRecord]:
 # the hot path's constructors (see eventstore.frozen)
 _new_result = maker(AppendResult)
 _get_h = attrgetter("h")
+
+
+def _exactly(values: object, cls: type[T]) -> list[T] | None:
+    """`values` as a new list when it is a list or tuple of exactly `cls` instances (no
+    subclass), else None: the records the hot path validates as it encodes them."""
+    if type(values) is not list and type(values) is not tuple:
+        return None
+    for v in values:
+        if type(v) is not cls:
+            return None
+    return list(values)
 
 
 def _records(values: object, cls: type[T], what: str) -> list[T]:
