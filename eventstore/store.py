@@ -882,18 +882,17 @@ class SessionStore:
 
         `request`: the events the caller asked for, whose fingerprint a reused
         idempotency key must match (IdempotencyConflictError otherwise)."""
-        if idempotency_key is not None and (
-            not isinstance(idempotency_key, str) or not idempotency_key
-        ):
-            raise InvalidRecordError("idempotency_key must be a non-empty str")
-        if idempotency_key is not None and not idempotency_key.isascii():
-            try:
-                idempotency_key.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidRecordError(
-                    f"idempotency_key {idempotency_key!r} is not encodable as UTF-8"
-                    " (lone surrogate)"
-                ) from None
+        if idempotency_key is not None:
+            if not isinstance(idempotency_key, str) or not idempotency_key:
+                raise InvalidRecordError("idempotency_key must be a non-empty str")
+            if not idempotency_key.isascii():
+                try:
+                    idempotency_key.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise InvalidRecordError(
+                        f"idempotency_key {idempotency_key!r} is not encodable as UTF-8"
+                        " (lone surrogate)"
+                    ) from None
         sess = self._session(session_id)
         wanted = (self.idempotency, *needs) if idempotency_key is not None else needs
         with sess.lock:
@@ -965,7 +964,8 @@ class SessionStore:
                     continue
                 break
             for name, f in sess.folds.items():
-                if f.head.position == head.position and f.head.seq == head.seq:
+                fh = f.head  # (identity first: a fold this store left at its own head)
+                if fh is head or (fh.seq == head.seq and fh.position == head.position):
                     f.state = fold(self._projections[name], f.state, stamped)
                     f.head = new
             sess.head = new

@@ -646,7 +646,7 @@ class FileEngine(Engine):
         descriptors, and the head this process left when the log's size is still the
         size it left (the generation check in `_acquire` proved it is the same file).
         """
-        sess = self._session(session_id)
+        sess = self._sessions.get(session_id) or self._session(session_id)
         with sess.lock:
             self._acquire(sess, True)
             try:
@@ -691,7 +691,7 @@ class FileEngine(Engine):
                 fd = -1
             except OSError as exc:
                 raise _storage_error(paths.log, "recovering the tail", exc) from exc
-        if not head.same_chain_point(expected):
+        if head.seq != expected.seq or head.link != expected.link:  # not same_chain_point
             sess.known = head if head.position is not None else None
             raise HeadMovedError(str(paths.log), expected, head)
         created = fd < 0
@@ -709,10 +709,15 @@ class FileEngine(Engine):
         ident = pos.ident if pos is not None else _ident(fd)  # type: ignore[attr-defined]
         size = start + len(batch.data)
         base = head.base_seq or batch.first_seq
-        new = FilePosition(
-            ident, size, batch.last_seq, batch.link, batch.hashes[-1], base, size
-        ).head()
-        sess.known = new
+        h = batch.hashes[-1]
+        sess.known = new = Head(
+            batch.last_seq,
+            batch.link,
+            h,
+            FilePosition(ident, size, batch.last_seq, batch.link, h, base, size),
+            size,
+            base,
+        )
         return new
 
     def _create(self, sess: _Session) -> tuple[int, Head]:
