@@ -1,12 +1,14 @@
-"""Cold loads by two checkouts of eventstore, interleaved in fresh processes.
+"""Cold loads (or appends) by two checkouts of eventstore, interleaved in fresh processes.
 
     python -m bench.ab_cold OLD_CHECKOUT [NEW_CHECKOUT] [--turns 500,2000,10000] [--runs 9]
-                            [--load transcript|bootstrap]
+                            [--load transcript|bootstrap|appends]
 
 Builds each size's session once (with this checkout's code: the log format is the
 same), then alternates OLD and NEW (NEW defaults to this checkout): each run is a fresh
 interpreter that imports that checkout, opens the store and times the first load (a
-bootstrap load first, as in `python -m bench`, for the transcript). Prints medians and
+bootstrap load first, as in `python -m bench`, for the transcript). `--load appends`
+builds nothing: each run writes the whole reference workload of that size into a new
+store (flush durability) and reports microseconds per operation. Prints medians and
 minima of each and NEW/OLD: drift on a shared machine hits both alike. For a change's
 effect, check out the commit before it elsewhere (`git worktree add /tmp/old HEAD~1`)
 and pass that path.
@@ -37,6 +39,19 @@ s.{method}({sid!r})
 print(time.perf_counter() - t)
 """
 
+_APPENDS = """
+import sys, tempfile, time
+sys.path.insert(0, {src!r})
+from eventstore import SessionStore
+from bench.workload import Workload, apply_op
+ops = Workload({turns}).ops
+with tempfile.TemporaryDirectory() as root, SessionStore(root) as s:
+    t = time.perf_counter()
+    for op in ops:
+        apply_op(s, {sid!r}, op)
+    print((time.perf_counter() - t) / len(ops) * 1e3)
+"""
+
 
 def _build(root: Path, turns: int) -> None:
     from eventstore import SessionStore
@@ -47,7 +62,10 @@ def _build(root: Path, turns: int) -> None:
 
 
 def _cold(src: Path, root: Path, method: str) -> float:
-    code = _RUN.format(src=str(src), root=str(root), sid=SID, method=method)
+    if method == "appends":  # root's name is the size
+        code = _APPENDS.format(src=str(src), turns=int(root.name), sid=SID)
+    else:
+        code = _RUN.format(src=str(src), root=str(root), sid=SID, method=method)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(out.stdout)
 
@@ -58,20 +76,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("new", type=Path, nargs="?", default=Path(__file__).resolve().parents[1])
     ap.add_argument("--turns", default="500,2000,10000")
     ap.add_argument("--runs", type=int, default=9)
-    ap.add_argument("--load", choices=["transcript", "bootstrap"], default="transcript")
+    ap.add_argument("--load", choices=["transcript", "bootstrap", "appends"], default="transcript")
     a = ap.parse_args(argv)
-    method = f"load_{a.load}_{'messages' if a.load == 'transcript' else 'state'}"
-    print(f"cold {method}, {a.runs} runs each, interleaved; NEW = {a.new}, OLD = {a.old}\n")
-    print("| turns | OLD median ms (min) | NEW median ms (min) | NEW / OLD |")
+    if a.load == "appends":
+        method, unit = "appends", "us per op"
+        print(f"appends, {a.runs} runs each, interleaved; NEW = {a.new}, OLD = {a.old}\n")
+    else:
+        method = f"load_{a.load}_{'messages' if a.load == 'transcript' else 'state'}"
+        unit = "ms"
+        print(f"cold {method}, {a.runs} runs each, interleaved; NEW = {a.new}, OLD = {a.old}\n")
+    print(f"| turns | OLD median {unit} (min) | NEW median {unit} (min) | NEW / OLD |")
     print("|---:|---:|---:|---:|")
     for turns in (int(t) for t in a.turns.split(",")):
         tmp = Path(tempfile.mkdtemp(prefix="ab-cold-"))
         try:
-            _build(tmp / "store", turns)
+            root = tmp / str(turns)
+            if method != "appends":
+                _build(root, turns)
             times: dict[str, list[float]] = {"old": [], "new": []}
             for _ in range(a.runs):
                 for name, src in (("old", a.old), ("new", a.new)):
-                    times[name].append(_cold(src, tmp / "store", method) * 1e3)
+                    times[name].append(_cold(src, root, method) * 1e3)
             old, new = (statistics.median(times[k]) for k in ("old", "new"))
             print(
                 f"| {turns:,} | {old:.2f} ({min(times['old']):.2f}) |"

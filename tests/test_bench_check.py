@@ -76,3 +76,17 @@ def test_ab_cold_prints_a_row_per_size_with_the_ratio(capsys: pytest.CaptureFixt
     rows = [r for r in capsys.readouterr().out.splitlines() if r[:3] in ("| 1", "| 2")]
     assert [r.split("|")[1].strip() for r in rows] == ["10", "20"]
     assert all(r.rstrip().endswith("× |") for r in rows)
+
+
+def test_ab_cold_times_appends_per_op(capsys: pytest.CaptureFixture[str]) -> None:
+    from pathlib import Path
+
+    from bench import ab_cold
+
+    repo = Path(ab_cold.__file__).resolve().parents[1]
+    assert ab_cold.main([str(repo), "--turns", "10", "--runs", "1", "--load", "appends"]) == 0
+    out = capsys.readouterr().out
+    assert "us per op" in out
+    row = next(r for r in out.splitlines() if r.startswith("| 10 |"))
+    old, new = (float(c.split()[0]) for c in row.split("|")[2:4])
+    assert old > 0 and new > 0 and row.rstrip().endswith("× |")
