@@ -102,8 +102,12 @@ class CheckpointRecorded(Event, tag="checkpoint_recorded", kw_only=True):
     checkpoint: RunCheckpoint
 
 
-class MessagesAppended(Event, tag="messages_appended", kw_only=True):
-    """`append_transcript_messages`: the whole list in one event, so it is atomic."""
+class MessagesAppended(Event, tag="messages_appended", kw_only=True, gc=False):
+    """`append_transcript_messages`: the whole list in one event, so it is atomic.
+
+    Not tracked by the cyclic garbage collector (`gc=False`, like `Message`): a cold
+    load decodes one per turn, and each tracked one brought collection passes nearer.
+    """
 
     messages: list[Message]
 

@@ -375,6 +375,12 @@ def test_messages_and_blocks_are_not_tracked_by_the_cyclic_gc(tmp_path: Path) ->
     assert loaded[1] == rich
     assert not any(gc.is_tracked(m) for m in loaded)
     assert not any(gc.is_tracked(b) for b in loaded[1].blocks)
+    # nor do the events a load decodes them from
+    from eventstore.events import EventCodec, MessagesAppended
+
+    line = msgspec.json.encode(MessagesAppended(messages=[rich], seq=1, h="0" * 16))
+    (ev,) = EventCodec().decoder(frozenset({"messages_appended"})).decode_lines(line + b"\n")
+    assert type(ev) is MessagesAppended and not gc.is_tracked(ev)
 
 
 @pytest.mark.parametrize("page", [{}, {"last": 2}, {"start": 0, "limit": 2}])
