@@ -45,6 +45,7 @@ __all__ = [
     "UnknownEvent",
     "Upcaster",
     "event_tag",
+    "hash_checks",
     "line_hash",
 ]
 
@@ -266,6 +267,17 @@ def event_tag(cls: type[Event]) -> str:
     if not isinstance(tag, str):
         raise InvalidRecordError(f"{cls.__name__} has no string tag; define it with tag='...'")
     return tag
+
+
+def hash_checks(link: bytes, line: bytes | memoryview, h: str) -> bool:
+    """Whether `line` (no newline) ends with its `h` field and `h` chains it to `link`:
+    the `line_hash` of its body, hashed in place (a long snapshot line is not copied)."""
+    if line[-HASH_SUFFIX_LEN:-18] != b',"h":"':
+        return False
+    digest = _blake2b(link, digest_size=8)
+    digest.update(memoryview(line)[:-HASH_SUFFIX_LEN])
+    digest.update(b"}")
+    return digest.hexdigest() == h
 
 
 def line_hash(link: str, body: bytes) -> str:

@@ -42,6 +42,7 @@ from .events import (
     Snapshot,
     UnknownEvent,
     damaged_newline,
+    hash_checks,
     line_hash,
     link_of,
     split_hash,
@@ -283,12 +284,12 @@ def _chain_checks(lines: list[bytes], events: list[Event], first: int, link: str
     hs = list(map(_get_h, events))
     if first:
         prev = events[0].base_h.encode()  # type: ignore[attr-defined]
-        if not _hash_checks(prev, lines[0], hs[0]):
+        if not hash_checks(prev, lines[0], hs[0]):
             return False
     else:
         prev = link.encode()
     for line, h in zip(lines[first:], hs[first:], strict=True):
-        # inlined _hash_checks: this loop is the cost of checking on every load
+        # inlined hash_checks: this loop is the cost of checking on every load
         if line[-24:-18] != b',"h":"':
             return False
         digest = _blake2b(prev, digest_size=8)
@@ -298,16 +299,6 @@ def _chain_checks(lines: list[bytes], events: list[Event], first: int, link: str
             return False
         prev = line[-18:-2]
     return True
-
-
-def _hash_checks(link: bytes, line: bytes, h: str) -> bool:
-    """Whether `line` ends with its `h` field and `h` chains it to `link`."""
-    if line[-24:-18] != b',"h":"':
-        return False
-    digest = _blake2b(link, digest_size=8)
-    digest.update(memoryview(line)[:-24])
-    digest.update(b"}")
-    return digest.hexdigest() == h
 
 
 def _read_careful(

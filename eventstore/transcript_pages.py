@@ -17,8 +17,8 @@ checked against the link before it (the `h` ending the line before, the snapshot
 `base_h` right after it, "" at the start of the log), as a fold would check it: a line
 that does not check, or an irregular one before it (a blank line), makes it return
 None, and the caller folds, which checks every line and reports the first that fails.
-(Messages cut from a snapshot's entry are not checked: that needs the whole line
-hashed, the cost the paging avoids; see tests/test_attack_loads.py.) It does no I/O of
+Messages cut from a snapshot's entry are returned once the whole snapshot line checks
+(the one read of it whole; the caller remembers lines it checked). It does no I/O of
 its own: the caller (the store, over the engine's `live_view`) passes
 `read_span(start, end)` over one consistent live log whose committed size is `size` (a
 torn tail lies past `size` and is never read).
@@ -26,7 +26,6 @@ torn tail lies past `size` and is never read).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -35,7 +34,7 @@ import msgspec
 from projections.transcript import copy_message
 
 from .errors import InvalidRecordError
-from .events import HASH_SUFFIX_LEN, EventCodec, MessagesAppended, SnapshotHead
+from .events import HASH_SUFFIX_LEN, EventCodec, MessagesAppended, SnapshotHead, hash_checks
 from .records import Message
 
 if TYPE_CHECKING:
@@ -143,7 +142,9 @@ def last_messages(
                 ev = codec.decode_line(line, offset, where)
                 if type(ev) is MessagesAppended and ev.messages:
                     link = _link_before(read_span, data, base, offset, floor, snap)
-                    if link is None or not _chained(link, line):
+                    if link is None or not hash_checks(
+                        link.encode(), line, line[-18:-2].decode("ascii", "replace")
+                    ):
                         return None  # the fold checks every line and says what is wrong
                     found.append(ev.messages)
                     have += len(ev.messages)
@@ -157,7 +158,9 @@ def last_messages(
         h = read_span(snap.length - 18, snap.length - 2)  # the line's `h`
         if checked_snapshots is None or h not in checked_snapshots:
             # the entry's bytes are a slice of one line, whose hash covers it whole
-            if not _chained(snap.base_h, read_span(0, snap.length)):
+            if not hash_checks(
+                snap.base_h.encode(), read_span(0, snap.length), h.decode("ascii", "replace")
+            ):
                 return None
             if checked_snapshots is not None:
                 if len(checked_snapshots) >= 8:  # older snapshots: replaced by compaction
@@ -218,17 +221,6 @@ def _link_before(
         return end[6:22].decode("ascii")
     except UnicodeDecodeError:
         return None
-
-
-def _chained(link: str, line: bytes) -> bool:
-    """Whether `line` (no newline) ends with its `h` and `h` is the hash of the line
-    chained to `link` (see eventstore.events), hashed in place."""
-    if len(line) <= HASH_SUFFIX_LEN or line[-HASH_SUFFIX_LEN:-18] != b',"h":"':
-        return False
-    digest = hashlib.blake2b(link.encode(), digest_size=8)
-    digest.update(memoryview(line)[:-HASH_SUFFIX_LEN])
-    digest.update(b"}")
-    return digest.hexdigest().encode() == line[-18:-2]
 
 
 def _snapshot_tail(read_span: SpanReader, snap: SnapshotHead, k: int) -> list[Message] | None:
