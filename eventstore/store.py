@@ -378,15 +378,13 @@ class SessionStore:
         self, session_id: str, entry: ProgressEntry, *, idempotency_key: str | None = None
     ) -> AppendResult:
         """Append a progress note."""
-        if type(entry) is ProgressEntry and idempotency_key is None:
-            return self._write_events(
-                session_id,
-                [ProgressAppended(entry=entry)],
-                None,
-                lambda: validated_copy(entry, ProgressEntry, "entry"),
-            )
-        ev = ProgressAppended(entry=validated_copy(entry, ProgressEntry, "entry"))
-        return self._write_events(session_id, [ev], idempotency_key)
+        return self._write_records(
+            session_id,
+            lambda e: ProgressAppended(entry=e),
+            entry if type(entry) is ProgressEntry else None,
+            lambda: validated_copy(entry, ProgressEntry, "entry"),
+            idempotency_key,
+        )
 
     def replace_feature_list(
         self,
@@ -427,15 +425,13 @@ class SessionStore:
         self, session_id: str, checkpoint: RunCheckpoint, *, idempotency_key: str | None = None
     ) -> AppendResult:
         """Append a run checkpoint."""
-        if type(checkpoint) is RunCheckpoint and idempotency_key is None:
-            return self._write_events(
-                session_id,
-                [CheckpointRecorded(checkpoint=checkpoint)],
-                None,
-                lambda: validated_copy(checkpoint, RunCheckpoint, "checkpoint"),
-            )
-        ev = CheckpointRecorded(checkpoint=validated_copy(checkpoint, RunCheckpoint, "checkpoint"))
-        return self._write_events(session_id, [ev], idempotency_key)
+        return self._write_records(
+            session_id,
+            lambda c: CheckpointRecorded(checkpoint=c),
+            checkpoint if type(checkpoint) is RunCheckpoint else None,
+            lambda: validated_copy(checkpoint, RunCheckpoint, "checkpoint"),
+            idempotency_key,
+        )
 
     def load_transcript_messages(
         self,
@@ -466,16 +462,13 @@ class SessionStore:
         idempotency_key: str | None = None,
     ) -> AppendResult:
         """Append messages as one atomic event (all or none after a crash)."""
-        given = _exactly(messages, Message)
-        if given is not None and idempotency_key is None:
-            return self._write_events(
-                session_id,
-                [MessagesAppended(messages=given)],
-                None,
-                lambda: _records(messages, Message, "messages"),
-            )
-        ev = MessagesAppended(messages=_records(messages, Message, "messages"))
-        return self._write_events(session_id, [ev], idempotency_key)
+        return self._write_records(
+            session_id,
+            lambda ms: MessagesAppended(messages=ms),
+            _exactly(messages, Message),
+            lambda: _records(messages, Message, "messages"),
+            idempotency_key,
+        )
 
     # -- the lower-level API ----------------------------------------------------------
 
@@ -835,6 +828,25 @@ class SessionStore:
             sess.prefix = grow
         return folded
 
+    def _write_records(
+        self,
+        session_id: str,
+        event: Callable[[Any], Event],
+        given: object | None,
+        validate: Callable[[], Any],
+        idempotency_key: str | None,
+    ) -> AppendResult:
+        """Append `event(records)`: the caller's records as `given` (None when they are
+        not exactly of the declared types) or their validated copies from `validate`.
+
+        The hot path (records given, no key): the event holds the caller's records,
+        which are validated and copied by one round trip as the event is encoded; if
+        that fails, `validate` runs and raises the error that names the field. With a
+        key, records are validated first, so a request is judged by its valid form."""
+        if given is not None and idempotency_key is None:
+            return self._write_events(session_id, [event(given)], None, validate)
+        return self._write_events(session_id, [event(validate())], idempotency_key)
+
     def _write_events(
         self,
         session_id: str,
@@ -844,10 +856,8 @@ class SessionStore:
     ) -> AppendResult:
         """Append `events`, which need no validation against the session's state.
 
-        `recheck`: the events hold the caller's records, unvalidated (the hot path: no
-        key); they are validated and copied by one round trip as they are encoded, and
-        if that fails `recheck` validates the records one by one, which raises the
-        error that names the field."""
+        `recheck`: the events hold the caller's records, unvalidated (see
+        `_write_records`)."""
         result = self._write(session_id, lambda h, s: events, idempotency_key, (), events, recheck)
         assert result is not None
         return result
