@@ -39,6 +39,8 @@ __all__ = [
     "ManifestSet",
     "MessagesAppended",
     "NotAsStoredError",
+    "SNAPSHOT_OPEN",
+    "STATES_OPEN",
     "ProgressAppended",
     "Snapshot",
     "SnapshotHead",
@@ -47,6 +49,8 @@ __all__ = [
     "event_tag",
     "hash_checks",
     "line_hash",
+    "snapshot_head",
+    "states_end",
 ]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -526,9 +530,46 @@ class EventCodec:
         return self._encoder.encode(event)
 
 
+SNAPSHOT_OPEN = b'{"type":"snapshot",'
+"""How a snapshot line starts (its envelope's first field)."""
+STATES_OPEN = b',"states":{'
+"""What ends a snapshot line's header: the fields before it are a `SnapshotHead`."""
+_snapshot_head_decoder = msgspec.json.Decoder(SnapshotHead)
+
+
+def snapshot_head(header: bytes) -> SnapshotHead | None:
+    """The `SnapshotHead` of a snapshot line whose bytes before `STATES_OPEN` are
+    `header`; None if they do not decode as one."""
+    try:
+        return _snapshot_head_decoder.decode(header + b"}")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def states_end(line: bytes | memoryview, head: SnapshotHead, start: int) -> int | None:
+    """Where the states object of a snapshot line ends (the index of its `}`), when the
+    line's `layout` describes it exactly: from `start` (just after `STATES_OPEN`), each
+    state's key then its entry at the range the layout gives, in order, separated by
+    commas, and nothing else. None for any other shape (the caller decodes the whole
+    line instead). Checks the shape only: the line's hash vouches for the bytes."""
+    pos = start
+    names = list(head.layout)
+    for i, name in enumerate(names):
+        a, b = head.layout[name]
+        key = _json_encoder.encode(name) + b":"
+        if a != pos + len(key) or b <= a or b >= len(line) or line[pos:a] != key:
+            return None
+        pos = b
+        if line[pos] != (0x2C if i + 1 < len(names) else 0x7D):  # "," or "}"
+            return None
+        pos += 1
+    return pos - 1 if names else None
+
+
 def _locate_states(line: bytes, states: dict[str, msgspec.Raw]) -> dict[str, tuple[int, int]]:
     # msgspec writes a dict[str, Raw] as {"name":raw,...} with no spaces, in order
-    pos = line.index(b',"states":{') + len(b',"states":{')
+    # (states_end checks a line against what this finds)
+    pos = line.index(STATES_OPEN) + len(STATES_OPEN)
     found: dict[str, tuple[int, int]] = {}
     for name, raw in states.items():
         key = _json_encoder.encode(name) + b":"

@@ -46,7 +46,7 @@ from .errors import (
     SnapshotVersionError,
     UnknownSessionError,
 )
-from .events import ArchivePruned, Event, Snapshot, UnknownEvent, event_tag
+from .events import SNAPSHOT_OPEN, ArchivePruned, Event, Snapshot, UnknownEvent, event_tag
 from .log import Lines, read_lines
 from .records import BootstrapState, Message
 
@@ -89,7 +89,6 @@ def require_history(store: SessionStore, session_id: str) -> History:
 
 
 _PRUNED_TAG = b'"type":"archive_pruned"'
-_SNAPSHOT_START = b'{"type":"snapshot",'
 _pruned_decoder = msgspec.json.Decoder(ArchivePruned)
 
 
@@ -115,7 +114,7 @@ def pruning_records(data: bytes) -> list[tuple[ArchivePruned, bytes]]:
             break  # a torn tail: not a committed record
         line = data[start:end]
         try:
-            if line.startswith(_SNAPSHOT_START):
+            if line.startswith(SNAPSHOT_OPEN):
                 raws = [bytes(r) for r in _carried_decoder.decode(line).pruned]
             else:
                 raws = [line]
@@ -313,7 +312,7 @@ def opening_chain(data: bytes, after: tuple[int, str | None] | None) -> tuple[in
     continues `after` (the end of the segment before it; a link of None after pruning:
     unknown), or opens the history at 1.
     An archived segment holding the events after an archived snapshot opens this way."""
-    if after is None or data.startswith(b'{"type":"snapshot",') or _opens_history(data):
+    if after is None or data.startswith(SNAPSHOT_OPEN) or _opens_history(data):
         return 0, ""
     return after
 

@@ -29,7 +29,7 @@ from projections import fold, snapshot_entry
 
 from .engines.base import History
 from .errors import EventStoreError, UnknownSessionError
-from .events import Event, LineHead, Snapshot, UnknownEvent, link_of
+from .events import SNAPSHOT_OPEN, Event, LineHead, Snapshot, UnknownEvent, link_of
 from .history import iter_history, pruning_records
 from .log import Prefix, Problem, read_lines
 
@@ -81,7 +81,7 @@ def repair(store: SessionStore, session_id: str) -> RepairReport:
                 session_id, "none", where, None, n, len(buf), 0, None,
                 "the log is intact; nothing to do",
             )  # fmt: skip
-        if bad is not None and bad.offset == 0 and buf.startswith(b'{"type":"snapshot",'):
+        if bad is not None and bad.offset == 0 and buf.startswith(SNAPSHOT_OPEN):
             rebuilt = _rebuild(store, session_id, buf, where, archived)
             if rebuilt is not None:
                 try:

@@ -34,7 +34,16 @@ import msgspec
 from projections.transcript import copy_message
 
 from .errors import InvalidRecordError
-from .events import HASH_SUFFIX_LEN, EventCodec, MessagesAppended, SnapshotHead, hash_checks
+from .events import (
+    HASH_SUFFIX_LEN,
+    SNAPSHOT_OPEN,
+    STATES_OPEN,
+    EventCodec,
+    MessagesAppended,
+    SnapshotHead,
+    hash_checks,
+    snapshot_head,
+)
 from .records import Message
 
 if TYPE_CHECKING:
@@ -46,9 +55,7 @@ __all__ = ["SpanReader", "last_messages", "transcript_page"]
 SpanReader = Callable[[int, int], bytes]
 
 _MESSAGES = b'{"type":"messages_appended",'
-_SNAPSHOT = b'{"type":"snapshot",'
 _CHUNK = 64 * 1024
-_snapshot_head = msgspec.json.Decoder(SnapshotHead)
 _message_list = msgspec.json.Decoder(list[Message])
 # A message inside a transcript state: msgspec writes `role` first, and the quote after
 # `{` cannot be an escaped one, so this only ever matches at an object's start (which
@@ -112,7 +119,7 @@ def last_messages(
         return []
     floor = 0  # the first byte after an opening snapshot line: where the scan stops
     snap: SnapshotHead | None = None
-    if read_span(0, min(size, len(_SNAPSHOT))) == _SNAPSHOT:
+    if read_span(0, min(size, len(SNAPSHOT_OPEN))) == SNAPSHOT_OPEN:
         snap = _snapshot_header(read_span, size)
         if snap is None or snap.length <= 0:
             return None
@@ -182,16 +189,13 @@ def _snapshot_header(read_span: SpanReader, size: int) -> SnapshotHead | None:
     head_len = 4096
     while True:
         buf = read_span(0, min(size, head_len))
-        i = buf.find(b',"states":{')
+        i = buf.find(STATES_OPEN)
         if i >= 0:
             break
         if head_len >= size:
             return None
         head_len *= 4
-    try:
-        return _snapshot_head.decode(buf[:i] + b"}")
-    except msgspec.MsgspecError:
-        return None
+    return snapshot_head(buf[:i])
 
 
 def _link_before(

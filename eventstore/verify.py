@@ -29,7 +29,7 @@ import msgspec
 from projections import fold, is_retained, restore_state
 
 from .errors import CorruptLogError, EventStoreError, SnapshotVersionError
-from .events import Event, Snapshot
+from .events import SNAPSHOT_OPEN, Event, Snapshot
 from .history import (
     archive_shortfall,
     is_pruned,
@@ -113,7 +113,7 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
                 seq, link = opening_chain(data, (kept - 1, kept_link))
             elif i == 0:
                 seq, link = 0, ""
-            elif data.startswith(b'{"type":"snapshot",'):
+            elif data.startswith(SNAPSHOT_OPEN):
                 seq, link = None, None  # chained to what came before by _check_snapshot
             elif prev is not None and prev.seq is not None and prev.link is not None:
                 seq, link = opening_chain(data, (prev.seq, prev.link))

@@ -52,7 +52,15 @@ from typing import Any
 import msgspec
 
 from ..errors import CorruptLogError, EventStoreError, StorageError, UnsafePathError
-from ..events import HASH_SUFFIX_LEN, LineHead, SnapshotHead, damaged_newline
+from ..events import (
+    HASH_SUFFIX_LEN,
+    SNAPSHOT_OPEN,
+    STATES_OPEN,
+    LineHead,
+    SnapshotHead,
+    damaged_newline,
+    snapshot_head,
+)
 from ..layout import (
     TMP_MARK,
     SessionPaths,
@@ -96,7 +104,6 @@ _OLD_TMP_PREFIX = "log.jsonl.compact-"  # temporary files of releases before 0.2
 _REMOVED_PREFIX = ".removed-"  # a session being removed: never an id (ids cannot start with ".")
 _HISTORY_TRIES = 50  # lock-free pictures spoiled by installs before a reader takes the lock
 _head_decoder = msgspec.json.Decoder(LineHead)
-_snapshot_head_decoder = msgspec.json.Decoder(SnapshotHead)
 
 
 def _datasync(fd: int) -> None:
@@ -1338,7 +1345,7 @@ def _remove_leftover_copies(archive_dir: Path, fd: int) -> None:
         if fd2 is None:
             continue
         try:
-            opens_with_snapshot = os.pread(fd2, 19, 0) == b'{"type":"snapshot",'
+            opens_with_snapshot = os.pread(fd2, len(SNAPSHOT_OPEN), 0) == SNAPSHOT_OPEN
         finally:
             os.close(fd2)
         if not opens_with_snapshot:
@@ -1493,19 +1500,16 @@ def snapshot_header(fd: int) -> tuple[SnapshotHead, str] | None:
     chunk = 4096
     while True:
         buf = os.pread(fd, chunk, 0)
-        if not buf.startswith(b'{"type":"snapshot",'):
+        if not buf.startswith(SNAPSHOT_OPEN):
             return None
-        i = buf.find(b',"states":{')
+        i = buf.find(STATES_OPEN)
         if i >= 0:
             break
         if len(buf) < chunk:
             return None
         chunk *= 4
-    try:
-        head = _snapshot_head_decoder.decode(buf[:i] + b"}")
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    if head.length <= HASH_SUFFIX_LEN:
+    head = snapshot_head(buf[:i])
+    if head is None or head.length <= HASH_SUFFIX_LEN:
         return None  # written before snapshots described themselves
     tail = os.pread(fd, 19, head.length - 18)  # 16 hex digits, '"}', newline
     if len(tail) != 19 or tail[16:] != b'"}\n':
