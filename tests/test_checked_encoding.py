@@ -125,14 +125,21 @@ def test_what_the_hot_path_stores_is_a_private_copy(store: SessionStore) -> None
     assert store.load_transcript_messages(SID) == []
     meta: dict[str, Any] = {"tags": ["a"]}
     blocks: list[Any] = [TextBlock("hello")]
+    plain = Message(Role.ASSISTANT, "plain", name="bot")  # copied without a round trip
     given_msgs = [Message(Role.USER, "x", blocks=blocks, metadata=meta)]
     entry = ProgressEntry(run_id="r", summary="s")
     store.append_transcript_messages(SID, given_msgs)
+    store.append_transcript_messages(SID, [plain])
     store.append_progress_entry(SID, entry)
     meta["tags"].append("b")
     blocks.append(TextBlock("changed"))
     given_msgs.append(Message(Role.USER, "late"))
-    want = [Message(Role.USER, "x", blocks=[TextBlock("hello")], metadata={"tags": ["a"]})]
+    plain.blocks.append(TextBlock("added later"))
+    plain.metadata["k"] = "added later"
+    want = [
+        Message(Role.USER, "x", blocks=[TextBlock("hello")], metadata={"tags": ["a"]}),
+        Message(Role.ASSISTANT, "plain", name="bot"),
+    ]
     assert store.load_transcript_messages(SID) == want
     assert store.load_bootstrap_state(SID).recent_progress == [entry]
     with SessionStore(store.root) as cold:
