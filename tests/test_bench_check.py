@@ -6,6 +6,7 @@ Backends whose optional package (the `eventsourcing` library) is missing are ski
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
 from pathlib import Path
 
@@ -90,3 +91,19 @@ def test_ab_cold_times_appends_per_op(capsys: pytest.CaptureFixture[str]) -> Non
     row = next(r for r in out.splitlines() if r.startswith("| 10 |"))
     old, new = (float(c.split()[0]) for c in row.split("|")[2:4])
     assert old > 0 and new > 0 and row.rstrip().endswith("× |")
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_instructions_counts_one_append_of_each_checkout(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pathlib import Path
+
+    from bench import instructions
+
+    repo = Path(instructions.__file__).resolve().parents[1]
+    assert instructions.main([str(repo), "--appends", "100"]) == 0
+    row = capsys.readouterr().out.strip().splitlines()[-1]
+    old, new = (float(c.replace(",", "")) for c in row.split("|")[1:3])
+    # the same checkout twice: about the same count (a gc pass, an allocator arena)
+    assert 10_000 < old < 1_000_000 and abs(new - old) / old < 0.15
