@@ -256,10 +256,11 @@ def validated_copy(value: object, cls: type[_T], what: str) -> _T:
 
 def _plain_copies(ev: Event) -> list[Message] | None:
     """Private copies of the event's messages when every one is plain text (a `Role`,
-    exact `str` content and name, nothing else), else None. Such a message reads back
-    equal whenever it encodes (a lone surrogate does not), so it needs no round trip:
-    a copy with empty containers of its own is the private copy. The fast case of
-    `encode_batch(check=True)`; the round trip judges every other message."""
+    exact `str` content and name, an empty list and dict, nothing else), else None.
+    Such a message reads back equal whenever it encodes (a lone surrogate does not), so
+    it needs no round trip: a copy with empty containers of its own is the private
+    copy. The fast case of `encode_batch(check=True)`; the round trip judges every
+    other message."""
     copies = []
     for m in ev.messages:  # type: ignore[attr-defined]
         if (
@@ -268,7 +269,9 @@ def _plain_copies(ev: Event) -> list[Message] | None:
             or type(m.content) is not str
             or (m.name is not None and type(m.name) is not str)
             or m.created_at is not None
+            or type(m.blocks) is not list
             or m.blocks
+            or type(m.metadata) is not dict
             or m.metadata
         ):
             return None
