@@ -1,13 +1,14 @@
 """Fast construction of frozen, slotted dataclasses on the append hot path.
 
 A frozen dataclass's generated `__init__` sets each field through
-`object.__setattr__` (the class's own `__setattr__` refuses): about 0.5 us a field, so
-the few small records one append builds (a `FilePosition`, its `Head`, the
-`EncodedBatch`, the `AppendResult`) cost ~10 us of a ~25 us append. `maker(cls)`
-returns a function that builds the same object by writing the slots directly through
-their descriptors (what `object.__setattr__` ends up doing), about 5x faster. It only
-builds: the object is as frozen afterwards as one made by `cls(...)`, and equal to it.
-It does no validation and applies no defaults: every field is passed, in field order.
+`object.__setattr__` (the class's own `__setattr__` refuses): about 0.5 us a field. The
+records an append builds for engines (`Head`, `FilePosition`, `EncodedBatch`) are frozen
+msgspec Structs, built faster still; `AppendResult` is a public dataclass (callers may
+`dataclasses.replace` it), built here. `maker(cls)` returns a function that builds the
+same object by writing the slots directly through their descriptors (what
+`object.__setattr__` ends up doing), about 5x faster. It only builds: the object is as
+frozen afterwards as one made by `cls(...)`, and equal to it. It does no validation and
+applies no defaults: every field is passed, in field order.
 """
 
 from __future__ import annotations
