@@ -498,10 +498,10 @@ class EventCodec:
         """Stamp `events` as one batch and encode it; returns (bytes, stamped, new link).
 
         `check`: the events are the caller's, unvalidated; each stamped event returned is
-        then decoded from its own line (a private copy, as it reads back), and
-        `NotAsStoredError` is raised, before anything is returned, if one would not read
-        back equal or cannot be encoded. `validated_copy` of each record finds the same,
-        and names the field.
+        then decoded from its own line (a private copy, as it reads back; plain text
+        messages are copied instead, see `_plain_copies`), and `NotAsStoredError` is
+        raised, before anything is returned, if one would not read back equal or cannot
+        be encoded. `validated_copy` of each record finds the same, and names the field.
         """
         # the append hot path: each event encoded once, its hash over the encoded body
         # (h omitted, see `line_hash`), the line's bytes joined once at the end
