@@ -296,7 +296,9 @@ def _decode_lines(
         head = snapshot_head(header[:i]) if i > 0 else None
         if head is not None and 0 < head.length < len(view) and view[head.length] == 0x0A:
             end = states_end(view, head, i + len(STATES_OPEN))
-            if end is not None and end < head.length:
+            # the fields after the states must not name `states` again (a decoder keeps
+            # the last of two equal keys; an escape like "st\u0061tes" spells it too)
+            if end is not None and end < head.length and not _restates(view[end + 1 : head.length]):
                 # the line without its states' entries: a few hundred bytes to decode
                 try:
                     snap = decoder.decode(
@@ -308,6 +310,12 @@ def _decode_lines(
                     snap.states = {n: msgspec.Raw(view[a:b]) for n, (a, b) in head.layout.items()}
                     return [snap, *decoder.decode_lines(view[head.length + 1 :])]
     return decoder.decode_lines(region)
+
+
+def _restates(rest: memoryview) -> bool:
+    """Whether `rest` may hold a `states` key (then the line is decoded whole)."""
+    data = rest.tobytes()  # the fields after the states: a few hundred bytes
+    return b'"states"' in data or b"\\u" in data
 
 
 _LONG_SNAPSHOT = 64 << 10  # below it, a snapshot line costs little to decode whole
