@@ -842,10 +842,16 @@ class SessionStore:
 
         The hot path (records given, no key): the event holds the caller's records,
         which are validated and copied by one round trip as the event is encoded; if
-        that fails, `validate` runs and raises the error that names the field. With a
-        key, records are validated first, so a request is judged by its valid form."""
+        that fails, `validate` runs and raises the error that names the field. If it
+        finds nothing wrong, the records changed while they were encoded (another
+        thread): their validated copy, one consistent picture, is appended instead, as
+        the keyed path would. With a key, records are validated first, so a request is
+        judged by its valid form."""
         if given is not None and idempotency_key is None:
-            return self._write_events(session_id, [event(given)], None, validate)
+            try:
+                return self._write_events(session_id, [event(given)], None, validate)
+            except NotAsStoredError:
+                pass  # valid when checked again: appended as validated below
         return self._write_events(session_id, [event(validate())], idempotency_key)
 
     def _write_events(
