@@ -156,9 +156,9 @@ class _Session:
         self.folds: dict[str, _Fold] = {}
         self.head: Head | None = None  # the newest head this process saw (may be stale)
         self.prefix: checked_prefix.Prefix | None = None
-        # the `h` of snapshot lines a cold page checked whole, each followed by the
-        # digests of its blocks (eventstore.transcript_pages)
-        self.checked_snapshots: set[bytes] = set()
+        # snapshot lines a cold page checked whole: by `h`, the digests of the blocks
+        # its cut read (eventstore.transcript_pages)
+        self.checked_snapshots: dict[bytes, dict[int, bytes]] = {}
         # after an automatic compaction skipped as not shrinking: the live log it read
         # (its first seq) and twice its size, below which it is not tried again
         self.auto_floor = (0, 0)

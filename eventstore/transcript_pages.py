@@ -18,9 +18,9 @@ checked against the link before it (the `h` ending the line before, the snapshot
 that does not check, or an irregular one before it (a blank line), makes it return
 None, and the caller folds, which checks every line and reports the first that fails.
 Messages cut from a snapshot's entry are returned once the whole snapshot line checks
-(the one read of it whole; the caller remembers lines it checked, as the digests of
-their 16 KiB blocks, and a later page checks each block it cuts from against them, so
-a line changed since its check is never served from memory). It does no I/O of
+(the one read of it whole; the caller remembers the digests of the 16 KiB blocks the
+cut read, and a later page cutting from those blocks checks each against them, so a
+line changed since its check is never served from memory). It does no I/O of
 its own: the caller (the store, over the engine's `live_view`) passes
 `read_span(start, end)` over one consistent live log whose committed size is `size` (a
 torn tail lies past `size` and is never read).
@@ -107,7 +107,7 @@ def last_messages(
     n: int,
     codec: EventCodec,
     where: object = None,
-    checked_snapshots: set[bytes] | None = None,
+    checked_snapshots: dict[bytes, dict[int, bytes]] | None = None,
 ) -> list[Message] | None:
     """The newest `n` messages of the log, oldest first; None if the log opens with a
     snapshot whose transcript this reader cannot slice, or any line it would return
@@ -115,10 +115,10 @@ def last_messages(
 
     `where` names the log in errors (a bad line raises CorruptLogError, as a fold would).
     Messages cut from an opening snapshot's entry are returned only once the whole
-    snapshot line checks; `checked_snapshots` holds, for each snapshot line a caller
-    has checked whole before, its `h` followed by the digests of its blocks (this call
-    adds to it), so only its first page reads the line whole: later ones check the
-    blocks they cut from against those digests.
+    snapshot line checks; `checked_snapshots` maps the `h` of each snapshot line a
+    caller has checked whole before to the digests of the blocks its cut read (this
+    call adds to it), so a later page that cuts from those blocks re-reads and checks
+    them alone; any other cut, or a block changed since, checks the line whole again.
     """
     if n <= 0 or size <= 0:
         return []
@@ -171,69 +171,58 @@ def last_messages(
     return _newest(found, n)
 
 
-#: Remembered proof of a snapshot line checked whole: the digests of its bytes in
-#: `_BLOCK`-sized blocks, so a later page checks the blocks it cuts from, not the line.
+#: A snapshot line checked whole is remembered by the digests of the `_BLOCK`-sized
+#: blocks a cut read from it: a later page re-reads only those blocks and checks them.
 _BLOCK = 16 * 1024
-_DIGEST = 16
 
 
-class _Changed(Exception):
-    """A block of a remembered snapshot line is not the byte string that was checked."""
+class _Unproven(Exception):
+    """A block a cut needs is not one remembered as checked (or differs from it)."""
 
 
-def _block_digests(line: bytes) -> bytes:
-    view = memoryview(line)
-    return b"".join(
-        hashlib.blake2b(view[i : i + _BLOCK], digest_size=_DIGEST).digest()
-        for i in range(0, len(line), _BLOCK)
-    )
+def _block_digest(data: bytes | memoryview) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 def _checked_snapshot_tail(
     read_span: SpanReader,
     snap: SnapshotHead,
     k: int,
-    checked_snapshots: set[bytes] | None,
+    checked_snapshots: dict[bytes, dict[int, bytes]] | None,
 ) -> list[Message] | None:
     """The newest `k` messages of the opening snapshot's transcript, cut only from bytes
-    that passed a check: the whole line (hashed now, then remembered as block digests
-    under its `h`) or, for a line checked before, the blocks the cut reads (each equal
-    to the block that was checked). None when the line does not check."""
+    that passed a check: the whole line, hashed now (the blocks the cut read are then
+    remembered, by digest, under the line's `h`), or blocks remembered so, each equal to
+    the block that was checked. None when the line does not check."""
     h = read_span(snap.length - 18, snap.length - 2)  # the line's `h`
-    proof = next((p for p in checked_snapshots or () if p[:16] == h), None)
-    if proof is not None:
+    proven = checked_snapshots.get(h) if checked_snapshots is not None else None
+    if proven is not None:
         assert checked_snapshots is not None
-        blocks = proof[16:]
-        seen: dict[int, bytes] = {}
 
-        def read_checked(start: int, end: int) -> bytes:
+        def read_proven(start: int, end: int) -> bytes:
             first, last = start // _BLOCK, (max(end, start + 1) - 1) // _BLOCK
+            data = read_span(first * _BLOCK, min(snap.length, (last + 1) * _BLOCK))
             for b in range(first, last + 1):
-                if b not in seen:
-                    data = read_span(b * _BLOCK, min(snap.length, (b + 1) * _BLOCK))
-                    digest = hashlib.blake2b(data, digest_size=_DIGEST).digest()
-                    if digest != blocks[b * _DIGEST : (b + 1) * _DIGEST]:
-                        raise _Changed
-                    seen[b] = data
-            joined = b"".join(seen[b] for b in range(first, last + 1))
-            return joined[start - first * _BLOCK : end - first * _BLOCK]
+                block = data[(b - first) * _BLOCK : (b - first + 1) * _BLOCK]
+                if proven.get(b) != _block_digest(block):
+                    raise _Unproven
+            return data[start - first * _BLOCK : end - first * _BLOCK]
 
         try:
-            if len(blocks) == -(-snap.length // _BLOCK) * _DIGEST and (
-                _snapshot_header(read_checked, snap.length) == snap
-            ):
-                return _snapshot_tail(read_checked, snap, k)
-        except _Changed:
+            if _snapshot_header(read_proven, snap.length) == snap:
+                return _snapshot_tail(read_proven, snap, k)
+        except _Unproven:
             pass
-        checked_snapshots.discard(proof)  # not the line checked before: check it whole
+        del checked_snapshots[h]  # changed since, or a longer cut: check the line whole
     # the entry's bytes are a slice of one line, whose hash covers it whole: the cut is
     # made from the very bytes hashed, and the header read before must be theirs
     line = read_span(0, snap.length)
-    h = line[-18:-2]
-    if not hash_checks(snap.base_h.encode(), line, h.decode("ascii", "replace")):
+    if not hash_checks(snap.base_h.encode(), line, line[-18:-2].decode("ascii", "replace")):
         return None
+    used: set[int] = set()
 
     def read_line(start: int, end: int) -> bytes:
+        used.update(range(start // _BLOCK, (max(end, start + 1) - 1) // _BLOCK + 1))
         return line[start:end]
 
     if _snapshot_header(read_line, len(line)) != snap:
@@ -242,7 +231,10 @@ def _checked_snapshot_tail(
     if older is not None and checked_snapshots is not None:
         if len(checked_snapshots) >= 8:  # older snapshots: replaced by compaction
             checked_snapshots.clear()
-        checked_snapshots.add(h + _block_digests(line))
+        view = memoryview(line)
+        checked_snapshots[line[-18:-2]] = {
+            b: _block_digest(view[b * _BLOCK : (b + 1) * _BLOCK]) for b in used
+        }
     return older
 
 

@@ -28,7 +28,10 @@ from eventstore.transcript_pages import last_messages
 
 
 def _page(
-    path: Path, n: int, size: int | None = None, checked: set[bytes] | None = None
+    path: Path,
+    n: int,
+    size: int | None = None,
+    checked: dict[bytes, dict[int, bytes]] | None = None,
 ) -> list[Message] | None:
     data = path.read_bytes()
     reads: list[tuple[int, int]] = []
@@ -97,7 +100,7 @@ def test_a_compacted_log_is_paged_from_the_snapshot_without_reading_it_all(
     store.append_transcript_messages("s", _turn(2000))
     log = _log(store, "s")
     full = store.load_transcript_messages("s")
-    checked: set[bytes] = set()
+    checked: dict[bytes, dict[int, bytes]] = {}
     assert _page(log, 20, checked=checked) == full[-20:]
     size = log.stat().st_size
     # the first page reads the snapshot line once, to check its hash...
