@@ -841,17 +841,17 @@ class SessionStore:
         not exactly of the declared types) or their validated copies from `validate`.
 
         The hot path (records given, no key): the event holds the caller's records,
-        which are validated and copied by one round trip as the event is encoded; if
-        that fails, `validate` runs and raises the error that names the field. If it
-        finds nothing wrong, the records changed while they were encoded (another
-        thread): their validated copy, one consistent picture, is appended instead, as
-        the keyed path would. With a key, records are validated first, so a request is
-        judged by its valid form."""
+        which are validated and copied by one round trip as the event is encoded. If
+        that refuses them (nothing written), `validate` runs below and raises the error
+        that names the field; if it finds nothing wrong, the records changed while they
+        were encoded (another thread), and their validated copy, one consistent picture,
+        is appended, as the keyed path would. With a key, records are validated first,
+        so a request is judged by its valid form."""
         if given is not None and idempotency_key is None:
             try:
-                return self._write_events(session_id, [event(given)], None, validate)
+                return self._write_events(session_id, [event(given)], None, check=True)
             except NotAsStoredError:
-                pass  # valid when checked again: appended as validated below
+                pass
         return self._write_events(session_id, [event(validate())], idempotency_key)
 
     def _write_events(
@@ -859,13 +859,16 @@ class SessionStore:
         session_id: str,
         events: list[Event],
         idempotency_key: str | None,
-        recheck: Callable[[], object] | None = None,
+        *,
+        check: bool = False,
     ) -> AppendResult:
         """Append `events`, which need no validation against the session's state.
 
-        `recheck`: the events hold the caller's records, unvalidated (see
-        `_write_records`)."""
-        result = self._write(session_id, lambda h, s: events, idempotency_key, (), events, recheck)
+        `check`: the events hold the caller's records, unvalidated: encoding checks them
+        (NotAsStoredError, nothing written; see `_write_records`)."""
+        result = self._write(
+            session_id, lambda h, s: events, idempotency_key, (), events, check=check
+        )
         assert result is not None
         return result
 
@@ -892,7 +895,8 @@ class SessionStore:
         idempotency_key: str | None,
         needs: tuple[Projection[Any], ...] = (),
         request: list[Event] | None = None,
-        recheck: Callable[[], object] | None = None,
+        *,
+        check: bool = False,
     ) -> AppendResult | None:
         """The one write path: fold what `build` needs, build (validate), append against
         the head those folds reached; on a moved head, catch up and do it again.
@@ -949,19 +953,9 @@ class SessionStore:
                     continue
                 if not events:
                     return None
-                try:
-                    data, stamped, link = self.codec.encode_batch(
-                        events,
-                        head.seq + 1,
-                        head.link,
-                        datetime.now(UTC),
-                        idempotency_key,
-                        check=recheck is not None,
-                    )
-                except NotAsStoredError:
-                    assert recheck is not None
-                    recheck()  # raises the InvalidRecordError that names the field
-                    raise
+                data, stamped, link = self.codec.encode_batch(
+                    events, head.seq + 1, head.link, datetime.now(UTC), idempotency_key, check=check
+                )
                 batch = EncodedBatch(
                     data,
                     stamped[0].seq,
