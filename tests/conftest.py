@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -140,6 +140,20 @@ def wait_child(pid: int, seconds: float) -> int | None:
             os.waitpid(pid, 0)
             return None
         time.sleep(0.01)
+
+
+def in_forked_child(work: Callable[[], object], seconds: float) -> int | None:
+    """Fork; the child runs `work` (no pytest machinery) and exits 0 when it returns
+    anything but False, 2 when it returns False, 1 when it raises; the parent returns
+    that exit code, or None if the child had not ended after `seconds` (`wait_child`)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 2 if work() is False else 0
+        finally:
+            os._exit(code)
+    return wait_child(pid, seconds)
 
 
 def checkpoint_summary(tup: Any) -> Any:

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import make_entry, make_features, make_manifest, wait_child
+from conftest import in_forked_child, make_entry, make_features, make_manifest
 from engines import EngineCase
 
 from eventstore import (
@@ -549,16 +549,14 @@ def test_a_child_forked_while_a_thread_appends_can_append(url: str) -> None:
         t.start()
         try:
             for _ in range(10):
-                pid = os.fork()
-                if pid == 0:  # the child: use the inherited store, then exit at once
-                    code = 1
-                    try:
-                        store.append_progress_entry(SID, make_entry(7, run_id="child"))
-                        store.load_bootstrap_state(SID)
-                        code = 0
-                    finally:
-                        os._exit(code)
-                code = wait_child(pid, 20)
+                # the child: use the inherited store, then exit at once
+                code = in_forked_child(
+                    lambda: (
+                        store.append_progress_entry(SID, make_entry(7, run_id="child")),
+                        store.load_bootstrap_state(SID),
+                    ),
+                    20,
+                )
                 if code is None:
                     pytest.fail("the forked child hung on a lock held by a parent thread")
                 assert code == 0

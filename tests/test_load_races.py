@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_child
+from conftest import in_forked_child
 
 from eventstore import SessionStore
 from eventstore import store as store_module
@@ -160,19 +160,13 @@ def test_a_child_forked_during_a_piecewise_load_can_load(
     try:
         for _ in range(10):
             time.sleep(0.01)
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    with SessionStore(root) as s:
-                        ok = [m.content for m in s.load_transcript_messages(SID)] == expected
-                    ok = (
-                        ok and [m.content for m in shared.load_transcript_messages(SID)] == expected
-                    )
-                    code = 0 if ok else 2
-                finally:
-                    os._exit(code)
-            code = wait_child(pid, 20)
+
+            def child() -> bool:
+                with SessionStore(root) as s:
+                    ok = [m.content for m in s.load_transcript_messages(SID)] == expected
+                return ok and [m.content for m in shared.load_transcript_messages(SID)] == expected
+
+            code = in_forked_child(child, 20)
             if code is None:
                 pytest.fail("a child forked during a load hung")
             assert code == 0

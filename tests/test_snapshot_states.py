@@ -87,6 +87,18 @@ def _log_with(snap: Snapshot, after: int = 2) -> tuple[bytes, EventCodec]:
     return line + rest, codec
 
 
+def _long_snapshot_log(messages: int) -> tuple[list[Message], bytes, Any]:
+    """A log opening with a snapshot of `messages` 200-character messages (and an empty
+    bootstrap state), two message lines after it, and a transcript decoder."""
+    big = [Message(Role.USER, "m" * 200) for _ in range(messages)]
+    snap = _snapshot(
+        bootstrap=bytes(snapshot_entry(BootstrapProjection(), BootstrapState())),
+        transcript=bytes(snapshot_entry(TranscriptProjection(), big)),
+    )
+    data, codec = _log_with(snap)
+    return big, data, codec.decoder(frozenset({"messages_appended"}))
+
+
 @settings(max_examples=60, deadline=None)
 @given(snapshots(), st.integers(0, 3))
 def test_an_opening_snapshot_decoded_by_its_layout_equals_the_whole_decode(
@@ -113,13 +125,7 @@ def test_a_long_snapshot_cuts_its_states_without_a_scan(tmp_path: Path) -> None:
     """The states are cut by the layout, never parsed on the way: a state that is not
     JSON at all comes through as bytes (decode_lines would refuse the line), so what
     vouches for them is the line's hash, which every load checks."""
-    big = [Message(Role.USER, "m" * 200) for _ in range(2000)]
-    snap = _snapshot(
-        bootstrap=bytes(snapshot_entry(BootstrapProjection(), BootstrapState())),
-        transcript=bytes(snapshot_entry(TranscriptProjection(), big)),
-    )
-    data, codec = _log_with(snap)
-    dec = codec.decoder(frozenset({"messages_appended"}))
+    big, data, dec = _long_snapshot_log(2000)
     got = log_module._decode_lines(dec, memoryview(data), 0)
     assert got == dec.decode_lines(data) and len(got) == 3
     assert restore_state(TranscriptProjection(), got[0]) == big  # type: ignore[arg-type]
@@ -149,13 +155,7 @@ def test_a_long_snapshot_cuts_its_states_without_a_scan(tmp_path: Path) -> None:
     ],
 )
 def test_a_layout_that_does_not_describe_its_line_is_decoded_whole(lie: str) -> None:
-    big = [Message(Role.USER, "m" * 200) for _ in range(500)]
-    snap = _snapshot(
-        bootstrap=bytes(snapshot_entry(BootstrapProjection(), BootstrapState())),
-        transcript=bytes(snapshot_entry(TranscriptProjection(), big)),
-    )
-    data, codec = _log_with(snap)
-    dec = codec.decoder(frozenset({"messages_appended"}))
+    _, data, dec = _long_snapshot_log(500)
     head = dec.decode_lines(data)[0]
     layout = dict(head.layout)  # type: ignore[attr-defined]
     (a1, b1), (a2, b2) = layout["bootstrap"], layout["transcript"]

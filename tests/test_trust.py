@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import make_entry, make_features, make_manifest, wait_child
+from conftest import in_forked_child, make_entry, make_features, make_manifest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -406,15 +406,12 @@ def test_item5_a_child_forked_during_an_append_can_append(tmp_path: Path) -> Non
     try:
         for _ in range(10):
             time.sleep(0.005)
-            pid = os.fork()
-            if pid == 0:  # the child: no pytest machinery, just the append and an exit code
-                code = 1
-                try:
-                    store.append_progress_entry(SID, ProgressEntry(run_id="child", summary="c"))
-                    code = 0
-                finally:
-                    os._exit(code)
-            code = wait_child(pid, 10)
+            code = in_forked_child(
+                lambda: store.append_progress_entry(
+                    SID, ProgressEntry(run_id="child", summary="c")
+                ),
+                10,
+            )
             hung += code is None
             failed += code is not None and code != 0
     finally:
