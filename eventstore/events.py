@@ -54,9 +54,9 @@ __all__ = [
     "UnknownEvent",
     "Upcaster",
     "event_tag",
+    "find_snapshot_head",
     "hash_checks",
     "line_hash",
-    "snapshot_head",
     "states_end",
 ]
 
@@ -575,13 +575,24 @@ STATES_OPEN = b',"states":{'
 _snapshot_head_decoder = msgspec.json.Decoder(SnapshotHead)
 
 
-def snapshot_head(header: bytes) -> SnapshotHead | None:
-    """The `SnapshotHead` of a snapshot line whose bytes before `STATES_OPEN` are
-    `header`; None if they do not decode as one."""
-    try:
-        return _snapshot_head_decoder.decode(header + b"}")
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
+def find_snapshot_head(read_prefix: Callable[[int], bytes]) -> tuple[SnapshotHead, bytes] | None:
+    """The header of the snapshot that opens a log, and its bytes (those before
+    `STATES_OPEN`), read through `read_prefix(n)`: the log's first `n` bytes (fewer at
+    its end). None when the log does not open with a snapshot whose header decodes."""
+    n = 4096
+    while True:
+        buf = read_prefix(n)
+        if not buf.startswith(SNAPSHOT_OPEN):
+            return None
+        i = buf.find(STATES_OPEN)
+        if i >= 0:
+            try:
+                return _snapshot_head_decoder.decode(buf[:i] + b"}"), buf[:i]
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                return None
+        if len(buf) < n:
+            return None
+        n *= 4
 
 
 def states_end(line: bytes | memoryview, head: SnapshotHead, start: int) -> int | None:

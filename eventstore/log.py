@@ -44,10 +44,10 @@ from .events import (
     Snapshot,
     UnknownEvent,
     damaged_newline,
+    find_snapshot_head,
     hash_checks,
     line_hash,
     link_of,
-    snapshot_head,
     split_hash,
     states_end,
 )
@@ -291,19 +291,16 @@ def _decode_lines(
     is decoded whole."""
     if offset == 0 and len(region) >= _LONG_SNAPSHOT and region[:_OPEN] == SNAPSHOT_OPEN:
         view = memoryview(region)  # the states are views of it: no copy
-        header = bytes(view[:_HEADER_MAX])
-        i = header.find(STATES_OPEN)
-        head = snapshot_head(header[:i]) if i > 0 else None
+        found = find_snapshot_head(lambda n: bytes(view[: min(n, _HEADER_MAX)]))
+        head, header = found if found is not None else (None, b"")
         if head is not None and 0 < head.length < len(view) and view[head.length] == 0x0A:
-            end = states_end(view, head, i + len(STATES_OPEN))
+            end = states_end(view, head, len(header) + len(STATES_OPEN))
             # the fields after the states must not name `states` again (a decoder keeps
             # the last of two equal keys; an escape like "st\u0061tes" spells it too)
             if end is not None and end < head.length and not _restates(view[end + 1 : head.length]):
                 # the line without its states' entries: a few hundred bytes to decode
                 try:
-                    snap = decoder.decode(
-                        header[:i] + b',"states":{}' + view[end + 1 : head.length]
-                    )
+                    snap = decoder.decode(header + b',"states":{}' + view[end + 1 : head.length])
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     snap = None  # decoded whole below, which fails the same way
                 if type(snap) is Snapshot and not snap.states:

@@ -40,12 +40,11 @@ from .errors import InvalidRecordError
 from .events import (
     HASH_SUFFIX_LEN,
     SNAPSHOT_OPEN,
-    STATES_OPEN,
     EventCodec,
     MessagesAppended,
     SnapshotHead,
+    find_snapshot_head,
     hash_checks,
-    snapshot_head,
 )
 from .records import Message
 
@@ -247,16 +246,8 @@ def _newest(batches: list[list[Message]], n: int) -> list[Message]:
 
 def _snapshot_header(read_span: SpanReader, size: int) -> SnapshotHead | None:
     """The fields of the opening snapshot line before its states."""
-    head_len = 4096
-    while True:
-        buf = read_span(0, min(size, head_len))
-        i = buf.find(STATES_OPEN)
-        if i >= 0:
-            break
-        if head_len >= size:
-            return None
-        head_len *= 4
-    return snapshot_head(buf[:i])
+    found = find_snapshot_head(lambda n: read_span(0, min(size, n)))
+    return None if found is None else found[0]
 
 
 def _link_before(

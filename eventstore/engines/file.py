@@ -55,11 +55,10 @@ from ..errors import CorruptLogError, EventStoreError, StorageError, UnsafePathE
 from ..events import (
     HASH_SUFFIX_LEN,
     SNAPSHOT_OPEN,
-    STATES_OPEN,
     LineHead,
     SnapshotHead,
     damaged_newline,
-    snapshot_head,
+    find_snapshot_head,
 )
 from ..layout import (
     TMP_MARK,
@@ -1497,20 +1496,10 @@ def find_head(fd: int, size: int, where: str) -> tuple[LineHead | None, int]:
 
 def snapshot_header(fd: int) -> tuple[SnapshotHead, str] | None:
     """The header and `h` of the snapshot that opens a file, if it opens with one."""
-    chunk = 4096
-    while True:
-        buf = os.pread(fd, chunk, 0)
-        if not buf.startswith(SNAPSHOT_OPEN):
-            return None
-        i = buf.find(STATES_OPEN)
-        if i >= 0:
-            break
-        if len(buf) < chunk:
-            return None
-        chunk *= 4
-    head = snapshot_head(buf[:i])
-    if head is None or head.length <= HASH_SUFFIX_LEN:
-        return None  # written before snapshots described themselves
+    found = find_snapshot_head(lambda n: os.pread(fd, n, 0))
+    if found is None or found[0].length <= HASH_SUFFIX_LEN:
+        return None  # (a length of 0: written before snapshots described themselves)
+    head = found[0]
     tail = os.pread(fd, 19, head.length - 18)  # 16 hex digits, '"}', newline
     if len(tail) != 19 or tail[16:] != b'"}\n':
         return None
