@@ -366,7 +366,7 @@ class SessionStore:
         self, session_id: str, *, idempotency_key: str | None = None
     ) -> BootstrapState:
         """The manifest, features, progress and checkpoints; `BootstrapState()` if unknown."""
-        return self.bootstrap.copy(self._state(session_id, self.bootstrap))
+        return self._loaded(session_id, self.bootstrap, self.bootstrap.copy)
 
     def save_manifest(
         self, session_id: str, manifest: SessionManifest, *, idempotency_key: str | None = None
@@ -450,7 +450,7 @@ class SessionStore:
         eventstore.transcript_pages).
         """
         if start is None and limit is None and last is None:
-            return self.transcript.copy(self._state(session_id, self.transcript))
+            return self._loaded(session_id, self.transcript, self.transcript.copy)
         from .transcript_pages import transcript_page
 
         return transcript_page(self, session_id, start=start, limit=limit, last=last)
@@ -516,7 +516,7 @@ class SessionStore:
     def load(self, session_id: str, projection: str | Projection[S]) -> Any:
         """The current state of any registered projection (by name or object), a copy."""
         proj = self._projection(projection)
-        return proj.copy(self._state(session_id, proj))
+        return self._loaded(session_id, proj, proj.copy)
 
     def list_sessions(self) -> list[str]:
         """The original ids of every session in the store, sorted."""
@@ -666,6 +666,16 @@ class SessionStore:
         sess = self._session(session_id)
         with sess.lock:
             return self._catch_up(sess, proj)
+
+    def _loaded(self, session_id: str, proj: Projection[S], view: Callable[[S], T]) -> T:
+        """`view(state)` of the caught-up state: what a load returns (the caller's own).
+
+        Made under the session's lock: a writer folds its batch into the state in place,
+        event by event, so a copy made after the lock is released could hold part of a
+        batch."""
+        sess = self._session(session_id)
+        with sess.lock:
+            return view(self._catch_up(sess, proj))
 
     def _has_fold(self, sess: _Session, name: str) -> bool:
         """Whether this store has folded projection `name` of the session before."""

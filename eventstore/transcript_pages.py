@@ -91,13 +91,16 @@ def transcript_page(
         page = store._read_last_messages(sess, last)
         if page is not None:
             return page
-    state: list[Message] = store._state(session_id, store.projections["transcript"])
-    if last is not None:
-        part = state[len(state) - last :] if last < len(state) else state
-    else:
-        first = start or 0
-        part = state[first : None if limit is None else first + limit]
-    return [copy_message(m) for m in part]
+
+    def cut(state: list[Message]) -> list[Message]:
+        if last is not None:
+            part = state[len(state) - last :] if last < len(state) else state
+        else:
+            first = start or 0
+            part = state[first : None if limit is None else first + limit]
+        return [copy_message(m) for m in part]
+
+    return store._loaded(session_id, store.projections["transcript"], cut)
 
 
 def last_messages(

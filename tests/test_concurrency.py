@@ -14,8 +14,9 @@ from pathlib import Path
 
 from conftest import log_path, make_entry, make_features, make_manifest
 
-from eventstore import ProgressEntry, SessionStore
-from eventstore.events import line_hash, split_hash
+from eventstore import Message, ProgressEntry, Role, SessionStore
+from eventstore.events import Event, MessagesAppended, ProgressAppended, line_hash, split_hash
+from projections.base import StructProjection
 
 WORKERS = 4
 PER_WORKER = 250
@@ -261,3 +262,61 @@ def test_no_lock_is_held_after_a_failed_write(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert store.last_seq("s") == 3
     assert os.path.getsize(log_path(root, "s")) > 0
+
+
+class _SlowCopy(StructProjection[list[str]]):
+    """Progress summaries, with a fold step and a copy slow enough that the GIL passes
+    to the other thread in the middle of them (as a long fold or copy can)."""
+
+    name = "slow_copy"
+    version = 1
+    event_types = frozenset({"progress_appended"})
+    state_type = list[str]
+
+    def initial(self) -> list[str]:
+        return []
+
+    def apply(self, state: list[str], event: Event) -> list[str]:
+        if isinstance(event, ProgressAppended):
+            time.sleep(0.0002)
+            state.append(event.entry.summary)
+        return state
+
+    def copy(self, state: list[str]) -> list[str]:
+        time.sleep(0.0005)
+        return list(state)
+
+
+def test_a_load_in_one_thread_never_holds_part_of_a_batch_another_appends(
+    tmp_path: Path,
+) -> None:
+    # a writer folds its batch into the cached state in place: a load that copied that
+    # state after releasing the session's lock returned 285 of 300 states cut mid-batch
+    store = SessionStore(tmp_path, projections=[_SlowCopy()])
+    torn: list[list[str]] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            for state in (
+                store.load("s", "slow_copy"),
+                [m.content for m in store.load_transcript_messages("s", start=0)],
+            ):
+                if len(state) % 2:
+                    torn.append(state)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for i in range(100):
+            entries = [make_entry(2 * i), make_entry(2 * i + 1)]
+            store.append("s", [ProgressAppended(entry=e) for e in entries])
+            texts = [f"{i}a", f"{i}b"]
+            store.append("s", [MessagesAppended(messages=[Message(Role.USER, t)]) for t in texts])
+    finally:
+        done.set()
+        reader.join(TIMEOUT)
+    assert not reader.is_alive()
+    assert torn == []
+    assert len(store.load("s", "slow_copy")) == 200
+    store.close()
