@@ -19,6 +19,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from operator import attrgetter
@@ -74,6 +75,7 @@ from .events import (
     validated_copy,
 )
 from .frozen import maker
+from .gc_pause import paused_gc
 from .history import fold_events
 from .layout import validate_session_id
 from .log import read_lines
@@ -184,6 +186,7 @@ _READ_PIECE = 1 << 20
 # a checked prefix's bytes are hashed on a side thread, beside their decoding, from this
 # many bytes in a piece (below it the thread's start costs more than it hides)
 _HASH_ASIDE = 128 << 10
+_NO_PAUSE = nullcontext()  # a warm load folds only a tail: the collector stays on
 _CACHE_ON_CLOSE_BYTES = 64 << 10
 
 
@@ -672,9 +675,10 @@ class SessionStore:
 
         Made under the session's lock: a writer folds its batch into the state in place,
         event by event, so a copy made after the lock is released could hold part of a
-        batch."""
+        batch. A cold load (the first of `proj` here) folds the whole log with the cyclic
+        collector paused (eventstore.gc_pause)."""
         sess = self._session(session_id)
-        with sess.lock:
+        with sess.lock, _NO_PAUSE if proj.name in sess.folds else paused_gc:
             return view(self._catch_up(sess, proj))
 
     def _has_fold(self, sess: _Session, name: str) -> bool:
