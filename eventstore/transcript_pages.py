@@ -215,7 +215,9 @@ def _checked_snapshot_tail(
                 return _snapshot_tail(read_proven, snap, k)
         except _Unproven:
             pass
-        del checked_snapshots[h]  # changed since, or a longer cut: check the line whole
+        # changed since, or a longer cut: check the line whole (another thread's page
+        # may have dropped it already: the memo is shared, unlocked)
+        checked_snapshots.pop(h, None)
     # the entry's bytes are a slice of one line, whose hash covers it whole: the cut is
     # made from the very bytes hashed, and the header read before must be theirs
     line = read_span(0, snap.length)
