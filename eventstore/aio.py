@@ -30,6 +30,7 @@ from .compaction import CompactionReport, Retention
 from .engines.base import Durability
 from .errors import StoreClosedError
 from .events import Event
+from .layout import validate_session_id
 from .records import (
     BootstrapState,
     FeatureRecord,
@@ -152,6 +153,8 @@ class AsyncSessionStore:
         return await self._submit(session_id, fn)
 
     async def _submit(self, lane_key: object, fn: Callable[[], T]) -> T:
+        if lane_key is not _STORE_WIDE:
+            validate_session_id(lane_key)  # a lane is keyed by it: an unhashable one raised
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         with self._guard:
