@@ -717,20 +717,23 @@ class SessionStore:
                 else checked_prefix.load(self.engine, sess.session_id)
             )
         try:
-            folded = self._fold_pieces(sess, proj, f, mark)
-        except BaseException as exc:
-            if mark is None:
-                raise
-            # nothing folded from bytes the mark did not prove is kept, also when the
-            # load is interrupted (KeyboardInterrupt, a signal handler's exception)
-            # before the piece that proves them: the next load would build on it
-            f.state, f.head = proj.initial(), EMPTY_HEAD
-            if not isinstance(exc, Exception):
-                raise
-            # fold them again, checking every line (which reports whatever is wrong)
-            log.debug("eventstore: checked prefix of %r not used: %r", sess.session_id, exc)
-            sess.prefix = None
-            folded = self._fold_pieces(sess, proj, f, None)
+            try:
+                folded = self._fold_pieces(sess, proj, f, mark)
+            except Exception as exc:
+                if mark is None:
+                    raise
+                # fold again from the start, checking every line (which reports whatever
+                # is wrong): nothing folded from bytes the mark did not prove is kept
+                log.debug("eventstore: checked prefix of %r not used: %r", sess.session_id, exc)
+                sess.prefix = None
+                f.state, f.head = proj.initial(), EMPTY_HEAD
+                folded = self._fold_pieces(sess, proj, f, None)
+        except BaseException:
+            # a piece may be half folded in place, or folded from bytes the mark did not
+            # prove (an error, or an interrupt such as KeyboardInterrupt): the next load
+            # folds from where this store's first fold starts, never on top of it
+            sess.folds.pop(proj.name, None)
+            raise
         if folded >= _CACHE_AFTER_FOLD_BYTES and proj.name in self._cached:
             fold_cache.store(self.engine, sess.session_id, proj, f.state, f.head)
             f.saved = f.head.seq
@@ -988,10 +991,21 @@ class SessionStore:
                     fresh = True
                     continue
                 break
-            for name, f in sess.folds.items():
+            for name, f in list(sess.folds.items()):
                 fh = f.head  # (identity first: a fold this store left at its own head)
                 if fh is head or (fh.seq == head.seq and fh.position == head.position):
-                    f.state = fold(self._projections[name], f.state, stamped)
+                    try:
+                        f.state = fold(self._projections[name], f.state, stamped)
+                    except BaseException as exc:
+                        # folded in place, part of the batch may be in it: drop it (the
+                        # next load folds the log again). The batch is committed: raising
+                        # an Exception now would make the caller write it again
+                        del sess.folds[name]
+                        if not isinstance(exc, Exception):
+                            raise
+                        log.warning("eventstore: folding %r into %r failed: %r",
+                                    session_id, name, exc)  # fmt: skip
+                        continue
                     f.head = new
             sess.head = new
             if self._marks:
