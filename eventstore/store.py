@@ -330,7 +330,7 @@ class SessionStore:
     def is_initialized(self, session_id: str, *, idempotency_key: str | None = None) -> bool:
         """True once the session has a manifest. (`idempotency_key` is accepted so every
         session operation has the same shape; reads are idempotent anyway.)"""
-        return self._state(session_id, self.bootstrap).manifest is not None
+        return self._loaded(session_id, self.bootstrap, _has_manifest)
 
     def initialize_session_if_missing(
         self,
@@ -664,11 +664,6 @@ class SessionStore:
             for old in dropped:
                 self._save_caches(old)
         return sess
-
-    def _state(self, session_id: str, proj: Projection[S]) -> S:
-        sess = self._session(session_id)
-        with sess.lock:
-            return self._catch_up(sess, proj)
 
     def _loaded(self, session_id: str, proj: Projection[S], view: Callable[[S], T]) -> T:
         """`view(state)` of the caught-up state: what a load returns (the caller's own).
@@ -1171,6 +1166,10 @@ def _features(values: object, what: str) -> list[FeatureRecord]:
 # the hot path's constructors (see eventstore.frozen)
 _new_result = maker(AppendResult)
 _get_h = attrgetter("h")
+
+
+def _has_manifest(state: BootstrapState) -> bool:
+    return state.manifest is not None
 
 
 def _exactly(values: object, cls: type[T]) -> list[T] | None:
