@@ -269,12 +269,14 @@ class SessionStore:
                 f"cached_sessions must be an int >= 1, got {cached_sessions!r}"
             )
         self.cached_sessions = cached_sessions
-        # the projections whose folds the engine's fold cache keeps
-        self._cached = frozenset(
-            name
+        # the projections whose folds the engine's fold cache keeps, each with the event
+        # types this store decodes of those it reads (a cache folded knowing others is
+        # another state: eventstore.fold_cache)
+        self._cached = {
+            name: fold_cache.known_types(p, self.codec.types)
             for name, p in self._projections.items()
             if p is self.bootstrap or getattr(p, "cache_folds", False) is True
-        )
+        }
         # whether the engine keeps caches, so checked prefixes are worth keeping
         self._marks = type(self.engine).store_cache is not Engine.store_cache
         self._sessions: dict[str, _Session] = {}
@@ -308,7 +310,12 @@ class SessionStore:
                     and f.head.size >= _CACHE_ON_CLOSE_BYTES
                 ):
                     fold_cache.store(
-                        self.engine, sess.session_id, self._projections[name], f.state, f.head
+                        self.engine,
+                        sess.session_id,
+                        self._projections[name],
+                        f.state,
+                        f.head,
+                        self._cached[name],
                     )
             p = sess.prefix
             if p is not None and p.size != p.saved and p.size >= _CACHE_ON_CLOSE_BYTES:
@@ -730,7 +737,8 @@ class SessionStore:
             sess.folds.pop(proj.name, None)
             raise
         if folded >= _CACHE_AFTER_FOLD_BYTES and proj.name in self._cached:
-            fold_cache.store(self.engine, sess.session_id, proj, f.state, f.head)
+            known = self._cached[proj.name]
+            fold_cache.store(self.engine, sess.session_id, proj, f.state, f.head, known)
             f.saved = f.head.seq
         p = sess.prefix
         if p is not None and p.head is f.head and p.size - p.saved >= _CACHE_AFTER_FOLD_BYTES:
@@ -888,7 +896,7 @@ class SessionStore:
         """Where this process starts folding a projection: the engine's fold cache when
         it keeps one that checks, else the beginning."""
         if proj.name in self._cached:
-            found = fold_cache.load(self.engine, sess.session_id, proj)
+            found = fold_cache.load(self.engine, sess.session_id, proj, self._cached[proj.name])
             if found is not None:
                 return _Fold(found[0], found[1], found[1].seq)
         return _Fold(proj.initial(), EMPTY_HEAD)
@@ -898,7 +906,8 @@ class SessionStore:
         the projections it keeps (compaction's states of the snapshot it installed)."""
         for name, state in states.items():
             if name in self._cached:
-                fold_cache.store(self.engine, session_id, self._projections[name], state, head)
+                proj = self._projections[name]
+                fold_cache.store(self.engine, session_id, proj, state, head, self._cached[name])
 
     def _write(
         self,
