@@ -991,33 +991,24 @@ class FileEngine(Engine):
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_CACHE_BYTES:
                 return None
-            data = _pread_all(fd, st.st_size, 0)
+            # the engine's line first: a file that is no cache of the live log is ignored
+            # before the rest is read (a file planted there may be huge)
+            first = _pread_all(fd, min(st.st_size, _CACHE_HEAD_MAX), 0)
+            nl = first.find(b"\n")
+            if nl < 0:
+                return None
+            try:
+                c = _cache_head_decoder.decode(first[:nl])
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                return None
+            pos = FilePosition((c.dev, c.ino), c.offset, c.seq, c.link, c.h, c.base_seq, c.offset)
+            if not _in_live_log(paths.log, pos):
+                return None
+            return pos.head(), _pread_all(fd, st.st_size - nl - 1, nl + 1)
         except OSError:
             return None
         finally:
             os.close(fd)
-        nl = data.find(b"\n")
-        try:
-            c = _cache_head_decoder.decode(data[:nl] if nl >= 0 else data)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return None
-        pos = FilePosition((c.dev, c.ino), c.offset, c.seq, c.link, c.h, c.base_seq, c.offset)
-        log_fd, _ = _open_existing(paths.log)
-        if log_fd is None:
-            return None
-        try:
-            st = os.fstat(log_fd)
-            if (
-                (st.st_dev, st.st_ino) != pos.ident
-                or not 0 < pos.offset <= st.st_size
-                or not _still_there(log_fd, pos)
-            ):
-                return None
-        except OSError:
-            return None
-        finally:
-            os.close(log_fd)
-        return pos.head(), data[nl + 1 :]
 
     def store_cache(self, session_id: str, name: str, head: Head, data: bytes) -> None:
         """Write the cache file atomically (0600), with where in the log `head` is."""
@@ -1200,6 +1191,7 @@ class _CacheHead(msgspec.Struct):
 
 _cache_head_decoder = msgspec.json.Decoder(_CacheHead)
 _MAX_CACHE_BYTES = 1 << 30  # a cache larger than this is not one we wrote: ignored
+_CACHE_HEAD_MAX = 4096  # the engine's line of a cache is shorter (ints, two 16-hex)
 _CACHE_PREFIX = "fold-"
 _PLAIN_NAME = re.compile(r"[a-z0-9_]{1,64}\Z")
 
@@ -1536,6 +1528,23 @@ def _still_there(fd: int, pos: FilePosition) -> bool:
         return True
     tail = (pos.h + '"}\n').encode()
     return os.pread(fd, len(tail), pos.offset - len(tail)) == tail
+
+
+def _in_live_log(log_path: Path, pos: FilePosition) -> bool:
+    """Whether `pos` is still in the log at `log_path`: the same file (device, inode), at
+    least that long, and the `h` before it."""
+    log_fd, _ = _open_existing(log_path)
+    if log_fd is None:
+        return False
+    try:
+        st = os.fstat(log_fd)
+        return (
+            (st.st_dev, st.st_ino) == pos.ident
+            and 0 < pos.offset <= st.st_size
+            and _still_there(log_fd, pos)
+        )
+    finally:
+        os.close(log_fd)
 
 
 def _pread_all(fd: int, n: int, offset: int) -> bytes:
