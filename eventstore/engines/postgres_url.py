@@ -6,7 +6,7 @@ without the `[postgres]` extra installed.
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from .base import redact_url
 from .postgres_schema import quote_schema
@@ -30,5 +30,7 @@ def split_url(url: str) -> tuple[str, str]:
         else:
             kept.append((k, v))
     quote_schema(schema)  # validates
-    conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(kept), ""))
+    conninfo = urlunsplit(
+        ("postgresql", parts.netloc, parts.path, urlencode(kept, quote_via=quote), "")
+    )
     return conninfo, schema
