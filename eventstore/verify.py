@@ -316,6 +316,8 @@ def _check_snapshot_states(
     (a state trimmed by its projection's retention is recognised as such)."""
     if not history or history[-1].seq != snap.seq or history[0].seq != 1:
         return []  # the history before this snapshot is not all there to compare with
+    if len(history) != snap.seq:
+        return []  # a gap (history lost between archives) or a snapshot in between
     found: list[Problem] = []
     for proj in store.projections.values():
         try:
