@@ -24,18 +24,19 @@ The engine's `durability` option is accepted and ignored: the server's own setti
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
-from ..errors import StorageError
+from ..errors import CorruptLogError, StorageError
 from ..events import LineHead, split_hash
 from .base import (
     EMPTY_HEAD,
@@ -136,6 +137,9 @@ def _storage_error(engine: PostgresEngine, doing: str, exc: BaseException) -> St
     return StorageError(f"{engine.url}: {doing} failed: {text}")
 
 
+T = TypeVar("T")
+
+
 class PostgresEngine(Engine):
     """Sessions in a PostgreSQL database: see the module docstring."""
 
@@ -146,6 +150,7 @@ class PostgresEngine(Engine):
         self._channel = channel_of(self.schema)
         self._pool_size = max(1, pool_size)
         self._lock = threading.Lock()
+        _ENGINES.add(self)
         self._pid = os.getpid()
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._listener: _Listener | None = None
@@ -201,6 +206,25 @@ class PostgresEngine(Engine):
         except psycopg.Error as exc:
             raise _storage_error(self, doing, exc) from None
 
+    def _query(self, doing: str, run: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """`run(conn)` for a read, on a pooled connection; again on another when the
+        server ended that one (after a server restart every pooled connection is dead,
+        and a read is safe to repeat), at most once per connection the pool holds."""
+        for left in range(self._pool_size, -1, -1):
+            conn = None
+            try:
+                with self._get_pool().connection(timeout=30) as conn:
+                    return run(conn)
+            except psycopg_pool.PoolTimeout as exc:
+                raise _storage_error(self, doing, exc) from None
+            except psycopg.OperationalError as exc:
+                if left and conn is not None and conn.broken:
+                    continue  # the pool discards it
+                raise _storage_error(self, doing, exc) from None
+            except psycopg.Error as exc:
+                raise _storage_error(self, doing, exc) from None
+        raise AssertionError("unreachable")
+
     def where(self, session_id: str) -> str:
         """A session's live log's name for messages."""
         return f"{self.url}#{session_id}"
@@ -212,37 +236,53 @@ class PostgresEngine(Engine):
         pos = position if isinstance(position, PgPosition) else None
         log_id = pos.log_id if pos is not None else -1
         after = pos.seq if pos is not None else 0
-        with self._conn("reading a session") as conn:
-            rows = conn.execute(
-                self._sql.read, {"log": log_id, "after": after, "sid": session_id}, binary=True
-            ).fetchall()
+        params = {"log": log_id, "after": after, "sid": session_id}
+        rows = self._query(
+            "reading a session",
+            lambda conn: conn.execute(self._sql.read, params, binary=True).fetchall(),
+        )
         where = self.where(session_id)
         if not rows:
             return ReadResult(b"", EMPTY_HEAD, position is not None, where)
         head = _head_of(rows[0][2:])
         data = b"".join([r[8] for r in rows[1:]])
-        if pos is not None and rows[0][2] == pos.log_id:
+        same = pos is not None and rows[0][2] == pos.log_id
+        # a row deleted at the end would else read as a shorter, valid log (anything
+        # wrong before the end the fold reports, where it is)
+        end = _end_seq(rows, after if same else 0)
+        if end is not None and end != head.seq:
+            raise CorruptLogError(
+                where, len(data), head.seq,
+                f"the live log ends at seq {end} but its head is at seq {head.seq}",
+            )  # fmt: skip
+        if same:
+            assert pos is not None
             return ReadResult(data, head, False, where, pos.offset)
         return ReadResult(data, head, position is not None, where, 0)
 
     def head(self, session_id: str) -> Head:
         """The session's head (one indexed row)."""
-        with self._conn("reading a head") as conn:
-            row = conn.execute(self._sql.head, (session_id,)).fetchone()
+        row = self._query(
+            "reading a head", lambda conn: conn.execute(self._sql.head, (session_id,)).fetchone()
+        )
         return EMPTY_HEAD if row is None else _head_of(row)
 
     def history(self, session_id: str) -> History:
         """Every kept segment, then the live log, read in one repeatable-read snapshot."""
         where = self.where(session_id)
-        with self._conn("reading a session's history") as conn, conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            srow = conn.execute(self._sql.session_row, (session_id,)).fetchone()
-            if srow is None:
-                return History([])
-            sid, snap_seq = srow[0], srow[1]
-            snaps = conn.execute(self._sql.snapshots_of, (sid,), binary=True).fetchall()
-            lines = conn.execute(self._sql.lines_of, (sid,), binary=True).fetchall()
-        return History(_segments(where, snap_seq, snaps, lines))
+
+        def run(conn: psycopg.Connection[Any]) -> History:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                srow = conn.execute(self._sql.session_row, (session_id,)).fetchone()
+                if srow is None:
+                    return History([])
+                sid, snap_seq = srow[0], srow[1]
+                snaps = conn.execute(self._sql.snapshots_of, (sid,), binary=True).fetchall()
+                lines = conn.execute(self._sql.lines_of, (sid,), binary=True).fetchall()
+            return History(_segments(where, snap_seq, snaps, lines))
+
+        return self._query("reading a session's history", run)
 
     def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
         """Block until the session's head is no longer `position` (True) or `timeout`
@@ -284,8 +324,12 @@ class PostgresEngine(Engine):
         nothing of appends that committed while the read ran, nor of acknowledged
         appends an older transaction still holds back. A tailing reader reads again."""
         tx, pos = after
-        with self._conn("reading the feed") as conn:
-            rows = conn.execute(self._sql.feed, (str(tx), pos, limit), binary=True).fetchall()
+        rows = self._query(
+            "reading the feed",
+            lambda conn: conn.execute(
+                self._sql.feed, (str(tx), pos, limit), binary=True
+            ).fetchall(),
+        )
         return [FeedEntry(FeedPosition(int(r[0]), r[1]), r[2], r[3], bytes(r[4])) for r in rows]
 
     # -- writing ----------------------------------------------------------------------
@@ -311,15 +355,20 @@ class PostgresEngine(Engine):
             batch.hashes[-1] if batch.hashes else "",
             batch.link,
             opening,
-            batch.key,
+            None if batch.key is None else _stored_key(batch.key),
             batch.fingerprint,
         )
         try:
             with self._get_pool().connection(timeout=30) as conn:
                 row = conn.execute(self._sql.append, params, binary=True).fetchone()
-        except psycopg_pool.PoolTimeout as exc:
+        except (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as exc:
             raise _storage_error(self, "appending", exc) from None
         except psycopg.OperationalError as exc:
+            if exc.sqlstate is not None and exc.sqlstate[:2] != "08" and exc.sqlstate not in (
+                "57P01", "57P02",
+            ):  # fmt: skip
+                # the server refused (a lock or statement timeout...): rolled back
+                raise _storage_error(self, f"appending to {session_id!r}", exc) from None
             # the connection died: the commit may or may not have happened; the face's
             # idempotency keys make a retry safe
             raise StorageError(
@@ -424,8 +473,9 @@ class PostgresEngine(Engine):
 
     def list_sessions(self) -> list[str]:
         """Every session with a committed line, sorted as Python sorts str."""
-        with self._conn("listing sessions") as conn:
-            rows = conn.execute(self._sql.list_sessions).fetchall()
+        rows = self._query(
+            "listing sessions", lambda conn: conn.execute(self._sql.list_sessions).fetchall()
+        )
         return sorted(r[0] for r in rows)
 
     def remove_session(self, session_id: str) -> bool:
@@ -464,6 +514,18 @@ _get_pool)."""
 _CONNECTIONS: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
 """Every long-lived connection this module opened (pooled or listening)."""
 
+_ENGINES: weakref.WeakSet[PostgresEngine] = weakref.WeakSet()
+"""Every engine of this process: a forked child gives each a fresh lock."""
+
+
+def _stored_key(key: str) -> str:
+    """The form of an idempotency key the keys table holds: a key with a NUL (text
+    cannot hold one) or too long for its index is stored as its SHA-256. Replays are
+    answered from the log, so only its uniqueness matters here."""
+    if "\x00" in key or len(key) > 256:
+        return "sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    return key
+
 
 def _neuter_inherited_connections() -> None:
     """In a forked child: point every inherited connection's socket at /dev/null.
@@ -489,6 +551,8 @@ def _neuter_inherited_connections() -> None:
     finally:
         os.close(null)
     _CONNECTIONS.clear()
+    for engine in list(_ENGINES):
+        engine._lock = threading.Lock()  # another thread may have held it at the fork
 
 
 if hasattr(os, "register_at_fork"):
@@ -508,7 +572,8 @@ class _Statements:
             f"WITH s AS (SELECT * FROM {q}.sessions WHERE session_id = %(sid)s)"
             f" SELECT 0 AS k, 0::bigint AS seq, {head_cols}, NULL::bytea FROM s"
             f" UNION ALL"
-            f" SELECT 1, 0, NULL, NULL, NULL, NULL, NULL, NULL, x.line FROM {q}.snapshots x, s"
+            f" SELECT 1, s.snap_seq, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(x.line, '')"
+            f" FROM {q}.snapshots x, s"
             f" WHERE x.sid = s.sid AND s.snap_seq > 0 AND s.log_id <> %(log)s"
             f" AND x.n = (SELECT max(y.n) FROM {q}.snapshots y WHERE y.sid = s.sid)"
             f" UNION ALL"
@@ -564,6 +629,21 @@ class _Statements:
             f" head_link = %s, head_h = %s, base_seq = %s, snap_seq = %s, snap_len = %s,"
             f" live_origin = %s, stream_end = %s WHERE sid = %s"
         )
+
+
+def _end_seq(rows: list[Any], start: int) -> int | None:
+    """The seq the rows of a read end at: the last line's own, the opening snapshot's,
+    or `start` (where the read began) when there are none; None when the last line does
+    not decode (the fold says what is wrong with it)."""
+    if len(rows) == 1:
+        return start
+    last = rows[-1]
+    if last[0] == 1:  # the opening snapshot: the session row's snap_seq
+        return int(last[1])
+    try:
+        return _head_decoder.decode(last[8]).seq
+    except msgspec.MsgspecError:
+        return None
 
 
 def _head_of(row: Any) -> Head:
