@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .compaction import CompactionReport, Retention
 from .engines.base import Durability
-from .errors import StoreClosedError
+from .errors import InvalidSessionIdError, StoreClosedError
 from .events import Event
-from .layout import validate_session_id
 from .records import (
     BootstrapState,
     FeatureRecord,
@@ -153,8 +152,12 @@ class AsyncSessionStore:
         return await self._submit(session_id, fn)
 
     async def _submit(self, lane_key: object, fn: Callable[[], T]) -> T:
-        if lane_key is not _STORE_WIDE:
-            validate_session_id(lane_key)  # a lane is keyed by it: an unhashable one raised
+        try:
+            hash(lane_key)  # a lane is keyed by it (integrations key lanes of their own)
+        except TypeError:
+            raise InvalidSessionIdError(
+                f"session id must be a str, got {type(lane_key).__name__}"
+            ) from None
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         with self._guard:
