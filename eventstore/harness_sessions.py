@@ -37,7 +37,7 @@ import msgspec
 
 from projections import StructProjection, restore_state
 
-from .errors import SnapshotVersionError, UnsafePathError
+from .errors import InvalidRecordError, SnapshotVersionError, UnsafePathError
 from .events import Event, Snapshot
 from .layout import ensure_private_dir, fsync_dir, open_private, write_all
 from .store import SessionStore
@@ -562,8 +562,18 @@ class HarnessSessionMap:
         ):
             if not isinstance(value, str):
                 raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+            if name != "context_id" and not value.isascii():
+                try:  # (a context id is a file name: one that is not UTF-8 stays in memory)
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise InvalidRecordError(
+                        f"{name} {value!r} is not encodable as UTF-8 (lone surrogate)"
+                    ) from None
         if not session_id:
             return
+        if len(session_id) + len(harness) + len(driver) > _MAX_ENTRY_BYTES // 8:
+            # (8: room for JSON escapes) an entry a reader would take for a planted file
+            raise InvalidRecordError("session_id, harness and driver are too long for an entry")
         with self._lock:
             path = self.entry_path(context_id)
             now = _now_ms()
