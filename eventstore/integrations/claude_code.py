@@ -98,7 +98,8 @@ class ClaudeCodeLine(Event, tag=TAG, kw_only=True):
 
 
 def _digest(line: bytes) -> bytes:
-    return hashlib.blake2b(line, digest_size=16).digest()
+    # of the JSON alone: the same line read with and without its CRLF's \r is one line
+    return hashlib.blake2b(line.strip(_JSON_WS), digest_size=16).digest()
 
 
 class KeptLines:
