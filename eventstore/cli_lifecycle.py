@@ -24,7 +24,8 @@ from typing import Any, TextIO
 import msgspec
 
 from .cli_claude_code import missing_store
-from .errors import EventStoreError
+from .errors import EventStoreError, InvalidArgumentError
+from .history import parse_time
 from .lifecycle import ExpiryResult, delete_older_than, parse_age, prune_archive
 from .store import SessionStore
 
@@ -132,12 +133,11 @@ def _seq_or_time(text: str) -> int | datetime:
     if text.isdigit():
         return int(text)
     try:
-        ts = datetime.fromisoformat(text)
-    except ValueError:
+        return parse_time(text)
+    except InvalidArgumentError:
         raise argparse.ArgumentTypeError(
-            f"not a sequence number or an ISO 8601 time: {text!r}"
+            f"not a sequence number or an ISO 8601 time in UTC's range: {text!r}"
         ) from None
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 def add_prune_option(p: argparse.ArgumentParser) -> None:

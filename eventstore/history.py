@@ -416,7 +416,12 @@ def parse_time(text: str) -> datetime:
         ts = datetime.fromisoformat(text)
     except (TypeError, ValueError):
         raise InvalidArgumentError(f"not an ISO 8601 time: {text!r}") from None
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+    ts = ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+    try:
+        ts.astimezone(UTC)  # (0001-01-01T00:00+01:00 is before the first UTC instant)
+    except OverflowError:
+        raise InvalidArgumentError(f"not a time in UTC's range: {text!r}") from None
+    return ts
 
 
 def _state_at(
