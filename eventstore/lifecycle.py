@@ -44,7 +44,10 @@ def parse_age(text: str) -> timedelta:
     m = _AGE.match(text)
     if m is None:
         raise ValueError(f"not an age: {text!r} (give a number and a unit: 30d, 12h, 90m, 45s, 2w)")
-    return timedelta(seconds=float(m.group(1)) * _UNIT[m.group(2)])
+    try:
+        return timedelta(seconds=float(m.group(1)) * _UNIT[m.group(2)])
+    except OverflowError:
+        raise ValueError(f"not an age: {text!r} is too long") from None
 
 
 def last_activity(store: SessionStore, session_id: str) -> datetime | None:
@@ -106,7 +109,10 @@ def delete_older_than(
     """
     if age < timedelta(0):
         raise ValueError("age must not be negative")
-    cutoff = (now or datetime.now(UTC)) - age
+    try:
+        cutoff = (now or datetime.now(UTC)) - age
+    except OverflowError:
+        return []  # older than the calendar: no session is
     results: list[ExpiryResult] = []
     for sid in store.list_sessions():
         try:
