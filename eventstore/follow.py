@@ -10,6 +10,7 @@ compaction are read from the history; with no archive, the snapshot stands in fo
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from .store import SessionStore
 
 __all__ = ["follow"]
+
+_STOP_CHECK = 0.2  # seconds: how soon a stop set during a wait is seen
 
 
 def follow(
@@ -72,6 +75,11 @@ def follow(
             if ev.seq > last:
                 yield ev
                 last = ev.seq
-        if stop is not None and stop.is_set():
+        deadline = time.monotonic() + poll_interval
+        # in slices: a stop set meanwhile (by a signal handler) ends a long wait at once
+        while stop is None or not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or engine.wait(session_id, head.position, min(left, _STOP_CHECK)):
+                break
+        else:
             return
-        engine.wait(session_id, head.position, poll_interval)
