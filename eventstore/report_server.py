@@ -17,7 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from .errors import EventStoreError, UnknownSessionError
+from .engines.base import Head
+from .engines.file import FileEngine
+from .errors import EventStoreError, InvalidSessionIdError, UnknownSessionError
 from .report import build_report
 from .store import SessionStore
 
@@ -31,6 +33,14 @@ _INDEX_CSS = (
 )
 
 
+class _CachelessFileEngine(FileEngine):
+    """The file engine keeping no fold caches or checked prefixes: serve never writes
+    to the store it shows (its loads would save them once they fold 1 MiB)."""
+
+    def store_cache(self, session_id: str, name: str, head: Head, data: bytes) -> None:
+        """Keep nothing."""
+
+
 class ReportServer(ThreadingHTTPServer):
     """The server: the store it reads, bound to `HOST` on `port` (0: any free port)."""
 
@@ -39,7 +49,7 @@ class ReportServer(ThreadingHTTPServer):
     def __init__(self, root: Path, port: int = 0) -> None:
         if not root.is_dir():
             raise FileNotFoundError(f"no store at {root} (directory not found)")
-        self.store = SessionStore(root)
+        self.store = SessionStore(_CachelessFileEngine(root))
         self.lock = threading.Lock()  # one report at a time: two cores, big sessions
         super().__init__((HOST, port), _Handler)
 
@@ -87,7 +97,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             with self.server.lock:
                 page = build_report(self.server.store, session_id).encode("utf-8")
-        except UnknownSessionError:
+        except (UnknownSessionError, InvalidSessionIdError):  # (one that cannot exist)
             self._send(HTTPStatus.NOT_FOUND, b"no such session\n", "text/plain", head=head)
             return
         except (EventStoreError, ValueError) as exc:
