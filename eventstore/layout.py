@@ -172,7 +172,9 @@ def write_atomically(
     rename (compaction links the old log into its archive there). On any failure the
     temporary file is removed and the error propagates; `path` is unchanged.
     """
-    tmp = path.with_name(f"{path.name}{TMP_MARK}{uuid.uuid4().hex}")
+    # the name's first 120 bytes: a legal 250-byte name must not make an illegal temp one
+    base = path.name.encode()[:120].decode("utf-8", "ignore")
+    tmp = path.with_name(f"{base}{TMP_MARK}{uuid.uuid4().hex}")
     try:
         fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
