@@ -55,11 +55,13 @@ MAX_BYTES = 10_000_000
 class ReportLimits:
     """How much text a page embeds. `content_chars`: all message text together (each
     message keeps at least an equal share); `summary_chars`: one event summary;
-    `rows`: the most recent events, messages and chart points kept; `problems`: verify
-    findings listed."""
+    `text_chars`: any other one text a harness wrote (a progress note, a checkpoint's
+    note, a feature's fields, a manifest's, a block's label); `rows`: the most recent
+    events, messages and chart points kept; `problems`: verify findings listed."""
 
     content_chars: int = 5_000_000
     summary_chars: int = 160
+    text_chars: int = 20_000
     rows: int = 200_000
     problems: int = 100
 
@@ -69,6 +71,7 @@ class ReportLimits:
             self,
             content_chars=self.content_chars // 2,
             summary_chars=max(16, self.summary_chars // 2),
+            text_chars=max(16, self.text_chars // 2),
             rows=max(1, self.rows // 2),
         )
 
@@ -258,6 +261,17 @@ def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _shorten_all(value: Any, width: int) -> Any:
+    """`value` (JSON builtins) with every string in it shortened to `width`."""
+    if isinstance(value, str):
+        return _shorten(value, width)
+    if isinstance(value, dict):
+        return {_shorten(k, width): _shorten_all(v, width) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shorten_all(v, width) for v in value]
+    return value
+
+
 class _Timeline:
     """The features-passing chart and the event table, from one pass over the events."""
 
@@ -298,31 +312,32 @@ class _Timeline:
         return {f.id: f.passes for f in self.state.feature_list}
 
 
-def _runs(state: BootstrapState) -> list[RunRow]:
+def _runs(state: BootstrapState, width: int) -> list[RunRow]:
     runs: dict[str, RunRow] = {}
     for cp in state.checkpoints:
         row = runs.get(cp.run_id)
         status = getattr(cp.status, "value", str(cp.status))
+        note = None if cp.note is None else _shorten(cp.note, width)
         if row is None:
             runs[cp.run_id] = RunRow(
-                run_id=cp.run_id,
+                run_id=_shorten(cp.run_id, width),
                 status=status,
                 started_at=_iso(cp.started_at),
                 completed_at=_iso(cp.completed_at),
-                note=cp.note,
+                note=note,
                 checkpoints=1,
                 progress=[],
             )
         else:  # the latest checkpoint says where the run stands; the first when it began
             row.status = status
             row.completed_at = _iso(cp.completed_at) or row.completed_at
-            row.note = cp.note if cp.note is not None else row.note
+            row.note = note if note is not None else row.note
             row.checkpoints += 1
     for entry in state.recent_progress:
         row = runs.get(entry.run_id)
         if row is None:  # notes of a run that recorded no checkpoint
             row = runs[entry.run_id] = RunRow(
-                run_id=entry.run_id,
+                run_id=_shorten(entry.run_id, width),
                 status="no checkpoint",
                 started_at=None,
                 completed_at=None,
@@ -330,7 +345,9 @@ def _runs(state: BootstrapState) -> list[RunRow]:
                 checkpoints=0,
                 progress=[],
             )
-        row.progress.append(ProgressRow(_iso(entry.created_at) or "", entry.summary))
+        row.progress.append(
+            ProgressRow(_iso(entry.created_at) or "", _shorten(entry.summary, width))
+        )
     return list(runs.values())
 
 
@@ -412,7 +429,7 @@ def _messages(
         i = first + k
         seq, ts = seqs[i - offset] if i - offset >= 0 else (None, None)
         shown = _cut(content, cap)
-        shown_extras = [(label, _cut(v, cap)) for label, v in extras]
+        shown_extras = [(_shorten(label, limits.text_chars), _cut(v, cap)) for label, v in extras]
         whole = shown == content and shown_extras == extras
         cut += not whole
         rows.append(
@@ -504,7 +521,9 @@ def _shape(g: _Gathered, limits: ReportLimits, generated_at: datetime) -> Report
         session_id=g.session_id,
         generated_at=_iso(generated_at) or "",
         generator=f"eventstore {__version__}",
-        manifest=msgspec.to_builtins(state.manifest) if state.manifest else None,
+        manifest=_shorten_all(msgspec.to_builtins(state.manifest), limits.text_chars)
+        if state.manifest
+        else None,
         verify=VerifyRow(
             ok=report.ok,
             head_hash=report.head_hash,
@@ -520,10 +539,12 @@ def _shape(g: _Gathered, limits: ReportLimits, generated_at: datetime) -> Report
             errors=sum(p.severity == "error" for p in report.problems),
         ),
         sizes=g.sizes,
-        features=[_feature(f, timeline.last_flip.get(f.id)) for f in state.feature_list],
+        features=[
+            _feature(f, timeline.last_flip.get(f.id), limits.text_chars) for f in state.feature_list
+        ],
         chart=timeline.chart[-limits.rows :],
         flips=timeline.flips[-limits.rows :],
-        runs=_runs(state),
+        runs=_runs(state, limits.text_chars),
         messages=messages,
         events=events,
         event_types=dict(sorted(timeline.types.items())),
@@ -547,8 +568,14 @@ def report_data(
     return _shape(gathered, limits, generated_at or datetime.now(UTC))
 
 
-def _feature(f: FeatureRecord, flipped_at: int | None) -> FeatureRow:
-    return FeatureRow(f.id, f.category, f.description, f.passes, flipped_at)
+def _feature(f: FeatureRecord, flipped_at: int | None, width: int) -> FeatureRow:
+    return FeatureRow(
+        _shorten(f.id, width),
+        _shorten(f.category, width),
+        _shorten(f.description, width),
+        f.passes,
+        flipped_at,
+    )
 
 
 # -- the page --------------------------------------------------------------------------
