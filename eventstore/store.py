@@ -805,11 +805,13 @@ class SessionStore:
                         part, codec, codec.decoder(proj.event_types), res.where,
                         offset=res.offset, seq=seq, link=link, hashes_checked=True,
                     )  # fmt: skip
-                    if hashed is not None:
-                        hashed.result()
                     if lines.end != len(part):
                         raise _PrefixMismatch("the prefix does not end with a whole batch")
+                    # folded while the side thread hashes (a snapshot's states decode
+                    # then): nothing is kept unless the digest below proves the bytes
                     f.state = fold_events(self, sid, proj, f.state, lines.events, res.where)
+                    if hashed is not None:
+                        hashed.result()
                     folded += split
                     assert lines.seq is not None and lines.link is not None  # given seq, link
                     seq, link = lines.seq, lines.link
