@@ -7,10 +7,12 @@ import os
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 
@@ -169,3 +171,45 @@ def checkpoint_summary(tup: Any) -> Any:
         tup.parent_config["configurable"] if tup.parent_config else None,
         tup.pending_writes,
     )
+
+
+# -- PostgreSQL -----------------------------------------------------------------------
+
+POSTGRES_URL_ENV = "EVENTSTORE_TEST_POSTGRES_URL"
+
+
+def require_postgres_url() -> str:
+    """The test server's URL: a skip without one, a failure in CI (`.ci/run` starts one)."""
+    url = os.environ.get(POSTGRES_URL_ENV)
+    if url:
+        return url
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{POSTGRES_URL_ENV} is not set in CI: .ci/run must start PostgreSQL")
+    pytest.skip(f"{POSTGRES_URL_ENV} is not set (see the README's PostgreSQL section)")
+
+
+def with_query(url: str, **params: str) -> str:
+    """`url` with these query parameters set (replacing any of the same names)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k not in params]
+    query.extend(params.items())
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+@pytest.fixture
+def server_url() -> str:
+    """The test server's URL (no schema parameter)."""
+    return require_postgres_url()
+
+
+@pytest.fixture
+def pg_url(server_url: str) -> Iterator[str]:
+    """A store URL on a schema of this test's own, dropped afterwards."""
+    import psycopg
+
+    from eventstore.engines.postgres import split_url
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    yield with_query(server_url, schema=schema)
+    with psycopg.connect(split_url(server_url)[0], autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

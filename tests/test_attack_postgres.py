@@ -19,26 +19,15 @@ import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
+from conftest import with_query
 
 from eventstore import ProgressEntry, SessionStore
 from eventstore.errors import CorruptLogError, EventStoreError, StorageError
 
-URL_ENV = "EVENTSTORE_TEST_POSTGRES_URL"
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _require_url() -> str:
-    url = os.environ.get(URL_ENV)
-    if url:
-        return url
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{URL_ENV} is not set in CI: .ci/run must start PostgreSQL")
-    pytest.skip(f"{URL_ENV} is not set (see the README's PostgreSQL section)")
 
 
 psycopg = pytest.importorskip("psycopg") if os.environ.get("CI") != "true" else None
@@ -46,26 +35,6 @@ if psycopg is None:
     import psycopg  # in CI the extra must be installed: an ImportError fails the run
 
 from eventstore.engines import postgres as pg  # noqa: E402
-
-
-def _with_params(url: str, **params: str) -> str:
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query) if k not in params]
-    query.extend(params.items())
-    return urlunsplit(parts._replace(query=urlencode(query)))
-
-
-@pytest.fixture
-def server_url() -> str:
-    return _require_url()
-
-
-@pytest.fixture
-def pg_url(server_url: str) -> Iterator[str]:
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    yield _with_params(server_url, schema=schema)
-    with psycopg.connect(pg.split_url(server_url)[0], autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def _sql(pg_url: str, statement: str, *args: object) -> None:
@@ -146,7 +115,7 @@ def test_a_server_side_refusal_is_not_reported_as_a_lost_connection(pg_url: str)
     the batch 'may or may not be committed': the caller is told to reconcile a batch
     that was definitely not written."""
     _build(pg_url, "s", 1)
-    url = _with_params(pg_url, options="-clock_timeout=200")  # (no space: see below)
+    url = with_query(pg_url, options="-clock_timeout=200")  # (no space: see below)
     conninfo, schema = pg.split_url(pg_url)
     with psycopg.connect(conninfo) as blocker, SessionStore(url) as store:
         blocker.execute(
@@ -168,7 +137,7 @@ def test_libpq_parameters_with_spaces_reach_libpq_as_written(pg_url: str) -> Non
     as 'fleet+worker', and `options=-c lock_timeout=200` (the usual way to set a
     setting per connection) fails to connect: unrecognized parameter '+lock_timeout'."""
     name = f"fleet worker {uuid.uuid4().hex[:6]}"
-    with SessionStore(_with_params(pg_url, application_name=name)) as store:
+    with SessionStore(with_query(pg_url, application_name=name)) as store:
         store.append_progress_entry("s", _entry("x"))
         conninfo, _ = pg.split_url(pg_url)
         with psycopg.connect(conninfo, autocommit=True) as conn:

@@ -20,10 +20,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import msgspec
 import pytest
+from conftest import with_query
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,17 +40,7 @@ from eventstore.events import (
     split_hash,
 )
 
-URL_ENV = "EVENTSTORE_TEST_POSTGRES_URL"
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _require_url() -> str:
-    url = os.environ.get(URL_ENV)
-    if url:
-        return url
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{URL_ENV} is not set in CI: .ci/run must start PostgreSQL")
-    pytest.skip(f"{URL_ENV} is not set (see the README's PostgreSQL section)")
 
 
 psycopg = pytest.importorskip("psycopg") if os.environ.get("CI") != "true" else None
@@ -57,29 +48,6 @@ if psycopg is None:
     import psycopg  # in CI the extra must be installed: an ImportError fails the run
 
 from eventstore.engines import postgres as pg  # noqa: E402
-
-
-def with_schema(url: str, schema: str) -> str:
-    """`url` with its `schema` query parameter set."""
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"]
-    query.append(("schema", schema))
-    return urlunsplit(parts._replace(query=urlencode(query)))
-
-
-@pytest.fixture
-def server_url() -> str:
-    """The test server's URL (no schema parameter)."""
-    return _require_url()
-
-
-@pytest.fixture
-def pg_url(server_url: str) -> Iterator[str]:
-    """A store URL on a schema of this test's own, dropped afterwards."""
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    yield with_schema(server_url, schema)
-    with psycopg.connect(pg.split_url(server_url)[0], autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.fixture
@@ -565,7 +533,7 @@ def test_hostile_session_ids_and_keys_are_only_data(engine: pg.PostgresEngine) -
 @pytest.mark.parametrize("schema", ["Upper", "x; DROP TABLE y", 'a"b', "1abc", "a" * 41, "", "a-b"])
 def test_hostile_schema_names_are_refused(server_url: str, schema: str) -> None:
     with pytest.raises(ValueError, match="schema name"):
-        pg.from_url(with_schema(server_url, schema))
+        pg.from_url(with_query(server_url, schema=schema))
 
 
 @settings(max_examples=200, deadline=None)
@@ -887,8 +855,8 @@ def _flat(e: pg.PostgresEngine, sid: str) -> list[bytes]:
 def test_migrate_between_postgres_stores_is_exact_and_idempotent(server_url: str) -> None:
     from eventstore.migrate import MigrationError, migrate_session, same_history
 
-    a_url = with_schema(server_url, f"t_{uuid.uuid4().hex[:12]}")
-    b_url = with_schema(server_url, f"t_{uuid.uuid4().hex[:12]}")
+    a_url = with_query(server_url, schema=f"t_{uuid.uuid4().hex[:12]}")
+    b_url = with_query(server_url, schema=f"t_{uuid.uuid4().hex[:12]}")
     a, b = pg.from_url(a_url), pg.from_url(b_url)
     try:
         _build_compacted(a, "s", (True, True))
@@ -931,8 +899,8 @@ def test_cli_init_db_and_migrate(server_url: str, capsys: pytest.CaptureFixture[
     secret_url = urlunsplit(
         parts._replace(netloc=f"{user}:hunter2-secret@{parts.hostname}:{parts.port}")
     )
-    a_url = with_schema(secret_url, f"t_{uuid.uuid4().hex[:12]}")
-    b_url = with_schema(secret_url, f"t_{uuid.uuid4().hex[:12]}")
+    a_url = with_query(secret_url, schema=f"t_{uuid.uuid4().hex[:12]}")
+    b_url = with_query(secret_url, schema=f"t_{uuid.uuid4().hex[:12]}")
     try:
         assert main(["init-db", a_url]) == 0
         assert main(["init-db", a_url]) == 0
