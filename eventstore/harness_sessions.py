@@ -510,7 +510,8 @@ class HarnessSessionMap:
     where `logs/bootstrap.log` gets the one `[harness-session]` line if the root cannot
     be written (None: the line goes to the `eventstore` logger instead).
 
-    The rule across processes: the newest write wins. The file
+    The rule across processes: the newest write wins (`put`, `forget`), and the first
+    binding stays (`bind`). The file
     `<root>/<context-id>/harness-session.json` is the truth and is read on every `get`,
     so a put or forget by another process (or the other runtime) is seen at once, also
     for a context this process bound. Only what this process could not write (the file
@@ -554,6 +555,21 @@ class HarnessSessionMap:
         records the put in the history; any failure is reported once and survived (the
         binding is then kept in this process's memory).
         """
+        self._bind(context_id, session_id, harness, driver, replace=True)
+
+    def bind(self, context_id: str, session_id: str, harness: str, driver: str) -> str:
+        """The session id `context_id` is bound to: the one already bound, or else
+        `session_id`, bound now as `put` binds it. Of processes binding one context at
+        once, exactly one binding is written and all of them get it (the file is created
+        only where none exists). An entry that cannot be read is replaced, as by `put`."""
+        bound = self._bind(context_id, session_id, harness, driver, replace=False)
+        return session_id if bound is None else bound
+
+    def _bind(
+        self, context_id: str, session_id: str, harness: str, driver: str, *, replace: bool
+    ) -> str | None:
+        """`put` (`replace`), or `bind`: then the id already bound, if one is (None: the
+        given one was bound, or is empty)."""
         for name, value in (
             ("context_id", context_id),
             ("session_id", session_id),
@@ -570,7 +586,7 @@ class HarnessSessionMap:
                         f"{name} {value!r} is not encodable as UTF-8 (lone surrogate)"
                     ) from None
         if not session_id:
-            return
+            return None
         if len(session_id) + len(harness) + len(driver) > _MAX_ENTRY_BYTES // 8:
             # (8: room for JSON escapes) an entry a reader would take for a planted file
             raise InvalidRecordError("session_id, harness and driver are too long for an entry")
@@ -578,6 +594,8 @@ class HarnessSessionMap:
             path = self.entry_path(context_id)
             now = _now_ms()
             before = self._current(context_id)
+            if before is not None and not replace:
+                return before.session_id
             created = now if before is None or before.created_ms <= 0 else before.created_ms
             entry = HarnessSessionEntry(
                 session_id=session_id,
@@ -588,10 +606,16 @@ class HarnessSessionMap:
             )
             if path is None:
                 self._memory[context_id] = _Unwritten(entry, now)
-                return
+                return None
             assert self.root is not None
+            data = _entry_encoder.encode(entry)
             try:
-                self._write_entry(self.root, context_id, _entry_encoder.encode(entry))
+                if not self._write_entry(self.root, context_id, data, replace=replace):
+                    # another process created it since this one looked: it won
+                    won = _read_entry(self.root, context_id)
+                    if won is not None:
+                        return won.session_id
+                    self._write_entry(self.root, context_id, data, replace=True)
                 self._memory.pop(context_id, None)
             except (OSError, UnsafePathError) as exc:
                 self._memory[context_id] = _Unwritten(entry, now)
@@ -606,6 +630,7 @@ class HarnessSessionMap:
                     updated_ms=entry.updated_ms,
                 )
             )
+            return None
 
     def forget(self, context_id: str, *, by: str) -> str | None:
         """Drop the binding of `context_id` and remove its file; return the session id
@@ -694,10 +719,12 @@ class HarnessSessionMap:
             )
 
     @staticmethod
-    def _write_entry(root: Path, context_id: str, data: bytes) -> None:
+    def _write_entry(root: Path, context_id: str, data: bytes, *, replace: bool) -> bool:
         """Atomically replace the context's file with `data`: a unique temporary file in
         the same directory, fsynced, renamed over the entry, then the directory fsynced.
-        Works through a directory fd so a context dir swapped for a symlink is refused."""
+        Without `replace`, the temporary file is linked as the entry only where none
+        exists; False when one did (nothing written). Works through a directory fd so a
+        context dir swapped for a symlink is refused."""
         created = _makedirs_private(root)
         if not os.path.lexists(root / context_id):
             created.append(root / context_id)
@@ -716,7 +743,15 @@ class HarnessSessionMap:
                     write_all(fd, data, fsync=True)
                 finally:
                     os.close(fd)
-                os.replace(tmp, HARNESS_SESSION_FILE_NAME, src_dir_fd=dfd, dst_dir_fd=dfd)
+                if replace:
+                    os.replace(tmp, HARNESS_SESSION_FILE_NAME, src_dir_fd=dfd, dst_dir_fd=dfd)
+                else:
+                    try:
+                        os.link(tmp, HARNESS_SESSION_FILE_NAME, src_dir_fd=dfd, dst_dir_fd=dfd)
+                    except FileExistsError:
+                        return False
+                    finally:
+                        os.unlink(tmp, dir_fd=dfd)
             except BaseException:
                 try:
                     os.unlink(tmp, dir_fd=dfd)
@@ -729,6 +764,7 @@ class HarnessSessionMap:
                     fsync_dir(d.parent)
             except OSError:
                 pass  # the rename is done and visible; only power-loss durability is lost
+            return True
         finally:
             os.close(dfd)
 

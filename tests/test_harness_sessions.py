@@ -342,7 +342,7 @@ def test_a_put_that_could_not_be_written_yields_only_to_a_later_file(
         '"created_ms":1,"updated_ms":9000}',
     )
 
-    def refuse(root: Path, context_id: str, data: bytes) -> None:
+    def refuse(root: Path, context_id: str, data: bytes, *, replace: bool) -> bool:
         raise PermissionError(13, "Permission denied", str(root / context_id))
 
     monkeypatch.setattr(HarnessSessionMap, "_write_entry", staticmethod(refuse))
@@ -1048,3 +1048,79 @@ def test_cli_contexts_help_has_an_example() -> None:
     cli_contexts.add_parser(parser.add_subparsers(dest="command"))
     help_text = parser._subparsers._group_actions[0].choices["contexts"].format_help()  # type: ignore[union-attr]
     assert "eventstore contexts" in help_text and "--history" in help_text
+
+
+# -- bind: exactly one binding wins ---------------------------------------------------
+
+
+def _bind_at_go(map_root: str, workdir: str, worker: int, go: str, out: str) -> None:
+    m = HarnessSessionMap(Path(map_root), Path(workdir))
+    while not os.path.exists(go):  # a start gate only: no result depends on timing
+        time.sleep(0.0005)
+    got = [m.bind(f"ctx-{c}", f"w{worker}-{c}", "h", "d") for c in range(20)]
+    Path(out).write_text(json.dumps(got))
+    m.close()
+    os._exit(0)
+
+
+def test_processes_binding_the_same_contexts_at_once_all_get_one_binding(
+    map_root: Path, workdir: Path, tmp_path: Path
+) -> None:
+    # get-then-put lets two processes each start a harness under its own new id, one of
+    # which nobody looks up again; bind writes a context's file only where none exists
+    go = tmp_path / "go"
+    ctx = multiprocessing.get_context("fork")
+    outs = [tmp_path / f"out-{w}" for w in range(4)]
+    procs = [
+        ctx.Process(target=_bind_at_go, args=(str(map_root), str(workdir), w, str(go), str(o)))
+        for w, o in enumerate(outs)
+    ]
+    for p in procs:
+        p.start()
+    go.touch()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    results = [json.loads(o.read_text()) for o in outs]
+    fresh = HarnessSessionMap(map_root, workdir)
+    on_disk = [fresh.get(f"ctx-{c}") for c in range(20)]
+    assert all(r == on_disk for r in results), (results, on_disk)
+    assert all(sid is not None and re.fullmatch(r"w\d-\d+", sid) for sid in on_disk)
+    history = read_history(map_root)
+    assert len(history) == 20  # one binding written per context
+    for c in range(20):
+        assert os.listdir(map_root / f"ctx-{c}") == [HARNESS_SESSION_FILE_NAME]  # no temps
+    assert report_lines(workdir) == []
+
+
+def test_bind_returns_a_binding_that_exists_and_writes_nothing(
+    hmap: HarnessSessionMap, map_root: Path
+) -> None:
+    assert hmap.bind("ctx", "first", "h", "d") == "first"
+    f = map_root / "ctx" / HARNESS_SESSION_FILE_NAME
+    before = (f.read_bytes(), f.stat().st_mtime_ns)
+    assert hmap.bind("ctx", "second", "h", "d") == "first"
+    assert (f.read_bytes(), f.stat().st_mtime_ns) == before
+    hmap.put("ctx", "third", "h", "d")  # put still replaces
+    assert hmap.bind("ctx", "fourth", "h", "d") == "third"
+
+
+def test_bind_replaces_an_entry_that_cannot_be_read(
+    hmap: HarnessSessionMap, map_root: Path
+) -> None:
+    write_raw(map_root, "ctx", "not a map entry")
+    assert hmap.get("ctx") is None
+    assert hmap.bind("ctx", "fresh", "h", "d") == "fresh"
+    assert HarnessSessionMap(map_root).get("ctx") == "fresh"
+
+
+def test_bind_in_memory_only_maps_and_for_ids_that_are_not_plain(
+    map_root: Path, workdir: Path
+) -> None:
+    mem = HarnessSessionMap()
+    assert mem.bind("ctx", "a", "h", "d") == "a"
+    assert mem.bind("ctx", "b", "h", "d") == "a"
+    m = HarnessSessionMap(map_root, workdir)
+    assert m.bind("../ctx", "a", "h", "d") == "a"  # kept in memory, never on disk
+    assert m.bind("../ctx", "b", "h", "d") == "a"
+    assert not (map_root.parent / "ctx").exists()
