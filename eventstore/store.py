@@ -302,6 +302,10 @@ class SessionStore:
     def _save_caches(self, sess: _Session) -> None:
         """Save what is worth saving of a session this store stops keeping: the fold
         caches that would hold something new, and the checked prefix."""
+        if sess.lock._is_owned():  # type: ignore[attr-defined]
+            # this thread is folding into it (a load nested in a projection's fold
+            # evicted it): its states may be half folded, its prefix unproven
+            return
         with sess.lock:
             for name, f in sess.folds.items():
                 if (
