@@ -5,7 +5,9 @@ list and `metadata` dict, the caller's copies of them): objects that outlive the
 so every 700 of them set off a collection pass that frees nothing, every tenth pass a
 wider one, and at about 70,000 a pass over every object the process holds (11 ms of a
 90 ms load of 10,000 turns, on top of 5 ms of smaller passes). Decoded records cannot
-form cycles, so nothing is lost by collecting after the load instead of during it.
+form cycles, so nothing is lost by collecting after the load instead of during it; a
+user's projection may make cyclic garbage as it folds, so its cold loads pause only when
+it says they may (`pause_gc = True`, see `SessionStore`).
 
 The collector's switch is process-wide, so pauses are counted: loads overlapping in
 several threads pause it once, and the last to end resumes it, only if it was enabled

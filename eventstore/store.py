@@ -227,7 +227,10 @@ class SessionStore:
     `cache_folds` attribute, is kept between processes in the engine's fold cache
     (`eventstore.fold_cache`; the file engine keeps it beside the log): a cold load
     folds only what was appended after it. It is written on `close`, after a long fold
-    and by compaction, and used only when it checks against the log.
+    and by compaction, and used only when it checks against the log. A cold load of the
+    built-in projections, and of any with a true `pause_gc` attribute (whose folds make
+    no cyclic garbage), runs with the cyclic garbage collector paused
+    (`eventstore.gc_pause`).
     """
 
     def __init__(
@@ -277,6 +280,13 @@ class SessionStore:
             for name, p in self._projections.items()
             if p is self.bootstrap or getattr(p, "cache_folds", False) is True
         }
+        # the projections whose cold folds run with the cyclic collector paused: the
+        # built-in ones, and those whose authors say their folds make no cyclic garbage
+        self._pause_gc = frozenset(
+            name
+            for name, p in self._projections.items()
+            if p in builtin or getattr(p, "pause_gc", False) is True
+        )
         # whether the engine keeps caches, so checked prefixes are worth keeping
         self._marks = type(self.engine).store_cache is not Engine.store_cache
         self._sessions: dict[str, _Session] = {}
@@ -681,10 +691,11 @@ class SessionStore:
 
         Made under the session's lock: a writer folds its batch into the state in place,
         event by event, so a copy made after the lock is released could hold part of a
-        batch. A cold load (the first of `proj` here) folds the whole log with the cyclic
-        collector paused (eventstore.gc_pause)."""
+        batch. A cold load (the first of `proj` here) of a projection in `_pause_gc`
+        folds the whole log with the cyclic collector paused (eventstore.gc_pause)."""
         sess = self._session(session_id)
-        with sess.lock, _NO_PAUSE if proj.name in sess.folds else paused_gc:
+        cold = proj.name not in sess.folds and proj.name in self._pause_gc
+        with sess.lock, paused_gc if cold else _NO_PAUSE:
             return view(self._catch_up(sess, proj))
 
     def _has_fold(self, sess: _Session, name: str) -> bool:

@@ -23,6 +23,7 @@ class _Seen(StructProjection[list[bool]]):
 
     name = "gc_seen"
     version = 1
+    pause_gc = True  # (a user's projection pauses only when it says its folds may)
     event_types = frozenset({"messages_appended"})
     state_type = list[bool]
 
@@ -40,7 +41,9 @@ def _collector_on() -> Iterator[None]:
     was = gc.isenabled()
     gc.enable()
     yield
-    if not was:
+    if was:
+        gc.enable()  # (a test turns it off)
+    else:
         gc.disable()
 
 
