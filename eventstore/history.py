@@ -46,7 +46,15 @@ from .errors import (
     SnapshotVersionError,
     UnknownSessionError,
 )
-from .events import SNAPSHOT_OPEN, ArchivePruned, Event, Snapshot, UnknownEvent, event_tag
+from .events import (
+    SNAPSHOT_OPEN,
+    ArchivePruned,
+    Event,
+    EventCodec,
+    Snapshot,
+    UnknownEvent,
+    event_tag,
+)
 from .log import Lines, read_lines
 from .records import BootstrapState, Message
 
@@ -521,7 +529,10 @@ def fold_events(
     where: str,
 ) -> Any:
     """`fold`, plus what only the face can do: rebuild from the archive a state that the
-    opening snapshot lacks, and name the log of a snapshot state that does not decode."""
+    opening snapshot lacks or that its compactor folded without events this store reads
+    (`folded_without`), and name the log of a snapshot state that does not decode."""
+    if events and type(events[0]) is Snapshot and folded_without(store.codec, proj, events[0]):
+        return fold_from_archive(store, session_id, proj, events, where)
     try:
         return fold(proj, state, events)
     except SnapshotVersionError:
@@ -531,6 +542,19 @@ def fold_events(
             raise
         # offset 0: a snapshot opens the log
         raise CorruptLogError(where, 0, exc.seq, exc.reason) from None
+
+
+def folded_without(codec: EventCodec, proj: Projection[Any], snap: Snapshot) -> bool:
+    """Whether `snap` holds a state of `proj` folded without events that `codec` decodes
+    and `proj` reads: its compactor did not know their type and kept them verbatim, so
+    a reader that knows it would fold another state (it rebuilds this one instead)."""
+    if not snap.unknown or proj.name not in snap.states:
+        return False
+    extra = codec.types.keys() - set(snap.known)
+    wanted = extra if proj.event_types is None else extra & proj.event_types
+    return bool(wanted) and any(
+        codec.head_decoder.decode(raw).type in wanted for raw in snap.unknown
+    )
 
 
 def fold_from_archive(

@@ -32,6 +32,7 @@ from .errors import CorruptLogError, EventStoreError, SnapshotVersionError
 from .events import SNAPSHOT_OPEN, Event, Snapshot
 from .history import (
     archive_shortfall,
+    folded_without,
     is_pruned,
     opening_chain,
     pruned_message,
@@ -320,6 +321,10 @@ def _check_snapshot_states(
         return []  # a gap (history lost between archives) or a snapshot in between
     found: list[Problem] = []
     for proj in store.projections.values():
+        if folded_without(store.codec, proj, snap):
+            why = "its compactor did not decode events it reads; loads rebuild it"
+            found.append(Problem(name, 0, snap.seq, "snapshot_version", why, "warning"))
+            continue
         try:
             stored: Any = restore_state(proj, snap)
         except SnapshotVersionError as exc:
