@@ -173,8 +173,8 @@ def write_atomically(
     temporary file is removed and the error propagates; `path` is unchanged.
     """
     # the name's first 120 bytes: a legal 250-byte name must not make an illegal temp one
-    base = path.name.encode()[:120].decode("utf-8", "ignore")
-    tmp = path.with_name(f"{base}{TMP_MARK}{uuid.uuid4().hex}")
+    head = os.fsencode(path.name)[:120]  # (bytes: a name need not be UTF-8)
+    tmp = path.with_name(f"{os.fsdecode(head)}{TMP_MARK}{uuid.uuid4().hex}")
     try:
         fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
