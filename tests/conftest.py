@@ -34,7 +34,9 @@ from eventstore import (  # noqa: E402
     SessionManifest,
     SessionStore,
 )
+from eventstore.events import Event  # noqa: E402
 from eventstore.layout import SessionPaths  # noqa: E402
+from projections import StructProjection  # noqa: E402
 
 FIXTURES = TESTS_DIR.parent / "fixtures"
 LOGS = FIXTURES / "logs"
@@ -213,3 +215,30 @@ def pg_url(server_url: str) -> Iterator[str]:
     yield with_query(server_url, schema=schema)
     with psycopg.connect(split_url(server_url)[0], autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+# -- the README's custom event and projection ------------------------------------------
+
+
+class FlipCounted(Event, tag="flip_counted", kw_only=True):
+    """The README's custom event type ("Custom events and projections")."""
+
+    run_id: str
+    feature_id: str = ""
+
+
+class FlipsPerRun(StructProjection[dict[str, int]]):
+    """The README's custom projection: `flip_counted` events counted per run."""
+
+    name = "flips"
+    version = 1
+    event_types: frozenset[str] | None = frozenset({"flip_counted"})
+    state_type = dict[str, int]
+
+    def initial(self) -> dict[str, int]:
+        return {}
+
+    def apply(self, state: dict[str, int], event: Event) -> dict[str, int]:
+        if type(event) is FlipCounted:
+            state[event.run_id] = state.get(event.run_id, 0) + 1
+        return state

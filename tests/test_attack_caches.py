@@ -26,11 +26,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import log_path, make_checkpoint, make_entry, make_features, make_manifest
+from conftest import (
+    FlipCounted,
+    log_path,
+    make_checkpoint,
+    make_entry,
+    make_features,
+    make_manifest,
+)
+from conftest import FlipsPerRun as ReadmeFlips
 
-from eventstore import Event, Message, Role, SessionStore, checked_prefix, fold_cache
+from eventstore import Message, Role, SessionStore, checked_prefix, fold_cache
 from eventstore.engines.file import _cache_file_name
-from projections import StructProjection
 
 SID = "s"
 
@@ -38,28 +45,11 @@ SID = "s"
 # -- helpers ---------------------------------------------------------------------------
 
 
-class FlipCounted(Event, tag="flip_counted", kw_only=True):
-    """The README's custom event type ("Custom events and projections")."""
-
-    run_id: str
-
-
-class FlipsPerRun(StructProjection[dict[str, int]]):
+class FlipsPerRun(ReadmeFlips):
     """The README's custom projection, with its folds kept in the fold cache."""
 
     name = "flips_per_run"
-    version = 1
-    event_types = frozenset({"flip_counted"})  # others arrive as bare envelopes
-    state_type = dict[str, int]
     cache_folds = True
-
-    def initial(self) -> dict[str, int]:
-        return {}
-
-    def apply(self, state: dict[str, int], event: Event) -> dict[str, int]:
-        if type(event) is FlipCounted:
-            state[event.run_id] = state.get(event.run_id, 0) + 1
-        return state
 
 
 def _aware(root: Path) -> SessionStore:

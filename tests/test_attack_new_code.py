@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import log_path, make_entry
+from conftest import FlipCounted, log_path, make_entry
+from conftest import FlipsPerRun as ReadmeFlips
 
 from eventstore import Event, Message, Role, SessionStore
 from eventstore.layout import write_atomically
@@ -42,28 +43,12 @@ def _collector_on() -> Iterator[None]:
     (gc.enable if was else gc.disable)()
 
 
-class FlipCounted(Event, tag="flip_counted", kw_only=True):
-    """The README's custom event type."""
-
-    run_id: str
-
-
-class AllFlips(StructProjection[dict[str, int]]):
+class AllFlips(ReadmeFlips):
     """The README's flips-per-run projection, but reading every event type
     (`event_types=None`, which the Projection protocol allows: "None: all")."""
 
     name = "all_flips"
-    version = 1
     event_types = None
-    state_type = dict[str, int]
-
-    def initial(self) -> dict[str, int]:
-        return {}
-
-    def apply(self, state: dict[str, int], event: Event) -> dict[str, int]:
-        if type(event) is FlipCounted:
-            state[event.run_id] = state.get(event.run_id, 0) + 1
-        return state
 
 
 def _side_files(root: Path, sid: str = SID) -> list[Path]:

@@ -15,7 +15,8 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import make_checkpoint, make_entry, make_features, make_manifest
+from conftest import FlipCounted, make_checkpoint, make_entry, make_features, make_manifest
+from conftest import FlipsPerRun as ReadmeFlips
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import checkpoints, feature_lists, manifests, messages, progress_entries
@@ -50,28 +51,16 @@ TMP_PREFIX = "log.jsonl.compact-"
 # -- a custom event and a user projection: feature flips counted per run -------------------
 
 
-class FlipCounted(Event, tag="flip_counted", kw_only=True):
-    run_id: str
-    feature_id: str
-
-
-class FlipsPerRun(StructProjection[dict[str, int]]):
+class FlipsPerRun(ReadmeFlips):
     """Counts flips per run: custom `flip_counted` events and built-in pass updates (`*`)."""
 
-    name = "flips"
-    version = 1
     event_types = frozenset({"flip_counted", "feature_pass_updated"})
-    state_type = dict[str, int]
-
-    def initial(self) -> dict[str, int]:
-        return {}
 
     def apply(self, state: dict[str, int], event: Event) -> dict[str, int]:
-        if type(event) is FlipCounted:
-            state[event.run_id] = state.get(event.run_id, 0) + 1
-        elif type(event) is FeaturePassUpdated:
+        if type(event) is FeaturePassUpdated:
             state["*"] = state.get("*", 0) + 1
-        return state
+            return state
+        return super().apply(state, event)
 
 
 class FlipsPerRunV2(StructProjection[list[tuple[str, int]]]):

@@ -13,7 +13,14 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import make_checkpoint, make_entry, make_features, make_manifest
+from conftest import (
+    FlipCounted,
+    FlipsPerRun,
+    make_checkpoint,
+    make_entry,
+    make_features,
+    make_manifest,
+)
 
 from eventstore import (
     AppendResult,
@@ -58,28 +65,6 @@ class CounterProjection(StructProjection[Counter]):
         if type(event) is Incr:
             state.value = event.value
         state.seq = event.seq
-        return state
-
-
-class FlipCounted(Event, tag="flip_counted", kw_only=True):
-    run_id: str
-    feature_id: str
-
-
-class FlipsPerRun(StructProjection[dict[str, int]]):
-    """Feature flips counted per run (the README's example of a user projection)."""
-
-    name = "flips"
-    version = 1
-    event_types = frozenset({"flip_counted"})
-    state_type = dict[str, int]
-
-    def initial(self) -> dict[str, int]:
-        return {}
-
-    def apply(self, state: dict[str, int], event: Event) -> dict[str, int]:
-        if type(event) is FlipCounted:
-            state[event.run_id] = state.get(event.run_id, 0) + 1
         return state
 
 
