@@ -107,28 +107,20 @@ def compact(
                 time.perf_counter() - t0, False, notes=["the log is already one snapshot"],
                 skipped="one_snapshot", snapshot_bytes=size,
             )  # fmt: skip
-        unknown: list[msgspec.Raw] = []
-        skipped: set[str] = set()  # the types of the events this process cannot decode
-        for ev in events:
-            if type(ev) is Snapshot:
-                unknown.extend(ev.unknown)
-                skipped.update(codec.head_decoder.decode(raw).type for raw in ev.unknown)
-            elif type(ev) is UnknownEvent:
-                unknown.append(msgspec.Raw(ev.raw))
-                skipped.add(ev.type_name)
         states: dict[str, msgspec.Raw] = {}
         folded: dict[str, object] = {}
         for name, proj in store.projections.items():
             state = fold_events(store, session_id, proj, proj.initial(), events, res.where)
             if retention is not None:
                 state = retain(proj, state, retention)
-            folded[name] = state
-            if proj.event_types is not None and proj.event_types & skipped:
-                # it reads events this process skipped: a reader that decodes them folds
-                # another state, so it rebuilds it (from the lines kept verbatim or the
-                # archive) rather than take this one
-                continue
             states[name] = snapshot_entry(proj, state)
+            folded[name] = state
+        unknown: list[msgspec.Raw] = []
+        for ev in events:
+            if type(ev) is Snapshot:
+                unknown.extend(ev.unknown)
+            elif type(ev) is UnknownEvent:
+                unknown.append(msgspec.Raw(ev.raw))
         known = sorted(t for t in codec.types if t != "snapshot")
         committed = bytes(res.data[:size])  # (`read` gives bytes: no copy when whole)
         records = {rec.seq: raw for rec, raw in pruning_records(committed)}  # each once

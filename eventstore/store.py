@@ -323,14 +323,7 @@ class SessionStore:
                     and f.saved != f.head.seq
                     and f.head.size >= _CACHE_ON_CLOSE_BYTES
                 ):
-                    fold_cache.store(
-                        self.engine,
-                        sess.session_id,
-                        self._projections[name],
-                        f.state,
-                        f.head,
-                        self._cached[name],
-                    )
+                    self._save_fold(sess.session_id, name, f.state, f.head)
             p = sess.prefix
             if p is not None and p.size != p.saved and p.size >= _CACHE_ON_CLOSE_BYTES:
                 checked_prefix.store(self.engine, sess.session_id, p)
@@ -752,8 +745,7 @@ class SessionStore:
             sess.folds.pop(proj.name, None)
             raise
         if folded >= _CACHE_AFTER_FOLD_BYTES and proj.name in self._cached:
-            known = self._cached[proj.name]
-            fold_cache.store(self.engine, sess.session_id, proj, f.state, f.head, known)
+            self._save_fold(sess.session_id, proj.name, f.state, f.head)
             f.saved = f.head.seq
         p = sess.prefix
         if p is not None and p.head is f.head and p.size - p.saved >= _CACHE_AFTER_FOLD_BYTES:
@@ -923,8 +915,13 @@ class SessionStore:
         the projections it keeps (compaction's states of the snapshot it installed)."""
         for name, state in states.items():
             if name in self._cached:
-                proj = self._projections[name]
-                fold_cache.store(self.engine, session_id, proj, state, head, self._cached[name])
+                self._save_fold(session_id, name, state, head)
+
+    def _save_fold(self, session_id: str, name: str, state: Any, head: Head) -> None:
+        """Keep projection `name`'s `state` at `head` in the fold cache, marked with the
+        event types this store decodes of those it reads."""
+        proj = self._projections[name]
+        fold_cache.store(self.engine, session_id, proj, state, head, self._cached[name])
 
     def _write(
         self,
@@ -1012,16 +1009,17 @@ class SessionStore:
                     fresh = True
                     continue
                 break
-            for name, f in list(sess.folds.items()):
+            for name, f in sess.folds.items():
                 fh = f.head  # (identity first: a fold this store left at its own head)
                 if fh is head or (fh.seq == head.seq and fh.position == head.position):
+                    proj = self._projections[name]
                     try:
-                        f.state = fold(self._projections[name], f.state, stamped)
+                        f.state = fold(proj, f.state, stamped)
                     except BaseException as exc:
-                        # folded in place, part of the batch may be in it: drop it (the
+                        # folded in place, part of the batch may be in it: start over (the
                         # next load folds the log again). The batch is committed: raising
                         # an Exception now would make the caller write it again
-                        del sess.folds[name]
+                        f.state, f.head = proj.initial(), EMPTY_HEAD
                         if not isinstance(exc, Exception):
                             raise
                         log.warning("eventstore: folding %r into %r failed: %r",
