@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import with_query
+from conftest import wait_child, with_query
 
 from eventstore import ProgressEntry, SessionStore
 from eventstore.errors import CorruptLogError, EventStoreError, StorageError
@@ -242,17 +242,7 @@ def test_a_child_forked_while_a_thread_holds_the_engine_can_use_it(
                     Path(report).write_text(repr(exc))
                 finally:
                     os._exit(code)
-            deadline = time.monotonic() + 8
-            status = None
-            while time.monotonic() < deadline:
-                done, st = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    status = os.waitstatus_to_exitcode(st)
-                    break
-                time.sleep(0.05)
-            if status is None:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+            status = wait_child(pid, 8)
         finally:
             release.set()
             t.join(10)

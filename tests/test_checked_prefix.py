@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import log_path, make_entry, make_features, make_manifest
+from conftest import log_path, make_entry, make_features, make_manifest, wait_child
 
 from eventstore import SessionStore, checked_prefix
 from eventstore import log as log_module
@@ -266,8 +266,7 @@ def test_a_forked_child_starts_without_the_parents_prefix(written: Path) -> None
         if pid == 0:  # the child: no prefix inherited, and its loads still check
             ok = s._session("s").prefix is None and len(s.load_transcript_messages("s")) == 200
             os._exit(0 if ok else 1)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+        assert wait_child(pid, 60) == 0
 
 
 def test_a_load_that_uses_the_saved_prefix_does_not_rewrite_it(written: Path) -> None:

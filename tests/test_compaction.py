@@ -15,7 +15,14 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import FlipCounted, make_checkpoint, make_entry, make_features, make_manifest
+from conftest import (
+    FlipCounted,
+    make_checkpoint,
+    make_entry,
+    make_features,
+    make_manifest,
+    wait_child,
+)
 from conftest import FlipsPerRun as ReadmeFlips
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -497,8 +504,7 @@ def test_hard_crash_at_every_filesystem_call(tmp_path: Path, repeat: bool) -> No
                     os._exit(0)
                 finally:
                     os._exit(1)
-            _, status = os.waitpid(pid, 0)
-            assert os.waitstatus_to_exitcode(status) == 70, f"call {k} did not crash"
+            assert wait_child(pid, 60) == 70, f"call {k} did not crash"
             crashed_with_strays += bool(tmp_files(root) or archive_links_to_live_log(root))
             _check_after_crash(root, s, expected, last)
     assert crashed_with_strays > 0  # the test did exercise the stray cleanup

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import log_path, make_entry, make_features, make_manifest
+from conftest import log_path, make_entry, make_features, make_manifest, wait_child
 
 from eventstore import SessionStore
 from eventstore.engines import file as file_engine
@@ -257,7 +257,7 @@ def test_a_forked_child_does_not_share_the_parents_lock(root: Path) -> None:
         file_engine._unlock(sess.lock_fd)
     os.write(go_w, b"x")
     rest = os.read(r, 10)
-    os.waitpid(pid, 0)
+    assert wait_child(pid, 60) == 0
     assert (first, rest) == (b"waits", b",done")
     store.append_progress_entry("s", make_entry(1))
     assert store.verify("s").ok
@@ -288,7 +288,7 @@ def test_a_forked_child_closes_the_inherited_descriptors(root: Path) -> None:
             os._exit(0)
     os.close(w)
     got = os.read(r, 2)
-    os.waitpid(pid, 0)
+    assert wait_child(pid, 60) == 0
     assert got == b"11"
     os.fstat(sess.lock_fd)  # the parent's stay open
     store.close()

@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import msgspec
 import pytest
-from conftest import with_query
+from conftest import wait_child, with_query
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -828,8 +828,7 @@ def test_engine_survives_fork(engine: pg.PostgresEngine) -> None:
             code = 0
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert wait_child(pid, 60) == 0
     assert append_retrying(engine, "s").seq == 3
     check_chain(engine.read("s", None).data)
 
