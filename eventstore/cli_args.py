@@ -30,7 +30,7 @@ __all__ = [
     "add_session",
     "nonneg_int",
     "parse_time",
-    "positive_seconds",
+    "poll_seconds",
 ]
 
 EXIT_OK = 0
@@ -72,15 +72,17 @@ def nonneg_int(text: str) -> int:
     return n
 
 
-def positive_seconds(text: str) -> float:
-    """A number of seconds > 0 (a poll interval of 0 would spin a core)."""
+def poll_seconds(text: str) -> float:
+    """A poll interval in seconds (eventstore.follow.poll_interval_of: a shorter one
+    would spin a core)."""
+    from .follow import poll_interval_of
+
     try:
-        s = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not s > 0 or s == float("inf"):  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0: {text}")
-    return s
+        return poll_interval_of(float(text))
+    except ValueError:  # not a number, or InvalidArgumentError
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds >= 0.001 (a poll interval): {text!r}"
+        ) from None
 
 
 # -- the shared options ----------------------------------------------------------------

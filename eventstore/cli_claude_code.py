@@ -26,6 +26,7 @@ from typing import TextIO
 
 import msgspec
 
+from .cli_args import poll_seconds
 from .cli_format import table
 from .engines.base import scheme_of
 from .errors import EventStoreError
@@ -76,7 +77,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="keep importing as the files grow (Ctrl-C / SIGTERM stop it)",
     )
     p.add_argument(
-        "--interval", type=float, default=0.5, metavar="S", help="with --follow: poll every S s"
+        "--interval",
+        type=poll_seconds,
+        default=0.5,
+        metavar="S",
+        help="with --follow: poll every S s, S >= 0.001",
     )
     p.add_argument(
         "--idle-exit",
@@ -124,9 +129,6 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     """Execute `eventstore import-claude-code` for parsed `args`; returns the exit status."""
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
-    if args.follow and not args.interval > 0:
-        print("eventstore import-claude-code: error: --interval must be > 0", file=err)
-        return EXIT_USAGE
     try:
         store = open_store(args.root)
     except (EventStoreError, OSError) as exc:

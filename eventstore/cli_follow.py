@@ -19,7 +19,7 @@ from .cli_args import (
     add_full,
     add_session,
     nonneg_int,
-    positive_seconds,
+    poll_seconds,
 )
 from .cli_format import emit_json_line, event_line, shorten, terminal_width
 from .cli_store import need_session, open_store, shown_root
@@ -46,10 +46,10 @@ def add_parser(sub: Subparsers) -> None:
     )
     p.add_argument(
         "--interval",
-        type=positive_seconds,
+        type=poll_seconds,
         default=0.2,
         metavar="S",
-        help="poll every S seconds, S > 0 (default 0.2)",
+        help="poll every S seconds, S >= 0.001 (default 0.2)",
     )
     p.add_argument(
         "--wait",

@@ -9,12 +9,14 @@ compaction are read from the history; with no archive, the snapshot stands in fo
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .engines.base import EMPTY_HEAD
+from .errors import InvalidArgumentError
 from .events import Event, Snapshot
 from .history import iter_history
 from .log import read_lines
@@ -22,9 +24,26 @@ from .log import read_lines
 if TYPE_CHECKING:
     from .store import SessionStore
 
-__all__ = ["follow"]
+__all__ = ["MIN_POLL_INTERVAL", "follow", "poll_interval_of"]
 
 _STOP_CHECK = 0.2  # seconds: how soon a stop set during a wait is seen
+
+MIN_POLL_INTERVAL = 0.001
+"""The shortest poll interval, in seconds: a shorter one spins a core re-reading logs."""
+
+
+def poll_interval_of(value: object) -> float:
+    """`value` as a poll interval in seconds: a finite number from `MIN_POLL_INTERVAL`
+    up, else InvalidArgumentError. One rule for every follower and its CLI option."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not MIN_POLL_INTERVAL <= value < math.inf  # also refuses nan
+    ):
+        raise InvalidArgumentError(
+            f"poll_interval must be a number of seconds from {MIN_POLL_INTERVAL} up, got {value!r}"
+        )
+    return float(value)
 
 
 def follow(
@@ -40,8 +59,7 @@ def follow(
 
     `poll_interval`: the longest wait between two looks at the log (and at `stop`).
     """
-    if not poll_interval > 0:
-        raise ValueError(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
+    poll_interval = poll_interval_of(poll_interval)
     store._session(session_id)
     engine = store.engine
     decoder = store.codec.decoder(None)

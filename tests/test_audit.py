@@ -21,6 +21,7 @@ from strategies import checkpoints, feature_lists, messages, progress_entries
 from eventstore import (
     Event,
     FeaturePassUpdated,
+    InvalidArgumentError,
     Message,
     MessagesAppended,
     ProgressAppended,
@@ -382,6 +383,13 @@ def test_follow_sees_exactly_what_another_process_appends(root: Path) -> None:
         assert summaries == [f"e{i}" for i in range(n)]
         assert not any(isinstance(e, Snapshot) for e in seen)
         assert len(audit.history_files(store, "s")) == 5  # four archives + the live log
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1e-320, float("nan"), float("inf"), None, "0.2"])
+def test_follow_refuses_a_poll_interval_that_would_spin(store: SessionStore, bad: object) -> None:
+    """1e-320 was taken: the follower then re-read the log in a loop, spinning a core."""
+    with pytest.raises(InvalidArgumentError, match="poll_interval"):
+        next(iter(store.follow("s", poll_interval=bad)))  # type: ignore[arg-type]
 
 
 def test_follow_stops_and_starts_where_asked(store: SessionStore) -> None:

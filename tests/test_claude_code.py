@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventstore import InvalidRecordError, Role, SessionStore, ToolResultBlock
+from eventstore import InvalidArgumentError, InvalidRecordError, Role, SessionStore, ToolResultBlock
 from eventstore.integrations.claude_code import (
     BATCH_LINES,
     ClaudeCodeLine,
@@ -476,5 +476,6 @@ def test_follow_transcripts_stops_when_idle_and_waits_for_a_missing_file(
     totals = follow_transcripts(cc, [f], poll_interval=0.01, idle_timeout=0.1)
     assert 0.1 <= time.monotonic() - t0 < 5
     assert totals == {}
-    with pytest.raises(ValueError):
-        follow_transcripts(cc, [f], poll_interval=0)
+    for bad in (0, 1e-320, float("nan"), float("inf"), True, "1"):
+        with pytest.raises(InvalidArgumentError, match="poll_interval"):
+            follow_transcripts(cc, [f], poll_interval=bad)  # type: ignore[arg-type]

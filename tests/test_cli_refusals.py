@@ -177,10 +177,15 @@ def test_a_url_password_is_never_printed(monkeypatch: pytest.MonkeyPatch) -> Non
 # -- specific refusals ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("interval", ["0", "-1", "nan", "inf", "soon"])
-def test_follow_interval_must_be_positive(demo: Path, interval: str) -> None:
-    res = cli("follow", demo, "demo", "--interval", interval, code=2)
-    assert "--interval" in res.err and "> 0" in res.err or "not a number" in res.err
+@pytest.mark.parametrize("command", ["follow", "import-claude-code"])
+@pytest.mark.parametrize("interval", ["0", "-1", "nan", "inf", "soon", "1e-320", "0.0009"])
+def test_a_poll_interval_below_a_millisecond_is_refused(
+    demo: Path, tmp_path: Path, command: str, interval: str
+) -> None:
+    """--interval 1e-320 was taken: follow then re-read the log in a loop, a core spinning."""
+    args = ["demo"] if command == "follow" else [tmp_path / "t.jsonl", "--follow"]
+    res = cli(command, demo, *args, "--interval", interval, code=2)
+    assert "--interval" in res.err and ">= 0.001" in res.err
 
 
 def test_export_jsonl_with_json_is_refused(demo: Path) -> None:

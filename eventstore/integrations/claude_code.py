@@ -46,6 +46,7 @@ import msgspec
 
 from eventstore.errors import ConcurrencyError, EventStoreError, InvalidRecordError
 from eventstore.events import Event, MessagesAppended, validated_copy
+from eventstore.follow import poll_interval_of
 from eventstore.layout import validate_session_id
 from eventstore.records import (
     ContentBlock,
@@ -560,8 +561,7 @@ def follow_transcripts(
     for. A line is imported once complete (ends with a newline). Returns what was
     imported per file; `on_poll` sees every poll's report that read a line.
     """
-    if not poll_interval > 0:
-        raise ValueError("poll_interval must be > 0")
+    poll_interval = poll_interval_of(poll_interval)
     stop = stop or threading.Event()
     roots = list(paths)
     followers: dict[Path, TranscriptFollower] = {}
