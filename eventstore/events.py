@@ -209,6 +209,9 @@ BUILTIN_EVENT_TYPES: tuple[type[Event], ...] = (
     Snapshot,
 )
 
+# the envelope of a line (beside `v`, which `upcast` sets to the version it reaches)
+_ENVELOPE_FIELDS = ("type", "seq", "ts", "more", "key", "h")
+
 # (event tag, version it reads) -> function turning that version's payload dict into the next
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -370,31 +373,56 @@ class EventCodec:
         if cls is None:
             raise KeyError(tag)
         version = data.get("v", 1)
+        seq = data.get("seq")
         if not isinstance(version, int):
-            raise CorruptLogError(path, offset, data.get("seq"), "version is not an integer")
+            raise CorruptLogError(path, offset, seq, "version is not an integer")
+        # the envelope is the line's, checked by the hash chain: an upcaster turns the
+        # payload only (one that builds a new dict of payload fields drops the envelope,
+        # one that sets `seq` or `key` would forge it), so it is put back after
+        envelope = {k: data[k] for k in _ENVELOPE_FIELDS if k in data}
         while version < cls.VERSION:
             fn = self._upcasters.get((event_tag(cls), version))
             if fn is None:
                 raise CorruptLogError(
                     path,
                     offset,
-                    data.get("seq"),
+                    seq,
                     f"{tag} version {version} needs an upcaster to version {cls.VERSION}",
                 )
-            data = fn(dict(data))
+            try:
+                out: object = fn(dict(data))
+            except Exception as exc:  # a user's function: its error names no line
+                raise CorruptLogError(
+                    path,
+                    offset,
+                    seq,
+                    f"the upcaster of {tag} from version {version} raised {exc!r}",
+                ) from exc
+            if not isinstance(out, dict):
+                raise CorruptLogError(
+                    path,
+                    offset,
+                    seq,
+                    f"the upcaster of {tag} from version {version} returned a"
+                    f" {type(out).__name__}, not a dict",
+                )
+            data = out
             version += 1
         if version > cls.VERSION:
             raise CorruptLogError(
                 path,
                 offset,
-                data.get("seq"),
+                seq,
                 f"{tag} version {version} is newer than this reader's {cls.VERSION}",
             )
+        for k in _ENVELOPE_FIELDS:
+            data.pop(k, None)
+        data.update(envelope)
         data["v"] = cls.VERSION
         try:
             return msgspec.convert(data, cls)
         except msgspec.ValidationError as exc:
-            raise CorruptLogError(path, offset, data.get("seq"), f"bad {tag}: {exc}") from None
+            raise CorruptLogError(path, offset, seq, f"bad {tag}: {exc}") from None
 
     # -- decoding ---------------------------------------------------------------------
 
