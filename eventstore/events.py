@@ -18,6 +18,7 @@ closing line are a torn batch.
 # no `from __future__ import annotations`: msgspec reads these structs' annotations
 # as objects, not strings to evaluate; that keeps decoder builds on cold loads ~3x cheaper
 import hashlib
+import types
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeVar
@@ -300,6 +301,34 @@ def _first_difference(given: Any, stored: Any, path: str) -> tuple[str, Any, Any
     return path, given, stored
 
 
+def _fingerprint(fn: Upcaster) -> str:
+    """What an upcaster does, as far as its code tells: its name, its bytecode and
+    constants (nested functions too), and the values its defaults and closure hold. A
+    callable that is not a function (a partial, an object) gets one of its own per
+    process: a fold cache is then never shared, which costs time, never a wrong state."""
+    code = getattr(fn, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return f"{type(fn).__qualname__}@{id(fn):x}"
+    digest = hashlib.sha256(f"{fn.__module__}.{fn.__qualname__}".encode())
+
+    def add(c: types.CodeType) -> None:
+        digest.update(c.co_code)
+        digest.update(repr(c.co_names).encode())
+        for const in c.co_consts:
+            if isinstance(const, types.CodeType):
+                add(const)
+            elif isinstance(const, frozenset):  # (`x in {...}`): its order is per process
+                digest.update(repr(sorted(map(repr, const))).encode())
+            else:
+                digest.update(repr(const).encode())
+
+    add(code)
+    cells = tuple(c.cell_contents for c in getattr(fn, "__closure__", None) or ())
+    state = (getattr(fn, "__defaults__", None), getattr(fn, "__kwdefaults__", None), cells)
+    digest.update(repr(state).encode("utf-8", "backslashreplace"))
+    return digest.hexdigest()[:16]
+
+
 def event_tag(cls: type[Event]) -> str:
     """The `type` tag of an event class."""
     tag = cls.__struct_config__.tag
@@ -363,6 +392,21 @@ class EventCodec:
                 f" version {from_version} would never run"
             )
         self._upcasters[(event_tag(cls), from_version)] = fn
+
+    def reading(self, tag: str) -> str:
+        """How this codec reads events of `tag`: the tag itself for a type at version 1,
+        else also its version and a fingerprint of each upcaster it runs. Two codecs
+        with the same reading decode a line of that type to the same event (a fold
+        cache is keyed by it: eventstore.fold_cache.known_types)."""
+        cls = self.types[tag]
+        if cls.VERSION == 1:
+            return tag
+        steps = [
+            f"{v}:{_fingerprint(fn)}" if fn is not None else f"{v}:-"
+            for v in range(1, cls.VERSION)
+            for fn in (self._upcasters.get((tag, v)),)
+        ]
+        return f"{tag} v{cls.VERSION} " + " ".join(steps)
 
     def upcast(self, data: dict[str, Any], offset: int, path: object) -> Event:
         """Bring a decoded line (a dict) to its type's current version and convert it."""

@@ -7,8 +7,9 @@ checks where in the log the head is):
     <JSON header>\\n<the projection's encode_state bytes>\\n<digest, 32 hex>\\n
 
 The header names the format, the session, the projection and its version, the event
-types the folding process could decode of those the projection reads (`known`, a digest:
-a process that skipped one of them folded another state), and the head (`seq`, `link`,
+types the folding process could decode of those the projection reads, with the version
+and upcasters it read each with (`known`, a digest: a process that skipped one of them,
+or upcast old lines of one another way, folded another state), and the head (`seq`, `link`,
 `h`). The digest is a SHA-256 (its first 128 bits; hardware-accelerated
 where BLAKE2b is not, and read on every cold load) over everything before it, so it binds
 the state to the chain hash `h` at its position (which hashes every line before it)
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -68,12 +69,17 @@ def _digest(body: bytes) -> bytes:
     return hashlib.sha256(body).hexdigest()[:_DIGEST_HEX].encode("ascii")
 
 
-def known_types(projection: Any, tags: Iterable[str]) -> str:
+def known_types(
+    projection: Any, tags: Iterable[str], reading: Callable[[str], str] | None = None
+) -> str:
     """The `known` of `projection` folded by a process that decodes the event types
     `tags`: a digest of those it reads (all of them, for a projection that reads every
-    type)."""
+    type), each as `reading(tag)` says that process reads it (`EventCodec.reading`: its
+    version and upcasters; a process whose upcasters differ folds another state)."""
     wanted = projection.event_types
     mine = sorted(set(tags) if wanted is None else set(tags) & set(wanted))
+    if reading is not None:
+        mine = [reading(t) for t in mine]
     return hashlib.sha256("\n".join(mine).encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 

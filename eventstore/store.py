@@ -273,10 +273,11 @@ class SessionStore:
             )
         self.cached_sessions = cached_sessions
         # the projections whose folds the engine's fold cache keeps, each with the event
-        # types this store decodes of those it reads (a cache folded knowing others is
-        # another state: eventstore.fold_cache)
+        # types this store decodes of those it reads and how it upcasts them (a cache
+        # folded knowing others, or upcasting another way, is another state:
+        # eventstore.fold_cache)
         self._cached = {
-            name: fold_cache.known_types(p, self.codec.types)
+            name: fold_cache.known_types(p, self.codec.types, self.codec.reading)
             for name, p in self._projections.items()
             if p is self.bootstrap or getattr(p, "cache_folds", False) is True
         }

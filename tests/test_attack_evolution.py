@@ -12,16 +12,23 @@ before its fix; the coverage tests say what held.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import eventstore.store as store_module
 from eventstore import (
     CorruptLogError,
     Event,
     SessionStore,
+    fold_cache,
 )
+from eventstore.events import EventCodec
+from projections import StructProjection
 
 SID = "s"
 
@@ -101,3 +108,79 @@ def test_an_upcaster_that_fails_is_a_corrupt_log_error_naming_the_line(
         report = s.verify(SID)
         assert not report.ok
         assert {p.kind for p in report.problems if p.severity == "error"} == {"undecodable"}
+
+
+class Prios(StructProjection[list[int]]):
+    """The priority of every task, in order; kept in the fold cache."""
+
+    name = "prios"
+    version = 1
+    event_types = frozenset({"task"})
+    state_type = list[int]
+    cache_folds = True
+
+    def initial(self) -> list[int]:
+        return []
+
+    def apply(self, state: list[int], event: Event) -> list[int]:
+        if type(event) is TaskV2:
+            state.append(event.prio)
+        return state
+
+
+def upcaster_giving(prio: int) -> Any:
+    """An upcaster v1 -> v2 giving old tasks priority `prio`."""
+
+    def up(d: dict[str, Any]) -> dict[str, Any]:
+        d["name"] = d.pop("title")
+        d["prio"] = prio if d["name"] in {"a", "b"} else -1
+        return d
+
+    return up
+
+
+def test_a_fold_cache_folded_with_other_upcasters_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise: a fold cache "only saves time" and is "used only when it checks against
+    the log": a load returns what folding the log returns. Broken: the cache's `known`
+    digest named the event types, not how old lines were upcast, so a store opened with
+    a corrected upcaster (priority 2 where a buggy one gave 1) got the old upcaster's
+    state back from the cache, and one opened without the upcaster (which cannot read
+    the v1 lines: CorruptLogError) got a state instead. The digest now holds each read
+    type's version and a fingerprint of its upcasters; the same upcaster still reuses
+    the cache (also in another process, whatever its hash seed)."""
+    monkeypatch.setattr(store_module, "_CACHE_ON_CLOSE_BYTES", 0)  # every close saves
+    _old_log(tmp_path)
+
+    def opened(*upcasters: Any) -> SessionStore:
+        ups = [(TaskV2, 1, fn) for fn in upcasters]
+        return SessionStore(tmp_path, event_types=[TaskV2], projections=[Prios()], upcasters=ups)
+
+    buggy = upcaster_giving(1)
+    with opened(buggy) as s:
+        assert s.load(SID, "prios") == [1, 1]
+    with opened(buggy) as s:  # the same upcaster: the cache is used
+        assert fold_cache.load(s.engine, SID, Prios(), s._cached["prios"]) is not None
+    with opened(upcaster_giving(2)) as s:
+        assert s.load(SID, "prios") == [2, 2]
+    with opened() as s, pytest.raises(CorruptLogError, match="needs an upcaster"):
+        s.load(SID, "prios")
+    # a fingerprint is the same in another process (another hash seed: the set above)
+    code = (
+        "import sys; sys.path.insert(0, 'tests'); from test_attack_evolution import *;"
+        " from eventstore.events import EventCodec; c = EventCodec([TaskV2]);"
+        " c.register_upcaster(TaskV2, 1, upcaster_giving(1)); print(c.reading('task'))"
+    )
+    here = EventCodec([TaskV2])
+    here.register_upcaster(TaskV2, 1, upcaster_giving(1))
+    for seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parent.parent,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        assert out.stdout.strip() == here.reading("task")
