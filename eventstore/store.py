@@ -288,6 +288,9 @@ class SessionStore:
             for name, p in self._projections.items()
             if p in builtin or getattr(p, "pause_gc", False) is True
         )
+        # the built-in projections, which never change an event they are given: they
+        # share an append's events; every other fold gets events of its own
+        self._builtin = frozenset(p.name for p in builtin)
         # whether the engine keeps caches, so checked prefixes are worth keeping
         self._marks = type(self.engine).store_cache is not Engine.store_cache
         self._sessions: dict[str, _Session] = {}
@@ -1015,7 +1018,11 @@ class SessionStore:
                 if fh is head or (fh.seq == head.seq and fh.position == head.position):
                     proj = self._projections[name]
                     try:
-                        f.state = fold(proj, f.state, stamped)
+                        # a user's apply may change the event it gets (the built-in
+                        # states share its records): it folds the batch decoded from
+                        # the bytes written, as a cold load would give it to it
+                        own = stamped if name in self._builtin else _decoded(self, proj, data)
+                        f.state = fold(proj, f.state, own)
                     except BaseException as exc:
                         # folded in place, part of the batch may be in it: start over (the
                         # next load folds the log again). The batch is committed: raising
@@ -1135,6 +1142,12 @@ class SessionStore:
             report = self.compact(session_id, archive=auto.archive, retention=auto.retention)
             skipped = report.skipped == "would_not_shrink"
             sess.auto_floor = (report.first_seq, 2 * report.bytes_before) if skipped else (0, 0)
+
+
+def _decoded(store: SessionStore, proj: Projection[Any], data: bytes) -> list[Event]:
+    """The events of a batch this store encoded (`data`, current versions), decoded
+    afresh for `proj`: the types it does not read as bare envelopes."""
+    return store.codec.decoder(proj.event_types).decode_lines(data)
 
 
 def _all_at(folds: dict[str, _Fold], projections: tuple[Projection[Any], ...], head: Head) -> bool:
