@@ -213,6 +213,12 @@ class AsyncSessionStore:
             self._queued.discard(fut)
         if not fut.cancelled():  # a caller cancelled while its call ran gets no result
             exc = work.exception()
+            if type(exc) is StopIteration:
+                # a future refuses it (TypeError, and this lane would never move again):
+                # a RuntimeError caused by it, as PEP 479 turns one leaving a generator
+                stop = exc
+                exc = RuntimeError(f"the call raised StopIteration: {stop!r}")
+                exc.__cause__ = stop
             if exc is not None:
                 fut.set_exception(exc)
             else:

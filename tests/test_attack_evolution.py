@@ -12,9 +12,12 @@ before its fix; the coverage tests say what held.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ from eventstore import (
     CorruptLogError,
     Event,
     FeatureRecord,
+    IdempotencyConflictError,
     Message,
     ProgressEntry,
     Role,
@@ -32,6 +36,7 @@ from eventstore import (
     SessionStore,
     fold_cache,
 )
+from eventstore.aio import AsyncSessionStore
 from eventstore.events import EventCodec
 from projections import StructProjection
 
@@ -278,3 +283,67 @@ def test_compaction_with_a_projection_that_changes_its_events_saves_a_true_fold_
         assert s.compact(SID).compacted
     with SessionStore(tmp_path) as fresh:
         assert fresh.load_bootstrap_state(SID).feature_list == [_feature()]
+
+
+# -- the async API -----------------------------------------------------------------------
+
+
+def test_a_call_raising_stop_iteration_raises_and_frees_its_session(tmp_path: Path) -> None:
+    """Promise: a call's error is raised by its coroutine, "and a failed call does not
+    hold up the calls behind it". Broken: a function given to `call` that raised
+    StopIteration (`next()` of an exhausted iterator, e.g. of `read_events`) could not
+    be set on the asyncio future (TypeError in a loop callback): its caller and every
+    call queued behind it on that session waited forever. It is raised as a
+    RuntimeError caused by the StopIteration (what PEP 479 does for generators)."""
+
+    async def main() -> None:
+        async with AsyncSessionStore(tmp_path) as st:
+            await st.append_progress_entry(SID, ProgressEntry(run_id="r", summary="x"))
+            first = st.call(SID, lambda: next(iter(st.store.read_events(SID, from_seq=2))))
+            behind = st.last_seq(SID)
+            got = await asyncio.wait_for(
+                asyncio.gather(first, behind, return_exceptions=True), timeout=5
+            )
+            assert isinstance(got[0], RuntimeError)
+            assert isinstance(got[0].__cause__, StopIteration)
+            assert got[1] == 1
+
+    asyncio.run(main())
+
+
+def test_a_caller_cancelled_mid_append_then_retrying_with_its_key_stores_once(
+    tmp_path: Path,
+) -> None:
+    """Coverage (held): a caller cancelled while its append runs in a worker gets
+    CancelledError, the append is written whole, the next call on the session waits
+    for it, and a retry with the same idempotency key replays it: stored once."""
+    store = SessionStore(tmp_path)
+    writing = threading.Event()
+    real_append = store.engine.append
+
+    def slow_append(*args: Any, **kwargs: Any) -> Any:
+        writing.set()
+        time.sleep(0.3)
+        return real_append(*args, **kwargs)
+
+    store.engine.append = slow_append  # type: ignore[method-assign]
+    entry = ProgressEntry(run_id="r", summary="once")
+
+    async def main() -> None:
+        async with AsyncSessionStore(store) as st:
+            task = asyncio.ensure_future(st.append_progress_entry(SID, entry, idempotency_key="k"))
+            while not writing.is_set():
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            again = await st.append_progress_entry(SID, entry, idempotency_key="k")
+            assert (again.first_seq, again.replayed) == (1, True)
+            with pytest.raises(IdempotencyConflictError):
+                other = ProgressEntry(run_id="r", summary="other")
+                await st.append_progress_entry(SID, other, idempotency_key="k")
+
+    asyncio.run(main())
+    store.close()
+    with SessionStore(tmp_path) as s:
+        assert [p.summary for p in s.load_bootstrap_state(SID).recent_progress] == ["once"]
