@@ -120,9 +120,17 @@ class AsyncSessionStore:
             queued = [f for f in self._queued if not f.cancelled()]
             for stop in self._follows:
                 stop.set()
-        if queued:  # they start as the calls before them finish; cancelled ones may
-            await asyncio.wait(queued)  # still run, and the pool's shutdown waits for them
-        await asyncio.get_running_loop().run_in_executor(None, self._release)
+        loop = asyncio.get_running_loop()
+        # they start as the calls before them finish; cancelled ones may still run, and
+        # the pool's shutdown waits for them. A call submitted from another event loop
+        # (another thread) finishes on that loop: asyncio.wait cannot wait for it
+        here = [f for f in queued if f.get_loop() is loop]
+        elsewhere = [f for f in queued if f.get_loop() is not loop]
+        if here:
+            await asyncio.wait(here)
+        if elsewhere:
+            await loop.run_in_executor(None, _wait_elsewhere, elsewhere)
+        await loop.run_in_executor(None, self._release)
 
     def _release(self) -> None:
         self._pool.shutdown(wait=True)
@@ -468,3 +476,17 @@ class AsyncSessionStore:
             stop.set()
             with self._guard:
                 self._follows.discard(stop)
+
+
+def _wait_elsewhere(futures: list[asyncio.Future[Any]]) -> None:
+    """Wait in this thread until every future, each of an event loop running in
+    another thread, is done (or its loop is closed: nothing will finish it then)."""
+    for fut in futures:
+        done = threading.Event()
+        loop = fut.get_loop()
+        try:
+            loop.call_soon_threadsafe(fut.add_done_callback, lambda _, d=done: d.set())
+        except RuntimeError:  # that loop is closed
+            continue
+        while not done.wait(0.1) and not loop.is_closed():
+            pass

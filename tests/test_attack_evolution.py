@@ -311,6 +311,49 @@ def test_a_call_raising_stop_iteration_raises_and_frees_its_session(tmp_path: Pa
     asyncio.run(main())
 
 
+def test_close_waits_for_a_call_submitted_from_another_event_loop(tmp_path: Path) -> None:
+    """Promise: `close()` "waits for the calls already submitted", then closes the
+    store. Broken: a call submitted from an event loop in another thread (a store
+    shared by two loops) was waited for with asyncio.wait on the closing loop, which
+    never hears of a future of another loop: close() never returned. It waits for
+    those in a thread, until their own loop finishes them."""
+    st = AsyncSessionStore(tmp_path)
+    started, release = threading.Event(), threading.Event()
+    result: dict[str, Any] = {}
+
+    def slow() -> int:
+        started.set()
+        release.wait(5)
+        return st.store.append_progress_entry(SID, ProgressEntry(run_id="r", summary="x")).last_seq
+
+    def other_loop() -> None:
+        async def run() -> None:
+            result["seq"] = await st.call(SID, slow)
+
+        asyncio.run(run())
+
+    t = threading.Thread(target=other_loop)
+    t.start()
+    try:
+        assert started.wait(5)
+
+        async def closer() -> None:
+            closing = asyncio.ensure_future(st.close())
+            await asyncio.sleep(0.2)
+            assert not closing.done()  # it waits for the running call
+            release.set()
+            await asyncio.wait_for(closing, timeout=5)
+
+        asyncio.run(closer())
+    finally:
+        release.set()
+        t.join(10)
+    assert result == {"seq": 1}
+    assert st.store._closed
+    with SessionStore(tmp_path) as s:
+        assert len(s.load_bootstrap_state(SID).recent_progress) == 1
+
+
 def test_a_caller_cancelled_mid_append_then_retrying_with_its_key_stores_once(
     tmp_path: Path,
 ) -> None:
