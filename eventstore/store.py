@@ -264,7 +264,7 @@ class SessionStore:
         builtin: list[Projection[Any]] = [self.bootstrap, self.transcript, self.idempotency]
         for p in (*builtin, *projections):
             if p.name in self._projections:
-                raise ValueError(f"two projections are named {p.name!r}")
+                raise InvalidArgumentError(f"two projections are named {p.name!r}")
             self._projections[p.name] = p
         self.auto_compact = auto_compact
         if type(cached_sessions) is not int or cached_sessions < 1:

@@ -15,7 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
-from eventstore.errors import CorruptLogError, SnapshotVersionError
+from eventstore.errors import CorruptLogError, InvalidRecordError, SnapshotVersionError
 from eventstore.events import Event, Snapshot
 
 __all__ = [
@@ -118,6 +118,18 @@ class Projection(Protocol[S]):
         ...
 
 
+def _json(name: str, state: Any) -> bytes:
+    """`state` as JSON; InvalidRecordError naming projection `name` for a state msgspec
+    cannot encode (a value of a type it does not know, a lone surrogate), which would
+    otherwise escape a load or a compaction as a bare TypeError."""
+    try:
+        return msgspec.json.encode(state)
+    except (msgspec.EncodeError, TypeError, UnicodeEncodeError) as exc:
+        raise InvalidRecordError(
+            f"the state of projection {name!r} cannot be encoded as JSON: {exc}"
+        ) from exc
+
+
 class StructProjection(Generic[S]):
     """A base for projections whose state msgspec can encode (Structs, lists, dicts).
 
@@ -139,8 +151,8 @@ class StructProjection(Generic[S]):
         raise NotImplementedError
 
     def encode_state(self, state: S) -> bytes:
-        """The state as JSON, by msgspec."""
-        return msgspec.json.encode(state)
+        """The state as JSON, by msgspec (InvalidRecordError if it cannot be)."""
+        return _json(self.name, state)
 
     def decode_state(self, data: bytes) -> S:
         """The state back from JSON, typed by `state_type`."""
@@ -159,7 +171,7 @@ class StructProjection(Generic[S]):
         # a deep copy at C speed: callers get state they may change freely (JSON, not
         # msgpack, which would turn every timestamp's offset into UTC)
         return msgspec.json.decode(  # type: ignore[no-any-return]
-            msgspec.json.encode(state), type=self.state_type
+            _json(self.name, state), type=self.state_type
         )
 
 

@@ -29,6 +29,8 @@ from eventstore import (
     Event,
     FeatureRecord,
     IdempotencyConflictError,
+    InvalidArgumentError,
+    InvalidRecordError,
     Message,
     ProgressEntry,
     Role,
@@ -390,3 +392,43 @@ def test_a_caller_cancelled_mid_append_then_retrying_with_its_key_stores_once(
     store.close()
     with SessionStore(tmp_path) as s:
         assert [p.summary for p in s.load_bootstrap_state(SID).recent_progress] == ["once"]
+
+
+class Unencodable(StructProjection[Any]):
+    """A projection whose state holds a value msgspec cannot encode (a complex)."""
+
+    name = "unencodable"
+    version = 1
+    event_types = frozenset({"progress_appended"})
+    state_type = Any
+
+    def initial(self) -> Any:
+        return {"n": 0j}
+
+    def apply(self, state: Any, event: Event) -> Any:
+        return state
+
+
+def test_a_projection_state_msgspec_cannot_encode_is_a_typed_error_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """Promise: every error is an EventStoreError naming what; bad input changes
+    nothing. Broken: a projection state msgspec cannot encode made `load` and
+    `compact` raise a bare TypeError ("Encoding objects of type complex is
+    unsupported") naming no projection; and two projections of one name raised a bare
+    ValueError. Now InvalidRecordError naming the projection (a TypeError still), and
+    InvalidArgumentError (a ValueError still); the log is unchanged."""
+    with SessionStore(tmp_path, projections=[Unencodable()]) as s:
+        for _ in range(20):
+            s.append_progress_entry(SID, ProgressEntry(run_id="r", summary="x" * 100))
+        before = s.engine.read(SID, None).data
+        with pytest.raises(InvalidRecordError, match="unencodable"):
+            s.load(SID, "unencodable")
+        with pytest.raises(InvalidRecordError, match="unencodable"):
+            s.compact(SID)
+        assert s.engine.read(SID, None).data == before
+        assert len(s.load_bootstrap_state(SID).recent_progress) == 20
+    with pytest.raises(InvalidArgumentError, match="bootstrap"):
+        SessionStore(tmp_path, projections=[Prios(), type("P", (Prios,), {"name": "bootstrap"})()])
+    with pytest.raises(InvalidArgumentError, match="prios"):
+        SessionStore(tmp_path, projections=[Prios(), Prios()])
