@@ -235,8 +235,8 @@ class AsyncSessionStore:
 
     # -- the session API --------------------------------------------------------------
 
-    async def is_initialized(self, session_id: str) -> bool:
-        """True once the session has a manifest."""
+    async def is_initialized(self, session_id: str, *, idempotency_key: str | None = None) -> bool:
+        """True once the session has a manifest (`idempotency_key`: see the store's)."""
         return await self._submit(session_id, lambda: self.store.is_initialized(session_id))
 
     async def initialize_session_if_missing(
@@ -262,7 +262,9 @@ class AsyncSessionStore:
             ),
         )
 
-    async def load_bootstrap_state(self, session_id: str) -> BootstrapState:
+    async def load_bootstrap_state(
+        self, session_id: str, *, idempotency_key: str | None = None
+    ) -> BootstrapState:
         """The manifest, features, progress and checkpoints; `BootstrapState()` if unknown."""
         return await self._submit(session_id, lambda: self.store.load_bootstrap_state(session_id))
 
@@ -328,10 +330,23 @@ class AsyncSessionStore:
             ),
         )
 
-    async def load_transcript_messages(self, session_id: str) -> list[Message]:
-        """Every transcript message in append order; `[]` for an unknown session."""
+    async def load_transcript_messages(
+        self,
+        session_id: str,
+        *,
+        start: int | None = None,
+        limit: int | None = None,
+        last: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[Message]:
+        """Transcript messages in append order, or a page of them (`last=N`, `start=`,
+        `limit=`: see `SessionStore.load_transcript_messages`); `[]` for an unknown
+        session."""
         return await self._submit(
-            session_id, lambda: self.store.load_transcript_messages(session_id)
+            session_id,
+            lambda: self.store.load_transcript_messages(
+                session_id, start=start, limit=limit, last=last
+            ),
         )
 
     async def append_transcript_messages(

@@ -13,6 +13,7 @@ before its fix; the coverage tests say what held.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import subprocess
 import sys
@@ -432,3 +433,31 @@ def test_a_projection_state_msgspec_cannot_encode_is_a_typed_error_and_changes_n
         SessionStore(tmp_path, projections=[Prios(), type("P", (Prios,), {"name": "bootstrap"})()])
     with pytest.raises(InvalidArgumentError, match="prios"):
         SessionStore(tmp_path, projections=[Prios(), Prios()])
+
+
+def test_the_async_store_takes_every_argument_the_store_takes(tmp_path: Path) -> None:
+    """Promise: the async store "has every SessionStore method as a coroutine", and
+    every session operation accepts an `idempotency_key`. Broken: its
+    `load_transcript_messages` took no `start`/`limit`/`last` (a page of a long
+    transcript could only be had by loading all of it, or raised TypeError), and its
+    reads took no `idempotency_key`. Every public method now takes every parameter
+    of the store's (but `follow`'s `stop`: closing the async iterator stops it)."""
+    for name, fn in inspect.getmembers(SessionStore, predicate=inspect.isfunction):
+        if name.startswith("_"):
+            continue
+        ours = inspect.signature(getattr(AsyncSessionStore, name)).parameters
+        missing = set(inspect.signature(fn).parameters) - set(ours) - {"stop"}
+        assert not missing, f"AsyncSessionStore.{name} lacks {sorted(missing)}"
+
+    async def main() -> None:
+        async with AsyncSessionStore(tmp_path) as st:
+            turns = [Message(role=Role.USER, content=f"turn {i}") for i in range(10)]
+            await st.append_transcript_messages(SID, turns)
+            newest = await st.load_transcript_messages(SID, last=3, idempotency_key="r")
+            assert [m.content for m in newest] == ["turn 7", "turn 8", "turn 9"]
+            page = await st.load_transcript_messages(SID, start=2, limit=2)
+            assert [m.content for m in page] == ["turn 2", "turn 3"]
+            assert await st.is_initialized(SID, idempotency_key="r") is False
+            assert (await st.load_bootstrap_state(SID, idempotency_key="r")).manifest is None
+
+    asyncio.run(main())
