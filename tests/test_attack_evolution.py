@@ -37,6 +37,7 @@ from eventstore import (
     Role,
     SessionManifest,
     SessionStore,
+    SnapshotVersionError,
     fold_cache,
 )
 from eventstore.aio import AsyncSessionStore
@@ -461,3 +462,72 @@ def test_the_async_store_takes_every_argument_the_store_takes(tmp_path: Path) ->
             assert (await st.load_bootstrap_state(SID, idempotency_key="r")).manifest is None
 
     asyncio.run(main())
+
+
+# -- coverage: what held -----------------------------------------------------------------
+
+
+def test_an_unknown_old_version_line_kept_by_an_older_compactor_is_upcast_by_the_newer(
+    tmp_path: Path,
+) -> None:
+    """Coverage (held): v1 `task` lines, compacted by a process that does not know
+    `task` (kept verbatim in the snapshot's `unknown`), are read by a process that
+    knows `task` at v2 through its upcaster, with and without the archive; and a
+    process at v1 reading v2 lines of a type it reads refuses with CorruptLogError,
+    its compaction changing nothing."""
+    _old_log(tmp_path)
+    with SessionStore(tmp_path) as older:  # knows no `task`
+        report = older.compact(SID, force=True)
+        assert report.compacted and report.unknown_kept == 2
+    up = [(TaskV2, 1, upcaster_giving(3))]
+    with SessionStore(tmp_path, event_types=[TaskV2], projections=[Prios()], upcasters=up) as s:
+        assert s.load(SID, "prios") == [3, 3]
+        s.append(SID, [TaskV2(name="c", prio=9)])
+        assert s.load(SID, "prios") == [3, 3, 9]
+    with SessionStore(tmp_path, event_types=[TaskV2], projections=[Prios()], upcasters=up) as s:
+        assert s.load(SID, "prios") == [3, 3, 9]
+    with SessionStore(tmp_path, event_types=[TaskV1]) as v1:
+        before = v1.engine.read(SID, None).data
+        with pytest.raises(CorruptLogError, match="newer than this reader"):
+            v1.compact(SID, force=True)
+        assert v1.engine.read(SID, None).data == before
+
+
+class PriosV2(Prios):
+    """`prios` with a new state shape (version 2): the tasks' names by priority."""
+
+    version = 2
+    state_type = dict[str, int]
+
+    def initial(self) -> Any:
+        return {}
+
+    def apply(self, state: Any, event: Event) -> Any:
+        if type(event) is TaskV2:
+            state[event.name] = event.prio
+        return state
+
+
+def test_a_projection_version_bump_ignores_its_fold_cache_and_snapshot_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Coverage (held): after a projection's `version` is bumped, neither its fold
+    cache nor a snapshot's state of the old version is read as the new shape: the
+    state is rebuilt from the archive, and without an archive SnapshotVersionError."""
+    monkeypatch.setattr(store_module, "_CACHE_ON_CLOSE_BYTES", 0)
+    for archive in (True, False):
+        root = tmp_path / str(archive)
+        with SessionStore(root, event_types=[TaskV2], projections=[Prios()]) as s:
+            for i in range(30):
+                s.append(SID, [TaskV2(name=f"t{i}", prio=i)])
+            assert s.load(SID, "prios") == list(range(30))
+            assert s.compact(SID, archive=archive).compacted
+            s.append(SID, [TaskV2(name="late", prio=99)])
+            assert s.load(SID, "prios")[-1] == 99  # a fold cache beside the snapshot
+        with SessionStore(root, event_types=[TaskV2], projections=[PriosV2()]) as s:
+            if archive:
+                want = {f"t{i}": i for i in range(30)} | {"late": 99}
+                assert s.load(SID, "prios") == want
+            else:
+                with pytest.raises(SnapshotVersionError):
+                    s.load(SID, "prios")
