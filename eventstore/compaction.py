@@ -110,7 +110,14 @@ def compact(
         states: dict[str, msgspec.Raw] = {}
         folded: dict[str, object] = {}
         for name, proj in store.projections.items():
-            state = fold_events(store, session_id, proj, proj.initial(), events, res.where)
+            # a user's apply may change the events it is given: it folds a decode of its
+            # own, as a cold load gives it (the built-in projections share one)
+            own = (
+                events
+                if name in store._builtin
+                else read_lines(res.data, codec, codec.decoder(proj.event_types), res.where).events
+            )
+            state = fold_events(store, session_id, proj, proj.initial(), own, res.where)
             if retention is not None:
                 state = retain(proj, state, retention)
             states[name] = snapshot_entry(proj, state)
