@@ -247,6 +247,7 @@ def list_session_ids(root: Path) -> list[str]:
     """The original ids of every session under `root` that has a log, sorted."""
     base = root / SESSIONS_DIR
     try:
+        _refuse_symlink(base)  # (scandir follows a link)
         entries = list(os.scandir(base))
     except FileNotFoundError:
         return []

@@ -182,6 +182,9 @@ READS: dict[str, Callable[[SessionStore], object]] = {
     "last_seq": lambda s: s.last_seq("s"),
     "read_events": lambda s: list(s.read_events("s")),
     "verify": lambda s: s.verify("s"),
+    # a symlinked sessions/ was listed through (every other read refused it); a symlinked
+    # session dir or log is skipped, as a directory without a log is
+    "list_sessions": lambda s: s.list_sessions(),
 }
 
 
@@ -217,8 +220,8 @@ def _plant(root: Path, tmp_path: Path, where: str, victim_kind: str) -> Path:
 # which operations must refuse (with UnsafePathError) a link planted at each place
 MUST_REFUSE = {
     "sessions": set(WRITES) | set(READS),
-    "session": set(WRITES) | set(READS),
-    "log": set(WRITES) | set(READS),
+    "session": set(WRITES) | set(READS) - {"list_sessions"},
+    "log": set(WRITES) | set(READS) - {"list_sessions"},
     # a write that writes nothing (init of an initialized session) never takes the lock
     "lock": set(WRITES) - {"init"},
     "archive": {"compact", "read_events", "verify"},
