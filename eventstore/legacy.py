@@ -144,7 +144,10 @@ def _time(secs: int, nanos: int | None, what: str) -> datetime:
     if not 0 <= nanos < 1_000_000_000:
         raise ValueError(f"{what}_nanos is {nanos}, not within 0..999999999")
     # timedelta arithmetic, not fromtimestamp: exact for any second, no float rounding
-    return _EPOCH + timedelta(seconds=secs, microseconds=nanos // 1000)
+    try:
+        return _EPOCH + timedelta(seconds=secs, microseconds=nanos // 1000)
+    except OverflowError:  # not a ValueError: it would escape the file's own failure
+        raise ValueError(f"{what}_secs is {secs}, outside the years 1..9999") from None
 
 
 _decoder = msgspec.json.Decoder(LegacySession)
