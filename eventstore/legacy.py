@@ -200,12 +200,14 @@ def _import_file(store: SessionStore, path: Path) -> ImportItem:
     if not events:
         return ImportItem(name, session_id, "skipped", 0, "the file holds an empty state")
     key = KEY_PREFIX + hashlib.sha256(data).hexdigest()
-    if key in store.load(session_id, "idempotency"):
-        return ImportItem(name, session_id, "skipped", 0, "already imported (same content)")
     note = ""
     if legacy.manifest is not None and legacy.manifest.session_id != session_id:
         note = f"; the manifest names session {legacy.manifest.session_id!r}"
     try:
+        # reading the session may fail too (a damaged log, a planted symlink): that
+        # fails this file alone
+        if key in store.load(session_id, "idempotency"):
+            return ImportItem(name, session_id, "skipped", 0, "already imported (same content)")
         # expected_seq=0: only into an empty session, never on top of other history
         result = store.append(session_id, events, expected_seq=0, idempotency_key=key)
     except ConcurrencyError as exc:

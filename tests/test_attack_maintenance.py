@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from conftest import log_path, make_entry
+
 from eventstore import SessionStore
 from eventstore.legacy import import_legacy, legacy_file_name
 
@@ -51,3 +53,26 @@ def test_a_legacy_time_past_the_calendar_fails_its_file_alone(tmp_path: Path) ->
         ]
         assert "created_at" in report.items[0].detail
         assert store.list_sessions() == ["b-good"]
+
+
+def test_an_unreadable_session_fails_its_legacy_file_alone(tmp_path: Path) -> None:
+    """Promise (legacy module docstring): one bad file never stops the others. Broken:
+    the already-imported check loaded the target session's idempotency keys outside
+    the file's error handling, so a session whose log has a damaged line (or a planted
+    symlink) raised CorruptLogError out of `import_legacy`: no later file was
+    imported."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("a-damaged", make_entry(1))
+        store.append_progress_entry("a-damaged", make_entry(2))
+    log = log_path(root, "a-damaged")
+    log.write_bytes(log.read_bytes().replace(b"summary", b"Summary", 1))
+    legacy = _legacy_dir(tmp_path, {"a-damaged": _GOOD, "b-good": _GOOD})
+    with SessionStore(root) as store:
+        report = import_legacy(store, legacy)
+        assert [(i.session_id, i.result) for i in report.items] == [
+            ("a-damaged", "failed"),
+            ("b-good", "imported"),
+        ]
+        assert "byte 0" in report.items[0].detail  # where the damage is
+        assert (report.imported, report.failed) == (1, 1)
