@@ -161,16 +161,22 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
 
 def export_session(store: SessionStore, session_id: str) -> dict[str, Any]:
     """One session as a JSON-ready document: its current bootstrap state, transcript,
-    last sequence number and head hash."""
+    last sequence number and head hash, all as of one head (beside a writer too)."""
     require_history(store, session_id).close()
-    state = store.load_bootstrap_state(session_id)
-    transcript = store.load_transcript_messages(session_id)
-    return {
-        "session_id": session_id,
-        "last_seq": store.last_seq(session_id),
-        "state": msgspec.to_builtins(state),
-        "transcript": msgspec.to_builtins(transcript),
-    }
+    sess = store._session(session_id)
+    # one picture: both projections caught up to the same head, and turned into
+    # builtins (a copy) under the session's lock, which a writer folding a batch holds
+    with sess.lock:
+        head, (state, transcript) = store._fold_to_one_head(
+            sess, (store.bootstrap, store.transcript)
+        )
+        return {
+            "session_id": session_id,
+            "last_seq": head.seq,
+            "head_hash": head.link,
+            "state": msgspec.to_builtins(state),
+            "transcript": msgspec.to_builtins(transcript),
+        }
 
 
 def export_jsonl(store: SessionStore, session_id: str) -> Iterator[bytes]:

@@ -11,11 +11,14 @@ naming the fix.
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 from conftest import log_path, make_entry
 
-from eventstore import SessionStore
+from eventstore import Message, ProgressAppended, Role, SessionStore
+from eventstore.events import MessagesAppended
+from eventstore.export import export_session
 from eventstore.legacy import import_legacy, legacy_file_name
 
 
@@ -76,3 +79,47 @@ def test_an_unreadable_session_fails_its_legacy_file_alone(tmp_path: Path) -> No
         ]
         assert "byte 0" in report.items[0].detail  # where the damage is
         assert (report.imported, report.failed) == (1, 1)
+
+
+def test_export_session_is_one_picture_with_its_head_hash(tmp_path: Path) -> None:
+    """Promise (`export_session`): one session as a document with its current state,
+    transcript, last sequence number and head hash. Broken: the document had no head
+    hash, and beside a writer (here another store on the same root, as another process
+    would be) its state, transcript and `last_seq` were three reads at three moments:
+    a state without the progress entry whose message the transcript held, and a
+    `last_seq` past both. Each batch here appends one entry and one message."""
+    root = tmp_path / "store"
+    stop = threading.Event()
+
+    def write() -> None:
+        with SessionStore(root) as writer:
+            i = 0
+            while not stop.is_set() and i < 2000:
+                batch = [
+                    ProgressAppended(entry=make_entry(i)),
+                    MessagesAppended(messages=[Message(role=Role.USER, content=f"m{i}")]),
+                ]
+                writer.append("s", batch)
+                i += 1
+
+    with SessionStore(root) as store:
+        store.append(
+            "s",
+            [
+                ProgressAppended(entry=make_entry(-1)),
+                MessagesAppended(messages=[Message(role=Role.USER, content="m")]),
+            ],
+        )
+        thread = threading.Thread(target=write)
+        thread.start()
+        try:
+            docs = [export_session(store, "s") for _ in range(150)]
+        finally:
+            stop.set()
+            thread.join()
+        for doc in docs:
+            n = len(doc["state"]["recent_progress"])
+            assert (len(doc["transcript"]), doc["last_seq"]) == (n, 2 * n), doc["last_seq"]
+        doc = export_session(store, "s")
+        assert doc["head_hash"] == store.verify("s").head_hash
+        assert doc["last_seq"] == store.last_seq("s")
