@@ -29,7 +29,7 @@ import msgspec
 from projections import fold, is_retained, restore_state
 
 from .errors import CorruptLogError, EventStoreError, SnapshotVersionError
-from .events import SNAPSHOT_OPEN, Event, Snapshot
+from .events import SNAPSHOT_OPEN, Event, LineHead, Snapshot, line_hash, split_hash
 from .history import (
     archive_shortfall,
     folded_without,
@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from .store import SessionStore
 
 __all__ = ["Problem", "Severity", "VerifyReport", "verify"]
+
+_line_head = msgspec.json.Decoder(LineHead)
 
 
 class VerifyReport(msgspec.Struct):
@@ -305,8 +307,45 @@ def _check_snapshot(
                     name, 0, s, "archive_mismatch", f"seq {s} differs from its copy in {prev_name}"
                 )
             )
+    found.extend(_check_kept_lines(snap, name, prev))
     if so_far is not None:
         found.extend(_check_snapshot_states(store, snap, name, [e for e in so_far if e.seq <= n]))
+    return found
+
+
+def _check_kept_lines(snap: Snapshot, name: str, prev: Lines) -> list[Problem]:
+    """The lines `snap` keeps verbatim (`unknown`: events of types its compactor did not
+    know) against the archive: a reader that knows the type folds these copies, so an
+    edited one (the snapshot re-hashed) would change its state unseen. A copy must carry
+    the `h` of its seq in the archive and still hash to it from the link before it (so
+    it is that line, byte for byte); a seq the archive does not hold cannot be checked."""
+    found: list[Problem] = []
+    for raw in snap.unknown:
+        line = bytes(raw)
+        split = split_hash(line)
+        try:
+            seq: int | None = _line_head.decode(line).seq
+        except msgspec.MsgspecError:
+            seq = None
+        if seq is not None and seq not in prev.hashes:
+            continue  # history the archive does not hold: nothing to compare with
+        # (the line before the first event kept after pruning is gone: its h alone then)
+        link = None if seq is None else "" if seq == 1 else prev.links.get(seq - 1)
+        same = (
+            seq is not None
+            and split is not None
+            and split[1] == prev.hashes[seq]
+            and (link is None or line_hash(link, split[0]) == split[1])
+        )
+        if not same:
+            found.append(
+                Problem(
+                    name, 0, snap.seq, "snapshot_state",
+                    f"the line of seq {seq} the snapshot keeps verbatim (an event of a type"
+                    " its compactor did not know) differs from that line in the archive:"
+                    " the snapshot was edited",
+                )
+            )  # fmt: skip
     return found
 
 

@@ -14,12 +14,14 @@ import json
 import threading
 from pathlib import Path
 
+import msgspec
 from conftest import log_path, make_entry
 
-from eventstore import Message, ProgressAppended, Role, SessionStore
-from eventstore.events import MessagesAppended
+from eventstore import Event, Message, ProgressAppended, Role, SessionStore
+from eventstore.events import MessagesAppended, line_hash, split_hash
 from eventstore.export import export_session
 from eventstore.legacy import import_legacy, legacy_file_name
+from projections import StructProjection
 
 
 def _legacy_dir(tmp_path: Path, files: dict[str, object]) -> Path:
@@ -123,3 +125,64 @@ def test_export_session_is_one_picture_with_its_head_hash(tmp_path: Path) -> Non
         doc = export_session(store, "s")
         assert doc["head_hash"] == store.verify("s").head_hash
         assert doc["last_seq"] == store.last_seq("s")
+
+
+class Note(Event, tag="note", kw_only=True):
+    """An event type a compacting process may not know."""
+
+    text: str
+
+
+class Notes(StructProjection[list[str]]):
+    """The texts of every note, in order."""
+
+    name = "notes"
+    version = 1
+    event_types = frozenset({"note"})
+    state_type = list[str]
+
+    def initial(self) -> list[str]:
+        return []
+
+    def apply(self, state: list[str], event: Event) -> list[str]:
+        if type(event) is Note:
+            state.append(event.text)
+        return state
+
+
+def _rehashed_snapshot(line: bytes) -> bytes:
+    """A snapshot line (no newline) with its `h` made to check again: a forger's edit."""
+    split = split_hash(line)
+    assert split is not None
+    base_h = msgspec.json.decode(line)["base_h"]
+    return line[:-18] + line_hash(base_h, split[0]).encode() + b'"}'
+
+
+def test_verify_checks_the_lines_a_snapshot_keeps_verbatim(tmp_path: Path) -> None:
+    """Promise (README, Audit and replay): verify checks each snapshot against the fold
+    of the archived events, "which catches a snapshot edited and re-hashed". Broken: a
+    snapshot's `unknown` lines (events of a type its compactor did not know, kept
+    verbatim) were never compared with the archive: one edited in a re-hashed snapshot
+    left verify clean, while a reader that knows the type folds the edited copy (here a
+    load of `notes` returned "forged")."""
+    root = tmp_path / "store"
+    with SessionStore(root, event_types=[Note]) as store:
+        for i in range(20):
+            store.append("s", [Note(text=f"n{i}")])
+            store.append_progress_entry("s", make_entry(i))
+    with SessionStore(root) as store:  # a compactor that does not know notes
+        assert store.compact("s").compacted
+    log = log_path(root, "s")
+    line = log.read_bytes().rstrip(b"\n")
+    assert line.count(b'"text":"n5"') == 1
+    log.write_bytes(_rehashed_snapshot(line.replace(b'"text":"n5"', b'"text":"forged"')) + b"\n")
+    for cache in log.parent.glob("fold-*"):
+        cache.unlink()
+    with SessionStore(root, event_types=[Note], projections=[Notes()]) as store:
+        assert store.load("s", "notes")[5] == "forged"  # what the edit changes
+        report = store.verify("s")
+        assert not report.ok
+        (problem,) = [p for p in report.problems if p.severity == "error"]
+        assert (problem.kind, problem.seq, problem.offset) == ("snapshot_state", 40, 0)
+        assert "seq 11" in problem.message  # the line of n5
+        assert problem.file == str(log)
