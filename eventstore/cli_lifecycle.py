@@ -131,6 +131,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
 
 def _seq_or_time(text: str) -> int | datetime:
     if text.isdigit():
+        # refused here, before `compact` has changed anything, not by `prune_archive`
+        # after the session was compacted
+        if int(text) < 1:
+            raise argparse.ArgumentTypeError(f"not a sequence number >= 1: {text!r}")
         return int(text)
     try:
         return parse_time(text)

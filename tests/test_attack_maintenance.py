@@ -15,9 +15,11 @@ import threading
 from pathlib import Path
 
 import msgspec
+import pytest
 from conftest import log_path, make_entry
 
 from eventstore import Event, Message, ProgressAppended, Role, SessionStore
+from eventstore.cli import main
 from eventstore.events import MessagesAppended, line_hash, split_hash
 from eventstore.export import export_session
 from eventstore.legacy import import_legacy, legacy_file_name
@@ -186,3 +188,21 @@ def test_verify_checks_the_lines_a_snapshot_keeps_verbatim(tmp_path: Path) -> No
         assert (problem.kind, problem.seq, problem.offset) == ("snapshot_state", 40, 0)
         assert "seq 11" in problem.message  # the line of n5
         assert problem.file == str(log)
+
+
+def test_compact_refuses_prune_archive_before_zero_before_compacting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Promise (README, The CLI): a usage error exits 2, and bad input changes nothing.
+    Broken: `--prune-archive-before 0` passed the argument check (it is digits), so
+    `compact` compacted the session and only then had `prune_archive` refuse seq 0:
+    exit 1, "0 compacted, 1 failed", and the log had been replaced all the same."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        for i in range(30):
+            store.append_progress_entry("s", make_entry(i))
+    before = log_path(root, "s").read_bytes()
+    assert main(["compact", str(root), "s", "--prune-archive-before", "0"]) == 2
+    assert "--prune-archive-before" in capsys.readouterr().err
+    assert log_path(root, "s").read_bytes() == before
+    assert not (log_path(root, "s").parent / "archive").exists()
