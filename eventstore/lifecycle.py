@@ -20,7 +20,7 @@ from pathlib import PurePath
 import msgspec
 
 from .engines.base import PrunedSegment
-from .errors import EventStoreError, UnsupportedError
+from .errors import EventStoreError, InvalidArgumentError, UnsupportedError
 from .events import ArchivePruned, LineHead, Snapshot
 from .history import first_kept_seq
 from .store import SessionStore
@@ -39,15 +39,17 @@ _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def parse_age(text: str) -> timedelta:
-    """`30d`, `12h`, `90m`, `45s`, `2w` (a number and a unit) as a timedelta; ValueError
-    naming the text otherwise."""
+    """`30d`, `12h`, `90m`, `45s`, `2w` (a number and a unit) as a timedelta;
+    InvalidArgumentError (a ValueError) naming the text otherwise."""
     m = _AGE.match(text)
     if m is None:
-        raise ValueError(f"not an age: {text!r} (give a number and a unit: 30d, 12h, 90m, 45s, 2w)")
+        raise InvalidArgumentError(
+            f"not an age: {text!r} (give a number and a unit: 30d, 12h, 90m, 45s, 2w)"
+        )
     try:
         return timedelta(seconds=float(m.group(1)) * _UNIT[m.group(2)])
     except OverflowError:
-        raise ValueError(f"not an age: {text!r} is too long") from None
+        raise InvalidArgumentError(f"not an age: {text!r} is too long") from None
 
 
 def last_activity(store: SessionStore, session_id: str) -> datetime | None:
@@ -107,8 +109,12 @@ def delete_older_than(
     instant between that check and the removal is removed with the session, exactly as
     when it races an explicit `delete_session`.
     """
-    if age < timedelta(0):
-        raise ValueError("age must not be negative")
+    # refused before any session is judged (a naive `now` would raise a bare TypeError
+    # at the first comparison)
+    if not isinstance(age, timedelta) or age < timedelta(0):
+        raise InvalidArgumentError(f"age must be a timedelta >= 0, not {age!r}")
+    if now is not None and (not isinstance(now, datetime) or now.utcoffset() is None):
+        raise InvalidArgumentError(f"now must be a timezone-aware datetime, not {now!r}")
     try:
         cutoff = (now or datetime.now(UTC)) - age
     except OverflowError:
@@ -193,11 +199,13 @@ def prune_archive(store: SessionStore, session_id: str, before: int | datetime) 
     UnsupportedError, writing nothing, for an engine that cannot prune.
     """
     if isinstance(before, bool) or not isinstance(before, (int, datetime)):
-        raise ValueError(f"before must be a sequence number or a datetime, not {before!r}")
+        raise InvalidArgumentError(
+            f"before must be a sequence number or a datetime, not {before!r}"
+        )
     if isinstance(before, datetime) and before.utcoffset() is None:
-        raise ValueError("before must be a timezone-aware datetime")
+        raise InvalidArgumentError("before must be a timezone-aware datetime")
     if isinstance(before, int) and before < 1:
-        raise ValueError(f"before must be a sequence number >= 1, not {before}")
+        raise InvalidArgumentError(f"before must be a sequence number >= 1, not {before}")
     if not store.engine.supports_pruning:
         raise UnsupportedError(f"the {store.engine.url} engine cannot prune archived history")
     dropped: list[tuple[int, int, str, int]] = []

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import msgspec
@@ -20,9 +22,11 @@ from conftest import log_path, make_entry
 
 from eventstore import Event, Message, ProgressAppended, Role, SessionStore
 from eventstore.cli import main
+from eventstore.errors import InvalidArgumentError
 from eventstore.events import MessagesAppended, line_hash, split_hash
 from eventstore.export import export_session
 from eventstore.legacy import import_legacy, legacy_file_name
+from eventstore.lifecycle import delete_older_than, parse_age, prune_archive
 from projections import StructProjection
 
 
@@ -206,3 +210,30 @@ def test_compact_refuses_prune_archive_before_zero_before_compacting(
     assert "--prune-archive-before" in capsys.readouterr().err
     assert log_path(root, "s").read_bytes() == before
     assert not (log_path(root, "s").parent / "archive").exists()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: delete_older_than(s, timedelta(days=1), now=datetime(2030, 1, 1)),
+        lambda s: delete_older_than(s, 30),  # an int where an age belongs
+        lambda s: delete_older_than(s, timedelta(days=-1)),
+        lambda s: prune_archive(s, "s", before=0),
+        lambda s: prune_archive(s, "s", before=datetime(2030, 1, 1)),
+        lambda s: parse_age("soon"),
+    ],
+    ids=["naive-now", "int-age", "negative-age", "seq-0", "naive-before", "bad-age-text"],
+)
+def test_expiry_and_pruning_refuse_bad_arguments_typed(
+    tmp_path: Path, call: Callable[[SessionStore], object]
+) -> None:
+    """Promise (README, Errors): every error is an `EventStoreError`, and bad input
+    changes nothing. Broken: `delete_older_than` with a naive `now` or an age that is
+    no timedelta raised a bare TypeError from comparing times, a negative age and
+    `prune_archive`'s bad `before` a bare ValueError; each is now an
+    InvalidArgumentError (still a ValueError), raised before anything is judged."""
+    with SessionStore(tmp_path) as store:
+        store.append_progress_entry("s", make_entry(1))
+        with pytest.raises(InvalidArgumentError):
+            call(store)
+        assert store.last_seq("s") == 1
