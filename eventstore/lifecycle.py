@@ -19,7 +19,7 @@ from pathlib import PurePath
 
 import msgspec
 
-from .engines.base import PrunedSegment
+from .engines.base import Head, PrunedSegment
 from .errors import EventStoreError, InvalidArgumentError, UnsupportedError
 from .events import ArchivePruned, LineHead, Snapshot
 from .history import first_kept_seq
@@ -104,8 +104,9 @@ def delete_older_than(
     """Delete every session whose last event is older than `age` (as of `now`).
 
     Each session is judged and removed on its own; one that fails is reported and the
-    rest go on. Just before removing a session its last sequence number is read again,
-    and a session written to since it was judged is kept; an append that lands in the
+    rest go on. Just before removing a session its head (sequence number and link) is
+    read again, and a session written to (or removed and created anew) since it was
+    judged is kept; an append that lands in the
     instant between that check and the removal is removed with the session, exactly as
     when it races an explicit `delete_session`.
     """
@@ -122,13 +123,15 @@ def delete_older_than(
     results: list[ExpiryResult] = []
     for sid in store.list_sessions():
         try:
-            seq = store.last_seq(sid)
+            # the chain point (seq and link), not the seq alone: a session removed and
+            # created anew meanwhile may have as many events; a compaction keeps it
+            head = _head(store, sid)
             when = last_activity(store, sid)
             if when is None or when >= cutoff:
                 continue
             if dry_run:
                 results.append(ExpiryResult(sid, when, "would delete"))
-            elif store.last_seq(sid) != seq:
+            elif not _head(store, sid).same_chain_point(head):
                 results.append(ExpiryResult(sid, when, "kept"))
             else:
                 removed = store.delete_session(sid)
@@ -136,6 +139,12 @@ def delete_older_than(
         except (EventStoreError, OSError) as exc:
             results.append(ExpiryResult(sid, None, "failed", " ".join(str(exc).split())))
     return results
+
+
+def _head(store: SessionStore, session_id: str) -> Head:
+    """The session's head, read from the engine now."""
+    store._session(session_id)  # validates the id, checks the store is open
+    return store.engine.head(session_id)
 
 
 # -- pruning archived history ----------------------------------------------------------------

@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import msgspec
 import pytest
 from conftest import log_path, make_entry
 
-from eventstore import Event, Message, ProgressAppended, Role, SessionStore
+from eventstore import Event, Message, ProgressAppended, Role, SessionStore, lifecycle
 from eventstore.cli import main
 from eventstore.errors import InvalidArgumentError
 from eventstore.events import MessagesAppended, line_hash, split_hash
@@ -237,3 +237,32 @@ def test_expiry_and_pruning_refuse_bad_arguments_typed(
         with pytest.raises(InvalidArgumentError):
             call(store)
         assert store.last_seq("s") == 1
+
+
+def test_expiry_keeps_a_session_recreated_after_it_was_judged_idle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise (README, Deleting and expiring sessions): a session written to between
+    being judged idle and its removal is kept. Broken: "written to" was judged by the
+    last sequence number alone, so a session another process deleted and created anew
+    in that window, with as many events, looked untouched: the new session, written a
+    moment ago, was deleted. The check now compares the chain point (seq and link),
+    which a compaction keeps and any new history changes."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("s", make_entry(1))
+    judged = lifecycle.last_activity
+
+    def judge_then_recreate(store: SessionStore, sid: str) -> datetime | None:
+        when = judged(store, sid)
+        with SessionStore(root) as other:  # another process, in the window
+            assert other.delete_session(sid)
+            other.append_progress_entry(sid, make_entry(2))
+        return when
+
+    monkeypatch.setattr(lifecycle, "last_activity", judge_then_recreate)
+    with SessionStore(root) as store:
+        later = datetime.now(UTC) + timedelta(days=2)
+        (result,) = delete_older_than(store, timedelta(days=1), now=later)
+        assert (result.session_id, result.result) == ("s", "kept")
+        assert [e.entry.summary for e in store.read_events("s")] == [make_entry(2).summary]
