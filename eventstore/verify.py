@@ -181,6 +181,8 @@ def verify(store: SessionStore, session_id: str) -> VerifyReport:
                     )
                 )
             found.extend(_check_pruning_records(name, data, records))
+            if not seg.archived and kept > 1:
+                found.extend(_check_live_not_pruned(name, data, scan, kept))
             problems.extend(found)
             if so_far is not None:
                 if any(p.severity == "error" for p in found):
@@ -237,6 +239,26 @@ def _check_pruning_records(
                 )
             )  # fmt: skip
     return found
+
+
+def _check_live_not_pruned(name: str, data: bytes, scan: Lines, kept: int) -> list[Problem]:
+    """Pruning removes archived logs only, so the live log holds no event before `kept`
+    (the first seq the pruning records keep) but a snapshot standing in for them. One it
+    holds is history that every read refuses as pruned while it is here: the record
+    naming it (at its own line, when it is one of this log's) is wrong."""
+    held = [ev.seq for ev in scan.events if type(ev) is not Snapshot and ev.seq < kept]
+    if not held:
+        return []
+    naming = [(rec, raw) for rec, raw in pruning_records(data) if rec.last_seq + 1 == kept]
+    offset, seq = (data.find(naming[0][1]), naming[0][0].seq) if naming else (0, None)
+    return [
+        Problem(
+            name, max(offset, 0), seq, "pruning_record",
+            f"an archive_pruned record names events up to {kept - 1} pruned, but this live"
+            f" log holds events {held[0]}..{held[-1]} of them: reads refuse history that"
+            " is here",
+        )
+    ]  # fmt: skip
 
 
 def _check_snapshot(

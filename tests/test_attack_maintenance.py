@@ -23,7 +23,7 @@ from conftest import log_path, make_entry
 from eventstore import Event, Message, ProgressAppended, Role, SessionStore, lifecycle
 from eventstore.cli import main
 from eventstore.errors import InvalidArgumentError
-from eventstore.events import MessagesAppended, line_hash, split_hash
+from eventstore.events import ArchivePruned, MessagesAppended, line_hash, split_hash
 from eventstore.export import export_session
 from eventstore.legacy import import_legacy, legacy_file_name
 from eventstore.lifecycle import delete_older_than, parse_age, prune_archive
@@ -266,3 +266,26 @@ def test_expiry_keeps_a_session_recreated_after_it_was_judged_idle(
         (result,) = delete_older_than(store, timedelta(days=1), now=later)
         assert (result.session_id, result.result) == ("s", "kept")
         assert [e.entry.summary for e in store.read_events("s")] == [make_entry(2).summary]
+
+
+def test_verify_flags_a_pruning_record_naming_events_the_live_log_holds(tmp_path: Path) -> None:
+    """Promise (README, Pruning archived history): readers tell pruned history from
+    history that is there by the `archive_pruned` record, and `verify` says what is
+    wrong. Broken: a record appended through `store.append` (which takes any event)
+    naming events 1..5 pruned, while the live log holds them, made every read from seq
+    1 and `state_at(seq=3)` raise HistoryPrunedError for history that is right there,
+    and `verify` called the session clean (a `history_pruned` warning). A genuine
+    pruning removes archived logs only: the live log never holds an event it names."""
+    with SessionStore(tmp_path) as store:
+        for i in range(6):
+            store.append_progress_entry("s", make_entry(i))
+        record = ArchivePruned(
+            first_seq=1, last_seq=5, segments=[], bytes=0, before="seq 6", last_h=""
+        )
+        assert store.append("s", [record]).first_seq == 7
+        report = store.verify("s")
+        assert not report.ok
+        (problem,) = [p for p in report.problems if p.severity == "error"]
+        offset = log_path(tmp_path, "s").read_bytes().index(b'{"type":"archive_pruned"')
+        assert (problem.kind, problem.seq, problem.offset) == ("pruning_record", 7, offset)
+        assert "1..5" in problem.message
