@@ -28,7 +28,7 @@ import msgspec
 from projections import fold, snapshot_entry
 
 from .engines.base import History
-from .errors import EventStoreError, UnknownSessionError
+from .errors import CorruptLogError, HistoryUnavailableError, UnknownSessionError
 from .events import SNAPSHOT_OPEN, Event, LineHead, Snapshot, UnknownEvent, link_of
 from .history import iter_history, pruning_records
 from .log import Prefix, Problem, read_lines
@@ -116,8 +116,10 @@ def repair(store: SessionStore, session_id: str) -> RepairReport:
 def _archived_events(store: SessionStore, session_id: str) -> list[Event] | None:
     """The archived events from seq 1, each once and checked, in order (a snapshot
     standing in where history was compacted without an archive); None if the archive is
-    unreadable, corrupt or pruned with nothing standing in for what went (a state folded
-    from what pruning kept would be passed off as the whole one), [] if there is none."""
+    corrupt or pruned with nothing standing in for what went (a state folded from what
+    pruning kept would be passed off as the whole one), [] if there is none. An archive
+    that cannot be read safely (a planted symlink, an I/O error) raises: a repair that
+    went on would replace the state the damaged snapshot held by the initial one."""
     try:
         with store.engine.history(session_id) as hist:
             segments = [seg for seg in hist.segments if seg.archived]
@@ -131,7 +133,7 @@ def _archived_events(store: SessionStore, session_id: str) -> list[Event] | None
                     history=History(segments),
                 )
             ]
-    except EventStoreError:
+    except (CorruptLogError, HistoryUnavailableError):
         return None
 
 
@@ -173,7 +175,7 @@ def _rebuild(
         seq, base_h = max(claimed.seq, m), claimed.base_h or link
         n_after = 0
         held = (
-            "the archive cannot rebuild it (unreadable, corrupt, or pruned)"
+            "the archive cannot rebuild it (corrupt, or pruned)"
             if archived is None
             else f"the archive holds events up to seq {m} only"
         )

@@ -26,11 +26,13 @@ from eventstore.errors import (
     HistoryUnavailableError,
     InvalidArgumentError,
     InvalidRecordError,
+    UnsafePathError,
 )
 from eventstore.events import ArchivePruned, MessagesAppended, Snapshot, line_hash, split_hash
 from eventstore.export import export_session
 from eventstore.legacy import import_legacy, legacy_file_name
 from eventstore.lifecycle import delete_older_than, parse_age, prune_archive
+from eventstore.repair import repair
 from projections import StructProjection
 
 
@@ -350,3 +352,27 @@ def test_state_at_is_never_a_state_trimmed_by_retention(tmp_path: Path) -> None:
         except HistoryUnavailableError:
             return
         assert len(state.recent_progress) == 10
+
+
+def test_repair_refuses_a_planted_archive_symlink(tmp_path: Path) -> None:
+    """Promise (README, Guarantees: nothing leaves the root): a symlink where a store
+    directory should be (`archive/` included) is refused with UnsafePathError. Broken:
+    repair read the archive to rebuild a damaged opening snapshot, took the refusal for
+    an archive that "cannot rebuild", and rewrote the log with a snapshot holding the
+    initial state: the whole state lost to a planted link. Now repair refuses, and the
+    log is left as it was."""
+    with SessionStore(tmp_path / "store") as store:
+        for i in range(30):
+            store.append_progress_entry("s", make_entry(i))
+        assert store.compact("s").compacted
+    log = log_path(tmp_path / "store", "s")
+    archive = log.parent / "archive"
+    archive.rename(tmp_path / "elsewhere")
+    archive.symlink_to(tmp_path / "elsewhere")
+    data = log.read_bytes()
+    log.write_bytes(data[:30] + b"X" + data[31:])
+    before = sorted(p.name for p in log.parent.iterdir())
+    with SessionStore(tmp_path / "store") as store, pytest.raises(UnsafePathError):
+        repair(store, "s")
+    assert log.read_bytes() == data[:30] + b"X" + data[31:]
+    assert sorted(p.name for p in log.parent.iterdir()) == before
