@@ -7,8 +7,10 @@ last line, followed by the lines after the damaged snapshot that still chain to 
 `archive_pruned` records the damaged snapshot carried are carried on when its JSON still
 reads, so a pruned archive stays pruned history rather than a lost one. When
 the archive cannot rebuild the state the snapshot held, the new snapshot keeps the
-damaged one's sequence number (with the state the archive gives, or the initial one), so
-no sequence number is ever used twice.
+damaged one's sequence number (with the state the archive gives, or the initial one), and
+the lines after it that still chain; where a damaged line among those drops the rest, the
+new snapshot is numbered past every seq they held. So no sequence number is ever used
+twice.
 
 The live log is read by the one line reader with a prefix-keeping reporter: reading
 stops at the first error, and what is kept is the committed batches before it. A torn
@@ -157,31 +159,39 @@ def _rebuild(
     if claimed is None and not m:
         return None
     rest = buf[nl + 1 :] if nl >= 0 else b""
-    kept_after = b""
     if m and (claimed is None or claimed.seq <= m):
-        seq, base_h = m, link
         # the lines after the damaged snapshot chain to its base_h, the archive's link
-        tail = read_lines(
-            rest, codec, codec.decoder(None), where, offset=nl + 1, seq=m, link=link,
-            reporter=Prefix(),
-        )  # fmt: skip
-        kept_after = rest[: tail.end]
-        n_after = len(tail.events)
-        how = f"rebuilt the snapshot at seq {m} from the archive, kept {n_after} events after it"
+        seq, base_h = m, link
+        held = "a line after it is damaged too"
     else:
         assert claimed is not None
         # the archive cannot give the state at the damaged snapshot's seq: keep that seq
         # (and its link) so nothing is ever numbered twice, with what the archive gives
         seq, base_h = max(claimed.seq, m), claimed.base_h or link
-        n_after = 0
         held = (
             "the archive cannot rebuild it (corrupt, or pruned)"
             if archived is None
             else f"the archive holds events up to seq {m} only"
         )
+    # the lines after it that still chain are kept, whatever state the snapshot holds
+    after = Prefix()
+    tail = read_lines(
+        rest, codec, codec.decoder(None), where, offset=nl + 1, seq=seq, link=base_h,
+        reporter=after,
+    )  # fmt: skip
+    kept_after, n_after = rest[: tail.end], len(tail.events)
+    beyond = _highest_seq(rest[tail.end :]) if after.error is not None else 0
+    if beyond > (tail.seq or seq):
+        # a damaged line among them: the lines from it on are dropped (they are in the
+        # original, saved aside), and the snapshot is numbered past every seq they held,
+        # so the next append reuses none of them
+        seq, kept_after, n_after = beyond, b"", 0
+    if seq == m:
+        how = f"rebuilt the snapshot at seq {m} from the archive, kept {n_after} events after it"
+    else:
         how = (
             f"{held}: wrote a snapshot at seq {seq} with the state as of seq {m};"
-            f" events {m + 1}..{seq} could not be recovered"
+            f" events {m + 1}..{seq} could not be recovered, kept {n_after} events after it"
         )
     states: dict[str, msgspec.Raw] = {}
     for name, proj in store.projections.items():
@@ -195,6 +205,12 @@ def _rebuild(
     snap = Snapshot(base_h=base_h, states=states, unknown=unknown, known=known, pruned=pruned)
     line, _ = codec.encode_snapshot(snap, seq, base_h, datetime.now(UTC))
     return line + kept_after, 1 + n_after, nl + 1 + len(kept_after), how
+
+
+def _highest_seq(data: bytes) -> int:
+    """The highest sequence number a line of `data` still claims (0: none decodes)."""
+    heads = (_claimed(line) for line in data.split(b"\n"))
+    return max((head.seq for head in heads if head is not None), default=0)
 
 
 def _claimed(line: bytes) -> LineHead | None:

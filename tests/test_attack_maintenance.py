@@ -354,6 +354,58 @@ def test_state_at_is_never_a_state_trimmed_by_retention(tmp_path: Path) -> None:
         assert len(state.recent_progress) == 10
 
 
+def _seqs(data: bytes) -> list[int]:
+    """The sequence numbers of the lines of `data` that still decode."""
+    found = []
+    for line in data.splitlines():
+        try:
+            found.append(msgspec.json.decode(line)["seq"])
+        except (msgspec.DecodeError, KeyError, TypeError):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("tail", ["intact", "damaged"])
+def test_repair_of_a_snapshot_the_archive_cannot_rebuild_reuses_no_seq(
+    tmp_path: Path, tail: str
+) -> None:
+    """Promise (README, Audit and replay): where the archive cannot rebuild a damaged
+    opening snapshot, the new snapshot keeps the damaged one's sequence number, "so no
+    number is ever used twice"; repair never drops good data. Broken: the lines after
+    the damaged snapshot (here seq 31..33, each still chaining to it) were dropped
+    from the live log, so the next append was numbered 31 again, beside the original
+    31 in the saved copy. Now the lines that chain are kept; and where a damaged line
+    among them drops the rest (`damaged`), the snapshot is numbered past every seq the
+    original held."""
+    with SessionStore(tmp_path) as store:
+        for i in range(30):
+            store.append_progress_entry("s", make_entry(i))
+        assert store.compact("s", archive=False).compacted
+        for i in range(3):
+            store.append_progress_entry("s", make_entry(100 + i))
+    log = log_path(tmp_path, "s")
+    data = log.read_bytes()
+    data = data[:30] + b"X" + data[31:]  # inside the snapshot's envelope: its hash breaks
+    if tail == "damaged":
+        assert data.count(b"step 101") == 1
+        data = data.replace(b"step 101", b"step 1O1")
+    log.write_bytes(data)
+    with SessionStore(tmp_path) as store:
+        report = repair(store, "s")
+        assert report.action == "rebuilt"
+        used = _seqs(data)
+        assert max(used) == 33
+        result = store.append_progress_entry("s", make_entry(200))
+        assert result.first_seq > max(used)
+        assert store.verify("s").ok
+        kept = [p.summary for p in store.load_bootstrap_state("s").recent_progress]
+        if tail == "intact":
+            assert report.kept_events == 4  # the snapshot and seq 31..33
+            assert kept == [make_entry(i).summary for i in (100, 101, 102, 200)]
+        else:
+            assert kept == [make_entry(200).summary]
+
+
 def test_repair_refuses_a_planted_archive_symlink(tmp_path: Path) -> None:
     """Promise (README, Guarantees: nothing leaves the root): a symlink where a store
     directory should be (`archive/` included) is refused with UnsafePathError. Broken:
