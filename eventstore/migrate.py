@@ -11,9 +11,11 @@ Idempotent and resumable: what the destination already holds must be a prefix of
 source's plan (an earlier, interrupted run); the copy continues after it. A destination
 that holds anything else is refused (`MigrationError`) and left unchanged.
 
-A hole in the source's history (a compaction that kept no history between two kept
-ones) cannot be replayed (a snapshot can only be installed over the lines it covers):
-the copy then starts at the segment after the hole, and the result says so.
+A history pruned by `prune_archive` (it starts after seq 1, without a snapshot standing
+in) is refused as such (`MigrationError`). A hole in the source's history (a compaction
+that kept no history between two kept ones) cannot be replayed (a snapshot can only be
+installed over the lines it covers): the copy then starts at the segment after the
+hole, and the result says so.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import msgspec
 from .engines.base import EMPTY_HEAD, EncodedBatch, Engine
 from .errors import EventStoreError
 from .events import LineHead, split_hash
+from .history import pruned_start
 
 __all__ = [
     "MigrationError",
@@ -130,6 +133,13 @@ def plan_of(engine: Engine, session_id: str) -> tuple[list[Step], int | None]:
                 if head.seq <= last:
                     continue  # a copy of a line an older segment already gave
                 if head.seq != last + 1:
+                    kept = pruned_start(hist)[0] if not plan else 1
+                    if kept > 1:  # not damage: verify calls pruned history clean
+                        raise MigrationError(
+                            f"{where}: session {session_id!r}: events 1..{kept - 1} were"
+                            f" pruned, so its history starts at seq {kept}; migrate copies"
+                            " a history from its beginning, and cannot copy this one"
+                        )
                     raise MigrationError(
                         f"{where}: seq {head.seq} follows seq {last}: run verify on the source"
                     )
