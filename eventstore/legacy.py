@@ -43,6 +43,8 @@ the others are still imported.
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
@@ -185,6 +187,17 @@ def read_legacy_file(data: bytes) -> tuple[LegacySession, list[Event]]:
     return legacy, events
 
 
+def _read_regular(path: Path) -> bytes:
+    """The bytes of the regular file at `path`. Opened without blocking, and anything
+    else refused (OSError): a FIFO planted in the legacy directory would block the open
+    forever, a link to a device (/dev/zero) would be read without end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return f.read()
+
+
 def _import_file(store: SessionStore, path: Path) -> ImportItem:
     name = str(path)
     try:
@@ -193,7 +206,7 @@ def _import_file(store: SessionStore, path: Path) -> ImportItem:
     except (ValueError, UnicodeDecodeError) as exc:
         return ImportItem(name, None, "failed", 0, f"the file name is not a hex session id: {exc}")
     try:
-        data = path.read_bytes()
+        data = _read_regular(path)
         legacy, events = read_legacy_file(data)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
         return ImportItem(name, session_id, "failed", 0, " ".join(str(exc).split()))

@@ -11,6 +11,7 @@ naming the fix.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -71,6 +72,24 @@ def test_a_legacy_time_past_the_calendar_fails_its_file_alone(tmp_path: Path) ->
         ]
         assert "created_at" in report.items[0].detail
         assert store.list_sessions() == ["b-good"]
+
+
+@pytest.mark.timeout(10)
+def test_a_fifo_in_the_legacy_directory_fails_alone_without_hanging(tmp_path: Path) -> None:
+    """Promise (legacy module docstring): a file that cannot be read is reported as
+    failed, and the others are still imported. Broken: a FIFO named like a session file
+    (`sessions/<hex>.json`) made `import_legacy` block forever in its open (so did a
+    link to /dev/zero, reading without end): no file after it was imported and the
+    command never returned. Only a regular file is read now, opened without blocking."""
+    legacy = _legacy_dir(tmp_path, {"b-good": _GOOD})
+    os.mkfifo(legacy / "sessions" / legacy_file_name("a-fifo"))
+    with SessionStore(tmp_path / "store") as store:
+        report = import_legacy(store, legacy)
+        assert [(i.session_id, i.result) for i in report.items] == [
+            ("a-fifo", "failed"),
+            ("b-good", "imported"),
+        ]
+        assert "not a regular file" in report.items[0].detail
 
 
 def test_an_unreadable_session_fails_its_legacy_file_alone(tmp_path: Path) -> None:
