@@ -12,18 +12,30 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import log_path, make_entry
+from conftest import log_path, make_entry, make_features, make_manifest, wait_child
 
-from eventstore import Event, Message, ProgressAppended, Retention, Role, SessionStore, lifecycle
+from eventstore import (
+    Event,
+    Message,
+    ProgressAppended,
+    Retention,
+    Role,
+    SessionStore,
+    audit,
+    lifecycle,
+)
 from eventstore.cli import main
 from eventstore.errors import (
+    HistoryPrunedError,
     HistoryUnavailableError,
     InvalidArgumentError,
     InvalidRecordError,
@@ -31,11 +43,12 @@ from eventstore.errors import (
 )
 from eventstore.events import ArchivePruned, MessagesAppended, Snapshot, line_hash, split_hash
 from eventstore.export import export_session
+from eventstore.history import first_kept_seq
 from eventstore.legacy import import_legacy, legacy_file_name
 from eventstore.lifecycle import delete_older_than, parse_age, prune_archive
 from eventstore.migrate import MigrationError, migrate_session, same_history
 from eventstore.repair import repair
-from projections import StructProjection
+from projections import StructProjection, fold
 
 
 def _legacy_dir(tmp_path: Path, files: dict[str, object]) -> Path:
@@ -513,3 +526,127 @@ def test_a_compaction_without_archive_is_not_activity(tmp_path: Path) -> None:
         when = next(iter(store.read_events("s"))).ts
         assert store.compact("s", archive=False, force=True).compacted
         assert lifecycle.last_activity(store, "s") == when
+
+
+# -- coverage: attacks that held ---------------------------------------------------------
+
+
+def test_state_at_every_seq_is_the_fold_of_the_first_n_events(tmp_path: Path) -> None:
+    """Held (README, Audit and replay: state_at is exactly the fold of events 1..N,
+    retention never changes it). Attack: a session of progress, pass flips and message
+    batches, compacted at random points with and without retention (archive kept);
+    for every N from 0 to the last, `state_at(seq=N)` and `transcript_at(seq=N)` equal
+    folding the first N events `read_events` yields, and `state_at(at=ts)` the fold of
+    every event appended up to that time."""
+    rng = random.Random(7)
+    with SessionStore(tmp_path) as store:
+        store.initialize_session_if_missing("s", make_manifest("s"), make_features(3))
+        for i in range(60):
+            r = rng.random()
+            if r < 0.3:
+                store.append_progress_entry("s", make_entry(i))
+            elif r < 0.5:
+                store.update_feature_pass("s", f"f{1 + i % 3}", bool(i % 2))
+            elif r < 0.8:
+                msgs = [Message(role=Role.USER, content=f"m{i}.{k}") for k in range(1 + i % 3)]
+                store.append_transcript_messages("s", msgs)
+            else:
+                keep = rng.choice([None, Retention(progress=2, checkpoints=1, messages=3)])
+                store.compact("s", force=True, retention=keep)
+        events = list(store.read_events("s"))
+        last = store.last_seq("s")
+        assert [e.seq for e in events] == list(range(1, last + 1))
+        boot, talk = store.projections["bootstrap"], store.projections["transcript"]
+        for n in range(last + 1):
+            first = [e for e in events if e.seq <= n]
+            assert store.state_at("s", seq=n) == fold(boot, boot.initial(), first)
+            assert store.transcript_at("s", seq=n) == fold(talk, talk.initial(), first)
+        for ev in events[::5]:
+            upto = [e for e in events if e.ts <= ev.ts]
+            assert store.state_at("s", at=ev.ts) == fold(boot, boot.initial(), upto)
+
+
+def test_expiry_and_pruning_beside_a_writer_process_leave_whole_sessions(tmp_path: Path) -> None:
+    """Held (README, Deleting and expiring sessions; Pruning archived history). Attack:
+    another process appends to one session for 3 s, compacting every 40 appends, while
+    this one alternates `delete_older_than` (everything counts as idle) and
+    `prune_archive` of all but the last 30 events. Every expiry result is "deleted" or
+    "kept" (never "failed"), the session always verifies clean when it exists, and at
+    the end reads from its first kept seq give each event once, in order."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("s", make_entry(0))
+    until = time.monotonic() + 3
+    pid = os.fork()
+    if pid == 0:  # the writer process
+        code = 1
+        try:
+            with SessionStore(root) as writer:
+                n = 0
+                while time.monotonic() < until:
+                    writer.append_progress_entry("s", make_entry(n))
+                    n += 1
+                    if n % 40 == 0:
+                        writer.compact("s", force=True)
+            code = 0
+        finally:
+            os._exit(code)
+    results: set[str] = set()
+    pruned = 0
+    later = datetime.now(UTC) + timedelta(days=1)
+    with SessionStore(root) as store:
+        i = 0
+        while time.monotonic() < until:
+            i += 1
+            if i % 3 == 0:
+                results |= {r.result for r in delete_older_than(store, timedelta(0), now=later)}
+            elif store.last_seq("s") > 40:
+                pruned += len(prune_archive(store, "s", before=store.last_seq("s") - 30).segments)
+            if "s" in store.list_sessions():
+                assert store.verify("s").ok
+        assert wait_child(pid, 10) == 0
+        assert results <= {"deleted", "kept"} and "deleted" in results
+        assert pruned > 0
+        if "s" in store.list_sessions():
+            kept = first_kept_seq(store, "s")
+            seqs = [e.seq for e in store.read_events("s", from_seq=kept)]
+            assert seqs == list(range(kept, store.last_seq("s") + 1))
+
+
+def _maintained(url: str) -> tuple[object, ...]:
+    """What the audit paths say about one session after compactions (one without an
+    archive), a pruning and a repair of a torn-free log, on the store at `url`."""
+    with SessionStore(url) as store:
+        for i in range(30):
+            store.append_progress_entry("s", make_entry(i))
+            store.append_transcript_messages("s", [Message(role=Role.USER, content=f"m{i}")])
+            if i % 7 == 6:
+                assert store.compact("s", force=True, archive=i != 20).compacted
+            if i == 22:
+                assert prune_archive(store, "s", before=15).segments
+        kept = first_kept_seq(store, "s")
+        report = store.verify("s")
+        st = audit.stats(store, "s")
+        with pytest.raises(HistoryPrunedError):
+            store.state_at("s", seq=10)
+        return (
+            kept,
+            [e.seq for e in store.read_events("s", from_seq=kept)],
+            report.ok,
+            [(p.kind, p.seq, p.severity) for p in report.problems],
+            report.head_seq,
+            len(report.files),
+            (st.events, st.by_type, st.first_seq, st.last_seq, st.archive_files),
+            (st.snapshots, st.compacted_without_archive),
+            [line.count(b"\n") for line in audit.export_jsonl(store, "s")],
+            repair(store, "s").action,
+            export_session(store, "s")["state"],
+        )
+
+
+def test_the_memory_engine_answers_the_audit_paths_as_the_file_engine(tmp_path: Path) -> None:
+    """Held (DESIGN: everything a user sees behaves the same on every engine). Attack:
+    the same compactions (one without an archive), pruning, verify, stats, export,
+    repair and reads below the pruned point on the file and the memory engine give the
+    same answers (the hashes differ only by the times of the appends)."""
+    assert _maintained(str(tmp_path)) == _maintained(f"memory://{tmp_path.name}")
