@@ -20,8 +20,8 @@ from pathlib import PurePath
 import msgspec
 
 from .engines.base import Head, PrunedSegment
-from .errors import EventStoreError, InvalidArgumentError, UnsupportedError
-from .events import ArchivePruned, LineHead, Snapshot
+from .errors import CorruptLogError, EventStoreError, InvalidArgumentError, UnsupportedError
+from .events import ArchivePruned, LineHead, Snapshot, hash_checks
 from .history import first_kept_seq
 from .store import SessionStore
 
@@ -193,6 +193,33 @@ def _last_link(data: bytes) -> str:
     return (head.base_h or "") if head.type == "snapshot" else head.h
 
 
+def _check_kept_chains(
+    where: str, data: bytes, dropped: list[tuple[int, int, str, int]], last_h: str
+) -> None:
+    """CorruptLogError unless the first line kept (`data`'s, when it is the event after
+    the last one `dropped`) chains to `last_h`, the link the pruning record will name:
+    read from a damaged last line, it would leave the kept history failing its check for
+    good once the segment holding the truth is gone. A snapshot chains to its own
+    base_h: nothing to check then."""
+    nl = data.find(b"\n")
+    if not dropped or nl < 0:
+        return
+    first = data[:nl]
+    try:
+        head = _line_head.decode(first)
+    except msgspec.MsgspecError:
+        return  # a damaged first line kept: the chain check of readers reports it
+    if head.type == "snapshot" or head.seq != dropped[-1][1] + 1:
+        return
+    if not hash_checks(last_h.encode(), first, head.h):
+        raise CorruptLogError(
+            where, 0, head.seq,
+            f"the first event kept does not chain to {last_h or 'the empty link'}, the"
+            f" link of seq {dropped[-1][1]} in {dropped[-1][2]} (a damaged line there, or"
+            " here): nothing was pruned; run verify",
+        )  # fmt: skip
+
+
 def prune_archive(store: SessionStore, session_id: str, before: int | datetime) -> PruneReport:
     """Remove the session's archived segments that lie wholly before `before`: a
     sequence number (every event of the segment has a smaller one) or an aware time
@@ -222,6 +249,7 @@ def prune_archive(store: SessionStore, session_id: str, before: int | datetime) 
     with store.engine.history(session_id) as hist:
         for seg in hist:
             if not seg.archived or seg.first_seq is None or seg.last_seq is None:
+                _check_kept_chains(seg.where, seg.read(), dropped, last_h)
                 break
             if isinstance(before, int):
                 old = seg.last_seq < before
@@ -229,6 +257,7 @@ def prune_archive(store: SessionStore, session_id: str, before: int | datetime) 
                 when = _last_time(seg.read())
                 old = when is not None and when < before
             if not old:
+                _check_kept_chains(seg.where, seg.read(), dropped, last_h)
                 break
             dropped.append((seg.first_seq, seg.last_seq, PurePath(seg.where).name, seg.size))
             last_h = _last_link(seg.read())  # the last dropped one's is kept

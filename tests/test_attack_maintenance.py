@@ -35,6 +35,7 @@ from eventstore import (
 )
 from eventstore.cli import main
 from eventstore.errors import (
+    CorruptLogError,
     HistoryPrunedError,
     HistoryUnavailableError,
     InvalidArgumentError,
@@ -328,6 +329,34 @@ def test_verify_flags_a_pruning_record_naming_events_the_live_log_holds(tmp_path
         offset = log_path(tmp_path, "s").read_bytes().index(b'{"type":"archive_pruned"')
         assert (problem.kind, problem.seq, problem.offset) == ("pruning_record", 7, offset)
         assert "1..5" in problem.message
+
+
+def test_pruning_never_records_a_link_the_kept_history_does_not_chain_to(
+    tmp_path: Path,
+) -> None:
+    """Promise (README, Pruning archived history): the first event kept is still
+    hash-checked against the record's `last_h`, the link of the last event dropped; an
+    irreversible step on bad input changes nothing. Broken: `prune_archive` copied
+    `last_h` from the last line of the segment it dropped without checking it: with
+    that line's `h` damaged, it recorded a link seq 7 does not chain to and deleted the
+    segment, so the intact events 7..18 could never be read again (not even by putting
+    the archive file back). Now it refuses, naming where, and changes nothing."""
+    with SessionStore(tmp_path) as store:
+        for i in range(18):
+            store.append_progress_entry("s", make_entry(i))
+            if i % 6 == 5:
+                assert store.compact("s", force=True).compacted
+    archive = log_path(tmp_path, "s").parent / "archive"
+    oldest, kept = sorted(archive.iterdir())[:2]
+    lines = oldest.read_bytes().rstrip(b"\n").split(b"\n")
+    lines[-1] = lines[-1][:-18] + b"0" * 16 + b'"}'  # seq 6's h, damaged
+    oldest.write_bytes(b"\n".join(lines) + b"\n")
+    with SessionStore(tmp_path) as store:
+        with pytest.raises(CorruptLogError) as caught:
+            prune_archive(store, "s", before=7)
+        assert (caught.value.path, caught.value.offset, caught.value.seq) == (str(kept), 0, 7)
+        assert store.last_seq("s") == 18
+        assert oldest.exists()
 
 
 @pytest.mark.xfail(
