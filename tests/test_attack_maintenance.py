@@ -705,3 +705,34 @@ def test_the_memory_engine_answers_the_audit_paths_as_the_file_engine(tmp_path: 
     repair and reads below the pruned point on the file and the memory engine give the
     same answers (the hashes differ only by the times of the appends)."""
     assert _maintained(str(tmp_path)) == _maintained(f"memory://{tmp_path.name}")
+
+
+def test_export_jsonl_is_a_log_that_verifies_and_checks_every_line(tmp_path: Path) -> None:
+    """Held (README, The CLI: `export --format jsonl` gives the raw lines, verbatim, so
+    they still verify). Attack: the export of a session compacted three times (archive
+    kept), written as another store's log, verifies clean and folds to the same state
+    and transcript; with one archived line edited (its `h` left), the export raises
+    CorruptLogError naming that file and seq instead of passing the edit on."""
+    with SessionStore(tmp_path / "a") as store:
+        for i in range(18):
+            store.append_progress_entry("s", make_entry(i))
+            store.append_transcript_messages("s", [Message(role=Role.USER, content=f"m{i}")])
+            if i % 6 == 5:
+                assert store.compact("s", force=True).compacted
+        lines = b"".join(audit.export_jsonl(store, "s"))
+        state, talk = store.load_bootstrap_state("s"), store.load_transcript_messages("s")
+    copy = log_path(tmp_path / "b", "s")
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(lines)
+    with SessionStore(tmp_path / "b") as other:
+        assert other.verify("s").ok
+        assert other.load_bootstrap_state("s") == state
+        assert other.load_transcript_messages("s") == talk
+    archived = sorted((log_path(tmp_path / "a", "s").parent / "archive").iterdir())[1]
+    data = archived.read_bytes()
+    assert data.count(b"step 7") == 1
+    archived.write_bytes(data.replace(b"step 7", b"step X"))
+    with SessionStore(tmp_path / "a") as store:
+        with pytest.raises(CorruptLogError) as caught:
+            b"".join(audit.export_jsonl(store, "s"))
+        assert (caught.value.path, caught.value.seq) == (str(archived), 15)
