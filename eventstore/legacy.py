@@ -36,8 +36,9 @@ Each file becomes one session (the id decoded from the file name) whose state eq
 the file's, written as one atomic batch with the idempotency key
 `legacy-import:<sha256 of the file bytes>` and only into an empty session. A second
 run imports nothing: a file already imported, or a session that already has events, is
-skipped and reported. A file that cannot be read or decoded is reported as failed, and
-the others are still imported.
+skipped and reported. A file that cannot be read or decoded (a FIFO or device is not
+read; a time past the calendar, a feature id twice are refused as the store refuses
+them) is reported as failed, and the others are still imported.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from typing import Literal
 
 import msgspec
 
-from .errors import ConcurrencyError, EventStoreError
+from .errors import ConcurrencyError, EventStoreError, InvalidRecordError
 from .events import (
     CheckpointRecorded,
     Event,
@@ -69,7 +70,7 @@ from .records import (
     RunStatus,
     SessionManifest,
 )
-from .store import SessionStore
+from .store import SessionStore, _features
 
 __all__ = [
     "ImportItem",
@@ -162,7 +163,9 @@ def read_legacy_file(data: bytes) -> tuple[LegacySession, list[Event]]:
     if legacy.manifest is not None:
         events.append(ManifestSet(manifest=legacy.manifest))
     if legacy.feature_list:
-        events.append(FeatureListReplaced(features=legacy.feature_list))
+        # refused as `replace_feature_list` refuses it (an id twice): a state no session
+        # call could make
+        events.append(FeatureListReplaced(features=_features(legacy.feature_list, "feature_list")))
     for p in legacy.recent_progress:
         entry = ProgressEntry(
             run_id=p.run_id,
@@ -208,7 +211,13 @@ def _import_file(store: SessionStore, path: Path) -> ImportItem:
     try:
         data = _read_regular(path)
         legacy, events = read_legacy_file(data)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
+    except (
+        OSError,
+        msgspec.DecodeError,
+        msgspec.ValidationError,
+        ValueError,
+        InvalidRecordError,
+    ) as exc:
         return ImportItem(name, session_id, "failed", 0, " ".join(str(exc).split()))
     if not events:
         return ImportItem(name, session_id, "skipped", 0, "the file holds an empty state")

@@ -106,6 +106,25 @@ def test_a_fifo_in_the_legacy_directory_fails_alone_without_hanging(tmp_path: Pa
         assert "not a regular file" in report.items[0].detail
 
 
+def test_a_legacy_feature_list_with_an_id_twice_is_refused(tmp_path: Path) -> None:
+    """Promise (README, Using it from Python): a feature id twice is refused with
+    InvalidRecordError and nothing is written (`replace_feature_list`,
+    `initialize_session_if_missing`); the legacy module docstring: a file that cannot be
+    decoded fails alone. Broken: import wrote a legacy list holding feature "a" twice, a
+    state no session call can make: `update_feature_pass` then flipped both, and
+    writing the loaded list back was refused. The file now fails, naming the id."""
+    feature = {"id": "a", "category": "c", "description": "d", "steps": [], "passes": False}
+    legacy = _legacy_dir(tmp_path, {"a-dup": {"feature_list": [feature, feature]}, "b-good": _GOOD})
+    with SessionStore(tmp_path / "store") as store:
+        report = import_legacy(store, legacy)
+        assert [(i.session_id, i.result) for i in report.items] == [
+            ("a-dup", "failed"),
+            ("b-good", "imported"),
+        ]
+        assert "'a' appears twice" in report.items[0].detail
+        assert store.list_sessions() == ["b-good"]
+
+
 def test_an_unreadable_session_fails_its_legacy_file_alone(tmp_path: Path) -> None:
     """Promise (legacy module docstring): one bad file never stops the others. Broken:
     the already-imported check loaded the target session's idempotency keys outside
