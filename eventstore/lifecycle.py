@@ -272,6 +272,6 @@ def prune_archive(store: SessionStore, session_id: str, before: int | datetime) 
         before=asked,
         last_h=last_h,
     )
-    result = store.append(session_id, [event])
+    result = store._write_events(session_id, [event], None)  # (append refuses the kind)
     segments = store.engine.prune_history(session_id, dropped[-1][1] + 1)
     return PruneReport(session_id, segments, result.first_seq)

@@ -59,6 +59,7 @@ from .errors import (
     UnknownProjectionError,
 )
 from .events import (
+    ArchivePruned,
     CheckpointRecorded,
     Event,
     EventCodec,
@@ -514,6 +515,14 @@ class SessionStore:
             raise InvalidRecordError("events must be a sequence of Event instances")
         if not events:
             raise InvalidRecordError("append needs at least one event")
+        for e in events:
+            if type(e) is Snapshot or type(e) is ArchivePruned:
+                # a snapshot anywhere but a log's first line is corruption, and a pruning
+                # record names history as gone: compaction and prune_archive write them
+                raise InvalidRecordError(
+                    f"append cannot take a {event_tag(type(e))} event: compact and"
+                    " prune_archive write those"
+                )
         checked = [self.codec.check(e) for e in events]
         if expected_seq is not None and (
             not isinstance(expected_seq, int) or isinstance(expected_seq, bool) or expected_seq < 0

@@ -330,10 +330,11 @@ def test_expiry_keeps_a_session_recreated_after_it_was_judged_idle(
 def test_verify_flags_a_pruning_record_naming_events_the_live_log_holds(tmp_path: Path) -> None:
     """Promise (README, Pruning archived history): readers tell pruned history from
     history that is there by the `archive_pruned` record, and `verify` says what is
-    wrong. Broken: a record appended through `store.append` (which takes any event)
-    naming events 1..5 pruned, while the live log holds them, made every read from seq
-    1 and `state_at(seq=3)` raise HistoryPrunedError for history that is right there,
-    and `verify` called the session clean (a `history_pruned` warning). A genuine
+    wrong. Broken: a record written to the log (through `store.append`, which took any
+    event then; a forged line now) naming events 1..5 pruned, while the live log holds
+    them, made every read from seq 1 and `state_at(seq=3)` raise HistoryPrunedError for
+    history that is right there, and `verify` called the session clean (a
+    `history_pruned` warning). A genuine
     pruning removes archived logs only: the live log never holds an event it names."""
     with SessionStore(tmp_path) as store:
         for i in range(6):
@@ -341,7 +342,7 @@ def test_verify_flags_a_pruning_record_naming_events_the_live_log_holds(tmp_path
         record = ArchivePruned(
             first_seq=1, last_seq=5, segments=[], bytes=0, before="seq 6", last_h=""
         )
-        assert store.append("s", [record]).first_seq == 7
+        assert store._write_events("s", [record], None).first_seq == 7
         report = store.verify("s")
         assert not report.ok
         (problem,) = [p for p in report.problems if p.severity == "error"]
@@ -378,13 +379,6 @@ def test_pruning_never_records_a_link_the_kept_history_does_not_chain_to(
         assert oldest.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store.append (eventstore/store.py) writes any Event; the fix belongs there:"
-    " refuse Snapshot and ArchivePruned from callers with InvalidRecordError, writing"
-    " nothing (compaction installs snapshots through the engine already; prune_archive"
-    " would append its record through a private path)",
-)
 @pytest.mark.parametrize("engine", ["file", "memory"])
 @pytest.mark.parametrize("kind", ["snapshot", "archive_pruned"])
 def test_append_refuses_the_maintenance_events(tmp_path: Path, engine: str, kind: str) -> None:

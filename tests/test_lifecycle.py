@@ -514,8 +514,9 @@ def test_an_interrupted_pruning_is_understood(root: Path) -> None:
         bounds = _three_archives(store)
         archive = root / "sessions" / "p" / "archive"
         names = sorted(f.name for f in archive.glob("*.jsonl"))
-        store.append("p", [ArchivePruned(first_seq=1, last_seq=bounds[1], segments=names[:2],
-                                         bytes=1, before=f"seq {bounds[1] + 1}")])  # fmt: skip
+        record = ArchivePruned(first_seq=1, last_seq=bounds[1], segments=names[:2], bytes=1,
+                               before=f"seq {bounds[1] + 1}")  # fmt: skip
+        store._write_events("p", [record], None)  # prune_archive's own append
         (archive / names[1]).unlink()  # a crash removed the second but not the first
         report = store.verify("p")
         assert report.ok, report.problems
