@@ -637,8 +637,8 @@ def test_state_at_every_seq_is_the_fold_of_the_first_n_events(tmp_path: Path) ->
 def test_expiry_and_pruning_beside_a_writer_process_leave_whole_sessions(tmp_path: Path) -> None:
     """Held (README, Deleting and expiring sessions; Pruning archived history). Attack:
     another process appends to one session for 3 s, compacting every 40 appends, while
-    this one alternates `delete_older_than` (everything counts as idle) and
-    `prune_archive` of all but the last 30 events. Every expiry result is "deleted" or
+    this one runs `delete_older_than` (everything counts as idle) every 0.4 s and
+    in between `prune_archive` of all but the last 30 events. Every expiry result is "deleted" or
     "kept" (never "failed"), the session always verifies clean when it exists, and at
     the end reads from its first kept seq give each event once, in order."""
     root = tmp_path / "store"
@@ -663,10 +663,12 @@ def test_expiry_and_pruning_beside_a_writer_process_leave_whole_sessions(tmp_pat
     pruned = 0
     later = datetime.now(UTC) + timedelta(days=1)
     with SessionStore(root) as store:
-        i = 0
+        # expire every 0.4 s, so the writer builds archives to prune in between (expiring
+        # every few iterations left no session ever past 40 events on a fast machine)
+        next_expiry = time.monotonic() + 0.4
         while time.monotonic() < until:
-            i += 1
-            if i % 3 == 0:
+            if time.monotonic() >= next_expiry:
+                next_expiry += 0.4
                 results |= {r.result for r in delete_older_than(store, timedelta(0), now=later)}
             elif store.last_seq("s") > 40:
                 pruned += len(prune_archive(store, "s", before=store.last_seq("s") - 30).segments)
