@@ -32,7 +32,7 @@ import msgspec
 from projections import Retention, retain, snapshot_entry
 
 from .engines.base import HeadMovedError
-from .events import Snapshot, UnknownEvent
+from .events import ArchivePruned, Event, Snapshot, UnknownEvent
 from .history import fold_events, pruning_records
 from .log import read_lines
 
@@ -74,6 +74,17 @@ class CompactionReport:
     snapshot_bytes: int = 0
 
 
+def _last_activity(events: list[Event]) -> datetime | None:
+    """The time of the newest event that is not maintenance among `events` (a snapshot
+    among them answers for the events it covers), None when no line knows it."""
+    for ev in reversed(events):
+        if type(ev) is Snapshot:
+            return ev.last_ts
+        if type(ev) is not ArchivePruned:
+            return ev.ts
+    return None
+
+
 def compact(
     store: SessionStore,
     session_id: str,
@@ -109,6 +120,9 @@ def compact(
             )  # fmt: skip
         states: dict[str, msgspec.Raw] = {}
         folded: dict[str, object] = {}
+        # whether the states are no state as of covers.seq (a retention dropped something,
+        # now or in the snapshot they were folded from): history must not take them for one
+        trimmed = type(events[0]) is Snapshot and events[0].trimmed
         for name, proj in store.projections.items():
             # a user's apply may change the events it is given: it folds a decode of its
             # own, as a cold load gives it (the built-in projections share one)
@@ -118,9 +132,13 @@ def compact(
                 else read_lines(res.data, codec, codec.decoder(proj.event_types), res.where).events
             )
             state = fold_events(store, session_id, proj, proj.initial(), own, res.where)
+            entry = snapshot_entry(proj, state)
             if retention is not None:
                 state = retain(proj, state, retention)
-            states[name] = snapshot_entry(proj, state)
+                kept = snapshot_entry(proj, state)
+                trimmed = trimmed or bytes(kept) != bytes(entry)
+                entry = kept
+            states[name] = entry
             folded[name] = state
         unknown: list[msgspec.Raw] = []
         for ev in events:
@@ -133,7 +151,14 @@ def compact(
         records = {rec.seq: raw for rec, raw in pruning_records(committed)}  # each once
         pruned = [msgspec.Raw(raw) for raw in records.values()]
         snap = Snapshot(
-            base_h=covers.link, states=states, unknown=unknown, known=known, pruned=pruned
+            base_h=covers.link,
+            states=states,
+            unknown=unknown,
+            known=known,
+            pruned=pruned,
+            archived=archive,
+            trimmed=trimmed,
+            last_ts=_last_activity(events),
         )
         line, _ = codec.encode_snapshot(snap, covers.seq, covers.link, datetime.now(UTC))
         if len(line) >= size and not force:

@@ -149,6 +149,13 @@ class Snapshot(Event, tag="snapshot", kw_only=True):
     projection over only unknown types can be rebuilt from `unknown` alone. `pruned`
     keeps, verbatim, every `archive_pruned` line the snapshot replaces (and those the
     snapshot before it kept), so the point history was pruned to outlives any compaction.
+
+    What history needs where the snapshot stands in for events no segment holds (absent,
+    false or None in snapshots written before them): `archived`, the log it replaced
+    was archived (a missing archive is then corruption, not a compaction without one);
+    `trimmed`, a retention trimmed its states or those of a snapshot it was folded from
+    (so they are no state as of its seq); `last_ts`, the time of the newest event it
+    covers that is not maintenance (a compaction is not activity).
     """
 
     base_h: str
@@ -158,6 +165,9 @@ class Snapshot(Event, tag="snapshot", kw_only=True):
     unknown: list[msgspec.Raw] = msgspec.field(default_factory=list)
     known: list[str] = msgspec.field(default_factory=list)
     pruned: list[msgspec.Raw] = msgspec.field(default_factory=list)
+    archived: bool = False
+    trimmed: bool = False
+    last_ts: datetime | None = None
 
 
 class SnapshotHead(msgspec.Struct):

@@ -261,6 +261,8 @@ def _iter_segments(
                 if s > hi:
                     raise HistoryPrunedError(session_id, 1, kept)
                 if type(ev) is Snapshot:
+                    if ev.trimmed:  # its states are no state as of s
+                        raise HistoryPrunedError(session_id, 1, kept)
                     lost = False  # it stands in for everything up to s, pruned or not
                     nxt = s + 1
                     yield ev, line
@@ -268,6 +270,17 @@ def _iter_segments(
             if type(ev) is Snapshot:
                 if s >= nxt and nxt <= hi and s >= from_seq:
                     # events nxt..s exist nowhere else: the snapshot stands in for them
+                    if ev.archived:
+                        raise CorruptLogError(
+                            seg.where, 0, s, f"events {nxt}..{s} were archived by the"
+                            " compaction that wrote this snapshot, and no archive holds them",
+                        )  # fmt: skip
+                    if exact and ev.trimmed:
+                        raise HistoryUnavailableError(
+                            f"session {session_id!r}: events {max(nxt, from_seq)}..{s} were"
+                            " compacted without an archive, by a retention that trimmed the"
+                            " snapshot standing in for them"
+                        )
                     if s > hi:
                         if exact:
                             raise HistoryUnavailableError(

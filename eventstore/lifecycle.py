@@ -56,8 +56,9 @@ def last_activity(store: SessionStore, session_id: str) -> datetime | None:
     """When the session's last event was appended (None for a session with none).
 
     Maintenance is not activity: compaction snapshots and `archive_pruned` records are
-    passed over (the events a snapshot covers are read from the archive; with no
-    archive, or only maintenance left, the newest line's time is the answer).
+    passed over (the events a snapshot covers are read from the archive; a snapshot
+    standing in for them answers with the time of the newest it covers, `last_ts`; one
+    written before snapshots kept it, or only maintenance left, with the newest line's).
     """
     seq = store.last_seq(session_id)
     if seq == 0:
@@ -71,6 +72,8 @@ def last_activity(store: SessionStore, session_id: str) -> datetime | None:
         if newest is None and events:
             newest = events[-1].ts
         for ev in reversed(events):
+            if type(ev) is Snapshot and ev.last_ts is not None:
+                return ev.last_ts  # (standing in for the events it covers)
             if type(ev) not in _MAINTENANCE:
                 return ev.ts
         seq, window = lo - 1, window * 4

@@ -261,6 +261,18 @@ def _check_live_not_pruned(name: str, data: bytes, scan: Lines, kept: int) -> li
     ]  # fmt: skip
 
 
+def _history_gap(name: str, snap: Snapshot, first: int) -> Problem:
+    """Events `first`..`snap.seq` are in no segment: compacted without an archive (a
+    warning: the snapshot's base_h cannot be checked), or, when the snapshot says its
+    compaction archived them, an archive lost (an error)."""
+    span = f"events {first}..{snap.seq}"
+    if snap.archived:
+        why = "were archived by the compaction that wrote this snapshot; no archive holds them"
+        return Problem(name, 0, snap.seq, "history_gap", f"{span} {why}")
+    why = "were compacted without an archive: the snapshot's base_h cannot be checked"
+    return Problem(name, 0, snap.seq, "history_gap", f"{span} {why}", "warning")
+
+
 def _check_snapshot(
     store: SessionStore,
     snap: Snapshot,
@@ -273,33 +285,13 @@ def _check_snapshot(
     """A snapshot opening a segment against the segment before it."""
     n = snap.seq
     if prev is None:
-        return [
-            Problem(
-                name,
-                0,
-                n,
-                "history_gap",
-                f"events 1..{n} were compacted without an archive: the snapshot's"
-                " base_h cannot be checked",
-                "warning",
-            )
-        ]
+        return [_history_gap(name, snap, 1)]
     found: list[Problem] = []
     old_h = prev.links.get(n)
     if old_h is None and prev.seq is not None and prev.events and n > prev.seq:
         # the segment before ends before the snapshot: the events after it were compacted
         # without an archive (a later compaction than the one that archived it)
-        return [
-            Problem(
-                name,
-                0,
-                n,
-                "history_gap",
-                f"events {prev.seq + 1}..{n} were compacted without an archive: the"
-                " snapshot's base_h cannot be checked",
-                "warning",
-            )
-        ]
+        return [_history_gap(name, snap, prev.seq + 1)]
     if old_h is None:
         first = prev.events[0].seq if prev.events else None
         found.append(

@@ -404,13 +404,6 @@ def test_append_refuses_the_maintenance_events(tmp_path: Path, engine: str, kind
         assert [e.seq for e in store.read_events("s")] == [1, 2, 3]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a snapshot does not record that retention trimmed it, so history.state_at"
-    " folds a trimmed state as if whole; the fix belongs in compaction.py (record the"
-    " Retention in the snapshot) and history.py (_state_at raises"
-    " HistoryUnavailableError where such a snapshot stands in for compacted history)",
-)
 def test_state_at_is_never_a_state_trimmed_by_retention(tmp_path: Path) -> None:
     """Promise (README, Audit and replay): `state_at` is exactly the fold of events
     1..N, retention never changes it, and history compacted without an archive raises
@@ -550,14 +543,6 @@ def test_a_pruned_session_migrates(tmp_path: Path) -> None:
         assert dst.verify("p").head_hash == src.verify("p").head_hash
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a snapshot written with archive=False keeps no time of the events it"
-    " replaces (its ts is the compaction's), so lifecycle.last_activity can only answer"
-    " the compaction time; the fix belongs in compaction.py/events.py (record the last"
-    " covered event's ts in the snapshot, carried by later snapshots) for"
-    " last_activity to read",
-)
 def test_a_compaction_without_archive_is_not_activity(tmp_path: Path) -> None:
     """Promise (README, Deleting and expiring sessions): `--older-than` judges a session
     by its last event, and "a compaction is not activity". Broken: compacting an idle
@@ -570,14 +555,6 @@ def test_a_compaction_without_archive_is_not_activity(tmp_path: Path) -> None:
         assert lifecycle.last_activity(store, "s") == when
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a snapshot does not say whether the history it replaced was archived, so a"
-    " deleted newest archive file reads exactly as compact(archive=False); the fix"
-    " belongs in compaction.py/events.py (the snapshot records that its history was"
-    " archived) with verify.py and history.py treating such a missing segment as"
-    " corruption",
-)
 def test_verify_finds_the_newest_archive_file_deleted(tmp_path: Path) -> None:
     """Promise (README, Pruning archived history): "An archive missing or cut short
     without such a record is still corruption"; verify finds a dropped event. Broken:

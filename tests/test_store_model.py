@@ -67,6 +67,11 @@ class Ref:
     hist_checkpoints: list[RunCheckpoint] = field(default_factory=list)
     hist_transcript: list[Message] = field(default_factory=list)
     archived_upto: int = 0  # the last seq a compaction with an archive kept
+    # a retention dropped something from the state (then every later snapshot, folded
+    # from that one, is trimmed too), and such a snapshot stands in for history no
+    # archive holds: no state_at at or after it is exact, so every one is GONE
+    trimmed: bool = False
+    trimmed_stand_in: bool = False
     compacted_at: int = -1  # the seq of the last compaction (its log is a lone snapshot)
 
     def state(self) -> BootstrapState:
@@ -89,7 +94,7 @@ class Ref:
     def wrote(self, n: int = 1) -> None:
         """`n` events were appended (the model's lists already changed)."""
         self.seq += n
-        self.history[self.seq] = self.hist_state()
+        self.history[self.seq] = GONE if self.trimmed_stand_in else self.hist_state()
         for s in range(self.seq - n + 1, self.seq):
             self.history.setdefault(s, None)  # inside a batch: not checked
 
@@ -323,9 +328,13 @@ class SessionStoreMachine(RuleBasedStateMachine):
             return  # nothing to compact, or already a lone snapshot: skipped
         ref.compacted_at = ref.seq
         if retention is not None:
-            ref.progress = _keep(ref.progress, retention.progress)
-            ref.checkpoints = _keep(ref.checkpoints, retention.checkpoints)
-            ref.transcript = _keep(ref.transcript, retention.messages)
+            kept = (
+                _keep(ref.progress, retention.progress),
+                _keep(ref.checkpoints, retention.checkpoints),
+                _keep(ref.transcript, retention.messages),
+            )
+            ref.trimmed |= kept != (ref.progress, ref.checkpoints, ref.transcript)
+            ref.progress, ref.checkpoints, ref.transcript = kept
         if archive:
             ref.archived_upto = ref.seq
         elif ref.archived_upto < ref.seq:
@@ -338,6 +347,9 @@ class SessionStoreMachine(RuleBasedStateMachine):
             ref.hist_checkpoints = list(ref.checkpoints)
             ref.hist_transcript = list(ref.transcript)
             ref.history[ref.seq] = ref.hist_state()
+            if ref.trimmed:  # the snapshot standing in for them holds no exact state
+                ref.trimmed_stand_in = True
+                ref.history[ref.seq] = GONE
 
     @rule(sid=sids, w=which, data=st.data())
     def state_at(self, sid: str, w: str, data: st.DataObject) -> None:
