@@ -4,16 +4,20 @@ the head it was folded to, so a cold load folds only the lines after it.
 The format (the bytes an engine keeps with `Engine.store_cache`; the engine adds and
 checks where in the log the head is):
 
-    <JSON header>\\n<the projection's encode_state bytes>\\n<digest, 32 hex>\\n
+    <JSON header>\n( <frame length, 4 bytes big-endian> <frame> )*<digest, 32 hex>\n
 
 The header names the format, the session, the projection and its version, the event
 types the folding process could decode of those the projection reads, with the version
 and upcasters it read each with (`known`, a digest: a process that skipped one of them,
-or upcast old lines of one another way, folded another state), and the head (`seq`, `link`,
-`h`). The digest is a SHA-256 (its first 128 bits; hardware-accelerated
-where BLAKE2b is not, and read on every cold load) over everything before it, so it binds
-the state to the chain hash `h` at its position (which hashes every line before it)
-and to the session and projection.
+or upcast old lines of one another way, folded another state), the head (`seq`, `link`,
+`h`) and how many frames follow. A frame is the projection's `encode_state` bytes (one
+frame), or, for a projection with `cache_frames`/`from_cache_frame` (the transcript's),
+a part of its state: a cold load reads and decodes a long state one frame at a time, so
+it never holds the whole cache besides the state it builds, and hashes each frame on a
+side thread while decoding it. The digest is a SHA-256 (its first 128 bits;
+hardware-accelerated where BLAKE2b is not) over everything before it, so it binds the
+state to the chain hash `h` at its position (which hashes every line before it) and to
+the session and projection.
 
 The trust rule of loads holds: every byte that went into a state this library returns
 was hash-checked once. A cache is written only from states folded from checked lines (or
@@ -22,32 +26,40 @@ ignored (and rewritten later), never trusted:
 
 - the engine found the head's position still in the session's live log: same log
   identity, long enough, and the `h` of the line before the position is the cached `h`
-  (`Engine.load_cache`);
-- the digest matches the bytes, and the header's session, projection, version, `known`,
-  `seq` and `h` are the ones expected;
-- the state decodes as the projection's state type.
+  (`Engine.open_cache`);
+- the header's session, projection, version, `known`, `seq` and `h` are the ones
+  expected, and every frame decodes (checked before the digest: a state is built only
+  from a cache that says it is this one, and returned only once the digest matches);
+- the digest matches the bytes, which end right after it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import struct
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
 
-from .engines.base import Engine, Head
+from .engines.base import BytesCacheReader, CacheReader, Engine, Head
+from .side_thread import start_side_thread
 
 __all__ = ["FORMAT", "decode", "encode", "known_types", "load", "store"]
 
 log = logging.getLogger("eventstore")
 
-FORMAT = 3
+FORMAT = 4
 """Bump when the layout of a cache changes: caches of another format are ignored.
-(1: the digest was a BLAKE2b; 2: no `known`.)"""
+(1: the digest was a BLAKE2b; 2: no `known`; 3: the state unframed.)"""
 
 _DIGEST_HEX = 32
+_FRAME_LEN = struct.Struct(">I")
+_HEADER_MAX = 16 << 10  # a header is shorter (an id of 1,024 bytes, escaped, and ints)
+# a frame this long is hashed on a side thread while it decodes (below it the thread's
+# start costs more than it hides)
+_HASH_ASIDE = 128 << 10
 
 
 class _Header(msgspec.Struct, forbid_unknown_fields=True):
@@ -59,6 +71,7 @@ class _Header(msgspec.Struct, forbid_unknown_fields=True):
     seq: int
     link: str
     h: str
+    frames: int
 
 
 _header_decoder = msgspec.json.Decoder(_Header)
@@ -83,9 +96,22 @@ def known_types(
     return hashlib.sha256("\n".join(mine).encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+def is_framed(projection: Any) -> bool:
+    """Whether `projection` keeps its state in frames (`cache_frames`, `from_cache_frame`)."""
+    return (
+        getattr(projection, "cache_frames", None) is not None
+        and getattr(projection, "from_cache_frame", None) is not None
+    )
+
+
 def encode(session_id: str, projection: Any, state: Any, head: Head, known: str) -> bytes:
     """The cache bytes of `state`, folded to `head` by a process whose `known_types` for
     `projection` are `known`, for `session_id`."""
+    frames: list[bytes] = (
+        projection.cache_frames(state)
+        if is_framed(projection)
+        else [projection.encode_state(state)]
+    )
     header = _Header(
         FORMAT,
         session_id,
@@ -95,8 +121,13 @@ def encode(session_id: str, projection: Any, state: Any, head: Head, known: str)
         head.seq,
         head.link,
         head.h,
+        len(frames),
     )
-    body = b"".join((_encoder.encode(header), b"\n", projection.encode_state(state), b"\n"))
+    parts = [_encoder.encode(header), b"\n"]
+    for frame in frames:
+        parts.append(_FRAME_LEN.pack(len(frame)))
+        parts.append(frame)
+    body = b"".join(parts)
     return body + _digest(body) + b"\n"
 
 
@@ -104,26 +135,56 @@ def decode(data: bytes, session_id: str, projection: Any, head: Head, known: str
     """The state a cache holds, if it is intact and is this session's and projection's
     state at `head` (by seq and `h`), folded knowing the event types `known` says; else
     None (and why, at debug level)."""
-    why = _check(data, session_id, projection, head, known)
+    return _read(BytesCacheReader(data), session_id, projection, head, known)
+
+
+def _read(
+    reader: CacheReader, session_id: str, projection: Any, head: Head, known: str
+) -> Any | None:
+    why = _check(reader, session_id, projection, head, known)
     if isinstance(why, str):
         log.debug("eventstore: fold cache of %r/%s ignored: %s", session_id, projection.name, why)
         return None
     return why[0]
 
 
+class _Stream:
+    """The bytes of a cache after its header line: what the header read took of them
+    first, then the reader's."""
+
+    __slots__ = ("left", "pending", "reader")
+
+    def __init__(self, reader: CacheReader, pending: bytes, left: int) -> None:
+        self.reader = reader
+        self.pending = pending
+        self.left = left  # bytes not yet taken (by the reader's size)
+
+    def take(self, n: int) -> bytes | None:
+        """The next `n` bytes, None when fewer are left (a cache cut short)."""
+        if n > self.left:
+            return None
+        if self.pending:
+            part, self.pending = self.pending[:n], self.pending[n:]
+            if len(part) < n:
+                part += self.reader.read(n - len(part))
+        else:
+            part = self.reader.read(n)
+        self.left -= n
+        return part if len(part) == n else None
+
+
 def _check(
-    data: bytes, session_id: str, projection: Any, head: Head, known: str
+    reader: CacheReader, session_id: str, projection: Any, head: Head, known: str
 ) -> str | tuple[Any]:
-    if len(data) < _DIGEST_HEX + 2 or data[-1:] != b"\n":
+    size = reader.size
+    if size < _DIGEST_HEX + 2:
         return "too short"
-    body, digest = data[: -_DIGEST_HEX - 1], data[-_DIGEST_HEX - 1 : -1]
-    if _digest(body) != digest:
-        return "the digest does not match"
-    nl = body.find(b"\n")
-    if nl < 0 or body[-1:] != b"\n":
+    first = reader.read(min(size, _HEADER_MAX))
+    nl = first.find(b"\n")
+    if nl < 0:
         return "malformed"
     try:
-        header = _header_decoder.decode(body[:nl])
+        header = _header_decoder.decode(first[:nl])
     except msgspec.MsgspecError:
         return "the header does not decode"
     if header.format != FORMAT:
@@ -136,19 +197,58 @@ def _check(
         return "it was folded by a process that decodes other event types"
     if header.seq != head.seq or header.h != head.h or header.link != head.link:
         return "its head is not the head the engine found"
+    framed = is_framed(projection)
+    if header.frames < 0 or (not framed and header.frames != 1):
+        return f"{header.frames} frames"
+    digest = hashlib.sha256(first[: nl + 1])
+    stream = _Stream(reader, first[nl + 1 :], size - nl - 1 - _DIGEST_HEX - 1)
+    side = start_side_thread() if framed and size >= _HASH_ASIDE else None
     try:
-        return (projection.decode_state(body[nl + 1 : -1]),)
-    except (msgspec.MsgspecError, ValueError, TypeError) as exc:
-        return f"the state does not decode: {exc}"
+        state = projection.initial() if framed else None
+        for _ in range(header.frames):
+            length = stream.take(_FRAME_LEN.size)
+            if length is None:
+                return "cut short"
+            frame = stream.take(_FRAME_LEN.unpack(length)[0])
+            if frame is None:
+                return "cut short"
+            digest.update(length)
+            # hashed beside its decoding; the state is returned only once the digest is
+            # the cache's (a frame that decodes from damaged bytes is never kept)
+            aside = side is not None and len(frame) >= _HASH_ASIDE
+            hashed = side.submit(digest.update, frame) if side is not None and aside else None
+            if hashed is None:
+                digest.update(frame)
+            try:
+                state = (
+                    projection.from_cache_frame(state, frame)
+                    if framed
+                    else projection.decode_state(frame)
+                )
+            except (msgspec.MsgspecError, ValueError, TypeError) as exc:
+                return f"the state does not decode: {exc}"
+            finally:
+                if hashed is not None:
+                    hashed.result()
+    finally:
+        if side is not None:
+            side.close()
+    if stream.left != 0:
+        return "bytes after the last frame"
+    stream.left = _DIGEST_HEX + 1
+    if stream.take(_DIGEST_HEX + 1) != digest.hexdigest()[:_DIGEST_HEX].encode() + b"\n":
+        return "the digest does not match"
+    return (state,)
 
 
 def load(engine: Engine, session_id: str, projection: Any, known: str) -> tuple[Any, Head] | None:
     """The cached state and its head, when the engine keeps a cache that checks."""
-    found = engine.load_cache(session_id, projection.name)
+    found = engine.open_cache(session_id, projection.name)
     if found is None:
         return None
-    head, data = found
-    state = decode(data, session_id, projection, head, known)
+    head, reader = found
+    with reader:
+        state = _read(reader, session_id, projection, head, known)
     return None if state is None else (state, head)
 
 

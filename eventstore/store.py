@@ -135,12 +135,12 @@ class AppendResult:
 
 class _Fold:
     """One projection's state of one session and the head it was folded to. `saved`: the
-    seq of the head the persistent fold cache holds, as far as this process knows (-1:
-    unknown), so a cache is written only when it would hold something new."""
+    head the persistent fold cache holds, as far as this process knows (None: unknown),
+    so a cache is written only when it would hold something new."""
 
     __slots__ = ("head", "saved", "state")
 
-    def __init__(self, state: Any, head: Head, saved: int = -1) -> None:
+    def __init__(self, state: Any, head: Head, saved: Head | None = None) -> None:
         self.state = state
         self.head = head
         self.saved = saved
@@ -151,7 +151,16 @@ class _Session:
     the checked prefix of its live log this process can vouch for (engines with a
     cache only; see eventstore.checked_prefix)."""
 
-    __slots__ = ("auto_floor", "checked_snapshots", "folds", "head", "lock", "prefix", "session_id")
+    __slots__ = (
+        "appended",
+        "auto_floor",
+        "checked_snapshots",
+        "folds",
+        "head",
+        "lock",
+        "prefix",
+        "session_id",
+    )
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
@@ -165,6 +174,7 @@ class _Session:
         # after an automatic compaction skipped as not shrinking: the live log it read
         # (its first seq) and twice its size, below which it is not tried again
         self.auto_floor = (0, 0)
+        self.appended = 0  # log bytes this store appended (for the fold caches on close)
 
 
 class _PrefixMismatch(Exception):
@@ -225,10 +235,13 @@ class SessionStore:
     the same file or database store.
 
     The bootstrap projection's state, and that of any projection with a true
-    `cache_folds` attribute, is kept between processes in the engine's fold cache
-    (`eventstore.fold_cache`; the file engine keeps it beside the log): a cold load
-    folds only what was appended after it. It is written on `close`, after a long fold
-    and by compaction, and used only when it checks against the log. A cold load of the
+    `cache_folds` attribute (the transcript's is one), is kept between processes in the
+    engine's fold cache (`eventstore.fold_cache`; the file engine keeps it beside the
+    log): a cold load folds only what was appended after it. It is written on `close`
+    (by a store that appended a megabyte, also for the projections it did not fold),
+    after a long fold and by compaction, and used only when it checks against the log; a
+    state kept in frames (the transcript's, about as large as the log) is written on
+    `close` and by compaction only, once the log has grown by an eighth. A cold load of the
     built-in projections, and of any with a true `pause_gc` attribute (whose folds make
     no cyclic garbage), runs with the cyclic garbage collector paused
     (`eventstore.gc_pause`).
@@ -282,6 +295,10 @@ class SessionStore:
             for name, p in self._projections.items()
             if p is self.bootstrap or getattr(p, "cache_folds", False) is True
         }
+        # those kept in frames (a transcript's: large states, written on close only)
+        self._framed = frozenset(
+            n for n in self._cached if fold_cache.is_framed(self._projections[n])
+        )
         # the projections whose cold folds run with the cyclic collector paused: the
         # built-in ones, and those whose authors say their folds make no cyclic garbage
         self._pause_gc = frozenset(
@@ -308,30 +325,53 @@ class SessionStore:
             sessions = list(self._sessions.values()) if not self._closed else []
             self._sessions.clear()
         for sess in sessions:
-            self._save_caches(sess)
+            self._save_caches(sess, closing=True)
         with self._guard:
             if not self._closed:
                 self._closed = True
                 self.engine.close()
 
-    def _save_caches(self, sess: _Session) -> None:
+    def _save_caches(self, sess: _Session, *, closing: bool = False) -> None:
         """Save what is worth saving of a session this store stops keeping: the fold
-        caches that would hold something new, and the checked prefix."""
+        caches that would hold something new, and the checked prefix. `closing`: the
+        store is closing; where it appended at least a megabyte, it first folds the
+        cached projections it has not (the next process's cold load then reads their
+        caches instead of the log this one wrote)."""
         if sess.lock._is_owned():  # type: ignore[attr-defined]
             # this thread is folding into it (a load nested in a projection's fold
             # evicted it): its states may be half folded, its prefix unproven
             return
         with sess.lock:
+            if closing and sess.appended >= _CACHE_AFTER_FOLD_BYTES:
+                for name in [n for n in self._cached if n not in sess.folds]:
+                    try:
+                        with paused_gc if name in self._pause_gc else _NO_PAUSE:
+                            self._catch_up(sess, self._projections[name])
+                    except Exception as exc:  # noqa: BLE001 - close must not fail on a cache
+                        log.warning("eventstore: folding %r for its %s cache on close failed: %s",
+                                    sess.session_id, name, exc)  # fmt: skip
             for name, f in sess.folds.items():
-                if (
-                    name in self._cached
-                    and f.saved != f.head.seq
-                    and f.head.size >= _CACHE_ON_CLOSE_BYTES
-                ):
+                if self._worth_saving(name, f):
                     self._save_fold(sess.session_id, name, f.state, f.head)
             p = sess.prefix
             if p is not None and p.size != p.saved and p.size >= _CACHE_ON_CLOSE_BYTES:
                 checked_prefix.store(self.engine, sess.session_id, p)
+
+    def _worth_saving(self, name: str, f: _Fold) -> bool:
+        """Whether the fold cache of projection `name` should now hold `f`: it holds an
+        older head, and the log is not too short to gain from a cache. A framed state
+        (a transcript's) costs about the log's size to write, so it is rewritten only
+        once the log has grown by an eighth since the head it holds."""
+        if name not in self._cached or f.head.size < _CACHE_ON_CLOSE_BYTES:
+            return False
+        saved = f.saved
+        if saved is None:
+            return True
+        if saved.seq == f.head.seq:
+            return False
+        if name in self._framed and f.head.size >= saved.size:
+            return (f.head.size - saved.size) * 8 >= saved.size
+        return True
 
     def __enter__(self) -> SessionStore:
         return self
@@ -757,9 +797,13 @@ class SessionStore:
             # folds from where this store's first fold starts, never on top of it
             sess.folds.pop(proj.name, None)
             raise
-        if folded >= _CACHE_AFTER_FOLD_BYTES and proj.name in self._cached:
+        if (
+            folded >= _CACHE_AFTER_FOLD_BYTES
+            and proj.name in self._cached
+            and proj.name not in self._framed  # a load never pays for writing a large state
+        ):
             self._save_fold(sess.session_id, proj.name, f.state, f.head)
-            f.saved = f.head.seq
+            f.saved = f.head
         p = sess.prefix
         if p is not None and p.head is f.head and p.size - p.saved >= _CACHE_AFTER_FOLD_BYTES:
             checked_prefix.store(self.engine, sess.session_id, p)
@@ -920,7 +964,7 @@ class SessionStore:
         if proj.name in self._cached:
             found = fold_cache.load(self.engine, sess.session_id, proj, self._cached[proj.name])
             if found is not None:
-                return _Fold(found[0], found[1], found[1].seq)
+                return _Fold(found[0], found[1], found[1])
         return _Fold(proj.initial(), EMPTY_HEAD)
 
     def _save_fold_caches(self, session_id: str, head: Head, states: dict[str, Any]) -> None:
@@ -1044,6 +1088,7 @@ class SessionStore:
                         continue
                     f.head = new
             sess.head = new
+            sess.appended += len(data)
             if self._marks:
                 self._extend_prefix(sess, head, data, new)
             result = _new_result(stamped[0].seq, stamped[-1].seq, False)

@@ -79,7 +79,10 @@ class Projection(Protocol[S]):
     Without them a projection is never trimmed. `state_from_snapshot(snapshot) -> state
     | None` derives the state from the snapshot's other states when it holds none of
     this projection's version (one taken before the projection existed): a load then
-    needs no archive to rebuild it from.
+    needs no archive to rebuild it from. `cache_frames(state) -> list[bytes]` and
+    `from_cache_frame(state, frame) -> state` keep a large state in the fold cache as
+    frames a cold load decodes one at a time, folding each into `initial()` in order
+    (without them the cache holds `encode_state`'s bytes as one frame).
     """
 
     @property

@@ -2,6 +2,9 @@
 
 # no `from __future__ import annotations`: msgspec reads these structs' annotations
 # as objects, not strings to evaluate; that keeps decoder builds on cold loads ~3x cheaper
+from datetime import UTC
+from typing import Any
+
 import msgspec
 
 from eventstore.events import Event, MessagesAppended
@@ -14,6 +17,11 @@ __all__ = ["TranscriptProjection", "copy_message"]
 _MESSAGE = msgspec.json.Decoder(Message)
 _encode = msgspec.json.Encoder().encode
 _replace = msgspec.structs.replace
+_msgpack_encode = msgspec.msgpack.Encoder().encode
+_frame_decoders: dict[bytes, Any] = {}  # by a frame's first byte, built when first needed
+FRAME_MESSAGES = 512
+"""Messages per fold-cache frame: about 1 MB of a transcript of 2 kB messages, what a
+cold load holds of the cache at once besides the state it builds."""
 
 
 def copy_message(message: Message) -> Message:
@@ -36,6 +44,7 @@ class TranscriptProjection(StructProjection[list[Message]]):
     version = 1
     event_types = frozenset({"messages_appended"})
     state_type = list[Message]
+    cache_folds = True  # kept in the fold cache, in MessagePack frames (`cache_frames`)
 
     def initial(self) -> list[Message]:
         """An empty state."""
@@ -50,6 +59,36 @@ class TranscriptProjection(StructProjection[list[Message]]):
     def copy(self, state: list[Message]) -> list[Message]:
         """A new list of copies the caller owns (see `copy_message`)."""
         return list(map(copy_message, state))
+
+    def cache_frames(self, state: list[Message]) -> list[bytes]:
+        """The state in frames of `FRAME_MESSAGES` for the fold cache: MessagePack,
+        which decodes about twice as fast as JSON (its strings need no unescaping),
+        where it reads back exactly; JSON for a frame holding a time with an offset
+        (MessagePack keeps the instant, not the offset) or a number it cannot hold."""
+        frames = []
+        for i in range(0, len(state), FRAME_MESSAGES):
+            part = state[i : i + FRAME_MESSAGES]
+            frame = None
+            if all(m.created_at is None or m.created_at.tzinfo is UTC for m in part):
+                try:
+                    frame = _msgpack_encode(part)
+                except (msgspec.EncodeError, OverflowError):
+                    pass  # an integer past 64 bits, which JSON holds
+            frames.append(frame if frame is not None else _encode(part))
+        return frames
+
+    def from_cache_frame(self, state: list[Message], frame: bytes) -> list[Message]:
+        """The state with the messages of one `cache_frames` frame appended."""
+        kind = frame[:1]
+        decoder = _frame_decoders.get(kind)
+        if decoder is None:
+            decoder = _frame_decoders[kind] = (
+                msgspec.json.Decoder(list[Message])
+                if kind == b"["
+                else msgspec.msgpack.Decoder(list[Message])
+            )
+        state.extend(decoder.decode(frame))
+        return state
 
     def retain(self, state: list[Message], retention: Retention) -> list[Message]:
         """Keep the newest `retention.messages` messages."""

@@ -106,6 +106,16 @@ def store(root: Path) -> Iterator[SessionStore]:
 
 
 @pytest.fixture
+def no_transcript_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores made in the test keep no transcript fold cache: for attacks on how a load
+    reads and checks the log itself, which a cache (checked when it was folded, and
+    serving its state without reading the lines before its position) would bypass."""
+    from projections import TranscriptProjection
+
+    monkeypatch.setattr(TranscriptProjection, "cache_folds", False)
+
+
+@pytest.fixture
 def install_log(root: Path):  # type: ignore[no-untyped-def]
     """Copy a golden log (by file name) into `root` as the log of a session; returns its path."""
 

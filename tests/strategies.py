@@ -32,7 +32,14 @@ from eventstore import (
     SessionManifest,
     Snapshot,
 )
-from eventstore.records import BootstrapState
+from eventstore.records import (
+    BootstrapState,
+    ImageBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from projections import BootstrapProjection, TranscriptProjection, snapshot_entry
 
 __all__ = [
@@ -46,6 +53,7 @@ __all__ = [
     "manifests",
     "messages",
     "progress_entries",
+    "rich_messages",
     "snapshots",
     "texts",
 ]
@@ -116,6 +124,43 @@ def manifests(session_id: st.SearchStrategy[str] = short_ids) -> st.SearchStrate
 
 
 messages = st.builds(Message, role=st.sampled_from(Role), content=texts)
+
+#: JSON values as a log gives them back: integers of any size (past 64 bits too), finite
+#: floats, text, lists and objects.
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    max_leaves=6,
+)
+_blocks = st.one_of(
+    st.builds(TextBlock, text=texts),
+    st.builds(ThinkingBlock, thinking=texts, signature=st.none() | texts),
+    st.builds(ImageBlock, source=texts, media_type=st.none() | texts),
+    st.builds(
+        ToolUseBlock, id=texts, name=texts, input=st.dictionaries(texts, json_values, max_size=3)
+    ),
+    st.builds(
+        ToolResultBlock,
+        tool_use_id=texts,
+        content=texts | st.lists(st.builds(TextBlock, text=texts), max_size=2),
+        is_error=st.booleans(),
+    ),
+)
+#: Messages with every optional field: a name, blocks of every kind, a time with any
+#: offset, JSON metadata.
+rich_messages = st.builds(
+    Message,
+    role=st.sampled_from(Role),
+    content=texts,
+    name=st.none() | texts,
+    blocks=st.lists(_blocks, max_size=3),
+    created_at=st.none() | aware_datetimes,
+    metadata=st.dictionaries(texts, json_values, max_size=3),
+)
 
 bootstrap_states = st.builds(
     BootstrapState,

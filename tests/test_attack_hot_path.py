@@ -82,6 +82,7 @@ def _drop_caches(root: Path) -> None:
 # -- 1. cold last=N pages remember the snapshot lines they checked ---------------------
 
 
+@pytest.mark.usefixtures("no_transcript_cache")  # the log read itself is attacked
 def test_a_remembered_snapshot_check_never_vouches_for_bytes_changed_since(root: Path) -> None:
     """A store pages `last=N` from a compacted log (checking the snapshot line whole and
     remembering its `h`). The snapshot's transcript entry is then edited in place,

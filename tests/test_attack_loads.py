@@ -27,6 +27,11 @@ from eventstore.errors import CorruptLogError
 from eventstore.events import FeatureListReplaced, ManifestSet, MessagesAppended
 from eventstore.records import BootstrapState, Message, Role, ToolUseBlock
 
+# these tests attack how a load reads and checks the log: no transcript fold cache
+# stands in for it (see conftest.no_transcript_cache)
+pytestmark = pytest.mark.usefixtures("no_transcript_cache")
+
+
 SID = "s"
 
 

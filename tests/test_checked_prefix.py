@@ -26,6 +26,11 @@ from eventstore.engines.file import _cache_file_name
 from eventstore.errors import CorruptLogError
 from eventstore.records import Message, Role
 
+# these tests attack how a load reads and checks the log: no transcript fold cache
+# stands in for it (see conftest.no_transcript_cache)
+pytestmark = pytest.mark.usefixtures("no_transcript_cache")
+
+
 MSG = [Message(role=Role.USER, content="u" * 300), Message(role=Role.ASSISTANT, content="a" * 900)]
 
 

@@ -812,6 +812,7 @@ def _no_leftover_children() -> Iterator[None]:
         child.join(5)
 
 
+@pytest.mark.usefixtures("no_transcript_cache")  # the log read itself is attacked
 def test_bootstrap_load_after_compaction_never_decodes_the_transcript(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

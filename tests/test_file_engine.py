@@ -110,6 +110,7 @@ def test_an_install_stopped_before_naming_its_archive_reads_once(
         assert [p.summary for p in s.load_bootstrap_state("s").recent_progress][-1] == "step 99"
 
 
+@pytest.mark.usefixtures("no_transcript_cache")  # the log read itself is attacked
 def test_a_snapshot_longer_than_a_piece_is_read_at_once_and_still_checked(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

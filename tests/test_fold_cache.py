@@ -136,10 +136,10 @@ def test_a_tampered_tail_after_the_cached_position_is_still_caught(
 def _assert_ignored_and_rebuilt(root: Path, truth: BootstrapState) -> None:
     with SessionStore(root) as s:
         assert s.load_bootstrap_state("s") == truth
-        assert s._sessions["s"].folds["bootstrap"].saved == -1  # not from the cache
+        assert s._sessions["s"].folds["bootstrap"].saved is None  # not from the cache
     with SessionStore(root) as s:  # the close above rebuilt it
         assert s.load_bootstrap_state("s") == truth
-        assert s._sessions["s"].folds["bootstrap"].saved == s.last_seq("s")
+        assert s._sessions["s"].folds["bootstrap"].saved.seq == s.last_seq("s")  # type: ignore[union-attr]
 
 
 @settings(
@@ -209,7 +209,7 @@ def test_compaction_writes_a_cache_of_the_snapshot(root: Path, filled: Bootstrap
         s.compact("s")
     with SessionStore(root) as s:
         assert s.load_bootstrap_state("s") == filled
-        assert s._sessions["s"].folds["bootstrap"].saved == s.last_seq("s")
+        assert s._sessions["s"].folds["bootstrap"].saved.seq == s.last_seq("s")  # type: ignore[union-attr]
 
 
 def test_a_symlink_planted_in_its_place_is_never_followed(
@@ -263,7 +263,7 @@ def test_the_rewrite_helper_itself_keeps_a_cache_valid(root: Path, filled: Boots
     _rewrite(root, {})
     with SessionStore(root) as s:
         assert s.load_bootstrap_state("s") == filled
-        assert s._sessions["s"].folds["bootstrap"].saved == s.last_seq("s")
+        assert s._sessions["s"].folds["bootstrap"].saved.seq == s.last_seq("s")  # type: ignore[union-attr]
 
 
 def test_a_state_that_does_not_decode_is_ignored(root: Path, filled: BootstrapState) -> None:
@@ -315,16 +315,23 @@ class _Counting(StructProjection[_Counter]):
         return state
 
 
+class _Uncached(_Counting):
+    name = "uncached"
+    cache_folds = False
+
+
 def test_a_projection_that_opts_in_is_cached_and_others_are_not(root: Path) -> None:
-    with SessionStore(root, projections=[_Counting()]) as s:
+    with SessionStore(root, projections=[_Counting(), _Uncached()]) as s:
         _fill(s, "s")
         assert s.load("s", "counting").n == s.last_seq("s")
+        assert s.load("s", "uncached").n == s.last_seq("s")
         s.load_transcript_messages("s")
     assert _cache(root, "s", "counting").is_file()
-    assert not _cache(root, "s", "transcript").exists()
+    assert _cache(root, "s", "transcript").is_file()  # the built-in transcript opts in
+    assert not _cache(root, "s", "uncached").exists()
     with SessionStore(root, projections=[_Counting()]) as s:
         assert s.load("s", "counting").n == s.last_seq("s")
-        assert s._sessions["s"].folds["counting"].saved == s.last_seq("s")
+        assert s._sessions["s"].folds["counting"].saved.seq == s.last_seq("s")  # type: ignore[union-attr]
 
 
 def test_the_memory_engine_keeps_no_cache_and_loads_the_same() -> None:

@@ -18,6 +18,10 @@ from eventstore.errors import CorruptLogError
 from eventstore.records import Message, Role
 from eventstore.side_thread import SideThread
 
+# these tests attack how a load reads and checks the log: no transcript fold cache
+# stands in for it (see conftest.no_transcript_cache)
+pytestmark = pytest.mark.usefixtures("no_transcript_cache")
+
 
 def test_calls_run_in_order_and_return_their_results() -> None:
     side = SideThread()

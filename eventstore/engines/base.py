@@ -118,6 +118,8 @@ from ..errors import EventStoreError, UnknownEngineError, UnsupportedError
 __all__ = [
     "EMPTY_HEAD",
     "SCHEMES",
+    "BytesCacheReader",
+    "CacheReader",
     "Durability",
     "EncodedBatch",
     "Engine",
@@ -248,6 +250,42 @@ class ReadResult:
     reset: bool
     where: str
     offset: int = 0
+
+
+class CacheReader(ABC):
+    """The bytes of a kept cache, read front to back: a cache can be tens of megabytes
+    (a long transcript's), and a load reads it a part at a time so that it never holds
+    it all at once. `size`: how many bytes it has. A context manager (`close`)."""
+
+    size: int
+
+    @abstractmethod
+    def read(self, n: int) -> bytes:
+        """The next `n` bytes (fewer only at the end)."""
+
+    def close(self) -> None:  # noqa: B027 - optional: a reader over memory holds nothing
+        """Release what it holds (a descriptor). Idempotent."""
+
+    def __enter__(self) -> CacheReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BytesCacheReader(CacheReader):
+    """A `CacheReader` over bytes already in memory."""
+
+    def __init__(self, data: bytes) -> None:
+        self.size = len(data)
+        self._data = memoryview(data)
+        self._at = 0
+
+    def read(self, n: int) -> bytes:
+        """The next `n` bytes (fewer only at the end)."""
+        part = self._data[self._at : self._at + n]
+        self._at += len(part)
+        return bytes(part)
 
 
 class Segment(ABC):
@@ -456,12 +494,21 @@ class Engine(ABC):
 
     # -- the fold cache (optional) ------------------------------------------------------
 
-    def load_cache(self, session_id: str, name: str) -> tuple[Head, bytes] | None:
-        """The bytes last given to `store_cache` under `name` for the session and the
-        head they were stored with, if that head is still a point of the live log (same
-        log, the same `h` at its position); else None. The face checks the bytes
-        themselves (`eventstore.fold_cache`). The default keeps no cache."""
+    def open_cache(self, session_id: str, name: str) -> tuple[Head, CacheReader] | None:
+        """A reader of the bytes last given to `store_cache` under `name` for the session
+        and the head they were stored with, if that head is still a point of the live
+        log (same log, the same `h` at its position); else None. The face checks the
+        bytes themselves (`eventstore.fold_cache`). The default keeps no cache."""
         return None
+
+    def load_cache(self, session_id: str, name: str) -> tuple[Head, bytes] | None:
+        """`open_cache`, read whole (for the small caches)."""
+        found = self.open_cache(session_id, name)
+        if found is None:
+            return None
+        head, reader = found
+        with reader:
+            return head, reader.read(reader.size)
 
     def store_cache(self, session_id: str, name: str, head: Head, data: bytes) -> None:
         """Keep `data` (a folded state at `head`) under `name` for the session, replacing

@@ -73,6 +73,7 @@ from ..layout import (
 )
 from .base import (
     EMPTY_HEAD,
+    CacheReader,
     Durability,
     EncodedBatch,
     Engine,
@@ -972,7 +973,7 @@ class FileEngine(Engine):
 
     # -- the fold cache -----------------------------------------------------------------
 
-    def load_cache(self, session_id: str, name: str) -> tuple[Head, bytes] | None:
+    def open_cache(self, session_id: str, name: str) -> tuple[Head, CacheReader] | None:
         """`<session dir>/fold-<name>.cache`, if its position is still in the live log:
         the same file (device, inode), at least that long, and the `h` before it."""
         sess = self._session(session_id)
@@ -988,27 +989,38 @@ class FileEngine(Engine):
             log.warning("eventstore: %s: fold cache ignored: %s", path, exc)
             return None
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_CACHE_BYTES:
-                return None
-            # the engine's line first: a file that is no cache of the live log is ignored
-            # before the rest is read (a file planted there may be huge)
-            first = _pread_all(fd, min(st.st_size, _CACHE_HEAD_MAX), 0)
-            nl = first.find(b"\n")
-            if nl < 0:
-                return None
-            try:
-                c = _cache_head_decoder.decode(first[:nl])
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                return None
-            pos = FilePosition((c.dev, c.ino), c.offset, c.seq, c.link, c.h, c.base_seq, c.offset)
-            if not _in_live_log(paths.log, pos):
-                return None
-            return pos.head(), _pread_all(fd, st.st_size - nl - 1, nl + 1)
+            found = self._cache_position(fd, paths)
         except OSError:
-            return None
-        finally:
+            found = None
+        except BaseException:
             os.close(fd)
+            raise
+        if found is None:
+            os.close(fd)
+            return None
+        pos, start, size = found
+        return pos.head(), _FileCacheReader(fd, start, size)
+
+    @staticmethod
+    def _cache_position(fd: int, paths: SessionPaths) -> tuple[FilePosition, int, int] | None:
+        """Where in the live log the cache open at `fd` was folded to, and where its
+        face bytes start and how many there are; None for a file that is no cache of the
+        live log (checked before the rest is read: a file planted there may be huge)."""
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_CACHE_BYTES:
+            return None
+        first = _pread_all(fd, min(st.st_size, _CACHE_HEAD_MAX), 0)
+        nl = first.find(b"\n")
+        if nl < 0:
+            return None
+        try:
+            c = _cache_head_decoder.decode(first[:nl])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        pos = FilePosition((c.dev, c.ino), c.offset, c.seq, c.link, c.h, c.base_seq, c.offset)
+        if not _in_live_log(paths.log, pos):
+            return None
+        return pos, nl + 1, st.st_size - nl - 1
 
     def store_cache(self, session_id: str, name: str, head: Head, data: bytes) -> None:
         """Write the cache file atomically (0600), with where in the log `head` is."""
@@ -1175,6 +1187,36 @@ class _FileRepairHold(RepairHold):
 
 
 # -- helpers ---------------------------------------------------------------------------
+
+
+class _FileCacheReader(CacheReader):
+    """The part of a cache file after the engine's line, read front to back by `pread`
+    (a descriptor of its own: a load reads a long cache a frame at a time)."""
+
+    def __init__(self, fd: int, start: int, size: int) -> None:
+        self._fd = fd
+        self._at = start
+        self.size = size
+        self._end = start + size
+
+    def read(self, n: int) -> bytes:
+        """The next `n` bytes (fewer only at the end, or if the file was cut meanwhile)."""
+        n = max(0, min(n, self._end - self._at))
+        try:
+            data = _pread_all(self._fd, n, self._at)
+        except OSError:
+            data = b""  # read as the end: whoever reads checks what it got
+        self._at += len(data)
+        return data
+
+    def close(self) -> None:
+        """Close the descriptor."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class _CacheHead(msgspec.Struct):
