@@ -72,6 +72,7 @@ class _Header(msgspec.Struct, forbid_unknown_fields=True):
     link: str
     h: str
     frames: int
+    size: int  # the bytes of the frames (their lengths included)
 
 
 _header_decoder = msgspec.json.Decoder(_Header)
@@ -112,6 +113,11 @@ def encode(session_id: str, projection: Any, state: Any, head: Head, known: str)
         if is_framed(projection)
         else [projection.encode_state(state)]
     )
+    parts = []
+    for frame in frames:
+        parts.append(_FRAME_LEN.pack(len(frame)))
+        parts.append(frame)
+    size = sum(map(len, parts))
     header = _Header(
         FORMAT,
         session_id,
@@ -122,12 +128,9 @@ def encode(session_id: str, projection: Any, state: Any, head: Head, known: str)
         head.link,
         head.h,
         len(frames),
+        size,
     )
-    parts = [_encoder.encode(header), b"\n"]
-    for frame in frames:
-        parts.append(_FRAME_LEN.pack(len(frame)))
-        parts.append(frame)
-    body = b"".join(parts)
+    body = b"".join((_encoder.encode(header), b"\n", *parts))
     return body + _digest(body) + b"\n"
 
 
@@ -200,8 +203,11 @@ def _check(
     framed = is_framed(projection)
     if header.frames < 0 or (not framed and header.frames != 1):
         return f"{header.frames} frames"
+    if header.size != size - nl - 1 - _DIGEST_HEX - 1 or header.size < 4 * header.frames:
+        # (a file made of a genuine header and more, or other, frames than it wrote)
+        return f"{size} bytes, where the header makes it {nl + 1 + header.size + _DIGEST_HEX + 1}"
     digest = hashlib.sha256(first[: nl + 1])
-    stream = _Stream(reader, first[nl + 1 :], size - nl - 1 - _DIGEST_HEX - 1)
+    stream = _Stream(reader, first[nl + 1 :], header.size)
     side = start_side_thread() if framed and size >= _HASH_ASIDE else None
     try:
         state = projection.initial() if framed else None
@@ -225,8 +231,8 @@ def _check(
                     if framed
                     else projection.decode_state(frame)
                 )
-            except (msgspec.MsgspecError, ValueError, TypeError) as exc:
-                return f"the state does not decode: {exc}"
+            except Exception as exc:  # noqa: BLE001 - whatever a projection's decoding raises
+                return f"the state does not decode: {exc!r}"
             finally:
                 if hashed is not None:
                     hashed.result()

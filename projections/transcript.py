@@ -78,8 +78,11 @@ class TranscriptProjection(StructProjection[list[Message]]):
         return frames
 
     def from_cache_frame(self, state: list[Message], frame: bytes) -> list[Message]:
-        """The state with the messages of one `cache_frames` frame appended."""
+        """The state with the messages of one `cache_frames` frame appended (ValueError
+        for an empty frame, which `cache_frames` never writes)."""
         kind = frame[:1]
+        if frame in (b"", b"[]", b"\x90"):  # an empty list, in either encoding
+            raise ValueError("an empty frame")
         decoder = _frame_decoders.get(kind)
         if decoder is None:
             decoder = _frame_decoders[kind] = (
