@@ -47,6 +47,7 @@ FILE_MODE = 0o600
 SESSIONS_DIR = "sessions"
 LOG_NAME = "log.jsonl"
 LOCK_NAME = "log.lock"
+JOURNAL_NAME = "log.journal"  # durability="fsync" (eventstore.engines.file_journal)
 ARCHIVE_DIR = "archive"
 ID_FILE = "id"
 
@@ -148,6 +149,37 @@ def write_all(fd: int, data: bytes, *, fsync: bool = False) -> None:
         os.fsync(fd)
 
 
+def pread_all(fd: int, n: int, offset: int) -> bytes:
+    """`n` bytes of `fd` from `offset` (os.pread may return fewer); fewer only at the end."""
+    if n <= 0:
+        return b""
+    buf = os.pread(fd, n, offset)
+    if len(buf) == n:
+        return buf
+    parts = [buf]
+    got = len(buf)
+    while got < n:
+        chunk = os.pread(fd, n - got, offset + got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+# fdatasync flushes the data and the size (all a reader needs), not the times: ~10%
+# faster per append than fsync on Linux; platforms without it (macOS) fall back to fsync
+_HAS_FDATASYNC = hasattr(os, "fdatasync")
+
+
+def datasync(fd: int) -> None:
+    """Flush a file's data (and size) to the disk: fdatasync where there is one."""
+    if _HAS_FDATASYNC:
+        os.fdatasync(fd)
+    else:
+        os.fsync(fd)
+
+
 def fsync_dir(path: Path) -> None:
     """fsync a directory so a rename or create inside it survives power loss."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -196,14 +228,26 @@ def write_atomically(
 class SessionPaths:
     """The files of one session under a store root."""
 
-    __slots__ = ("_checks", "archive", "dir", "lock", "log", "log_str", "session_id")
+    __slots__ = (
+        "_checks",
+        "archive",
+        "dir",
+        "dir_str",
+        "journal",
+        "lock",
+        "log",
+        "log_str",
+        "session_id",
+    )
 
     def __init__(self, root: Path, session_id: str) -> None:
         self.session_id = session_id
         self.dir = root / SESSIONS_DIR / session_dir_name(session_id)
         self.log = self.dir / LOG_NAME
         self.log_str = os.fspath(self.log)  # for the append hot path's lstat
+        self.dir_str = os.fspath(self.dir)  # (and the fsync one's)
         self.lock = self.dir / LOCK_NAME
+        self.journal = self.dir / JOURNAL_NAME
         self.archive = self.dir / ARCHIVE_DIR
         # the paths checked on every operation, as str: pathlib's conversions cost more
         # than the lstat calls themselves on the hot path

@@ -225,7 +225,8 @@ class SessionStore:
     if missing) or `file:///abs/dir` for the file engine, `memory://` or `memory://NAME`
     for memory, `postgresql://...` for PostgreSQL; or an `Engine` instance. `durability`
     is "flush" (every append reaches the OS before it returns: survives a killed
-    process) or "fsync" (every append is fsynced: survives power loss). `event_types`,
+    process) or "fsync" (every append is flushed to the disk before it returns:
+    survives power loss). `event_types`,
     `projections` and `upcasters` extend the store with custom events, custom folds and
     readers of old event versions. `auto_compact` (off by default) compacts a session
     after an append once its log passes a size or event-count threshold.

@@ -133,13 +133,13 @@ def test_a_snapshot_longer_than_a_piece_is_read_at_once_and_still_checked(
     snapshot_end = data.index(b"\n") + 1
     assert snapshot_end > 256 << 10
     reads: list[int] = []
-    real = file_module._pread_all
+    real = file_module.pread_all
 
     def pread_all(fd: int, n: int, offset: int) -> bytes:
         reads.append(n)
         return real(fd, n, offset)
 
-    monkeypatch.setattr(file_module, "_pread_all", pread_all)
+    monkeypatch.setattr(file_module, "pread_all", pread_all)
     engine = FileEngine(root)
     res, more = engine.read_some("s", None, 64 << 10)
     assert reads == [snapshot_end] and res.data == data[:snapshot_end] and more

@@ -29,7 +29,7 @@ class Spy:
         self.reads: list[tuple[int, int]] = []  # (offset, length) of reads of `log`
         self.read_events: list[Any] = []
         real_fold = store_module.fold
-        real_pread = file_engine._pread_all
+        real_pread = file_engine.pread_all
         real_read_lines = store_module.read_lines
 
         def spy_fold(proj: Any, state: Any, events: Any) -> Any:
@@ -51,7 +51,7 @@ class Spy:
         # history.fold_events, which calls `fold` there
         monkeypatch.setattr(store_module, "fold", spy_fold)
         monkeypatch.setattr(history_module, "fold", spy_fold)
-        monkeypatch.setattr(file_engine, "_pread_all", spy_pread)
+        monkeypatch.setattr(file_engine, "pread_all", spy_pread)
         monkeypatch.setattr(store_module, "read_lines", spy_read_lines)
         self.log = log
 

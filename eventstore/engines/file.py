@@ -14,6 +14,10 @@ removal) bumps under the lock before replacing anything; a writer that finds the
 generation it cached and the log size it left appends with no path lookup and no tail
 read (see `_Session`).
 
+Under `durability="fsync"` an append is made durable through `log.journal`, a mirror of
+the log's last appends that is flushed instead of the growing log, and copied back after
+a power loss before the session is read (`eventstore.engines.file_journal`).
+
 `fold-<projection>.cache` beside the log is the face's fold cache (`load_cache`,
 `store_cache`; format in `eventstore.fold_cache`): the engine adds where in the log it
 was folded to and gives it back only while that point is still in the live log.
@@ -63,14 +67,17 @@ from ..events import (
 from ..layout import (
     TMP_MARK,
     SessionPaths,
+    datasync,
     ensure_private_dir,
     fsync_dir,
     list_session_ids,
     open_private,
+    pread_all,
     validate_session_id,
     write_all,
     write_atomically,
 )
+from . import file_journal
 from .base import (
     EMPTY_HEAD,
     CacheReader,
@@ -94,9 +101,6 @@ __all__ = ["FileEngine", "FilePosition", "from_url"]
 log = logging.getLogger("eventstore")
 
 _TAIL_CHUNK = 1 << 13
-# fdatasync flushes the data and the size (all a reader needs), not the times: ~10%
-# faster per append than fsync on Linux; platforms without it (macOS) fall back to fsync
-_HAS_FDATASYNC = hasattr(os, "fdatasync")
 # compaction adds "-<hex>" when it archives the same range twice (a re-compacted snapshot)
 ARCHIVE_NAME = re.compile(r"(\d{12})-(\d{12})(?:-[0-9a-f]+)?\.jsonl(\.pending)?\Z")
 _PENDING = ".pending"
@@ -104,13 +108,6 @@ _OLD_TMP_PREFIX = "log.jsonl.compact-"  # temporary files of releases before 0.2
 _REMOVED_PREFIX = ".removed-"  # a session being removed: never an id (ids cannot start with ".")
 _HISTORY_TRIES = 50  # lock-free pictures spoiled by installs before a reader takes the lock
 _head_decoder = msgspec.json.Decoder(LineHead)
-
-
-def _datasync(fd: int) -> None:
-    if _HAS_FDATASYNC:
-        os.fdatasync(fd)
-    else:
-        os.fsync(fd)
 
 
 def _storage_error(path: object, doing: str, exc: OSError) -> Exception:
@@ -174,9 +171,24 @@ class _Session:
     cached knows its descriptors still name the live files, and one that finds the size
     it left knows nobody appended since. Only code holding `lock` touches the
     descriptors, which is why eviction and close never close one a writer is using.
+
+    Under `durability="fsync"` also the journal's (`journal_fd`), the epoch its mirror
+    is in as this process last found it (`epoch`), and the lock file's hints as the
+    last lock found them (`head`: its first bytes; see `eventstore.engines.file_journal`).
     """
 
-    __slots__ = ("gen", "known", "lock", "lock_fd", "log_fd", "paths")
+    __slots__ = (
+        "dir_stamp",
+        "epoch",
+        "gen",
+        "head",
+        "journal_fd",
+        "known",
+        "lock",
+        "lock_fd",
+        "log_fd",
+        "paths",
+    )
 
     def __init__(self, paths: SessionPaths) -> None:
         self.paths = paths
@@ -189,21 +201,30 @@ class _Session:
         self.known: Head | None = None
         self.lock_fd = -1
         self.log_fd = -1
+        self.journal_fd = -1
         self.gen = b""  # the lock file's generation when lock_fd was last validated
+        self.head = b""  # the lock file's first bytes, as the last lock read them
+        self.epoch: file_journal.Epoch | None = None
+        # the session directory's times when the fsync fast path last checked the log
+        self.dir_stamp: tuple[int, int, int] | None = None
 
     def drop_log_fd(self) -> None:
         """Close the cached log descriptor (the log was replaced, or is being)."""
         fd, self.log_fd = self.log_fd, -1
         self.known = None
+        self.epoch = None  # an epoch mirrors one log
+        self.dir_stamp = None
         if fd >= 0:
             _close_quietly(fd)
 
     def drop_fds(self) -> None:
         """Close every cached descriptor (caller holds `lock`, or is a forked child)."""
         self.drop_log_fd()
-        fd, self.lock_fd = self.lock_fd, -1
-        if fd >= 0:
-            _close_quietly(fd)
+        for name in ("lock_fd", "journal_fd"):
+            fd = getattr(self, name)
+            setattr(self, name, -1)
+            if fd >= 0:
+                _close_quietly(fd)
 
     def __del__(self) -> None:
         # an engine (a store) dropped without close() must not leak its descriptors:
@@ -245,6 +266,8 @@ else:  # pragma: no cover - Windows
 
 
 _GEN_BYTES = 8  # the generation: a big-endian counter at the start of the lock file
+# what a lock reads of the lock file: the generation and the journal's hints after it
+_LOCK_HEAD = file_journal.HINTS_AT + 16
 MAX_OPEN_SESSIONS = 64
 """Sessions per engine whose descriptors stay open between calls (two each)."""
 
@@ -292,11 +315,56 @@ class FileEngine(Engine):
         sess = self._sessions.get(session_id)
         if sess is None:
             validate_session_id(session_id)
+            fresh = _Session(SessionPaths(self.root, session_id))
+            self._settle(fresh)  # before any read or write of it in this process
             with self._guard:
-                sess = self._sessions.setdefault(
-                    session_id, _Session(SessionPaths(self.root, session_id))
-                )
+                sess = self._sessions.setdefault(session_id, fresh)
         return sess
+
+    def _settle(self, sess: _Session) -> None:
+        """Copy back into the log the acknowledged appends a power loss took from it and
+        its journal kept (`file_journal.lacking`). Looked for without a lock (a session
+        whose log lacks nothing, the usual case, costs the look: no journal, or a read
+        of its mirror and the log's tail), copied under the writers' lock."""
+        paths = sess.paths
+        try:
+            paths.check_no_links()
+            found = _lacking(paths, os.O_RDONLY)
+            if found is None:
+                return
+            os.close(found[0])
+            with self._locked(sess, create=False) as exists:
+                found = _lacking(paths, os.O_RDWR) if exists else None
+                if found is not None:
+                    self._copy_back(sess, *found)
+        except (OSError, EventStoreError) as exc:
+            # reads of the session report the log as it is; the journal stays for the next
+            log.warning("eventstore: %s: the journal could not be checked: %s", paths.journal, exc)
+
+    def _copy_back(self, sess: _Session, fd: int, at: int, data: bytes) -> None:
+        """Write `data` into the log open at `fd` from byte `at` (what it overwrites, a
+        torn line or zeros, kept beside the log as a torn tail is) and flush it (writers'
+        lock held)."""
+        try:
+            size = os.fstat(fd).st_size
+            if size > at:
+                _save_aside(
+                    sess.paths.log, "torn", pread_all(fd, min(size, at + len(data)) - at, at)
+                )
+            done = os.pwrite(fd, data, at)
+            while done < len(data):
+                done += os.pwrite(fd, memoryview(data)[done:], at + done)
+            datasync(fd)
+        finally:
+            os.close(fd)
+        sess.known = None
+        log.warning(
+            "eventstore: %s: copied back %d bytes of acknowledged appends at byte %d from"
+            " the journal (the log had lost them: a power loss)",
+            sess.paths.log,
+            len(data),
+            at,
+        )
 
     # -- locking ----------------------------------------------------------------------
 
@@ -314,7 +382,9 @@ class FileEngine(Engine):
         if fd >= 0:
             _lock_exclusive(fd)
             try:
-                if os.pread(fd, _GEN_BYTES, 0) == sess.gen:
+                head = os.pread(fd, _LOCK_HEAD, 0)
+                if head[:_GEN_BYTES] == sess.gen:
+                    sess.head = head
                     return True
             except BaseException:
                 _unlock(fd)
@@ -338,7 +408,8 @@ class FileEngine(Engine):
             try:
                 _lock_exclusive(fd)
                 if _same_file(fd, paths.lock):
-                    sess.gen = os.pread(fd, _GEN_BYTES, 0)
+                    sess.head = os.pread(fd, _LOCK_HEAD, 0)
+                    sess.gen = sess.head[:_GEN_BYTES]
                     sess.lock_fd = fd
                     self._remember(sess)
                     return True
@@ -368,18 +439,50 @@ class FileEngine(Engine):
                     other.lock.release()
                 del self._open[sid]
 
-    def _bump_generation(self, sess: _Session) -> None:
+    def _bump_generation(self, sess: _Session, *, retire: bool = True) -> None:
         """Tell every process's cached descriptors that the log is being replaced (the
         writers' lock is held). Called before the replacing step: a crash after it
         costs others one reopen; the other order could leave them writing to a file
-        that is no longer the log."""
+        that is no longer the log. `retire`: the journal's epoch goes with the log being
+        replaced (see `_retire_journal`); a removal, which takes the journal with it,
+        passes False."""
+        if retire:
+            self._retire_journal(sess)
         fd = sess.lock_fd
         gen = (int.from_bytes(os.pread(fd, _GEN_BYTES, 0), "big") + 1) % (1 << 64)
         data = gen.to_bytes(_GEN_BYTES, "big")
-        if os.pwrite(fd, data, 0) != _GEN_BYTES:
+        # the journal's hints, where there are any, go with the log being replaced: no
+        # epoch mirrors the next one (a lock file without hints stays 8 bytes)
+        head = data + file_journal.pack_hints(0, 0) if len(sess.head) > _GEN_BYTES else data
+        if os.pwrite(fd, head, 0) != len(head):
             raise OSError(f"{sess.paths.lock}: short write of the generation")
-        sess.gen = data
+        sess.gen, sess.head = data, head
         sess.drop_log_fd()
+
+    def _retire_journal(self, sess: _Session) -> None:
+        """End the journal's epoch before the log is replaced (writers' lock held): the
+        log is flushed (what only the mirror held is then durable in it), then the
+        header is cleared and flushed. Else a replacement that cuts the log short (a
+        repair) would have the lines it dropped copied back after a crash, the content
+        check finding the line before the epoch still in place."""
+        paths = sess.paths
+        if sess.journal_fd < 0 and not os.path.lexists(paths.journal):
+            return
+        fd = sess.journal_fd if sess.journal_fd >= 0 else open_private(paths.journal, os.O_RDWR)
+        try:
+            if file_journal.read_epoch(fd) is None:
+                return
+            log_fd, _ = _open_existing(paths.log)
+            if log_fd is not None:
+                try:
+                    datasync(log_fd)
+                finally:
+                    os.close(log_fd)
+            file_journal.retire(fd)
+        finally:
+            if fd != sess.journal_fd:
+                os.close(fd)
+        sess.epoch = None
 
     @contextmanager
     def _locked(self, sess: _Session, *, create: bool = True) -> Iterator[bool]:
@@ -450,7 +553,7 @@ class FileEngine(Engine):
                     if size - want <= limit >> 1:
                         want = size
             while True:
-                buf = _pread_all(fd, want, start)
+                buf = pread_all(fd, want, start)
                 end, last = _committed_end(buf, where, start, first)
                 if last is not None or want >= size - start:
                     break
@@ -516,7 +619,7 @@ class FileEngine(Engine):
 
         def read_span(start: int, end: int) -> bytes:
             try:
-                return _pread_all(fd, end - start, start)
+                return pread_all(fd, end - start, start)
             except OSError as exc:
                 raise _storage_error(paths.log, "reading the log", exc) from exc
 
@@ -545,7 +648,7 @@ class FileEngine(Engine):
         last, cut = find_head(fd, size, where)
         if cut < size:
             start = max(0, cut - _TAIL_CHUNK)
-            _refuse_damaged_last_line(_pread_all(fd, size - start, start), start, where, None)
+            _refuse_damaged_last_line(pread_all(fd, size - start, start), start, where, None)
         if cut < size and recover:
             self._set_aside_torn(sess, fd, cut, size)
         if last is None:  # nothing committed (an empty file, blank lines, a torn first batch)
@@ -555,9 +658,7 @@ class FileEngine(Engine):
     def _set_aside_torn(self, sess: _Session, fd: int, cut: int, size: int) -> None:
         """Save the bytes after the last complete batch beside the log, then cut them."""
         path = sess.paths.log
-        torn = _pread_all(fd, size - cut, cut)
-        aside = path.with_name(f"{path.name}.torn-{_stamp()}")
-        write_atomically(aside, torn)
+        aside = _save_aside(path, "torn", pread_all(fd, size - cut, cut))
         log.warning(
             "eventstore: %s: set aside a torn tail of %d bytes at byte %d (saved to %s)",
             path,
@@ -678,21 +779,41 @@ class FileEngine(Engine):
         if fd >= 0:
             try:
                 known = sess.known
-                # by path, not by descriptor: a replacer that does not bump the generation
-                # (a 0.1.0 process compacting) must not leave us writing to the old file
-                st = os.lstat(paths.log_str)
-                if (
-                    known is not None
-                    and st.st_size == known.size
-                    and (st.st_dev, st.st_ino) == known.position.ident  # type: ignore[union-attr]
-                ):
-                    head = known  # nobody wrote since this process did
+                stamp = None
+                if self.durability == "fsync":
+                    # no stat of the log: asking a file's times makes its next write log
+                    # its inode (fine-grained timestamps, Linux 6.13+), which every flush
+                    # of the journal then commits too (~50 us an append here). A replacer
+                    # renames over the log, which changes the directory's times
+                    probe = os.lstat(paths.dir_str)
+                    stamp = (probe.st_mtime_ns, probe.st_ctime_ns, probe.st_ino)
+                    fast = (
+                        known is not None
+                        and stamp == sess.dir_stamp
+                        and os.lseek(fd, 0, os.SEEK_END) == known.size
+                    )
+                    st = None
                 else:
+                    # by path, not by descriptor: a replacer that does not bump the
+                    # generation (a 0.1.0 process compacting) must not leave us writing
+                    # to the old file
+                    st = os.lstat(paths.log_str)
+                    fast = (
+                        known is not None
+                        and st.st_size == known.size
+                        and (st.st_dev, st.st_ino) == known.position.ident  # type: ignore[union-attr]
+                    )
+                if fast:
+                    head = known  # type: ignore[assignment]  # nobody wrote since this process did
+                else:
+                    if st is None:
+                        st = os.lstat(paths.log_str)
                     fst = os.fstat(fd)
                     if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
                         sess.drop_log_fd()  # the path names another file now: open that
                         fd = sess.log_fd = open_private(paths.log, os.O_RDWR | os.O_APPEND)
                     head = self._current_head(sess, fd, recover=True)
+                    sess.dir_stamp = stamp  # (taken before the checks: a change since shows)
             except FileNotFoundError:
                 sess.drop_log_fd()  # removed behind our back: as if never created
                 fd = -1
@@ -707,13 +828,13 @@ class FileEngine(Engine):
             sess.log_fd = fd
         pos = head.position
         start = head.size
+        ident = pos.ident if pos is not None else _ident(fd)  # type: ignore[attr-defined]
         try:
-            self._write(fd, batch.data, start, paths.log)
+            self._write(sess, fd, batch, start, ident)
         except BaseException:
             if created:  # a call that writes nothing leaves no session behind
                 self._discard_new_session(sess)
             raise
-        ident = pos.ident if pos is not None else _ident(fd)  # type: ignore[attr-defined]
         size = start + len(batch.data)
         base = head.base_seq or batch.first_seq
         h = batch.hashes[-1]
@@ -758,7 +879,8 @@ class FileEngine(Engine):
             if os.path.lexists(paths.log):
                 if os.lstat(paths.log).st_size:
                     return  # bytes a failed cut-back left: the next writer sets them aside
-                self._bump_generation(sess)  # other processes' cached descriptors: reopen
+                # other processes' cached descriptors: reopen (the journal goes below)
+                self._bump_generation(sess, retire=False)
                 os.unlink(paths.log)
             if os.path.lexists(paths.archive):
                 return
@@ -771,8 +893,12 @@ class FileEngine(Engine):
         except OSError:
             pass
 
-    def _write(self, fd: int, data: bytes, start: int, path: Path) -> None:
-        """Write bytes at the end; on failure cut them back off and raise StorageError."""
+    def _write(
+        self, sess: _Session, fd: int, batch: EncodedBatch, start: int, ident: tuple[int, int]
+    ) -> None:
+        """Write a batch at the end (`start`) of the log `ident` open at `fd`, durably
+        under `durability="fsync"`; on failure cut it back off and raise StorageError."""
+        data, path = batch.data, sess.paths.log
         try:
             n = os.write(fd, data)  # one call, no memoryview: the usual case
             if n != len(data):
@@ -787,7 +913,7 @@ class FileEngine(Engine):
             ) from exc
         if self.durability == "fsync":
             try:
-                _datasync(fd)
+                self._make_durable(sess, fd, batch, start, ident)
             except OSError as exc:
                 # not acknowledged, so not left visible: a retry must not store it twice
                 try:
@@ -804,6 +930,85 @@ class FileEngine(Engine):
                     " cut back off, nothing was stored",
                     exc.errno,
                 ) from exc
+
+    def _make_durable(
+        self, sess: _Session, fd: int, batch: EncodedBatch, start: int, ident: tuple[int, int]
+    ) -> None:
+        """Flush an append `_write` wrote at `start` (writers' lock held): into the
+        journal's mirror when the epoch the lock file's hints name mirrors this log up
+        to `start` and has room, else by flushing the log itself, which then starts a
+        new epoch at its end (`eventstore.engines.file_journal`). An OSError means
+        nothing was made durable: the caller cuts the append back off."""
+        data = batch.data
+        number, mirrored = file_journal.hints(sess.head)
+        ep = sess.epoch
+        if ep is None or ep.number != number:
+            ep = sess.epoch = self._epoch_named(sess, number, ident)
+        if ep is not None and mirrored == start and file_journal.fits(ep, start, len(data)):
+            try:
+                file_journal.mirror(sess.journal_fd, ep, data, start)
+            except OSError:
+                # flush the log instead; the bytes may be in the mirror, and if that
+                # flush fails too they must not come back after a crash: zeros over them
+                sess.epoch = None
+                try:
+                    os.pwrite(
+                        sess.journal_fd, bytes(len(data)), file_journal.DATA_AT + start - ep.start
+                    )
+                except OSError:
+                    pass
+            else:
+                self._set_hints(sess, ep.number, start + len(data))
+                return
+        datasync(fd)
+        try:
+            self._start_epoch(sess, start + len(data), batch.last_seq, batch.link, ident)
+        except (OSError, EventStoreError) as exc:  # (a planted link): the append is durable
+            # in the log; the next one tries again
+            sess.epoch = None
+            log.debug(
+                "eventstore: %s: starting a journal epoch failed: %s", sess.paths.journal, exc
+            )
+
+    def _epoch_named(
+        self, sess: _Session, number: int, ident: tuple[int, int]
+    ) -> file_journal.Epoch | None:
+        """The journal's epoch, if it is the one numbered `number` and mirrors the log
+        `ident` (another process of this store may have started it)."""
+        if number == 0:
+            return None
+        try:
+            if sess.journal_fd < 0:
+                sess.journal_fd = open_private(sess.paths.journal, os.O_RDWR)
+            ep = file_journal.read_epoch(sess.journal_fd)
+        except (OSError, UnsafePathError):
+            return None
+        return ep if ep is not None and ep.number == number and ep.ident == ident else None
+
+    def _start_epoch(
+        self, sess: _Session, start: int, seq: int, link: str, ident: tuple[int, int]
+    ) -> None:
+        """Start a new epoch of the journal at log offset `start` (durable in the log up
+        to there), creating the journal on the session's first durable append."""
+        if sess.journal_fd < 0:
+            sess.journal_fd = file_journal.create(sess.paths.journal)
+        number = int.from_bytes(os.urandom(8), "big") | 1  # (never 0: "no epoch")
+        ep = file_journal.Epoch(number, start, ident, seq, link)
+        file_journal.start_epoch(sess.journal_fd, ep)
+        sess.epoch = ep
+        self._set_hints(sess, number, start)
+
+    def _set_hints(self, sess: _Session, number: int, end: int) -> None:
+        """Write the lock file's hints (never flushed: a lost hint costs a new epoch)."""
+        gen = sess.gen if len(sess.gen) == _GEN_BYTES else bytes(_GEN_BYTES)
+        head = gen + file_journal.pack_hints(number, end)
+        try:
+            if os.pwrite(sess.lock_fd, head, 0) != len(head):
+                raise OSError("short write of the lock file's hints")
+        except OSError:
+            sess.epoch = None
+            return
+        sess.gen, sess.head = gen, head
 
     def install_snapshot(
         self, session_id: str, line: bytes, covers: Head, *, keep_history: bool
@@ -834,11 +1039,11 @@ class FileEngine(Engine):
                     or not _still_there(fd, pos)
                 ):
                     raise HeadMovedError(where, covers, head)
-                tail = _pread_all(fd, head.size - pos.offset, pos.offset)
+                tail = pread_all(fd, head.size - pos.offset, pos.offset)
                 # lines appended after `covers` stay live (copied after the snapshot):
                 # the archive then keeps only what the snapshot replaced, so history
                 # holds each line once
-                prefix = _pread_all(fd, pos.offset, 0) if tail and keep_history else b""
+                prefix = pread_all(fd, pos.offset, 0) if tail and keep_history else b""
                 old_base = head.base_seq
                 # the events after the old log's opening snapshot, when the archive
                 # already holds what that snapshot replaced: only they are archived, so
@@ -857,14 +1062,14 @@ class FileEngine(Engine):
 
             def link_old_log() -> None:
                 nonlocal archived, pending
-                # the old log becomes history: under durability="flush" its last appends
-                # may still be only in the OS cache, and the archive must hold them all
-                if self.durability != "fsync":
-                    sync_fd = open_private(paths.log, os.O_RDONLY)
-                    try:
-                        os.fsync(sync_fd)
-                    finally:
-                        os.close(sync_fd)
+                # the old log becomes history: its last appends may still be only in the
+                # OS cache (durability="flush"), or durable only in the journal's mirror
+                # (which mirrors the live log only), and the archive must hold them all
+                sync_fd = open_private(paths.log, os.O_RDONLY)
+                try:
+                    os.fsync(sync_fd)
+                finally:
+                    os.close(sync_fd)
                 ensure_private_dir(paths.archive)
                 # the archive's own name must be durable before the swap relies on it:
                 # otherwise a power loss can keep the new log and lose `archive/`
@@ -955,7 +1160,8 @@ class FileEngine(Engine):
                 return False
             had = os.path.lexists(paths.log) or os.path.lexists(paths.archive)
             try:
-                self._bump_generation(sess)  # other processes' cached descriptors: reopen
+                # other processes' cached descriptors: reopen (the journal goes with it)
+                self._bump_generation(sess, retire=False)
                 os.rename(paths.dir, trash)
                 fsync_dir(paths.dir.parent)
             except OSError as exc:
@@ -1009,7 +1215,7 @@ class FileEngine(Engine):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_CACHE_BYTES:
             return None
-        first = _pread_all(fd, min(st.st_size, _CACHE_HEAD_MAX), 0)
+        first = pread_all(fd, min(st.st_size, _CACHE_HEAD_MAX), 0)
         nl = first.find(b"\n")
         if nl < 0:
             return None
@@ -1116,7 +1322,7 @@ class _FileSegment(Segment):
 
     def read(self) -> bytes:
         try:
-            return _pread_all(self._fd, self.size, 0)
+            return pread_all(self._fd, self.size, 0)
         except OSError as exc:
             raise _storage_error(self.where, "reading", exc) from exc
 
@@ -1152,7 +1358,7 @@ class _FileRepairHold(RepairHold):
                 self._data = b""
             else:
                 try:
-                    self._data = _pread_all(fd, os.fstat(fd).st_size, 0)
+                    self._data = pread_all(fd, os.fstat(fd).st_size, 0)
                 finally:
                     os.close(fd)
         return self._data
@@ -1179,6 +1385,7 @@ class _FileRepairHold(RepairHold):
         try:
             os.link(log_path, aside)  # the original bytes, kept before anything changes
             fsync_dir(log_path.parent)
+            self._before_replace()
             write_atomically(log_path, data)
         except OSError as exc:
             raise _storage_error(log_path, "repairing the log", exc) from exc
@@ -1203,7 +1410,7 @@ class _FileCacheReader(CacheReader):
         """The next `n` bytes (fewer only at the end, or if the file was cut meanwhile)."""
         n = max(0, min(n, self._end - self._at))
         try:
-            data = _pread_all(self._fd, n, self._at)
+            data = pread_all(self._fd, n, self._at)
         except OSError:
             data = b""  # read as the end: whoever reads checks what it got
         self._at += len(data)
@@ -1287,8 +1494,41 @@ def _ensure_root(root: Path) -> None:
         raise UnsafePathError(f"store root {root} exists and is not a directory")
 
 
+def _save_aside(log_path: Path, kind: str, data: bytes) -> Path:
+    """Keep `data` beside the log as `<log>.<kind>-<UTC time>` (bytes recovery is about
+    to cut or overwrite: never lost)."""
+    aside = log_path.with_name(f"{log_path.name}.{kind}-{_stamp()}")
+    write_atomically(aside, data)
+    return aside
+
+
 def _stamp() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+
+
+def _lacking(paths: SessionPaths, log_flags: int) -> tuple[int, int, bytes] | None:
+    """What the log lacks of what the journal acknowledged (`file_journal.lacking`): the
+    log open with `log_flags` (for the caller to close), the offset and the bytes."""
+    try:
+        jfd = open_private(paths.journal, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        lfd = open_private(paths.log, log_flags)
+    except FileNotFoundError:
+        os.close(jfd)
+        return None
+    try:
+        found = file_journal.lacking(jfd, lfd)
+    except BaseException:
+        os.close(lfd)
+        raise
+    finally:
+        os.close(jfd)
+    if found is None:
+        os.close(lfd)
+        return None
+    return lfd, found[0], found[1]
 
 
 def _ident(fd: int) -> tuple[int, int]:
@@ -1358,7 +1598,7 @@ def _events_after_archived_snapshot(fd: int, end: int, archive_dir: Path) -> byt
     ):
         return None  # compacted without an archive before: the snapshot stands in for it
     start = snap.length + 1
-    return _pread_all(fd, end - start, start) if end > start else b""
+    return pread_all(fd, end - start, start) if end > start else b""
 
 
 def _remove_leftover_copies(archive_dir: Path, fd: int) -> None:
@@ -1557,7 +1797,7 @@ def _base_seq(fd: int, size: int) -> int:
     if first is not None:
         return first[0].seq
     nl = buf.find(b"\n")
-    line = buf[:nl] if nl >= 0 else _pread_all(fd, size, 0).split(b"\n", 1)[0]
+    line = buf[:nl] if nl >= 0 else pread_all(fd, size, 0).split(b"\n", 1)[0]
     try:
         return _head_decoder.decode(line).seq
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -1589,23 +1829,6 @@ def _in_live_log(log_path: Path, pos: FilePosition) -> bool:
         os.close(log_fd)
 
 
-def _pread_all(fd: int, n: int, offset: int) -> bytes:
-    if n <= 0:
-        return b""
-    buf = os.pread(fd, n, offset)
-    if len(buf) == n:
-        return buf
-    parts = [buf]
-    got = len(buf)
-    while got < n:
-        chunk = os.pread(fd, n - got, offset + got)
-        if not chunk:
-            break
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
-
-
 def _tail_lines(
     fd: int, size: int, want: int, first_end: int | None
 ) -> tuple[list[tuple[int, bytes | None]], int, bool]:
@@ -1618,7 +1841,7 @@ def _tail_lines(
     chunk = _TAIL_CHUNK
     while True:
         start = max(0, size - chunk)
-        buf = _pread_all(fd, size - start, start)
+        buf = pread_all(fd, size - start, start)
         last_nl = buf.rfind(b"\n")
         if last_nl < 0 and start == 0:
             return [], 0, True
