@@ -31,10 +31,26 @@ def _turn(i: int) -> list[Message]:
     return [Message(role=Role.USER, content=f"m{i} " + "x" * 1500)]
 
 
+def _append(root: Path, n: int, first: int = 0) -> SessionStore:
+    """A durable store that appended turns `first`.. `first + n`, left open."""
+    s = SessionStore(root, durability="fsync")
+    for i in range(first, first + n):
+        s.append_transcript_messages(SID, _turn(i))
+    return s
+
+
 def _write(root: Path, n: int, first: int = 0) -> None:
-    with SessionStore(root, durability="fsync") as s:
-        for i in range(first, first + n):
-            s.append_transcript_messages(SID, _turn(i))
+    """`_append` in a process that ends without closing its store (killed, or the
+    machine lost power): its epoch is left for the next process to check."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            _append(root, n, first)
+            code = 0
+        finally:
+            os._exit(code)
+    assert wait_child(pid, 60) == 0
 
 
 def _epoch(root: Path) -> file_journal.Epoch | None:
@@ -63,7 +79,7 @@ def _power_loss(root: Path, keep: int) -> None:
 def test_an_append_flushes_the_mirror_and_the_log_once_an_epoch(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _write(root, 1)
+    store = _append(root, 1)
     flushed: Counter[str] = Counter()
     real = os.fdatasync
 
@@ -72,7 +88,10 @@ def test_an_append_flushes_the_mirror_and_the_log_once_an_epoch(
         real(fd)
 
     monkeypatch.setattr(os, "fdatasync", counting)
-    _write(root, 400, first=1)
+    for i in range(1, 401):
+        store.append_transcript_messages(SID, _turn(i))
+    monkeypatch.undo()
+    store.close()
     # ~1.5 kB a line, 256 KiB an epoch: the log is flushed once every ~160 appends
     assert flushed["log.journal"] >= 398
     assert 1 <= flushed["log.jsonl"] <= 400 * 1600 // file_journal.SIZE + 2
@@ -158,8 +177,7 @@ def test_a_compaction_retires_the_epoch_and_the_next_append_starts_one(root: Pat
     with SessionStore(root, durability="fsync") as s:
         s.compact(SID, force=True)
         assert _epoch(root) is None
-        s.append_transcript_messages(SID, _turn(30))
-        s.append_transcript_messages(SID, _turn(31))
+    _write(root, 2, first=30)  # then a process that is killed
     ep = _epoch(root)
     assert ep is not None
     _power_loss(root, ep.start)
@@ -227,6 +245,18 @@ def test_a_planted_journal_link_is_never_followed_and_appends_stay_durable(
     assert victim.read_bytes() == b"precious\n"
     assert paths.journal.is_symlink()
     assert _contents(root) == [f"m{i}" for i in range(6)]
+
+
+def test_a_clean_close_retires_the_epoch(root: Path) -> None:
+    """The log is flushed on close and the header cleared: the next process has no
+    epoch to compare the log with (its first look costs nothing), and a power loss
+    after the close loses nothing."""
+    with SessionStore(root, durability="fsync") as s:
+        for i in range(20):
+            s.append_transcript_messages(SID, _turn(i))
+        assert _epoch(root) is not None
+    assert _epoch(root) is None
+    assert _contents(root) == [f"m{i}" for i in range(20)]
 
 
 def test_removing_a_session_removes_its_journal(root: Path) -> None:

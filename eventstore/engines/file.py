@@ -1249,11 +1249,27 @@ class FileEngine(Engine):
 
     def close(self) -> None:
         """Close the cached descriptors (waiting for a writer using them) and forget
-        per-session state. The engine stays usable: descriptors reopen on use."""
+        per-session state. The engine stays usable: descriptors reopen on use.
+
+        A session this process appended to durably has its journal's epoch retired (the
+        log flushed, the header cleared): the next process to open it then finds no
+        epoch to compare the log with, and its first look costs nothing. Best effort: a
+        failure leaves the epoch, which the next process checks as after a crash."""
         with self._guard:
             sessions, self._sessions, self._open = list(self._sessions.values()), {}, {}
         for sess in sessions:
             with sess.lock:
+                if sess.epoch is not None and sess.lock_fd >= 0:
+                    try:
+                        if self._acquire(sess, False):
+                            try:
+                                self._retire_journal(sess)
+                                self._set_hints(sess, 0, 0)
+                            finally:
+                                _unlock(sess.lock_fd)
+                    except (OSError, EventStoreError) as exc:
+                        log.debug("eventstore: %s: retiring the epoch failed: %s",
+                                  sess.paths.journal, exc)  # fmt: skip
                 sess.drop_fds()
 
 

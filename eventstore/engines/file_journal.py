@@ -75,6 +75,8 @@ HINTS_AT = 8
 """Where the hints are in the lock file (after its 8-byte generation)."""
 _head_decoder = msgspec.json.Decoder(LineHead)
 _CHUNK = 1 << 12
+_PIECE = 64 << 10  # what the first look reads at a time
+_LINE_OPEN = b'{"type":"'  # how every line starts (the encoder writes the tag first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +189,11 @@ def lacking(journal_fd: int, log_fd: int) -> tuple[int, bytes] | None:
         # another log's (replaced since, it was flushed whole), or one cut below the
         # epoch: judged by content, not the inode, which a copy of the store changes
         return None
+    n = min(SIZE, st.st_size - epoch.start)
+    if _nothing_past(journal_fd, log_fd, epoch, n):
+        return None  # the usual case, found at the cost of a first look
+    log_part = pread_all(log_fd, n, epoch.start)
     held = pread_all(journal_fd, SIZE, DATA_AT)
-    log_part = pread_all(log_fd, min(SIZE, st.st_size - epoch.start), epoch.start)
     agree = _common_prefix(held, log_part)
     line_start = held.rfind(b"\n", 0, agree) + 1  # the mirror's last whole line in agreement
     seq, link = epoch.seq, epoch.link
@@ -203,6 +208,43 @@ def lacking(journal_fd: int, log_fd: int) -> tuple[int, bytes] | None:
     if end <= agree or not _crash_damage(log_part, held, agree, end):
         return None
     return epoch.start + agree, held[agree:end]
+
+
+def _nothing_past(journal_fd: int, log_fd: int, epoch: Epoch, n: int) -> bool:
+    """The first look: whether the epoch's `n` bytes of log agree with the mirror and
+    the mirror's line after them does not chain on (bytes of an earlier epoch, zeros).
+    Read in pieces through two buffers: a fresh process pays for their pages, not for
+    the mirror's (a cold load of an fsync session costs this). False: look closer."""
+    mine, kept = bytearray(_PIECE), bytearray(_PIECE)
+    at = 0
+    while at < n:
+        k = min(_PIECE, n - at)
+        if os.preadv(log_fd, [memoryview(mine)[:k]], epoch.start + at) != k:
+            return False
+        if os.preadv(journal_fd, [memoryview(kept)[:k]], DATA_AT + at) != k:
+            return False
+        if mine[:k] != kept[:k]:
+            return False
+        at += k
+    link = epoch.link
+    if n:
+        tail = mine[:k][-19:]  # (the last piece read: a line's end is in it)
+        if len(tail) != 19 or not tail.endswith(b'"}\n'):
+            return False  # a partial last line: the mirror may hold all of it
+        link = tail[:16].decode("ascii", "replace")
+    if n == SIZE:
+        return True  # the mirror holds nothing past the log
+    got = os.preadv(journal_fd, [kept], DATA_AT + n)
+    nxt = bytes(kept[:got])
+    if not nxt.startswith(_LINE_OPEN):
+        return True  # zeros, or a piece of an earlier epoch's line
+    nl = nxt.find(b"\n")
+    if nl < 0:
+        return False  # a line longer than the look
+    line = nxt[:nl]
+    return not hash_checks(
+        link.encode("ascii", "replace"), line, line[-18:-2].decode("ascii", "replace")
+    )
 
 
 def _crash_damage(log_part: bytes, held: bytes, at: int, end: int) -> bool:
@@ -250,6 +292,8 @@ def _chained_batches(held: bytes, at: int, seq: int, link: str) -> int:
 
 def _common_prefix(a: bytes, b: bytes) -> int:
     """How many bytes `a` and `b` agree on from the start."""
+    if len(a) >= len(b) and a.startswith(b):
+        return len(b)  # the usual case, in one comparison
     n = min(len(a), len(b))
     lo = 0
     while lo < n and a[lo : lo + _CHUNK] == b[lo : lo + _CHUNK]:
