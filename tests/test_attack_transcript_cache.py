@@ -1,6 +1,6 @@
 """Attacks on the transcript's fold cache (`fold-transcript.cache`, FORMAT 4): the state
 kept in frames of 512 messages (MessagePack, or JSON for a frame holding a time with an
-offset or an integer past 64 bits), read a frame at a time, hashed on a side thread,
+offset or an integer past 64 bits), read a frame at a time, checked by a CRC-32,
 written on close (or eviction) only, rewritten once the log grew by an eighth.
 
 Every load is compared with `_truth`: the same log folded by a store that reads and
@@ -44,7 +44,6 @@ from eventstore import Message, Role, SessionStore, layout
 from eventstore.engines.file import _cache_file_name, _FileCacheReader
 from eventstore.events import Event
 from eventstore.records import ImageBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from eventstore.side_thread import SideThread
 from projections import Retention, StructProjection, TranscriptProjection
 from projections.transcript import FRAME_MESSAGES
 
@@ -752,21 +751,20 @@ def test_sigkill_at_random_moments_of_closes_leaves_loads_equal_to_the_log(root:
         assert _cold(root)[0] == truth
 
 
-# -- 5. a fork while a load hashes the cache on its side thread ----------------------------
+# -- 5. a fork while a load reads the cache -------------------------------------------------
 
 
-def test_a_child_forked_while_the_side_thread_hashes_a_frame_does_not_deadlock(
+def test_a_child_forked_while_a_cold_load_reads_frames_does_not_deadlock(
     root: Path, cached: tuple[bytes, list[Message]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Promise 5. Attack: fork from inside a cold load, right as its side thread starts
-    hashing a ~1 MB frame (the load holds the session lock, the collector paused, the
-    cache's descriptor open); the child loads with the inherited store and a new one
-    within 10 s. Then fork from the main thread while another thread cold-loads in a
-    loop."""
+    """Promise 5. Attack: fork from inside a cold load, as it reads a ~1 MB frame (the
+    load holds the session lock, the collector paused, the cache's descriptor open);
+    the child loads with the inherited store and a new one within 10 s. Then fork from
+    the main thread while another thread cold-loads in a loop."""
     _, truth = cached
     shared = SessionStore(root)
     codes: list[int | None] = []
-    real_submit = SideThread.submit
+    real_read = _FileCacheReader.read
     parent = os.getpid()
 
     def child() -> bool:
@@ -774,19 +772,19 @@ def test_a_child_forked_while_the_side_thread_hashes_a_frame_does_not_deadlock(
             a = fresh.load_transcript_messages(SID)
         return a == truth and shared.load_transcript_messages(SID) == truth
 
-    def submit(self: SideThread, fn: Any, *args: Any, wait: bool = True) -> Any:
-        job = real_submit(self, fn, *args, wait=wait)
-        if os.getpid() == parent and len(codes) < 2 and getattr(fn, "__name__", "") == "update":
+    def read(reader: _FileCacheReader, n: int) -> bytes:
+        data = real_read(reader, n)
+        if os.getpid() == parent and len(codes) < 2 and n > 100_000:
             codes.append(None)
             codes[-1] = in_forked_child(child, 10)
-        return job
+        return data
 
-    monkeypatch.setattr(SideThread, "submit", submit)
+    monkeypatch.setattr(_FileCacheReader, "read", read)
     try:
         assert shared.load_transcript_messages(SID) == truth
         assert shared._sessions[SID].folds["transcript"].saved is not None
         assert codes == [0, 0]
-        monkeypatch.setattr(SideThread, "submit", real_submit)
+        monkeypatch.setattr(_FileCacheReader, "read", real_read)
         stop = threading.Event()
         errors: list[BaseException] = []
 
