@@ -95,6 +95,7 @@ from .base import (
     RepairHold,
     Segment,
 )
+from .file_journal import NotAJournalError
 
 __all__ = ["FileEngine", "FilePosition", "from_url"]
 
@@ -178,7 +179,7 @@ class _Session:
     """
 
     __slots__ = (
-        "dir_stamp",
+        "log_link",
         "epoch",
         "gen",
         "head",
@@ -205,15 +206,15 @@ class _Session:
         self.gen = b""  # the lock file's generation when lock_fd was last validated
         self.head = b""  # the lock file's first bytes, as the last lock read them
         self.epoch: file_journal.Epoch | None = None
-        # the session directory's times when the fsync fast path last checked the log
-        self.dir_stamp: tuple[int, int, int] | None = None
+        # where the kernel says log_fd's file is (the fsync fast path: see _fd_path)
+        self.log_link: str | None = None
 
     def drop_log_fd(self) -> None:
         """Close the cached log descriptor (the log was replaced, or is being)."""
         fd, self.log_fd = self.log_fd, -1
         self.known = None
         self.epoch = None  # an epoch mirrors one log
-        self.dir_stamp = None
+        self.log_link = None
         if fd >= 0:
             _close_quietly(fd)
 
@@ -337,9 +338,16 @@ class FileEngine(Engine):
                 found = _lacking(paths, os.O_RDWR) if exists else None
                 if found is not None:
                     self._copy_back(sess, *found)
-        except (OSError, EventStoreError) as exc:
-            # reads of the session report the log as it is; the journal stays for the next
-            log.warning("eventstore: %s: the journal could not be checked: %s", paths.journal, exc)
+        except UnsafePathError:
+            return  # a planted link: every operation that uses the path refuses it
+        except OSError as exc:
+            # not settled: this use fails, and the next one looks again. Going on would
+            # let the next append cut what the journal alone still holds
+            raise StorageError(
+                f"{paths.journal}: checking the log against the journal after a crash"
+                f" failed: {exc.strerror or exc}; nothing was changed, try again",
+                exc.errno,
+            ) from exc
 
     def _copy_back(self, sess: _Session, fd: int, at: int, data: bytes) -> None:
         """Write `data` into the log open at `fd` from byte `at` (what it overwrites, a
@@ -466,9 +474,16 @@ class FileEngine(Engine):
         repair) would have the lines it dropped copied back after a crash, the content
         check finding the line before the epoch still in place."""
         paths = sess.paths
+        if len(sess.head) > _GEN_BYTES:
+            # first no writer may go on mirroring (the hints name the epoch): if this
+            # fails, the epoch stays whole, and so does everything it mirrors
+            cleared = file_journal.pack_hints(0, 0)
+            if os.pwrite(sess.lock_fd, cleared, file_journal.HINTS_AT) != len(cleared):
+                raise OSError("short write of the lock file's hints")
+            sess.head = sess.head[: file_journal.HINTS_AT] + cleared
         if sess.journal_fd < 0 and not os.path.lexists(paths.journal):
             return
-        fd = sess.journal_fd if sess.journal_fd >= 0 else open_private(paths.journal, os.O_RDWR)
+        fd = sess.journal_fd if sess.journal_fd >= 0 else file_journal.open_journal(paths.journal)
         try:
             if file_journal.read_epoch(fd) is None:
                 return
@@ -779,17 +794,14 @@ class FileEngine(Engine):
         if fd >= 0:
             try:
                 known = sess.known
-                stamp = None
-                if self.durability == "fsync":
+                if self.durability == "fsync" and sess.log_link is not None:
                     # no stat of the log: asking a file's times makes its next write log
                     # its inode (fine-grained timestamps, Linux 6.13+), which every flush
-                    # of the journal then commits too (~50 us an append here). A replacer
-                    # renames over the log, which changes the directory's times
-                    probe = os.lstat(paths.dir_str)
-                    stamp = (probe.st_mtime_ns, probe.st_ctime_ns, probe.st_ino)
+                    # of the journal then commits too (~50 us an append here). The kernel
+                    # names the descriptor's file, "(deleted)" once renamed over
                     fast = (
                         known is not None
-                        and stamp == sess.dir_stamp
+                        and _fd_path(fd) == sess.log_link
                         and os.lseek(fd, 0, os.SEEK_END) == known.size
                     )
                     st = None
@@ -813,7 +825,7 @@ class FileEngine(Engine):
                         sess.drop_log_fd()  # the path names another file now: open that
                         fd = sess.log_fd = open_private(paths.log, os.O_RDWR | os.O_APPEND)
                     head = self._current_head(sess, fd, recover=True)
-                    sess.dir_stamp = stamp  # (taken before the checks: a change since shows)
+                    sess.log_link = _fd_path(fd) if self.durability == "fsync" else None
             except FileNotFoundError:
                 sess.drop_log_fd()  # removed behind our back: as if never created
                 fd = -1
@@ -925,6 +937,13 @@ class FileEngine(Engine):
                         " the log but may not be durable; retry with an idempotency key",
                         exc.errno,
                     ) from exc
+                if getattr(exc, "mirror_kept", False):
+                    raise StorageError(
+                        f"{path}: fsync after byte {start} failed ({exc.strerror}), and so did"
+                        " voiding the batch in the journal: it was cut back off the log but"
+                        " may return after a crash; retry with an idempotency key",
+                        exc.errno,
+                    ) from exc
                 raise StorageError(
                     f"{path}: fsync after byte {start} failed: {exc.strerror}; the append was"
                     " cut back off, nothing was stored",
@@ -949,20 +968,34 @@ class FileEngine(Engine):
                 file_journal.mirror(sess.journal_fd, ep, data, start)
             except OSError:
                 # flush the log instead; the bytes may be in the mirror, and if that
-                # flush fails too they must not come back after a crash: zeros over them
+                # flush fails too they must not come back after a crash: zeros over
+                # them, flushed (if that fails too, the caller says the batch may return)
                 sess.epoch = None
                 try:
-                    os.pwrite(
-                        sess.journal_fd, bytes(len(data)), file_journal.DATA_AT + start - ep.start
-                    )
+                    file_journal.mirror(sess.journal_fd, ep, bytes(len(data)), start)
+                    voided = True
                 except OSError:
-                    pass
+                    voided = False
+                try:
+                    datasync(fd)
+                except OSError as exc:
+                    exc.mirror_kept = not voided  # type: ignore[attr-defined]  # (for _write)
+                    raise
+                self._start_epoch_after(sess, start + len(data), batch, ident)
+                return
             else:
                 self._set_hints(sess, ep.number, start + len(data))
                 return
         datasync(fd)
+        self._start_epoch_after(sess, start + len(data), batch, ident)
+
+    def _start_epoch_after(
+        self, sess: _Session, end: int, batch: EncodedBatch, ident: tuple[int, int]
+    ) -> None:
+        """Start an epoch at the end of a batch the log itself made durable; a failure
+        costs the next append the same again, never this one its durability."""
         try:
-            self._start_epoch(sess, start + len(data), batch.last_seq, batch.link, ident)
+            self._start_epoch(sess, end, batch.last_seq, batch.link, ident)
         except (OSError, EventStoreError) as exc:  # (a planted link): the append is durable
             # in the log; the next one tries again
             sess.epoch = None
@@ -979,9 +1012,11 @@ class FileEngine(Engine):
             return None
         try:
             if sess.journal_fd < 0:
-                sess.journal_fd = open_private(sess.paths.journal, os.O_RDWR)
+                sess.journal_fd = file_journal.open_journal(sess.paths.journal)
+            if not file_journal.whole(sess.journal_fd):
+                return None  # cut short (a mirror write would leave a hole before it)
             ep = file_journal.read_epoch(sess.journal_fd)
-        except (OSError, UnsafePathError):
+        except (OSError, EventStoreError):
             return None
         return ep if ep is not None and ep.number == number and ep.ident == ident else None
 
@@ -1264,7 +1299,6 @@ class FileEngine(Engine):
                         if self._acquire(sess, False):
                             try:
                                 self._retire_journal(sess)
-                                self._set_hints(sess, 0, 0)
                             finally:
                                 _unlock(sess.lock_fd)
                     except (OSError, EventStoreError) as exc:
@@ -1526,8 +1560,11 @@ def _lacking(paths: SessionPaths, log_flags: int) -> tuple[int, int, bytes] | No
     """What the log lacks of what the journal acknowledged (`file_journal.lacking`): the
     log open with `log_flags` (for the caller to close), the offset and the bytes."""
     try:
-        jfd = open_private(paths.journal, os.O_RDONLY)
+        jfd = file_journal.open_journal(paths.journal, os.O_RDONLY)
     except (FileNotFoundError, NotADirectoryError):
+        return None
+    except NotAJournalError as exc:
+        log.warning("eventstore: %s is not a journal, ignored: %s", paths.journal, exc)
         return None
     try:
         lfd = open_private(paths.log, log_flags)
@@ -1545,6 +1582,15 @@ def _lacking(paths: SessionPaths, log_flags: int) -> tuple[int, int, bytes] | No
         os.close(lfd)
         return None
     return lfd, found[0], found[1]
+
+
+def _fd_path(fd: int) -> str | None:
+    """Where the kernel says the file open at `fd` is (" (deleted)" appended once it was
+    unlinked or renamed over); None where there is no /proc (the caller then stats)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
 
 
 def _ident(fd: int) -> tuple[int, int]:

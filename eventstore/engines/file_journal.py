@@ -35,6 +35,7 @@ epoch, or one with `durability="flush"` appended without mirroring) starts a new
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import zlib
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from pathlib import Path
 
 import msgspec
 
+from ..errors import StorageError
 from ..events import LineHead, hash_checks
 from ..layout import datasync, fsync_dir, open_private, pread_all, write_all
 
@@ -50,15 +52,18 @@ __all__ = [
     "HINTS_AT",
     "SIZE",
     "Epoch",
+    "NotAJournalError",
     "create",
     "fits",
     "hints",
     "lacking",
     "mirror",
+    "open_journal",
     "pack_hints",
     "read_epoch",
     "retire",
     "start_epoch",
+    "whole",
 ]
 
 DATA_AT = 4096
@@ -132,12 +137,35 @@ def pack_hints(number: int, end: int) -> bytes:
     return _HINTS.pack(number, end)
 
 
+class NotAJournalError(StorageError):
+    """What is at the journal's path is no regular file (a FIFO, a directory...)."""
+
+
+def open_journal(path: Path, flags: int = os.O_RDWR) -> int:
+    """The journal at `path`, open with `flags` (O_CREAT too); NotAJournalError for
+    anything but a regular file (opened without blocking: a FIFO must not hang a load)."""
+    fd = open_private(path, flags | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotAJournalError(f"{path}: not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def whole(fd: int) -> bool:
+    """Whether the journal open at `fd` has its header block and all of its mirror."""
+    return os.fstat(fd).st_size >= DATA_AT + SIZE
+
+
 def create(path: Path) -> int:
     """Create the journal (mode 0600) with its header block and mirror written as
     zeros, flushed, its name flushed into the directory; returns it open read-write."""
-    fd = open_private(path, os.O_RDWR | os.O_CREAT)
+    fd = open_journal(path, os.O_RDWR | os.O_CREAT)
     try:
-        if os.fstat(fd).st_size < DATA_AT + SIZE:
+        if not whole(fd):
+            os.lseek(fd, 0, os.SEEK_SET)
             write_all(fd, bytes(DATA_AT + SIZE), fsync=True)
         fsync_dir(path.parent)
     except BaseException:
