@@ -15,6 +15,7 @@ import os
 import shutil
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import log_path, make_entry, wait_child
@@ -271,3 +272,36 @@ def test_a_flush_store_keeps_no_journal(root: Path) -> None:
         for i in range(20):
             s.append_progress_entry(SID, make_entry(i))
     assert not SessionPaths(root, SID).journal.exists()
+
+
+def test_the_fsync_fast_path_never_stats_the_log(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asking the log's times makes its next write log its inode, which every flush of
+    the journal then commits too (~50 us an append here): steady durable appends ask
+    the kernel where the descriptor points instead, and take the size by lseek."""
+    store = _append(root, 3)
+    stats: list[str] = []
+    real_lstat, real_stat, real_fstat = os.lstat, os.stat, os.fstat
+
+    def lstat(path: Any, *a: Any, **k: Any) -> Any:
+        stats.append(os.fspath(path))
+        return real_lstat(path, *a, **k)
+
+    def stat_(path: Any, *a: Any, **k: Any) -> Any:
+        stats.append(os.fspath(path))
+        return real_stat(path, *a, **k)
+
+    def fstat(fd: int) -> Any:
+        stats.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real_fstat(fd)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    monkeypatch.setattr(os, "stat", stat_)
+    monkeypatch.setattr(os, "fstat", fstat)
+    for i in range(3, 40):
+        store.append_transcript_messages(SID, _turn(i))
+    monkeypatch.undo()
+    store.close()
+    assert not [p for p in stats if p.endswith("log.jsonl")], stats
+    assert _contents(root) == [f"m{i}" for i in range(40)]

@@ -825,7 +825,6 @@ class FileEngine(Engine):
                         sess.drop_log_fd()  # the path names another file now: open that
                         fd = sess.log_fd = open_private(paths.log, os.O_RDWR | os.O_APPEND)
                     head = self._current_head(sess, fd, recover=True)
-                    sess.log_link = _fd_path(fd) if self.durability == "fsync" else None
             except FileNotFoundError:
                 sess.drop_log_fd()  # removed behind our back: as if never created
                 fd = -1
@@ -858,6 +857,10 @@ class FileEngine(Engine):
             size,
             base,
         )
+        if sess.log_link is None and self.durability == "fsync":
+            # the descriptor is the live log (checked by path above, or just created):
+            # from the next append on, the fast path asks the kernel, not the log's stat
+            sess.log_link = _fd_path(fd)
         return new
 
     def _create(self, sess: _Session) -> tuple[int, Head]:
