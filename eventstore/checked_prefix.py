@@ -2,11 +2,12 @@
 passed the hash-chain check, so that a load from the start can check those bytes with
 one digest instead of one BLAKE2b per line (a cold transcript load's biggest cost).
 
-A `Prefix` is kept per session in memory: `SessionStore` extends it with the batches it
-appends (bytes it encoded and chained itself) and with the bytes its loads check line by
-line, as long as nothing else wrote in between. It is kept between processes in the
-engine's cache under `NAME` (written on close, after a long checked fold, and every
-`SAVE_EVERY` bytes of appends), as one JSON line:
+A `Prefix` is kept per session in memory: `SessionStore` extends it with the bytes its
+loads check line by line from the start of the log (and a compaction starts one with the
+snapshot it wrote). Appends do not extend it: hashing every batch cost an eighth of an
+append, for loads that the fold caches mostly spare from folding from the start. It is
+kept between processes in the engine's cache under `NAME` (written on close and after a
+long checked fold), as one JSON line:
 
     {"format":1,"session":...,"seq":...,"link":...,"h":...,"size":...,"sha256":...}
 
@@ -29,7 +30,7 @@ import msgspec
 
 from .engines.base import EMPTY_HEAD, Engine, Head
 
-__all__ = ["FORMAT", "NAME", "SAVE_EVERY", "Mark", "Prefix", "load", "store"]
+__all__ = ["FORMAT", "NAME", "Mark", "Prefix", "load", "store"]
 
 log = logging.getLogger("eventstore")
 
@@ -38,9 +39,6 @@ FORMAT = 1
 
 NAME = "@checked-prefix"
 """The engine cache name (not a plain name, so no projection's fold cache file)."""
-
-SAVE_EVERY = 4 << 20
-"""A writer saves its prefix after this many appended bytes (and on close)."""
 
 
 class _Stored(msgspec.Struct, forbid_unknown_fields=True):

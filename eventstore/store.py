@@ -1090,8 +1090,6 @@ class SessionStore:
                     f.head = new
             sess.head = new
             sess.appended += len(data)
-            if self._marks:
-                self._extend_prefix(sess, head, data, new)
             result = _new_result(stamped[0].seq, stamped[-1].seq, False)
         if self.auto_compact is not None:
             try:
@@ -1115,27 +1113,6 @@ class SessionStore:
                 return  # a load or an append got there first
             sess.prefix = p
         checked_prefix.store(self.engine, sess.session_id, p)
-
-    def _extend_prefix(self, sess: _Session, at: Head, data: bytes, new: Head) -> None:
-        """The session's checked prefix grows by a batch this store appended at `at`
-        (bytes it encoded and chained itself), if the prefix ended there: the first
-        append of a log starts one. Saved every SAVE_EVERY bytes."""
-        p = sess.prefix
-        if p is None:
-            if at.position is not None or new.size != len(data):
-                return  # a log this process has not read: nothing to vouch for
-            p = sess.prefix = checked_prefix.Prefix()
-        elif (
-            p.head is not at and p.head.position != at.position  # (identity: the hot path)
-        ) or new.size != p.size + len(data):
-            # another writer appended in between, or replaced the log (a compaction in
-            # another process leaves the same chain point, so `at` may be this
-            # process's stale head: the batch then follows a snapshot, not the prefix)
-            sess.prefix = None
-            return
-        p.extend(data, new)
-        if p.size - p.saved >= checked_prefix.SAVE_EVERY:
-            checked_prefix.store(self.engine, sess.session_id, p)
 
     def _fold_to_one_head(
         self, sess: _Session, projections: tuple[Projection[Any], ...]

@@ -105,6 +105,14 @@ def store(root: Path) -> Iterator[SessionStore]:
         yield s
 
 
+def check_whole(root: Path, session_id: str) -> None:
+    """A reader folds the session's log from its start, checking every line, and keeps
+    on close the checked prefix it built (writers keep none: eventstore.checked_prefix)."""
+    with SessionStore(root) as reader:
+        reader._cached = {}  # no fold cache may spare it the fold from the start
+        reader.load_bootstrap_state(session_id)
+
+
 @pytest.fixture
 def no_transcript_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stores made in the test keep no transcript fold cache: for attacks on how a load

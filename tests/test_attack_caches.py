@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from conftest import (
     FlipCounted,
+    check_whole,
     log_path,
     make_checkpoint,
     make_entry,
@@ -220,6 +221,7 @@ def test_side_files_from_another_time_or_session_never_change_a_load(
         _fill(s)
         if history == "other session":
             _fill(s, "t")
+    check_whole(root, "t" if history == "other session" else SID)  # and a checked prefix
     stale = _snap(root, "t" if history == "other session" else SID)
     assert any(n.startswith("fold-x") for n in stale) and "fold-bootstrap.cache" in stale
     with SessionStore(root) as s:
@@ -254,6 +256,7 @@ def test_a_cache_or_prefix_cut_at_every_byte_is_ignored(root: Path) -> None:
     `checked_prefix.load`, on the real file)."""
     with SessionStore(root) as s:
         _fill(s, turns=70)
+    check_whole(root, SID)
     store = SessionStore(root)
     try:
         for name in ("bootstrap", checked_prefix.NAME):

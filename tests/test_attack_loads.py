@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import log_path, make_entry, make_features, make_manifest
+from conftest import check_whole, log_path, make_entry, make_features, make_manifest
 from engines import EngineCase
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -40,9 +40,10 @@ def _text(i: int) -> str:
 
 
 def _fill(root: Path, n: int = 300, sid: str = SID) -> list[str]:
-    with SessionStore(root) as s:  # saves its checked prefix on close (> 64 KiB)
+    with SessionStore(root) as s:
         for i in range(n):
             s.append_transcript_messages(sid, [Message(Role.USER, _text(i))])
+    check_whole(root, sid)  # a reader's checked prefix (> 64 KiB), saved on its close
     return [_text(i) for i in range(n)]
 
 

@@ -3,10 +3,12 @@ that passed the hash-chain check, so a cold load checks them with one SHA-256.
 
 Attacks: an edit anywhere in the vouched-for bytes (and a flip of every 397th byte), the
 log cut short below the mark, a mark that is garbage, of another session, of another
-log (after compaction), or with a wrong digest or size; another writer appending a
-line whose hash does not check between two appends of a writer keeping a prefix; a
-fork. Each time the load either returns exactly what a fully checked fold returns or
-raises CorruptLogError: never a state folded from bytes the chain did not pass.
+log (after compaction), or with a wrong digest or size; a line whose hash does not
+check appended after a reader's prefix; a fork. Writers keep no prefix (hashing what
+they append cost an eighth of an append): a load that checked the log from its start
+keeps one, and so does a compaction for the snapshot it wrote. Each time the load
+either returns exactly what a fully checked fold returns or raises CorruptLogError:
+never a state folded from bytes the chain did not pass.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import log_path, make_entry, make_features, make_manifest, wait_child
+from conftest import (
+    check_whole,
+    log_path,
+    make_entry,
+    make_features,
+    make_manifest,
+    wait_child,
+)
 
 from eventstore import SessionStore, checked_prefix
 from eventstore import log as log_module
@@ -73,19 +82,21 @@ class _Spy:
 
 @pytest.fixture
 def written(root: Path) -> Path:
-    """A session of ~150 KB written by one store, which saved its prefix on close."""
+    """A session of ~150 KB, then a reader that checked it whole and saved its prefix."""
     with SessionStore(root) as s:
         _fill(s)
+    assert not _mark_file(root).exists()  # a writer keeps none
+    check_whole(root, "s")
     assert _mark_file(root).is_file()
     return root
 
 
-def test_a_writer_saves_its_prefix_and_a_cold_load_trusts_it(
+def test_a_reader_saves_its_prefix_and_a_cold_load_trusts_it(
     written: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     size = log_path(written, "s").stat().st_size
     kept = json.loads(_mark_file(written).read_bytes().split(b"\n")[1])
-    assert kept["size"] == size  # the whole log: the writer encoded and chained every byte
+    assert kept["size"] == size  # the whole log: the reader checked every byte
     truth = _truth(written)
     spy = _Spy(monkeypatch)
     with SessionStore(written) as s:
@@ -218,12 +229,14 @@ def test_a_mark_of_a_replaced_log_is_not_used(
     assert spy.trusted == 0  # the old log's mark names another file: the engine drops it
 
 
-def test_bytes_another_writer_appended_are_never_vouched_for(root: Path) -> None:
-    """Between two appends of a writer keeping a prefix, a line whose hash does not
-    check is appended behind its back: the writer's prefix must stop before it, so a
-    cold load still checks that line (and fails)."""
+def test_bytes_appended_after_a_readers_prefix_are_never_vouched_for(root: Path) -> None:
+    """A reader keeps its prefix while a line whose hash does not check is appended
+    behind its back, then a good append by a writer that folded it: the prefix stops
+    before the bad line, so a cold load still checks that line (and fails)."""
     with SessionStore(root) as w:
         _fill(w, turns=60)
+    with SessionStore(root) as r:
+        r.load_transcript_messages("s")  # checked from the start: the prefix
         log = log_path(root, "s")
         lines = log.read_bytes().splitlines(keepends=True)
         last = json.loads(lines[-1])
@@ -231,21 +244,18 @@ def test_bytes_another_writer_appended_are_never_vouched_for(root: Path) -> None
         bad.pop("key", None)
         with open(log, "ab") as fh:
             fh.write(json.dumps(bad, separators=(",", ":")).encode() + b"\n")
-        w.append_progress_entry("s", make_entry(999))  # chains after the bad line
+        r.append_progress_entry("s", make_entry(999))  # chains after the bad line
     with SessionStore(root) as s, pytest.raises(CorruptLogError):
         s.load_transcript_messages("s")
 
 
-def test_a_long_writer_saves_its_prefix_before_close(
-    root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(checked_prefix, "SAVE_EVERY", 20_000)
-    w = SessionStore(root)
-    _fill(w, turns=40)
-    assert _mark_file(root).is_file()  # a killed writer still leaves most of it vouched
-    kept = json.loads(_mark_file(root).read_bytes().split(b"\n")[1])
-    assert 20_000 <= kept["size"] <= log_path(root, "s").stat().st_size
-    w.close()
+def test_a_writer_keeps_no_prefix(root: Path) -> None:
+    """What it appends is not hashed for a prefix (an eighth of an append's cost): the
+    next cold load from the start checks every line, and keeps the prefix then."""
+    with SessionStore(root) as w:
+        _fill(w, turns=60)
+        assert w._session("s").prefix is None
+    assert not _mark_file(root).exists()
 
 
 def test_a_reader_that_checked_a_long_log_saves_a_prefix(root: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import log_path
+from conftest import check_whole, log_path
 
 from eventstore import SessionStore
 from eventstore import store as store_module
@@ -57,9 +57,10 @@ def test_close_waits_for_the_calls_and_ends_the_thread() -> None:
 
 
 def _fill(root: Path) -> None:
-    with SessionStore(root) as s:  # ~300 KB, its prefix saved on close
+    with SessionStore(root) as s:  # ~300 KB
         for i in range(200):
             s.append_transcript_messages("s", [Message(Role.USER, f"{i} " + "x" * 1500)])
+    check_whole(root, "s")  # a reader's checked prefix, saved on its close
 
 
 @pytest.mark.parametrize("aside", [0, 1 << 40], ids=["hashed aside", "hashed inline"])
