@@ -323,7 +323,9 @@ WORKER = textwrap.dedent(
     lines = []
     if role.startswith("w"):
         i = 0
-        while time.monotonic() < stop:
+        # at most 600 keys: a session remembers its newest 1,000, so a writer that lags
+        # the others by more (a slow start) appends a key they evicted, as documented
+        while time.monotonic() < stop and i < 600:
             # every key is also replayed by the next writer: keys cross processes
             key = f"k{i}"
             res = store.append_progress_entry(
