@@ -126,7 +126,7 @@ def store(engine: Engine, session_id: str, prefix: Prefix) -> None:
         _Stored(FORMAT, session_id, head.seq, head.link, head.h, mark.size, mark.digest)
     )
     try:
-        engine.store_cache(session_id, NAME, head, data + b"\n")
+        engine.store_cache(session_id, NAME, head, [data, b"\n"])
     except Exception as exc:  # noqa: BLE001 - a cache must never fail what called it
         log.warning("eventstore: saving the checked prefix of %r failed: %s", session_id, exc)
         return

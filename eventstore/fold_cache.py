@@ -108,9 +108,10 @@ def is_framed(projection: Any) -> bool:
     )
 
 
-def encode(session_id: str, projection: Any, state: Any, head: Head, known: str) -> bytes:
+def encode(session_id: str, projection: Any, state: Any, head: Head, known: str) -> list[bytes]:
     """The cache bytes of `state`, folded to `head` by a process whose `known_types` for
-    `projection` are `known`, for `session_id`."""
+    `projection` are `known`, for `session_id`, in pieces (a transcript's megabytes are
+    never joined into one more copy: its writer writes them in turn)."""
     frames: list[bytes] = (
         projection.cache_frames(state)
         if is_framed(projection)
@@ -133,8 +134,12 @@ def encode(session_id: str, projection: Any, state: Any, head: Head, known: str)
         len(frames),
         size,
     )
-    body = b"".join((_encoder.encode(header), b"\n", *parts))
-    return body + _digest(body) + b"\n"
+    pieces = [_encoder.encode(header) + b"\n", *parts]
+    crc = 0
+    for piece in pieces:
+        crc = zlib.crc32(piece, crc)
+    pieces.append(_hex(crc) + b"\n")
+    return pieces
 
 
 def decode(data: bytes, session_id: str, projection: Any, head: Head, known: str) -> Any | None:

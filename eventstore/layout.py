@@ -194,15 +194,23 @@ TMP_MARK = ".tmp-"
 
 
 def write_atomically(
-    path: Path, data: bytes, *, before_replace: Callable[[], None] | None = None
+    path: Path,
+    data: bytes | list[bytes],
+    *,
+    before_replace: Callable[[], None] | None = None,
+    durable: bool = True,
 ) -> None:
     """Replace (or create) `path` with `data` so that a crash leaves the old or the new.
 
-    The one temp-file + fsync + rename writer: `data` goes to a private temporary file
+    The one temp-file + fsync + rename writer: `data` (bytes, or a list of pieces
+    written in order) goes to a private temporary file
     beside `path`, which is fsynced and renamed over `path`, then the directory is
     fsynced. `before_replace` runs after the temporary file is durable and before the
     rename (compaction links the old log into its archive there). On any failure the
     temporary file is removed and the error propagates; `path` is unchanged.
+    `durable=False` (caches, which only save time and check themselves): no fsync,
+    still atomic against a killed process; a power loss may leave an empty or a
+    partial file, which its reader ignores.
     """
     # the name's first 120 bytes: a legal 250-byte name must not make an illegal temp one
     head = os.fsencode(path.name)[:120]  # (bytes: a name need not be UTF-8)
@@ -210,7 +218,10 @@ def write_atomically(
     try:
         fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
-            write_all(fd, data, fsync=True)
+            for piece in [data] if isinstance(data, bytes) else data:
+                write_all(fd, piece)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         if before_replace is not None:
@@ -222,7 +233,8 @@ def write_atomically(
         except OSError:
             pass
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 class SessionPaths:

@@ -37,7 +37,7 @@ class _CachelessFileEngine(FileEngine):
     """The file engine keeping no fold caches or checked prefixes: serve never writes
     to the store it shows (its loads would save them once they fold 1 MiB)."""
 
-    def store_cache(self, session_id: str, name: str, head: Head, data: bytes) -> None:
+    def store_cache(self, session_id: str, name: str, head: Head, data: list[bytes]) -> None:
         """Keep nothing."""
 
 

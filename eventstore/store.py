@@ -152,7 +152,7 @@ class _Session:
     cache only; see eventstore.checked_prefix)."""
 
     __slots__ = (
-        "appended",
+        "kept_from_creation",
         "auto_floor",
         "checked_snapshots",
         "folds",
@@ -174,7 +174,9 @@ class _Session:
         # after an automatic compaction skipped as not shrinking: the live log it read
         # (its first seq) and twice its size, below which it is not tried again
         self.auto_floor = (0, 0)
-        self.appended = 0  # log bytes this store appended (for the fold caches on close)
+        # log bytes folded into the states this store started when it created the session
+        # (counted against the store's KEPT_FROM_CREATION budget); -1: none kept that way
+        self.kept_from_creation = -1
 
 
 class _PrefixMismatch(Exception):
@@ -199,6 +201,9 @@ _READ_PIECE = 1 << 20
 _HASH_ASIDE = 128 << 10
 _NO_PAUSE = nullcontext()  # a warm load folds only a tail: the collector stays on
 _CACHE_ON_CLOSE_BYTES = 64 << 10
+KEPT_FROM_CREATION = 64 << 20
+"""Bytes of log a store folds, as it appends them, into the transcripts of sessions it
+created and never loaded (their caches are saved on close); past it, it lets them go."""
 
 
 def _after_fork_in_child() -> None:
@@ -207,11 +212,13 @@ def _after_fork_in_child() -> None:
     # updating a cached state and its head: the child refolds from the engine.
     for store in list(_stores):
         store._guard = threading.Lock()
+        store._kept_bytes = 0
         for sess in list(store._sessions.values()):
             sess.lock = threading.RLock()
             sess.folds = {}
             sess.head = None
             sess.prefix = None
+            sess.kept_from_creation = -1
 
 
 if hasattr(os, "register_at_fork"):
@@ -239,8 +246,9 @@ class SessionStore:
     `cache_folds` attribute (the transcript's is one), is kept between processes in the
     engine's fold cache (`eventstore.fold_cache`; the file engine keeps it beside the
     log): a cold load folds only what was appended after it. It is written on `close`
-    (by a store that appended a megabyte, also for the projections it did not fold),
-    after a long fold and by compaction, and used only when it checks against the log; a
+    (a store that creates a session folds its transcript as it appends, within
+    `KEPT_FROM_CREATION`), after a long fold and by compaction, and used only when it
+    checks against the log; a
     state kept in frames (the transcript's, about as large as the log) is written on
     `close` and by compaction only, once the log has grown by an eighth. A cold load of the
     built-in projections, and of any with a true `pause_gc` attribute (whose folds make
@@ -312,6 +320,7 @@ class SessionStore:
         self._builtin = frozenset(p.name for p in builtin)
         # whether the engine keeps caches, so checked prefixes are worth keeping
         self._marks = type(self.engine).store_cache is not Engine.store_cache
+        self._kept_bytes = 0  # see _keep_from_creation
         self._sessions: dict[str, _Session] = {}
         self._guard = threading.Lock()
         self._closed = False
@@ -326,37 +335,55 @@ class SessionStore:
             sessions = list(self._sessions.values()) if not self._closed else []
             self._sessions.clear()
         for sess in sessions:
-            self._save_caches(sess, closing=True)
+            self._save_caches(sess)
         with self._guard:
             if not self._closed:
                 self._closed = True
                 self.engine.close()
 
-    def _save_caches(self, sess: _Session, *, closing: bool = False) -> None:
+    def _save_caches(self, sess: _Session) -> None:
         """Save what is worth saving of a session this store stops keeping: the fold
-        caches that would hold something new, and the checked prefix. `closing`: the
-        store is closing; where it appended at least a megabyte, it first folds the
-        cached projections it has not (the next process's cold load then reads their
-        caches instead of the log this one wrote)."""
+        caches that would hold something new, and the checked prefix."""
         if sess.lock._is_owned():  # type: ignore[attr-defined]
             # this thread is folding into it (a load nested in a projection's fold
             # evicted it): its states may be half folded, its prefix unproven
             return
         with sess.lock:
-            if closing and sess.appended >= _CACHE_AFTER_FOLD_BYTES:
-                for name in [n for n in self._cached if n not in sess.folds]:
-                    try:
-                        with paused_gc if name in self._pause_gc else _NO_PAUSE:
-                            self._catch_up(sess, self._projections[name])
-                    except Exception as exc:  # noqa: BLE001 - close must not fail on a cache
-                        log.warning("eventstore: folding %r for its %s cache on close failed: %s",
-                                    sess.session_id, name, exc)  # fmt: skip
             for name, f in sess.folds.items():
                 if self._worth_saving(name, f):
                     self._save_fold(sess.session_id, name, f.state, f.head)
             p = sess.prefix
             if p is not None and p.size != p.saved and p.size >= _CACHE_ON_CLOSE_BYTES:
                 checked_prefix.store(self.engine, sess.session_id, p)
+
+    def _keep_from_creation(self, sess: _Session, head: Head) -> None:
+        """The session is being created by this store: start, at its empty head, the
+        built-in states the fold cache keeps that it has not (the transcript, unless
+        the caller loaded it), so that what it appends is folded as it goes and close
+        saves their caches: the next process's cold load then reads those, not the log.
+        Within a budget (`KEPT_FROM_CREATION` bytes of log a store), past which a
+        session's kept transcript is let go (an importer of many sessions)."""
+        if self._kept_bytes >= KEPT_FROM_CREATION:
+            return
+        started = False
+        for name in self._cached:
+            if name in self._builtin and name not in sess.folds:
+                sess.folds[name] = _Fold(self._projections[name].initial(), head)
+                started = True
+        if started:
+            sess.kept_from_creation = 0
+
+    def _count_kept(self, sess: _Session, n: int) -> None:
+        """`n` more bytes folded into the states kept from the session's creation; past
+        the store's budget, its transcript (the large one) is let go."""
+        sess.kept_from_creation += n
+        self._kept_bytes += n
+        if self._kept_bytes > KEPT_FROM_CREATION:
+            name = self.transcript.name
+            if name in sess.folds and sess.folds[name].saved is None:
+                del sess.folds[name]
+            self._kept_bytes -= sess.kept_from_creation
+            sess.kept_from_creation = -1
 
     def _worth_saving(self, name: str, f: _Fold) -> bool:
         """Whether the fold cache of projection `name` should now hold `f`: it holds an
@@ -731,6 +758,8 @@ class SessionStore:
                     dropped = []
             for old in dropped:
                 self._save_caches(old)
+                if old.kept_from_creation > 0:
+                    self._kept_bytes -= old.kept_from_creation
         return sess
 
     def _loaded(self, session_id: str, proj: Projection[S], view: Callable[[S], T]) -> T:
@@ -1067,6 +1096,10 @@ class SessionStore:
                     fresh = True
                     continue
                 break
+            if head.seq == 0 and head.position is None and self._marks:
+                self._keep_from_creation(sess, head)
+            elif sess.kept_from_creation >= 0:
+                self._count_kept(sess, len(data))
             for name, f in sess.folds.items():
                 fh = f.head  # (identity first: a fold this store left at its own head)
                 if fh is head or (fh.seq == head.seq and fh.position == head.position):
@@ -1089,7 +1122,6 @@ class SessionStore:
                         continue
                     f.head = new
             sess.head = new
-            sess.appended += len(data)
             result = _new_result(stamped[0].seq, stamped[-1].seq, False)
         if self.auto_compact is not None:
             try:

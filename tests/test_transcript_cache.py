@@ -120,11 +120,12 @@ def test_a_time_with_an_offset_or_a_huge_integer_makes_a_json_frame() -> None:
         assert _exactly(proj.from_cache_frame([], frame)) == _exactly(ms)
 
 
-def test_a_writer_that_appended_a_megabyte_leaves_a_cache_a_cold_load_folds_nothing_beside(
+def test_a_writer_that_created_the_session_leaves_a_cache_a_cold_load_folds_nothing_beside(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The writer never loaded the transcript: its close folds it (checked by the prefix
-    it wrote) and keeps it. The next process reads the cache a frame at a time."""
+    """The writer never loaded the transcript: it folded it as it appended (it created
+    the session) and its close keeps it. The next process reads the cache a frame at a
+    time."""
     _write(root, 700)  # ~1.3 MB of log
     assert _cache(root).is_file()
     assert os.lstat(_cache(root)).st_mode & 0o777 == 0o600
@@ -137,8 +138,51 @@ def test_a_writer_that_appended_a_megabyte_leaves_a_cache_a_cold_load_folds_noth
 
 
 def test_a_small_writer_leaves_no_transcript_cache(root: Path) -> None:
-    _write(root, 50)
+    _write(root, 20)  # under 64 KiB of log: folding it costs what reading a cache does
     assert not _cache(root).exists()
+
+
+def test_a_writer_of_a_session_it_did_not_create_keeps_no_transcript_it_never_loaded(
+    root: Path,
+) -> None:
+    """Only a session's creator folds its transcript as it appends: another writer (which
+    never loaded it) holds no transcript, and its close leaves the cache as it was."""
+    _write(root, 700)
+    before = os.lstat(_cache(root))
+    with SessionStore(root) as s:
+        for _ in range(200):
+            s.append_transcript_messages(SID, _TURN)
+        assert "transcript" not in s._sessions[SID].folds
+    after = os.lstat(_cache(root))
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    with SessionStore(root) as s:  # the tail after the cache is folded from the log
+        assert s.load_transcript_messages(SID) == _truth(root)
+
+
+def test_past_its_budget_a_store_lets_go_of_the_transcripts_it_created(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An importer creating many sessions: the transcripts it folds as it appends are
+    bounded by KEPT_FROM_CREATION bytes of log a store; past it, a session's is let go
+    (no cache for it on close; its next reader folds the log)."""
+    from eventstore import store as store_module
+
+    monkeypatch.setattr(store_module, "KEPT_FROM_CREATION", 400_000)
+    with SessionStore(root) as s:
+        for sid in ("a", "b", "c"):
+            for _ in range(150):  # ~270 kB of log each
+                s.append_transcript_messages(sid, _TURN)
+        kept = {sid: "transcript" in s._sessions[sid].folds for sid in ("a", "b", "c")}
+        assert kept["a"] and not kept["c"]
+        assert s._kept_bytes <= 400_000 + 2 * 2000
+    for sid in ("a", "b", "c"):
+        cache = log_path(root, sid).parent / _cache_file_name("transcript")
+        assert cache.exists() == kept[sid]
+        with SessionStore(root) as s:
+            s._cached = {}
+            truth = s.load_transcript_messages(sid)
+        with SessionStore(root) as s:
+            assert s.load_transcript_messages(sid) == truth
 
 
 def test_a_load_never_writes_the_transcript_cache_close_does(root: Path) -> None:
@@ -148,6 +192,30 @@ def test_a_load_never_writes_the_transcript_cache_close_does(root: Path) -> None
         s.load_transcript_messages(SID)  # folded 1.3 MB of log: a bootstrap fold would save
         assert not _cache(root).exists()
     assert _cache(root).is_file()
+
+
+def test_a_cache_is_written_without_fsync(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache checks itself (a power loss costs a rebuild): saving one flushes nothing."""
+    flushed: list[str] = []
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+    def fsync(fd: int) -> None:
+        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def fdatasync(fd: int) -> None:
+        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fdatasync(fd)
+
+    s = SessionStore(root)
+    for _ in range(100):
+        s.append_transcript_messages(SID, _TURN)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    s.close()
+    monkeypatch.undo()
+    assert _cache(root).is_file()
+    assert not [p for p in flushed if "fold-" in p or "/sessions/" in p], flushed
 
 
 def test_a_rewrite_waits_until_the_log_has_grown_by_an_eighth(root: Path) -> None:

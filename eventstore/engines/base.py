@@ -510,10 +510,11 @@ class Engine(ABC):
         with reader:
             return head, reader.read(reader.size)
 
-    def store_cache(self, session_id: str, name: str, head: Head, data: bytes) -> None:
-        """Keep `data` (a folded state at `head`) under `name` for the session, replacing
-        what was kept, atomically; nothing when the session has no log. Removed with the
-        session. The default keeps nothing."""
+    def store_cache(self, session_id: str, name: str, head: Head, data: list[bytes]) -> None:
+        """Keep the bytes of `data` (a folded state at `head`, in pieces: a long state is
+        never joined into one copy) under `name` for the session, replacing what was
+        kept, atomically; nothing when the session has no log. Removed with the session.
+        The default keeps nothing."""
         return None  # noqa: PLR1711 - an optional method: engines without a cache keep nothing
 
     def __enter__(self) -> Engine:

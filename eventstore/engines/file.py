@@ -1266,7 +1266,7 @@ class FileEngine(Engine):
             return None
         return pos, nl + 1, st.st_size - nl - 1
 
-    def store_cache(self, session_id: str, name: str, head: Head, data: bytes) -> None:
+    def store_cache(self, session_id: str, name: str, head: Head, data: list[bytes]) -> None:
         """Write the cache file atomically (0600), with where in the log `head` is."""
         pos = head.position
         if not isinstance(pos, FilePosition):
@@ -1280,7 +1280,9 @@ class FileEngine(Engine):
         )
         try:
             write_atomically(
-                paths.dir / _cache_file_name(name), msgspec.json.encode(c) + b"\n" + data
+                paths.dir / _cache_file_name(name),
+                [msgspec.json.encode(c) + b"\n", *data],
+                durable=False,  # a cache checks itself: a power loss costs a rebuild
             )
         except (FileNotFoundError, NotADirectoryError):
             pass  # the session was removed meanwhile
