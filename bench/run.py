@@ -102,9 +102,9 @@ def main_table(
 ) -> str:
     """The one table of medians, with ratios to eventstore at the same durability."""
     head = (
-        "| turns | backend | write ops/s | cold bootstrap load ms | warm load after 10 ms"
-        " | cold transcript load ms | on disk MB | peak RSS MB |\n"
-        "|---:|---|---:|---:|---:|---:|---:|---:|"
+        "| turns | backend | write ops/s | close ms | cold bootstrap load ms"
+        " | warm load after 10 ms | cold transcript load ms | on disk MB | peak RSS MB |\n"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
     )
     lines = [head]
     for size in sizes:
@@ -113,7 +113,7 @@ def main_table(
             if res is None:
                 continue
             if isinstance(res, str):
-                lines.append(f"| {size:,} | {name} | {res} | | | | | |")
+                lines.append(f"| {size:,} | {name} | {res} | | | | | | |")
                 continue
             ref_name = "eventstore-" + BACKENDS[name].durability
             ref = results.get((ref_name, size))
@@ -132,12 +132,13 @@ def main_table(
     return "\n".join(lines)
 
 
-_FMTS = [_fmt_rate, _fmt_ms, _fmt_ms, _fmt_ms, _fmt_mb, _fmt_mb]
+_FMTS = [_fmt_rate, _fmt_ms, _fmt_ms, _fmt_ms, _fmt_ms, _fmt_mb, _fmt_mb]
 
 
 def _cells(rows: list[dict[str, Any]]) -> list[float]:
     return [
         _med(rows, "write_ops_s"),
+        _med(rows, "close_s"),
         _med(rows, "cold_bootstrap_s"),
         _med(rows, "warm", "10"),
         _med(rows, "cold_transcript_s"),
