@@ -105,6 +105,28 @@ def store(root: Path) -> Iterator[SessionStore]:
         yield s
 
 
+class LoadSpy:
+    """Counts the decoders a store builds and the log bytes its loads read and fold."""
+
+    def __init__(self, store: SessionStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.decoders = 0
+        self.folded = 0
+        real_decoder = store.codec.decoder
+        real_read = store.engine.read_some
+
+        def decoder(needed: Any = None) -> Any:
+            self.decoders += 1
+            return real_decoder(needed)
+
+        def read_some(sid: str, position: Any, limit: int) -> Any:
+            res, more = real_read(sid, position, limit)
+            self.folded += len(res.data)
+            return res, more
+
+        monkeypatch.setattr(store.codec, "decoder", decoder)
+        monkeypatch.setattr(store.engine, "read_some", read_some)
+
+
 def check_whole(root: Path, session_id: str) -> None:
     """A reader folds the session's log from its start, checking every line, and keeps
     on close the checked prefix it built (writers keep none: eventstore.checked_prefix)."""

@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import log_path, wait_child
+from conftest import in_forked_child, log_path, wait_child
 
 from eventstore import CorruptLogError, EventStoreError, Message, Role, SessionStore, StorageError
 from eventstore.engines import file_journal
@@ -114,16 +114,8 @@ def _verify_ok(root: Path, sid: str = SID) -> bool:
 
 
 def _in_child(work: Callable[[], object], seconds: float = 30) -> int | None:
-    """Run `work` in a forked child that exits without closing anything (a crash)."""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            work()
-            code = 0
-        finally:
-            os._exit(code)
-    return wait_child(pid, seconds)
+    """`work` in a forked child that exits without closing anything (a crash)."""
+    return in_forked_child(work, seconds)
 
 
 def _killed_writer(root: Path, toks: list[str], size: int = 1500) -> None:

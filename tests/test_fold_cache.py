@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import log_path, make_checkpoint, make_entry, make_features, make_manifest
+from conftest import LoadSpy, log_path, make_checkpoint, make_entry, make_features, make_manifest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -58,28 +58,6 @@ def _truth(root: Path, sid: str) -> BootstrapState:
             os.rename(saved, cache)
 
 
-class _Spy:
-    """Counts decoder builds and the log bytes a load folds."""
-
-    def __init__(self, store: SessionStore, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.decoders = 0
-        self.folded = 0
-        real_decoder = store.codec.decoder
-        real_read = store.engine.read_some
-
-        def decoder(needed: Any = None) -> Any:
-            self.decoders += 1
-            return real_decoder(needed)
-
-        def read_some(sid: str, position: Any, limit: int) -> Any:
-            res, more = real_read(sid, position, limit)
-            self.folded += len(res.data)
-            return res, more
-
-        monkeypatch.setattr(store.codec, "decoder", decoder)
-        monkeypatch.setattr(store.engine, "read_some", read_some)
-
-
 @pytest.fixture
 def filled(root: Path) -> BootstrapState:
     with SessionStore(root) as s:
@@ -94,7 +72,7 @@ def test_close_writes_a_private_cache_and_a_cold_load_folds_nothing(
 ) -> None:
     assert stat.S_IMODE(os.lstat(_cache(root, "s")).st_mode) == 0o600
     with SessionStore(root) as s:
-        spy = _Spy(s, monkeypatch)
+        spy = LoadSpy(s, monkeypatch)
         assert s.load_bootstrap_state("s") == filled
         assert spy.decoders == 0 and spy.folded == 0  # no tail: no decoder, no fold
     assert filled == _truth(root, "s")
@@ -109,7 +87,7 @@ def test_a_cold_load_folds_only_the_tail(
         w.append_transcript_messages("s", [Message(role=Role.ASSISTANT, content="tail")])
         tail = len(w.engine.read("s", None).data) - _logged_at_cache(root)
     with SessionStore(root) as s:
-        spy = _Spy(s, monkeypatch)
+        spy = LoadSpy(s, monkeypatch)
         state = s.load_bootstrap_state("s")
         assert spy.folded == tail > 0
     assert state == _truth(root, "s")

@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import aware_datetimes, texts
+from strategies import rich_messages
 
 from eventstore import (
     ImageBlock,
@@ -35,43 +35,6 @@ from eventstore.transcript_format import describe_block, describe_message
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 LOGS = FIXTURES / "logs"
-
-# -- strategies ---------------------------------------------------------------------------
-
-json_values: st.SearchStrategy[Any] = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | texts,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
-    max_leaves=8,
-)
-json_objects = st.dictionaries(texts, json_values, max_size=4)
-
-text_blocks = st.builds(TextBlock, text=texts)
-image_blocks = st.builds(ImageBlock, source=texts, media_type=st.none() | texts)
-blocks = st.one_of(
-    text_blocks,
-    st.builds(ThinkingBlock, thinking=texts, signature=st.none() | texts),
-    image_blocks,
-    st.builds(ToolUseBlock, id=texts, name=texts, input=json_objects),
-    st.builds(
-        ToolResultBlock,
-        tool_use_id=texts,
-        content=texts | st.lists(text_blocks | image_blocks, max_size=3),
-        is_error=st.booleans(),
-    ),
-)
-rich_messages = st.builds(
-    Message,
-    role=st.sampled_from(Role),
-    content=texts,
-    name=st.none() | texts,
-    blocks=st.lists(blocks, max_size=4),
-    created_at=st.none() | aware_datetimes,
-    metadata=json_objects,
-)
 
 
 def _call() -> Message:

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import pytest
-from conftest import log_path
+from conftest import LoadSpy, log_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import rich_messages
@@ -58,31 +57,18 @@ def _exactly(messages: list[Message]) -> bytes:
     return msgspec.json.encode(messages)
 
 
-class _Spy:
-    """Counts decoder builds, log bytes folded, and the largest single read of a cache."""
+class _Spy(LoadSpy):
+    """`LoadSpy`, and the largest single read of a cache."""
 
     def __init__(self, store: SessionStore, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.decoders = 0
-        self.folded = 0
+        super().__init__(store, monkeypatch)
         self.largest_read = 0
-        real_decoder, real_read_some = store.codec.decoder, store.engine.read_some
         real_read = _FileCacheReader.read
-
-        def decoder(needed: Any = None) -> Any:
-            self.decoders += 1
-            return real_decoder(needed)
-
-        def read_some(sid: str, position: Any, limit: int) -> Any:
-            res, more = real_read_some(sid, position, limit)
-            self.folded += len(res.data)
-            return res, more
 
         def read(reader: _FileCacheReader, n: int) -> bytes:
             self.largest_read = max(self.largest_read, n)
             return real_read(reader, n)
 
-        monkeypatch.setattr(store.codec, "decoder", decoder)
-        monkeypatch.setattr(store.engine, "read_some", read_some)
         monkeypatch.setattr(_FileCacheReader, "read", read)
 
 
