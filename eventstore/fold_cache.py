@@ -56,7 +56,7 @@ FORMAT = 4
 """Bump when the layout of a cache changes: caches of another format are ignored.
 (1: the digest was a BLAKE2b; 2: no `known`; 3: the state unframed, a SHA-256.)"""
 
-_DIGEST_HEX = 8
+_CHECKSUM_HEX = 8
 _FRAME_LEN = struct.Struct(">I")
 _HEADER_MAX = 16 << 10  # a header is shorter (an id of 1,024 bytes, escaped, and ints)
 
@@ -82,8 +82,12 @@ def _hex(crc: int) -> bytes:
     return b"%08x" % crc
 
 
-def _digest(body: bytes) -> bytes:
-    return _hex(zlib.crc32(body))
+def _checksum(pieces: Iterable[bytes]) -> bytes:
+    """The CRC-32 line that closes a cache made of `pieces` (in order)."""
+    crc = 0
+    for piece in pieces:
+        crc = zlib.crc32(piece, crc)
+    return _hex(crc) + b"\n"
 
 
 def known_types(
@@ -135,10 +139,7 @@ def encode(session_id: str, projection: Any, state: Any, head: Head, known: str)
         size,
     )
     pieces = [_encoder.encode(header) + b"\n", *parts]
-    crc = 0
-    for piece in pieces:
-        crc = zlib.crc32(piece, crc)
-    pieces.append(_hex(crc) + b"\n")
+    pieces.append(_checksum(pieces))
     return pieces
 
 
@@ -188,7 +189,7 @@ def _check(
     reader: CacheReader, session_id: str, projection: Any, head: Head, known: str
 ) -> str | tuple[Any]:
     size = reader.size
-    if size < _DIGEST_HEX + 2:
+    if size < _CHECKSUM_HEX + 2:
         return "too short"
     first = reader.read(min(size, _HEADER_MAX))
     nl = first.find(b"\n")
@@ -211,9 +212,9 @@ def _check(
     framed = is_framed(projection)
     if header.frames < 0 or (not framed and header.frames != 1):
         return f"{header.frames} frames"
-    if header.size != size - nl - 1 - _DIGEST_HEX - 1 or header.size < 4 * header.frames:
+    if header.size != size - nl - 1 - _CHECKSUM_HEX - 1 or header.size < 4 * header.frames:
         # (a file made of a genuine header and more, or other, frames than it wrote)
-        return f"{size} bytes, where the header makes it {nl + 1 + header.size + _DIGEST_HEX + 1}"
+        return f"{size} bytes, where the header makes it {nl + 1 + header.size + _CHECKSUM_HEX + 1}"
     crc = zlib.crc32(first[: nl + 1])
     stream = _Stream(reader, first[nl + 1 :], header.size)
     state = projection.initial() if framed else None
@@ -237,8 +238,8 @@ def _check(
             return f"the state does not decode: {exc!r}"
     if stream.left != 0:
         return "bytes after the last frame"
-    stream.left = _DIGEST_HEX + 1
-    if stream.take(_DIGEST_HEX + 1) != _hex(crc) + b"\n":
+    stream.left = _CHECKSUM_HEX + 1
+    if stream.take(_CHECKSUM_HEX + 1) != _hex(crc) + b"\n":
         return "the checksum does not match"
     return (state,)
 

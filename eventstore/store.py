@@ -152,11 +152,11 @@ class _Session:
     cache only; see eventstore.checked_prefix)."""
 
     __slots__ = (
-        "kept_from_creation",
         "auto_floor",
         "checked_snapshots",
         "folds",
         "head",
+        "kept_from_creation",
         "lock",
         "prefix",
         "session_id",
@@ -248,12 +248,11 @@ class SessionStore:
     log): a cold load folds only what was appended after it. It is written on `close`
     (a store that creates a session folds its transcript as it appends, within
     `KEPT_FROM_CREATION`), after a long fold and by compaction, and used only when it
-    checks against the log; a
-    state kept in frames (the transcript's, about as large as the log) is written on
-    `close` and by compaction only, once the log has grown by an eighth. A cold load of the
-    built-in projections, and of any with a true `pause_gc` attribute (whose folds make
-    no cyclic garbage), runs with the cyclic garbage collector paused
-    (`eventstore.gc_pause`).
+    checks against the log; a state kept in frames (the transcript's, about as large as
+    the log) is written on `close` and by compaction only, once the log has grown by an
+    eighth. A cold load of the built-in projections, and of any with a true `pause_gc`
+    attribute (whose folds make no cyclic garbage), runs with the cyclic garbage
+    collector paused (`eventstore.gc_pause`).
     """
 
     def __init__(

@@ -217,12 +217,12 @@ def _rewrite(root: Path, change: dict[str, Any]) -> None:
     what the header says can reject it."""
     cache = _cache(root, "s")
     engine_head, rest = cache.read_bytes().split(b"\n", 1)
-    body = rest[: -fold_cache._DIGEST_HEX - 1]
+    body = rest[: -fold_cache._CHECKSUM_HEX - 1]
     header, state = body.split(b"\n", 1)
     fields = msgspec.json.decode(header)
     fields.update(change)
     body = msgspec.json.encode(fields) + b"\n" + state
-    cache.write_bytes(engine_head + b"\n" + body + fold_cache._digest(body) + b"\n")
+    cache.write_bytes(engine_head + b"\n" + body + fold_cache._checksum([body]))
 
 
 @pytest.mark.parametrize(
@@ -249,7 +249,7 @@ def test_a_state_that_does_not_decode_is_ignored(root: Path, filled: BootstrapSt
     engine_head, rest = cache.read_bytes().split(b"\n", 1)
     header = rest.split(b"\n", 1)[0]
     body = header + b"\n" + b'{"feature_list":"not a list"}' + b"\n"
-    cache.write_bytes(engine_head + b"\n" + body + fold_cache._digest(body) + b"\n")
+    cache.write_bytes(engine_head + b"\n" + body + fold_cache._checksum([body]))
     _assert_ignored_and_rebuilt(root, filled)
 
 

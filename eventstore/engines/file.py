@@ -18,7 +18,7 @@ Under `durability="fsync"` an append is made durable through `log.journal`, a mi
 the log's last appends that is flushed instead of the growing log, and copied back after
 a power loss before the session is read (`eventstore.engines.file_journal`).
 
-`fold-<projection>.cache` beside the log is the face's fold cache (`load_cache`,
+`fold-<projection>.cache` beside the log is the face's fold cache (`open_cache`,
 `store_cache`; format in `eventstore.fold_cache`): the engine adds where in the log it
 was folded to and gives it back only while that point is still in the live log.
 
@@ -179,7 +179,6 @@ class _Session:
     """
 
     __slots__ = (
-        "log_link",
         "epoch",
         "gen",
         "head",
@@ -188,6 +187,7 @@ class _Session:
         "lock",
         "lock_fd",
         "log_fd",
+        "log_link",
         "paths",
     )
 
@@ -221,9 +221,9 @@ class _Session:
     def drop_fds(self) -> None:
         """Close every cached descriptor (caller holds `lock`, or is a forked child)."""
         self.drop_log_fd()
-        for name in ("lock_fd", "journal_fd"):
-            fd = getattr(self, name)
-            setattr(self, name, -1)
+        fds = (self.lock_fd, self.journal_fd)
+        self.lock_fd = self.journal_fd = -1
+        for fd in fds:
             if fd >= 0:
                 _close_quietly(fd)
 
@@ -456,16 +456,21 @@ class FileEngine(Engine):
         passes False."""
         if retire:
             self._retire_journal(sess)
-        fd = sess.lock_fd
-        gen = (int.from_bytes(os.pread(fd, _GEN_BYTES, 0), "big") + 1) % (1 << 64)
-        data = gen.to_bytes(_GEN_BYTES, "big")
+        gen = (int.from_bytes(os.pread(sess.lock_fd, _GEN_BYTES, 0), "big") + 1) % (1 << 64)
         # the journal's hints, where there are any, go with the log being replaced: no
         # epoch mirrors the next one (a lock file without hints stays 8 bytes)
-        head = data + file_journal.pack_hints(0, 0) if len(sess.head) > _GEN_BYTES else data
-        if os.pwrite(fd, head, 0) != len(head):
-            raise OSError(f"{sess.paths.lock}: short write of the generation")
-        sess.gen, sess.head = data, head
+        hints = (0, 0) if len(sess.head) > _GEN_BYTES else None
+        self._write_lock_head(sess, gen.to_bytes(_GEN_BYTES, "big"), hints)
         sess.drop_log_fd()
+
+    @staticmethod
+    def _write_lock_head(sess: _Session, gen: bytes, hints: tuple[int, int] | None) -> None:
+        """Write the lock file's first bytes (writers' lock held): the generation and,
+        unless None, the journal's hints (epoch, mirrored end). Raises OSError."""
+        head = gen + file_journal.pack_hints(*hints) if hints is not None else gen
+        if os.pwrite(sess.lock_fd, head, 0) != len(head):
+            raise OSError(f"{sess.paths.lock}: short write of its generation and hints")
+        sess.gen, sess.head = gen, head
 
     def _retire_journal(self, sess: _Session) -> None:
         """End the journal's epoch before the log is replaced (writers' lock held): the
@@ -477,10 +482,7 @@ class FileEngine(Engine):
         if len(sess.head) > _GEN_BYTES:
             # first no writer may go on mirroring (the hints name the epoch): if this
             # fails, the epoch stays whole, and so does everything it mirrors
-            cleared = file_journal.pack_hints(0, 0)
-            if os.pwrite(sess.lock_fd, cleared, file_journal.HINTS_AT) != len(cleared):
-                raise OSError("short write of the lock file's hints")
-            sess.head = sess.head[: file_journal.HINTS_AT] + cleared
+            self._write_lock_head(sess, sess.gen, (0, 0))
         if sess.journal_fd < 0 and not os.path.lexists(paths.journal):
             return
         fd = sess.journal_fd if sess.journal_fd >= 0 else file_journal.open_journal(paths.journal)
@@ -966,6 +968,7 @@ class FileEngine(Engine):
         ep = sess.epoch
         if ep is None or ep.number != number:
             ep = sess.epoch = self._epoch_named(sess, number, ident)
+        voided = True  # nothing of the batch is in the mirror, or zeros are over it
         if ep is not None and mirrored == start and file_journal.fits(ep, start, len(data)):
             try:
                 file_journal.mirror(sess.journal_fd, ep, data, start)
@@ -976,20 +979,16 @@ class FileEngine(Engine):
                 sess.epoch = None
                 try:
                     file_journal.mirror(sess.journal_fd, ep, bytes(len(data)), start)
-                    voided = True
                 except OSError:
                     voided = False
-                try:
-                    datasync(fd)
-                except OSError as exc:
-                    exc.mirror_kept = not voided  # type: ignore[attr-defined]  # (for _write)
-                    raise
-                self._start_epoch_after(sess, start + len(data), batch, ident)
-                return
             else:
                 self._set_hints(sess, ep.number, start + len(data))
                 return
-        datasync(fd)
+        try:
+            datasync(fd)
+        except OSError as exc:
+            exc.mirror_kept = not voided  # type: ignore[attr-defined]  # (for _write)
+            raise
         self._start_epoch_after(sess, start + len(data), batch, ident)
 
     def _start_epoch_after(
@@ -1039,14 +1038,10 @@ class FileEngine(Engine):
     def _set_hints(self, sess: _Session, number: int, end: int) -> None:
         """Write the lock file's hints (never flushed: a lost hint costs a new epoch)."""
         gen = sess.gen if len(sess.gen) == _GEN_BYTES else bytes(_GEN_BYTES)
-        head = gen + file_journal.pack_hints(number, end)
         try:
-            if os.pwrite(sess.lock_fd, head, 0) != len(head):
-                raise OSError("short write of the lock file's hints")
+            self._write_lock_head(sess, gen, (number, end))
         except OSError:
             sess.epoch = None
-            return
-        sess.gen, sess.head = gen, head
 
     def install_snapshot(
         self, session_id: str, line: bytes, covers: Head, *, keep_history: bool
