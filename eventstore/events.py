@@ -268,11 +268,19 @@ def validated_copy(value: object, cls: type[_T], what: str) -> _T:
     return copy
 
 
+# The empty `blocks` and `metadata` of every plain message's private copy: shared, and
+# never changed. Stored states are handed out only as copies (`copy_message` gives each
+# its own empty ones), so a copy costs one object, and a transcript kept in memory holds
+# nothing the cyclic collector walks (an empty list is tracked, a Message is not).
+_NO_BLOCKS: list[Any] = []
+_NO_METADATA: dict[str, Any] = {}
+
+
 def _plain_copies(ev: Event) -> list[Message] | None:
     """Private copies of the event's messages when every one is plain text (a `Role`,
     exact `str` content and name, an empty list and dict, nothing else), else None.
     Such a message reads back equal whenever it encodes (a lone surrogate does not), so
-    it needs no round trip: a copy with empty containers of its own is the private
+    it needs no round trip: a copy holding the shared empty containers is the private
     copy. The fast case of `encode_batch(check=True)`; the round trip judges every
     other message."""
     copies = []
@@ -289,7 +297,7 @@ def _plain_copies(ev: Event) -> list[Message] | None:
             or m.metadata
         ):
             return None
-        copies.append(_replace(m, blocks=[], metadata={}))
+        copies.append(_replace(m, blocks=_NO_BLOCKS, metadata=_NO_METADATA))
     return copies
 
 

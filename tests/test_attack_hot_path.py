@@ -37,6 +37,7 @@ from eventstore import (
     TextBlock,
     ToolUseBlock,
 )
+from eventstore import events as events_module
 from eventstore import log as log_module
 from eventstore.aio import AsyncSessionStore
 from eventstore.errors import CorruptLogError
@@ -411,8 +412,6 @@ def test_a_valid_message_changed_between_its_encode_and_its_check_is_not_refused
     (valid) message right after the hot path encoded it, before the round trip is
     compared. The message was valid at every instant: the append must store one
     picture of it (as the keyed path would), not refuse it with NotAsStoredError."""
-    from eventstore import events as events_module
-
     msg = Message(Role.ASSISTANT, "rich", blocks=[TextBlock("a")], metadata={"n": 1})
     real = events_module._decode
     changed = [False]
@@ -620,3 +619,31 @@ def test_the_memory_engine_and_the_async_store_agree_after_compaction(tmp_path: 
         assert cold.load_transcript_messages(SID) == msgs
         assert cold.load_bootstrap_state(SID) == boot
     assert report.ok and msgs[-2:] == [Message(Role.USER, "after"), Message(Role.USER, "async")]
+
+
+def test_changing_loaded_plain_messages_changes_no_other_message(root: Path) -> None:
+    """The private copies of plain messages share one empty `blocks` list and one empty
+    `metadata` dict (`events._NO_BLOCKS`): a caller changing the messages a load gives it,
+    by every way of loading, changes neither the store's state, nor the next load, nor
+    the cache a cold load reads, nor the shared containers."""
+    with SessionStore(root) as s:  # the creator: it keeps the transcript as it appends
+        for i in range(3):
+            s.append_transcript_messages(
+                SID, [Message(Role.USER, f"p{i}"), Message(Role.ASSISTANT, f"a{i}")]
+            )
+        for page in (
+            s.load_transcript_messages(SID),
+            s.load_transcript_messages(SID, last=2),
+            s.load_transcript_messages(SID, start=1, limit=2),
+        ):
+            for m in page:
+                m.blocks.append(TextBlock("meddled"))
+                m.metadata["meddled"] = True
+        assert events_module._NO_BLOCKS == [] and events_module._NO_METADATA == {}
+        again = s.load_transcript_messages(SID)
+        assert all(not m.blocks and not m.metadata for m in again)
+        assert [m.content for m in again] == ["p0", "a0", "p1", "a1", "p2", "a2"]
+    with SessionStore(root) as cold:
+        read = cold.load_transcript_messages(SID)
+    assert read == again
+    assert b"meddled" not in log_path(root, SID).read_bytes()
