@@ -28,6 +28,7 @@ from eventstore import (  # noqa: E402
     InitPlan,
     InitShell,
     InitShellScript,
+    Message,
     ProgressEntry,
     RunCheckpoint,
     RunStatus,
@@ -125,6 +126,16 @@ class LoadSpy:
 
         monkeypatch.setattr(store.codec, "decoder", decoder)
         monkeypatch.setattr(store.engine, "read_some", read_some)
+
+
+def every_transcript_load(store: SessionStore, session_id: str) -> list[list[Message]]:
+    """The session's transcript by every way of loading it: whole, its newest two
+    messages, and a page of two from the second."""
+    return [
+        store.load_transcript_messages(session_id),
+        store.load_transcript_messages(session_id, last=2),
+        store.load_transcript_messages(session_id, start=1, limit=2),
+    ]
 
 
 def check_whole(root: Path, session_id: str) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import log_path, make_entry, make_features, make_manifest
+from conftest import every_transcript_load, log_path, make_entry, make_features, make_manifest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import aware_datetimes, texts
@@ -631,11 +631,7 @@ def test_changing_loaded_plain_messages_changes_no_other_message(root: Path) -> 
             s.append_transcript_messages(
                 SID, [Message(Role.USER, f"p{i}"), Message(Role.ASSISTANT, f"a{i}")]
             )
-        for page in (
-            s.load_transcript_messages(SID),
-            s.load_transcript_messages(SID, last=2),
-            s.load_transcript_messages(SID, start=1, limit=2),
-        ):
+        for page in every_transcript_load(s, SID):
             for m in page:
                 m.blocks.append(TextBlock("meddled"))
                 m.metadata["meddled"] = True

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import every_transcript_load
 
 from eventstore import (
     FeatureRecord,
@@ -407,11 +408,7 @@ def test_threads_changing_what_they_loaded_never_change_the_store_or_each_other(
                 st.feature_list[0].passes = True
                 st.feature_list.reverse()
                 st.recent_progress.clear()
-                for page in (
-                    store.load_transcript_messages(sid),
-                    store.load_transcript_messages(sid, last=3),
-                    store.load_transcript_messages(sid, start=0, limit=3),
-                ):
+                for page in every_transcript_load(store, sid):
                     for m in page:
                         m.blocks.append(TextBlock("x"))
                         m.tool_calls[0].input["argv"].append("-l")
