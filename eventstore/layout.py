@@ -149,6 +149,13 @@ def write_all(fd: int, data: bytes, *, fsync: bool = False) -> None:
         os.fsync(fd)
 
 
+def pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of `data` at `offset` (os.pwrite may write less than asked)."""
+    done = os.pwrite(fd, data, offset)  # one call: the usual case
+    while done < len(data):
+        done += os.pwrite(fd, memoryview(data)[done:], offset + done)
+
+
 def pread_all(fd: int, n: int, offset: int) -> bytes:
     """`n` bytes of `fd` from `offset` (os.pread may return fewer); fewer only at the end."""
     if n <= 0:

@@ -129,6 +129,18 @@ def _killed_writer(root: Path, toks: list[str], size: int = 1500) -> None:
     assert _in_child(work) == 0
 
 
+def _crash(
+    root: Path, toks: list[str], size: int = 1500
+) -> tuple[file_journal.Epoch, dict[str, bytes], bytes]:
+    """`_killed_writer`, then the epoch it left (there must be one), its files as it left
+    them (for `_restore`) and the log's bytes among them."""
+    _killed_writer(root, toks, size)
+    ep = _epoch(root)
+    assert ep is not None
+    saved = _save(root)
+    return ep, saved, saved["log.jsonl"]
+
+
 def _fd_name(fd: int) -> str:
     try:
         return os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
@@ -311,11 +323,7 @@ def test_a_log_cut_at_any_byte_keeps_every_acknowledged_append(root: Path) -> No
     crash state: flushed bytes) below the epoch's start. In the epoch: every append
     comes back, byte for byte; below it: the load works, reports the prefix, and
     nothing is copied back."""
-    _killed_writer(root, [f"m{i}" for i in range(40)], size=700)
-    ep = _epoch(root)
-    assert ep is not None
-    saved = _save(root)
-    whole = saved["log.jsonl"]
+    ep, saved, whole = _crash(root, [f"m{i}" for i in range(40)], size=700)
     last = whole.rfind(b"\n", 0, len(whole) - 1)
     tail = whole.rfind(b"\n", 0, whole.rfind(b"\n", 0, last))
     cuts = {*range(last, len(whole)), *range(tail, last, 7), *range(ep.start, len(whole), 97)}
@@ -340,11 +348,7 @@ def test_zero_runs_anywhere_in_the_epoch_are_filled_back(root: Path) -> None:
     """Promise 1. Attack: 120 random crash states of one epoch: one to three zero runs
     (a later write kept, an earlier one lost), with or without the log cut after them,
     and zeros past the end (a size kept, its data lost)."""
-    _killed_writer(root, [f"m{i}" for i in range(50)], size=900)
-    ep = _epoch(root)
-    assert ep is not None
-    saved = _save(root)
-    whole = saved["log.jsonl"]
+    ep, saved, whole = _crash(root, [f"m{i}" for i in range(50)], size=900)
     log = log_path(root, SID)
     rng = random.Random(7)
     for trial in range(120):
@@ -371,11 +375,7 @@ def test_the_inflight_append_torn_in_the_mirror_and_lost_hints_lose_nothing(
     (never flushed) come back as they were, zeroed, an older end, or garbage. Every
     acknowledged append is there; the in-flight one whole or not at all; and the next
     process's appends, after a second power loss, are all there too."""
-    _killed_writer(root, [f"m{i}" for i in range(12)], size=2000)
-    ep = _epoch(root)
-    assert ep is not None
-    saved = _save(root)
-    whole = saved["log.jsonl"]
+    ep, saved, whole = _crash(root, [f"m{i}" for i in range(12)], size=2000)
     acked_end = _line_end(whole, "m10")  # m11 is "in flight"
     inflight = len(whole) - acked_end
     rng = random.Random(3)
@@ -464,12 +464,8 @@ def test_recovery_killed_halfway_and_run_again_loses_nothing(root: Path) -> None
     """Promise 1. Attack: the process copying back is killed after writing half of
     what it copies (its other writes never happen), and again with that half then lost
     in a second power loss (the log cut back into it); the next process finishes."""
-    _killed_writer(root, [f"m{i}" for i in range(30)], size=1200)
-    ep = _epoch(root)
-    assert ep is not None
-    saved = _save(root)
+    ep, saved, whole = _crash(root, [f"m{i}" for i in range(30)], size=1200)
     log = log_path(root, SID)
-    whole = saved["log.jsonl"]
     for second_loss in (False, True):
         _restore(root, saved)
         os.truncate(log, ep.start + 10)
@@ -637,11 +633,7 @@ def test_a_compaction_then_a_power_loss_never_brings_back_what_it_replaced(root:
     _killed_writer(root, [f"m{i}" for i in range(30)], size=3000)
     with SessionStore(root, durability="fsync") as s:
         s.compact(SID, force=True)
-    _killed_writer(root, ["n0", "n1", "n2"], size=200)
-    ep = _epoch(root)
-    assert ep is not None
-    saved = _save(root)
-    whole = saved["log.jsonl"]
+    ep, saved, whole = _crash(root, ["n0", "n1", "n2"], size=200)
     want = [f"m{i}" for i in range(30)] + ["n0", "n1", "n2"]
     for keep in range(ep.start, len(whole) + 1, 50):
         _restore(root, saved)
@@ -680,11 +672,8 @@ def test_a_delete_and_recreate_never_brings_back_the_old_session(root: Path) -> 
     _killed_writer(root, [f"old{i}" for i in range(20)], size=500)
     with SessionStore(root, durability="fsync") as s:
         assert s.delete_session(SID)
-    _killed_writer(root, ["new0", "new1", "new2", "new3"], size=500)
-    ep = _epoch(root)
-    assert ep is not None
-    saved = _save(root)
-    for keep in range(ep.start, len(saved["log.jsonl"]) + 1, 40):
+    ep, saved, whole = _crash(root, ["new0", "new1", "new2", "new3"], size=500)
+    for keep in range(ep.start, len(whole) + 1, 40):
         _restore(root, saved)
         os.truncate(log_path(root, SID), keep)
         assert _tokens(root) == ["new0", "new1", "new2", "new3"], keep
@@ -697,11 +686,7 @@ def test_an_edited_line_is_never_overwritten_even_with_crash_damage_around_it(
     zero run before it and the log cut after it: the edited line stays as it is, loads
     report the corruption; and a line whose edit is a zero run inside it plus other
     bytes changed is not taken for crash damage either."""
-    _killed_writer(root, [f"m{i}" for i in range(20)], size=800)
-    ep = _epoch(root)
-    assert ep is not None
-    saved = _save(root)
-    whole = saved["log.jsonl"]
+    ep, saved, whole = _crash(root, [f"m{i}" for i in range(20)], size=800)
     log = log_path(root, SID)
     a, b = _line_end(whole, "m14"), _line_end(whole, "m15")
     edits = []

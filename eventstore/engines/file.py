@@ -73,6 +73,7 @@ from ..layout import (
     list_session_ids,
     open_private,
     pread_all,
+    pwrite_all,
     validate_session_id,
     write_all,
     write_atomically,
@@ -359,9 +360,7 @@ class FileEngine(Engine):
                 _save_aside(
                     sess.paths.log, "torn", pread_all(fd, min(size, at + len(data)) - at, at)
                 )
-            done = os.pwrite(fd, data, at)
-            while done < len(data):
-                done += os.pwrite(fd, memoryview(data)[done:], at + done)
+            pwrite_all(fd, data, at)
             datasync(fd)
         finally:
             os.close(fd)

@@ -45,7 +45,7 @@ import msgspec
 
 from ..errors import StorageError
 from ..events import LineHead, hash_checks
-from ..layout import datasync, fsync_dir, open_private, pread_all, write_all
+from ..layout import datasync, fsync_dir, open_private, pread_all, pwrite_all, write_all
 
 __all__ = [
     "DATA_AT",
@@ -177,16 +177,19 @@ def create(path: Path) -> int:
 def start_epoch(fd: int, epoch: Epoch) -> None:
     """Write and flush the header of a new epoch (every byte before `epoch.start` is
     already durable in the log)."""
-    data = epoch.encode()
-    if os.pwrite(fd, data, 0) != len(data):
-        raise OSError("short write of the journal header")
-    datasync(fd)
+    _write_header(fd, epoch.encode())
 
 
 def retire(fd: int) -> None:
     """Clear and flush the header: the mirror holds nothing to copy back (called once
     the log it mirrors is durable, before that log is replaced)."""
-    if os.pwrite(fd, bytes(_HEADER.size + _CRC.size), 0) != _HEADER.size + _CRC.size:
+    _write_header(fd, bytes(_HEADER.size + _CRC.size))
+
+
+def _write_header(fd: int, data: bytes) -> None:
+    """Write the journal's header and flush it (a short write of so few bytes is the
+    disk's trouble: raised, not retried)."""
+    if os.pwrite(fd, data, 0) != len(data):
         raise OSError("short write of the journal header")
     datasync(fd)
 
@@ -198,10 +201,7 @@ def fits(epoch: Epoch, start: int, n: int) -> bool:
 
 def mirror(fd: int, epoch: Epoch, data: bytes, start: int) -> None:
     """Write `data`, appended to the log at `start`, into the mirror and flush it."""
-    at = DATA_AT + start - epoch.start
-    done = os.pwrite(fd, data, at)  # one call: the usual case
-    while done < len(data):
-        done += os.pwrite(fd, memoryview(data)[done:], at + done)
+    pwrite_all(fd, data, DATA_AT + start - epoch.start)
     datasync(fd)
 
 
