@@ -19,7 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from eventstore import AutoCompact, Message, Role, SessionStore
+from eventstore import (
+    AutoCompact,
+    Message,
+    Role,
+    SessionStore,
+)
 
 SID = "s"
 

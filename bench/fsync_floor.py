@@ -59,7 +59,10 @@ def _overwrite(d: Path, n: int) -> Callable[[], None]:
 
 def _eventstore(d: Path, n: int) -> Callable[[], None]:
     from eventstore import SessionStore
-    from eventstore.records import Message, Role
+    from eventstore.records import (
+        Message,
+        Role,
+    )
 
     store = SessionStore(d / "store", durability="fsync")
     messages = [Message(role=Role.USER, content="x" * 1700)]

@@ -7,7 +7,7 @@ session's log bytes (already in memory, so only the CPU work is measured):
 
 - `decode`: the bare msgspec decode of every line with the bootstrap decoder (the
   ceiling: what a load would cost with no checks at all);
-- `read_lines`: the line reader of every load (`eventstore.log.read_lines`): the same
+- `read_lines`: the line reader of every load (`eventstore.format.reader.read_lines`): the same
   decode plus sequence, batch and hash-chain checks;
 - `hash only`: the hash-chain loop alone (one BLAKE2b per line);
 
@@ -27,8 +27,8 @@ from pathlib import Path
 
 from bench.workload import Workload, apply_op
 from eventstore import SessionStore
-from eventstore.layout import SessionPaths
-from eventstore.log import read_lines
+from eventstore.engines.file.layout import SessionPaths
+from eventstore.format.reader import read_lines
 from projections import BootstrapProjection
 
 SID = "bench-session"

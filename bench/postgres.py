@@ -54,7 +54,7 @@ def _with_schema(url: str, schema: str) -> str:
 def _drop_schema(url: str, schema: str) -> None:
     import psycopg
 
-    from eventstore.engines.postgres_url import split_url
+    from eventstore.engines.postgres.url import split_url
 
     with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
@@ -64,7 +64,10 @@ def _drop_schema(url: str, schema: str) -> None:
 
 
 def _eventstore_writer(url: str, sid: str, n: int, gate: Any, out: Any) -> None:
-    from eventstore import ProgressEntry, SessionStore
+    from eventstore import (
+        ProgressEntry,
+        SessionStore,
+    )
 
     store = SessionStore(url)
     store.append_progress_entry(sid, ProgressEntry(run_id="warm", summary="warm"))
@@ -124,7 +127,7 @@ def _rate(kind: str, url: str, writers: int, n: int) -> float:
     if kind == "eventsourcing":
         import psycopg
 
-        from eventstore.engines.postgres_url import split_url
+        from eventstore.engines.postgres.url import split_url
 
         with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
             conn.execute(f'CREATE SCHEMA "{schema}"')
@@ -168,7 +171,7 @@ def _cold_load_child(url: str, sid: str, out: Any) -> None:
     from eventstore import SessionStore
 
     if "://" in url:
-        import eventstore.engines.postgres  # noqa: F401
+        pass
     t1 = time.perf_counter()
     with SessionStore(url) as store:
         state = store.load_bootstrap_state(sid)
@@ -180,7 +183,10 @@ def _cold_load(url: str, events: int, repeat: int) -> dict[str, Any]:
     """Cold loads of the same session from PostgreSQL and from the file engine."""
     import tempfile
 
-    from eventstore import ProgressEntry, SessionStore
+    from eventstore import (
+        ProgressEntry,
+        SessionStore,
+    )
 
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     surl = _with_schema(url, schema)
@@ -214,13 +220,16 @@ def _cold_load(url: str, events: int, repeat: int) -> dict[str, Any]:
 
 
 def _progress_event(entry: Any) -> Any:
-    from eventstore.events import ProgressAppended
+    from eventstore.format.events import ProgressAppended
 
     return ProgressAppended(entry=entry)
 
 
 def _follow_latency(url: str, events: int) -> list[float]:
-    from eventstore import ProgressEntry, SessionStore
+    from eventstore import (
+        ProgressEntry,
+        SessionStore,
+    )
 
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     surl = _with_schema(url, schema)
@@ -267,7 +276,7 @@ def _follow_latency(url: str, events: int) -> list[float]:
 def _server_facts(url: str) -> dict[str, str]:
     import psycopg
 
-    from eventstore.engines.postgres_url import split_url
+    from eventstore.engines.postgres.url import split_url
 
     with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
         facts = {
@@ -301,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not url:
         ap.error("give --url (or set EVENTSTORE_BENCH_POSTGRES_URL)")
-    from eventstore.engines.postgres_url import redact_url
+    from eventstore.engines.postgres.url import redact_url
 
     facts = _server_facts(url)
     _log(f"server: {redact_url(url)} {facts}")

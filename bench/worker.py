@@ -69,7 +69,7 @@ def _cold_subprocess(backend: str, root: str, timeout: float) -> dict[str, Any]:
 
 
 def _log_path(root: str) -> Path:
-    from eventstore.layout import SessionPaths
+    from eventstore.engines.file.layout import SessionPaths
 
     return SessionPaths(Path(root), SID).log
 
@@ -79,7 +79,10 @@ def _bare_decode(log: Path, runs: int = 5) -> dict[str, float]:
     the decoder eventstore uses for the bootstrap projection (other types stubbed)."""
     import msgspec
 
-    from eventstore.events import BUILTIN_EVENT_TYPES, EventCodec
+    from eventstore.format.events import (
+        BUILTIN_EVENT_TYPES,
+        EventCodec,
+    )
     from projections import BootstrapProjection
 
     data = log.read_bytes()
@@ -221,7 +224,7 @@ def compact_mode(a: dict[str, Any]) -> dict[str, Any]:
         t = time.perf_counter()
         retention = None
         if a.get("retention"):
-            from eventstore.compaction import Retention
+            from eventstore.ops.compaction import Retention
 
             retention = Retention(**a["retention"])
         report = store.compact(SID, retention=retention)

@@ -41,16 +41,16 @@ _EXPORTS: dict[str, str] = {
     "UnknownProjectionError": ".errors",
     "UnknownSessionError": ".errors",
     "UnsafePathError": ".errors",
-    "ArchivePruned": ".events",
-    "CheckpointRecorded": ".events",
-    "Event": ".events",
-    "FeatureListReplaced": ".events",
-    "FeaturePassUpdated": ".events",
-    "ManifestSet": ".events",
-    "MessagesAppended": ".events",
-    "ProgressAppended": ".events",
-    "Snapshot": ".events",
-    "UnknownEvent": ".events",
+    "ArchivePruned": ".format.events",
+    "CheckpointRecorded": ".format.events",
+    "Event": ".format.events",
+    "FeatureListReplaced": ".format.events",
+    "FeaturePassUpdated": ".format.events",
+    "ManifestSet": ".format.events",
+    "MessagesAppended": ".format.events",
+    "ProgressAppended": ".format.events",
+    "Snapshot": ".format.events",
+    "UnknownEvent": ".format.events",
     "BootstrapState": ".records",
     "FeatureRecord": ".records",
     "InitCommand": ".records",
@@ -72,8 +72,8 @@ _EXPORTS: dict[str, str] = {
     "AppendResult": ".store",
     "AutoCompact": ".store",
     "SessionStore": ".store",
-    "CompactionReport": ".compaction",
-    "SkipReason": ".compaction",
+    "CompactionReport": ".ops.compaction",
+    "SkipReason": ".ops.compaction",
     "Projection": "projections",
     "Retention": "projections",
     "StructProjection": "projections",
@@ -88,10 +88,10 @@ _EXPORTS: dict[str, str] = {
     "RepairHold": ".engines.base",
     "Segment": ".engines.base",
     "open_engine": ".engines.base",
-    "VerifyReport": ".verify",
-    "Problem": ".log",
-    "RepairReport": ".repair",
-    "SessionStats": ".export",
+    "VerifyReport": ".ops.verify",
+    "Problem": ".format.reader",
+    "RepairReport": ".ops.repair",
+    "SessionStats": ".ops.export",
     "FORGET_BY_A2A": ".harness_sessions",
     "FORGET_BY_CLI": ".harness_sessions",
     "HARNESS_SESSION_FILE_NAME": ".harness_sessions",
@@ -192,17 +192,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from projections import (
-        Projection,
-        Retention,
-        StructProjection,
-    )
-
-    from .compaction import (
-        CompactionReport,
-        SkipReason,
-    )
-    from .engines.base import (
+    from eventstore.engines.base import (
         EncodedBatch,
         Engine,
         Head,
@@ -215,7 +205,7 @@ if TYPE_CHECKING:
         Segment,
         open_engine,
     )
-    from .errors import (
+    from eventstore.errors import (
         ConcurrencyError,
         CorruptLogError,
         EventStoreError,
@@ -234,7 +224,7 @@ if TYPE_CHECKING:
         UnknownSessionError,
         UnsafePathError,
     )
-    from .events import (
+    from eventstore.format.events import (
         CheckpointRecorded,
         Event,
         FeatureListReplaced,
@@ -245,10 +235,8 @@ if TYPE_CHECKING:
         Snapshot,
         UnknownEvent,
     )
-    from .export import (
-        SessionStats,
-    )
-    from .harness_sessions import (
+    from eventstore.format.reader import Problem
+    from eventstore.harness_sessions import (
         FORGET_BY_A2A,
         FORGET_BY_CLI,
         HARNESS_SESSION_FILE_NAME,
@@ -256,10 +244,14 @@ if TYPE_CHECKING:
         HarnessSessionMap,
         new_harness_session_id,
     )
-    from .log import (
-        Problem,
+    from eventstore.ops.compaction import (
+        CompactionReport,
+        SkipReason,
     )
-    from .records import (
+    from eventstore.ops.export import SessionStats
+    from eventstore.ops.repair import RepairReport
+    from eventstore.ops.verify import VerifyReport
+    from eventstore.records import (
         BootstrapState,
         FeatureRecord,
         InitCommand,
@@ -273,14 +265,13 @@ if TYPE_CHECKING:
         RunStatus,
         SessionManifest,
     )
-    from .repair import (
-        RepairReport,
-    )
-    from .store import (
+    from eventstore.store import (
         AppendResult,
         AutoCompact,
         SessionStore,
     )
-    from .verify import (
-        VerifyReport,
+    from projections import (
+        Projection,
+        Retention,
+        StructProjection,
     )

@@ -26,11 +26,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .compaction import CompactionReport, Retention
-from .engines.base import Durability
-from .errors import InvalidSessionIdError, StoreClosedError
-from .events import Event
-from .records import (
+from eventstore.engines.base import Durability
+from eventstore.errors import (
+    InvalidSessionIdError,
+    StoreClosedError,
+)
+from eventstore.format.events import Event
+from eventstore.ops.compaction import (
+    CompactionReport,
+    Retention,
+)
+from eventstore.records import (
     BootstrapState,
     FeatureRecord,
     Message,
@@ -38,13 +44,16 @@ from .records import (
     RunCheckpoint,
     SessionManifest,
 )
-from .store import AppendResult, AutoCompact, SessionStore
+from eventstore.store import (
+    AppendResult,
+    AutoCompact,
+    SessionStore,
+)
 
 if TYPE_CHECKING:
+    from eventstore.format.events import Upcaster
+    from eventstore.ops.audit import VerifyReport
     from projections import Projection
-
-    from .audit import VerifyReport
-    from .events import Upcaster
 
 __all__ = ["DEFAULT_MAX_WORKERS", "AsyncSessionStore"]
 

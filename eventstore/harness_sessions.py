@@ -35,12 +35,26 @@ from typing import Final, Literal
 
 import msgspec
 
-from projections import StructProjection, restore_state
-
-from .errors import InvalidRecordError, SnapshotVersionError, UnsafePathError
-from .events import Event, Snapshot
-from .layout import ensure_private_dir, fsync_dir, open_private, write_all
-from .store import SessionStore
+from eventstore.engines.file.layout import (
+    ensure_private_dir,
+    fsync_dir,
+    open_private,
+    write_all,
+)
+from eventstore.errors import (
+    InvalidRecordError,
+    SnapshotVersionError,
+    UnsafePathError,
+)
+from eventstore.format.events import (
+    Event,
+    Snapshot,
+)
+from eventstore.store import SessionStore
+from projections import (
+    StructProjection,
+    restore_state,
+)
 
 __all__ = [
     "FORGET_BY_A2A",

@@ -2,7 +2,7 @@
 
 Each session's projections are cached with the engine position they were folded to, so
 a repeated load folds only what was appended since, by this process or another. Every
-line a load folds is checked against the hash chain (`eventstore.log`). Writes go
+line a load folds is checked against the hash chain (`eventstore.format.reader`). Writes go
 through one path (`_write`): fold what the command must be validated against, build the
 events, encode them chained to the head that fold reached, and ask the engine to append
 them against that head; if another writer moved the head meanwhile, catch up and try
@@ -28,16 +28,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from projections import (
-    BootstrapProjection,
-    IdempotencyProjection,
-    Projection,
-    TranscriptProjection,
-    fold,
-)
-
-from . import checked_prefix, fold_cache
-from .engines.base import (
+from eventstore.core import checked_prefix, fold_cache
+from eventstore.core.frozen import maker
+from eventstore.core.gc_pause import paused_gc
+from eventstore.core.side_thread import start_side_thread
+from eventstore.engines.base import (
     EMPTY_HEAD,
     Durability,
     EncodedBatch,
@@ -47,7 +42,8 @@ from .engines.base import (
     ReadResult,
     open_engine,
 )
-from .errors import (
+from eventstore.engines.file.layout import validate_session_id
+from eventstore.errors import (
     ConcurrencyError,
     EventStoreError,
     FeatureNotFoundError,
@@ -58,7 +54,7 @@ from .errors import (
     StoreClosedError,
     UnknownProjectionError,
 )
-from .events import (
+from eventstore.format.events import (
     ArchivePruned,
     CheckpointRecorded,
     Event,
@@ -75,12 +71,9 @@ from .events import (
     event_tag,
     validated_copy,
 )
-from .frozen import maker
-from .gc_pause import paused_gc
-from .history import fold_events
-from .layout import validate_session_id
-from .log import read_lines
-from .records import (
+from eventstore.format.reader import read_lines
+from eventstore.ops.history import fold_events
+from eventstore.records import (
     BootstrapState,
     FeatureRecord,
     Message,
@@ -88,13 +81,18 @@ from .records import (
     RunCheckpoint,
     SessionManifest,
 )
-from .side_thread import start_side_thread
+from projections import (
+    BootstrapProjection,
+    IdempotencyProjection,
+    Projection,
+    TranscriptProjection,
+    fold,
+)
 
 if TYPE_CHECKING:
+    from eventstore.ops.compaction import CompactionReport
+    from eventstore.ops.verify import VerifyReport
     from projections import Retention
-
-    from .compaction import CompactionReport
-    from .verify import VerifyReport
 
 __all__ = ["AppendResult", "AutoCompact", "SessionStore"]
 
@@ -149,7 +147,7 @@ class _Fold:
 class _Session:
     """What the store keeps per session: its folded projections, the last head seen, and
     the checked prefix of its live log this process can vouch for (engines with a
-    cache only; see eventstore.checked_prefix)."""
+    cache only; see eventstore.core.checked_prefix)."""
 
     __slots__ = (
         "auto_floor",
@@ -169,7 +167,7 @@ class _Session:
         self.head: Head | None = None  # the newest head this process saw (may be stale)
         self.prefix: checked_prefix.Prefix | None = None
         # snapshot lines a cold page checked whole: by `h`, the digests of the blocks
-        # its cut read (eventstore.transcript_pages)
+        # its cut read (eventstore.ops.paging)
         self.checked_snapshots: dict[bytes, dict[int, bytes]] = {}
         # after an automatic compaction skipped as not shrinking: the live log it read
         # (its first seq) and twice its size, below which it is not tried again
@@ -188,7 +186,7 @@ Build = Callable[[Head, list[Any]], list[Event]]
 
 _stores: weakref.WeakSet[SessionStore] = weakref.WeakSet()
 
-# when the persistent fold cache (eventstore.fold_cache) is written: after a fold that
+# when the persistent fold cache (eventstore.core.fold_cache) is written: after a fold that
 # read at least this many bytes of log, and on close for a fold whose log is at least
 # _CACHE_ON_CLOSE_BYTES long (below that a cold fold costs about what reading a cache
 # does, and close stays free of fsyncs for small sessions)
@@ -244,7 +242,7 @@ class SessionStore:
 
     The bootstrap projection's state, and that of any projection with a true
     `cache_folds` attribute (the transcript's is one), is kept between processes in the
-    engine's fold cache (`eventstore.fold_cache`; the file engine keeps it beside the
+    engine's fold cache (`eventstore.core.fold_cache`; the file engine keeps it beside the
     log): a cold load folds only what was appended after it. It is written on `close`
     (a store that creates a session folds its transcript as it appends, within
     `KEPT_FROM_CREATION`), after a long fold and by compaction, and used only when it
@@ -252,7 +250,7 @@ class SessionStore:
     the log) is written on `close` and by compaction only, once the log has grown by an
     eighth. A cold load of the built-in projections, and of any with a true `pause_gc`
     attribute (whose folds make no cyclic garbage), runs with the cyclic garbage
-    collector paused (`eventstore.gc_pause`).
+    collector paused (`eventstore.core.gc_pause`).
     """
 
     def __init__(
@@ -297,7 +295,7 @@ class SessionStore:
         # the projections whose folds the engine's fold cache keeps, each with the event
         # types this store decodes of those it reads and how it upcasts them (a cache
         # folded knowing others, or upcasting another way, is another state:
-        # eventstore.fold_cache)
+        # eventstore.core.fold_cache)
         self._cached = {
             name: fold_cache.known_types(p, self.codec.types, self.codec.reading)
             for name, p in self._projections.items()
@@ -536,11 +534,11 @@ class SessionStore:
 
         A page: `last=N`, the newest N; `start=i` (0-based) and/or `limit=N`,
         `messages[i:i + N]`. A page costs O(N), also from a cold store for `last` (see
-        eventstore.transcript_pages).
+        eventstore.ops.paging).
         """
         if start is None and limit is None and last is None:
             return self._loaded(session_id, self.transcript, self.transcript.copy)
-        from .transcript_pages import transcript_page
+        from eventstore.ops.paging import transcript_page
 
         return transcript_page(self, session_id, start=start, limit=limit, last=last)
 
@@ -649,7 +647,7 @@ class SessionStore:
             sess.prefix = None
         return removed
 
-    # -- audit and replay, compaction (eventstore.history, .verify, .follow, .compaction) --
+    # -- audit and replay, compaction (eventstore.ops.history, .verify, .follow, .compaction) --
 
     def read_events(
         self,
@@ -661,7 +659,7 @@ class SessionStore:
     ) -> Iterator[Event]:
         """Typed events in sequence order (from the archive where compaction removed them);
         each has `.seq` and `.ts` (the aware time of its append)."""
-        from .history import read_events
+        from eventstore.ops.history import read_events
 
         return read_events(self, session_id, from_seq=from_seq, to_seq=to_seq, types=types)
 
@@ -670,7 +668,7 @@ class SessionStore:
     ) -> BootstrapState:
         """The bootstrap state as of sequence number `seq` or time `at` (one of them; an
         aware datetime or an ISO 8601 str, no offset meaning UTC)."""
-        from .history import state_at
+        from eventstore.ops.history import state_at
 
         return state_at(self, session_id, seq=seq, at=at)
 
@@ -678,13 +676,13 @@ class SessionStore:
         self, session_id: str, *, seq: int | None = None, at: datetime | str | None = None
     ) -> list[Message]:
         """The transcript as of sequence number `seq` or time `at` (one of them)."""
-        from .history import transcript_at
+        from eventstore.ops.history import transcript_at
 
         return transcript_at(self, session_id, seq=seq, at=at)
 
     def verify(self, session_id: str) -> VerifyReport:
         """Check a session's log and archive: sequence, hash links, decoding, batches."""
-        from .verify import verify
+        from eventstore.ops.verify import verify
 
         return verify(self, session_id)
 
@@ -698,7 +696,7 @@ class SessionStore:
     ) -> Iterator[Event]:
         """Yield events as they are appended (by any process, across compactions) until
         `stop` is set or the iterator is closed."""
-        from .follow import follow
+        from eventstore.ops.follow import follow
 
         return follow(self, session_id, from_seq=from_seq, poll_interval=poll_interval, stop=stop)
 
@@ -710,13 +708,13 @@ class SessionStore:
         retention: Retention | None = None,
         force: bool = False,
     ) -> CompactionReport:
-        """Rewrite the session's log as one snapshot, atomically (see eventstore.compaction).
+        """Rewrite the session's log as one snapshot, atomically (see eventstore.ops.compaction).
 
         `archive` keeps the old log in the session's history; `retention` trims the
         snapshot's lists (opt-in). Skipped, changing nothing, when the snapshot would not
         be smaller than the log, unless `force`. Safe beside live writers in any process.
         """
-        from . import compaction
+        from eventstore.ops import compaction
 
         return compaction.compact(
             self, session_id, archive=archive, retention=retention, force=force
@@ -767,7 +765,7 @@ class SessionStore:
         Made under the session's lock: a writer folds its batch into the state in place,
         event by event, so a copy made after the lock is released could hold part of a
         batch. A cold load (the first of `proj` here) of a projection in `_pause_gc`
-        folds the whole log with the cyclic collector paused (eventstore.gc_pause)."""
+        folds the whole log with the cyclic collector paused (eventstore.core.gc_pause)."""
         sess = self._session(session_id)
         cold = proj.name not in sess.folds and proj.name in self._pause_gc
         with sess.lock, paused_gc if cold else _NO_PAUSE:
@@ -781,7 +779,7 @@ class SessionStore:
         """The newest `n` messages read from the end of the live log, through the
         engine's ranged view of it (None: the engine has none, or the log cannot be
         sliced; fold instead)."""
-        from .transcript_pages import last_messages
+        from eventstore.ops.paging import last_messages
 
         with self.engine.live_view(sess.session_id) as view:
             if view is None:
@@ -1264,7 +1262,7 @@ def _features(values: object, what: str) -> list[FeatureRecord]:
     return features
 
 
-# the hot path's constructors (see eventstore.frozen)
+# the hot path's constructors (see eventstore.core.frozen)
 _new_result = maker(AppendResult)
 _get_h = attrgetter("h")
 

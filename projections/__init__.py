@@ -5,7 +5,7 @@ Built in: `BootstrapProjection` (-> `BootstrapState`), `TranscriptProjection`
 own by implementing `Projection` (or subclassing `StructProjection`).
 """
 
-from .base import (
+from projections.base import (
     Projection,
     Retention,
     StructProjection,
@@ -15,9 +15,12 @@ from .base import (
     retain,
     snapshot_entry,
 )
-from .bootstrap import BootstrapProjection
-from .idempotency import MAX_KEYS, IdempotencyProjection
-from .transcript import TranscriptProjection
+from projections.bootstrap import BootstrapProjection
+from projections.idempotency import (
+    MAX_KEYS,
+    IdempotencyProjection,
+)
+from projections.transcript import TranscriptProjection
 
 __all__ = [
     "MAX_KEYS",

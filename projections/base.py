@@ -15,8 +15,15 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
-from eventstore.errors import CorruptLogError, InvalidRecordError, SnapshotVersionError
-from eventstore.events import Event, Snapshot
+from eventstore.errors import (
+    CorruptLogError,
+    InvalidRecordError,
+    SnapshotVersionError,
+)
+from eventstore.format.events import (
+    Event,
+    Snapshot,
+)
 
 __all__ = [
     "Projection",

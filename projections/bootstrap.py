@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from eventstore.events import (
+from eventstore.format.events import (
     CheckpointRecorded,
     Event,
     FeatureListReplaced,
@@ -14,9 +14,17 @@ from eventstore.events import (
     ManifestSet,
     ProgressAppended,
 )
-from eventstore.records import BootstrapState, FeatureRecord, SessionManifest
-
-from .base import Retention, StructProjection, is_suffix, keep_last
+from eventstore.records import (
+    BootstrapState,
+    FeatureRecord,
+    SessionManifest,
+)
+from projections.base import (
+    Retention,
+    StructProjection,
+    is_suffix,
+    keep_last,
+)
 
 __all__ = ["BootstrapProjection"]
 

@@ -6,9 +6,8 @@ compaction. Bounded: the newest `MAX_KEYS` keys are kept.
 
 # no `from __future__ import annotations`: msgspec reads these structs' annotations
 # as objects, not strings to evaluate; that keeps decoder builds on cold loads ~3x cheaper
-from eventstore.events import Event
-
-from .base import StructProjection
+from eventstore.format.events import Event
+from projections.base import StructProjection
 
 __all__ = ["MAX_KEYS", "IdempotencyProjection"]
 

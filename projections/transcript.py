@@ -7,10 +7,17 @@ from typing import Any
 
 import msgspec
 
-from eventstore.events import Event, MessagesAppended
+from eventstore.format.events import (
+    Event,
+    MessagesAppended,
+)
 from eventstore.records import Message
-
-from .base import Retention, StructProjection, is_suffix, keep_last
+from projections.base import (
+    Retention,
+    StructProjection,
+    is_suffix,
+    keep_last,
+)
 
 __all__ = ["TranscriptProjection", "copy_message"]
 

@@ -35,8 +35,8 @@ from eventstore import (  # noqa: E402
     SessionManifest,
     SessionStore,
 )
-from eventstore.events import Event  # noqa: E402
-from eventstore.layout import SessionPaths  # noqa: E402
+from eventstore.engines.file.layout import SessionPaths  # noqa: E402
+from eventstore.format.events import Event  # noqa: E402
 from projections import StructProjection  # noqa: E402
 
 FIXTURES = TESTS_DIR.parent / "fixtures"
@@ -140,7 +140,7 @@ def every_transcript_load(store: SessionStore, session_id: str) -> list[list[Mes
 
 def check_whole(root: Path, session_id: str) -> None:
     """A reader folds the session's log from its start, checking every line, and keeps
-    on close the checked prefix it built (writers keep none: eventstore.checked_prefix)."""
+    on close the checked prefix it built (writers keep none: eventstore.core.checked_prefix)."""
     with SessionStore(root) as reader:
         reader._cached = {}  # no fold cache may spare it the fold from the start
         reader.load_bootstrap_state(session_id)
@@ -260,7 +260,7 @@ def pg_url(server_url: str) -> Iterator[str]:
     """A store URL on a schema of this test's own, dropped afterwards."""
     import psycopg
 
-    from eventstore.engines.postgres import split_url
+    from eventstore.engines.postgres.engine import split_url
 
     schema = f"t_{uuid.uuid4().hex[:12]}"
     yield with_query(server_url, schema=schema)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eventstore import SessionStore
-from eventstore.engines.file import FileEngine
+from eventstore.engines.file.engine import FileEngine
+from eventstore.engines.file.layout import SessionPaths
 from eventstore.engines.memory import MemoryEngine
-from eventstore.layout import SessionPaths
 
 Rewrite = Callable[[bytes], bytes]
 
@@ -81,7 +81,7 @@ def _fresh_postgres(tmp: Path) -> str:
 def _drop_postgres_schemas() -> None:
     import psycopg
 
-    from eventstore.engines.postgres_url import split_url
+    from eventstore.engines.postgres.url import split_url
 
     assert POSTGRES_URL is not None
     with psycopg.connect(split_url(POSTGRES_URL)[0], autocommit=True) as conn:
@@ -90,7 +90,7 @@ def _drop_postgres_schemas() -> None:
 
 
 def _rewrite_postgres(store: SessionStore, sid: str, fn: Rewrite) -> None:
-    from eventstore.engines.postgres import PostgresEngine
+    from eventstore.engines.postgres.engine import PostgresEngine
 
     assert isinstance(store.engine, PostgresEngine)
     store.engine.replace_raw(sid, fn(store.engine.read(sid, None).data))

@@ -40,7 +40,11 @@ from eventstore.records import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from projections import BootstrapProjection, TranscriptProjection, snapshot_entry
+from projections import (
+    BootstrapProjection,
+    TranscriptProjection,
+    snapshot_entry,
+)
 
 __all__ = [
     "aware_datetimes",

@@ -37,8 +37,13 @@ from conftest import (
 )
 from conftest import FlipsPerRun as ReadmeFlips
 
-from eventstore import Message, Role, SessionStore, checked_prefix, fold_cache
-from eventstore.engines.file import _cache_file_name
+from eventstore import (
+    Message,
+    Role,
+    SessionStore,
+)
+from eventstore.core import checked_prefix, fold_cache
+from eventstore.engines.file.engine import _cache_file_name
 
 SID = "s"
 
@@ -228,7 +233,7 @@ def test_side_files_from_another_time_or_session_never_change_a_load(
         if history == "before compaction":
             assert s.compact(SID, archive=False, force=True).compacted
         elif history == "before repair":
-            from eventstore.repair import repair
+            from eventstore.ops.repair import repair
 
             log = log_path(root, SID)
             data = log.read_bytes()
@@ -345,7 +350,8 @@ def test_a_cache_save_killed_midway_leaves_nothing_a_load_trusts(root: Path) -> 
     child = textwrap.dedent(
         f"""
         import os, signal
-        from eventstore import SessionStore, layout
+        from eventstore import SessionStore
+        from eventstore.engines.file import layout
         real = layout.write_all
         def write_all(fd, data, *, fsync=False):
             real(fd, data[: len(data) // 2])

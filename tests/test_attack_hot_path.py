@@ -37,11 +37,11 @@ from eventstore import (
     TextBlock,
     ToolUseBlock,
 )
-from eventstore import events as events_module
-from eventstore import log as log_module
 from eventstore.aio import AsyncSessionStore
 from eventstore.errors import CorruptLogError
-from eventstore.events import (
+from eventstore.format import events as events_module
+from eventstore.format import reader as log_module
+from eventstore.format.events import (
     Event,
     EventCodec,
     MessagesAppended,

@@ -21,7 +21,11 @@ from typing import Any
 
 import pytest
 
-from eventstore import EventStoreError, HarnessSessionMap, InvalidRecordError
+from eventstore import (
+    EventStoreError,
+    HarnessSessionMap,
+    InvalidRecordError,
+)
 from eventstore.integrations import claude_code
 
 # -- helpers -----------------------------------------------------------------------------

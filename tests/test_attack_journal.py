@@ -61,10 +61,17 @@ from typing import Any
 import pytest
 from conftest import in_forked_child, log_path, wait_child
 
-from eventstore import CorruptLogError, EventStoreError, Message, Role, SessionStore, StorageError
-from eventstore.engines import file_journal
-from eventstore.layout import SessionPaths
-from eventstore.repair import repair
+from eventstore import (
+    CorruptLogError,
+    EventStoreError,
+    Message,
+    Role,
+    SessionStore,
+    StorageError,
+)
+from eventstore.engines.file import journal as file_journal
+from eventstore.engines.file.layout import SessionPaths
+from eventstore.ops.repair import repair
 
 SID = "s"
 LOGGER = "eventstore"

@@ -24,8 +24,17 @@ from hypothesis import strategies as st
 from eventstore import SessionStore
 from eventstore import store as store_module
 from eventstore.errors import CorruptLogError
-from eventstore.events import FeatureListReplaced, ManifestSet, MessagesAppended
-from eventstore.records import BootstrapState, Message, Role, ToolUseBlock
+from eventstore.format.events import (
+    FeatureListReplaced,
+    ManifestSet,
+    MessagesAppended,
+)
+from eventstore.records import (
+    BootstrapState,
+    Message,
+    Role,
+    ToolUseBlock,
+)
 
 # these tests attack how a load reads and checks the log: no transcript fold cache
 # stands in for it (see conftest.no_transcript_cache)
@@ -164,8 +173,8 @@ def test_a_writer_never_vouches_for_a_log_another_process_compacted(root: Path) 
     (seq, link) as the writer's stale head, so the writer's next append lands after the
     snapshot. Its prefix must not grow by that batch (it did, and was saved on close
     over the compactor's own, a digest of bytes that are not the log's)."""
-    from eventstore import checked_prefix
-    from eventstore.engines.file import _cache_file_name
+    from eventstore.core import checked_prefix
+    from eventstore.engines.file.engine import _cache_file_name
 
     writer = SessionStore(root)
     for i in range(300):
@@ -211,7 +220,7 @@ def _load(root: Path) -> Any:
 def test_a_hash_failing_on_the_side_thread_never_hangs_nor_serves_unchecked_bytes(
     root: Path, monkeypatch: pytest.MonkeyPatch, failure: type[BaseException]
 ) -> None:
-    from eventstore import checked_prefix
+    from eventstore.core import checked_prefix
 
     expected = _fill(root)
     _edit(log_path(root, SID), b"m5 ")  # inside the vouched bytes
@@ -243,8 +252,8 @@ def test_a_hash_failing_on_the_side_thread_never_hangs_nor_serves_unchecked_byte
 
 @pytest.mark.parametrize("cut", ["below, mid-line", "below, at a line", "at", "above, mid-line"])
 def test_a_log_cut_anywhere_around_its_mark_loads_like_a_checked_fold(root: Path, cut: str) -> None:
-    from eventstore import checked_prefix
-    from eventstore.engines.file import _cache_file_name
+    from eventstore.core import checked_prefix
+    from eventstore.engines.file.engine import _cache_file_name
 
     _fill(root)
     log = log_path(root, SID)
@@ -295,7 +304,7 @@ def test_a_compaction_vouching_late_after_others_appended_and_compacted(
     """Between installing its snapshot and saving the prefix that vouches for it, the
     compactor is overtaken: another process appends, compacts again and appends. The
     vouch saved late must not be used for the log that is live by then."""
-    from eventstore import checked_prefix
+    from eventstore.core import checked_prefix
 
     expected = _fill(root, n=200)
     real = checked_prefix.store
@@ -321,7 +330,10 @@ def test_a_compaction_vouching_late_after_others_appended_and_compacted(
 
 def _rehash(line: bytes, link: str) -> bytes:
     """`line` with its `h` made to check again (a forger's edit, or a bad tool's)."""
-    from eventstore.events import line_hash, split_hash
+    from eventstore.format.events import (
+        line_hash,
+        split_hash,
+    )
 
     sh = split_hash(line)
     assert sh is not None

@@ -1,6 +1,6 @@
 """An outside attack on the maintenance and audit paths: importing the older design's
-files (`eventstore.legacy`), export (`eventstore.export`), expiry and pruning
-(`eventstore.lifecycle`), `verify`, `repair`, `migrate` and the memory engine.
+files (`eventstore.ops.legacy`), export (`eventstore.ops.export`), expiry and pruning
+(`eventstore.ops.lifecycle`), `verify`, `repair`, `migrate` and the memory engine.
 
 Each finding test states the promise it holds and how the code before its fix broke
 it; the tests marked "held" are coverage of attacks that did not break anything.
@@ -30,10 +30,8 @@ from eventstore import (
     Retention,
     Role,
     SessionStore,
-    audit,
-    lifecycle,
 )
-from eventstore.cli import main
+from eventstore.cli.app import main
 from eventstore.errors import (
     CorruptLogError,
     HistoryPrunedError,
@@ -42,14 +40,35 @@ from eventstore.errors import (
     InvalidRecordError,
     UnsafePathError,
 )
-from eventstore.events import ArchivePruned, MessagesAppended, Snapshot, line_hash, split_hash
-from eventstore.export import export_session
-from eventstore.history import first_kept_seq
-from eventstore.legacy import import_legacy, legacy_file_name
-from eventstore.lifecycle import delete_older_than, parse_age, prune_archive
-from eventstore.migrate import MigrationError, migrate_session, same_history
-from eventstore.repair import repair
-from projections import StructProjection, fold
+from eventstore.format.events import (
+    ArchivePruned,
+    MessagesAppended,
+    Snapshot,
+    line_hash,
+    split_hash,
+)
+from eventstore.ops import audit, lifecycle
+from eventstore.ops.export import export_session
+from eventstore.ops.history import first_kept_seq
+from eventstore.ops.legacy import (
+    import_legacy,
+    legacy_file_name,
+)
+from eventstore.ops.lifecycle import (
+    delete_older_than,
+    parse_age,
+    prune_archive,
+)
+from eventstore.ops.migrate import (
+    MigrationError,
+    migrate_session,
+    same_history,
+)
+from eventstore.ops.repair import repair
+from projections import (
+    StructProjection,
+    fold,
+)
 
 
 def _legacy_dir(tmp_path: Path, files: dict[str, object]) -> Path:

@@ -25,8 +25,13 @@ import pytest
 from conftest import FlipCounted, log_path, make_entry
 from conftest import FlipsPerRun as ReadmeFlips
 
-from eventstore import Event, Message, Role, SessionStore
-from eventstore.layout import write_atomically
+from eventstore import (
+    Event,
+    Message,
+    Role,
+    SessionStore,
+)
+from eventstore.engines.file.layout import write_atomically
 from projections import StructProjection
 
 SID = "s"

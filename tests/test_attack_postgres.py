@@ -24,8 +24,15 @@ from pathlib import Path
 import pytest
 from conftest import wait_child, with_query
 
-from eventstore import ProgressEntry, SessionStore
-from eventstore.errors import CorruptLogError, EventStoreError, StorageError
+from eventstore import (
+    ProgressEntry,
+    SessionStore,
+)
+from eventstore.errors import (
+    CorruptLogError,
+    EventStoreError,
+    StorageError,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -34,7 +41,7 @@ psycopg = pytest.importorskip("psycopg") if os.environ.get("CI") != "true" else 
 if psycopg is None:
     import psycopg  # in CI the extra must be installed: an ImportError fails the run
 
-from eventstore.engines import postgres as pg  # noqa: E402
+from eventstore.engines.postgres import engine as pg  # noqa: E402
 
 
 def _sql(pg_url: str, statement: str, *args: object) -> None:

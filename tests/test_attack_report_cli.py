@@ -41,9 +41,12 @@ from eventstore import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from eventstore.cli import main
-from eventstore.report import build_report
-from eventstore.report_server import HOST, ReportServer
+from eventstore.cli.app import main
+from eventstore.report.page import build_report
+from eventstore.report.server import (
+    HOST,
+    ReportServer,
+)
 
 # -- helpers ---------------------------------------------------------------------------
 

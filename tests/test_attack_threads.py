@@ -30,9 +30,19 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.aio import AsyncSessionStore
-from eventstore.errors import EventStoreError, StoreClosedError
-from eventstore.events import Event, MessagesAppended, ProgressAppended
-from eventstore.records import TextBlock, ToolUseBlock
+from eventstore.errors import (
+    EventStoreError,
+    StoreClosedError,
+)
+from eventstore.format.events import (
+    Event,
+    MessagesAppended,
+    ProgressAppended,
+)
+from eventstore.records import (
+    TextBlock,
+    ToolUseBlock,
+)
 from eventstore.store import AppendResult
 from projections.base import StructProjection
 

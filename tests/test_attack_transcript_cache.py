@@ -40,11 +40,28 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import rich_messages
 
-from eventstore import Message, Role, SessionStore
-from eventstore.engines.file import _cache_file_name, _FileCacheReader
-from eventstore.events import Event
-from eventstore.records import ImageBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from projections import Retention, StructProjection, TranscriptProjection
+from eventstore import (
+    Message,
+    Role,
+    SessionStore,
+)
+from eventstore.engines.file.engine import (
+    _cache_file_name,
+    _FileCacheReader,
+)
+from eventstore.format.events import Event
+from eventstore.records import (
+    ImageBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from projections import (
+    Retention,
+    StructProjection,
+    TranscriptProjection,
+)
 from projections.transcript import FRAME_MESSAGES
 
 SID = "s"
@@ -473,7 +490,7 @@ def test_a_stale_cache_planted_back_is_ignored(root: Path, history: str) -> None
         elif history == "compact-retain":
             assert s.compact(SID, force=True, retention=Retention(messages=10)).compacted
         elif history == "repair":
-            from eventstore.repair import repair
+            from eventstore.ops.repair import repair
 
             log = log_path(root, SID)
             data = log.read_bytes()

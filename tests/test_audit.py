@@ -1,4 +1,4 @@
-"""Audit and replay (eventstore.audit): read_events, state_at, verify, follow, repair."""
+"""Audit and replay (eventstore.ops.audit): read_events, state_at, verify, follow, repair."""
 
 from __future__ import annotations
 
@@ -29,25 +29,32 @@ from eventstore import (
     SessionStore,
     Snapshot,
     UnknownEvent,
-    audit,
 )
-from eventstore.audit import HistoryUnavailableError, UnknownSessionError
-from eventstore.layout import SessionPaths
-from eventstore.log import read_lines
-from projections import BootstrapProjection, TranscriptProjection, fold
+from eventstore.engines.file.layout import SessionPaths
+from eventstore.format.reader import read_lines
+from eventstore.ops import audit
+from eventstore.ops.audit import (
+    HistoryUnavailableError,
+    UnknownSessionError,
+)
+from projections import (
+    BootstrapProjection,
+    TranscriptProjection,
+    fold,
+)
 
 sys.path.insert(0, str(FIXTURES / "tamper"))
 import make as tamper  # noqa: E402
 
 try:
-    import eventstore.compaction  # noqa: F401
+    import eventstore.ops.compaction  # noqa: F401
 
     HAVE_COMPACTION = True
 except ImportError:  # pragma: no cover - only before compaction lands
     HAVE_COMPACTION = False
 
 needs_compaction = pytest.mark.skipif(
-    not HAVE_COMPACTION, reason="eventstore.compaction is not written yet"
+    not HAVE_COMPACTION, reason="eventstore.ops.compaction is not written yet"
 )
 
 BOOT = BootstrapProjection()
@@ -67,7 +74,7 @@ def _history(store: SessionStore, sid: str) -> None:
 
 
 def _log_events(store: SessionStore, sid: str) -> list[Event]:
-    """The live log read by the log layer itself (independent of eventstore.audit)."""
+    """The live log read by the log layer itself (independent of eventstore.ops.audit)."""
     path = SessionPaths(store.root, sid).log
     return read_lines(path.read_bytes(), store.codec, store.codec.decoder(None), str(path)).events
 

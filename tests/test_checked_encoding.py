@@ -24,7 +24,7 @@ from eventstore import (
     SessionStore,
     TextBlock,
 )
-from eventstore.events import (
+from eventstore.format.events import (
     EventCodec,
     MessagesAppended,
     NotAsStoredError,
@@ -255,4 +255,4 @@ def test_the_plain_message_fast_path_knows_every_field_of_a_message() -> None:
         "blocks",
         "created_at",
         "metadata",
-    ), "Message changed: update eventstore.events._plain_copies"
+    ), "Message changed: update eventstore.format.events._plain_copies"

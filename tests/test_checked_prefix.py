@@ -1,4 +1,4 @@
-"""The checked prefix (eventstore.checked_prefix): a digest of a live log's first bytes
+"""The checked prefix (eventstore.core.checked_prefix): a digest of a live log's first bytes
 that passed the hash-chain check, so a cold load checks them with one SHA-256.
 
 Attacks: an edit anywhere in the vouched-for bytes (and a flip of every 397th byte), the
@@ -28,12 +28,16 @@ from conftest import (
     wait_child,
 )
 
-from eventstore import SessionStore, checked_prefix
-from eventstore import log as log_module
+from eventstore import SessionStore
 from eventstore import store as store_module
-from eventstore.engines.file import _cache_file_name
+from eventstore.core import checked_prefix
+from eventstore.engines.file.engine import _cache_file_name
 from eventstore.errors import CorruptLogError
-from eventstore.records import Message, Role
+from eventstore.format import reader as log_module
+from eventstore.records import (
+    Message,
+    Role,
+)
 
 # these tests attack how a load reads and checks the log: no transcript fold cache
 # stands in for it (see conftest.no_transcript_cache)

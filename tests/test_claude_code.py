@@ -14,7 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventstore import InvalidArgumentError, InvalidRecordError, Role, SessionStore, ToolResultBlock
+from eventstore import (
+    InvalidArgumentError,
+    InvalidRecordError,
+    Role,
+    SessionStore,
+    ToolResultBlock,
+)
 from eventstore.integrations.claude_code import (
     BATCH_LINES,
     ClaudeCodeLine,

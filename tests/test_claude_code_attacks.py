@@ -17,7 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventstore.integrations.claude_code import export_transcript, import_transcript, open_store
+from eventstore.integrations.claude_code import (
+    export_transcript,
+    import_transcript,
+    open_store,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from eventstore.cli import main
-from eventstore.integrations.claude_code import export_transcript, open_store
+from eventstore.cli.app import main
+from eventstore.integrations.claude_code import (
+    export_transcript,
+    open_store,
+)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "claude_code"
 PROJECT = FIXTURES / "projects" / "-home-dev-kvcache"

@@ -14,8 +14,8 @@ import pytest
 from conftest import FIXTURES, LOGS, make_entry
 
 from eventstore import SessionStore
-from eventstore.cli import main
-from eventstore.layout import SessionPaths
+from eventstore.cli.app import main
+from eventstore.engines.file.layout import SessionPaths
 
 
 class Result:

@@ -1,4 +1,4 @@
-"""The CLI's text building (eventstore.cli_format) and URL redaction (cli_store), over
+"""The CLI's text building (eventstore.cli.format) and URL redaction (cli_store), over
 generated inputs: tables fit the width they are given, shortening keeps a prefix, sizes
 and plurals read right, and no URL password is ever printed."""
 
@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eventstore.cli_format import display_width, fmt_bytes, plural, shorten, table
+from eventstore.cli.format import (
+    display_width,
+    fmt_bytes,
+    plural,
+    shorten,
+    table,
+)
 from eventstore.engines.base import redact_text as redact_url
 
 text = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), max_size=80)

@@ -23,11 +23,15 @@ from conftest import LOGS, make_entry, make_features, make_manifest
 from test_cli import cli, install
 
 import eventstore
-from eventstore import SessionStore, cli_store
-from eventstore.cli import build_parser, main
-from eventstore.cli_compact import Progress
-from eventstore.cli_format import display_width
-from eventstore.layout import SessionPaths
+from eventstore import SessionStore
+from eventstore.cli import store as cli_store
+from eventstore.cli.app import (
+    build_parser,
+    main,
+)
+from eventstore.cli.compact import Progress
+from eventstore.cli.format import display_width
+from eventstore.engines.file.layout import SessionPaths
 
 
 @pytest.fixture(autouse=True)
@@ -342,7 +346,7 @@ def test_output_fits_the_terminal(
 
 
 def test_the_terminal_width_is_read_on_a_tty(monkeypatch: pytest.MonkeyPatch) -> None:
-    from eventstore import cli_format
+    from eventstore.cli import format as cli_format
 
     monkeypatch.delenv("COLUMNS")
 

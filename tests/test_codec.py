@@ -39,9 +39,18 @@ from eventstore import (
     SessionManifest,
     Snapshot,
 )
-from eventstore.events import EventCodec, LineHead, line_hash, link_of, split_hash
-from eventstore.log import read_lines
-from eventstore.records import BootstrapState, InitPlan
+from eventstore.format.events import (
+    EventCodec,
+    LineHead,
+    line_hash,
+    link_of,
+    split_hash,
+)
+from eventstore.format.reader import read_lines
+from eventstore.records import (
+    BootstrapState,
+    InitPlan,
+)
 
 SETTINGS = settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 TS = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
@@ -255,7 +264,10 @@ def test_golden_log_hash_chain_and_round_trip() -> None:
 def test_offset_with_seconds_is_kept_or_rejected(tmp_path: Path) -> None:
     """A timestamp whose offset has seconds (legal in Python, e.g. LMT zones) is either
     stored exactly or refused, never silently moved in time."""
-    from eventstore import InvalidRecordError, SessionStore
+    from eventstore import (
+        InvalidRecordError,
+        SessionStore,
+    )
 
     odd = timezone(timedelta(minutes=19, seconds=32))  # Europe/Amsterdam LMT
     when = datetime(1900, 6, 1, 12, 0, tzinfo=odd)

@@ -41,8 +41,14 @@ from eventstore import (
     Snapshot,
     SnapshotVersionError,
 )
-from eventstore.events import line_hash, split_hash
-from eventstore.layout import TMP_MARK, SessionPaths
+from eventstore.engines.file.layout import (
+    TMP_MARK,
+    SessionPaths,
+)
+from eventstore.format.events import (
+    line_hash,
+    split_hash,
+)
 from projections import StructProjection
 
 SID = "s1"

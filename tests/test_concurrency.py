@@ -14,8 +14,19 @@ from pathlib import Path
 
 from conftest import log_path, make_entry, make_features, make_manifest
 
-from eventstore import Message, ProgressEntry, Role, SessionStore
-from eventstore.events import Event, MessagesAppended, ProgressAppended, line_hash, split_hash
+from eventstore import (
+    Message,
+    ProgressEntry,
+    Role,
+    SessionStore,
+)
+from eventstore.format.events import (
+    Event,
+    MessagesAppended,
+    ProgressAppended,
+    line_hash,
+    split_hash,
+)
 from projections.base import StructProjection
 
 WORKERS = 4

@@ -51,9 +51,9 @@ from eventstore import (
     SessionManifest,
     SessionStore,
 )
-from eventstore.audit import repair
+from eventstore.engines.file.layout import SessionPaths
 from eventstore.harness_sessions import read_history
-from eventstore.layout import SessionPaths
+from eventstore.ops.audit import repair
 from eventstore.store import AutoCompact
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

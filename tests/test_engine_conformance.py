@@ -34,9 +34,14 @@ from eventstore import (
     Snapshot,
     UnknownSessionError,
 )
-from eventstore.engines.base import EMPTY_HEAD, EncodedBatch, HeadMovedError, open_engine
-from eventstore.events import EventCodec
-from eventstore.repair import repair
+from eventstore.engines.base import (
+    EMPTY_HEAD,
+    EncodedBatch,
+    HeadMovedError,
+    open_engine,
+)
+from eventstore.format.events import EventCodec
+from eventstore.ops.repair import repair
 from projections import Retention
 
 SID = "s"
@@ -508,9 +513,12 @@ def test_repair_keeps_a_valid_prefix_and_saves_the_original(case: EngineCase, ur
 
 
 def test_open_engine_by_url(tmp_path: Path) -> None:
-    from eventstore.engines.file import FileEngine
+    from eventstore.engines.file.engine import FileEngine
     from eventstore.engines.memory import MemoryEngine
-    from eventstore.errors import UnknownEngineError, UnsafePathError
+    from eventstore.errors import (
+        UnknownEngineError,
+        UnsafePathError,
+    )
 
     assert isinstance(open_engine(tmp_path / "a"), FileEngine)
     assert isinstance(open_engine(f"file://{tmp_path}/b"), FileEngine)

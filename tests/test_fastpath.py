@@ -22,9 +22,9 @@ import pytest
 from conftest import log_path, make_entry, make_features, make_manifest, wait_child
 
 from eventstore import SessionStore
-from eventstore.engines import file as file_engine
-from eventstore.engines.file import FileEngine
-from eventstore.layout import SessionPaths
+from eventstore.engines.file import engine as file_engine
+from eventstore.engines.file.engine import FileEngine
+from eventstore.engines.file.layout import SessionPaths
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -176,7 +176,7 @@ def test_a_repair_elsewhere_moves_the_cached_writer_to_the_new_log(root: Path) -
         with open(log_path(root, "s"), "ab") as f:
             f.write(b"not json\n")  # a bad last line: repair cuts it (a new file)
         gen = _lock_bytes(root, "s")
-        from eventstore.repair import repair
+        from eventstore.ops.repair import repair
 
         report = repair(b, "s")
         assert report is not None
@@ -438,15 +438,18 @@ def test_wait_sees_a_fast_path_append(root: Path) -> None:
         assert time.monotonic() - t0 < 5.0
 
 
-# -- the hot path's records: msgspec Structs and eventstore.frozen ---------------------------
+# -- the hot path's records: msgspec Structs and eventstore.core.frozen ---------------------------
 
 
 def test_the_hot_path_records_are_frozen_and_equal_by_place() -> None:
     import dataclasses
 
-    from eventstore.engines.base import EncodedBatch, Head
-    from eventstore.engines.file import FilePosition
-    from eventstore.frozen import maker
+    from eventstore.core.frozen import maker
+    from eventstore.engines.base import (
+        EncodedBatch,
+        Head,
+    )
+    from eventstore.engines.file.engine import FilePosition
     from eventstore.store import AppendResult
 
     pos = FilePosition((1, 2), 10, 3, "l", "h", 1, 12)

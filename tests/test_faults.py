@@ -38,7 +38,7 @@ from eventstore import (
     Role,
     SessionStore,
 )
-from eventstore.layout import SessionPaths
+from eventstore.engines.file.layout import SessionPaths
 
 try:
     from eventstore import harness_sessions

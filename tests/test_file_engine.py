@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 from conftest import log_path, make_entry
 
-from eventstore import SessionStore, Snapshot
-from eventstore.engines.file import FileEngine
-from eventstore.layout import SessionPaths
+from eventstore import (
+    SessionStore,
+    Snapshot,
+)
+from eventstore.engines.file.engine import FileEngine
+from eventstore.engines.file.layout import SessionPaths
 from projections import snapshot_entry
 
 
@@ -76,7 +79,7 @@ def test_an_install_stopped_before_naming_its_archive_reads_once(
     error), both stay: two overlapping copies from seq 1. History readers read each
     event once and `verify` is clean (the copies are compared), instead of a sequence
     error at the second copy."""
-    import eventstore.engines.file as file_engine
+    import eventstore.engines.file.engine as file_engine
     from eventstore import StorageError
 
     with SessionStore(root) as s:
@@ -117,9 +120,12 @@ def test_a_snapshot_longer_than_a_piece_is_read_at_once_and_still_checked(
     """A load reads a log that opens with a long snapshot in pieces: the snapshot's
     header says where its line ends, so the first piece is that line read in one pread
     (not a piece, then 4 pieces, then the line); its bytes are still checked."""
-    from eventstore.engines import file as file_module
+    from eventstore.engines.file import engine as file_module
     from eventstore.errors import CorruptLogError
-    from eventstore.records import Message, Role
+    from eventstore.records import (
+        Message,
+        Role,
+    )
 
     with SessionStore(root) as s:
         for i in range(300):
@@ -164,7 +170,10 @@ def test_a_load_in_small_pieces_folds_what_a_whole_read_does(
     """Pieces cut at their last whole batch come as views of the engine's buffer
     (not copied): read in place when checked, copied when their lines are hashed."""
     from eventstore import store as store_module
-    from eventstore.records import Message, Role
+    from eventstore.records import (
+        Message,
+        Role,
+    )
 
     with SessionStore(root) as s:
         for i in range(120):

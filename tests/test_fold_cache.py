@@ -22,9 +22,16 @@ from conftest import LoadSpy, log_path, make_checkpoint, make_entry, make_featur
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventstore import BootstrapState, CorruptLogError, Message, Role, SessionStore, fold_cache
-from eventstore.engines.file import _cache_file_name
-from eventstore.events import Event
+from eventstore import (
+    BootstrapState,
+    CorruptLogError,
+    Message,
+    Role,
+    SessionStore,
+)
+from eventstore.core import fold_cache
+from eventstore.engines.file.engine import _cache_file_name
+from eventstore.format.events import Event
 from projections import StructProjection
 
 
@@ -168,7 +175,7 @@ def test_a_stale_cache_after_a_replacement_is_ignored(
         if replacer == "compact":
             s.compact("s")
         elif replacer == "repair":
-            from eventstore.repair import repair
+            from eventstore.ops.repair import repair
 
             with open(log_path(root, "s"), "ab") as f:
                 f.write(b'{"torn')

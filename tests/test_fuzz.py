@@ -42,7 +42,7 @@ from eventstore import (
     SessionStore,
     SnapshotVersionError,
 )
-from eventstore.layout import SessionPaths
+from eventstore.engines.file.layout import SessionPaths
 
 LONG = os.environ.get("EVENTSTORE_LONG") == "1"
 SID = "fz"

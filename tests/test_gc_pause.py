@@ -12,9 +12,17 @@ from pathlib import Path
 import pytest
 from conftest import in_forked_child, log_path
 
-from eventstore import CorruptLogError, Message, Role, SessionStore
-from eventstore.events import Event, MessagesAppended
-from eventstore.gc_pause import paused_gc
+from eventstore import (
+    CorruptLogError,
+    Message,
+    Role,
+    SessionStore,
+)
+from eventstore.core.gc_pause import paused_gc
+from eventstore.format.events import (
+    Event,
+    MessagesAppended,
+)
 from projections.base import StructProjection
 
 

@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import eventstore.harness_sessions as hs
-from eventstore import SessionStore, cli_contexts
+from eventstore import SessionStore
+from eventstore.cli import contexts as cli_contexts
 from eventstore.harness_sessions import (
     FORGET_BY_A2A,
     FORGET_BY_CLI,

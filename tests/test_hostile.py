@@ -38,7 +38,7 @@ from eventstore import (
     TextBlock,
     UnsafePathError,
 )
-from eventstore.layout import SessionPaths
+from eventstore.engines.file.layout import SessionPaths
 
 LONG = os.environ.get("EVENTSTORE_LONG") == "1"
 

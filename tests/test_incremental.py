@@ -11,12 +11,22 @@ import msgspec
 import pytest
 from conftest import LOGS, log_path, make_checkpoint, make_entry, make_features, make_manifest
 
-import eventstore.engines.file as file_engine
-import eventstore.history as history_module
+import eventstore.engines.file.engine as file_engine
+import eventstore.ops.history as history_module
 import eventstore.store as store_module
-from eventstore import BootstrapState, Message, MessagesAppended, Role, SessionStore
-from eventstore.events import EventCodec
-from projections import BootstrapProjection, TranscriptProjection, fold
+from eventstore import (
+    BootstrapState,
+    Message,
+    MessagesAppended,
+    Role,
+    SessionStore,
+)
+from eventstore.format.events import EventCodec
+from projections import (
+    BootstrapProjection,
+    TranscriptProjection,
+    fold,
+)
 
 COMPLETE = (LOGS / "complete.jsonl").read_bytes()
 

@@ -20,10 +20,15 @@ from typing import Any
 import pytest
 from conftest import log_path, make_entry, wait_child
 
-from eventstore import CorruptLogError, Message, Role, SessionStore
-from eventstore.engines import file_journal
-from eventstore.layout import SessionPaths
-from eventstore.repair import repair
+from eventstore import (
+    CorruptLogError,
+    Message,
+    Role,
+    SessionStore,
+)
+from eventstore.engines.file import journal as file_journal
+from eventstore.engines.file.layout import SessionPaths
+from eventstore.ops.repair import repair
 
 SID = "s"
 

@@ -26,8 +26,12 @@ from pathlib import Path
 
 import pytest
 
-from eventstore import ProgressAppended, ProgressEntry, SessionStore
-from eventstore.layout import SessionPaths
+from eventstore import (
+    ProgressAppended,
+    ProgressEntry,
+    SessionStore,
+)
+from eventstore.engines.file.layout import SessionPaths
 
 LONG = os.environ.get("EVENTSTORE_LONG") == "1"
 
@@ -400,7 +404,7 @@ def test_a_torn_tail_left_by_a_kill_is_saved_aside_by_recovery(
     off (the next writer, or `eventstore repair`) first saves those bytes
     (or the whole original) as `log.jsonl.torn-<time>` beside the log: recovery never
     destroys a byte."""
-    from eventstore.cli import main as cli_main
+    from eventstore.cli.app import main as cli_main
 
     root = tmp_path / "store"
     with SessionStore(root) as store:

@@ -22,11 +22,15 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, interrupt
 
-from eventstore import CorruptLogError, InvalidSessionIdError, SessionStore
-from eventstore.cli import main as cli_main
+from eventstore import (
+    CorruptLogError,
+    InvalidSessionIdError,
+    SessionStore,
+)
+from eventstore.cli.app import main as cli_main
+from eventstore.engines.file.layout import SessionPaths
 from eventstore.integrations import langgraph as lg
 from eventstore.integrations.langgraph import EventStoreSaver
-from eventstore.layout import SessionPaths
 
 
 class Doc(TypedDict):

@@ -28,7 +28,8 @@ from langgraph.graph import END, START, StateGraph
 
 import eventstore.store
 from eventstore import SessionStore
-from eventstore.engines.file import _cache_file_name
+from eventstore.engines.file.engine import _cache_file_name
+from eventstore.engines.file.layout import SessionPaths
 from eventstore.integrations import langgraph as lg
 from eventstore.integrations.langgraph import EventStoreSaver
 from eventstore.integrations.langgraph_state import (
@@ -49,7 +50,6 @@ from eventstore.integrations.langgraph_state import (
     newest_key,
     writes_key,
 )
-from eventstore.layout import SessionPaths
 
 THREADS = ["t1", "t2", "t3"]
 NAMESPACES = ["", "child:1"]
@@ -557,7 +557,7 @@ def test_a_snapshot_without_the_head_state_falls_back_to_the_full_index(tmp_path
 def test_the_head_derived_from_an_index_is_the_head_folded(tmp_path: Path) -> None:
     """For logs the saver wrote, the head derived from a snapshot's index answers as the
     head folded from the events (one thread with namespaces, writes and removals)."""
-    from eventstore.events import Snapshot
+    from eventstore.format.events import Snapshot
 
     with EventStoreSaver(tmp_path) as saver:
         _chain(saver, "t", 6, size=10)

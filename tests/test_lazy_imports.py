@@ -15,19 +15,19 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 NEVER_ON_IMPORT = (
-    "eventstore.cli",
-    "eventstore.cli_contexts",
-    "eventstore.cli_report",
-    "eventstore.audit",
-    "eventstore.verify",
-    "eventstore.repair",
-    "eventstore.follow",
-    "eventstore.export",
-    "eventstore.compaction",
+    "eventstore.cli.app",
+    "eventstore.cli.contexts",
+    "eventstore.cli.report",
+    "eventstore.ops.audit",
+    "eventstore.ops.verify",
+    "eventstore.ops.repair",
+    "eventstore.ops.follow",
+    "eventstore.ops.export",
+    "eventstore.ops.compaction",
     "eventstore.harness_sessions",
-    "eventstore.report",
-    "eventstore.report_server",
-    "eventstore.legacy",
+    "eventstore.report.page",
+    "eventstore.report.server",
+    "eventstore.ops.legacy",
     "eventstore.integrations",
     "portalocker",
     "importlib.metadata",
@@ -84,4 +84,4 @@ def test_the_lazy_names_still_resolve(tmp_path: Path) -> None:
         "import eventstore.cli\n",
         tmp_path,
     )
-    assert {"eventstore.harness_sessions", "eventstore.verify", "eventstore.cli"} <= loaded
+    assert {"eventstore.harness_sessions", "eventstore.ops.verify", "eventstore.cli.app"} <= loaded

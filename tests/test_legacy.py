@@ -26,7 +26,10 @@ from eventstore import (
     SessionManifest,
     SessionStore,
 )
-from eventstore.legacy import import_legacy, legacy_file_name
+from eventstore.ops.legacy import (
+    import_legacy,
+    legacy_file_name,
+)
 
 LEGACY = FIXTURES / "legacy"
 
@@ -36,7 +39,7 @@ def _time(obj: dict[str, Any], prefix: str) -> datetime | None:
     if secs is None:
         return None
     nanos = obj.get(f"{prefix}_nanos") or 0
-    # written independently of eventstore.legacy: through a float-free integer path
+    # written independently of eventstore.ops.legacy: through a float-free integer path
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(
         microseconds=secs * 1_000_000 + nanos // 1000
     )

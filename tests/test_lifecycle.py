@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import make_features, make_manifest
 
-import eventstore.lifecycle as lifecycle
+import eventstore.ops.lifecycle as lifecycle
 from eventstore import (
     ArchivePruned,
     CorruptLogError,
@@ -28,8 +28,13 @@ from eventstore import (
     Role,
     SessionStore,
 )
-from eventstore.cli import main as cli_main
-from eventstore.lifecycle import delete_older_than, last_activity, parse_age, prune_archive
+from eventstore.cli.app import main as cli_main
+from eventstore.ops.lifecycle import (
+    delete_older_than,
+    last_activity,
+    parse_age,
+    prune_archive,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -410,7 +415,7 @@ _PRUNER = textwrap.dedent(
     """
     import sys
     from eventstore import SessionStore
-    from eventstore.lifecycle import prune_archive
+    from eventstore.ops.lifecycle import prune_archive
     with SessionStore(sys.argv[1]) as store:
         for sid in sys.argv[2:]:
             prune_archive(store, sid, store.last_seq(sid) + 1)

@@ -15,7 +15,12 @@ import threading
 import time
 from pathlib import Path
 
-from eventstore import Message, Role, SessionStore, Snapshot
+from eventstore import (
+    Message,
+    Role,
+    SessionStore,
+    Snapshot,
+)
 
 LONG = os.environ.get("EVENTSTORE_LONG") == "1"
 PROCESSES = 8

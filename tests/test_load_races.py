@@ -20,7 +20,10 @@ from conftest import in_forked_child
 
 from eventstore import SessionStore
 from eventstore import store as store_module
-from eventstore.records import Message, Role
+from eventstore.records import (
+    Message,
+    Role,
+)
 
 SID = "race"
 
@@ -105,8 +108,8 @@ def test_a_cache_write_finishing_during_a_compaction_does_not_fail_it(
 ) -> None:
     """A reader writes caches without the writers' lock: a compaction that lists its
     temporary file as a stray may find it renamed in by the time it removes it."""
-    from eventstore.engines import file as file_module
-    from eventstore.layout import TMP_MARK
+    from eventstore.engines.file import engine as file_module
+    from eventstore.engines.file.layout import TMP_MARK
 
     root = tmp_path / "store"
     with SessionStore(root) as s:

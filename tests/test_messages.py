@@ -28,10 +28,13 @@ from eventstore import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from eventstore.cli import main as cli_main
-from eventstore.events import EventCodec
+from eventstore.cli.app import main as cli_main
+from eventstore.cli.transcript_text import (
+    describe_block,
+    describe_message,
+)
+from eventstore.format.events import EventCodec
 from eventstore.records import text_of
-from eventstore.transcript_format import describe_block, describe_message
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 LOGS = FIXTURES / "logs"
@@ -317,7 +320,12 @@ def test_messages_and_blocks_are_not_tracked_by_the_cyclic_gc(tmp_path: Path) ->
     load of thousands of messages runs no collection passes over them."""
     import gc
 
-    from eventstore.records import ImageBlock, TextBlock, ThinkingBlock, ToolResultBlock
+    from eventstore.records import (
+        ImageBlock,
+        TextBlock,
+        ThinkingBlock,
+        ToolResultBlock,
+    )
 
     rich = Message(
         Role.ASSISTANT,
@@ -339,7 +347,10 @@ def test_messages_and_blocks_are_not_tracked_by_the_cyclic_gc(tmp_path: Path) ->
     assert not any(gc.is_tracked(m) for m in loaded)
     assert not any(gc.is_tracked(b) for b in loaded[1].blocks)
     # nor do the events a load decodes them from
-    from eventstore.events import EventCodec, MessagesAppended
+    from eventstore.format.events import (
+        EventCodec,
+        MessagesAppended,
+    )
 
     line = msgspec.json.encode(MessagesAppended(messages=[rich], seq=1, h="0" * 16))
     (ev,) = EventCodec().decoder(frozenset({"messages_appended"})).decode_lines(line + b"\n")

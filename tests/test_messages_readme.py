@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from eventstore import Message, Role
-from eventstore.transcript_format import describe_message
+from eventstore import (
+    Message,
+    Role,
+)
+from eventstore.cli.transcript_text import describe_message
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text(encoding="utf-8")

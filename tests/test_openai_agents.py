@@ -24,11 +24,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
-from eventstore import InvalidRecordError, SessionStore, StorageError
+from eventstore import (
+    InvalidRecordError,
+    SessionStore,
+    StorageError,
+)
 from eventstore.aio import AsyncSessionStore
+from eventstore.engines.file.layout import SessionPaths
 from eventstore.integrations import openai_agents as oa
-from eventstore.integrations.openai_agents import EventStoreSession, ItemsAdded
-from eventstore.layout import SessionPaths
+from eventstore.integrations.openai_agents import (
+    EventStoreSession,
+    ItemsAdded,
+)
 
 T = TypeVar("T")
 set_tracing_disabled(True)

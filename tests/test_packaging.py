@@ -22,7 +22,9 @@ DIST = PYPROJECT["project"]["name"]
 def test_the_distribution_name_is_ours_and_the_import_name_is_eventstore() -> None:
     # `eventstore` on PyPI is an unrelated project: `pip install eventstore` installs that
     assert DIST == "harness-eventstore"
-    assert {"eventstore", "projections"} <= set(PYPROJECT["tool"]["setuptools"]["packages"])
+    assert {"eventstore*", "projections*"} <= set(
+        PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
+    )
     assert PYPROJECT["project"]["scripts"] == {"eventstore": "eventstore.cli:main"}
 
 

@@ -20,11 +20,11 @@ from eventstore import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from eventstore.compaction import Retention
+from eventstore.engines.file.layout import SessionPaths
 from eventstore.errors import CorruptLogError
-from eventstore.events import EventCodec
-from eventstore.layout import SessionPaths
-from eventstore.transcript_pages import last_messages
+from eventstore.format.events import EventCodec
+from eventstore.ops.compaction import Retention
+from eventstore.ops.paging import last_messages
 
 
 def _page(

@@ -28,10 +28,19 @@ from conftest import wait_child, with_query
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventstore import ProgressEntry, SessionStore
-from eventstore.engines.base import EMPTY_HEAD, EncodedBatch, Head, HeadMovedError, History
+from eventstore import (
+    ProgressEntry,
+    SessionStore,
+)
+from eventstore.engines.base import (
+    EMPTY_HEAD,
+    EncodedBatch,
+    Head,
+    HeadMovedError,
+    History,
+)
 from eventstore.errors import StorageError
-from eventstore.events import (
+from eventstore.format.events import (
     EventCodec,
     LineHead,
     ProgressAppended,
@@ -47,7 +56,7 @@ psycopg = pytest.importorskip("psycopg") if os.environ.get("CI") != "true" else 
 if psycopg is None:
     import psycopg  # in CI the extra must be installed: an ImportError fails the run
 
-from eventstore.engines import postgres as pg  # noqa: E402
+from eventstore.engines.postgres import engine as pg  # noqa: E402
 
 
 @pytest.fixture
@@ -580,7 +589,7 @@ INIT_RACE = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from eventstore.engines.postgres import from_url
+    from eventstore.engines.postgres.engine import from_url
     gate = Path(sys.argv[2])
     while not gate.exists():
         time.sleep(0.001)
@@ -632,7 +641,7 @@ PRELUDE = textwrap.dedent(
     import os, sys, time
     from pathlib import Path
     from eventstore import FeatureRecord, ProgressEntry, SessionManifest, SessionStore
-    from eventstore.events import ProgressAppended
+    from eventstore.format.events import ProgressAppended
 
     def ready_then_wait(gate):
         (gate.parent / f"ready-{os.getpid()}").touch()
@@ -852,7 +861,11 @@ def _flat(e: pg.PostgresEngine, sid: str) -> list[bytes]:
 
 
 def test_migrate_between_postgres_stores_is_exact_and_idempotent(server_url: str) -> None:
-    from eventstore.migrate import MigrationError, migrate_session, same_history
+    from eventstore.ops.migrate import (
+        MigrationError,
+        migrate_session,
+        same_history,
+    )
 
     a_url = with_query(server_url, schema=f"t_{uuid.uuid4().hex[:12]}")
     b_url = with_query(server_url, schema=f"t_{uuid.uuid4().hex[:12]}")
@@ -890,7 +903,7 @@ def test_migrate_between_postgres_stores_is_exact_and_idempotent(server_url: str
 
 
 def test_cli_init_db_and_migrate(server_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from eventstore.cli import main
+    from eventstore.cli.app import main
 
     parts = urlsplit(server_url)
     user = parts.username or "postgres"
@@ -944,7 +957,10 @@ def _block_session(conninfo: str, q: str, sid: str) -> psycopg.Connection[object
 def test_dropped_connection_then_retry_with_the_same_key_does_not_duplicate(
     pg_url: str,
 ) -> None:
-    from eventstore import Message, Role
+    from eventstore import (
+        Message,
+        Role,
+    )
 
     with SessionStore(pg_url) as store:
         engine = store.engine
@@ -1026,9 +1042,12 @@ def test_store_feed_and_follow(pg_url: str) -> None:
 def test_migrate_file_to_postgres_to_file_exports_identical_lines(
     pg_url: str, tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
 ) -> None:
-    from eventstore import Message, Role
-    from eventstore.cli import main
-    from eventstore.export import export_jsonl
+    from eventstore import (
+        Message,
+        Role,
+    )
+    from eventstore.cli.app import main
+    from eventstore.ops.export import export_jsonl
 
     src, back = str(tmp_path / "src"), str(tmp_path / "back")
     with SessionStore(src) as store:

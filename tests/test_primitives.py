@@ -34,8 +34,11 @@ from eventstore import (
     Role,
     SessionStore,
 )
-from eventstore.layout import SessionPaths
-from projections import MAX_KEYS, StructProjection
+from eventstore.engines.file.layout import SessionPaths
+from projections import (
+    MAX_KEYS,
+    StructProjection,
+)
 
 SID = "s1"
 

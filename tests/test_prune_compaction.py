@@ -22,7 +22,7 @@ from engines import EngineCase
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import eventstore.compaction as compaction
+import eventstore.ops.compaction as compaction
 from eventstore import (
     ArchivePruned,
     AutoCompact,
@@ -37,11 +37,14 @@ from eventstore import (
     SessionStore,
     Snapshot,
 )
-from eventstore.cli import main as cli_main
+from eventstore.cli.app import main as cli_main
 from eventstore.errors import UnsupportedError
-from eventstore.history import first_kept_seq, history_files
-from eventstore.lifecycle import prune_archive
-from eventstore.repair import repair
+from eventstore.ops.history import (
+    first_kept_seq,
+    history_files,
+)
+from eventstore.ops.lifecycle import prune_archive
+from eventstore.ops.repair import repair
 from projections import StructProjection
 
 SID = "p"
@@ -395,7 +398,7 @@ def test_last_activity_of_a_pruned_session_is_read_from_what_is_kept(
     walk back for the last real event stops at the pruned point instead of raising, and
     the snapshot answers with the time of the newest event it covers (`last_ts`): a
     compaction is not activity."""
-    from eventstore.lifecycle import last_activity
+    from eventstore.ops.lifecycle import last_activity
 
     store = pruning
     bounds = _three_archives(store)
@@ -603,9 +606,9 @@ def test_automatic_compaction_does_not_retry_a_skipped_compaction_on_every_appen
 def test_views_of_what_is_held_still_work_on_a_pruned_session(pruning: SessionStore) -> None:
     """stats, the JSONL export and the report page show what is held (from the first
     kept event), instead of failing on the refused read from seq 1."""
-    from eventstore.audit import stats
-    from eventstore.export import export_jsonl
-    from eventstore.report import build_report
+    from eventstore.ops.audit import stats
+    from eventstore.ops.export import export_jsonl
+    from eventstore.report.page import build_report
 
     store = pruning
     bounds = _three_archives(store)

@@ -36,9 +36,15 @@ from eventstore import (
     SessionStore,
     UnknownSessionError,
 )
-from eventstore.audit import stats
-from eventstore.cli import main
-from eventstore.report import MAX_BYTES, ReportLimits, build_report, fit_cap, report_data
+from eventstore.cli.app import main
+from eventstore.ops.audit import stats
+from eventstore.report.page import (
+    MAX_BYTES,
+    ReportLimits,
+    build_report,
+    fit_cap,
+    report_data,
+)
 
 T0 = datetime(2026, 11, 29, 15, 0, tzinfo=UTC)
 
@@ -701,7 +707,7 @@ def test_report_data_is_public_and_typed(store: SessionStore) -> None:
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 SCREENSHOT = README.parent / "fixtures" / "screenshots" / "report.png"
-CSS = Path(__file__).resolve().parent.parent / "eventstore" / "report_assets" / "report.css"
+CSS = Path(__file__).resolve().parent.parent / "eventstore" / "report" / "assets" / "report.css"
 
 
 def readme_section(title: str) -> str:

@@ -34,9 +34,13 @@ from test_report import (  # noqa: F401 (long_session: a fixture)
     write_session,
 )
 
-from eventstore import Message, Role, SessionStore
-from eventstore.cli import main
-from eventstore.report import build_report
+from eventstore import (
+    Message,
+    Role,
+    SessionStore,
+)
+from eventstore.cli.app import main
+from eventstore.report.page import build_report
 
 CHROMIUM = next(
     (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None

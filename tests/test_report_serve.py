@@ -1,4 +1,4 @@
-"""`eventstore serve ROOT` (eventstore.report_server): the reports live, on the loopback
+"""`eventstore serve ROOT` (eventstore.report.server): the reports live, on the loopback
 address only, read-only, refusing other methods and foreign Host headers."""
 
 from __future__ import annotations
@@ -15,9 +15,16 @@ import pytest
 from test_report import Page, write_hostile, write_session
 from test_report_browser import DevTools, chromium, devtools  # noqa: F401 (fixtures)
 
-from eventstore import Message, Role, SessionStore
-from eventstore.cli import main
-from eventstore.report_server import HOST, ReportServer
+from eventstore import (
+    Message,
+    Role,
+    SessionStore,
+)
+from eventstore.cli.app import main
+from eventstore.report.server import (
+    HOST,
+    ReportServer,
+)
 
 ODD_ID = "a/b?c#d <e> & f"
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import messages, progress_entries
 
-import eventstore.log as log_module
+import eventstore.format.reader as log_module
 from eventstore import (
     CorruptLogError,
     Event,
@@ -27,7 +27,7 @@ from eventstore import (
     Snapshot,
     UnknownEvent,
 )
-from eventstore.layout import SessionPaths
+from eventstore.engines.file.layout import SessionPaths
 from projections import StructProjection
 
 EVOLUTION = FIXTURES / "evolution"

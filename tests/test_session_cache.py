@@ -15,7 +15,10 @@ from conftest import make_entry, make_features, make_manifest
 from eventstore import SessionStore
 from eventstore.aio import AsyncSessionStore
 from eventstore.errors import InvalidArgumentError
-from eventstore.records import Message, Role
+from eventstore.records import (
+    Message,
+    Role,
+)
 
 
 def test_the_store_keeps_at_most_cached_sessions(root: Path) -> None:

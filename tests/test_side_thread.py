@@ -1,4 +1,4 @@
-"""The load's side thread (eventstore.side_thread): calls run in order, a call's
+"""The load's side thread (eventstore.core.side_thread): calls run in order, a call's
 exception reaches the caller, nothing outlives `close`, and a checked prefix hashed on
 it proves exactly what the same prefix hashed inline does."""
 
@@ -14,9 +14,12 @@ from conftest import check_whole, log_path
 
 from eventstore import SessionStore
 from eventstore import store as store_module
+from eventstore.core.side_thread import SideThread
 from eventstore.errors import CorruptLogError
-from eventstore.records import Message, Role
-from eventstore.side_thread import SideThread
+from eventstore.records import (
+    Message,
+    Role,
+)
 
 # these tests attack how a load reads and checks the log: no transcript fold cache
 # stands in for it (see conftest.no_transcript_cache)

@@ -15,13 +15,31 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import snapshots
 
-from eventstore import SessionStore, Snapshot
-from eventstore import log as log_module
-from eventstore.errors import CorruptLogError, SnapshotVersionError
-from eventstore.events import EventCodec, MessagesAppended
-from eventstore.layout import SessionPaths
-from eventstore.records import BootstrapState, Message, Role
-from projections import BootstrapProjection, TranscriptProjection, restore_state, snapshot_entry
+from eventstore import (
+    SessionStore,
+    Snapshot,
+)
+from eventstore.engines.file.layout import SessionPaths
+from eventstore.errors import (
+    CorruptLogError,
+    SnapshotVersionError,
+)
+from eventstore.format import reader as log_module
+from eventstore.format.events import (
+    EventCodec,
+    MessagesAppended,
+)
+from eventstore.records import (
+    BootstrapState,
+    Message,
+    Role,
+)
+from projections import (
+    BootstrapProjection,
+    TranscriptProjection,
+    restore_state,
+    snapshot_entry,
+)
 
 TS = datetime(2026, 1, 2, tzinfo=UTC)
 
@@ -70,7 +88,7 @@ def test_a_projection_that_decodes_its_own_state_gets_bytes() -> None:
     assert restore_state(Counting(), snap) == messages and seen == [bytes]
 
 
-# -- a long snapshot opening the log is decoded by its layout (eventstore.log) ---------
+# -- a long snapshot opening the log is decoded by its layout (eventstore.format.reader) ---------
 
 
 def _log_with(snap: Snapshot, after: int = 2) -> tuple[bytes, EventCodec]:

@@ -21,8 +21,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import rich_messages
 
-from eventstore import Message, Role, SessionStore, fold_cache
-from eventstore.engines.file import _cache_file_name, _FileCacheReader
+from eventstore import (
+    Message,
+    Role,
+    SessionStore,
+)
+from eventstore.core import fold_cache
+from eventstore.engines.file.engine import (
+    _cache_file_name,
+    _FileCacheReader,
+)
 from projections import TranscriptProjection
 from projections.transcript import FRAME_MESSAGES
 

@@ -10,10 +10,19 @@ from pathlib import Path
 import pytest
 from conftest import LOGS, log_path, make_entry, make_features, make_manifest
 
-from eventstore import BootstrapState, Message, ProgressEntry, SessionStore
-from eventstore.events import EventCodec
-from eventstore.layout import SessionPaths
-from projections import BootstrapProjection, TranscriptProjection, fold
+from eventstore import (
+    BootstrapState,
+    Message,
+    ProgressEntry,
+    SessionStore,
+)
+from eventstore.engines.file.layout import SessionPaths
+from eventstore.format.events import EventCodec
+from projections import (
+    BootstrapProjection,
+    TranscriptProjection,
+    fold,
+)
 
 SID = "golden"
 COMPLETE = (LOGS / "complete.jsonl").read_bytes()

@@ -39,7 +39,7 @@ from eventstore import (
     Snapshot,
     UnsafePathError,
 )
-from eventstore.cli import main as cli_main
+from eventstore.cli.app import main as cli_main
 from projections import StructProjection
 
 SID = "s"

@@ -4,7 +4,7 @@
 returns the engine a store URL names; engine modules are imported only when used.
 """
 
-from .base import (
+from eventstore.engines.base import (
     EMPTY_HEAD,
     EncodedBatch,
     Engine,

@@ -3,7 +3,7 @@
 An engine stores, per session, an ordered log of *lines*: the exact bytes the face
 encoded (one JSON object each, ending in a newline), plus, for compacted sessions, the
 history those lines replaced. An engine knows bytes and line *envelopes* (`seq`, the
-batch marker `more`, the hash `h`, a snapshot's `base_h`; see `eventstore.events`), never
+batch marker `more`, the hash `h`, a snapshot's `base_h`; see `eventstore.format.events`), never
 records, projections or folds. Everything a user sees (the codec and hash chain, folding
 and its caches, compaction's fold and snapshot building, retention, history reads,
 `state_at`, verify, follow, stats, export and repair's decisions) is written once, above
@@ -113,7 +113,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 
-from ..errors import EventStoreError, UnknownEngineError, UnsupportedError
+from eventstore.errors import (
+    EventStoreError,
+    UnknownEngineError,
+    UnsupportedError,
+)
 
 __all__ = [
     "EMPTY_HEAD",
@@ -498,7 +502,7 @@ class Engine(ABC):
         """A reader of the bytes last given to `store_cache` under `name` for the session
         and the head they were stored with, if that head is still a point of the live
         log (same log, the same `h` at its position); else None. The face checks the
-        bytes themselves (`eventstore.fold_cache`). The default keeps no cache."""
+        bytes themselves (`eventstore.core.fold_cache`). The default keeps no cache."""
         return None
 
     def load_cache(self, session_id: str, name: str) -> tuple[Head, bytes] | None:
@@ -527,10 +531,10 @@ class Engine(ABC):
 # -- choosing an engine by URL ----------------------------------------------------------
 
 SCHEMES: dict[str, str] = {
-    "file": "eventstore.engines.file",
+    "file": "eventstore.engines.file.engine",
     "memory": "eventstore.engines.memory",
-    "postgresql": "eventstore.engines.postgres",
-    "postgres": "eventstore.engines.postgres",
+    "postgresql": "eventstore.engines.postgres.engine",
+    "postgres": "eventstore.engines.postgres.engine",
 }
 """URL scheme -> the module whose `from_url(url, **options) -> Engine` opens it. Modules
 are imported only when a URL of their scheme is opened."""

@@ -21,9 +21,7 @@ from typing import Any
 
 import msgspec
 
-from ..events import LineHead
-from ..layout import validate_session_id
-from .base import (
+from eventstore.engines.base import (
     EMPTY_HEAD,
     EncodedBatch,
     Engine,
@@ -38,6 +36,8 @@ from .base import (
     RepairHold,
     Segment,
 )
+from eventstore.engines.file.layout import validate_session_id
+from eventstore.format.events import LineHead
 
 __all__ = ["MemoryEngine", "from_url"]
 

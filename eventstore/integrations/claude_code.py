@@ -44,10 +44,18 @@ from typing import Any
 
 import msgspec
 
-from eventstore.errors import ConcurrencyError, EventStoreError, InvalidRecordError
-from eventstore.events import Event, MessagesAppended, validated_copy
-from eventstore.follow import poll_interval_of
-from eventstore.layout import validate_session_id
+from eventstore.engines.file.layout import validate_session_id
+from eventstore.errors import (
+    ConcurrencyError,
+    EventStoreError,
+    InvalidRecordError,
+)
+from eventstore.format.events import (
+    Event,
+    MessagesAppended,
+    validated_copy,
+)
+from eventstore.ops.follow import poll_interval_of
 from eventstore.records import (
     ContentBlock,
     ImageBlock,

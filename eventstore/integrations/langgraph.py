@@ -55,10 +55,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         " pip install 'harness-eventstore[langgraph]'"
     ) from exc
 
-from ..aio import AsyncSessionStore
-from ..errors import SnapshotVersionError
-from ..store import SessionStore
-from .langgraph_state import (
+from eventstore.aio import AsyncSessionStore
+from eventstore.errors import SnapshotVersionError
+from eventstore.integrations.langgraph_state import (
     EVENT_TYPES,
     HEAD_PROJECTION,
     PROJECTION,
@@ -84,6 +83,7 @@ from .langgraph_state import (
     newest_key,
     writes_key,
 )
+from eventstore.store import SessionStore
 
 __all__ = [
     "EVENT_TYPES",

@@ -38,10 +38,15 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         " pip install 'harness-eventstore[langgraph]'"
     ) from exc
 
-from projections import StructProjection, restore_state
-
-from ..errors import SnapshotVersionError
-from ..events import Event, Snapshot
+from eventstore.errors import SnapshotVersionError
+from eventstore.format.events import (
+    Event,
+    Snapshot,
+)
+from projections import (
+    StructProjection,
+    restore_state,
+)
 
 __all__ = [
     "EVENT_TYPES",

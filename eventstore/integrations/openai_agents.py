@@ -52,12 +52,18 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         " pip install 'harness-eventstore[openai-agents]'"
     ) from exc
 
-from projections import StructProjection, fold
-
-from ..aio import AsyncSessionStore
-from ..errors import ConcurrencyError, InvalidArgumentError, InvalidRecordError
-from ..events import Event
-from ..store import SessionStore
+from eventstore.aio import AsyncSessionStore
+from eventstore.errors import (
+    ConcurrencyError,
+    InvalidArgumentError,
+    InvalidRecordError,
+)
+from eventstore.format.events import Event
+from eventstore.store import SessionStore
+from projections import (
+    StructProjection,
+    fold,
+)
 
 __all__ = [
     "EVENT_TYPES",

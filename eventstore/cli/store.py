@@ -1,0 +1,144 @@
+"""Opening the store a command's ROOT names, the one way every `eventstore` command does.
+
+ROOT is a directory path or a store URL (`file://`, `memory://`, `postgresql://`, ...:
+whatever `SessionStore` opens). A read never creates a directory: a missing
+directory, or a file where the directory should be, is a one-line error. Custom event
+types come from `--event-types MODULE:ATTR` and from the `eventstore.event_types`
+entry-point group, so `log`, `state` and `verify` decode them like the built-in ones.
+Anything printed about ROOT goes through `shown_root`, which hides a URL's password.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import stat
+from collections.abc import Iterable
+from importlib.metadata import entry_points
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from eventstore.cli.args import CliError
+from eventstore.engines.base import redact_text
+from eventstore.engines.file.layout import validate_session_id
+from eventstore.errors import InvalidSessionIdError
+from eventstore.format.events import Event
+from eventstore.store import SessionStore
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "load_event_types",
+    "need_session",
+    "need_sessions",
+    "open_store",
+    "shown_root",
+    "store_path",
+]
+
+ENTRY_POINT_GROUP = "eventstore.event_types"
+
+
+# scheme://user:password@ -- the password is everything up to the last @ of the authority
+def shown_root(args: argparse.Namespace) -> str:
+    """ROOT as it may be printed (a URL's password hidden)."""
+    return redact_text(str(args.root))
+
+
+def store_path(root: str) -> Path | None:
+    """The directory ROOT names (a path or a `file://` URL); None for another URL."""
+    if "://" not in root:
+        return Path(root)
+    parts = urlsplit(root)
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise CliError(f"a file:// URL names a local path, not host {parts.netloc!r}")
+        return Path(unquote(parts.path))
+    return None
+
+
+def load_event_types(specs: Iterable[str]) -> list[type[Event]]:
+    """The Event subclasses named by `MODULE:ATTR` specs, then by installed entry points.
+
+    ATTR is an Event subclass or an iterable of them. A spec that does not load is a
+    CliError naming it.
+    """
+    found: list[type[Event]] = []
+    for spec in specs:
+        module, _, attr = spec.partition(":")
+        if not module or not attr:
+            raise CliError(f"--event-types wants MODULE:ATTR, not {spec!r}")
+        try:
+            obj: object = importlib.import_module(module)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except ImportError as exc:
+            raise CliError(f"--event-types {spec}: cannot import {module!r}: {exc}") from None
+        except AttributeError:
+            raise CliError(f"--event-types {spec}: {module!r} has no {attr!r}") from None
+        found += _event_classes(obj, f"--event-types {spec}")
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+        except Exception as exc:  # a broken plug-in names itself instead of a traceback
+            raise CliError(f"entry point {ep.name} ({ep.value}) failed to load: {exc}") from None
+        found += _event_classes(obj, f"entry point {ep.name} ({ep.value})")
+    unique: dict[type[Event], None] = dict.fromkeys(found)
+    return list(unique)
+
+
+def _event_classes(obj: object, where: str) -> list[type[Event]]:
+    items = [obj] if isinstance(obj, type) else obj
+    if not isinstance(items, Iterable) or isinstance(items, (str, bytes)):
+        raise CliError(f"{where}: not an Event subclass or a list of them: {obj!r}")
+    out: list[type[Event]] = []
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, Event)):
+            raise CliError(f"{where}: {item!r} is not an Event subclass")
+        out.append(item)
+    return out
+
+
+def open_store(args: argparse.Namespace, *, create: bool = False) -> SessionStore:
+    """The store `args.root` names, knowing `args.event_types` and the plug-in types.
+
+    ROOT is a directory, a `file://` URL, or any store URL an engine serves (memory://,
+    postgresql://...). Refuses (CliError) a path that does not exist (unless `create`)
+    or is not a directory, without creating anything.
+    """
+    root = str(args.root)
+    if not root:
+        raise CliError("ROOT is empty: give a store directory or URL")
+    path = store_path(root)
+    if path is not None and not create:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise CliError(f"no store at {path} (directory not found)") from None
+        except NotADirectoryError:
+            raise CliError(f"no store at {path} (a part of the path is a file)") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise CliError(f"{path} is a file, not a store directory")
+    types = load_event_types(getattr(args, "event_types", None) or [])
+    # another URL (memory://, postgresql://) goes to the engine it names, which refuses
+    # what it cannot open with a typed error
+    return SessionStore(root if path is None else path, event_types=types)
+
+
+def need_session(store: SessionStore, session_id: str, shown: str) -> None:
+    """CliError (exit 2) unless the store has `session_id`; `shown` is ROOT as printed."""
+    need_sessions(store, [session_id], shown)
+
+
+def need_sessions(store: SessionStore, session_ids: Iterable[str], shown: str) -> None:
+    """CliError (exit 2) naming the first of `session_ids` the store does not have."""
+    known: set[str] | None = None
+    for sid in session_ids:
+        try:
+            validate_session_id(sid)
+        except InvalidSessionIdError as exc:
+            raise CliError(str(exc)) from None
+        if known is None:
+            known = set(store.list_sessions())
+        if sid not in known:
+            raise CliError(f"unknown session {sid!r} in {shown} (see: eventstore sessions {shown})")

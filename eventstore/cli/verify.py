@@ -1,0 +1,148 @@
+"""The integrity commands: `verify` (hash links, sequence, decoding, batches, the archive
+chain; exit 1 on a problem) and `repair` (explicit: truncate a torn tail, or keep the
+valid prefix and move a corrupt log aside). Views of `eventstore.ops.audit.verify`/`repair`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from eventstore.cli.args import (
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    CliError,
+    Subparsers,
+    add_command,
+    add_full,
+    add_root,
+    add_session,
+)
+from eventstore.cli.format import (
+    emit_json,
+    fmt_bytes,
+    kv,
+    plural,
+    table,
+)
+from eventstore.cli.store import (
+    need_session,
+    open_store,
+    shown_root,
+    store_path,
+)
+from eventstore.errors import EventStoreError
+from eventstore.ops import audit
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Register `verify` and `repair`."""
+    p = add_command(
+        sub,
+        "verify",
+        run_verify,
+        "check hash links, sequence, decoding and batches (exit 1 on a problem)",
+        "  eventstore verify .eventstore demo\n  eventstore verify .eventstore --all --json",
+    )
+    add_root(p)
+    p.add_argument("session", metavar="SESSION", nargs="?", help="the session id")
+    p.add_argument("--all", action="store_true", help="verify every session")
+    add_full(p)
+
+    p = add_command(
+        sub,
+        "repair",
+        run_repair,
+        "truncate a torn tail, or keep the valid prefix and move a corrupt log aside",
+        "  eventstore repair .eventstore demo",
+    )
+    add_session(p)
+
+
+def _shown_file(path: str, args: argparse.Namespace) -> str:
+    """A file of the store relative to ROOT when it is under it."""
+    root = store_path(str(args.root))
+    if root is None:
+        return path
+    try:
+        return str(Path(path).relative_to(root))
+    except ValueError:
+        return path
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """Verify one session or all; exit 1 if any has an error."""
+    if args.all and args.session:
+        raise CliError("give a SESSION or --all, not both")
+    if not args.all and not args.session:
+        raise CliError("give a SESSION or --all")
+    with open_store(args) as store:
+        if args.all:
+            ids = store.list_sessions()
+        else:
+            need_session(store, args.session, shown_root(args))
+            ids = [args.session]
+        reports: list[audit.VerifyReport] = []
+        for sid in ids:
+            try:
+                reports.append(audit.verify(store, sid))
+            except (EventStoreError, OSError) as exc:  # one unreadable session, not all
+                problem = audit.Problem("", 0, None, "unreadable", str(exc))
+                reports.append(audit.VerifyReport(sid, False, [problem], "", 0, 0, []))
+    ok = all(r.ok for r in reports)
+    status = EXIT_OK if ok else EXIT_PROBLEMS
+    if args.json:
+        emit_json(reports[0] if not args.all else {"ok": ok, "sessions": reports})
+        return status
+    for r in reports:
+        errors = sum(1 for p in r.problems if p.severity == "error")
+        warnings = len(r.problems) - errors
+        print(
+            f"{'ok' if r.ok else 'FAILED':<6}  {r.session_id}  events={r.events}"
+            f"  head={r.head_hash or '-'}  files={len(r.files)}  errors={errors}"
+            f"  warnings={warnings}"
+        )
+        if r.problems:
+            rows = [
+                [
+                    "  " + p.severity,
+                    _shown_file(p.file, args),
+                    p.offset,
+                    "-" if p.seq is None else p.seq,
+                    p.kind,
+                    p.message,
+                ]
+                for p in r.problems
+            ]
+            headers = ["  SEVERITY", "FILE", "OFFSET", "SEQ", "KIND", "MESSAGE"]
+            print(table(headers, rows, right=(2, 3), flex=5, full=args.full))
+    if len(reports) > 1 or args.all:
+        bad = sum(1 for r in reports if not r.ok)
+        print(f"\n{plural(len(reports), 'session')} verified, {bad} with errors")
+    return status
+
+
+def run_repair(args: argparse.Namespace) -> int:
+    """Truncate a torn tail, or keep the valid prefix and move the corrupt log aside."""
+    with open_store(args) as store:
+        need_session(store, args.session, shown_root(args))
+        r = audit.repair(store, args.session)
+    if args.json:
+        emit_json(r)
+        return EXIT_OK
+    print(
+        kv(
+            [
+                ("session", r.session_id),
+                ("action", r.action),
+                ("log", _shown_file(r.log, args)),
+                ("kept", f"{plural(r.kept_events, 'event')}, {fmt_bytes(r.kept_bytes)}"),
+                ("dropped", fmt_bytes(r.dropped_bytes)),
+                ("moved aside to", _shown_file(r.moved_to, args) if r.moved_to else "-"),
+                ("why", r.message),
+            ]
+        )
+    )
+    return EXIT_OK

@@ -1,0 +1,330 @@
+"""The store root on disk: where each session lives, and private files and directories.
+
+    <root>/sessions/<session dir>/log.jsonl     the session's event log
+    <root>/sessions/<session dir>/log.lock      the writers' lock (the log itself is replaced)
+    <root>/sessions/<session dir>/archive/      old logs kept by compaction
+    <root>/sessions/<session dir>/id            the original id, when the name is a hash
+
+A session dir is the id itself when the id is ordinary (`[A-Za-z0-9][A-Za-z0-9._-]*`,
+up to 128 bytes), `_` + lowercase base32 of its UTF-8 for other ids up to 150 bytes, and
+`~` + SHA-256 hex for longer ones (with the `id` file). Neither `_` nor `~` can start an
+ordinary id, so the three forms never collide, and no form contains a path separator.
+Everything is created 0700/0600 from the start and never through a symlink.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import stat
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from eventstore.errors import (
+    InvalidSessionIdError,
+    StorageError,
+    UnsafePathError,
+)
+
+__all__ = [
+    "MAX_SESSION_ID_BYTES",
+    "SessionPaths",
+    "decode_session_dir",
+    "ensure_private_dir",
+    "fsync_dir",
+    "open_private",
+    "session_dir_name",
+    "validate_session_id",
+    "write_all",
+    "write_atomically",
+]
+
+MAX_SESSION_ID_BYTES = 1024
+_ORDINARY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_VERBATIM_MAX = 128
+_BASE32_MAX = 150
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+SESSIONS_DIR = "sessions"
+LOG_NAME = "log.jsonl"
+LOCK_NAME = "log.lock"
+JOURNAL_NAME = "log.journal"  # durability="fsync" (eventstore.engines.file.journal)
+ARCHIVE_DIR = "archive"
+ID_FILE = "id"
+
+
+def validate_session_id(session_id: object) -> str:
+    """Return `session_id` if it is a usable id, else raise `InvalidSessionIdError`."""
+    if not isinstance(session_id, str):
+        raise InvalidSessionIdError(f"session id must be a str, got {type(session_id).__name__}")
+    if not session_id:
+        raise InvalidSessionIdError("session id must not be empty")
+    if "\x00" in session_id:
+        raise InvalidSessionIdError(f"session id {session_id!r} contains a NUL character")
+    try:
+        size = len(session_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidSessionIdError(
+            f"session id {session_id!r} is not encodable as UTF-8 (lone surrogate)"
+        ) from None
+    if size > MAX_SESSION_ID_BYTES:
+        raise InvalidSessionIdError(
+            f"session id is {size} bytes of UTF-8; the limit is {MAX_SESSION_ID_BYTES}"
+        )
+    return session_id
+
+
+def session_dir_name(session_id: str) -> str:
+    """The directory name of a (valid) session id; see the module docstring."""
+    raw = session_id.encode("utf-8")
+    if len(raw) <= _VERBATIM_MAX and _ORDINARY.match(session_id):
+        return session_id
+    if len(raw) <= _BASE32_MAX:
+        return "_" + base64.b32encode(raw).decode("ascii").rstrip("=").lower()
+    return "~" + hashlib.sha256(raw).hexdigest()
+
+
+def decode_session_dir(name: str, directory: Path) -> str | None:
+    """The original id of a session directory, or None if `name` is not one of ours."""
+    if name.startswith("_"):
+        body = name[1:].upper()
+        try:
+            return base64.b32decode(body + "=" * (-len(body) % 8)).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return None
+    if name.startswith("~"):
+        try:
+            fd = open_private(directory / ID_FILE, os.O_RDONLY)
+        except (OSError, UnsafePathError):
+            return None  # no id file, or a planted link: not a session of ours
+        try:
+            return os.read(fd, 4 * MAX_SESSION_ID_BYTES).decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+        finally:
+            os.close(fd)
+    return name if _ORDINARY.match(name) else None
+
+
+def _refuse_symlink(path: Path) -> os.stat_result | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError(f"{path} is a symlink; eventstore never follows links in a store")
+    return st
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create `path` mode 0700 (its parent must exist); refuse a symlink or a non-directory."""
+    st = _refuse_symlink(path)
+    if st is not None:
+        if not stat.S_ISDIR(st.st_mode):
+            raise UnsafePathError(f"{path} exists and is not a directory")
+        return
+    try:
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        _refuse_symlink(path)
+
+
+def open_private(path: Path, flags: int) -> int:
+    """os.open with O_NOFOLLOW and mode 0600 on creation (a symlink raises UnsafePathError)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+    except OSError as exc:
+        if exc.errno == 40:  # ELOOP: the last component is a symlink
+            raise UnsafePathError(
+                f"{path} is a symlink; eventstore never follows links in a store"
+            ) from None
+        raise
+
+
+def write_all(fd: int, data: bytes, *, fsync: bool = False) -> None:
+    """Write all of `data` (os.write may write less than asked), then fsync if asked."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    if fsync:
+        os.fsync(fd)
+
+
+def pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of `data` at `offset` (os.pwrite may write less than asked)."""
+    done = os.pwrite(fd, data, offset)  # one call: the usual case
+    while done < len(data):
+        done += os.pwrite(fd, memoryview(data)[done:], offset + done)
+
+
+def pread_all(fd: int, n: int, offset: int) -> bytes:
+    """`n` bytes of `fd` from `offset` (os.pread may return fewer); fewer only at the end."""
+    if n <= 0:
+        return b""
+    buf = os.pread(fd, n, offset)
+    if len(buf) == n:
+        return buf
+    parts = [buf]
+    got = len(buf)
+    while got < n:
+        chunk = os.pread(fd, n - got, offset + got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+# fdatasync flushes the data and the size (all a reader needs), not the times: ~10%
+# faster per append than fsync on Linux; platforms without it (macOS) fall back to fsync
+_HAS_FDATASYNC = hasattr(os, "fdatasync")
+
+
+def datasync(fd: int) -> None:
+    """Flush a file's data (and size) to the disk: fdatasync where there is one."""
+    if _HAS_FDATASYNC:
+        os.fdatasync(fd)
+    else:
+        os.fsync(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename or create inside it survives power loss."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+TMP_MARK = ".tmp-"
+"""Temporary files of `write_atomically` are named `<name>.tmp-<hex>` beside `<name>`."""
+
+
+def write_atomically(
+    path: Path,
+    data: bytes | list[bytes],
+    *,
+    before_replace: Callable[[], None] | None = None,
+    durable: bool = True,
+) -> None:
+    """Replace (or create) `path` with `data` so that a crash leaves the old or the new.
+
+    The one temp-file + fsync + rename writer: `data` (bytes, or a list of pieces
+    written in order) goes to a private temporary file
+    beside `path`, which is fsynced and renamed over `path`, then the directory is
+    fsynced. `before_replace` runs after the temporary file is durable and before the
+    rename (compaction links the old log into its archive there). On any failure the
+    temporary file is removed and the error propagates; `path` is unchanged.
+    `durable=False` (caches, which only save time and check themselves): no fsync,
+    still atomic against a killed process; a power loss may leave an empty or a
+    partial file, which its reader ignores.
+    """
+    # the name's first 120 bytes: a legal 250-byte name must not make an illegal temp one
+    head = os.fsencode(path.name)[:120]  # (bytes: a name need not be UTF-8)
+    tmp = path.with_name(f"{os.fsdecode(head)}{TMP_MARK}{uuid.uuid4().hex}")
+    try:
+        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            for piece in [data] if isinstance(data, bytes) else data:
+                write_all(fd, piece)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if before_replace is not None:
+            before_replace()
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if durable:
+        fsync_dir(path.parent)
+
+
+class SessionPaths:
+    """The files of one session under a store root."""
+
+    __slots__ = (
+        "_checks",
+        "archive",
+        "dir",
+        "dir_str",
+        "journal",
+        "lock",
+        "log",
+        "log_str",
+        "session_id",
+    )
+
+    def __init__(self, root: Path, session_id: str) -> None:
+        self.session_id = session_id
+        self.dir = root / SESSIONS_DIR / session_dir_name(session_id)
+        self.log = self.dir / LOG_NAME
+        self.log_str = os.fspath(self.log)  # for the append hot path's lstat
+        self.dir_str = os.fspath(self.dir)  # (and the fsync one's)
+        self.lock = self.dir / LOCK_NAME
+        self.journal = self.dir / JOURNAL_NAME
+        self.archive = self.dir / ARCHIVE_DIR
+        # the paths checked on every operation, as str: pathlib's conversions cost more
+        # than the lstat calls themselves on the hot path
+        checks = [os.fspath(self.dir.parent), os.fspath(self.dir)]
+        if self.dir.name.startswith("~"):
+            checks.append(os.fspath(self.dir / ID_FILE))
+        self._checks = tuple(checks)
+
+    def check_no_links(self) -> None:
+        """Raise UnsafePathError if the sessions dir or this session's dir is a symlink."""
+        for path in self._checks[:2]:
+            try:
+                if stat.S_ISLNK(os.lstat(path).st_mode):
+                    _refuse_symlink(Path(path))
+            except FileNotFoundError:
+                return
+            except OSError as exc:  # EACCES, ELOOP, EIO...: an error of ours, typed
+                raise StorageError(f"{path}: cannot be read: {exc.strerror}", exc.errno) from exc
+
+    def create(self) -> None:
+        """Create the session directory (and its `id` file when the name is a hash)."""
+        try:  # the usual case: everything exists and is what it should be
+            sessions_dir, session_dir, *id_file = self._checks
+            if (
+                stat.S_ISDIR(os.lstat(sessions_dir).st_mode)
+                and stat.S_ISDIR(os.lstat(session_dir).st_mode)
+                and all(stat.S_ISREG(os.lstat(p).st_mode) for p in id_file)
+            ):
+                return
+        except FileNotFoundError:
+            pass
+        ensure_private_dir(self.dir.parent)
+        ensure_private_dir(self.dir)
+        if self.dir.name.startswith("~"):
+            id_path = self.dir / ID_FILE
+            if _refuse_symlink(id_path) is None:
+                write_atomically(id_path, self.session_id.encode("utf-8"))
+
+
+def list_session_ids(root: Path) -> list[str]:
+    """The original ids of every session under `root` that has a log, sorted."""
+    base = root / SESSIONS_DIR
+    try:
+        _refuse_symlink(base)  # (scandir follows a link)
+        entries = list(os.scandir(base))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise StorageError(f"{base}: cannot be listed: {exc.strerror}", exc.errno) from exc
+    ids: list[str] = []
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        sid = decode_session_dir(entry.name, Path(entry.path))
+        if sid is not None and os.path.lexists(os.path.join(entry.path, LOG_NAME)):
+            ids.append(sid)
+    return sorted(ids)

@@ -1,0 +1,938 @@
+"""The PostgreSQL engine: sessions on a PostgreSQL server shared by a fleet of machines.
+
+`SessionStore("postgresql://user:pass@host:5432/db")` (or `postgres://`) opens it; the
+query parameter `schema=NAME` picks the schema (default `eventstore`), every other
+parameter goes to libpq. Needs the `[postgres]` extra (psycopg 3 with its binary build
+and its connection pool).
+
+What it stores and how (the tables, the two server-side functions, the global feed
+order) is in `eventstore.engines.postgres.schema`. In short: one row per line holding
+its exact bytes (so the hash chain, verify and export agree byte for byte with the file
+engine), a `sessions` row per session holding its head, which every writer locks, and
+one server-side function call per append (one round trip, one transaction): lock the
+session, compare the head with the expected one, insert the lines (each gets its global
+feed position), record the idempotency key and fingerprint. The NOTIFY that wakes
+followers is sent after the commit, by a thread (see `_Notifier` for why).
+
+Positions are (log id, seq, byte offset in the live log); the log id changes whenever the
+live log is replaced (a snapshot installed, a repair, a removal), which is how a reader
+knows to start over. `wait` uses LISTEN/NOTIFY as a wake-up only: the caller re-reads.
+
+The engine's `durability` option is accepted and ignored: the server's own settings
+(`synchronous_commit`, `fsync`) decide what a commit survives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
+
+import msgspec
+
+from eventstore.engines.base import (
+    EMPTY_HEAD,
+    EncodedBatch,
+    Engine,
+    Head,
+    HeadMovedError,
+    History,
+    InstallResult,
+    Position,
+    ReadResult,
+    RepairHold,
+    Segment,
+)
+from eventstore.engines.postgres.schema import (
+    SCHEMA_VERSION,
+    SchemaVersionError,
+    channel_of,
+    ensure_schema,
+    quote_schema,
+)
+from eventstore.engines.postgres.url import (
+    DEFAULT_SCHEMA,
+    redact_url,
+    split_url,
+)
+from eventstore.errors import (
+    CorruptLogError,
+    StorageError,
+)
+from eventstore.format.events import (
+    LineHead,
+    split_hash,
+)
+
+try:
+    import psycopg
+    import psycopg_pool
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the PostgreSQL engine needs the [postgres] extra:"
+        " pip install 'harness-eventstore[postgres]'"
+    ) from exc
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "SCHEMA_VERSION",
+    "FEED_START",
+    "FeedEntry",
+    "FeedPosition",
+    "PgPosition",
+    "PostgresEngine",
+    "SchemaVersionError",
+    "from_url",
+    "init_db",
+    "redact_url",
+    "split_url",
+]
+
+_SNAPSHOT_PREFIX = b'{"type":"snapshot",'
+_head_decoder = msgspec.json.Decoder(LineHead)
+
+
+@dataclass(frozen=True, slots=True)
+class PgPosition(Position):
+    """A read position: the live log (`log_id`), the last line read (`seq`) and the byte
+    offset just after it in the live log."""
+
+    log_id: int
+    seq: int
+    offset: int
+
+
+class FeedPosition(NamedTuple):
+    """A place in the global feed: (the appending transaction's id, the line's number).
+    Ordered; `FeedPosition(0, 0)` is the start. Store it as the two integers."""
+
+    tx: int
+    pos: int
+
+
+FEED_START = FeedPosition(0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class FeedEntry:
+    """One line of the global feed: its `position` (increasing across every session of
+    the store, see postgres_schema), the session, the line's `seq` and its exact bytes."""
+
+    position: FeedPosition
+    session_id: str
+    seq: int
+    line: bytes
+
+
+def from_url(url: str | os.PathLike[str], **options: Any) -> PostgresEngine:
+    """Open the PostgreSQL engine a `postgresql://` URL names (see the module docstring).
+
+    Options: `pool_size` (connections per process, default 8), `durability` (ignored).
+    """
+    options.pop("durability", None)
+    pool_size = int(options.pop("pool_size", 8))
+    if options:
+        raise TypeError(f"unknown PostgreSQL engine options: {', '.join(sorted(options))}")
+    return PostgresEngine(os.fspath(url), pool_size=pool_size)
+
+
+def _storage_error(engine: PostgresEngine, doing: str, exc: BaseException) -> StorageError:
+    # psycopg's messages name the host and port, never the password
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return StorageError(f"{engine.url}: {doing} failed: {text}")
+
+
+T = TypeVar("T")
+
+
+class PostgresEngine(Engine):
+    """Sessions in a PostgreSQL database: see the module docstring."""
+
+    def __init__(self, url: str, *, pool_size: int = 8) -> None:
+        self.url = redact_url(url)
+        self._conninfo, self.schema = split_url(url)
+        self._q = quote_schema(self.schema)
+        self._channel = channel_of(self.schema)
+        self._pool_size = max(1, pool_size)
+        self._lock = threading.Lock()
+        _ENGINES.add(self)
+        self._pid = os.getpid()
+        self._pool: psycopg_pool.ConnectionPool[Any] | None = None
+        self._listener: _Listener | None = None
+        self._notifier: _Notifier | None = None
+        self._closed = False
+        self._sql = _Statements(self._q)
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10) as conn:
+                ensure_schema(conn, self.schema)
+        except psycopg.Error as exc:
+            raise _storage_error(self, "opening the database", exc) from None
+
+    # -- connections ------------------------------------------------------------------
+
+    def _get_pool(self) -> psycopg_pool.ConnectionPool[Any]:
+        if self._closed:
+            raise StorageError(f"{self.url}: the engine is closed")
+        pool = self._pool
+        if pool is not None and self._pid == os.getpid():
+            return pool
+        with self._lock:
+            if self._pid != os.getpid():
+                # a forked child: the parent's connections are not ours to use or close
+                # (closing would end the parent's server sessions); keep them unreferenced
+                # by us but alive, so no finalizer sends them a Terminate message
+                _ORPHANS.extend(x for x in (self._pool, self._listener) if x is not None)
+                self._pool = None
+                self._listener = None
+                self._notifier = None  # its thread did not survive the fork
+                self._lock = threading.Lock()
+                self._pid = os.getpid()
+            if self._pool is None:
+                self._pool = psycopg_pool.ConnectionPool(
+                    self._conninfo,
+                    configure=_CONNECTIONS.add,
+                    min_size=1,
+                    max_size=self._pool_size,
+                    kwargs={"autocommit": True},
+                    open=True,
+                    name=f"eventstore-{self.schema}",
+                )
+            return self._pool
+
+    @contextmanager
+    def _conn(self, doing: str) -> Iterator[psycopg.Connection[Any]]:
+        try:
+            with self._get_pool().connection(timeout=30) as conn:
+                yield conn
+        except psycopg_pool.PoolTimeout as exc:
+            raise _storage_error(self, doing, exc) from None
+        except psycopg.OperationalError as exc:
+            raise _storage_error(self, doing, exc) from None
+        except psycopg.Error as exc:
+            raise _storage_error(self, doing, exc) from None
+
+    def _query(self, doing: str, run: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """`run(conn)` for a read, on a pooled connection; again on another when the
+        server ended that one (after a server restart every pooled connection is dead,
+        and a read is safe to repeat), at most once per connection the pool holds."""
+        for left in range(self._pool_size, -1, -1):
+            conn = None
+            try:
+                with self._get_pool().connection(timeout=30) as conn:
+                    return run(conn)
+            except psycopg_pool.PoolTimeout as exc:
+                raise _storage_error(self, doing, exc) from None
+            except psycopg.OperationalError as exc:
+                if left and conn is not None and conn.broken:
+                    continue  # the pool discards it
+                raise _storage_error(self, doing, exc) from None
+            except psycopg.Error as exc:
+                raise _storage_error(self, doing, exc) from None
+        raise AssertionError("unreachable")
+
+    def where(self, session_id: str) -> str:
+        """A session's live log's name for messages."""
+        return f"{self.url}#{session_id}"
+
+    # -- reading ----------------------------------------------------------------------
+
+    def read(self, session_id: str, position: Position | None) -> ReadResult:
+        """The committed lines after `position` (None: from the beginning)."""
+        pos = position if isinstance(position, PgPosition) else None
+        log_id = pos.log_id if pos is not None else -1
+        after = pos.seq if pos is not None else 0
+        params = {"log": log_id, "after": after, "sid": session_id}
+        rows = self._query(
+            "reading a session",
+            lambda conn: conn.execute(self._sql.read, params, binary=True).fetchall(),
+        )
+        where = self.where(session_id)
+        if not rows:
+            return ReadResult(b"", EMPTY_HEAD, position is not None, where)
+        head = _head_of(rows[0][2:])
+        data = b"".join([r[8] for r in rows[1:]])
+        same = pos is not None and rows[0][2] == pos.log_id
+        # a row deleted at the end would else read as a shorter, valid log (anything
+        # wrong before the end the fold reports, where it is)
+        end = _end_seq(rows, after if same else 0)
+        if end is not None and end != head.seq:
+            raise CorruptLogError(
+                where, len(data), head.seq,
+                f"the live log ends at seq {end} but its head is at seq {head.seq}",
+            )  # fmt: skip
+        if same:
+            assert pos is not None
+            return ReadResult(data, head, False, where, pos.offset)
+        return ReadResult(data, head, position is not None, where, 0)
+
+    def head(self, session_id: str) -> Head:
+        """The session's head (one indexed row)."""
+        row = self._query(
+            "reading a head", lambda conn: conn.execute(self._sql.head, (session_id,)).fetchone()
+        )
+        return EMPTY_HEAD if row is None else _head_of(row)
+
+    def history(self, session_id: str) -> History:
+        """Every kept segment, then the live log, read in one repeatable-read snapshot."""
+        where = self.where(session_id)
+
+        def run(conn: psycopg.Connection[Any]) -> History:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                srow = conn.execute(self._sql.session_row, (session_id,)).fetchone()
+                if srow is None:
+                    return History([])
+                sid, snap_seq = srow[0], srow[1]
+                snaps = conn.execute(self._sql.snapshots_of, (sid,), binary=True).fetchall()
+                lines = conn.execute(self._sql.lines_of, (sid,), binary=True).fetchall()
+            return History(_segments(where, snap_seq, snaps, lines))
+
+        return self._query("reading a session's history", run)
+
+    def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
+        """Block until the session's head is no longer `position` (True) or `timeout`
+        seconds pass (False). A NOTIFY (or the listener reconnecting) only wakes it to
+        look again: a notification of an append it has already read (they are sent after
+        the commit, so one can arrive late) does not end the wait."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        listener = self._get_listener()
+        while True:
+            remaining = deadline - time.monotonic()
+            mark = listener.mark(session_id, max(remaining, 0.0))
+            if self.head(session_id).position != position:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if mark is None:  # no listener connection: poll instead
+                time.sleep(min(remaining, 0.2))
+            else:
+                listener.wait_change(session_id, mark, remaining)
+
+    def _get_listener(self) -> _Listener:
+        self._get_pool()  # resets per-process state in a forked child
+        with self._lock:
+            if self._listener is None:
+                self._listener = _Listener(self._conninfo, self._channel)
+            return self._listener
+
+    # -- the global feed --------------------------------------------------------------
+
+    def feed(self, after: FeedPosition = FEED_START, limit: int = 1000) -> list[FeedEntry]:
+        """Up to `limit` lines of every session after feed position `after`, in feed
+        order: a line never appears later below a position already returned (see
+        postgres_schema for why). Lines dropped by a compaction without history, a
+        repair, or removing their session, are not in it.
+
+        The answer is as of the read's start (one statement, one snapshot), and a line
+        waits for every older transaction on the server to end: an empty answer says
+        nothing of appends that committed while the read ran, nor of acknowledged
+        appends an older transaction still holds back. A tailing reader reads again."""
+        tx, pos = after
+        rows = self._query(
+            "reading the feed",
+            lambda conn: conn.execute(
+                self._sql.feed, (str(tx), pos, limit), binary=True
+            ).fetchall(),
+        )
+        return [FeedEntry(FeedPosition(int(r[0]), r[1]), r[2], r[3], bytes(r[4])) for r in rows]
+
+    # -- writing ----------------------------------------------------------------------
+
+    def append(self, session_id: str, batch: EncodedBatch, expected: Head) -> Head:
+        """One round trip: the server-side `append` function (see postgres_schema)."""
+        data = batch.data
+        if not data.endswith(b"\n"):
+            raise ValueError("an encoded batch must end with a newline")
+        lines = [line + b"\n" for line in data.split(b"\n")[:-1]]
+        opening = expected.seq == 0 and lines[0].startswith(_SNAPSHOT_PREFIX)
+        if not opening and batch.first_seq != expected.seq + 1:
+            raise ValueError(
+                f"{self.where(session_id)}: a batch starting at seq {batch.first_seq}"
+                f" cannot follow seq {expected.seq}"
+            )
+        params = (
+            session_id,
+            expected.seq,
+            expected.link,
+            batch.first_seq,
+            lines,
+            batch.hashes[-1] if batch.hashes else "",
+            batch.link,
+            opening,
+            None if batch.key is None else _stored_key(batch.key),
+            batch.fingerprint,
+        )
+        try:
+            with self._get_pool().connection(timeout=30) as conn:
+                row = conn.execute(self._sql.append, params, binary=True).fetchone()
+        except (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as exc:
+            raise _storage_error(self, "appending", exc) from None
+        except psycopg.OperationalError as exc:
+            if exc.sqlstate is not None and exc.sqlstate[:2] != "08" and exc.sqlstate not in (
+                "57P01", "57P02",
+            ):  # fmt: skip
+                # the server refused (a lock or statement timeout...): rolled back
+                raise _storage_error(self, f"appending to {session_id!r}", exc) from None
+            # the connection died: the commit may or may not have happened; the face's
+            # idempotency keys make a retry safe
+            raise StorageError(
+                f"{self.where(session_id)}: append of seq {batch.first_seq}..{batch.last_seq}"
+                f" failed (the connection was lost; it may or may not be committed):"
+                f" {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}"
+            ) from None
+        except psycopg.Error as exc:
+            raise _storage_error(self, f"appending to {session_id!r}", exc) from None
+        assert row is not None
+        head = _head_of(row[1:])
+        if row[0]:
+            raise HeadMovedError(self.where(session_id), expected, head)
+        self._get_notifier().post(session_id)
+        return head
+
+    def _get_notifier(self) -> _Notifier:
+        pool = self._get_pool()  # resets per-process state in a forked child
+        with self._lock:
+            if self._notifier is None:
+                self._notifier = _Notifier(pool, self._channel)
+            return self._notifier
+
+    def install_snapshot(
+        self, session_id: str, line: bytes, covers: Head, *, keep_history: bool
+    ) -> InstallResult:
+        """The server-side `install_snapshot` function: one transaction under the row lock."""
+        pos = covers.position
+        split = split_hash(line.rstrip(b"\n"))
+        if not line.endswith(b"\n") or split is None:
+            raise ValueError("a snapshot line must be one hashed line ending in a newline")
+        if not isinstance(pos, PgPosition):
+            raise HeadMovedError(self.where(session_id), covers, self.head(session_id))
+        with self._conn(f"installing a snapshot of {session_id!r}") as conn:
+            row = conn.execute(
+                self._sql.install,
+                (session_id, pos.log_id, covers.seq, line, split[1], keep_history),
+                binary=True,
+            ).fetchone()
+        assert row is not None
+        head = _head_of(row[1:7])
+        if row[0]:
+            raise HeadMovedError(self.where(session_id), covers, head)
+        archived = f"{self.where(session_id)}@{pos.log_id}" if keep_history else None
+        return InstallResult(head, archived, int(row[7]), head.size)
+
+    @contextmanager
+    def hold(self, session_id: str) -> Iterator[RepairHold]:
+        """Lock the session row in a transaction held until the block ends."""
+        with self._conn(f"holding {session_id!r} for repair") as conn, conn.transaction():
+            hold = _PgRepairHold(self, conn, session_id)
+            yield hold
+
+    def replace_raw(self, session_id: str, data: bytes) -> None:
+        """Replace the live log's bytes without any check: for tests that tamper with a
+        log (the equivalent of editing a file of the file engine). Rows get consecutive
+        seq numbers in the order of `data`, whatever seq their lines claim."""
+        lines = _split_keep(data)
+        sql = self._sql
+        with self._conn(f"rewriting {session_id!r}") as conn, conn.transaction():
+            row = conn.execute(sql.lock_session, (session_id,)).fetchone()
+            if row is None:
+                raise KeyError(session_id)
+            key, _, snap_seq, _, live_origin, _ = row
+            snap_len = 0
+            if snap_seq and lines:
+                snap = lines.pop(0)
+                snap_len = len(snap)
+                conn.execute(sql.replace_live_snapshot, (snap, key, key))
+            conn.execute(sql.drop_lines_from, (key, snap_seq + 1))
+            off = live_origin
+            for i, line in enumerate(lines, 1):
+                conn.execute(sql.insert_raw_line, (key, snap_seq + i, off, line))
+                off += len(line)
+            head_seq, link, h = 0, "", ""
+            complete = [x for x in lines if x.endswith(b"\n")]
+            if complete:
+                try:
+                    last = _head_decoder.decode(complete[-1])
+                    head_seq, h = last.seq, last.h
+                    link = (last.base_h or "") if last.type == "snapshot" else last.h
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    head_seq = snap_seq + len(complete)
+            elif snap_seq:
+                head_seq = snap_seq
+            conn.execute(
+                sql.set_head,
+                (
+                    head_seq,
+                    link,
+                    h,
+                    snap_seq or (1 if lines else 0),
+                    snap_seq,
+                    snap_len,
+                    live_origin,
+                    off,
+                    key,
+                ),
+            )
+
+    # -- sessions ---------------------------------------------------------------------
+
+    def list_sessions(self) -> list[str]:
+        """Every session with a committed line, sorted as Python sorts str."""
+        rows = self._query(
+            "listing sessions", lambda conn: conn.execute(self._sql.list_sessions).fetchall()
+        )
+        return sorted(r[0] for r in rows)
+
+    def remove_session(self, session_id: str) -> bool:
+        """Delete the session row; its lines, snapshots, keys and saved bytes go with it
+        (ON DELETE CASCADE) in the same transaction."""
+        with self._conn(f"removing {session_id!r}") as conn, conn.transaction():
+            row = conn.execute(self._sql.remove, (session_id,)).fetchone()
+            if row is None:
+                return False
+            conn.execute("SELECT pg_notify(%s, %s)", (self._channel, session_id))
+            return bool(row[1])
+
+    def close(self) -> None:
+        """Close the pool and the listener (idempotent)."""
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+            listener, self._listener = self._listener, None
+            notifier, self._notifier = self._notifier, None
+            mine = self._pid == os.getpid()
+        if not mine:
+            _ORPHANS.extend(x for x in (pool, listener) if x is not None)
+            return
+        if notifier is not None:
+            notifier.close()
+        if listener is not None:
+            listener.close()
+        if pool is not None:
+            pool.close()
+
+
+_ORPHANS: list[object] = []
+"""Pools and listeners inherited from a parent process: kept alive, never used (see
+_get_pool)."""
+
+_CONNECTIONS: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
+"""Every long-lived connection this module opened (pooled or listening)."""
+
+_ENGINES: weakref.WeakSet[PostgresEngine] = weakref.WeakSet()
+"""Every engine of this process: a forked child gives each a fresh lock."""
+
+
+def _stored_key(key: str) -> str:
+    """The form of an idempotency key the keys table holds: a key with a NUL (text
+    cannot hold one) or too long for its index is stored as its SHA-256. Replays are
+    answered from the log, so only its uniqueness matters here."""
+    if "\x00" in key or len(key) > 256:
+        return "sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    return key
+
+
+def _neuter_inherited_connections() -> None:
+    """In a forked child: point every inherited connection's socket at /dev/null.
+
+    The socket is shared with the parent; if the child closed such a connection (a
+    finalizer at exit, a pool closing), libpq would send the server a Terminate message
+    and end the *parent's* session. Writing to /dev/null instead goes nowhere.
+    """
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+    except OSError:
+        return
+    try:
+        for conn in list(_CONNECTIONS):
+            try:
+                fd = conn.pgconn.socket
+            except psycopg.Error:
+                continue  # already closed
+            try:
+                os.dup2(null, fd)
+            except OSError:
+                pass
+    finally:
+        os.close(null)
+    _CONNECTIONS.clear()
+    for engine in list(_ENGINES):
+        engine._lock = threading.Lock()  # another thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_neuter_inherited_connections)
+
+
+class _Statements:
+    """The SQL of one schema, built once (the schema name is the only spliced part)."""
+
+    def __init__(self, q: str) -> None:
+        live_size = "s.snap_len + s.stream_end - s.live_origin"
+        head_cols = f"s.log_id, s.head_seq, s.head_link, s.head_h, s.base_seq, {live_size}"
+        # one statement (one snapshot): the head as the first row, then the live log's
+        # opening snapshot (when reading from the start) and the lines after the position,
+        # one row each (rows in binary: ~2x faster to fetch than one string_agg value)
+        self.read = (
+            f"WITH s AS (SELECT * FROM {q}.sessions WHERE session_id = %(sid)s)"
+            f" SELECT 0 AS k, 0::bigint AS seq, {head_cols}, NULL::bytea FROM s"
+            f" UNION ALL"
+            f" SELECT 1, s.snap_seq, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(x.line, '')"
+            f" FROM {q}.snapshots x, s"
+            f" WHERE x.sid = s.sid AND s.snap_seq > 0 AND s.log_id <> %(log)s"
+            f" AND x.n = (SELECT max(y.n) FROM {q}.snapshots y WHERE y.sid = s.sid)"
+            f" UNION ALL"
+            f" SELECT 2, l.seq, NULL, NULL, NULL, NULL, NULL, NULL, l.line FROM {q}.lines l, s"
+            f" WHERE l.sid = s.sid AND l.seq > greatest(s.snap_seq,"
+            f" CASE WHEN s.log_id = %(log)s THEN %(after)s ELSE 0 END)"
+            f" ORDER BY 1, 2"
+        )
+        self.head = f"SELECT {head_cols} FROM {q}.sessions s WHERE s.session_id = %s"
+        self.session_row = f"SELECT sid, snap_seq FROM {q}.sessions WHERE session_id = %s"
+        self.snapshots_of = f"SELECT n, seq, line FROM {q}.snapshots WHERE sid = %s ORDER BY n"
+        self.lines_of = f"SELECT seq, line FROM {q}.lines WHERE sid = %s ORDER BY seq"
+        self.append = f"SELECT * FROM {q}.append(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        self.install = f"SELECT * FROM {q}.install_snapshot(%s, %s, %s, %s, %s, %s)"
+        self.list_sessions = (
+            f"SELECT session_id FROM {q}.sessions WHERE head_seq > 0 OR snap_seq > 0"
+        )
+        self.remove = (
+            f"DELETE FROM {q}.sessions WHERE session_id = %s"
+            f" RETURNING sid, (head_seq > 0 OR snap_seq > 0)"
+        )
+        self.feed = (
+            f"SELECT l.tx::text, l.pos, s.session_id, l.seq, l.line FROM {q}.lines l"
+            f" JOIN {q}.sessions s USING (sid)"
+            f" WHERE (l.tx, l.pos) > (%s::text::xid8, %s)"
+            f" AND l.tx < pg_snapshot_xmin(pg_current_snapshot())"
+            f" ORDER BY l.tx, l.pos LIMIT %s"
+        )
+        self.lock_session = (
+            f"SELECT sid, log_id, snap_seq, snap_len, live_origin, stream_end"
+            f" FROM {q}.sessions WHERE session_id = %s FOR UPDATE"
+        )
+        self.live_snapshot = (
+            f"SELECT line FROM {q}.snapshots WHERE sid = %s ORDER BY n DESC LIMIT 1"
+        )
+        self.live_lines = (
+            f"SELECT seq, stream_off, line FROM {q}.lines WHERE sid = %s AND seq > %s ORDER BY seq"
+        )
+        self.save = f"INSERT INTO {q}.saved (sid, reason, data) VALUES (%s, %s, %s) RETURNING n"
+        self.replace_live_snapshot = (
+            f"UPDATE {q}.snapshots SET line = %s WHERE sid = %s AND n ="
+            f" (SELECT max(n) FROM {q}.snapshots WHERE sid = %s)"
+        )
+        self.insert_raw_line = (
+            f"INSERT INTO {q}.lines (sid, seq, stream_off, line) VALUES (%s, %s, %s, %s)"
+        )
+        self.drop_lines_from = f"DELETE FROM {q}.lines WHERE sid = %s AND seq >= %s"
+        self.drop_all_lines = f"DELETE FROM {q}.lines WHERE sid = %s"
+        self.drop_snapshots = f"DELETE FROM {q}.snapshots WHERE sid = %s"
+        self.drop_keys_after = f"DELETE FROM {q}.idempotency_keys WHERE sid = %s AND last_seq > %s"
+        self.set_head = (
+            f"UPDATE {q}.sessions SET log_id = nextval('{q}.log_ids'), head_seq = %s,"
+            f" head_link = %s, head_h = %s, base_seq = %s, snap_seq = %s, snap_len = %s,"
+            f" live_origin = %s, stream_end = %s WHERE sid = %s"
+        )
+
+
+def _end_seq(rows: list[Any], start: int) -> int | None:
+    """The seq the rows of a read end at: the last line's own, the opening snapshot's,
+    or `start` (where the read began) when there are none; None when the last line does
+    not decode (the fold says what is wrong with it)."""
+    if len(rows) == 1:
+        return start
+    last = rows[-1]
+    if last[0] == 1:  # the opening snapshot: the session row's snap_seq
+        return int(last[1])
+    try:
+        return _head_decoder.decode(last[8]).seq
+    except msgspec.MsgspecError:
+        return None
+
+
+def _head_of(row: Any) -> Head:
+    """A Head from (log_id, head_seq, head_link, head_h, base_seq, size)."""
+    log_id, seq, link, h, base_seq, size = row[:6]
+    if seq == 0 and size == 0:
+        return EMPTY_HEAD
+    return Head(
+        seq=int(seq),
+        link=link,
+        h=h,
+        position=PgPosition(int(log_id), int(seq), int(size)),
+        size=int(size),
+        base_seq=int(base_seq),
+    )
+
+
+def _split_keep(data: bytes) -> list[bytes]:
+    """`data` cut after every newline (only newlines: a CR inside a line stays in it)."""
+    parts = [x + b"\n" for x in data.split(b"\n")]
+    parts[-1] = parts[-1][:-1]
+    return [x for x in parts if x]
+
+
+class _BytesSegment(Segment):
+    def __init__(
+        self, archived: bool, where: str, data: bytes, first: int | None, last: int | None
+    ) -> None:
+        self.archived = archived
+        self.where = where
+        self.size = len(data)
+        self.first_seq = first
+        self.last_seq = last
+        self._data = data
+
+    def read(self) -> bytes:
+        return self._data
+
+
+def _segments(where: str, snap_seq: int, snaps: list[Any], lines: list[Any]) -> list[Segment]:
+    """Cut a session's rows into segments: archived segment i holds the snapshot that
+    opened it (if kept) and the lines up to what snapshot i covers; the live log holds
+    the last snapshot and the lines after it."""
+    out: list[Segment] = []
+    bounds = [int(s[1]) for s in snaps]
+    li = 0
+    opening: bytes | None = None
+    start = 0
+    for i, bound in enumerate(bounds):
+        parts: list[bytes] = [opening] if opening else []
+        first = start if opening else None
+        while li < len(lines) and lines[li][0] <= bound:
+            if first is None:
+                first = int(lines[li][0])
+            parts.append(bytes(lines[li][1]))
+            li += 1
+        if parts:
+            out.append(_BytesSegment(True, f"{where}@{i + 1}", b"".join(parts), first, bound))
+        opening = bytes(snaps[i][2]) if snaps[i][2] is not None else None
+        start = bound
+    parts = [opening] if opening and snap_seq else []
+    first = start if parts else None
+    last: int | None = start if parts else None
+    for seq, line in lines[li:]:
+        if first is None:
+            first = int(seq)
+        last = int(seq)
+        parts.append(bytes(line))
+    if parts:
+        out.append(_BytesSegment(False, where, b"".join(parts), first, last))
+    return out
+
+
+class _PgRepairHold(RepairHold):
+    """The session row locked in an open transaction; the live log read once."""
+
+    def __init__(self, engine: PostgresEngine, conn: psycopg.Connection[Any], sid: str) -> None:
+        self.engine = engine
+        self.conn = conn
+        self.session_id = sid
+        self.where = engine.where(sid)
+        sql = engine._sql
+        row = conn.execute(sql.lock_session, (sid,)).fetchone()
+        self.row = row
+        self._lines: list[tuple[int, int, bytes]] = []
+        self._snap = b""
+        if row is None:
+            self._data = b""
+            return
+        key, _, snap_seq = row[0], row[1], row[2]
+        if snap_seq:
+            snap = conn.execute(sql.live_snapshot, (key,), binary=True).fetchone()
+            self._snap = bytes(snap[0]) if snap and snap[0] is not None else b""
+        self._lines = [
+            (int(s), int(o), bytes(line))
+            for s, o, line in conn.execute(sql.live_lines, (key, snap_seq), binary=True)
+        ]
+        self._data = self._snap + b"".join(line for _, _, line in self._lines)
+
+    @property
+    def data(self) -> bytes:
+        return self._data
+
+    def keep_prefix(self, n: int, reason: str) -> str | None:
+        if n == len(self._data):
+            return None
+        if not 0 <= n < len(self._data) or (n and self._data[n - 1 : n] != b"\n"):
+            raise ValueError(f"{self.where}: {n} is not a line boundary of the live log")
+        assert self.row is not None
+        sql = self.engine._sql
+        key, _, snap_seq, snap_len, live_origin, _ = self.row
+        conn = self.conn
+        saved = conn.execute(sql.save, (key, reason, self._data)).fetchone()
+        name = f"{self.where}/saved/{saved[0] if saved else '?'}-{reason}"
+        if snap_seq and n < snap_len:
+            # the opening snapshot itself goes: nothing before it can stay linked, so the
+            # whole history is saved aside too and the session starts over empty
+            with self.engine.history(self.session_id) as hist:
+                old = b"".join(seg.read() for seg in hist if seg.archived)
+            if old:
+                conn.execute(sql.save, (key, f"{reason}-history", old))
+            conn.execute(sql.drop_all_lines, (key,))
+            conn.execute(sql.drop_snapshots, (key,))
+            conn.execute(sql.drop_keys_after, (key, 0))
+            conn.execute(sql.set_head, (0, "", "", 0, 0, 0, 0, 0, key))
+        else:
+            kept_end = snap_len
+            cut_seq: int | None = None
+            last_line = self._snap if snap_seq else b""
+            for seq, _, line in self._lines:
+                if kept_end + len(line) > n:
+                    cut_seq = seq
+                    break
+                kept_end += len(line)
+                last_line = line
+            assert cut_seq is not None
+            conn.execute(sql.drop_lines_from, (key, cut_seq))
+            head_seq, link, h = 0, "", ""
+            if last_line:
+                head_line = _head_decoder.decode(last_line)
+                head_seq, h = head_line.seq, head_line.h
+                link = (head_line.base_h or "") if head_line.type == "snapshot" else h
+            conn.execute(sql.drop_keys_after, (key, head_seq))
+            base_seq = snap_seq if snap_seq else (1 if head_seq else 0)
+            stream_end = live_origin + kept_end - snap_len
+            conn.execute(
+                sql.set_head,
+                (head_seq, link, h, base_seq, snap_seq, snap_len, live_origin, stream_end, key),
+            )
+        conn.execute("SELECT pg_notify(%s, %s)", (self.engine._channel, self.session_id))
+        return name
+
+
+class _Notifier:
+    """Sends the NOTIFY of committed appends from a thread of its own, coalesced.
+
+    Not inside the append's transaction: PostgreSQL serializes the commits of every
+    transaction that notifies (a global lock held through the WAL flush), which would
+    make concurrent writers of different sessions wait for each other's disk flushes.
+    A notification is a wake-up only, so one lost to a crash costs a follower at most
+    its wait timeout.
+    """
+
+    def __init__(self, pool: psycopg_pool.ConnectionPool[Any], channel: str) -> None:
+        self._pool = pool
+        self._channel = channel
+        self._cond = threading.Condition()
+        self._pending: dict[str, None] = {}
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="eventstore-notify", daemon=True)
+        self._thread.start()
+
+    def post(self, session_id: str) -> None:
+        """Notify the session's followers soon (after the caller's commit)."""
+        with self._cond:
+            self._pending[session_id] = None
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._pending) or self._closed)
+                if not self._pending and self._closed:
+                    return
+                batch = list(self._pending)
+                self._pending.clear()
+            try:
+                with self._pool.connection(timeout=10) as conn:
+                    conn.execute(
+                        "SELECT pg_notify(%s, x) FROM unnest(%s::text[]) AS x",
+                        (self._channel, batch),
+                    )
+            except (psycopg.Error, psycopg_pool.PoolTimeout):
+                pass  # a wake-up only: followers re-read when their wait times out
+
+    def close(self) -> None:
+        """Send what is pending, then stop the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=10.0)
+
+
+class _Listener:
+    """One LISTEN connection per engine and process, on a daemon thread: counts the
+    notifications per session so `wait` can block on a condition until one arrives."""
+
+    def __init__(self, conninfo: str, channel: str) -> None:
+        self._conninfo = conninfo
+        self._channel = channel
+        self._cond = threading.Condition()
+        self._counts: dict[str, int] = {}
+        self._generation = 0  # bumped on every (re)connection: waiters then re-read
+        self._listening = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="eventstore-listen", daemon=True)
+        self._thread.start()
+
+    def mark(self, session_id: str, timeout: float) -> tuple[int, int] | None:
+        """Where the notifications stand for a session, once LISTEN is active (None if it
+        is not within a bounded wait: then the caller polls)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._listening or self._closed, min(timeout, 2.0))
+            if not self._listening:
+                return None
+            return (self._generation, self._counts.get(session_id, 0))
+
+    def wait_change(self, session_id: str, mark: tuple[int, int], timeout: float) -> bool:
+        """Wait until a notification for the session (or a reconnection) after `mark`."""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: self._closed or (self._generation, self._counts.get(session_id, 0)) != mark,
+                max(timeout, 0.0),
+            )
+
+    def _run(self) -> None:
+        while not self._closed:
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                    _CONNECTIONS.add(conn)
+                    conn.execute(f"LISTEN {self._channel}")
+                    with self._cond:
+                        self._listening = True
+                        self._generation += 1
+                        self._cond.notify_all()
+                    while not self._closed:
+                        got = False
+                        for note in conn.notifies(timeout=0.5):
+                            got = True
+                            with self._cond:
+                                sid = note.payload
+                                self._counts[sid] = self._counts.get(sid, 0) + 1
+                                self._cond.notify_all()
+                        if not got:
+                            conn.execute("SELECT 1")  # notices a dead connection
+            except psycopg.Error:
+                pass
+            with self._cond:
+                self._listening = False
+                self._generation += 1
+                self._cond.notify_all()
+            if not self._closed:
+                time.sleep(0.2)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=2.0)
+
+
+def init_db(url: str) -> tuple[int, int]:
+    """Create or migrate the schema a URL names; returns (version before, version now)."""
+    conninfo, schema = split_url(url)
+    try:
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+            before = ensure_schema(conn, schema)
+    except psycopg.Error as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StorageError(f"{redact_url(url)}: creating the schema failed: {text}") from None
+    return before, SCHEMA_VERSION

@@ -1,0 +1,355 @@
+"""The PostgreSQL engine's schema: its tables, its two server-side functions, its version.
+
+Everything lives in one schema (default `eventstore`, chosen with `?schema=NAME` in the
+URL), created on first use or by `eventstore init-db URL`, and versioned in `meta`.
+
+Tables (one row per session in `sessions`, its head: the row every writer locks):
+
+    sessions   sid, session_id, log_id (names the live log; new on every replacement),
+               head_seq/head_link/head_h, base_seq, snap_seq (what the live log's
+               opening snapshot covers, 0: none), snap_len, live_origin/stream_end
+               (byte offsets in the session's stream of lines, for live-log offsets)
+    lines      one row per appended line, its exact bytes (newline included), never
+               edited (compaction without history and repair delete rows): sid, seq,
+               stream_off, tx and pos (its global feed position), line
+    snapshots  every snapshot installed, in order (n); `line` NULL once the log it
+               opened was replaced without keeping history
+    idempotency_keys  the key and request fingerprint of each keyed batch
+    saved      bytes a repair dropped, saved aside first
+
+The global feed (`PostgresEngine.feed`) orders every line of every session by (tx, pos):
+`tx` is the appending transaction's id (`pg_current_xact_id()`, 64-bit, never wraps) and
+`pos` a number from a sequence, increasing within a transaction. A reader returns only
+lines whose `tx` is below the oldest transaction still running
+(`pg_snapshot_xmin(pg_current_snapshot())`): every transaction below that horizon has
+ended, committed or rolled back, so no line can ever appear later below a position a
+reader has passed, however long a writer's transaction was in flight. The order agrees
+with time: a transaction that commits before another begins gets a smaller id. And it
+keeps each session's seq order: `append` takes a transaction-scoped advisory lock on the
+session before anything gives it a transaction id, so the next append to that session
+gets its id only after this one has committed. Writers never serialize on anything
+global (commits of different sessions proceed in parallel and share WAL flushes); the
+price is that a line reaches the feed only once every older writing transaction on the
+server (in any database: transaction ids are server-wide) has ended.
+
+Every value reaches the server as a parameter; the schema name, the only identifier
+spliced into SQL, is checked against `SCHEMA_NAME` and quoted.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from eventstore.errors import EventStoreError
+
+__all__ = [
+    "SCHEMA_NAME",
+    "SCHEMA_VERSION",
+    "SchemaVersionError",
+    "ddl",
+    "quote_schema",
+]
+
+SCHEMA_VERSION = 1
+"""The version of the tables and functions this code reads and writes."""
+
+SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
+"""Accepted schema names: lower-case identifiers short enough that the notification
+channel (`<schema>_append`) stays under PostgreSQL's 63-byte identifier limit."""
+
+# seeds the hash of a session id into the key of its advisory lock (any constant would do;
+# a fixed one keeps every process agreeing)
+SESSION_LOCK_SEED = 0x6576_7374
+
+# taken (session-level) while the schema is created or migrated, so concurrent
+# first uses by many processes create it once
+INIT_LOCK_KEY = 0x6576_7374_5F70_6731  # "evst_pg1"
+
+
+class SchemaVersionError(EventStoreError):
+    """The database holds an eventstore schema of a version this code does not read."""
+
+
+def quote_schema(name: str) -> str:
+    """The schema name as a quoted SQL identifier; ValueError for an unaccepted name."""
+    if not SCHEMA_NAME.fullmatch(name):
+        raise ValueError(
+            f"schema name {name!r} is not accepted: lower-case letters, digits and _,"
+            " not starting with a digit, at most 40 characters"
+        )
+    return f'"{name}"'
+
+
+def channel_of(name: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema (an identifier: `<schema>_append`)."""
+    quote_schema(name)
+    return f"{name}_append"
+
+
+_DDL_V1 = """
+CREATE SCHEMA IF NOT EXISTS @S;
+
+CREATE TABLE @S.meta (
+    name  text PRIMARY KEY,
+    value text NOT NULL
+);
+
+CREATE SEQUENCE @S.log_ids;
+
+CREATE SEQUENCE @S.line_pos;
+
+CREATE TABLE @S.sessions (
+    sid         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    session_id  text NOT NULL UNIQUE,
+    log_id      bigint NOT NULL,
+    head_seq    bigint NOT NULL DEFAULT 0,
+    head_link   text NOT NULL DEFAULT '',
+    head_h      text NOT NULL DEFAULT '',
+    base_seq    bigint NOT NULL DEFAULT 0,
+    snap_seq    bigint NOT NULL DEFAULT 0,
+    snap_len    bigint NOT NULL DEFAULT 0,
+    live_origin bigint NOT NULL DEFAULT 0,
+    stream_end  bigint NOT NULL DEFAULT 0
+);
+
+CREATE TABLE @S.lines (
+    sid        bigint NOT NULL REFERENCES @S.sessions ON DELETE CASCADE,
+    seq        bigint NOT NULL,
+    stream_off bigint NOT NULL,
+    tx         xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    pos        bigint NOT NULL DEFAULT nextval('@S.line_pos'),
+    line       bytea NOT NULL,
+    PRIMARY KEY (sid, seq)
+);
+ALTER TABLE @S.lines ALTER COLUMN line SET STORAGE EXTERNAL;
+CREATE UNIQUE INDEX lines_feed ON @S.lines (tx, pos);
+
+CREATE TABLE @S.snapshots (
+    n            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    sid          bigint NOT NULL REFERENCES @S.sessions ON DELETE CASCADE,
+    seq          bigint NOT NULL,
+    line         bytea,
+    installed_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX snapshots_sid ON @S.snapshots (sid, n);
+
+CREATE TABLE @S.idempotency_keys (
+    sid         bigint NOT NULL REFERENCES @S.sessions ON DELETE CASCADE,
+    key         text NOT NULL,
+    fingerprint text,
+    first_seq   bigint NOT NULL,
+    last_seq    bigint NOT NULL,
+    PRIMARY KEY (sid, key)
+);
+
+CREATE TABLE @S.saved (
+    n        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    sid      bigint NOT NULL REFERENCES @S.sessions ON DELETE CASCADE,
+    reason   text NOT NULL,
+    data     bytea NOT NULL,
+    saved_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- One append, one transaction, one round trip. Returns the session's head after it
+-- (moved = true: nothing was written, the head is the one found).
+CREATE FUNCTION @S.append(
+    p_session_id    text,
+    p_expected_seq  bigint,
+    p_expected_link text,
+    p_first_seq     bigint,
+    p_lines         bytea[],
+    p_last_h        text,
+    p_link          text,
+    p_opening_snap  boolean,
+    p_key           text,
+    p_fingerprint   text
+) RETURNS TABLE (
+    moved boolean, log_id bigint, head_seq bigint, head_link text, head_h text,
+    base_seq bigint, size bigint
+) LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
+DECLARE
+    s       @S.sessions%ROWTYPE;
+    n       int := cardinality(p_lines);
+    nbytes  bigint;
+    first   bigint := p_first_seq;
+    snap    bytea;
+    rest    bytea[] := p_lines;
+BEGIN
+    -- first, before anything assigns this transaction an id: see the feed order above
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_session_id, @K));
+    SELECT * INTO s FROM @S.sessions WHERE session_id = p_session_id FOR UPDATE;
+    IF NOT FOUND THEN
+        IF p_expected_seq <> 0 OR p_expected_link <> '' THEN
+            RETURN QUERY SELECT true, 0::bigint, 0::bigint, ''::text, ''::text,
+                0::bigint, 0::bigint;
+            RETURN;
+        END IF;
+        INSERT INTO @S.sessions (session_id, log_id)
+            VALUES (p_session_id, nextval('@S.log_ids'))
+            ON CONFLICT (session_id) DO NOTHING;
+        SELECT * INTO s FROM @S.sessions WHERE session_id = p_session_id FOR UPDATE;
+    END IF;
+    IF s.head_seq <> p_expected_seq OR s.head_link <> p_expected_link THEN
+        RETURN QUERY SELECT true, s.log_id, s.head_seq, s.head_link, s.head_h,
+            s.base_seq, s.snap_len + s.stream_end - s.live_origin;
+        RETURN;
+    END IF;
+    IF p_opening_snap THEN
+        -- a log that opens with a snapshot (copied from a store compacted without
+        -- history): the snapshot line is the live log's opening, lines follow it
+        IF s.head_seq <> 0 THEN
+            RAISE EXCEPTION 'an opening snapshot can only start an empty session';
+        END IF;
+        snap := p_lines[1];
+        rest := p_lines[2:];
+        INSERT INTO @S.snapshots (sid, seq, line) VALUES (s.sid, p_first_seq, snap);
+        s.snap_seq := p_first_seq;
+        s.base_seq := p_first_seq;
+        s.snap_len := length(snap);
+        first := p_first_seq + 1;
+        n := n - 1;
+    ELSIF p_first_seq <> p_expected_seq + 1 THEN
+        RAISE EXCEPTION 'batch starts at seq % after head seq %', p_first_seq, p_expected_seq;
+    ELSIF s.base_seq = 0 THEN
+        s.base_seq := first;
+    END IF;
+    nbytes := coalesce((SELECT sum(length(l)) FROM unnest(rest) AS l), 0);
+    INSERT INTO @S.lines (sid, seq, stream_off, line)
+        SELECT s.sid, first + i - 1,
+               s.stream_end + coalesce(sum(length(l)) OVER (ORDER BY i
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0),
+               l
+        FROM unnest(rest) WITH ORDINALITY AS t(l, i) ORDER BY i;
+    UPDATE @S.sessions SET
+        head_seq = first + n - 1, head_link = p_link, head_h = p_last_h,
+        base_seq = s.base_seq, snap_seq = s.snap_seq, snap_len = s.snap_len,
+        stream_end = s.stream_end + nbytes
+        WHERE sid = s.sid;
+    IF p_key IS NOT NULL THEN
+        INSERT INTO @S.idempotency_keys (sid, key, fingerprint, first_seq, last_seq)
+            VALUES (s.sid, p_key, p_fingerprint, p_first_seq, first + n - 1)
+            ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN QUERY SELECT false, s.log_id, first + n - 1, p_link, p_last_h, s.base_seq,
+        s.snap_len + s.stream_end + nbytes - s.live_origin;
+END
+$fn$;
+
+-- Replace the live log by a snapshot line covering up to p_covers_seq (the lines after
+-- it stay, unmoved). moved = true: the live log is no longer the one covered.
+CREATE FUNCTION @S.install_snapshot(
+    p_session_id text,
+    p_log_id     bigint,
+    p_covers_seq bigint,
+    p_line       bytea,
+    p_line_h     text,
+    p_keep       boolean
+) RETURNS TABLE (
+    moved boolean, log_id bigint, head_seq bigint, head_link text, head_h text,
+    base_seq bigint, size bigint, before bigint
+) LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
+DECLARE
+    s        @S.sessions%ROWTYPE;
+    covered  bigint;
+    new_log  bigint;
+    new_h    text;
+BEGIN
+    SELECT * INTO s FROM @S.sessions WHERE session_id = p_session_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT true, 0::bigint, 0::bigint, ''::text, ''::text, 0::bigint,
+            0::bigint, 0::bigint;
+        RETURN;
+    END IF;
+    IF s.log_id <> p_log_id OR p_covers_seq > s.head_seq OR p_covers_seq < s.base_seq
+       OR p_covers_seq < 1 THEN
+        RETURN QUERY SELECT true, s.log_id, s.head_seq, s.head_link, s.head_h, s.base_seq,
+            s.snap_len + s.stream_end - s.live_origin, 0::bigint;
+        RETURN;
+    END IF;
+    covered := coalesce((SELECT sum(length(l.line)) FROM @S.lines l
+        WHERE l.sid = s.sid AND l.seq > s.snap_seq AND l.seq <= p_covers_seq), 0);
+    IF NOT p_keep THEN
+        UPDATE @S.snapshots SET line = NULL
+            WHERE sid = s.sid AND n = (SELECT max(n) FROM @S.snapshots WHERE sid = s.sid)
+              AND s.snap_seq > 0;
+        DELETE FROM @S.lines l
+            WHERE l.sid = s.sid AND l.seq > s.snap_seq AND l.seq <= p_covers_seq;
+    END IF;
+    INSERT INTO @S.snapshots (sid, seq, line) VALUES (s.sid, p_covers_seq, p_line);
+    new_log := nextval('@S.log_ids');
+    new_h := CASE WHEN p_covers_seq = s.head_seq THEN p_line_h ELSE s.head_h END;
+    UPDATE @S.sessions SET
+        log_id = new_log, head_h = new_h, base_seq = p_covers_seq, snap_seq = p_covers_seq,
+        snap_len = length(p_line), live_origin = s.live_origin + covered
+        WHERE sid = s.sid;
+    PERFORM pg_notify('@C', p_session_id);
+    RETURN QUERY SELECT false, new_log, s.head_seq, s.head_link, new_h, p_covers_seq,
+        length(p_line) + s.stream_end - s.live_origin - covered,
+        s.snap_len + s.stream_end - s.live_origin;
+END
+$fn$;
+"""
+
+_MIGRATIONS: dict[int, str] = {1: _DDL_V1}
+"""version -> the SQL that brings the schema from version - 1 to it."""
+
+
+def ddl(schema: str, version: int) -> str:
+    """The SQL that brings `schema` from `version - 1` to `version`."""
+    quoted = quote_schema(schema)
+    return (
+        _MIGRATIONS[version]
+        .replace("@S", quoted)
+        .replace("@C", channel_of(schema))
+        .replace("@K", str(SESSION_LOCK_SEED))
+    )
+
+
+def ensure_schema(conn: Any, schema: str) -> int:
+    """Create or migrate the schema to SCHEMA_VERSION on `conn` (an autocommit psycopg
+    connection); returns the version found before (0: none). Safe when many processes
+    race: the work runs under a transaction-scoped advisory lock.
+
+    Raises SchemaVersionError if the database's schema is newer than this code's.
+    """
+    import psycopg
+
+    quoted = quote_schema(schema)
+    found = _version(conn, quoted)
+    if found == SCHEMA_VERSION:
+        return found
+    if found > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"the database's eventstore schema {schema!r} is at version {found}; this"
+            f" eventstore reads version {SCHEMA_VERSION}: upgrade eventstore"
+        )
+    # a session-level lock taken before the transaction starts: a transaction that began
+    # before another process committed the schema would still see its catalog as it was
+    conn.execute("SELECT pg_advisory_lock(%s)", (INIT_LOCK_KEY,))
+    try:
+        with conn.transaction():
+            found = _version(conn, quoted)  # another process may have done it meanwhile
+            for version in range(found + 1, SCHEMA_VERSION + 1):
+                conn.execute(psycopg.sql.SQL(ddl(schema, version)))
+                conn.execute(
+                    psycopg.sql.SQL(
+                        "INSERT INTO {}.meta (name, value) VALUES ('schema_version', %s)"
+                        " ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value"
+                    ).format(psycopg.sql.Identifier(schema)),
+                    (str(version),),
+                )
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (INIT_LOCK_KEY,))
+    return found
+
+
+def _version(conn: Any, quoted: str) -> int:
+    """The schema version recorded in the database (0: no eventstore schema there)."""
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{quoted}.meta",)).fetchone()
+    if not row[0]:
+        return 0
+    row = conn.execute(
+        f"SELECT value FROM {quoted}.meta WHERE name = 'schema_version'"  # noqa: S608
+    ).fetchone()
+    return int(row[0]) if row else 0

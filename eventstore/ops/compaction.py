@@ -1,0 +1,207 @@
+"""Compaction: replace a session's log by one snapshot, atomically, beside live writers.
+
+Written once for every engine. The face reads the live log up to its head, folds every
+registered projection (rebuilding from the archive a state an older snapshot lacks),
+lets each projection trim its state if a `Retention` asks it to (opt-in), and encodes a
+`snapshot` line at the head's sequence number N linked to the head's link. The engine
+installs it atomically (`Engine.install_snapshot`): lines other writers appended after
+N meanwhile are kept after the snapshot (they chain to its `base_h`), and the replaced
+lines stay in the session's history when `archive` is true. If another compaction
+replaced the log first, it is read again and compacted again.
+
+A compaction that would not make the live log smaller is skipped and changes nothing:
+the log is empty, already one snapshot, or the snapshot would take at least as many
+bytes as the lines it replaces (a log of a few small events: a snapshot holds every
+projection's state and the list of known types). The report says which (`skipped`).
+
+The `archive_pruned` records of the lines replaced, and those the snapshot before
+carried, are kept verbatim in the new snapshot (`Snapshot.pruned`): the point history
+was pruned to is read from the live log whatever compactions follow.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import msgspec
+
+from eventstore.engines.base import HeadMovedError
+from eventstore.format.events import (
+    ArchivePruned,
+    Event,
+    Snapshot,
+    UnknownEvent,
+)
+from eventstore.format.reader import read_lines
+from eventstore.ops.history import (
+    fold_events,
+    pruning_records,
+)
+from projections import (
+    Retention,
+    retain,
+    snapshot_entry,
+)
+
+if TYPE_CHECKING:
+    from eventstore.store import SessionStore
+
+__all__ = ["CompactionReport", "Retention", "SkipReason", "compact"]
+
+_ATTEMPTS = 20  # installs lost to a concurrent compaction before giving up (never seen)
+
+
+SkipReason = Literal["no_events", "one_snapshot", "would_not_shrink"]
+"""Why a compaction was skipped: the session has no events; its log is already one
+snapshot (and no retention was asked for); the snapshot would be at least as large as
+the live log it replaces."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionReport:
+    """What one compaction did. `compacted` is False when it was skipped: `skipped` says
+    why (`notes` in words) and nothing changed (`bytes_after == bytes_before`).
+    `snapshot_bytes`: the size of the snapshot line written, or that would have been
+    written (0 when none was built). `archive_path`: where the replaced log was kept (a
+    path for the file engine, a name for others), None without an archive."""
+
+    session_id: str
+    events_before: int
+    events_after: int
+    bytes_before: int
+    bytes_after: int
+    first_seq: int
+    last_seq: int
+    archive_path: Path | None
+    seconds: float
+    compacted: bool = True
+    unknown_kept: int = 0
+    notes: list[str] = field(default_factory=list)
+    skipped: SkipReason | None = None
+    snapshot_bytes: int = 0
+
+
+def _last_activity(events: list[Event]) -> datetime | None:
+    """The time of the newest event that is not maintenance among `events` (a snapshot
+    among them answers for the events it covers), None when no line knows it."""
+    for ev in reversed(events):
+        if type(ev) is Snapshot:
+            return ev.last_ts
+        if type(ev) is not ArchivePruned:
+            return ev.ts
+    return None
+
+
+def compact(
+    store: SessionStore,
+    session_id: str,
+    *,
+    archive: bool = True,
+    retention: Retention | None = None,
+    force: bool = False,
+) -> CompactionReport:
+    """Replace the session's log by one snapshot line; see the module docstring.
+    `force`: compact even when the snapshot would not be smaller than the log (an empty
+    session, or a lone snapshot with no retention asked for, is still skipped)."""
+    t0 = time.perf_counter()
+    sess = store._session(session_id)
+    engine = store.engine
+    codec = store.codec
+    for _ in range(_ATTEMPTS):
+        res = engine.read(session_id, None)
+        covers = res.head
+        if covers.seq == 0:
+            return CompactionReport(
+                session_id, 0, 0, 0, 0, 0, 0, None, time.perf_counter() - t0, False,
+                notes=["the session has no events"], skipped="no_events",
+            )  # fmt: skip
+        events = read_lines(res.data, codec, codec.decoder(None), res.where).events
+        first_seq = events[0].seq
+        last = events[-1]
+        size = covers.size
+        if len(events) == 1 and type(last) is Snapshot and retention is None:
+            return CompactionReport(
+                session_id, 1, 1, size, size, first_seq, last.seq, None,
+                time.perf_counter() - t0, False, notes=["the log is already one snapshot"],
+                skipped="one_snapshot", snapshot_bytes=size,
+            )  # fmt: skip
+        states: dict[str, msgspec.Raw] = {}
+        folded: dict[str, object] = {}
+        # whether the states are no state as of covers.seq (a retention dropped something,
+        # now or in the snapshot they were folded from): history must not take them for one
+        trimmed = type(events[0]) is Snapshot and events[0].trimmed
+        for name, proj in store.projections.items():
+            # a user's apply may change the events it is given: it folds a decode of its
+            # own, as a cold load gives it (the built-in projections share one)
+            own = (
+                events
+                if name in store._builtin
+                else read_lines(res.data, codec, codec.decoder(proj.event_types), res.where).events
+            )
+            state = fold_events(store, session_id, proj, proj.initial(), own, res.where)
+            entry = snapshot_entry(proj, state)
+            if retention is not None:
+                state = retain(proj, state, retention)
+                kept = snapshot_entry(proj, state)
+                trimmed = trimmed or bytes(kept) != bytes(entry)
+                entry = kept
+            states[name] = entry
+            folded[name] = state
+        unknown: list[msgspec.Raw] = []
+        for ev in events:
+            if type(ev) is Snapshot:
+                unknown.extend(ev.unknown)
+            elif type(ev) is UnknownEvent:
+                unknown.append(msgspec.Raw(ev.raw))
+        known = sorted(t for t in codec.types if t != "snapshot")
+        committed = bytes(res.data[:size])  # (`read` gives bytes: no copy when whole)
+        records = {rec.seq: raw for rec, raw in pruning_records(committed)}  # each once
+        pruned = [msgspec.Raw(raw) for raw in records.values()]
+        snap = Snapshot(
+            base_h=covers.link,
+            states=states,
+            unknown=unknown,
+            known=known,
+            pruned=pruned,
+            archived=archive,
+            trimmed=trimmed,
+            last_ts=_last_activity(events),
+        )
+        line, _ = codec.encode_snapshot(snap, covers.seq, covers.link, datetime.now(UTC))
+        if len(line) >= size and not force:
+            return CompactionReport(
+                session_id, len(events), len(events), size, size, first_seq, last.seq, None,
+                time.perf_counter() - t0, False, unknown_kept=len(unknown),
+                notes=[f"the snapshot ({len(line)} bytes) would not be smaller than the"
+                       f" log ({size} bytes)"],
+                skipped="would_not_shrink", snapshot_bytes=len(line),
+            )  # fmt: skip
+        try:
+            done = engine.install_snapshot(session_id, line, covers, keep_history=archive)
+        except HeadMovedError:
+            continue  # another compaction (or a repair) replaced the log: read it again
+        with sess.lock:
+            sess.folds.clear()  # the new log has a new identity: every fold restarts from it
+            sess.head = done.head
+            sess.prefix = None  # (of the log replaced)
+        if done.head.seq == covers.seq:  # nothing after the snapshot: the states are current
+            store._save_fold_caches(session_id, done.head, folded)
+            store._vouch_for_snapshot(sess, line, done.head)
+        return CompactionReport(
+            session_id=session_id,
+            events_before=len(events),
+            events_after=1,
+            bytes_before=size,
+            bytes_after=len(line),
+            first_seq=first_seq,
+            last_seq=last.seq,
+            archive_path=Path(done.archived) if done.archived else None,
+            seconds=time.perf_counter() - t0,
+            unknown_kept=len(unknown),
+            snapshot_bytes=len(line),
+        )
+    raise HeadMovedError(res.where, covers, engine.head(session_id))

@@ -1,0 +1,223 @@
+"""Copy sessions between any two engines, byte for byte, history included.
+
+`migrate_session(src, dst, session_id)` reads the source's history (the kept segments,
+then the live log) and replays it into the destination through the engine interface
+alone: runs of committed lines become appends, and each point where the source
+installed a snapshot becomes `install_snapshot(..., keep_history=True)` at the same
+sequence number with the same snapshot line. Every line keeps its exact bytes, so the
+hash chain, `verify` and `export` agree on both sides.
+
+Idempotent and resumable: what the destination already holds must be a prefix of the
+source's plan (an earlier, interrupted run); the copy continues after it. A destination
+that holds anything else is refused (`MigrationError`) and left unchanged.
+
+A history pruned by `prune_archive` (it starts after seq 1, without a snapshot standing
+in) is refused as such (`MigrationError`). A hole in the source's history (a compaction
+that kept no history between two kept ones) cannot be replayed (a snapshot can only be
+installed over the lines it covers): the copy then starts at the segment after the
+hole, and the result says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import msgspec
+
+from eventstore.engines.base import (
+    EMPTY_HEAD,
+    EncodedBatch,
+    Engine,
+)
+from eventstore.errors import EventStoreError
+from eventstore.format.events import (
+    LineHead,
+    split_hash,
+)
+from eventstore.ops.history import pruned_start
+
+__all__ = [
+    "MigrationError",
+    "MigrationResult",
+    "Step",
+    "migrate_session",
+    "plan_of",
+    "same_history",
+]
+
+_heads = msgspec.json.Decoder(LineHead)
+_MAX_LINES = 1000
+_MAX_BYTES = 4 << 20  # lines per destination append: fewer round trips, bounded memory
+
+
+class MigrationError(EventStoreError):
+    """The destination holds something other than a prefix of the source's history."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step of a session's replay: `kind` is "open" (a log that starts with a
+    snapshot), "line" (a committed line) or "install" (a snapshot over the lines before)."""
+
+    kind: str
+    seq: int
+    line: bytes
+    h: str
+    link: str
+    closes: bool  # a line that ends its batch (every snapshot does)
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationResult:
+    """What `migrate_session` did: lines and snapshots written now, the steps the
+    destination already had, and the seq where an unreplayable history hole made the
+    copy start (None: the whole history was copied)."""
+
+    session_id: str
+    written: int
+    already: int
+    total: int
+    started_after_hole: int | None = None
+
+
+def _committed_lines(data: bytes, where: str) -> Iterator[tuple[LineHead, bytes]]:
+    """The lines of complete batches (a torn tail is left out, as readers do)."""
+    pending: list[tuple[LineHead, bytes]] = []
+    start = 0
+    while True:
+        nl = data.find(b"\n", start)
+        if nl < 0:
+            return
+        line = data[start : nl + 1]
+        start = nl + 1
+        if not line.strip():
+            continue
+        try:
+            head = _heads.decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise MigrationError(f"{where}: undecodable line at byte {start}: {exc}") from None
+        pending.append((head, line))
+        if not head.more or head.type == "snapshot":
+            yield from pending
+            pending = []
+
+
+def _step(kind: str, head: LineHead, line: bytes, where: str) -> Step:
+    split = split_hash(line[:-1])
+    if split is None:
+        raise MigrationError(f"{where}: seq {head.seq} has no hash")
+    h = split[1]
+    if head.type == "snapshot":
+        return Step(kind, head.seq, line, h, head.base_h or "", True)
+    return Step(kind, head.seq, line, h, h, not head.more)
+
+
+def plan_of(engine: Engine, session_id: str) -> tuple[list[Step], int | None]:
+    """The replay steps of a session's history, and the seq after which a hole forced
+    the plan to start over (None: none)."""
+    plan: list[Step] = []
+    hole: int | None = None
+    with engine.history(session_id) as hist:
+        for seg in hist:
+            where = seg.where
+            for head, line in _committed_lines(seg.read(), where):
+                last = plan[-1].seq if plan else 0
+                if head.type == "snapshot":
+                    if plan and plan[0].seq <= head.seq:
+                        while plan and plan[-1].seq > head.seq:
+                            plan.pop()  # the newer segment holds these as copies
+                        last = plan[-1].seq if plan else 0
+                    if plan and last == head.seq:
+                        if plan[-1].line != line:
+                            plan.append(_step("install", head, line, where))
+                        continue
+                    # nothing before it (or a hole): the log starts over at the snapshot
+                    if plan:
+                        hole = last
+                    plan = [_step("open", head, line, where)]
+                    continue
+                if head.seq <= last:
+                    continue  # a copy of a line an older segment already gave
+                if head.seq != last + 1:
+                    kept = pruned_start(hist)[0] if not plan else 1
+                    if kept > 1:  # not damage: verify calls pruned history clean
+                        raise MigrationError(
+                            f"{where}: session {session_id!r}: events 1..{kept - 1} were"
+                            f" pruned, so its history starts at seq {kept}; migrate copies"
+                            " a history from its beginning, and cannot copy this one"
+                        )
+                    raise MigrationError(
+                        f"{where}: seq {head.seq} follows seq {last}: run verify on the source"
+                    )
+                plan.append(_step("line", head, line, where))
+    return plan, hole
+
+
+def migrate_session(
+    src: Engine,
+    dst: Engine,
+    session_id: str,
+    progress: Callable[[int, int], None] | None = None,
+) -> MigrationResult:
+    """Copy one session's history from `src` to `dst` (see the module docstring).
+
+    `progress(done, total)` is called after every destination write.
+    """
+    plan, hole = plan_of(src, session_id)
+    have, _ = plan_of(dst, session_id)
+    if len(have) > len(plan) or any(
+        a.line != b.line or a.kind != b.kind for a, b in zip(have, plan, strict=False)
+    ):
+        first = next(
+            (a.seq for a, b in zip(have, plan, strict=False) if a.line != b.line), len(plan)
+        )
+        raise MigrationError(
+            f"{dst.url}: session {session_id!r} already holds other lines (from seq {first});"
+            " remove it there first or pick another destination"
+        )
+    head = dst.head(session_id) if have else EMPTY_HEAD
+    done = len(have)
+    i = done
+    while i < len(plan):
+        step = plan[i]
+        if step.kind == "install":
+            head = dst.install_snapshot(session_id, step.line, head, keep_history=True).head
+            i += 1
+        else:
+            j = i + 1
+            size = len(step.line)
+            while (
+                j < len(plan)
+                and plan[j].kind == "line"
+                and j - i < _MAX_LINES
+                and (size < _MAX_BYTES or not plan[j - 1].closes)
+            ):
+                size += len(plan[j].line)
+                j += 1
+            while j > i + 1 and not plan[j - 1].closes:
+                j -= 1  # never split a batch: one append holds whole batches
+            run = plan[i:j]
+            if not run[-1].closes:
+                raise MigrationError(
+                    f"{src.url}: session {session_id!r}: batch at seq {run[0].seq} has no end"
+                )
+            batch = EncodedBatch(
+                data=b"".join(s.line for s in run),
+                first_seq=run[0].seq,
+                last_seq=run[-1].seq,
+                hashes=tuple(s.h for s in run),
+                link=run[-1].link,
+            )
+            head = dst.append(session_id, batch, head)
+            i = j
+        if progress is not None:
+            progress(i, len(plan))
+    return MigrationResult(session_id, len(plan) - done, done, len(plan), hole)
+
+
+def same_history(a: Engine, b: Engine, session_id: str) -> bool:
+    """Whether two engines hold the same replay steps for a session (byte for byte)."""
+    return [(s.kind, s.line) for s in plan_of(a, session_id)[0]] == [
+        (s.kind, s.line) for s in plan_of(b, session_id)[0]
+    ]

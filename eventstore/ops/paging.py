@@ -1,0 +1,334 @@
+"""Transcript paging: a page of messages for O(its size), not O(transcript).
+
+Owns `SessionStore.load_transcript_messages(sid, start=, limit=, last=)`. Warm (the
+store has folded the transcript before), a page is a slice of the folded state, brought
+up to date first (O(what was appended since)); only the page is copied. Cold, `last=N`
+is read from the end of the log (`last_messages`); `start` folds the transcript once
+(then it is warm).
+
+`last_messages` reads the committed live log backwards through a byte-range reader,
+decodes only `messages_appended` lines (the others are recognised by their first bytes
+and never decoded) and stops once it has N messages. If it reaches a compaction
+snapshot first, it takes the missing messages from the end of the snapshot's transcript
+entry, whose byte range the snapshot's `layout` gives, finding message boundaries
+backwards (see `_suffix_messages`), so a compacted transcript of any length costs the
+bytes of the messages returned. Every live line whose messages it returns has its `h`
+checked against the link before it (the `h` ending the line before, the snapshot's
+`base_h` right after it, "" at the start of the log), as a fold would check it: a line
+that does not check, or an irregular one before it (a blank line), makes it return
+None, and the caller folds, which checks every line and reports the first that fails.
+Messages cut from a snapshot's entry are returned once the whole snapshot line checks
+(the one read of it whole; the caller remembers the digests of the 16 KiB blocks the
+cut read, and a later page cutting from those blocks checks each against them, so a
+line changed since its check is never served from memory). It does no I/O of
+its own: the caller (the store, over the engine's `live_view`) passes
+`read_span(start, end)` over one consistent live log whose committed size is `size` (a
+torn tail lies past `size` and is never read).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from eventstore.errors import InvalidRecordError
+from eventstore.format.events import (
+    HASH_SUFFIX_LEN,
+    SNAPSHOT_OPEN,
+    EventCodec,
+    MessagesAppended,
+    SnapshotHead,
+    find_snapshot_head,
+    hash_checks,
+)
+from eventstore.records import Message
+from projections.transcript import copy_message
+
+if TYPE_CHECKING:
+    from eventstore.store import SessionStore
+
+__all__ = ["SpanReader", "last_messages", "transcript_page"]
+
+#: `read_span(start, end)`: bytes [start, end) of the live log (end <= the committed size).
+SpanReader = Callable[[int, int], bytes]
+
+_MESSAGES = b'{"type":"messages_appended",'
+_CHUNK = 64 * 1024
+_message_list = msgspec.json.Decoder(list[Message])
+# A message inside a transcript state: msgspec writes `role` first, and the quote after
+# `{` cannot be an escaped one, so this only ever matches at an object's start (which
+# may still be a nested object: see `_suffix_messages`).
+_BOUNDARY = b',{"role":"'
+
+
+def _count(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidRecordError(f"{name} must be None or an int >= 0, got {value!r}")
+    return value
+
+
+def transcript_page(
+    store: SessionStore,
+    session_id: str,
+    *,
+    start: int | None = None,
+    limit: int | None = None,
+    last: int | None = None,
+) -> list[Message]:
+    """`messages[start:start + limit]`, or with `last` the newest `last` messages (see
+    the module docstring for what each costs). The messages are the caller's own."""
+    start, limit, last = _count("start", start), _count("limit", limit), _count("last", last)
+    if last is not None and (start is not None or limit is not None):
+        raise InvalidRecordError("give last=, or start= and/or limit=, not both")
+    sess = store._session(session_id)
+    if last is not None and not store._has_fold(sess, "transcript"):
+        page = store._read_last_messages(sess, last)
+        if page is not None:
+            return page
+
+    def cut(state: list[Message]) -> list[Message]:
+        if last is not None:
+            part = state[len(state) - last :] if last < len(state) else state
+        else:
+            first = start or 0
+            part = state[first : None if limit is None else first + limit]
+        return [copy_message(m) for m in part]
+
+    return store._loaded(session_id, store.projections["transcript"], cut)
+
+
+def last_messages(
+    read_span: SpanReader,
+    size: int,
+    n: int,
+    codec: EventCodec,
+    where: object = None,
+    checked_snapshots: dict[bytes, dict[int, bytes]] | None = None,
+) -> list[Message] | None:
+    """The newest `n` messages of the log, oldest first; None if the log opens with a
+    snapshot whose transcript this reader cannot slice, or any line it would return
+    fails its hash check (the caller folds instead, which says what is wrong).
+
+    `where` names the log in errors (a bad line raises CorruptLogError, as a fold would).
+    Messages cut from an opening snapshot's entry are returned only once the whole
+    snapshot line checks; `checked_snapshots` maps the `h` of each snapshot line a
+    caller has checked whole before to the digests of the blocks its cut read (this
+    call adds to it), so a later page that cuts from those blocks re-reads and checks
+    them alone; any other cut, or a block changed since, checks the line whole again.
+    """
+    if n <= 0 or size <= 0:
+        return []
+    floor = 0  # the first byte after an opening snapshot line: where the scan stops
+    snap: SnapshotHead | None = None
+    if read_span(0, min(size, len(SNAPSHOT_OPEN))) == SNAPSHOT_OPEN:
+        snap = _snapshot_header(read_span, size)
+        if snap is None or snap.length <= 0:
+            return None
+        floor = snap.length + 1
+    found: list[list[Message]] = []  # newest batch first
+    have = 0
+    pos = size  # lines from `pos` on are read (but for `partial`)
+    partial = b""  # bytes [pos, pos + len(partial)): the end of a line begun before pos
+    while pos > floor:
+        start = max(floor, pos - _CHUNK)
+        data = read_span(start, pos) + partial
+        if start > floor:
+            nl = data.find(b"\n")
+            if nl < 0:  # one line longer than the chunk: read further back
+                partial, pos = data, start
+                continue
+            partial, data = data[: nl + 1], data[nl + 1 :]
+            base = start + nl + 1
+        else:
+            partial, base = b"", start
+        lines = data.split(b"\n")
+        lines.pop()  # the committed region ends with a newline: nothing after it
+        offset = base + len(data)
+        for line in reversed(lines):
+            offset -= len(line) + 1
+            if line.startswith(_MESSAGES):
+                ev = codec.decode_line(line, offset, where)
+                if type(ev) is MessagesAppended and ev.messages:
+                    link = _link_before(read_span, data, base, offset, floor, snap)
+                    if link is None or not hash_checks(
+                        link.encode(), line, line[-18:-2].decode("ascii", "replace")
+                    ):
+                        return None  # the fold checks every line and says what is wrong
+                    found.append(ev.messages)
+                    have += len(ev.messages)
+                    if have >= n:
+                        return _newest(found, n)
+        pos = start
+    if snap is not None and have < n:
+        older = _checked_snapshot_tail(read_span, snap, n - have, checked_snapshots)
+        if older is None:
+            return None
+        found.append(older)
+    return _newest(found, n)
+
+
+#: A snapshot line checked whole is remembered by the digests of the `_BLOCK`-sized
+#: blocks a cut read from it: a later page re-reads only those blocks and checks them.
+_BLOCK = 16 * 1024
+
+
+class _Unproven(Exception):
+    """A block a cut needs is not one remembered as checked (or differs from it)."""
+
+
+def _block_digest(data: bytes | memoryview) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _checked_snapshot_tail(
+    read_span: SpanReader,
+    snap: SnapshotHead,
+    k: int,
+    checked_snapshots: dict[bytes, dict[int, bytes]] | None,
+) -> list[Message] | None:
+    """The newest `k` messages of the opening snapshot's transcript, cut only from bytes
+    that passed a check: the whole line, hashed now (the blocks the cut read are then
+    remembered, by digest, under the line's `h`), or blocks remembered so, each equal to
+    the block that was checked. None when the line does not check."""
+    h = read_span(snap.length - 18, snap.length - 2)  # the line's `h`
+    proven = checked_snapshots.get(h) if checked_snapshots is not None else None
+    if proven is not None:
+        assert checked_snapshots is not None
+
+        def read_proven(start: int, end: int) -> bytes:
+            first, last = start // _BLOCK, (max(end, start + 1) - 1) // _BLOCK
+            data = read_span(first * _BLOCK, min(snap.length, (last + 1) * _BLOCK))
+            for b in range(first, last + 1):
+                block = data[(b - first) * _BLOCK : (b - first + 1) * _BLOCK]
+                if proven.get(b) != _block_digest(block):
+                    raise _Unproven
+            return data[start - first * _BLOCK : end - first * _BLOCK]
+
+        try:
+            if _snapshot_header(read_proven, snap.length) == snap:
+                return _snapshot_tail(read_proven, snap, k)
+        except _Unproven:
+            pass
+        # changed since, or a longer cut: check the line whole (another thread's page
+        # may have dropped it already: the memo is shared, unlocked)
+        checked_snapshots.pop(h, None)
+    # the entry's bytes are a slice of one line, whose hash covers it whole: the cut is
+    # made from the very bytes hashed, and the header read before must be theirs
+    line = read_span(0, snap.length)
+    if not hash_checks(snap.base_h.encode(), line, line[-18:-2].decode("ascii", "replace")):
+        return None
+    used: set[int] = set()
+
+    def read_line(start: int, end: int) -> bytes:
+        used.update(range(start // _BLOCK, (max(end, start + 1) - 1) // _BLOCK + 1))
+        return line[start:end]
+
+    if _snapshot_header(read_line, len(line)) != snap:
+        return None
+    older = _snapshot_tail(read_line, snap, k)
+    if older is not None and checked_snapshots is not None:
+        if len(checked_snapshots) >= 8:  # older snapshots: replaced by compaction
+            checked_snapshots.clear()
+        view = memoryview(line)
+        checked_snapshots[line[-18:-2]] = {
+            b: _block_digest(view[b * _BLOCK : (b + 1) * _BLOCK]) for b in used
+        }
+    return older
+
+
+def _newest(batches: list[list[Message]], n: int) -> list[Message]:
+    out: list[Message] = []
+    for batch in reversed(batches):
+        out.extend(batch)
+    return out[len(out) - n :] if len(out) > n else out
+
+
+def _snapshot_header(read_span: SpanReader, size: int) -> SnapshotHead | None:
+    """The fields of the opening snapshot line before its states."""
+    found = find_snapshot_head(lambda n: read_span(0, min(size, n)))
+    return None if found is None else found[0]
+
+
+def _link_before(
+    read_span: SpanReader,
+    data: bytes,
+    base: int,
+    offset: int,
+    floor: int,
+    snap: SnapshotHead | None,
+) -> str | None:
+    """The link the line at byte `offset` chains to: "" at the start of the log, the
+    opening snapshot's `base_h` right after it, else the `h` ending the line before
+    (`data` holds the log's bytes from `base`). None when the bytes before it do not
+    end with an `h` (a blank line, a damaged line)."""
+    if offset == 0:
+        return ""
+    if snap is not None and offset == floor:
+        return snap.base_h
+    if offset <= HASH_SUFFIX_LEN:
+        return None
+    i = offset - base
+    # the line before ends with `,"h":"` + 16 hex digits + `"}` and its newline
+    end = data[i - 25 : i] if i >= 25 else read_span(offset - 25, offset)
+    if end[:6] != b',"h":"' or end[22:] != b'"}\n':
+        return None
+    try:
+        return end[6:22].decode("ascii")
+    except UnicodeDecodeError:
+        return None
+
+
+def _snapshot_tail(read_span: SpanReader, snap: SnapshotHead, k: int) -> list[Message] | None:
+    """The newest `k` messages of the transcript state in the snapshot opening the log."""
+    span = snap.layout.get("transcript")
+    if span is None:
+        return None
+    a, b = span
+    prefix = b'{"version":1,"state":['
+    if read_span(a, a + len(prefix)) != prefix or read_span(b - 2, b) != b"]}":
+        return None  # another version of the transcript state: fold instead
+    lo, hi = a + len(prefix), b - 2  # the state list's elements: [lo, hi)
+    if lo == hi:
+        return []
+    step = _CHUNK
+    while True:
+        start = max(lo, hi - step)
+        messages = _suffix_messages(read_span(start, hi), k, start == lo)
+        if messages is not None:
+            return messages
+        if start == lo:
+            return None  # not a list of messages after all: fold instead
+        step *= 4
+
+
+def _suffix_messages(data: bytes, k: int, whole: bool) -> list[Message] | None:
+    """The newest `k` messages among the list elements ending `data`, or None if `data`
+    does not reach back far enough. A boundary found inside a nested object (a
+    metadata value with a `role` key) leaves a suffix that is not a list of messages:
+    decoding it fails and the search moves one boundary further back."""
+    pos = len(data)
+    candidates = 0
+    while True:
+        pos = data.rfind(_BOUNDARY, 0, pos)
+        candidates += 1
+        if pos < 0:
+            if not whole:
+                return None
+            try:
+                messages = _message_list.decode(b"[" + data + b"]")
+            except msgspec.MsgspecError:
+                return None
+            return messages[len(messages) - k :] if len(messages) > k else messages
+        if candidates < k:
+            continue  # k messages need k boundaries at least: decode once, when found
+        try:
+            messages = _message_list.decode(b"[" + data[pos + 1 :] + b"]")
+        except msgspec.MsgspecError:
+            continue  # a nested object's boundary: look further back
+        if len(messages) >= k:
+            return messages[len(messages) - k :]

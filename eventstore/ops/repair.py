@@ -1,0 +1,244 @@
+"""`repair`: make a session's live log trustworthy again, explicitly, under the writers'
+exclusion. Never automatic, and it never destroys a byte.
+
+A live log whose opening snapshot is damaged is rebuilt rather than emptied: a new
+snapshot is folded from the archived events (1..M, each checked), linked to the archive's
+last line, followed by the lines after the damaged snapshot that still chain to it. The
+`archive_pruned` records the damaged snapshot carried are carried on when its JSON still
+reads, so a pruned archive stays pruned history rather than a lost one. When
+the archive cannot rebuild the state the snapshot held, the new snapshot keeps the
+damaged one's sequence number (with the state the archive gives, or the initial one), and
+the lines after it that still chain; where a damaged line among those drops the rest, the
+new snapshot is numbered past every seq they held. So no sequence number is ever used
+twice.
+
+The live log is read by the one line reader with a prefix-keeping reporter: reading
+stops at the first error, and what is kept is the committed batches before it. A torn
+tail is cut off; a log with a bad line keeps its valid prefix. Either way the engine
+saves the whole original aside first (`RepairHold.keep_prefix`: for the file engine a
+hard link `<log>.torn-<UTC time>` or `<log>.corrupt-<UTC time>`, so there is never a
+moment without a log). Archived history is never changed.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Literal
+
+import msgspec
+
+from eventstore.engines.base import History
+from eventstore.errors import (
+    CorruptLogError,
+    HistoryUnavailableError,
+    UnknownSessionError,
+)
+from eventstore.format.events import (
+    SNAPSHOT_OPEN,
+    Event,
+    LineHead,
+    Snapshot,
+    UnknownEvent,
+    link_of,
+)
+from eventstore.format.reader import (
+    Prefix,
+    Problem,
+    read_lines,
+)
+from eventstore.ops.history import (
+    iter_history,
+    pruning_records,
+)
+from projections import (
+    fold,
+    snapshot_entry,
+)
+
+if TYPE_CHECKING:
+    from eventstore.store import SessionStore
+
+__all__ = ["RepairReport", "repair"]
+
+
+class RepairReport(msgspec.Struct):
+    """What `repair` did. `action`: "none" (nothing to do), "truncated" (a torn tail was
+    cut off), "moved_aside" (the log had a bad line and keeps its valid prefix) or
+    "rebuilt" (its opening snapshot was damaged and was folded again from the archive).
+    Every change first saved the whole original at `moved_to`."""
+
+    session_id: str
+    action: Literal["none", "truncated", "moved_aside", "rebuilt"]
+    log: str
+    moved_to: str | None
+    kept_events: int
+    kept_bytes: int
+    dropped_bytes: int
+    problem: Problem | None
+    message: str
+
+
+def repair(store: SessionStore, session_id: str) -> RepairReport:
+    """Cut a torn tail, or keep the committed batches before the first bad line; the
+    original is saved aside first (see the module docstring). UnknownSessionError if the
+    session has no live log."""
+    sess = store._session(session_id)
+    codec = store.codec
+    # the archive, read before the hold (reading history takes the writers' exclusion
+    # too); no compaction can add to it meanwhile: it cannot read a damaged live log
+    archived = _archived_events(store, session_id)
+    with sess.lock, store.engine.hold(session_id) as hold:
+        buf = hold.data
+        if not buf:
+            raise UnknownSessionError(f"session {session_id!r} has no live log to repair")
+        where = hold.where
+        reporter = Prefix()
+        kept = read_lines(buf, codec, codec.decoder(frozenset()), where, reporter=reporter)
+        torn = [p for p in reporter.warnings if p.kind in ("torn_tail", "torn_batch")]
+        bad = reporter.error
+        cut = kept.end
+        n = len(kept.events)
+        if bad is None and not torn:
+            return RepairReport(
+                session_id, "none", where, None, n, len(buf), 0, None,
+                "the log is intact; nothing to do",
+            )  # fmt: skip
+        if bad is not None and bad.offset == 0 and buf.startswith(SNAPSHOT_OPEN):
+            rebuilt = _rebuild(store, session_id, buf, where, archived)
+            if rebuilt is not None:
+                try:
+                    aside = hold.rewrite(rebuilt[0], "corrupt")
+                except NotImplementedError:
+                    pass
+                else:
+                    sess.folds.clear()
+                    sess.head = None
+                    return RepairReport(
+                        session_id, "rebuilt", where, aside, rebuilt[1], len(rebuilt[0]),
+                        len(buf) - rebuilt[2], bad,
+                        f"{bad.kind} in the opening snapshot: {rebuilt[3]}; the original is"
+                        f" at {aside}",
+                    )  # fmt: skip
+        saved = hold.keep_prefix(cut, "torn" if bad is None else "corrupt")
+        sess.folds.clear()
+        sess.head = None
+    dropped = len(buf) - cut
+    if bad is None:
+        return RepairReport(
+            session_id, "truncated", where, saved, n, cut, dropped, torn[0],
+            f"truncated a torn tail of {dropped} bytes at byte {cut} (saved to {saved})",
+        )  # fmt: skip
+    return RepairReport(
+        session_id, "moved_aside", where, saved, n, cut, dropped, bad,
+        f"{bad.kind} at byte {bad.offset} (seq {bad.seq}): kept {n} events"
+        f" ({cut} bytes) before it; the original is at {saved}",
+    )  # fmt: skip
+
+
+def _archived_events(store: SessionStore, session_id: str) -> list[Event] | None:
+    """The archived events from seq 1, each once and checked, in order (a snapshot
+    standing in where history was compacted without an archive); None if the archive is
+    corrupt or pruned with nothing standing in for what went (a state folded from what
+    pruning kept would be passed off as the whole one), [] if there is none. An archive
+    that cannot be read safely (a planted symlink, an I/O error) raises: a repair that
+    went on would replace the state the damaged snapshot held by the initial one."""
+    try:
+        with store.engine.history(session_id) as hist:
+            segments = [seg for seg in hist.segments if seg.archived]
+            return [
+                ev
+                for ev, _ in iter_history(
+                    store,
+                    session_id,
+                    store.codec.decoder(None),
+                    exact=True,  # from seq 1: HistoryPrunedError after pruning
+                    history=History(segments),
+                )
+            ]
+    except (CorruptLogError, HistoryUnavailableError):
+        return None
+
+
+def _rebuild(
+    store: SessionStore,
+    session_id: str,
+    buf: bytes,
+    where: str,
+    archived: list[Event] | None,
+) -> tuple[bytes, int, int, str] | None:
+    """A new live log for `buf`, whose opening snapshot is damaged: (bytes, events kept,
+    bytes of `buf` kept after the snapshot, what was done). None when the damaged line
+    does not even say which sequence number it had and there is no archive."""
+    codec = store.codec
+    nl = buf.find(b"\n")
+    first = buf[: nl if nl >= 0 else len(buf)]
+    claimed = _claimed(first)
+    events = archived or []
+    m = events[-1].seq if events else 0
+    link = link_of(events[-1]) if events else ""
+    if claimed is None and not m:
+        return None
+    rest = buf[nl + 1 :] if nl >= 0 else b""
+    if m and (claimed is None or claimed.seq <= m):
+        # the lines after the damaged snapshot chain to its base_h, the archive's link
+        seq, base_h = m, link
+        held = "a line after it is damaged too"
+    else:
+        assert claimed is not None
+        # the archive cannot give the state at the damaged snapshot's seq: keep that seq
+        # (and its link) so nothing is ever numbered twice, with what the archive gives
+        seq, base_h = max(claimed.seq, m), claimed.base_h or link
+        held = (
+            "the archive cannot rebuild it (corrupt, or pruned)"
+            if archived is None
+            else f"the archive holds events up to seq {m} only"
+        )
+    # the lines after it that still chain are kept, whatever state the snapshot holds
+    after = Prefix()
+    tail = read_lines(
+        rest, codec, codec.decoder(None), where, offset=nl + 1, seq=seq, link=base_h,
+        reporter=after,
+    )  # fmt: skip
+    kept_after, n_after = rest[: tail.end], len(tail.events)
+    beyond = _highest_seq(rest[tail.end :]) if after.error is not None else 0
+    if beyond > (tail.seq or seq):
+        # a damaged line among them: the lines from it on are dropped (they are in the
+        # original, saved aside), and the snapshot is numbered past every seq they held,
+        # so the next append reuses none of them
+        seq, kept_after, n_after = beyond, b"", 0
+    if seq == m:
+        how = f"rebuilt the snapshot at seq {m} from the archive, kept {n_after} events after it"
+    else:
+        how = (
+            f"{held}: wrote a snapshot at seq {seq} with the state as of seq {m};"
+            f" events {m + 1}..{seq} could not be recovered, kept {n_after} events after it"
+        )
+    states: dict[str, msgspec.Raw] = {}
+    for name, proj in store.projections.items():
+        state = fold(proj, proj.initial(), events)
+        states[name] = snapshot_entry(proj, state)
+    unknown = [msgspec.Raw(ev.raw) for ev in events if type(ev) is UnknownEvent]
+    known = sorted(t for t in codec.types if t != "snapshot")
+    # the pruning records the damaged snapshot carried, if its JSON still reads: without
+    # them the pruned archive before it would read as lost
+    pruned = [msgspec.Raw(raw) for _, raw in pruning_records(first + b"\n")]
+    snap = Snapshot(base_h=base_h, states=states, unknown=unknown, known=known, pruned=pruned)
+    line, _ = codec.encode_snapshot(snap, seq, base_h, datetime.now(UTC))
+    return line + kept_after, 1 + n_after, nl + 1 + len(kept_after), how
+
+
+def _highest_seq(data: bytes) -> int:
+    """The highest sequence number a line of `data` still claims (0: none decodes)."""
+    heads = (_claimed(line) for line in data.split(b"\n"))
+    return max((head.seq for head in heads if head is not None), default=0)
+
+
+def _claimed(line: bytes) -> LineHead | None:
+    """The envelope a damaged line still carries (its seq, base_h), if it decodes."""
+    try:
+        return _line_head.decode(line)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+_line_head = msgspec.json.Decoder(LineHead)

@@ -1,0 +1,422 @@
+"""`verify`: check a session's whole history and report every problem, never raise on
+damaged input.
+
+Every line of every segment is read by the one line reader with a collecting reporter
+(hash, decoding, sequence, batches: see `eventstore.format.reader`); across segments, verify checks
+the chain: each snapshot's `base_h` equals the link of its sequence number in the segment
+before it, copies of an event in two segments are identical, an archived segment holds
+what its name says, and a snapshot's states equal the fold of the archived events it
+replaced (a snapshot edited with its `h` recomputed breaks no link, so its states are
+compared instead; retention is recognised by each projection), and every `archive_pruned`
+record names events before itself and has identical copies (a snapshot carries them
+verbatim: an edited copy would move where history reads as pruned).
+
+Problems have a severity: an "error" (an edited, dropped, inserted or reordered line, an
+undecodable line, a broken batch in the middle, a broken archive chain) makes `ok` False;
+a "warning" does not: a torn tail (what a crash or a writer caught mid-append leaves;
+readers ignore it and the next writer sets it aside), an event type this reader does not
+know, a blank line, history compacted away without an archive. `head_hash` is the link
+the next append will chain to (the `h` of the last committed line, or a snapshot's
+`base_h`): compaction does not change it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from eventstore.errors import (
+    CorruptLogError,
+    EventStoreError,
+    SnapshotVersionError,
+)
+from eventstore.format.events import (
+    SNAPSHOT_OPEN,
+    Event,
+    LineHead,
+    Snapshot,
+    line_hash,
+    split_hash,
+)
+from eventstore.format.reader import (
+    Collecting,
+    Lines,
+    Problem,
+    Severity,
+    read_lines,
+)
+from eventstore.ops.history import (
+    archive_shortfall,
+    folded_without,
+    is_pruned,
+    opening_chain,
+    pruned_message,
+    pruned_start,
+    pruning_records,
+    require_history,
+)
+from projections import (
+    fold,
+    is_retained,
+    restore_state,
+)
+
+if TYPE_CHECKING:
+    from eventstore.store import SessionStore
+
+__all__ = ["Problem", "Severity", "VerifyReport", "verify"]
+
+_line_head = msgspec.json.Decoder(LineHead)
+
+
+class VerifyReport(msgspec.Struct):
+    """What `verify` found. `ok` is False when any problem is an error (warnings, such as
+    a torn tail or an unknown event type, leave it True)."""
+
+    session_id: str
+    ok: bool
+    problems: list[Problem]
+    head_hash: str
+    head_seq: int
+    events: int
+    files: list[str]
+
+
+def verify(store: SessionStore, session_id: str) -> VerifyReport:
+    """Check a session's whole history: every line's hash (recomputed), decoding,
+    sequence contiguity, batch integrity, and the chain across compactions (see the
+    module docstring). UnknownSessionError if the session has nothing stored."""
+    codec = store.codec
+    decoder = codec.decoder(None)
+    problems: list[Problem] = []
+    head_hash, head_seq = "", 0
+    names: list[str] = []
+    with require_history(store, session_id) as hist:
+        prev: Lines | None = None
+        prev_name = ""
+        # every link and hash read so far, by seq (segments may overlap: a snapshot is
+        # checked against whichever earlier segment holds its seq)
+        earlier = Lines([], 0, None, None, "")
+        # the events read so far, each seq once, while every segment read was clean
+        so_far: list[Event] | None = []
+        kept, kept_link = pruned_start(hist)
+        records: dict[int, tuple[bytes, str]] = {}  # each pruning record by seq, and where
+        i = -1  # the index of the segment being checked, among those pruning kept
+        for seg in hist.segments:
+            name = seg.where
+            names.append(name)
+            if is_pruned(seg, kept):
+                problems.append(
+                    Problem(
+                        name,
+                        0,
+                        seg.first_seq,
+                        "archive_pruned",
+                        f"{pruned_message(session_id, kept)}; this segment was left by an"
+                        " interrupted pruning (pruning again removes it)",
+                        "warning",
+                    )
+                )
+                continue
+            i += 1
+            reporter = Collecting()
+            try:
+                data = seg.read()
+            except (OSError, EventStoreError) as exc:
+                problems.append(Problem(name, 0, None, "unreadable", str(exc)))
+                prev, so_far = None, None
+                continue
+            if i == 0 and kept > 1:
+                # the line before this segment was pruned: the pruning record names its link
+                problems.append(
+                    Problem(name, 0, kept, "history_pruned", pruned_message(session_id, kept),
+                            "warning")
+                )  # fmt: skip
+                seq, link = opening_chain(data, (kept - 1, kept_link))
+            elif i == 0:
+                seq, link = 0, ""
+            elif data.startswith(SNAPSHOT_OPEN):
+                seq, link = None, None  # chained to what came before by _check_snapshot
+            elif prev is not None and prev.seq is not None and prev.link is not None:
+                seq, link = opening_chain(data, (prev.seq, prev.link))
+            else:
+                seq, link = None, None  # the segment before is unreadable: cannot chain
+            scan = read_lines(
+                data,
+                codec,
+                decoder,
+                name,
+                seq=seq,
+                link=link,
+                reporter=reporter,
+                keep_links=True,
+            )
+            found = reporter.problems
+            if seg.archived:
+                # an archive has no torn tail: what looks like one is a segment cut short
+                found = [p for p in found if p.kind not in ("torn_tail", "torn_batch")]
+                short = archive_shortfall(
+                    seg, len(data), scan.end, scan.seq if scan.events else None
+                )
+                if short is not None:
+                    found.append(Problem(name, short[0], short[1], "archive_truncated", short[2]))
+            first = scan.events[0] if scan.events else None
+            first_seq = first.seq if first is not None else None
+            last_seq = scan.seq if scan.events else None
+            if (
+                seg.archived
+                and seg.first_seq is not None
+                and (first_seq, last_seq)
+                != (
+                    seg.first_seq,
+                    seg.last_seq,
+                )
+            ):
+                found.append(
+                    Problem(
+                        name,
+                        0,
+                        first_seq,
+                        "archive_name",
+                        f"the name says seq {seg.first_seq}..{seg.last_seq}, the segment holds"
+                        f" {first_seq}..{last_seq}",
+                    )
+                )
+            if isinstance(first, Snapshot) and not (i == 0 and kept > 1):
+                found.extend(
+                    _check_snapshot(
+                        store, first, name, prev if prev is None else earlier, prev_name, scan,
+                        so_far,
+                    )
+                )  # fmt: skip
+            elif i > 0 and first is not None and (prev is None or not prev.events):
+                found.append(
+                    Problem(
+                        name,
+                        0,
+                        first.seq,
+                        "archive_chain",
+                        "a segment after an archived one does not start with a snapshot",
+                    )
+                )
+            found.extend(_check_pruning_records(name, data, records))
+            if not seg.archived and kept > 1:
+                found.extend(_check_live_not_pruned(name, data, scan, kept))
+            problems.extend(found)
+            if so_far is not None:
+                if any(p.severity == "error" for p in found):
+                    so_far = None
+                else:
+                    nxt = so_far[-1].seq + 1 if so_far else 1
+                    so_far.extend(
+                        ev for ev in scan.events if type(ev) is not Snapshot and ev.seq >= nxt
+                    )
+            if scan.events:
+                head_hash, head_seq = scan.link or "", scan.seq or 0
+            prev, prev_name = scan, name
+            earlier.links.update(scan.links)
+            earlier.hashes.update(scan.hashes)
+            if scan.events:
+                earlier.events = earlier.events or scan.events[:1]
+                earlier.seq = max(earlier.seq or 0, scan.seq or 0)
+    order = {n: i for i, n in enumerate(names)}
+    problems.sort(key=lambda p: (order.get(p.file, len(names)), p.offset))
+    return VerifyReport(
+        session_id=session_id,
+        ok=not any(p.severity == "error" for p in problems),
+        problems=problems,
+        head_hash=head_hash,
+        head_seq=head_seq,
+        events=head_seq,
+        files=names,
+    )
+
+
+def _check_pruning_records(
+    name: str, data: bytes, seen: dict[int, tuple[bytes, str]]
+) -> list[Problem]:
+    """The `archive_pruned` records in a segment (lines, and those a snapshot carries):
+    each names events before itself, and every copy of one is the same bytes (a snapshot
+    carries them verbatim, so an edited copy would move where history reads as pruned)."""
+    found: list[Problem] = []
+    for rec, raw in pruning_records(data):
+        if not 1 <= rec.first_seq <= rec.last_seq < rec.seq:
+            found.append(
+                Problem(
+                    name, 0, rec.seq, "pruning_record",
+                    f"the archive_pruned record at seq {rec.seq} names events"
+                    f" {rec.first_seq}..{rec.last_seq}, which are not all before it",
+                )
+            )  # fmt: skip
+        first = seen.setdefault(rec.seq, (raw, name))
+        if first[0] != raw:
+            found.append(
+                Problem(
+                    name, 0, rec.seq, "pruning_record",
+                    f"the archive_pruned record at seq {rec.seq} differs from its copy in"
+                    f" {first[1]}",
+                )
+            )  # fmt: skip
+    return found
+
+
+def _check_live_not_pruned(name: str, data: bytes, scan: Lines, kept: int) -> list[Problem]:
+    """Pruning removes archived logs only, so the live log holds no event before `kept`
+    (the first seq the pruning records keep) but a snapshot standing in for them. One it
+    holds is history that every read refuses as pruned while it is here: the record
+    naming it (at its own line, when it is one of this log's) is wrong."""
+    held = [ev.seq for ev in scan.events if type(ev) is not Snapshot and ev.seq < kept]
+    if not held:
+        return []
+    naming = [(rec, raw) for rec, raw in pruning_records(data) if rec.last_seq + 1 == kept]
+    offset, seq = (data.find(naming[0][1]), naming[0][0].seq) if naming else (0, None)
+    return [
+        Problem(
+            name, max(offset, 0), seq, "pruning_record",
+            f"an archive_pruned record names events up to {kept - 1} pruned, but this live"
+            f" log holds events {held[0]}..{held[-1]} of them: reads refuse history that"
+            " is here",
+        )
+    ]  # fmt: skip
+
+
+def _history_gap(name: str, snap: Snapshot, first: int) -> Problem:
+    """Events `first`..`snap.seq` are in no segment: compacted without an archive (a
+    warning: the snapshot's base_h cannot be checked), or, when the snapshot says its
+    compaction archived them, an archive lost (an error)."""
+    span = f"events {first}..{snap.seq}"
+    if snap.archived:
+        why = "were archived by the compaction that wrote this snapshot; no archive holds them"
+        return Problem(name, 0, snap.seq, "history_gap", f"{span} {why}")
+    why = "were compacted without an archive: the snapshot's base_h cannot be checked"
+    return Problem(name, 0, snap.seq, "history_gap", f"{span} {why}", "warning")
+
+
+def _check_snapshot(
+    store: SessionStore,
+    snap: Snapshot,
+    name: str,
+    prev: Lines | None,
+    prev_name: str,
+    scan: Lines,
+    so_far: list[Event] | None,
+) -> list[Problem]:
+    """A snapshot opening a segment against the segment before it."""
+    n = snap.seq
+    if prev is None:
+        return [_history_gap(name, snap, 1)]
+    found: list[Problem] = []
+    old_h = prev.links.get(n)
+    if old_h is None and prev.seq is not None and prev.events and n > prev.seq:
+        # the segment before ends before the snapshot: the events after it were compacted
+        # without an archive (a later compaction than the one that archived it)
+        return [_history_gap(name, snap, prev.seq + 1)]
+    if old_h is None:
+        first = prev.events[0].seq if prev.events else None
+        found.append(
+            Problem(
+                name,
+                0,
+                n,
+                "archive_chain",
+                f"the snapshot covers seq {n}, which {prev_name} does not hold"
+                f" ({first}..{prev.seq})",
+            )
+        )
+    elif old_h != snap.base_h:
+        found.append(
+            Problem(
+                name,
+                0,
+                n,
+                "snapshot_base",
+                f"base_h {snap.base_h} is not the link {old_h} of seq {n} in {prev_name}",
+            )
+        )
+    for s, h in scan.hashes.items():
+        if s > n and prev.hashes.get(s, h) != h:
+            found.append(
+                Problem(
+                    name, 0, s, "archive_mismatch", f"seq {s} differs from its copy in {prev_name}"
+                )
+            )
+    found.extend(_check_kept_lines(snap, name, prev))
+    if so_far is not None:
+        found.extend(_check_snapshot_states(store, snap, name, [e for e in so_far if e.seq <= n]))
+    return found
+
+
+def _check_kept_lines(snap: Snapshot, name: str, prev: Lines) -> list[Problem]:
+    """The lines `snap` keeps verbatim (`unknown`: events of types its compactor did not
+    know) against the archive: a reader that knows the type folds these copies, so an
+    edited one (the snapshot re-hashed) would change its state unseen. A copy must carry
+    the `h` of its seq in the archive and still hash to it from the link before it (so
+    it is that line, byte for byte); a seq the archive does not hold cannot be checked."""
+    found: list[Problem] = []
+    for raw in snap.unknown:
+        line = bytes(raw)
+        split = split_hash(line)
+        try:
+            seq: int | None = _line_head.decode(line).seq
+        except msgspec.MsgspecError:
+            seq = None
+        if seq is not None and seq not in prev.hashes:
+            continue  # history the archive does not hold: nothing to compare with
+        # (the line before the first event kept after pruning is gone: its h alone then)
+        link = None if seq is None else "" if seq == 1 else prev.links.get(seq - 1)
+        same = (
+            seq is not None
+            and split is not None
+            and split[1] == prev.hashes[seq]
+            and (link is None or line_hash(link, split[0]) == split[1])
+        )
+        if not same:
+            found.append(
+                Problem(
+                    name, 0, snap.seq, "snapshot_state",
+                    f"the line of seq {seq} the snapshot keeps verbatim (an event of a type"
+                    " its compactor did not know) differs from that line in the archive:"
+                    " the snapshot was edited",
+                )
+            )  # fmt: skip
+    return found
+
+
+def _check_snapshot_states(
+    store: SessionStore, snap: Snapshot, name: str, history: list[Event]
+) -> list[Problem]:
+    """Each registered projection's state in `snap` against the fold of events 1..seq
+    (a state trimmed by its projection's retention is recognised as such)."""
+    if not history or history[-1].seq != snap.seq or history[0].seq != 1:
+        return []  # the history before this snapshot is not all there to compare with
+    if len(history) != snap.seq:
+        return []  # a gap (history lost between archives) or a snapshot in between
+    found: list[Problem] = []
+    for proj in store.projections.values():
+        if folded_without(store.codec, proj, snap):
+            why = "its compactor did not decode events it reads; loads rebuild it"
+            found.append(Problem(name, 0, snap.seq, "snapshot_version", why, "warning"))
+            continue
+        try:
+            stored: Any = restore_state(proj, snap)
+        except SnapshotVersionError as exc:
+            found.append(Problem(name, 0, snap.seq, "snapshot_version", str(exc), "warning"))
+            continue
+        except CorruptLogError as exc:
+            found.append(Problem(name, 0, snap.seq, "snapshot_state", exc.reason))
+            continue
+        expected = fold(proj, proj.initial(), history)
+        if is_retained(proj, stored, expected):
+            continue
+        found.append(
+            Problem(
+                name,
+                0,
+                snap.seq,
+                "snapshot_state",
+                f"the snapshot's {proj.name!r} state differs from the fold of the archived"
+                f" events 1..{snap.seq}: the snapshot was edited",
+            )
+        )
+    return found

@@ -1,0 +1,1 @@
+"""The session report: one self-contained HTML page per session, and the live server."""
