@@ -35,6 +35,7 @@ from typing import Final, Literal
 
 import msgspec
 
+from eventstore import process
 from eventstore.engines.file.layout import (
     ensure_private_dir,
     fsync_dir,
@@ -176,22 +177,43 @@ def _now_ms() -> int:
 
 # -- session ids ---------------------------------------------------------------------
 
-_uuid_lock = threading.Lock()
-_uuid_last_ms = 0
-_uuid_last_rand = 0
 _RAND_BITS = 74  # rand_a (12) + rand_b (62)
 
 
-def _uuid_reset_after_fork() -> None:
-    # a forked child must not continue the parent's sequence (both would draw the same
-    # next value if the random increment happened to match)
-    global _uuid_last_ms, _uuid_last_rand
-    _uuid_last_ms = 0
-    _uuid_last_rand = 0
+class _Uuid7Sequence:
+    """The process's last UUIDv7 (milliseconds, random bits): each new one is greater."""
+
+    __slots__ = ("__weakref__", "last_ms", "last_rand", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.last_ms = 0
+        self.last_rand = 0
+
+    def reset_after_fork(self) -> None:
+        # a forked child must not continue the parent's sequence (both would draw the
+        # same next value if the random increment happened to match)
+        self.lock = threading.Lock()
+        self.last_ms = 0
+        self.last_rand = 0
+
+    def next(self) -> tuple[int, int]:
+        with self.lock:
+            ms = _now_ms()
+            if ms > self.last_ms:
+                self.last_ms = ms
+                # top bit clear: leaves half the space for increments in this millisecond
+                self.last_rand = secrets.randbits(_RAND_BITS - 1)
+            else:
+                self.last_rand += secrets.randbits(32) + 1
+                if self.last_rand >> _RAND_BITS:
+                    self.last_ms += 1
+                    self.last_rand = secrets.randbits(_RAND_BITS - 1)
+            return self.last_ms, self.last_rand
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_uuid_reset_after_fork)
+_uuid7 = _Uuid7Sequence()
+process.track(_uuid7)
 
 
 def new_harness_session_id() -> str:
@@ -202,19 +224,7 @@ def new_harness_session_id() -> str:
     74 random bits are a monotonic counter (RFC 9562, method 2) advanced by a random
     step, carrying into the timestamp if they overflow.
     """
-    global _uuid_last_ms, _uuid_last_rand
-    with _uuid_lock:
-        ms = _now_ms()
-        if ms > _uuid_last_ms:
-            _uuid_last_ms = ms
-            # top bit clear: leaves half the space for increments in this millisecond
-            _uuid_last_rand = secrets.randbits(_RAND_BITS - 1)
-        else:
-            _uuid_last_rand += secrets.randbits(32) + 1
-            if _uuid_last_rand >> _RAND_BITS:
-                _uuid_last_ms += 1
-                _uuid_last_rand = secrets.randbits(_RAND_BITS - 1)
-        ms, rand = _uuid_last_ms, _uuid_last_rand
+    ms, rand = _uuid7.next()
     rand_a = rand >> 62
     rand_b = rand & ((1 << 62) - 1)
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b

@@ -142,7 +142,7 @@ def check_whole(root: Path, session_id: str) -> None:
     """A reader folds the session's log from its start, checking every line, and keeps
     on close the checked prefix it built (writers keep none: eventstore.core.checked_prefix)."""
     with SessionStore(root) as reader:
-        reader._cached = {}  # no fold cache may spare it the fold from the start
+        reader.core.caches.cached = {}  # no fold cache may spare it the fold from the start
         reader.load_bootstrap_state(session_id)
 
 

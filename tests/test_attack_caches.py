@@ -108,8 +108,8 @@ def _truth(root: Path, sid: str = SID) -> Any:
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("fold-*"))
     try:
         with SessionStore(copy) as s:
-            s._cached = frozenset()
-            s._marks = False
+            s.core.caches.cached = {}
+            s.core.caches.marks = False
             return s.load_bootstrap_state(sid), s.load_transcript_messages(sid)
     finally:
         shutil.rmtree(copy, ignore_errors=True)
@@ -136,7 +136,7 @@ def test_a_fold_cache_left_by_a_process_that_did_not_know_an_event_type_is_not_t
     until the log grows past it (and then it answers with a count missing 150 flips)."""
     _fill_flips(root)
     with _aware(root) as s:
-        s._cached = frozenset()
+        s.core.caches.cached = {}
         truth = s.load(SID, "flips_per_run")
     assert truth == {"r0": 50, "r1": 50, "r2": 50}
     for p in _side_files(root):
@@ -159,7 +159,7 @@ def test_a_snapshot_written_by_a_compactor_that_did_not_know_an_event_type(
     same answer before and after" -- before: 150 flips; after: none."""
     _fill_flips(root)
     with _aware(root) as s:
-        s._cached = frozenset()
+        s.core.caches.cached = {}
         before = s.load(SID, "flips_per_run")
     with _unaware(root) as other:
         report = other.compact(SID)

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tuning import tune
 
-import eventstore.store as store_module
 from eventstore import (
     CorruptLogError,
     Event,
@@ -164,7 +164,7 @@ def test_a_fold_cache_folded_with_other_upcasters_is_not_used(
     the v1 lines: CorruptLogError) got a state instead. The digest now holds each read
     type's version and a fingerprint of its upcasters; the same upcaster still reuses
     the cache (also in another process, whatever its hash seed)."""
-    monkeypatch.setattr(store_module, "_CACHE_ON_CLOSE_BYTES", 0)  # every close saves
+    tune(monkeypatch, cache_on_close=0)  # every close saves
     _old_log(tmp_path)
 
     def opened(*upcasters: Any) -> SessionStore:
@@ -175,7 +175,7 @@ def test_a_fold_cache_folded_with_other_upcasters_is_not_used(
     with opened(buggy) as s:
         assert s.load(SID, "prios") == [1, 1]
     with opened(buggy) as s:  # the same upcaster: the cache is used
-        assert fold_cache.load(s.engine, SID, Prios(), s._cached["prios"]) is not None
+        assert fold_cache.load(s.engine, SID, Prios(), s.core.caches.cached["prios"]) is not None
     with opened(upcaster_giving(2)) as s:
         assert s.load(SID, "prios") == [2, 2]
     with opened() as s, pytest.raises(CorruptLogError, match="needs an upcaster"):
@@ -346,7 +346,7 @@ def test_close_waits_for_a_call_submitted_from_another_event_loop(tmp_path: Path
         release.set()
         t.join(10)
     assert result == {"seq": 1}
-    assert st.store._closed
+    assert st.store.core.closed
     with SessionStore(tmp_path) as s:
         assert len(s.load_bootstrap_state(SID).recent_progress) == 1
 
@@ -507,7 +507,7 @@ def test_a_projection_version_bump_ignores_its_fold_cache_and_snapshot_state(
     """Coverage (held): after a projection's `version` is bumped, neither its fold
     cache nor a snapshot's state of the old version is read as the new shape: the
     state is rebuilt from the archive, and without an archive SnapshotVersionError."""
-    monkeypatch.setattr(store_module, "_CACHE_ON_CLOSE_BYTES", 0)
+    tune(monkeypatch, cache_on_close=0)
     for archive in (True, False):
         root = tmp_path / str(archive)
         with SessionStore(root, event_types=[TaskV2], projections=[Prios()]) as s:

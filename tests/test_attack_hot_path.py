@@ -140,7 +140,7 @@ def test_a_remembered_snapshot_still_pages_cheaply_and_equal(root: Path) -> None
 
 
 def sess_checked(s: SessionStore) -> bool:
-    return bool(s._session(SID).checked_snapshots)
+    return bool(s.cache_info(SID).checked_snapshots)
 
 
 # -- 2. an opening snapshot decoded by its layout ---------------------------------------

@@ -97,7 +97,7 @@ def _write(root: Path, turns: int, *, start: int = 0, load_first: bool = False) 
 def _truth(root: Path, sid: str = SID) -> list[Message]:
     """The transcript folded from the log alone: no fold cache read, none written."""
     with SessionStore(root) as s:
-        s._cached = {}
+        s.core.caches.cached = {}
         return s.load_transcript_messages(sid)
 
 
@@ -110,7 +110,7 @@ def _cold(root: Path, sid: str = SID) -> tuple[list[Message], bool]:
     """A cold load by a fresh store, and whether it started from the fold cache."""
     with SessionStore(root) as s:
         got = s.load_transcript_messages(sid)
-        f = s._sessions[sid].folds.get("transcript") if sid in s._sessions else None
+        f = s.cache_info(sid).folds.get("transcript") if sid in s._sessions else None
         return got, f is not None and f.saved is not None
 
 
@@ -223,7 +223,7 @@ def test_an_edit_in_the_tail_after_the_cached_position_is_caught(root: Path) -> 
     _write(root, 20, start=700)  # no load: the close keeps the cache at 700
     with SessionStore(root) as s:  # (a cold load starts from it, and leaves it as it is)
         assert s.load_transcript_messages(SID) == _expected(720)
-        assert s._sessions[SID].folds["transcript"].saved.seq == 700  # type: ignore[union-attr]
+        assert s.cache_info(SID).folds["transcript"][1] == 700  # type: ignore[union-attr]
     log = log_path(root, SID)
     data = log.read_bytes()
     good = data
@@ -560,7 +560,7 @@ def _loads_beside(pid: int, root: Path, check: Callable[[list[Message]], None]) 
             assert time.monotonic() < deadline, "the child did not end"
             with SessionStore(root) as s:
                 check(s.load_transcript_messages(SID))
-                f = s._sessions[SID].folds.get("transcript")
+                f = s.cache_info(SID).folds.get("transcript")
                 cached += f is not None and f.saved is not None
             loads += 1
     finally:
@@ -802,7 +802,7 @@ def test_a_child_forked_while_a_cold_load_reads_frames_does_not_deadlock(
     monkeypatch.setattr(_FileCacheReader, "read", read)
     try:
         assert shared.load_transcript_messages(SID) == truth
-        assert shared._sessions[SID].folds["transcript"].saved is not None
+        assert shared.cache_info(SID).folds["transcript"][1] is not None
         assert codes == [0, 0]
         monkeypatch.setattr(_FileCacheReader, "read", real_read)
         stop = threading.Event()
@@ -811,7 +811,7 @@ def test_a_child_forked_while_a_cold_load_reads_frames_does_not_deadlock(
         def loop() -> None:
             try:
                 while not stop.is_set():
-                    shared._sessions.clear()
+                    shared.forget_cached_state()
                     assert shared.load_transcript_messages(SID) == truth
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)

@@ -27,10 +27,11 @@ from conftest import (
     make_manifest,
     wait_child,
 )
+from tuning import tune
 
 from eventstore import SessionStore
-from eventstore import store as store_module
 from eventstore.core import checked_prefix
+from eventstore.core import fold_loop as fold_loop_module
 from eventstore.engines.file.engine import _cache_file_name
 from eventstore.errors import CorruptLogError
 from eventstore.format import reader as log_module
@@ -62,7 +63,7 @@ def _fill(store: SessionStore, sid: str = "s", turns: int = 100) -> None:
 def _truth(root: Path, sid: str = "s") -> tuple[list[Message], Any]:
     """What a load checking every line returns (no checked prefix used or kept)."""
     with SessionStore(root) as s:
-        s._marks = False
+        s.core.caches.marks = False
         return s.load_transcript_messages(sid), s.load_bootstrap_state(sid)
 
 
@@ -81,7 +82,7 @@ class _Spy:
                 self.checked += len(buf)
             return real(buf, *a, hashes_checked=hashes_checked, **kw)
 
-        monkeypatch.setattr(store_module, "read_lines", read_lines)
+        monkeypatch.setattr(fold_loop_module, "read_lines", read_lines)
 
 
 @pytest.fixture
@@ -112,7 +113,9 @@ def test_a_load_checks_line_by_line_what_was_appended_after_the_prefix(
     written: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with SessionStore(written) as other:
-        other._marks = False  # a writer that keeps no prefix (another process, an old release)
+        other.core.caches.marks = (
+            False  # a writer that keeps no prefix (another process, an old release)
+        )
         other.append_transcript_messages("s", [Message(role=Role.USER, content="later")])
     spy = _Spy(monkeypatch)
     with SessionStore(written) as s:
@@ -140,8 +143,8 @@ def test_a_flip_of_any_byte_is_caught_or_harmless(
     written: Path, monkeypatch: pytest.MonkeyPatch, piece: int | None
 ) -> None:
     if piece is not None:  # pieces cut mid-batch come as views; each hashed on the side
-        monkeypatch.setattr(store_module, "_READ_PIECE", piece)
-        monkeypatch.setattr(store_module, "_HASH_ASIDE", 0)
+        tune(monkeypatch, read_piece=piece)
+        tune(monkeypatch, hash_aside=0)
     log = log_path(written, "s")
     data = log.read_bytes()
     truth = _truth(written)
@@ -224,7 +227,7 @@ def test_a_mark_of_a_replaced_log_is_not_used(
     written: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with SessionStore(written) as s:
-        s._marks = False  # a compactor that keeps no prefix (an older release): the mark
+        s.core.caches.marks = False  # a compactor that keeps no prefix (an older release): the mark
         s.compact("s")  # left on disk is the replaced log's
     truth = _truth(written)
     spy = _Spy(monkeypatch)
@@ -258,13 +261,13 @@ def test_a_writer_keeps_no_prefix(root: Path) -> None:
     next cold load from the start checks every line, and keeps the prefix then."""
     with SessionStore(root) as w:
         _fill(w, turns=60)
-        assert w._session("s").prefix is None
+        assert w.cache_info("s").prefix is None
     assert not _mark_file(root).exists()
 
 
 def test_a_reader_that_checked_a_long_log_saves_a_prefix(root: Path) -> None:
     with SessionStore(root) as w:
-        w._marks = False
+        w.core.caches.marks = False
         _fill(w, turns=900)  # > 1 MiB
     assert not _mark_file(root).exists()
     truth = _truth(root)
@@ -280,10 +283,10 @@ def test_a_reader_that_checked_a_long_log_saves_a_prefix(root: Path) -> None:
 def test_a_forked_child_starts_without_the_parents_prefix(written: Path) -> None:
     with SessionStore(written) as s:
         s.load_transcript_messages("s")
-        assert s._session("s").prefix is not None
+        assert s.cache_info("s").prefix is not None
         pid = os.fork()
         if pid == 0:  # the child: no prefix inherited, and its loads still check
-            ok = s._session("s").prefix is None and len(s.load_transcript_messages("s")) == 200
+            ok = s.cache_info("s").prefix is None and len(s.load_transcript_messages("s")) == 200
             os._exit(0 if ok else 1)
         assert wait_child(pid, 60) == 0
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import log_path, make_entry
+from tuning import tune
 
 from eventstore import (
     SessionStore,
@@ -169,7 +170,6 @@ def test_a_load_in_small_pieces_folds_what_a_whole_read_does(
 ) -> None:
     """Pieces cut at their last whole batch come as views of the engine's buffer
     (not copied): read in place when checked, copied when their lines are hashed."""
-    from eventstore import store as store_module
     from eventstore.records import (
         Message,
         Role,
@@ -185,7 +185,7 @@ def test_a_load_in_small_pieces_folds_what_a_whole_read_does(
         whole = s.load_transcript_messages("s"), s.load_bootstrap_state("s")
     res, more = FileEngine(root).read_some("s", None, 4096)
     assert more and isinstance(res.data, memoryview) and bytes(res.data).endswith(b"\n")
-    monkeypatch.setattr(store_module, "_READ_PIECE", 4096)
+    tune(monkeypatch, read_piece=4096)
     with SessionStore(root) as s:
-        s._marks = marks
+        s.core.caches.marks = marks
         assert (s.load_transcript_messages("s"), s.load_bootstrap_state("s")) == whole

@@ -21,6 +21,7 @@ import pytest
 from conftest import LoadSpy, log_path, make_checkpoint, make_entry, make_features, make_manifest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tuning import tune
 
 from eventstore import (
     BootstrapState,
@@ -58,7 +59,7 @@ def _truth(root: Path, sid: str) -> BootstrapState:
         os.rename(cache, saved)
     try:
         with SessionStore(root) as s:
-            s._cached = frozenset()  # and write none
+            s.core.caches.cached = {}  # and write none
             return s.load_bootstrap_state(sid)
     finally:
         if moved:
@@ -89,7 +90,7 @@ def test_a_cold_load_folds_only_the_tail(
     root: Path, filled: BootstrapState, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with SessionStore(root) as w:
-        w._cached = frozenset()  # this writer leaves the cache as it was
+        w.core.caches.cached = {}  # this writer leaves the cache as it was
         w.append_progress_entry("s", make_entry(999))
         w.append_transcript_messages("s", [Message(role=Role.ASSISTANT, content="tail")])
         tail = len(w.engine.read("s", None).data) - _logged_at_cache(root)
@@ -121,10 +122,10 @@ def test_a_tampered_tail_after_the_cached_position_is_still_caught(
 def _assert_ignored_and_rebuilt(root: Path, truth: BootstrapState) -> None:
     with SessionStore(root) as s:
         assert s.load_bootstrap_state("s") == truth
-        assert s._sessions["s"].folds["bootstrap"].saved is None  # not from the cache
+        assert s.cache_info("s").folds["bootstrap"][1] is None  # not from the cache
     with SessionStore(root) as s:  # the close above rebuilt it
         assert s.load_bootstrap_state("s") == truth
-        assert s._sessions["s"].folds["bootstrap"].saved.seq == s.last_seq("s")  # type: ignore[union-attr]
+        assert s.cache_info("s").folds["bootstrap"][1] == s.last_seq("s")  # type: ignore[union-attr]
 
 
 @settings(
@@ -194,7 +195,7 @@ def test_compaction_writes_a_cache_of_the_snapshot(root: Path, filled: Bootstrap
         s.compact("s")
     with SessionStore(root) as s:
         assert s.load_bootstrap_state("s") == filled
-        assert s._sessions["s"].folds["bootstrap"].saved.seq == s.last_seq("s")  # type: ignore[union-attr]
+        assert s.cache_info("s").folds["bootstrap"][1] == s.last_seq("s")  # type: ignore[union-attr]
 
 
 def test_a_symlink_planted_in_its_place_is_never_followed(
@@ -248,7 +249,7 @@ def test_the_rewrite_helper_itself_keeps_a_cache_valid(root: Path, filled: Boots
     _rewrite(root, {})
     with SessionStore(root) as s:
         assert s.load_bootstrap_state("s") == filled
-        assert s._sessions["s"].folds["bootstrap"].saved.seq == s.last_seq("s")  # type: ignore[union-attr]
+        assert s.cache_info("s").folds["bootstrap"][1] == s.last_seq("s")  # type: ignore[union-attr]
 
 
 def test_a_state_that_does_not_decode_is_ignored(root: Path, filled: BootstrapState) -> None:
@@ -271,7 +272,7 @@ def test_small_sessions_and_unknown_ones_get_no_cache(root: Path) -> None:
 
 def test_a_long_fold_writes_the_cache_without_waiting_for_close(root: Path) -> None:
     with SessionStore(root) as w:
-        w._cached = frozenset()
+        w.core.caches.cached = {}
         w.append_progress_entry("s", make_entry(0))
         for _ in range(1100):
             w.append_transcript_messages("s", [Message(role=Role.USER, content="y" * 1000)])
@@ -316,7 +317,7 @@ def test_a_projection_that_opts_in_is_cached_and_others_are_not(root: Path) -> N
     assert not _cache(root, "s", "uncached").exists()
     with SessionStore(root, projections=[_Counting()]) as s:
         assert s.load("s", "counting").n == s.last_seq("s")
-        assert s._sessions["s"].folds["counting"].saved.seq == s.last_seq("s")  # type: ignore[union-attr]
+        assert s.cache_info("s").folds["counting"][1] == s.last_seq("s")  # type: ignore[union-attr]
 
 
 def test_the_memory_engine_keeps_no_cache_and_loads_the_same() -> None:
@@ -349,8 +350,6 @@ def test_a_cache_that_fails_to_write_fails_nothing(
 def test_a_load_in_small_pieces_equals_one_in_one_piece(
     root: Path, monkeypatch: pytest.MonkeyPatch, piece: int
 ) -> None:
-    import eventstore.store as store_module
-
     with SessionStore(root) as s:
         _fill(s, "s", turns=30)
         s.append_transcript_messages(  # one batch far longer than a piece
@@ -358,12 +357,12 @@ def test_a_load_in_small_pieces_equals_one_in_one_piece(
         )
     truth = _truth(root, "s")
     with SessionStore(root) as s:
-        s._cached = frozenset()
+        s.core.caches.cached = {}
         whole = s.load_transcript_messages("s")
-    monkeypatch.setattr(store_module, "_READ_PIECE", piece)
+    tune(monkeypatch, read_piece=piece)
     calls: list[bool] = []
     with SessionStore(root) as s:
-        s._cached = frozenset()
+        s.core.caches.cached = {}
         real = s.engine.read_some
 
         def counting(sid: str, position: Any, limit: int) -> Any:
@@ -382,14 +381,12 @@ def test_a_load_in_small_pieces_equals_one_in_one_piece(
 def test_a_log_replaced_between_two_pieces_is_folded_from_its_start(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import eventstore.store as store_module
-
     with SessionStore(root) as s:
         _fill(s, "s", turns=30)
     truth = _truth(root, "s")
-    monkeypatch.setattr(store_module, "_READ_PIECE", 2000)
+    tune(monkeypatch, read_piece=2000)
     with SessionStore(root) as s, SessionStore(root) as other:
-        s._cached = other._cached = frozenset()
+        s.core.caches.cached = other.core.caches.cached = {}
         real = s.engine.read_some
         done: list[int] = []
 

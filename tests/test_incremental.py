@@ -11,9 +11,10 @@ import msgspec
 import pytest
 from conftest import LOGS, log_path, make_checkpoint, make_entry, make_features, make_manifest
 
+import eventstore.core.fold_loop as fold_loop_module
+import eventstore.core.folding as folding_module
+import eventstore.core.session_core as core_module
 import eventstore.engines.file.engine as file_engine
-import eventstore.ops.history as history_module
-import eventstore.store as store_module
 from eventstore import (
     BootstrapState,
     Message,
@@ -38,9 +39,9 @@ class Spy:
         self.folded: list[tuple[str, int]] = []
         self.reads: list[tuple[int, int]] = []  # (offset, length) of reads of `log`
         self.read_events: list[Any] = []
-        real_fold = store_module.fold
+        real_fold = core_module.fold
         real_pread = file_engine.pread_all
-        real_read_lines = store_module.read_lines
+        real_read_lines = fold_loop_module.read_lines
 
         def spy_fold(proj: Any, state: Any, events: Any) -> Any:
             events = list(events)
@@ -57,12 +58,12 @@ class Spy:
             self.read_events.extend(res.events)
             return res
 
-        # the store folds its own appends with `fold`, and what it reads with
-        # history.fold_events, which calls `fold` there
-        monkeypatch.setattr(store_module, "fold", spy_fold)
-        monkeypatch.setattr(history_module, "fold", spy_fold)
+        # the core folds its own appends with `fold`, and what it reads with
+        # core.folding.fold_events, which calls `fold` there
+        monkeypatch.setattr(core_module, "fold", spy_fold)
+        monkeypatch.setattr(folding_module, "fold", spy_fold)
         monkeypatch.setattr(file_engine, "pread_all", spy_pread)
-        monkeypatch.setattr(store_module, "read_lines", spy_read_lines)
+        monkeypatch.setattr(fold_loop_module, "read_lines", spy_read_lines)
         self.log = log
 
     def clear(self) -> None:

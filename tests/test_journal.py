@@ -70,7 +70,7 @@ def _epoch(root: Path) -> file_journal.Epoch | None:
 def _contents(root: Path) -> list[str]:
     """The transcript a new process reads, with no fold cache (the log itself)."""
     with SessionStore(root) as s:
-        s._cached = {}
+        s.core.caches.cached = {}
         return [m.content.split(" ")[0] for m in s.load_transcript_messages(SID)]
 
 

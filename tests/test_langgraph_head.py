@@ -384,7 +384,7 @@ def test_a_cold_get_tuple_reads_the_head_cache_not_the_log(
         spy = _ReadSpy(saver.store, monkeypatch)
         got = saver.get_tuple(_latest("t", ""))
         assert spy.read == 0  # the cache is at the head: no log byte read
-        assert "langgraph" not in saver.store._sessions["langgraph-t"].folds
+        assert "langgraph" not in saver.store.cache_info("langgraph-t").folds
         assert checkpoint_summary(got) == checkpoint_summary(
             _full_latest(saver, "t", "")
         )  # now folded
@@ -423,7 +423,7 @@ def test_a_graph_keeps_its_heads_known(tmp_path: Path) -> None:
             graph.invoke({"messages": [f"ask {i}"]}, cfg)
             heads = saver._heads("chat")
             assert heads is not None and heads[""].head is not None
-        assert "langgraph" not in saver.store._sessions["langgraph-chat"].folds
+        assert "langgraph" not in saver.store.cache_info("langgraph-chat").folds
         values = graph.get_state(cfg).values
     with EventStoreSaver(tmp_path) as saver:
         assert g.compile(checkpointer=saver).get_state(cfg).values == values

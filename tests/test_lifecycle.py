@@ -521,7 +521,7 @@ def test_an_interrupted_pruning_is_understood(root: Path) -> None:
         names = sorted(f.name for f in archive.glob("*.jsonl"))
         record = ArchivePruned(first_seq=1, last_seq=bounds[1], segments=names[:2], bytes=1,
                                before=f"seq {bounds[1] + 1}")  # fmt: skip
-        store._write_events("p", [record], None)  # prune_archive's own append
+        store.core.write_events("p", [record], None)  # prune_archive's own append
         (archive / names[1]).unlink()  # a crash removed the second but not the first
         report = store.verify("p")
         assert report.ok, report.problems

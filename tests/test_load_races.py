@@ -17,9 +17,11 @@ from typing import Any
 
 import pytest
 from conftest import in_forked_child
+from tuning import tune
 
 from eventstore import SessionStore
-from eventstore import store as store_module
+from eventstore.core import tuning
+from eventstore.core.tuning import Tuning
 from eventstore.records import (
     Message,
     Role,
@@ -55,8 +57,8 @@ def _compactor(root: str, stop: Any, out: str) -> None:
 
 
 def _reader(root: str, stop: Any, out: str) -> None:
-    store_module._READ_PIECE = 2048  # many pieces, most cut mid-batch: views
-    store_module._HASH_ASIDE = 0  # every checked piece hashed on the side thread
+    # many pieces, most cut mid-batch (views); every checked piece hashed on the side thread
+    tuning.DEFAULT_TUNING = Tuning(read_piece=2048, hash_aside=0)
     problems: list[str] = []
     loads = prev = 0
     while not stop.is_set():
@@ -141,8 +143,8 @@ def test_a_child_forked_during_a_piecewise_load_can_load(
     and a new one, and exits; none hangs on a lock or a queue of the parent's."""
     import threading
 
-    monkeypatch.setattr(store_module, "_READ_PIECE", 4096)
-    monkeypatch.setattr(store_module, "_HASH_ASIDE", 0)
+    tune(monkeypatch, read_piece=4096)
+    tune(monkeypatch, hash_aside=0)
     root = tmp_path / "store"
     with SessionStore(root) as s:
         for i in range(400):

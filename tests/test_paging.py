@@ -214,9 +214,9 @@ def test_pages_through_the_api_warm_and_cold(root: Path) -> None:
         full = _fill(s, 50)
     with SessionStore(root) as cold:
         assert cold.load_transcript_messages("s", last=7) == full[-7:]
-        assert not cold._has_fold(cold._session("s"), "transcript")  # nothing was folded
+        assert "transcript" not in cold.cache_info("s").folds  # nothing was folded
         assert cold.load_transcript_messages("s", start=140) == full[140:]
-        assert cold._has_fold(cold._session("s"), "transcript")  # start folds once
+        assert "transcript" in cold.cache_info("s").folds  # start folds once
         assert cold.load_transcript_messages("s", last=7) == full[-7:]  # now warm
         assert cold.load_transcript_messages("s", start=3, limit=4) == full[3:7]
         assert cold.load_transcript_messages("s", limit=2) == full[:2]
@@ -316,6 +316,6 @@ def test_pages_on_the_memory_engine_and_from_an_engine_without_a_ranged_view() -
         full += _turn(10)
         assert s.load_transcript_messages("s", last=5) == full[-5:]  # cold, from a copy
         s.engine.live_view = lambda sid: nullcontext(None)  # type: ignore[method-assign]
-        s._sessions.clear()  # forget the folds: the next page is cold again
+        s.forget_cached_state()  # forget the folds: the next page is cold again
         assert s.load_transcript_messages("s", last=5) == full[-5:]  # folded instead
-        assert s._has_fold(s._session("s"), "transcript")
+        assert "transcript" in s.cache_info("s").folds

@@ -235,7 +235,7 @@ def test_a_pruning_that_fails_before_its_record_changes_nothing(
     def refuse(*args: object, **kw: object) -> object:
         raise OSError("injected: the append failed")
 
-    monkeypatch.setattr(store, "_write_events", refuse)  # prune_archive's append
+    monkeypatch.setattr(store.core, "write_events", refuse)  # prune_archive's append
     with pytest.raises(OSError, match="injected"):
         prune_archive(store, SID, bounds[1] + 1)
     monkeypatch.undo()
@@ -636,7 +636,7 @@ def test_verify_flags_a_pruning_record_that_names_events_after_itself(
     _three_archives(store)
     seq = store.last_seq(SID)
     bogus = ArchivePruned(first_seq=1, last_seq=seq + 5, segments=[], bytes=0, before="x")
-    store._write_events(SID, [bogus], None)  # a forged record (append refuses the kind)
+    store.core.write_events(SID, [bogus], None)  # a forged record (append refuses the kind)
     report = store.verify(SID)
     assert not report.ok
     assert any(p.kind == "pruning_record" and p.seq == seq + 1 for p in report.problems)

@@ -28,11 +28,11 @@ def test_the_store_keeps_at_most_cached_sessions(root: Path) -> None:
             s.initialize_session_if_missing(sid, make_manifest(sid), make_features(2))
             s.append_progress_entry(sid, make_entry(i))
             assert s.load_bootstrap_state(sid).recent_progress[-1].summary == f"step {i}"
-            assert len(s._sessions) <= 3
+            assert len(s.core.sessions) <= 3
         for i in range(10):  # every dropped session refolds to the same state
             state = s.load_bootstrap_state(f"s{i}")
             assert [p.summary for p in state.recent_progress] == [f"step {i}"]
-            assert len(s._sessions) <= 3
+            assert len(s.core.sessions) <= 3
 
 
 def test_a_dropped_session_saves_its_caches(root: Path) -> None:

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 from conftest import check_whole, log_path
+from tuning import tune
 
 from eventstore import SessionStore
-from eventstore import store as store_module
+from eventstore.core import fold_loop as fold_loop_module
 from eventstore.core.side_thread import SideThread
 from eventstore.errors import CorruptLogError
 from eventstore.records import (
@@ -70,8 +71,8 @@ def _fill(root: Path) -> None:
 def test_a_prefix_hashed_either_way_proves_the_same_and_catches_an_edit(
     root: Path, monkeypatch: pytest.MonkeyPatch, aside: int
 ) -> None:
-    monkeypatch.setattr(store_module, "_HASH_ASIDE", aside)
-    monkeypatch.setattr(store_module, "_READ_PIECE", 64 << 10)  # many pieces
+    tune(monkeypatch, hash_aside=aside)
+    tune(monkeypatch, read_piece=64 << 10)  # many pieces
     _fill(root)
     before = set(threading.enumerate())
     with SessionStore(root) as s:
@@ -98,15 +99,15 @@ def test_a_load_where_no_thread_can_start_hashes_inline(
         raise RuntimeError("can't start new thread")
 
     trusted: list[int] = []
-    real = store_module.read_lines
+    real = fold_loop_module.read_lines
 
     def read_lines(buf: Any, *a: Any, hashes_checked: bool = False, **kw: Any) -> Any:
         if hashes_checked:
             trusted.append(len(buf))
         return real(buf, *a, hashes_checked=hashes_checked, **kw)
 
-    monkeypatch.setattr(store_module, "read_lines", read_lines)
-    monkeypatch.setattr(store_module, "_HASH_ASIDE", 0)
+    monkeypatch.setattr(fold_loop_module, "read_lines", read_lines)
+    tune(monkeypatch, hash_aside=0)
     monkeypatch.setattr(_thread, "start_new_thread", refuse)
     with SessionStore(root) as s:
         got = s.load_transcript_messages("s")

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import rich_messages
 
+from tuning import tune
 from eventstore import (
     Message,
     Role,
@@ -56,7 +57,7 @@ def _write(root: Path, turns: int, *, load_first: bool = False) -> None:
 def _truth(root: Path) -> list[Message]:
     """The transcript folded from the log alone: no cache read, none written."""
     with SessionStore(root) as s:
-        s._cached = {}
+        s.core.caches.cached = {}
         return s.load_transcript_messages(SID)
 
 
@@ -146,7 +147,7 @@ def test_a_writer_of_a_session_it_did_not_create_keeps_no_transcript_it_never_lo
     with SessionStore(root) as s:
         for _ in range(200):
             s.append_transcript_messages(SID, _TURN)
-        assert "transcript" not in s._sessions[SID].folds
+        assert "transcript" not in s.cache_info(SID).folds
     after = os.lstat(_cache(root))
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     with SessionStore(root) as s:  # the tail after the cache is folded from the log
@@ -166,14 +167,14 @@ def test_past_its_budget_a_store_lets_go_of_the_transcripts_it_created(
         for sid in ("a", "b", "c"):
             for _ in range(150):  # ~270 kB of log each
                 s.append_transcript_messages(sid, _TURN)
-        kept = {sid: "transcript" in s._sessions[sid].folds for sid in ("a", "b", "c")}
+        kept = {sid: "transcript" in s.cache_info(sid).folds for sid in ("a", "b", "c")}
         assert kept["a"] and not kept["c"]
-        assert s._kept_bytes <= 400_000 + 2 * 2000
+        assert s.core.caches.kept_bytes <= 400_000 + 2 * 2000
     for sid in ("a", "b", "c"):
         cache = log_path(root, sid).parent / _cache_file_name("transcript")
         assert cache.exists() == kept[sid]
         with SessionStore(root) as s:
-            s._cached = {}
+            s.core.caches.cached = {}
             truth = s.load_transcript_messages(sid)
         with SessionStore(root) as s:
             assert s.load_transcript_messages(sid) == truth
@@ -224,7 +225,7 @@ def test_a_rewrite_waits_until_the_log_has_grown_by_an_eighth(root: Path) -> Non
     assert os.lstat(_cache(root)).st_ino != before.st_ino
     with SessionStore(root) as s:
         assert s.load_transcript_messages(SID) == _truth(root)
-        assert s._sessions[SID].folds["transcript"].saved.seq == s.last_seq(SID)  # type: ignore[union-attr]
+        assert s.cache_info(SID).folds["transcript"][1] == s.last_seq(SID)  # type: ignore[union-attr]
 
 
 @pytest.fixture
@@ -237,7 +238,7 @@ def cached(root: Path) -> tuple[Path, bytes, list[Message]]:
 def _assert_ignored(root: Path, truth: list[Message]) -> None:
     with SessionStore(root) as s:
         assert s.load_transcript_messages(SID) == truth
-        assert s._sessions[SID].folds["transcript"].saved is None  # not from the cache
+        assert s.cache_info(SID).folds["transcript"][1] is None  # not from the cache
 
 
 @settings(
@@ -281,7 +282,7 @@ def test_a_cache_cut_anywhere_is_ignored(cached: tuple[Path, bytes, list[Message
 def _assert_ignored_and_then_used(root: Path, truth: list[Message]) -> None:
     with SessionStore(root) as s:
         assert s.load_transcript_messages(SID) == truth
-        assert s._sessions[SID].folds["transcript"].saved is not None  # the intact one
+        assert s.cache_info(SID).folds["transcript"][1] is not None  # the intact one
 
 
 def test_a_frame_that_claims_more_bytes_than_there_are_is_not_read(

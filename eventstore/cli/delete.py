@@ -100,7 +100,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         return usage(str(exc))
     with store:
         if args.older_than is not None:
-            results = delete_older_than(store, args.older_than, dry_run=args.dry_run)
+            results = delete_older_than(store.core, args.older_than, dry_run=args.dry_run)
         else:
             known = set(store.list_sessions())
             missing = [s for s in args.sessions if s not in known]
@@ -173,7 +173,7 @@ def prune_after_compact(
     before = getattr(args, "prune_archive_before", None)
     if before is None or args.dry_run:
         return
-    report = prune_archive(store, sid, before)
+    report = prune_archive(store.core, sid, before)
     res.update(
         pruned_segments=[s.where for s in report.segments],
         pruned_bytes=report.bytes,

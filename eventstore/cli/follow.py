@@ -86,11 +86,11 @@ def run(args: argparse.Namespace) -> int:
         try:
             from_seq = args.from_seq
             if from_seq is None:  # like tail -f: the last 10 still held, then what comes
-                first = first_kept_seq(store, args.session) if known else 1
+                first = first_kept_seq(store.core, args.session) if known else 1
                 from_seq = max(first, store.last_seq(args.session) - 9) if known else 1
             width = terminal_width()
             for ev in audit.follow(
-                store, args.session, from_seq=from_seq, poll_interval=args.interval, stop=stop
+                store.core, args.session, from_seq=from_seq, poll_interval=args.interval, stop=stop
             ):
                 if args.json:
                     emit_json_line(event_to_json(ev))

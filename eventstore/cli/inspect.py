@@ -144,7 +144,7 @@ def _session_row(store: SessionStore, sid: str) -> dict[str, Any]:
     """One row of `sessions`, from the session's head and the names of its history
     (nothing is read whole); raises for a session that cannot be read safely."""
     head = store.engine.head(sid)
-    files = audit.history_files(store, sid)
+    files = audit.history_files(store.core, sid)
     return {
         "session_id": sid,
         "last_seq": head.seq,
@@ -218,7 +218,7 @@ def run_log(args: argparse.Namespace) -> int:
         need_session(store, args.session, shown_root(args))
         _check_types(store, args.type)
         events: Iterable[Event] = audit.read_events(
-            store, args.session, from_seq=args.from_seq, to_seq=args.to_seq, types=args.type
+            store.core, args.session, from_seq=args.from_seq, to_seq=args.to_seq, types=args.type
         )
         if args.since or args.until:
             since, until = args.since, args.until
@@ -263,7 +263,7 @@ def run_state(args: argparse.Namespace) -> int:
         if seq is None and at is None:
             state = store.load_bootstrap_state(args.session)
         else:
-            state = audit.state_at(store, args.session, seq=seq, at=at)
+            state = audit.state_at(store.core, args.session, seq=seq, at=at)
     if args.json:
         emit_json(state)
     else:
@@ -279,7 +279,7 @@ def run_transcript(args: argparse.Namespace) -> int:
         if seq is None and at is None:
             messages = store.load_transcript_messages(args.session)
         else:
-            messages = audit.transcript_at(store, args.session, seq=seq, at=at)
+            messages = audit.transcript_at(store.core, args.session, seq=seq, at=at)
     first = 1
     if args.last is not None:
         first = max(1, len(messages) - args.last + 1)
@@ -302,7 +302,7 @@ def run_stats(args: argparse.Namespace) -> int:
     """Counts, sizes and times of a session."""
     with open_store(args) as store:
         need_session(store, args.session, shown_root(args))
-        s = audit.stats(store, args.session)
+        s = audit.stats(store.core, args.session)
     if args.json:
         emit_json(s)
         return EXIT_OK
@@ -344,9 +344,9 @@ def run_export(args: argparse.Namespace) -> int:
         need_session(store, args.session, shown_root(args))
         if args.format == "jsonl":
             out = sys.stdout.buffer
-            for line in audit.export_jsonl(store, args.session):
+            for line in audit.export_jsonl(store.core, args.session):
                 out.write(line)
             out.flush()
         else:
-            emit_json(audit.export_session(store, args.session))
+            emit_json(audit.export_session(store.core, args.session))
     return EXIT_OK

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.legacy_dir.is_dir():
         raise CliError(f"no legacy directory at {args.legacy_dir}")
     with open_store(args, create=True) as store:
-        report = legacy.import_legacy(store, args.legacy_dir)
+        report = legacy.import_legacy(store.core, args.legacy_dir)
     if args.json:
         emit_json(report)
     else:

@@ -87,7 +87,7 @@ def run_verify(args: argparse.Namespace) -> int:
         reports: list[audit.VerifyReport] = []
         for sid in ids:
             try:
-                reports.append(audit.verify(store, sid))
+                reports.append(audit.verify(store.core, sid))
             except (EventStoreError, OSError) as exc:  # one unreadable session, not all
                 problem = audit.Problem("", 0, None, "unreadable", str(exc))
                 reports.append(audit.VerifyReport(sid, False, [problem], "", 0, 0, []))
@@ -128,7 +128,7 @@ def run_repair(args: argparse.Namespace) -> int:
     """Truncate a torn tail, or keep the valid prefix and move the corrupt log aside."""
     with open_store(args) as store:
         need_session(store, args.session, shown_root(args))
-        r = audit.repair(store, args.session)
+        r = audit.repair(store.core, args.session)
     if args.json:
         emit_json(r)
         return EXIT_OK

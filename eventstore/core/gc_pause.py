@@ -19,29 +19,31 @@ while a load holds a pause is undone when the pause ends.
 from __future__ import annotations
 
 import gc
-import os
 import threading
 from types import TracebackType
 
-__all__ = ["paused_gc"]
+from eventstore import process
 
-_lock = threading.Lock()
-_depth = 0  # pauses held, by every thread
-_resume = False  # whether the collector was enabled when the first of them began
+__all__ = ["paused_gc"]
 
 
 class _PausedGC:
-    """A context manager: the collector is off inside (see the module docstring)."""
+    """A context manager: the collector is off inside (see the module docstring). The
+    one instance, `paused_gc`, counts the pauses held by every thread."""
 
-    __slots__ = ()
+    __slots__ = ("__weakref__", "_depth", "_lock", "_resume")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0  # pauses held, by every thread
+        self._resume = False  # whether the collector was enabled when the first began
 
     def __enter__(self) -> None:
-        global _depth, _resume
-        with _lock:
-            if not _depth:
-                _resume = gc.isenabled()
+        with self._lock:
+            if not self._depth:
+                self._resume = gc.isenabled()
                 gc.disable()
-            _depth += 1
+            self._depth += 1
 
     def __exit__(
         self,
@@ -49,25 +51,21 @@ class _PausedGC:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        global _depth
-        with _lock:
-            if not _depth:  # reset by a fork while this thread held its pause
+        with self._lock:
+            if not self._depth:  # reset by a fork while this thread held its pause
                 return
-            _depth -= 1
-            if not _depth and _resume:
+            self._depth -= 1
+            if not self._depth and self._resume:
+                gc.enable()
+
+    def reset_after_fork(self) -> None:
+        """The thread holding a pause does not exist in a forked child: resume now."""
+        self._lock = threading.Lock()  # the parent's may have been held by another thread
+        if self._depth:
+            self._depth = 0
+            if self._resume:
                 gc.enable()
 
 
 paused_gc = _PausedGC()
-
-
-def _after_fork_in_child() -> None:
-    global _lock, _depth
-    _lock = threading.Lock()  # the parent's may have been held by another thread
-    if _depth:
-        _depth = 0
-        if _resume:
-            gc.enable()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
+process.track(paused_gc)

@@ -25,10 +25,13 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import msgspec
 
+from eventstore.core.folding import fold_events
+from eventstore.core.segments import pruning_records
+from eventstore.core.session_core import CoreOwner, core_of
 from eventstore.engines.base import HeadMovedError
 from eventstore.format.events import (
     ArchivePruned,
@@ -37,18 +40,11 @@ from eventstore.format.events import (
     UnknownEvent,
 )
 from eventstore.format.reader import read_lines
-from eventstore.ops.history import (
-    fold_events,
-    pruning_records,
-)
 from projections import (
     Retention,
     retain,
     snapshot_entry,
 )
-
-if TYPE_CHECKING:
-    from eventstore.store import SessionStore
 
 __all__ = ["CompactionReport", "Retention", "SkipReason", "compact"]
 
@@ -97,7 +93,7 @@ def _last_activity(events: list[Event]) -> datetime | None:
 
 
 def compact(
-    store: SessionStore,
+    core: CoreOwner,
     session_id: str,
     *,
     archive: bool = True,
@@ -107,10 +103,11 @@ def compact(
     """Replace the session's log by one snapshot line; see the module docstring.
     `force`: compact even when the snapshot would not be smaller than the log (an empty
     session, or a lone snapshot with no retention asked for, is still skipped)."""
+    core = core_of(core)
     t0 = time.perf_counter()
-    sess = store._session(session_id)
-    engine = store.engine
-    codec = store.codec
+    sess = core.session(session_id)
+    engine = core.engine
+    codec = core.codec
     for _ in range(_ATTEMPTS):
         res = engine.read(session_id, None)
         covers = res.head
@@ -134,15 +131,17 @@ def compact(
         # whether the states are no state as of covers.seq (a retention dropped something,
         # now or in the snapshot they were folded from): history must not take them for one
         trimmed = type(events[0]) is Snapshot and events[0].trimmed
-        for name, proj in store.projections.items():
+        for name, proj in core.projections.items():
             # a user's apply may change the events it is given: it folds a decode of its
             # own, as a cold load gives it (the built-in projections share one)
             own = (
                 events
-                if name in store._builtin
+                if name in core.builtin
                 else read_lines(res.data, codec, codec.decoder(proj.event_types), res.where).events
             )
-            state = fold_events(store, session_id, proj, proj.initial(), own, res.where)
+            state = fold_events(
+                core.codec, core.engine, session_id, proj, proj.initial(), own, res.where
+            )
             entry = snapshot_entry(proj, state)
             if retention is not None:
                 state = retain(proj, state, retention)
@@ -185,12 +184,11 @@ def compact(
         except HeadMovedError:
             continue  # another compaction (or a repair) replaced the log: read it again
         with sess.lock:
-            sess.folds.clear()  # the new log has a new identity: every fold restarts from it
+            sess.forget()  # the new log has a new identity: every fold restarts from it
             sess.head = done.head
-            sess.prefix = None  # (of the log replaced)
         if done.head.seq == covers.seq:  # nothing after the snapshot: the states are current
-            store._save_fold_caches(session_id, done.head, folded)
-            store._vouch_for_snapshot(sess, line, done.head)
+            core.caches.save_fold_caches(session_id, done.head, folded)
+            core.caches.vouch_for_snapshot(sess, line, done.head)
         return CompactionReport(
             session_id=session_id,
             events_before=len(events),

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
+from eventstore.core.session_core import CoreOwner, core_of
 from eventstore.format.events import (
     CheckpointRecorded,
     Event,
@@ -29,9 +30,6 @@ from eventstore.ops.history import (
     iter_history,
     require_history,
 )
-
-if TYPE_CHECKING:
-    from eventstore.store import SessionStore
 
 __all__ = [
     "SessionStats",
@@ -61,15 +59,16 @@ class SessionStats(msgspec.Struct):
     compacted_without_archive: int
 
 
-def stats(store: SessionStore, session_id: str) -> SessionStats:
+def stats(core: CoreOwner, session_id: str) -> SessionStats:
     """Events per type, first/last sequence and time, bytes of the log and the archive.
 
     `events` counts the events whose lines are still in some segment; a snapshot
     standing in for history compacted without an archive is counted under "snapshot"
     and its covered events in `compacted_without_archive`.
     """
-    envelopes = store.codec.decoder(frozenset())  # payloads are never materialized
-    with require_history(store, session_id) as hist:
+    core = core_of(core)
+    envelopes = core.codec.decoder(frozenset())  # payloads are never materialized
+    with require_history(core, session_id) as hist:
         log_bytes = log_events = snapshots = 0
         archive_bytes = archive_files = 0
         for seg in hist.segments:
@@ -78,14 +77,14 @@ def stats(store: SessionStore, session_id: str) -> SessionStats:
                 archive_bytes += seg.size
             else:
                 log_bytes = seg.size
-                events = read_lines(seg.read(), store.codec, envelopes, seg.where).events
+                events = read_lines(seg.read(), core.codec, envelopes, seg.where).events
                 log_events = len(events)
                 snapshots += sum(1 for e in events if type(e) is Snapshot)
         by_type: dict[str, int] = {}
         first: Event | None = None
         last: Event | None = None
         lost = 0
-        for ev, _ in iter_history(store, session_id, envelopes, history=hist):
+        for ev, _ in iter_history(core, session_id, envelopes, history=hist):
             if type(ev) is Snapshot:
                 lost += ev.seq - (last.seq if last is not None else 0)
             tag = ev.type_name if type(ev) is UnknownEvent else type(ev).__struct_config__.tag
@@ -162,17 +161,16 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
     return f"{n} {noun if n == 1 else (nouns or noun + 's')}"
 
 
-def export_session(store: SessionStore, session_id: str) -> dict[str, Any]:
+def export_session(core: CoreOwner, session_id: str) -> dict[str, Any]:
     """One session as a JSON-ready document: its current bootstrap state, transcript,
     last sequence number and head hash, all as of one head (beside a writer too)."""
-    require_history(store, session_id).close()
-    sess = store._session(session_id)
+    core = core_of(core)
+    require_history(core, session_id).close()
+    sess = core.session(session_id)
     # one picture: both projections caught up to the same head, and turned into
     # builtins (a copy) under the session's lock, which a writer folding a batch holds
     with sess.lock:
-        head, (state, transcript) = store._fold_to_one_head(
-            sess, (store.bootstrap, store.transcript)
-        )
+        head, (state, transcript) = core.fold_to_one_head(sess, (core.bootstrap, core.transcript))
         return {
             "session_id": session_id,
             "last_seq": head.seq,
@@ -182,11 +180,12 @@ def export_session(store: SessionStore, session_id: str) -> dict[str, Any]:
         }
 
 
-def export_jsonl(store: SessionStore, session_id: str) -> Iterator[bytes]:
+def export_jsonl(core: CoreOwner, session_id: str) -> Iterator[bytes]:
     """The raw lines (with newline) of the history, each event once, as `read_events`
     selects them: verbatim, so the hashes of consecutive lines still check."""
-    with require_history(store, session_id) as hist:
+    core = core_of(core)
+    with require_history(core, session_id) as hist:
         for _, line in iter_history(
-            store, session_id, store.codec.decoder(frozenset()), history=hist
+            core, session_id, core.codec.decoder(frozenset()), history=hist
         ):
             yield line + b"\n"

@@ -13,8 +13,8 @@ import math
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
+from eventstore.core.session_core import CoreOwner, core_of
 from eventstore.engines.base import EMPTY_HEAD
 from eventstore.errors import InvalidArgumentError
 from eventstore.format.events import (
@@ -23,9 +23,6 @@ from eventstore.format.events import (
 )
 from eventstore.format.reader import read_lines
 from eventstore.ops.history import iter_history
-
-if TYPE_CHECKING:
-    from eventstore.store import SessionStore
 
 __all__ = ["MIN_POLL_INTERVAL", "follow", "poll_interval_of"]
 
@@ -50,7 +47,7 @@ def poll_interval_of(value: object) -> float:
 
 
 def follow(
-    store: SessionStore,
+    core: CoreOwner,
     session_id: str,
     *,
     from_seq: int = 1,
@@ -62,10 +59,11 @@ def follow(
 
     `poll_interval`: the longest wait between two looks at the log (and at `stop`).
     """
+    core = core_of(core)
     poll_interval = poll_interval_of(poll_interval)
-    store._session(session_id)
-    engine = store.engine
-    decoder = store.codec.decoder(None)
+    core.session(session_id)
+    engine = core.engine
+    decoder = core.codec.decoder(None)
     head = EMPTY_HEAD
     last = from_seq - 1
     while stop is None or not stop.is_set():
@@ -75,7 +73,7 @@ def follow(
         if res.data:
             events = read_lines(
                 res.data,
-                store.codec,
+                core.codec,
                 decoder,
                 res.where,
                 offset=res.offset,
@@ -87,7 +85,7 @@ def follow(
             if type(ev) is Snapshot:
                 if ev.seq > last:
                     # events up to the snapshot that this reader has not seen yet
-                    for old, _ in iter_history(store, session_id, decoder, last + 1, ev.seq):
+                    for old, _ in iter_history(core, session_id, decoder, last + 1, ev.seq):
                         if old.seq > last:
                             yield old
                             last = old.seq

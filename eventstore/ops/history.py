@@ -27,7 +27,6 @@ Decisions (documented in the README, "Audit and replay"):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,26 +35,20 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from eventstore.core.segments import pruned_start, read_segment
+from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.errors import (
     CorruptLogError,
     HistoryPrunedError,
     HistoryUnavailableError,
     InvalidArgumentError,
-    SnapshotVersionError,
     UnknownSessionError,
 )
 from eventstore.format.events import (
-    SNAPSHOT_OPEN,
-    ArchivePruned,
     Event,
-    EventCodec,
     Snapshot,
     UnknownEvent,
     event_tag,
-)
-from eventstore.format.reader import (
-    Lines,
-    read_lines,
 )
 from eventstore.records import (
     BootstrapState,
@@ -71,24 +64,16 @@ if TYPE_CHECKING:
         History,
         Segment,
     )
-    from eventstore.store import SessionStore
 
 __all__ = [
     "LogFile",
     "first_kept_seq",
-    "fold_events",
-    "fold_from_archive",
     "history_files",
     "is_pruned",
     "iter_history",
-    "archive_shortfall",
-    "opening_chain",
     "parse_time",
     "pruned_message",
-    "pruned_start",
-    "pruning_records",
     "read_events",
-    "read_segment",
     "require_history",
     "state_at",
     "transcript_at",
@@ -97,89 +82,24 @@ __all__ = [
 INF = float("inf")
 
 
-def require_history(store: SessionStore, session_id: str) -> History:
+def require_history(core: CoreOwner, session_id: str) -> History:
     """The session's history (close it when done); UnknownSessionError if it has none."""
-    store._session(session_id)  # validates the id, checks the store is open
-    hist = store.engine.history(session_id)
+    core = core_of(core)
+    core.session(session_id)  # validates the id, checks the store is open
+    hist = core.engine.history(session_id)
     if not hist.segments:
         hist.close()
-        raise UnknownSessionError(f"no session {session_id!r} in the store at {store.url}")
+        raise UnknownSessionError(f"no session {session_id!r} in the store at {core.url}")
     return hist
 
 
-_PRUNED_TAG = b'"type":"archive_pruned"'
-_pruned_decoder = msgspec.json.Decoder(ArchivePruned)
-
-
-class _CarriedRecords(msgspec.Struct):
-    """The one field of a snapshot line that pruning reads: the records it carries."""
-
-    pruned: list[msgspec.Raw] = msgspec.field(default_factory=list)
-
-
-_carried_decoder = msgspec.json.Decoder(_CarriedRecords)
-
-
-def pruning_records(data: bytes) -> list[tuple[ArchivePruned, bytes]]:
-    """Every `archive_pruned` record in a segment's bytes, in order, with its line
-    verbatim: lines of their own, and those a snapshot line carries (`Snapshot.pruned`).
-    A line that does not decode is passed over here (the chain check reports it)."""
-    found: list[tuple[ArchivePruned, bytes]] = []
-    pos = data.find(_PRUNED_TAG)
-    while pos >= 0:
-        start = data.rfind(b"\n", 0, pos) + 1
-        end = data.find(b"\n", pos)
-        if end < 0:
-            break  # a torn tail: not a committed record
-        line = data[start:end]
-        try:
-            if line.startswith(SNAPSHOT_OPEN):
-                raws = [bytes(r) for r in _carried_decoder.decode(line).pruned]
-            else:
-                raws = [line]
-            found.extend((_pruned_decoder.decode(raw), raw) for raw in raws)
-        except msgspec.MsgspecError:
-            pass
-        pos = data.find(_PRUNED_TAG, end)
-    return found
-
-
-def pruned_start(hist: History) -> tuple[int, str | None]:
-    """The first sequence number pruning kept (1: nothing was pruned) and the link it
-    chains to (None: unknown, the record predates `last_h`; its own hash goes unchecked).
-
-    `prune_archive` appends an `archive_pruned` event before it removes the oldest
-    archived segments, and every compaction carries the records of the log it replaces
-    into its snapshot (`Snapshot.pruned`), so the live log always holds them: pruned
-    history is told from a lost archive by them, the largest `last_seq` one names, plus
-    one. The archived segments are searched too when their names leave a gap (a first
-    segment not at seq 1, or a hole): a record archived by a compaction that predates
-    `Snapshot.pruned`."""
-    nxt = 1
-    gap = False
-    for seg in hist.segments:
-        if not seg.archived or seg.first_seq is None:
-            break
-        if seg.first_seq > nxt:
-            gap = True
-            break
-        nxt = max(nxt, (seg.last_seq or 0) + 1)
-    kept, link = 1, None
-    for seg in hist.segments:
-        if seg.archived and not gap:
-            continue
-        for ev, _ in pruning_records(seg.read()):
-            if ev.last_seq + 1 > kept:
-                kept, link = ev.last_seq + 1, ev.last_h or None
-    return kept, link
-
-
-def first_kept_seq(store: SessionStore, session_id: str) -> int:
+def first_kept_seq(core: CoreOwner, session_id: str) -> int:
     """The first sequence number the session's history still holds: 1, or after
     `prune_archive` the one after the last event it pruned (read from there: reading
     from an earlier one raises HistoryPrunedError)."""
-    store._session(session_id)
-    with store.engine.history(session_id) as hist:
+    core = core_of(core)
+    core.session(session_id)
+    with core.engine.history(session_id) as hist:
         return pruned_start(hist)[0]
 
 
@@ -198,7 +118,7 @@ def pruned_message(session_id: str, kept: int) -> str:
 
 
 def iter_history(
-    store: SessionStore,
+    core: CoreOwner,
     session_id: str,
     decoder: msgspec.json.Decoder[Event],
     from_seq: int | None = None,
@@ -218,20 +138,21 @@ def iter_history(
     CorruptLogError at a line that does not check. `history`: a picture the caller took
     (and closes); by default one is taken for this iteration.
     """
-    store._session(session_id)
+    core = core_of(core)
+    core.session(session_id)
     if history is None:
-        with store.engine.history(session_id) as hist:
+        with core.engine.history(session_id) as hist:
             yield from _iter_segments(
-                store, session_id, hist, decoder, from_seq, to_seq, exact, all_snapshots
+                core, session_id, hist, decoder, from_seq, to_seq, exact, all_snapshots
             )
     else:
         yield from _iter_segments(
-            store, session_id, history, decoder, from_seq, to_seq, exact, all_snapshots
+            core, session_id, history, decoder, from_seq, to_seq, exact, all_snapshots
         )
 
 
 def _iter_segments(
-    store: SessionStore,
+    core: SessionCore,
     session_id: str,
     hist: History,
     decoder: msgspec.json.Decoder[Event],
@@ -262,7 +183,7 @@ def _iter_segments(
             continue
         # every segment is read, also those before `from_seq`: a segment that does not
         # open with a snapshot continues the chain of the one before it
-        lines = read_segment(store, seg, decoder, keep_raw=True, after=after)
+        lines = read_segment(core.codec, seg, decoder, keep_raw=True, after=after)
         assert lines.raw is not None
         if lines.events and lines.seq is not None and lines.link is not None:
             after = (lines.seq, lines.link)
@@ -315,80 +236,12 @@ def _iter_segments(
         raise HistoryPrunedError(session_id, 1, kept)
 
 
-def read_segment(
-    store: SessionStore,
-    seg: Segment,
-    decoder: msgspec.json.Decoder[Event],
-    *,
-    keep_raw: bool = False,
-    after: tuple[int, str | None] | None = None,
-) -> Lines:
-    """The checked lines of one segment of a history. `after`: the seq and link where
-    the segment before it ended; a segment that does not open with a snapshot continues
-    from there (the first opens at seq 1). An archived segment was complete when it was
-    archived: a torn tail in it, or fewer events than it was archived with, means it was
-    cut short since, which is corruption (CorruptLogError), never a torn tail."""
-    data = seg.read()
-    seq, link = opening_chain(data, after)
-    lines = read_lines(data, store.codec, decoder, seg.where, keep_raw=keep_raw, seq=seq, link=link)
-    if seg.archived:
-        problem = archive_shortfall(seg, len(data), lines.end, lines.seq if lines.events else None)
-        if problem is not None:
-            raise CorruptLogError(seg.where, problem[0], problem[1], problem[2])
-    return lines
-
-
-def opening_chain(data: bytes, after: tuple[int, str | None] | None) -> tuple[int, str | None]:
-    """The (seq, link) a segment's first line chains to: a segment opening with a
-    snapshot chains to the snapshot's own `base_h`, whatever is passed; one without
-    continues `after` (the end of the segment before it; a link of None after pruning:
-    unknown), or opens the history at 1.
-    An archived segment holding the events after an archived snapshot opens this way."""
-    if after is None or data.startswith(SNAPSHOT_OPEN) or _opens_history(data):
-        return 0, ""
-    return after
-
-
-_FIRST_SEQ = re.compile(rb'\{"type":"[^"]*","seq":(\d+)[,}]')
-
-
-def _opens_history(data: bytes) -> bool:
-    """Whether the first line is seq 1: a copy of the history from its start (an old log
-    archived whole beside a copy of its prefix, by an install stopped before it named
-    the archive). It chains to the start; readers skip the events they already hold."""
-    m = _FIRST_SEQ.match(data)
-    return m is not None and m[1] == b"1"
-
-
-def archive_shortfall(
-    seg: Segment, size: int, end: int, last_seq: int | None
-) -> tuple[int, int | None, str] | None:
-    """(offset, seq, reason) if the archived segment `seg` ends short: bytes after its
-    last complete batch (`end` of `size`), or a last seq below the one it was archived
-    with; None if it is whole."""
-    if end < size:
-        return (
-            end,
-            None if last_seq is None else last_seq + 1,
-            f"the archived segment ends in {size - end} bytes that are not a complete"
-            " batch: it was cut short (an archive is written whole, it has no torn tail)",
-        )
-    if seg.last_seq is not None and (last_seq or 0) < seg.last_seq:
-        return (
-            end,
-            (last_seq or 0) + 1,
-            f"the archived segment ends at seq {last_seq or 0}, but it was archived"
-            f" holding up to seq {seg.last_seq}: it was cut short",
-        )
-    return None
-
-
 def _type_filter(
-    store: SessionStore, types: Iterable[str | type[Event]] | None
+    core: SessionCore, types: Iterable[str | type[Event]] | None
 ) -> tuple[msgspec.json.Decoder[Event], Any]:
     """(decoder, predicate) for a `types` filter: tags or Event classes."""
     if types is None:
-        return store.codec.decoder(None), None
+        return core.codec.decoder(None), None
     tags: set[str] = set()
     classes: list[type[Event]] = []
     for t in types:
@@ -400,7 +253,7 @@ def _type_filter(
                 tags.add(event_tag(t))
         else:
             raise TypeError(f"types must hold event tags or Event classes, not {t!r}")
-    known = frozenset(tags & set(store.codec.types))
+    known = frozenset(tags & set(core.codec.types))
     want_unknown = UnknownEvent in classes
 
     def keep(ev: Event) -> bool:
@@ -409,11 +262,11 @@ def _type_filter(
         return type(ev).__struct_config__.tag in tags or isinstance(ev, tuple(classes))
 
     # types outside the filter decode as bare envelopes: their payloads are never built
-    return store.codec.decoder(known), keep
+    return core.codec.decoder(known), keep
 
 
 def read_events(
-    store: SessionStore,
+    core: CoreOwner,
     session_id: str,
     *,
     from_seq: int = 1,
@@ -426,16 +279,17 @@ def read_events(
     `prune_archive`, a `from_seq` below the first event kept (1 included, the default:
     the whole history) raises HistoryPrunedError, naming the first seq kept, before
     anything is yielded: a partial history is never passed off as the whole one; read
-    from `first_kept_seq(store, session_id)` for what is kept. `types`: event
+    from `first_kept_seq(core, session_id)` for what is kept. `types`: event
     tags (`"progress_appended"`, or the type name of an unknown event) or Event classes
     (`UnknownEvent` matches every unknown type). Snapshots are yielded only in place of
     history no segment holds, or when `types` names them. An unknown session yields
     nothing.
     """
-    decoder, keep = _type_filter(store, types)
+    core = core_of(core)
+    decoder, keep = _type_filter(core, types)
     wants_snapshots = keep is not None and keep(Snapshot(base_h=""))
     for ev, _ in iter_history(
-        store, session_id, decoder, from_seq, to_seq, all_snapshots=wants_snapshots
+        core, session_id, decoder, from_seq, to_seq, all_snapshots=wants_snapshots
     ):
         if keep is None or keep(ev):
             yield ev
@@ -457,7 +311,7 @@ def parse_time(text: str) -> datetime:
 
 
 def _state_at(
-    store: SessionStore,
+    core: SessionCore,
     proj: Projection[Any],
     session_id: str,
     seq: int | None,
@@ -475,8 +329,8 @@ def _state_at(
         raise InvalidArgumentError(f"seq must be an int >= 0, got {seq!r}")
     if seq == 0:
         return proj.initial()
-    decoder = store.codec.decoder(proj.event_types)
-    history = iter_history(store, session_id, decoder, 1, seq, exact=True)
+    decoder = core.codec.decoder(proj.event_types)
+    history = iter_history(core, session_id, decoder, 1, seq, exact=True)
     last = 0
 
     def prefix() -> Iterator[Event]:
@@ -484,7 +338,7 @@ def _state_at(
         for ev, _ in history:
             if at is not None and ev.ts > at:
                 if type(ev) is Snapshot:
-                    kept = first_kept_seq(store, session_id)
+                    kept = first_kept_seq(core, session_id)
                     if kept > 1:  # the snapshot stands in for pruned history too
                         raise HistoryPrunedError(session_id, 1, kept)
                     raise HistoryUnavailableError(
@@ -510,7 +364,7 @@ def _state_at(
 
 
 def state_at(
-    store: SessionStore,
+    core: CoreOwner,
     session_id: str,
     *,
     seq: int | None = None,
@@ -523,18 +377,20 @@ def state_at(
     Equals the fold of the events 1..seq, read from the archive where needed.
     HistoryUnavailableError for a seq beyond the last, or history compacted away.
     """
-    return _state_at(store, store.projections["bootstrap"], session_id, seq, at)  # type: ignore[no-any-return]
+    core = core_of(core)
+    return _state_at(core, core.projections["bootstrap"], session_id, seq, at)  # type: ignore[no-any-return]
 
 
 def transcript_at(
-    store: SessionStore,
+    core: CoreOwner,
     session_id: str,
     *,
     seq: int | None = None,
     at: datetime | str | None = None,
 ) -> list[Message]:
     """The transcript as of `seq` or `at` (exactly one); see `state_at`."""
-    return _state_at(store, store.projections["transcript"], session_id, seq, at)  # type: ignore[no-any-return]
+    core = core_of(core)
+    return _state_at(core, core.projections["transcript"], session_id, seq, at)  # type: ignore[no-any-return]
 
 
 def _iso(ts: datetime) -> str:
@@ -542,84 +398,6 @@ def _iso(ts: datetime) -> str:
 
 
 # -- folds that need the history ----------------------------------------------------------
-
-
-def fold_events(
-    store: SessionStore,
-    session_id: str,
-    proj: Projection[Any],
-    state: Any,
-    events: list[Event],
-    where: str,
-) -> Any:
-    """`fold`, plus what only the face can do: rebuild from the archive a state that the
-    opening snapshot lacks or that its compactor folded without events this store reads
-    (`folded_without`), and name the log of a snapshot state that does not decode."""
-    if events and type(events[0]) is Snapshot and folded_without(store.codec, proj, events[0]):
-        return fold_from_archive(store, session_id, proj, events, where)
-    try:
-        return fold(proj, state, events)
-    except SnapshotVersionError:
-        return fold_from_archive(store, session_id, proj, events, where)
-    except CorruptLogError as exc:
-        if exc.path is not None:
-            raise
-        # offset 0: a snapshot opens the log
-        raise CorruptLogError(where, 0, exc.seq, exc.reason) from None
-
-
-def folded_without(codec: EventCodec, proj: Projection[Any], snap: Snapshot) -> bool:
-    """Whether `snap` holds a state of `proj` folded without events that `codec` decodes
-    and `proj` reads: its compactor did not know their type and kept them verbatim, so
-    a reader that knows it would fold another state (it rebuilds this one instead)."""
-    if not snap.unknown or proj.name not in snap.states:
-        return False
-    extra = codec.types.keys() - set(snap.known)
-    wanted = extra if proj.event_types is None else extra & proj.event_types
-    return bool(wanted) and any(
-        codec.head_decoder.decode(raw).type in wanted for raw in snap.unknown
-    )
-
-
-def fold_from_archive(
-    store: SessionStore, session_id: str, proj: Projection[Any], events: list[Event], where: str
-) -> Any:
-    """Fold `proj` over the whole history (archived segments, then `events`, which start
-    with a snapshot that lacks this projection's state or holds another version of it)."""
-    snap = events[0]
-    assert isinstance(snap, Snapshot)
-    wanted = proj.event_types
-    if snap.known and wanted is not None and not (wanted & set(snap.known)):
-        # every event this projection reads was unknown to the compactor: all kept verbatim
-        kept = [store.codec.decode_line(bytes(raw), 0, where) for raw in snap.unknown]
-        return fold(proj, proj.initial(), [*kept, *events[1:]])
-    history: list[Event] = []
-    upto = snap.seq
-    decoder = store.codec.decoder(proj.event_types)
-    with store.engine.history(session_id) as hist:
-        after: tuple[int, str | None] | None = None
-        # pruned history cannot be folded from the start: nothing to rebuild from
-        for seg in hist.segments if pruned_start(hist)[0] == 1 else []:
-            if not seg.archived:
-                break
-            lines = read_segment(store, seg, decoder, after=after)
-            if lines.events and lines.seq is not None and lines.link is not None:
-                after = (lines.seq, lines.link)
-            for ev in lines.events:
-                if ev.seq > upto:
-                    break
-                if not history and ev.seq != 1:
-                    break  # this segment does not start at the beginning: history is lost
-                if history and ev.seq <= history[-1].seq:
-                    continue  # a later segment starts with a snapshot of what we have
-                history.append(ev)
-    if not history or history[-1].seq != upto or history[0].seq != 1:
-        raise SnapshotVersionError(
-            f"{where}: the snapshot at seq {snap.seq} has no usable state for"
-            f" projection {proj.name!r} (version {proj.version}) and the archive does not"
-            " hold the history to rebuild it; compact with archive=True to keep it"
-        )
-    return fold(proj, proj.initial(), [*history, *events[1:]])
 
 
 @dataclass(frozen=True, slots=True)
@@ -633,11 +411,12 @@ class LogFile:
     last_seq: int | None = None
 
 
-def history_files(store: SessionStore, session_id: str) -> list[LogFile]:
+def history_files(core: CoreOwner, session_id: str) -> list[LogFile]:
     """The segments of a session's history, archived ones first then the live log (if
     any): their names and what they hold. Empty for an unknown session."""
-    store._session(session_id)
-    with store.engine.history(session_id) as hist:
+    core = core_of(core)
+    core.session(session_id)
+    with core.engine.history(session_id) as hist:
         return [
             LogFile(Path(seg.where), seg.archived, seg.first_seq, seg.last_seq)
             for seg in hist.segments

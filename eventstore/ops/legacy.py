@@ -48,10 +48,13 @@ import os
 import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
+from eventstore.core.session_core import AppendResult, CoreOwner, SessionCore, core_of
+from eventstore.core.validation import feature_list
+from eventstore.engines.base import Head
 from eventstore.engines.file.layout import validate_session_id
 from eventstore.errors import (
     ConcurrencyError,
@@ -73,10 +76,6 @@ from eventstore.records import (
     RunCheckpoint,
     RunStatus,
     SessionManifest,
-)
-from eventstore.store import (
-    SessionStore,
-    _features,
 )
 
 __all__ = [
@@ -172,7 +171,9 @@ def read_legacy_file(data: bytes) -> tuple[LegacySession, list[Event]]:
     if legacy.feature_list:
         # refused as `replace_feature_list` refuses it (an id twice): a state no session
         # call could make
-        events.append(FeatureListReplaced(features=_features(legacy.feature_list, "feature_list")))
+        events.append(
+            FeatureListReplaced(features=feature_list(legacy.feature_list, "feature_list"))
+        )
     for p in legacy.recent_progress:
         entry = ProgressEntry(
             run_id=p.run_id,
@@ -208,7 +209,7 @@ def _read_regular(path: Path) -> bytes:
         return f.read()
 
 
-def _import_file(store: SessionStore, path: Path) -> ImportItem:
+def _import_file(core: SessionCore, path: Path) -> ImportItem:
     name = str(path)
     try:
         session_id = bytes.fromhex(path.stem).decode("utf-8")
@@ -235,10 +236,10 @@ def _import_file(store: SessionStore, path: Path) -> ImportItem:
     try:
         # reading the session may fail too (a damaged log, a planted symlink): that
         # fails this file alone
-        if key in store.load(session_id, "idempotency"):
+        if core.loaded(session_id, core.idempotency, lambda seen: key in seen):
             return ImportItem(name, session_id, "skipped", 0, "already imported (same content)")
         # expected_seq=0: only into an empty session, never on top of other history
-        result = store.append(session_id, events, expected_seq=0, idempotency_key=key)
+        result = _append_to_empty(core, session_id, events, key)
     except ConcurrencyError as exc:
         return ImportItem(
             name, session_id, "skipped", 0, f"the session already has {exc.actual} events"
@@ -251,13 +252,30 @@ def _import_file(store: SessionStore, path: Path) -> ImportItem:
     return ImportItem(name, session_id, "imported", n, f"seq 1..{result.last_seq}{note}")
 
 
-def import_legacy(store: SessionStore, legacy_dir: str | Path) -> ImportReport:
+def _append_to_empty(
+    core: SessionCore, session_id: str, events: list[Event], key: str
+) -> AppendResult:
+    """Append `events` under `key` only into an empty session (ConcurrencyError)."""
+    checked = [core.codec.check(e) for e in events]
+
+    def build(head: Head, states: list[Any]) -> list[Event]:
+        if head.seq != 0:
+            raise ConcurrencyError(session_id, 0, head.seq)
+        return checked
+
+    result = core.write(session_id, build, key, (), checked)
+    assert result is not None  # build never returns []
+    return result
+
+
+def import_legacy(core: CoreOwner, legacy_dir: str | Path) -> ImportReport:
     """Import every `sessions/*.json` under `legacy_dir` (see the module docstring).
 
     Idempotent; one bad file never stops the others.
     """
+    core = core_of(core)
     base = Path(legacy_dir) / "sessions"
-    items = [_import_file(store, p) for p in sorted(base.glob("*.json"))]
+    items = [_import_file(core, p) for p in sorted(base.glob("*.json"))]
     return ImportReport(
         items=items,
         imported=sum(1 for i in items if i.result == "imported"),

@@ -19,6 +19,7 @@ from pathlib import PurePath
 
 import msgspec
 
+from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.engines.base import (
     Head,
     PrunedSegment,
@@ -35,12 +36,12 @@ from eventstore.format.events import (
     Snapshot,
     hash_checks,
 )
-from eventstore.ops.history import first_kept_seq
-from eventstore.store import SessionStore
+from eventstore.ops.history import first_kept_seq, read_events
 
 __all__ = [
     "ExpiryResult",
     "PruneReport",
+    "delete_session",
     "delete_older_than",
     "last_activity",
     "parse_age",
@@ -65,7 +66,18 @@ def parse_age(text: str) -> timedelta:
         raise InvalidArgumentError(f"not an age: {text!r} is too long") from None
 
 
-def last_activity(store: SessionStore, session_id: str) -> datetime | None:
+def delete_session(core: CoreOwner, session_id: str) -> bool:
+    """Remove a session: its log, history and caches, atomically (no reader ever sees it
+    half removed); safe beside live writers. False if it did not exist."""
+    core = core_of(core)
+    sess = core.session(session_id)
+    with sess.lock:
+        removed = core.engine.remove_session(session_id)
+        sess.forget()
+    return removed
+
+
+def last_activity(core: CoreOwner, session_id: str) -> datetime | None:
     """When the session's last event was appended (None for a session with none).
 
     Maintenance is not activity: compaction snapshots and `archive_pruned` records are
@@ -73,15 +85,17 @@ def last_activity(store: SessionStore, session_id: str) -> datetime | None:
     standing in for them answers with the time of the newest it covers, `last_ts`; one
     written before snapshots kept it, or only maintenance left, with the newest line's).
     """
-    seq = store.last_seq(session_id)
+    core = core_of(core)
+    core.session(session_id)
+    seq = core.engine.head(session_id).seq
     if seq == 0:
         return None
-    first = first_kept_seq(store, session_id)  # reading below a pruned point is refused
+    first = first_kept_seq(core, session_id)  # reading below a pruned point is refused
     newest: datetime | None = None
     window = 8
     while seq >= first:
         lo = max(first, seq - window + 1)
-        events = list(store.read_events(session_id, from_seq=lo, to_seq=seq))
+        events = list(read_events(core, session_id, from_seq=lo, to_seq=seq))
         if newest is None and events:
             newest = events[-1].ts
         for ev in reversed(events):
@@ -111,7 +125,7 @@ class ExpiryResult:
 
 
 def delete_older_than(
-    store: SessionStore,
+    core: CoreOwner,
     age: timedelta,
     *,
     now: datetime | None = None,
@@ -126,6 +140,7 @@ def delete_older_than(
     instant between that check and the removal is removed with the session, exactly as
     when it races an explicit `delete_session`.
     """
+    core = core_of(core)
     # refused before any session is judged (a naive `now` would raise a bare TypeError
     # at the first comparison)
     if not isinstance(age, timedelta) or age < timedelta(0):
@@ -137,30 +152,31 @@ def delete_older_than(
     except OverflowError:
         return []  # older than the calendar: no session is
     results: list[ExpiryResult] = []
-    for sid in store.list_sessions():
+    core.check_open()
+    for sid in core.engine.list_sessions():
         try:
             # the chain point (seq and link), not the seq alone: a session removed and
             # created anew meanwhile may have as many events; a compaction keeps it
-            head = _head(store, sid)
-            when = last_activity(store, sid)
+            head = _head(core, sid)
+            when = last_activity(core, sid)
             if when is None or when >= cutoff:
                 continue
             if dry_run:
                 results.append(ExpiryResult(sid, when, "would delete"))
-            elif not _head(store, sid).same_chain_point(head):
+            elif not _head(core, sid).same_chain_point(head):
                 results.append(ExpiryResult(sid, when, "kept"))
             else:
-                removed = store.delete_session(sid)
+                removed = delete_session(core, sid)
                 results.append(ExpiryResult(sid, when, "deleted" if removed else "gone"))
         except (EventStoreError, OSError) as exc:
             results.append(ExpiryResult(sid, None, "failed", " ".join(str(exc).split())))
     return results
 
 
-def _head(store: SessionStore, session_id: str) -> Head:
+def _head(core: SessionCore, session_id: str) -> Head:
     """The session's head, read from the engine now."""
-    store._session(session_id)  # validates the id, checks the store is open
-    return store.engine.head(session_id)
+    core.session(session_id)  # validates the id, checks the store is open
+    return core.engine.head(session_id)
 
 
 # -- pruning archived history ----------------------------------------------------------------
@@ -236,7 +252,7 @@ def _check_kept_chains(
         )  # fmt: skip
 
 
-def prune_archive(store: SessionStore, session_id: str, before: int | datetime) -> PruneReport:
+def prune_archive(core: CoreOwner, session_id: str, before: int | datetime) -> PruneReport:
     """Remove the session's archived segments that lie wholly before `before`: a
     sequence number (every event of the segment has a smaller one) or an aware time
     (its newest line is older). Only the oldest segments go, never one after a segment
@@ -250,6 +266,7 @@ def prune_archive(store: SessionStore, session_id: str, before: int | datetime) 
     carries the record into its snapshot, so this holds after any later compaction.
     UnsupportedError, writing nothing, for an engine that cannot prune.
     """
+    core = core_of(core)
     if isinstance(before, bool) or not isinstance(before, (int, datetime)):
         raise InvalidArgumentError(
             f"before must be a sequence number or a datetime, not {before!r}"
@@ -258,11 +275,11 @@ def prune_archive(store: SessionStore, session_id: str, before: int | datetime) 
         raise InvalidArgumentError("before must be a timezone-aware datetime")
     if isinstance(before, int) and before < 1:
         raise InvalidArgumentError(f"before must be a sequence number >= 1, not {before}")
-    if not store.engine.supports_pruning:
-        raise UnsupportedError(f"the {store.engine.url} engine cannot prune archived history")
+    if not core.engine.supports_pruning:
+        raise UnsupportedError(f"the {core.engine.url} engine cannot prune archived history")
     dropped: list[tuple[int, int, str, int]] = []
     last_h = ""
-    with store.engine.history(session_id) as hist:
+    with core.engine.history(session_id) as hist:
         for seg in hist:
             if not seg.archived or seg.first_seq is None or seg.last_seq is None:
                 _check_kept_chains(seg.where, seg.read(), dropped, last_h)
@@ -288,6 +305,6 @@ def prune_archive(store: SessionStore, session_id: str, before: int | datetime) 
         before=asked,
         last_h=last_h,
     )
-    result = store._write_events(session_id, [event], None)  # (append refuses the kind)
-    segments = store.engine.prune_history(session_id, dropped[-1][1] + 1)
+    result = core.write_events(session_id, [event], None)  # (append refuses the kind)
+    segments = core.engine.prune_history(session_id, dropped[-1][1] + 1)
     return PruneReport(session_id, segments, result.first_seq)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from eventstore.core.segments import pruned_start
 from eventstore.engines.base import (
     EMPTY_HEAD,
     EncodedBatch,
@@ -35,7 +36,6 @@ from eventstore.format.events import (
     LineHead,
     split_hash,
 )
-from eventstore.ops.history import pruned_start
 
 __all__ = [
     "MigrationError",

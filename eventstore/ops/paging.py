@@ -21,7 +21,7 @@ Messages cut from a snapshot's entry are returned once the whole snapshot line c
 (the one read of it whole; the caller remembers the digests of the 16 KiB blocks the
 cut read, and a later page cutting from those blocks checks each against them, so a
 line changed since its check is never served from memory). It does no I/O of
-its own: the caller (the store, over the engine's `live_view`) passes
+its own: the caller (the core, over the engine's `live_view`) passes
 `read_span(start, end)` over one consistent live log whose committed size is `size` (a
 torn tail lies past `size` and is never read).
 """
@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.errors import InvalidRecordError
 from eventstore.format.events import (
     HASH_SUFFIX_LEN,
@@ -48,7 +49,7 @@ from eventstore.records import Message
 from projections.transcript import copy_message
 
 if TYPE_CHECKING:
-    from eventstore.store import SessionStore
+    from eventstore.core.sessions import SessionState
 
 __all__ = ["SpanReader", "last_messages", "transcript_page"]
 
@@ -73,7 +74,7 @@ def _count(name: str, value: object) -> int | None:
 
 
 def transcript_page(
-    store: SessionStore,
+    core: CoreOwner,
     session_id: str,
     *,
     start: int | None = None,
@@ -82,12 +83,13 @@ def transcript_page(
 ) -> list[Message]:
     """`messages[start:start + limit]`, or with `last` the newest `last` messages (see
     the module docstring for what each costs). The messages are the caller's own."""
+    core = core_of(core)
     start, limit, last = _count("start", start), _count("limit", limit), _count("last", last)
     if last is not None and (start is not None or limit is not None):
         raise InvalidRecordError("give last=, or start= and/or limit=, not both")
-    sess = store._session(session_id)
-    if last is not None and not store._has_fold(sess, "transcript"):
-        page = store._read_last_messages(sess, last)
+    sess = core.session(session_id)
+    if last is not None and not core.has_fold(session_id, "transcript"):
+        page = _read_last_messages(core, sess, last)
         if page is not None:
             return page
 
@@ -99,7 +101,19 @@ def transcript_page(
             part = state[first : None if limit is None else first + limit]
         return [copy_message(m) for m in part]
 
-    return store._loaded(session_id, store.projections["transcript"], cut)
+    return core.loaded(session_id, core.projections["transcript"], cut)
+
+
+def _read_last_messages(core: SessionCore, sess: SessionState, n: int) -> list[Message] | None:
+    """The newest `n` messages read from the end of the live log, through the engine's
+    ranged view of it (None: the engine has none, or the log cannot be sliced; fold
+    instead)."""
+    with core.engine.live_view(sess.session_id) as view:
+        if view is None:
+            return None
+        return last_messages(
+            view.read_span, view.head.size, n, core.codec, view.where, sess.checked_snapshots
+        )
 
 
 def last_messages(

@@ -23,10 +23,12 @@ moment without a log). Archived history is never changed.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import msgspec
 
+from eventstore.core.segments import pruning_records
+from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.engines.base import History
 from eventstore.errors import (
     CorruptLogError,
@@ -46,17 +48,11 @@ from eventstore.format.reader import (
     Problem,
     read_lines,
 )
-from eventstore.ops.history import (
-    iter_history,
-    pruning_records,
-)
+from eventstore.ops.history import iter_history
 from projections import (
     fold,
     snapshot_entry,
 )
-
-if TYPE_CHECKING:
-    from eventstore.store import SessionStore
 
 __all__ = ["RepairReport", "repair"]
 
@@ -78,16 +74,17 @@ class RepairReport(msgspec.Struct):
     message: str
 
 
-def repair(store: SessionStore, session_id: str) -> RepairReport:
+def repair(core: CoreOwner, session_id: str) -> RepairReport:
     """Cut a torn tail, or keep the committed batches before the first bad line; the
     original is saved aside first (see the module docstring). UnknownSessionError if the
     session has no live log."""
-    sess = store._session(session_id)
-    codec = store.codec
+    core = core_of(core)
+    sess = core.session(session_id)
+    codec = core.codec
     # the archive, read before the hold (reading history takes the writers' exclusion
     # too); no compaction can add to it meanwhile: it cannot read a damaged live log
-    archived = _archived_events(store, session_id)
-    with sess.lock, store.engine.hold(session_id) as hold:
+    archived = _archived_events(core, session_id)
+    with sess.lock, core.engine.hold(session_id) as hold:
         buf = hold.data
         if not buf:
             raise UnknownSessionError(f"session {session_id!r} has no live log to repair")
@@ -104,15 +101,14 @@ def repair(store: SessionStore, session_id: str) -> RepairReport:
                 "the log is intact; nothing to do",
             )  # fmt: skip
         if bad is not None and bad.offset == 0 and buf.startswith(SNAPSHOT_OPEN):
-            rebuilt = _rebuild(store, session_id, buf, where, archived)
+            rebuilt = _rebuild(core, session_id, buf, where, archived)
             if rebuilt is not None:
                 try:
                     aside = hold.rewrite(rebuilt[0], "corrupt")
                 except NotImplementedError:
                     pass
                 else:
-                    sess.folds.clear()
-                    sess.head = None
+                    sess.forget()
                     return RepairReport(
                         session_id, "rebuilt", where, aside, rebuilt[1], len(rebuilt[0]),
                         len(buf) - rebuilt[2], bad,
@@ -120,8 +116,7 @@ def repair(store: SessionStore, session_id: str) -> RepairReport:
                         f" at {aside}",
                     )  # fmt: skip
         saved = hold.keep_prefix(cut, "torn" if bad is None else "corrupt")
-        sess.folds.clear()
-        sess.head = None
+        sess.forget()
     dropped = len(buf) - cut
     if bad is None:
         return RepairReport(
@@ -135,7 +130,7 @@ def repair(store: SessionStore, session_id: str) -> RepairReport:
     )  # fmt: skip
 
 
-def _archived_events(store: SessionStore, session_id: str) -> list[Event] | None:
+def _archived_events(core: SessionCore, session_id: str) -> list[Event] | None:
     """The archived events from seq 1, each once and checked, in order (a snapshot
     standing in where history was compacted without an archive); None if the archive is
     corrupt or pruned with nothing standing in for what went (a state folded from what
@@ -143,14 +138,14 @@ def _archived_events(store: SessionStore, session_id: str) -> list[Event] | None
     that cannot be read safely (a planted symlink, an I/O error) raises: a repair that
     went on would replace the state the damaged snapshot held by the initial one."""
     try:
-        with store.engine.history(session_id) as hist:
+        with core.engine.history(session_id) as hist:
             segments = [seg for seg in hist.segments if seg.archived]
             return [
                 ev
                 for ev, _ in iter_history(
-                    store,
+                    core,
                     session_id,
-                    store.codec.decoder(None),
+                    core.codec.decoder(None),
                     exact=True,  # from seq 1: HistoryPrunedError after pruning
                     history=History(segments),
                 )
@@ -160,7 +155,7 @@ def _archived_events(store: SessionStore, session_id: str) -> list[Event] | None
 
 
 def _rebuild(
-    store: SessionStore,
+    core: SessionCore,
     session_id: str,
     buf: bytes,
     where: str,
@@ -169,7 +164,7 @@ def _rebuild(
     """A new live log for `buf`, whose opening snapshot is damaged: (bytes, events kept,
     bytes of `buf` kept after the snapshot, what was done). None when the damaged line
     does not even say which sequence number it had and there is no archive."""
-    codec = store.codec
+    codec = core.codec
     nl = buf.find(b"\n")
     first = buf[: nl if nl >= 0 else len(buf)]
     claimed = _claimed(first)
@@ -214,7 +209,7 @@ def _rebuild(
             f" events {m + 1}..{seq} could not be recovered, kept {n_after} events after it"
         )
     states: dict[str, msgspec.Raw] = {}
-    for name, proj in store.projections.items():
+    for name, proj in core.projections.items():
         state = fold(proj, proj.initial(), events)
         states[name] = snapshot_entry(proj, state)
     unknown = [msgspec.Raw(ev.raw) for ev in events if type(ev) is UnknownEvent]

@@ -22,10 +22,18 @@ the next append will chain to (the `h` of the last committed line, or a snapshot
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
+from eventstore.core.folding import folded_without
+from eventstore.core.segments import (
+    archive_shortfall,
+    opening_chain,
+    pruned_start,
+    pruning_records,
+)
+from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.errors import (
     CorruptLogError,
     EventStoreError,
@@ -47,13 +55,8 @@ from eventstore.format.reader import (
     read_lines,
 )
 from eventstore.ops.history import (
-    archive_shortfall,
-    folded_without,
     is_pruned,
-    opening_chain,
     pruned_message,
-    pruned_start,
-    pruning_records,
     require_history,
 )
 from projections import (
@@ -61,9 +64,6 @@ from projections import (
     is_retained,
     restore_state,
 )
-
-if TYPE_CHECKING:
-    from eventstore.store import SessionStore
 
 __all__ = ["Problem", "Severity", "VerifyReport", "verify"]
 
@@ -83,10 +83,11 @@ class VerifyReport(msgspec.Struct):
     files: list[str]
 
 
-def verify(store: SessionStore, session_id: str) -> VerifyReport:
+def verify(store: CoreOwner, session_id: str) -> VerifyReport:
     """Check a session's whole history: every line's hash (recomputed), decoding,
     sequence contiguity, batch integrity, and the chain across compactions (see the
     module docstring). UnknownSessionError if the session has nothing stored."""
+    store = core_of(store)
     codec = store.codec
     decoder = codec.decoder(None)
     problems: list[Problem] = []
@@ -294,7 +295,7 @@ def _history_gap(name: str, snap: Snapshot, first: int) -> Problem:
 
 
 def _check_snapshot(
-    store: SessionStore,
+    store: SessionCore,
     snap: Snapshot,
     name: str,
     prev: Lines | None,
@@ -384,7 +385,7 @@ def _check_kept_lines(snap: Snapshot, name: str, prev: Lines) -> list[Problem]:
 
 
 def _check_snapshot_states(
-    store: SessionStore, snap: Snapshot, name: str, history: list[Event]
+    store: SessionCore, snap: Snapshot, name: str, history: list[Event]
 ) -> list[Problem]:
     """Each registered projection's state in `snap` against the fold of events 1..seq
     (a state trimmed by its projection's retention is recognised as such)."""

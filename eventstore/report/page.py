@@ -472,7 +472,7 @@ class _Gathered:
 def _gather(store: SessionStore, session_id: str, summary_chars: int) -> _Gathered:
     report = store.verify(session_id)  # first: it names an unknown session, reads any log
     try:
-        stats = audit.stats(store, session_id)
+        stats = audit.stats(store.core, session_id)
         state = store.load_bootstrap_state(session_id)
         messages = [_message_fields(m) for m in store.load_transcript_messages(session_id)]
         timeline = _Timeline(store, summary_chars)

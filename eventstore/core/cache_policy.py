@@ -1,0 +1,183 @@
+"""When the session core reads and writes the caches that spare a cold load from folding
+a whole log: the persistent fold caches (`eventstore.core.fold_cache`) and the checked
+prefix (`eventstore.core.checked_prefix`), for engines that keep caches.
+
+A fold cache is written on close (a store that creates a session folds its transcript as
+it appends, within `Tuning.kept_from_creation`), after a long fold and by compaction,
+and used only when it checks against the log; a state kept in frames (the transcript's,
+about as large as the log) is written on close and by compaction only, once the log has
+grown by an eighth.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eventstore.core import checked_prefix, fold_cache
+from eventstore.core.sessions import Fold, SessionState
+from eventstore.core.tuning import Tuning
+from eventstore.engines.base import EMPTY_HEAD, Engine, Head
+from eventstore.format.events import EventCodec
+from projections import Projection
+
+__all__ = ["CachePolicy"]
+
+
+class CachePolicy:
+    """The cache decisions of one core (see the module docstring). `marks`: whether
+    checked prefixes are kept (the engine keeps caches, and caches are on)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        codec: EventCodec,
+        projections: dict[str, Projection[Any]],
+        builtin: frozenset[str],
+        tuning: Tuning,
+        enabled: bool,
+    ) -> None:
+        self.engine = engine
+        self.projections = projections
+        self.builtin = builtin
+        self.tuning = tuning
+        keeps = enabled and type(engine).store_cache is not Engine.store_cache
+        self.marks = keeps
+        # the projections whose folds the engine's fold cache keeps, each with the event
+        # types this store decodes of those it reads and how it upcasts them (a cache
+        # folded knowing others, or upcasting another way, is another state)
+        self.cached: dict[str, str] = (
+            {
+                name: fold_cache.known_types(p, codec.types, codec.reading)
+                for name, p in projections.items()
+                if name == "bootstrap" or getattr(p, "cache_folds", False) is True
+            }
+            if keeps
+            else {}
+        )
+        # those kept in frames (a transcript's: large states, written on close only)
+        self.framed = frozenset(n for n in self.cached if fold_cache.is_framed(projections[n]))
+        self.kept_bytes = 0  # see keep_from_creation
+
+    def reset_after_fork(self) -> None:
+        self.kept_bytes = 0
+
+    def first_fold(self, sess: SessionState, proj: Projection[Any]) -> Fold:
+        """Where this process starts folding a projection: the engine's fold cache when
+        it keeps one that checks, else the beginning."""
+        if proj.name in self.cached:
+            found = fold_cache.load(self.engine, sess.session_id, proj, self.cached[proj.name])
+            if found is not None:
+                return Fold(found[0], found[1], found[1])
+        return Fold(proj.initial(), EMPTY_HEAD)
+
+    def start_mark(self, sess: SessionState) -> checked_prefix.Mark | None:
+        """The checked prefix a fold from the start of the log may trust, if any."""
+        if not self.marks:
+            return None
+        p = sess.prefix
+        if p is not None and p.size:
+            return p.mark()
+        return checked_prefix.load(self.engine, sess.session_id)
+
+    def after_fold(self, sess: SessionState, proj: Projection[Any], f: Fold, folded: int) -> None:
+        """Save what a fold of `folded` bytes made worth saving (a load never pays for
+        writing a large framed state)."""
+        if (
+            folded >= self.tuning.cache_after_fold
+            and proj.name in self.cached
+            and proj.name not in self.framed
+        ):
+            self.save_fold(sess.session_id, proj.name, f.state, f.head)
+            f.saved = f.head
+        p = sess.prefix
+        if p is not None and p.head is f.head and p.size - p.saved >= self.tuning.cache_after_fold:
+            checked_prefix.store(self.engine, sess.session_id, p)
+
+    def save_fold(self, session_id: str, name: str, state: Any, head: Head) -> None:
+        """Keep projection `name`'s `state` at `head` in the fold cache, marked with the
+        event types this store decodes of those it reads."""
+        proj = self.projections[name]
+        fold_cache.store(self.engine, session_id, proj, state, head, self.cached[name])
+
+    def save_fold_caches(self, session_id: str, head: Head, states: dict[str, Any]) -> None:
+        """Keep folded `states` (by projection name, at `head`) in the fold cache, for
+        the projections it keeps (compaction's states of the snapshot it installed)."""
+        for name, state in states.items():
+            if name in self.cached:
+                self.save_fold(session_id, name, state, head)
+
+    def worth_saving(self, name: str, f: Fold) -> bool:
+        """Whether the fold cache of projection `name` should now hold `f`: it holds an
+        older head, and the log is not too short to gain from a cache. A framed state
+        (a transcript's) costs about the log's size to write, so it is rewritten only
+        once the log has grown by an eighth since the head it holds."""
+        if name not in self.cached or f.head.size < self.tuning.cache_on_close:
+            return False
+        saved = f.saved
+        if saved is None:
+            return True
+        if saved.seq == f.head.seq:
+            return False
+        if name in self.framed and f.head.size >= saved.size:
+            return (f.head.size - saved.size) * 8 >= saved.size
+        return True
+
+    def save_caches(self, sess: SessionState) -> None:
+        """Save what is worth saving of a session the core stops keeping: the fold
+        caches that would hold something new, and the checked prefix."""
+        if sess.kept_from_creation > 0:
+            self.kept_bytes -= sess.kept_from_creation
+        if sess.lock._is_owned():  # type: ignore[attr-defined]
+            # this thread is folding into it (a load nested in a projection's fold
+            # evicted it): its states may be half folded, its prefix unproven
+            return
+        with sess.lock:
+            for name, f in sess.folds.items():
+                if self.worth_saving(name, f):
+                    self.save_fold(sess.session_id, name, f.state, f.head)
+            p = sess.prefix
+            if p is not None and p.size != p.saved and p.size >= self.tuning.cache_on_close:
+                checked_prefix.store(self.engine, sess.session_id, p)
+
+    def keep_from_creation(self, sess: SessionState, head: Head) -> None:
+        """The session is being created by this store: start, at its empty head, the
+        built-in states the fold cache keeps that it has not (the transcript, unless the
+        caller loaded it), so that what it appends is folded as it goes and close saves
+        their caches: the next process's cold load then reads those, not the log. Within
+        a budget (`Tuning.kept_from_creation` bytes of log a store), past which a
+        session's kept transcript is let go (an importer of many sessions)."""
+        if self.kept_bytes >= self.tuning.kept_from_creation:
+            return
+        started = False
+        for name in self.cached:
+            if name in self.builtin and name not in sess.folds:
+                sess.folds[name] = Fold(self.projections[name].initial(), head)
+                started = True
+        if started:
+            sess.kept_from_creation = 0
+
+    def count_kept(self, sess: SessionState, n: int) -> None:
+        """`n` more bytes folded into the states kept from the session's creation; past
+        the store's budget, its transcript (the large one) is let go."""
+        sess.kept_from_creation += n
+        self.kept_bytes += n
+        if self.kept_bytes > self.tuning.kept_from_creation:
+            f = sess.folds.get("transcript")
+            if f is not None and f.saved is None:
+                del sess.folds["transcript"]
+            self.kept_bytes -= sess.kept_from_creation
+            sess.kept_from_creation = -1
+
+    def vouch_for_snapshot(self, sess: SessionState, line: bytes, head: Head) -> None:
+        """The checked prefix of a log a compaction just made of one snapshot `line`
+        (bytes this store encoded and chained itself), kept for cold loads: the first
+        load after it need not check a long line's hash."""
+        if not self.marks or head.size != len(line):
+            return
+        p = checked_prefix.Prefix()
+        p.extend(line, head)
+        with sess.lock:
+            if sess.prefix is not None or sess.head is not head:
+                return  # a load or an append got there first
+            sess.prefix = p
+        checked_prefix.store(self.engine, sess.session_id, p)

@@ -1,0 +1,464 @@
+"""`SessionCore`: per-session state over an engine, the fold loop and the write loop.
+
+Each session's projections are kept folded with the engine position they were folded to,
+so a repeated load folds only what was appended since, by this process or another. Every
+line a fold reads is checked against the hash chain (`eventstore.format.reader`). Writes
+go through one path (`write`): fold what the command must be validated against, build
+the events, encode them chained to the head that fold reached, and ask the engine to
+append them against that head; if another writer moved the head meanwhile, catch up and
+try again (the engine writes nothing on a moved head). The states that were current are
+advanced by the appended events without reading them back.
+
+The public API (`eventstore.store.SessionStore`) is the domain face over one core; the
+operations (`eventstore.ops`) take the core. Nothing here knows an operation.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from operator import attrgetter
+from typing import Any, Protocol, TypeVar
+
+from eventstore import process
+from eventstore.core import tuning as tunings
+from eventstore.core.cache_policy import CachePolicy
+from eventstore.core.fingerprint import fingerprint
+from eventstore.core.fold_loop import FoldContext, fold_log
+from eventstore.core.frozen import maker
+from eventstore.core.gc_pause import paused_gc
+from eventstore.core.sessions import Fold, SessionState, SessionTable
+from eventstore.core.tuning import Tuning
+from eventstore.engines.base import EMPTY_HEAD, EncodedBatch, Engine, Head, HeadMovedError
+from eventstore.engines.file.layout import validate_session_id
+from eventstore.errors import (
+    EventStoreError,
+    InvalidArgumentError,
+    InvalidRecordError,
+    StoreClosedError,
+    UnknownProjectionError,
+)
+from eventstore.format.events import Event, EventCodec
+from projections import (
+    BootstrapProjection,
+    IdempotencyProjection,
+    Projection,
+    TranscriptProjection,
+    fold,
+)
+
+__all__ = [
+    "AppendResult",
+    "Build",
+    "CoreOwner",
+    "HasCore",
+    "SessionCacheInfo",
+    "SessionCore",
+    "core_of",
+]
+
+log = logging.getLogger("eventstore")
+S = TypeVar("S")
+T = TypeVar("T")
+
+# a build function: given the head and the folded states asked for, the events to append
+Build = Callable[[Head, list[Any]], list[Event]]
+
+_NO_PAUSE = nullcontext()  # a warm load folds only a tail: the collector stays on
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What an append wrote: its first and last sequence numbers. `replayed` is True when
+    the idempotency key had been seen and nothing was written this time."""
+
+    first_seq: int
+    last_seq: int
+    replayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCacheInfo:
+    """What a store keeps in memory for one session (`SessionStore.cache_info`).
+
+    `folds`: each folded projection's name -> (the seq it is folded to, the seq the
+    engine's fold cache holds as far as this store knows, None if unknown). `prefix`:
+    bytes of the live log this store can vouch for with one digest (None: none).
+    `checked_snapshots`: snapshot lines a cold transcript page checked whole."""
+
+    folds: dict[str, tuple[int, int | None]]
+    prefix: int | None
+    checked_snapshots: int
+
+
+class SessionCore:
+    """Per-session state, folds and writes over one engine (see the module docstring).
+
+    `projections`: the user's, beside the three built-in ones (bootstrap, transcript,
+    idempotency). `cached_sessions`: how many sessions' states are kept in memory; past
+    it the oldest opened are dropped (their caches saved first). `caches`: whether the
+    engine's fold caches and checked prefixes are used (when it keeps any)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        codec: EventCodec,
+        projections: Iterable[Projection[Any]] = (),
+        *,
+        cached_sessions: int = 1000,
+        caches: bool = True,
+        tuning: Tuning | None = None,
+    ) -> None:
+        if type(cached_sessions) is not int or cached_sessions < 1:
+            raise InvalidArgumentError(
+                f"cached_sessions must be an int >= 1, got {cached_sessions!r}"
+            )
+        if not isinstance(caches, bool):
+            raise InvalidArgumentError(f"caches must be a bool, got {caches!r}")
+        if tuning is not None and not isinstance(tuning, Tuning):
+            raise InvalidArgumentError(f"tuning must be a Tuning, got {tuning!r}")
+        self.engine = engine
+        self.codec = codec
+        self.url = engine.url
+        self.tuning = tuning or tunings.DEFAULT_TUNING
+        self.bootstrap = BootstrapProjection()
+        self.transcript = TranscriptProjection()
+        self.idempotency = IdempotencyProjection()
+        builtin: list[Projection[Any]] = [self.bootstrap, self.transcript, self.idempotency]
+        self.projections: dict[str, Projection[Any]] = {}
+        for p in (*builtin, *projections):
+            if p.name in self.projections:
+                raise InvalidArgumentError(f"two projections are named {p.name!r}")
+            self.projections[p.name] = p
+        # the built-in projections never change an event they are given: they share an
+        # append's events; every other fold gets events of its own
+        self.builtin = frozenset(p.name for p in builtin)
+        # the projections whose cold folds run with the cyclic collector paused: the
+        # built-in ones, and those whose authors say their folds make no cyclic garbage
+        self.pause_gc = frozenset(
+            name
+            for name, p in self.projections.items()
+            if name in self.builtin or getattr(p, "pause_gc", False) is True
+        )
+        self.caches = CachePolicy(
+            engine, codec, self.projections, self.builtin, self.tuning, caches
+        )
+        self.sessions = SessionTable(cached_sessions, self.caches.save_caches)
+        self._fold_context = FoldContext(engine, codec, self.tuning, self.caches)
+        self.closed = False
+        process.track(self)
+
+    def reset_after_fork(self) -> None:
+        """A forked child refolds every session from the engine (see SessionTable)."""
+        self.sessions.reset_after_fork()
+        self.caches.reset_after_fork()
+
+    def close(self) -> None:
+        """Save the caches worth saving, forget every session and release the engine."""
+        if self.closed:
+            return
+        for sess in self.sessions.take_all():
+            self.caches.save_caches(sess)
+        if not self.closed:
+            self.closed = True
+            self.engine.close()
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise StoreClosedError(f"the store at {self.url} is closed")
+
+    def projection(self, projection: str | Projection[Any]) -> Projection[Any]:
+        """The registered projection named `projection` (or named as that object is)."""
+        name = projection if isinstance(projection, str) else getattr(projection, "name", None)
+        try:
+            return self.projections[name]  # type: ignore[index]
+        except (KeyError, TypeError):
+            known = ", ".join(sorted(self.projections))
+            raise UnknownProjectionError(
+                f"no projection named {name!r} is registered (known: {known})"
+            ) from None
+
+    # -- per-session state ------------------------------------------------------------
+
+    def session(self, session_id: str) -> SessionState:
+        """The session's state (kept, or new); checks the store is open and the id."""
+        self.check_open()
+        sess = self.sessions.get(session_id)
+        if sess is None:
+            validate_session_id(session_id)
+            sess = self.sessions.open(session_id)
+        return sess
+
+    def forget(self, session_id: str) -> None:
+        """Forget what is kept of the session (its log was replaced, removed or repaired
+        by this store): the next use refolds from the engine."""
+        sess = self.sessions.get(session_id)
+        if sess is not None:
+            with sess.lock:
+                sess.forget()
+
+    def has_fold(self, session_id: str, name: str) -> bool:
+        """Whether this store keeps a folded state of projection `name` of the session."""
+        sess = self.sessions.get(session_id)
+        return sess is not None and name in sess.folds
+
+    def cache_info(self, session_id: str) -> SessionCacheInfo:
+        """What is kept in memory of the session (see SessionCacheInfo)."""
+        sess = self.session(session_id)
+        with sess.lock:
+            folds = {
+                name: (f.head.seq, None if f.saved is None else f.saved.seq)
+                for name, f in sess.folds.items()
+            }
+            prefix = None if sess.prefix is None else sess.prefix.size
+            return SessionCacheInfo(folds, prefix, len(sess.checked_snapshots))
+
+    # -- folding ------------------------------------------------------------------------
+
+    def loaded(self, session_id: str, proj: Projection[S], view: Callable[[S], T]) -> T:
+        """`view(state)` of the caught-up state: what a load returns (the caller's own).
+
+        Made under the session's lock: a writer folds its batch into the state in place,
+        event by event, so a copy made after the lock is released could hold part of a
+        batch. A cold load (the first of `proj` here) of a projection in `pause_gc` folds
+        the whole log with the cyclic collector paused (eventstore.core.gc_pause)."""
+        sess = self.session(session_id)
+        cold = proj.name not in sess.folds and proj.name in self.pause_gc
+        with sess.lock, paused_gc if cold else _NO_PAUSE:
+            return view(self.catch_up(sess, proj))
+
+    def catch_up(self, sess: SessionState, proj: Projection[S]) -> S:
+        """Fold what was appended since the cached head (the log may have been replaced).
+        Called with the session's lock held."""
+        f = sess.folds.get(proj.name)
+        if f is None:
+            f = sess.folds[proj.name] = self.caches.first_fold(sess, proj)
+        mark = self.caches.start_mark(sess) if f.head.position is None else None
+        try:
+            try:
+                folded = fold_log(self._fold_context, sess, proj, f, mark)
+            except Exception as exc:
+                if mark is None:
+                    raise
+                # fold again from the start, checking every line (which reports whatever
+                # is wrong): nothing folded from bytes the mark did not prove is kept
+                log.debug("eventstore: checked prefix of %r not used: %r", sess.session_id, exc)
+                sess.prefix = None
+                f.state, f.head = proj.initial(), EMPTY_HEAD
+                folded = fold_log(self._fold_context, sess, proj, f, None)
+        except BaseException:
+            # a piece may be half folded in place, or folded from bytes the mark did not
+            # prove (an error, or an interrupt such as KeyboardInterrupt): the next load
+            # folds from where this store's first fold starts, never on top of it
+            sess.folds.pop(proj.name, None)
+            raise
+        self.caches.after_fold(sess, proj, f, folded)
+        return f.state  # type: ignore[no-any-return]
+
+    def fold_to_one_head(
+        self, sess: SessionState, projections: tuple[Projection[Any], ...]
+    ) -> tuple[Head, list[Any]]:
+        """Catch every projection up to the same head (re-reading if an append landed
+        between two of the reads). Called with the session's lock held."""
+        while True:
+            states = [self.catch_up(sess, p) for p in projections]
+            heads = {
+                (sess.folds[p.name].head.seq, sess.folds[p.name].head.link) for p in projections
+            }
+            if len(heads) == 1:
+                return sess.folds[projections[-1].name].head, states
+
+    # -- writing ------------------------------------------------------------------------
+
+    def write_events(
+        self,
+        session_id: str,
+        events: list[Event],
+        idempotency_key: str | None,
+        *,
+        check: bool = False,
+    ) -> AppendResult:
+        """Append `events`, which need no validation against the session's state.
+
+        `check`: the events hold the caller's records, unvalidated: encoding checks them
+        (NotAsStoredError, nothing written)."""
+        result = self.write(
+            session_id, lambda h, s: events, idempotency_key, (), events, check=check
+        )
+        assert result is not None
+        return result
+
+    def write(
+        self,
+        session_id: str,
+        build: Build,
+        idempotency_key: str | None,
+        needs: tuple[Projection[Any], ...] = (),
+        request: list[Event] | None = None,
+        *,
+        check: bool = False,
+    ) -> AppendResult | None:
+        """The one write path: fold what `build` needs, build (validate), append against
+        the head those folds reached; on a moved head, catch up and do it again.
+
+        Returns None when `build` returned no events (nothing to write). A key seen
+        before returns that batch's result with `replayed=True`, writing nothing; whether
+        it was the same request (`request`'s fingerprint) is the caller's to check."""
+        if idempotency_key is not None:
+            _check_key(idempotency_key)
+        sess = self.session(session_id)
+        wanted = (self.idempotency, *needs) if idempotency_key is not None else needs
+        with sess.lock:
+            written = self._append(sess, build, idempotency_key, wanted, check)
+            if written is None or isinstance(written, AppendResult):
+                return written
+            head, new, data, stamped = written
+            self._advance(sess, head, new, data, stamped)
+            return _new_result(stamped[0].seq, stamped[-1].seq, False)
+
+    def _append(
+        self,
+        sess: SessionState,
+        build: Build,
+        key: str | None,
+        wanted: tuple[Projection[Any], ...],
+        check: bool,
+    ) -> AppendResult | None | tuple[Head, Head, bytes, list[Event]]:
+        """The retry loop of `write`, under the session's lock: a replay's result, None
+        (nothing to write), or (the head appended to, the new head, the bytes, the
+        stamped events)."""
+        head = sess.head
+        fresh = False  # whether `head` was read from the engine during this call
+        while True:
+            states: list[Any] = []
+            if wanted:
+                folds = sess.folds
+                if not fresh and head is not None and _all_at(folds, wanted, head):
+                    # the states this store left at its own head: no read. The append is
+                    # conditional on that head, so a stale one costs a retry only
+                    states = [folds[p.name].state for p in wanted]
+                else:
+                    head, states = self.fold_to_one_head(sess, wanted)
+                    fresh = True
+                if key is not None:
+                    seen = states.pop(0).get(key)
+                    if seen is not None:
+                        if not fresh:
+                            fresh = True  # a replay answers from the log as it is now
+                            continue
+                        return AppendResult(seen[0], seen[1], replayed=True)
+            elif head is None:
+                head = sess.head = self.engine.head(sess.session_id)
+                fresh = True
+            try:
+                events = build(head, states)
+            except EventStoreError:
+                if fresh:
+                    raise
+                fresh = True  # judged against a cached head or state: read them, judge again
+                if not wanted:
+                    head = self.engine.head(sess.session_id)
+                continue
+            if not events:
+                return None
+            data, stamped, link = self.codec.encode_batch(
+                events, head.seq + 1, head.link, datetime.now(UTC), key, check=check
+            )
+            batch = EncodedBatch(
+                data,
+                stamped[0].seq,
+                stamped[-1].seq,
+                tuple(map(_get_h, stamped)),
+                link,
+                key,
+                fingerprint(events) if key is not None else None,
+            )
+            try:
+                return head, self.engine.append(sess.session_id, batch, head), data, stamped
+            except HeadMovedError as exc:
+                if exc.actual.same_chain_point(head):
+                    raise  # an engine refusing the head it reports: retrying cannot help
+                head = sess.head = exc.actual
+                fresh = True
+
+    def _advance(
+        self, sess: SessionState, head: Head, new: Head, data: bytes, stamped: list[Event]
+    ) -> None:
+        """Fold an appended batch into the states that were at `head` (the head it was
+        appended to), so they stand at `new` without reading it back."""
+        if head.seq == 0 and head.position is None and self.caches.marks:
+            self.caches.keep_from_creation(sess, head)
+        elif sess.kept_from_creation >= 0:
+            self.caches.count_kept(sess, len(data))
+        for name, f in sess.folds.items():
+            fh = f.head  # (identity first: a fold this store left at its own head)
+            if fh is head or (fh.seq == head.seq and fh.position == head.position):
+                proj = self.projections[name]
+                try:
+                    # a user's apply may change the event it gets (the built-in states
+                    # share its records): it folds the batch decoded from the bytes
+                    # written, as a cold load would give it to it
+                    own = (
+                        stamped
+                        if name in self.builtin
+                        else self.codec.decoder(proj.event_types).decode_lines(data)
+                    )
+                    f.state = fold(proj, f.state, own)
+                except BaseException as exc:
+                    # folded in place, part of the batch may be in it: start over (the next
+                    # load folds the log again). The batch is committed: raising an
+                    # Exception now would make the caller write it again
+                    f.state, f.head = proj.initial(), EMPTY_HEAD
+                    if not isinstance(exc, Exception):
+                        raise
+                    log.warning(
+                        "eventstore: folding %r into %r failed: %r", sess.session_id, name, exc
+                    )
+                    continue
+                f.head = new
+        sess.head = new
+
+
+class HasCore(Protocol):
+    """Anything built on a session core (a `SessionStore`): the operations take it too."""
+
+    @property
+    def core(self) -> SessionCore: ...
+
+
+CoreOwner = SessionCore | HasCore
+"""What an operation takes: a session core, or what holds one (a `SessionStore`)."""
+
+
+def core_of(owner: CoreOwner) -> SessionCore:
+    """The session core of `owner`: itself, or the core a `SessionStore` is built on."""
+    return owner if isinstance(owner, SessionCore) else owner.core
+
+
+def _check_key(key: object) -> None:
+    if not isinstance(key, str) or not key:
+        raise InvalidRecordError("idempotency_key must be a non-empty str")
+    if not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRecordError(
+                f"idempotency_key {key!r} is not encodable as UTF-8 (lone surrogate)"
+            ) from None
+
+
+def _all_at(folds: dict[str, Fold], projections: Sequence[Projection[Any]], head: Head) -> bool:
+    """Whether every projection has a fold at exactly `head` (the same object)."""
+    for p in projections:
+        f = folds.get(p.name)
+        if f is None or f.head is not head:
+            return False
+    return True
+
+
+# the hot path's constructors (see eventstore.core.frozen)
+_new_result = maker(AppendResult)
+_get_h = attrgetter("h")

@@ -1,0 +1,48 @@
+"""`Tuning`: the sizes the session core reads, caches and hashes by. The defaults are
+what the benchmarks chose; tests set small ones to reach every path with small logs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from eventstore.errors import InvalidArgumentError
+
+__all__ = ["DEFAULT_TUNING", "Tuning"]
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """Sizes in bytes, given to `SessionStore(..., tuning=Tuning(...))`.
+
+    - `read_piece`: how much log a load reads and folds at a time (bounds what a cold
+      load of a long log holds besides the state it builds).
+    - `hash_aside`: from this many bytes in a piece, a checked prefix is hashed on a
+      side thread beside the decoding (below it, starting the thread costs more).
+    - `cache_after_fold`: a fold that read at least this much log saves its fold cache.
+    - `cache_on_close`: close saves the fold caches of logs at least this long (below,
+      a cold fold costs about what reading a cache does, and close stays fsync-free).
+    - `kept_from_creation`: bytes of log a store folds, as it appends them, into the
+      transcripts of sessions it created and never loaded (their caches are saved on
+      close); past it, it lets them go.
+    """
+
+    read_piece: int = 1 << 20
+    hash_aside: int = 128 << 10
+    cache_after_fold: int = 1 << 20
+    cache_on_close: int = 64 << 10
+    kept_from_creation: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        for name in self.__slots__:
+            value = getattr(self, name)
+            least = 1 if name == "read_piece" else 0
+            if type(value) is not int or value < least:
+                raise InvalidArgumentError(
+                    f"Tuning.{name} must be an int >= {least}, got {value!r}"
+                )
+
+
+DEFAULT_TUNING = Tuning()
+"""The tuning of a store given none, looked up as each store opens: a test may replace it
+(e.g. `monkeypatch.setattr(eventstore.core.tuning, "DEFAULT_TUNING", Tuning(read_piece=
+4096))`) to reach every path of a load with small logs, in stores it does not open itself."""
