@@ -20,8 +20,8 @@ from conftest import LoadSpy, log_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import rich_messages
-
 from tuning import tune
+
 from eventstore import (
     Message,
     Role,
@@ -160,9 +160,7 @@ def test_past_its_budget_a_store_lets_go_of_the_transcripts_it_created(
     """An importer creating many sessions: the transcripts it folds as it appends are
     bounded by KEPT_FROM_CREATION bytes of log a store; past it, a session's is let go
     (no cache for it on close; its next reader folds the log)."""
-    from eventstore import store as store_module
-
-    monkeypatch.setattr(store_module, "KEPT_FROM_CREATION", 400_000)
+    tune(monkeypatch, kept_from_creation=400_000)
     with SessionStore(root) as s:
         for sid in ("a", "b", "c"):
             for _ in range(150):  # ~270 kB of log each

@@ -31,11 +31,12 @@ import msgspec
 
 from eventstore.core.folding import fold_events
 from eventstore.core.segments import pruning_records
-from eventstore.core.session_core import CoreOwner, core_of
-from eventstore.engines.base import HeadMovedError
+from eventstore.core.session_core import CoreOwner, SessionCore, core_of
+from eventstore.engines.base import Head, HeadMovedError, ReadResult
 from eventstore.format.events import (
     ArchivePruned,
     Event,
+    EventCodec,
     Snapshot,
     UnknownEvent,
 )
@@ -126,50 +127,9 @@ def compact(
                 time.perf_counter() - t0, False, notes=["the log is already one snapshot"],
                 skipped="one_snapshot", snapshot_bytes=size,
             )  # fmt: skip
-        states: dict[str, msgspec.Raw] = {}
-        folded: dict[str, object] = {}
-        # whether the states are no state as of covers.seq (a retention dropped something,
-        # now or in the snapshot they were folded from): history must not take them for one
-        trimmed = type(events[0]) is Snapshot and events[0].trimmed
-        for name, proj in core.projections.items():
-            # a user's apply may change the events it is given: it folds a decode of its
-            # own, as a cold load gives it (the built-in projections share one)
-            own = (
-                events
-                if name in core.builtin
-                else read_lines(res.data, codec, codec.decoder(proj.event_types), res.where).events
-            )
-            state = fold_events(
-                core.codec, core.engine, session_id, proj, proj.initial(), own, res.where
-            )
-            entry = snapshot_entry(proj, state)
-            if retention is not None:
-                state = retain(proj, state, retention)
-                kept = snapshot_entry(proj, state)
-                trimmed = trimmed or bytes(kept) != bytes(entry)
-                entry = kept
-            states[name] = entry
-            folded[name] = state
-        unknown: list[msgspec.Raw] = []
-        for ev in events:
-            if type(ev) is Snapshot:
-                unknown.extend(ev.unknown)
-            elif type(ev) is UnknownEvent:
-                unknown.append(msgspec.Raw(ev.raw))
-        known = sorted(t for t in codec.types if t != "snapshot")
-        committed = bytes(res.data[:size])  # (`read` gives bytes: no copy when whole)
-        records = {rec.seq: raw for rec, raw in pruning_records(committed)}  # each once
-        pruned = [msgspec.Raw(raw) for raw in records.values()]
-        snap = Snapshot(
-            base_h=covers.link,
-            states=states,
-            unknown=unknown,
-            known=known,
-            pruned=pruned,
-            archived=archive,
-            trimmed=trimmed,
-            last_ts=_last_activity(events),
-        )
+        states, folded, trimmed = _fold_states(core, session_id, res, events, retention)
+        snap = _snapshot(events, states, res.data[:size], covers, codec, archive, trimmed)
+        unknown = snap.unknown
         line, _ = codec.encode_snapshot(snap, covers.seq, covers.link, datetime.now(UTC))
         if len(line) >= size and not force:
             return CompactionReport(
@@ -203,3 +163,70 @@ def compact(
             snapshot_bytes=len(line),
         )
     raise HeadMovedError(res.where, covers, engine.head(session_id))
+
+
+def _fold_states(
+    core: SessionCore,
+    session_id: str,
+    res: ReadResult,
+    events: list[Event],
+    retention: Retention | None,
+) -> tuple[dict[str, msgspec.Raw], dict[str, object], bool]:
+    """Every projection's state folded over the live log `res` (and trimmed by
+    `retention`): as snapshot entries, as states, and whether anything was trimmed."""
+    codec = core.codec
+    states: dict[str, msgspec.Raw] = {}
+    folded: dict[str, object] = {}
+    # whether the states are no state as of the log's end (a retention dropped something,
+    # now or in the snapshot they were folded from): history must not take them for one
+    trimmed = type(events[0]) is Snapshot and events[0].trimmed
+    for name, proj in core.projections.items():
+        # a user's apply may change the events it is given: it folds a decode of its
+        # own, as a cold load gives it (the built-in projections share one)
+        own = (
+            events
+            if name in core.builtin
+            else read_lines(res.data, codec, codec.decoder(proj.event_types), res.where).events
+        )
+        state = fold_events(codec, core.engine, session_id, proj, proj.initial(), own, res.where)
+        entry = snapshot_entry(proj, state)
+        if retention is not None:
+            state = retain(proj, state, retention)
+            kept = snapshot_entry(proj, state)
+            trimmed = trimmed or bytes(kept) != bytes(entry)
+            entry = kept
+        states[name] = entry
+        folded[name] = state
+    return states, folded, trimmed
+
+
+def _snapshot(
+    events: list[Event],
+    states: dict[str, msgspec.Raw],
+    data: bytes | memoryview,
+    covers: Head,
+    codec: EventCodec,
+    archive: bool,
+    trimmed: bool,
+) -> Snapshot:
+    """The snapshot of a live log of `events` (its committed bytes `data`) with `states`:
+    the events no projection here decodes kept verbatim, the pruning records carried."""
+    unknown: list[msgspec.Raw] = []
+    for ev in events:
+        if type(ev) is Snapshot:
+            unknown.extend(ev.unknown)
+        elif type(ev) is UnknownEvent:
+            unknown.append(msgspec.Raw(ev.raw))
+    known = sorted(t for t in codec.types if t != "snapshot")
+    committed = bytes(data)  # (`read` gives bytes: no copy when whole)
+    records = {rec.seq: raw for rec, raw in pruning_records(committed)}  # each once
+    return Snapshot(
+        base_h=covers.link,
+        states=states,
+        unknown=unknown,
+        known=known,
+        pruned=[msgspec.Raw(raw) for raw in records.values()],
+        archived=archive,
+        trimmed=trimmed,
+        last_ts=_last_activity(events),
+    )
