@@ -418,9 +418,8 @@ def test_every_install_hint_works_from_a_checkout() -> None:
     bad: list[str] = []
     for page in pages():
         for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
-            for m in re.finditer(r"pip install ((?:-[a-zA-Z]+ )*)(\S+)", line):
-                target = m[2].strip("'\"`")
-                if not re.fullmatch(r"\.(\[[a-z0-9,-]+\])?", target):
+            for m in re.finditer(r"pip install ((?:-[a-zA-Z]+ )*)(['\"]?)([^\s'\"`]+)\2", line):
+                if not re.fullmatch(r"\.(\[[a-z0-9,-]+\])?", m[3]):
                     bad.append(f"{_rel(page)}:{n}: {line.strip()}")
             if re.search(r"(?<![\w-])eventstore\[", line):
                 bad.append(f"{_rel(page)}:{n}: names the extra of `eventstore`: {line.strip()}")
