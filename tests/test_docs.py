@@ -12,7 +12,8 @@ name the page, the block's index on it and the line of its opening fence.
   each shown line's first word must match the real output's (times, hashes, sizes and
   durations are masked), and the exit status must be 0 unless the command ends with a
   comment `# exit N`.
-- Blocks of other languages (json, toml, sql, text) are not run.
+- `json` blocks must parse (a log line shown must be one a fixture log holds), `toml`
+  blocks must parse; blocks of other languages (sql, plain text) are not run.
 
 The code run is the checkout's (PYTHONPATH is the repository root), as an editable
 install of it has it. Nothing is skipped silently: the only commands not run are in SKIP
@@ -30,11 +31,13 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -316,6 +319,24 @@ def test_doc_block(block: Block, tmp_path: Path, pg_schema: str) -> None:
     ran = _run_sh(block, cwd, env) if block.lang == "sh" else _run_console(block, cwd, env)
     if not ran:
         pytest.skip(f"{block.id}: every command is in SKIP")
+
+
+DATA = [b for b in BLOCKS if b.lang in ("json", "toml")]
+
+
+@pytest.mark.parametrize("block", DATA, ids=[b.id for b in DATA])
+def test_doc_data_block(block: Block) -> None:
+    """A `json` block is JSON (one document per line); a log line shown is one that a
+    fixture log really holds, byte for byte, so its hash is real. A `toml` block parses."""
+    if block.lang == "toml":
+        tomllib.loads(block.text)
+        return
+    lines = [line for line in block.text.splitlines() if line.strip()]
+    for line in lines:
+        doc = json.loads(line)
+        if isinstance(doc, dict) and {"type", "seq", "h"} <= doc.keys():
+            held = (p.read_text(encoding="utf-8") for p in (REPO / "fixtures").rglob("*.jsonl"))
+            assert any(line + "\n" in text for text in held), (block.id, line)
 
 
 def test_every_page_has_a_block_that_runs_or_says_why_not() -> None:
