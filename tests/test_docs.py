@@ -393,8 +393,9 @@ def test_every_cited_test_exists() -> None:
 
 
 def _slug(heading: str) -> str:
-    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
-    text = re.sub(r"[`*_]|\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip()).lower()
+    """GitHub's anchor of a heading: lower case, punctuation but `-` and `_` dropped,
+    spaces to hyphens."""
+    text = re.sub(r"[`*]|\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip()).lower()
     text = re.sub(r"[^\w\- ]", "", text)
     return text.replace(" ", "-")
 
