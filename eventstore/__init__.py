@@ -70,6 +70,8 @@ _EXPORTS: dict[str, str] = {
     "RunStatus": ".records",
     "SessionManifest": ".records",
     "AppendResult": ".store",
+    "SessionCacheInfo": ".core.session_core",
+    "Tuning": ".core.tuning",
     "AutoCompact": ".store",
     "SessionStore": ".store",
     "CompactionReport": ".ops.compaction",
@@ -159,12 +161,14 @@ __all__ = [
     "RunStatus",
     "Segment",
     "SessionManifest",
+    "SessionCacheInfo",
     "SessionStats",
     "SessionStore",
     "SkipReason",
     "Snapshot",
     "SnapshotVersionError",
     "StorageError",
+    "Tuning",
     "StoreClosedError",
     "StructProjection",
     "UnknownEngineError",
@@ -192,6 +196,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from eventstore.core.session_core import SessionCacheInfo
+    from eventstore.core.tuning import Tuning
     from eventstore.engines.base import (
         EncodedBatch,
         Engine,
