@@ -23,9 +23,10 @@ import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from eventstore.core.session_core import SessionCacheInfo
 from eventstore.engines.base import Durability
 from eventstore.errors import (
     InvalidSessionIdError,
@@ -36,6 +37,7 @@ from eventstore.ops.compaction import (
     CompactionReport,
     Retention,
 )
+from eventstore.ops.lifecycle import ExpiryResult, PruneReport
 from eventstore.records import (
     BootstrapState,
     FeatureRecord,
@@ -412,7 +414,34 @@ class AsyncSessionStore:
         False if it did not exist. Runs after the calls on it submitted before."""
         return await self._submit(session_id, lambda: self.store.delete_session(session_id))
 
+    async def delete_older_than(
+        self, age: timedelta, *, now: datetime | None = None, dry_run: bool = False
+    ) -> list[ExpiryResult]:
+        """Delete every session idle for longer than `age` (see
+        `SessionStore.delete_older_than`)."""
+        return await self._submit(
+            _STORE_WIDE, lambda: self.store.delete_older_than(age, now=now, dry_run=dry_run)
+        )
+
+    async def cache_info(self, session_id: str) -> SessionCacheInfo:
+        """What the store keeps in memory for a session (see `SessionStore.cache_info`)."""
+        return await self._submit(session_id, lambda: self.store.cache_info(session_id))
+
+    async def forget_cached_state(self, session_id: str | None = None) -> None:
+        """Drop what the store keeps in memory for a session, or every session."""
+        key = _STORE_WIDE if session_id is None else session_id
+        await self._submit(key, lambda: self.store.forget_cached_state(session_id))
+
     # -- audit, replay and compaction -------------------------------------------------
+
+    async def first_kept_seq(self, session_id: str) -> int:
+        """The first sequence number the session's history still holds."""
+        return await self._submit(session_id, lambda: self.store.first_kept_seq(session_id))
+
+    async def prune_archive(self, session_id: str, before: int | datetime) -> PruneReport:
+        """Remove the archived segments wholly before `before`, recording what was
+        removed (see `SessionStore.prune_archive`)."""
+        return await self._submit(session_id, lambda: self.store.prune_archive(session_id, before))
 
     async def read_events(
         self,
