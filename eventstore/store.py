@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from eventstore.core import validation
 from eventstore.core.fingerprint import fingerprint
@@ -50,9 +50,7 @@ from eventstore.format.events import (
     event_tag,
     validated_copy,
 )
-from eventstore.ops import compaction, follow, history, lifecycle, paging, verify
-from eventstore.ops.compaction import CompactionReport
-from eventstore.ops.verify import VerifyReport
+from eventstore.ops import history, lifecycle, paging
 from eventstore.records import (
     BootstrapState,
     FeatureRecord,
@@ -62,6 +60,11 @@ from eventstore.records import (
     SessionManifest,
 )
 from projections import Projection, Retention
+
+if TYPE_CHECKING:
+    # the audit tools load when first used: the session API's hot use never needs them
+    from eventstore.ops.compaction import CompactionReport
+    from eventstore.ops.verify import VerifyReport
 
 __all__ = ["AppendResult", "AutoCompact", "SessionCacheInfo", "SessionStore", "Tuning"]
 
@@ -442,6 +445,8 @@ class SessionStore:
 
     def verify(self, session_id: str) -> VerifyReport:
         """Check a session's log and archive: sequence, hash links, decoding, batches."""
+        from eventstore.ops import verify
+
         return verify.verify(self.core, session_id)
 
     def follow(
@@ -454,6 +459,8 @@ class SessionStore:
     ) -> Iterator[Event]:
         """Yield events as they are appended (by any process, across compactions) until
         `stop` is set or the iterator is closed."""
+        from eventstore.ops import follow
+
         return follow.follow(
             self.core, session_id, from_seq=from_seq, poll_interval=poll_interval, stop=stop
         )
@@ -472,6 +479,8 @@ class SessionStore:
         snapshot's lists (opt-in). Skipped, changing nothing, when the snapshot would not
         be smaller than the log, unless `force`. Safe beside live writers in any process.
         """
+        from eventstore.ops import compaction
+
         return compaction.compact(
             self.core, session_id, archive=archive, retention=retention, force=force
         )

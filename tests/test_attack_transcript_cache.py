@@ -110,8 +110,8 @@ def _cold(root: Path, sid: str = SID) -> tuple[list[Message], bool]:
     """A cold load by a fresh store, and whether it started from the fold cache."""
     with SessionStore(root) as s:
         got = s.load_transcript_messages(sid)
-        f = s.cache_info(sid).folds.get("transcript") if sid in s._sessions else None
-        return got, f is not None and f.saved is not None
+        f = s.cache_info(sid).folds.get("transcript")
+        return got, f is not None and f[1] is not None
 
 
 def _assert_ignored(root: Path, truth: list[Message]) -> None:
@@ -561,7 +561,7 @@ def _loads_beside(pid: int, root: Path, check: Callable[[list[Message]], None]) 
             with SessionStore(root) as s:
                 check(s.load_transcript_messages(SID))
                 f = s.cache_info(SID).folds.get("transcript")
-                cached += f is not None and f.saved is not None
+                cached += f is not None and f[1] is not None
             loads += 1
     finally:
         if not done:

@@ -26,7 +26,7 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
-import eventstore.store
+import eventstore.core.tuning
 from eventstore import SessionStore
 from eventstore.engines.file.engine import _cache_file_name
 from eventstore.engines.file.layout import SessionPaths
@@ -314,8 +314,10 @@ def test_a_cold_saver_answers_as_the_warm_one_did(
     tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
 ) -> None:
     root = tmp_path_factory.mktemp("cold")
-    old = eventstore.store._CACHE_ON_CLOSE_BYTES
-    eventstore.store._CACHE_ON_CLOSE_BYTES = 0  # every close leaves its caches
+    old = eventstore.core.tuning.DEFAULT_TUNING
+    eventstore.core.tuning.DEFAULT_TUNING = eventstore.core.tuning.Tuning(
+        cache_on_close=0
+    )  # every close leaves its caches
     try:
         warm = EventStoreSaver(root)
         driver = _Driver(data, warm)
@@ -331,7 +333,7 @@ def test_a_cold_saver_answers_as_the_warm_one_did(
         assert [checkpoint_summary(t) for t in cold.list(None)] == listed
         cold.close()
     finally:
-        eventstore.store._CACHE_ON_CLOSE_BYTES = old
+        eventstore.core.tuning.DEFAULT_TUNING = old
 
 
 # -- what a cold read costs: the fold cache, and never the full index for the latest ----

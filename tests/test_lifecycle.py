@@ -457,9 +457,9 @@ def test_expiry_keeps_a_session_written_to_after_it_was_judged_idle(
         _session(store, "busy")
         real = lifecycle.last_activity
 
-        def judged_then_written(s: SessionStore, sid: str) -> datetime | None:
+        def judged_then_written(s: object, sid: str) -> datetime | None:
             when = real(s, sid)  # idle as judged...
-            s.append_progress_entry(sid, ProgressEntry(run_id="r", summary="just now"))
+            store.append_progress_entry(sid, ProgressEntry(run_id="r", summary="just now"))
             return when  # ...but written to before the removal
 
         monkeypatch.setattr(lifecycle, "last_activity", judged_then_written)

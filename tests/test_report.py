@@ -710,14 +710,13 @@ SCREENSHOT = README.parent / "fixtures" / "screenshots" / "report.png"
 CSS = Path(__file__).resolve().parent.parent / "eventstore" / "report" / "assets" / "report.css"
 
 
-def readme_section(title: str) -> str:
-    text = README.read_text(encoding="utf-8")
-    start = text.index(f"\n## {title}\n")
-    return text[start : text.index("\n## ", start + 1)]
+def report_page() -> str:
+    """docs/report.md, the report's page of the docs."""
+    return (README.parent / "docs" / "report.md").read_text(encoding="utf-8")
 
 
-def test_the_readme_commands_run(tmp_path: Path) -> None:
-    block = readme_section("Session report").split("```sh\n", 1)[1].split("```", 1)[0]
+def test_the_docs_commands_write_the_same_page_to_a_file_and_stdout(tmp_path: Path) -> None:
+    block = report_page().split("```sh\n", 1)[1].split("```", 1)[0]
     assert "eventstore report .eventstore demo -o demo.html" in block
     script = f'set -euo pipefail\neventstore() {{ "{sys.executable}" -m eventstore "$@"; }}\n'
     done = subprocess.run(
@@ -735,11 +734,11 @@ def test_the_readme_commands_run(tmp_path: Path) -> None:
     assert one["sizes"] == two["sizes"] and one["sizes"]["features"] == 20
 
 
-def test_the_readme_screenshot_is_a_small_png() -> None:
+def test_the_docs_screenshot_is_a_small_png() -> None:
     data = SCREENSHOT.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert 50_000 < len(data) < 300_000
-    assert "](fixtures/screenshots/report.png)" in readme_section("Session report")
+    assert "](../fixtures/screenshots/report.png)" in report_page()
 
 
 def _luminance(hex_colour: str) -> float:
