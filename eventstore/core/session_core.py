@@ -16,6 +16,7 @@ operations (`eventstore.ops`) take the core. Nothing here knows an operation.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -149,22 +150,24 @@ class SessionCore:
         self.sessions = SessionTable(cached_sessions, self.caches.save_caches)
         self._fold_context = FoldContext(engine, codec, self.tuning, self.caches)
         self.closed = False
+        self._closing = threading.Lock()
         process.track(self)
 
     def reset_after_fork(self) -> None:
         """A forked child refolds every session from the engine (see SessionTable)."""
+        self._closing = threading.Lock()
         self.sessions.reset_after_fork()
         self.caches.reset_after_fork()
 
     def close(self) -> None:
         """Save the caches worth saving, forget every session and release the engine."""
-        if self.closed:
-            return
-        for sess in self.sessions.take_all():
+        sessions = self.sessions.take_all() if not self.closed else []
+        for sess in sessions:
             self.caches.save_caches(sess)
-        if not self.closed:
-            self.closed = True
-            self.engine.close()
+        with self._closing:
+            if not self.closed:
+                self.closed = True
+                self.engine.close()
 
     def check_open(self) -> None:
         if self.closed:
