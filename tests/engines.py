@@ -18,7 +18,6 @@ from pathlib import Path
 from eventstore import SessionStore
 from eventstore.engines.file.engine import FileEngine
 from eventstore.engines.file.layout import SessionPaths
-from eventstore.engines.memory import MemoryEngine
 
 Rewrite = Callable[[bytes], bytes]
 
@@ -45,17 +44,15 @@ def _rewrite_file(store: SessionStore, sid: str, fn: Rewrite) -> None:
     path.write_bytes(fn(path.read_bytes()))
 
 
-def _rewrite_memory(store: SessionStore, sid: str, fn: Rewrite) -> None:
-    assert isinstance(store.engine, MemoryEngine)
-    hist = store.engine.history(sid)
-    live = hist.live
-    assert live is not None
-    store.engine.replace_raw(sid, fn(live.read()))
+def _rewrite_held(store: SessionStore, sid: str, fn: Rewrite) -> None:
+    """Through the engine's repair hold."""
+    with store.engine.hold(sid) as hold:
+        hold.rewrite(fn(hold.data), "tampered")
 
 
 ENGINES: list[EngineCase] = [
     EngineCase("file", lambda tmp: str(tmp / "store"), True, _rewrite_file),
-    EngineCase("memory", lambda tmp: f"memory://test-{uuid.uuid4().hex}", False, _rewrite_memory),
+    EngineCase("memory", lambda tmp: f"memory://test-{uuid.uuid4().hex}", False, _rewrite_held),
 ]
 
 # a PostgreSQL entry goes here, appended only when this names a server to test against
@@ -64,7 +61,7 @@ POSTGRES_URL = os.environ.get("EVENTSTORE_TEST_POSTGRES_URL")
 _pg_schemas: list[str] = []
 
 
-def _fresh_postgres(tmp: Path) -> str:
+def fresh_postgres(tmp: Path) -> str:
     """A URL of a schema of its own on the test server (dropped when the run ends)."""
     from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -89,14 +86,7 @@ def _drop_postgres_schemas() -> None:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-def _rewrite_postgres(store: SessionStore, sid: str, fn: Rewrite) -> None:
-    from eventstore.engines.postgres.engine import PostgresEngine
-
-    assert isinstance(store.engine, PostgresEngine)
-    store.engine.replace_raw(sid, fn(store.engine.read(sid, None).data))
-
-
 if POSTGRES_URL:
-    ENGINES.append(EngineCase("postgres", _fresh_postgres, True, _rewrite_postgres))
+    ENGINES.append(EngineCase("postgres", fresh_postgres, True, _rewrite_held))
 
 ENGINE_IDS = [case.name for case in ENGINES]

@@ -43,7 +43,7 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.core import checked_prefix, fold_cache
-from eventstore.engines.file.engine import _cache_file_name
+from eventstore.engines.file.caches import cache_file_name
 
 SID = "s"
 
@@ -78,7 +78,7 @@ def _fill_flips(root: Path, n: int = 150) -> None:
 
 
 def _cache(root: Path, name: str = "bootstrap", sid: str = SID) -> Path:
-    return log_path(root, sid).parent / _cache_file_name(name)
+    return log_path(root, sid).parent / cache_file_name(name)
 
 
 def _side_files(root: Path, sid: str = SID) -> list[Path]:

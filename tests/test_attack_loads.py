@@ -176,7 +176,7 @@ def test_a_writer_never_vouches_for_a_log_another_process_compacted(root: Path) 
     snapshot. Its prefix must not grow by that batch (it did, and was saved on close
     over the compactor's own, a digest of bytes that are not the log's)."""
     from eventstore.core import checked_prefix
-    from eventstore.engines.file.engine import _cache_file_name
+    from eventstore.engines.file.caches import cache_file_name
 
     writer = SessionStore(root)
     for i in range(300):
@@ -189,7 +189,7 @@ def test_a_writer_never_vouches_for_a_log_another_process_compacted(root: Path) 
     assert p is None or p.size == log.stat().st_size
     writer.close()
     kept = json.loads(
-        (log.parent / _cache_file_name(checked_prefix.NAME)).read_bytes().split(b"\n")[1]
+        (log.parent / cache_file_name(checked_prefix.NAME)).read_bytes().split(b"\n")[1]
     )
     assert kept["sha256"] == hashlib.sha256(log.read_bytes()[: kept["size"]]).hexdigest()
     with SessionStore(root) as s:
@@ -255,12 +255,12 @@ def test_a_hash_failing_on_the_side_thread_never_hangs_nor_serves_unchecked_byte
 @pytest.mark.parametrize("cut", ["below, mid-line", "below, at a line", "at", "above, mid-line"])
 def test_a_log_cut_anywhere_around_its_mark_loads_like_a_checked_fold(root: Path, cut: str) -> None:
     from eventstore.core import checked_prefix
-    from eventstore.engines.file.engine import _cache_file_name
+    from eventstore.engines.file.caches import cache_file_name
 
     _fill(root)
     log = log_path(root, SID)
     mark = json.loads(
-        (log.parent / _cache_file_name(checked_prefix.NAME)).read_bytes().split(b"\n")[1]
+        (log.parent / cache_file_name(checked_prefix.NAME)).read_bytes().split(b"\n")[1]
     )
     with SessionStore(root) as s:
         s.core.caches.marks = False  # appended behind the mark: not vouched for

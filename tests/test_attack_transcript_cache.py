@@ -45,9 +45,9 @@ from eventstore import (
     Role,
     SessionStore,
 )
-from eventstore.engines.file.engine import (
-    _cache_file_name,
-    _FileCacheReader,
+from eventstore.engines.file.caches import (
+    FileCacheReader,
+    cache_file_name,
 )
 from eventstore.format.events import Event
 from eventstore.records import (
@@ -83,7 +83,7 @@ def _expected(turns: int) -> list[Message]:
 
 
 def _cache(root: Path, name: str = "transcript", sid: str = SID) -> Path:
-    return log_path(root, sid).parent / _cache_file_name(name)
+    return log_path(root, sid).parent / cache_file_name(name)
 
 
 def _write(root: Path, turns: int, *, start: int = 0, load_first: bool = False) -> None:
@@ -409,14 +409,14 @@ def test_a_huge_file_behind_a_copied_genuine_header_is_not_read_whole(
         f.write((size - len(engine) - len(face) - 4 - 33).to_bytes(4, "big"))
         f.truncate(size)
     largest = 0
-    real = _FileCacheReader.read
+    real = FileCacheReader.read
 
-    def read(reader: _FileCacheReader, n: int) -> bytes:
+    def read(reader: FileCacheReader, n: int) -> bytes:
         nonlocal largest
         largest = max(largest, n)
         return real(reader, n)
 
-    monkeypatch.setattr(_FileCacheReader, "read", read)
+    monkeypatch.setattr(FileCacheReader, "read", read)
     assert _cold(root) == (truth, False)
     assert largest < 4 << 20, f"one read of {largest >> 20} MiB of a planted 64 MiB file"
 
@@ -784,7 +784,7 @@ def test_a_child_forked_while_a_cold_load_reads_frames_does_not_deadlock(
     _, truth = cached
     shared = SessionStore(root)
     codes: list[int | None] = []
-    real_read = _FileCacheReader.read
+    real_read = FileCacheReader.read
     parent = os.getpid()
 
     def child() -> bool:
@@ -792,19 +792,19 @@ def test_a_child_forked_while_a_cold_load_reads_frames_does_not_deadlock(
             a = fresh.load_transcript_messages(SID)
         return a == truth and shared.load_transcript_messages(SID) == truth
 
-    def read(reader: _FileCacheReader, n: int) -> bytes:
+    def read(reader: FileCacheReader, n: int) -> bytes:
         data = real_read(reader, n)
         if os.getpid() == parent and len(codes) < 2 and n > 100_000:
             codes.append(None)
             codes[-1] = in_forked_child(child, 10)
         return data
 
-    monkeypatch.setattr(_FileCacheReader, "read", read)
+    monkeypatch.setattr(FileCacheReader, "read", read)
     try:
         assert shared.load_transcript_messages(SID) == truth
         assert shared.cache_info(SID).folds["transcript"][1] is not None
         assert codes == [0, 0]
-        monkeypatch.setattr(_FileCacheReader, "read", real_read)
+        monkeypatch.setattr(FileCacheReader, "read", real_read)
         stop = threading.Event()
         errors: list[BaseException] = []
 

@@ -32,7 +32,7 @@ from tuning import tune
 from eventstore import SessionStore
 from eventstore.core import checked_prefix
 from eventstore.core import fold_loop as fold_loop_module
-from eventstore.engines.file.engine import _cache_file_name
+from eventstore.engines.file.caches import cache_file_name
 from eventstore.errors import CorruptLogError
 from eventstore.format import reader as log_module
 from eventstore.records import (
@@ -49,7 +49,7 @@ MSG = [Message(role=Role.USER, content="u" * 300), Message(role=Role.ASSISTANT, 
 
 
 def _mark_file(root: Path, sid: str = "s") -> Path:
-    return log_path(root, sid).parent / _cache_file_name(checked_prefix.NAME)
+    return log_path(root, sid).parent / cache_file_name(checked_prefix.NAME)
 
 
 def _fill(store: SessionStore, sid: str = "s", turns: int = 100) -> None:

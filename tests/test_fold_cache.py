@@ -31,13 +31,13 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.core import fold_cache
-from eventstore.engines.file.engine import _cache_file_name
+from eventstore.engines.file.caches import cache_file_name
 from eventstore.format.events import Event
 from projections import StructProjection
 
 
 def _cache(root: Path, sid: str, name: str = "bootstrap") -> Path:
-    return log_path(root, sid).parent / _cache_file_name(name)
+    return log_path(root, sid).parent / cache_file_name(name)
 
 
 def _fill(store: SessionStore, sid: str, turns: int = 120) -> None:

@@ -28,7 +28,7 @@ from langgraph.graph import END, START, StateGraph
 
 import eventstore.core.tuning
 from eventstore import SessionStore
-from eventstore.engines.file.engine import _cache_file_name
+from eventstore.engines.file.caches import cache_file_name
 from eventstore.engines.file.layout import SessionPaths
 from eventstore.integrations import langgraph as lg
 from eventstore.integrations.langgraph import EventStoreSaver
@@ -379,9 +379,9 @@ def test_a_cold_get_tuple_reads_the_head_cache_not_the_log(
     with EventStoreSaver(tmp_path) as saver:  # a writer that never reads
         last = _chain(saver, "t", 60)
     log = SessionPaths(tmp_path, "langgraph-t").log
-    cache = log.parent / _cache_file_name("langgraph_head")
+    cache = log.parent / cache_file_name("langgraph_head")
     assert log.stat().st_size > 100_000 and cache.stat().st_size < 10_000
-    assert not (log.parent / _cache_file_name("langgraph")).exists()  # no second copy
+    assert not (log.parent / cache_file_name("langgraph")).exists()  # no second copy
     with EventStoreSaver(tmp_path) as saver:
         spy = _ReadSpy(saver.store, monkeypatch)
         got = saver.get_tuple(_latest("t", ""))
@@ -488,8 +488,8 @@ def test_a_damaged_head_cache_is_ignored(tmp_path: Path) -> None:
         _chain(saver, "t", 40)
         _chain(saver, "u", 45)
     paths = SessionPaths(tmp_path, "langgraph-t")
-    cache = paths.dir / _cache_file_name("langgraph_head")
-    other = SessionPaths(tmp_path, "langgraph-u").dir / _cache_file_name("langgraph_head")
+    cache = paths.dir / cache_file_name("langgraph_head")
+    other = SessionPaths(tmp_path, "langgraph-u").dir / cache_file_name("langgraph_head")
     good = cache.read_bytes()
     truth = _cold_answer(tmp_path)
     assert truth is not None
@@ -508,7 +508,7 @@ def test_a_damaged_head_cache_is_ignored(tmp_path: Path) -> None:
 def test_a_stale_but_genuine_cache_is_caught_up(tmp_path: Path) -> None:
     with EventStoreSaver(tmp_path) as saver:
         cfg = _chain(saver, "t", 40)
-    cache = SessionPaths(tmp_path, "langgraph-t").dir / _cache_file_name("langgraph_head")
+    cache = SessionPaths(tmp_path, "langgraph-t").dir / cache_file_name("langgraph_head")
     old = cache.read_bytes()
     with EventStoreSaver(tmp_path) as saver:
         cp = empty_checkpoint()

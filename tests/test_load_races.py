@@ -111,6 +111,7 @@ def test_a_cache_write_finishing_during_a_compaction_does_not_fail_it(
     """A reader writes caches without the writers' lock: a compaction that lists its
     temporary file as a stray may find it renamed in by the time it removes it."""
     from eventstore.engines.file import engine as file_module
+    from eventstore.engines.file.caches import CACHE_PREFIX
     from eventstore.engines.file.layout import TMP_MARK
 
     root = tmp_path / "store"
@@ -118,14 +119,14 @@ def test_a_cache_write_finishing_during_a_compaction_does_not_fail_it(
         for i in range(50):
             s.append_transcript_messages(SID, [Message(Role.USER, _text(i))])
     session_dir = root / "sessions" / SID
-    pending = session_dir / f"{file_module._CACHE_PREFIX}x{TMP_MARK}1234"
+    pending = session_dir / f"{CACHE_PREFIX}x{TMP_MARK}1234"
     pending.write_bytes(b"a cache being written")
     real = os.listdir
 
     def listdir(path: Any) -> list[str]:
         names = real(path)
         if Path(path) == session_dir and pending.exists():
-            pending.rename(session_dir / f"{file_module._CACHE_PREFIX}x")  # the writer's rename
+            pending.rename(session_dir / f"{CACHE_PREFIX}x")  # the writer's rename
         return names
 
     monkeypatch.setattr(file_module.os, "listdir", listdir)

@@ -28,9 +28,9 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.core import fold_cache
-from eventstore.engines.file.engine import (
-    _cache_file_name,
-    _FileCacheReader,
+from eventstore.engines.file.caches import (
+    FileCacheReader,
+    cache_file_name,
 )
 from projections import TranscriptProjection
 from projections.transcript import FRAME_MESSAGES
@@ -43,7 +43,7 @@ _TURN = [
 
 
 def _cache(root: Path) -> Path:
-    return log_path(root, SID).parent / _cache_file_name("transcript")
+    return log_path(root, SID).parent / cache_file_name("transcript")
 
 
 def _write(root: Path, turns: int, *, load_first: bool = False) -> None:
@@ -72,13 +72,13 @@ class _Spy(LoadSpy):
     def __init__(self, store: SessionStore, monkeypatch: pytest.MonkeyPatch) -> None:
         super().__init__(store, monkeypatch)
         self.largest_read = 0
-        real_read = _FileCacheReader.read
+        real_read = FileCacheReader.read
 
-        def read(reader: _FileCacheReader, n: int) -> bytes:
+        def read(reader: FileCacheReader, n: int) -> bytes:
             self.largest_read = max(self.largest_read, n)
             return real_read(reader, n)
 
-        monkeypatch.setattr(_FileCacheReader, "read", read)
+        monkeypatch.setattr(FileCacheReader, "read", read)
 
 
 @settings(max_examples=60, deadline=None)
@@ -169,7 +169,7 @@ def test_past_its_budget_a_store_lets_go_of_the_transcripts_it_created(
         assert kept["a"] and not kept["c"]
         assert s.core.caches.kept_bytes <= 400_000 + 2 * 2000
     for sid in ("a", "b", "c"):
-        cache = log_path(root, sid).parent / _cache_file_name("transcript")
+        cache = log_path(root, sid).parent / cache_file_name("transcript")
         assert cache.exists() == kept[sid]
         with SessionStore(root) as s:
             s.core.caches.cached = {}
@@ -301,7 +301,7 @@ def test_another_sessions_or_projections_cache_is_ignored(root: Path) -> None:
     _write(root, 700)
     truth = _truth(root)
     good = _cache(root).read_bytes()
-    bootstrap = _cache(root).with_name(_cache_file_name("bootstrap"))
+    bootstrap = _cache(root).with_name(cache_file_name("bootstrap"))
     for bad in (bootstrap.read_bytes(), good.replace(b'"session":"s"', b'"session":"t"', 1)):
         assert bad != good
         _cache(root).write_bytes(bad)

@@ -191,7 +191,8 @@ def _compact_one(store: SessionStore, sid: str, args: argparse.Namespace) -> dic
         "bytes_after": 0,
         "events_before": 0,
         "events_after": 0,
-        "archive_path": None,
+        "archive": None,  # the archived segment's name (the engine's: any engine)
+        "archive_path": None,  # its file (the file engine only)
         "skipped": None,
         "detail": "",
     }
@@ -221,6 +222,7 @@ def _compact_one(store: SessionStore, sid: str, args: argparse.Namespace) -> dic
             bytes_after=rep.bytes_after,
             events_before=rep.events_before,
             events_after=rep.events_after,
+            archive=rep.archive,
             archive_path=str(rep.archive_path) if rep.archive_path else None,
             detail=f"seq {rep.first_seq}..{rep.last_seq} in {rep.seconds:.3f} s",
         )

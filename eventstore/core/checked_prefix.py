@@ -30,6 +30,7 @@ import msgspec
 
 from eventstore.engines.base import (
     EMPTY_HEAD,
+    CachingEngine,
     Engine,
     Head,
 )
@@ -99,6 +100,8 @@ class Prefix:
 def load(engine: Engine, session_id: str) -> Mark | None:
     """The checked prefix the engine keeps for the session, if its head is still in the
     live log and it is this session's; else None (and why, at debug level)."""
+    if not isinstance(engine, CachingEngine):
+        return None
     found = engine.load_cache(session_id, NAME)
     if found is None:
         return None
@@ -123,7 +126,7 @@ def load(engine: Engine, session_id: str) -> Mark | None:
 def store(engine: Engine, session_id: str, prefix: Prefix) -> None:
     """Keep `prefix` for later loads; best effort: a failure is logged, never raised."""
     head = prefix.head
-    if head.seq == 0 or head.position is None:
+    if head.seq == 0 or head.position is None or not isinstance(engine, CachingEngine):
         return
     mark = prefix.mark()
     data = _encoder.encode(

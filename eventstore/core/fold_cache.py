@@ -49,6 +49,7 @@ import msgspec
 from eventstore.engines.base import (
     BytesCacheReader,
     CacheReader,
+    CachingEngine,
     Engine,
     Head,
 )
@@ -251,6 +252,8 @@ def _check(
 
 def load(engine: Engine, session_id: str, projection: Any, known: str) -> tuple[Any, Head] | None:
     """The cached state and its head, when the engine keeps a cache that checks."""
+    if not isinstance(engine, CachingEngine):
+        return None
     found = engine.open_cache(session_id, projection.name)
     if found is None:
         return None
@@ -265,7 +268,7 @@ def store(
 ) -> None:
     """Keep `state` (folded to `head`) for the next cold load; best effort: a failure is
     logged, never raised (the log is the truth, the cache only saves time)."""
-    if head.seq == 0 or head.position is None:
+    if head.seq == 0 or head.position is None or not isinstance(engine, CachingEngine):
         return
     try:
         engine.store_cache(

@@ -1,4 +1,6 @@
-"""Storage engines: the interface (`base`) and the engines behind it, chosen by URL.
+"""Storage engines: the interface (`base`: `Engine` and the capability interfaces), the
+engines behind it, chosen by URL, and the conformance suite every engine passes
+(`eventstore.engines.conformance`, imported only by tests).
 
 `open_engine("path" | "file:///abs" | "memory://" | "memory://NAME" | "postgresql://...")`
 returns the engine a store URL names; engine modules are imported only when used.
@@ -6,13 +8,20 @@ returns the engine a store URL names; engine modules are imported only when used
 
 from eventstore.engines.base import (
     EMPTY_HEAD,
+    BytesSegment,
+    CachingEngine,
     EncodedBatch,
     Engine,
+    FeedEngine,
     Head,
     HeadMovedError,
     History,
     InstallResult,
+    LiveView,
     Position,
+    PrunedSegment,
+    PruningEngine,
+    RangedEngine,
     ReadResult,
     RepairHold,
     Segment,
@@ -21,13 +30,20 @@ from eventstore.engines.base import (
 
 __all__ = [
     "EMPTY_HEAD",
+    "BytesSegment",
+    "CachingEngine",
     "EncodedBatch",
     "Engine",
+    "FeedEngine",
     "Head",
     "HeadMovedError",
     "History",
     "InstallResult",
+    "LiveView",
     "Position",
+    "PrunedSegment",
+    "PruningEngine",
+    "RangedEngine",
     "ReadResult",
     "RepairHold",
     "Segment",

@@ -80,9 +80,17 @@ it atomically (no reader ever sees it half-removed) and is safe beside live writ
 append racing a removal either lands before it and is removed with it, or sees an empty
 session and raises `HeadMovedError`).
 
-Caches (optional). `store_cache(sid, name, head, data)` keeps a folded state beside
-a session and `load_cache(sid, name)` gives it back with its head, only while that head
-is still in the live log; engines that keep none inherit the no-op defaults.
+Capabilities (optional). What an engine can do beyond this contract it says in one way:
+by the capability interfaces below it subclasses, and callers ask `isinstance`:
+
+    CachingEngine   open_cache/load_cache/store_cache: a folded state kept beside a
+                    session, given back only while its head is still in the live log
+    RangedEngine    live_view: byte ranges of the live log (transcript paging from the end)
+    PruningEngine   prune_history: kept segments removed for good
+    FeedEngine      feed: every session's lines in one global order (PostgreSQL)
+
+An engine without one simply does not subclass it; nothing above the engines calls a
+capability's methods on an engine that does not declare it.
 
 Repair. `hold(sid)` takes the writers' exclusion for an explicit repair and gives the raw
 live log, torn tail included; the face decides what to keep, and `RepairHold.keep_prefix`
@@ -93,10 +101,17 @@ Threads and processes. Every method is safe to call from several threads; an eng
 storage is shared across processes (file, database) excludes writers across them. Locks
 and descriptors held per process are reset in a forked child.
 
-Adding an engine: subclass `Engine`, add a module under `eventstore/engines/` with a
-`from_url(url, **options) -> Engine` function and a scheme in `SCHEMES`, and run the
-conformance suite (`tests/test_engine_conformance.py`, with the engine listed in
-`tests/engines.py`).
+Names. Segment and archive names (`Segment.where`, `InstallResult.archived`,
+`PrunedSegment.where`) are strings the engine makes: a path for the file engine, a
+URL-like name (`memory://x/s/archive/...`, `postgresql://...#s@1`) for the others. Only
+an engine that keeps files also gives a `Path` (`Segment.path`,
+`InstallResult.archived_path`); elsewhere they are None.
+
+Adding an engine: subclass `Engine` (and the capability interfaces it implements), add a
+module with a `from_url(url, **options) -> Engine` function and its scheme in `SCHEMES`
+(the one registry of engines), and run the conformance suite that ships with the package:
+subclass `eventstore.engines.conformance.EngineConformance` in your tests (its docstring
+says how).
 """
 
 from __future__ import annotations
@@ -105,10 +120,11 @@ import importlib
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
@@ -123,16 +139,22 @@ __all__ = [
     "EMPTY_HEAD",
     "SCHEMES",
     "BytesCacheReader",
+    "BytesSegment",
     "CacheReader",
+    "CachingEngine",
     "Durability",
     "EncodedBatch",
     "Engine",
+    "FeedEngine",
+    "FeedItem",
     "Head",
     "HeadMovedError",
     "History",
     "InstallResult",
     "LiveView",
     "PrunedSegment",
+    "PruningEngine",
+    "RangedEngine",
     "UnsupportedError",
     "Position",
     "ReadResult",
@@ -296,9 +318,11 @@ class Segment(ABC):
     """One piece of a session's history as of the instant `history` was taken.
 
     `archived`: True for a kept (replaced) segment, False for the live log. `where`: its
-    name for messages (a path for the file engine). `size`: its length in bytes as of that
-    instant. `first_seq`/`last_seq`: what the engine recorded the segment as holding
-    (None when it records nothing; verify checks them against the contents).
+    engine-neutral name (a path for the file engine, a URL-like name elsewhere). `path`:
+    the file holding it, for an engine that keeps files (None elsewhere). `size`: its
+    length in bytes as of that instant. `first_seq`/`last_seq`: what the engine recorded
+    the segment as holding (None when it records nothing; verify checks them against the
+    contents).
     """
 
     archived: bool
@@ -306,11 +330,36 @@ class Segment(ABC):
     size: int
     first_seq: int | None = None
     last_seq: int | None = None
+    path: Path | None = None
 
     @abstractmethod
     def read(self) -> bytes:
         """Its raw bytes as of the instant the history was taken (`size` of them), torn
         tail included; valid until the history is closed."""
+
+
+class BytesSegment(Segment):
+    """A `Segment` over bytes already in memory (what the memory and PostgreSQL engines
+    copy out of their storage when a history is taken)."""
+
+    def __init__(
+        self,
+        data: bytes,
+        where: str,
+        archived: bool,
+        first_seq: int | None = None,
+        last_seq: int | None = None,
+    ) -> None:
+        self._data = data
+        self.where = where
+        self.size = len(data)
+        self.archived = archived
+        self.first_seq = first_seq
+        self.last_seq = last_seq
+
+    def read(self) -> bytes:
+        """The bytes it was made with."""
+        return self._data
 
 
 class History:
@@ -347,13 +396,15 @@ class History:
 @dataclass(frozen=True, slots=True)
 class InstallResult:
     """What `install_snapshot` did: the new `head` (same seq and link as before), the
-    `archived` segment's name if the replaced lines were kept, the bytes of the live log
-    `before` and `after` the swap."""
+    `archived` segment's name if the replaced lines were kept (and `archived_path`, the
+    file, from an engine that keeps files), the bytes of the live log `before` and
+    `after` the swap."""
 
     head: Head
     archived: str | None
     before: int
     after: int
+    archived_path: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,12 +449,13 @@ class RepairHold(ABC):
         under, or None when `n` is the whole log (nothing changes).
         """
 
+    @abstractmethod
     def rewrite(self, data: bytes, reason: str) -> str:
-        """Replace the live log by `data` (complete lines; a repair rebuilt them),
-        atomically, saving the whole original aside first under a name containing
-        `reason`; returns that name. Engines that cannot raise NotImplementedError (repair
-        then keeps a prefix instead)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot rewrite a live log")
+        """Replace the live log by `data` (lines a repair rebuilt), atomically, saving
+        the whole original aside first under a name containing `reason`; returns that
+        name. The new live log is `data` as given: its head is its last complete batch
+        (a partial last line or batch of `data` reads as a torn tail), which is also how
+        a test plants a damaged log (`eventstore.engines.conformance.corrupt`)."""
 
 
 class Engine(ABC):
@@ -436,9 +488,9 @@ class Engine(ABC):
         """The session's head, cheaply (from the tail of the log alone)."""
 
     def live_view(self, session_id: str) -> AbstractContextManager[LiveView | None]:
-        """A `LiveView` of the live log, or None from an engine that reads only whole
-        logs (the default): the face then folds through `read`. Optional: an engine
-        offers it where a byte range costs no more than its length (a file: pread)."""
+        """Transitional (the store asks this of every engine until it asks
+        `isinstance(engine, RangedEngine)`): None, for an engine that reads only whole
+        logs. `RangedEngine` is where a `LiveView` comes from."""
         return nullcontext(None)
 
     @abstractmethod
@@ -472,17 +524,11 @@ class Engine(ABC):
 
     # -- sessions ---------------------------------------------------------------------
 
-    def prune_history(self, session_id: str, before_seq: int) -> list[PrunedSegment]:
-        """Remove, for good, every kept (archived) segment all of whose lines come before
-        `before_seq`; the live log is never touched. Returns what was removed, oldest
-        first. Optional: an engine without it raises UnsupportedError (the face checks
-        `supports_pruning` before it logs anything)."""
-        raise UnsupportedError(f"{type(self).__name__} cannot prune history")
-
     @property
     def supports_pruning(self) -> bool:
-        """Whether `prune_history` is implemented by this engine."""
-        return type(self).prune_history is not Engine.prune_history
+        """Whether this engine is a `PruningEngine` (kept for callers of earlier releases:
+        ask `isinstance(engine, PruningEngine)`)."""
+        return isinstance(self, PruningEngine)
 
     @abstractmethod
     def list_sessions(self) -> list[str]:
@@ -496,14 +542,32 @@ class Engine(ABC):
     def close(self) -> None:
         """Release what the engine holds (descriptors, connections). Idempotent."""
 
-    # -- the fold cache (optional) ------------------------------------------------------
+    def store_cache(self, session_id: str, name: str, head: Head, data: list[bytes]) -> None:
+        """Transitional (the store compares this method with a subclass's until it asks
+        `isinstance(engine, CachingEngine)`): keeps nothing. `CachingEngine` is where
+        caches are kept."""
+        return None  # noqa: PLR1711 - an engine without caches keeps nothing
 
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- capabilities -------------------------------------------------------------------------
+
+
+class CachingEngine(Engine):
+    """An engine that keeps a folded state beside a session (the face's fold caches and
+    checked prefixes: `eventstore.core.fold_cache`, `eventstore.core.checked_prefix`)."""
+
+    @abstractmethod
     def open_cache(self, session_id: str, name: str) -> tuple[Head, CacheReader] | None:
         """A reader of the bytes last given to `store_cache` under `name` for the session
         and the head they were stored with, if that head is still a point of the live
         log (same log, the same `h` at its position); else None. The face checks the
-        bytes themselves (`eventstore.core.fold_cache`). The default keeps no cache."""
-        return None
+        bytes themselves (`eventstore.core.fold_cache`)."""
 
     def load_cache(self, session_id: str, name: str) -> tuple[Head, bytes] | None:
         """`open_cache`, read whole (for the small caches)."""
@@ -514,18 +578,55 @@ class Engine(ABC):
         with reader:
             return head, reader.read(reader.size)
 
+    @abstractmethod
     def store_cache(self, session_id: str, name: str, head: Head, data: list[bytes]) -> None:
         """Keep the bytes of `data` (a folded state at `head`, in pieces: a long state is
         never joined into one copy) under `name` for the session, replacing what was
-        kept, atomically; nothing when the session has no log. Removed with the session.
-        The default keeps nothing."""
-        return None  # noqa: PLR1711 - an optional method: engines without a cache keep nothing
+        kept, atomically; nothing when the session has no log. Removed with the session."""
 
-    def __enter__(self) -> Engine:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+class RangedEngine(Engine):
+    """An engine that reads a byte range of the live log for no more than its length (a
+    file: pread), so transcript paging reads the newest messages from the end."""
+
+    @abstractmethod
+    def live_view(self, session_id: str) -> AbstractContextManager[LiveView]:
+        """A `LiveView` of the live log (an empty one, `EMPTY_HEAD`, for a session
+        without one), valid until the context ends."""
+
+
+class PruningEngine(Engine):
+    """An engine that can remove kept history for good (`eventstore.ops.lifecycle`)."""
+
+    @abstractmethod
+    def prune_history(self, session_id: str, before_seq: int) -> list[PrunedSegment]:
+        """Remove, for good, every kept (archived) segment all of whose lines come before
+        `before_seq`; the live log is never touched. Returns what was removed, oldest
+        first."""
+
+
+class FeedItem(Protocol):
+    """One line of a global feed: its `position` (opaque, ordered), the session, the
+    line's `seq` and its exact bytes."""
+
+    @property
+    def position(self) -> Any: ...  # noqa: D102
+    @property
+    def session_id(self) -> str: ...  # noqa: D102
+    @property
+    def seq(self) -> int: ...  # noqa: D102
+    @property
+    def line(self) -> bytes: ...  # noqa: D102
+
+
+class FeedEngine(Engine):
+    """An engine that keeps every session's lines in one global order (PostgreSQL)."""
+
+    @abstractmethod
+    def feed(self, after: Any = None, limit: int = 1000) -> Sequence[FeedItem]:
+        """Up to `limit` lines of every session after feed position `after` (None, or the
+        engine's start position: from the start), in feed order: a line never appears
+        later below a position already returned."""
 
 
 # -- choosing an engine by URL ----------------------------------------------------------

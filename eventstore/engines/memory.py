@@ -4,7 +4,13 @@ sessions and notebooks.
 `memory://` opens a private engine (its sessions die with it); `memory://NAME` opens the
 engine shared under NAME by every store of this process that opens the same URL (its
 sessions live as long as the process). Appends are atomic by construction (no torn
-tails); `durability` is accepted and ignored: nothing survives the process.
+tails); `durability` is accepted and ignored: nothing survives the process. It keeps
+no caches (folding from memory costs what reading a cache would) and offers ranged
+reads and pruning (`RangedEngine`, `PruningEngine`).
+
+The named stores are module state: the one exception to "no module state" besides
+`eventstore.process` (they are what `memory://NAME` shares within the process), and their
+reset in a forked child is registered there.
 """
 
 from __future__ import annotations
@@ -13,7 +19,6 @@ import itertools
 import os
 import threading
 import time
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,10 +26,11 @@ from typing import Any
 
 import msgspec
 
+from eventstore import process
 from eventstore.engines.base import (
     EMPTY_HEAD,
+    BytesSegment,
     EncodedBatch,
-    Engine,
     Head,
     HeadMovedError,
     History,
@@ -32,6 +38,8 @@ from eventstore.engines.base import (
     LiveView,
     Position,
     PrunedSegment,
+    PruningEngine,
+    RangedEngine,
     ReadResult,
     RepairHold,
     Segment,
@@ -78,32 +86,31 @@ class _Store:
         self.name = name
         self.logs: dict[str, _Log] = {}
         self.changed = threading.Condition()
+        process.track(self)
 
-
-_shared: dict[str, _Store] = {}
-_shared_guard = threading.Lock()
-_engines: weakref.WeakSet[MemoryEngine] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    # locks held by another thread of the parent at the fork would stay held in the
-    # child: fresh ones. That thread may also have been between extending a log and
-    # moving its head: the child takes the head from the bytes.
-    global _shared_guard
-    _shared_guard = threading.Lock()
-    stores = {id(s): s for s in [*_shared.values(), *(e._store for e in list(_engines))]}
-    for store in stores.values():
-        store.changed = threading.Condition()
-        for lg in store.logs.values():
+    def reset_after_fork(self) -> None:
+        """A fresh condition: another thread of the parent may have held its lock at the
+        fork. That thread may also have been between extending a log and moving its
+        head: the child takes each head from the bytes."""
+        self.changed = threading.Condition()
+        for lg in self.logs.values():
             lg.head = _scan_head(lg.generation, bytes(lg.data))
             del lg.data[lg.head.size :]
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# the named stores (`memory://NAME`), shared by every engine of the process that opens
+# the name: the one registry of module state outside `eventstore.process`
+_shared: dict[str, _Store] = {}
+_shared_guard = threading.Lock()
 
 
-class MemoryEngine(Engine):
+@process.at_fork
+def _fresh_guard() -> None:
+    global _shared_guard
+    _shared_guard = threading.Lock()  # another thread of the parent may have held it
+
+
+class MemoryEngine(RangedEngine, PruningEngine):
     """Sessions in memory: private, or shared by `name` within the process."""
 
     def __init__(self, name: str | None = None) -> None:
@@ -117,7 +124,6 @@ class MemoryEngine(Engine):
                     store = _shared[name] = _Store(name)
             self._store = store
             self.url = f"memory://{name}"
-        _engines.add(self)
 
     def _where(self, session_id: str) -> str:
         return f"{self.url.rstrip('/')}/{session_id}"
@@ -167,7 +173,7 @@ class MemoryEngine(Engine):
         ]
 
     @contextmanager
-    def live_view(self, session_id: str) -> Iterator[LiveView | None]:
+    def live_view(self, session_id: str) -> Iterator[LiveView]:
         """The committed live log, copied under the engine's lock (a memory copy: the
         log may be changed in place once the lock is released)."""
         where = self._where(session_id)
@@ -185,10 +191,10 @@ class MemoryEngine(Engine):
             if lg is None:
                 return History([])
             segments: list[Segment] = [
-                _MemorySegment(data, f"{where}/archive/{first:012d}-{last:012d}", True, first, last)
+                BytesSegment(data, f"{where}/archive/{first:012d}-{last:012d}", True, first, last)
                 for first, last, data in lg.archive
             ]
-            segments.append(_MemorySegment(bytes(lg.data), where, False))
+            segments.append(BytesSegment(bytes(lg.data), where, False))
         return History(segments)
 
     def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
@@ -293,40 +299,6 @@ class MemoryEngine(Engine):
     def close(self) -> None:
         """Nothing to release: a shared engine's sessions live on for other stores."""
 
-    # -- for tests ----------------------------------------------------------------------
-
-    def replace_raw(self, session_id: str, data: bytes) -> None:
-        """Replace the live log's bytes without any check: for tests that tamper with a log
-        (the equivalent of editing a file of the file engine)."""
-        with self._store.changed:
-            lg = self._log(session_id)
-            if lg is None:
-                raise KeyError(session_id)
-            lg.generation = next(_generations)
-            lg.data = bytearray(data)
-            lg.head = _scan_head(lg.generation, bytes(data))
-            self._store.changed.notify_all()
-
-
-class _MemorySegment(Segment):
-    def __init__(
-        self,
-        data: bytes,
-        where: str,
-        archived: bool,
-        first_seq: int | None = None,
-        last_seq: int | None = None,
-    ) -> None:
-        self._data = data
-        self.where = where
-        self.size = len(data)
-        self.archived = archived
-        self.first_seq = first_seq
-        self.last_seq = last_seq
-
-    def read(self) -> bytes:
-        return self._data
-
 
 class _MemoryRepairHold(RepairHold):
     def __init__(self, engine: MemoryEngine, session_id: str) -> None:
@@ -352,7 +324,8 @@ class _MemoryRepairHold(RepairHold):
 
     def rewrite(self, data: bytes, reason: str) -> str:
         lg = self._engine._log(self._sid)
-        assert lg is not None  # repair rewrites only a log it read
+        if lg is None:
+            raise KeyError(f"{self.where}: no live log to rewrite")
         name = f"{self.where}/log.{reason}-{len(lg.aside) + 1}"
         lg.aside.append((name, bytes(lg.data)))
         lg.generation = next(_generations)
@@ -362,7 +335,7 @@ class _MemoryRepairHold(RepairHold):
 
 
 def _scan_head(generation: int, data: bytes) -> Head:
-    """The head of raw log bytes (after a repair or a test's tampering)."""
+    """The head of raw log bytes (after a repair rewrote or cut them)."""
     end = data.rfind(b"\n")
     first_seq = 0
     nl = data.find(b"\n")

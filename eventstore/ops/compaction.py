@@ -63,8 +63,10 @@ class CompactionReport:
     """What one compaction did. `compacted` is False when it was skipped: `skipped` says
     why (`notes` in words) and nothing changed (`bytes_after == bytes_before`).
     `snapshot_bytes`: the size of the snapshot line written, or that would have been
-    written (0 when none was built). `archive_path`: where the replaced log was kept (a
-    path for the file engine, a name for others), None without an archive."""
+    written (0 when none was built). `archive`: the name of the archived segment that keeps
+    the replaced log (the engine's name: a path for the file engine, a URL-like name
+    elsewhere), None without an archive; `archive_path`: that file, for the file engine
+    only (None elsewhere)."""
 
     session_id: str
     events_before: int
@@ -80,6 +82,7 @@ class CompactionReport:
     notes: list[str] = field(default_factory=list)
     skipped: SkipReason | None = None
     snapshot_bytes: int = 0
+    archive: str | None = None
 
 
 def _last_activity(events: list[Event]) -> datetime | None:
@@ -157,7 +160,8 @@ def compact(
             bytes_after=len(line),
             first_seq=first_seq,
             last_seq=last.seq,
-            archive_path=Path(done.archived) if done.archived else None,
+            archive_path=done.archived_path,
+            archive=done.archived,
             seconds=time.perf_counter() - t0,
             unknown_kept=len(unknown),
             snapshot_bytes=len(line),

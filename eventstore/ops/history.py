@@ -402,13 +402,16 @@ def _iso(ts: datetime) -> str:
 
 @dataclass(frozen=True, slots=True)
 class LogFile:
-    """One segment of a session's history by name (for the file engine, its path).
-    `first_seq`/`last_seq`: what an archived segment's name says (None for the live log)."""
+    """One segment of a session's history: `name`, the engine's name for it (a path for
+    the file engine, a URL-like name elsewhere); `path`, its file, for the file engine
+    only (None elsewhere). `first_seq`/`last_seq`: what an archived segment's name says
+    (None for the live log)."""
 
-    path: Path
+    name: str
     archived: bool
     first_seq: int | None = None
     last_seq: int | None = None
+    path: Path | None = None
 
 
 def history_files(core: CoreOwner, session_id: str) -> list[LogFile]:
@@ -418,6 +421,6 @@ def history_files(core: CoreOwner, session_id: str) -> list[LogFile]:
     core.session(session_id)
     with core.engine.history(session_id) as hist:
         return [
-            LogFile(Path(seg.where), seg.archived, seg.first_seq, seg.last_seq)
+            LogFile(seg.where, seg.archived, seg.first_seq, seg.last_seq, seg.path)
             for seg in hist.segments
         ]

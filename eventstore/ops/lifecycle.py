@@ -4,7 +4,7 @@ pruning archived history that is no longer needed.
 Owns the policy above `SessionStore.delete_session` (which removes one session's log,
 history and caches atomically, on every engine): which sessions are old enough to go,
 judged by the time of their last event, removed one by one so that a failure on one
-never stops the rest; and above `Engine.prune_history`: which archived segments lie
+never stops the rest; and above `PruningEngine.prune_history`: which archived segments lie
 wholly before a sequence number or a time, logged as an `archive_pruned` event before
 they are removed, so the audit trail says what was dropped and when. The `eventstore
 delete` command and `eventstore compact --prune-archive-before` are views of it.
@@ -23,6 +23,7 @@ from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.engines.base import (
     Head,
     PrunedSegment,
+    PruningEngine,
 )
 from eventstore.errors import (
     CorruptLogError,
@@ -275,11 +276,12 @@ def prune_archive(core: CoreOwner, session_id: str, before: int | datetime) -> P
         raise InvalidArgumentError("before must be a timezone-aware datetime")
     if isinstance(before, int) and before < 1:
         raise InvalidArgumentError(f"before must be a sequence number >= 1, not {before}")
-    if not core.engine.supports_pruning:
-        raise UnsupportedError(f"the {core.engine.url} engine cannot prune archived history")
+    engine = core.engine
+    if not isinstance(engine, PruningEngine):
+        raise UnsupportedError(f"the {engine.url} engine cannot prune archived history")
     dropped: list[tuple[int, int, str, int]] = []
     last_h = ""
-    with core.engine.history(session_id) as hist:
+    with engine.history(session_id) as hist:
         for seg in hist:
             if not seg.archived or seg.first_seq is None or seg.last_seq is None:
                 _check_kept_chains(seg.where, seg.read(), dropped, last_h)
@@ -306,5 +308,5 @@ def prune_archive(core: CoreOwner, session_id: str, before: int | datetime) -> P
         last_h=last_h,
     )
     result = core.write_events(session_id, [event], None)  # (append refuses the kind)
-    segments = core.engine.prune_history(session_id, dropped[-1][1] + 1)
+    segments = engine.prune_history(session_id, dropped[-1][1] + 1)
     return PruneReport(session_id, segments, result.first_seq)

@@ -1,5 +1,15 @@
 """The file engine: one JSON Lines file per session under a store root (the on-disk format
-of every release; see `eventstore.engines.file.layout` for where files live).
+of every release; see `eventstore.engines.file.layout` for where files live). This module
+is the engine itself: its per-session state, the writers' lock, reads, appends and their
+durability, sessions; the other jobs are modules of their own:
+
+    logfile     read positions, heads, where committed lines end (the reads all share)
+    snapshot    installing a snapshot, the archive, history pictures, pruning
+    recovery    torn tails, copy-back after a power loss, damaged last lines, what a
+                crashed install left, the repair hold
+    caches      the fold caches beside a log
+    journal     the mirror that makes `durability="fsync"` appends cheap
+    layout      where files live, private creation, atomic writes
 
 Readers take no lock: they read from their position to the end of the file and return
 complete batches only (a long log piece by piece, `read_some`). Writers take an exclusive
@@ -17,50 +27,29 @@ read (see `_Session`).
 Under `durability="fsync"` an append is made durable through `log.journal`, a mirror of
 the log's last appends that is flushed instead of the growing log, and copied back after
 a power loss before the session is read (`eventstore.engines.file.journal`).
-
-`fold-<projection>.cache` beside the log is the face's fold cache (`open_cache`,
-`store_cache`; format in `eventstore.core.fold_cache`): the engine adds where in the log it
-was folded to and gives it back only while that point is still in the live log.
-
-A snapshot is installed
-by writing the new log to a temporary file, fsyncing it, hard-linking the old log into
-`archive/<first>-<last>.jsonl.pending`, renaming the new log over the old, and giving the
-archive link its final name:
-
-1. a crash before the rename leaves the old log (plus a temporary file and a pending link
-   to the live log, which the next install removes);
-2. after it, the new log (and a pending link to the old log, which the next install names).
-
-There is never a moment without a complete log. Readers notice the new file identity
-(device, inode and the hash before their position) and re-read from the start.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import re
 import stat
 import sys
 import threading
 import time
 import uuid
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
+from eventstore import process
 from eventstore.engines.base import (
     EMPTY_HEAD,
     CacheReader,
+    CachingEngine,
     Durability,
     EncodedBatch,
-    Engine,
     Head,
     HeadMovedError,
     History,
@@ -68,25 +57,54 @@ from eventstore.engines.base import (
     LiveView,
     Position,
     PrunedSegment,
+    PruningEngine,
+    RangedEngine,
     ReadResult,
     RepairHold,
-    Segment,
 )
 from eventstore.engines.file import journal as file_journal
-from eventstore.engines.file.journal import NotAJournalError
+from eventstore.engines.file.caches import open_cache, store_cache
 from eventstore.engines.file.layout import (
-    TMP_MARK,
     SessionPaths,
     datasync,
-    ensure_private_dir,
     fsync_dir,
     list_session_ids,
     open_private,
     pread_all,
-    pwrite_all,
     validate_session_id,
     write_all,
-    write_atomically,
+)
+from eventstore.engines.file.logfile import (
+    TAIL_CHUNK,
+    FilePosition,
+    committed_end,
+    find_head,
+    first_seq_of,
+    head_at,
+    ident_of,
+    live_ident,
+    open_existing,
+    same_file,
+    snapshot_header,
+    still_there,
+    storage_error,
+)
+from eventstore.engines.file.recovery import (
+    FileRepairHold,
+    copy_back,
+    lacking,
+    refuse_damaged_last_line,
+    remove_leftover_copies,
+    remove_strays,
+    set_aside_torn,
+)
+from eventstore.engines.file.snapshot import (
+    FileHistory,
+    InstallPlan,
+    plan_install,
+    prune_archive,
+    swap_in,
+    take_picture,
 )
 from eventstore.errors import (
     CorruptLogError,
@@ -94,77 +112,13 @@ from eventstore.errors import (
     StorageError,
     UnsafePathError,
 )
-from eventstore.format.events import (
-    HASH_SUFFIX_LEN,
-    SNAPSHOT_OPEN,
-    LineHead,
-    SnapshotHead,
-    damaged_newline,
-    find_snapshot_head,
-)
 
-__all__ = ["FileEngine", "FilePosition", "from_url"]
+__all__ = ["MAX_OPEN_SESSIONS", "FileEngine", "FilePosition", "from_url"]
 
 log = logging.getLogger("eventstore")
 
-_TAIL_CHUNK = 1 << 13
-# compaction adds "-<hex>" when it archives the same range twice (a re-compacted snapshot)
-ARCHIVE_NAME = re.compile(r"(\d{12})-(\d{12})(?:-[0-9a-f]+)?\.jsonl(\.pending)?\Z")
-_PENDING = ".pending"
-_OLD_TMP_PREFIX = "log.jsonl.compact-"  # temporary files of releases before 0.2
 _REMOVED_PREFIX = ".removed-"  # a session being removed: never an id (ids cannot start with ".")
 _HISTORY_TRIES = 50  # lock-free pictures spoiled by installs before a reader takes the lock
-_head_decoder = msgspec.json.Decoder(LineHead)
-
-
-def _storage_error(path: object, doing: str, exc: OSError) -> Exception:
-    if isinstance(exc, EventStoreError):
-        return exc
-    return StorageError(f"{path}: {doing} failed: {exc.strerror or exc}", exc.errno)
-
-
-class FilePosition(msgspec.Struct, Position, frozen=True):
-    """Where a read of one log file ended: the file (device, inode), the byte after the
-    last complete batch, and that batch's last line (seq, link, `h`: the `h` proves the
-    file is still the one read, even if its inode number was reused). `seen`: the size
-    of the file when read (a torn tail included), which `wait` compares against; it is
-    not part of the place, so positions that differ only in it are equal.
-
-    A frozen msgspec Struct (every append builds one, about 6x faster than a frozen
-    dataclass).
-    """
-
-    ident: tuple[int, int]
-    offset: int
-    seq: int
-    link: str
-    h: str
-    base_seq: int
-    seen: int = 0
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not FilePosition:
-            return NotImplemented
-        return (
-            self.offset == other.offset
-            and self.ident == other.ident
-            and self.h == other.h
-            and self.seq == other.seq
-            and self.link == other.link
-            and self.base_seq == other.base_seq
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.ident, self.offset, self.seq, self.link, self.h, self.base_seq))
-
-    def head(self) -> Head:
-        """The head this position is just after."""
-        return Head(self.seq, self.link, self.h, self, self.offset, self.base_seq)
-
-
-def _head_at(ident: tuple[int, int], offset: int, line: LineHead, base_seq: int, seen: int) -> Head:
-    link = (line.base_h or "") if line.type == "snapshot" else line.h
-    return FilePosition(ident, offset, line.seq, link, line.h, base_seq, seen).head()
 
 
 class _Session:
@@ -278,24 +232,8 @@ _LOCK_HEAD = file_journal.HINTS_AT + 16
 MAX_OPEN_SESSIONS = 64
 """Sessions per engine whose descriptors stay open between calls (two each)."""
 
-_engines: weakref.WeakSet[FileEngine] = weakref.WeakSet()
 
-
-def _after_fork_in_child() -> None:
-    # a lock held by another thread of the parent at the fork is held forever in the
-    # child: give the child fresh ones. The cached descriptors are the parent's open file
-    # descriptions, and flock does not exclude two users of one description: the child
-    # closes its copies (the parent's lock, if held, stays with the parent's copy) and
-    # opens its own
-    for engine in list(_engines):
-        engine._reset_after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-class FileEngine(Engine):
+class FileEngine(CachingEngine, RangedEngine, PruningEngine):
     """Sessions as JSON Lines files under `root` (created 0700 if missing)."""
 
     def __init__(self, root: str | os.PathLike[str], durability: Durability = "flush") -> None:
@@ -309,9 +247,14 @@ class FileEngine(Engine):
         # sessions with descriptors open, least recently opened first (bounded)
         self._open: dict[str, _Session] = {}
         self._guard = threading.Lock()
-        _engines.add(self)
+        process.track(self)
 
-    def _reset_after_fork(self) -> None:
+    def reset_after_fork(self) -> None:
+        """In a forked child: a lock held by another thread of the parent at the fork
+        would be held forever, so fresh ones. The cached descriptors are the parent's
+        open file descriptions, and flock does not exclude two users of one description:
+        the child closes its copies (the parent's lock, if held, stays with the parent's
+        copy) and opens its own."""
         self._guard = threading.Lock()
         for sess in self._sessions.values():
             sess.drop_fds()
@@ -336,12 +279,12 @@ class FileEngine(Engine):
         paths = sess.paths
         try:
             paths.check_no_links()
-            found = _lacking(paths, os.O_RDONLY)
+            found = lacking(paths, os.O_RDONLY)
             if found is None:
                 return
             os.close(found[0])
             with self._locked(sess, create=False) as exists:
-                found = _lacking(paths, os.O_RDWR) if exists else None
+                found = lacking(paths, os.O_RDWR) if exists else None
                 if found is not None:
                     self._copy_back(sess, *found)
         except UnsafePathError:
@@ -356,27 +299,10 @@ class FileEngine(Engine):
             ) from exc
 
     def _copy_back(self, sess: _Session, fd: int, at: int, data: bytes) -> None:
-        """Write `data` into the log open at `fd` from byte `at` (what it overwrites, a
-        torn line or zeros, kept beside the log as a torn tail is) and flush it (writers'
-        lock held)."""
-        try:
-            size = os.fstat(fd).st_size
-            if size > at:
-                _save_aside(
-                    sess.paths.log, "torn", pread_all(fd, min(size, at + len(data)) - at, at)
-                )
-            pwrite_all(fd, data, at)
-            datasync(fd)
-        finally:
-            os.close(fd)
+        """`recovery.copy_back` (writers' lock held): the log changed under what this
+        process knew of it."""
+        copy_back(sess.paths.log, fd, at, data)
         sess.known = None
-        log.warning(
-            "eventstore: %s: copied back %d bytes of acknowledged appends at byte %d from"
-            " the journal (the log had lost them: a power loss)",
-            sess.paths.log,
-            len(data),
-            at,
-        )
 
     # -- locking ----------------------------------------------------------------------
 
@@ -416,10 +342,10 @@ class FileEngine(Engine):
             except FileNotFoundError:
                 continue  # the directory was removed between create and open
             except OSError as exc:
-                raise _storage_error(paths.lock, "opening the lock file", exc) from exc
+                raise storage_error(paths.lock, "opening the lock file", exc) from exc
             try:
                 _lock_exclusive(fd)
-                if _same_file(fd, paths.lock):
+                if same_file(fd, paths.lock):
                     sess.head = os.pread(fd, _LOCK_HEAD, 0)
                     sess.gen = sess.head[:_GEN_BYTES]
                     sess.lock_fd = fd
@@ -493,7 +419,7 @@ class FileEngine(Engine):
         try:
             if file_journal.read_epoch(fd) is None:
                 return
-            log_fd, _ = _open_existing(paths.log)
+            log_fd, _ = open_existing(paths.log)
             if log_fd is not None:
                 try:
                     datasync(log_fd)
@@ -543,7 +469,7 @@ class FileEngine(Engine):
         except FileNotFoundError:
             return ReadResult(b"", EMPTY_HEAD, position is not None, where), False
         except OSError as exc:
-            raise _storage_error(paths.log, "opening the log", exc) from exc
+            raise storage_error(paths.log, "opening the log", exc) from exc
         cut = False  # whether this read stopped before the end of the file
         try:
             st = os.fstat(fd)
@@ -551,7 +477,7 @@ class FileEngine(Engine):
             size = st.st_size
             reset = False
             pos = position if isinstance(position, FilePosition) else None
-            if pos is None or pos.ident != ident or not _still_there(fd, pos):
+            if pos is None or pos.ident != ident or not still_there(fd, pos):
                 # a new file (a snapshot installed, a repair), or an inode number reused
                 reset = position is not None
                 pos = None
@@ -575,7 +501,7 @@ class FileEngine(Engine):
                         want = size
             while True:
                 buf = pread_all(fd, want, start)
-                end, last = _committed_end(buf, where, start, first)
+                end, last = committed_end(buf, where, start, first)
                 if last is not None or want >= size - start:
                     break
                 want = min(size - start, want * 4)  # a batch longer than the chunk
@@ -583,13 +509,13 @@ class FileEngine(Engine):
             if pos is not None:
                 base_seq = pos.base_seq
             else:
-                base_seq = first[0].seq if first is not None else _base_seq(fd, size)
+                base_seq = first[0].seq if first is not None else first_seq_of(fd, size)
         except OSError as exc:
-            raise _storage_error(paths.log, "reading the log", exc) from exc
+            raise storage_error(paths.log, "reading the log", exc) from exc
         finally:
             os.close(fd)
         if start + len(buf) == size and buf[-1:] not in (b"", b"\n"):
-            _refuse_damaged_last_line(buf, start, where, pos)
+            refuse_damaged_last_line(buf, start, where, pos)
         if last is None:
             if pos is not None:
                 head = FilePosition(
@@ -598,7 +524,7 @@ class FileEngine(Engine):
             else:
                 head = FilePosition(ident, 0, 0, "", "", 0, size).head() if size else EMPTY_HEAD
             return ReadResult(b"", head, reset, where, start), False
-        head = _head_at(ident, start + end, last, base_seq, size)
+        head = head_at(ident, start + end, last, base_seq, size)
         data: bytes | memoryview = buf
         if end < len(buf):  # a piece's partial last batch is cut off without a copy
             data = memoryview(buf)[:end] if limit is not None else buf[:end]
@@ -614,16 +540,16 @@ class FileEngine(Engine):
         except FileNotFoundError:
             return EMPTY_HEAD
         except OSError as exc:
-            raise _storage_error(paths.log, "opening the log", exc) from exc
+            raise storage_error(paths.log, "opening the log", exc) from exc
         try:
             return self._current_head(sess, fd, recover=False)
         except OSError as exc:
-            raise _storage_error(paths.log, "reading the log", exc) from exc
+            raise storage_error(paths.log, "reading the log", exc) from exc
         finally:
             os.close(fd)
 
     @contextmanager
-    def live_view(self, session_id: str) -> Iterator[LiveView | None]:
+    def live_view(self, session_id: str) -> Iterator[LiveView]:
         """The live log through one open descriptor: its head, and preads of it (the
         descriptor keeps this file even if a compaction renames another over it)."""
         sess = self._session(session_id)
@@ -636,19 +562,19 @@ class FileEngine(Engine):
             yield LiveView(EMPTY_HEAD, lambda a, b: b"", where)
             return
         except OSError as exc:
-            raise _storage_error(paths.log, "opening the log", exc) from exc
+            raise storage_error(paths.log, "opening the log", exc) from exc
 
         def read_span(start: int, end: int) -> bytes:
             try:
                 return pread_all(fd, end - start, start)
             except OSError as exc:
-                raise _storage_error(paths.log, "reading the log", exc) from exc
+                raise storage_error(paths.log, "reading the log", exc) from exc
 
         try:
             try:
                 head = self._current_head(sess, fd, recover=False)
             except OSError as exc:
-                raise _storage_error(paths.log, "reading the log", exc) from exc
+                raise storage_error(paths.log, "reading the log", exc) from exc
             yield LiveView(head, read_span, where)
         finally:
             os.close(fd)
@@ -663,33 +589,18 @@ class FileEngine(Engine):
         if known is not None:
             pos = known.position
             assert isinstance(pos, FilePosition)
-            if pos.ident == ident and pos.offset == size and _still_there(fd, pos):
+            if pos.ident == ident and pos.offset == size and still_there(fd, pos):
                 return known  # nobody wrote since this process did
         where = str(sess.paths.log)
         last, cut = find_head(fd, size, where)
         if cut < size:
-            start = max(0, cut - _TAIL_CHUNK)
-            _refuse_damaged_last_line(pread_all(fd, size - start, start), start, where, None)
+            start = max(0, cut - TAIL_CHUNK)
+            refuse_damaged_last_line(pread_all(fd, size - start, start), start, where, None)
         if cut < size and recover:
-            self._set_aside_torn(sess, fd, cut, size)
+            set_aside_torn(sess.paths.log, fd, cut, size, fsync=self.durability == "fsync")
         if last is None:  # nothing committed (an empty file, blank lines, a torn first batch)
             return FilePosition(ident, cut, 0, "", "", 0, size).head() if size else EMPTY_HEAD
-        return _head_at(ident, cut, last, _base_seq(fd, cut), size)
-
-    def _set_aside_torn(self, sess: _Session, fd: int, cut: int, size: int) -> None:
-        """Save the bytes after the last complete batch beside the log, then cut them."""
-        path = sess.paths.log
-        aside = _save_aside(path, "torn", pread_all(fd, size - cut, cut))
-        log.warning(
-            "eventstore: %s: set aside a torn tail of %d bytes at byte %d (saved to %s)",
-            path,
-            size - cut,
-            cut,
-            aside.name,
-        )
-        os.ftruncate(fd, cut)
-        if self.durability == "fsync":
-            os.fsync(fd)
+        return head_at(ident, cut, last, first_seq_of(fd, cut), size)
 
     def history(self, session_id: str) -> History:
         """The archive files in sequence order, then the live log, as of one instant.
@@ -704,48 +615,22 @@ class FileEngine(Engine):
         paths = sess.paths
         paths.check_no_links()
         if not os.path.lexists(paths.dir):
-            return _FileHistory([], [])
+            return FileHistory([], [])
         for _ in range(_HISTORY_TRIES):
-            picture = _picture(paths)
+            picture = take_picture(paths)
             if picture is not None:
                 return picture
         with self._locked(sess, create=False) as exists:  # installs without end: wait one out
-            picture = _picture(paths) if exists else _FileHistory([], [])
+            picture = take_picture(paths) if exists else FileHistory([], [])
             assert picture is not None  # nothing changes while the lock is held
             return picture
 
     def prune_history(self, session_id: str, before_seq: int) -> list[PrunedSegment]:
         """Unlink, under the writers' lock, the archive files whose last line comes
-        before `before_seq` (pending links, which a compaction still names, are left),
-        then fsync the archive directory."""
+        before `before_seq` (`snapshot.prune_archive`)."""
         sess = self._session(session_id)
-        paths = sess.paths
-        removed: list[PrunedSegment] = []
         with self._locked(sess, create=False) as exists:
-            if not exists:
-                return []
-            found = []
-            for name in _archive_names(paths.archive):
-                m = ARCHIVE_NAME.match(name)
-                assert m is not None
-                if not m[3] and int(m[2]) < before_seq:
-                    found.append((int(m[1]), int(m[2]), name))
-            for first, last, name in sorted(found):
-                path = paths.archive / name
-                try:
-                    size = os.lstat(path).st_size
-                    os.unlink(path)
-                except FileNotFoundError:
-                    continue
-                except OSError as exc:
-                    raise _storage_error(path, "removing an archived log", exc) from exc
-                removed.append(PrunedSegment(str(path), first, last, size))
-            if removed:
-                try:
-                    fsync_dir(paths.archive)
-                except OSError as exc:
-                    raise _storage_error(paths.archive, "syncing the archive", exc) from exc
-        return removed
+            return prune_archive(sess.paths, before_seq) if exists else []
 
     def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
         """Poll the file's identity and size until they differ from `position`'s."""
@@ -795,7 +680,7 @@ class FileEngine(Engine):
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                raise _storage_error(paths.log, "opening the log", exc) from exc
+                raise storage_error(paths.log, "opening the log", exc) from exc
         head = EMPTY_HEAD
         if fd >= 0:
             try:
@@ -835,7 +720,7 @@ class FileEngine(Engine):
                 sess.drop_log_fd()  # removed behind our back: as if never created
                 fd = -1
             except OSError as exc:
-                raise _storage_error(paths.log, "recovering the tail", exc) from exc
+                raise storage_error(paths.log, "recovering the tail", exc) from exc
         if head.seq != expected.seq or head.link != expected.link:  # not same_chain_point
             sess.known = head if head.position is not None else None
             raise HeadMovedError(str(paths.log), expected, head)
@@ -845,7 +730,7 @@ class FileEngine(Engine):
             sess.log_fd = fd
         pos = head.position
         start = head.size
-        ident = pos.ident if pos is not None else _ident(fd)  # type: ignore[attr-defined]
+        ident = pos.ident if pos is not None else ident_of(fd)  # type: ignore[attr-defined]
         try:
             self._write(sess, fd, batch, start, ident)
         except BaseException:
@@ -875,7 +760,7 @@ class FileEngine(Engine):
         try:
             fd = open_private(paths.log, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         except OSError as exc:
-            raise _storage_error(paths.log, "creating the log", exc) from exc
+            raise storage_error(paths.log, "creating the log", exc) from exc
         try:
             if self.durability == "fsync":  # the new name must survive power loss too
                 fsync_dir(paths.dir)
@@ -884,7 +769,7 @@ class FileEngine(Engine):
         except OSError as exc:
             os.close(fd)
             self._discard_new_session(sess)
-            raise _storage_error(paths.log, "creating the log", exc) from exc
+            raise storage_error(paths.log, "creating the log", exc) from exc
         return fd, EMPTY_HEAD
 
     def _discard_new_session(self, sess: _Session) -> None:
@@ -1050,124 +935,64 @@ class FileEngine(Engine):
     def install_snapshot(
         self, session_id: str, line: bytes, covers: Head, *, keep_history: bool
     ) -> InstallResult:
-        """Swap in a new log (the snapshot + lines after `covers`); see the module docstring."""
+        """Swap in a new log (the snapshot + lines after `covers`) under the writers'
+        lock; the steps on the files are `eventstore.engines.file.snapshot`'s."""
         sess = self._session(session_id)
         paths = sess.paths
-        where = str(paths.log)
         with self._locked(sess):
-            try:
-                _remove_strays(paths, _live_ident(paths.log))
-            except OSError as exc:
-                raise StorageError(f"{paths.dir}: cleaning up after a crash failed: {exc}") from exc
-            try:
-                fd = open_private(paths.log, os.O_RDWR | os.O_APPEND)
-            except FileNotFoundError:
-                raise HeadMovedError(where, covers, EMPTY_HEAD) from None
-            except OSError as exc:
-                raise _storage_error(paths.log, "opening the log", exc) from exc
-            sess.known = None
-            try:
-                head = self._current_head(sess, fd, recover=True)
-                pos = covers.position
-                if (
-                    not isinstance(pos, FilePosition)
-                    or pos.ident != _ident(fd)
-                    or head.seq < covers.seq
-                    or not _still_there(fd, pos)
-                ):
-                    raise HeadMovedError(where, covers, head)
-                tail = pread_all(fd, head.size - pos.offset, pos.offset)
-                # lines appended after `covers` stay live (copied after the snapshot):
-                # the archive then keeps only what the snapshot replaced, so history
-                # holds each line once
-                prefix = pread_all(fd, pos.offset, 0) if tail and keep_history else b""
-                old_base = head.base_seq
-                # the events after the old log's opening snapshot, when the archive
-                # already holds what that snapshot replaced: only they are archived, so
-                # an archive holds each event once (never a copy of a snapshot's state)
-                _remove_leftover_copies(paths.archive, fd)
-                since = _events_after_archived_snapshot(fd, pos.offset, paths.archive)
-                if since is not None and keep_history:
-                    prefix = b""
-            except OSError as exc:
-                raise _storage_error(paths.log, "reading the log", exc) from exc
-            finally:
-                os.close(fd)
-            data = line + tail
-            archived: Path | None = None
-            pending: Path | None = None
-
-            def link_old_log() -> None:
-                nonlocal archived, pending
-                # the old log becomes history: its last appends may still be only in the
-                # OS cache (durability="flush"), or durable only in the journal's mirror
-                # (which mirrors the live log only), and the archive must hold them all
-                sync_fd = open_private(paths.log, os.O_RDONLY)
-                try:
-                    os.fsync(sync_fd)
-                finally:
-                    os.close(sync_fd)
-                ensure_private_dir(paths.archive)
-                # the archive's own name must be durable before the swap relies on it:
-                # otherwise a power loss can keep the new log and lose `archive/`
-                fsync_dir(paths.dir)
-                archived = _archive_name(paths.archive, old_base, head.seq)
-                # linked under a pending name: until the swap it is the live log, and
-                # history readers must not take it for history
-                pending = archived.with_name(archived.name + _PENDING)
-                os.link(paths.log, pending)
-                fsync_dir(paths.archive)
-
-            if since is not None and keep_history:
-                try:
-                    archived = _archive_events(paths.archive, old_base + 1, covers.seq, since)
-                except OSError as exc:
-                    raise StorageError(
-                        f"{paths.log}: archiving failed, the log is unchanged: {exc}", exc.errno
-                    ) from exc
-                keep_history = False  # archived already: nothing to link
-            try:
-                self._bump_generation(sess)  # before the swap: see _bump_generation
-                write_atomically(
-                    paths.log, data, before_replace=link_old_log if keep_history else None
-                )
-            except BaseException as exc:
-                if pending is not None:
-                    try:
-                        os.unlink(pending)
-                    except OSError:
-                        pass
-                if isinstance(exc, OSError) and not isinstance(exc, EventStoreError):
-                    raise StorageError(
-                        f"{paths.log}: installing a snapshot failed, the log is unchanged: {exc}",
-                        exc.errno,
-                    ) from exc
-                raise
-            try:  # the new log is in place; this only gives the archive link its name
-                if pending is not None and archived is not None:
-                    if tail:
-                        # a crash before this leaves the whole old log under its own
-                        # (first..last) name: overlapping copies, which history reads once
-                        archived = _archive_name(paths.archive, old_base, covers.seq)
-                        write_atomically(archived, prefix)
-                        os.unlink(pending)
-                        fsync_dir(paths.archive)
-                    else:
-                        os.rename(pending, archived)
-                        fsync_dir(paths.archive)
-            except OSError as exc:
-                raise StorageError(
-                    f"{paths.log}: compacted, but naming the archive failed ({exc}); the next"
-                    " compaction finishes it",
-                    exc.errno,
-                ) from exc
-            ident = _live_ident(paths.log)
-            h = head.h if tail else line.rstrip(b"\n")[-18:-2].decode("ascii")
+            head, plan = self._plan_install(sess, covers, keep_history)
+            archived = swap_in(
+                paths,
+                line,
+                covers.seq,
+                plan,
+                lambda: self._bump_generation(sess),  # before the swap: see _bump_generation
+                keep_history=keep_history,
+            )
+            size = len(line) + len(plan.tail)
+            h = head.h if plan.tail else line.rstrip(b"\n")[-18:-2].decode("ascii")
             new = FilePosition(
-                ident, len(data), head.seq, head.link, h, covers.seq, len(data)
+                live_ident(paths.log), size, head.seq, head.link, h, covers.seq, size
             ).head()
             sess.known = new
-        return InstallResult(new, str(archived) if archived else None, head.size, len(data))
+        name = str(archived) if archived else None
+        return InstallResult(new, name, head.size, size, archived)
+
+    def _plan_install(
+        self, sess: _Session, covers: Head, keep_history: bool
+    ) -> tuple[Head, InstallPlan]:
+        """Clean up after a crashed install, check that `covers` is still in the live
+        log (HeadMovedError if not) and read what the install swaps in (writers' lock
+        held)."""
+        paths = sess.paths
+        where = str(paths.log)
+        try:
+            remove_strays(paths, live_ident(paths.log))
+        except OSError as exc:
+            raise StorageError(f"{paths.dir}: cleaning up after a crash failed: {exc}") from exc
+        try:
+            fd = open_private(paths.log, os.O_RDWR | os.O_APPEND)
+        except FileNotFoundError:
+            raise HeadMovedError(where, covers, EMPTY_HEAD) from None
+        except OSError as exc:
+            raise storage_error(paths.log, "opening the log", exc) from exc
+        sess.known = None
+        try:
+            head = self._current_head(sess, fd, recover=True)
+            pos = covers.position
+            if (
+                not isinstance(pos, FilePosition)
+                or pos.ident != ident_of(fd)
+                or head.seq < covers.seq
+                or not still_there(fd, pos)
+            ):
+                raise HeadMovedError(where, covers, head)
+            remove_leftover_copies(paths.archive, fd)
+            return head, plan_install(paths, fd, head, pos.offset, keep_history=keep_history)
+        except OSError as exc:
+            raise storage_error(paths.log, "reading the log", exc) from exc
+        finally:
+            os.close(fd)
 
     @contextmanager
     def hold(self, session_id: str) -> Iterator[RepairHold]:
@@ -1176,7 +1001,7 @@ class FileEngine(Engine):
         with self._locked(sess, create=False) as exists:
             sess.known = None
             try:
-                yield _FileRepairHold(sess.paths, exists, lambda: self._bump_generation(sess))
+                yield FileRepairHold(sess.paths, exists, lambda: self._bump_generation(sess))
             finally:
                 sess.known = None
 
@@ -1202,7 +1027,7 @@ class FileEngine(Engine):
                 os.rename(paths.dir, trash)
                 fsync_dir(paths.dir.parent)
             except OSError as exc:
-                raise _storage_error(paths.dir, "removing the session", exc) from exc
+                raise storage_error(paths.dir, "removing the session", exc) from exc
             # this process's too: a generation no lock file holds (8 bytes or none)
             sess.gen = b"removed"
         # what was renamed is no session any more: delete it, and what a removal that
@@ -1217,74 +1042,14 @@ class FileEngine(Engine):
     # -- the fold cache -----------------------------------------------------------------
 
     def open_cache(self, session_id: str, name: str) -> tuple[Head, CacheReader] | None:
-        """`<session dir>/fold-<name>.cache`, if its position is still in the live log:
-        the same file (device, inode), at least that long, and the `h` before it."""
-        sess = self._session(session_id)
-        paths = sess.paths
-        path = paths.dir / _cache_file_name(name)
-        paths.check_no_links()
-        try:
-            # O_NONBLOCK: a FIFO planted there must not hang the load
-            fd = open_private(path, os.O_RDONLY | os.O_NONBLOCK)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except (OSError, UnsafePathError) as exc:
-            log.warning("eventstore: %s: fold cache ignored: %s", path, exc)
-            return None
-        try:
-            found = self._cache_position(fd, paths)
-        except OSError:
-            found = None
-        except BaseException:
-            os.close(fd)
-            raise
-        if found is None:
-            os.close(fd)
-            return None
-        pos, start, size = found
-        return pos.head(), _FileCacheReader(fd, start, size)
-
-    @staticmethod
-    def _cache_position(fd: int, paths: SessionPaths) -> tuple[FilePosition, int, int] | None:
-        """Where in the live log the cache open at `fd` was folded to, and where its
-        face bytes start and how many there are; None for a file that is no cache of the
-        live log (checked before the rest is read: a file planted there may be huge)."""
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_CACHE_BYTES:
-            return None
-        first = pread_all(fd, min(st.st_size, _CACHE_HEAD_MAX), 0)
-        nl = first.find(b"\n")
-        if nl < 0:
-            return None
-        try:
-            c = _cache_head_decoder.decode(first[:nl])
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return None
-        pos = FilePosition((c.dev, c.ino), c.offset, c.seq, c.link, c.h, c.base_seq, c.offset)
-        if not _in_live_log(paths.log, pos):
-            return None
-        return pos, nl + 1, st.st_size - nl - 1
+        """The session's cache `name`, if its head is still in the live log
+        (`eventstore.engines.file.caches`)."""
+        return open_cache(self._session(session_id).paths, name)
 
     def store_cache(self, session_id: str, name: str, head: Head, data: list[bytes]) -> None:
-        """Write the cache file atomically (0600), with where in the log `head` is."""
-        pos = head.position
-        if not isinstance(pos, FilePosition):
-            return
-        paths = self._session(session_id).paths
-        paths.check_no_links()
-        if not os.path.lexists(paths.log):
-            return  # a call that writes nothing creates nothing
-        c = _CacheHead(
-            pos.ident[0], pos.ident[1], pos.offset, pos.seq, pos.link, pos.h, pos.base_seq
-        )
-        try:
-            write_atomically(
-                paths.dir / _cache_file_name(name),
-                [msgspec.json.encode(c) + b"\n", *data],
-                durable=False,  # a cache checks itself: a power loss costs a rebuild
-            )
-        except (FileNotFoundError, NotADirectoryError):
-            pass  # the session was removed meanwhile
+        """Write the session's cache `name` atomically (0600), with where in the log
+        `head` is (`eventstore.engines.file.caches`)."""
+        store_cache(self._session(session_id).paths, name, head, data)
 
     def close(self) -> None:
         """Close the cached descriptors (waiting for a writer using them) and forget
@@ -1309,201 +1074,6 @@ class FileEngine(Engine):
                         log.debug("eventstore: %s: retiring the epoch failed: %s",
                                   sess.paths.journal, exc)  # fmt: skip
                 sess.drop_fds()
-
-
-def _picture(paths: SessionPaths) -> _FileHistory | None:
-    """The history of a session as of now, or None if an install changed the archive or
-    replaced the log while it was being taken."""
-    fds: list[int] = []
-    picture: _FileHistory | None = None
-    try:
-        names = sorted(_archive_names(paths.archive))
-        opened: list[tuple[str, int, os.stat_result]] = []
-        for name in names:
-            fd, st = _open_existing(paths.archive / name)
-            if fd is None or st is None:
-                return None  # a pending link renamed, or a re-compaction: look again
-            fds.append(fd)
-            opened.append((name, fd, st))
-        live_fd, live_st = _open_existing(paths.log)
-        if live_fd is not None:
-            fds.append(live_fd)
-        if sorted(_archive_names(paths.archive)) != names:
-            return None  # an install archived a log meanwhile
-        live = (live_st.st_dev, live_st.st_ino) if live_st is not None else (0, 0)
-        keyed: list[tuple[tuple[int, int, int, str], Segment]] = []
-        for name, fd, st in opened:
-            m = ARCHIVE_NAME.match(name)
-            assert m is not None
-            if m[3] and (st.st_dev, st.st_ino) == live:
-                continue  # a pending link that is still the live log: not history yet
-            # a pending link to another file is the old log of an install that stopped
-            # (or is) just after its swap: history, which the next install names
-            seg = _FileSegment(
-                fd, str(paths.archive / name), st.st_size, True, int(m[1]), int(m[2])
-            )
-            # the same range twice: the older file (last written earlier) comes first
-            keyed.append(((int(m[1]), int(m[2]), st.st_mtime_ns, name), seg))
-        segments = [seg for _, seg in sorted(keyed, key=lambda k: k[0])]
-        if live_fd is not None and live_st is not None:
-            segments.append(_FileSegment(live_fd, str(paths.log), live_st.st_size, False))
-        picture = _FileHistory(segments, fds)  # it closes every descriptor opened here
-        return picture
-    finally:
-        if picture is None:
-            for fd in fds:
-                os.close(fd)
-
-
-class _FileSegment(Segment):
-    __slots__ = ("_fd",)
-
-    def __init__(
-        self,
-        fd: int,
-        where: str,
-        size: int,
-        archived: bool,
-        first_seq: int | None = None,
-        last_seq: int | None = None,
-    ) -> None:
-        self._fd = fd
-        self.where = where
-        self.size = size
-        self.archived = archived
-        self.first_seq = first_seq
-        self.last_seq = last_seq
-
-    def read(self) -> bytes:
-        try:
-            return pread_all(self._fd, self.size, 0)
-        except OSError as exc:
-            raise _storage_error(self.where, "reading", exc) from exc
-
-
-class _FileHistory(History):
-    def __init__(self, segments: list[Segment], fds: list[int]) -> None:
-        super().__init__(segments)
-        self._fds = fds
-
-    def close(self) -> None:
-        fds, self._fds = self._fds, []
-        for fd in fds:
-            os.close(fd)
-
-    def __del__(self) -> None:
-        self.close()
-
-
-class _FileRepairHold(RepairHold):
-    def __init__(
-        self, paths: SessionPaths, exists: bool, before_replace: Callable[[], None]
-    ) -> None:
-        self.paths = paths
-        self._before_replace = before_replace  # bumps the generation
-        self.where = str(paths.log)
-        self._data: bytes | None = None if exists else b""
-
-    @property
-    def data(self) -> bytes:
-        if self._data is None:
-            fd, _ = _open_existing(self.paths.log)
-            if fd is None:
-                self._data = b""
-            else:
-                try:
-                    self._data = pread_all(fd, os.fstat(fd).st_size, 0)
-                finally:
-                    os.close(fd)
-        return self._data
-
-    def keep_prefix(self, n: int, reason: str) -> str | None:
-        data = self.data
-        if n >= len(data):
-            return None
-        log_path = self.paths.log
-        aside = log_path.with_name(f"{log_path.name}.{reason}-{_stamp()}")
-        try:
-            os.link(log_path, aside)  # the original bytes, kept before anything changes
-            fsync_dir(log_path.parent)
-            self._before_replace()
-            write_atomically(log_path, data[:n])
-        except OSError as exc:
-            raise _storage_error(log_path, "repairing the log", exc) from exc
-        self._data = data[:n]
-        return str(aside)
-
-    def rewrite(self, data: bytes, reason: str) -> str:
-        log_path = self.paths.log
-        aside = log_path.with_name(f"{log_path.name}.{reason}-{_stamp()}")
-        try:
-            os.link(log_path, aside)  # the original bytes, kept before anything changes
-            fsync_dir(log_path.parent)
-            self._before_replace()
-            write_atomically(log_path, data)
-        except OSError as exc:
-            raise _storage_error(log_path, "repairing the log", exc) from exc
-        self._data = data
-        return str(aside)
-
-
-# -- helpers ---------------------------------------------------------------------------
-
-
-class _FileCacheReader(CacheReader):
-    """The part of a cache file after the engine's line, read front to back by `pread`
-    (a descriptor of its own: a load reads a long cache a frame at a time)."""
-
-    def __init__(self, fd: int, start: int, size: int) -> None:
-        self._fd = fd
-        self._at = start
-        self.size = size
-        self._end = start + size
-
-    def read(self, n: int) -> bytes:
-        """The next `n` bytes (fewer only at the end, or if the file was cut meanwhile)."""
-        n = max(0, min(n, self._end - self._at))
-        try:
-            data = pread_all(self._fd, n, self._at)
-        except OSError:
-            data = b""  # read as the end: whoever reads checks what it got
-        self._at += len(data)
-        return data
-
-    def close(self) -> None:
-        """Close the descriptor."""
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-    def __del__(self) -> None:
-        self.close()
-
-
-class _CacheHead(msgspec.Struct):
-    """Where in the log a fold cache's head is (the file engine's part of the file)."""
-
-    dev: int
-    ino: int
-    offset: int
-    seq: int
-    link: str
-    h: str
-    base_seq: int
-
-
-_cache_head_decoder = msgspec.json.Decoder(_CacheHead)
-_MAX_CACHE_BYTES = 1 << 30  # a cache larger than this is not one we wrote: ignored
-_CACHE_HEAD_MAX = 4096  # the engine's line of a cache is shorter (ints, two 16-hex)
-_CACHE_PREFIX = "fold-"
-_PLAIN_NAME = re.compile(r"[a-z0-9_]{1,64}\Z")
-
-
-def _cache_file_name(name: str) -> str:
-    """The cache file of a projection: its name when plain, else a digest of it."""
-    if not _PLAIN_NAME.match(name):
-        name = "x" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return f"{_CACHE_PREFIX}{name}.cache"
 
 
 def from_url(url_or_path: str | os.PathLike[str], **options: Any) -> FileEngine:
@@ -1548,46 +1118,6 @@ def _ensure_root(root: Path) -> None:
         raise UnsafePathError(f"store root {root} exists and is not a directory")
 
 
-def _save_aside(log_path: Path, kind: str, data: bytes) -> Path:
-    """Keep `data` beside the log as `<log>.<kind>-<UTC time>` (bytes recovery is about
-    to cut or overwrite: never lost)."""
-    aside = log_path.with_name(f"{log_path.name}.{kind}-{_stamp()}")
-    write_atomically(aside, data)
-    return aside
-
-
-def _stamp() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-
-
-def _lacking(paths: SessionPaths, log_flags: int) -> tuple[int, int, bytes] | None:
-    """What the log lacks of what the journal acknowledged (`file_journal.lacking`): the
-    log open with `log_flags` (for the caller to close), the offset and the bytes."""
-    try:
-        jfd = file_journal.open_journal(paths.journal, os.O_RDONLY)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except NotAJournalError as exc:
-        log.warning("eventstore: %s is not a journal, ignored: %s", paths.journal, exc)
-        return None
-    try:
-        lfd = open_private(paths.log, log_flags)
-    except FileNotFoundError:
-        os.close(jfd)
-        return None
-    try:
-        found = file_journal.lacking(jfd, lfd)
-    except BaseException:
-        os.close(lfd)
-        raise
-    finally:
-        os.close(jfd)
-    if found is None:
-        os.close(lfd)
-        return None
-    return lfd, found[0], found[1]
-
-
 def _fd_path(fd: int) -> str | None:
     """Where the kernel says the file open at `fd` is (" (deleted)" appended once it was
     unlinked or renamed over); None where there is no /proc (the caller then stats)."""
@@ -1595,334 +1125,3 @@ def _fd_path(fd: int) -> str | None:
         return os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
         return None
-
-
-def _ident(fd: int) -> tuple[int, int]:
-    st = os.fstat(fd)
-    return (st.st_dev, st.st_ino)
-
-
-def _live_ident(path: Path) -> tuple[int, int]:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return (0, 0)
-    return (st.st_dev, st.st_ino)
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    """Whether the open file `fd` is still the file at `path`."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    return (st.st_dev, st.st_ino) == _ident(fd)
-
-
-def _open_existing(path: Path) -> tuple[int | None, os.stat_result | None]:
-    """Open a file for reading (never through a link); (None, None) if it is gone."""
-    try:
-        fd = open_private(path, os.O_RDONLY)
-    except (FileNotFoundError, NotADirectoryError):
-        return None, None
-    except OSError as exc:
-        raise _storage_error(path, "opening", exc) from exc
-    return fd, os.fstat(fd)
-
-
-def _archive_names(archive_dir: Path) -> list[str]:
-    """The names in a session's archive that are archived logs (or pending links)."""
-    if os.path.islink(archive_dir):
-        raise UnsafePathError(
-            f"{archive_dir} is a symlink; eventstore never follows links in a store"
-        )
-    try:
-        names = os.listdir(archive_dir)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return [n for n in names if ARCHIVE_NAME.match(n)]
-
-
-def _archive_name(archive_dir: Path, first: int, last: int) -> Path:
-    name = archive_dir / f"{first:012d}-{last:012d}.jsonl"
-    if os.path.lexists(name) or os.path.lexists(name.with_name(name.name + _PENDING)):
-        name = name.with_name(f"{name.stem}-{uuid.uuid4().hex[:8]}.jsonl")  # a re-compaction
-    return name
-
-
-def _events_after_archived_snapshot(fd: int, end: int, archive_dir: Path) -> bytes | None:
-    """The lines of the log `fd` after its opening snapshot, up to byte `end`, when the
-    archive has a segment ending at that snapshot's seq (so the snapshot's events are
-    held there); None when the log opens with no snapshot or its history is not kept."""
-    first = snapshot_header(fd)
-    if first is None:
-        return None
-    snap, _ = first
-    if not any(
-        (m := ARCHIVE_NAME.match(n)) and not m[3] and int(m[2]) == snap.seq
-        for n in _archive_names(archive_dir)
-    ):
-        return None  # compacted without an archive before: the snapshot stands in for it
-    start = snap.length + 1
-    return pread_all(fd, end - start, start) if end > start else b""
-
-
-def _remove_leftover_copies(archive_dir: Path, fd: int) -> None:
-    """Remove archive copies an install that crashed before its swap left behind: they
-    start after the live log's opening snapshot, so the live log still holds every line
-    they hold (history is what the snapshot replaced, which starts at or before it)."""
-    first = snapshot_header(fd)
-    if first is None:
-        return
-    for name in _archive_names(archive_dir):
-        m = ARCHIVE_NAME.match(name)
-        assert m is not None
-        if m[3] or int(m[1]) <= first[0].seq:
-            continue
-        path = archive_dir / name
-        fd2, _ = _open_existing(path)
-        if fd2 is None:
-            continue
-        try:
-            opens_with_snapshot = os.pread(fd2, len(SNAPSHOT_OPEN), 0) == SNAPSHOT_OPEN
-        finally:
-            os.close(fd2)
-        if not opens_with_snapshot:
-            os.unlink(path)
-
-
-def _archive_events(archive_dir: Path, first: int, last: int, data: bytes) -> Path | None:
-    """Archive `data` (the lines `first`..`last`) as `<first>-<last>.jsonl`, written
-    whole before the log is swapped (until then the live log holds the same lines too:
-    history reads each seq once). None when there is nothing to archive. A copy a crashed
-    install left under the same name holds the same lines: it is kept."""
-    if not data:
-        return None
-    ensure_private_dir(archive_dir)
-    name = archive_dir / f"{first:012d}-{last:012d}.jsonl"
-    if not os.path.lexists(name):
-        write_atomically(name, data)  # fsyncs the archive directory too
-    return name
-
-
-def _remove_strays(paths: SessionPaths, live: tuple[int, int]) -> None:
-    """Finish or undo what an install that crashed left behind: temporary files go; a
-    pending archive link that is still the live log goes (it would grow with it); one
-    that is the old log (the swap happened) gets its final name."""
-    tmp_prefix = paths.log.name + TMP_MARK
-    for name in os.listdir(paths.dir):
-        if name.startswith((tmp_prefix, _OLD_TMP_PREFIX)):
-            os.unlink(paths.dir / name)
-        elif name.startswith(_CACHE_PREFIX) and TMP_MARK in name:
-            # a cache write that crashed, or one a reader (no lock) is making now: gone
-            # by the time we get to it, it was renamed in; removed under it, that write
-            # is lost, as a cache may be
-            try:
-                os.unlink(paths.dir / name)
-            except FileNotFoundError:
-                pass
-    if os.path.isdir(paths.archive) and not os.path.islink(paths.archive):
-        for name in os.listdir(paths.archive):
-            if TMP_MARK in name:  # an archive copy that was never renamed in
-                os.unlink(paths.archive / name)
-    for name in _archive_names(paths.archive):
-        if not name.endswith(_PENDING):
-            continue
-        path = paths.archive / name
-        st = os.lstat(path)
-        if (st.st_dev, st.st_ino) == live:
-            os.unlink(path)
-        else:
-            os.rename(path, path.with_name(name[: -len(_PENDING)]))
-
-
-def _refuse_damaged_last_line(buf: bytes, start: int, where: str, pos: FilePosition | None) -> None:
-    """CorruptLogError if the partial last line of `buf` (bytes `start`.. of the log) is a
-    committed line whose newline was damaged (see `events.damaged_newline`), not a torn
-    one. `pos`: the read position `buf` starts at (its line is the one before), if any."""
-    last_nl = buf.rfind(b"\n")
-    tail = buf[last_nl + 1 :]
-    if len(tail) <= HASH_SUFFIX_LEN:
-        return
-    if last_nl >= 0:
-        prev = buf[buf.rfind(b"\n", 0, last_nl) + 1 : last_nl]
-        if buf.rfind(b"\n", 0, last_nl) < 0 and start > 0 and pos is None:
-            return  # the line before starts outside what was read: a writer finds it later
-        try:
-            env = _head_decoder.decode(prev)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return  # the careful reader reports the undecodable line itself
-        link = (env.base_h or "") if env.type == "snapshot" else env.h
-        seq = env.seq + 1
-    elif pos is not None:
-        link, seq = pos.link, pos.seq + 1
-    elif start == 0:
-        link, seq = "", 1
-    else:
-        return
-    if damaged_newline(tail, link):
-        raise CorruptLogError(
-            where,
-            start + last_nl + 1,
-            seq,
-            "the last line is complete and its h checks, but its newline was replaced by"
-            " another byte: a committed line was damaged, not torn by a crash"
-            " (`eventstore repair` keeps the log before it and saves the original)",
-        )
-
-
-def _committed_end(
-    buf: bytes,
-    where: str,
-    start: int,
-    first: tuple[SnapshotHead, str] | None = None,
-) -> tuple[int, LineHead | None]:
-    """The end of the last complete batch in `buf` and its closing line's envelope.
-
-    Walks back from the last newline over lines whose batch is not closed (`more` > 0):
-    usually one envelope decode. Blank lines hold nothing. `first`: the header of the
-    snapshot that opens the log, when `buf` starts there (its envelope, not decoded).
-    """
-    end = buf.rfind(b"\n")
-    while end >= 0:
-        if first is not None and start == 0 and end == first[0].length:
-            return end + 1, _snapshot_line_head(first)  # the opening snapshot, no scan
-        prev = buf.rfind(b"\n", 0, end)
-        line = buf[prev + 1 : end]
-        if line.strip():
-            try:
-                head = _head_decoder.decode(line)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise CorruptLogError(
-                    where, start + prev + 1, None, f"undecodable line: {exc}"
-                ) from None
-            if head.more == 0:
-                return end + 1, head
-        end = prev
-    return 0, None
-
-
-def find_head(fd: int, size: int, where: str) -> tuple[LineHead | None, int]:
-    """The envelope of the last committed line and the end of the last complete batch.
-
-    Reads only the tail of the file (and, when the last line is a compaction snapshot,
-    its header at the start): bytes after the returned offset are a torn tail.
-    """
-    if size == 0:
-        return None, 0
-    first = snapshot_header(fd)
-    first_end = first[0].length if first is not None else None
-    want = 1
-    while True:
-        lines, cut, at_start = _tail_lines(fd, size, want, first_end)
-        for off, line in lines:
-            if line is None:  # the first line, a snapshot: its header says what we need
-                assert first is not None
-                head = _snapshot_line_head(first)
-            elif not line.strip():
-                continue  # a blank line holds no event
-            else:
-                try:
-                    head = _head_decoder.decode(line)
-                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                    raise CorruptLogError(where, off, None, f"undecodable line: {exc}") from None
-            if head.more == 0:
-                return head, cut
-            cut = off  # a line of a batch that has no closing line: torn
-        if at_start:
-            return None, cut
-        want *= 4  # a torn batch longer than what we read: look further back
-
-
-def snapshot_header(fd: int) -> tuple[SnapshotHead, str] | None:
-    """The header and `h` of the snapshot that opens a file, if it opens with one."""
-    found = find_snapshot_head(lambda n: os.pread(fd, n, 0))
-    if found is None or found[0].length <= HASH_SUFFIX_LEN:
-        return None  # (a length of 0: written before snapshots described themselves)
-    head = found[0]
-    tail = os.pread(fd, 19, head.length - 18)  # 16 hex digits, '"}', newline
-    if len(tail) != 19 or tail[16:] != b'"}\n':
-        return None
-    return head, tail[:16].decode("ascii", "replace")
-
-
-def _snapshot_line_head(first: tuple[SnapshotHead, str]) -> LineHead:
-    """The envelope of an opening snapshot's line, from its header and `h`."""
-    snap, h = first
-    return LineHead(type="snapshot", seq=snap.seq, ts=snap.ts, h=h, base_h=snap.base_h)
-
-
-def _base_seq(fd: int, size: int) -> int:
-    """The seq of the log's first line: an opening snapshot's, else 1 (0 when empty)."""
-    if size == 0:
-        return 0
-    buf = os.pread(fd, 4096, 0)
-    if not buf.startswith(b'{"type":"snapshot",'):
-        return 1
-    first = snapshot_header(fd)
-    if first is not None:
-        return first[0].seq
-    nl = buf.find(b"\n")
-    line = buf[:nl] if nl >= 0 else pread_all(fd, size, 0).split(b"\n", 1)[0]
-    try:
-        return _head_decoder.decode(line).seq
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return 1
-
-
-def _still_there(fd: int, pos: FilePosition) -> bool:
-    """Whether the line before the position still ends with the `h` it recorded."""
-    if pos.offset == 0:
-        return True
-    tail = (pos.h + '"}\n').encode()
-    return os.pread(fd, len(tail), pos.offset - len(tail)) == tail
-
-
-def _in_live_log(log_path: Path, pos: FilePosition) -> bool:
-    """Whether `pos` is still in the log at `log_path`: the same file (device, inode), at
-    least that long, and the `h` before it."""
-    log_fd, _ = _open_existing(log_path)
-    if log_fd is None:
-        return False
-    try:
-        st = os.fstat(log_fd)
-        return (
-            (st.st_dev, st.st_ino) == pos.ident
-            and 0 < pos.offset <= st.st_size
-            and _still_there(log_fd, pos)
-        )
-    finally:
-        os.close(log_fd)
-
-
-def _tail_lines(
-    fd: int, size: int, want: int, first_end: int | None
-) -> tuple[list[tuple[int, bytes | None]], int, bool]:
-    """Up to `want` complete lines before the end, newest first; where the partial last
-    line (if any) starts; and whether the lines reach the start of the file.
-
-    A line that ends at `first_end` (the end of an opening snapshot) is returned as
-    (0, None) instead of being read: it can be longer than all the rest together.
-    """
-    chunk = _TAIL_CHUNK
-    while True:
-        start = max(0, size - chunk)
-        buf = pread_all(fd, size - start, start)
-        last_nl = buf.rfind(b"\n")
-        if last_nl < 0 and start == 0:
-            return [], 0, True
-        if last_nl >= 0:
-            lines: list[tuple[int, bytes | None]] = []
-            end = last_nl
-            while end >= 0 and len(lines) < want:
-                if first_end is not None and start + end == first_end:
-                    lines.append((0, None))
-                    return lines, start + last_nl + 1, True
-                prev = buf.rfind(b"\n", 0, end)
-                if prev < 0 and start > 0:
-                    break  # this line may begin before the chunk
-                lines.append((start + prev + 1, buf[prev + 1 : end]))
-                end = prev
-            if len(lines) >= want or end < 0:
-                return lines, start + last_nl + 1, end < 0
-        chunk *= 4

@@ -36,10 +36,12 @@ from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
+from eventstore import process
 from eventstore.engines.base import (
     EMPTY_HEAD,
+    BytesSegment,
     EncodedBatch,
-    Engine,
+    FeedEngine,
     Head,
     HeadMovedError,
     History,
@@ -151,8 +153,9 @@ def _storage_error(engine: PostgresEngine, doing: str, exc: BaseException) -> St
 T = TypeVar("T")
 
 
-class PostgresEngine(Engine):
-    """Sessions in a PostgreSQL database: see the module docstring."""
+class PostgresEngine(FeedEngine):
+    """Sessions in a PostgreSQL database: see the module docstring. It keeps the global
+    feed (`FeedEngine`); no caches, ranged reads or pruning."""
 
     def __init__(self, url: str, *, pool_size: int = 8) -> None:
         self.url = redact_url(url)
@@ -161,7 +164,7 @@ class PostgresEngine(Engine):
         self._channel = channel_of(self.schema)
         self._pool_size = max(1, pool_size)
         self._lock = threading.Lock()
-        _ENGINES.add(self)
+        process.track(self)
         self._pid = os.getpid()
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._listener: _Listener | None = None
@@ -173,6 +176,11 @@ class PostgresEngine(Engine):
                 ensure_schema(conn, self.schema)
         except psycopg.Error as exc:
             raise _storage_error(self, "opening the database", exc) from None
+
+    def reset_after_fork(self) -> None:
+        """A fresh lock in a forked child (another thread may have held it at the fork);
+        the connections are dropped on first use (`_get_pool`)."""
+        self._lock = threading.Lock()
 
     # -- connections ------------------------------------------------------------------
 
@@ -324,7 +332,7 @@ class PostgresEngine(Engine):
 
     # -- the global feed --------------------------------------------------------------
 
-    def feed(self, after: FeedPosition = FEED_START, limit: int = 1000) -> list[FeedEntry]:
+    def feed(self, after: FeedPosition | None = FEED_START, limit: int = 1000) -> list[FeedEntry]:
         """Up to `limit` lines of every session after feed position `after`, in feed
         order: a line never appears later below a position already returned (see
         postgres_schema for why). Lines dropped by a compaction without history, a
@@ -334,7 +342,7 @@ class PostgresEngine(Engine):
         waits for every older transaction on the server to end: an empty answer says
         nothing of appends that committed while the read ran, nor of acknowledged
         appends an older transaction still holds back. A tailing reader reads again."""
-        tx, pos = after
+        tx, pos = FEED_START if after is None else after
         rows = self._query(
             "reading the feed",
             lambda conn: conn.execute(
@@ -433,53 +441,6 @@ class PostgresEngine(Engine):
             hold = _PgRepairHold(self, conn, session_id)
             yield hold
 
-    def replace_raw(self, session_id: str, data: bytes) -> None:
-        """Replace the live log's bytes without any check: for tests that tamper with a
-        log (the equivalent of editing a file of the file engine). Rows get consecutive
-        seq numbers in the order of `data`, whatever seq their lines claim."""
-        lines = _split_keep(data)
-        sql = self._sql
-        with self._conn(f"rewriting {session_id!r}") as conn, conn.transaction():
-            row = conn.execute(sql.lock_session, (session_id,)).fetchone()
-            if row is None:
-                raise KeyError(session_id)
-            key, _, snap_seq, _, live_origin, _ = row
-            snap_len = 0
-            if snap_seq and lines:
-                snap = lines.pop(0)
-                snap_len = len(snap)
-                conn.execute(sql.replace_live_snapshot, (snap, key, key))
-            conn.execute(sql.drop_lines_from, (key, snap_seq + 1))
-            off = live_origin
-            for i, line in enumerate(lines, 1):
-                conn.execute(sql.insert_raw_line, (key, snap_seq + i, off, line))
-                off += len(line)
-            head_seq, link, h = 0, "", ""
-            complete = [x for x in lines if x.endswith(b"\n")]
-            if complete:
-                try:
-                    last = _head_decoder.decode(complete[-1])
-                    head_seq, h = last.seq, last.h
-                    link = (last.base_h or "") if last.type == "snapshot" else last.h
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    head_seq = snap_seq + len(complete)
-            elif snap_seq:
-                head_seq = snap_seq
-            conn.execute(
-                sql.set_head,
-                (
-                    head_seq,
-                    link,
-                    h,
-                    snap_seq or (1 if lines else 0),
-                    snap_seq,
-                    snap_len,
-                    live_origin,
-                    off,
-                    key,
-                ),
-            )
-
     # -- sessions ---------------------------------------------------------------------
 
     def list_sessions(self) -> list[str]:
@@ -525,9 +486,6 @@ _get_pool)."""
 _CONNECTIONS: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
 """Every long-lived connection this module opened (pooled or listening)."""
 
-_ENGINES: weakref.WeakSet[PostgresEngine] = weakref.WeakSet()
-"""Every engine of this process: a forked child gives each a fresh lock."""
-
 
 def _stored_key(key: str) -> str:
     """The form of an idempotency key the keys table holds: a key with a NUL (text
@@ -562,12 +520,9 @@ def _neuter_inherited_connections() -> None:
     finally:
         os.close(null)
     _CONNECTIONS.clear()
-    for engine in list(_ENGINES):
-        engine._lock = threading.Lock()  # another thread may have held it at the fork
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_neuter_inherited_connections)
+process.at_fork(_neuter_inherited_connections)
 
 
 class _Statements:
@@ -625,7 +580,7 @@ class _Statements:
         )
         self.save = f"INSERT INTO {q}.saved (sid, reason, data) VALUES (%s, %s, %s) RETURNING n"
         self.replace_live_snapshot = (
-            f"UPDATE {q}.snapshots SET line = %s WHERE sid = %s AND n ="
+            f"UPDATE {q}.snapshots SET line = %s, seq = %s WHERE sid = %s AND n ="
             f" (SELECT max(n) FROM {q}.snapshots WHERE sid = %s)"
         )
         self.insert_raw_line = (
@@ -679,21 +634,6 @@ def _split_keep(data: bytes) -> list[bytes]:
     return [x for x in parts if x]
 
 
-class _BytesSegment(Segment):
-    def __init__(
-        self, archived: bool, where: str, data: bytes, first: int | None, last: int | None
-    ) -> None:
-        self.archived = archived
-        self.where = where
-        self.size = len(data)
-        self.first_seq = first
-        self.last_seq = last
-        self._data = data
-
-    def read(self) -> bytes:
-        return self._data
-
-
 def _segments(where: str, snap_seq: int, snaps: list[Any], lines: list[Any]) -> list[Segment]:
     """Cut a session's rows into segments: archived segment i holds the snapshot that
     opened it (if kept) and the lines up to what snapshot i covers; the live log holds
@@ -712,7 +652,7 @@ def _segments(where: str, snap_seq: int, snaps: list[Any], lines: list[Any]) -> 
             parts.append(bytes(lines[li][1]))
             li += 1
         if parts:
-            out.append(_BytesSegment(True, f"{where}@{i + 1}", b"".join(parts), first, bound))
+            out.append(BytesSegment(b"".join(parts), f"{where}@{i + 1}", True, first, bound))
         opening = bytes(snaps[i][2]) if snaps[i][2] is not None else None
         start = bound
     parts = [opening] if opening and snap_seq else []
@@ -724,7 +664,7 @@ def _segments(where: str, snap_seq: int, snaps: list[Any], lines: list[Any]) -> 
         last = int(seq)
         parts.append(bytes(line))
     if parts:
-        out.append(_BytesSegment(False, where, b"".join(parts), first, last))
+        out.append(BytesSegment(b"".join(parts), where, False, first, last))
     return out
 
 
@@ -767,8 +707,7 @@ class _PgRepairHold(RepairHold):
         sql = self.engine._sql
         key, _, snap_seq, snap_len, live_origin, _ = self.row
         conn = self.conn
-        saved = conn.execute(sql.save, (key, reason, self._data)).fetchone()
-        name = f"{self.where}/saved/{saved[0] if saved else '?'}-{reason}"
+        name = self._save_aside(reason)
         if snap_seq and n < snap_len:
             # the opening snapshot itself goes: nothing before it can stay linked, so the
             # whole history is saved aside too and the session starts over empty
@@ -806,6 +745,61 @@ class _PgRepairHold(RepairHold):
             )
         conn.execute("SELECT pg_notify(%s, %s)", (self.engine._channel, self.session_id))
         return name
+
+    def _save_aside(self, reason: str) -> str:
+        """Save the whole live log in `saved` (before any change); returns its name."""
+        assert self.row is not None
+        saved = self.conn.execute(self.engine._sql.save, (self.row[0], reason, self._data))
+        row = saved.fetchone()
+        return f"{self.where}/saved/{row[0] if row else '?'}-{reason}"
+
+    def rewrite(self, data: bytes, reason: str) -> str:
+        """Replace the live log's rows by the lines of `data`, numbered on from the live
+        log's start (whatever seq they claim: a damaged log reads as damaged); when the
+        live log opens with a snapshot, the first line of `data` replaces it (and its
+        seq, when it says a later one). The original is saved aside first."""
+        if self.row is None:
+            raise KeyError(f"{self.where}: no live log to rewrite")
+        sql = self.engine._sql
+        key, _, old_snap, _, live_origin, _ = self.row
+        conn = self.conn
+        name = self._save_aside(reason)
+        lines = _split_keep(data)
+        snap_seq, snap = old_snap, b""
+        if old_snap and lines:
+            snap = lines.pop(0)
+            snap_seq = max(old_snap, _seq_of(snap))
+            conn.execute(sql.replace_live_snapshot, (snap, snap_seq, key, key))
+        conn.execute(sql.drop_lines_from, (key, old_snap + 1))
+        off = live_origin
+        for i, line in enumerate(lines, 1):
+            conn.execute(sql.insert_raw_line, (key, snap_seq + i, off, line))
+            off += len(line)
+        complete = [x for x in lines if x.endswith(b"\n")]
+        head_seq, link, h = snap_seq + len(complete), "", ""
+        try:
+            last = _head_decoder.decode(complete[-1] if complete else snap)
+            head_seq, h = last.seq, last.h
+            link = (last.base_h or "") if last.type == "snapshot" else last.h
+        except msgspec.MsgspecError:
+            pass  # a damaged last line: the head's seq is where it stands
+        base_seq = snap_seq or (1 if lines else 0)
+        conn.execute(sql.drop_keys_after, (key, head_seq))
+        conn.execute(
+            sql.set_head,
+            (head_seq, link, h, base_seq, snap_seq, len(snap), live_origin, off, key),
+        )
+        conn.execute("SELECT pg_notify(%s, %s)", (self.engine._channel, self.session_id))
+        self._data = data
+        return name
+
+
+def _seq_of(line: bytes) -> int:
+    """The seq a line claims (0 when it does not decode)."""
+    try:
+        return _head_decoder.decode(line.rstrip(b"\n")).seq
+    except msgspec.MsgspecError:
+        return 0
 
 
 class _Notifier:

@@ -1,0 +1,176 @@
+"""The file engine's caches: `fold-<projection>.cache` beside a session's log, the face's
+fold caches and checked prefixes (their bytes: `eventstore.core.fold_cache`,
+`eventstore.core.checked_prefix`).
+
+The engine's part of a cache file is its first line: where in the live log the state was
+folded to (the log's device and inode, the offset, and the last line's seq, link and
+`h`). A cache is given back only while that point is still in the live log, so a cache
+of a log since replaced (a snapshot installed, a repair, a removal) is never read.
+Caches are written atomically without fsync: a cache checks itself, and a power loss
+costs a rebuild.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import stat
+from pathlib import Path
+
+import msgspec
+
+from eventstore.engines.base import CacheReader, Head
+from eventstore.engines.file.layout import (
+    SessionPaths,
+    open_private,
+    pread_all,
+    write_atomically,
+)
+from eventstore.engines.file.logfile import FilePosition, in_live_log
+from eventstore.errors import UnsafePathError
+
+__all__ = [
+    "CACHE_PREFIX",
+    "FileCacheReader",
+    "cache_file_name",
+    "cache_path",
+    "open_cache",
+    "store_cache",
+]
+
+log = logging.getLogger("eventstore")
+
+
+class FileCacheReader(CacheReader):
+    """The part of a cache file after the engine's line, read front to back by `pread`
+    (a descriptor of its own: a load reads a long cache a frame at a time)."""
+
+    def __init__(self, fd: int, start: int, size: int) -> None:
+        self._fd = fd
+        self._at = start
+        self.size = size
+        self._end = start + size
+
+    def read(self, n: int) -> bytes:
+        """The next `n` bytes (fewer only at the end, or if the file was cut meanwhile)."""
+        n = max(0, min(n, self._end - self._at))
+        try:
+            data = pread_all(self._fd, n, self._at)
+        except OSError:
+            data = b""  # read as the end: whoever reads checks what it got
+        self._at += len(data)
+        return data
+
+    def close(self) -> None:
+        """Close the descriptor."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class _CacheHead(msgspec.Struct):
+    """Where in the log a fold cache's head is (the file engine's part of the file)."""
+
+    dev: int
+    ino: int
+    offset: int
+    seq: int
+    link: str
+    h: str
+    base_seq: int
+
+
+_cache_head_decoder = msgspec.json.Decoder(_CacheHead)
+
+_MAX_CACHE_BYTES = 1 << 30  # a cache larger than this is not one we wrote: ignored
+
+_CACHE_HEAD_MAX = 4096  # the engine's line of a cache is shorter (ints, two 16-hex)
+
+CACHE_PREFIX = "fold-"
+
+_PLAIN_NAME = re.compile(r"[a-z0-9_]{1,64}\Z")
+
+
+def cache_file_name(name: str) -> str:
+    """The cache file of a projection: its name when plain, else a digest of it."""
+    if not _PLAIN_NAME.match(name):
+        name = "x" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{CACHE_PREFIX}{name}.cache"
+
+
+def cache_path(paths: SessionPaths, name: str) -> Path:
+    """Where the session's cache `name` is kept."""
+    return paths.dir / cache_file_name(name)
+
+
+def open_cache(paths: SessionPaths, name: str) -> tuple[Head, CacheReader] | None:
+    """`<session dir>/fold-<name>.cache`, if its position is still in the live log:
+    the same file (device, inode), at least that long, and the `h` before it."""
+    path = cache_path(paths, name)
+    paths.check_no_links()
+    try:
+        # O_NONBLOCK: a FIFO planted there must not hang the load
+        fd = open_private(path, os.O_RDONLY | os.O_NONBLOCK)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, UnsafePathError) as exc:
+        log.warning("eventstore: %s: fold cache ignored: %s", path, exc)
+        return None
+    try:
+        found = _cache_position(fd, paths)
+    except OSError:
+        found = None
+    except BaseException:
+        os.close(fd)
+        raise
+    if found is None:
+        os.close(fd)
+        return None
+    pos, start, size = found
+    return pos.head(), FileCacheReader(fd, start, size)
+
+
+def _cache_position(fd: int, paths: SessionPaths) -> tuple[FilePosition, int, int] | None:
+    """Where in the live log the cache open at `fd` was folded to, and where its face
+    bytes start and how many there are; None for a file that is no cache of the live log
+    (checked before the rest is read: a file planted there may be huge)."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_CACHE_BYTES:
+        return None
+    first = pread_all(fd, min(st.st_size, _CACHE_HEAD_MAX), 0)
+    nl = first.find(b"\n")
+    if nl < 0:
+        return None
+    try:
+        c = _cache_head_decoder.decode(first[:nl])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    pos = FilePosition((c.dev, c.ino), c.offset, c.seq, c.link, c.h, c.base_seq, c.offset)
+    if not in_live_log(paths.log, pos):
+        return None
+    return pos, nl + 1, st.st_size - nl - 1
+
+
+def store_cache(paths: SessionPaths, name: str, head: Head, data: list[bytes]) -> None:
+    """Write the cache file atomically (0600), with where in the log `head` is; nothing
+    for a head of no file log, or a session without a log."""
+    pos = head.position
+    if not isinstance(pos, FilePosition):
+        return
+    paths.check_no_links()
+    if not os.path.lexists(paths.log):
+        return  # a call that writes nothing creates nothing
+    c = _CacheHead(pos.ident[0], pos.ident[1], pos.offset, pos.seq, pos.link, pos.h, pos.base_seq)
+    try:
+        write_atomically(
+            cache_path(paths, name),
+            [msgspec.json.encode(c) + b"\n", *data],
+            durable=False,  # a cache checks itself: a power loss costs a rebuild
+        )
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # the session was removed meanwhile
