@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eventstore import SessionStore
+from eventstore.engines.conformance import corrupt
 from eventstore.engines.file.engine import FileEngine
 from eventstore.engines.file.layout import SessionPaths
 
@@ -45,9 +46,8 @@ def _rewrite_file(store: SessionStore, sid: str, fn: Rewrite) -> None:
 
 
 def _rewrite_held(store: SessionStore, sid: str, fn: Rewrite) -> None:
-    """Through the engine's repair hold."""
-    with store.engine.hold(sid) as hold:
-        hold.rewrite(fn(hold.data), "tampered")
+    """Through the engine's repair hold (`eventstore.engines.conformance.corrupt`)."""
+    corrupt(store.engine, sid, fn)
 
 
 ENGINES: list[EngineCase] = [

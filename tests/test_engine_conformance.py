@@ -1,8 +1,12 @@
-"""The engine conformance suite: every engine in `tests/engines.py` must pass all of it.
+"""The engine conformance suite, run on every engine of this package.
 
-Each test runs once per engine, through the session API (what users see must behave the
-same on every engine) and, where the contract is the engine's own, through the engine
-interface (`eventstore.engines.base`): ordering, atomic batches, expected-head conflicts,
+The engine's own contract is the suite that ships with the package
+(`eventstore.engines.conformance.EngineConformance`): it runs below once per engine
+(file, memory, and PostgreSQL when `EVENTSTORE_TEST_POSTGRES_URL` names a server), as a
+third-party engine would run it.
+
+The tests after it run once per engine of `tests/engines.py`, through the session API
+(what users see must behave the same on every engine): ordering, expected-seq conflicts,
 idempotent replays, concurrent writers (threads everywhere, processes where the engine
 is shared across processes), snapshot install beside live writers, history across
 snapshots, follow exactly once, verify finding edited/dropped/inserted/reordered lines,
@@ -14,18 +18,17 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from conftest import in_forked_child, make_entry, make_features, make_manifest
-from engines import EngineCase
+from engines import POSTGRES_URL, EngineCase, fresh_postgres
 
 from eventstore import (
     ConcurrencyError,
     CorruptLogError,
-    Event,
     HistoryUnavailableError,
     Message,
     ProgressAppended,
@@ -34,17 +37,35 @@ from eventstore import (
     Snapshot,
     UnknownSessionError,
 )
-from eventstore.engines.base import (
-    EMPTY_HEAD,
-    EncodedBatch,
-    HeadMovedError,
-    open_engine,
-)
-from eventstore.format.events import EventCodec
+from eventstore.engines.base import Engine, open_engine
+from eventstore.engines.conformance import EngineConformance
+from eventstore.engines.file.engine import FileEngine
+from eventstore.engines.memory import MemoryEngine
 from eventstore.ops.repair import repair
 from projections import Retention
 
 SID = "s"
+
+
+class TestFileEngine(EngineConformance):
+    def make_engine(self) -> Engine:
+        return FileEngine(self.tmp / uuid.uuid4().hex)
+
+
+class TestFileEngineFsync(EngineConformance):
+    def make_engine(self) -> Engine:
+        return FileEngine(self.tmp / uuid.uuid4().hex, durability="fsync")
+
+
+class TestMemoryEngine(EngineConformance):
+    def make_engine(self) -> Engine:
+        return MemoryEngine()
+
+
+@pytest.mark.skipif(POSTGRES_URL is None, reason="EVENTSTORE_TEST_POSTGRES_URL is not set")
+class TestPostgresEngine(EngineConformance):
+    def make_engine(self) -> Engine:
+        return open_engine(fresh_postgres(self.tmp))
 
 
 @pytest.fixture
@@ -62,13 +83,6 @@ def _summaries(store: SessionStore, sid: str = SID) -> list[str]:
     return [e.summary for e in store.load_bootstrap_state(sid).recent_progress]
 
 
-def _batch(codec: EventCodec, events: list[Event], seq: int, link: str) -> EncodedBatch:
-    data, stamped, new_link = codec.encode_batch(events, seq, link, datetime.now(UTC), None)
-    return EncodedBatch(
-        data, stamped[0].seq, stamped[-1].seq, tuple(e.h for e in stamped), new_link
-    )
-
-
 # -- ordering and atomic batches ---------------------------------------------------------
 
 
@@ -82,29 +96,6 @@ def test_appends_read_back_in_order_with_gapless_seqs(store: SessionStore) -> No
     assert store.verify(SID).ok
 
 
-def test_a_batch_is_one_unit_and_a_reader_never_sees_part_of_it(url: str) -> None:
-    """The engine takes a batch as a unit: a read after the append sees all of it, the
-    head moves once, and `more` marks the batch's lines."""
-    with SessionStore(url) as store:
-        engine = store.engine
-        evs: list[Event] = [ProgressAppended(entry=make_entry(i)) for i in range(3)]
-        res = store.append(SID, evs)
-        assert (res.first_seq, res.last_seq) == (1, 3)
-        got = engine.read(SID, None)
-        assert got.head.seq == 3 and got.data.count(b"\n") == 3
-        assert [e.more for e in store.read_events(SID)] == [2, 1, 0]
-        # a batch the engine is handed is written whole: one more head move of 4 lines
-        head = engine.head(SID)
-        batch = _batch(
-            store.codec, [ProgressAppended(entry=make_entry(i)) for i in range(4)], 4, head.link
-        )
-        new = engine.append(SID, batch, head)
-        assert new.seq == 7 and new.link == batch.link
-        assert engine.read(SID, got.head.position).data == batch.data
-    with SessionStore(url) as again:
-        assert len(again.load_bootstrap_state(SID).recent_progress) == 7
-
-
 # -- expected heads, conflicts, idempotency ------------------------------------------------
 
 
@@ -115,47 +106,6 @@ def test_expected_seq_conflicts_write_nothing(store: SessionStore) -> None:
     assert (info.value.expected, info.value.actual) == (2, 3)
     assert store.last_seq(SID) == 3
     assert store.append(SID, [ProgressAppended(entry=make_entry(9))], expected_seq=3).last_seq == 4
-
-
-def test_engine_refuses_a_stale_expected_head_and_reports_the_actual_one(
-    store: SessionStore,
-) -> None:
-    engine = store.engine
-    _progress(store, SID, 2)
-    head = engine.head(SID)
-    stale = engine.read(SID, None).head
-    _progress(store, SID, 1, start=5)  # another writer moves the head
-    batch = _batch(store.codec, [ProgressAppended(entry=make_entry(7))], head.seq + 1, head.link)
-    before = engine.read(SID, None).data
-    with pytest.raises(HeadMovedError) as info:
-        engine.append(SID, batch, stale)
-    assert info.value.actual.seq == 3
-    assert engine.read(SID, None).data == before  # nothing written
-    # the first append of a session expects the empty head
-    with pytest.raises(HeadMovedError):
-        engine.append(
-            SID, _batch(store.codec, [ProgressAppended(entry=make_entry(1))], 1, ""), EMPTY_HEAD
-        )
-    assert (
-        engine.append(
-            "fresh", _batch(store.codec, [ProgressAppended(entry=make_entry(1))], 1, ""), EMPTY_HEAD
-        ).seq
-        == 1
-    )
-
-
-def test_a_snapshot_does_not_move_the_head_so_an_append_prepared_before_it_lands(
-    store: SessionStore,
-) -> None:
-    engine = store.engine
-    _progress(store, SID, 4)
-    head = engine.head(SID)
-    batch = _batch(store.codec, [ProgressAppended(entry=make_entry(9))], head.seq + 1, head.link)
-    store.compact(SID, force=True)
-    new = engine.append(SID, batch, head)
-    assert new.seq == 5
-    assert _summaries(store)[-1] == "step 9"
-    assert store.verify(SID).ok
 
 
 def test_idempotent_replays_write_once_across_reopen(url: str) -> None:
@@ -332,33 +282,6 @@ def test_history_across_snapshots_with_and_without_archive(store: SessionStore) 
     assert report.ok and "history_gap" in {p.kind for p in report.problems}
 
 
-def test_engine_read_resets_after_a_snapshot_and_history_is_one_picture(
-    store: SessionStore,
-) -> None:
-    engine = store.engine
-    _progress(store, SID, 5)
-    first = engine.read(SID, None)
-    store.compact(SID, force=True)
-    after = engine.read(SID, first.head.position)
-    assert after.reset and after.data.startswith(b'{"type":"snapshot"')
-    assert after.head.seq == 5 and after.head.link == first.head.link
-    with engine.history(SID) as hist:
-        assert [seg.archived for seg in hist.segments] == [True, False]
-        assert hist.segments[0].read() == first.data
-        assert hist.live is not None and hist.live.read() == after.data
-
-
-def test_wait_wakes_on_an_append_and_times_out_without_one(store: SessionStore) -> None:
-    engine = store.engine
-    _progress(store, SID, 1)
-    pos = engine.read(SID, None).head.position
-    assert engine.wait(SID, pos, 0.05) is False
-    timer = threading.Timer(0.05, lambda: _progress(store, SID, 1, start=1))
-    timer.start()
-    assert engine.wait(SID, pos, 5.0) is True
-    timer.join()
-
-
 # -- follow ----------------------------------------------------------------------------------
 
 
@@ -513,8 +436,6 @@ def test_repair_keeps_a_valid_prefix_and_saves_the_original(case: EngineCase, ur
 
 
 def test_open_engine_by_url(tmp_path: Path) -> None:
-    from eventstore.engines.file.engine import FileEngine
-    from eventstore.engines.memory import MemoryEngine
     from eventstore.errors import (
         UnknownEngineError,
         UnsafePathError,
