@@ -649,6 +649,26 @@ class EngineConformance:
         else:
             raise AssertionError("a load returned an edited line")
 
+    def test_repair_rebuilds_a_damaged_snapshot_from_the_archive(self) -> None:
+        from eventstore.ops.repair import repair
+
+        engine = self.engine()
+        store = self.store(engine)
+        for i in range(6):
+            store.append_progress_entry(SID, ProgressEntry(f"r{i}", f"step {i}"))
+        store.compact(SID, force=True)
+        store.append_progress_entry(SID, ProgressEntry("r6", "step 6"))
+        corrupt(engine, SID, lambda b: b.replace(b'"step 2"', b'"step X"', 1))
+        fresh = self.store(engine)
+        assert not fresh.verify(SID).ok
+        report = repair(fresh, SID)
+        assert report.action == "rebuilt" and report.moved_to, report.message
+        state = fresh.load_bootstrap_state(SID)
+        assert [e.summary for e in state.recent_progress] == [f"step {i}" for i in range(7)]
+        assert fresh.verify(SID).ok
+        fresh.append_progress_entry(SID, ProgressEntry("r7", "step 7"))
+        assert [e.seq for e in fresh.read_events(SID)] == list(range(1, 9))
+
 
 def _assert_chained(data: bytes) -> None:
     """Every line's hash links it to the line before (what verify checks, in short)."""

@@ -103,18 +103,14 @@ def repair(core: CoreOwner, session_id: str) -> RepairReport:
         if bad is not None and bad.offset == 0 and buf.startswith(SNAPSHOT_OPEN):
             rebuilt = _rebuild(core, session_id, buf, where, archived)
             if rebuilt is not None:
-                try:
-                    aside = hold.rewrite(rebuilt[0], "corrupt")
-                except NotImplementedError:
-                    pass
-                else:
-                    sess.forget()
-                    return RepairReport(
-                        session_id, "rebuilt", where, aside, rebuilt[1], len(rebuilt[0]),
-                        len(buf) - rebuilt[2], bad,
-                        f"{bad.kind} in the opening snapshot: {rebuilt[3]}; the original is"
-                        f" at {aside}",
-                    )  # fmt: skip
+                aside = hold.rewrite(rebuilt[0], "corrupt")
+                sess.forget()
+                return RepairReport(
+                    session_id, "rebuilt", where, aside, rebuilt[1], len(rebuilt[0]),
+                    len(buf) - rebuilt[2], bad,
+                    f"{bad.kind} in the opening snapshot: {rebuilt[3]}; the original is"
+                    f" at {aside}",
+                )  # fmt: skip
         saved = hold.keep_prefix(cut, "torn" if bad is None else "corrupt")
         sess.forget()
     dropped = len(buf) - cut
