@@ -23,6 +23,7 @@ from conftest import log_path, make_entry, make_features, make_manifest, wait_ch
 
 from eventstore import SessionStore
 from eventstore.engines.file import engine as file_engine
+from eventstore.engines.file import session as file_session
 from eventstore.engines.file.engine import FileEngine
 from eventstore.engines.file.layout import SessionPaths
 
@@ -116,7 +117,7 @@ def test_the_fast_path_lock_excludes_portalocker_in_another_process(root: Path) 
             try:
                 assert probe() == "busy"
             finally:
-                file_engine._unlock(sess.lock_fd)
+                file_session.unlock(sess.lock_fd)
         assert probe() == "free"
 
 
@@ -254,7 +255,7 @@ def test_a_forked_child_does_not_share_the_parents_lock(root: Path) -> None:
                 os._exit(0)
         os.close(w)
         first = os.read(r, 5)
-        file_engine._unlock(sess.lock_fd)
+        file_session.unlock(sess.lock_fd)
     os.write(go_w, b"x")
     rest = os.read(r, 10)
     assert wait_child(pid, 60) == 0

@@ -3,6 +3,8 @@ of every release; see `eventstore.engines.file.layout` for where files live). Th
 is the engine itself: its per-session state, the writers' lock, reads, appends and their
 durability, sessions; the other jobs are modules of their own:
 
+    session     what the engine keeps per session in this process; the writers' lock
+    durability  `durability="fsync"` through the journal; epochs ended on replacement
     logfile     read positions, heads, where committed lines end (the reads all share)
     snapshot    installing a snapshot, the archive, history pictures, pruning
     recovery    torn tails, copy-back after a power loss, damaged last lines, what a
@@ -22,7 +24,7 @@ appends (at most `MAX_OPEN_SESSIONS` sessions, reset in a forked child). The loc
 holds a generation number that every replacer of the log (snapshot install, repair,
 removal) bumps under the lock before replacing anything; a writer that finds the
 generation it cached and the log size it left appends with no path lookup and no tail
-read (see `_Session`).
+read (see `SessionState`).
 
 Under `durability="fsync"` an append is made durable through `log.journal`, a mirror of
 the log's last appends that is flushed instead of the growing log, and copied back after
@@ -34,7 +36,6 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import sys
 import threading
 import time
 import uuid
@@ -62,11 +63,10 @@ from eventstore.engines.base import (
     ReadResult,
     RepairHold,
 )
-from eventstore.engines.file import journal as file_journal
 from eventstore.engines.file.caches import open_cache, store_cache
+from eventstore.engines.file.durability import bump_generation, make_durable, retire_journal
 from eventstore.engines.file.layout import (
     SessionPaths,
-    datasync,
     fsync_dir,
     list_session_ids,
     open_private,
@@ -83,7 +83,6 @@ from eventstore.engines.file.logfile import (
     head_at,
     ident_of,
     live_ident,
-    open_existing,
     same_file,
     snapshot_header,
     still_there,
@@ -97,6 +96,13 @@ from eventstore.engines.file.recovery import (
     remove_leftover_copies,
     remove_strays,
     set_aside_torn,
+)
+from eventstore.engines.file.session import (
+    GEN_BYTES,
+    LOCK_HEAD,
+    SessionState,
+    lock_exclusive,
+    unlock,
 )
 from eventstore.engines.file.snapshot import (
     FileHistory,
@@ -121,114 +127,6 @@ _REMOVED_PREFIX = ".removed-"  # a session being removed: never an id (ids canno
 _HISTORY_TRIES = 50  # lock-free pictures spoiled by installs before a reader takes the lock
 
 
-class _Session:
-    """What the engine keeps per session in this process.
-
-    The writer fast path: the lock file's and the log's descriptors stay open between
-    calls (`lock_fd`, `log_fd`; -1 when closed), so an append is flock, one `pread` of
-    the lock file's generation, one `fstat` of the log, the write and the unlock. Every
-    replacer of the log (snapshot install, repair, removal) bumps the generation under
-    the lock *before* it replaces anything, so a writer that finds the generation it
-    cached knows its descriptors still name the live files, and one that finds the size
-    it left knows nobody appended since. Only code holding `lock` touches the
-    descriptors, which is why eviction and close never close one a writer is using.
-
-    Under `durability="fsync"` also the journal's (`journal_fd`), the epoch its mirror
-    is in as this process last found it (`epoch`), and the lock file's hints as the
-    last lock found them (`head`: its first bytes; see `eventstore.engines.file.journal`).
-    """
-
-    __slots__ = (
-        "epoch",
-        "gen",
-        "head",
-        "journal_fd",
-        "known",
-        "lock",
-        "lock_fd",
-        "log_fd",
-        "log_link",
-        "paths",
-    )
-
-    def __init__(self, paths: SessionPaths) -> None:
-        self.paths = paths
-        # spares threads of one process from spinning on the file lock, and guards the
-        # cached descriptors (threads of one process share them, and flock does not
-        # exclude two users of one open file description)
-        self.lock = threading.Lock()
-        # where the last writer of this process left the file: when the file has not
-        # changed since, the next writer needs no tail read at all
-        self.known: Head | None = None
-        self.lock_fd = -1
-        self.log_fd = -1
-        self.journal_fd = -1
-        self.gen = b""  # the lock file's generation when lock_fd was last validated
-        self.head = b""  # the lock file's first bytes, as the last lock read them
-        self.epoch: file_journal.Epoch | None = None
-        # where the kernel says log_fd's file is (the fsync fast path: see _fd_path)
-        self.log_link: str | None = None
-
-    def drop_log_fd(self) -> None:
-        """Close the cached log descriptor (the log was replaced, or is being)."""
-        fd, self.log_fd = self.log_fd, -1
-        self.known = None
-        self.epoch = None  # an epoch mirrors one log
-        self.log_link = None
-        if fd >= 0:
-            _close_quietly(fd)
-
-    def drop_fds(self) -> None:
-        """Close every cached descriptor (caller holds `lock`, or is a forked child)."""
-        self.drop_log_fd()
-        fds = (self.lock_fd, self.journal_fd)
-        self.lock_fd = self.journal_fd = -1
-        for fd in fds:
-            if fd >= 0:
-                _close_quietly(fd)
-
-    def __del__(self) -> None:
-        # an engine (a store) dropped without close() must not leak its descriptors:
-        # its sessions go with it (nothing else refers to them), and theirs close here
-        self.drop_fds()
-
-
-def _close_quietly(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
-
-
-# the same OS lock portalocker takes on POSIX (fcntl.flock on the lock file's
-# descriptor; `tests/test_fastpath.py` proves the two exclude each other across
-# processes), without its per-call Python wrapper (~7 us) and without importing it
-# (its metadata lookup costs ~18 ms of `import`). Elsewhere portalocker does it.
-if sys.platform != "win32":
-    import fcntl
-
-    def _lock_exclusive(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-
-    def _unlock(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-
-else:  # pragma: no cover - Windows
-
-    def _lock_exclusive(fd: int) -> None:
-        import portalocker
-
-        portalocker.lock(fd, portalocker.LockFlags.EXCLUSIVE)
-
-    def _unlock(fd: int) -> None:
-        import portalocker
-
-        portalocker.unlock(fd)
-
-
-_GEN_BYTES = 8  # the generation: a big-endian counter at the start of the lock file
-# what a lock reads of the lock file: the generation and the journal's hints after it
-_LOCK_HEAD = file_journal.HINTS_AT + 16
 MAX_OPEN_SESSIONS = 64
 """Sessions per engine whose descriptors stay open between calls (two each)."""
 
@@ -243,9 +141,9 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         self.durability: Durability = durability
         self.url = os.fspath(self.root)
         _ensure_root(self.root)
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: dict[str, SessionState] = {}
         # sessions with descriptors open, least recently opened first (bounded)
-        self._open: dict[str, _Session] = {}
+        self._open: dict[str, SessionState] = {}
         self._guard = threading.Lock()
         process.track(self)
 
@@ -261,17 +159,17 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         self._sessions = {}
         self._open = {}
 
-    def _session(self, session_id: str) -> _Session:
+    def _session(self, session_id: str) -> SessionState:
         sess = self._sessions.get(session_id)
         if sess is None:
             validate_session_id(session_id)
-            fresh = _Session(SessionPaths(self.root, session_id))
+            fresh = SessionState(SessionPaths(self.root, session_id))
             self._settle(fresh)  # before any read or write of it in this process
             with self._guard:
                 sess = self._sessions.setdefault(session_id, fresh)
         return sess
 
-    def _settle(self, sess: _Session) -> None:
+    def _settle(self, sess: SessionState) -> None:
         """Copy back into the log the acknowledged appends a power loss took from it and
         its journal kept (`file_journal.lacking`). Looked for without a lock (a session
         whose log lacks nothing, the usual case, costs the look: no journal, or a read
@@ -298,7 +196,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
                 exc.errno,
             ) from exc
 
-    def _copy_back(self, sess: _Session, fd: int, at: int, data: bytes) -> None:
+    def _copy_back(self, sess: SessionState, fd: int, at: int, data: bytes) -> None:
         """`recovery.copy_back` (writers' lock held): the log changed under what this
         process knew of it."""
         copy_back(sess.paths.log, fd, at, data)
@@ -306,7 +204,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
 
     # -- locking ----------------------------------------------------------------------
 
-    def _acquire(self, sess: _Session, create: bool) -> bool:
+    def _acquire(self, sess: SessionState, create: bool) -> bool:
         """Take the session's writers' lock (the caller holds `sess.lock`); False, holding
         nothing, when the session directory does not exist and `create` is False.
 
@@ -318,16 +216,16 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         """
         fd = sess.lock_fd
         if fd >= 0:
-            _lock_exclusive(fd)
+            lock_exclusive(fd)
             try:
-                head = os.pread(fd, _LOCK_HEAD, 0)
-                if head[:_GEN_BYTES] == sess.gen:
+                head = os.pread(fd, LOCK_HEAD, 0)
+                if head[:GEN_BYTES] == sess.gen:
                     sess.head = head
                     return True
             except BaseException:
-                _unlock(fd)
+                unlock(fd)
                 raise
-            _unlock(fd)
+            unlock(fd)
             sess.drop_fds()  # replaced or removed since: reopen at the path
         paths = sess.paths
         while True:
@@ -344,21 +242,21 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
             except OSError as exc:
                 raise storage_error(paths.lock, "opening the lock file", exc) from exc
             try:
-                _lock_exclusive(fd)
+                lock_exclusive(fd)
                 if same_file(fd, paths.lock):
-                    sess.head = os.pread(fd, _LOCK_HEAD, 0)
-                    sess.gen = sess.head[:_GEN_BYTES]
+                    sess.head = os.pread(fd, LOCK_HEAD, 0)
+                    sess.gen = sess.head[:GEN_BYTES]
                     sess.lock_fd = fd
                     self._remember(sess)
                     return True
-                _unlock(fd)
+                unlock(fd)
             except BaseException:
                 os.close(fd)
                 raise
             os.close(fd)
             sess.known = None  # the session was removed while we waited
 
-    def _remember(self, sess: _Session) -> None:
+    def _remember(self, sess: SessionState) -> None:
         """Count `sess` among the sessions with open descriptors; past the bound, close
         the oldest others' (skipping any a thread is using: their `lock` is held)."""
         with self._guard:
@@ -377,62 +275,8 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
                     other.lock.release()
                 del self._open[sid]
 
-    def _bump_generation(self, sess: _Session, *, retire: bool = True) -> None:
-        """Tell every process's cached descriptors that the log is being replaced (the
-        writers' lock is held). Called before the replacing step: a crash after it
-        costs others one reopen; the other order could leave them writing to a file
-        that is no longer the log. `retire`: the journal's epoch goes with the log being
-        replaced (see `_retire_journal`); a removal, which takes the journal with it,
-        passes False."""
-        if retire:
-            self._retire_journal(sess)
-        gen = (int.from_bytes(os.pread(sess.lock_fd, _GEN_BYTES, 0), "big") + 1) % (1 << 64)
-        # the journal's hints, where there are any, go with the log being replaced: no
-        # epoch mirrors the next one (a lock file without hints stays 8 bytes)
-        hints = (0, 0) if len(sess.head) > _GEN_BYTES else None
-        self._write_lock_head(sess, gen.to_bytes(_GEN_BYTES, "big"), hints)
-        sess.drop_log_fd()
-
-    @staticmethod
-    def _write_lock_head(sess: _Session, gen: bytes, hints: tuple[int, int] | None) -> None:
-        """Write the lock file's first bytes (writers' lock held): the generation and,
-        unless None, the journal's hints (epoch, mirrored end). Raises OSError."""
-        head = gen + file_journal.pack_hints(*hints) if hints is not None else gen
-        if os.pwrite(sess.lock_fd, head, 0) != len(head):
-            raise OSError(f"{sess.paths.lock}: short write of its generation and hints")
-        sess.gen, sess.head = gen, head
-
-    def _retire_journal(self, sess: _Session) -> None:
-        """End the journal's epoch before the log is replaced (writers' lock held): the
-        log is flushed (what only the mirror held is then durable in it), then the
-        header is cleared and flushed. Else a replacement that cuts the log short (a
-        repair) would have the lines it dropped copied back after a crash, the content
-        check finding the line before the epoch still in place."""
-        paths = sess.paths
-        if len(sess.head) > _GEN_BYTES:
-            # first no writer may go on mirroring (the hints name the epoch): if this
-            # fails, the epoch stays whole, and so does everything it mirrors
-            self._write_lock_head(sess, sess.gen, (0, 0))
-        if sess.journal_fd < 0 and not os.path.lexists(paths.journal):
-            return
-        fd = sess.journal_fd if sess.journal_fd >= 0 else file_journal.open_journal(paths.journal)
-        try:
-            if file_journal.read_epoch(fd) is None:
-                return
-            log_fd, _ = open_existing(paths.log)
-            if log_fd is not None:
-                try:
-                    datasync(log_fd)
-                finally:
-                    os.close(log_fd)
-            file_journal.retire(fd)
-        finally:
-            if fd != sess.journal_fd:
-                os.close(fd)
-        sess.epoch = None
-
     @contextmanager
-    def _locked(self, sess: _Session, *, create: bool = True) -> Iterator[bool]:
+    def _locked(self, sess: SessionState, *, create: bool = True) -> Iterator[bool]:
         """`_acquire` as a context manager, for the paths that are not hot."""
         with sess.lock:
             if not self._acquire(sess, create):
@@ -441,7 +285,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
             try:
                 yield True
             finally:
-                _unlock(sess.lock_fd)
+                unlock(sess.lock_fd)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -579,7 +423,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         finally:
             os.close(fd)
 
-    def _current_head(self, sess: _Session, fd: int, *, recover: bool) -> Head:
+    def _current_head(self, sess: SessionState, fd: int, *, recover: bool) -> Head:
         """The head of the open log `fd`; with `recover` (writers' lock held) a torn tail
         is set aside and cut off."""
         st = os.fstat(fd)
@@ -669,9 +513,9 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
                 sess.known = None
                 raise
             finally:
-                _unlock(sess.lock_fd)
+                unlock(sess.lock_fd)
 
-    def _append_locked(self, sess: _Session, batch: EncodedBatch, expected: Head) -> Head:
+    def _append_locked(self, sess: SessionState, batch: EncodedBatch, expected: Head) -> Head:
         paths = sess.paths
         fd = sess.log_fd
         if fd < 0:
@@ -754,7 +598,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
             sess.log_link = _fd_path(fd)
         return new
 
-    def _create(self, sess: _Session) -> tuple[int, Head]:
+    def _create(self, sess: SessionState) -> tuple[int, Head]:
         """Create the log file (the first append of a session)."""
         paths = sess.paths
         try:
@@ -772,7 +616,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
             raise storage_error(paths.log, "creating the log", exc) from exc
         return fd, EMPTY_HEAD
 
-    def _discard_new_session(self, sess: _Session) -> None:
+    def _discard_new_session(self, sess: SessionState) -> None:
         """Undo the first append of a session that failed (writers' lock held): remove the
         empty log this call created and, when nothing else is kept for the session, its
         directory (renamed away first, as `remove_session` does, so a writer waiting on
@@ -786,7 +630,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
                 if os.lstat(paths.log).st_size:
                     return  # bytes a failed cut-back left: the next writer sets them aside
                 # other processes' cached descriptors: reopen (the journal goes below)
-                self._bump_generation(sess, retire=False)
+                bump_generation(sess, retire=False)
                 os.unlink(paths.log)
             if os.path.lexists(paths.archive):
                 return
@@ -800,7 +644,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
             pass
 
     def _write(
-        self, sess: _Session, fd: int, batch: EncodedBatch, start: int, ident: tuple[int, int]
+        self, sess: SessionState, fd: int, batch: EncodedBatch, start: int, ident: tuple[int, int]
     ) -> None:
         """Write a batch at the end (`start`) of the log `ident` open at `fd`, durably
         under `durability="fsync"`; on failure cut it back off and raise StorageError."""
@@ -819,7 +663,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
             ) from exc
         if self.durability == "fsync":
             try:
-                self._make_durable(sess, fd, batch, start, ident)
+                make_durable(sess, fd, batch, start, ident)
             except OSError as exc:
                 # not acknowledged, so not left visible: a retry must not store it twice
                 try:
@@ -844,94 +688,6 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
                     exc.errno,
                 ) from exc
 
-    def _make_durable(
-        self, sess: _Session, fd: int, batch: EncodedBatch, start: int, ident: tuple[int, int]
-    ) -> None:
-        """Flush an append `_write` wrote at `start` (writers' lock held): into the
-        journal's mirror when the epoch the lock file's hints name mirrors this log up
-        to `start` and has room, else by flushing the log itself, which then starts a
-        new epoch at its end (`eventstore.engines.file.journal`). An OSError means
-        nothing was made durable: the caller cuts the append back off."""
-        data = batch.data
-        number, mirrored = file_journal.hints(sess.head)
-        ep = sess.epoch
-        if ep is None or ep.number != number:
-            ep = sess.epoch = self._epoch_named(sess, number, ident)
-        voided = True  # nothing of the batch is in the mirror, or zeros are over it
-        if ep is not None and mirrored == start and file_journal.fits(ep, start, len(data)):
-            try:
-                file_journal.mirror(sess.journal_fd, ep, data, start)
-            except OSError:
-                # flush the log instead; the bytes may be in the mirror, and if that
-                # flush fails too they must not come back after a crash: zeros over
-                # them, flushed (if that fails too, the caller says the batch may return)
-                sess.epoch = None
-                try:
-                    file_journal.mirror(sess.journal_fd, ep, bytes(len(data)), start)
-                except OSError:
-                    voided = False
-            else:
-                self._set_hints(sess, ep.number, start + len(data))
-                return
-        try:
-            datasync(fd)
-        except OSError as exc:
-            exc.mirror_kept = not voided  # type: ignore[attr-defined]  # (for _write)
-            raise
-        self._start_epoch_after(sess, start + len(data), batch, ident)
-
-    def _start_epoch_after(
-        self, sess: _Session, end: int, batch: EncodedBatch, ident: tuple[int, int]
-    ) -> None:
-        """Start an epoch at the end of a batch the log itself made durable; a failure
-        costs the next append the same again, never this one its durability."""
-        try:
-            self._start_epoch(sess, end, batch.last_seq, batch.link, ident)
-        except (OSError, EventStoreError) as exc:  # (a planted link): the append is durable
-            # in the log; the next one tries again
-            sess.epoch = None
-            log.debug(
-                "eventstore: %s: starting a journal epoch failed: %s", sess.paths.journal, exc
-            )
-
-    def _epoch_named(
-        self, sess: _Session, number: int, ident: tuple[int, int]
-    ) -> file_journal.Epoch | None:
-        """The journal's epoch, if it is the one numbered `number` and mirrors the log
-        `ident` (another process of this store may have started it)."""
-        if number == 0:
-            return None
-        try:
-            if sess.journal_fd < 0:
-                sess.journal_fd = file_journal.open_journal(sess.paths.journal)
-            if not file_journal.whole(sess.journal_fd):
-                return None  # cut short (a mirror write would leave a hole before it)
-            ep = file_journal.read_epoch(sess.journal_fd)
-        except (OSError, EventStoreError):
-            return None
-        return ep if ep is not None and ep.number == number and ep.ident == ident else None
-
-    def _start_epoch(
-        self, sess: _Session, start: int, seq: int, link: str, ident: tuple[int, int]
-    ) -> None:
-        """Start a new epoch of the journal at log offset `start` (durable in the log up
-        to there), creating the journal on the session's first durable append."""
-        if sess.journal_fd < 0:
-            sess.journal_fd = file_journal.create(sess.paths.journal)
-        number = int.from_bytes(os.urandom(8), "big") | 1  # (never 0: "no epoch")
-        ep = file_journal.Epoch(number, start, ident, seq, link)
-        file_journal.start_epoch(sess.journal_fd, ep)
-        sess.epoch = ep
-        self._set_hints(sess, number, start)
-
-    def _set_hints(self, sess: _Session, number: int, end: int) -> None:
-        """Write the lock file's hints (never flushed: a lost hint costs a new epoch)."""
-        gen = sess.gen if len(sess.gen) == _GEN_BYTES else bytes(_GEN_BYTES)
-        try:
-            self._write_lock_head(sess, gen, (number, end))
-        except OSError:
-            sess.epoch = None
-
     def install_snapshot(
         self, session_id: str, line: bytes, covers: Head, *, keep_history: bool
     ) -> InstallResult:
@@ -946,7 +702,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
                 line,
                 covers.seq,
                 plan,
-                lambda: self._bump_generation(sess),  # before the swap: see _bump_generation
+                lambda: bump_generation(sess),  # before the swap: see bump_generation
                 keep_history=keep_history,
             )
             size = len(line) + len(plan.tail)
@@ -959,7 +715,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         return InstallResult(new, name, head.size, size, archived)
 
     def _plan_install(
-        self, sess: _Session, covers: Head, keep_history: bool
+        self, sess: SessionState, covers: Head, keep_history: bool
     ) -> tuple[Head, InstallPlan]:
         """Clean up after a crashed install, check that `covers` is still in the live
         log (HeadMovedError if not) and read what the install swaps in (writers' lock
@@ -1001,7 +757,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         with self._locked(sess, create=False) as exists:
             sess.known = None
             try:
-                yield FileRepairHold(sess.paths, exists, lambda: self._bump_generation(sess))
+                yield FileRepairHold(sess.paths, exists, lambda: bump_generation(sess))
             finally:
                 sess.known = None
 
@@ -1023,7 +779,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
             had = os.path.lexists(paths.log) or os.path.lexists(paths.archive)
             try:
                 # other processes' cached descriptors: reopen (the journal goes with it)
-                self._bump_generation(sess, retire=False)
+                bump_generation(sess, retire=False)
                 os.rename(paths.dir, trash)
                 fsync_dir(paths.dir.parent)
             except OSError as exc:
@@ -1067,9 +823,9 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
                     try:
                         if self._acquire(sess, False):
                             try:
-                                self._retire_journal(sess)
+                                retire_journal(sess)
                             finally:
-                                _unlock(sess.lock_fd)
+                                unlock(sess.lock_fd)
                     except (OSError, EventStoreError) as exc:
                         log.debug("eventstore: %s: retiring the epoch failed: %s",
                                   sess.paths.journal, exc)  # fmt: skip

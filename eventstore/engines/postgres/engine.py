@@ -124,7 +124,8 @@ FEED_START = FeedPosition(0, 0)
 @dataclass(frozen=True, slots=True)
 class FeedEntry:
     """One line of the global feed: its `position` (increasing across every session of
-    the store, see postgres_schema), the session, the line's `seq` and its exact bytes."""
+    the store, see `eventstore.engines.postgres.schema`), the session, the line's `seq`
+    and its exact bytes."""
 
     position: FeedPosition
     session_id: str
@@ -335,8 +336,9 @@ class PostgresEngine(FeedEngine):
     def feed(self, after: FeedPosition | None = FEED_START, limit: int = 1000) -> list[FeedEntry]:
         """Up to `limit` lines of every session after feed position `after`, in feed
         order: a line never appears later below a position already returned (see
-        postgres_schema for why). Lines dropped by a compaction without history, a
-        repair, or removing their session, are not in it.
+        `eventstore.engines.postgres.schema` for why; None: from the start). Lines dropped
+        by a compaction without history, a repair, or removing their session, are not in
+        it.
 
         The answer is as of the read's start (one statement, one snapshot), and a line
         waits for every older transaction on the server to end: an empty answer says
@@ -354,7 +356,8 @@ class PostgresEngine(FeedEngine):
     # -- writing ----------------------------------------------------------------------
 
     def append(self, session_id: str, batch: EncodedBatch, expected: Head) -> Head:
-        """One round trip: the server-side `append` function (see postgres_schema)."""
+        """One round trip: the server-side `append` function (see
+        `eventstore.engines.postgres.schema`)."""
         data = batch.data
         if not data.endswith(b"\n"):
             raise ValueError("an encoded batch must end with a newline")
