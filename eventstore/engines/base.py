@@ -90,16 +90,20 @@ by the capability interfaces below it subclasses, and callers ask `isinstance`:
     FeedEngine      feed: every session's lines in one global order (PostgreSQL)
 
 An engine without one simply does not subclass it; nothing above the engines calls a
-capability's methods on an engine that does not declare it.
+capability's methods on an engine that does not declare it. (Transitional: `Engine`
+still defines `store_cache` and `live_view` as do-nothing defaults, which `eventstore.store`
+uses until it asks `isinstance` too.)
 
 Repair. `hold(sid)` takes the writers' exclusion for an explicit repair and gives the raw
 live log, torn tail included; the face decides what to keep, and `RepairHold.keep_prefix`
-replaces the live log by a prefix of it atomically, saving every byte it drops aside
-first: recovery never destroys a committed byte.
+replaces the live log by a prefix of it (`RepairHold.rewrite`: by lines the face
+rebuilt) atomically, saving the whole original aside first: recovery never destroys a
+committed byte.
 
 Threads and processes. Every method is safe to call from several threads; an engine whose
 storage is shared across processes (file, database) excludes writers across them. Locks
-and descriptors held per process are reset in a forked child.
+and descriptors held per process are reset in a forked child (`eventstore.process`:
+`track` an object with `reset_after_fork`, or register a function with `at_fork`).
 
 Names. Segment and archive names (`Segment.where`, `InstallResult.archived`,
 `PrunedSegment.where`) are strings the engine makes: a path for the file engine, a
