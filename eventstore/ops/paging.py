@@ -21,7 +21,7 @@ Messages cut from a snapshot's entry are returned once the whole snapshot line c
 (the one read of it whole; the caller remembers the digests of the 16 KiB blocks the
 cut read, and a later page cutting from those blocks checks each against them, so a
 line changed since its check is never served from memory). It does no I/O of
-its own: the caller (the core, over the engine's `live_view`) passes
+its own: the caller (the core, over a `RangedEngine`'s `live_view`) passes
 `read_span(start, end)` over one consistent live log whose committed size is `size` (a
 torn tail lies past `size` and is never read).
 """
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
+from eventstore.engines.base import RangedEngine
 from eventstore.errors import InvalidRecordError
 from eventstore.format.events import (
     HASH_SUFFIX_LEN,
@@ -108,9 +109,10 @@ def _read_last_messages(core: SessionCore, sess: SessionState, n: int) -> list[M
     """The newest `n` messages read from the end of the live log, through the engine's
     ranged view of it (None: the engine has none, or the log cannot be sliced; fold
     instead)."""
-    with core.engine.live_view(sess.session_id) as view:
-        if view is None:
-            return None
+    engine = core.engine
+    if not isinstance(engine, RangedEngine):
+        return None
+    with engine.live_view(sess.session_id) as view:
         return last_messages(
             view.read_span, view.head.size, n, core.codec, view.where, sess.checked_snapshots
         )
