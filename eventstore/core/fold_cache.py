@@ -1,7 +1,7 @@
 """The persistent folded-state cache: one projection's state of one session, saved with
 the head it was folded to, so a cold load folds only the lines after it.
 
-The format (the bytes an engine keeps with `Engine.store_cache`; the engine adds and
+The format (the bytes an engine keeps with `CachingEngine.store_cache`; the engine adds and
 checks where in the log the head is):
 
     <JSON header>\n( <frame length, 4 bytes big-endian> <frame> )*<CRC-32, 8 hex>\n
@@ -28,7 +28,7 @@ ignored (and rewritten later), never trusted:
 
 - the engine found the head's position still in the session's live log: same log
   identity, long enough, and the `h` of the line before the position is the cached `h`
-  (`Engine.open_cache`);
+  (`CachingEngine.open_cache`);
 - the header's session, projection, version, `known`, `seq` and `h` are the ones
   expected, and every frame decodes (checked before the checksum: a state is built only
   from a cache that says it is this one, and returned only once the checksum matches);
