@@ -15,11 +15,11 @@ pytest collects (`Test...`), and say how to make a fresh, empty store of your en
 and run pytest. Every `test_*` method then runs against your engine: the required
 contract always (appends and expected heads, batches, reads, pieces and positions, resets
 after a snapshot install, installs with and without history, history as one picture,
-wait, listing and removing sessions, the repair hold), and the tests of each capability
-(`CachingEngine`, `RangedEngine`, `PruningEngine`, `FeedEngine`) only when the engine
-subclasses that interface; they skip otherwise. A handful of tests go through the session
-API on top of the engine (`make_store`, by default `SessionStore(engine)`): what a user
-sees behaves the same on every engine.
+wait, listing and removing sessions, the repair hold, a forked child), and the tests of
+each capability (`CachingEngine`, `RangedEngine`, `PruningEngine`, `FeedEngine`) only
+when the engine subclasses that interface; they skip otherwise. A handful of tests go
+through the session API on top of the engine (`make_store`, by default
+`SessionStore(engine)`): what a user sees behaves the same on every engine.
 
 Hooks a subclass may set or override:
 
@@ -39,7 +39,9 @@ there (imported on first skip), else `unittest.SkipTest`.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -441,6 +443,34 @@ class EngineConformance:
         assert engine.head("a") == EMPTY_HEAD
         assert engine.append("a", _batch(EMPTY_HEAD), EMPTY_HEAD).seq == 1
 
+    def test_a_child_forked_while_a_thread_appends_can_use_the_engine(self) -> None:
+        if not hasattr(os, "fork"):
+            _skip("no fork on this platform")
+        engine = self.engine()
+        self.append(engine, 1)
+        stop = threading.Event()
+
+        def hammer() -> None:
+            while not stop.is_set():
+                head = engine.head(SID)
+                try:
+                    engine.append(SID, _batch(head, 3, tag="parent"), head)
+                except HeadMovedError:
+                    pass
+
+        t = threading.Thread(target=hammer)
+        t.start()
+        try:
+            for _ in range(5):
+                # locks another thread held at the fork must not be inherited held
+                code = _in_forked_child(lambda: self.append(engine, 1, sid="child"), 30.0)
+                assert code is not None, "the forked child hung on a lock held at the fork"
+                assert code == 0, "the forked child failed to append"
+        finally:
+            stop.set()
+            t.join()
+        _assert_chained(bytes(engine.read(SID, None).data))
+
     # -- the repair hold -----------------------------------------------------------------
 
     def test_keep_prefix_replaces_the_live_log_by_a_prefix_and_saves_it(self) -> None:
@@ -676,6 +706,29 @@ def _assert_chained(data: bytes) -> None:
     for head, line in zip(_heads(data), data.split(b"\n")[:-1], strict=True):
         assert hash_checks(link.encode(), line, head.h), f"seq {head.seq} does not chain"
         link = head.h
+
+
+def _in_forked_child(work: Callable[[], object], seconds: float) -> int | None:
+    """Fork; the child runs `work` and exits 0 (1 if it raised); the parent returns that
+    exit code, or None (the child killed) if it had not ended after `seconds`."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            work()
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + seconds
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.01)
 
 
 def _feed_until(engine: FeedEngine, after: Any, n: int, timeout: float) -> list[Any]:
