@@ -24,7 +24,7 @@ from eventstore.core import validation
 from eventstore.core.fingerprint import fingerprint
 from eventstore.core.session_core import AppendResult, Build, SessionCacheInfo, SessionCore
 from eventstore.core.tuning import Tuning
-from eventstore.engines.base import Durability, Engine, Head, open_engine
+from eventstore.engines.base import Durability, Engine, FeedEngine, Head, open_engine
 from eventstore.errors import (
     ConcurrencyError,
     EventStoreError,
@@ -396,10 +396,9 @@ class SessionStore:
         as (position, session id, event), for engines that keep a global feed (PostgreSQL:
         see `PostgresEngine.feed`); NotImplementedError for the others."""
         self.core.check_open()
-        engine_feed = getattr(self.engine, "feed", None)
-        if engine_feed is None:
+        if not isinstance(self.engine, FeedEngine):
             raise NotImplementedError(f"the engine of {self.engine.url} keeps no global feed")
-        entries = engine_feed(after, limit) if after is not None else engine_feed(limit=limit)
+        entries = self.engine.feed(after, limit)
         return [
             (
                 e.position,

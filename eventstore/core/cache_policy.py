@@ -16,7 +16,7 @@ from typing import Any
 from eventstore.core import checked_prefix, fold_cache
 from eventstore.core.sessions import Fold, SessionState
 from eventstore.core.tuning import Tuning
-from eventstore.engines.base import EMPTY_HEAD, Engine, Head
+from eventstore.engines.base import EMPTY_HEAD, CachingEngine, Engine, Head
 from eventstore.format.events import EventCodec
 from projections import Projection
 
@@ -40,7 +40,7 @@ class CachePolicy:
         self.projections = projections
         self.builtin = builtin
         self.tuning = tuning
-        keeps = enabled and type(engine).store_cache is not Engine.store_cache
+        keeps = enabled and isinstance(engine, CachingEngine)
         self.marks = keeps
         # the projections whose folds the engine's fold cache keeps, each with the event
         # types this store decodes of those it reads and how it upcasts them (a cache

@@ -90,9 +90,7 @@ by the capability interfaces below it subclasses, and callers ask `isinstance`:
     FeedEngine      feed: every session's lines in one global order (PostgreSQL)
 
 An engine without one simply does not subclass it; nothing above the engines calls a
-capability's methods on an engine that does not declare it. (Transitional: `Engine`
-still defines `store_cache` and `live_view` as do-nothing defaults, which `eventstore.store`
-uses until it asks `isinstance` too.)
+capability's methods on an engine that does not declare it.
 
 Repair. `hold(sid)` takes the writers' exclusion for an explicit repair and gives the raw
 live log, torn tail included; the face decides what to keep, and `RepairHold.keep_prefix`
@@ -125,7 +123,7 @@ import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -491,12 +489,6 @@ class Engine(ABC):
     def head(self, session_id: str) -> Head:
         """The session's head, cheaply (from the tail of the log alone)."""
 
-    def live_view(self, session_id: str) -> AbstractContextManager[LiveView | None]:
-        """Transitional (the store asks this of every engine until it asks
-        `isinstance(engine, RangedEngine)`): None, for an engine that reads only whole
-        logs. `RangedEngine` is where a `LiveView` comes from."""
-        return nullcontext(None)
-
     @abstractmethod
     def history(self, session_id: str) -> History:
         """The archived segments then the live log, as of one instant (close it when
@@ -545,12 +537,6 @@ class Engine(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release what the engine holds (descriptors, connections). Idempotent."""
-
-    def store_cache(self, session_id: str, name: str, head: Head, data: list[bytes]) -> None:
-        """Transitional (the store compares this method with a subclass's until it asks
-        `isinstance(engine, CachingEngine)`): keeps nothing. `CachingEngine` is where
-        caches are kept."""
-        return None  # noqa: PLR1711 - an engine without caches keeps nothing
 
     def __enter__(self) -> Engine:
         return self
