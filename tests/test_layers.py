@@ -21,6 +21,7 @@ LAYERS: list[tuple[int, str]] = [
     (0, "eventstore.records"),
     (0, "eventstore.errors"),
     (0, "eventstore.process"),
+    (0, "eventstore.session_ids"),
     (1, "eventstore.format"),
     (2, "projections"),
     (2, "eventstore.engines"),

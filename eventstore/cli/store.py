@@ -21,9 +21,9 @@ from urllib.parse import unquote, urlsplit
 
 from eventstore.cli.args import CliError
 from eventstore.engines.base import redact_text
-from eventstore.engines.file.layout import validate_session_id
 from eventstore.errors import InvalidSessionIdError
 from eventstore.format.events import Event
+from eventstore.session_ids import validate_session_id
 from eventstore.store import SessionStore
 
 __all__ = [

@@ -34,7 +34,6 @@ from eventstore.core.gc_pause import paused_gc
 from eventstore.core.sessions import Fold, SessionState, SessionTable
 from eventstore.core.tuning import Tuning
 from eventstore.engines.base import EMPTY_HEAD, EncodedBatch, Engine, Head, HeadMovedError
-from eventstore.engines.file.layout import validate_session_id
 from eventstore.errors import (
     EventStoreError,
     InvalidArgumentError,
@@ -43,6 +42,7 @@ from eventstore.errors import (
     UnknownProjectionError,
 )
 from eventstore.format.events import Event, EventCodec
+from eventstore.session_ids import validate_session_id
 from projections import (
     BootstrapProjection,
     IdempotencyProjection,

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-from eventstore.engines.file.layout import validate_session_id
 from eventstore.errors import InvalidRecordError
 from eventstore.format.events import validated_copy
 from eventstore.records import FeatureRecord, SessionManifest
+from eventstore.session_ids import validate_session_id
 
 __all__ = ["exactly", "feature_list", "manifest_of", "records"]
 

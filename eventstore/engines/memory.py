@@ -44,8 +44,8 @@ from eventstore.engines.base import (
     RepairHold,
     Segment,
 )
-from eventstore.engines.file.layout import validate_session_id
 from eventstore.format.events import LineHead
+from eventstore.session_ids import validate_session_id
 
 __all__ = ["MemoryEngine", "from_url"]
 

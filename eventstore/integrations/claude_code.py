@@ -44,7 +44,6 @@ from typing import Any
 
 import msgspec
 
-from eventstore.engines.file.layout import validate_session_id
 from eventstore.errors import (
     ConcurrencyError,
     EventStoreError,
@@ -67,6 +66,7 @@ from eventstore.records import (
     ToolUseBlock,
     text_of,
 )
+from eventstore.session_ids import validate_session_id
 from eventstore.store import SessionStore
 
 __all__ = [

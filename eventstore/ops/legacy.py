@@ -55,7 +55,6 @@ import msgspec
 from eventstore.core.session_core import AppendResult, CoreOwner, SessionCore, core_of
 from eventstore.core.validation import feature_list
 from eventstore.engines.base import Head
-from eventstore.engines.file.layout import validate_session_id
 from eventstore.errors import (
     ConcurrencyError,
     EventStoreError,
@@ -77,6 +76,7 @@ from eventstore.records import (
     RunStatus,
     SessionManifest,
 )
+from eventstore.session_ids import validate_session_id
 
 __all__ = [
     "ImportItem",

@@ -24,10 +24,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from eventstore.errors import (
-    InvalidSessionIdError,
     StorageError,
     UnsafePathError,
 )
+from eventstore.session_ids import MAX_SESSION_ID_BYTES, validate_session_id
 
 __all__ = [
     "MAX_SESSION_ID_BYTES",
@@ -42,7 +42,6 @@ __all__ = [
     "write_atomically",
 ]
 
-MAX_SESSION_ID_BYTES = 1024
 _ORDINARY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _VERBATIM_MAX = 128
 _BASE32_MAX = 150
@@ -54,27 +53,6 @@ LOCK_NAME = "log.lock"
 JOURNAL_NAME = "log.journal"  # durability="fsync" (eventstore.engines.file.journal)
 ARCHIVE_DIR = "archive"
 ID_FILE = "id"
-
-
-def validate_session_id(session_id: object) -> str:
-    """Return `session_id` if it is a usable id, else raise `InvalidSessionIdError`."""
-    if not isinstance(session_id, str):
-        raise InvalidSessionIdError(f"session id must be a str, got {type(session_id).__name__}")
-    if not session_id:
-        raise InvalidSessionIdError("session id must not be empty")
-    if "\x00" in session_id:
-        raise InvalidSessionIdError(f"session id {session_id!r} contains a NUL character")
-    try:
-        size = len(session_id.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidSessionIdError(
-            f"session id {session_id!r} is not encodable as UTF-8 (lone surrogate)"
-        ) from None
-    if size > MAX_SESSION_ID_BYTES:
-        raise InvalidSessionIdError(
-            f"session id is {size} bytes of UTF-8; the limit is {MAX_SESSION_ID_BYTES}"
-        )
-    return session_id
 
 
 def session_dir_name(session_id: str) -> str:
