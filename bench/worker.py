@@ -79,10 +79,8 @@ def _bare_decode(log: Path, runs: int = 5) -> dict[str, float]:
     the decoder eventstore uses for the bootstrap projection (other types stubbed)."""
     import msgspec
 
-    from eventstore.format.events import (
-        BUILTIN_EVENT_TYPES,
-        EventCodec,
-    )
+    from eventstore.format.codec import EventCodec
+    from eventstore.format.events import BUILTIN_EVENT_TYPES
     from projections import BootstrapProjection
 
     data = log.read_bytes()

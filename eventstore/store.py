@@ -34,21 +34,23 @@ from eventstore.errors import (
     InvalidArgumentError,
     InvalidRecordError,
 )
+from eventstore.format.codec import (
+    EventCodec,
+    NotAsStoredError,
+    validated_copy,
+)
 from eventstore.format.events import (
     ArchivePruned,
     CheckpointRecorded,
     Event,
-    EventCodec,
     FeatureListReplaced,
     FeaturePassUpdated,
     ManifestSet,
     MessagesAppended,
-    NotAsStoredError,
     ProgressAppended,
     Snapshot,
     Upcaster,
     event_tag,
-    validated_copy,
 )
 from eventstore.ops import history, lifecycle, paging
 from eventstore.records import (

@@ -41,7 +41,7 @@ from eventstore import (
 )
 from eventstore.aio import AsyncSessionStore
 from eventstore.core import fold_cache
-from eventstore.format.events import EventCodec
+from eventstore.format.codec import EventCodec
 from projections import StructProjection
 
 SID = "s"
@@ -183,7 +183,7 @@ def test_a_fold_cache_folded_with_other_upcasters_is_not_used(
     # a fingerprint is the same in another process (another hash seed: the set above)
     code = (
         "import sys; sys.path.insert(0, 'tests'); from test_attack_evolution import *;"
-        " from eventstore.format.events import EventCodec; c = EventCodec([TaskV2]);"
+        " from eventstore.format.codec import EventCodec; c = EventCodec([TaskV2]);"
         " c.register_upcaster(TaskV2, 1, upcaster_giving(1)); print(c.reading('task'))"
     )
     here = EventCodec([TaskV2])

@@ -39,16 +39,19 @@ from eventstore import (
 )
 from eventstore.aio import AsyncSessionStore
 from eventstore.errors import CorruptLogError
-from eventstore.format import events as events_module
 from eventstore.format import reader as log_module
-from eventstore.format.events import (
-    Event,
-    EventCodec,
-    MessagesAppended,
-    NotAsStoredError,
+from eventstore.format.chain import (
     line_hash,
     split_hash,
+)
+from eventstore.format.codec import (
+    EventCodec,
+    NotAsStoredError,
     validated_copy,
+)
+from eventstore.format.events import (
+    Event,
+    MessagesAppended,
 )
 from projections import StructProjection
 
@@ -413,20 +416,21 @@ def test_a_valid_message_changed_between_its_encode_and_its_check_is_not_refused
     compared. The message was valid at every instant: the append must store one
     picture of it (as the keyed path would), not refuse it with NotAsStoredError."""
     msg = Message(Role.ASSISTANT, "rich", blocks=[TextBlock("a")], metadata={"n": 1})
-    real = events_module._decode
+    real = EventCodec.read_back
     changed = [False]
 
-    def decode_after_a_change(body: bytes, type: Any) -> Any:
+    def decode_after_a_change(self: EventCodec, body: bytes, cls: type[Event]) -> Event:
         if not changed[0]:
             changed[0] = True
             msg.metadata["n"] = 2  # the other thread, between encode and compare
             msg.blocks.append(TextBlock("b"))
-        return real(body, type=type)
+        return real(self, body, cls)
 
     assert store.load_transcript_messages(SID) == []
-    monkeypatch.setattr(events_module, "_decode", decode_after_a_change)
+    monkeypatch.setattr(EventCodec, "read_back", decode_after_a_change)
     store.append_transcript_messages(SID, [msg])
-    monkeypatch.setattr(events_module, "_decode", real)
+    monkeypatch.setattr(EventCodec, "read_back", real)
+    assert changed == [True]  # the round trip ran, and the message changed before it
     warm = store.load_transcript_messages(SID)
     assert warm in (
         [Message(Role.ASSISTANT, "rich", blocks=[TextBlock("a")], metadata={"n": 1})],
@@ -623,7 +627,7 @@ def test_the_memory_engine_and_the_async_store_agree_after_compaction(tmp_path: 
 
 def test_changing_loaded_plain_messages_changes_no_other_message(root: Path) -> None:
     """The private copies of plain messages share one empty `blocks` list and one empty
-    `metadata` dict (`events._NO_BLOCKS`): a caller changing the messages a load gives it,
+    `metadata` dict (`codec._NO_BLOCKS`): a caller changing the messages a load gives it,
     by every way of loading, changes neither the store's state, nor the next load, nor
     the cache a cold load reads, nor the shared containers."""
     with SessionStore(root) as s:  # the creator: it keeps the transcript as it appends
@@ -635,7 +639,12 @@ def test_changing_loaded_plain_messages_changes_no_other_message(root: Path) -> 
             for m in page:
                 m.blocks.append(TextBlock("meddled"))
                 m.metadata["meddled"] = True
-        assert events_module._NO_BLOCKS == [] and events_module._NO_METADATA == {}
+        # the shared containers are still empty: the next plain message copied holds them
+        _, (stamped,), _ = EventCodec().encode_batch(
+            [MessagesAppended(messages=[Message(Role.USER, "next")])], 1, "", TS, None, check=True
+        )
+        shared = stamped.messages[0]  # type: ignore[attr-defined]
+        assert shared.blocks == [] and shared.metadata == {}
         again = s.load_transcript_messages(SID)
         assert all(not m.blocks and not m.metadata for m in again)
         assert [m.content for m in again] == ["p0", "a0", "p1", "a1", "p2", "a2"]

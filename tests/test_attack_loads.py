@@ -332,7 +332,7 @@ def test_a_compaction_vouching_late_after_others_appended_and_compacted(
 
 def _rehash(line: bytes, link: str) -> bytes:
     """`line` with its `h` made to check again (a forger's edit, or a bad tool's)."""
-    from eventstore.format.events import (
+    from eventstore.format.chain import (
         line_hash,
         split_hash,
     )

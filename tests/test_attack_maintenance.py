@@ -40,12 +40,14 @@ from eventstore.errors import (
     InvalidRecordError,
     UnsafePathError,
 )
+from eventstore.format.chain import (
+    line_hash,
+    split_hash,
+)
 from eventstore.format.events import (
     ArchivePruned,
     MessagesAppended,
     Snapshot,
-    line_hash,
-    split_hash,
 )
 from eventstore.ops import audit, lifecycle
 from eventstore.ops.export import export_session

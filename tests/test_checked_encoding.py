@@ -24,12 +24,14 @@ from eventstore import (
     SessionStore,
     TextBlock,
 )
-from eventstore.format.events import (
+from eventstore.format.codec import (
     EventCodec,
-    MessagesAppended,
     NotAsStoredError,
-    ProgressAppended,
     validated_copy,
+)
+from eventstore.format.events import (
+    MessagesAppended,
+    ProgressAppended,
 )
 
 SID = "s"
@@ -246,7 +248,7 @@ def test_one_round_trip_of_the_event_accepts_what_each_record_round_trip_accepts
 
 
 def test_the_plain_message_fast_path_knows_every_field_of_a_message() -> None:
-    """events._plain_copies judges a message field by field without a round trip: a
+    """codec._plain_copies judges a message field by field without a round trip: a
     field added to Message must be judged there too (or the round trip take it)."""
     assert Message.__struct_fields__ == (
         "role",
@@ -255,4 +257,4 @@ def test_the_plain_message_fast_path_knows_every_field_of_a_message() -> None:
         "blocks",
         "created_at",
         "metadata",
-    ), "Message changed: update eventstore.format.events._plain_copies"
+    ), "Message changed: update eventstore.format.codec._plain_copies"

@@ -39,13 +39,13 @@ from eventstore import (
     SessionManifest,
     Snapshot,
 )
-from eventstore.format.events import (
-    EventCodec,
-    LineHead,
+from eventstore.format.chain import (
     line_hash,
     link_of,
     split_hash,
 )
+from eventstore.format.codec import EventCodec
+from eventstore.format.events import LineHead
 from eventstore.format.reader import read_lines
 from eventstore.records import (
     BootstrapState,

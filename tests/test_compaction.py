@@ -45,7 +45,7 @@ from eventstore.engines.file.layout import (
     TMP_MARK,
     SessionPaths,
 )
-from eventstore.format.events import (
+from eventstore.format.chain import (
     line_hash,
     split_hash,
 )

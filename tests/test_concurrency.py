@@ -20,12 +20,14 @@ from eventstore import (
     Role,
     SessionStore,
 )
+from eventstore.format.chain import (
+    line_hash,
+    split_hash,
+)
 from eventstore.format.events import (
     Event,
     MessagesAppended,
     ProgressAppended,
-    line_hash,
-    split_hash,
 )
 from projections.base import StructProjection
 

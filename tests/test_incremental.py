@@ -22,7 +22,7 @@ from eventstore import (
     Role,
     SessionStore,
 )
-from eventstore.format.events import EventCodec
+from eventstore.format.codec import EventCodec
 from projections import (
     BootstrapProjection,
     TranscriptProjection,

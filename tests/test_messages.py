@@ -33,7 +33,7 @@ from eventstore.cli.transcript_text import (
     describe_block,
     describe_message,
 )
-from eventstore.format.events import EventCodec
+from eventstore.format.codec import EventCodec
 from eventstore.records import text_of
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -347,10 +347,8 @@ def test_messages_and_blocks_are_not_tracked_by_the_cyclic_gc(tmp_path: Path) ->
     assert not any(gc.is_tracked(m) for m in loaded)
     assert not any(gc.is_tracked(b) for b in loaded[1].blocks)
     # nor do the events a load decodes them from
-    from eventstore.format.events import (
-        EventCodec,
-        MessagesAppended,
-    )
+    from eventstore.format.codec import EventCodec
+    from eventstore.format.events import MessagesAppended
 
     line = msgspec.json.encode(MessagesAppended(messages=[rich], seq=1, h="0" * 16))
     (ev,) = EventCodec().decoder(frozenset({"messages_appended"})).decode_lines(line + b"\n")

@@ -40,13 +40,15 @@ from eventstore.engines.base import (
     History,
 )
 from eventstore.errors import StorageError
+from eventstore.format.chain import (
+    line_hash,
+    split_hash,
+)
+from eventstore.format.codec import EventCodec
 from eventstore.format.events import (
-    EventCodec,
     LineHead,
     ProgressAppended,
     Snapshot,
-    line_hash,
-    split_hash,
 )
 
 REPO = Path(__file__).resolve().parent.parent

@@ -25,10 +25,8 @@ from eventstore.errors import (
     SnapshotVersionError,
 )
 from eventstore.format import reader as log_module
-from eventstore.format.events import (
-    EventCodec,
-    MessagesAppended,
-)
+from eventstore.format.codec import EventCodec
+from eventstore.format.events import MessagesAppended
 from eventstore.records import (
     BootstrapState,
     Message,

@@ -17,7 +17,7 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.engines.file.layout import SessionPaths
-from eventstore.format.events import EventCodec
+from eventstore.format.codec import EventCodec
 from projections import (
     BootstrapProjection,
     TranscriptProjection,

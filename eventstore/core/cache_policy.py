@@ -17,7 +17,7 @@ from eventstore.core import checked_prefix, fold_cache
 from eventstore.core.sessions import Fold, SessionState
 from eventstore.core.tuning import Tuning
 from eventstore.engines.base import EMPTY_HEAD, CachingEngine, Engine, Head
-from eventstore.format.events import EventCodec
+from eventstore.format.codec import EventCodec
 from projections import Projection
 
 __all__ = ["CachePolicy"]

@@ -20,7 +20,7 @@ from eventstore.core.sessions import Fold, SessionState
 from eventstore.core.side_thread import SideThread, start_side_thread
 from eventstore.core.tuning import Tuning
 from eventstore.engines.base import EMPTY_HEAD, Engine, ReadResult
-from eventstore.format.events import EventCodec
+from eventstore.format.codec import EventCodec
 from eventstore.format.reader import read_lines
 from projections import Projection
 

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from eventstore.core.segments import pruned_start, read_segment
 from eventstore.errors import CorruptLogError, SnapshotVersionError
-from eventstore.format.events import Event, EventCodec, Snapshot
+from eventstore.format.codec import EventCodec
+from eventstore.format.events import Event, Snapshot
 from projections import Projection, fold
 
 if TYPE_CHECKING:

@@ -11,7 +11,9 @@ import msgspec
 
 from eventstore.engines.base import History, Segment
 from eventstore.errors import CorruptLogError
-from eventstore.format.events import SNAPSHOT_OPEN, ArchivePruned, Event, EventCodec
+from eventstore.format.chain import SNAPSHOT_OPEN
+from eventstore.format.codec import EventCodec
+from eventstore.format.events import ArchivePruned, Event
 from eventstore.format.reader import Lines, read_lines
 
 __all__ = [

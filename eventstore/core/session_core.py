@@ -41,7 +41,8 @@ from eventstore.errors import (
     StoreClosedError,
     UnknownProjectionError,
 )
-from eventstore.format.events import Event, EventCodec
+from eventstore.format.codec import EventCodec
+from eventstore.format.events import Event
 from eventstore.session_ids import validate_session_id
 from projections import (
     BootstrapProjection,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from eventstore.errors import InvalidRecordError
-from eventstore.format.events import validated_copy
+from eventstore.format.codec import validated_copy
 from eventstore.records import FeatureRecord, SessionManifest
 from eventstore.session_ids import validate_session_id
 

@@ -64,12 +64,12 @@ from eventstore.engines.base import (
     PruningEngine,
     RangedEngine,
 )
+from eventstore.format.chain import hash_checks
+from eventstore.format.codec import EventCodec
 from eventstore.format.events import (
-    EventCodec,
     LineHead,
     ProgressAppended,
     Snapshot,
-    hash_checks,
 )
 from eventstore.records import ProgressEntry
 

@@ -4,7 +4,7 @@ problem does.
 Every reader of log lines goes through `read_lines` (loads, history, verify, repair,
 follow, compaction). It checks, per line: it decodes (exactly, upcasting old versions;
 an unknown type is kept verbatim), it ends with its `h` and `h` is the hash of the line
-chained to the previous line's link (see `eventstore.format.events`), sequence numbers are
+chained to the previous line's link (see `eventstore.format.chain`), sequence numbers are
 contiguous, a snapshot opens a log or not at all, and batches are whole. What happens
 at a problem is the reporter's choice (LevelDB's log reader is the model):
 
@@ -36,13 +36,9 @@ from typing import Literal
 import msgspec
 
 from eventstore.errors import CorruptLogError
-from eventstore.format.events import (
+from eventstore.format.chain import (
     SNAPSHOT_OPEN,
     STATES_OPEN,
-    Event,
-    EventCodec,
-    Snapshot,
-    UnknownEvent,
     damaged_newline,
     find_snapshot_head,
     hash_checks,
@@ -50,6 +46,12 @@ from eventstore.format.events import (
     link_of,
     split_hash,
     states_end,
+)
+from eventstore.format.codec import EventCodec
+from eventstore.format.events import (
+    Event,
+    Snapshot,
+    UnknownEvent,
 )
 
 __all__ = [

@@ -49,10 +49,10 @@ from eventstore.errors import (
     EventStoreError,
     InvalidRecordError,
 )
+from eventstore.format.codec import validated_copy
 from eventstore.format.events import (
     Event,
     MessagesAppended,
-    validated_copy,
 )
 from eventstore.ops.follow import poll_interval_of
 from eventstore.records import (

@@ -33,10 +33,10 @@ from eventstore.core.folding import fold_events
 from eventstore.core.segments import pruning_records
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.engines.base import Head, HeadMovedError, ReadResult
+from eventstore.format.codec import EventCodec
 from eventstore.format.events import (
     ArchivePruned,
     Event,
-    EventCodec,
     Snapshot,
     UnknownEvent,
 )

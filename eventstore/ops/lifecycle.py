@@ -31,11 +31,11 @@ from eventstore.errors import (
     InvalidArgumentError,
     UnsupportedError,
 )
+from eventstore.format.chain import hash_checks
 from eventstore.format.events import (
     ArchivePruned,
     LineHead,
     Snapshot,
-    hash_checks,
 )
 from eventstore.ops.history import first_kept_seq, read_events
 

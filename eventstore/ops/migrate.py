@@ -32,10 +32,8 @@ from eventstore.engines.base import (
     Engine,
 )
 from eventstore.errors import EventStoreError
-from eventstore.format.events import (
-    LineHead,
-    split_hash,
-)
+from eventstore.format.chain import split_hash
+from eventstore.format.events import LineHead
 
 __all__ = [
     "MigrationError",

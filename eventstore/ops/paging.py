@@ -37,14 +37,16 @@ import msgspec
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.engines.base import RangedEngine
 from eventstore.errors import InvalidRecordError
-from eventstore.format.events import (
+from eventstore.format.chain import (
     HASH_SUFFIX_LEN,
     SNAPSHOT_OPEN,
-    EventCodec,
-    MessagesAppended,
-    SnapshotHead,
     find_snapshot_head,
     hash_checks,
+)
+from eventstore.format.codec import EventCodec
+from eventstore.format.events import (
+    MessagesAppended,
+    SnapshotHead,
 )
 from eventstore.records import Message
 from projections.transcript import copy_message

@@ -35,13 +35,15 @@ from eventstore.errors import (
     HistoryUnavailableError,
     UnknownSessionError,
 )
-from eventstore.format.events import (
+from eventstore.format.chain import (
     SNAPSHOT_OPEN,
+    link_of,
+)
+from eventstore.format.events import (
     Event,
     LineHead,
     Snapshot,
     UnknownEvent,
-    link_of,
 )
 from eventstore.format.reader import (
     Prefix,

@@ -39,13 +39,15 @@ from eventstore.errors import (
     EventStoreError,
     SnapshotVersionError,
 )
-from eventstore.format.events import (
+from eventstore.format.chain import (
     SNAPSHOT_OPEN,
+    line_hash,
+    split_hash,
+)
+from eventstore.format.events import (
     Event,
     LineHead,
     Snapshot,
-    line_hash,
-    split_hash,
 )
 from eventstore.format.reader import (
     Collecting,

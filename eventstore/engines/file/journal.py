@@ -52,10 +52,8 @@ from eventstore.engines.file.layout import (
     write_all,
 )
 from eventstore.errors import StorageError
-from eventstore.format.events import (
-    LineHead,
-    hash_checks,
-)
+from eventstore.format.chain import hash_checks
+from eventstore.format.events import LineHead
 
 __all__ = [
     "DATA_AT",

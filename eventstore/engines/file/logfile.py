@@ -16,11 +16,13 @@ import msgspec
 from eventstore.engines.base import Head, Position
 from eventstore.engines.file.layout import open_private, pread_all
 from eventstore.errors import CorruptLogError, EventStoreError, StorageError
-from eventstore.format.events import (
+from eventstore.format.chain import (
     HASH_SUFFIX_LEN,
+    find_snapshot_head,
+)
+from eventstore.format.events import (
     LineHead,
     SnapshotHead,
-    find_snapshot_head,
 )
 
 __all__ = [

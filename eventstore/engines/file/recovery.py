@@ -46,7 +46,7 @@ from eventstore.engines.file.logfile import (
 )
 from eventstore.engines.file.snapshot import ARCHIVE_NAME, PENDING, archive_names
 from eventstore.errors import CorruptLogError
-from eventstore.format.events import HASH_SUFFIX_LEN, SNAPSHOT_OPEN, damaged_newline
+from eventstore.format.chain import HASH_SUFFIX_LEN, SNAPSHOT_OPEN, damaged_newline
 
 __all__ = [
     "FileRepairHold",

@@ -67,10 +67,8 @@ from eventstore.errors import (
     CorruptLogError,
     StorageError,
 )
-from eventstore.format.events import (
-    LineHead,
-    split_hash,
-)
+from eventstore.format.chain import split_hash
+from eventstore.format.events import LineHead
 
 try:
     import psycopg

@@ -1,0 +1,444 @@
+"""The one line codec: events to log lines and back, for one set of event types.
+
+`EventCodec.encode_batch` stamps a batch of events (sequence numbers, time, idempotency
+key, version) and encodes each as one line closed by its hash (`eventstore.format.chain`).
+Every line but the last of a multi-event append carries `more` (how many lines of its
+batch follow); a line with `more` absent (0) closes a batch, and lines after the last
+closing line are a torn batch. Decoding is by the types a caller needs (the others
+become bare envelopes), upcasting lines written at an older version of their type, and
+keeping a line of an unknown type verbatim (`UnknownEvent`).
+
+Also here: what makes a value storable as given (`validated_copy`, `NotAsStoredError`):
+nothing is stored that would read back different.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import types
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import msgspec
+
+from eventstore.errors import CorruptLogError, InvalidRecordError
+from eventstore.format.chain import link_of, locate_states
+from eventstore.format.events import (
+    BUILTIN_EVENT_TYPES,
+    Event,
+    LineHead,
+    MessagesAppended,
+    Snapshot,
+    UnknownEvent,
+    Upcaster,
+    event_tag,
+)
+from eventstore.records import Message, Role
+
+__all__ = ["EventCodec", "NotAsStoredError", "validated_copy"]
+
+# the envelope of a line (beside `v`, which `upcast` sets to the version it reaches)
+_ENVELOPE_FIELDS = ("type", "seq", "ts", "more", "key", "h")
+
+_T = TypeVar("_T")
+_json_encoder = msgspec.json.Encoder()
+_blake2b = hashlib.blake2b
+_replace = msgspec.structs.replace
+
+
+class NotAsStoredError(InvalidRecordError):
+    """An event given to `EventCodec.encode_batch(check=True)` would not read back equal
+    (or cannot be encoded). The store runs `validated_copy` on its records, which names
+    the field, and raises that instead."""
+
+
+def validated_copy(value: object, cls: type[_T], what: str) -> _T:
+    """A private deep copy of `value` as it will read back from the log.
+
+    Raises InvalidRecordError if `value` is not a `cls`, a field has the wrong type, or
+    the value would not read back equal (a str where an enum belongs, bytes where text
+    belongs, a UTC offset with seconds, which JSON timestamps cannot carry): nothing is
+    ever stored that would come back different.
+    """
+    if not isinstance(value, cls):
+        raise InvalidRecordError(f"{what} must be a {cls.__name__}, got {type(value).__name__}")
+    try:
+        copy = msgspec.json.decode(_json_encoder.encode(value), type=cls)
+    except (msgspec.ValidationError, msgspec.EncodeError, TypeError) as exc:
+        raise InvalidRecordError(f"invalid {what}: {exc}") from None
+    except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 line can carry it
+        raise InvalidRecordError(
+            f"invalid {what}: {exc.object[exc.start : exc.end]!r} in {exc.object!r} is not"
+            " encodable as UTF-8 (lone surrogate)"
+        ) from None
+    if copy != value:
+        where, given, stored = _first_difference(value, copy, what)
+        raise InvalidRecordError(
+            f"invalid {where}: {given!r} ({type(given).__name__}) would read back as"
+            f" {stored!r}; give the declared type"
+        )
+    return copy
+
+
+# The empty `blocks` and `metadata` of every plain message's private copy: shared, and
+# never changed. Stored states are handed out only as copies (`copy_message` gives each
+# its own empty ones), so a copy costs one object, and a transcript kept in memory holds
+# nothing the cyclic collector walks (an empty list is tracked, a Message is not).
+_NO_BLOCKS: list[Any] = []
+_NO_METADATA: dict[str, Any] = {}
+
+
+def _plain_copies(ev: Event) -> list[Message] | None:
+    """Private copies of the event's messages when every one is plain text (a `Role`,
+    exact `str` content and name, an empty list and dict, nothing else), else None.
+    Such a message reads back equal whenever it encodes (a lone surrogate does not), so
+    it needs no round trip: a copy holding the shared empty containers is the private
+    copy. The fast case of `encode_batch(check=True)`; the round trip judges every
+    other message."""
+    copies = []
+    for m in ev.messages:  # type: ignore[attr-defined]
+        if (
+            type(m) is not Message
+            or type(m.role) is not Role
+            or type(m.content) is not str
+            or (m.name is not None and type(m.name) is not str)
+            or m.created_at is not None
+            or type(m.blocks) is not list
+            or m.blocks
+            or type(m.metadata) is not dict
+            or m.metadata
+        ):
+            return None
+        copies.append(_replace(m, blocks=_NO_BLOCKS, metadata=_NO_METADATA))
+    return copies
+
+
+def _first_difference(given: Any, stored: Any, path: str) -> tuple[str, Any, Any]:
+    """The path of the first value that differs between `given` and its round trip."""
+    if isinstance(given, msgspec.Struct) and type(given) is type(stored):
+        for name in given.__struct_fields__:
+            a, b = getattr(given, name), getattr(stored, name)
+            if a != b or type(a) is not type(b):
+                return _first_difference(a, b, f"{path}.{name}")
+    elif isinstance(given, (list, tuple)) and isinstance(stored, (list, tuple)):
+        for i, (a, b) in enumerate(zip(given, stored, strict=False)):
+            if a != b or type(a) is not type(b):
+                return _first_difference(a, b, f"{path}[{i}]")
+    elif isinstance(given, dict) and isinstance(stored, dict):
+        for k in given:
+            if k in stored and (given[k] != stored[k] or type(given[k]) is not type(stored[k])):
+                return _first_difference(given[k], stored[k], f"{path}[{k!r}]")
+    return path, given, stored
+
+
+def _fingerprint(fn: Upcaster) -> str:
+    """What an upcaster does, as far as its code tells: its name, its bytecode and
+    constants (nested functions too), and the values its defaults and closure hold. A
+    callable that is not a function (a partial, an object) gets one of its own per
+    process: a fold cache is then never shared, which costs time, never a wrong state."""
+    code = getattr(fn, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return f"{type(fn).__qualname__}@{id(fn):x}"
+    digest = hashlib.sha256(f"{fn.__module__}.{fn.__qualname__}".encode())
+
+    def add(c: types.CodeType) -> None:
+        digest.update(c.co_code)
+        digest.update(repr(c.co_names).encode())
+        for const in c.co_consts:
+            if isinstance(const, types.CodeType):
+                add(const)
+            elif isinstance(const, frozenset):  # (`x in {...}`): its order is per process
+                digest.update(repr(sorted(map(repr, const))).encode())
+            else:
+                digest.update(repr(const).encode())
+
+    add(code)
+    cells = tuple(c.cell_contents for c in getattr(fn, "__closure__", None) or ())
+    state = (getattr(fn, "__defaults__", None), getattr(fn, "__kwdefaults__", None), cells)
+    digest.update(repr(state).encode("utf-8", "backslashreplace"))
+    return digest.hexdigest()[:16]
+
+
+class EventCodec:
+    """Encodes and decodes log lines for one set of event types.
+
+    Decoders are built per set of needed types: types a projection does not need are
+    decoded as bare envelopes, so their payloads are parsed but never materialized.
+    """
+
+    def __init__(self, event_types: Iterable[type[Event]] = ()) -> None:
+        types: dict[str, type[Event]] = {}
+        for cls in (*BUILTIN_EVENT_TYPES, *event_types):
+            if not (isinstance(cls, type) and issubclass(cls, Event)):
+                raise InvalidRecordError(f"{cls!r} is not an Event subclass")
+            tag = event_tag(cls)
+            if tag in types and types[tag] is not cls:
+                raise InvalidRecordError(f"two event types share the tag {tag!r}")
+            types[tag] = cls
+        self.types = types
+        self._upcasters: dict[tuple[str, int], Upcaster] = {}
+        self._encoder = msgspec.json.Encoder()
+        self._decoders: dict[frozenset[str] | None, msgspec.json.Decoder[Event]] = {}
+        self._stubs: dict[str, type[Event]] = {}
+        self.head_decoder = msgspec.json.Decoder(LineHead)
+        self._dict_decoder = msgspec.json.Decoder(dict[str, Any])
+
+    # -- schema evolution -------------------------------------------------------------
+
+    def register_upcaster(self, cls: type[Event], from_version: int, fn: Upcaster) -> None:
+        """Register `fn` to turn a payload of `cls` at `from_version` into `from_version + 1`."""
+        if from_version >= cls.VERSION:
+            raise InvalidRecordError(
+                f"{cls.__name__} is at version {cls.VERSION}; an upcaster from"
+                f" version {from_version} would never run"
+            )
+        self._upcasters[(event_tag(cls), from_version)] = fn
+
+    def reading(self, tag: str) -> str:
+        """How this codec reads events of `tag`: the tag itself for a type at version 1,
+        else also its version and a fingerprint of each upcaster it runs. Two codecs
+        with the same reading decode a line of that type to the same event (a fold
+        cache is keyed by it: eventstore.core.fold_cache.known_types)."""
+        cls = self.types[tag]
+        if cls.VERSION == 1:
+            return tag
+        steps = [
+            f"{v}:{_fingerprint(fn)}" if fn is not None else f"{v}:-"
+            for v in range(1, cls.VERSION)
+            for fn in (self._upcasters.get((tag, v)),)
+        ]
+        return f"{tag} v{cls.VERSION} " + " ".join(steps)
+
+    def upcast(self, data: dict[str, Any], offset: int, path: object) -> Event:
+        """Bring a decoded line (a dict) to its type's current version and convert it."""
+        tag = data.get("type")
+        cls = self.types.get(tag) if isinstance(tag, str) else None
+        if cls is None:
+            raise KeyError(tag)
+        version = data.get("v", 1)
+        seq = data.get("seq")
+        if not isinstance(version, int):
+            raise CorruptLogError(path, offset, seq, "version is not an integer")
+        # the envelope is the line's, checked by the hash chain: an upcaster turns the
+        # payload only (one that builds a new dict of payload fields drops the envelope,
+        # one that sets `seq` or `key` would forge it), so it is put back after
+        envelope = {k: data[k] for k in _ENVELOPE_FIELDS if k in data}
+        while version < cls.VERSION:
+            fn = self._upcasters.get((event_tag(cls), version))
+            if fn is None:
+                raise CorruptLogError(
+                    path,
+                    offset,
+                    seq,
+                    f"{tag} version {version} needs an upcaster to version {cls.VERSION}",
+                )
+            try:
+                out: object = fn(dict(data))
+            except Exception as exc:  # a user's function: its error names no line
+                raise CorruptLogError(
+                    path,
+                    offset,
+                    seq,
+                    f"the upcaster of {tag} from version {version} raised {exc!r}",
+                ) from exc
+            if not isinstance(out, dict):
+                raise CorruptLogError(
+                    path,
+                    offset,
+                    seq,
+                    f"the upcaster of {tag} from version {version} returned a"
+                    f" {type(out).__name__}, not a dict",
+                )
+            data = out
+            version += 1
+        if version > cls.VERSION:
+            raise CorruptLogError(
+                path,
+                offset,
+                seq,
+                f"{tag} version {version} is newer than this reader's {cls.VERSION}",
+            )
+        for k in _ENVELOPE_FIELDS:
+            data.pop(k, None)
+        data.update(envelope)
+        data["v"] = cls.VERSION
+        try:
+            return msgspec.convert(data, cls)
+        except msgspec.ValidationError as exc:
+            raise CorruptLogError(path, offset, seq, f"bad {tag}: {exc}") from None
+
+    # -- decoding ---------------------------------------------------------------------
+
+    def decoder(self, needed: frozenset[str] | None = None) -> msgspec.json.Decoder[Event]:
+        """A `decode_lines` decoder for the tags in `needed` (None: every type).
+
+        Snapshots are always decoded in full; other types outside `needed` become stubs.
+        """
+        key = None if needed is None else frozenset(needed | {"snapshot"})
+        dec = self._decoders.get(key)
+        if dec is None:
+            members: list[type[Event]] = []
+            for tag, cls in self.types.items():
+                members.append(cls if key is None or tag in key else self._stub(tag))
+            union = members[0]
+            for m in members[1:]:
+                union = union | m  # type: ignore[assignment]
+            dec = msgspec.json.Decoder(union)
+            self._decoders[key] = dec
+        return dec
+
+    def _stub(self, tag: str) -> type[Event]:
+        stub = self._stubs.get(tag)
+        if stub is None:
+            # same VERSION as the real type, so only a truly old line takes the slow path
+            made: type[Event] = msgspec.defstruct(  # type: ignore[assignment]
+                f"Skipped_{tag}",
+                [],
+                bases=(Event,),
+                tag=tag,
+                kw_only=True,
+                omit_defaults=True,
+                namespace={"VERSION": self.types[tag].VERSION, "SKIPPED": True},
+            )
+            stub = self._stubs[tag] = made
+        return stub
+
+    def decode_line(self, line: bytes, offset: int, path: object) -> Event:
+        """Decode one line (no newline) slowly but exactly; for error paths and `verify`."""
+        try:
+            head = self.head_decoder.decode(line)
+        except msgspec.ValidationError as exc:
+            raise CorruptLogError(
+                path, offset, None, f"not an event (an object with 'type' and 'seq'): {exc}"
+            ) from None
+        except msgspec.DecodeError as exc:
+            raise CorruptLogError(path, offset, None, f"not JSON: {exc}") from None
+        cls = self.types.get(head.type)
+        if cls is None:
+            try:  # kept verbatim (e.g. in a snapshot), so the whole line must be valid JSON
+                self._dict_decoder.decode(line)
+            except msgspec.DecodeError as exc:
+                raise CorruptLogError(path, offset, head.seq, f"bad {head.type}: {exc}") from None
+            return UnknownEvent(
+                seq=head.seq,
+                ts=head.ts,
+                more=head.more,
+                key=head.key,
+                h=head.h,
+                type_name=head.type,
+                raw=line,
+            )
+        if head.v == cls.VERSION:
+            try:
+                return msgspec.json.decode(line, type=cls)
+            except msgspec.DecodeError as exc:  # also invalid UTF-8 the envelope skipped over
+                raise CorruptLogError(path, offset, head.seq, f"bad {head.type}: {exc}") from None
+        # an older version: only now is the line needed as a dict, for the upcasters
+        try:
+            data = self._dict_decoder.decode(line)
+        except msgspec.DecodeError as exc:
+            raise CorruptLogError(path, offset, head.seq, f"bad {head.type}: {exc}") from None
+        return self.upcast(data, offset, path)
+
+    # -- encoding ---------------------------------------------------------------------
+
+    def check(self, event: object) -> Event:
+        """A validated private deep copy of `event`; InvalidRecordError for what is not a
+        registered, well-formed event. Runs before anything is written."""
+        if isinstance(event, UnknownEvent) or not isinstance(event, Event):
+            raise InvalidRecordError(f"expected an Event, got {type(event).__name__}")
+        tag = event_tag(type(event))
+        if self.types.get(tag) is not type(event):
+            raise InvalidRecordError(
+                f"event type {type(event).__name__} ({tag!r}) is not registered with this store"
+            )
+        return validated_copy(event, type(event), f"{tag} event")
+
+    def encode_batch(
+        self,
+        events: Sequence[Event],
+        first_seq: int,
+        link: str,
+        ts: datetime,
+        key: str | None,
+        *,
+        check: bool = False,
+    ) -> tuple[bytes, list[Event], str]:
+        """Stamp `events` as one batch and encode it; returns (bytes, stamped, new link).
+
+        `check`: the events are the caller's, unvalidated; each stamped event returned is
+        then decoded from its own line (a private copy, as it reads back; plain text
+        messages are copied instead, see `_plain_copies`), and `NotAsStoredError` is
+        raised, before anything is returned, if one would not read back equal or cannot
+        be encoded. `validated_copy` of each record finds the same, and names the field.
+        """
+        # the append hot path: each event encoded once, its hash over the encoded body
+        # (h omitted, see `line_hash`), the line's bytes joined once at the end
+        parts: list[bytes] = []
+        stamped: list[Event] = []
+        encode = self._encoder.encode
+        last = len(events) - 1
+        for i, ev in enumerate(events):
+            ev = _replace(
+                ev,
+                seq=first_seq + i,
+                ts=ts,
+                more=last - i,
+                key=key if i == 0 else None,
+                v=type(ev).VERSION,
+                h="",
+            )
+            if check:
+                # one round trip of the whole event does what validated_copy does per
+                # record (a record would read back equal iff the event holding it does)
+                plain = _plain_copies(ev) if type(ev) is MessagesAppended else None
+                if plain is not None:
+                    # the private copies themselves are encoded (nothing a caller can
+                    # change meanwhile): what is folded is what the line holds
+                    ev.messages = plain  # type: ignore[attr-defined]  # (_replace's own)
+                try:
+                    body = encode(ev)
+                    copy = ev if plain is not None else self.read_back(body, type(ev))
+                except (msgspec.MsgspecError, TypeError, UnicodeEncodeError) as exc:
+                    raise NotAsStoredError(str(exc)) from exc
+                if copy is not ev:
+                    if copy != ev:
+                        raise NotAsStoredError(f"{type(ev).__name__} would not read back equal")
+                    ev = copy
+            else:
+                body = encode(ev)
+            digest = _blake2b(link.encode(), digest_size=8)
+            digest.update(body)
+            h = digest.hexdigest()
+            parts.append(body[:-1])
+            parts.append(b',"h":"' + h.encode() + b'"}\n')
+            ev.h = h
+            link = link_of(ev)
+            stamped.append(ev)
+        return b"".join(parts), stamped, link
+
+    def read_back(self, body: bytes, cls: type[Event]) -> Event:
+        """`body` (an event's JSON) decoded as `cls`: the round trip `encode_batch(check=True)`
+        compares each event with. A seam: a test replaces it to change an event between
+        its encoding and its check, as another thread could."""
+        return msgspec.json.decode(body, type=cls)
+
+    def encode_snapshot(
+        self, snap: Snapshot, seq: int, link: str, ts: datetime
+    ) -> tuple[bytes, Snapshot]:
+        """Encode a snapshot line whose `length` and `layout` describe the line itself."""
+        layout: dict[str, tuple[int, int]] = {}
+        length = 0
+        for _ in range(8):  # offsets shift only when a number gains a digit: this converges
+            trial = msgspec.structs.replace(snap, layout=layout, length=length)
+            data, stamped, _ = self.encode_batch([trial], seq, link, ts, None)
+            found = locate_states(data, snap.states)
+            if found == layout and len(data) - 1 == length:
+                return data, stamped[0]  # type: ignore[return-value]
+            layout, length = found, len(data) - 1
+        raise AssertionError("snapshot layout did not converge")
+
+    def encode_unhashed(self, event: Event) -> bytes:
+        """The JSON of one event as given (no stamping); for export and snapshots."""
+        return self._encoder.encode(event)
