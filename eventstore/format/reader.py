@@ -1,19 +1,20 @@
-"""The one line reader: log bytes -> checked events, with a reporter deciding what a
-problem does.
+"""The batch level of the one line reader: log bytes -> checked events, with a reporter
+deciding what a problem does.
 
 Every reader of log lines goes through `read_lines` (loads, history, verify, repair,
-follow, compaction). It checks, per line: it decodes (exactly, upcasting old versions;
-an unknown type is kept verbatim), it ends with its `h` and `h` is the hash of the line
-chained to the previous line's link (see `eventstore.format.chain`), sequence numbers are
-contiguous, a snapshot opens a log or not at all, and batches are whole. What happens
-at a problem is the reporter's choice (LevelDB's log reader is the model):
+follow, compaction). Each line is checked on its own by the line level
+(`eventstore.format.lines`: it decodes, exactly, upcasting old versions and keeping an
+unknown type verbatim; it ends with its `h`, and `h` is the hash of the line chained to
+the previous line's link, see `eventstore.format.chain`); here, across lines: sequence
+numbers are contiguous, a snapshot opens a log or not at all, and batches are whole.
+What happens at a problem is the reporter's choice (LevelDB's log reader is the model):
 
 - `STRICT` (loads, history reads): the first error raises `CorruptLogError` naming the
   log, the byte offset and the sequence number; warnings (an unknown type, a blank line,
   a torn tail) are not errors.
 - `Collecting` (verify): every problem is recorded as a `Problem`, and reading goes on.
-- `Prefix` (repair): reading stops at the first error; the result covers the complete
-  batches before it.
+- `PrefixReporter` (repair): reading stops at the first error; the result covers the
+  complete batches before it.
 
 Lines after the last complete batch (a partial last line, a batch without its closing
 line) are a torn tail: never returned as events, reported as a warning. A partial last
@@ -27,7 +28,6 @@ which finds and reports the problem, when anything is irregular.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
@@ -41,10 +41,7 @@ from eventstore.format.chain import (
     STATES_OPEN,
     damaged_newline,
     find_snapshot_head,
-    hash_checks,
-    line_hash,
     link_of,
-    split_hash,
     states_end,
 )
 from eventstore.format.codec import EventCodec
@@ -53,12 +50,19 @@ from eventstore.format.events import (
     Snapshot,
     UnknownEvent,
 )
+from eventstore.format.lines import (
+    CheckedLine,
+    chain_checks,
+    check_line,
+    envelope_guess,
+    split_lines,
+)
 
 __all__ = [
     "STRICT",
     "Collecting",
     "Lines",
-    "Prefix",
+    "PrefixReporter",
     "Problem",
     "Reporter",
     "Severity",
@@ -119,7 +123,7 @@ class Collecting(Reporter):
         self.problems.append(problem)
 
 
-class Prefix(Reporter):
+class PrefixReporter(Reporter):
     """Stop at the first error and remember it (repair); warnings are recorded too."""
 
     stops = True
@@ -142,7 +146,7 @@ class Lines:
 
     `events`: the events of complete batches read without error, in order. `raw`: their
     lines (without newline), when asked for. `end`: the bytes of the buffer those batches
-    occupy (a torn tail, and with `Prefix` everything from the first error, lie after it).
+    occupy (a torn tail, and with `PrefixReporter` everything from the first error, lie after it).
     `seq`, `link`, `h`: of the last of them (the values given when there is none).
     `hashes`/`links`: each read line's `h` and the link the next line chains to, by seq
     (when asked for: verify compares them across files).
@@ -158,12 +162,9 @@ class Lines:
     links: dict[int, str] = field(default_factory=dict)
 
 
-_blake2b = hashlib.blake2b
 _get_seq = attrgetter("seq")
 _get_more = attrgetter("more")
 _get_v = attrgetter("v")
-_get_h = attrgetter("h")
-_dict_decoder = msgspec.json.Decoder(dict[str, object])
 
 
 def read_lines(
@@ -267,7 +268,7 @@ def _read_regular(
     commit = n
     while commit and mores[commit - 1]:
         commit -= 1  # a torn batch at the end
-    if lines is not None and not hashes_checked and not _chain_checks(lines, events, first, link):
+    if lines is not None and not hashes_checked and not chain_checks(lines, events, first, link):
         return None
     if commit < n:
         del events[commit:]
@@ -322,30 +323,6 @@ _HEADER_MAX = 16 << 10  # a snapshot's header (envelope, length, layout) is far 
 _OPEN = len(SNAPSHOT_OPEN)
 
 
-def _chain_checks(lines: list[bytes], events: list[Event], first: int, link: str) -> bool:
-    """Whether every line ends with its `h` and each `h` chains its line to the one
-    before: h = blake2b(link of the line before + the line up to `,"h":"` + "}"). An
-    opening snapshot (`first`) chains to its own base_h, and so does the line after it."""
-    hs = list(map(_get_h, events))
-    if first:
-        prev = events[0].base_h.encode()  # type: ignore[attr-defined]
-        if not hash_checks(prev, lines[0], hs[0]):
-            return False
-    else:
-        prev = link.encode()
-    for line, h in zip(lines[first:], hs[first:], strict=True):
-        # inlined hash_checks: this loop is the cost of checking on every load
-        if line[-24:-18] != b',"h":"':
-            return False
-        digest = _blake2b(prev, digest_size=8)
-        digest.update(memoryview(line)[:-24])  # the body, not copied
-        digest.update(b"}")
-        if digest.hexdigest() != h:
-            return False
-        prev = line[-18:-2]
-    return True
-
-
 def _read_careful(
     buf: bytes,
     codec: EventCodec,
@@ -359,22 +336,53 @@ def _read_careful(
     keep_links: bool,
 ) -> Lines:
     """Line by line, every check, every problem to the reporter."""
-    events: list[Event] = []
-    raw: list[bytes] = []
-    hashes: dict[int, str] = {}
-    links: dict[int, str] = {}
-    # what the last closing line left: the result when what follows is torn or bad
-    c_events = c_raw = c_end = 0
-    c_seq, c_link, c_h = seq, link, ""
-    prev_seq = seq
-    more = 0
-    batch_start = 0
-    stopped = False
-    pos = 0
-    n = len(buf)
-    errors = 0
+    batches = _Batches(where, offset, seq, link, reporter, keep_raw, keep_links)
+    for off, line, complete in split_lines(buf):
+        if not complete:
+            batches.tail(off, line)
+            break
+        if not line.strip():
+            batches.blank(off, off + len(line) + 1)
+            continue
+        checked = check_line(codec, decoder, line, offset + off, where, batches.link)
+        if not batches.take(off, line, checked):
+            break
+    return batches.result()
+
+
+class _Batches:
+    """The careful reading's batch level: the lines the line level checked, taken in
+    order, against the sequence, the batches and a snapshot's place; every problem to
+    the reporter. What the last closing line left (`c_*`) is the result when what
+    follows is torn or bad."""
+
+    def __init__(
+        self,
+        where: str,
+        offset: int,
+        seq: int | None,
+        link: str | None,
+        reporter: Reporter,
+        keep_raw: bool,
+        keep_links: bool,
+    ) -> None:
+        self.where, self.offset, self.reporter = where, offset, reporter
+        self.keep_raw, self.keep_links = keep_raw, keep_links
+        self.link = link  # what the next line chains to (None: unknown)
+        self.prev_seq = seq
+        self.more = 0  # the `more` of the line before: lines of its batch still to come
+        self.batch_start = 0
+        self.stopped = False
+        self.errors = 0
+        self.events: list[Event] = []
+        self.raw: list[bytes] = []
+        self.hashes: dict[int, str] = {}
+        self.links: dict[int, str] = {}
+        self.c_events = self.c_raw = self.c_end = 0
+        self.c_seq, self.c_link, self.c_h = seq, link, ""
 
     def report(
+        self,
         off: int,
         s: int | None,
         kind: str,
@@ -382,86 +390,96 @@ def _read_careful(
         sev: Severity = "error",
         expected: int | None = None,
     ) -> None:
-        nonlocal errors
-        errors += sev == "error"
-        reporter.report(Problem(where, offset + off, s, kind, msg, sev), expected)
+        self.errors += sev == "error"
+        self.reporter.report(Problem(self.where, self.offset + off, s, kind, msg, sev), expected)
 
-    while pos < n:
-        nl = buf.find(b"\n", pos)
-        want = None if prev_seq is None else prev_seq + 1
-        if nl < 0 and link is not None and damaged_newline(buf[pos:], link):
-            report(
-                pos,
-                want,
+    @property
+    def want(self) -> int | None:
+        """The sequence number the next line should have (None: any)."""
+        return None if self.prev_seq is None else self.prev_seq + 1
+
+    def tail(self, off: int, tail: bytes) -> None:
+        """The bytes after the last newline: a torn line, or a damaged committed one."""
+        n = len(tail)
+        if self.link is not None and damaged_newline(tail, self.link):
+            self.report(
+                off,
+                self.want,
                 "damaged_newline",
-                f"the last line ({n - pos} bytes) is complete and its h checks, but its"
+                f"the last line ({n} bytes) is complete and its h checks, but its"
                 " newline was replaced by another byte: a committed line was damaged, not"
                 " torn by a crash",
             )
-            break
-        if nl < 0:
-            report(
-                pos,
-                want,
+        else:
+            self.report(
+                off,
+                self.want,
                 "torn_tail",
-                f"partial last line of {n - pos} bytes (no newline): a crash or a writer"
+                f"partial last line of {n} bytes (no newline): a crash or a writer"
                 " mid-append; readers ignore it, the next writer sets it aside",
                 "warning",
             )
-            break
-        line = buf[pos:nl]
-        off = pos
-        pos = nl + 1
-        if not line.strip():
-            report(off, want, "blank_line", "a blank line (it holds no event)", "warning")
-            if not more:
-                c_end = pos
-            continue
-        before = errors
-        decoded = _decode(codec, decoder, line, offset + off, where)
-        ev: Event | None = None
-        if isinstance(decoded, CorruptLogError):
-            report(off, decoded.seq or want, "undecodable", decoded.reason)
-        else:
-            ev = decoded
-        sh = split_hash(line)
-        if sh is None:
-            report(off, want, "malformed", 'the line does not end with its "h" field')
+
+    def blank(self, off: int, end: int) -> None:
+        """A blank line (ending at `end`): it holds no event, and closes no batch."""
+        self.report(off, self.want, "blank_line", "a blank line (it holds no event)", "warning")
+        if not self.more:
+            self.c_end = end
+
+    def take(self, off: int, line: bytes, checked: CheckedLine) -> bool:
+        """Take one checked line; False when reading stops there."""
+        want = self.want
+        before = self.errors
+        ev = checked.event
+        if checked.error is not None:
+            self.report(off, checked.error.seq or want, "undecodable", checked.error.reason)
+        if checked.h is None:
+            self.report(off, want, "malformed", 'the line does not end with its "h" field')
         if ev is None:
-            if reporter.stops:
-                stopped = True
-                break
+            if self.reporter.stops:
+                self.stopped = True
+                return False
             # keep the sequence and the chain going from what the line claims
-            prev_seq, more = _envelope_guess(line, want)
-            link = sh[1] if sh is not None else None
-            continue
+            self.prev_seq, self.more = envelope_guess(line, want)
+            self.link = checked.link
+            return True
+        self._check_place(off, ev, want, checked)
+        if self.errors > before and self.reporter.stops:
+            self.stopped = True
+            return False
+        self._add(off, line, ev, checked)
+        return True
+
+    def _check_place(self, off: int, ev: Event, want: int | None, checked: CheckedLine) -> None:
+        """The checks of a decoded line among the others, reported in line order."""
         s = ev.seq
         if type(ev) is Snapshot:
-            if offset + off != 0 or events:
-                report(off, s, "misplaced_snapshot", "a snapshot after the first line")
-            link = ev.base_h
+            if self.offset + off != 0 or self.events:
+                self.report(off, s, "misplaced_snapshot", "a snapshot after the first line")
         elif want is not None and s != want:
-            if prev_seq == 0:
-                report(off, s, "sequence", f"the log starts at sequence {s}, not 1", expected=want)
+            if self.prev_seq == 0:
+                msg = f"the log starts at sequence {s}, not 1"
             else:
                 msg = f"sequence {s} where {want} was expected"
-                report(off, s, "sequence", msg, expected=want)
-        if sh is not None and link is not None:
-            expect = line_hash(link, sh[0])
-            if expect != sh[1]:
-                report(
-                    off,
-                    s,
-                    "hash_mismatch",
-                    f"h is {sh[1]} but the line and the link before it hash to {expect}: the"
-                    " line was edited, or a line before it was dropped, inserted or reordered",
-                )
-        if more and ev.more != more - 1:
-            report(
-                off, s, "batch", f"batch broken: 'more' is {ev.more} where {more - 1} was expected"
+            self.report(off, s, "sequence", msg, expected=want)
+        if checked.expected_h is not None:
+            self.report(
+                off,
+                s,
+                "hash_mismatch",
+                f"h is {checked.h} but the line and the link before it hash to"
+                f" {checked.expected_h}: the line was edited, or a line before it was"
+                " dropped, inserted or reordered",
+            )
+        if self.more and ev.more != self.more - 1:
+            self.report(
+                off,
+                s,
+                "batch",
+                f"batch broken: 'more' is {ev.more} where {self.more - 1} was expected",
             )
         if type(ev) is UnknownEvent:
-            report(
+            self.report(
                 off,
                 s,
                 "unknown_type",
@@ -469,63 +487,42 @@ def _read_careful(
                 " payload not)",
                 "warning",
             )
-        if errors > before and reporter.stops:
-            stopped = True
-            break
-        if not more:
-            batch_start = off
-        prev_seq = s
-        more = ev.more
-        if sh is None:
-            link = None
-        elif type(ev) is not Snapshot:
-            link = sh[1]  # an unknown event's link is its h, like every line's but a snapshot's
-        if keep_links and sh is not None and link is not None:
-            hashes[s] = sh[1]
-            links[s] = link
-        events.append(ev)
-        if keep_raw:
-            raw.append(line)
-        if not more:
-            c_events, c_raw, c_end = len(events), len(raw), pos
-            c_seq, c_link, c_h = s, link, ev.h
-    if more and not stopped:
-        report(
-            batch_start,
-            None if c_seq is None else c_seq + 1,
-            "torn_batch",
-            "the last batch has no closing line (a crash mid-append); readers ignore it,"
-            " the next writer sets it aside",
-            "warning",
+
+    def _add(self, off: int, line: bytes, ev: Event, checked: CheckedLine) -> None:
+        """Keep a line that read without stopping; commit its batch when it closes one."""
+        if not self.more:
+            self.batch_start = off
+        s = self.prev_seq = ev.seq
+        self.more = ev.more
+        self.link = link = checked.link
+        if self.keep_links and checked.h is not None and link is not None:
+            self.hashes[s] = checked.h
+            self.links[s] = link
+        self.events.append(ev)
+        if self.keep_raw:
+            self.raw.append(line)
+        if not self.more:
+            self.c_events, self.c_raw, self.c_end = (
+                len(self.events),
+                len(self.raw),
+                off + len(line) + 1,
+            )
+            self.c_seq, self.c_link, self.c_h = s, link, ev.h
+
+    def result(self) -> Lines:
+        """The complete batches read; a batch left open at the end is torn (a warning)."""
+        if self.more and not self.stopped:
+            self.report(
+                self.batch_start,
+                None if self.c_seq is None else self.c_seq + 1,
+                "torn_batch",
+                "the last batch has no closing line (a crash mid-append); readers ignore it,"
+                " the next writer sets it aside",
+                "warning",
+            )
+        del self.events[self.c_events :]
+        del self.raw[self.c_raw :]
+        raw = self.raw if self.keep_raw else None
+        return Lines(
+            self.events, self.c_end, self.c_seq, self.c_link, self.c_h, raw, self.hashes, self.links
         )
-    del events[c_events:]
-    del raw[c_raw:]
-    return Lines(events, c_end, c_seq, c_link, c_h, raw if keep_raw else None, hashes, links)
-
-
-def _decode(
-    codec: EventCodec, decoder: msgspec.json.Decoder[Event], line: bytes, at: int, where: str
-) -> Event | CorruptLogError:
-    """One line, exactly (an old version upcast, an unknown type kept verbatim), or the
-    error saying why it does not decode."""
-    try:
-        try:
-            ev = decoder.decode_lines(line + b"\n")[0]
-        except (msgspec.DecodeError, msgspec.ValidationError, IndexError):
-            return codec.decode_line(line, at, where)
-        if ev.v != type(ev).VERSION and not type(ev).SKIPPED:
-            return codec.decode_line(line, at, where)
-        return ev
-    except CorruptLogError as exc:
-        return exc
-
-
-def _envelope_guess(line: bytes, want: int | None) -> tuple[int | None, int]:
-    """The seq and `more` an unreadable line claims, so reading can go on after it."""
-    try:
-        data = _dict_decoder.decode(line)
-    except msgspec.DecodeError:
-        return want, 0
-    s = data.get("seq")
-    m = data.get("more", 0)
-    return (s if isinstance(s, int) else want), (m if isinstance(m, int) else 0)

@@ -46,7 +46,7 @@ from eventstore.format.events import (
     UnknownEvent,
 )
 from eventstore.format.reader import (
-    Prefix,
+    PrefixReporter,
     Problem,
     read_lines,
 )
@@ -91,7 +91,7 @@ def repair(core: CoreOwner, session_id: str) -> RepairReport:
         if not buf:
             raise UnknownSessionError(f"session {session_id!r} has no live log to repair")
         where = hold.where
-        reporter = Prefix()
+        reporter = PrefixReporter()
         kept = read_lines(buf, codec, codec.decoder(frozenset()), where, reporter=reporter)
         torn = [p for p in reporter.warnings if p.kind in ("torn_tail", "torn_batch")]
         bad = reporter.error
@@ -187,7 +187,7 @@ def _rebuild(
             else f"the archive holds events up to seq {m} only"
         )
     # the lines after it that still chain are kept, whatever state the snapshot holds
-    after = Prefix()
+    after = PrefixReporter()
     tail = read_lines(
         rest, codec, codec.decoder(None), where, offset=nl + 1, seq=seq, link=base_h,
         reporter=after,
