@@ -22,7 +22,7 @@ the next append will chain to (the `h` of the last committed line, or a snapshot
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -67,6 +67,9 @@ from projections import (
     restore_state,
 )
 
+if TYPE_CHECKING:
+    from eventstore.engines.base import Segment
+
 __all__ = ["Problem", "Severity", "VerifyReport", "verify"]
 
 _line_head = msgspec.json.Decoder(LineHead)
@@ -90,150 +93,178 @@ def verify(store: CoreOwner, session_id: str) -> VerifyReport:
     sequence contiguity, batch integrity, and the chain across compactions (see the
     module docstring). UnknownSessionError if the session has nothing stored."""
     store = core_of(store)
-    codec = store.codec
-    decoder = codec.decoder(None)
-    problems: list[Problem] = []
-    head_hash, head_seq = "", 0
-    names: list[str] = []
     with require_history(store, session_id) as hist:
-        prev: Lines | None = None
-        prev_name = ""
+        walk = _Walk(store, session_id, pruned_start(hist))
+        for seg in hist.segments:
+            walk.segment(seg)
+    return walk.report()
+
+
+class _Walk:
+    """Verify's walk through a session's segments, oldest first: what each segment is
+    checked against (the segments before it), and what was found."""
+
+    def __init__(self, store: SessionCore, session_id: str, pruned: tuple[int, str | None]) -> None:
+        self.store, self.session_id = store, session_id
+        self.codec = store.codec
+        self.decoder = self.codec.decoder(None)
+        self.problems: list[Problem] = []
+        self.head_hash, self.head_seq = "", 0
+        self.names: list[str] = []
+        self.prev: Lines | None = None
+        self.prev_name = ""
         # every link and hash read so far, by seq (segments may overlap: a snapshot is
         # checked against whichever earlier segment holds its seq)
-        earlier = Lines([], 0, None, None, "")
+        self.earlier = Lines([], 0, None, None, "")
         # the events read so far, each seq once, while every segment read was clean
-        so_far: list[Event] | None = []
-        kept, kept_link = pruned_start(hist)
-        records: dict[int, tuple[bytes, str]] = {}  # each pruning record by seq, and where
-        i = -1  # the index of the segment being checked, among those pruning kept
-        for seg in hist.segments:
-            name = seg.where
-            names.append(name)
-            if is_pruned(seg, kept):
-                problems.append(
-                    Problem(
-                        name,
-                        0,
-                        seg.first_seq,
-                        "archive_pruned",
-                        f"{pruned_message(session_id, kept)}; this segment was left by an"
-                        " interrupted pruning (pruning again removes it)",
-                        "warning",
-                    )
-                )
-                continue
-            i += 1
-            reporter = Collecting()
-            try:
-                data = seg.read()
-            except (OSError, EventStoreError) as exc:
-                problems.append(Problem(name, 0, None, "unreadable", str(exc)))
-                prev, so_far = None, None
-                continue
-            if i == 0 and kept > 1:
-                # the line before this segment was pruned: the pruning record names its link
-                problems.append(
-                    Problem(name, 0, kept, "history_pruned", pruned_message(session_id, kept),
-                            "warning")
-                )  # fmt: skip
-                seq, link = opening_chain(data, (kept - 1, kept_link))
-            elif i == 0:
-                seq, link = 0, ""
-            elif data.startswith(SNAPSHOT_OPEN):
-                seq, link = None, None  # chained to what came before by _check_snapshot
-            elif prev is not None and prev.seq is not None and prev.link is not None:
-                seq, link = opening_chain(data, (prev.seq, prev.link))
-            else:
-                seq, link = None, None  # the segment before is unreadable: cannot chain
-            scan = read_lines(
-                data,
-                codec,
-                decoder,
-                name,
-                seq=seq,
-                link=link,
-                reporter=reporter,
-                keep_links=True,
-            )
-            found = reporter.problems
-            if seg.archived:
-                # an archive has no torn tail: what looks like one is a segment cut short
-                found = [p for p in found if p.kind not in ("torn_tail", "torn_batch")]
-                short = archive_shortfall(
-                    seg, len(data), scan.end, scan.seq if scan.events else None
-                )
-                if short is not None:
-                    found.append(Problem(name, short[0], short[1], "archive_truncated", short[2]))
-            first = scan.events[0] if scan.events else None
-            first_seq = first.seq if first is not None else None
-            last_seq = scan.seq if scan.events else None
-            if (
-                seg.archived
-                and seg.first_seq is not None
-                and (first_seq, last_seq)
-                != (
+        self.so_far: list[Event] | None = []
+        self.kept, self.kept_link = pruned
+        self.records: dict[int, tuple[bytes, str]] = {}  # each pruning record by seq, and where
+        self.i = -1  # the index of the segment being checked, among those pruning kept
+
+    def segment(self, seg: Segment) -> None:
+        """Read one segment with a collecting reporter and check it against the others."""
+        name = seg.where
+        self.names.append(name)
+        if is_pruned(seg, self.kept):
+            self.problems.append(
+                Problem(
+                    name,
+                    0,
                     seg.first_seq,
-                    seg.last_seq,
+                    "archive_pruned",
+                    f"{pruned_message(self.session_id, self.kept)}; this segment was left by"
+                    " an interrupted pruning (pruning again removes it)",
+                    "warning",
                 )
-            ):
-                found.append(
-                    Problem(
-                        name,
-                        0,
-                        first_seq,
-                        "archive_name",
-                        f"the name says seq {seg.first_seq}..{seg.last_seq}, the segment holds"
-                        f" {first_seq}..{last_seq}",
-                    )
+            )
+            return
+        self.i += 1
+        reporter = Collecting()
+        try:
+            data = seg.read()
+        except (OSError, EventStoreError) as exc:
+            self.problems.append(Problem(name, 0, None, "unreadable", str(exc)))
+            self.prev, self.so_far = None, None
+            return
+        seq, link = self._opening(name, data)
+        scan = read_lines(
+            data,
+            self.codec,
+            self.decoder,
+            name,
+            seq=seq,
+            link=link,
+            reporter=reporter,
+            keep_links=True,
+        )
+        found = self._check(seg, name, data, scan, reporter.problems)
+        self.problems.extend(found)
+        self._advance(name, scan, found)
+
+    def _opening(self, name: str, data: bytes) -> tuple[int | None, str | None]:
+        """The (seq, link) the segment's first line chains to (None: unknown)."""
+        if self.i == 0 and self.kept > 1:
+            # the line before this segment was pruned: the pruning record names its link
+            self.problems.append(
+                Problem(name, 0, self.kept, "history_pruned",
+                        pruned_message(self.session_id, self.kept), "warning")
+            )  # fmt: skip
+            return opening_chain(data, (self.kept - 1, self.kept_link))
+        if self.i == 0:
+            return 0, ""
+        if data.startswith(SNAPSHOT_OPEN):
+            return None, None  # chained to what came before by _check_snapshot
+        prev = self.prev
+        if prev is not None and prev.seq is not None and prev.link is not None:
+            return opening_chain(data, (prev.seq, prev.link))
+        return None, None  # the segment before is unreadable: cannot chain
+
+    def _check(
+        self, seg: Segment, name: str, data: bytes, scan: Lines, found: list[Problem]
+    ) -> list[Problem]:
+        """What the reader found in the segment, and the checks across segments."""
+        if seg.archived:
+            # an archive has no torn tail: what looks like one is a segment cut short
+            found = [p for p in found if p.kind not in ("torn_tail", "torn_batch")]
+            short = archive_shortfall(seg, len(data), scan.end, scan.seq if scan.events else None)
+            if short is not None:
+                found.append(Problem(name, short[0], short[1], "archive_truncated", short[2]))
+        first = scan.events[0] if scan.events else None
+        first_seq = first.seq if first is not None else None
+        last_seq = scan.seq if scan.events else None
+        if (
+            seg.archived
+            and seg.first_seq is not None
+            and (first_seq, last_seq) != (seg.first_seq, seg.last_seq)
+        ):
+            found.append(
+                Problem(
+                    name,
+                    0,
+                    first_seq,
+                    "archive_name",
+                    f"the name says seq {seg.first_seq}..{seg.last_seq}, the segment holds"
+                    f" {first_seq}..{last_seq}",
                 )
-            if isinstance(first, Snapshot) and not (i == 0 and kept > 1):
-                found.extend(
-                    _check_snapshot(
-                        store, first, name, prev if prev is None else earlier, prev_name, scan,
-                        so_far,
-                    )
-                )  # fmt: skip
-            elif i > 0 and first is not None and (prev is None or not prev.events):
-                found.append(
-                    Problem(
-                        name,
-                        0,
-                        first.seq,
-                        "archive_chain",
-                        "a segment after an archived one does not start with a snapshot",
-                    )
+            )
+        prev = self.prev
+        if isinstance(first, Snapshot) and not (self.i == 0 and self.kept > 1):
+            found.extend(
+                _check_snapshot(
+                    self.store, first, name, prev if prev is None else self.earlier,
+                    self.prev_name, scan, self.so_far,
                 )
-            found.extend(_check_pruning_records(name, data, records))
-            if not seg.archived and kept > 1:
-                found.extend(_check_live_not_pruned(name, data, scan, kept))
-            problems.extend(found)
-            if so_far is not None:
-                if any(p.severity == "error" for p in found):
-                    so_far = None
-                else:
-                    nxt = so_far[-1].seq + 1 if so_far else 1
-                    so_far.extend(
-                        ev for ev in scan.events if type(ev) is not Snapshot and ev.seq >= nxt
-                    )
-            if scan.events:
-                head_hash, head_seq = scan.link or "", scan.seq or 0
-            prev, prev_name = scan, name
-            earlier.links.update(scan.links)
-            earlier.hashes.update(scan.hashes)
-            if scan.events:
-                earlier.events = earlier.events or scan.events[:1]
-                earlier.seq = max(earlier.seq or 0, scan.seq or 0)
-    order = {n: i for i, n in enumerate(names)}
-    problems.sort(key=lambda p: (order.get(p.file, len(names)), p.offset))
-    return VerifyReport(
-        session_id=session_id,
-        ok=not any(p.severity == "error" for p in problems),
-        problems=problems,
-        head_hash=head_hash,
-        head_seq=head_seq,
-        events=head_seq,
-        files=names,
-    )
+            )  # fmt: skip
+        elif self.i > 0 and first is not None and (prev is None or not prev.events):
+            found.append(
+                Problem(
+                    name,
+                    0,
+                    first.seq,
+                    "archive_chain",
+                    "a segment after an archived one does not start with a snapshot",
+                )
+            )
+        found.extend(_check_pruning_records(name, data, self.records))
+        if not seg.archived and self.kept > 1:
+            found.extend(_check_live_not_pruned(name, data, scan, self.kept))
+        return found
+
+    def _advance(self, name: str, scan: Lines, found: list[Problem]) -> None:
+        """Move past a checked segment: its events, head and links join what came before."""
+        if self.so_far is not None:
+            if any(p.severity == "error" for p in found):
+                self.so_far = None
+            else:
+                nxt = self.so_far[-1].seq + 1 if self.so_far else 1
+                self.so_far.extend(
+                    ev for ev in scan.events if type(ev) is not Snapshot and ev.seq >= nxt
+                )
+        if scan.events:
+            self.head_hash, self.head_seq = scan.link or "", scan.seq or 0
+        self.prev, self.prev_name = scan, name
+        earlier = self.earlier
+        earlier.links.update(scan.links)
+        earlier.hashes.update(scan.hashes)
+        if scan.events:
+            earlier.events = earlier.events or scan.events[:1]
+            earlier.seq = max(earlier.seq or 0, scan.seq or 0)
+
+    def report(self) -> VerifyReport:
+        """The problems in file order (segments oldest first, then byte offset)."""
+        names, problems = self.names, self.problems
+        order = {n: i for i, n in enumerate(names)}
+        problems.sort(key=lambda p: (order.get(p.file, len(names)), p.offset))
+        return VerifyReport(
+            session_id=self.session_id,
+            ok=not any(p.severity == "error" for p in problems),
+            problems=problems,
+            head_hash=self.head_hash,
+            head_seq=self.head_seq,
+            events=self.head_seq,
+            files=names,
+        )
 
 
 def _check_pruning_records(
