@@ -118,20 +118,7 @@ def write_demo(store: SessionStore, sid: str) -> bool:
         )
         for i, c, d in DEMO_FEATURES
     ]
-    manifest = SessionManifest(
-        session_id=sid,
-        active_branch="feature/todo-mvp",
-        current_objective="Build the todo web app MVP: every feature in the list passes end to end",
-        last_known_good_commit=None,
-        init_plan=InitPlan(
-            steps=[
-                InitCommand(program="npm", args=["ci"]),
-                InitShellScript(shell=InitShell.BASH, script="npm run db:migrate && npm run build"),
-                InitCommand(program="npx", args=["playwright", "install", "chromium"]),
-            ]
-        ),
-        metadata={"repo": "github.com/example/todo", "model": "demo-agent-1"},
-    )
+    manifest = _demo_manifest(sid)
     created = store.initialize_session_if_missing(
         sid,
         manifest,
@@ -166,28 +153,7 @@ def write_demo(store: SessionStore, sid: str) -> bool:
             ),
         ],
     )
-    todo = [f for f in store.load_bootstrap_state(sid).feature_list if not f.passes]
-    for k, feature in enumerate(todo[:4]):
-        t = now + timedelta(minutes=7 * (k + 1))
-        store.append_transcript_messages(
-            sid,
-            [
-                Message(
-                    role=Role.ASSISTANT,
-                    content=f"Implementing {feature.id}: {feature.description}.",
-                ),
-                Message(
-                    role=Role.TOOL, content=f"$ npx playwright test {feature.id}\n1 passed (2.1s)"
-                ),
-            ],
-        )
-        store.update_feature_pass(sid, feature.id, True)
-        store.append_progress_entry(
-            sid,
-            ProgressEntry(
-                run_id=run_id, summary=f"{feature.id} passes end to end; committed", created_at=t
-            ),
-        )
+    todo = _pass_features(store, sid, run_id, now)
     end = now + timedelta(minutes=35)
     if todo[4:]:
         store.append_progress_entry(
@@ -216,3 +182,51 @@ def write_demo(store: SessionStore, sid: str) -> bool:
         sid, [Message(role=Role.ASSISTANT, content=f"Done with {run_id}; progress notes updated.")]
     )
     return created
+
+
+def _demo_manifest(sid: str) -> SessionManifest:
+    """The demo session's manifest: a todo app's MVP, with its init plan."""
+    return SessionManifest(
+        session_id=sid,
+        active_branch="feature/todo-mvp",
+        current_objective="Build the todo web app MVP: every feature in the list passes end to end",
+        last_known_good_commit=None,
+        init_plan=InitPlan(
+            steps=[
+                InitCommand(program="npm", args=["ci"]),
+                InitShellScript(shell=InitShell.BASH, script="npm run db:migrate && npm run build"),
+                InitCommand(program="npx", args=["playwright", "install", "chromium"]),
+            ]
+        ),
+        metadata={"repo": "github.com/example/todo", "model": "demo-agent-1"},
+    )
+
+
+def _pass_features(
+    store: SessionStore, sid: str, run_id: str, now: datetime
+) -> list[FeatureRecord]:
+    """The run's work: the first four features still failing pass, seven minutes apart,
+    each with its transcript and progress note. Returns the features failing before."""
+    todo = [f for f in store.load_bootstrap_state(sid).feature_list if not f.passes]
+    for k, feature in enumerate(todo[:4]):
+        t = now + timedelta(minutes=7 * (k + 1))
+        store.append_transcript_messages(
+            sid,
+            [
+                Message(
+                    role=Role.ASSISTANT,
+                    content=f"Implementing {feature.id}: {feature.description}.",
+                ),
+                Message(
+                    role=Role.TOOL, content=f"$ npx playwright test {feature.id}\n1 passed (2.1s)"
+                ),
+            ],
+        )
+        store.update_feature_pass(sid, feature.id, True)
+        store.append_progress_entry(
+            sid,
+            ProgressEntry(
+                run_id=run_id, summary=f"{feature.id} passes end to end; committed", created_at=t
+            ),
+        )
+    return todo
