@@ -1,4 +1,6 @@
-"""Pure folds from events to the state a harness reads. No I/O happens here.
+"""Pure folds from events to the state a harness reads. No I/O happens here, and no
+module state is kept (a decoder a projection builds when first needed is kept by that
+projection instance; what modules hold is constant).
 
 Built in: `BootstrapProjection` (-> `BootstrapState`), `TranscriptProjection`
 (-> `list[Message]`) and `IdempotencyProjection` (recent idempotency keys). Define your

@@ -140,6 +140,16 @@ def _json(name: str, state: Any) -> bytes:
         ) from exc
 
 
+class _SnapshotEntry(msgspec.Struct):
+    version: int
+    state: msgspec.Raw
+
+
+class _TypedEntry(msgspec.Struct, Generic[S]):
+    version: int
+    state: S
+
+
 class StructProjection(Generic[S]):
     """A base for projections whose state msgspec can encode (Structs, lists, dicts).
 
@@ -184,19 +194,21 @@ class StructProjection(Generic[S]):
             _json(self.name, state), type=self.state_type
         )
 
-
-class _SnapshotEntry(msgspec.Struct):
-    version: int
-    state: msgspec.Raw
-
-
-class _TypedEntry(msgspec.Struct, Generic[S]):
-    version: int
-    state: S
+    def _snapshot_decoder(self) -> msgspec.json.Decoder[Any]:
+        """A decoder of this projection's snapshot entry (`{"version", "state"}`, see
+        `snapshot_entry`) typed by `state_type`: the entry and its state in one pass.
+        Built once per projection (and again if `state_type` changes): projections hold
+        no module state."""
+        state_type = self.state_type
+        memo = self.__dict__.get("_snapshot_decoder_memo")
+        if memo is None or memo[0] is not state_type:
+            dec = msgspec.json.Decoder(_TypedEntry[state_type])  # type: ignore[valid-type]
+            memo = (state_type, dec)
+            self.__dict__["_snapshot_decoder_memo"] = memo  # (a frozen subclass too)
+        return memo[1]
 
 
 _entry_decoder = msgspec.json.Decoder(_SnapshotEntry)
-_typed_entry_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}  # by state type
 
 
 def snapshot_entry(projection: Projection[Any], state: Any) -> msgspec.Raw:
@@ -232,14 +244,8 @@ def _stored_state(projection: Projection[S], snapshot: Snapshot) -> S:
         # msgspec's own decoding: the entry and its state in one pass over the raw
         # bytes, no copy of the state's (a long transcript's megabytes); anything
         # irregular goes the careful way below, which says what is wrong
-        state_type = projection.state_type  # type: ignore[attr-defined]
-        dec = _typed_entry_decoders.get(state_type)
-        if dec is None:
-            dec = _typed_entry_decoders[state_type] = msgspec.json.Decoder(
-                _TypedEntry[state_type]  # type: ignore[valid-type]
-            )
         try:
-            typed = dec.decode(raw)
+            typed = projection._snapshot_decoder().decode(raw)  # type: ignore[attr-defined]
         except msgspec.MsgspecError:
             pass
         else:

@@ -25,7 +25,6 @@ _MESSAGE = msgspec.json.Decoder(Message)
 _encode = msgspec.json.Encoder().encode
 _replace = msgspec.structs.replace
 _msgpack_encode = msgspec.msgpack.Encoder().encode
-_frame_decoders: dict[bytes, Any] = {}  # by a frame's first byte, built when first needed
 FRAME_MESSAGES = 512
 """Messages per fold-cache frame: about 1 MB of a transcript of 2 kB messages, what a
 cold load holds of the cache at once besides the state it builds."""
@@ -90,9 +89,12 @@ class TranscriptProjection(StructProjection[list[Message]]):
         kind = frame[:1]
         if frame in (b"", b"[]", b"\x90"):  # an empty list, in either encoding
             raise ValueError("an empty frame")
-        decoder = _frame_decoders.get(kind)
+        # a decoder per encoding, built when first needed and kept by this projection
+        # (projections hold no module state)
+        decoders: dict[bytes, Any] = self.__dict__.setdefault("_frame_decoders", {})
+        decoder = decoders.get(kind)
         if decoder is None:
-            decoder = _frame_decoders[kind] = (
+            decoder = decoders[kind] = (
                 msgspec.json.Decoder(list[Message])
                 if kind == b"["
                 else msgspec.msgpack.Decoder(list[Message])
