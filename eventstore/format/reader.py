@@ -291,7 +291,8 @@ def _decode_lines(
     by its layout: its states are cut from the line as `Raw` at the ranges the layout
     gives (once `states_end` finds the line shaped as it says), not scanned by msgspec
     (a tenth of a cold load after compaction). Same events either way; any other shape
-    is decoded whole."""
+    is decoded whole. (The fast path's one decode of many lines: it stays at this level,
+    which knows a snapshot may open the log at offset 0 only.)"""
     if offset == 0 and len(region) >= _LONG_SNAPSHOT and region[:_OPEN] == SNAPSHOT_OPEN:
         view = memoryview(region)  # the states are views of it: no copy
         found = find_snapshot_head(lambda n: bytes(view[: min(n, _HEADER_MAX)]))
