@@ -1,7 +1,7 @@
 """The domain records a harness stores: msgspec Structs, built by keyword, equal by value.
 
 These are the seed API's types. Timestamps are timezone-aware; a naive datetime given
-to a record is rejected at write time (see `eventstore.format.events`).
+to a record is rejected at write time (see `eventstore.format.codec`).
 """
 
 # no `from __future__ import annotations`: msgspec reads these structs' annotations
