@@ -171,7 +171,9 @@ def is_plain_context_id(context_id: object) -> bool:
         return False
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
+    """The clock the map stamps `created_ms` / `updated_ms` with and new session ids
+    start from, in Unix milliseconds. A test hook: replace it to control time."""
     return time.time_ns() // 1_000_000
 
 
@@ -199,7 +201,7 @@ class _Uuid7Sequence:
 
     def next(self) -> tuple[int, int]:
         with self.lock:
-            ms = _now_ms()
+            ms = now_ms()
             if ms > self.last_ms:
                 self.last_ms = ms
                 # top bit clear: leaves half the space for increments in this millisecond
@@ -616,7 +618,7 @@ class HarnessSessionMap:
             raise InvalidRecordError("session_id, harness and driver are too long for an entry")
         with self._lock:
             path = self.entry_path(context_id)
-            now = _now_ms()
+            now = now_ms()
             before = self._current(context_id)
             if before is not None and not replace:
                 return before.session_id
@@ -674,7 +676,7 @@ class HarnessSessionMap:
                 self._memory.pop(context_id, None)
             except (OSError, UnsafePathError) as exc:
                 # the stale file stays: remember the forget so it cannot come back here
-                self._memory[context_id] = _Unwritten(None, _now_ms())
+                self._memory[context_id] = _Unwritten(None, now_ms())
                 self._report(f"cannot remove {path}: {_describe(exc)}")
             self._record(
                 HarnessSessionForgotten(

@@ -155,7 +155,7 @@ def test_new_harness_session_id_monotonic_when_clock_steps_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = iter([5_000_000_000_000, 4_000_000_000_000, 4_000_000_000_000])
-    monkeypatch.setattr(hs, "_now_ms", lambda: next(clock))
+    monkeypatch.setattr(hs, "now_ms", lambda: next(clock))
     a, b, c = (new_harness_session_id() for _ in range(3))
     assert a < b < c
     assert uuid.UUID(b).int >> 80 == 5_000_000_000_000  # did not go back in time
@@ -291,7 +291,7 @@ def test_created_ms_survives_rewrites(
     hmap: HarnessSessionMap, map_root: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [1_000]
-    monkeypatch.setattr(hs, "_now_ms", lambda: now[0])
+    monkeypatch.setattr(hs, "now_ms", lambda: now[0])
     hmap.put("ctx", "sid-1", "h", "d")
     now[0] = 2_000
     hmap.put("ctx", "sid-2", "h2", "d2")
@@ -335,7 +335,7 @@ def test_a_put_that_could_not_be_written_yields_only_to_a_later_file(
     """What this process could not write stays in its memory and beats an older file;
     a file written after it (a later `updated_ms`) takes over."""
     now = [10_000]
-    monkeypatch.setattr(hs, "_now_ms", lambda: now[0])
+    monkeypatch.setattr(hs, "now_ms", lambda: now[0])
     write_raw(
         map_root,
         "ctx",

@@ -123,9 +123,9 @@ def test_an_opening_snapshot_decoded_by_its_layout_equals_the_whole_decode(
     data, codec = _log_with(snap, after)
     dec = codec.decoder(frozenset({"messages_appended"}))
     whole = dec.decode_lines(data)
-    long_enough = log_module._LONG_SNAPSHOT
+    long_enough = log_module.LONG_SNAPSHOT
     try:
-        log_module._LONG_SNAPSHOT = 0  # every snapshot takes the path
+        log_module.LONG_SNAPSHOT = 0  # every snapshot takes the path
         for region in (data, memoryview(data)):
             got = log_module._decode_lines(dec, region, 0)
             assert got == whole
@@ -134,7 +134,7 @@ def test_an_opening_snapshot_decoded_by_its_layout_equals_the_whole_decode(
                 for r in whole[0].states.values()  # type: ignore[attr-defined]
             ]
     finally:
-        log_module._LONG_SNAPSHOT = long_enough
+        log_module.LONG_SNAPSHOT = long_enough
 
 
 def test_a_long_snapshot_cuts_its_states_without_a_scan(tmp_path: Path) -> None:

@@ -59,6 +59,7 @@ from eventstore.format.lines import (
 )
 
 __all__ = [
+    "LONG_SNAPSHOT",
     "STRICT",
     "Collecting",
     "Lines",
@@ -293,7 +294,7 @@ def _decode_lines(
     (a tenth of a cold load after compaction). Same events either way; any other shape
     is decoded whole. (The fast path's one decode of many lines: it stays at this level,
     which knows a snapshot may open the log at offset 0 only.)"""
-    if offset == 0 and len(region) >= _LONG_SNAPSHOT and region[:_OPEN] == SNAPSHOT_OPEN:
+    if offset == 0 and len(region) >= LONG_SNAPSHOT and region[:_OPEN] == SNAPSHOT_OPEN:
         view = memoryview(region)  # the states are views of it: no copy
         found = find_snapshot_head(lambda n: bytes(view[: min(n, _HEADER_MAX)]))
         head, header = found if found is not None else (None, b"")
@@ -319,7 +320,11 @@ def _restates(rest: memoryview) -> bool:
     return b'"states"' in data or b"\\u" in data
 
 
-_LONG_SNAPSHOT = 64 << 10  # below it, a snapshot line costs little to decode whole
+LONG_SNAPSHOT = 64 << 10
+"""From this many bytes, a snapshot line opening a region is decoded by its layout (its
+states cut out and decoded only for the projections asked); below it, a snapshot costs
+little to decode whole. A tuning knob, and a test hook: set to 0, every snapshot takes
+the cut path; set past any line, none does."""
 _HEADER_MAX = 16 << 10  # a snapshot's header (envelope, length, layout) is far shorter
 _OPEN = len(SNAPSHOT_OPEN)
 
