@@ -23,6 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+from eventstore.moved import install as _install_moved_paths  # noqa: E402
+
+_install_moved_paths()  # release 0.1.0's module paths keep importing (eventstore.moved)
+
 _EXPORTS: dict[str, str] = {
     "ConcurrencyError": ".errors",
     "CorruptLogError": ".errors",
