@@ -554,11 +554,12 @@ class SessionStore:
         *,
         check: bool = False,
     ) -> AppendResult:
-        """Append `events`, which need no validation against the session's state."""
-        result = self._write(
-            session_id, lambda h, s: events, idempotency_key, (), events, check=check
-        )
+        """Append `events`, which need no validation against the session's state (the
+        hot path: one call into the core, then `_after_write` only when it has work)."""
+        result = self.core.write(session_id, lambda h, s: events, idempotency_key, check=check)
         assert result is not None
+        if result.replayed or self.auto_compact is not None:
+            self._after_write(session_id, idempotency_key, result, events)
         return result
 
     def _write(
@@ -566,25 +567,30 @@ class SessionStore:
         session_id: str,
         build: Build,
         idempotency_key: str | None,
-        needs: tuple[Projection[Any], ...] = (),
-        request: list[Event] | None = None,
-        *,
-        check: bool = False,
+        needs: tuple[Projection[Any], ...],
+        request: list[Event],
     ) -> AppendResult | None:
-        """The core's write, then what the domain adds: a replayed key must name the
-        same request (`request`), and a due session is compacted (a separate trip)."""
-        result = self.core.write(session_id, build, idempotency_key, needs, request, check=check)
-        if result is not None and result.replayed:
-            if request is not None and idempotency_key is not None:
-                _check_replay(self.core, session_id, idempotency_key, result, request)
-        elif result is not None and self.auto_compact is not None:
+        """Append what `build` returns, judged against the states in `needs`."""
+        result = self.core.write(session_id, build, idempotency_key, needs)
+        if result is not None:
+            self._after_write(session_id, idempotency_key, result, request)
+        return result
+
+    def _after_write(
+        self, session_id: str, key: str | None, result: AppendResult, request: list[Event]
+    ) -> None:
+        """What the domain adds to the core's write: a replayed key must name the same
+        request, and a due session is compacted (a separate trip)."""
+        if result.replayed:
+            if key is not None:
+                _check_replay(self.core, session_id, key, result, request)
+        elif self.auto_compact is not None:
             try:
                 self._maybe_compact(session_id)
             except (EventStoreError, OSError) as exc:
                 # the append is committed: failing it now would make callers retry and
                 # duplicate it; the next due append tries compacting again
                 log.warning("eventstore: automatic compaction of %r failed: %s", session_id, exc)
-        return result
 
     def _maybe_compact(self, session_id: str) -> None:
         auto = self.auto_compact

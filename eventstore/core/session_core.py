@@ -189,8 +189,12 @@ class SessionCore:
 
     def session(self, session_id: str) -> SessionState:
         """The session's state (kept, or new); checks the store is open and the id."""
-        self.check_open()
-        sess = self.sessions.get(session_id)
+        if self.closed:
+            self.check_open()
+        try:
+            sess = self.sessions.by_id.get(session_id)
+        except TypeError:  # unhashable, so not a str: validate_session_id says so
+            sess = None
         if sess is None:
             validate_session_id(session_id)
             sess = self.sessions.open(session_id)
@@ -289,9 +293,7 @@ class SessionCore:
 
         `check`: the events hold the caller's records, unvalidated: encoding checks them
         (NotAsStoredError, nothing written)."""
-        result = self.write(
-            session_id, lambda h, s: events, idempotency_key, (), events, check=check
-        )
+        result = self.write(session_id, lambda h, s: events, idempotency_key, check=check)
         assert result is not None
         return result
 
@@ -301,26 +303,34 @@ class SessionCore:
         build: Build,
         idempotency_key: str | None,
         needs: tuple[Projection[Any], ...] = (),
-        request: list[Event] | None = None,
         *,
         check: bool = False,
     ) -> AppendResult | None:
         """The one write path: fold what `build` needs, build (validate), append against
-        the head those folds reached; on a moved head, catch up and do it again.
+        the head those folds reached; on a moved head, catch up and do it again; then
+        fold the batch into the states that were at that head.
 
         Returns None when `build` returned no events (nothing to write). A key seen
         before returns that batch's result with `replayed=True`, writing nothing; whether
-        it was the same request (`request`'s fingerprint) is the caller's to check."""
+        it was the same request is the caller's to check (`fingerprint`)."""
         if idempotency_key is not None:
             _check_key(idempotency_key)
         sess = self.session(session_id)
         wanted = (self.idempotency, *needs) if idempotency_key is not None else needs
         with sess.lock:
             written = self._append(sess, build, idempotency_key, wanted, check)
-            if written is None or isinstance(written, AppendResult):
-                return written
+            if written.__class__ is not tuple:
+                return written  # type: ignore[return-value]  # a replay, or nothing to write
             head, new, data, stamped = written
-            self._advance(sess, head, new, data, stamped)
+            if head.seq == 0 and head.position is None and self.caches.marks:
+                self.caches.keep_from_creation(sess, head)
+            elif sess.kept_from_creation >= 0:
+                self.caches.count_kept(sess, len(data))
+            for name, f in sess.folds.items():
+                fh = f.head  # (identity first: a fold this store left at its own head)
+                if fh is head or (fh.seq == head.seq and fh.position == head.position):
+                    self._advance(sess, name, f, new, data, stamped)
+            sess.head = new
             return _new_result(stamped[0].seq, stamped[-1].seq, False)
 
     def _append(
@@ -389,41 +399,31 @@ class SessionCore:
                 fresh = True
 
     def _advance(
-        self, sess: SessionState, head: Head, new: Head, data: bytes, stamped: list[Event]
+        self, sess: SessionState, name: str, f: Fold, new: Head, data: bytes, stamped: list[Event]
     ) -> None:
-        """Fold an appended batch into the states that were at `head` (the head it was
-        appended to), so they stand at `new` without reading it back."""
-        if head.seq == 0 and head.position is None and self.caches.marks:
-            self.caches.keep_from_creation(sess, head)
-        elif sess.kept_from_creation >= 0:
-            self.caches.count_kept(sess, len(data))
-        for name, f in sess.folds.items():
-            fh = f.head  # (identity first: a fold this store left at its own head)
-            if fh is head or (fh.seq == head.seq and fh.position == head.position):
-                proj = self.projections[name]
-                try:
-                    # a user's apply may change the event it gets (the built-in states
-                    # share its records): it folds the batch decoded from the bytes
-                    # written, as a cold load would give it to it
-                    own = (
-                        stamped
-                        if name in self.builtin
-                        else self.codec.decoder(proj.event_types).decode_lines(data)
-                    )
-                    f.state = fold(proj, f.state, own)
-                except BaseException as exc:
-                    # folded in place, part of the batch may be in it: start over (the next
-                    # load folds the log again). The batch is committed: raising an
-                    # Exception now would make the caller write it again
-                    f.state, f.head = proj.initial(), EMPTY_HEAD
-                    if not isinstance(exc, Exception):
-                        raise
-                    log.warning(
-                        "eventstore: folding %r into %r failed: %r", sess.session_id, name, exc
-                    )
-                    continue
-                f.head = new
-        sess.head = new
+        """Fold an appended batch into `f`, a state at the head it was appended to, so it
+        stands at `new` without reading the batch back."""
+        proj = self.projections[name]
+        try:
+            # a user's apply may change the event it gets (the built-in states share its
+            # records): it folds the batch decoded from the bytes written, as a cold load
+            # would give it to it
+            own = (
+                stamped
+                if name in self.builtin
+                else self.codec.decoder(proj.event_types).decode_lines(data)
+            )
+            f.state = fold(proj, f.state, own)
+        except BaseException as exc:
+            # folded in place, part of the batch may be in it: start over (the next load
+            # folds the log again). The batch is committed: raising an Exception now
+            # would make the caller write it again
+            f.state, f.head = proj.initial(), EMPTY_HEAD
+            if not isinstance(exc, Exception):
+                raise
+            log.warning("eventstore: folding %r into %r failed: %r", sess.session_id, name, exc)
+            return
+        f.head = new
 
 
 class HasCore(Protocol):

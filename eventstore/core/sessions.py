@@ -78,31 +78,30 @@ class SessionTable:
     def __init__(self, limit: int, on_drop: Callable[[SessionState], None]) -> None:
         self.limit = limit
         self._on_drop = on_drop
-        self._sessions: dict[str, SessionState] = {}
+        # by session id, oldest opened first; the core reads it directly on its hot path
+        self.by_id: dict[str, SessionState] = {}
         self._guard = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._sessions)
+        return len(self.by_id)
 
     def get(self, session_id: str) -> SessionState | None:
         """The session's state if kept (no id check: a lookup of a kept id)."""
         try:
-            return self._sessions.get(session_id)
+            return self.by_id.get(session_id)
         except TypeError:  # unhashable, so not a str: the caller's validation says so
             return None
 
     def open(self, session_id: str) -> SessionState:
         """The session's state, made if missing (the id was validated by the caller)."""
         with self._guard:
-            sess = self._sessions.get(session_id)
+            sess = self.by_id.get(session_id)
             if sess is not None:
                 return sess
-            sess = self._sessions[session_id] = SessionState(session_id)
-            excess = len(self._sessions) - self.limit
+            sess = self.by_id[session_id] = SessionState(session_id)
+            excess = len(self.by_id) - self.limit
             # the oldest opened go first; a thread still using one keeps it
-            dropped = (
-                [self._sessions.pop(k) for k in list(self._sessions)[:excess]] if excess > 0 else []
-            )
+            dropped = [self.by_id.pop(k) for k in list(self.by_id)[:excess]] if excess > 0 else []
         for old in dropped:
             self._on_drop(old)
         return sess
@@ -110,14 +109,14 @@ class SessionTable:
     def take_all(self) -> list[SessionState]:
         """Every kept session, no longer kept (close)."""
         with self._guard:
-            sessions = list(self._sessions.values())
-            self._sessions.clear()
+            sessions = list(self.by_id.values())
+            self.by_id.clear()
         return sessions
 
     def reset_after_fork(self) -> None:
         """A forked child: fresh locks, and every session refolds from the engine (a
         thread of the parent may have been between changing a state and its head)."""
         self._guard = threading.Lock()
-        for sess in list(self._sessions.values()):
+        for sess in list(self.by_id.values()):
             sess.lock = threading.RLock()
             sess.forget()

@@ -263,7 +263,7 @@ def _append_to_empty(
             raise ConcurrencyError(session_id, 0, head.seq)
         return checked
 
-    result = core.write(session_id, build, key, (), checked)
+    result = core.write(session_id, build, key)
     assert result is not None  # build never returns []
     return result
 
