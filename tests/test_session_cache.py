@@ -35,6 +35,23 @@ def test_the_store_keeps_at_most_cached_sessions(root: Path) -> None:
             assert len(s.core.sessions) <= 3
 
 
+@pytest.mark.parametrize("limit", [1, 4, 10, 1000])
+def test_the_store_keeps_as_many_sessions_as_cached_sessions_says(root: Path, limit: int) -> None:
+    """Up to the limit, every session stays folded: none is dropped early (it once kept
+    about half of them, once more than half the limit were open)."""
+    with SessionStore(root, cached_sessions=limit) as s:
+        sids = [f"s{i}" for i in range(limit)]
+        for sid in sids:
+            s.append_progress_entry(sid, make_entry(0))
+            s.load_bootstrap_state(sid)
+        assert len(s.core.sessions) == limit
+        assert all("bootstrap" in s.cache_info(sid).folds for sid in sids)
+        s.append_progress_entry("one-more", make_entry(0))
+        assert len(s.core.sessions) == limit  # the oldest opened went
+        if limit > 1:
+            assert "bootstrap" in s.cache_info(sids[-1]).folds
+
+
 def test_a_dropped_session_saves_its_caches(root: Path) -> None:
     with SessionStore(root, cached_sessions=1) as s:
         s.initialize_session_if_missing("big", make_manifest("big"), make_features(50))
