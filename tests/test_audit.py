@@ -435,6 +435,20 @@ def test_repair_truncates_a_torn_tail(root: Path, install_log: Any) -> None:
         assert audit.repair(store, "golden").action == "none"
 
 
+def test_repair_forgets_everything_the_store_kept_of_the_log_it_replaced(
+    root: Path, install_log: Any
+) -> None:
+    """Folds, head and the checked prefix alike: the next load reads the repaired log."""
+    install_log("torn_line.jsonl")
+    with SessionStore(root) as store:
+        before = store.load_transcript_messages("golden")  # a fold from the start
+        assert store.cache_info("golden").prefix  # it vouches for the bytes it checked
+        assert audit.repair(store, "golden").action == "truncated"
+        info = store.cache_info("golden")
+        assert info.folds == {} and info.prefix is None
+        assert store.load_transcript_messages("golden") == before
+
+
 def test_repair_moves_a_corrupt_log_aside(root: Path, install_log: Any) -> None:
     log = install_log("corrupt_middle.jsonl")
     original = log.read_bytes()
