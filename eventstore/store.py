@@ -72,7 +72,6 @@ __all__ = ["AppendResult", "AutoCompact", "SessionCacheInfo", "SessionStore", "T
 
 log = logging.getLogger("eventstore")
 S = TypeVar("S")
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,27 +101,23 @@ class SessionStore:
     if missing) or `file:///abs/dir` for the file engine, `memory://` or `memory://NAME`
     for memory, `postgresql://...` for PostgreSQL; or an `Engine` instance. `durability`
     is "flush" (every append reaches the OS before it returns: survives a killed
-    process) or "fsync" (every append is flushed to the disk before it returns:
-    survives power loss). `event_types`,
-    `projections` and `upcasters` extend the store with custom events, custom folds and
-    readers of old event versions. `auto_compact` (off by default) compacts a session
-    after an append once its log passes a size or event-count threshold.
-    `cached_sessions`: how many sessions' folded states the store keeps in memory; past
-    it, the oldest opened are dropped (their caches saved first) and refold on next use. Usable as a
-    context manager; safe to share between threads; any number of processes may open
-    the same file or database store.
+    process) or "fsync" (every append is flushed to the disk before it returns: survives
+    power loss). `event_types`, `projections` and `upcasters` extend the store with
+    custom events, custom folds and readers of old event versions. `auto_compact` (off
+    by default) compacts a session after an append once its log passes a size or
+    event-count threshold. `cached_sessions`: how many sessions' folded states the store
+    keeps in memory; past it, the oldest opened are dropped (their caches saved first)
+    and refold on next use. `caches`: whether the engine's fold caches and checked
+    prefixes are used (`eventstore.core.cache_policy`); `tuning`: the sizes the store
+    reads, hashes and caches by (`Tuning`). Usable as a context manager; safe to share
+    between threads; any number of processes may open the same file or database store.
 
     The bootstrap projection's state, and that of any projection with a true
     `cache_folds` attribute (the transcript's is one), is kept between processes in the
-    engine's fold cache (`eventstore.core.fold_cache`; the file engine keeps it beside the
-    log): a cold load folds only what was appended after it. It is written on `close`
-    (a store that creates a session folds its transcript as it appends, within
-    `KEPT_FROM_CREATION`), after a long fold and by compaction, and used only when it
-    checks against the log; a state kept in frames (the transcript's, about as large as
-    the log) is written on `close` and by compaction only, once the log has grown by an
-    eighth. A cold load of the built-in projections, and of any with a true `pause_gc`
-    attribute (whose folds make no cyclic garbage), runs with the cyclic garbage
-    collector paused (`eventstore.core.gc_pause`).
+    engine's fold cache (the file engine keeps it beside the log): a cold load folds only
+    what was appended after it. A cold load of the built-in projections, and of any with
+    a true `pause_gc` attribute (whose folds make no cyclic garbage), runs with the
+    cyclic garbage collector paused (`eventstore.core.gc_pause`).
     """
 
     def __init__(
