@@ -326,10 +326,33 @@ class SessionCore:
                 self.caches.keep_from_creation(sess, head)
             elif sess.kept_from_creation >= 0:
                 self.caches.count_kept(sess, len(data))
+            # the states that were at that head advance to `new` without reading the
+            # batch back (inline: this loop runs for every append)
             for name, f in sess.folds.items():
                 fh = f.head  # (identity first: a fold this store left at its own head)
                 if fh is head or (fh.seq == head.seq and fh.position == head.position):
-                    self._advance(sess, name, f, new, data, stamped)
+                    proj = self.projections[name]
+                    try:
+                        # a user's apply may change the event it gets (the built-in states
+                        # share its records): it folds the batch decoded from the bytes
+                        # written, as a cold load would give it to it
+                        own = (
+                            stamped
+                            if name in self.builtin
+                            else self.codec.decoder(proj.event_types).decode_lines(data)
+                        )
+                        f.state = fold(proj, f.state, own)
+                    except BaseException as exc:
+                        # folded in place, part of the batch may be in it: start over (the
+                        # next load folds the log again). The batch is committed: raising
+                        # an Exception now would make the caller write it again
+                        f.state, f.head = proj.initial(), EMPTY_HEAD
+                        if not isinstance(exc, Exception):
+                            raise
+                        log.warning("eventstore: folding %r into %r failed: %r",
+                                    session_id, name, exc)  # fmt: skip
+                        continue
+                    f.head = new
             sess.head = new
             return _new_result(stamped[0].seq, stamped[-1].seq, False)
 
@@ -397,33 +420,6 @@ class SessionCore:
                     raise  # an engine refusing the head it reports: retrying cannot help
                 head = sess.head = exc.actual
                 fresh = True
-
-    def _advance(
-        self, sess: SessionState, name: str, f: Fold, new: Head, data: bytes, stamped: list[Event]
-    ) -> None:
-        """Fold an appended batch into `f`, a state at the head it was appended to, so it
-        stands at `new` without reading the batch back."""
-        proj = self.projections[name]
-        try:
-            # a user's apply may change the event it gets (the built-in states share its
-            # records): it folds the batch decoded from the bytes written, as a cold load
-            # would give it to it
-            own = (
-                stamped
-                if name in self.builtin
-                else self.codec.decoder(proj.event_types).decode_lines(data)
-            )
-            f.state = fold(proj, f.state, own)
-        except BaseException as exc:
-            # folded in place, part of the batch may be in it: start over (the next load
-            # folds the log again). The batch is committed: raising an Exception now
-            # would make the caller write it again
-            f.state, f.head = proj.initial(), EMPTY_HEAD
-            if not isinstance(exc, Exception):
-                raise
-            log.warning("eventstore: folding %r into %r failed: %r", sess.session_id, name, exc)
-            return
-        f.head = new
 
 
 class HasCore(Protocol):
