@@ -11,12 +11,28 @@ has grown by an eighth.
 
 from __future__ import annotations
 
+import errno
+import json
 import os
+import random
+import shutil
+import signal
+import socket
+import threading
+import time
+import traceback
+import tracemalloc
+import zlib
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import msgspec
+import oracle
 import pytest
-from conftest import LoadSpy, log_path
+from conftest import LoadSpy, in_forked_child, log_path, wait_child
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import rich_messages
@@ -32,7 +48,19 @@ from eventstore.engines.file.caches import (
     FileCacheReader,
     cache_file_name,
 )
-from projections import TranscriptProjection
+from eventstore.format.events import Event
+from eventstore.records import (
+    ImageBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from projections import (
+    Retention,
+    StructProjection,
+    TranscriptProjection,
+)
 from projections.transcript import FRAME_MESSAGES
 
 SID = "s"
@@ -42,23 +70,12 @@ _TURN = [
 ]
 
 
-def _cache(root: Path) -> Path:
-    return log_path(root, SID).parent / cache_file_name("transcript")
-
-
 def _write(root: Path, turns: int, *, load_first: bool = False) -> None:
     with SessionStore(root) as s:
         if load_first:
             s.load_transcript_messages(SID)
         for _ in range(turns):
             s.append_transcript_messages(SID, _TURN)
-
-
-def _truth(root: Path) -> list[Message]:
-    """The transcript folded from the log alone: no cache read, none written."""
-    with SessionStore(root) as s:
-        s.core.caches.cached = {}
-        return s.load_transcript_messages(SID)
 
 
 def _exactly(messages: list[Message]) -> bytes:
@@ -129,7 +146,7 @@ def test_a_writer_that_created_the_session_leaves_a_cache_a_cold_load_folds_noth
         got = s.load_transcript_messages(SID)
         assert spy.decoders == 0 and spy.folded == 0  # no tail: no decoder, no fold
         assert 0 < spy.largest_read <= 2 * FRAME_MESSAGES * 2000  # a frame, never it all
-    assert got == _truth(root) and len(got) == 1400
+    assert got == oracle.truth(root, SID).transcript and len(got) == 1400
 
 
 def test_a_small_writer_leaves_no_transcript_cache(root: Path) -> None:
@@ -151,7 +168,7 @@ def test_a_writer_of_a_session_it_did_not_create_keeps_no_transcript_it_never_lo
     after = os.lstat(_cache(root))
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     with SessionStore(root) as s:  # the tail after the cache is folded from the log
-        assert s.load_transcript_messages(SID) == _truth(root)
+        assert s.load_transcript_messages(SID) == oracle.truth(root, SID).transcript
 
 
 def test_past_its_budget_a_store_lets_go_of_the_transcripts_it_created(
@@ -218,25 +235,19 @@ def test_a_rewrite_waits_until_the_log_has_grown_by_an_eighth(root: Path) -> Non
     after = os.lstat(_cache(root))
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     with SessionStore(root) as s:  # its tail is folded from the log
-        assert s.load_transcript_messages(SID) == _truth(root)
+        assert s.load_transcript_messages(SID) == oracle.truth(root, SID).transcript
     _write(root, 120, load_first=True)  # past an eighth: rewritten
     assert os.lstat(_cache(root)).st_ino != before.st_ino
     with SessionStore(root) as s:
-        assert s.load_transcript_messages(SID) == _truth(root)
-        assert s.cache_info(SID).folds["transcript"][1] == s.last_seq(SID)  # type: ignore[union-attr]
+        assert s.load_transcript_messages(SID) == oracle.truth(root, SID).transcript
+        assert s._sessions[SID].folds["transcript"].saved.seq == s.last_seq(SID)  # type: ignore[union-attr]
 
 
 @pytest.fixture
 def cached(root: Path) -> tuple[Path, bytes, list[Message]]:
     """A store whose transcript cache spans several frames, its bytes and the truth."""
     _write(root, 1200)
-    return root, _cache(root).read_bytes(), _truth(root)
-
-
-def _assert_ignored(root: Path, truth: list[Message]) -> None:
-    with SessionStore(root) as s:
-        assert s.load_transcript_messages(SID) == truth
-        assert s.cache_info(SID).folds["transcript"][1] is None  # not from the cache
+    return root, _cache(root).read_bytes(), oracle.truth(root, SID).transcript
 
 
 @settings(
@@ -299,7 +310,7 @@ def test_another_sessions_or_projections_cache_is_ignored(root: Path) -> None:
     """The bootstrap cache put in its place, or one whose header names another session
     (the engine's position still checks: it is this log's): neither is used."""
     _write(root, 700)
-    truth = _truth(root)
+    truth = oracle.truth(root, SID).transcript
     good = _cache(root).read_bytes()
     bootstrap = _cache(root).with_name(cache_file_name("bootstrap"))
     for bad in (bootstrap.read_bytes(), good.replace(b'"session":"s"', b'"session":"t"', 1)):
@@ -308,3 +319,1057 @@ def test_another_sessions_or_projections_cache_is_ignored(root: Path) -> None:
         _assert_ignored(root, truth)
     _cache(root).write_bytes(good)
     _assert_ignored_and_then_used(root, truth)
+
+
+# -- attacks: the cache damaged, planted, swapped, raced, killed, faulted -------------
+#
+# Every load is compared with the oracle (tests/oracle.py: the log folded by a store that
+# reads and writes no fold cache). Five promises were found broken and fixed here: a
+# projection whose decoding raised other than a msgspec/ValueError/TypeError escaped the
+# load (any Exception now means "does not decode"), and a planted file behind a copied
+# genuine header was read whole or decoded frame by frame (the header now binds the
+# frames' byte count, and the transcript refuses an empty frame).
+
+
+def _turn(i: int) -> list[Message]:
+    """Turn `i`: two messages (~1.9 kB of log), their text naming the turn."""
+    return [
+        Message(role=Role.USER, content=f"m{i} u " + "u" * 300),
+        Message(role=Role.ASSISTANT, content=f"m{i} a " + "a" * 1500),
+    ]
+
+
+def _expected(turns: int) -> list[Message]:
+    return [m for i in range(turns) for m in _turn(i)]
+
+
+def _cache(root: Path, name: str = "transcript", sid: str = SID) -> Path:
+    return log_path(root, sid).parent / _cache_file_name(name)
+
+
+def _write_numbered(root: Path, turns: int, *, start: int = 0, load_first: bool = False) -> None:
+    with SessionStore(root) as s:
+        if load_first:
+            s.load_transcript_messages(SID)
+        for i in range(start, start + turns):
+            s.append_transcript_messages(SID, _turn(i))
+
+
+def _cold(root: Path, sid: str = SID) -> tuple[list[Message], bool]:
+    """A cold load by a fresh store, and whether it started from the fold cache."""
+    with SessionStore(root) as s:
+        got = s.load_transcript_messages(sid)
+        f = s._sessions[sid].folds.get("transcript") if sid in s._sessions else None
+        return got, f is not None and f.saved is not None
+
+
+def _assert_ignored(root: Path, truth: list[Message]) -> None:
+    got, used = _cold(root)
+    assert _exactly(got) == _exactly(truth)
+    assert not used
+
+
+def _headers(data: bytes) -> tuple[bytes, bytes, int]:
+    """The engine's line, the face header line, and where the frames start."""
+    a = data.index(b"\n") + 1
+    b = data.index(b"\n", a) + 1
+    return data[:a], data[a:b], b
+
+
+def _frames(data: bytes) -> list[bytes]:
+    _, _, at = _headers(data)
+    out = []
+    while at < len(data) - 33:
+        n = int.from_bytes(data[at : at + 4], "big")
+        out.append(data[at + 4 : at + 4 + n])
+        at += 4 + n
+    return out
+
+
+def _line_ends(log: Path) -> list[tuple[int, int, str]]:
+    """(offset after the line, seq, h) of every line of a log of plain lines."""
+    out, at = [], 0
+    for line in log.read_bytes().splitlines(keepends=True):
+        at += len(line)
+        d = json.loads(line)
+        out.append((at, d["seq"], d["h"]))
+    return out
+
+
+def _is_prefix(got: list[Message]) -> bool:
+    """Whether `got` is the first messages of turns 0, 1, 2, ... (whole turns)."""
+    if len(got) % 2:
+        return False
+    return got == _expected(len(got) // 2)
+
+
+@pytest.fixture
+def three_frames(root: Path) -> tuple[bytes, list[Message]]:
+    """A session of 700 turns (1.3 MB) whose close left a transcript cache of three
+    frames; its bytes and the truth."""
+    _write_numbered(root, 700)
+    assert _cache(root).is_file()
+    return _cache(root).read_bytes(), oracle.truth(root, SID).transcript
+
+
+def test_cold_loads_equal_the_log_through_appends_compactions_retention_and_eviction(
+    root: Path,
+) -> None:
+    """Promise 1. Attack: walk one session through every way a cache gets written or
+    left behind (close after a megabyte, a tail the cache does not hold, a rewrite past
+    an eighth, compaction with and without retention, an eviction by `cached_sessions`)
+    and compare every cold load, from the cache or not, with the log folded alone."""
+    _write_numbered(root, 700)
+    got, used = _cold(root)
+    assert used and got == oracle.truth(root, SID).transcript == _expected(700)
+    _write_numbered(root, 20, start=700, load_first=True)  # tail < 1/8: the cache stays at 700
+    got, used = _cold(root)
+    assert used and got == oracle.truth(root, SID).transcript == _expected(720)
+    exp = _expected(720)
+    pages: list[tuple[dict[str, int], list[Message]]] = [
+        ({"start": 1399, "limit": 3}, exp[1399:1402]),
+        ({"start": 1000}, exp[1000:]),
+        ({"limit": 5}, exp[:5]),
+        ({"last": 7}, exp[-7:]),
+    ]
+    for page, want in pages:  # pages of cold stores (`start`/`limit` fold from the cache)
+        with SessionStore(root) as s:
+            assert s.load_transcript_messages(SID, **page) == want  # type: ignore[arg-type]
+    _write_numbered(root, 150, start=720, load_first=True)  # past 1/8: rewritten
+    assert _cold(root) == (oracle.truth(root, SID).transcript, True)
+    with SessionStore(root) as s:
+        assert s.compact(SID, force=True).compacted
+    assert _cold(root) == (oracle.truth(root, SID).transcript, True)
+    with SessionStore(root) as s:
+        s.append_transcript_messages(SID, _turn(870))
+        assert s.compact(SID, force=True, retention=Retention(messages=301)).compacted
+    got, used = _cold(root)
+    assert used and got == oracle.truth(root, SID).transcript and len(got) == 301
+    with SessionStore(root, cached_sessions=1) as s:
+        for i in range(871, 1500):
+            s.append_transcript_messages(SID, _turn(i))
+        s.load_transcript_messages(SID)
+        os.unlink(_cache(root))
+        s.load_transcript_messages("other")  # evicts SID: its caches are saved
+        assert _cache(root).is_file()
+    got, used = _cold(root)
+    assert used and got == oracle.truth(root, SID).transcript
+
+
+def test_an_edit_in_the_tail_after_the_cached_position_is_caught(root: Path) -> None:
+    """Promise 1. Attack: the cache holds turns 0-699; 20 turns appended after it, then
+    one letter of turn 710 edited in place (and, apart, the `h` of the last line the
+    cache covers). The fold of the log alone raises CorruptLogError for the tail edit;
+    so must the cold load that starts from the cache (it checks what it folds on top).
+    The edited `h` is not the cache's position any more: the cache is ignored and the
+    load reports what the log alone reports."""
+    from eventstore.errors import CorruptLogError
+
+    _write_numbered(root, 700)
+    _write_numbered(root, 20, start=700)  # no load: the close keeps the cache at 700
+    with SessionStore(root) as s:  # (a cold load starts from it, and leaves it as it is)
+        assert s.load_transcript_messages(SID) == _expected(720)
+        assert s._sessions[SID].folds["transcript"].saved.seq == 700  # type: ignore[union-attr]
+    log = log_path(root, SID)
+    data = log.read_bytes()
+    good = data
+    at = data.index(b"m710 a ") + 7
+    log.write_bytes(data[:at] + b"A" + data[at + 1 :])
+    with pytest.raises(CorruptLogError):
+        oracle.truth(root, SID)
+    with SessionStore(root) as s, pytest.raises(CorruptLogError):
+        s.load_transcript_messages(SID)
+    off, _, h = _line_ends(log)[699]
+    at = off - len(h) - 3
+    assert good[at : at + len(h)] == h.encode()
+    other = b"1" if good[at : at + 1] == b"0" else b"0"  # (an edit: never the same digit)
+    log.write_bytes(good[:at] + other + good[at + 1 :])
+    with pytest.raises(CorruptLogError):
+        oracle.truth(root, SID)
+    with SessionStore(root) as s, pytest.raises(CorruptLogError):
+        s.load_transcript_messages(SID)
+
+
+def test_a_session_id_with_the_longest_escaped_header_is_cached_and_checked(root: Path) -> None:
+    """Promise 1. Attack: a session id of 1,024 control characters (each escaped to six
+    bytes in the header) and one of non-BMP characters: the cache is read and used;
+    the other id's cache put in its place is ignored, and so is its own cache whose
+    header names an id one character off."""
+    ids = ["\x01" * 1024, "\U0001f600" * 256]
+    with SessionStore(root) as s:
+        for sid in ids:
+            for i in range(700):
+                s.append_transcript_messages(sid, _turn(i))
+    for sid in ids:
+        got, used = _cold(root, sid)
+        assert used and got == oracle.truth(root, sid).transcript == _expected(700)
+    a, b = (_cache(root, sid=sid) for sid in ids)
+    a_bytes = a.read_bytes()
+    off_by_one = msgspec.json.encode("\x01" * 1023 + "\x02")
+    assert msgspec.json.encode(ids[0]) in a_bytes
+    for bad in (b.read_bytes(), a_bytes.replace(msgspec.json.encode(ids[0]), off_by_one)):
+        a.write_bytes(bad)
+        got, used = _cold(root, ids[0])
+        assert not used and got == _expected(700)
+
+
+def test_frames_swapped_reordered_or_taken_from_another_cache_are_ignored(
+    root: Path, three_frames: tuple[bytes, list[Message]]
+) -> None:
+    """Promise 2. Attack: rearrange whole frames (lengths kept with them, so every frame
+    still decodes): two swapped, one dropped with the header's count fixed, one
+    repeated, and frames of the same session's later cache behind the older header."""
+    good, truth = three_frames
+    engine, face, _ = _headers(good)
+    frames = _frames(good)
+    assert len(frames) == 3
+
+    def build(fs: list[bytes], count: int | None = None) -> bytes:
+        f = face if count is None else face.replace(b'"frames":3', b'"frames":%d' % count)
+        body = b"".join(len(x).to_bytes(4, "big") + x for x in fs)
+        return engine + f + body + good[-33:]
+
+    for bad in (
+        build([frames[1], frames[0], frames[2]]),
+        build(frames[:2], 2),
+        build([frames[0], frames[0], frames[1], frames[2]], 4),
+        build([frames[0], frames[2], frames[1]]),
+    ):
+        _cache(root).write_bytes(bad)
+        _assert_ignored(root, truth)
+    _write_numbered(root, 150, start=700, load_first=True)  # a newer cache (a rewrite)
+    newer = _cache(root).read_bytes()
+    truth = oracle.truth(root, SID).transcript
+    _cache(root).write_bytes(engine + face + newer[_headers(newer)[2] :])
+    _assert_ignored(root, truth)
+    _cache(root).write_bytes(newer)
+    assert _cold(root) == (truth, True)
+
+
+def test_a_lying_engine_line_or_header_is_ignored(
+    root: Path, three_frames: tuple[bytes, list[Message]]
+) -> None:
+    """Promise 2. Attack: the cache (state at seq 700) made to say it is the state at
+    an earlier line (offset, seq and `h` of line 100, each of them the log's own), in
+    the engine's line only, in the face header only, and in both consistently; and the
+    engine's line pointed at the log's true end with a foreign `h`. Trusted, the state
+    at 700 plus the tail after 100 would repeat 600 turns."""
+    good, truth = three_frames
+    engine, face, at = _headers(good)
+    ends = _line_ends(log_path(root, SID))
+    off, seq, h = ends[99]
+    e = json.loads(engine)
+    lying_engine = (
+        json.dumps({**e, "offset": off, "seq": seq, "link": h, "h": h}, separators=(",", ":"))
+        + "\n"
+    ).encode()
+    f = json.loads(face)
+    lying_face = (
+        json.dumps({**f, "seq": seq, "link": h, "h": h}, separators=(",", ":")) + "\n"
+    ).encode()
+    body = good[at:]
+    foreign = engine.replace(e["h"].encode(), b"0123456789abcdef")
+    for bad in (
+        lying_engine + face + body,
+        engine + lying_face + body,
+        lying_engine + lying_face + body,
+        foreign + face + body,
+    ):
+        _cache(root).write_bytes(bad)
+        _assert_ignored(root, truth)
+
+
+def test_a_symlink_fifo_directory_socket_or_unreadable_file_in_its_place(
+    root: Path, three_frames: tuple[bytes, list[Message]], tmp_path: Path
+) -> None:
+    """Promise 2. Attack: where the cache lives, a symlink to a copy of the valid cache
+    (never followed, and the close after it replaces the link, not its target), a FIFO
+    with no writer (must not hang), a directory, a socket and a file of mode 000."""
+    good, truth = three_frames
+    path = _cache(root)
+    outside = tmp_path / "elsewhere.cache"
+    outside.write_bytes(good)
+    path.unlink()
+    path.symlink_to(outside)
+    _assert_ignored(root, truth)
+    assert outside.read_bytes() == good and not path.is_symlink()  # close replaced the link
+    for plant in ("fifo", "dir", "socket", "mode000"):
+        path.unlink()
+        if plant == "fifo":
+            os.mkfifo(path)
+        elif plant == "dir":
+            path.mkdir()
+        elif plant == "socket":
+            sock = socket.socket(socket.AF_UNIX)
+            sock.bind(str(path))
+            sock.close()
+        else:
+            path.write_bytes(good)
+            path.chmod(0)
+        code = in_forked_child(lambda: _cold(root) == (truth, False), 10)
+        assert code == 0 or (plant == "mode000" and os.geteuid() == 0 and code == 2), plant
+        if path.is_dir():
+            path.rmdir()
+            path.touch()
+
+
+def test_a_huge_planted_file_is_not_read_whole(
+    root: Path, three_frames: tuple[bytes, list[Message]]
+) -> None:
+    """Promise 2. Attack: sparse files where the cache lives: 2 GiB behind the genuine
+    engine line and header (over the engine's 1 GiB cap), 512 MiB of zeros, and 512 MiB
+    of zeros behind the genuine two header lines (the position and header check out,
+    then the first frame's length is 0). None is read past a few kilobytes."""
+    good, truth = three_frames
+    engine, face, _ = _headers(good)
+    path = _cache(root)
+    for head, size in ((engine + face, 2 << 30), (b"", 512 << 20), (engine + face, 512 << 20)):
+        with open(path, "wb") as f:
+            f.write(head)
+            f.truncate(size)
+        tracemalloc.start()
+        try:
+            with SessionStore(root) as s:
+                got = s.load_transcript_messages(SID)
+                _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert got == truth
+        assert peak < 24 << 20, (size, peak)
+
+
+def test_a_huge_file_behind_a_copied_genuine_header_is_not_read_whole(
+    root: Path, three_frames: tuple[bytes, list[Message]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise 2 ("never reads a huge planted file whole"). Attack: copy the valid
+    cache's engine line and face header (they check out against the live log), then
+    one frame length claiming the rest of a 64 MiB sparse file of zeros."""
+    good, truth = three_frames
+    engine, face, _ = _headers(good)
+    size = 64 << 20
+    with open(_cache(root), "wb") as f:
+        f.write(engine + face)
+        f.write((size - len(engine) - len(face) - 4 - 33).to_bytes(4, "big"))
+        f.truncate(size)
+    largest = 0
+    real = _FileCacheReader.read
+
+    def read(reader: _FileCacheReader, n: int) -> bytes:
+        nonlocal largest
+        largest = max(largest, n)
+        return real(reader, n)
+
+    monkeypatch.setattr(_FileCacheReader, "read", read)
+    assert _cold(root) == (truth, False)
+    assert largest < 4 << 20, f"one read of {largest >> 20} MiB of a planted 64 MiB file"
+
+
+def test_a_planted_cache_of_countless_empty_frames_is_refused_at_once(
+    root: Path, three_frames: tuple[bytes, list[Message]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise 2 ("never hangs"). Attack: a 1 MB plant of 200,000 empty frames behind
+    a genuine engine line and a header whose frame count says so."""
+    good, truth = three_frames
+    engine, face, _ = _headers(good)
+    n = 200_000
+    _cache(root).write_bytes(
+        engine
+        + face.replace(b'"frames":3', b'"frames":%d' % n)
+        + b"\x00\x00\x00\x01\x90" * n
+        + b"0" * 32
+        + b"\n"
+    )
+    calls = 0
+    real = TranscriptProjection.from_cache_frame
+
+    def counting(self: TranscriptProjection, state: list[Message], frame: bytes) -> Any:
+        nonlocal calls
+        calls += 1
+        return real(self, state, frame)
+
+    monkeypatch.setattr(TranscriptProjection, "from_cache_frame", counting)
+    assert _cold(root) == (truth, False)
+    assert calls <= 64, f"{calls} frames decoded from a planted file before refusing it"
+
+
+def _replace_log_with_copy(root: Path) -> None:
+    log = log_path(root, SID)
+    tmp = log.with_name("other")
+    shutil.copyfile(log, tmp)
+    os.replace(tmp, log)
+
+
+def _replace_log_with_shorter(root: Path) -> None:
+    log = log_path(root, SID)
+    off = _line_ends(log)[399][0]
+    log.write_bytes(log.read_bytes()[:off])  # same inode, cut below the cached offset
+
+
+def _replace_log_with_foreign(root: Path) -> None:
+    """Another process puts a log of the same shape (same seqs, other bytes) in place."""
+    other = root.parent / "other"
+    with SessionStore(other) as s:
+        for i in range(900):
+            s.append_transcript_messages(SID, _turn(i + 1))
+    os.replace(log_path(other, SID), log_path(root, SID))
+
+
+@pytest.mark.parametrize(
+    "history",
+    ["compact", "compact-retain", "repair", "recreate", "copy", "shorter", "foreign"],
+)
+def test_a_stale_cache_planted_back_is_ignored(root: Path, history: str) -> None:
+    """Promise 2. Attack: save the cache, then move the log on (a compaction, one with
+    retention, a repair that cut a bad middle line and regrowth, delete_session and the
+    same id re-created, the log replaced by a copy of itself, cut in place below the
+    cached offset, replaced by another log of the same seqs), plant the old cache back,
+    and its engine line rewritten to the live log's inode (an inode number reused): the
+    load equals the truth."""
+    _write_numbered(root, 700)
+    stale = _cache(root).read_bytes()
+    with SessionStore(root) as s:
+        if history == "compact":
+            assert s.compact(SID, force=True).compacted
+        elif history == "compact-retain":
+            assert s.compact(SID, force=True, retention=Retention(messages=10)).compacted
+        elif history == "repair":
+            from eventstore.ops.repair import repair
+
+            log = log_path(root, SID)
+            data = log.read_bytes()
+            cut = data.index(b'"seq":300,')
+            log.write_bytes(data[:cut] + b"X" + data[cut + 1 :])
+            s.close()
+            s = SessionStore(root)
+            repair(s, SID)
+        elif history == "recreate":
+            assert s.delete_session(SID)
+    if history == "copy":
+        _replace_log_with_copy(root)
+    elif history == "shorter":
+        _replace_log_with_shorter(root)
+    elif history == "foreign":
+        _replace_log_with_foreign(root)
+    if history in ("repair", "recreate", "shorter"):
+        with SessionStore(root) as s:
+            for i in range(900):
+                s.append_transcript_messages(SID, _turn(5000 + i))
+    truth = oracle.truth(root, SID).transcript
+    st_ = os.stat(log_path(root, SID))
+    engine, face, at = _headers(stale)
+    e = json.loads(engine)
+    reused = (
+        json.dumps({**e, "dev": st_.st_dev, "ino": st_.st_ino}, separators=(",", ":")) + "\n"
+    ).encode()
+    for plant in (stale, reused + face + stale[at:]):
+        _cache(root).write_bytes(plant)
+        got, used = _cold(root)
+        assert _exactly(got) == _exactly(truth), history
+        # the copy of the same log is the one case where the cache still describes it
+        assert not used or (history == "copy" and plant is not stale)
+
+
+def _run_child(work: Callable[[], object]) -> int:
+    """Fork; the child runs `work` and exits 0, or 1 (its traceback on stderr)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            work()
+            code = 0
+        except BaseException:  # noqa: BLE001 - reported by the exit code
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _loads_beside(pid: int, root: Path, check: Callable[[list[Message]], None]) -> tuple[int, int]:
+    """Cold loads (a fresh store each), each handed to `check`, until child `pid` ends
+    (it must exit 0, within 30 s); returns how many loads were made, and how many of
+    them started from the fold cache."""
+    deadline = time.monotonic() + 30
+    loads, cached, done = 0, 0, False
+    try:
+        while True:
+            reaped, status = os.waitpid(pid, os.WNOHANG)
+            if reaped:
+                done = True
+                assert os.waitstatus_to_exitcode(status) == 0
+                return loads, cached
+            assert time.monotonic() < deadline, "the child did not end"
+            with SessionStore(root) as s:
+                check(s.load_transcript_messages(SID))
+                f = s._sessions[SID].folds.get("transcript")
+                cached += f is not None and f.saved is not None
+            loads += 1
+    finally:
+        if not done:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
+def test_cold_loads_beside_a_writer_that_compacts_and_saves_caches(root: Path) -> None:
+    """Promise 3. Attack: another process appends 100 turns a round, loads and closes
+    (saving the cache when the log grew by an eighth), and compacts every third round,
+    for ~1.5 s, while this one cold-loads in a loop (a fresh store each, most loads
+    from the cache) and loads with one long-lived store between them: every load is
+    whole turns in order, never fewer than that reader's load before, nothing raises."""
+    _write_numbered(root, 600)
+
+    def writer() -> None:
+        k, r = 600, 0
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            with SessionStore(root) as s:
+                s.load_transcript_messages(SID)
+                for _ in range(100):
+                    s.append_transcript_messages(SID, _turn(k))
+                    k += 1
+                if r % 3 == 2:
+                    s.compact(SID, force=True, archive=r % 2 == 0)
+            r += 1
+
+    seen = 0
+
+    warm = SessionStore(root)  # a reader that keeps its state between loads
+    warm_seen = 0
+
+    def check(got: list[Message]) -> None:
+        nonlocal seen, warm_seen
+        assert len(got) >= seen and _is_prefix(got), (len(got), seen)
+        seen = len(got)
+        again = warm.load_transcript_messages(SID)
+        assert len(again) >= warm_seen and _is_prefix(again), (len(again), warm_seen)
+        warm_seen = len(again)
+
+    try:
+        loads, cached = _loads_beside(_run_child(writer), root, check)
+    finally:
+        warm.close()
+    assert loads >= 5 and cached >= 1
+    got, _ = _cold(root)
+    assert got == oracle.truth(root, SID).transcript and len(got) >= seen
+
+
+def test_cold_loads_beside_a_process_that_deletes_and_recreates_the_session(
+    root: Path,
+) -> None:
+    """Promise 3. Attack: another process deletes the session and writes it again (600
+    turns, a close that saves the cache) in a loop while this one cold-loads: each load
+    is whole turns from the first (a prefix of one of the generations), never raises."""
+    _write_numbered(root, 600)
+
+    def recreator() -> None:
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            with SessionStore(root) as s:
+                s.delete_session(SID)
+                for i in range(600):
+                    s.append_transcript_messages(SID, _turn(i))
+
+    def check(got: list[Message]) -> None:
+        assert _is_prefix(got), len(got)
+
+    loads, cached = _loads_beside(_run_child(recreator), root, check)
+    assert loads >= 5 and cached >= 1
+    assert _cold(root)[0] == oracle.truth(root, SID).transcript == _expected(600)
+
+
+def _close_on(root: Path, turns: int, start: int, ready: Path, go: Path) -> None:
+    """Fold the transcript, append `turns` turns from `start`, say so (`ready`), and
+    close (saving the cache) once `go` exists."""
+    s = SessionStore(root)
+    s.load_transcript_messages(SID)
+    for i in range(start, start + turns):
+        s.append_transcript_messages(SID, _turn(i))
+    ready.touch()
+    while not go.exists():
+        time.sleep(0.0005)
+    s.close()
+
+
+def test_two_processes_closing_at_once_leave_a_valid_or_ignored_cache(root: Path) -> None:
+    """Promise 3. Attack: two processes that both folded the transcript (one at an
+    older head, one after 150 more turns) close at the same instant, both saving the
+    cache (atomic renames racing); then the same while this process cold-loads. What is
+    left is used only if it is some valid state; every load equals the truth."""
+    _write_numbered(root, 700)
+    turn = 700
+    for rnd in range(4):
+        _cache(root).unlink(missing_ok=True)
+        go = root / f"go-{rnd}"
+        ready = [root / f"ready-{rnd}-{j}" for j in range(2)]
+
+        pids = [_run_child(partial(_close_on, root, 0, turn, ready[0], go))]
+        while not ready[0].exists():
+            time.sleep(0.001)
+        pids.append(_run_child(partial(_close_on, root, 150, turn, ready[1], go)))
+        while not all(r.exists() for r in ready):
+            time.sleep(0.001)
+        turn += 150
+        go.touch()
+        if rnd % 2:
+            for _ in range(5):
+                got, _ = _cold(root)
+                assert _is_prefix(got)
+        assert [wait_child(p, 20) for p in pids] == [0, 0]
+        truth = oracle.truth(root, SID).transcript
+        assert truth == _expected(turn)
+        # the last rename's: either closer's head (each a point of the live log)
+        assert json.loads(_headers(_cache(root).read_bytes())[0])["seq"] in (turn - 150, turn)
+        assert _cold(root) == (truth, True)
+
+
+@pytest.mark.parametrize("stage", ["mid-write", "before-rename", "after-rename"])
+def test_a_close_killed_while_writing_the_cache_leaves_nothing_trusted_wrongly(
+    root: Path, stage: str
+) -> None:
+    """Promise 4. Attack: a process that appended 150 turns (past an eighth) closes and
+    is killed (os._exit) while writing the transcript cache: after half its bytes, with
+    the temporary file whole but not renamed, and right after the rename (a cache is
+    written without fsync, so nothing follows it). The load equals the truth; the
+    debris is never read."""
+    _write_numbered(root, 700)
+    old = _cache(root).read_bytes()
+
+    def child() -> None:
+        s = SessionStore(root)
+        s.load_transcript_messages(SID)
+        for i in range(700, 850):
+            s.append_transcript_messages(SID, _turn(i))
+        real_write, real_replace = os.write, os.replace
+        if stage == "mid-write":
+
+            def write(fd: int, data: Any) -> int:
+                if len(data) > 200_000:
+                    real_write(fd, bytes(data[: len(data) // 2]))
+                    os._exit(9)
+                return real_write(fd, data)
+
+            os.write = write
+        elif stage == "before-rename":
+
+            def replace(src: Any, dst: Any) -> None:
+                if "fold-transcript" in str(dst):
+                    os._exit(9)
+                real_replace(src, dst)
+
+            os.replace = replace
+        else:
+
+            def replace_then_die(src: Any, dst: Any) -> None:
+                real_replace(src, dst)
+                if "fold-transcript" in str(dst):
+                    os._exit(9)
+
+            os.replace = replace_then_die
+        s.close()
+
+    pid = _run_child(child)
+    assert wait_child(pid, 20) == 9
+    debris = [n for n in os.listdir(_cache(root).parent) if ".tmp-" in n]
+    assert bool(debris) == (stage != "after-rename")
+    truth = oracle.truth(root, SID).transcript
+    assert truth == _expected(850)
+    assert (_cache(root).read_bytes() == old) == (stage != "after-rename")
+    got, used = _cold(root)
+    assert got == truth and used
+
+
+def test_sigkill_at_random_moments_of_closes_leaves_loads_equal_to_the_log(root: Path) -> None:
+    """Promise 4. Attack: ten processes, each folds the transcript, appends 150 turns
+    and closes (which writes a 1.6-3.5 MB cache, ~7 ms), SIGKILLed at a random moment
+    of its close; after each, cold loads equal the truth."""
+    _write_numbered(root, 700)
+    rng = random.Random(7)
+    turns = 700
+    for rnd in range(10):
+        ready = root / f"ready-{rnd}"
+
+        def child(start: int = turns, ready: Path = ready) -> None:
+            s = SessionStore(root)
+            s.load_transcript_messages(SID)
+            for i in range(start, start + 150):
+                s.append_transcript_messages(SID, _turn(i))
+            ready.touch()
+            s.close()
+            time.sleep(5)
+
+        pid = _run_child(child)
+        while not ready.exists():
+            time.sleep(0.0005)
+        time.sleep(rng.uniform(0, 0.01))
+        os.kill(pid, signal.SIGKILL)
+        assert wait_child(pid, 10) == -9
+        turns += 150
+        truth = oracle.truth(root, SID).transcript
+        assert truth == _expected(turns)
+        assert _cold(root)[0] == truth
+
+
+def test_a_child_forked_while_a_cold_load_reads_frames_does_not_deadlock(
+    root: Path, three_frames: tuple[bytes, list[Message]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise 5. Attack: fork from inside a cold load, as it reads a ~1 MB frame (the
+    load holds the session lock, the collector paused, the cache's descriptor open);
+    the child loads with the inherited store and a new one within 10 s. Then fork from
+    the main thread while another thread cold-loads in a loop."""
+    _, truth = three_frames
+    shared = SessionStore(root)
+    codes: list[int | None] = []
+    real_read = _FileCacheReader.read
+    parent = os.getpid()
+
+    def child() -> bool:
+        with SessionStore(root) as fresh:
+            a = fresh.load_transcript_messages(SID)
+        return a == truth and shared.load_transcript_messages(SID) == truth
+
+    def read(reader: _FileCacheReader, n: int) -> bytes:
+        data = real_read(reader, n)
+        if os.getpid() == parent and len(codes) < 2 and n > 100_000:
+            codes.append(None)
+            codes[-1] = in_forked_child(child, 10)
+        return data
+
+    monkeypatch.setattr(_FileCacheReader, "read", read)
+    try:
+        assert shared.load_transcript_messages(SID) == truth
+        assert shared._sessions[SID].folds["transcript"].saved is not None
+        assert codes == [0, 0]
+        monkeypatch.setattr(_FileCacheReader, "read", real_read)
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def loop() -> None:
+            try:
+                while not stop.is_set():
+                    shared._sessions.clear()
+                    assert shared.load_transcript_messages(SID) == truth
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        t = threading.Thread(target=loop)
+        t.start()
+        try:
+            for _ in range(6):
+                time.sleep(0.004)
+                assert in_forked_child(child, 10) == 0
+        finally:
+            stop.set()
+            t.join()
+        assert not errors
+    finally:
+        shared.close()
+
+
+_faults: list[str] = []  # the faults injected so far (a test asserts one was)
+
+
+def _enospc(*a: object, **k: object) -> Any:
+    _faults.append("ENOSPC")
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _half_then_enospc() -> Callable[[int, Any], int]:
+    real = os.write
+    calls = 0
+
+    def write(fd: int, data: Any) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1 and len(data) > 1:
+            return real(fd, bytes(data[: len(data) // 2]))
+        return _enospc()  # type: ignore[no-any-return]
+
+    return write
+
+
+@pytest.mark.parametrize("fault", ["write", "half-write", "replace", "first-cache"])
+def test_disk_errors_while_saving_never_fail_close_nor_leave_a_trusted_cache(
+    root: Path, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """Promise 6. Attack: a close that saves the transcript cache (150 turns past an
+    eighth; and a first cache, none before) meets ENOSPC from os.write (at once, or
+    after half the bytes) or from the rename (a cache is written without fsync): close
+    returns, no temporary file is left, and the next cold load equals the truth (from
+    the old cache, or a whole new one)."""
+    _write_numbered(root, 700)
+    if fault == "first-cache":
+        _cache(root).unlink()
+    old = _cache(root).read_bytes() if _cache(root).exists() else None
+    s = SessionStore(root)
+    s.load_transcript_messages(SID)
+    for i in range(700, 850):
+        s.append_transcript_messages(SID, _turn(i))
+    _faults.clear()
+    with monkeypatch.context() as m:
+        if fault in ("write", "first-cache"):
+            m.setattr(os, "write", _enospc)
+        elif fault == "half-write":
+            m.setattr(os, "write", _half_then_enospc())
+        else:
+            m.setattr(os, "replace", _enospc)
+        s.close()  # never raises
+    assert _faults  # the save was tried, and failed
+    assert not [n for n in os.listdir(_cache(root).parent) if ".tmp-" in n]
+    assert (_cache(root).read_bytes() if _cache(root).exists() else None) == old
+    truth = oracle.truth(root, SID).transcript
+    assert truth == _expected(850)
+    assert _cold(root)[0] == truth
+
+
+def test_disk_errors_while_an_eviction_saves_fail_no_call(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise 6. Attack: ENOSPC on every os.write while `cached_sessions=1` evicts a
+    session with a folded transcript (its caches saved by the load of another session):
+    the load that evicted it returns, and loads equal the truth."""
+    _write_numbered(root, 700)
+    _cache(root).unlink()
+    with SessionStore(root, cached_sessions=1) as s:
+        s.load_transcript_messages(SID)
+        _faults.clear()
+        with monkeypatch.context() as m:
+            m.setattr(os, "write", _enospc)
+            assert s.load_transcript_messages("other") == []
+        assert _faults
+        assert not _cache(root).exists()
+    assert _cold(root)[0] == oracle.truth(root, SID).transcript == _expected(700)
+
+
+def _rich(i: int) -> list[Message]:
+    """Turn `i` of rich messages: every block kind, nested JSON, integers at the 64-bit
+    edges (past them from turn 1,300 on, every 7th), floats at theirs, NUL and non-BMP
+    text, times in UTC (before turn 1,100) and with offsets (from it on)."""
+    edges: dict[str, Any] = {"u64": (1 << 64) - 1, "i64": -(1 << 63), "u63": 1 << 63}
+    if i >= 1300 and i % 7 == 0:
+        edges.update({"past": 1 << 64, "neg": -(1 << 63) - 1, "n": 12345678901234567890123})
+    nested = {
+        "a": [1, -0.0, 5e-324, 1.7976931348623157e308, None, True, "\u00fc\x00\U0010ffff"],
+        "b": {"c": {"d": [[], {}, ""]}, "\U0001f389": "\U0001f600"},
+    }
+    utc = [
+        None,
+        datetime(2026, 3, 1, 9, 30, 0, 123456, tzinfo=UTC),
+        datetime(1900, 1, 2, tzinfo=UTC),
+    ]
+    shifted = [
+        datetime(2026, 3, 1, 9, 30, tzinfo=timezone(timedelta(hours=5, minutes=30))),
+        datetime(2199, 12, 30, 23, 59, 59, 999999, tzinfo=timezone(timedelta(hours=-23))),
+        datetime(2026, 3, 1, tzinfo=UTC),
+    ]
+    return [
+        Message(
+            role=Role.ASSISTANT,
+            content=f"r{i} \x00 \U0001f600 \U0010ffff " + "x" * 200,
+            name="tool\x00name",
+            blocks=[
+                TextBlock(text="t\x00\U0001f600"),
+                ThinkingBlock(thinking="th", signature="sig\U0010ffff"),
+                ThinkingBlock(thinking=""),
+                ImageBlock(source="sha256:00", media_type="image/png"),
+                ImageBlock(source="file:///x"),
+                ToolUseBlock(id=f"c{i}", name="run", input={"nested": nested, **edges}),
+                ToolResultBlock(tool_use_id=f"c{i}", content="ok", is_error=True),
+                ToolResultBlock(
+                    tool_use_id=f"c{i}",
+                    content=[TextBlock(text="a"), ImageBlock(source="s", media_type=None)],
+                ),
+            ],
+            created_at=(shifted if i >= 1100 else utc)[i % 3],
+            metadata={"nested": nested, "i": i, **edges},
+        ),
+        Message(role=Role.USER, content=f"plain {i}", created_at=utc[1]),
+    ]
+
+
+def test_rich_messages_read_back_exactly_from_a_cache_of_both_encodings(root: Path) -> None:
+    """Promise 7. Attack: 1,400 turns of messages with every block kind, nested JSON
+    metadata, integers at and past the 64-bit edges, floats at their edges, times in
+    UTC and with offsets (some frames all UTC, so MessagePack; others JSON), NUL and
+    non-BMP text; saved on close, then read back by a cold load: the same bytes as the
+    log folded alone, and the cache held frames of both encodings."""
+    with SessionStore(root) as s:
+        for i in range(1400):
+            s.append_transcript_messages(SID, _rich(i))
+    frames = _frames(_cache(root).read_bytes())
+    kinds = {f[:1] == b"[" for f in frames}
+    assert len(frames) == -(-2800 // FRAME_MESSAGES) and kinds == {True, False}
+    truth = oracle.truth(root, SID).transcript
+    got, used = _cold(root)
+    assert used and _exactly(got) == _exactly(truth)
+    assert got == [m for i in range(1400) for m in _rich(i)]
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(rich_messages, min_size=1, max_size=40), st.integers(0, 600))
+def test_any_rich_messages_read_back_exactly_through_the_store(
+    tmp_path: Path, messages: list[Message], pad: int
+) -> None:
+    """Promise 7. Attack: hypothesis' rich messages (any offsets, any JSON values)
+    after `pad` padding messages (so they fall anywhere across a frame boundary), saved
+    on the close of a store that loaded them, read back by a cold load."""
+    root = tmp_path / f"h{time.monotonic_ns()}"
+    with SessionStore(root) as s:
+        for i in range(pad):
+            s.append_transcript_messages(
+                SID, [Message(role=Role.USER, content=f"p{i} " + "p" * 100)]
+            )
+        s.append_transcript_messages(SID, messages)
+        s.append_transcript_messages(SID, [Message(role=Role.USER, content="z" * 70_000)])
+        s.load_transcript_messages(SID)
+    assert _cache(root).is_file()
+    truth = oracle.truth(root, SID).transcript
+    got, used = _cold(root)
+    assert used and _exactly(got) == _exactly(truth)
+    shutil.rmtree(root)
+
+
+class _Seqs(StructProjection[list[int]]):
+    """A framed user projection: the seqs of every event, in frames of 100."""
+
+    name = "seqs"
+    version = 1
+    event_types = None
+    state_type = list[int]
+    cache_folds = True
+
+    def initial(self) -> list[int]:
+        return []
+
+    def apply(self, state: list[int], event: Event) -> list[int]:
+        state.append(event.seq)  # type: ignore[attr-defined]
+        return state
+
+    def cache_frames(self, state: list[int]) -> Any:
+        return [msgspec.json.encode(state[i : i + 100]) for i in range(0, len(state), 100)]
+
+    def from_cache_frame(self, state: list[int], frame: bytes) -> list[int]:
+        state.extend(msgspec.json.decode(frame, type=list[int]))
+        return state
+
+
+class _FramesRaise(_Seqs):
+    def cache_frames(self, state: list[int]) -> Any:
+        raise RuntimeError("cache_frames failed")
+
+
+class _FramesOfStr(_Seqs):
+    def cache_frames(self, state: list[int]) -> Any:
+        return [f.decode() for f in super().cache_frames(state)]
+
+
+class _FramesNone(_Seqs):
+    def cache_frames(self, state: list[int]) -> Any:
+        return None
+
+
+class _FramesOfInts(_Seqs):
+    def cache_frames(self, state: list[int]) -> Any:
+        return [1, 2, 3]
+
+
+class _FramesGenerator(_Seqs):
+    def cache_frames(self, state: list[int]) -> Any:
+        return (f for f in super().cache_frames(state))
+
+
+class _FramesOfWideViews(_Seqs):
+    def cache_frames(self, state: list[int]) -> Any:
+        import array
+
+        return [memoryview(array.array("i", state))]  # len() counts ints, not bytes
+
+
+class _DecodeValueError(_Seqs):
+    def from_cache_frame(self, state: list[int], frame: bytes) -> list[int]:
+        raise ValueError("no")
+
+
+class _DecodeRuntimeError(_Seqs):
+    def from_cache_frame(self, state: list[int], frame: bytes) -> list[int]:
+        raise RuntimeError("from_cache_frame failed")
+
+
+class _DecodeReturnsNone(_Seqs):
+    def from_cache_frame(self, state: list[int], frame: bytes) -> list[int]:
+        state.extend(msgspec.json.decode(frame, type=list[int]))
+        return None  # type: ignore[return-value]  # forgot to return the state
+
+
+class _Zipped(_Seqs):
+    """Compressed frames: sound, until a byte of the cache is damaged."""
+
+    damage = True
+
+    def cache_frames(self, state: list[int]) -> Any:
+        return [zlib.compress(f) for f in super().cache_frames(state)]
+
+    def from_cache_frame(self, state: list[int], frame: bytes) -> list[int]:
+        return super().from_cache_frame(state, zlib.decompress(frame))
+
+
+def _fill_seqs(root: Path, proj: _Seqs, *, load: bool) -> list[int]:
+    """600 turns (1.1 MB: past the megabyte after which a close folds what it has not)
+    with the projection loaded before close, or not."""
+    with SessionStore(root, projections=[proj]) as s:
+        for i in range(600):
+            s.append_transcript_messages(SID, _turn(i))
+        if load:
+            assert s.load(SID, "seqs") == list(range(1, 601))
+    return list(range(1, 601))
+
+
+@pytest.mark.parametrize(
+    "proj",
+    [
+        _FramesRaise(),
+        _FramesOfStr(),
+        _FramesNone(),
+        _FramesOfInts(),
+        _FramesGenerator(),
+        _FramesOfWideViews(),
+        _DecodeValueError(),
+    ],
+    ids=lambda p: type(p).__name__,
+)
+@pytest.mark.parametrize("load", [True, False], ids=["loaded", "folded-on-close"])
+def test_a_framed_user_projection_that_encodes_badly_fails_no_load_nor_close(
+    root: Path, proj: _Seqs, load: bool
+) -> None:
+    """Promise 8. Attack: a user projection with `cache_folds = True` whose
+    `cache_frames` raises or returns str, None, ints, a generator, or a memoryview whose
+    len() is not its byte count (a cache whose frame lengths lie), or whose
+    `from_cache_frame` raises ValueError; its state loaded before close, or left for
+    the close to fold (the store appended a megabyte). Neither close nor the next two
+    cold loads fail, and each equals the fold of the log."""
+    want = _fill_seqs(root, proj, load=load)
+    for _ in range(2):
+        with SessionStore(root, projections=[type(proj)()]) as s:
+            assert s.load(SID, "seqs") == want
+
+
+@pytest.mark.parametrize(
+    "proj",
+    [_DecodeRuntimeError(), _DecodeReturnsNone(), _Zipped()],
+    ids=lambda p: type(p).__name__,
+)
+def test_a_framed_user_projection_whose_decoding_raises_fails_no_load(
+    root: Path, proj: _Seqs
+) -> None:
+    """Promise 8 (and 2: a damaged cache never raises). Attack: a user projection with
+    `cache_folds = True` whose `from_cache_frame` raises RuntimeError, or returns None
+    (so the next frame's call raises AttributeError), or decompresses zlib frames of a
+    cache with one damaged byte: the cold load must ignore the cache and fold the log."""
+    want = _fill_seqs(root, proj, load=True)
+    assert _cache(root, "seqs").is_file()
+    if isinstance(proj, _Zipped):
+        data = bytearray(_cache(root, "seqs").read_bytes())
+        data[_headers(bytes(data))[2] + 4 + 6] ^= 0xFF  # inside the first frame
+        _cache(root, "seqs").write_bytes(bytes(data))
+    with SessionStore(root, projections=[type(proj)()]) as s:
+        assert s.load(SID, "seqs") == want
