@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import oracle
 import pytest
 from conftest import (
     check_whole,
@@ -60,13 +61,6 @@ def _fill(store: SessionStore, sid: str = "s", turns: int = 100) -> None:
             store.append_progress_entry(sid, make_entry(i))
 
 
-def _truth(root: Path, sid: str = "s") -> tuple[list[Message], Any]:
-    """What a load checking every line returns (no checked prefix used or kept)."""
-    with SessionStore(root) as s:
-        s.core.caches.marks = False
-        return s.load_transcript_messages(sid), s.load_bootstrap_state(sid)
-
-
 class _Spy:
     """Counts the bytes read_lines was given as already checked, and as not."""
 
@@ -102,10 +96,10 @@ def test_a_reader_saves_its_prefix_and_a_cold_load_trusts_it(
     size = log_path(written, "s").stat().st_size
     kept = json.loads(_mark_file(written).read_bytes().split(b"\n")[1])
     assert kept["size"] == size  # the whole log: the reader checked every byte
-    truth = _truth(written)
+    truth = oracle.truth(written, "s")
     spy = _Spy(monkeypatch)
     with SessionStore(written) as s:
-        assert s.load_transcript_messages("s") == truth[0]
+        assert s.load_transcript_messages("s") == truth.transcript
         assert spy.trusted == size and spy.checked == 0
 
 
@@ -121,7 +115,7 @@ def test_a_load_checks_line_by_line_what_was_appended_after_the_prefix(
     with SessionStore(written) as s:
         messages = s.load_transcript_messages("s")
     assert spy.trusted > 0 and 0 < spy.checked < 1000
-    assert messages[-1].content == "later" and messages == _truth(written)[0]
+    assert messages[-1].content == "later" and messages == oracle.truth(written, "s").transcript
 
 
 @pytest.mark.parametrize("where", ["a message", "a progress summary", "a hash"])
@@ -147,13 +141,13 @@ def test_a_flip_of_any_byte_is_caught_or_harmless(
         tune(monkeypatch, hash_aside=0)
     log = log_path(written, "s")
     data = log.read_bytes()
-    truth = _truth(written)
+    truth = oracle.truth(written, "s")
     for at in range(0, len(data), 397):
         flipped = bytes([data[at] ^ 0x01])
         log.write_bytes(data[:at] + flipped + data[at + 1 :])
         try:
             with SessionStore(written) as s:
-                got = s.load_transcript_messages("s"), s.load_bootstrap_state("s")
+                got = s.load_bootstrap_state("s"), s.load_transcript_messages("s")
         except CorruptLogError:
             continue
         assert got == truth, f"a flip at byte {at} changed what a load returned"
@@ -167,7 +161,7 @@ def test_a_log_cut_below_the_mark_ignores_the_mark(written: Path) -> None:
     log.write_bytes(data[:cut])
     with SessionStore(written) as s:
         cut_messages = s.load_transcript_messages("s")
-    assert cut_messages == _truth(written)[0] and len(cut_messages) < 200
+    assert cut_messages == oracle.truth(written, "s").transcript and len(cut_messages) < 200
 
 
 @pytest.mark.parametrize(
@@ -195,10 +189,10 @@ def test_a_damaged_or_foreign_mark_is_ignored(written: Path, damage: str) -> Non
     if damage not in ("garbage", "empty"):
         line = json.dumps(kept).encode()
     mark.write_bytes(head + b"\n" + line + b"\n")
-    truth = _truth(written)
+    truth = oracle.truth(written, "s")
     with SessionStore(written) as s:
-        assert s.load_transcript_messages("s") == truth[0]
-        assert s.load_bootstrap_state("s") == truth[1]
+        assert s.load_transcript_messages("s") == truth.transcript
+        assert s.load_bootstrap_state("s") == truth.state
 
 
 def test_verify_finds_an_edit_even_under_a_forged_mark(
@@ -229,10 +223,10 @@ def test_a_mark_of_a_replaced_log_is_not_used(
     with SessionStore(written) as s:
         s.core.caches.marks = False  # a compactor that keeps no prefix (an older release): the mark
         s.compact("s")  # left on disk is the replaced log's
-    truth = _truth(written)
+    truth = oracle.truth(written, "s")
     spy = _Spy(monkeypatch)
     with SessionStore(written) as s:
-        assert s.load_transcript_messages("s") == truth[0]
+        assert s.load_transcript_messages("s") == truth.transcript
     assert spy.trusted == 0  # the old log's mark names another file: the engine drops it
 
 
@@ -270,13 +264,13 @@ def test_a_reader_that_checked_a_long_log_saves_a_prefix(root: Path) -> None:
         w.core.caches.marks = False
         _fill(w, turns=900)  # > 1 MiB
     assert not _mark_file(root).exists()
-    truth = _truth(root)
+    truth = oracle.truth(root, "s")
     s = SessionStore(root)
-    assert s.load_transcript_messages("s") == truth[0]
+    assert s.load_transcript_messages("s") == truth.transcript
     assert _mark_file(root).is_file()  # after a long checked fold, not only on close
     s.close()
     with SessionStore(root) as again:
-        assert again.load_transcript_messages("s") == truth[0]
+        assert again.load_transcript_messages("s") == truth.transcript
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
@@ -302,7 +296,7 @@ def test_a_load_that_uses_the_saved_prefix_does_not_rewrite_it(written: Path) ->
 def test_a_compaction_vouches_for_the_snapshot_it_wrote(
     written: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    truth = _truth(written)
+    truth = oracle.truth(written, "s")
     with SessionStore(written) as s:
         assert s.compact("s", force=True).compacted
     log = log_path(written, "s")
@@ -311,7 +305,7 @@ def test_a_compaction_vouches_for_the_snapshot_it_wrote(
     assert kept["size"] == size  # the new log, the one line the compaction encoded
     spy = _Spy(monkeypatch)
     with SessionStore(written) as s:
-        assert (s.load_transcript_messages("s"), s.load_bootstrap_state("s")) == truth
+        assert (s.load_bootstrap_state("s"), s.load_transcript_messages("s")) == truth
     assert spy.trusted == size and spy.checked == 0  # the first cold load checks no hash
     data = log.read_bytes()
     at = data.index(b"u" * 300) + 100
