@@ -3,10 +3,12 @@ a compaction snapshot's transcript), equal to the last N of the full fold."""
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+import json
 from pathlib import Path
 
 import pytest
+from conftest import log_path, make_entry
+from engines import EngineCase
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import texts
@@ -34,7 +36,9 @@ from eventstore.engines.base import (
 from eventstore.engines.file.layout import SessionPaths
 from eventstore.engines.memory import MemoryEngine
 from eventstore.errors import CorruptLogError
-from eventstore.format.codec import EventCodec
+from eventstore.format.events import (
+    EventCodec,
+)
 from eventstore.ops.compaction import Retention
 from eventstore.ops.paging import last_messages
 
@@ -368,4 +372,78 @@ def test_pages_on_the_memory_engine_and_from_an_engine_without_a_ranged_view() -
         assert s.load_transcript_messages("s", last=5) == full[-5:]  # cold, from a copy
     with SessionStore(_WholeLogsOnly(inner)) as s:
         assert s.load_transcript_messages("s", last=5) == full[-5:]  # folded instead
-        assert "transcript" in s.cache_info("s").folds
+        assert s._has_fold(s._session("s"), "transcript")
+
+
+# -- attacks: cold last pages of damaged logs ---------------------------------------------
+
+
+SID = "s"
+
+
+def _messages_log(url: str, n: int = 12, compact_at: int | None = None) -> list[Message]:
+    with SessionStore(url) as s:
+        for i in range(n):
+            if i == compact_at:
+                assert s.compact(SID, force=True).compacted
+            s.append_transcript_messages(SID, [Message(Role.USER, f"turn {i:03d}")])
+            if i % 4 == 0:
+                s.append_progress_entry(SID, make_entry(i))
+        return s.load_transcript_messages(SID)
+
+
+@pytest.mark.usefixtures("no_transcript_cache")
+@pytest.mark.parametrize("compact_at", [None, 3], ids=["live log", "after a snapshot"])
+@pytest.mark.parametrize("edit", ["content", "seq", "drop a line", "swap two lines"])
+def test_a_cold_last_page_never_returns_a_line_that_fails_its_hash(
+    case: EngineCase, url: str, compact_at: int | None, edit: str
+) -> None:
+    """`load_transcript_messages(sid, last=N)` on a cold store reads the log from its
+    end: each messages line it returns must have passed its hash check, like a fold's
+    (it returned an edited message before)."""
+    _messages_log(url, compact_at=compact_at)
+
+    def damage(data: bytes) -> bytes:
+        lines = data.split(b"\n")
+        last = max(i for i, ln in enumerate(lines) if b'"turn 011"' in ln)
+        if edit == "content":
+            lines[last] = lines[last].replace(b"turn 011", b"turn 911")
+        elif edit == "seq":
+            seq = json.loads(lines[last])["seq"]
+            lines[last] = lines[last].replace(b'"seq":%d' % seq, b'"seq":%d' % (seq + 7))
+        elif edit == "drop a line":
+            del lines[last - 1]  # the line before: the chain breaks at the one returned
+        else:
+            lines[last - 1], lines[last - 2] = lines[last - 2], lines[last - 1]
+        return b"\n".join(lines)
+
+    with SessionStore(url) as s:
+        case.rewrite(s, SID, damage)
+    for n in (1, 3):
+        with SessionStore(url) as s, pytest.raises(CorruptLogError):
+            s.load_transcript_messages(SID, last=n)
+
+
+@pytest.mark.usefixtures("no_transcript_cache")
+@pytest.mark.parametrize("compact_at", [None, 1, 5])
+def test_a_cold_last_page_of_an_intact_log_equals_the_fold(
+    case: EngineCase, url: str, compact_at: int | None
+) -> None:
+    full = _messages_log(url, n=15, compact_at=compact_at)
+    for n in (1, 2, 5, 10, 15, 40):
+        with SessionStore(url) as s:
+            assert s.load_transcript_messages(SID, last=n) == full[-n:]
+
+
+@pytest.mark.usefixtures("no_transcript_cache")
+def test_a_cold_last_page_never_returns_an_edited_snapshot_message(root: Path) -> None:
+    with SessionStore(root) as s:
+        for i in range(12):
+            s.append_transcript_messages(SID, [Message(Role.USER, f"turn {i:03d}")])
+        assert s.compact(SID, force=True).compacted
+    log = log_path(root, SID)
+    log.write_bytes(log.read_bytes().replace(b"turn 011", b"turn 911"))  # same length, JSON
+    with SessionStore(root) as s, pytest.raises(CorruptLogError):
+        s.load_transcript_messages(SID)  # a fold sees the edit
+    with SessionStore(root) as s, pytest.raises(CorruptLogError):
+        s.load_transcript_messages(SID, last=2)  # returned "turn 911"

@@ -23,7 +23,12 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import in_forked_child, make_entry, make_features, make_manifest
+from conftest import (
+    in_forked_child,
+    make_entry,
+    make_features,
+    make_manifest,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,6 +45,12 @@ from eventstore import (
     UnsafePathError,
 )
 from eventstore.cli.app import main as cli_main
+from eventstore.format.events import (
+    FeatureListReplaced,
+    ManifestSet,
+    MessagesAppended,
+)
+from eventstore.records import BootstrapState, ToolUseBlock
 from projections import StructProjection
 
 SID = "s"
@@ -810,3 +821,100 @@ def test_item13_every_engine_archives_each_event_once(tmp_path: Path, engine: st
         assert [e.seq for e in s.read_events(SID, types=["snapshot"])] == [9]
         assert s.verify(SID).ok
         assert len(s.load_transcript_messages(SID)) == 9
+
+
+# -- attacks: what a load returns is the caller's own -------------------------------------
+
+
+def _rich(i: int) -> list[Message]:
+    return [
+        Message(Role.USER, f"plain {i}"),
+        Message(
+            Role.ASSISTANT,
+            f"rich {i}",
+            blocks=[ToolUseBlock(id=f"t{i}", name="Bash", input={"argv": ["ls", str(i)]})],
+            metadata={"trace": {"depth": [i]}},
+        ),
+    ]
+
+
+def _vandalize(value: Any) -> None:
+    """Change everything a caller can change in what a load returned."""
+    if isinstance(value, list):
+        for item in value:
+            _vandalize(item)
+        value.append(Message(Role.SYSTEM, "planted"))
+    elif isinstance(value, dict):
+        for item in list(value.values()):
+            _vandalize(item)
+        value["planted"] = ["x"]
+    elif isinstance(value, Message):
+        _vandalize(value.blocks)
+        _vandalize(value.metadata)
+        for b in value.blocks:
+            if isinstance(b, ToolUseBlock):
+                _vandalize(b.input)
+    elif isinstance(value, BootstrapState):
+        if value.manifest is not None:
+            _vandalize(value.manifest.metadata)
+            if value.manifest.init_plan is not None:
+                value.manifest.init_plan.steps.clear()
+        for f in value.feature_list:
+            f.steps.append("planted")
+            f.passes = not f.passes
+        value.feature_list.reverse()
+        value.recent_progress.clear()
+        value.checkpoints.clear()
+    elif isinstance(value, MessagesAppended):
+        _vandalize(value.messages)
+    elif isinstance(value, (ManifestSet, FeatureListReplaced)):
+        _vandalize(value.manifest.metadata if isinstance(value, ManifestSet) else value.features)
+
+
+@pytest.mark.usefixtures("no_transcript_cache")
+@pytest.mark.parametrize("compacted", [False, True])
+def test_nothing_any_load_returns_changes_the_store_when_changed(url: str, compacted: bool) -> None:
+    with SessionStore(url) as s:
+        s.initialize_session_if_missing(SID, make_manifest(SID), make_features(3))
+        for i in range(6):
+            s.append_transcript_messages(SID, _rich(i))
+            s.append_progress_entry(SID, make_entry(i))
+        if compacted:
+            assert s.compact(SID, force=True).compacted
+            s.append_transcript_messages(SID, _rich(6))
+        truth = (
+            s.load_transcript_messages(SID),
+            s.load_bootstrap_state(SID),
+            list(s.read_events(SID)),
+            s.load(SID, "idempotency"),
+        )
+    for warm in (False, True):
+        with SessionStore(url) as s:
+            if warm:
+                s.load_transcript_messages(SID)
+                s.load_bootstrap_state(SID)
+            last = s.last_seq(SID)
+            for got in (
+                s.load_transcript_messages(SID, last=3),
+                s.load_transcript_messages(SID, last=100),
+                s.load_transcript_messages(SID, start=1, limit=2),
+                s.load_transcript_messages(SID, start=5),
+                s.load_transcript_messages(SID),
+                s.load(SID, "transcript"),
+                s.load(SID, "bootstrap"),
+                s.load(SID, "idempotency"),
+                s.load_bootstrap_state(SID),
+                s.transcript_at(SID, seq=last),
+                s.state_at(SID, seq=last),
+                list(s.read_events(SID)),
+            ):
+                _vandalize(got)
+            assert s.load_transcript_messages(SID) == truth[0]
+            assert s.load_transcript_messages(SID, last=4) == truth[0][-4:]
+            assert s.load_bootstrap_state(SID) == truth[1]
+            assert list(s.read_events(SID)) == truth[2]
+            assert s.load(SID, "idempotency") == truth[3]
+            assert s.transcript_at(SID, seq=last) == truth[0]
+        with SessionStore(url) as s:  # and nothing of it reached a cache
+            assert s.load_transcript_messages(SID) == truth[0]
+            assert s.load_bootstrap_state(SID) == truth[1]
