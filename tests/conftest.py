@@ -30,6 +30,7 @@ from eventstore import (  # noqa: E402
     InitShellScript,
     Message,
     ProgressEntry,
+    Role,
     RunCheckpoint,
     RunStatus,
     SessionManifest,
@@ -104,6 +105,17 @@ def store(root: Path) -> Iterator[SessionStore]:
     """A SessionStore on a fresh root, closed after the test."""
     with SessionStore(root) as s:
         yield s
+
+
+def write_compacted(root: Path, sid: str, n: int, *, archive: bool = True, after: int = 2) -> None:
+    """A session of `n` messages compacted into a snapshot, then `after` more."""
+    with SessionStore(root) as s:
+        s.initialize_session_if_missing(sid, make_manifest(sid), make_features(2))
+        for i in range(n):
+            s.append_transcript_messages(sid, [Message(Role.USER, f"msg{i:04d} " + "w" * 100)])
+        assert s.compact(sid, force=True, archive=archive).compacted
+        for i in range(after):
+            s.append_transcript_messages(sid, [Message(Role.USER, f"after {i}")])
 
 
 class LoadSpy:

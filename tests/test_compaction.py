@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -37,6 +38,7 @@ from eventstore import (
     ProgressEntry,
     Retention,
     Role,
+    RunCheckpoint,
     SessionStore,
     Snapshot,
     SnapshotVersionError,
@@ -854,3 +856,50 @@ def test_bootstrap_load_after_compaction_never_decodes_the_transcript(
         assert decoded == []
         assert store.load_transcript_messages("s") == before[1]
         assert len(decoded) == 1 and decoded[0] > 1_000_000
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+_SID = "s"
+
+
+def test_appends_beside_another_stores_compactions_fold_what_a_cold_load_reads(
+    root: Path,
+) -> None:
+    """One store appends on the hot path (messages, progress, checkpoints) while another
+    instance (its own engine, as another process would be) compacts in a loop; the
+    writer's folded states equal a cold load's after, every append is there once."""
+    with SessionStore(root) as s:
+        s.initialize_session_if_missing(_SID, make_manifest(_SID), make_features(2))
+    stop = threading.Event()
+    compactions = [0]
+
+    def compactor() -> None:
+        with SessionStore(root) as other:
+            while not stop.is_set():
+                if other.compact(_SID, force=True).compacted:
+                    compactions[0] += 1
+
+    t = threading.Thread(target=compactor)
+    with SessionStore(root) as s:
+        s.load_transcript_messages(_SID)
+        s.load_bootstrap_state(_SID)
+        t.start()
+        try:
+            for i in range(200):
+                s.append_transcript_messages(_SID, [Message(Role.USER, f"m{i}")])
+                if i % 3 == 0:
+                    s.append_progress_entry(_SID, make_entry(i))
+                if i % 7 == 0:
+                    s.record_run_checkpoint(_SID, RunCheckpoint(f"run{i}"))
+        finally:
+            stop.set()
+            t.join()
+        warm = (s.load_transcript_messages(_SID), s.load_bootstrap_state(_SID))
+    with SessionStore(root) as cold:
+        assert (cold.load_transcript_messages(_SID), cold.load_bootstrap_state(_SID)) == warm
+        assert cold.verify(_SID).ok
+    assert [m.content for m in warm[0]] == [f"m{i}" for i in range(200)]
+    assert len(warm[1].recent_progress) == 67 and len(warm[1].checkpoints) == 29
+    assert compactions[0] > 0

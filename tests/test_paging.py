@@ -7,7 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import log_path, make_entry
+from conftest import (
+    log_path,
+    make_entry,
+    write_compacted,
+)
 from engines import EngineCase
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -447,3 +451,66 @@ def test_a_cold_last_page_never_returns_an_edited_snapshot_message(root: Path) -
         s.load_transcript_messages(SID)  # a fold sees the edit
     with SessionStore(root) as s, pytest.raises(CorruptLogError):
         s.load_transcript_messages(SID, last=2)  # returned "turn 911"
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("no_transcript_cache")  # the log read itself is attacked
+def test_a_remembered_snapshot_check_never_vouches_for_bytes_changed_since(root: Path) -> None:
+    """A store pages `last=N` from a compacted log (checking the snapshot line whole and
+    remembering its `h`). The snapshot's transcript entry is then edited in place,
+    its `h` left as it was (so the line fails its check). The next page on the same
+    store must not return the edited message: it was never checked."""
+    write_compacted(root, SID, 50, after=0)
+    log = log_path(root, SID)
+    with SessionStore(root) as s:
+        assert s.load_transcript_messages(SID, last=2)[-1].content.startswith("msg0049")
+        data = log.read_bytes()
+        edited = data.replace(b"msg0049", b"EVIL049", 1)
+        assert len(edited) == len(data)
+        with open(log, "r+b") as fh:  # in place: the same file, the same size
+            fh.write(edited)
+        try:
+            page = s.load_transcript_messages(SID, last=2)
+        except CorruptLogError:
+            page = None
+        assert page is None or all("EVIL" not in m.content for m in page)
+        with pytest.raises(CorruptLogError):  # what a fresh store says
+            SessionStore(root).load_transcript_messages(SID, last=2)
+        # a header edited to point the transcript elsewhere is no better
+        log.write_bytes(data)
+        assert s.load_transcript_messages(SID, last=1)[0].content.startswith("msg0049")
+        head = json.loads(data[: data.index(b',"states":{')] + b"}")
+        a, b = head["layout"]["transcript"]
+        lying = data.replace(b"[%d,%d]" % (a, b), b"[%d,%d]" % (a, b - 1), 1)
+        assert lying != data and len(lying) == len(data)
+        with open(log, "r+b") as fh:
+            fh.write(lying)
+        try:
+            page = s.load_transcript_messages(SID, last=3)
+        except CorruptLogError:
+            page = None
+        assert page is None or [m.content[:7] for m in page] == ["msg0047", "msg0048", "msg0049"]
+
+
+def test_a_remembered_snapshot_still_pages_cheaply_and_equal(root: Path) -> None:
+    """The remembered check keeps working for an unchanged line (and for another
+    compaction's line): every page equals the fold."""
+    write_compacted(root, SID, 300)
+    with SessionStore(root) as s:
+        pages = [s.load_transcript_messages(SID, last=k) for k in (1, 5, 120, 302, 400)]
+        assert sess_checked(s)
+        with SessionStore(root) as other:
+            other.append_transcript_messages(SID, [Message(Role.USER, "x")])
+            assert other.compact(SID, force=True).compacted
+        pages.append(s.load_transcript_messages(SID, last=7))
+    with SessionStore(root) as cold:
+        full = cold.load_transcript_messages(SID)
+    assert [len(p) for p in pages] == [1, 5, 120, 302, 302, 7]
+    assert pages[:5] == [full[:-1][-k:] for k in (1, 5, 120, 302, 400)]
+    assert pages[5] == full[-7:]
+
+
+def sess_checked(s: SessionStore) -> bool:
+    return bool(s._session(SID).checked_snapshots)

@@ -4,29 +4,42 @@ is reported as before, and a projection that decodes its own state gets bytes.""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import oracle
 import pytest
-from conftest import make_features, make_manifest
+from conftest import (
+    log_path,
+    make_entry,
+    make_features,
+    make_manifest,
+    write_compacted,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import snapshots
 
 from eventstore import (
+    EventStoreError,
     SessionStore,
     Snapshot,
 )
+from eventstore.aio import AsyncSessionStore
 from eventstore.engines.file.layout import SessionPaths
 from eventstore.errors import (
     CorruptLogError,
     SnapshotVersionError,
 )
 from eventstore.format import reader as log_module
-from eventstore.format.codec import EventCodec
-from eventstore.format.events import MessagesAppended
+from eventstore.format.events import (
+    Event,
+    EventCodec,
+    MessagesAppended,
+)
 from eventstore.records import (
     BootstrapState,
     Message,
@@ -34,6 +47,7 @@ from eventstore.records import (
 )
 from projections import (
     BootstrapProjection,
+    StructProjection,
     TranscriptProjection,
     restore_state,
     snapshot_entry,
@@ -193,3 +207,206 @@ def test_a_layout_that_does_not_describe_its_line_is_decoded_whole(lie: str) -> 
     got = log_module._decode_lines(dec, memoryview(edited), 0)
     assert got == dec.decode_lines(edited)  # the whole decode: what the line really holds
     assert got[0].states == head.states  # type: ignore[attr-defined]
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+SID = "s"
+
+
+def _drop_caches(root: Path) -> None:
+    """Remove the fold caches and checked prefix beside the log (a cold reader)."""
+    for p in log_path(root, SID).parent.iterdir():
+        if p.is_file() and p.name not in ("log.jsonl", "log.lock"):
+            p.unlink()
+
+
+def _forge_second_states(line: bytes, key: bytes) -> bytes:
+    """The snapshot `line` with a second (empty) states object after the first, its
+    `length` and `h` made to match (a forger's edit: the hash is not a secret)."""
+    head = json.loads(line[: line.index(b',"states":{')] + b"}")
+    body = line[:-24] + b"," + key + b":{}"
+    length = len(body) + 24
+    assert len(str(length)) == len(str(head["length"]))
+    body = body.replace(b'"length":%d' % head["length"], b'"length":%d' % length, 1)
+    return oracle.rehash(body + line[-24:], head["base_h"])
+
+
+@pytest.mark.parametrize("key", [b'"states"', b'"st\\u0061tes"'])
+def test_a_snapshot_declaring_its_states_twice_decodes_as_the_whole_line_says(
+    root: Path, key: bytes
+) -> None:
+    """JSON decoders keep the last of two equal keys: a line whose states object is
+    followed by `"states":{}` holds no states when decoded whole. Decoded by its layout
+    it must say the same (the same events either way), and a load must give the same
+    answer whichever way the line was decoded."""
+    write_compacted(root, SID, 800, archive=False)
+    log = log_path(root, SID)
+    snap, rest = log.read_bytes().split(b"\n", 1)
+    assert len(snap) > log_module._LONG_SNAPSHOT
+    forged = _forge_second_states(snap, key)
+    data = forged + b"\n" + rest
+    dec = EventCodec().decoder(frozenset({"messages_appended"}))
+    whole = dec.decode_lines(data)
+    assert whole[0].states == {}  # type: ignore[attr-defined]
+    cut = log_module._decode_lines(dec, memoryview(data), 0)
+    assert cut == whole and cut[0].states == {}  # type: ignore[attr-defined]
+    log.write_bytes(data)
+
+    def outcome() -> object:
+        _drop_caches(root)
+        try:
+            with SessionStore(root) as s:
+                return s.load_transcript_messages(SID)
+        except EventStoreError as exc:
+            return type(exc)
+
+    by_layout = outcome()
+    long_enough = log_module._LONG_SNAPSHOT
+    log_module._LONG_SNAPSHOT = 1 << 40  # every snapshot decoded whole
+    try:
+        assert by_layout == outcome()
+    finally:
+        log_module._LONG_SNAPSHOT = long_enough
+
+
+class Whatever(Event, tag="whatever_happened", kw_only=True):
+    """A custom event type: unknown to a store opened without it."""
+
+    what: str
+
+
+def _named(name: str, big: bool = False) -> type[StructProjection[Any]]:
+    class Counter(StructProjection[dict[str, Any]]):
+        event_types = frozenset({"whatever_happened", "messages_appended"})
+        state_type = dict[str, Any]
+
+        def initial(self) -> dict[str, Any]:
+            return {}
+
+        def apply(self, state: dict[str, Any], event: Event) -> dict[str, Any]:
+            if name == "empty":
+                pass  # its state stays {}: an entry of `{"version":1,"state":{}}`
+            elif type(event) is Whatever:
+                state[event.what] = state.get(event.what, 0) + 1
+            elif big and type(event) is MessagesAppended:
+                state.setdefault("texts", []).extend(m.content for m in event.messages)
+            return state
+
+    Counter.name = name
+    return Counter
+
+
+_NAMES = ['q"uote\\back', "ünï ✓ \u2028", 'x,"states":{', "ctl\x01\x1f", "empty"]
+
+
+def _projections() -> list[StructProjection[Any]]:
+    return [_named(n, big=(i == 0))() for i, n in enumerate(_NAMES)]
+
+
+def _everything(s: SessionStore | Any) -> dict[str, Any]:
+    last = s.last_seq(SID)
+    out: dict[str, Any] = {
+        "transcript": s.load_transcript_messages(SID),
+        "bootstrap": s.load_bootstrap_state(SID),
+        "last": [s.load_transcript_messages(SID, last=k) for k in (0, 1, 7, 10_000)],
+        "pages": [
+            s.load_transcript_messages(SID, start=a, limit=b)
+            for a, b in ((0, 3), (5, None), (10_000, 2))
+        ],
+        "state_at": s.state_at(SID, seq=last),
+        "transcript_at": s.transcript_at(SID, seq=last),
+        "state_at_mid": s.state_at(SID, seq=last // 2),
+        "events": [
+            (type(e).__name__, e.seq) for e in s.read_events(SID) if type(e).__name__ != "Snapshot"
+        ],
+        "verify": s.verify(SID).ok,
+    }
+    for n in _NAMES:
+        try:
+            out[n] = s.load(SID, n)
+        except KeyError:
+            out[n] = "unknown projection"
+    return out
+
+
+def _write_history(s: SessionStore) -> None:
+    s.initialize_session_if_missing(SID, make_manifest(SID), make_features(3))
+    for i in range(400):
+        s.append_transcript_messages(
+            SID, [Message(Role.USER, f"m{i} " + "t" * (i % 300)), Message(Role.TOOL, "")]
+        )
+        if i % 40 == 0:
+            s.append(SID, [Whatever(what=f"w{i % 3}")])
+            s.append_progress_entry(SID, make_entry(i))
+
+
+@pytest.mark.parametrize("reader_knows", [True, False])
+def test_a_snapshot_of_odd_projections_loads_like_the_log_it_replaced(
+    tmp_path: Path, reader_knows: bool
+) -> None:
+    """Projections whose names need JSON escapes (quotes, backslashes, unicode line
+    separators, control bytes, the very bytes that open the states), an empty state,
+    a large one, custom events kept as unknown by a writer that does not know them:
+    every load API on the compacted log (decoded by its layout: it is long) answers as
+    on an uncompacted copy, cold and warm, also for a reader without the projections."""
+    plain, packed = tmp_path / "plain", tmp_path / "packed"
+    kw: dict[str, Any] = {"event_types": [Whatever], "projections": _projections()}
+    for r in (plain, packed):
+        with SessionStore(r, **kw) as s:
+            _write_history(s)
+    # compacted by a writer that does not know the custom event (kept verbatim), then
+    # by one that does; a few appends after
+    with SessionStore(packed) as s:
+        assert s.compact(SID, force=True).compacted
+    with SessionStore(packed, **kw) as s:
+        s.append_transcript_messages(SID, [Message(Role.USER, "between")])
+        assert s.compact(SID, force=True).compacted
+    with SessionStore(plain, **kw) as s:
+        s.append_transcript_messages(SID, [Message(Role.USER, "between")])
+    for r in (plain, packed):
+        with SessionStore(r, **kw) as s:
+            s.append(SID, [Whatever(what="late")])
+    snap = log_path(packed, SID).read_bytes().split(b"\n", 1)[0]
+    assert len(snap) > log_module._LONG_SNAPSHOT and b'"unknown":[' in snap
+    read_kw = kw if reader_knows else {}
+    with SessionStore(plain, **read_kw) as s:
+        want = _everything(s)
+    with SessionStore(packed, **read_kw) as s:
+        got_cold = _everything(s)
+        got_warm = _everything(s)
+    for got in (got_cold, got_warm):
+        assert got.keys() == want.keys()
+        for k in want:
+            assert got[k] == want[k], k
+    assert want["empty"] in ({}, "unknown projection")
+
+
+def test_the_memory_engine_and_the_async_store_agree_after_compaction(tmp_path: Path) -> None:
+    import asyncio
+
+    url = "memory://attack-hot-path"
+    kw: dict[str, Any] = {"event_types": [Whatever]}
+    with SessionStore(url, **kw) as mem, SessionStore(tmp_path / "f", **kw) as fs:
+        for s in (mem, fs):
+            _write_history(s)
+            assert s.compact(SID, force=True).compacted
+            s.append_transcript_messages(SID, [Message(Role.USER, "after")])
+        assert _everything(mem) == _everything(fs)
+
+    async def through_aio() -> tuple[Any, ...]:
+        async with AsyncSessionStore(tmp_path / "f", **kw) as a:
+            await a.append_transcript_messages(SID, [Message(Role.USER, "async")])
+            await a.compact(SID, force=True)
+            return (
+                await a.load_transcript_messages(SID),
+                await a.load_bootstrap_state(SID),
+                await a.verify(SID),
+            )
+
+    msgs, boot, report = asyncio.run(through_aio())
+    with SessionStore(tmp_path / "f", **kw) as cold:
+        assert cold.load_transcript_messages(SID) == msgs
+        assert cold.load_bootstrap_state(SID) == boot
+    assert report.ok and msgs[-2:] == [Message(Role.USER, "after"), Message(Role.USER, "async")]

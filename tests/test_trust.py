@@ -24,7 +24,9 @@ from typing import Any
 import msgspec
 import pytest
 from conftest import (
+    every_transcript_load,
     in_forked_child,
+    log_path,
     make_entry,
     make_features,
     make_manifest,
@@ -42,9 +44,11 @@ from eventstore import (
     Role,
     SessionStore,
     Snapshot,
+    TextBlock,
     UnsafePathError,
 )
 from eventstore.cli.app import main as cli_main
+from eventstore.format import events as events_module
 from eventstore.format.events import (
     FeatureListReplaced,
     ManifestSet,
@@ -918,3 +922,30 @@ def test_nothing_any_load_returns_changes_the_store_when_changed(url: str, compa
         with SessionStore(url) as s:  # and nothing of it reached a cache
             assert s.load_transcript_messages(SID) == truth[0]
             assert s.load_bootstrap_state(SID) == truth[1]
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+def test_changing_loaded_plain_messages_changes_no_other_message(root: Path) -> None:
+    """The private copies of plain messages share one empty `blocks` list and one empty
+    `metadata` dict (`events._NO_BLOCKS`): a caller changing the messages a load gives it,
+    by every way of loading, changes neither the store's state, nor the next load, nor
+    the cache a cold load reads, nor the shared containers."""
+    with SessionStore(root) as s:  # the creator: it keeps the transcript as it appends
+        for i in range(3):
+            s.append_transcript_messages(
+                SID, [Message(Role.USER, f"p{i}"), Message(Role.ASSISTANT, f"a{i}")]
+            )
+        for page in every_transcript_load(s, SID):
+            for m in page:
+                m.blocks.append(TextBlock("meddled"))
+                m.metadata["meddled"] = True
+        assert events_module._NO_BLOCKS == [] and events_module._NO_METADATA == {}
+        again = s.load_transcript_messages(SID)
+        assert all(not m.blocks and not m.metadata for m in again)
+        assert [m.content for m in again] == ["p0", "a0", "p1", "a1", "p2", "a2"]
+    with SessionStore(root) as cold:
+        read = cold.load_transcript_messages(SID)
+    assert read == again
+    assert b"meddled" not in log_path(root, SID).read_bytes()
