@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -221,6 +222,31 @@ def in_forked_child(work: Callable[[], object], seconds: float) -> int | None:
         finally:
             os._exit(code)
     return wait_child(pid, seconds)
+
+
+def run_threads(targets: list[Callable[[], None]], seconds: float = 30) -> list[BaseException]:
+    """Start every target at once (a barrier), join them (a thread still running after
+    `seconds` fails the test), return what they raised."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(targets))
+
+    def wrap(fn: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            barrier.wait()
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - reported by the caller
+                errors.append(exc)
+
+        return run
+
+    threads = [threading.Thread(target=wrap(fn)) for fn in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    return errors
 
 
 def checkpoint_summary(tup: Any) -> Any:

@@ -35,6 +35,8 @@ from eventstore import (
     StoreClosedError,
 )
 from eventstore.aio import AsyncSessionStore
+from eventstore.errors import EventStoreError
+from eventstore.format.events import Event
 
 T = TypeVar("T")
 
@@ -418,3 +420,66 @@ def test_the_event_loop_is_not_blocked_while_1000_appends_run(tmp_path: Path) ->
     )
     assert len(lags) > 10  # the probe really ran beside the appends
     assert p99 < 0.050  # generous: a blocked loop would lag by the whole run
+
+
+@pytest.mark.parametrize("section", ["Async API", "LangGraph", "OpenAI Agents SDK"])
+def test_the_readme_examples_of_the_async_api_and_integrations_run(
+    section: str, tmp_path: Path
+) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    start = readme.index(f"\n## {section}\n")
+    body = readme[start + 1 : readme.index("\n## ", start + 1)]
+    blocks = re.findall(r"```python\n(.*?)```", body, re.S)
+    assert blocks, section
+    for i, code in enumerate(blocks):  # each as a script of its own, as a reader runs it
+        script = tmp_path / f"example{i}.py"
+        script.write_text(code, encoding="utf-8")
+        done = subprocess.run(
+            [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+def _batch(*summaries: str) -> list[Event]:
+    return [ProgressAppended(entry=ProgressEntry("r", s)) for s in summaries]
+
+
+def test_the_async_store_refuses_an_unhashable_session_id_as_the_store_does(
+    tmp_path: Path,
+) -> None:
+    """`SessionStore` refuses an id that is not a str with InvalidSessionIdError (an
+    EventStoreError); `AsyncSessionStore._submit` first uses the id as its lane's dict
+    key, so an unhashable one raises a bare TypeError ("unhashable type: 'list'")."""
+
+    async def main() -> None:
+        async with AsyncSessionStore(tmp_path) as a:
+            with pytest.raises(EventStoreError):
+                await a.load_bootstrap_state(["s"])  # type: ignore[arg-type]
+
+    with SessionStore(tmp_path) as s, pytest.raises(EventStoreError):
+        s.load_bootstrap_state(["s"])  # type: ignore[arg-type]
+    asyncio.run(main())
+
+
+def test_async_tasks_on_one_session_see_whole_batches_in_submission_order(
+    tmp_path: Path,
+) -> None:
+    """Tasks on one AsyncSessionStore (4 workers) append batches to two sessions and
+    load between them: each load sees exactly the batches submitted before it."""
+
+    async def main() -> None:
+        async with AsyncSessionStore(tmp_path) as a:
+
+            async def task(sid: str) -> None:
+                for i in range(40):
+                    await a.append(sid, _batch(f"{i}-0", f"{i}-1"))
+                    got = (await a.load_bootstrap_state(sid)).recent_progress
+                    assert [p.summary for p in got][-2:] == [f"{i}-0", f"{i}-1"]
+                    assert len(got) == 2 * (i + 1)
+
+            await asyncio.gather(task("a"), task("b"), a.compact("a", force=True))
+
+    asyncio.run(main())

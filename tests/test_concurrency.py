@@ -10,9 +10,12 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
-from conftest import log_path, make_entry, make_features, make_manifest
+import pytest
+from conftest import log_path, make_entry, make_features, make_manifest, run_threads
 
 from eventstore import (
     Message,
@@ -20,15 +23,13 @@ from eventstore import (
     Role,
     SessionStore,
 )
-from eventstore.format.chain import (
-    line_hash,
-    split_hash,
-)
+from eventstore.errors import EventStoreError, StoreClosedError
 from eventstore.format.events import (
     Event,
     MessagesAppended,
     ProgressAppended,
 )
+from eventstore.store import AppendResult
 from projections.base import StructProjection
 
 WORKERS = 4
@@ -179,24 +180,6 @@ def test_four_processes_race_to_initialize(tmp_path: Path) -> None:
         assert [r_["seq"] for r_ in rows] == [1, 2, 3]
 
 
-def _run_threads(n: int, target) -> None:  # type: ignore[no-untyped-def]
-    errors: list[BaseException] = []
-
-    def wrap(i: int) -> None:
-        try:
-            target(i)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=wrap, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
-        assert not t.is_alive()
-    assert errors == []
-
-
 def test_threads_share_one_store(tmp_path: Path) -> None:
     """8 threads appending through one SessionStore (and 2 through a second instance on the
     same root): every entry once, in each thread's order, seq without gaps."""
@@ -214,7 +197,7 @@ def test_threads_share_one_store(tmp_path: Path) -> None:
             if n % 20 == 0:
                 store.load_bootstrap_state("t")
 
-    _run_threads(10, work)
+    assert run_threads([partial(work, i) for i in range(10)], TIMEOUT) == []
     for store in (shared, other, SessionStore(root)):
         entries = store.load_bootstrap_state("t").recent_progress
         assert len(entries) == 10 * per
@@ -244,7 +227,7 @@ def test_threads_race_to_initialize(tmp_path: Path) -> None:
                 f"r{r}", make_manifest(f"r{r}", current_objective=str(i)), make_features(i + 1)
             )
 
-        _run_threads(8, work)
+        assert run_threads([partial(work, i) for i in range(8)], TIMEOUT) == []
         winners = [i for i, won in results.items() if won]
         assert len(results) == 8 and len(winners) == 1
         state = SessionStore(store.root).load_bootstrap_state(f"r{r}")
@@ -333,3 +316,196 @@ def test_a_load_in_one_thread_never_holds_part_of_a_batch_another_appends(
     assert torn == []
     assert len(store.load("s", "slow_copy")) == 200
     store.close()
+
+
+# -- attacks: threads sharing one store instance --------------------------------------------
+#
+# Whole batches in every load, idempotent retries, compaction / close / session eviction
+# beside live callers, and only `EventStoreError`s.
+
+
+@pytest.fixture(autouse=True)
+def _fast_switches() -> Iterator[None]:
+    """Hand the GIL over as often as possible: every window between two bytecodes opens."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
+def test_concurrent_cold_last_pages_raise_nothing_but_event_store_errors(tmp_path: Path) -> None:
+    """Cold `load_transcript_messages(sid, last=N)` pages of a compacted log cut the
+    newest messages from the snapshot line, remembering per session (lock-free) the
+    digests of the blocks a cut checked (`_Session.checked_snapshots`). A later, longer
+    cut finds the entry, needs a block it does not hold (`_Unproven`) and deletes the
+    entry with `del checked_snapshots[h]`: two threads doing that at once, the second
+    `del` raises KeyError out of the load (about 95 of 100 pages here)."""
+    sid = "s"
+    with SessionStore(tmp_path) as s:
+        s.append_transcript_messages(
+            sid, [Message(Role.USER, f"m{i} " + "x" * 200) for i in range(2000)]
+        )
+        assert s.compact(sid, force=True).compacted  # the transcript lives in the snapshot
+        expected = s.load_transcript_messages(sid)[-1500:]
+    failures: list[BaseException] = []
+    pages: list[list[Message]] = []
+    for _ in range(10):
+        store = SessionStore(tmp_path)  # cold: the transcript is never folded here
+        try:
+            # a short cut checks the snapshot line whole and remembers its last blocks
+            assert store.load_transcript_messages(sid, last=1) == expected[-1:]
+
+            def page(store: SessionStore = store) -> None:
+                pages.append(store.load_transcript_messages(sid, last=1500))
+
+            failures += run_threads([page] * 6)
+        finally:
+            store.close()
+    wrong = [repr(e) for e in failures if not isinstance(e, EventStoreError)]
+    assert not wrong, f"{len(wrong)} of 60 pages raised {wrong[:2]}"
+    assert all(p == expected for p in pages)
+
+
+def _batch(*summaries: str) -> list[Event]:
+    return [ProgressAppended(entry=ProgressEntry("r", s)) for s in summaries]
+
+
+@pytest.mark.parametrize("engine", ["file", "memory"])
+def test_loads_pages_and_history_beside_writers_and_a_compactor_see_whole_batches(
+    tmp_path: Path, engine: str
+) -> None:
+    """Two threads append 3-event batches (two progress entries and a message), one
+    compacts in a loop, two load (bootstrap, transcript, a warm page) and one reads
+    the history: every load holds whole batches, grows monotonically and never holds
+    an entry twice; read_events yields 1..N, each once, ending on a closed batch."""
+    store = SessionStore(tmp_path if engine == "file" else "memory://")
+    sid = "s"
+    stop = threading.Event()
+    problems: list[object] = []
+
+    def writer(w: int) -> Callable[[], None]:
+        def run() -> None:
+            for i in range(150):
+                store.append(
+                    sid,
+                    [
+                        *_batch(f"w{w}b{i}-0", f"w{w}b{i}-1"),
+                        MessagesAppended(messages=[Message(Role.USER, f"w{w}b{i}")]),
+                    ],
+                )
+
+        return run
+
+    def compactor() -> None:
+        while not stop.is_set():
+            store.compact(sid, force=True)
+
+    def loader() -> None:
+        prev: list[str] = []
+        while not stop.is_set():
+            got = [p.summary for p in store.load_bootstrap_state(sid).recent_progress]
+            batches = {s[:-2] for s in got}
+            if len(got) != 2 * len(batches) or got[: len(prev)] != prev:
+                problems.append(("bootstrap", len(got), len(prev)))
+            prev = got
+            messages = [m.content for m in store.load_transcript_messages(sid)]
+            if not batches <= set(messages):  # appended after the bootstrap load
+                problems.append(("transcript behind", len(messages), len(batches)))
+            tail = messages[-2:]
+            page = store.load_transcript_messages(sid, start=len(messages) - len(tail))
+            if [m.content for m in page][: len(tail)] != tail:
+                problems.append(("page", page))
+
+    def historian() -> None:
+        while not stop.is_set():
+            events = list(store.read_events(sid))
+            if [e.seq for e in events] != list(range(1, len(events) + 1)):
+                problems.append(("history", len(events)))
+            if events and events[-1].more:
+                problems.append(("history ends mid-batch", events[-1].seq))
+
+    def writers() -> None:
+        errors = run_threads([writer(0), writer(1)])
+        stop.set()
+        if errors:
+            raise errors[0]
+
+    try:
+        errors = run_threads([writers, compactor, loader, loader, historian])
+        assert not errors
+        assert not problems, problems[:5]
+        final = store.load_bootstrap_state(sid).recent_progress
+        assert len(final) == len({p.summary for p in final}) == 600
+        assert store.last_seq(sid) == 900
+        assert store.verify(sid).ok
+    finally:
+        store.close()
+
+
+def test_one_idempotency_key_from_many_threads_writes_once_beside_eviction_and_compaction(
+    tmp_path: Path,
+) -> None:
+    """Five threads retry the same keyed append while a sixth opens another session
+    (dropping this one from a one-session cache, so threads hold two session objects)
+    and compacts: one append is written, every other call replays its seqs."""
+    store = SessionStore(tmp_path, cached_sessions=1)
+    try:
+        for k in range(15):
+            results: list[AppendResult] = []
+
+            def put(k: int = k, results: list[AppendResult] = results) -> None:
+                entry = ProgressEntry("r", f"k{k}")
+                results.append(store.append_progress_entry("s", entry, idempotency_key=f"key{k}"))
+
+            def churn(k: int = k) -> None:
+                store.load_bootstrap_state(f"other{k}")
+                store.compact("s", force=True)
+
+            assert not run_threads([put] * 5 + [churn])
+            assert len({(r.first_seq, r.last_seq) for r in results}) == 1
+            assert sum(not r.replayed for r in results) == 1
+        summaries = [p.summary for p in store.load_bootstrap_state("s").recent_progress]
+        assert summaries == [f"k{k}" for k in range(15)]
+    finally:
+        store.close()
+
+
+def test_close_beside_appending_and_loading_threads_loses_nothing_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """close() while threads append and load (warm and cold pages): they see only
+    StoreClosedError, and every append acknowledged before it is in the log."""
+    acked: list[tuple[str, str]] = []
+    for r in range(8):
+        store = SessionStore(tmp_path)
+        sid = f"c{r}"
+        for i in range(20):
+            store.append_progress_entry(sid, ProgressEntry("r", f"pre{i}"))
+
+        def append(j: int, store: SessionStore = store, sid: str = sid) -> None:
+            try:
+                for i in range(300):
+                    store.append_progress_entry(sid, ProgressEntry("r", f"{j}-{i}"))
+                    acked.append((sid, f"{j}-{i}"))
+            except StoreClosedError:
+                pass
+
+        def load(store: SessionStore = store, sid: str = sid) -> None:
+            try:
+                for _ in range(300):
+                    store.load_bootstrap_state(sid)
+                    store.load_transcript_messages(sid, last=2)
+            except StoreClosedError:
+                pass
+
+        def close(store: SessionStore = store, r: int = r) -> None:
+            time.sleep(0.003 * r)
+            store.close()
+
+        errors = run_threads([lambda: append(1), lambda: append(2), load, load, close])
+        assert not errors, errors[:2]
+    with SessionStore(tmp_path) as fresh:
+        for sid, summary in acked:
+            assert summary in {p.summary for p in fresh.load_bootstrap_state(sid).recent_progress}

@@ -12,12 +12,13 @@ import stat
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_threads
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -1125,3 +1126,48 @@ def test_bind_in_memory_only_maps_and_for_ids_that_are_not_plain(
     assert m.bind("../ctx", "a", "h", "d") == "a"  # kept in memory, never on disk
     assert m.bind("../ctx", "b", "h", "d") == "a"
     assert not (map_root.parent / "ctx").exists()
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+def test_threads_sharing_one_harness_map_keep_created_ms_and_a_consistent_history(
+    tmp_path: Path,
+) -> None:
+    """Threads put, get and forget on one HarnessSessionMap: every get is a session id
+    some put bound, created_ms survives every rewrite, and the history holds every
+    put and forget once."""
+    from eventstore.harness_sessions import read_history
+
+    hmap = HarnessSessionMap(tmp_path / "map")
+    hmap.put("ctx", "first", "h", "d")
+    path = hmap.entry_path("ctx")
+    assert path is not None
+    created = path.read_bytes()
+    seen: list[str | None] = []
+
+    def putter(w: int) -> Callable[[], None]:
+        def run() -> None:
+            for i in range(25):
+                hmap.put("ctx", f"w{w}-{i}", "h", "d")
+
+        return run
+
+    def getter() -> None:
+        for _ in range(200):
+            seen.append(hmap.get("ctx"))
+
+    try:
+        assert not run_threads([putter(0), putter(1), getter, getter])
+        import json
+
+        entry = json.loads(path.read_bytes())
+        assert entry["created_ms"] == json.loads(created)["created_ms"]
+        bound = {"first"} | {f"w{w}-{i}" for w in (0, 1) for i in range(25)}
+        assert set(seen) <= bound
+        assert hmap.forget("ctx", by="cli") in bound
+        history = read_history(tmp_path / "map")
+        assert [h.action for h in history].count("put") == 51
+        assert [h.seq for h in history] == list(range(1, 53))
+    finally:
+        hmap.close()

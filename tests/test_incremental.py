@@ -3,13 +3,21 @@ or another process), and loading the bootstrap state never materializes messages
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from conftest import LOGS, log_path, make_checkpoint, make_entry, make_features, make_manifest
+from conftest import (
+    LOGS,
+    log_path,
+    make_checkpoint,
+    make_entry,
+    make_features,
+    make_manifest,
+)
 
 import eventstore.core.fold_loop as fold_loop_module
 import eventstore.core.folding as folding_module
@@ -19,15 +27,17 @@ from eventstore import (
     BootstrapState,
     Message,
     MessagesAppended,
+    ProgressEntry,
     Role,
     SessionStore,
 )
-from eventstore.format.codec import EventCodec
+from eventstore.format.events import Event, EventCodec, ProgressAppended
 from projections import (
     BootstrapProjection,
     TranscriptProjection,
     fold,
 )
+from projections.base import StructProjection
 
 COMPLETE = (LOGS / "complete.jsonl").read_bytes()
 
@@ -211,3 +221,108 @@ def test_reader_catches_up_from_any_cut(tmp_path: Path) -> None:
         assert reader.load_bootstrap_state("golden") == full, k
         assert reader.load_transcript_messages("golden") == transcript, k
         assert reader.last_seq("golden") == len(events)
+
+
+# -- attacks: folds interrupted or failing never leave a doubled cached state --------------
+
+
+class _Interrupted(BaseException):
+    """What a KeyboardInterrupt (or a timeout raised by a signal handler) is."""
+
+
+class _Flaky(StructProjection[list[str]]):
+    """Progress summaries; `fail_at` names a summary whose fold is interrupted once
+    (after the state was changed in place, as `apply` may do)."""
+
+    name = "flaky"
+    version = 1
+    event_types = frozenset({"progress_appended"})
+    state_type = list[str]
+
+    def __init__(self) -> None:
+        self.fail_at: str | None = None
+        self.error: type[BaseException] = _Interrupted
+
+    def initial(self) -> list[str]:
+        return []
+
+    def apply(self, state: list[str], event: Event) -> list[str]:
+        if isinstance(event, ProgressAppended):
+            state.append(event.entry.summary)
+            if event.entry.summary == self.fail_at:
+                self.fail_at = None
+                raise self.error
+        return state
+
+
+def _batch(*summaries: str) -> list[Event]:
+    return [ProgressAppended(entry=ProgressEntry("r", s)) for s in summaries]
+
+
+def test_an_append_whose_cache_fold_is_interrupted_never_doubles_the_cached_state(
+    tmp_path: Path,
+) -> None:
+    """`_write` advances every cached fold by the batch it committed, in place
+    (`f.state = fold(...)`, then `f.head = new`). Interrupted in the middle of that
+    (the append is committed), the state keeps the batch's first events while its
+    head stays before the batch; the next load folds the batch from the log onto it
+    again: ['a', 'b0', 'b1', 'b0', 'b1', 'b2'] for the log's a, b0, b1, b2."""
+    flaky = _Flaky()
+    store = SessionStore(tmp_path, projections=[flaky])
+    try:
+        store.append_progress_entry("s", ProgressEntry("r", "a"))
+        assert store.load("s", "flaky") == ["a"]
+        flaky.fail_at = "b1"
+        with pytest.raises(_Interrupted):
+            store.append("s", _batch("b0", "b1", "b2"))
+        assert store.last_seq("s") == 4  # committed before the fold was interrupted
+        assert store.load("s", "flaky") == ["a", "b0", "b1", "b2"]
+    finally:
+        store.close()
+
+
+def test_a_load_whose_fold_is_interrupted_never_doubles_the_cached_state(
+    tmp_path: Path,
+) -> None:
+    """The same in a load (`_catch_up` / `_fold_pieces`): a fold interrupted inside a
+    piece keeps what it changed in place while `f.head` stays where the piece began
+    (only a fold checked against a checked prefix is reset), so the next load folds
+    the piece again onto the half-folded state."""
+    with SessionStore(tmp_path) as s:
+        s.append("s", _batch("a"))
+        s.append("s", _batch("b0", "b1", "b2"))
+    flaky = _Flaky()
+    store = SessionStore(tmp_path, projections=[flaky])
+    try:
+        assert store.load("s", "flaky") == ["a", "b0", "b1", "b2"]
+        with SessionStore(tmp_path) as other:  # another writer: this store's load folds it
+            other.append("s", _batch("c0", "c1"))
+        flaky.fail_at = "c1"
+        with pytest.raises(_Interrupted):
+            store.load("s", "flaky")
+        assert store.load("s", "flaky") == ["a", "b0", "b1", "b2", "c0", "c1"]
+    finally:
+        store.close()
+
+
+def test_an_append_whose_cache_fold_raises_returns_and_the_next_load_folds_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A projection's error while an append advances the cached folds comes after the
+    batch is committed: raising it would make the caller write the batch again. The
+    append returns (with a warning), the half-folded state is dropped, and the next load
+    folds the log again (where the projection's error, if it recurs, belongs)."""
+    flaky = _Flaky()
+    flaky.error = ValueError
+    store = SessionStore(tmp_path, projections=[flaky])
+    try:
+        assert store.load("s", "flaky") == []
+        flaky.fail_at = "b1"
+        with caplog.at_level(logging.WARNING, logger="eventstore"):
+            result = store.append("s", _batch("b0", "b1", "b2"))
+        assert (result.first_seq, result.last_seq) == (1, 3)
+        assert "folding 's' into 'flaky' failed" in caplog.text
+        assert store.load("s", "flaky") == ["b0", "b1", "b2"]
+        assert store.last_seq("s") == 3  # written once
+    finally:
+        store.close()

@@ -30,6 +30,7 @@ from conftest import (
     make_entry,
     make_features,
     make_manifest,
+    run_threads,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,11 +38,13 @@ from hypothesis import strategies as st
 from eventstore import (
     CorruptLogError,
     EventStoreError,
+    FeatureRecord,
     InvalidRecordError,
     InvalidSessionIdError,
     Message,
     ProgressEntry,
     Role,
+    SessionManifest,
     SessionStore,
     Snapshot,
     TextBlock,
@@ -949,3 +952,58 @@ def test_changing_loaded_plain_messages_changes_no_other_message(root: Path) -> 
         read = cold.load_transcript_messages(SID)
     assert read == again
     assert b"meddled" not in log_path(root, SID).read_bytes()
+
+
+def _rich_message(i: int) -> Message:
+    return Message(
+        Role.ASSISTANT,
+        f"turn {i}",
+        blocks=[TextBlock(f"turn {i}"), ToolUseBlock("t", "run", {"argv": ["ls"], "n": i})],
+        metadata={"tags": [i]},
+    )
+
+
+def test_threads_changing_what_they_loaded_never_change_the_store_or_each_other(
+    tmp_path: Path,
+) -> None:
+    """Threads load (bootstrap, whole transcript, warm pages) and change everything
+    mutable in what they got — manifest metadata and init plan, feature steps and
+    flags, message blocks, tool-call inputs and metadata — while another appends;
+    a fresh store and every later load agree with the log."""
+    sid = "s"
+    manifest = SessionManifest(sid, "main", "obj", metadata={"k": "v"})
+    features = [FeatureRecord(f"f{i}", "c", "d", ["a"], False) for i in range(5)]
+    store = SessionStore(tmp_path)
+    try:
+        store.initialize_session_if_missing(sid, manifest, features)
+        store.append_transcript_messages(sid, [_rich_message(i) for i in range(20)])
+
+        def vandal() -> None:
+            for _ in range(100):
+                st = store.load_bootstrap_state(sid)
+                assert st.manifest is not None
+                st.manifest.metadata["k"] = "changed"
+                st.feature_list[0].steps.append("x")
+                st.feature_list[0].passes = True
+                st.feature_list.reverse()
+                st.recent_progress.clear()
+                for page in every_transcript_load(store, sid):
+                    for m in page:
+                        m.blocks.append(TextBlock("x"))
+                        m.tool_calls[0].input["argv"].append("-l")
+                        m.metadata["tags"].append(-1)
+
+        def writer() -> None:
+            for i in range(20, 60):
+                store.append_transcript_messages(sid, [_rich_message(i)])
+                store.append_progress_entry(sid, ProgressEntry("r", f"p{i}"))
+
+        assert not run_threads([vandal, vandal, writer])
+        with SessionStore(tmp_path) as fresh:
+            assert store.load_bootstrap_state(sid) == fresh.load_bootstrap_state(sid)
+            assert store.load_transcript_messages(sid) == fresh.load_transcript_messages(sid)
+        assert store.load_transcript_messages(sid) == [_rich_message(i) for i in range(60)]
+        st = store.load_bootstrap_state(sid)
+        assert st.manifest == manifest and st.feature_list == features
+    finally:
+        store.close()
