@@ -26,10 +26,13 @@ from eventstore import (
     ConcurrencyError,
     FeatureNotFoundError,
     FeatureRecord,
+    IdempotencyConflictError,
     InvalidRecordError,
     InvalidSessionIdError,
+    Message,
     ProgressAppended,
     ProgressEntry,
+    Role,
     SessionManifest,
     SessionStore,
     StoreClosedError,
@@ -481,5 +484,143 @@ def test_async_tasks_on_one_session_see_whole_batches_in_submission_order(
                     assert len(got) == 2 * (i + 1)
 
             await asyncio.gather(task("a"), task("b"), a.compact("a", force=True))
+
+    asyncio.run(main())
+
+
+# -- attacks: calls cancelled mid-append, raising StopIteration, closed from another loop ---
+
+
+SID = "s"
+
+
+def test_a_call_raising_stop_iteration_raises_and_frees_its_session(tmp_path: Path) -> None:
+    """Promise: a call's error is raised by its coroutine, "and a failed call does not
+    hold up the calls behind it". Broken: a function given to `call` that raised
+    StopIteration (`next()` of an exhausted iterator, e.g. of `read_events`) could not
+    be set on the asyncio future (TypeError in a loop callback): its caller and every
+    call queued behind it on that session waited forever. It is raised as a
+    RuntimeError caused by the StopIteration (what PEP 479 does for generators)."""
+
+    async def main() -> None:
+        async with AsyncSessionStore(tmp_path) as st:
+            await st.append_progress_entry(SID, ProgressEntry(run_id="r", summary="x"))
+            first = st.call(SID, lambda: next(iter(st.store.read_events(SID, from_seq=2))))
+            behind = st.last_seq(SID)
+            got = await asyncio.wait_for(
+                asyncio.gather(first, behind, return_exceptions=True), timeout=5
+            )
+            assert isinstance(got[0], RuntimeError)
+            assert isinstance(got[0].__cause__, StopIteration)
+            assert got[1] == 1
+
+    asyncio.run(main())
+
+
+def test_close_waits_for_a_call_submitted_from_another_event_loop(tmp_path: Path) -> None:
+    """Promise: `close()` "waits for the calls already submitted", then closes the
+    store. Broken: a call submitted from an event loop in another thread (a store
+    shared by two loops) was waited for with asyncio.wait on the closing loop, which
+    never hears of a future of another loop: close() never returned. It waits for
+    those in a thread, until their own loop finishes them."""
+    st = AsyncSessionStore(tmp_path)
+    started, release = threading.Event(), threading.Event()
+    result: dict[str, Any] = {}
+
+    def slow() -> int:
+        started.set()
+        release.wait(5)
+        return st.store.append_progress_entry(SID, ProgressEntry(run_id="r", summary="x")).last_seq
+
+    def other_loop() -> None:
+        async def run() -> None:
+            result["seq"] = await st.call(SID, slow)
+
+        asyncio.run(run())
+
+    t = threading.Thread(target=other_loop)
+    t.start()
+    try:
+        assert started.wait(5)
+
+        async def closer() -> None:
+            closing = asyncio.ensure_future(st.close())
+            await asyncio.sleep(0.2)
+            assert not closing.done()  # it waits for the running call
+            release.set()
+            await asyncio.wait_for(closing, timeout=5)
+
+        asyncio.run(closer())
+    finally:
+        release.set()
+        t.join(10)
+    assert result == {"seq": 1}
+    assert st.store._closed
+    with SessionStore(tmp_path) as s:
+        assert len(s.load_bootstrap_state(SID).recent_progress) == 1
+
+
+def test_a_caller_cancelled_mid_append_then_retrying_with_its_key_stores_once(
+    tmp_path: Path,
+) -> None:
+    """Coverage (held): a caller cancelled while its append runs in a worker gets
+    CancelledError, the append is written whole, the next call on the session waits
+    for it, and a retry with the same idempotency key replays it: stored once."""
+    store = SessionStore(tmp_path)
+    writing = threading.Event()
+    real_append = store.engine.append
+
+    def slow_append(*args: Any, **kwargs: Any) -> Any:
+        writing.set()
+        time.sleep(0.3)
+        return real_append(*args, **kwargs)
+
+    store.engine.append = slow_append  # type: ignore[method-assign]
+    entry = ProgressEntry(run_id="r", summary="once")
+
+    async def main() -> None:
+        async with AsyncSessionStore(store) as st:
+            task = asyncio.ensure_future(st.append_progress_entry(SID, entry, idempotency_key="k"))
+            while not writing.is_set():
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            again = await st.append_progress_entry(SID, entry, idempotency_key="k")
+            assert (again.first_seq, again.replayed) == (1, True)
+            with pytest.raises(IdempotencyConflictError):
+                other = ProgressEntry(run_id="r", summary="other")
+                await st.append_progress_entry(SID, other, idempotency_key="k")
+
+    asyncio.run(main())
+    store.close()
+    with SessionStore(tmp_path) as s:
+        assert [p.summary for p in s.load_bootstrap_state(SID).recent_progress] == ["once"]
+
+
+def test_the_async_store_takes_every_argument_the_store_takes(tmp_path: Path) -> None:
+    """Promise: the async store "has every SessionStore method as a coroutine", and
+    every session operation accepts an `idempotency_key`. Broken: its
+    `load_transcript_messages` took no `start`/`limit`/`last` (a page of a long
+    transcript could only be had by loading all of it, or raised TypeError), and its
+    reads took no `idempotency_key`. Every public method now takes every parameter
+    of the store's (but `follow`'s `stop`: closing the async iterator stops it)."""
+    for name, fn in inspect.getmembers(SessionStore, predicate=inspect.isfunction):
+        if name.startswith("_"):
+            continue
+        ours = inspect.signature(getattr(AsyncSessionStore, name)).parameters
+        missing = set(inspect.signature(fn).parameters) - set(ours) - {"stop"}
+        assert not missing, f"AsyncSessionStore.{name} lacks {sorted(missing)}"
+
+    async def main() -> None:
+        async with AsyncSessionStore(tmp_path) as st:
+            turns = [Message(role=Role.USER, content=f"turn {i}") for i in range(10)]
+            await st.append_transcript_messages(SID, turns)
+            newest = await st.load_transcript_messages(SID, last=3, idempotency_key="r")
+            assert [m.content for m in newest] == ["turn 7", "turn 8", "turn 9"]
+            page = await st.load_transcript_messages(SID, start=2, limit=2)
+            assert [m.content for m in page] == ["turn 2", "turn 3"]
+            assert await st.is_initialized(SID, idempotency_key="r") is False
+            assert (await st.load_bootstrap_state(SID, idempotency_key="r")).manifest is None
 
     asyncio.run(main())

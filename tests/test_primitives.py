@@ -28,10 +28,13 @@ from eventstore import (
     Event,
     EventStoreError,
     FeaturePassUpdated,
+    FeatureRecord,
     InvalidRecordError,
     Message,
     ProgressAppended,
+    ProgressEntry,
     Role,
+    SessionManifest,
     SessionStore,
 )
 from eventstore.engines.file.layout import SessionPaths
@@ -514,3 +517,88 @@ def test_unregistered_event_type_is_refused_and_nothing_written(tmp_path: Path) 
         assert s.last_seq(SID) == 1
         # the key of a refused append was not consumed
         assert not s.append(SID, [Incr(value=2, worker="a")], idempotency_key="kk").replayed
+
+
+# -- attacks: user projections that change their events or cannot encode their state -------
+
+
+_SID = "s"
+
+
+class Meddler(StructProjection[int]):
+    """A user projection whose apply changes the events it is given: it empties each
+    `messages` list, tags each message's metadata and adds a step to each feature."""
+
+    name = "meddler"
+    version = 1
+    event_types: frozenset[str] | None = None
+    state_type = int
+
+    def initial(self) -> int:
+        return 0
+
+    def apply(self, state: int, event: Event) -> int:
+        for f in getattr(event, "features", ()):
+            f.steps.append("meddled")
+        messages = getattr(event, "messages", None)
+        if messages is not None:
+            for m in messages:
+                m.metadata["meddled"] = "yes"
+            messages.clear()
+        return state + 1
+
+
+def _manifest() -> SessionManifest:
+    return SessionManifest(session_id=_SID, active_branch="main", current_objective="o")
+
+
+def _feature() -> FeatureRecord:
+    return FeatureRecord(id="f1", category="c", description="d", steps=["a"], passes=False)
+
+
+def test_a_projection_that_changes_its_events_does_not_change_the_built_in_states(
+    tmp_path: Path,
+) -> None:
+    """Promise: a load returns the state folded from the log: the same in this store
+    and in a fresh one. Broken: an append folded its events into every cached state,
+    sharing the event objects, so a user projection loaded first that emptied
+    `event.messages` left the transcript without the appended messages, and one that
+    changed a record's list (a feature's steps, a message's metadata) changed the
+    bootstrap and transcript states this store returned. A user projection now folds
+    the batch decoded from the bytes written (as a cold load would give it)."""
+    with SessionStore(tmp_path, projections=[Meddler()]) as s:
+        assert s.load(_SID, "meddler") == 0  # folded first: applied first on append
+        s.load_transcript_messages(_SID)
+        s.load_bootstrap_state(_SID)
+        s.initialize_session_if_missing(_SID, _manifest(), [_feature()])
+        s.append_transcript_messages(_SID, [Message(role=Role.USER, content="hi")])
+        s.append_transcript_messages(_SID, [Message(role=Role.USER, content="there")])
+        warm = (s.load_bootstrap_state(_SID), s.load_transcript_messages(_SID))
+        assert s.load(_SID, "meddler") == 4
+    with SessionStore(tmp_path) as fresh:
+        cold = (fresh.load_bootstrap_state(_SID), fresh.load_transcript_messages(_SID))
+    assert warm == cold
+    assert warm[0].feature_list == [_feature()]
+    assert [m.content for m in warm[1]] == ["hi", "there"]
+    assert all(m.metadata == {} for m in warm[1])
+
+
+def test_compaction_with_a_projection_that_changes_its_events_saves_a_true_fold_cache(
+    tmp_path: Path,
+) -> None:
+    """Promise: a fold cache holds the state folded from the log ("used only while it
+    checks against the log"). Broken: compaction folds the built-in projections, then
+    the user's, over the same decoded events, and saves the bootstrap state it folded
+    to the fold cache after them: a user projection that added a step to each feature
+    record changed the bootstrap state cached, which every later cold load (in any
+    process, with or without that projection) returned, though the snapshot is right.
+    Fixed in eventstore/compaction.py: each user projection folds a decode of its own
+    (what a cold load gives it)."""
+    with SessionStore(tmp_path) as s:
+        s.initialize_session_if_missing(_SID, _manifest(), [_feature()])
+        for _ in range(20):
+            s.append_progress_entry(_SID, ProgressEntry(run_id="r", summary="x" * 200))
+    with SessionStore(tmp_path, projections=[Meddler()]) as s:
+        assert s.compact(_SID).compacted
+    with SessionStore(tmp_path) as fresh:
+        assert fresh.load_bootstrap_state(_SID).feature_list == [_feature()]

@@ -5,29 +5,41 @@ are kept, never dropped."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from conftest import FIXTURES
+from conftest import (
+    FIXTURES,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import messages, progress_entries
 
 import eventstore.format.reader as log_module
+import eventstore.store as store_module
 from eventstore import (
     CorruptLogError,
     Event,
     FeaturePassUpdated,
     IdempotencyConflictError,
+    InvalidArgumentError,
+    InvalidRecordError,
     ProgressAppended,
+    ProgressEntry,
     SessionStore,
     Snapshot,
+    SnapshotVersionError,
     UnknownEvent,
 )
+from eventstore.core import fold_cache
 from eventstore.engines.file.layout import SessionPaths
+from eventstore.format.events import EventCodec
 from projections import StructProjection
 
 EVOLUTION = FIXTURES / "evolution"
@@ -459,3 +471,266 @@ def test_a_projection_added_after_a_snapshot_without_archive(tmp_path: Path) -> 
         s.compact("s", archive=False, force=True)
     with SessionStore(tmp_path, event_types=[TaskAdded], projections=[TaskCount()]) as s:
         assert s.load("s", "task_count") == 4
+
+
+# -- attacks: upcasters that build a new dict, forge the envelope, raise or return garbage; --
+# -- fold caches and snapshots shared by stores opened with other upcasters or versions ------
+
+
+_SID = "s"
+
+
+class TaskV1(Event, tag="task", kw_only=True):
+    """The old shape: a title."""
+
+    title: str
+
+
+class TaskV2(Event, tag="task", kw_only=True):
+    """The new shape: `title` renamed to `name`, and a priority added."""
+
+    VERSION = 2
+    name: str
+    prio: int = 0
+
+
+def _old_log(root: Path) -> None:
+    """Two v1 lines, the second under an idempotency key."""
+    with SessionStore(root, event_types=[TaskV1]) as s:
+        s.append(_SID, [TaskV1(title="a")])
+        s.append(_SID, [TaskV1(title="b")], idempotency_key="k")
+
+
+def test_an_upcaster_that_builds_a_new_payload_dict_keeps_the_lines_envelope(
+    tmp_path: Path,
+) -> None:
+    """Promise: an upcaster "turns the old payload (a dict) into the next version".
+    Broken: one that returned a new dict of payload fields (the natural way to write
+    one) dropped the line's seq, key and hash with it, so every old line read as
+    seq 0 and the load raised CorruptLogError ("the log starts at sequence 0"); one
+    that set `key` changed which batch an idempotency key names. The envelope is the
+    line's (checked by the hash chain) and is put back after upcasting."""
+    _old_log(tmp_path)
+
+    def new_dict(d: dict[str, Any]) -> dict[str, Any]:
+        return {"name": d["title"], "prio": 1}
+
+    def forge(d: dict[str, Any]) -> dict[str, Any]:
+        d["name"] = d.pop("title")
+        d["key"], d["seq"] = None, 7
+        return d
+
+    for fn in (new_dict, forge):
+        with SessionStore(tmp_path, event_types=[TaskV2], upcasters=[(TaskV2, 1, fn)]) as s:
+            events = list(s.read_events(_SID))
+            assert [(e.seq, e.key, e.name) for e in events] == [(1, None, "a"), (2, "k", "b")]  # type: ignore[attr-defined]
+            assert s.verify(_SID).ok
+
+
+@pytest.mark.parametrize(
+    "fn, why",
+    [
+        (lambda d: d["missing"], "KeyError"),
+        (lambda d: None, "returned a NoneType"),
+        (lambda d: [d], "returned a list"),
+    ],
+)
+def test_an_upcaster_that_fails_is_a_corrupt_log_error_naming_the_line(
+    tmp_path: Path, fn: Any, why: str
+) -> None:
+    """Promise: every error is an EventStoreError; a line that cannot be read raises
+    CorruptLogError naming file, offset and seq; verify never raises on what it reads.
+    Broken: an upcaster raising (KeyError) or returning something other than a dict
+    escaped from loads, read_events and verify as a bare KeyError/TypeError/
+    AttributeError naming no line."""
+    _old_log(tmp_path)
+    with SessionStore(tmp_path, event_types=[TaskV2], upcasters=[(TaskV2, 1, fn)]) as s:
+        with pytest.raises(CorruptLogError) as info:
+            list(s.read_events(_SID))
+        assert info.value.seq == 1 and info.value.offset == 0 and why in str(info.value)
+        assert isinstance(info.value.path, (str, Path)) and "log.jsonl" in str(info.value.path)
+        report = s.verify(_SID)
+        assert not report.ok
+        assert {p.kind for p in report.problems if p.severity == "error"} == {"undecodable"}
+
+
+class Prios(StructProjection[list[int]]):
+    """The priority of every task, in order; kept in the fold cache."""
+
+    name = "prios"
+    version = 1
+    event_types = frozenset({"task"})
+    state_type = list[int]
+    cache_folds = True
+
+    def initial(self) -> list[int]:
+        return []
+
+    def apply(self, state: list[int], event: Event) -> list[int]:
+        if type(event) is TaskV2:
+            state.append(event.prio)
+        return state
+
+
+def upcaster_giving(prio: int) -> Any:
+    """An upcaster v1 -> v2 giving old tasks priority `prio`."""
+
+    def up(d: dict[str, Any]) -> dict[str, Any]:
+        d["name"] = d.pop("title")
+        d["prio"] = prio if d["name"] in {"a", "b"} else -1
+        return d
+
+    return up
+
+
+def test_a_fold_cache_folded_with_other_upcasters_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise: a fold cache "only saves time" and is "used only when it checks against
+    the log": a load returns what folding the log returns. Broken: the cache's `known`
+    digest named the event types, not how old lines were upcast, so a store opened with
+    a corrected upcaster (priority 2 where a buggy one gave 1) got the old upcaster's
+    state back from the cache, and one opened without the upcaster (which cannot read
+    the v1 lines: CorruptLogError) got a state instead. The digest now holds each read
+    type's version and a fingerprint of its upcasters; the same upcaster still reuses
+    the cache (also in another process, whatever its hash seed)."""
+    monkeypatch.setattr(store_module, "_CACHE_ON_CLOSE_BYTES", 0)  # every close saves
+    _old_log(tmp_path)
+
+    def opened(*upcasters: Any) -> SessionStore:
+        ups = [(TaskV2, 1, fn) for fn in upcasters]
+        return SessionStore(tmp_path, event_types=[TaskV2], projections=[Prios()], upcasters=ups)
+
+    buggy = upcaster_giving(1)
+    with opened(buggy) as s:
+        assert s.load(_SID, "prios") == [1, 1]
+    with opened(buggy) as s:  # the same upcaster: the cache is used
+        assert fold_cache.load(s.engine, _SID, Prios(), s._cached["prios"]) is not None
+    with opened(upcaster_giving(2)) as s:
+        assert s.load(_SID, "prios") == [2, 2]
+    with opened() as s, pytest.raises(CorruptLogError, match="needs an upcaster"):
+        s.load(_SID, "prios")
+    # a fingerprint is the same in another process (another hash seed: the set above)
+    code = (
+        "import sys; sys.path.insert(0, 'tests'); from test_schema_evolution import *;"
+        " from eventstore.format.events import EventCodec; c = EventCodec([TaskV2]);"
+        " c.register_upcaster(TaskV2, 1, upcaster_giving(1)); print(c.reading('task'))"
+    )
+    here = EventCodec([TaskV2])
+    here.register_upcaster(TaskV2, 1, upcaster_giving(1))
+    for seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parent.parent,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        assert out.stdout.strip() == here.reading("task")
+
+
+def test_an_unknown_old_version_line_kept_by_an_older_compactor_is_upcast_by_the_newer(
+    tmp_path: Path,
+) -> None:
+    """Coverage (held): v1 `task` lines, compacted by a process that does not know
+    `task` (kept verbatim in the snapshot's `unknown`), are read by a process that
+    knows `task` at v2 through its upcaster, with and without the archive; and a
+    process at v1 reading v2 lines of a type it reads refuses with CorruptLogError,
+    its compaction changing nothing."""
+    _old_log(tmp_path)
+    with SessionStore(tmp_path) as older:  # knows no `task`
+        report = older.compact(_SID, force=True)
+        assert report.compacted and report.unknown_kept == 2
+    up = [(TaskV2, 1, upcaster_giving(3))]
+    with SessionStore(tmp_path, event_types=[TaskV2], projections=[Prios()], upcasters=up) as s:
+        assert s.load(_SID, "prios") == [3, 3]
+        s.append(_SID, [TaskV2(name="c", prio=9)])
+        assert s.load(_SID, "prios") == [3, 3, 9]
+    with SessionStore(tmp_path, event_types=[TaskV2], projections=[Prios()], upcasters=up) as s:
+        assert s.load(_SID, "prios") == [3, 3, 9]
+    with SessionStore(tmp_path, event_types=[TaskV1]) as v1:
+        before = v1.engine.read(_SID, None).data
+        with pytest.raises(CorruptLogError, match="newer than this reader"):
+            v1.compact(_SID, force=True)
+        assert v1.engine.read(_SID, None).data == before
+
+
+class PriosV2(Prios):
+    """`prios` with a new state shape (version 2): the tasks' names by priority."""
+
+    version = 2
+    state_type = dict[str, int]
+
+    def initial(self) -> Any:
+        return {}
+
+    def apply(self, state: Any, event: Event) -> Any:
+        if type(event) is TaskV2:
+            state[event.name] = event.prio
+        return state
+
+
+def test_a_projection_version_bump_ignores_its_fold_cache_and_snapshot_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Coverage (held): after a projection's `version` is bumped, neither its fold
+    cache nor a snapshot's state of the old version is read as the new shape: the
+    state is rebuilt from the archive, and without an archive SnapshotVersionError."""
+    monkeypatch.setattr(store_module, "_CACHE_ON_CLOSE_BYTES", 0)
+    for archive in (True, False):
+        root = tmp_path / str(archive)
+        with SessionStore(root, event_types=[TaskV2], projections=[Prios()]) as s:
+            for i in range(30):
+                s.append(_SID, [TaskV2(name=f"t{i}", prio=i)])
+            assert s.load(_SID, "prios") == list(range(30))
+            assert s.compact(_SID, archive=archive).compacted
+            s.append(_SID, [TaskV2(name="late", prio=99)])
+            assert s.load(_SID, "prios")[-1] == 99  # a fold cache beside the snapshot
+        with SessionStore(root, event_types=[TaskV2], projections=[PriosV2()]) as s:
+            if archive:
+                want = {f"t{i}": i for i in range(30)} | {"late": 99}
+                assert s.load(_SID, "prios") == want
+            else:
+                with pytest.raises(SnapshotVersionError):
+                    s.load(_SID, "prios")
+
+
+class Unencodable(StructProjection[Any]):
+    """A projection whose state holds a value msgspec cannot encode (a complex)."""
+
+    name = "unencodable"
+    version = 1
+    event_types = frozenset({"progress_appended"})
+    state_type = Any
+
+    def initial(self) -> Any:
+        return {"n": 0j}
+
+    def apply(self, state: Any, event: Event) -> Any:
+        return state
+
+
+def test_a_projection_state_msgspec_cannot_encode_is_a_typed_error_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """Promise: every error is an EventStoreError naming what; bad input changes
+    nothing. Broken: a projection state msgspec cannot encode made `load` and
+    `compact` raise a bare TypeError ("Encoding objects of type complex is
+    unsupported") naming no projection; and two projections of one name raised a bare
+    ValueError. Now InvalidRecordError naming the projection (a TypeError still), and
+    InvalidArgumentError (a ValueError still); the log is unchanged."""
+    with SessionStore(tmp_path, projections=[Unencodable()]) as s:
+        for _ in range(20):
+            s.append_progress_entry(_SID, ProgressEntry(run_id="r", summary="x" * 100))
+        before = s.engine.read(_SID, None).data
+        with pytest.raises(InvalidRecordError, match="unencodable"):
+            s.load(_SID, "unencodable")
+        with pytest.raises(InvalidRecordError, match="unencodable"):
+            s.compact(_SID)
+        assert s.engine.read(_SID, None).data == before
+        assert len(s.load_bootstrap_state(_SID).recent_progress) == 20
+    with pytest.raises(InvalidArgumentError, match="bootstrap"):
+        SessionStore(tmp_path, projections=[Prios(), type("P", (Prios,), {"name": "bootstrap"})()])
+    with pytest.raises(InvalidArgumentError, match="prios"):
+        SessionStore(tmp_path, projections=[Prios(), Prios()])
