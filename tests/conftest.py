@@ -3,6 +3,7 @@ small record factories, and helpers for forked children and LangGraph checkpoint
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
@@ -247,6 +248,16 @@ def run_threads(targets: list[Callable[[], None]], seconds: float = 30) -> list[
         t.join(seconds)
     assert not any(t.is_alive() for t in threads), "a thread hung"
     return errors
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """`a == b` of the same types, NaN equal to NaN (as a framework's reference store
+    gives back what json.dumps wrote)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
 
 
 def checkpoint_summary(tup: Any) -> Any:

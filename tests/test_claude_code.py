@@ -4,10 +4,17 @@ without a bound, duplicates kept, malformed lines reported, following a growing 
 
 from __future__ import annotations
 
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -21,6 +28,7 @@ from eventstore import (
     SessionStore,
     ToolResultBlock,
 )
+from eventstore.integrations import claude_code
 from eventstore.integrations.claude_code import (
     BATCH_LINES,
     ClaudeCodeLine,
@@ -485,3 +493,182 @@ def test_follow_transcripts_stops_when_idle_and_waits_for_a_missing_file(
     for bad in (0, 1e-320, float("nan"), float("inf"), True, "1"):
         with pytest.raises(InvalidArgumentError, match="poll_interval"):
             follow_transcripts(cc, [f], poll_interval=bad)  # type: ignore[arg-type]
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+def _cc_lines(sid: str) -> list[bytes]:
+    return [
+        (
+            f'{{"type":"user","sessionId":"{sid}","uuid":"u1","parentUuid":null,'
+            '"timestamp":"2026-03-01T09:00:00.000Z","message":{"role":"user","content":"hi"}}'
+        ).encode(),
+        (
+            f'{{"type":"assistant","sessionId":"{sid}","uuid":"u2","parentUuid":"u1",'
+            '"timestamp":"2026-03-01T09:00:02.000Z",'
+            '"message":{"role":"assistant","content":"hello"}}'
+        ).encode(),
+    ]
+
+
+def _import_prefix_then_whole(tmp_path: Path, full: bytes, cut: int, sid: str) -> Any:
+    path = tmp_path / f"{sid}.jsonl"
+    store = claude_code.open_store(tmp_path / f"store-{cut}")
+    path.write_bytes(full[:cut])  # Claude Code is still writing the file
+    claude_code.import_transcript(store, path)
+    path.write_bytes(full)  # the whole file, imported again
+    claude_code.import_transcript(store, path)
+    return store
+
+
+def test_claude_code_a_crlf_file_imported_mid_write_keeps_each_line_once(
+    tmp_path: Path,
+) -> None:
+    """README: "Re-import appends nothing"; the k-th copy of a line is new only if the
+    session holds fewer than k. A CRLF file imported while its last line lacks only its
+    `\\r\\n`, then imported whole, must hold each line once."""
+    sid = "c0ffee00-0000-4000-8000-000000000001"
+    full = b"".join(line + b"\r\n" for line in _cc_lines(sid))
+    with _import_prefix_then_whole(tmp_path, full, len(full) - 2, sid) as store:
+        exported = list(claude_code.export_transcript(store, sid))
+        # the line read before its `\r\n` may be kept without its `\r`, but only once
+        assert [x.rstrip(b"\r\n") for x in exported] == _cc_lines(sid), "a line was kept twice"
+        assert len(store.load_transcript_messages(sid)) == 2
+
+
+def test_claude_code_an_lf_file_truncated_at_every_byte_then_whole_is_imported_once(
+    tmp_path: Path,
+) -> None:
+    """Coverage: for every cut of an LF file, importing the cut file and then the whole
+    one gives exactly what one import of the whole file gives."""
+    sid = "c0ffee00-0000-4000-8000-000000000002"
+    full = b"".join(line + b"\n" for line in _cc_lines(sid))
+    for cut in range(len(full) + 1):
+        with _import_prefix_then_whole(tmp_path, full, cut, sid) as store:
+            assert b"".join(claude_code.export_transcript(store, sid)) == full, cut
+            assert len(store.load_transcript_messages(sid)) == 2, cut
+            assert store.verify(sid).ok
+
+
+# -- attacks: arbitrary bytes, an importer killed mid-import, lines far longer than a read --
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _is_object(line: bytes) -> bool:
+    try:
+        return isinstance(msgspec.json.decode(line), dict)
+    except msgspec.DecodeError:
+        return False
+
+
+_line_pieces = st.one_of(
+    st.binary(max_size=30),
+    st.sampled_from(
+        [b'{"type":"summary","summary":"s"}', b"[]", b"{", b'"x"', b"{}", b" {} ", b"\xff", b"\r"]
+    ),
+    st.dictionaries(st.text(max_size=4), st.integers() | st.text(max_size=5), max_size=3).map(
+        msgspec.json.encode
+    ),
+)
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(_line_pieces, max_size=10), st.booleans())
+def test_arbitrary_bytes_never_stop_an_import(
+    tmp_path_factory: pytest.TempPathFactory, pieces: list[bytes], final_newline: bool
+) -> None:
+    data = b"\n".join(pieces) + (b"\n" if final_newline and pieces else b"")
+    tmp = tmp_path_factory.mktemp("bytes")
+    f = tmp / "s.jsonl"
+    f.write_bytes(data)
+    with open_store(tmp / "store") as store:
+        report = import_transcript(store, f)
+        lines = data.split(b"\n")
+        if data.endswith(b"\n") or not data:
+            lines.pop()
+        objects = [ln for ln in lines if _is_object(ln)]
+        assert sorted(m.line for m in report.malformed) == [
+            i + 1 for i, ln in enumerate(lines) if not _is_object(ln)
+        ]
+        got = b"".join(b"".join(export_transcript(store, sid)) for sid in store.list_sessions())
+        assert sorted(got.splitlines()) == sorted(objects)
+        assert import_transcript(store, f).appended in ({}, {"s": 0})
+
+
+_IMPORTER = textwrap.dedent(
+    """
+    import sys
+    from eventstore.integrations.claude_code import import_transcript, open_store
+    with open_store(sys.argv[1]) as store:
+        import_transcript(store, sys.argv[2])
+    """
+)
+
+
+def test_an_importer_killed_at_random_moments_leaves_nothing_doubled(tmp_path: Path) -> None:
+    n = 12_000
+    f = tmp_path / "long.jsonl"
+    f.write_text(
+        "".join(
+            f'{{"type":"assistant","sessionId":"long","uuid":"u{i % 7000}","message":'
+            f'{{"role":"assistant","content":[{{"type":"text","text":"turn {i}"}},'
+            f'{{"type":"tool_use","id":"t{i}","name":"Bash",'
+            f'"input":{{"command":"echo {i}"}}}}]}}}}\n'
+            for i in range(n)
+        )
+    )
+    root = tmp_path / "store"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    rng = random.Random(1729)
+    kills = 0
+    log = root / "sessions" / "long" / "log.jsonl"
+
+    def log_size() -> int:
+        try:
+            return log.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    for _ in range(6):
+        # killed once the log has grown by a random amount: a moment in the import itself,
+        # however fast or slow the machine is
+        grow = rng.randint(1, 400_000)
+        start = log_size()
+        proc = subprocess.Popen([sys.executable, "-c", _IMPORTER, str(root), str(f)], env=env)
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and log_size() - start < grow:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.001)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait()
+    with open_store(root) as store:
+        import_transcript(store, f)
+        assert b"".join(export_transcript(store, "long")) == f.read_bytes()
+        assert len(store.load_transcript_messages("long")) == n
+        assert store.verify("long").ok
+    assert kills >= 1  # the first import is killed before it has grown the log by 400 kB
+
+
+def test_a_line_far_longer_than_a_read_round_trips(tmp_path: Path) -> None:
+    big = msgspec.json.encode(
+        {
+            "type": "user",
+            "sessionId": "big",
+            "message": {"role": "user", "content": "x" * 3_000_000},
+        }
+    )
+    f = tmp_path / "big.jsonl"
+    f.write_bytes(b'{"type":"summary","summary":"s"}\n' + big + b"\n")
+    with open_store(tmp_path / "store") as store:
+        report = import_transcript(store, f)
+        assert report.appended == {"big": 2}
+        assert b"".join(export_transcript(store, "big")) == f.read_bytes()
+        assert len(store.load_transcript_messages("big")[0].content) == 3_000_000

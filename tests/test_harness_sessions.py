@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import eventstore.harness_sessions as hs
-from eventstore import SessionStore
+from eventstore import EventStoreError, SessionStore
 from eventstore.cli import contexts as cli_contexts
 from eventstore.harness_sessions import (
     FORGET_BY_A2A,
@@ -1171,3 +1171,40 @@ def test_threads_sharing_one_harness_map_keep_created_ms_and_a_consistent_histor
         assert [h.seq for h in history] == list(range(1, 53))
     finally:
         hmap.close()
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["session_id", "harness", "driver"])
+def test_map_a_lone_surrogate_is_a_typed_refusal_or_kept(tmp_path: Path, field: str) -> None:
+    """Guarantees: every error is an EventStoreError, also for a lone surrogate in any
+    string; the map is never fatal. A put with one either stores and reads back, or is
+    refused with a typed error and leaves the earlier binding."""
+    m = HarnessSessionMap(tmp_path / "root", workdir=tmp_path)
+    m.put("ctx", "before", "h", "d")
+    args = {"session_id": "after", "harness": "h", "driver": "d", field: "bad\ud800"}
+    try:
+        m.put("ctx", args["session_id"], args["harness"], args["driver"])
+    except Exception as exc:
+        assert isinstance(exc, EventStoreError), f"untyped {type(exc).__name__}: {exc}"
+        assert m.get("ctx") == "before"
+    else:
+        assert m.get("ctx") == args["session_id"]
+
+
+def test_map_an_acknowledged_put_is_never_read_as_absent(tmp_path: Path) -> None:
+    """README: a put writes the file and "the newest write wins"; a put that returns
+    without an error must be what `get` answers (or it must be refused). A session id
+    of 1 MiB is written to disk, then read back as absent (and the old binding is gone)."""
+    m = HarnessSessionMap(tmp_path / "root", workdir=tmp_path)
+    m.put("ctx", "old", "h", "d")
+    big = "s" * (1 << 20)
+    try:
+        m.put("ctx", big, "h", "d")
+    except EventStoreError:
+        assert m.get("ctx") == "old"
+    else:
+        got = m.get("ctx")
+        assert got == big, f"put acknowledged, get returned {got if got is None else len(got)}"
+        assert HarnessSessionMap(tmp_path / "root").get("ctx") == big

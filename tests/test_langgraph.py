@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime as dt
+import math
 import multiprocessing
 import operator
+import os
+import signal
 import threading
+import time
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from conftest import checkpoint_summary
+from conftest import checkpoint_summary, same_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import CheckpointTuple
@@ -506,3 +511,139 @@ def test_prune_after_an_archived_compaction_verifies(tmp_path: Path) -> None:
     put(saver, "p", cfg, v="c")
     saver.prune(["p"])
     assert plain_store(tmp_path).verify("langgraph-p").ok
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+def _langgraph() -> Any:
+    pytest.importorskip("langgraph.checkpoint.base")
+    from eventstore.integrations import langgraph
+
+    return langgraph
+
+
+def _checkpoint(saver: Any, cid: str, values: dict[str, Any]) -> Any:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    c = empty_checkpoint()
+    c["id"] = cid
+    c["channel_values"] = dict(values)
+    c["channel_versions"] = {ch: saver.get_next_version(None, None) for ch in values}
+    return c
+
+
+def test_langgraph_odd_channel_values_round_trip_as_in_memory_saver(tmp_path: Path) -> None:
+    """Coverage: values LangGraph's serde handles (bytes, NaN, sets, tuples, datetimes,
+    nested) read back as InMemorySaver gives them, in the checkpoint, its metadata and
+    its pending writes, from a new saver too."""
+    lg = _langgraph()
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    values = {
+        "b": b"\x00\xff" * 1000,
+        "nan": float("nan"),
+        "nested": {"a": [1, {"t": (1, 2)}], "s": {1, 2}},
+        "when": dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+    }
+    cfg: Any = {"configurable": {"thread_id": "odd\u00e9/..", "checkpoint_ns": ""}}
+    answers = []
+    for saver in (InMemorySaver(), lg.EventStoreSaver(tmp_path)):
+        c = _checkpoint(saver, "1ef00000-0000-6000-8000-000000000001", values)
+        written = saver.put(cfg, c, {"step": 1, "odd": values}, c["channel_versions"])
+        saver.put_writes(written, [("b", b"\x01"), ("nan", float("nan"))], "task-1")
+        if isinstance(saver, lg.EventStoreSaver):
+            saver.close()
+            saver = lg.EventStoreSaver(tmp_path)
+        tup = saver.get_tuple(cfg)
+        answers.append((tup.checkpoint["channel_values"], tup.metadata["odd"], tup.pending_writes))
+        if isinstance(saver, lg.EventStoreSaver):
+            saver.close()
+    mem, ours = answers
+    assert same_value(ours[0], mem[0]) and same_value(ours[1], mem[1])
+    assert len(ours[2]) == 2 and ours[2][0] == mem[2][0] and math.isnan(ours[2][1][2])
+
+
+def _lg_writer(root: str, worker: int, fd: int) -> None:
+    from eventstore.integrations.langgraph import EventStoreSaver
+
+    saver = EventStoreSaver(root)
+    cfg: Any = {"configurable": {"thread_id": "shared", "checkpoint_ns": ""}}
+    for i in range(100_000):
+        cid = f"1ef{i:08d}-{worker}"
+        c = _checkpoint(saver, cid, {"v": "x" * 50_000, "w": worker})
+        cfg = saver.put(cfg, c, {"step": i, "worker": worker}, c["channel_versions"])
+        os.write(fd, f"{cid}\n".encode())  # acknowledged
+
+
+def test_langgraph_writers_killed_mid_put_on_one_thread_lose_nothing(tmp_path: Path) -> None:
+    """Coverage: two processes put checkpoints (50 kB values) into one thread id and are
+    SIGKILLed at once; every acknowledged checkpoint is listed, with its parent, and the
+    thread verifies and takes further puts."""
+    lg = _langgraph()
+    ctx = multiprocessing.get_context("fork")
+    r, w = os.pipe()
+    procs = [ctx.Process(target=_lg_writer, args=(str(tmp_path), k, w)) for k in range(2)]
+    for p in procs:
+        p.start()
+    os.close(w)
+    acked: list[str] = []
+    buf = b""
+    deadline = time.monotonic() + 20
+    while len(acked) < 40 and time.monotonic() < deadline:
+        buf += os.read(r, 4096)
+        *done, buf = buf.split(b"\n")
+        acked += [d.decode() for d in done]
+    for p in procs:
+        os.kill(p.pid, signal.SIGKILL)
+    for p in procs:
+        p.join(10)
+        assert p.exitcode == -signal.SIGKILL
+    while chunk := os.read(r, 4096):
+        buf += chunk
+    os.close(r)
+    acked += [d.decode() for d in buf.split(b"\n")[:-1]]
+    assert len(acked) >= 40
+    cfg: Any = {"configurable": {"thread_id": "shared", "checkpoint_ns": ""}}
+    with lg.EventStoreSaver(tmp_path) as saver:
+        listed = {t.checkpoint["id"]: t for t in saver.list(cfg)}
+        assert set(acked) <= set(listed)
+        for cid, t in listed.items():
+            step = int(cid[3:11])
+            parent = t.parent_config
+            assert (parent is None) == (step == 0)
+            if parent is not None:
+                assert parent["configurable"]["checkpoint_id"] == f"1ef{step - 1:08d}{cid[11:]}"
+        c = _checkpoint(saver, "1ef99999999-9", {"v": "after"})
+        saver.put(cfg, c, {"step": 0}, c["channel_versions"])
+        assert saver.get_tuple(cfg).checkpoint["channel_values"] == {"v": "after"}
+        assert saver.store.verify(saver.session_id("shared")).ok
+
+
+def test_langgraph_a_thread_deleted_and_rewritten_elsewhere_reads_fresh(tmp_path: Path) -> None:
+    """Coverage: saver A holds a thread's head; saver B (its own store, as another
+    process) deletes the thread and writes a new one; A and a new saver read only the
+    new thread, and it verifies."""
+    lg = _langgraph()
+    cfg: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    a, b = lg.EventStoreSaver(tmp_path), lg.EventStoreSaver(tmp_path)
+    try:
+        conf = cfg
+        for i in range(5):
+            c = _checkpoint(a, f"1ef{i:05d}", {"x": i})
+            conf = a.put(conf, c, {"step": i}, c["channel_versions"])
+        a.put_writes(conf, [("x", "pending")], "task")
+        assert a.get_tuple(cfg).checkpoint["id"] == "1ef00004"
+        b.delete_thread("t")
+        assert a.get_tuple(cfg) is None and list(a.list(cfg)) == []
+        c = _checkpoint(b, "1ef00001", {"x": "new"})
+        b.put(cfg, c, {"step": 0}, c["channel_versions"])
+        for saver in (a, b, lg.EventStoreSaver(tmp_path)):
+            tup = saver.get_tuple(cfg)
+            assert tup.checkpoint["channel_values"] == {"x": "new"}
+            assert tup.pending_writes == []
+            assert [t.checkpoint["id"] for t in saver.list(cfg)] == ["1ef00001"]
+        assert a.store.verify(a.session_id("t")).ok
+    finally:
+        a.close()
+        b.close()

@@ -9,6 +9,7 @@ processes, adds from several processes at once, and input that is not JSON.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import multiprocessing
 from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
@@ -20,11 +21,13 @@ from agents.items import ModelResponse, TResponseInputItem
 from agents.memory import Session, SQLiteSession
 from agents.models.interface import Model
 from agents.usage import Usage
+from conftest import same_value
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 from eventstore import (
+    EventStoreError,
     InvalidRecordError,
     SessionStore,
     StorageError,
@@ -464,3 +467,67 @@ def test_items_and_events_are_not_tracked_by_the_gc(tmp_path: Path) -> None:
     items = oa.PROJECTION.apply(oa.AgentItems(), events[0]).items
     assert len(items) == 2 and not any(gc.is_tracked(o) for o in [*events, *items])
     store.close()
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+def _agents() -> Any:
+    pytest.importorskip("agents")
+    from eventstore.integrations import openai_agents
+
+    return openai_agents
+
+
+# SQLiteSession (the SDK's reference) stores json.dumps(item): NaN and infinities read
+# back as themselves, and bytes, datetimes and sets are refused with TypeError
+ODD_ITEMS = {
+    "nan": {"role": "user", "content": "x", "score": float("nan")},
+    "inf": {"role": "user", "content": "x", "score": float("inf")},
+    "bytes": {"role": "user", "content": b"raw bytes"},
+    "datetime": {"role": "user", "content": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)},
+    "set": {"role": "user", "content": {"a"}},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ODD_ITEMS))
+def test_agents_an_item_is_read_back_equal_or_refused(tmp_path: Path, kind: str) -> None:
+    """README: EventStoreSession "answers the same" as SQLiteSession, and input that is
+    not JSON is refused with InvalidRecordError and nothing written. An item is either
+    read back equal or refused; never silently stored as another value."""
+    oa = _agents()
+    item = ODD_ITEMS[kind]
+
+    async def main() -> list[Any] | None:
+        s = oa.EventStoreSession("odd", tmp_path)
+        try:
+            try:
+                await s.add_items([item])
+            except InvalidRecordError:
+                assert await s.get_items() == []  # refused: nothing written
+                return None
+            return list(await s.get_items())
+        finally:
+            await s.close()
+
+    got = asyncio.run(main())
+    if got is not None:
+        assert len(got) == 1
+        assert same_value(got[0], item), f"stored {item!r}, read back {got[0]!r}"
+
+
+def test_agents_items_at_a_naive_time_is_a_typed_error(tmp_path: Path) -> None:
+    """Guarantees: every error is an EventStoreError; `SessionStore.state_at(at=naive)`
+    raises InvalidArgumentError. `items_at(at=naive)` must refuse the same way."""
+    oa = _agents()
+
+    async def main() -> None:
+        s = oa.EventStoreSession("t", tmp_path)
+        try:
+            await s.add_items([{"role": "user", "content": "hi"}])
+            with pytest.raises(EventStoreError):
+                await s.items_at(at=dt.datetime(2026, 1, 1))  # no tzinfo
+        finally:
+            await s.close()
+
+    asyncio.run(main())
