@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import oracle
 import pytest
 from conftest import FIXTURES, LOGS, make_checkpoint, make_entry, make_features, make_manifest
 from hypothesis import HealthCheck, given, settings
@@ -44,7 +45,20 @@ from projections import (
 )
 
 sys.path.insert(0, str(FIXTURES / "tamper"))
+import random
+
 import make as tamper  # noqa: E402
+import msgspec
+from conftest import log_path
+
+from eventstore import Retention
+from eventstore.errors import CorruptLogError, HistoryPrunedError, UnsafePathError
+from eventstore.format.events import ArchivePruned
+from eventstore.ops.export import export_session
+from eventstore.ops.history import first_kept_seq
+from eventstore.ops.lifecycle import prune_archive
+from eventstore.ops.repair import repair
+from projections import StructProjection
 
 try:
     import eventstore.ops.compaction  # noqa: F401
@@ -460,3 +474,345 @@ def test_repair_moves_a_corrupt_log_aside(root: Path, install_log: Any) -> None:
         assert audit.verify(store, "golden").ok
         store.append_progress_entry("golden", make_entry(1))  # the log takes appends again
         assert store.last_seq("golden") == 10
+
+
+# -- attacks: export, verify, state_at and repair ------------------------------------------
+
+
+def test_export_session_is_one_picture_with_its_head_hash(tmp_path: Path) -> None:
+    """Promise (`export_session`): one session as a document with its current state,
+    transcript, last sequence number and head hash. Broken: the document had no head
+    hash, and beside a writer (here another store on the same root, as another process
+    would be) its state, transcript and `last_seq` were three reads at three moments:
+    a state without the progress entry whose message the transcript held, and a
+    `last_seq` past both. Each batch here appends one entry and one message."""
+    root = tmp_path / "store"
+    stop = threading.Event()
+
+    def write() -> None:
+        with SessionStore(root) as writer:
+            i = 0
+            while not stop.is_set() and i < 2000:
+                batch = [
+                    ProgressAppended(entry=make_entry(i)),
+                    MessagesAppended(messages=[Message(role=Role.USER, content=f"m{i}")]),
+                ]
+                writer.append("s", batch)
+                i += 1
+
+    with SessionStore(root) as store:
+        store.append(
+            "s",
+            [
+                ProgressAppended(entry=make_entry(-1)),
+                MessagesAppended(messages=[Message(role=Role.USER, content="m")]),
+            ],
+        )
+        thread = threading.Thread(target=write)
+        thread.start()
+        try:
+            docs = [export_session(store, "s") for _ in range(150)]
+        finally:
+            stop.set()
+            thread.join()
+        for doc in docs:
+            n = len(doc["state"]["recent_progress"])
+            assert (len(doc["transcript"]), doc["last_seq"]) == (n, 2 * n), doc["last_seq"]
+        doc = export_session(store, "s")
+        assert doc["head_hash"] == store.verify("s").head_hash
+        assert doc["last_seq"] == store.last_seq("s")
+
+
+class Note(Event, tag="note", kw_only=True):
+    """An event type a compacting process may not know."""
+
+    text: str
+
+
+class Notes(StructProjection[list[str]]):
+    """The texts of every note, in order."""
+
+    name = "notes"
+    version = 1
+    event_types = frozenset({"note"})
+    state_type = list[str]
+
+    def initial(self) -> list[str]:
+        return []
+
+    def apply(self, state: list[str], event: Event) -> list[str]:
+        if type(event) is Note:
+            state.append(event.text)
+        return state
+
+
+def test_verify_checks_the_lines_a_snapshot_keeps_verbatim(tmp_path: Path) -> None:
+    """Promise (README, Audit and replay): verify checks each snapshot against the fold
+    of the archived events, "which catches a snapshot edited and re-hashed". Broken: a
+    snapshot's `unknown` lines (events of a type its compactor did not know, kept
+    verbatim) were never compared with the archive: one edited in a re-hashed snapshot
+    left verify clean, while a reader that knows the type folds the edited copy (here a
+    load of `notes` returned "forged")."""
+    root = tmp_path / "store"
+    with SessionStore(root, event_types=[Note]) as store:
+        for i in range(20):
+            store.append("s", [Note(text=f"n{i}")])
+            store.append_progress_entry("s", make_entry(i))
+    with SessionStore(root) as store:  # a compactor that does not know notes
+        assert store.compact("s").compacted
+    log = log_path(root, "s")
+    line = log.read_bytes().rstrip(b"\n")
+    assert line.count(b'"text":"n5"') == 1
+    forged = line.replace(b'"text":"n5"', b'"text":"forged"')
+    log.write_bytes(oracle.rehash(forged, msgspec.json.decode(forged)["base_h"]) + b"\n")
+    for cache in log.parent.glob("fold-*"):
+        cache.unlink()
+    with SessionStore(root, event_types=[Note], projections=[Notes()]) as store:
+        assert store.load("s", "notes")[5] == "forged"  # what the edit changes
+        report = store.verify("s")
+        assert not report.ok
+        (problem,) = [p for p in report.problems if p.severity == "error"]
+        assert (problem.kind, problem.seq, problem.offset) == ("snapshot_state", 40, 0)
+        assert "seq 11" in problem.message  # the line of n5
+        assert problem.file == str(log)
+
+
+def test_verify_flags_a_pruning_record_naming_events_the_live_log_holds(tmp_path: Path) -> None:
+    """Promise (README, Pruning archived history): readers tell pruned history from
+    history that is there by the `archive_pruned` record, and `verify` says what is
+    wrong. Broken: a record written to the log (through `store.append`, which took any
+    event then; a forged line now) naming events 1..5 pruned, while the live log holds
+    them, made every read from seq 1 and `state_at(seq=3)` raise HistoryPrunedError for
+    history that is right there, and `verify` called the session clean (a
+    `history_pruned` warning). A genuine
+    pruning removes archived logs only: the live log never holds an event it names."""
+    with SessionStore(tmp_path) as store:
+        for i in range(6):
+            store.append_progress_entry("s", make_entry(i))
+        record = ArchivePruned(
+            first_seq=1, last_seq=5, segments=[], bytes=0, before="seq 6", last_h=""
+        )
+        assert store._write_events("s", [record], None).first_seq == 7
+        report = store.verify("s")
+        assert not report.ok
+        (problem,) = [p for p in report.problems if p.severity == "error"]
+        offset = log_path(tmp_path, "s").read_bytes().index(b'{"type":"archive_pruned"')
+        assert (problem.kind, problem.seq, problem.offset) == ("pruning_record", 7, offset)
+        assert "1..5" in problem.message
+
+
+def test_state_at_is_never_a_state_trimmed_by_retention(tmp_path: Path) -> None:
+    """Promise (README, Audit and replay): `state_at` is exactly the fold of events
+    1..N, retention never changes it, and history compacted without an archive raises
+    HistoryUnavailableError. Broken: after `compact(archive=False,
+    retention=Retention(progress=3))` of 10 progress entries, `state_at(seq=10)`
+    returns the 3 the snapshot kept, as if they were the fold of events 1..10."""
+    with SessionStore(tmp_path) as store:
+        for i in range(10):
+            store.append_progress_entry("s", make_entry(i))
+        report = store.compact("s", archive=False, retention=Retention(progress=3), force=True)
+        assert report.compacted
+        try:
+            state = store.state_at("s", seq=10)
+        except HistoryUnavailableError:
+            return
+        assert len(state.recent_progress) == 10
+
+
+def _seqs(data: bytes) -> list[int]:
+    """The sequence numbers of the lines of `data` that still decode."""
+    found = []
+    for line in data.splitlines():
+        try:
+            found.append(msgspec.json.decode(line)["seq"])
+        except (msgspec.DecodeError, KeyError, TypeError):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("tail", ["intact", "damaged"])
+def test_repair_of_a_snapshot_the_archive_cannot_rebuild_reuses_no_seq(
+    tmp_path: Path, tail: str
+) -> None:
+    """Promise (README, Audit and replay): where the archive cannot rebuild a damaged
+    opening snapshot, the new snapshot keeps the damaged one's sequence number, "so no
+    number is ever used twice"; repair never drops good data. Broken: the lines after
+    the damaged snapshot (here seq 31..33, each still chaining to it) were dropped
+    from the live log, so the next append was numbered 31 again, beside the original
+    31 in the saved copy. Now the lines that chain are kept; and where a damaged line
+    among them drops the rest (`damaged`), the snapshot is numbered past every seq the
+    original held."""
+    with SessionStore(tmp_path) as store:
+        for i in range(30):
+            store.append_progress_entry("s", make_entry(i))
+        assert store.compact("s", archive=False).compacted
+        for i in range(3):
+            store.append_progress_entry("s", make_entry(100 + i))
+    log = log_path(tmp_path, "s")
+    data = log.read_bytes()
+    data = data[:30] + b"X" + data[31:]  # inside the snapshot's envelope: its hash breaks
+    if tail == "damaged":
+        assert data.count(b"step 101") == 1
+        data = data.replace(b"step 101", b"step 1O1")
+    log.write_bytes(data)
+    with SessionStore(tmp_path) as store:
+        report = repair(store, "s")
+        assert report.action == "rebuilt"
+        used = _seqs(data)
+        assert max(used) == 33
+        result = store.append_progress_entry("s", make_entry(200))
+        assert result.first_seq > max(used)
+        assert store.verify("s").ok
+        kept = [p.summary for p in store.load_bootstrap_state("s").recent_progress]
+        if tail == "intact":
+            assert report.kept_events == 4  # the snapshot and seq 31..33
+            assert kept == [make_entry(i).summary for i in (100, 101, 102, 200)]
+        else:
+            assert kept == [make_entry(200).summary]
+
+
+def test_repair_refuses_a_planted_archive_symlink(tmp_path: Path) -> None:
+    """Promise (README, Guarantees: nothing leaves the root): a symlink where a store
+    directory should be (`archive/` included) is refused with UnsafePathError. Broken:
+    repair read the archive to rebuild a damaged opening snapshot, took the refusal for
+    an archive that "cannot rebuild", and rewrote the log with a snapshot holding the
+    initial state: the whole state lost to a planted link. Now repair refuses, and the
+    log is left as it was."""
+    with SessionStore(tmp_path / "store") as store:
+        for i in range(30):
+            store.append_progress_entry("s", make_entry(i))
+        assert store.compact("s").compacted
+    log = log_path(tmp_path / "store", "s")
+    archive = log.parent / "archive"
+    archive.rename(tmp_path / "elsewhere")
+    archive.symlink_to(tmp_path / "elsewhere")
+    data = log.read_bytes()
+    log.write_bytes(data[:30] + b"X" + data[31:])
+    before = sorted(p.name for p in log.parent.iterdir())
+    with SessionStore(tmp_path / "store") as store, pytest.raises(UnsafePathError):
+        repair(store, "s")
+    assert log.read_bytes() == data[:30] + b"X" + data[31:]
+    assert sorted(p.name for p in log.parent.iterdir()) == before
+
+
+def test_verify_finds_the_newest_archive_file_deleted(tmp_path: Path) -> None:
+    """Promise (README, Pruning archived history): "An archive missing or cut short
+    without such a record is still corruption"; verify finds a dropped event. Broken:
+    after three archived compactions, deleting the newest archive file (events 13..18)
+    leaves `verify` clean with a `history_gap` warning, and `read_events` yields the
+    live snapshot in place of the six events deleted."""
+    with SessionStore(tmp_path) as store:
+        for i in range(18):
+            store.append_progress_entry("s", make_entry(i))
+            if i % 6 == 5:
+                assert store.compact("s", force=True).compacted
+    archive = log_path(tmp_path, "s").parent / "archive"
+    (newest,) = [p for p in archive.iterdir() if p.name.startswith("000000000013-")]
+    newest.unlink()
+    with SessionStore(tmp_path) as store:
+        assert not store.verify("s").ok
+
+
+def test_state_at_every_seq_is_the_fold_of_the_first_n_events(tmp_path: Path) -> None:
+    """Held (README, Audit and replay: state_at is exactly the fold of events 1..N,
+    retention never changes it). Attack: a session of progress, pass flips and message
+    batches, compacted at random points with and without retention (archive kept);
+    for every N from 0 to the last, `state_at(seq=N)` and `transcript_at(seq=N)` equal
+    folding the first N events `read_events` yields, and `state_at(at=ts)` the fold of
+    every event appended up to that time."""
+    rng = random.Random(7)
+    with SessionStore(tmp_path) as store:
+        store.initialize_session_if_missing("s", make_manifest("s"), make_features(3))
+        for i in range(60):
+            r = rng.random()
+            if r < 0.3:
+                store.append_progress_entry("s", make_entry(i))
+            elif r < 0.5:
+                store.update_feature_pass("s", f"f{1 + i % 3}", bool(i % 2))
+            elif r < 0.8:
+                msgs = [Message(role=Role.USER, content=f"m{i}.{k}") for k in range(1 + i % 3)]
+                store.append_transcript_messages("s", msgs)
+            else:
+                keep = rng.choice([None, Retention(progress=2, checkpoints=1, messages=3)])
+                store.compact("s", force=True, retention=keep)
+        events = list(store.read_events("s"))
+        last = store.last_seq("s")
+        assert [e.seq for e in events] == list(range(1, last + 1))
+        boot, talk = store.projections["bootstrap"], store.projections["transcript"]
+        for n in range(last + 1):
+            first = [e for e in events if e.seq <= n]
+            assert store.state_at("s", seq=n) == fold(boot, boot.initial(), first)
+            assert store.transcript_at("s", seq=n) == fold(talk, talk.initial(), first)
+        for ev in events[::5]:
+            upto = [e for e in events if e.ts <= ev.ts]
+            assert store.state_at("s", at=ev.ts) == fold(boot, boot.initial(), upto)
+
+
+def _maintained(url: str) -> tuple[object, ...]:
+    """What the audit paths say about one session after compactions (one without an
+    archive), a pruning and a repair of a torn-free log, on the store at `url`."""
+    with SessionStore(url) as store:
+        for i in range(30):
+            store.append_progress_entry("s", make_entry(i))
+            store.append_transcript_messages("s", [Message(role=Role.USER, content=f"m{i}")])
+            if i % 7 == 6:
+                assert store.compact("s", force=True, archive=i != 20).compacted
+            if i == 22:
+                assert prune_archive(store, "s", before=15).segments
+        kept = first_kept_seq(store, "s")
+        report = store.verify("s")
+        st = audit.stats(store, "s")
+        with pytest.raises(HistoryPrunedError):
+            store.state_at("s", seq=10)
+        return (
+            kept,
+            [e.seq for e in store.read_events("s", from_seq=kept)],
+            report.ok,
+            [(p.kind, p.seq, p.severity) for p in report.problems],
+            report.head_seq,
+            len(report.files),
+            (st.events, st.by_type, st.first_seq, st.last_seq, st.archive_files),
+            (st.snapshots, st.compacted_without_archive),
+            [line.count(b"\n") for line in audit.export_jsonl(store, "s")],
+            repair(store, "s").action,
+            export_session(store, "s")["state"],
+        )
+
+
+def test_the_memory_engine_answers_the_audit_paths_as_the_file_engine(tmp_path: Path) -> None:
+    """Held (DESIGN: everything a user sees behaves the same on every engine). Attack:
+    the same compactions (one without an archive), pruning, verify, stats, export,
+    repair and reads below the pruned point on the file and the memory engine give the
+    same answers (the hashes differ only by the times of the appends)."""
+    assert _maintained(str(tmp_path)) == _maintained(f"memory://{tmp_path.name}")
+
+
+def test_export_jsonl_is_a_log_that_verifies_and_checks_every_line(tmp_path: Path) -> None:
+    """Held (README, The CLI: `export --format jsonl` gives the raw lines, verbatim, so
+    they still verify). Attack: the export of a session compacted three times (archive
+    kept), written as another store's log, verifies clean and folds to the same state
+    and transcript; with one archived line edited (its `h` left), the export raises
+    CorruptLogError naming that file and seq instead of passing the edit on."""
+    with SessionStore(tmp_path / "a") as store:
+        for i in range(18):
+            store.append_progress_entry("s", make_entry(i))
+            store.append_transcript_messages("s", [Message(role=Role.USER, content=f"m{i}")])
+            if i % 6 == 5:
+                assert store.compact("s", force=True).compacted
+        lines = b"".join(audit.export_jsonl(store, "s"))
+        state, talk = store.load_bootstrap_state("s"), store.load_transcript_messages("s")
+    copy = log_path(tmp_path / "b", "s")
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(lines)
+    with SessionStore(tmp_path / "b") as other:
+        assert other.verify("s").ok
+        assert other.load_bootstrap_state("s") == state
+        assert other.load_transcript_messages("s") == talk
+    archived = sorted((log_path(tmp_path / "a", "s").parent / "archive").iterdir())[1]
+    data = archived.read_bytes()
+    assert data.count(b"step 7") == 1
+    archived.write_bytes(data.replace(b"step 7", b"step X"))
+    with SessionStore(tmp_path / "a") as store:
+        with pytest.raises(CorruptLogError) as caught:
+            b"".join(audit.export_jsonl(store, "s"))
+        assert (caught.value.path, caught.value.seq) == (str(archived), 15)

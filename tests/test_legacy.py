@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES, make_entry
+from conftest import FIXTURES, log_path, make_entry
 
 from eventstore import (
     BootstrapState,
@@ -166,3 +167,102 @@ def test_nanoseconds_truncate_to_microseconds(root: Path, tmp_path: Path, nanos:
         assert import_legacy(store, legacy).imported == 1
         got = store.load_bootstrap_state("t").recent_progress[0].created_at
     assert got == datetime(1969, 12, 31, 23, 59, 59, nanos // 1000, tzinfo=UTC)
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+def _legacy_dir(tmp_path: Path, files: dict[str, object]) -> Path:
+    """A legacy directory holding one `sessions/<hex id>.json` per (id, document)."""
+    base = tmp_path / "legacy"
+    (base / "sessions").mkdir(parents=True)
+    for sid, doc in files.items():
+        (base / "sessions" / legacy_file_name(sid)).write_text(json.dumps(doc))
+    return base
+
+
+_GOOD = {"recent_progress": [{"run_id": "r", "summary": "kept", "created_at_secs": 1}]}
+
+
+def test_a_legacy_time_past_the_calendar_fails_its_file_alone(tmp_path: Path) -> None:
+    """Promise (legacy module docstring): a file that cannot be decoded is reported as
+    failed, and the others are still imported. Broken: a `created_at_secs` past year
+    9999 made `timedelta` raise OverflowError, which is no ValueError: it escaped
+    `import_legacy` untyped and no later file was imported."""
+    legacy = _legacy_dir(
+        tmp_path,
+        {
+            "a-hostile": {
+                "recent_progress": [{"run_id": "r", "summary": "x", "created_at_secs": 10**15}]
+            },
+            "b-good": _GOOD,
+        },
+    )
+    with SessionStore(tmp_path / "store") as store:
+        report = import_legacy(store, legacy)
+        assert [(i.session_id, i.result) for i in report.items] == [
+            ("a-hostile", "failed"),
+            ("b-good", "imported"),
+        ]
+        assert "created_at" in report.items[0].detail
+        assert store.list_sessions() == ["b-good"]
+
+
+@pytest.mark.timeout(10)
+def test_a_fifo_in_the_legacy_directory_fails_alone_without_hanging(tmp_path: Path) -> None:
+    """Promise (legacy module docstring): a file that cannot be read is reported as
+    failed, and the others are still imported. Broken: a FIFO named like a session file
+    (`sessions/<hex>.json`) made `import_legacy` block forever in its open (so did a
+    link to /dev/zero, reading without end): no file after it was imported and the
+    command never returned. Only a regular file is read now, opened without blocking."""
+    legacy = _legacy_dir(tmp_path, {"b-good": _GOOD})
+    os.mkfifo(legacy / "sessions" / legacy_file_name("a-fifo"))
+    with SessionStore(tmp_path / "store") as store:
+        report = import_legacy(store, legacy)
+        assert [(i.session_id, i.result) for i in report.items] == [
+            ("a-fifo", "failed"),
+            ("b-good", "imported"),
+        ]
+        assert "not a regular file" in report.items[0].detail
+
+
+def test_a_legacy_feature_list_with_an_id_twice_is_refused(tmp_path: Path) -> None:
+    """Promise (README, Using it from Python): a feature id twice is refused with
+    InvalidRecordError and nothing is written (`replace_feature_list`,
+    `initialize_session_if_missing`); the legacy module docstring: a file that cannot be
+    decoded fails alone. Broken: import wrote a legacy list holding feature "a" twice, a
+    state no session call can make: `update_feature_pass` then flipped both, and
+    writing the loaded list back was refused. The file now fails, naming the id."""
+    feature = {"id": "a", "category": "c", "description": "d", "steps": [], "passes": False}
+    legacy = _legacy_dir(tmp_path, {"a-dup": {"feature_list": [feature, feature]}, "b-good": _GOOD})
+    with SessionStore(tmp_path / "store") as store:
+        report = import_legacy(store, legacy)
+        assert [(i.session_id, i.result) for i in report.items] == [
+            ("a-dup", "failed"),
+            ("b-good", "imported"),
+        ]
+        assert "'a' appears twice" in report.items[0].detail
+        assert store.list_sessions() == ["b-good"]
+
+
+def test_an_unreadable_session_fails_its_legacy_file_alone(tmp_path: Path) -> None:
+    """Promise (legacy module docstring): one bad file never stops the others. Broken:
+    the already-imported check loaded the target session's idempotency keys outside
+    the file's error handling, so a session whose log has a damaged line (or a planted
+    symlink) raised CorruptLogError out of `import_legacy`: no later file was
+    imported."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("a-damaged", make_entry(1))
+        store.append_progress_entry("a-damaged", make_entry(2))
+    log = log_path(root, "a-damaged")
+    log.write_bytes(log.read_bytes().replace(b"summary", b"Summary", 1))
+    legacy = _legacy_dir(tmp_path, {"a-damaged": _GOOD, "b-good": _GOOD})
+    with SessionStore(root) as store:
+        report = import_legacy(store, legacy)
+        assert [(i.session_id, i.result) for i in report.items] == [
+            ("a-damaged", "failed"),
+            ("b-good", "imported"),
+        ]
+        assert "byte 0" in report.items[0].detail  # where the damage is
+        assert (report.imported, report.failed) == (1, 1)

@@ -12,11 +12,12 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import make_features, make_manifest
+from conftest import make_entry, make_features, make_manifest, wait_child
 
 import eventstore.ops.lifecycle as lifecycle
 from eventstore import (
@@ -29,6 +30,8 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.cli.app import main as cli_main
+from eventstore.errors import InvalidArgumentError
+from eventstore.ops.history import first_kept_seq
 from eventstore.ops.lifecycle import (
     delete_older_than,
     last_activity,
@@ -533,3 +536,123 @@ def test_an_interrupted_pruning_is_understood(root: Path) -> None:
             str(archive / names[0])
         ]
         assert store.verify("p").ok
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: delete_older_than(s, timedelta(days=1), now=datetime(2030, 1, 1)),
+        lambda s: delete_older_than(s, 30),  # an int where an age belongs
+        lambda s: delete_older_than(s, timedelta(days=-1)),
+        lambda s: prune_archive(s, "s", before=0),
+        lambda s: prune_archive(s, "s", before=datetime(2030, 1, 1)),
+        lambda s: parse_age("soon"),
+    ],
+    ids=["naive-now", "int-age", "negative-age", "seq-0", "naive-before", "bad-age-text"],
+)
+def test_expiry_and_pruning_refuse_bad_arguments_typed(
+    tmp_path: Path, call: Callable[[SessionStore], object]
+) -> None:
+    """Promise (README, Errors): every error is an `EventStoreError`, and bad input
+    changes nothing. Broken: `delete_older_than` with a naive `now` or an age that is
+    no timedelta raised a bare TypeError from comparing times, a negative age and
+    `prune_archive`'s bad `before` a bare ValueError; each is now an
+    InvalidArgumentError (still a ValueError), raised before anything is judged."""
+    with SessionStore(tmp_path) as store:
+        store.append_progress_entry("s", make_entry(1))
+        with pytest.raises(InvalidArgumentError):
+            call(store)
+        assert store.last_seq("s") == 1
+
+
+def test_expiry_keeps_a_session_recreated_after_it_was_judged_idle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise (README, Deleting and expiring sessions): a session written to between
+    being judged idle and its removal is kept. Broken: "written to" was judged by the
+    last sequence number alone, so a session another process deleted and created anew
+    in that window, with as many events, looked untouched: the new session, written a
+    moment ago, was deleted. The check now compares the chain point (seq and link),
+    which a compaction keeps and any new history changes."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("s", make_entry(1))
+    judged = lifecycle.last_activity
+
+    def judge_then_recreate(store: SessionStore, sid: str) -> datetime | None:
+        when = judged(store, sid)
+        with SessionStore(root) as other:  # another process, in the window
+            assert other.delete_session(sid)
+            other.append_progress_entry(sid, make_entry(2))
+        return when
+
+    monkeypatch.setattr(lifecycle, "last_activity", judge_then_recreate)
+    with SessionStore(root) as store:
+        later = datetime.now(UTC) + timedelta(days=2)
+        (result,) = delete_older_than(store, timedelta(days=1), now=later)
+        assert (result.session_id, result.result) == ("s", "kept")
+        assert [e.entry.summary for e in store.read_events("s")] == [make_entry(2).summary]
+
+
+def test_a_compaction_without_archive_is_not_activity(tmp_path: Path) -> None:
+    """Promise (README, Deleting and expiring sessions): `--older-than` judges a session
+    by its last event, and "a compaction is not activity". Broken: compacting an idle
+    session with `archive=False` makes its last activity the compaction's time, so a
+    session idle for 60 days and compacted today is kept by `--older-than 30d`."""
+    with SessionStore(tmp_path) as store:
+        store.append_progress_entry("s", make_entry(1))
+        when = next(iter(store.read_events("s"))).ts
+        assert store.compact("s", archive=False, force=True).compacted
+        assert lifecycle.last_activity(store, "s") == when
+
+
+def test_expiry_and_pruning_beside_a_writer_process_leave_whole_sessions(tmp_path: Path) -> None:
+    """Held (README, Deleting and expiring sessions; Pruning archived history). Attack:
+    another process appends to one session for 3 s, compacting every 40 appends, while
+    this one runs `delete_older_than` (everything counts as idle) every 0.4 s and
+    in between `prune_archive` of all but the last 30 events. Every expiry result is "deleted" or
+    "kept" (never "failed"), the session always verifies clean when it exists, and at
+    the end reads from its first kept seq give each event once, in order."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("s", make_entry(0))
+    until = time.monotonic() + 3
+    pid = os.fork()
+    if pid == 0:  # the writer process
+        code = 1
+        try:
+            with SessionStore(root) as writer:
+                n = 0
+                while time.monotonic() < until:
+                    writer.append_progress_entry("s", make_entry(n))
+                    n += 1
+                    if n % 40 == 0:
+                        writer.compact("s", force=True)
+            code = 0
+        finally:
+            os._exit(code)
+    results: set[str] = set()
+    pruned = 0
+    later = datetime.now(UTC) + timedelta(days=1)
+    with SessionStore(root) as store:
+        # expire every 0.4 s, so the writer builds archives to prune in between (expiring
+        # every few iterations left no session ever past 40 events on a fast machine)
+        next_expiry = time.monotonic() + 0.4
+        while time.monotonic() < until:
+            if time.monotonic() >= next_expiry:
+                next_expiry += 0.4
+                results |= {r.result for r in delete_older_than(store, timedelta(0), now=later)}
+            elif store.last_seq("s") > 40:
+                pruned += len(prune_archive(store, "s", before=store.last_seq("s") - 30).segments)
+            if "s" in store.list_sessions():
+                assert store.verify("s").ok
+        assert wait_child(pid, 10) == 0
+        assert results <= {"deleted", "kept"} and "deleted" in results
+        assert pruned > 0
+        if "s" in store.list_sessions():
+            kept = first_kept_seq(store, "s")
+            seqs = [e.seq for e in store.read_events("s", from_seq=kept)]
+            assert seqs == list(range(kept, store.last_seq("s") + 1))

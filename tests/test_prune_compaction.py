@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import make_features, make_manifest
+from conftest import log_path, make_entry, make_features, make_manifest
 from engines import EngineCase
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,13 +37,19 @@ from eventstore import (
     SessionStore,
     Snapshot,
 )
+from eventstore.cli.app import main
 from eventstore.cli.app import main as cli_main
-from eventstore.errors import UnsupportedError
+from eventstore.errors import (
+    CorruptLogError,
+    InvalidRecordError,
+    UnsupportedError,
+)
 from eventstore.ops.history import (
     first_kept_seq,
     history_files,
 )
 from eventstore.ops.lifecycle import prune_archive
+from eventstore.ops.migrate import MigrationError, migrate_session, same_history
 from eventstore.ops.repair import repair
 from projections import StructProjection
 
@@ -747,3 +753,122 @@ def test_repair_never_rebuilds_a_state_from_a_pruned_archive_as_if_it_were_whole
     state = store.load_bootstrap_state(SID)
     assert state.manifest is None and state.recent_progress == []  # nothing half-built
     assert store.verify(SID).ok and first_kept_seq(store, SID) == bounds[0] + 1
+
+
+# -- attacks: pruned sessions compacted, migrated, and the maintenance events appended -----
+
+
+def test_compact_refuses_prune_archive_before_zero_before_compacting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Promise (README, The CLI): a usage error exits 2, and bad input changes nothing.
+    Broken: `--prune-archive-before 0` passed the argument check (it is digits), so
+    `compact` compacted the session and only then had `prune_archive` refuse seq 0:
+    exit 1, "0 compacted, 1 failed", and the log had been replaced all the same."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        for i in range(30):
+            store.append_progress_entry("s", make_entry(i))
+    before = log_path(root, "s").read_bytes()
+    assert main(["compact", str(root), "s", "--prune-archive-before", "0"]) == 2
+    assert "--prune-archive-before" in capsys.readouterr().err
+    assert log_path(root, "s").read_bytes() == before
+    assert not (log_path(root, "s").parent / "archive").exists()
+
+
+def test_pruning_never_records_a_link_the_kept_history_does_not_chain_to(
+    tmp_path: Path,
+) -> None:
+    """Promise (README, Pruning archived history): the first event kept is still
+    hash-checked against the record's `last_h`, the link of the last event dropped; an
+    irreversible step on bad input changes nothing. Broken: `prune_archive` copied
+    `last_h` from the last line of the segment it dropped without checking it: with
+    that line's `h` damaged, it recorded a link seq 7 does not chain to and deleted the
+    segment, so the intact events 7..18 could never be read again (not even by putting
+    the archive file back). Now it refuses, naming where, and changes nothing."""
+    with SessionStore(tmp_path) as store:
+        for i in range(18):
+            store.append_progress_entry("s", make_entry(i))
+            if i % 6 == 5:
+                assert store.compact("s", force=True).compacted
+    archive = log_path(tmp_path, "s").parent / "archive"
+    oldest, kept = sorted(archive.iterdir())[:2]
+    lines = oldest.read_bytes().rstrip(b"\n").split(b"\n")
+    lines[-1] = lines[-1][:-18] + b"0" * 16 + b'"}'  # seq 6's h, damaged
+    oldest.write_bytes(b"\n".join(lines) + b"\n")
+    with SessionStore(tmp_path) as store:
+        with pytest.raises(CorruptLogError) as caught:
+            prune_archive(store, "s", before=7)
+        assert (caught.value.path, caught.value.offset, caught.value.seq) == (str(kept), 0, 7)
+        assert store.last_seq("s") == 18
+        assert oldest.exists()
+
+
+@pytest.mark.parametrize("engine", ["file", "memory"])
+@pytest.mark.parametrize("kind", ["snapshot", "archive_pruned"])
+def test_append_refuses_the_maintenance_events(tmp_path: Path, engine: str, kind: str) -> None:
+    """Promise (README, Errors; The log format): a record the store cannot take is refused
+    with InvalidRecordError and nothing is written; a snapshot opens a log or is
+    corruption. Broken: `store.append(sid, [Snapshot(...)])` writes a snapshot after the
+    first line, and every later load of the session raises CorruptLogError; an
+    `ArchivePruned` appended by a caller makes history that is there read as pruned."""
+    url = str(tmp_path) if engine == "file" else f"memory://{tmp_path.name}-{kind}"
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry("s", make_entry(i))
+        event = (
+            Snapshot(base_h="")
+            if kind == "snapshot"
+            else ArchivePruned(first_seq=1, last_seq=2, segments=[], bytes=0, before="seq 3")
+        )
+        with pytest.raises(InvalidRecordError):
+            store.append("s", [event])
+        assert store.last_seq("s") == 3
+    with SessionStore(url) as store:
+        assert len(store.load_bootstrap_state("s").recent_progress) == 3
+        assert [e.seq for e in store.read_events("s")] == [1, 2, 3]
+
+
+def _pruned_session(root: Path) -> SessionStore:
+    """A store whose session "p" had events 1..6 pruned (README, Pruning archived
+    history), and one more event after."""
+    store = SessionStore(root)
+    for i in range(18):
+        store.append_progress_entry("p", make_entry(i))
+        if i % 6 == 5:
+            assert store.compact("p", force=True).compacted
+    assert prune_archive(store, "p", before=7).segments
+    store.append_progress_entry("p", make_entry(100))
+    assert store.verify("p").ok
+    return store
+
+
+def test_migrating_a_pruned_session_is_refused_saying_why(tmp_path: Path) -> None:
+    """Promise (brief and README, Errors): an error says what is wrong and where.
+    Broken: `migrate_session` of a session whose archive was pruned failed with "seq 7
+    follows seq 0: run verify on the source", while `verify` calls the source clean:
+    it now says the history was pruned before seq 7, and writes nothing."""
+    with _pruned_session(tmp_path / "src") as src, SessionStore(tmp_path / "dst") as dst:
+        with pytest.raises(MigrationError) as caught:
+            migrate_session(src.engine, dst.engine, "p")
+        message = str(caught.value)
+        assert "pruned" in message and "seq 7" in message and "verify" not in message
+        assert dst.list_sessions() == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="migrate.plan_of would have to start a pruned history at its first kept seq"
+    " (is_pruned/pruned_start), and the file engine (engines/file.py) names the first"
+    " archived segment of a log that opens at seq 7 without a snapshot 1-N (it assumes"
+    " base_seq 1), which verify then reports as archive_name",
+)
+def test_a_pruned_session_migrates(tmp_path: Path) -> None:
+    """Promise (migrate module docstring): any session is copied between any two
+    engines, history included, so that `verify` agrees on both sides. Broken: a session
+    whose archive was pruned cannot be copied at all (MigrationError)."""
+    with _pruned_session(tmp_path / "src") as src, SessionStore(tmp_path / "dst") as dst:
+        migrate_session(src.engine, dst.engine, "p")
+        assert same_history(src.engine, dst.engine, "p")
+        assert dst.verify("p").ok
+        assert dst.verify("p").head_hash == src.verify("p").head_hash
