@@ -275,6 +275,45 @@ def checkpoint_summary(tup: Any) -> Any:
     )
 
 
+def cli_in_process(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run `eventstore ARGV` in-process: (exit status, stdout, stderr). Anything escaping
+    `main` is a traceback the user would see: a failure."""
+    from eventstore.cli.app import main
+
+    try:
+        rc = main(list(argv))
+    except BaseException as exc:  # noqa: BLE001 - that is the finding
+        capsys.readouterr()
+        pytest.fail(
+            f"eventstore {' '.join(argv)!r} raised {type(exc).__name__}: {exc}"
+            " (a traceback, not a one-line error)"
+        )
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def one_line_error(err: str) -> None:
+    """One line saying what is wrong; a usage error (argparse's) prints the usage first."""
+    assert "Traceback" not in err
+    *usage, last = err.strip().splitlines()
+    assert "error" in last, err
+    assert not usage or (usage[0].startswith("usage:") and all(u[:1] == " " for u in usage[1:])), (
+        err
+    )
+
+
+@pytest.fixture
+def demo_root(tmp_path: Path) -> Path:
+    """A store of two sessions, s1 and s2, as the report tests write them."""
+    from test_report import write_session
+
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        write_session(store, "s1")
+        write_session(store, "s2")
+    return root
+
+
 # -- PostgreSQL -----------------------------------------------------------------------
 
 POSTGRES_URL_ENV = "EVENTSTORE_TEST_POSTGRES_URL"

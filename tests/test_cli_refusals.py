@@ -8,8 +8,10 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import select
 import shlex
 import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -19,11 +21,13 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
-from conftest import LOGS, make_entry, make_features, make_manifest
+from conftest import LOGS, cli_in_process, make_entry, make_features, make_manifest, one_line_error
 from test_cli import cli, install
 
 import eventstore
-from eventstore import SessionStore
+from eventstore import (
+    SessionStore,
+)
 from eventstore.cli import store as cli_store
 from eventstore.cli.app import (
     build_parser,
@@ -580,3 +584,85 @@ def test_the_commands_work_on_a_memory_store() -> None:
     assert "events   21 (seq 1..21)" in cli("stats", url, "demo").out
     assert len(cli("export", url, "demo", "--format", "jsonl").out.splitlines()) == 21
     assert "unknown session 'nosuch'" in cli("state", url, "nosuch", code=2).err
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["state", "transcript"])
+@pytest.mark.parametrize("at", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-05:00"])
+def test_at_time_at_the_edge_of_the_calendar_is_a_one_line_error(
+    demo_root: Path, capsys: pytest.CaptureFixture[str], command: str, at: str
+) -> None:
+    # valid ISO 8601, accepted by the parser; its UTC form is outside datetime's range
+    rc, _, err = cli_in_process(capsys, command, str(demo_root), "s1", "--at-time", at)
+    assert rc in (0, 2)
+    if rc == 2:
+        one_line_error(err)
+
+
+def test_prune_archive_before_the_end_of_time_fails_cleanly(
+    demo_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, _, err = cli_in_process(
+        capsys,
+        "compact",
+        str(demo_root),
+        "--all",
+        "--prune-archive-before",
+        "9999-12-31T23:59:00-01:00",
+    )
+    assert rc in (0, 1, 2)
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("age", ["99999999999999d", "1000000d", "99999999999999999999w"])
+def test_delete_older_than_a_huge_age_deletes_nothing_and_says_so(
+    demo_root: Path, capsys: pytest.CaptureFixture[str], age: str
+) -> None:
+    rc, _, err = cli_in_process(capsys, "delete", str(demo_root), "--older-than", age)
+    assert rc in (0, 2), err  # nothing is that old, or a usage error
+    if rc == 2:
+        one_line_error(err)
+    with SessionStore(demo_root) as store:
+        assert sorted(store.list_sessions()) == ["s1", "s2"]
+
+
+def test_follow_stops_on_sigterm_whatever_its_interval(demo_root: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eventstore", "follow", str(demo_root), "s1", "--interval", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        assert ready, "follow printed nothing in 30 s"
+        assert proc.stdout.readline().strip()  # the last events: the handlers are installed
+        time.sleep(0.5)  # in its wait now
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            rc = None
+        waited = time.monotonic() - sent
+        assert rc == 0, f"follow --interval 60 still running {waited:.1f} s after SIGTERM"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_exports_of_a_damaged_log_print_nothing_that_looks_complete(
+    demo_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = demo_root / "sessions" / "s1" / "log.jsonl"
+    data = log.read_bytes()
+    assert b"feat-000 and feat-001 pass" in data
+    log.write_bytes(data.replace(b"feat-000 and feat-001 pass", b"feat-000 and feat-001 FAIL"))
+    for fmt in ("json", "jsonl"):
+        rc, out, err = cli_in_process(capsys, "export", str(demo_root), "s1", "--format", fmt)
+        assert (rc, out) == (2, ""), fmt
+        one_line_error(err)
+        assert "h is" in err and "seq" in err

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import log_path
+from conftest import cli_in_process, log_path, one_line_error
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,6 +34,7 @@ from eventstore import (
     RunStatus,
     SessionManifest,
     SessionStore,
+    ToolUseBlock,
     UnknownSessionError,
 )
 from eventstore.cli.app import main
@@ -855,3 +856,93 @@ def test_install_chromium_installs_only_when_missing(tmp_path: Path) -> None:
 def test_install_chromium_without_apt_says_so(tmp_path: Path) -> None:
     done = run_install(tmp_path, tmp_path)  # an empty PATH: no chromium, no apt-get
     assert done.returncode == 1 and "no apt-get" in done.stderr
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+def _long_field(store: SessionStore, sid: str, field: str, text: str) -> None:
+    write_session(store, sid)
+    if field == "progress summary":  # a test log pasted into a progress note
+        store.append_progress_entry(sid, ProgressEntry(run_id="run-3", summary=text, created_at=T0))
+    elif field == "checkpoint note":
+        store.record_run_checkpoint(sid, RunCheckpoint(run_id="run-3", started_at=T0, note=text))
+    elif field == "feature description":
+        store.replace_feature_list(
+            sid,
+            [FeatureRecord(id="f", category="c", description=text, steps=[], passes=False)],
+        )
+    elif field == "objective":
+        store.save_manifest(
+            sid, SessionManifest(session_id=sid, active_branch="main", current_objective=text)
+        )
+    else:  # a tool call's name (the label of its box)
+        store.append_transcript_messages(
+            sid,
+            [
+                Message(
+                    Role.ASSISTANT,
+                    "calling",
+                    blocks=[ToolUseBlock(id="t1", name=text, input={"k": "v"})],
+                )
+            ],
+        )
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["progress summary", "checkpoint note", "feature description", "objective", "tool name"],
+)
+def test_one_long_field_is_cut_and_the_page_stays_under_max_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str
+) -> None:
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        _long_field(store, "long", field, "y" * 300_000)
+    page = tmp_path / "long.html"
+    rc, _, err = cli_in_process(
+        capsys, "report", str(root), "long", "-o", str(page), "--max-bytes", "200000"
+    )
+    assert rc == 0, err
+    assert page.stat().st_size <= 200_000
+
+
+def test_an_eleven_megabyte_progress_note_still_gets_a_default_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        _long_field(store, "long", "progress summary", "y" * 11_000_000)
+    page = tmp_path / "long.html"
+    rc, _, err = cli_in_process(capsys, "report", str(root), "long", "-o", str(page))
+    assert rc == 0, err
+    assert page.stat().st_size <= 10_000_000
+
+
+def test_report_writes_a_long_but_legal_file_name(
+    demo_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    name = "r" * 245 + ".html"  # 250 bytes: NAME_MAX is 255
+    rc, _, err = cli_in_process(capsys, "report", str(demo_root), "s1", "-o", str(out / name))
+    assert rc == 0, err
+    assert os.listdir(out) == [name]
+
+
+def test_report_output_that_is_a_directory_or_a_symlink(
+    demo_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "target.html"
+    target.write_text("keep")
+    link = tmp_path / "link.html"
+    link.symlink_to(target)
+    rc, _, err = cli_in_process(capsys, "report", str(demo_root), "s1", "-o", str(link))
+    assert rc == 0, err
+    assert target.read_text() == "keep" and not link.is_symlink()  # replaced, not followed
+    for out in (tmp_path, demo_root / "sessions", tmp_path / "missing" / "x.html"):
+        rc, _, err = cli_in_process(capsys, "report", str(demo_root), "s1", "-o", str(out))
+        assert rc == 2
+        one_line_error(err)
+    leftovers = [p for p in tmp_path.rglob("*.tmp-*")]
+    assert leftovers == []

@@ -35,9 +35,19 @@ from test_report import (  # noqa: F401 (long_session: a fixture)
 )
 
 from eventstore import (
+    Event,
+    FeatureRecord,
+    ImageBlock,
     Message,
+    ProgressEntry,
     Role,
+    RunCheckpoint,
+    SessionManifest,
     SessionStore,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
 )
 from eventstore.cli.app import main
 from eventstore.report.page import build_report
@@ -579,3 +589,82 @@ def test_verify_errors_show_and_warnings_fold(chromium: str, tmp_path: Path) -> 
     assert '<span class="badge b-ok">verified</span> no errors, 1 warning' in dom
     assert 'id="problems"' not in dom
     assert "<details><summary>Verify warnings (1)</summary>" in dom
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+PAYLOAD = (
+    "</script><script>document.title='PWNED-1'</script>"
+    "<img src=x onerror=\"document.title='PWNED-2'\">"
+    "<svg onload=\"document.title='PWNED-3'\"></svg>"
+    "--><!--<script>document.title='PWNED-4'</script>"
+    "{{constructor.constructor('document.title=\"PWNED-5\"')()}}"
+    " javascript:document.title='PWNED-6' \u2028\u2029 ]]> \\u003c/script>"
+)
+
+
+class HostileEvent(Event, tag="hostile</script><img src=x onerror=alert(1)>", kw_only=True):
+    payload: str
+
+
+def test_hostile_text_in_every_field_never_runs_in_chromium(
+    chromium: str,
+    tmp_path: Path,
+) -> None:
+    p = PAYLOAD
+    sid = "sid" + p  # a session id may hold any of it (no NUL)
+    root = tmp_path / "store"
+    with SessionStore(root, event_types=[HostileEvent]) as store:
+        store.initialize_session_if_missing(
+            sid,
+            SessionManifest(
+                session_id=sid,
+                active_branch=p,
+                current_objective=p + "\x00",
+                last_known_good_commit=p,
+                harness_version=p,
+                metadata={p: p, "__proto__": p, "constructor": p},
+            ),
+            [FeatureRecord(id=p, category=p, description=p, steps=[p], passes=False)],
+            initial_progress_entry=ProgressEntry(run_id=p, summary=p, created_at=T0),
+            initial_checkpoint=RunCheckpoint(run_id=p, started_at=T0, note=p),
+        )
+        store.update_feature_pass(sid, p, True)
+        store.append_transcript_messages(
+            sid,
+            [
+                Message(Role.USER, p + "\x00", name=p, metadata={p: p, "__proto__": {p: [p]}}),
+                Message(
+                    Role.ASSISTANT,
+                    p,
+                    blocks=[
+                        TextBlock(text=p + " more"),
+                        ThinkingBlock(thinking=p, signature=p),
+                        ToolUseBlock(id=p, name=p, input={p: p, "__proto__": {"x": p}}),
+                        ImageBlock(source="javascript:document.title='PWNED-7'", media_type=p),
+                    ],
+                ),
+                Message(
+                    Role.TOOL,
+                    p,
+                    name=p,
+                    blocks=[ToolResultBlock(tool_use_id=p, content=p, is_error=True)],
+                ),
+            ],
+        )
+        store.append(sid, [HostileEvent(payload=p)])
+    with SessionStore(root) as reader:  # the custom type is unknown to the report
+        page = tmp_path / "evil.html"
+        page.write_text(build_report(reader, sid, generated_at=T0), encoding="utf-8")
+    dom = dump_dom(chromium, page, tmp_path)
+    probe_is_clean(dom)  # no error, nothing blocked by the policy: nothing tried to run
+    title = dom[dom.index("<title>") : dom.index("</title>")]
+    # a payload that ran would have made the title "PWNED-n"
+    assert title.startswith("<title>Session sid&lt;/script&gt;&lt;script&gt;document.title=")
+    assert title.endswith("· eventstore report")
+    body = dom[dom.index('<main id="app">') :]
+    for element in ("<img", "<svg onload", "<script>document", "<iframe", 'href="javascript'):
+        assert element not in body, element
+    assert body.count("<script") == 2  # the data and the page's own script, nothing else
+    assert "PWNED-7" in body and "hostile&lt;/script&gt;" in body  # shown as text

@@ -4,6 +4,8 @@ address only, read-only, refusing other methods and foreign Host headers."""
 from __future__ import annotations
 
 import http.client
+import os
+import socket
 import subprocess
 import sys
 import threading
@@ -147,3 +149,113 @@ def test_the_served_page_in_a_browser(devtools: DevTools, server: ReportServer) 
     assert devtools.eval("document.querySelectorAll('#messages > li').length") == 5
     assert devtools.problems() == []
     assert devtools.requests() == [url]
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+def _file_stats(root: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(root)): (p.lstat().st_size, p.lstat().st_mtime_ns)
+        for p in root.rglob("*")
+    }
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[tuple[ReportServer, Path]]:
+    """A server on a store with a planted symlink (`sessions/evil -> /etc`)."""
+    root = tmp_path / "served"
+    with SessionStore(root) as store:
+        write_session(store, "s1")
+    os.symlink("/etc", root / "sessions" / "evil")
+    srv = ReportServer(root, 0)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield srv, root
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(timeout=10)
+
+
+def get(srv: ReportServer, path: str) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection(HOST, srv.server_address[1], timeout=30)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def raw(srv: ReportServer, data: bytes) -> bytes:
+    with socket.create_connection((HOST, srv.server_address[1]), timeout=10) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_serve_never_writes_to_the_store_even_for_a_long_session(tmp_path: Path) -> None:
+    root = tmp_path / "big"
+    with SessionStore(root) as store:
+        write_session(store, "big")
+        for i in range(6):  # a log over 1 MiB: loads of it cache their folds
+            store.append_transcript_messages(
+                "big", [Message(role=Role.TOOL, content=f"{i} " + "x" * 250_000)]
+            )
+    for cache in root.rglob("*.cache"):  # as a harness killed before close leaves it
+        cache.unlink()
+    before = _file_stats(root)
+    srv = ReportServer(root, 0)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        status, body = get(srv, "/session/big")
+        assert status == 200 and b"report-data" in body
+        after_get = _file_stats(root)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(timeout=10)
+    assert sorted(set(after_get) - set(before)) == []
+    assert sorted(set(_file_stats(root)) - set(before)) == []  # nor on close
+
+
+@pytest.mark.parametrize("path", ["/session/", "/session/%00", "/session/" + "x" * 2000])
+def test_serve_answers_an_impossible_session_as_not_found(
+    running: tuple[ReportServer, Path], path: str
+) -> None:
+    srv, _ = running
+    status, body = get(srv, path)
+    assert status == 404, (status, body)
+
+
+def test_serve_refuses_traversal_and_malformed_requests(
+    running: tuple[ReportServer, Path],
+) -> None:
+    srv, root = running
+    before = _file_stats(root)
+    assert srv.server_address[0] == "127.0.0.1"
+    for path in (
+        "/../../etc/passwd",
+        "/session/../../../etc/passwd",
+        "/session/..%2f..%2f..%2fetc%2fpasswd",
+        "/session/%2e%2e/%2e%2e/etc/passwd",
+        "/session//etc/passwd",
+        "/session/s1/../../../etc/passwd",
+        "//etc/passwd",
+        "http://127.0.0.1/session/s1",
+    ):
+        status, body = get(srv, path)
+        assert status in (403, 404) and b"root:" not in body, (path, status)
+    status, body = get(srv, "/session/evil")  # the planted link is refused, not followed
+    assert status != 200 and b"root:" not in body
+    status, body = get(srv, "/")
+    assert status == 200 and b"/session/s1" in body
+    assert b"Error code explanation: 400" in raw(srv, b"GARBAGE\r\n\r\n")
+    assert b"Error code explanation: 400" in raw(srv, b"GET / NOTHTTP/1.1\r\n\r\n")
+    assert raw(srv, b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.0 414")
+    assert _file_stats(root) == before
