@@ -18,6 +18,7 @@ import msgspec
 import pytest
 from conftest import (
     FlipCounted,
+    log_path,
     make_checkpoint,
     make_entry,
     make_features,
@@ -907,3 +908,42 @@ def test_appends_beside_another_stores_compactions_fold_what_a_cold_load_reads(
     assert [m.content for m in warm[0]] == [f"m{i}" for i in range(200)]
     assert len(warm[1].recent_progress) == 67 and len(warm[1].checkpoints) == 29
     assert compactions[0] > 0
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+class AllFlips(ReadmeFlips):
+    """The README's flips-per-run projection, but reading every event type
+    (`event_types=None`, which the Projection protocol allows: "None: all")."""
+
+    name = "all_flips"
+    event_types = None
+
+
+def _side_files(root: Path, sid: str = _SID) -> list[Path]:
+    return sorted(log_path(root, sid).parent.glob("fold-*.cache"))
+
+
+def test_compaction_by_an_unaware_process_keeps_an_all_types_projection_state(
+    tmp_path: Path,
+) -> None:
+    """01c7587 leaves out of a snapshot the state of a projection that reads an event
+    type the compactor skipped, but only when `event_types` is a set: a projection with
+    `event_types=None` reads every type, the skipped ones included, yet its state (folded
+    without them) is stored, and a reader that decodes them trusts it. README,
+    Compaction: every projection gives the same answer before and after."""
+    root = tmp_path / "store"
+    with SessionStore(root, event_types=[FlipCounted], projections=[AllFlips()]) as s:
+        for i in range(40):
+            s.append(_SID, [FlipCounted(run_id="r1")])
+            s.append_progress_entry(_SID, make_entry(i))
+        before = s.load(_SID, "all_flips")
+    assert before == {"r1": 40}
+    with SessionStore(root, projections=[AllFlips()]) as unaware:  # knows no flip_counted
+        report = unaware.compact(_SID, force=True)
+        assert report.compacted and report.unknown_kept == 40
+    for p in _side_files(root):
+        p.unlink()
+    with SessionStore(root, event_types=[FlipCounted], projections=[AllFlips()]) as s:
+        assert s.load(_SID, "all_flips") == before  # fails: {} (the unaware fold)

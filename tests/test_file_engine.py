@@ -16,7 +16,7 @@ from eventstore import (
     Snapshot,
 )
 from eventstore.engines.file.engine import FileEngine
-from eventstore.engines.file.layout import SessionPaths
+from eventstore.engines.file.layout import SessionPaths, write_atomically
 from projections import snapshot_entry
 
 
@@ -189,3 +189,17 @@ def test_a_load_in_small_pieces_folds_what_a_whole_read_does(
     with SessionStore(root) as s:
         s.core.caches.marks = marks
         assert (s.load_transcript_messages("s"), s.load_bootstrap_state("s")) == whole
+
+
+# -- attacks -------------------------------------------------------------------------------
+
+
+def test_write_atomically_takes_a_name_that_is_not_utf_8(tmp_path: Path) -> None:
+    """8f26bc8 cuts the temporary name to the target name's first 120 bytes with
+    `path.name.encode()`: a name that is not UTF-8 (Linux names are bytes; Python gives
+    them with surrogate escapes, as argv does for `report -o`) raised UnicodeEncodeError,
+    where it was written before."""
+    target = tmp_path / os.fsdecode(b"report-\xff.html")
+    write_atomically(target, b"<html></html>")  # fails: UnicodeEncodeError
+    assert target.read_bytes() == b"<html></html>"
+    assert os.listdir(tmp_path) == [target.name]
