@@ -31,10 +31,7 @@ class Folded(NamedTuple):
 def bare_store(root: Path | str) -> SessionStore:
     """A store on `root` that reads and writes no fold cache and keeps no checked
     prefix: every load folds the log itself, checking every line."""
-    s = SessionStore(root)
-    s._cached = {}
-    s._marks = False
-    return s
+    return SessionStore(root, caches=False)
 
 
 def _no_side_files(folder: str, names: list[str]) -> list[str]:

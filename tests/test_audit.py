@@ -592,7 +592,7 @@ def test_verify_flags_a_pruning_record_naming_events_the_live_log_holds(tmp_path
         record = ArchivePruned(
             first_seq=1, last_seq=5, segments=[], bytes=0, before="seq 6", last_h=""
         )
-        assert store._write_events("s", [record], None).first_seq == 7
+        assert store.core.write_events("s", [record], None).first_seq == 7
         report = store.verify("s")
         assert not report.ok
         (problem,) = [p for p in report.problems if p.severity == "error"]

@@ -32,11 +32,13 @@ from conftest import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tuning import tune
 
 from eventstore import SessionStore
-from eventstore.core import checked_prefix
+from eventstore.core import checked_prefix, tuning
 from eventstore.core import fold_loop as fold_loop_module
-from eventstore.engines.file.caches import cache_file_name
+from eventstore.core.tuning import Tuning
+from eventstore.engines.file.engine import _cache_file_name
 from eventstore.errors import CorruptLogError
 from eventstore.format import reader as log_module
 from eventstore.records import (
@@ -358,7 +360,7 @@ def test_an_interrupt_mid_load_keeps_nothing_folded_from_unproven_bytes(
     not keep that fold: the next load would build on bytes nobody checked."""
     _fill_checked(root)
     _edit(log_path(root, SID), b"m3 ")  # in the first piece, inside the vouched bytes
-    monkeypatch.setattr(store_module, "_READ_PIECE", 4096)
+    tune(monkeypatch, read_piece=4096)
     s = SessionStore(root)
     real = s.engine.read_some
     calls = [0]
@@ -394,7 +396,7 @@ def test_a_writer_never_vouches_for_a_log_another_process_compacted(root: Path) 
     with SessionStore(root) as other:
         assert other.compact(SID, force=True).compacted
     writer.append_transcript_messages(SID, [Message(Role.USER, "after")])
-    p = writer._session(SID).prefix
+    p = writer.cache_info(SID).prefix
     log = log_path(root, SID)
     assert p is None or p.size == log.stat().st_size
     writer.close()
@@ -415,8 +417,8 @@ def test_a_hash_failing_on_the_side_thread_never_hangs_nor_serves_unchecked_byte
 
     expected = _fill_checked(root)
     _edit(log_path(root, SID), b"m5 ")  # inside the vouched bytes
-    monkeypatch.setattr(store_module, "_READ_PIECE", 4096)
-    monkeypatch.setattr(store_module, "_HASH_ASIDE", 0)
+    tune(monkeypatch, read_piece=4096)
+    tune(monkeypatch, hash_aside=0)
     main = threading.get_ident()
     real = checked_prefix.Prefix.extend
 
@@ -452,7 +454,7 @@ def test_a_log_cut_anywhere_around_its_mark_loads_like_a_checked_fold(root: Path
         (log.parent / _cache_file_name(checked_prefix.NAME)).read_bytes().split(b"\n")[1]
     )
     with SessionStore(root) as s:
-        s._marks = False  # appended behind the mark: not vouched for
+        s.core.caches.marks = False  # appended behind the mark: not vouched for
         s.append_transcript_messages(SID, [Message(Role.USER, "after the mark " * 20)])
     data = log.read_bytes()
     size = mark["size"]
@@ -481,7 +483,7 @@ def test_a_mark_kept_in_memory_for_a_log_replaced_with_other_bytes_of_its_size(
     assert a.stat().st_size == b.stat().st_size  # same texts, same envelopes
     with SessionStore(root) as s:
         s.load_transcript_messages("a")
-        assert s._session("a").prefix is not None
+        assert s.cache_info("a").prefix is not None
         other = b.read_bytes()
         with open(a, "r+b") as fh:
             fh.write(other)
@@ -532,8 +534,8 @@ def test_a_snapshot_whose_header_lies_is_never_served(
     (one pread). A header edited to lie about the line (its hash then fails) must make
     loads raise, whatever the piece size, never serve a state or a wrong head."""
     if piece is not None:
-        monkeypatch.setattr(store_module, "_READ_PIECE", piece)
-        monkeypatch.setattr(store_module, "_HASH_ASIDE", 0)
+        tune(monkeypatch, read_piece=piece)
+        tune(monkeypatch, hash_aside=0)
     _fill_checked(root, n=60)
     with SessionStore(root) as s:
         assert s.compact(SID, force=True).compacted
@@ -588,12 +590,12 @@ def test_a_flipped_bit_in_a_compacted_log_is_caught_or_harmless(
     data = log.read_bytes()
     i = int(at * len(data))
     log.write_bytes(data[:i] + bytes([data[i] ^ (1 << bit)]) + data[i + 1 :])
-    old = store_module._READ_PIECE, store_module._HASH_ASIDE
-    store_module._READ_PIECE, store_module._HASH_ASIDE = piece, 0
+    old = tuning.DEFAULT_TUNING
+    tuning.DEFAULT_TUNING = Tuning(read_piece=piece, hash_aside=0)
     try:
         got = oracle.or_corrupt(oracle.cold_load, root, SID)
     finally:
-        store_module._READ_PIECE, store_module._HASH_ASIDE = old
+        tuning.DEFAULT_TUNING = old
         log.write_bytes(data)
     assert got is CorruptLogError or got == _COMPACTED_TRUTH[0], f"a flip at byte {i}"
 

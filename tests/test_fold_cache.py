@@ -384,7 +384,7 @@ def test_a_log_replaced_between_two_pieces_is_folded_from_its_start(
     with SessionStore(root) as s:
         _fill(s, "s", turns=30)
     truth = oracle.truth(root, "s").state
-    monkeypatch.setattr(store_module, "_READ_PIECE", 2000)
+    tune(monkeypatch, read_piece=2000)
     with SessionStore(root) as s, SessionStore(root) as other:
         s.core.caches.cached = other.core.caches.cached = {}
         real = s.engine.read_some
@@ -476,7 +476,7 @@ def test_a_fold_cache_left_by_a_process_that_did_not_know_an_event_type_is_not_t
     until the log grows past it (and then it answers with a count missing 150 flips)."""
     _fill_flips(root)
     with _aware(root) as s:
-        s._cached = frozenset()
+        s.core.caches.cached = {}
         truth = s.load(SID, "flips_per_run")
     assert truth == {"r0": 50, "r1": 50, "r2": 50}
     for p in _side_files(root):
@@ -499,7 +499,7 @@ def test_a_snapshot_written_by_a_compactor_that_did_not_know_an_event_type(
     same answer before and after" -- before: 150 flips; after: none."""
     _fill_flips(root)
     with _aware(root) as s:
-        s._cached = frozenset()
+        s.core.caches.cached = {}
         before = s.load(SID, "flips_per_run")
     with _unaware(root) as other:
         report = other.compact(SID)

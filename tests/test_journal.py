@@ -397,7 +397,7 @@ def _tokens(root: Path, sid: str = SID) -> list[str]:
     """The transcript's tokens as a fresh process reads them (the log, no fold cache)."""
     _drop_caches(root, sid)
     with SessionStore(root) as s:
-        s._cached = {}
+        s.core.caches.cached = {}
         return [m.content.split(" ")[0] for m in s.load_transcript_messages(sid)]
 
 
@@ -990,7 +990,7 @@ def test_an_edited_line_is_never_overwritten_even_with_crash_damage_around_it(
         log.write_bytes(edited)
         _drop_caches(root)
         with SessionStore(root) as s, pytest.raises(CorruptLogError):
-            s._cached = {}
+            s.core.caches.cached = {}
             s.load_transcript_messages(SID)
         assert log.read_bytes()[a:b] == edited[a:b]
 
@@ -1199,7 +1199,7 @@ def test_fresh_readers_beside_live_writers_never_copy_back(root: Path) -> None:
                 try:
                     s.last_seq(SID)
                     if looks % 10 == 0:
-                        s._cached = {}
+                        s.core.caches.cached = {}
                         s.load_transcript_messages(SID)
                 except EventStoreError:
                     errors += 1

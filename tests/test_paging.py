@@ -376,7 +376,7 @@ def test_pages_on_the_memory_engine_and_from_an_engine_without_a_ranged_view() -
         assert s.load_transcript_messages("s", last=5) == full[-5:]  # cold, from a copy
     with SessionStore(_WholeLogsOnly(inner)) as s:
         assert s.load_transcript_messages("s", last=5) == full[-5:]  # folded instead
-        assert s._has_fold(s._session("s"), "transcript")
+        assert "transcript" in s.cache_info("s").folds
 
 
 # -- attacks: cold last pages of damaged logs ---------------------------------------------
@@ -513,4 +513,4 @@ def test_a_remembered_snapshot_still_pages_cheaply_and_equal(root: Path) -> None
 
 
 def sess_checked(s: SessionStore) -> bool:
-    return bool(s._session(SID).checked_snapshots)
+    return bool(s.cache_info(SID).checked_snapshots)

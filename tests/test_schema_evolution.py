@@ -20,9 +20,9 @@ from conftest import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import messages, progress_entries
+from tuning import tune
 
 import eventstore.format.reader as log_module
-import eventstore.store as store_module
 from eventstore import (
     CorruptLogError,
     Event,
@@ -594,7 +594,7 @@ def test_a_fold_cache_folded_with_other_upcasters_is_not_used(
     the v1 lines: CorruptLogError) got a state instead. The digest now holds each read
     type's version and a fingerprint of its upcasters; the same upcaster still reuses
     the cache (also in another process, whatever its hash seed)."""
-    monkeypatch.setattr(store_module, "_CACHE_ON_CLOSE_BYTES", 0)  # every close saves
+    tune(monkeypatch, cache_on_close=0)  # every close saves
     _old_log(tmp_path)
 
     def opened(*upcasters: Any) -> SessionStore:
@@ -605,7 +605,7 @@ def test_a_fold_cache_folded_with_other_upcasters_is_not_used(
     with opened(buggy) as s:
         assert s.load(_SID, "prios") == [1, 1]
     with opened(buggy) as s:  # the same upcaster: the cache is used
-        assert fold_cache.load(s.engine, _SID, Prios(), s._cached["prios"]) is not None
+        assert fold_cache.load(s.engine, _SID, Prios(), s.core.caches.cached["prios"]) is not None
     with opened(upcaster_giving(2)) as s:
         assert s.load(_SID, "prios") == [2, 2]
     with opened() as s, pytest.raises(CorruptLogError, match="needs an upcaster"):
@@ -677,7 +677,7 @@ def test_a_projection_version_bump_ignores_its_fold_cache_and_snapshot_state(
     """Coverage (held): after a projection's `version` is bumped, neither its fold
     cache nor a snapshot's state of the old version is read as the new shape: the
     state is rebuilt from the archive, and without an archive SnapshotVersionError."""
-    monkeypatch.setattr(store_module, "_CACHE_ON_CLOSE_BYTES", 0)
+    tune(monkeypatch, cache_on_close=0)
     for archive in (True, False):
         root = tmp_path / str(archive)
         with SessionStore(root, event_types=[TaskV2], projections=[Prios()]) as s:

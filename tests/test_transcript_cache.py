@@ -240,7 +240,7 @@ def test_a_rewrite_waits_until_the_log_has_grown_by_an_eighth(root: Path) -> Non
     assert os.lstat(_cache(root)).st_ino != before.st_ino
     with SessionStore(root) as s:
         assert s.load_transcript_messages(SID) == oracle.truth(root, SID).transcript
-        assert s._sessions[SID].folds["transcript"].saved.seq == s.last_seq(SID)  # type: ignore[union-attr]
+        assert s.cache_info(SID).folds["transcript"][1] == s.last_seq(SID)
 
 
 @pytest.fixture
@@ -359,8 +359,8 @@ def _cold(root: Path, sid: str = SID) -> tuple[list[Message], bool]:
     """A cold load by a fresh store, and whether it started from the fold cache."""
     with SessionStore(root) as s:
         got = s.load_transcript_messages(sid)
-        f = s._sessions[sid].folds.get("transcript") if sid in s._sessions else None
-        return got, f is not None and f.saved is not None
+        f = s.cache_info(sid).folds.get("transcript")
+        return got, f is not None and f[1] is not None
 
 
 def _assert_ignored(root: Path, truth: list[Message]) -> None:
@@ -469,7 +469,7 @@ def test_an_edit_in_the_tail_after_the_cached_position_is_caught(root: Path) -> 
     _write_numbered(root, 20, start=700)  # no load: the close keeps the cache at 700
     with SessionStore(root) as s:  # (a cold load starts from it, and leaves it as it is)
         assert s.load_transcript_messages(SID) == _expected(720)
-        assert s._sessions[SID].folds["transcript"].saved.seq == 700  # type: ignore[union-attr]
+        assert s.cache_info(SID).folds["transcript"][1] == 700  # type: ignore[union-attr]
     log = log_path(root, SID)
     data = log.read_bytes()
     good = data
@@ -800,8 +800,8 @@ def _loads_beside(pid: int, root: Path, check: Callable[[list[Message]], None]) 
             assert time.monotonic() < deadline, "the child did not end"
             with SessionStore(root) as s:
                 check(s.load_transcript_messages(SID))
-                f = s._sessions[SID].folds.get("transcript")
-                cached += f is not None and f.saved is not None
+                f = s.cache_info(SID).folds.get("transcript")
+                cached += f is not None and f[1] is not None
             loads += 1
     finally:
         if not done:
@@ -1036,7 +1036,7 @@ def test_a_child_forked_while_a_cold_load_reads_frames_does_not_deadlock(
     monkeypatch.setattr(_FileCacheReader, "read", read)
     try:
         assert shared.load_transcript_messages(SID) == truth
-        assert shared._sessions[SID].folds["transcript"].saved is not None
+        assert shared.cache_info(SID).folds["transcript"][1] is not None
         assert codes == [0, 0]
         monkeypatch.setattr(_FileCacheReader, "read", real_read)
         stop = threading.Event()
@@ -1045,7 +1045,7 @@ def test_a_child_forked_while_a_cold_load_reads_frames_does_not_deadlock(
         def loop() -> None:
             try:
                 while not stop.is_set():
-                    shared._sessions.clear()
+                    shared.forget_cached_state()
                     assert shared.load_transcript_messages(SID) == truth
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
