@@ -3,14 +3,14 @@
 Attacks: hundreds of concurrent tasks on one session (order kept, reads see exactly the
 writes submitted before them), many sessions at once (in parallel, bounded), errors
 raised typed and not breaking a session's lane, cancellation before and during a call,
-close with calls in flight, and a loop-lag probe while 1,000 appends run.
+close with calls in flight. (The loop's lag while 1,000 appends run is a figure:
+`python -m bench.loop_lag`.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import statistics
 import threading
 import time
 from collections.abc import Coroutine
@@ -382,47 +382,6 @@ def test_bad_max_workers_is_refused(tmp_path: Path) -> None:
     for bad in (0, -1, True, 1.5):
         with pytest.raises(ValueError, match="max_workers"):
             AsyncSessionStore(tmp_path, max_workers=bad)  # type: ignore[arg-type]
-
-
-def loop_lag_while_appending(root: Path, appends: int, sessions: int) -> tuple[list[float], float]:
-    """Lags (seconds) of a 1 ms ticker on the loop while `appends` appends run."""
-
-    async def main() -> tuple[list[float], float]:
-        lags: list[float] = []
-        done = asyncio.Event()
-
-        async def probe() -> None:
-            while not done.is_set():
-                t = time.perf_counter()
-                await asyncio.sleep(0.001)
-                lags.append(time.perf_counter() - t - 0.001)
-
-        async with AsyncSessionStore(root) as store:
-            ticker = asyncio.ensure_future(probe())
-            await asyncio.sleep(0.01)
-            t0 = time.perf_counter()
-            await asyncio.gather(
-                *(store.append(f"s{i % sessions}", [note(i)]) for i in range(appends))
-            )
-            elapsed = time.perf_counter() - t0
-            done.set()
-            await ticker
-        return lags, elapsed
-
-    return run(main())
-
-
-def test_the_event_loop_is_not_blocked_while_1000_appends_run(tmp_path: Path) -> None:
-    lags, elapsed = loop_lag_while_appending(tmp_path, 1000, 8)
-    lags.sort()
-    p99 = lags[int(len(lags) * 0.99) - 1]
-    print(
-        f"loop lag over {len(lags)} ticks during 1000 appends in {elapsed:.3f} s:"
-        f" median {statistics.median(lags) * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms,"
-        f" max {lags[-1] * 1e3:.2f} ms"
-    )
-    assert len(lags) > 10  # the probe really ran beside the appends
-    assert p99 < 0.050  # generous: a blocked loop would lag by the whole run
 
 
 # -- attacks -------------------------------------------------------------------------------
