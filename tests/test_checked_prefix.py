@@ -135,6 +135,7 @@ def test_an_edit_in_the_vouched_bytes_is_caught(written: Path, where: str) -> No
         s.load_transcript_messages("s")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "piece", [None, 4096], ids=["one piece", "4 KiB pieces (views, hashed aside)"]
 )

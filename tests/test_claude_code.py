@@ -610,6 +610,7 @@ _IMPORTER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_an_importer_killed_at_random_moments_leaves_nothing_doubled(tmp_path: Path) -> None:
     n = 12_000
     f = tmp_path / "long.jsonl"

@@ -608,6 +608,7 @@ def verify_chain(root: Path, sid: str = SID) -> list[dict[str, Any]]:
     return events
 
 
+@pytest.mark.slow
 def test_two_writers_and_a_compactor_in_separate_processes(root: Path) -> None:
     """Two processes append continuously (recording every acknowledged seq) while a
     third compacts repeatedly: every acknowledged event is present exactly once at its

@@ -73,6 +73,8 @@ from crashfs import (  # noqa: E402
     tree_signature,
 )
 
+pytestmark = pytest.mark.slow  # every crash state of the real system calls, explored
+
 LONG = os.environ.get("EVENTSTORE_LONG") == "1"
 # CI: about a minute for the whole file; EVENTSTORE_LONG=1: 3x longer workloads, tears
 # at up to 24 bytes of each write, exhaustive up to 4,096 states per crash point

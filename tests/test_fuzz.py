@@ -327,6 +327,7 @@ arbitrary_logs = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=4000 if LONG else 500, **COMMON)  # type: ignore[arg-type]
 @given(arbitrary_logs)
 def test_arbitrary_bytes_raise_only_corrupt_log_error(data: bytes) -> None:
@@ -335,6 +336,7 @@ def test_arbitrary_bytes_raise_only_corrupt_log_error(data: bytes) -> None:
     _count("arbitrary:" + run_all(data, None, 0))
 
 
+@pytest.mark.slow
 @settings(max_examples=5000 if LONG else 800, **COMMON)  # type: ignore[arg-type]
 @given(mutated())
 def test_mutated_valid_log_never_loses_a_valid_prefix(case: tuple[int, bytes, str]) -> None:
@@ -448,6 +450,7 @@ def test_mutated_valid_log_never_returns_an_edited_event(case: tuple[int, bytes,
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.slow
 @settings(max_examples=1000 if LONG else 200, **COMMON)  # type: ignore[arg-type]
 @given(st.one_of(merged(), mutated()))
 def test_mutated_logs_verify_reports_and_read_events_raises_only_corrupt_log_error(

@@ -208,6 +208,7 @@ def test_non_plain_context_ids_get_no_file(bad: str, base: Path, map_root: Path)
     assert not (base / "escape").exists()
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -304,6 +304,7 @@ def test_planted_id_file_link_is_not_read_through(tmp_path: Path) -> None:
 # -- huge and many -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_huge_append_round_trips(tmp_path: Path) -> None:
     """One append of 100 MB of messages (ten of 10 MB, multi-byte text included) is read
     back exactly by the same and a fresh store, survives compaction, and last_seq finds the

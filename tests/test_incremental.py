@@ -199,6 +199,7 @@ def test_bootstrap_load_never_builds_messages(root: Path, monkeypatch: pytest.Mo
     assert sum(isinstance(o, Message) for o in objs) == 21
 
 
+@pytest.mark.slow
 def test_reader_catches_up_from_any_cut(tmp_path: Path) -> None:
     """A reader that loaded while the log ended at any byte (mid-line, mid-batch) folds the
     rest exactly once when the writer finishes: its state equals a cold load's."""

@@ -607,6 +607,7 @@ def _check_acked(root: Path, acked: list[str], maybe: frozenset[str] = frozenset
     return got
 
 
+@pytest.mark.slow
 def test_a_log_cut_at_any_byte_keeps_every_acknowledged_append(root: Path) -> None:
     """Promise 1. Attack: the log cut at every byte of its last line, every 7th of the
     two before, at every 97th byte of the epoch, at the epoch's first bytes, and (not a
@@ -695,6 +696,7 @@ def test_the_inflight_append_torn_in_the_mirror_and_lost_hints_lose_nothing(
             assert _tokens(root) == [*got, "n0", "n1", "n2"], trial
 
 
+@pytest.mark.slow
 def test_writers_killed_at_random_moments_then_a_power_loss_lose_no_acknowledged_append(
     root: Path,
 ) -> None:
@@ -1131,6 +1133,7 @@ def test_a_forged_header_with_a_computed_continuation_is_not_appended(
     assert _tokens(root) == [f"m{i}" for i in range(5)]
 
 
+@pytest.mark.slow
 def test_durable_flush_writers_and_a_compactor_at_once_then_a_power_loss(root: Path) -> None:
     """Promise 3. Attack: three durable writers, a flush writer and a compactor (every
     ~0.1 s) on one session for about a second, all SIGKILLed; then power losses at
@@ -1173,6 +1176,7 @@ def test_durable_flush_writers_and_a_compactor_at_once_then_a_power_loss(root: P
     assert _tokens(root)[-1] == "after"
 
 
+@pytest.mark.slow
 def test_fresh_readers_beside_live_writers_never_copy_back(root: Path) -> None:
     """Promise 3. Attack: two durable writers and a flush writer append for ~1.5 s while
     three processes open fresh stores over and over (a lock-free first look each time,

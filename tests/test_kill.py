@@ -33,6 +33,8 @@ from eventstore import (
 )
 from eventstore.engines.file.layout import SessionPaths
 
+pytestmark = pytest.mark.slow  # processes killed at every step
+
 LONG = os.environ.get("EVENTSTORE_LONG") == "1"
 
 # The writer child: appends three kinds of batches, acknowledging each after it returns.

@@ -167,6 +167,7 @@ def _events(draw: Any, depth: int = 1) -> list[Any]:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(_events())
 def test_the_head_projection_agrees_with_the_full_one_on_any_events(events: list[Any]) -> None:
@@ -265,6 +266,7 @@ class _Driver:
         return op
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_reads_answer_as_the_in_memory_saver_does(
@@ -288,6 +290,7 @@ def test_reads_answer_as_the_in_memory_saver_does(
     ours.close()
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_the_head_is_the_full_index_newest_after_any_calls(

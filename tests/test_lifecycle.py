@@ -201,6 +201,7 @@ def test_cli_expiry(
 # -- beside live writers -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_delete_beside_live_writers_and_readers_never_shows_half_a_session(root: Path) -> None:
     """Writers keep initializing and appending to the session being deleted; readers keep
     loading it. Every state a reader sees is whole (the init batch is all or nothing, its
@@ -379,6 +380,7 @@ def test_cli_compact_prune_archive_before(root: Path, capsys: pytest.CaptureFixt
         assert store.verify("p").ok
 
 
+@pytest.mark.slow
 def test_prune_beside_a_live_writer_loses_nothing_live(root: Path) -> None:
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -609,6 +611,7 @@ def test_a_compaction_without_archive_is_not_activity(tmp_path: Path) -> None:
         assert lifecycle.last_activity(store, "s") == when
 
 
+@pytest.mark.slow
 def test_expiry_and_pruning_beside_a_writer_process_leave_whole_sessions(tmp_path: Path) -> None:
     """Held (README, Deleting and expiring sessions; Pruning archived history). Attack:
     another process appends to one session for 3 s, compacting every 40 appends, while

@@ -15,12 +15,16 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from eventstore import (
     Message,
     Role,
     SessionStore,
     Snapshot,
 )
+
+pytestmark = pytest.mark.slow  # 8 processes x 2 threads for seconds
 
 LONG = os.environ.get("EVENTSTORE_LONG") == "1"
 PROCESSES = 8

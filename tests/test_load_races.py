@@ -27,6 +27,8 @@ from eventstore.records import (
     Role,
 )
 
+pytestmark = pytest.mark.slow  # loads racing a writer and a compactor, each in its own process
+
 SID = "race"
 
 

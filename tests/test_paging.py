@@ -188,6 +188,7 @@ def test_a_corrupt_messages_line_in_the_page_is_an_error_naming_the_file(
     assert str(log) in str(info.value)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -1523,6 +1523,7 @@ WORKER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_writers_replaying_keys_beside_a_compactor_and_loaders_in_processes(
     pg_url: str, tmp_path: Path
 ) -> None:
@@ -1605,6 +1606,7 @@ FEED_WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_feed_tailed_beside_writer_processes_is_complete_and_ordered(
     pg_url: str, tmp_path: Path
 ) -> None:

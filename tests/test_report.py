@@ -589,6 +589,7 @@ def long_session(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_ten_thousand_turns_fit_in_ten_megabytes(long_session: Path) -> None:
     with SessionStore(long_session) as store:
         t = time.perf_counter()
@@ -611,6 +612,7 @@ def test_ten_thousand_turns_fit_in_ten_megabytes(long_session: Path) -> None:
     assert len(d["flips"]) == TURNS // 50
 
 
+@pytest.mark.slow
 def test_a_smaller_limit_cuts_more(long_session: Path) -> None:
     with SessionStore(long_session) as store:
         raw = build_report(store, "long", max_bytes=1_000_000)
@@ -800,6 +802,7 @@ def run_browser_tests(env_ci: str | None) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_browser_tests_fail_in_ci_without_chromium() -> None:
     if any(shutil.which(n, path=str(Path(sys.executable).parent)) for n in ("chromium",)):
         pytest.skip("a chromium beside python: cannot hide it")

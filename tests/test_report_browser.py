@@ -52,6 +52,8 @@ from eventstore import (
 from eventstore.cli.app import main
 from eventstore.report.page import build_report
 
+pytestmark = pytest.mark.slow  # a headless Chromium
+
 CHROMIUM = next(
     (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
 )

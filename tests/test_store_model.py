@@ -40,6 +40,8 @@ from eventstore import (
 )
 from projections import Retention
 
+pytestmark = pytest.mark.slow  # a stateful hypothesis model on every engine
+
 SIDS = ["plain-1", "ünïcødé セッション", "nested/a/../b"]
 
 

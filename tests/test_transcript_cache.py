@@ -98,6 +98,7 @@ class _Spy(LoadSpy):
         monkeypatch.setattr(FileCacheReader, "read", read)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(st.lists(rich_messages, max_size=2 * FRAME_MESSAGES + 3))
 def test_frames_read_back_exactly(messages: list[Message]) -> None:
@@ -250,6 +251,7 @@ def cached(root: Path) -> tuple[Path, bytes, list[Message]]:
     return root, _cache(root).read_bytes(), oracle.truth(root, SID).transcript
 
 
+@pytest.mark.slow
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -809,6 +811,7 @@ def _loads_beside(pid: int, root: Path, check: Callable[[list[Message]], None]) 
             os.waitpid(pid, 0)
 
 
+@pytest.mark.slow
 def test_cold_loads_beside_a_writer_that_compacts_and_saves_caches(root: Path) -> None:
     """Promise 3. Attack: another process appends 100 turns a round, loads and closes
     (saving the cache when the log grew by an eighth), and compacts every third round,
@@ -852,6 +855,7 @@ def test_cold_loads_beside_a_writer_that_compacts_and_saves_caches(root: Path) -
     assert got == oracle.truth(root, SID).transcript and len(got) >= seen
 
 
+@pytest.mark.slow
 def test_cold_loads_beside_a_process_that_deletes_and_recreates_the_session(
     root: Path,
 ) -> None:
@@ -977,6 +981,7 @@ def test_a_close_killed_while_writing_the_cache_leaves_nothing_trusted_wrongly(
     assert got == truth and used
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_of_closes_leaves_loads_equal_to_the_log(root: Path) -> None:
     """Promise 4. Attack: ten processes, each folds the transcript, appends 150 turns
     and closes (which writes a 1.6-3.5 MB cache, ~7 ms), SIGKILLed at a random moment

@@ -61,6 +61,7 @@ def test_fixture_batches_are_what_the_test_assumes() -> None:
     assert states[-1].manifest is not None and len(states[-1].feature_list) == 8
 
 
+@pytest.mark.slow
 def test_truncated_at_every_byte_offset(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """For every prefix of the golden log: loading never fails and gives exactly the fold of
     the complete batches in the prefix; the next append warns about the torn tail (iff

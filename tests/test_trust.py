@@ -192,6 +192,7 @@ def _item1_log(tmp: Path) -> bytes:
     return _ITEM1_LOG["data"]
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -296,6 +297,7 @@ while time.monotonic() < end:
 """
 
 
+@pytest.mark.slow
 def test_item3_history_reads_beside_a_compacting_writer_see_one_picture(tmp_path: Path) -> None:
     """Another process appends and compacts in a loop (archive kept); meanwhile every
     `verify` is clean and every `read_events` yields 1..N, each once, with no snapshot
@@ -406,6 +408,7 @@ def test_item4_a_rebuild_from_the_archive_never_reads_through_a_planted_link(
 # -- item 5: a fork while a thread appends ----------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_item5_a_child_forked_during_an_append_can_append(tmp_path: Path) -> None:
     """A parent thread appends in a loop while the main thread forks; each child appends
