@@ -492,6 +492,7 @@ def test_failure_at_every_filesystem_call(tmp_path: Path, repeat: bool) -> None:
             _check_after_crash(root, s, expected, last)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("repeat", [False, True], ids=["first", "repeat"])
 def test_hard_crash_at_every_filesystem_call(tmp_path: Path, repeat: bool) -> None:
     """A process killed at the k-th filesystem call of a compaction (os._exit: no cleanup

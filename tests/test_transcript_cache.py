@@ -893,6 +893,7 @@ def _close_on(root: Path, turns: int, start: int, ready: Path, go: Path) -> None
     s.close()
 
 
+@pytest.mark.slow
 def test_two_processes_closing_at_once_leave_a_valid_or_ignored_cache(root: Path) -> None:
     """Promise 3. Attack: two processes that both folded the transcript (one at an
     older head, one after 150 more turns) close at the same instant, both saving the
