@@ -120,6 +120,14 @@ def write_compacted(root: Path, sid: str, n: int, *, archive: bool = True, after
             s.append_transcript_messages(sid, [Message(Role.USER, f"after {i}")])
 
 
+@pytest.fixture
+def url_store(url: str) -> Iterator[SessionStore]:
+    """A SessionStore on a fresh store of `case`'s engine (every engine in turn), closed
+    after the test."""
+    with SessionStore(url) as s:
+        yield s
+
+
 class LoadSpy:
     """Counts the decoders a store builds and the log bytes its loads read and fold."""
 

@@ -31,10 +31,10 @@ from eventstore import (
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> SessionStore:
-    s = SessionStore(tmp_path / "store")
-    s.initialize_session_if_missing("s", make_manifest("s"), make_features(3))
-    return s
+def store(store: SessionStore) -> SessionStore:
+    """conftest's store, with session "s" initialized (three features)."""
+    store.initialize_session_if_missing("s", make_manifest("s"), make_features(3))
+    return store
 
 
 def _log(store: SessionStore) -> bytes:

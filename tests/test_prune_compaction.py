@@ -11,7 +11,6 @@ the compaction-skip tests run on every engine.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +56,9 @@ SID = "p"
 
 
 @pytest.fixture
-def store(url: str) -> Iterator[SessionStore]:
-    with SessionStore(url) as s:
-        yield s
+def store(url_store: SessionStore) -> SessionStore:
+    """This file's store is conftest's `url_store`: every engine in turn."""
+    return url_store
 
 
 @pytest.fixture
