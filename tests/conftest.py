@@ -4,6 +4,7 @@ small record factories, and helpers for forked children and LangGraph checkpoint
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 import signal
 import sys
@@ -126,6 +127,15 @@ def url_store(url: str) -> Iterator[SessionStore]:
     after the test."""
     with SessionStore(url) as s:
         yield s
+
+
+@pytest.fixture
+def no_leftover_children() -> Iterator[None]:
+    """Kill the multiprocessing children a test left behind (a failed one's)."""
+    yield
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join(5)
 
 
 class LoadSpy:

@@ -9,7 +9,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,9 @@ from eventstore.format.chain import (
     split_hash,
 )
 from projections import StructProjection
+
+# a multiprocessing child a failed test left behind is killed after it
+pytestmark = pytest.mark.usefixtures("no_leftover_children")
 
 SID = "s1"
 SETTINGS = settings(
@@ -813,14 +816,6 @@ def test_failed_auto_compaction_does_not_fail_the_committed_append(
         assert res.first_seq == 8 and not res.replayed
         assert len(s.load_bootstrap_state(SID).recent_progress) == 8
         assert _line_count(root) == 8 and tmp_files(root) == []
-
-
-@pytest.fixture(autouse=True)
-def _no_leftover_children() -> Iterator[None]:
-    yield
-    for child in multiprocessing.active_children():
-        child.kill()
-        child.join(5)
 
 
 @pytest.mark.usefixtures("no_transcript_cache")  # the log read itself is attacked

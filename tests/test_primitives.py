@@ -7,7 +7,7 @@ import dataclasses
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,9 @@ from projections import (
     MAX_KEYS,
     StructProjection,
 )
+
+# a multiprocessing child a failed test left behind is killed after it
+pytestmark = pytest.mark.usefixtures("no_leftover_children")
 
 SID = "s1"
 
@@ -111,14 +114,6 @@ def incr_values(root: Path) -> list[tuple[int, int, str]]:
         if d["type"] == "incr":
             out.append((d["seq"], d["value"], d["worker"]))
     return out
-
-
-@pytest.fixture(autouse=True)
-def _no_leftover_children() -> Iterator[None]:
-    yield
-    for child in multiprocessing.active_children():
-        child.kill()
-        child.join(5)
 
 
 # -- expected_seq ----------------------------------------------------------------------------
