@@ -388,9 +388,6 @@ def test_a_writer_never_vouches_for_a_log_another_process_compacted(root: Path) 
     (seq, link) as the writer's stale head, so the writer's next append lands after the
     snapshot. Its prefix must not grow by that batch (it did, and was saved on close
     over the compactor's own, a digest of bytes that are not the log's)."""
-    from eventstore.core import checked_prefix
-    from eventstore.engines.file.engine import _cache_file_name
-
     writer = SessionStore(root)
     for i in range(300):
         writer.append_transcript_messages(SID, [Message(Role.USER, _text(i))])
@@ -446,9 +443,6 @@ def test_a_hash_failing_on_the_side_thread_never_hangs_nor_serves_unchecked_byte
 
 @pytest.mark.parametrize("cut", ["below, mid-line", "below, at a line", "at", "above, mid-line"])
 def test_a_log_cut_anywhere_around_its_mark_loads_like_a_checked_fold(root: Path, cut: str) -> None:
-    from eventstore.core import checked_prefix
-    from eventstore.engines.file.engine import _cache_file_name
-
     _fill_checked(root)
     log = log_path(root, SID)
     mark = json.loads(
