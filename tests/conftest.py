@@ -3,6 +3,7 @@ small record factories, and helpers for forked children and LangGraph checkpoint
 
 from __future__ import annotations
 
+import gc
 import math
 import multiprocessing
 import os
@@ -127,6 +128,28 @@ def url_store(url: str) -> Iterator[SessionStore]:
     after the test."""
     with SessionStore(url) as s:
         yield s
+
+
+@pytest.fixture
+def fast_switches() -> Iterator[None]:
+    """Hand the GIL over as often as possible: every window between two bytecodes opens
+    (for the attacks by threads sharing one store)."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
+@pytest.fixture
+def collector_on() -> Iterator[None]:
+    """The test starts with the cyclic collector on (a test of the collector's pause may
+    leave it off) and leaves it as it found it."""
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    (gc.enable if was else gc.disable)()
 
 
 @pytest.fixture

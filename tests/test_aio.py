@@ -391,6 +391,7 @@ def _batch(*summaries: str) -> list[Event]:
     return [ProgressAppended(entry=ProgressEntry("r", s)) for s in summaries]
 
 
+@pytest.mark.usefixtures("fast_switches")
 def test_the_async_store_refuses_an_unhashable_session_id_as_the_store_does(
     tmp_path: Path,
 ) -> None:
@@ -408,6 +409,7 @@ def test_the_async_store_refuses_an_unhashable_session_id_as_the_store_does(
     asyncio.run(main())
 
 
+@pytest.mark.usefixtures("fast_switches")
 def test_async_tasks_on_one_session_see_whole_batches_in_submission_order(
     tmp_path: Path,
 ) -> None:

@@ -922,6 +922,7 @@ def _side_files(root: Path, sid: str = _SID) -> list[Path]:
     return sorted(log_path(root, sid).parent.glob("fold-*.cache"))
 
 
+@pytest.mark.usefixtures("collector_on")
 def test_compaction_by_an_unaware_process_keeps_an_all_types_projection_state(
     tmp_path: Path,
 ) -> None:

@@ -10,7 +10,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -324,17 +324,7 @@ def test_a_load_in_one_thread_never_holds_part_of_a_batch_another_appends(
 # beside live callers, and only `EventStoreError`s.
 
 
-@pytest.fixture(autouse=True)
-def _fast_switches() -> Iterator[None]:
-    """Hand the GIL over as often as possible: every window between two bytecodes opens."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(old)
-
-
+@pytest.mark.usefixtures("fast_switches")
 def test_concurrent_cold_last_pages_raise_nothing_but_event_store_errors(tmp_path: Path) -> None:
     """Cold `load_transcript_messages(sid, last=N)` pages of a compacted log cut the
     newest messages from the snapshot line, remembering per session (lock-free) the
@@ -372,6 +362,7 @@ def _batch(*summaries: str) -> list[Event]:
     return [ProgressAppended(entry=ProgressEntry("r", s)) for s in summaries]
 
 
+@pytest.mark.usefixtures("fast_switches")
 @pytest.mark.parametrize("engine", ["file", "memory"])
 def test_loads_pages_and_history_beside_writers_and_a_compactor_see_whole_batches(
     tmp_path: Path, engine: str
@@ -444,6 +435,7 @@ def test_loads_pages_and_history_beside_writers_and_a_compactor_see_whole_batche
         store.close()
 
 
+@pytest.mark.usefixtures("fast_switches")
 def test_one_idempotency_key_from_many_threads_writes_once_beside_eviction_and_compaction(
     tmp_path: Path,
 ) -> None:
@@ -472,6 +464,7 @@ def test_one_idempotency_key_from_many_threads_writes_once_beside_eviction_and_c
         store.close()
 
 
+@pytest.mark.usefixtures("fast_switches")
 def test_close_beside_appending_and_loading_threads_loses_nothing_acknowledged(
     tmp_path: Path,
 ) -> None:

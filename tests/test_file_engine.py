@@ -194,6 +194,7 @@ def test_a_load_in_small_pieces_folds_what_a_whole_read_does(
 # -- attacks -------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("collector_on")
 def test_write_atomically_takes_a_name_that_is_not_utf_8(tmp_path: Path) -> None:
     """8f26bc8 cuts the temporary name to the target name's first 120 bytes with
     `path.name.encode()`: a name that is not UTF-8 (Linux names are bytes; Python gives

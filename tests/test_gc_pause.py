@@ -9,7 +9,6 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,8 @@ from eventstore.format.events import (
 )
 from projections.base import StructProjection
 
+pytestmark = pytest.mark.usefixtures("collector_on")
+
 
 class _Seen(StructProjection[list[bool]]):
     """Records, for each message batch it folds, whether the collector was on."""
@@ -46,17 +47,6 @@ class _Seen(StructProjection[list[bool]]):
         if isinstance(event, MessagesAppended):
             state.append(gc.isenabled())
         return state
-
-
-@pytest.fixture(autouse=True)
-def _collector_on() -> Iterator[None]:
-    was = gc.isenabled()
-    gc.enable()
-    yield
-    if was:
-        gc.enable()  # (a test turns it off)
-    else:
-        gc.disable()
 
 
 def _write(root: Path, n: int = 5) -> None:

@@ -1132,6 +1132,7 @@ def test_bind_in_memory_only_maps_and_for_ids_that_are_not_plain(
 # -- attacks -------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("fast_switches")
 def test_threads_sharing_one_harness_map_keep_created_ms_and_a_consistent_history(
     tmp_path: Path,
 ) -> None:

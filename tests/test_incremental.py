@@ -260,6 +260,7 @@ def _batch(*summaries: str) -> list[Event]:
     return [ProgressAppended(entry=ProgressEntry("r", s)) for s in summaries]
 
 
+@pytest.mark.usefixtures("fast_switches")
 def test_an_append_whose_cache_fold_is_interrupted_never_doubles_the_cached_state(
     tmp_path: Path,
 ) -> None:
@@ -282,6 +283,7 @@ def test_an_append_whose_cache_fold_is_interrupted_never_doubles_the_cached_stat
         store.close()
 
 
+@pytest.mark.usefixtures("fast_switches")
 def test_a_load_whose_fold_is_interrupted_never_doubles_the_cached_state(
     tmp_path: Path,
 ) -> None:
@@ -306,6 +308,7 @@ def test_a_load_whose_fold_is_interrupted_never_doubles_the_cached_state(
         store.close()
 
 
+@pytest.mark.usefixtures("fast_switches")
 def test_an_append_whose_cache_fold_raises_returns_and_the_next_load_folds_the_log(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -966,6 +966,7 @@ def _rich_message(i: int) -> Message:
     )
 
 
+@pytest.mark.usefixtures("fast_switches")
 def test_threads_changing_what_they_loaded_never_change_the_store_or_each_other(
     tmp_path: Path,
 ) -> None:
