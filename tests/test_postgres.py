@@ -55,6 +55,7 @@ if psycopg is None:
     import psycopg  # in CI the extra must be installed: an ImportError fails the run
 
 from eventstore.engines.postgres import engine as pg  # noqa: E402
+from eventstore.engines.postgres.schema import quote_schema  # noqa: E402
 
 
 @pytest.fixture
@@ -250,7 +251,9 @@ def test_list_and_remove_sessions(engine: pg.PostgresEngine) -> None:
     assert append_retrying(engine, "b").seq == 1
 
 
-def test_repair_hold_keeps_a_prefix_and_saves_the_rest(engine: pg.PostgresEngine) -> None:
+def test_repair_hold_keeps_a_prefix_and_saves_the_rest(
+    engine: pg.PostgresEngine, pg_url: str
+) -> None:
     h1 = append_retrying(engine, "s", 2)
     append_retrying(engine, "s", 1)
     whole = engine.read("s", None).data
@@ -261,8 +264,8 @@ def test_repair_hold_keeps_a_prefix_and_saves_the_rest(engine: pg.PostgresEngine
     assert name is not None and "corrupt" in name
     assert engine.read("s", None).data == whole[: h1.size]
     assert (engine.head("s").seq, engine.head("s").link) == (h1.seq, h1.link)
-    with psycopg.connect(pg.split_url(engine._conninfo)[0], autocommit=True) as conn:
-        saved = conn.execute(f"SELECT data FROM {engine._q}.saved").fetchall()
+    with psycopg.connect(pg.split_url(pg_url)[0], autocommit=True) as conn:
+        saved = conn.execute(f"SELECT data FROM {quote_schema(engine.schema)}.saved").fetchall()
     assert [bytes(r[0]) for r in saved] == [whole]
     assert append_retrying(engine, "s").seq == 3
 
@@ -393,12 +396,14 @@ def test_a_feed_read_that_began_before_a_commit_lacks_it(engine: pg.PostgresEngi
     assert seen == engine.feed()
 
 
-def test_feed_holds_back_lines_behind_any_older_transaction(engine: pg.PostgresEngine) -> None:
+def test_feed_holds_back_lines_behind_any_older_transaction(
+    engine: pg.PostgresEngine, pg_url: str
+) -> None:
     """An append acknowledged to its writer stays out of the feed while any transaction
     that got its id earlier is running, whatever it does and wherever (here one that only
     took an id, in no eventstore table, and then rolls back): a reader's empty answer
     after its writers finished does not mean it holds their lines."""
-    conninfo = pg.split_url(engine._conninfo)[0]
+    conninfo = pg.split_url(pg_url)[0]
     with psycopg.connect(conninfo) as other:  # an explicit transaction: stays open
         other.execute("SELECT pg_current_xact_id()")
         append_retrying(engine, "s")
@@ -420,13 +425,13 @@ def _waiting_backends(conninfo: str, wait_event: str) -> list[tuple[int, str | N
 
 
 def test_an_append_waiting_for_its_session_has_no_transaction_id_yet(
-    engine: pg.PostgresEngine,
+    engine: pg.PostgresEngine, pg_url: str
 ) -> None:
     """An append takes its session's advisory lock before anything gives it a
     transaction id: one queued behind another append to the same session holds no id
     while it waits (so it holds no feed line back), gets its id, its feed position, only
     after that one committed, and its lines come after that one's."""
-    conninfo = pg.split_url(engine._conninfo)[0]
+    conninfo = pg.split_url(pg_url)[0]
     batch = make_batch(EMPTY_HEAD, 1, tag="first")
     errors: list[BaseException] = []
 
@@ -438,7 +443,8 @@ def test_an_append_waiting_for_its_session_has_no_transaction_id_yet(
 
     with psycopg.connect(conninfo) as first:  # an explicit transaction: stays open
         first.execute(
-            f"SELECT moved FROM {engine._q}.append(%s, 0, '', 1, %s, %s, %s, false, NULL, NULL)",
+            f"SELECT moved FROM {quote_schema(engine.schema)}"
+            ".append(%s, 0, '', 1, %s, %s, %s, false, NULL, NULL)",
             ("a", [batch.data], batch.hashes[-1], batch.link),
         )
         first_tx = first.execute("SELECT pg_current_xact_id()::text").fetchone()
@@ -515,21 +521,24 @@ HOSTILE_IDS = [
 ]
 
 
-def test_hostile_session_ids_and_keys_are_only_data(engine: pg.PostgresEngine) -> None:
+def test_hostile_session_ids_and_keys_are_only_data(engine: pg.PostgresEngine, pg_url: str) -> None:
     for sid in HOSTILE_IDS:
         head = EMPTY_HEAD
         b = make_batch(head, 2, key=sid, tag=sid)
         engine.append(sid, b, head)
         assert engine.read(sid, None).data == b.data
     assert engine.list_sessions() == sorted(HOSTILE_IDS)
-    with psycopg.connect(pg.split_url(engine._conninfo)[0], autocommit=True) as conn:
+    with psycopg.connect(pg.split_url(pg_url)[0], autocommit=True) as conn:
         tables = {
             r[0]
             for r in conn.execute(
                 "SELECT tablename FROM pg_tables WHERE schemaname = %s", (engine.schema,)
             )
         }
-        keys = {r[0] for r in conn.execute(f"SELECT key FROM {engine._q}.idempotency_keys")}
+        keys = {
+            r[0]
+            for r in conn.execute(f"SELECT key FROM {quote_schema(engine.schema)}.idempotency_keys")
+        }
     assert {"lines", "sessions", "snapshots", "idempotency_keys", "saved"} <= tables
     assert keys == {pg._stored_key(k) for k in HOSTILE_IDS}  # a long one by its digest
     for sid in HOSTILE_IDS:
@@ -779,16 +788,21 @@ def _backend_pids(conninfo: str, schema: str) -> list[int]:
         ]
 
 
-def test_dropped_connection_mid_append_is_a_typed_error(engine: pg.PostgresEngine) -> None:
+def test_dropped_connection_mid_append_is_a_typed_error(
+    engine: pg.PostgresEngine, pg_url: str
+) -> None:
     """The server ends the writer's connection while its append waits for the session's
     row lock: StorageError, nothing written; the engine's pool recovers and a retry of
     the same batch lands once."""
     h1 = append_retrying(engine, "s")
-    conninfo = pg.split_url(engine._conninfo)[0]
+    conninfo = pg.split_url(pg_url)[0]
     batch = make_batch(h1, 2, key="k-retry")
     errors: list[BaseException] = []
     with psycopg.connect(conninfo) as blocker:
-        blocker.execute(f"SELECT 1 FROM {engine._q}.sessions WHERE session_id = 's' FOR UPDATE")
+        blocker.execute(
+            f"SELECT 1 FROM {quote_schema(engine.schema)}.sessions"
+            " WHERE session_id = 's' FOR UPDATE"
+        )
 
         def attempt() -> None:
             try:
@@ -896,7 +910,7 @@ def test_migrate_between_postgres_stores_is_exact_and_idempotent(server_url: str
     finally:
         for e in (a, b):
             with psycopg.connect(pg.split_url(server_url)[0], autocommit=True) as conn:
-                conn.execute(f"DROP SCHEMA IF EXISTS {e._q} CASCADE")
+                conn.execute(f"DROP SCHEMA IF EXISTS {quote_schema(e.schema)} CASCADE")
             e.close()
 
 
@@ -970,7 +984,7 @@ def test_dropped_connection_then_retry_with_the_same_key_does_not_duplicate(
             Message(role=Role.ASSISTANT, content="hi"),
         ]
         errors: list[BaseException] = []
-        blocker = _block_session(conninfo, engine._q, "s")
+        blocker = _block_session(conninfo, quote_schema(engine.schema), "s")
         try:
 
             def attempt() -> None:
@@ -1105,18 +1119,21 @@ def _lines_by_seq(history: History) -> dict[int, set[bytes]]:
 # -- README claims ---------------------------------------------------------------------------
 
 
-def test_feed_holds_back_lines_behind_a_transaction_in_flight(engine: pg.PostgresEngine) -> None:
+def test_feed_holds_back_lines_behind_a_transaction_in_flight(
+    engine: pg.PostgresEngine, pg_url: str
+) -> None:
     """An append still in flight (its transaction open) holds back the feed lines of
     appends that committed after it began, so a reader never passes a place where a line
     can still appear; once it commits, the reader gets both, the earlier one first."""
-    conninfo = pg.split_url(engine._conninfo)[0]
+    conninfo = pg.split_url(pg_url)[0]
     append_retrying(engine, "b")
     before = engine.feed()
     assert len(before) == 1
     batch = make_batch(EMPTY_HEAD, 1, tag="slow")
     with psycopg.connect(conninfo) as slow:  # an explicit transaction: stays open
         row = slow.execute(
-            f"SELECT moved FROM {engine._q}.append(%s, 0, '', 1, %s, %s, %s, false, NULL, NULL)",
+            f"SELECT moved FROM {quote_schema(engine.schema)}"
+            ".append(%s, 0, '', 1, %s, %s, %s, false, NULL, NULL)",
             ("a", [batch.data], batch.hashes[-1], batch.link),
         ).fetchone()
         assert row == (False,)
