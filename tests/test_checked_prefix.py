@@ -23,6 +23,7 @@ from typing import Any
 import oracle
 import pytest
 from conftest import (
+    cache_path,
     check_whole,
     log_path,
     make_entry,
@@ -38,7 +39,6 @@ from eventstore import SessionStore
 from eventstore.core import checked_prefix, tuning
 from eventstore.core import fold_loop as fold_loop_module
 from eventstore.core.tuning import Tuning
-from eventstore.engines.file.engine import _cache_file_name
 from eventstore.errors import CorruptLogError
 from eventstore.format import reader as log_module
 from eventstore.records import (
@@ -55,7 +55,7 @@ MSG = [Message(role=Role.USER, content="u" * 300), Message(role=Role.ASSISTANT, 
 
 
 def _mark_file(root: Path, sid: str = "s") -> Path:
-    return log_path(root, sid).parent / cache_file_name(checked_prefix.NAME)
+    return cache_path(root, sid, checked_prefix.NAME)
 
 
 def _fill(store: SessionStore, sid: str = "s", turns: int = 100) -> None:
@@ -398,9 +398,7 @@ def test_a_writer_never_vouches_for_a_log_another_process_compacted(root: Path) 
     log = log_path(root, SID)
     assert p is None or p.size == log.stat().st_size
     writer.close()
-    kept = json.loads(
-        (log.parent / _cache_file_name(checked_prefix.NAME)).read_bytes().split(b"\n")[1]
-    )
+    kept = json.loads(cache_path(root, SID, checked_prefix.NAME).read_bytes().split(b"\n")[1])
     assert kept["sha256"] == hashlib.sha256(log.read_bytes()[: kept["size"]]).hexdigest()
     with SessionStore(root) as s:
         got = s.load_transcript_messages(SID)
@@ -445,9 +443,7 @@ def test_a_hash_failing_on_the_side_thread_never_hangs_nor_serves_unchecked_byte
 def test_a_log_cut_anywhere_around_its_mark_loads_like_a_checked_fold(root: Path, cut: str) -> None:
     _fill_checked(root)
     log = log_path(root, SID)
-    mark = json.loads(
-        (log.parent / _cache_file_name(checked_prefix.NAME)).read_bytes().split(b"\n")[1]
-    )
+    mark = json.loads(cache_path(root, SID, checked_prefix.NAME).read_bytes().split(b"\n")[1])
     with SessionStore(root) as s:
         s.core.caches.marks = False  # appended behind the mark: not vouched for
         s.append_transcript_messages(SID, [Message(Role.USER, "after the mark " * 20)])

@@ -27,6 +27,7 @@ import pytest
 from conftest import (
     FlipCounted,
     LoadSpy,
+    cache_path,
     check_whole,
     log_path,
     make_checkpoint,
@@ -47,13 +48,12 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.core import checked_prefix, fold_cache
-from eventstore.engines.file.engine import _cache_file_name
 from eventstore.format.events import Event
 from projections import StructProjection
 
 
 def _cache(root: Path, sid: str, name: str = "bootstrap") -> Path:
-    return log_path(root, sid).parent / cache_file_name(name)
+    return cache_path(root, sid, name)
 
 
 def _fill(store: SessionStore, sid: str, turns: int = 120) -> None:

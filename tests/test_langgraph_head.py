@@ -19,7 +19,7 @@ from typing import Annotated, Any, TypedDict
 
 import msgspec
 import pytest
-from conftest import checkpoint_summary
+from conftest import cache_path, checkpoint_summary
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import WRITES_IDX_MAP, empty_checkpoint
@@ -28,7 +28,6 @@ from langgraph.graph import END, START, StateGraph
 
 import eventstore.core.tuning
 from eventstore import SessionStore
-from eventstore.engines.file.caches import cache_file_name
 from eventstore.engines.file.layout import SessionPaths
 from eventstore.integrations import langgraph as lg
 from eventstore.integrations.langgraph import EventStoreSaver
@@ -382,9 +381,9 @@ def test_a_cold_get_tuple_reads_the_head_cache_not_the_log(
     with EventStoreSaver(tmp_path) as saver:  # a writer that never reads
         last = _chain(saver, "t", 60)
     log = SessionPaths(tmp_path, "langgraph-t").log
-    cache = log.parent / cache_file_name("langgraph_head")
+    cache = cache_path(tmp_path, "langgraph-t", "langgraph_head")
     assert log.stat().st_size > 100_000 and cache.stat().st_size < 10_000
-    assert not (log.parent / cache_file_name("langgraph")).exists()  # no second copy
+    assert not cache_path(tmp_path, "langgraph-t", "langgraph").exists()  # no second copy
     with EventStoreSaver(tmp_path) as saver:
         spy = _ReadSpy(saver.store, monkeypatch)
         got = saver.get_tuple(_latest("t", ""))
@@ -490,9 +489,8 @@ def test_a_damaged_head_cache_is_ignored(tmp_path: Path) -> None:
     with EventStoreSaver(tmp_path) as saver:
         _chain(saver, "t", 40)
         _chain(saver, "u", 45)
-    paths = SessionPaths(tmp_path, "langgraph-t")
-    cache = paths.dir / cache_file_name("langgraph_head")
-    other = SessionPaths(tmp_path, "langgraph-u").dir / cache_file_name("langgraph_head")
+    cache = cache_path(tmp_path, "langgraph-t", "langgraph_head")
+    other = cache_path(tmp_path, "langgraph-u", "langgraph_head")
     good = cache.read_bytes()
     truth = _cold_answer(tmp_path)
     assert truth is not None
@@ -511,7 +509,7 @@ def test_a_damaged_head_cache_is_ignored(tmp_path: Path) -> None:
 def test_a_stale_but_genuine_cache_is_caught_up(tmp_path: Path) -> None:
     with EventStoreSaver(tmp_path) as saver:
         cfg = _chain(saver, "t", 40)
-    cache = SessionPaths(tmp_path, "langgraph-t").dir / cache_file_name("langgraph_head")
+    cache = cache_path(tmp_path, "langgraph-t", "langgraph_head")
     old = cache.read_bytes()
     with EventStoreSaver(tmp_path) as saver:
         cp = empty_checkpoint()

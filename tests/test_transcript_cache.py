@@ -32,7 +32,7 @@ from typing import Any
 import msgspec
 import oracle
 import pytest
-from conftest import LoadSpy, in_forked_child, log_path, wait_child
+from conftest import LoadSpy, cache_path, in_forked_child, log_path, wait_child
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import rich_messages
@@ -44,9 +44,8 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.core import fold_cache
-from eventstore.engines.file.caches import (
-    FileCacheReader,
-    cache_file_name,
+from eventstore.engines.file.engine import (
+    _FileCacheReader,
 )
 from eventstore.format.events import Event
 from eventstore.records import (
@@ -187,7 +186,7 @@ def test_past_its_budget_a_store_lets_go_of_the_transcripts_it_created(
         assert kept["a"] and not kept["c"]
         assert s.core.caches.kept_bytes <= 400_000 + 2 * 2000
     for sid in ("a", "b", "c"):
-        cache = log_path(root, sid).parent / cache_file_name("transcript")
+        cache = cache_path(root, sid, "transcript")
         assert cache.exists() == kept[sid]
         with SessionStore(root) as s:
             s.core.caches.cached = {}
@@ -314,7 +313,7 @@ def test_another_sessions_or_projections_cache_is_ignored(root: Path) -> None:
     _write(root, 700)
     truth = oracle.truth(root, SID).transcript
     good = _cache(root).read_bytes()
-    bootstrap = _cache(root).with_name(cache_file_name("bootstrap"))
+    bootstrap = cache_path(root, SID, "bootstrap")
     for bad in (bootstrap.read_bytes(), good.replace(b'"session":"s"', b'"session":"t"', 1)):
         assert bad != good
         _cache(root).write_bytes(bad)
@@ -346,7 +345,7 @@ def _expected(turns: int) -> list[Message]:
 
 
 def _cache(root: Path, name: str = "transcript", sid: str = SID) -> Path:
-    return log_path(root, sid).parent / _cache_file_name(name)
+    return cache_path(root, sid, name)
 
 
 def _write_numbered(root: Path, turns: int, *, start: int = 0, load_first: bool = False) -> None:
