@@ -59,9 +59,9 @@ def cache_path(root: Path | str, session_id: str, name: str) -> Path:
     """Where the file engine keeps the side file `name` of `session_id` under `root`: a
     projection's fold cache (`fold-<name>.cache`), or the checked prefix
     (`eventstore.core.checked_prefix.NAME`)."""
-    from eventstore.engines.file.engine import _cache_file_name
+    from eventstore.engines.file.caches import cache_file_name
 
-    return SessionPaths(Path(root), session_id).dir / _cache_file_name(name)
+    return SessionPaths(Path(root), session_id).dir / cache_file_name(name)
 
 
 def make_manifest(session_id: str = "s1", **kw: object) -> SessionManifest:

@@ -48,6 +48,7 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.core import checked_prefix, fold_cache
+from eventstore.engines.base import CachingEngine
 from eventstore.format.events import Event
 from projections import StructProjection
 

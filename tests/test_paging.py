@@ -4,6 +4,7 @@ a compaction snapshot's transcript), equal to the last N of the full fold."""
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest

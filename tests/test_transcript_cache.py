@@ -44,9 +44,7 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.core import fold_cache
-from eventstore.engines.file.engine import (
-    _FileCacheReader,
-)
+from eventstore.engines.file.caches import FileCacheReader
 from eventstore.format.events import Event
 from eventstore.records import (
     ImageBlock,
@@ -653,14 +651,14 @@ def test_a_huge_file_behind_a_copied_genuine_header_is_not_read_whole(
         f.write((size - len(engine) - len(face) - 4 - 33).to_bytes(4, "big"))
         f.truncate(size)
     largest = 0
-    real = _FileCacheReader.read
+    real = FileCacheReader.read
 
-    def read(reader: _FileCacheReader, n: int) -> bytes:
+    def read(reader: FileCacheReader, n: int) -> bytes:
         nonlocal largest
         largest = max(largest, n)
         return real(reader, n)
 
-    monkeypatch.setattr(_FileCacheReader, "read", read)
+    monkeypatch.setattr(FileCacheReader, "read", read)
     assert _cold(root) == (truth, False)
     assert largest < 4 << 20, f"one read of {largest >> 20} MiB of a planted 64 MiB file"
 
@@ -1023,7 +1021,7 @@ def test_a_child_forked_while_a_cold_load_reads_frames_does_not_deadlock(
     _, truth = three_frames
     shared = SessionStore(root)
     codes: list[int | None] = []
-    real_read = _FileCacheReader.read
+    real_read = FileCacheReader.read
     parent = os.getpid()
 
     def child() -> bool:
@@ -1031,19 +1029,19 @@ def test_a_child_forked_while_a_cold_load_reads_frames_does_not_deadlock(
             a = fresh.load_transcript_messages(SID)
         return a == truth and shared.load_transcript_messages(SID) == truth
 
-    def read(reader: _FileCacheReader, n: int) -> bytes:
+    def read(reader: FileCacheReader, n: int) -> bytes:
         data = real_read(reader, n)
         if os.getpid() == parent and len(codes) < 2 and n > 100_000:
             codes.append(None)
             codes[-1] = in_forked_child(child, 10)
         return data
 
-    monkeypatch.setattr(_FileCacheReader, "read", read)
+    monkeypatch.setattr(FileCacheReader, "read", read)
     try:
         assert shared.load_transcript_messages(SID) == truth
         assert shared.cache_info(SID).folds["transcript"][1] is not None
         assert codes == [0, 0]
-        monkeypatch.setattr(_FileCacheReader, "read", real_read)
+        monkeypatch.setattr(FileCacheReader, "read", real_read)
         stop = threading.Event()
         errors: list[BaseException] = []
 
