@@ -356,10 +356,7 @@ def test_a_load_in_small_pieces_equals_one_in_one_piece(
         s.append_transcript_messages(  # one batch far longer than a piece
             "s", [Message(role=Role.TOOL, content="z" * 3000) for _ in range(5)]
         )
-    truth = oracle.truth(root, "s").state
-    with SessionStore(root) as s:
-        s.core.caches.cached = {}
-        whole = s.load_transcript_messages("s")
+    truth, whole = oracle.truth(root, "s")
     tune(monkeypatch, read_piece=piece)
     calls: list[bool] = []
     with SessionStore(root) as s:
@@ -429,9 +426,9 @@ class FlipsPerRun(ReadmeFlips):
     cache_folds = True
 
 
-def _aware(root: Path) -> SessionStore:
+def _aware(root: Path, caches: bool = True) -> SessionStore:
     """The application as it is now: it knows `flip_counted`."""
-    return SessionStore(root, event_types=[FlipCounted], projections=[FlipsPerRun()])
+    return SessionStore(root, event_types=[FlipCounted], projections=[FlipsPerRun()], caches=caches)
 
 
 def _unaware(root: Path) -> SessionStore:
@@ -476,8 +473,7 @@ def test_a_fold_cache_left_by_a_process_that_did_not_know_an_event_type_is_not_t
     A cache must only save time; here it changes the answer, for every later process,
     until the log grows past it (and then it answers with a count missing 150 flips)."""
     _fill_flips(root)
-    with _aware(root) as s:
-        s.core.caches.cached = {}
+    with _aware(root, caches=False) as s:
         truth = s.load(SID, "flips_per_run")
     assert truth == {"r0": 50, "r1": 50, "r2": 50}
     for p in _side_files(root):
@@ -499,8 +495,7 @@ def test_a_snapshot_written_by_a_compactor_that_did_not_know_an_event_type(
     fold cache. README, Compaction: "Every projection, built-in or yours, gives the
     same answer before and after" -- before: 150 flips; after: none."""
     _fill_flips(root)
-    with _aware(root) as s:
-        s.core.caches.cached = {}
+    with _aware(root, caches=False) as s:
         before = s.load(SID, "flips_per_run")
     with _unaware(root) as other:
         report = other.compact(SID)

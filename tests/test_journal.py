@@ -75,8 +75,7 @@ def _epoch(root: Path) -> file_journal.Epoch | None:
 
 def _contents(root: Path) -> list[str]:
     """The transcript a new process reads, with no fold cache (the log itself)."""
-    with SessionStore(root) as s:
-        s.core.caches.cached = {}
+    with SessionStore(root, caches=False) as s:
         return [m.content.split(" ")[0] for m in s.load_transcript_messages(SID)]
 
 
@@ -396,8 +395,7 @@ def _drop_caches(root: Path, sid: str = SID) -> None:
 def _tokens(root: Path, sid: str = SID) -> list[str]:
     """The transcript's tokens as a fresh process reads them (the log, no fold cache)."""
     _drop_caches(root, sid)
-    with SessionStore(root) as s:
-        s.core.caches.cached = {}
+    with SessionStore(root, caches=False) as s:
         return [m.content.split(" ")[0] for m in s.load_transcript_messages(sid)]
 
 
@@ -991,8 +989,7 @@ def test_an_edited_line_is_never_overwritten_even_with_crash_damage_around_it(
         _restore(root, saved)
         log.write_bytes(edited)
         _drop_caches(root)
-        with SessionStore(root) as s, pytest.raises(CorruptLogError):
-            s.core.caches.cached = {}
+        with SessionStore(root, caches=False) as s, pytest.raises(CorruptLogError):
             s.load_transcript_messages(SID)
         assert log.read_bytes()[a:b] == edited[a:b]
 

@@ -186,9 +186,7 @@ def test_past_its_budget_a_store_lets_go_of_the_transcripts_it_created(
     for sid in ("a", "b", "c"):
         cache = cache_path(root, sid, "transcript")
         assert cache.exists() == kept[sid]
-        with SessionStore(root) as s:
-            s.core.caches.cached = {}
-            truth = s.load_transcript_messages(sid)
+        truth = oracle.truth(root, sid).transcript
         with SessionStore(root) as s:
             assert s.load_transcript_messages(sid) == truth
 
