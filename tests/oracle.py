@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from eventstore import BootstrapState, CorruptLogError, Message, SessionStore
 from eventstore.engines.file.layout import SessionPaths
-from eventstore.format.events import line_hash, split_hash
+from eventstore.format.chain import line_hash, split_hash
 
 
 class Folded(NamedTuple):

@@ -15,6 +15,7 @@ import pytest
 # `bench/` lives at the repository root and is not an installed package
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+
 from bench.backends import BACKENDS, available  # noqa: E402
 from bench.check import run_check  # noqa: E402
 

@@ -33,16 +33,8 @@ from eventstore import (
     TextBlock,
     ToolUseBlock,
 )
-from eventstore.format import events as events_module
-from eventstore.format.events import (
-    EventCodec,
-    NotAsStoredError,
-    validated_copy,
-)
-from eventstore.format.events import (
-    MessagesAppended,
-    ProgressAppended,
-)
+from eventstore.format.codec import EventCodec, NotAsStoredError, validated_copy
+from eventstore.format.events import Event, MessagesAppended, ProgressAppended
 
 SID = "s"
 NAIVE = datetime(2026, 1, 1, 12, 0)
@@ -267,7 +259,7 @@ def test_the_plain_message_fast_path_knows_every_field_of_a_message() -> None:
         "blocks",
         "created_at",
         "metadata",
-    ), "Message changed: update eventstore.format.events._plain_copies"
+    ), "Message changed: update eventstore.format.codec._plain_copies"
 
 
 # -- attacks -------------------------------------------------------------------------------
@@ -490,20 +482,21 @@ def test_a_valid_message_changed_between_its_encode_and_its_check_is_not_refused
     compared. The message was valid at every instant: the append must store one
     picture of it (as the keyed path would), not refuse it with NotAsStoredError."""
     msg = Message(Role.ASSISTANT, "rich", blocks=[TextBlock("a")], metadata={"n": 1})
-    real = events_module._decode
+    real = EventCodec.read_back
     changed = [False]
 
-    def decode_after_a_change(body: bytes, type: Any) -> Any:
+    def decode_after_a_change(self: EventCodec, body: bytes, cls: type[Event]) -> Event:
         if not changed[0]:
             changed[0] = True
             msg.metadata["n"] = 2  # the other thread, between encode and compare
             msg.blocks.append(TextBlock("b"))
-        return real(body, type=type)
+        return real(self, body, cls)
 
     assert store.load_transcript_messages(SID) == []
-    monkeypatch.setattr(events_module, "_decode", decode_after_a_change)
+    monkeypatch.setattr(EventCodec, "read_back", decode_after_a_change)
     store.append_transcript_messages(SID, [msg])
-    monkeypatch.setattr(events_module, "_decode", real)
+    monkeypatch.setattr(EventCodec, "read_back", real)
+    assert changed == [True]  # the round trip ran, and the message changed before it
     warm = store.load_transcript_messages(SID)
     assert warm in (
         [Message(Role.ASSISTANT, "rich", blocks=[TextBlock("a")], metadata={"n": 1})],

@@ -24,6 +24,7 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.errors import EventStoreError, StoreClosedError
+from eventstore.format.chain import line_hash, split_hash
 from eventstore.format.events import (
     Event,
     MessagesAppended,

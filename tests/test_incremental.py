@@ -31,7 +31,8 @@ from eventstore import (
     Role,
     SessionStore,
 )
-from eventstore.format.events import Event, EventCodec, ProgressAppended
+from eventstore.format.codec import EventCodec
+from eventstore.format.events import Event, ProgressAppended
 from projections import (
     BootstrapProjection,
     TranscriptProjection,

@@ -41,9 +41,7 @@ from eventstore.engines.base import (
 from eventstore.engines.file.layout import SessionPaths
 from eventstore.engines.memory import MemoryEngine
 from eventstore.errors import CorruptLogError
-from eventstore.format.events import (
-    EventCodec,
-)
+from eventstore.format.codec import EventCodec
 from eventstore.ops.compaction import Retention
 from eventstore.ops.paging import last_messages
 

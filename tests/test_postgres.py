@@ -41,6 +41,8 @@ from eventstore.engines.base import (
     History,
 )
 from eventstore.errors import CorruptLogError, EventStoreError, StorageError
+from eventstore.format.chain import line_hash, split_hash
+from eventstore.format.codec import EventCodec
 from eventstore.format.events import (
     LineHead,
     ProgressAppended,

@@ -39,7 +39,7 @@ from eventstore import (
 )
 from eventstore.core import fold_cache
 from eventstore.engines.file.layout import SessionPaths
-from eventstore.format.events import EventCodec
+from eventstore.format.codec import EventCodec
 from projections import StructProjection
 
 EVOLUTION = FIXTURES / "evolution"

@@ -35,11 +35,8 @@ from eventstore.errors import (
     SnapshotVersionError,
 )
 from eventstore.format import reader as log_module
-from eventstore.format.events import (
-    Event,
-    EventCodec,
-    MessagesAppended,
-)
+from eventstore.format.codec import EventCodec
+from eventstore.format.events import Event, MessagesAppended
 from eventstore.records import (
     BootstrapState,
     Message,
@@ -244,7 +241,7 @@ def test_a_snapshot_declaring_its_states_twice_decodes_as_the_whole_line_says(
     write_compacted(root, SID, 800, archive=False)
     log = log_path(root, SID)
     snap, rest = log.read_bytes().split(b"\n", 1)
-    assert len(snap) > log_module._LONG_SNAPSHOT
+    assert len(snap) > log_module.LONG_SNAPSHOT
     forged = _forge_second_states(snap, key)
     data = forged + b"\n" + rest
     dec = EventCodec().decoder(frozenset({"messages_appended"}))
@@ -263,12 +260,12 @@ def test_a_snapshot_declaring_its_states_twice_decodes_as_the_whole_line_says(
             return type(exc)
 
     by_layout = outcome()
-    long_enough = log_module._LONG_SNAPSHOT
-    log_module._LONG_SNAPSHOT = 1 << 40  # every snapshot decoded whole
+    long_enough = log_module.LONG_SNAPSHOT
+    log_module.LONG_SNAPSHOT = 1 << 40  # every snapshot decoded whole
     try:
         assert by_layout == outcome()
     finally:
-        log_module._LONG_SNAPSHOT = long_enough
+        log_module.LONG_SNAPSHOT = long_enough
 
 
 class Whatever(Event, tag="whatever_happened", kw_only=True):
@@ -369,7 +366,7 @@ def test_a_snapshot_of_odd_projections_loads_like_the_log_it_replaced(
         with SessionStore(r, **kw) as s:
             s.append(SID, [Whatever(what="late")])
     snap = log_path(packed, SID).read_bytes().split(b"\n", 1)[0]
-    assert len(snap) > log_module._LONG_SNAPSHOT and b'"unknown":[' in snap
+    assert len(snap) > log_module.LONG_SNAPSHOT and b'"unknown":[' in snap
     read_kw = kw if reader_knows else {}
     with SessionStore(plain, **read_kw) as s:
         want = _everything(s)

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ from eventstore import (
     UnsafePathError,
 )
 from eventstore.cli.app import main as cli_main
-from eventstore.format import events as events_module
+from eventstore.format.codec import EventCodec
 from eventstore.format.events import (
     FeatureListReplaced,
     ManifestSet,
@@ -61,6 +62,7 @@ from eventstore.records import BootstrapState, ToolUseBlock
 from projections import StructProjection
 
 SID = "s"
+TS = datetime(2026, 1, 2, tzinfo=UTC)
 
 
 def xfail(item: int) -> pytest.MarkDecorator:
@@ -935,7 +937,7 @@ def test_nothing_any_load_returns_changes_the_store_when_changed(url: str, compa
 
 def test_changing_loaded_plain_messages_changes_no_other_message(root: Path) -> None:
     """The private copies of plain messages share one empty `blocks` list and one empty
-    `metadata` dict (`events._NO_BLOCKS`): a caller changing the messages a load gives it,
+    `metadata` dict (`codec._NO_BLOCKS`): a caller changing the messages a load gives it,
     by every way of loading, changes neither the store's state, nor the next load, nor
     the cache a cold load reads, nor the shared containers."""
     with SessionStore(root) as s:  # the creator: it keeps the transcript as it appends
@@ -947,7 +949,12 @@ def test_changing_loaded_plain_messages_changes_no_other_message(root: Path) -> 
             for m in page:
                 m.blocks.append(TextBlock("meddled"))
                 m.metadata["meddled"] = True
-        assert events_module._NO_BLOCKS == [] and events_module._NO_METADATA == {}
+        # the shared containers are still empty: the next plain message copied holds them
+        _, (stamped,), _ = EventCodec().encode_batch(
+            [MessagesAppended(messages=[Message(Role.USER, "next")])], 1, "", TS, None, check=True
+        )
+        shared = stamped.messages[0]  # type: ignore[attr-defined]
+        assert shared.blocks == [] and shared.metadata == {}
         again = s.load_transcript_messages(SID)
         assert all(not m.blocks and not m.metadata for m in again)
         assert [m.content for m in again] == ["p0", "a0", "p1", "a1", "p2", "a2"]
