@@ -613,7 +613,7 @@ def test_a_fold_cache_folded_with_other_upcasters_is_not_used(
     # a fingerprint is the same in another process (another hash seed: the set above)
     code = (
         "import sys; sys.path.insert(0, 'tests'); from test_schema_evolution import *;"
-        " from eventstore.format.events import EventCodec; c = EventCodec([TaskV2]);"
+        " from eventstore.format.codec import EventCodec; c = EventCodec([TaskV2]);"
         " c.register_upcaster(TaskV2, 1, upcaster_giving(1)); print(c.reading('task'))"
     )
     here = EventCodec([TaskV2])
