@@ -146,6 +146,19 @@ def test_a_flipped_byte_anywhere_is_ignored(
     _assert_ignored_and_rebuilt(root, filled)
 
 
+@pytest.mark.parametrize("base_seq", [0, 3, 9])
+def test_a_cache_naming_another_first_seq_is_ignored(
+    root: Path, filled: BootstrapState, base_seq: int
+) -> None:
+    """The head a cache hands the face carries the live log's first seq: a cache whose
+    line says another one (found flipping bits of `"base_seq":1`) is no cache of this log."""
+    cache = _cache(root, "s")
+    good = cache.read_bytes()
+    assert b'"base_seq":1}' in good.split(b"\n", 1)[0]
+    cache.write_bytes(good.replace(b'"base_seq":1}', b'"base_seq":%d}' % base_seq, 1))
+    _assert_ignored_and_rebuilt(root, filled)
+
+
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

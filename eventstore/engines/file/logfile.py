@@ -207,7 +207,8 @@ def still_there(fd: int, pos: FilePosition) -> bool:
 
 def in_live_log(log_path: Path, pos: FilePosition) -> bool:
     """Whether `pos` is still in the log at `log_path`: the same file (device, inode), at
-    least that long, and the `h` before it."""
+    least that long, the `h` before it, and the same first seq (`base_seq`, which a
+    head carries to the face)."""
     log_fd, _ = open_existing(log_path)
     if log_fd is None:
         return False
@@ -217,6 +218,7 @@ def in_live_log(log_path: Path, pos: FilePosition) -> bool:
             (st.st_dev, st.st_ino) == pos.ident
             and 0 < pos.offset <= st.st_size
             and still_there(log_fd, pos)
+            and first_seq_of(log_fd, st.st_size) == pos.base_seq
         )
     finally:
         os.close(log_fd)
