@@ -7,10 +7,8 @@ import gc
 import math
 import multiprocessing
 import os
-import signal
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
@@ -40,6 +38,7 @@ from eventstore import (  # noqa: E402
     SessionManifest,
     SessionStore,
 )
+from eventstore.engines.conformance import in_forked_child, wait_child  # noqa: E402, F401
 from eventstore.engines.file.layout import SessionPaths  # noqa: E402
 from eventstore.format.events import Event  # noqa: E402
 from projections import StructProjection  # noqa: E402
@@ -244,35 +243,6 @@ def case(request: pytest.FixtureRequest) -> EngineCase:
 def url(case: EngineCase, tmp_path: Path) -> str:
     """The URL of a fresh, empty store of `case`'s engine."""
     return case.fresh(tmp_path)
-
-
-def wait_child(pid: int, seconds: float) -> int | None:
-    """The exit code of forked child `pid`, or None if it had not ended after `seconds`
-    (it is then killed): a hung child fails its test instead of hanging the suite."""
-    deadline = time.monotonic() + seconds
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return None
-        time.sleep(0.01)
-
-
-def in_forked_child(work: Callable[[], object], seconds: float) -> int | None:
-    """Fork; the child runs `work` (no pytest machinery) and exits 0 when it returns
-    anything but False, 2 when it returns False, 1 when it raises; the parent returns
-    that exit code, or None if the child had not ended after `seconds` (`wait_child`)."""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            code = 2 if work() is False else 0
-        finally:
-            os._exit(code)
-    return wait_child(pid, seconds)
 
 
 def run_threads(targets: list[Callable[[], None]], seconds: float = 30) -> list[BaseException]:

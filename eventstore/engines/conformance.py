@@ -73,7 +73,7 @@ from eventstore.format.events import (
 )
 from eventstore.records import ProgressEntry
 
-__all__ = ["EngineConformance", "corrupt"]
+__all__ = ["EngineConformance", "corrupt", "in_forked_child", "wait_child"]
 
 SID = "s"
 _codec = EventCodec()
@@ -463,7 +463,7 @@ class EngineConformance:
         try:
             for _ in range(5):
                 # locks another thread held at the fork must not be inherited held
-                code = _in_forked_child(lambda: self.append(engine, 1, sid="child"), 30.0)
+                code = in_forked_child(lambda: self.append(engine, 1, sid="child"), 30.0)
                 assert code is not None, "the forked child hung on a lock held at the fork"
                 assert code == 0, "the forked child failed to append"
         finally:
@@ -708,17 +708,9 @@ def _assert_chained(data: bytes) -> None:
         link = head.h
 
 
-def _in_forked_child(work: Callable[[], object], seconds: float) -> int | None:
-    """Fork; the child runs `work` and exits 0 (1 if it raised); the parent returns that
-    exit code, or None (the child killed) if it had not ended after `seconds`."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 1
-        try:
-            work()
-            code = 0
-        finally:
-            os._exit(code)
+def wait_child(pid: int, seconds: float) -> int | None:
+    """The exit code of forked child `pid`, or None if it had not ended after `seconds`
+    (it is then killed): a hung child fails its test instead of hanging the suite."""
     deadline = time.monotonic() + seconds
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -729,6 +721,21 @@ def _in_forked_child(work: Callable[[], object], seconds: float) -> int | None:
             os.waitpid(pid, 0)
             return None
         time.sleep(0.01)
+
+
+def in_forked_child(work: Callable[[], object], seconds: float) -> int | None:
+    """Fork; the child runs `work` (no test machinery) and exits 0 when it returns
+    anything but False, 2 when it returns False, 1 when it raises; the parent returns
+    that exit code, or None if the child had not ended after `seconds` (`wait_child`).
+    For an engine's own fork tests, beside the suite's."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            code = 2 if work() is False else 0
+        finally:
+            os._exit(code)
+    return wait_child(pid, seconds)
 
 
 def _feed_until(engine: FeedEngine, after: Any, n: int, timeout: float) -> list[Any]:
