@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from eventstore.core import validation
 from eventstore.core.fingerprint import fingerprint
-from eventstore.core.session_core import AppendResult, Build, SessionCacheInfo, SessionCore
+from eventstore.core.session_core import (
+    AppendResult,
+    Build,
+    SessionCacheInfo,
+    SessionCore,
+    check_options,
+)
 from eventstore.core.tuning import Tuning
 from eventstore.engines.base import Durability, Engine, FeedEngine, Head, open_engine
 from eventstore.errors import (
@@ -138,6 +144,12 @@ class SessionStore:
         if auto_compact is not None and not isinstance(auto_compact, AutoCompact):
             raise InvalidArgumentError(f"auto_compact must be an AutoCompact, got {auto_compact!r}")
         self.durability: Durability = durability
+        # what the arguments can refuse is checked before the engine opens (a file store
+        # would create its directory): the codec, then the core below
+        check_options(cached_sessions, caches, tuning)
+        self.codec = EventCodec(event_types)
+        for cls, version, fn in upcasters:
+            self.codec.register_upcaster(cls, version, fn)
         self.engine: Engine = (
             root if isinstance(root, Engine) else open_engine(root, durability=durability)
         )
@@ -145,19 +157,21 @@ class SessionStore:
         engine_root = getattr(self.engine, "root", None)
         # the directory of a file store (None for other engines)
         self.root: Path | None = engine_root if isinstance(engine_root, Path) else None
-        self.codec = EventCodec(event_types)
-        for cls, version, fn in upcasters:
-            self.codec.register_upcaster(cls, version, fn)
         self.auto_compact = auto_compact
         self.cached_sessions = cached_sessions
-        self.core = SessionCore(
-            self.engine,
-            self.codec,
-            projections,
-            cached_sessions=cached_sessions,
-            caches=caches,
-            tuning=tuning,
-        )
+        try:
+            self.core = SessionCore(
+                self.engine,
+                self.codec,
+                projections,
+                cached_sessions=cached_sessions,
+                caches=caches,
+                tuning=tuning,
+            )
+        except BaseException:
+            if not isinstance(root, Engine):
+                self.engine.close()  # (the store never opened: release what it opened)
+            raise
         """The session core under this store: what the operations in `eventstore.ops`
         take (history, verify, compaction, repair, export, lifecycle, migrate)."""
         self.bootstrap = self.core.bootstrap

@@ -183,6 +183,25 @@ def test_a_bad_durability_is_a_typed_error(tmp_path: Path) -> None:
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"cached_sessions": 0},
+        {"cached_sessions": "many"},
+        {"caches": "yes"},
+        {"tuning": {"read_piece": 4096}},
+        {"auto_compact": 1 << 20},
+    ],
+    ids=lambda o: next(iter(o)),
+)
+def test_a_refused_option_is_a_typed_error_and_creates_nothing(
+    tmp_path: Path, options: dict[str, object]
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=next(iter(options))):
+        SessionStore(tmp_path / "x", **options)  # type: ignore[arg-type]
+    assert not (tmp_path / "x").exists()
+
+
 def test_an_unknown_projection_is_a_typed_error(store: SessionStore) -> None:
     with pytest.raises(UnknownProjectionError, match="'nope'") as info:
         store.load("s", "nope")

@@ -59,6 +59,7 @@ __all__ = [
     "HasCore",
     "SessionCacheInfo",
     "SessionCore",
+    "check_options",
     "core_of",
 ]
 
@@ -114,14 +115,7 @@ class SessionCore:
         caches: bool = True,
         tuning: Tuning | None = None,
     ) -> None:
-        if type(cached_sessions) is not int or cached_sessions < 1:
-            raise InvalidArgumentError(
-                f"cached_sessions must be an int >= 1, got {cached_sessions!r}"
-            )
-        if not isinstance(caches, bool):
-            raise InvalidArgumentError(f"caches must be a bool, got {caches!r}")
-        if tuning is not None and not isinstance(tuning, Tuning):
-            raise InvalidArgumentError(f"tuning must be a Tuning, got {tuning!r}")
+        check_options(cached_sessions, caches, tuning)
         self.engine = engine
         self.codec = codec
         self.url = engine.url
@@ -420,6 +414,17 @@ class SessionCore:
                     raise  # an engine refusing the head it reports: retrying cannot help
                 head = sess.head = exc.actual
                 fresh = True
+
+
+def check_options(cached_sessions: object, caches: object, tuning: object) -> None:
+    """InvalidArgumentError unless the core's options are usable (checked by a store
+    before it opens its engine, so a refused option creates nothing)."""
+    if type(cached_sessions) is not int or cached_sessions < 1:
+        raise InvalidArgumentError(f"cached_sessions must be an int >= 1, got {cached_sessions!r}")
+    if not isinstance(caches, bool):
+        raise InvalidArgumentError(f"caches must be a bool, got {caches!r}")
+    if tuning is not None and not isinstance(tuning, Tuning):
+        raise InvalidArgumentError(f"tuning must be a Tuning, got {tuning!r}")
 
 
 class HasCore(Protocol):
