@@ -38,6 +38,7 @@ from eventstore import (
 )
 from eventstore.cli.app import main
 from eventstore.cli.app import main as cli_main
+from eventstore.engines.base import PruningEngine
 from eventstore.errors import (
     CorruptLogError,
     InvalidRecordError,
@@ -64,7 +65,7 @@ def store(url_store: SessionStore) -> SessionStore:
 @pytest.fixture
 def pruning(store: SessionStore) -> SessionStore:
     """The store, on an engine that prunes (the others are tested to refuse)."""
-    if not store.engine.supports_pruning:
+    if not isinstance(store.engine, PruningEngine):
         pytest.skip(f"the {store.engine.url} engine does not prune (tested to refuse)")
     return store
 
@@ -273,7 +274,7 @@ def test_repair_of_a_damaged_snapshot_keeps_the_pruned_point(
 
 
 def test_an_engine_that_cannot_prune_refuses_and_writes_nothing(store: SessionStore) -> None:
-    if store.engine.supports_pruning:
+    if isinstance(store.engine, PruningEngine):
         pytest.skip("this engine prunes")
     bounds = _three_archives(store)
     seq = store.last_seq(SID)
@@ -304,7 +305,7 @@ def test_any_mix_of_compaction_and_pruning_reads_as_a_pruned_history(
     case: EngineCase, tmp_path: Path, ops: list[tuple[str, object]]
 ) -> None:
     with SessionStore(case.fresh(tmp_path / uuid.uuid4().hex)) as store:
-        if not store.engine.supports_pruning:
+        if not isinstance(store.engine, PruningEngine):
             pytest.skip("this engine does not prune")
         store.initialize_session_if_missing(SID, make_manifest(SID), make_features(2))
         expected: list[str] = []  # the progress summaries the state holds, as modelled
@@ -438,7 +439,7 @@ def test_cli_reading_below_the_pruned_point_is_one_line_and_exit_2(
     url: str, capsys: pytest.CaptureFixture[str], command: list[str]
 ) -> None:
     with SessionStore(url) as store:
-        if not store.engine.supports_pruning:
+        if not isinstance(store.engine, PruningEngine):
             pytest.skip("this engine does not prune")
         bounds = _three_archives(store)
         prune_archive(store, SID, bounds[0] + 1)
@@ -456,7 +457,7 @@ def test_cli_log_from_the_first_seq_kept_works(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with SessionStore(url) as store:
-        if not store.engine.supports_pruning:
+        if not isinstance(store.engine, PruningEngine):
             pytest.skip("this engine does not prune")
         bounds = _three_archives(store)
         prune_archive(store, SID, bounds[0] + 1)
