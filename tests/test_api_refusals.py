@@ -209,6 +209,15 @@ def test_an_unknown_projection_is_a_typed_error(store: SessionStore) -> None:
     assert "bootstrap" in str(info.value)  # the known names are listed
 
 
+@pytest.mark.parametrize("projection", [["x"], None, 3, b"bootstrap"])
+def test_a_projection_that_is_no_name_nor_projection_is_a_typed_error(
+    store: SessionStore, projection: object
+) -> None:
+    """0.1.0 raised a bare AttributeError (issue 29, item 7)."""
+    with pytest.raises(UnknownProjectionError, match="no name"):
+        store.load("s", projection)  # type: ignore[arg-type]
+
+
 def test_state_at_accepts_an_iso_string(store: SessionStore) -> None:
     store.append_progress_entry("s", make_entry(1))
     now = datetime.now(UTC) + timedelta(seconds=1)

@@ -171,13 +171,12 @@ class SessionCore:
     def projection(self, projection: str | Projection[Any]) -> Projection[Any]:
         """The registered projection named `projection` (or named as that object is)."""
         name = projection if isinstance(projection, str) else getattr(projection, "name", None)
-        try:
-            return self.projections[name]  # type: ignore[index]
-        except (KeyError, TypeError):
+        found = self.projections.get(name) if isinstance(name, str) else None
+        if found is None:
             known = ", ".join(sorted(self.projections))
-            raise UnknownProjectionError(
-                f"no projection named {name!r} is registered (known: {known})"
-            ) from None
+            what = f"named {name!r}" if isinstance(name, str) else f"{projection!r} (no name)"
+            raise UnknownProjectionError(f"no projection {what} is registered (known: {known})")
+        return found
 
     # -- per-session state ------------------------------------------------------------
 
