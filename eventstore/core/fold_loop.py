@@ -49,14 +49,11 @@ class _Pass:
     __slots__ = ("folded", "grow", "mark", "side", "trusted")
 
     def __init__(
-        self,
-        mark: checked_prefix.Mark | None,
-        grow: checked_prefix.Prefix | None,
-        side: SideThread | None,
+        self, mark: checked_prefix.Mark | None, grow: checked_prefix.Prefix | None
     ) -> None:
         self.mark = mark
         self.grow = grow
-        self.side = side
+        self.side: SideThread | None = None
         self.trusted = mark.size if mark is not None else 0
         self.folded = 0
 
@@ -82,11 +79,10 @@ def fold_log(
             grow = checked_prefix.Prefix()
         elif p is not None and p.head.position == f.head.position:
             grow = p
-    trusted = mark.size if mark is not None else 0
+    run = _Pass(mark, grow)
     # hashes the checked prefix while this thread decodes; started before the first read,
     # so it is ready by the time the first piece is
-    side = start_side_thread() if trusted >= core.tuning.hash_aside else None
-    run = _Pass(mark, grow, side)
+    side = run.side = start_side_thread() if run.trusted >= core.tuning.hash_aside else None
     sid = sess.session_id
     piece_size = core.tuning.read_piece
     piece: tuple[ReadResult, bool] | None = core.engine.read_some(sid, f.head.position, piece_size)

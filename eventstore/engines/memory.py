@@ -315,12 +315,7 @@ class _MemoryRepairHold(RepairHold):
         lg = self._engine._log(self._sid)
         if lg is None or n >= len(lg.data):
             return None
-        name = f"{self.where}/log.{reason}-{len(lg.aside) + 1}"
-        lg.aside.append((name, bytes(lg.data)))
-        lg.generation = next(_generations)
-        lg.data = lg.data[:n]
-        lg.head = _scan_head(lg.generation, bytes(lg.data))
-        return name
+        return self.rewrite(bytes(lg.data[:n]), reason)
 
     def rewrite(self, data: bytes, reason: str) -> str:
         lg = self._engine._log(self._sid)

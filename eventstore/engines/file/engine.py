@@ -71,7 +71,6 @@ from eventstore.engines.file.layout import (
     list_session_ids,
     open_private,
     pread_all,
-    validate_session_id,
     write_all,
 )
 from eventstore.engines.file.logfile import (
@@ -118,6 +117,7 @@ from eventstore.errors import (
     StorageError,
     UnsafePathError,
 )
+from eventstore.session_ids import validate_session_id
 
 __all__ = ["MAX_OPEN_SESSIONS", "FileEngine", "FilePosition", "from_url"]
 

@@ -27,17 +27,15 @@ from eventstore.errors import (
     StorageError,
     UnsafePathError,
 )
-from eventstore.session_ids import MAX_SESSION_ID_BYTES, validate_session_id
+from eventstore.session_ids import MAX_SESSION_ID_BYTES
 
 __all__ = [
-    "MAX_SESSION_ID_BYTES",
     "SessionPaths",
     "decode_session_dir",
     "ensure_private_dir",
     "fsync_dir",
     "open_private",
     "session_dir_name",
-    "validate_session_id",
     "write_all",
     "write_atomically",
 ]

@@ -219,19 +219,7 @@ class FileRepairHold(RepairHold):
 
     def keep_prefix(self, n: int, reason: str) -> str | None:
         data = self.data
-        if n >= len(data):
-            return None
-        log_path = self.paths.log
-        aside = log_path.with_name(f"{log_path.name}.{reason}-{stamp()}")
-        try:
-            os.link(log_path, aside)  # the original bytes, kept before anything changes
-            fsync_dir(log_path.parent)
-            self._before_replace()
-            write_atomically(log_path, data[:n])
-        except OSError as exc:
-            raise storage_error(log_path, "repairing the log", exc) from exc
-        self._data = data[:n]
-        return str(aside)
+        return None if n >= len(data) else self.rewrite(data[:n], reason)
 
     def rewrite(self, data: bytes, reason: str) -> str:
         log_path = self.paths.log
