@@ -524,11 +524,7 @@ class SessionStore:
         """Drop what this store keeps in memory for a session (every session: None), as if
         it had never been loaded here; the next use folds from the engine's caches and
         log. Nothing stored changes."""
-        if session_id is None:
-            for sess in self.core.sessions.take_all():
-                self.core.caches.save_caches(sess)
-        else:
-            self.core.forget(session_id)
+        self.core.forget(session_id)
 
     def _write_records(
         self,

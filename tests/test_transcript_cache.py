@@ -191,6 +191,28 @@ def test_past_its_budget_a_store_lets_go_of_the_transcripts_it_created(
             assert s.load_transcript_messages(sid) == truth
 
 
+@pytest.mark.parametrize("let_go", ["delete", "compact", "forget"])
+def test_a_session_let_go_gives_its_share_of_the_budget_back(
+    root: Path, monkeypatch: pytest.MonkeyPatch, let_go: str
+) -> None:
+    """A session the store deletes, compacts or forgets no longer counts against the
+    budget of transcripts kept from creation: the next session it creates is kept."""
+    tune(monkeypatch, kept_from_creation=400_000)
+    with SessionStore(root) as s:
+        for _ in range(200):  # ~360 kB: most of the budget
+            s.append_transcript_messages("a", _TURN)
+        assert "transcript" in s.cache_info("a").folds
+        if let_go == "delete":
+            s.delete_session("a")
+        elif let_go == "compact":
+            s.compact("a")
+        else:
+            s.forget_cached_state("a")
+        for _ in range(150):  # ~270 kB: past what was left, within what was given back
+            s.append_transcript_messages("b", _TURN)
+        assert "transcript" in s.cache_info("b").folds
+
+
 def test_a_load_never_writes_the_transcript_cache_close_does(root: Path) -> None:
     _write(root, 700)
     _cache(root).unlink()

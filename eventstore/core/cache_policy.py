@@ -125,8 +125,7 @@ class CachePolicy:
     def save_caches(self, sess: SessionState) -> None:
         """Save what is worth saving of a session the core stops keeping: the fold
         caches that would hold something new, and the checked prefix."""
-        if sess.kept_from_creation > 0:
-            self.kept_bytes -= sess.kept_from_creation
+        self.release(sess)
         if sess.lock._is_owned():  # type: ignore[attr-defined]
             # this thread is folding into it (a load nested in a projection's fold
             # evicted it): its states may be half folded, its prefix unproven
@@ -138,6 +137,13 @@ class CachePolicy:
             p = sess.prefix
             if p is not None and p.size != p.saved and p.size >= self.tuning.cache_on_close:
                 checked_prefix.store(self.engine, sess.session_id, p)
+
+    def release(self, sess: SessionState) -> None:
+        """Give back what the session held of the creation budget (it is dropped or
+        forgotten: what it kept from its creation goes with it)."""
+        if sess.kept_from_creation > 0:
+            self.kept_bytes -= sess.kept_from_creation
+        sess.kept_from_creation = -1
 
     def keep_from_creation(self, sess: SessionState, head: Head) -> None:
         """The session is being created by this store: start, at its empty head, the

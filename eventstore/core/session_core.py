@@ -156,8 +156,7 @@ class SessionCore:
 
     def close(self) -> None:
         """Save the caches worth saving, forget every session and release the engine."""
-        sessions = self.sessions.take_all() if not self.closed else []
-        for sess in sessions:
+        for sess in self.sessions.take_all() if not self.closed else []:
             self.caches.save_caches(sess)
         with self._closing:
             if not self.closed:
@@ -193,12 +192,19 @@ class SessionCore:
             sess = self.sessions.open(session_id)
         return sess
 
-    def forget(self, session_id: str) -> None:
-        """Forget what is kept of the session (its log was replaced, removed or repaired
-        by this store): the next use refolds from the engine."""
-        sess = self.sessions.get(session_id)
-        if sess is not None:
+    def forget(self, session_id: str | None = None) -> None:
+        """Forget what is kept of the session (every session: None), as when its log was
+        replaced, removed or repaired by this store: the next use refolds from the
+        engine. Nothing is saved; what the session held of the creation budget is
+        given back."""
+        if session_id is None:
+            sessions = list(self.sessions.by_id.values())
+        else:
+            found = self.sessions.get(session_id)
+            sessions = [] if found is None else [found]
+        for sess in sessions:
             with sess.lock:
+                self.caches.release(sess)
                 sess.forget()
 
     def has_fold(self, session_id: str, name: str) -> bool:

@@ -147,7 +147,7 @@ def compact(
         except HeadMovedError:
             continue  # another compaction (or a repair) replaced the log: read it again
         with sess.lock:
-            sess.forget()  # the new log has a new identity: every fold restarts from it
+            core.forget(session_id)  # the new log has a new identity: every fold restarts from it
             sess.head = done.head
         if done.head.seq == covers.seq:  # nothing after the snapshot: the states are current
             core.caches.save_fold_caches(session_id, done.head, folded)

@@ -74,7 +74,7 @@ def delete_session(core: CoreOwner, session_id: str) -> bool:
     sess = core.session(session_id)
     with sess.lock:
         removed = core.engine.remove_session(session_id)
-        sess.forget()
+        core.forget(session_id)
     return removed
 
 

@@ -106,7 +106,7 @@ def repair(core: CoreOwner, session_id: str) -> RepairReport:
             rebuilt = _rebuild(core, session_id, buf, where, archived)
             if rebuilt is not None:
                 aside = hold.rewrite(rebuilt[0], "corrupt")
-                sess.forget()
+                core.forget(session_id)
                 return RepairReport(
                     session_id, "rebuilt", where, aside, rebuilt[1], len(rebuilt[0]),
                     len(buf) - rebuilt[2], bad,
@@ -114,7 +114,7 @@ def repair(core: CoreOwner, session_id: str) -> RepairReport:
                     f" at {aside}",
                 )  # fmt: skip
         saved = hold.keep_prefix(cut, "torn" if bad is None else "corrupt")
-        sess.forget()
+        core.forget(session_id)
     dropped = len(buf) - cut
     if bad is None:
         return RepairReport(
