@@ -512,7 +512,7 @@ class SessionStore:
         `eventstore.ops.lifecycle.delete_older_than`)."""
         return lifecycle.delete_older_than(self.core, age, now=now, dry_run=dry_run)
 
-    # -- internals --------------------------------------------------------------------
+    # -- what the store keeps in memory ----------------------------------------------
 
     def cache_info(self, session_id: str) -> SessionCacheInfo:
         """What this store keeps in memory for a session: its folded projections with the
@@ -525,6 +525,8 @@ class SessionStore:
         it had never been loaded here; the next use folds from the engine's caches and
         log. Nothing stored changes."""
         self.core.forget(session_id)
+
+    # -- internals --------------------------------------------------------------------
 
     def _write_records(
         self,
