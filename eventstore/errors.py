@@ -13,6 +13,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidRecordError",
     "InvalidSessionIdError",
+    "NestingTooDeepError",
     "SnapshotVersionError",
     "StorageError",
     "StoreClosedError",
@@ -34,6 +35,12 @@ class InvalidSessionIdError(EventStoreError, ValueError):
 
 class InvalidRecordError(EventStoreError, TypeError):
     """A record or event of the wrong type or shape was given to a write."""
+
+
+class NestingTooDeepError(InvalidRecordError):
+    """A write whose log line would nest arrays and objects deeper than the limit
+    (`eventstore.format.depth.MAX_DEPTH`): every reader could not read it back, so
+    nothing is written."""
 
 
 class FeatureNotFoundError(EventStoreError, KeyError):

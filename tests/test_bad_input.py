@@ -5,12 +5,27 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import log_path, make_checkpoint, make_entry, make_features, make_manifest
+from conftest import (
+    cli_in_process,
+    log_path,
+    make_checkpoint,
+    make_entry,
+    make_features,
+    make_manifest,
+    one_line_error,
+)
+from engines import EngineCase
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from oracle import rehash
 
 from eventstore import (
     BootstrapState,
@@ -23,12 +38,15 @@ from eventstore import (
     InvalidRecordError,
     InvalidSessionIdError,
     Message,
+    NestingTooDeepError,
     ProgressAppended,
     ProgressEntry,
     Role,
     RunCheckpoint,
     SessionStore,
+    ToolUseBlock,
 )
+from eventstore.format.depth import MAX_DEPTH
 
 # -- session ids -----------------------------------------------------------------------
 
@@ -413,3 +431,172 @@ def test_a_root_that_is_not_a_directory_is_a_typed_error(tmp_path: Path) -> None
         with pytest.raises(EventStoreError, match="not a directory"):
             SessionStore(root)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+# -- nesting depth ---------------------------------------------------------------------
+# A value nested nearly as deep as Python's recursion limit could once be written from a
+# shallow stack and then be unreadable from a deeper one (or not be written at all, with a
+# bare RecursionError). A log line nests at most MAX_DEPTH levels: a deeper append is
+# refused with a typed error; a deeper line written by someone else is a CorruptLogError.
+
+# the level of a messages_appended line at which a value starts
+INPUT_LEVEL = 6  # {"messages":[{"blocks":[{"input":{
+METADATA_LEVEL = 4  # {"messages":[{"metadata":{
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    """A dict nesting `levels` levels of dicts (itself included)."""
+    value: dict[str, Any] = {}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+def _message_nesting(where: str, line_depth: int) -> Message:
+    """A message whose messages_appended line nests exactly `line_depth` levels."""
+    if where == "input":
+        block = ToolUseBlock(id="t1", name="tool", input=_nested(line_depth - INPUT_LEVEL + 1))
+        return Message(Role.ASSISTANT, "call", blocks=[block])
+    return Message(Role.USER, "hi", metadata=_nested(line_depth - METADATA_LEVEL + 1))
+
+
+def _at_stack_depth(frames: int, fn: Callable[[], Any]) -> Any:
+    """`fn()` called `frames` Python frames deeper than here."""
+    return fn() if frames <= 0 else _at_stack_depth(frames - 1, fn)
+
+
+def _in_a_thread(fn: Callable[[], Any]) -> Any:
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(fn()))
+    t.start()
+    t.join(60)
+    assert got, "the read in a thread failed"
+    return got[0]
+
+
+def _every_read(store: SessionStore, sid: str) -> list[object]:
+    """What every read path gives for `sid`: loads (whole, a last page), history and its
+    export, verify, from here, from hundreds of frames deeper and from another thread."""
+    out: list[object] = []
+    for call in (lambda f: f(), lambda f: _at_stack_depth(400, f), _in_a_thread):
+        out.append(call(lambda: store.load_transcript_messages(sid)))
+        out.append(call(lambda: store.load_transcript_messages(sid, last=1)))
+        out.append(call(lambda: store.load_bootstrap_state(sid)))
+        out.append(call(lambda: [type(e).__name__ for e in store.read_events(sid)]))
+        out.append(call(lambda: store.verify(sid).ok))
+    return out
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    where=st.sampled_from(["input", "metadata"]),
+    past=st.integers(-2, 2) | st.sampled_from([729, 734, 740, 5000]),
+)
+def test_a_write_nested_past_the_depth_limit_is_refused_and_the_rest_reads_back_everywhere(
+    url: str, where: str, past: int
+) -> None:
+    """A line nesting MAX_DEPTH levels or fewer is acknowledged and reads back equal on
+    every read path (fresh stores, fold caches, compaction, deep call stacks, threads);
+    one level more is refused with NestingTooDeepError naming the limit, nothing written
+    (0.1.0: acknowledged ~985 deep, then a bare RecursionError on every load; ~990 deep,
+    a bare RecursionError from the append)."""
+    sid = f"{where}{past}-{uuid.uuid4().hex[:6]}"
+    message = _message_nesting(where, MAX_DEPTH + past)
+    with SessionStore(url) as store:
+        store.append_progress_entry(sid, make_entry())
+        if past > 0:
+            with pytest.raises(NestingTooDeepError, match=f"at most {MAX_DEPTH}"):
+                store.append_transcript_messages(sid, [message])
+            assert store.last_seq(sid) == 1 and store.load_transcript_messages(sid) == []
+            return
+        store.append_transcript_messages(sid, [message])
+        assert store.load_transcript_messages(sid) == [message]
+        warm = _every_read(store, sid)
+    assert warm[0] == warm[1] == [message] and warm[4] is True
+    with SessionStore(url) as cold:  # fold caches and engine heads as another store reads them
+        assert _every_read(cold, sid) == warm
+        assert cold.compact(
+            sid, force=True
+        ).compacted  # a snapshot wraps the message a few levels deeper
+        assert _every_read(cold, sid) == warm
+    with SessionStore(url) as after:
+        assert after.load_transcript_messages(sid) == [message]
+
+
+def _forge_deep_last_line(case: EngineCase, store: SessionStore, sid: str, levels: int) -> None:
+    """Nest the `"X"` of the session's last line `levels` deep (a list in a list ...) and
+    make its hash check: a line an older writer, a tool or a hand wrote."""
+
+    def deepen(data: bytes) -> bytes:
+        lines = data.split(b"\n")[:-1]
+        deep = lines[-1].replace(b'"X"', b"[" * levels + b"]" * levels)
+        lines[-1] = rehash(deep, lines[-2][-18:-2].decode())
+        return b"\n".join(lines) + b"\n"
+
+    case.rewrite(store, sid, deepen)
+
+
+@pytest.mark.parametrize("levels", [990, 5000])
+def test_a_line_nested_too_deep_to_read_is_a_corrupt_log_error_on_every_read_path(
+    case: EngineCase, url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, levels: int
+) -> None:
+    """A line nested deeper than a reader can decode, written by someone else, is a
+    CorruptLogError naming the line (its byte offset and seq) on every read path of the
+    API and the CLI; verify reports it, repair keeps what is before it (0.1.0: a bare
+    RecursionError, a traceback on the CLI, and repair said the log was intact)."""
+    sid = "deep"
+    with SessionStore(url) as store:
+        store.append_progress_entry(sid, make_entry())
+        store.append_transcript_messages(sid, [Message(Role.USER, "hi", metadata={"deep": "X"})])
+        _forge_deep_last_line(case, store, sid, levels)
+    with SessionStore(url) as store:
+        reads: list[Callable[[], object]] = [
+            lambda: store.load_transcript_messages(sid),
+            lambda: store.load_transcript_messages(sid, last=1),
+            lambda: store.load_bootstrap_state(sid),
+            lambda: list(store.read_events(sid)),
+            lambda: store.transcript_at(sid, seq=2),
+            lambda: store.compact(sid, force=True),
+        ]
+        for read in reads:
+            with pytest.raises(CorruptLogError, match=f"nests {levels + 4} levels") as info:
+                read()
+            assert info.value.offset > 0
+        [problem] = store.verify(sid).problems
+        assert (problem.seq, problem.kind) == (2, "undecodable")
+    for command in ("log", "state", "transcript", "export", "stats"):
+        rc, out, err = cli_in_process(capsys, command, url, sid)
+        assert rc == 2 and f"nests {levels + 4} levels" in err and "(seq 2)" in err, (command, err)
+        one_line_error(err)
+    page = tmp_path / "r.html"
+    rc, out, err = cli_in_process(capsys, "report", url, sid, "-o", str(page))
+    assert rc == 0 and f"nests {levels + 4} levels" in page.read_text()  # the page says so
+    assert cli_in_process(capsys, "verify", url, sid)[0] == 1
+    rc, out, err = cli_in_process(capsys, "repair", url, sid)
+    assert rc == 0 and "intact" not in out
+    with SessionStore(url) as store:
+        assert store.verify(sid).ok and store.last_seq(sid) == 1
+
+
+def test_a_line_at_the_depth_limit_reads_on_every_cli_command(
+    url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """What is acknowledged at the limit reads on the CLI too, tables and JSON (0.1.0:
+    `log`, `state`, `transcript`, `export`, `stats` and `report` printed a traceback)."""
+    sid = "deep"
+    with SessionStore(url) as store:
+        store.append_transcript_messages(sid, [_message_nesting("input", MAX_DEPTH)])
+        store.append_transcript_messages(sid, [_message_nesting("metadata", MAX_DEPTH)])
+    for command in ("log", "state", "transcript", "export", "stats", "verify"):
+        for json in ([], ["--json"]) if command != "export" else ([],):
+            rc, out, err = cli_in_process(capsys, command, url, sid, *json)
+            assert rc == 0 and out and not err, (command, json, err)
+    rc, out, err = cli_in_process(capsys, "export", url, sid, "--format", "jsonl")
+    assert rc == 0 and out.count("\n") == 2
+    page = tmp_path / "r.html"
+    assert cli_in_process(capsys, "report", url, sid, "-o", str(page))[0] == 0
+    assert page.stat().st_size > 0

@@ -66,6 +66,7 @@ from eventstore.engines.base import (
 )
 from eventstore.format.chain import hash_checks
 from eventstore.format.codec import EventCodec
+from eventstore.format.depth import HEAD_DECODER
 from eventstore.format.events import (
     LineHead,
     ProgressAppended,
@@ -77,7 +78,7 @@ __all__ = ["EngineConformance", "corrupt", "in_forked_child", "wait_child"]
 
 SID = "s"
 _codec = EventCodec()
-_line_head = msgspec.json.Decoder(LineHead)
+_line_head = HEAD_DECODER
 
 
 def corrupt(engine: Engine, session_id: str, edit: Callable[[bytes], bytes]) -> None:

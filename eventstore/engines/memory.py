@@ -44,12 +44,12 @@ from eventstore.engines.base import (
     RepairHold,
     Segment,
 )
-from eventstore.format.events import LineHead
+from eventstore.format.depth import HEAD_DECODER
 from eventstore.session_ids import validate_session_id
 
 __all__ = ["MemoryEngine", "from_url"]
 
-_head_decoder = msgspec.json.Decoder(LineHead)
+_head_decoder = HEAD_DECODER
 _generations = itertools.count(1)  # a log's identity: never reused within the process
 
 

@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import hashlib
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 import msgspec
 
-from eventstore.errors import CorruptLogError, InvalidRecordError
+from eventstore.errors import CorruptLogError, InvalidRecordError, NestingTooDeepError
 from eventstore.format.chain import link_of, locate_states
+from eventstore.format.depth import HEAD_DECODER, MAX_DEPTH, check_depth, too_deep_reason
 from eventstore.format.events import (
     BUILTIN_EVENT_TYPES,
     Event,
-    LineHead,
     MessagesAppended,
     Snapshot,
     UnknownEvent,
@@ -64,14 +64,18 @@ def validated_copy(value: object, cls: type[_T], what: str) -> _T:
     if not isinstance(value, cls):
         raise InvalidRecordError(f"{what} must be a {cls.__name__}, got {type(value).__name__}")
     try:
-        copy = msgspec.json.decode(_json_encoder.encode(value), type=cls)
-    except (msgspec.ValidationError, msgspec.EncodeError, TypeError) as exc:
+        data = _json_encoder.encode(value)
+    except RecursionError:  # deeper than the encoder can go from here: far past the limit
+        raise _too_deep(what) from None
+    except (msgspec.EncodeError, TypeError) as exc:
         raise InvalidRecordError(f"invalid {what}: {exc}") from None
     except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 line can carry it
-        raise InvalidRecordError(
-            f"invalid {what}: {exc.object[exc.start : exc.end]!r} in {exc.object!r} is not"
-            " encodable as UTF-8 (lone surrogate)"
-        ) from None
+        raise _lone_surrogate(what, exc) from None
+    check_depth(data, what)
+    try:
+        copy = msgspec.json.decode(data, type=cls)
+    except msgspec.ValidationError as exc:
+        raise InvalidRecordError(f"invalid {what}: {exc}") from None
     if copy != value:
         where, given, stored = _first_difference(value, copy, what)
         raise InvalidRecordError(
@@ -79,6 +83,20 @@ def validated_copy(value: object, cls: type[_T], what: str) -> _T:
             f" {stored!r}; give the declared type"
         )
     return copy
+
+
+def _lone_surrogate(what: str, exc: UnicodeEncodeError) -> InvalidRecordError:
+    return InvalidRecordError(
+        f"invalid {what}: {exc.object[exc.start : exc.end]!r} in {exc.object!r} is not"
+        " encodable as UTF-8 (lone surrogate)"
+    )
+
+
+def _too_deep(what: str) -> NestingTooDeepError:
+    return NestingTooDeepError(
+        f"{what} nests arrays and objects too deep to encode; a log line may nest at most"
+        f" {MAX_DEPTH} levels (eventstore.format.depth.MAX_DEPTH), its envelope included"
+    )
 
 
 # The empty `blocks` and `metadata` of every plain message's private copy: shared, and
@@ -181,7 +199,7 @@ class EventCodec:
         self._encoder = msgspec.json.Encoder()
         self._decoders: dict[frozenset[str] | None, msgspec.json.Decoder[Event]] = {}
         self._stubs: dict[str, type[Event]] = {}
-        self.head_decoder = msgspec.json.Decoder(LineHead)
+        self.head_decoder = HEAD_DECODER
         self._dict_decoder = msgspec.json.Decoder(dict[str, Any])
 
     # -- schema evolution -------------------------------------------------------------
@@ -305,7 +323,14 @@ class EventCodec:
         return stub
 
     def decode_line(self, line: bytes, offset: int, path: object) -> Event:
-        """Decode one line (no newline) slowly but exactly; for error paths and `verify`."""
+        """Decode one line (no newline) slowly but exactly; for error paths and `verify`.
+        A line nested too deep for the decoder is a CorruptLogError like any other."""
+        try:
+            return self._decode_line(line, offset, path)
+        except RecursionError:
+            raise CorruptLogError(path, offset, None, too_deep_reason(line)) from None
+
+    def _decode_line(self, line: bytes, offset: int, path: object) -> Event:
         try:
             head = self.head_decoder.decode(line)
         except msgspec.ValidationError as exc:
@@ -364,6 +389,7 @@ class EventCodec:
         key: str | None,
         *,
         check: bool = False,
+        max_depth: int | None = MAX_DEPTH,
     ) -> tuple[bytes, list[Event], str]:
         """Stamp `events` as one batch and encode it; returns (bytes, stamped, new link).
 
@@ -372,6 +398,10 @@ class EventCodec:
         messages are copied instead, see `_plain_copies`), and `NotAsStoredError` is
         raised, before anything is returned, if one would not read back equal or cannot
         be encoded. `validated_copy` of each record finds the same, and names the field.
+
+        `max_depth`: a line nesting deeper is refused with `NestingTooDeepError` before
+        anything is returned (`eventstore.format.depth`); None for a snapshot, which
+        wraps in a few more levels states folded from lines that kept to the limit.
         """
         # the append hot path: each event encoded once, its hash over the encoded body
         # (h omitted, see `line_hash`), the line's bytes joined once at the end
@@ -398,8 +428,10 @@ class EventCodec:
                     # change meanwhile): what is folded is what the line holds
                     ev.messages = plain  # type: ignore[attr-defined]  # (_replace's own)
                 try:
-                    body = encode(ev)
+                    body = self._encoded(ev, encode, max_depth if plain is None else None)
                     copy = ev if plain is not None else self.read_back(body, type(ev))
+                except NestingTooDeepError:
+                    raise
                 except (msgspec.MsgspecError, TypeError, UnicodeEncodeError) as exc:
                     raise NotAsStoredError(str(exc)) from exc
                 if copy is not ev:
@@ -407,7 +439,7 @@ class EventCodec:
                         raise NotAsStoredError(f"{type(ev).__name__} would not read back equal")
                     ev = copy
             else:
-                body = encode(ev)
+                body = self._encoded(ev, encode, max_depth)
             digest = _blake2b(link.encode(), digest_size=8)
             digest.update(body)
             h = digest.hexdigest()
@@ -417,6 +449,17 @@ class EventCodec:
             link = link_of(ev)
             stamped.append(ev)
         return b"".join(parts), stamped, link
+
+    @staticmethod
+    def _encoded(ev: Event, encode: Callable[[Any], bytes], max_depth: int | None) -> bytes:
+        """`encode(ev)`, NestingTooDeepError if it nests deeper than `max_depth`."""
+        try:
+            body = encode(ev)
+        except RecursionError:
+            raise _too_deep(f"a {event_tag(type(ev))} event") from None
+        if max_depth is not None:
+            check_depth(body, f"a {event_tag(type(ev))} event", max_depth)
+        return body
 
     def read_back(self, body: bytes, cls: type[Event]) -> Event:
         """`body` (an event's JSON) decoded as `cls`: the round trip `encode_batch(check=True)`
@@ -432,7 +475,7 @@ class EventCodec:
         length = 0
         for _ in range(8):  # offsets shift only when a number gains a digit: this converges
             trial = msgspec.structs.replace(snap, layout=layout, length=length)
-            data, stamped, _ = self.encode_batch([trial], seq, link, ts, None)
+            data, stamped, _ = self.encode_batch([trial], seq, link, ts, None, max_depth=None)
             found = locate_states(data, snap.states)
             if found == layout and len(data) - 1 == length:
                 return data, stamped[0]  # type: ignore[return-value]

@@ -109,8 +109,8 @@ def decode_exactly(
     try:
         try:
             ev = decoder.decode_lines(line + b"\n")[0]
-        except (msgspec.DecodeError, msgspec.ValidationError, IndexError):
-            return codec.decode_line(line, at, where)
+        except (msgspec.DecodeError, msgspec.ValidationError, IndexError, RecursionError):
+            return codec.decode_line(line, at, where)  # (which says what is wrong)
         if ev.v != type(ev).VERSION and not type(ev).SKIPPED:
             return codec.decode_line(line, at, where)
         return ev
@@ -122,7 +122,7 @@ def envelope_guess(line: bytes, want: int | None) -> tuple[int | None, int]:
     """The seq and `more` an unreadable line claims, so reading can go on after it."""
     try:
         data = _dict_decoder.decode(line)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return want, 0
     s = data.get("seq")
     m = data.get("more", 0)

@@ -232,8 +232,8 @@ def _read_regular(
     that does not check): the careful reader then finds and reports it."""
     try:
         events = _decode_lines(decoder, region, offset)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None  # (a line nested too deep: the careful path names it)
     n = len(events)
     # the lines themselves are needed for their hashes; without those, a count will do
     lines: list[bytes] | None = None

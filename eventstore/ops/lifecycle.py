@@ -32,6 +32,7 @@ from eventstore.errors import (
     UnsupportedError,
 )
 from eventstore.format.chain import hash_checks
+from eventstore.format.depth import HEAD_DECODER
 from eventstore.format.events import (
     ArchivePruned,
     LineHead,
@@ -182,7 +183,7 @@ def _head(core: SessionCore, session_id: str) -> Head:
 
 # -- pruning archived history ----------------------------------------------------------------
 
-_line_head = msgspec.json.Decoder(LineHead)
+_line_head = HEAD_DECODER
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from eventstore.engines.base import (
 )
 from eventstore.errors import EventStoreError
 from eventstore.format.chain import split_hash
+from eventstore.format.depth import HEAD_DECODER
 from eventstore.format.events import LineHead
 
 __all__ = [
@@ -44,7 +45,7 @@ __all__ = [
     "same_history",
 ]
 
-_heads = msgspec.json.Decoder(LineHead)
+_heads = HEAD_DECODER
 _MAX_LINES = 1000
 _MAX_BYTES = 4 << 20  # lines per destination append: fewer round trips, bounded memory
 

@@ -39,6 +39,7 @@ from eventstore.format.chain import (
     SNAPSHOT_OPEN,
     link_of,
 )
+from eventstore.format.depth import HEAD_DECODER
 from eventstore.format.events import (
     Event,
     LineHead,
@@ -234,4 +235,4 @@ def _claimed(line: bytes) -> LineHead | None:
         return None
 
 
-_line_head = msgspec.json.Decoder(LineHead)
+_line_head = HEAD_DECODER

@@ -44,9 +44,9 @@ from eventstore.format.chain import (
     line_hash,
     split_hash,
 )
+from eventstore.format.depth import HEAD_DECODER
 from eventstore.format.events import (
     Event,
-    LineHead,
     Snapshot,
 )
 from eventstore.format.reader import (
@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Problem", "Severity", "VerifyReport", "verify"]
 
-_line_head = msgspec.json.Decoder(LineHead)
+_line_head = HEAD_DECODER
 
 
 class VerifyReport(msgspec.Struct):

@@ -53,7 +53,7 @@ from eventstore.engines.file.layout import (
 )
 from eventstore.errors import StorageError
 from eventstore.format.chain import hash_checks
-from eventstore.format.events import LineHead
+from eventstore.format.depth import HEAD_DECODER
 
 __all__ = [
     "DATA_AT",
@@ -86,7 +86,7 @@ _CRC = struct.Struct(">I")
 _HINTS = struct.Struct(">QQ")  # the lock file's hints: epoch, mirrored end
 HINTS_AT = 8
 """Where the hints are in the lock file (after its 8-byte generation)."""
-_head_decoder = msgspec.json.Decoder(LineHead)
+_head_decoder = HEAD_DECODER
 _CHUNK = 1 << 12
 _PIECE = 64 << 10  # what the first look reads at a time
 _LINE_OPEN = b'{"type":"'  # how every line starts (the encoder writes the tag first)

@@ -20,6 +20,7 @@ from eventstore.format.chain import (
     HASH_SUFFIX_LEN,
     find_snapshot_head,
 )
+from eventstore.format.depth import HEAD_DECODER
 from eventstore.format.events import (
     LineHead,
     SnapshotHead,
@@ -44,8 +45,6 @@ __all__ = [
 ]
 
 TAIL_CHUNK = 1 << 13
-
-HEAD_DECODER = msgspec.json.Decoder(LineHead)
 
 
 def storage_error(path: object, doing: str, exc: OSError) -> Exception:

@@ -68,7 +68,7 @@ from eventstore.errors import (
     StorageError,
 )
 from eventstore.format.chain import split_hash
-from eventstore.format.events import LineHead
+from eventstore.format.depth import HEAD_DECODER
 
 try:
     import psycopg
@@ -95,7 +95,7 @@ __all__ = [
 ]
 
 _SNAPSHOT_PREFIX = b'{"type":"snapshot",'
-_head_decoder = msgspec.json.Decoder(LineHead)
+_head_decoder = HEAD_DECODER
 
 
 @dataclass(frozen=True, slots=True)
