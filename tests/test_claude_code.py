@@ -4,6 +4,7 @@ without a bound, duplicates kept, malformed lines reported, following a growing 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -31,6 +32,7 @@ from eventstore import (
 from eventstore.integrations import claude_code
 from eventstore.integrations.claude_code import (
     BATCH_LINES,
+    LINE_MAX_DEPTH,
     ClaudeCodeLine,
     TranscriptFollower,
     export_transcript,
@@ -305,6 +307,148 @@ def test_a_message_that_cannot_be_mirrored_is_still_kept_verbatim(
     assert cc.load_transcript_messages("s") == []
 
 
+def _deep_line(levels: int) -> bytes:
+    """A user line (no message) nesting exactly `levels` levels of arrays and objects."""
+    return b'{"type":"user","sessionId":"s","x":' + b"[" * (levels - 1) + b"]" * (levels - 1) + b"}"
+
+
+@pytest.mark.parametrize(
+    "levels", [LINE_MAX_DEPTH - 1, LINE_MAX_DEPTH, LINE_MAX_DEPTH + 1, 982, 1000]
+)
+def test_a_line_nested_too_deep_is_skipped_with_its_place_and_the_good_lines_import(
+    tmp_path: Path, levels: int
+) -> None:
+    """A line nesting deeper than LINE_MAX_DEPTH is reported (file, line, offset) and
+    skipped like any malformed line, and every good line imports; what imports exports
+    byte for byte, from this store and a fresh one (0.1.0: 1,000 deep killed the import
+    with a traceback, none of its good lines imported; ~982 imported, then `export`
+    crashed)."""
+    good = [
+        b'{"type":"user","sessionId":"s","message":{"role":"user","content":"a"}}\n',
+        b'{"type":"assistant","sessionId":"s","message":{"role":"assistant","content":"b"}}\n',
+    ]
+    deep = _deep_line(levels) + b"\n"
+    f = tmp_path / "s.jsonl"
+    f.write_bytes(good[0] + deep + good[1])
+    kept = levels <= LINE_MAX_DEPTH
+    with open_store(tmp_path / "store") as s:
+        report = import_transcript(s, f)
+        if kept:
+            assert report.malformed == [] and report.appended == {"s": 3}
+        else:
+            [bad] = report.malformed
+            assert (bad.path, bad.line, bad.offset) == (str(f), 2, len(good[0]))
+            assert f"nests {levels} levels" in bad.reason and str(LINE_MAX_DEPTH) in bad.reason
+            assert report.appended == {"s": 2}
+        assert [m.content for m in s.load_transcript_messages("s")] == ["a", "b"]
+    want = f.read_bytes() if kept else b"".join(good)
+    with open_store(tmp_path / "store") as s:
+        assert exported(s, "s") == want
+        s.compact("s", force=True)
+    with open_store(tmp_path / "store") as s:
+        assert exported(s, "s") == want
+
+
+def test_a_message_too_deep_to_mirror_is_kept_verbatim_and_reported(
+    cc: SessionStore, tmp_path: Path
+) -> None:
+    """A line within LINE_MAX_DEPTH whose message would nest past what a transcript line
+    holds (its `uuid` is mirrored three levels deeper) is kept, not mirrored."""
+    deep_uuid = b"[" * (LINE_MAX_DEPTH - 2) + b"]" * (LINE_MAX_DEPTH - 2)
+    line = (
+        b'{"type":"user","sessionId":"s","uuid":' + deep_uuid
+        + b',"message":{"role":"user","content":"x"}}\n'
+    )  # fmt: skip
+    f = tmp_path / "s.jsonl"
+    f.write_bytes(line)
+    report = import_transcript(cc, f)
+    assert report.malformed == [] and [m.line for m in report.unmirrored] == [1]
+    assert "nests" in report.unmirrored[0].reason
+    assert exported(cc, "s") == line and cc.load_transcript_messages("s") == []
+
+
+# JSON that Python's json reads and msgspec does not: what Node writes for a string cut
+# inside an emoji (a lone surrogate escape), and numbers past a double's range
+NODE_LINES = [
+    b'{"type":"user","sessionId":"s","message":{"role":"user","content":"cut \\ud83d"}}',
+    b'{"type":"user","sessionId":"s","message":{"role":"user","content":"\\udc00 low"}}',
+    b'{"type":"assistant","sessionId":"s","message":{"role":"assistant","content":[{"type":'
+    b'"tool_use","id":"t","name":"n","input":{"big":1e400,"neg":-1E+999,"ok":"\\ud83d\\ude00"}}]}}',
+    b'{"type":"summary","sessionId":"s","n":1e400}',
+]
+
+
+def test_valid_json_msgspec_cannot_read_imports_and_exports_byte_for_byte(
+    tmp_path: Path,
+) -> None:
+    """A lone surrogate escape or a number like 1e400 is valid JSON: the line is imported
+    and exported byte for byte (also after compaction, and by a store that does not know
+    Claude Code lines, which reads and verifies the log); its message is mirrored as Node
+    reads it: a lone surrogate is U+FFFD, a number past a double's range null (0.1.0:
+    skipped as "not JSON: Input data was truncated", and the export differed)."""
+    f = tmp_path / "s.jsonl"
+    f.write_bytes(b"\n".join(NODE_LINES) + b"\r\n")
+    with open_store(tmp_path / "store") as s:
+        report = import_transcript(s, f)
+        assert report.malformed == [] and report.unmirrored == []
+        assert report.appended == {"s": 4}
+        assert exported(s, "s") == f.read_bytes()
+        got = s.load_transcript_messages("s")
+        assert [m.content for m in got] == ["cut \ufffd", "\ufffd low", ""]
+        assert got[2].tool_calls[0].input == {"big": None, "neg": None, "ok": "\U0001f600"}
+    with SessionStore(tmp_path / "store") as plain:  # the log decodes for every reader
+        assert plain.verify("s").ok and len(list(plain.read_events("s"))) == 5
+        assert plain.compact("s", force=True).compacted
+    with open_store(tmp_path / "store") as s:
+        assert exported(s, "s") == f.read_bytes()
+        assert import_transcript(s, f).appended == {"s": 0}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    text=st.text(st.characters() | st.characters(categories=["Cs"]), max_size=12),
+    number=st.sampled_from(
+        ["1e400", "-1e400", "1E+309", "2e-400", "123456789012345678901234567890"]
+    ),
+    ascii_only=st.booleans(),
+)
+def test_any_string_and_number_python_reads_round_trips(
+    tmp_path_factory: pytest.TempPathFactory, text: str, number: str, ascii_only: bool
+) -> None:
+    """Any string (lone surrogates too, escaped as Python and Node write them) and any
+    number: the line exports byte for byte, and the mirrored content is the string with
+    each lone surrogate U+FFFD."""
+    content = json.dumps(text, ensure_ascii=ascii_only)
+    if not ascii_only and any("\ud800" <= c <= "\udfff" for c in text):
+        content = json.dumps(text)  # (a raw lone surrogate has no UTF-8: Node escapes it)
+    line = (
+        '{"type":"user","sessionId":"s","n":' + number
+        + ',"message":{"role":"user","content":' + content + "}}\n"
+    ).encode()  # fmt: skip
+    tmp = tmp_path_factory.mktemp("cc")
+    f = tmp / "s.jsonl"
+    f.write_bytes(line)
+    with open_store(tmp / "store") as s:
+        assert import_transcript(s, f).malformed == []
+        assert exported(s, "s") == line
+        [m] = s.load_transcript_messages("s")
+        read = json.loads(content)  # (an escaped high and low surrogate read as one pair)
+        assert m.content == "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in read)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b'{"n":NaN}', b'{"n":Infinity}', b'{"s":"\xed\xa0\xbd"}', b'{"s":"\xff"}', b'{"a":1,}'],
+    ids=["nan", "infinity", "utf8-encoded-surrogate", "invalid-utf8", "trailing-comma"],
+)
+def test_what_is_not_json_stays_malformed(cc: SessionStore, tmp_path: Path, line: bytes) -> None:
+    """Python's json reads these too, but they are not JSON (or not UTF-8): skipped."""
+    f = tmp_path / "s.jsonl"
+    f.write_bytes(line + b"\n")
+    [bad] = import_transcript(cc, f).malformed
+    assert bad.reason.startswith("not JSON")
+
+
 def test_a_store_without_the_integration_is_refused(tmp_path: Path) -> None:
     with SessionStore(tmp_path / "plain") as plain:
         with pytest.raises(InvalidRecordError, match="open_store"):
@@ -417,6 +561,58 @@ def test_a_follower_imports_a_partial_last_line_only_once_complete(
     report = follower.poll()
     assert report.appended == {S1: len(lines) - 1} and report.malformed == []
     assert follower.poll().lines == 0
+    assert exported(cc, S1) == FILE1.read_bytes()
+
+
+def _replace_file(f: Path, data: bytes, how: str) -> None:
+    if how == "renamed-over":  # an editor's or a sync tool's save: another inode
+        tmp = f.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, f)
+    else:  # truncated and rewritten: the same inode
+        with f.open("r+b") as out:
+            out.truncate(0)
+            out.write(data)
+
+
+@pytest.mark.parametrize("how", ["renamed-over", "rewritten-in-place"])
+def test_a_followed_file_replaced_by_a_longer_one_is_read_again_from_its_start(
+    cc: SessionStore, tmp_path: Path, how: str
+) -> None:
+    """A followed file replaced by a longer one with other lines is read again from its
+    start: every line of the new file imports, no fragment is reported, nothing is
+    doubled (0.1.0: resumed at the old byte offset, so the new file's first lines were
+    never imported and a fragment was reported as malformed)."""
+    old = b"".join(lines_of(FILE1)[:3])
+    new = FILE2.read_bytes() + b"".join(lines_of(FILE1)[3:6])
+    assert len(new) > len(old)
+    f = tmp_path / f"{S1}.jsonl"
+    f.write_bytes(old)
+    follower = TranscriptFollower(cc, f)
+    assert follower.poll().appended == {S1: 3}
+    _replace_file(f, new, how)
+    report = follower.poll()
+    assert report.malformed == [] and report.lines == len(lines_of(f))
+    assert import_transcript(cc, f).appended == {S1: 0, S2: 0}  # every new line is held
+    assert exported(cc, S1).startswith(old)  # and the old ones were kept
+    assert follower.poll().lines == 0
+
+
+@pytest.mark.parametrize("how", ["renamed-over", "rewritten-in-place"])
+def test_a_followed_file_replaced_by_itself_and_more_goes_on_where_it_was(
+    cc: SessionStore, tmp_path: Path, how: str
+) -> None:
+    """A replacement holding the same bytes first (a copy that grew) is read on from
+    where the follower was: the lines before are not read, nor reported, again."""
+    lines = lines_of(FILE1)
+    old = lines[0] + b"not json\n" + lines[1]
+    f = tmp_path / f"{S1}.jsonl"
+    f.write_bytes(old)
+    follower = TranscriptFollower(cc, f)
+    assert len(follower.poll().malformed) == 1
+    _replace_file(f, old + b"".join(lines[2:]), how)
+    report = follower.poll()
+    assert report.malformed == [] and report.lines == len(lines) - 2
     assert exported(cc, S1) == FILE1.read_bytes()
 
 

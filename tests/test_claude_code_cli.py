@@ -63,6 +63,23 @@ def test_malformed_lines_go_to_stderr_with_file_and_line_and_exit_1(
         assert len(s.load_transcript_messages(S1)) > 3
 
 
+def test_each_skipped_line_is_printed_once_and_one_file_is_one_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0.1.0 printed each skipped line twice (its own line and a logging warning) and
+    said "1 files"."""
+    f = tmp_path / "s.jsonl"
+    f.write_bytes(
+        b'{"type":"user","sessionId":"s","message":{"role":"user","content":"a"}}\n'
+        b"not json\n"
+        b'{"x":' + b"[" * 1000 + b"]" * 1000 + b"}\n"
+    )
+    assert main(["import-claude-code", str(tmp_path / "store"), str(f)]) == 1
+    captured = capsys.readouterr()
+    assert [ln.split("s.jsonl:")[1][:1] for ln in captured.err.splitlines()] == ["2", "3"]
+    assert "1 file: 1 new line, 2 skipped lines, 0 failed" in captured.out
+
+
 def test_a_missing_file_fails_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "store"
     assert main(["import-claude-code", str(root), str(tmp_path / "nope.jsonl"), str(FILE1)]) == 1
@@ -170,4 +187,4 @@ def test_follow_stops_on_sigterm(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    assert b"1 files: 19 new lines, 0 skipped lines, 0 failed" in out
+    assert b"1 file: 19 new lines, 0 skipped lines, 0 failed" in out

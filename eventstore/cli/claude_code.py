@@ -27,7 +27,7 @@ from typing import TextIO
 import msgspec
 
 from eventstore.cli.args import poll_seconds
-from eventstore.cli.format import table
+from eventstore.cli.format import plural, table
 from eventstore.engines.base import scheme_of
 from eventstore.errors import EventStoreError
 from eventstore.integrations.claude_code import (
@@ -200,7 +200,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             print(table([*headers, "FILE"], rows, right=(1, 2, 3, 4, 5)), file=out)
         new = sum(sum(r.appended.values()) for _, r, _ in reports)
         print(
-            f"\n{len(reports)} files: {new} new lines, {skipped} skipped lines, {failed} failed",
+            f"\n{plural(len(reports), 'file')}: {plural(new, 'new line')},"
+            f" {plural(skipped, 'skipped line')}, {failed} failed",
             file=out,
         )
     return EXIT_PROBLEMS if failed or skipped else EXIT_OK

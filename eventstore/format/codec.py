@@ -53,13 +53,16 @@ class NotAsStoredError(InvalidRecordError):
     the field, and raises that instead."""
 
 
-def validated_copy(value: object, cls: type[_T], what: str) -> _T:
+def validated_copy(value: object, cls: type[_T], what: str, *, max_depth: int = MAX_DEPTH) -> _T:
     """A private deep copy of `value` as it will read back from the log.
 
     Raises InvalidRecordError if `value` is not a `cls`, a field has the wrong type, or
     the value would not read back equal (a str where an enum belongs, bytes where text
     belongs, a UTC offset with seconds, which JSON timestamps cannot carry): nothing is
-    ever stored that would come back different.
+    ever stored that would come back different. NestingTooDeepError (one of them) if it
+    nests deeper than `max_depth` levels of arrays and objects (its line, with the
+    envelope, is held to `MAX_DEPTH`: a caller that knows where the value will stand in
+    its line passes what is left).
     """
     if not isinstance(value, cls):
         raise InvalidRecordError(f"{what} must be a {cls.__name__}, got {type(value).__name__}")
@@ -71,7 +74,7 @@ def validated_copy(value: object, cls: type[_T], what: str) -> _T:
         raise InvalidRecordError(f"invalid {what}: {exc}") from None
     except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 line can carry it
         raise _lone_surrogate(what, exc) from None
-    check_depth(data, what)
+    check_depth(data, what, max_depth)
     try:
         copy = msgspec.json.decode(data, type=cls)
     except msgspec.ValidationError as exc:

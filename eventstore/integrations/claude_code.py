@@ -8,7 +8,12 @@ back. One eventstore session per Claude Code `sessionId` (a line without one, su
 - **Verbatim.** Every line that is a JSON object is kept as a `claude_code_line` event
   holding the line itself (`line`: the object's bytes, inline, so `jq '.line.message'`
   reads it; `lead`/`trail`: any whitespace around it), so `export_transcript` gives the
-  same lines back byte for byte.
+  same lines back byte for byte. A valid line msgspec cannot read (a lone surrogate
+  escape such as `"\ud83d"`, which Node writes for a string cut inside an emoji, or a
+  number past a double's range such as `1e400`) is read with Python's `json` and kept
+  as a JSON string of its bytes (`line` is then a string: every reader of the log can
+  still decode it); its message is mirrored as Node reads it back: each lone surrogate
+  U+FFFD, each such number null (what `JSON.stringify` writes for an infinity).
 - **Mirrored.** A `user`, `assistant` or `system` line's message is also appended to the
   transcript as a `Message` with its blocks (text, thinking, tool calls, tool results,
   image references), its `timestamp` as `created_at` and `uuid`, `parentUuid`,
@@ -19,8 +24,11 @@ back. One eventstore session per Claude Code `sessionId` (a line without one, su
   of a line in a file is appended only if the session holds fewer than k. Re-importing
   appends nothing, however long the session; lines that differ (a `uuid` repeated with
   other content, as real files have) are all kept, and so is a line a file repeats.
-- **Never fatal.** A line that is not JSON or not an object is reported (file, line
-  number, byte offset) and skipped; the rest of the file is imported.
+- **Never fatal.** A line that is not JSON, not an object, or nests deeper than
+  `LINE_MAX_DEPTH` is reported (file, line number, byte offset) and skipped; the rest of
+  the file is imported. A message too deep to mirror is kept, not mirrored, and reported.
+- **A replaced file** (another inode, or other bytes where the last poll stopped) is
+  read again from its start by a follower: only the lines the session lacks are new.
 
 Stores must know the event type and the projection: `open_store(root)`, or pass
 `EVENT_TYPES` and `PROJECTIONS` to `SessionStore`.
@@ -31,8 +39,9 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import logging
+import json
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -50,6 +59,7 @@ from eventstore.errors import (
     InvalidRecordError,
 )
 from eventstore.format.codec import validated_copy
+from eventstore.format.depth import MAX_DEPTH, depth_of, over
 from eventstore.format.events import (
     Event,
     MessagesAppended,
@@ -76,6 +86,7 @@ __all__ = [
     "ClaudeCodeProjection",
     "ImportReport",
     "KeptLines",
+    "LINE_MAX_DEPTH",
     "MalformedLine",
     "TranscriptFollower",
     "export_transcript",
@@ -86,16 +97,27 @@ __all__ = [
     "transcript_files",
 ]
 
-log = logging.getLogger("eventstore")
-
 TAG = "claude_code_line"
 #: Lines appended per atomic batch: bounds the memory of one append, not what is kept.
 BATCH_LINES = 1000
+#: The deepest a line may nest (arrays and objects) to be kept: its event holds it one
+#: level below the log line's (`eventstore.format.depth.MAX_DEPTH`).
+LINE_MAX_DEPTH = MAX_DEPTH - 1
+#: The deepest a mirrored message may nest: a `messages_appended` line holds it two
+#: levels down.
+_MESSAGE_MAX_DEPTH = MAX_DEPTH - 2
+#: How many of the last bytes a follower consumed it checks, at every poll, are still there.
+_LAST_BYTES = 4096
 _JSON_WS = b" \t\r"  # JSON whitespace other than the newline that ends a line
 
 
 class ClaudeCodeLine(Event, tag=TAG, kw_only=True):
-    """One line of a Claude Code transcript, verbatim: `lead` + `line` + `trail`."""
+    """One line of a Claude Code transcript, verbatim: `lead` + `line` + `trail`.
+
+    `line` is the line's JSON object itself, or, for a valid line msgspec cannot read
+    (a lone surrogate escape, a number past a double's range), a JSON string of its
+    bytes, so the log stays readable by every reader (a kept line is an object, never a
+    string: the two cannot be confused)."""
 
     line: msgspec.Raw
     lead: str = ""
@@ -103,7 +125,10 @@ class ClaudeCodeLine(Event, tag=TAG, kw_only=True):
 
     def original(self) -> bytes:
         """The line's bytes exactly as the file held them (no newline)."""
-        return self.lead.encode() + bytes(self.line) + self.trail.encode()
+        line = bytes(self.line)
+        if line[:1] == b'"':  # kept as a string of its bytes
+            line = msgspec.json.decode(line, type=str).encode()
+        return self.lead.encode() + line + self.trail.encode()
 
 
 def _digest(line: bytes) -> bytes:
@@ -371,26 +396,60 @@ class _Line:
 
 
 _decode_any = msgspec.json.Decoder().decode
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _parse(data: bytes) -> dict[str, Any] | str:
-    """The line's object, or why it is malformed."""
+def _parse(data: bytes) -> tuple[dict[str, Any], bool] | str:
+    """The line's object and whether msgspec reads the line itself, or why the line is
+    malformed."""
     if not data.strip(_JSON_WS):
         return "blank line"
+    if over(data, LINE_MAX_DEPTH):  # (before any decoder recurses into it)
+        return (
+            f"nests {depth_of(data)} levels of arrays and objects deep; a line is kept"
+            f" up to {LINE_MAX_DEPTH} (eventstore.integrations.claude_code.LINE_MAX_DEPTH)"
+        )
     try:
-        doc = _decode_any(data)
+        doc, exact = _decode_any(data), True
     except msgspec.DecodeError as exc:
-        return f"not JSON: {exc}"
+        doc, exact = _as_node_reads_it(data), False
+        if doc is None:
+            return f"not JSON: {exc}"
     if not isinstance(doc, dict):
         return f"not a JSON object (a {type(doc).__name__})"
-    return doc
+    return doc, exact
 
 
-def _kept(data: bytes) -> ClaudeCodeLine:
+def _finite(text: str) -> float | None:
+    value = float(text)
+    return None if value in (float("inf"), float("-inf")) else value
+
+
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _as_node_reads_it(data: bytes) -> Any:
+    """A line msgspec refused, read by Python's `json` if it is valid JSON (None if
+    not): a lone surrogate escape becomes U+FFFD, a number past a double's range null,
+    as Node reads and writes them back; whatever else is read as msgspec would."""
+    try:
+        doc = json.loads(data.decode("utf-8"), parse_float=_finite, parse_constant=_not_json)
+    except ValueError:  # (UnicodeDecodeError and JSONDecodeError among them)
+        return None
+    text = _LONE_SURROGATE.sub("\ufffd", json.dumps(doc, ensure_ascii=False))
+    try:
+        return _decode_any(text.encode())
+    except msgspec.DecodeError:  # pragma: no cover - valid JSON both ways once cleaned
+        return None
+
+
+def _kept(data: bytes, exact: bool) -> ClaudeCodeLine:
     body = data.strip(_JSON_WS)
     start = data.index(body[:1])
     lead, trail = data[:start], data[start + len(body) :]
-    return ClaudeCodeLine(line=msgspec.Raw(body), lead=lead.decode(), trail=trail.decode())
+    line = body if exact else msgspec.json.encode(body.decode())
+    return ClaudeCodeLine(line=msgspec.Raw(line), lead=lead.decode(), trail=trail.decode())
 
 
 class _SessionCounts:
@@ -415,8 +474,10 @@ class TranscriptFollower:
     appended since the last one (a partially written last line waits for its newline).
 
     The file's byte offset, line count and per-line occurrence counts are kept between
-    polls; a file that shrank (replaced) is read again from its start (nothing is
-    duplicated: the store's counts decide what is new).
+    polls. A file replaced meanwhile is read again from its start (nothing is
+    duplicated: the store's counts decide what is new): one that shrank, or whose bytes
+    before the offset are no longer those read (checked where the last poll stopped,
+    and over the whole prefix, by its digest, when that or the file's inode differs).
     """
 
     def __init__(self, store: SessionStore, path: str | os.PathLike[str]) -> None:
@@ -428,15 +489,41 @@ class TranscriptFollower:
         self._seen: dict[str, Counter[bytes]] = {}  # session -> copies of each line in the file
         self._sessions: dict[str, _SessionCounts] = {}
         self._default_session = self.path.name.removesuffix(".jsonl")
+        self._ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the file last read
+        self._prefix = hashlib.blake2b(digest_size=16)  # of the `offset` bytes consumed
+        self._last = b""  # the last bytes consumed (up to _LAST_BYTES)
+
+    def _restart(self) -> None:
+        self.offset, self.line, self._seen = 0, 0, {}
+        self._prefix, self._last = hashlib.blake2b(digest_size=16), b""
+
+    def _replaced(self, fd: int, st: os.stat_result) -> bool:
+        """Whether the bytes before `offset` are no longer those consumed."""
+        if st.st_size < self.offset:
+            return True
+        n = len(self._last)
+        if (st.st_dev, st.st_ino) == self._ident and (
+            os.pread(fd, n, self.offset - n) == self._last
+        ):
+            return False  # the same file, the same bytes where the last poll stopped
+        digest, pos = hashlib.blake2b(digest_size=16), 0
+        while pos < self.offset:  # another file or other bytes: the whole prefix decides
+            piece = os.pread(fd, min(1 << 20, self.offset - pos), pos)
+            if not piece:
+                return True
+            digest.update(piece)
+            pos += len(piece)
+        return digest.digest() != self._prefix.digest()
 
     def poll(self, *, final: bool = False) -> ImportReport:
         """Import what was appended since the last poll. `final`: the file is complete,
         so a last line without a newline is read too (reported if it is not JSON)."""
         report = ImportReport(str(self.path))
         with open(self.path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < self.offset:  # replaced or truncated: start again
-                self.offset, self.line, self._seen = 0, 0, {}
+            st = os.fstat(f.fileno())
+            if self.offset and self._replaced(f.fileno(), st):
+                self._restart()  # replaced or truncated: start again
+            self._ident = (st.st_dev, st.st_ino)
             f.seek(self.offset)
             data = f.read()
         end = data.rfind(b"\n") + 1
@@ -461,20 +548,22 @@ class TranscriptFollower:
         for sid, lines in by_session.items():
             self._append(report, sid, lines)
         self.offset += end
+        self._prefix.update(data[:end])
+        self._last = (self._last + data[:end])[-_LAST_BYTES:]
         return report
 
     def _malformed(self, report: ImportReport, problem: MalformedLine) -> None:
-        log.warning("eventstore: claude code import: skipped %s", problem)
-        report.malformed.append(problem)
+        report.malformed.append(problem)  # (the caller says so: the CLI on stderr)
 
     def _take(
         self,
         report: ImportReport,
         by_session: dict[str, list[_Line]],
         raw: bytes,
-        doc: dict[str, Any],
+        parsed: tuple[dict[str, Any], bool],
         offset: int,
     ) -> None:
+        doc, exact = parsed
         sid = doc.get("sessionId", self._default_session)
         try:
             sid = validate_session_id(sid)
@@ -485,13 +574,13 @@ class TranscriptFollower:
         message = to_message(doc)
         if message is not None:
             try:
-                message = validated_copy(message, Message, "message")
+                message = validated_copy(message, Message, "message", max_depth=_MESSAGE_MAX_DEPTH)
             except InvalidRecordError as exc:
                 report.unmirrored.append(
                     MalformedLine(str(self.path), self.line, offset, f"kept, not mirrored: {exc}")
                 )
                 message = None
-        line = _Line(self.line, offset, raw, _digest(raw), _kept(raw), message)
+        line = _Line(self.line, offset, raw, _digest(raw), _kept(raw, exact), message)
         by_session.setdefault(sid, []).append(line)
         report.appended.setdefault(sid, 0)
         report.messages.setdefault(sid, 0)
