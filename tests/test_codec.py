@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -33,10 +34,12 @@ from eventstore import (
     InitShellScript,
     Message,
     MessagesAppended,
+    NestingTooDeepError,
     ProgressEntry,
     Role,
     RunCheckpoint,
     SessionManifest,
+    SessionStore,
     Snapshot,
 )
 from eventstore.format.chain import (
@@ -45,6 +48,7 @@ from eventstore.format.chain import (
     split_hash,
 )
 from eventstore.format.codec import EventCodec
+from eventstore.format.depth import MAX_DEPTH, depth_of, shallow
 from eventstore.format.events import LineHead
 from eventstore.format.reader import read_lines
 from eventstore.records import (
@@ -280,3 +284,69 @@ def test_offset_with_seconds_is_kept_or_rejected(tmp_path: Path) -> None:
             return
         got = SessionStore(tmp_path / "s").load_bootstrap_state("s").recent_progress[0]
         assert got.created_at == when
+
+
+# -- nesting depth ---------------------------------------------------------------------
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\ab,:'),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(alphabet='[]{}"\\a', max_size=3), inner, max_size=3)
+    ),
+    max_leaves=30,
+)
+
+
+def _reference_depth(value: object) -> int:
+    if isinstance(value, list):
+        return 1 + max(map(_reference_depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(_reference_depth, value.values()), default=0)
+    return 0
+
+
+@settings(max_examples=150)
+@given(_json_values)
+def test_depth_of_counts_nesting_not_brackets_in_strings(value: object) -> None:
+    """`depth_of` (no recursion) agrees with the nesting a decoder recurses into, whatever
+    brackets, quotes and backslashes strings hold; `shallow` keeps the top-level fields."""
+    data = msgspec.json.encode(value)
+    assert depth_of(data) == _reference_depth(value)
+    if isinstance(value, dict):
+        flat = msgspec.json.decode(shallow(data))
+        assert flat.keys() == value.keys()
+        assert all(flat[k] == (0 if isinstance(v, (list, dict)) else v) for k, v in value.items())
+
+
+def test_brackets_in_text_are_no_nesting(tmp_path: Path) -> None:
+    """Text full of brackets is stored however many it holds: only nesting counts."""
+    with SessionStore(tmp_path / "store") as s:
+        m = Message(Role.USER, "[{" * 5000, metadata={"k": "]]" * 5000, "[": ["{" * 300]})
+        s.append_transcript_messages("s", [m])
+        assert s.load_transcript_messages("s") == [m]
+
+
+class Deep(Event, tag="deep_thing", kw_only=True):
+    payload: object = None
+
+
+def test_a_batch_with_one_event_too_deep_is_refused_whole(tmp_path: Path) -> None:
+    """One over-deep event refuses its whole batch (custom events too), nothing written;
+    so does a value far too deep for the encoder's recursion."""
+    deep = _nested_lists(MAX_DEPTH)  # its line, one level more
+    with SessionStore(tmp_path / "store", event_types=[Deep]) as s:
+        s.append("s", [Deep(payload=1)])
+        for payload in (deep, _nested_lists(5000)):
+            with pytest.raises(NestingTooDeepError, match=f"at most {MAX_DEPTH}"):
+                s.append("s", [Deep(payload=2), Deep(payload=payload)])
+        assert s.last_seq("s") == 1
+        s.append("s", [Deep(payload=deep[0])])  # one level less: at the limit
+        assert [e.payload for e in s.read_events("s")][1] == deep[0]  # type: ignore[attr-defined]
+
+
+def _nested_lists(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
