@@ -43,8 +43,6 @@ objects, the line's own object included (a `messages_appended` line puts a messa
 `metadata` at level 4 and a tool call's `input` at level 6). A snapshot, which wraps
 states a few levels deeper, is written by compaction whatever its depth."""
 
-# a JSON string (escapes included): brackets inside strings are not nesting
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
@@ -55,7 +53,11 @@ def depth_of(data: bytes) -> int:
     `{}` or `[1]`, 2 for `[[]]`. Without recursion, so any depth is measured."""
     if data.count(b"[") + data.count(b"{") == 0:
         return 0
-    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    # outside strings only: with the escaped backslashes, then the escaped quotes, gone
+    # (a backslash stands only in a string's escapes), every other piece between quotes
+    unescaped = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    outside = b"".join(unescaped.split(b'"')[::2])
+    brackets = outside.translate(None, _NOT_BRACKETS)
     return max(0, max(accumulate(map(_STEP.__getitem__, brackets)), default=0))
 
 
