@@ -21,12 +21,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 import msgspec
 import pytest
-from conftest import wait_child, with_query
-from hypothesis import given, settings
+from conftest import cli_in_process, wait_child, with_query
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore import (
@@ -40,7 +40,13 @@ from eventstore.engines.base import (
     HeadMovedError,
     History,
 )
-from eventstore.errors import CorruptLogError, EventStoreError, StorageError
+from eventstore.errors import (
+    CorruptLogError,
+    EventStoreError,
+    InvalidArgumentError,
+    StorageError,
+    UnknownEngineError,
+)
 from eventstore.format.chain import line_hash, split_hash
 from eventstore.format.codec import EventCodec
 from eventstore.format.events import (
@@ -579,6 +585,124 @@ def test_storage_errors_name_the_url_without_the_password(server_url: str) -> No
     with pytest.raises(StorageError) as info:
         pg.from_url(bad)
     assert "s3cr3t-pw" not in str(info.value) and "***" in str(info.value)
+
+
+_MARK = "\u2603"  # in no message of eventstore, libpq or the server
+
+
+def _marked(text: str) -> str:
+    """`text` with the marker after every character: any leaked piece of two characters
+    or more shows the marker, as written or percent-encoded."""
+    return "".join(c + _MARK for c in text) or _MARK
+
+
+def _leaks(text: str) -> bool:
+    return _MARK in text or quote(_MARK).lower() in text.lower() or "\\u2603" in text
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    password=st.text(
+        st.one_of(st.sampled_from("%@:/?#&=+ '\\"), st.characters(codec="utf-8")),
+        max_size=12,
+    ).map(_marked),
+    form=st.sampled_from(["raw", "encoded", "password=", "sslpassword="]),
+    target=st.sampled_from(["closed port", "no such role"]),
+)
+def test_no_password_reaches_a_message_repr_or_the_cli(
+    server_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    password: str,
+    form: str,
+    target: str,
+) -> None:
+    """Issue 29 item 13: whatever the password holds (`%`, `@`, `:`, `/`, unicode) and
+    wherever the URL gives it, a failing open or connect shows none of it: not in the
+    error, its repr, `engine.url`, nor anything the CLI prints."""
+    parts = urlsplit(server_url)
+    host = f"127.0.0.1:{parts.port}" if target == "no such role" else "127.0.0.1:1"
+    enc = quote(password, safe="")
+    url = {
+        "raw": f"postgresql://nobody_{uuid.uuid4().hex[:6]}:{password}@{host}/x",
+        "encoded": f"postgresql://nobody_{uuid.uuid4().hex[:6]}:{enc}@{host}/x",
+        "password=": f"postgresql://nobody@{host}/x?password={enc}&sslmode=disable",
+        "sslpassword=": f"postgresql://nobody@{host}/x?sslpassword={enc}&sslmode=disable",
+    }[form]
+    assert not _leaks(pg.redact_url(url))
+    with pytest.raises(EventStoreError) as info:
+        SessionStore(url)
+    for shown in (str(info.value), repr(info.value), repr(info.value.args)):
+        assert not _leaks(shown), shown
+    capsys.readouterr()
+    for argv in (["sessions", url], ["init-db", url], ["migrate", url, str(tmp_path), "--all"]):
+        rc, out, err = cli_in_process(capsys, *argv)
+        assert rc != 0 and not _leaks(out + err), (argv[0], out + err)
+
+
+def test_a_failing_engine_shows_its_url_without_the_password(server_url: str) -> None:
+    """The password of a URL that opens shows in no `engine.url`, `store.url` or repr."""
+    parts = urlsplit(server_url)
+    user = parts.username or "postgres"
+    url = urlunsplit(parts._replace(netloc=f"{user}:50%25off%40x@{parts.hostname}:{parts.port}"))
+    with SessionStore(with_query(url, sslpassword="k3y-secret")) as store:
+        for shown in (store.url, store.engine.url, repr(store.engine)):
+            assert "50" not in shown and "off" not in shown and "k3y" not in shown
+            assert ":***@" in shown and "sslpassword=***" in shown
+
+
+def test_a_password_libpq_would_misread_is_refused_unquoted(server_url: str) -> None:
+    """`postgresql://app:50%off@...`: libpq said `invalid percent-encoded token: "50%off"`;
+    now a typed error tells how to write it, without quoting it, and nothing connects."""
+    host = urlsplit(server_url).netloc.rpartition("@")[2]
+    for password in ("50%off", "p@ss", "a/b", "x?y", "h#sh"):
+        with pytest.raises(InvalidArgumentError, match="percent-encoded") as info:
+            SessionStore(f"postgresql://app:{password}@{host}/x")
+        assert password not in str(info.value) and "app:***@" in str(info.value)
+
+
+def test_a_libpq_key_value_string_is_refused_not_taken_for_a_directory(
+    server_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`host=... password=...` was opened as a directory of that name (created in the
+    working directory), and `engine.url` showed the password."""
+    monkeypatch.chdir(tmp_path)
+    parts = urlsplit(server_url)
+    conninfo = f"host=127.0.0.1 port={parts.port} user=app password='kv s3cret' dbname=x"
+    for text in (conninfo, "dbname=x sslpassword=kv-s3cret"):
+        with pytest.raises(UnknownEngineError, match="key=value") as info:
+            SessionStore(text)
+        assert "s3cret" not in str(info.value)
+        for argv in (["sessions", text], ["init-db", text], ["migrate", text, "b", "--all"]):
+            rc, out, err = cli_in_process(capsys, *argv)
+            assert rc != 0 and "s3cret" not in out + err, out + err
+    assert list(tmp_path.iterdir()) == []  # no directory made
+
+
+def test_the_install_hint_names_the_distribution() -> None:
+    """Without psycopg, opening a PostgreSQL URL names the extra of this project's
+    distribution (`harness-eventstore[postgres]`), not another project's."""
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["psycopg"] = None
+        from eventstore import SessionStore
+        from eventstore.errors import UnknownEngineError
+        try:
+            SessionStore("postgresql://u@127.0.0.1:1/x")
+        except UnknownEngineError as exc:
+            print(exc)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    ).stdout
+    assert "pip install 'harness-eventstore[postgres]'" in out
 
 
 # -- the schema -------------------------------------------------------------------------
@@ -1493,7 +1617,13 @@ WORKER = textwrap.dedent(
     import os, sys, time
     from pathlib import Path
     from eventstore import ProgressEntry, SessionStore
-    from eventstore.errors import CorruptLogError, EventStoreError, StorageError
+    from eventstore.errors import (
+    CorruptLogError,
+    EventStoreError,
+    InvalidArgumentError,
+    StorageError,
+    UnknownEngineError,
+)
 
     url, role, gate, out = sys.argv[1], sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
     store = SessionStore(url)

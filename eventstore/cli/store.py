@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from eventstore.cli.args import CliError
-from eventstore.engines.base import redact_text
+from eventstore.engines.base import is_conninfo, redact_text
 from eventstore.errors import InvalidSessionIdError
 from eventstore.format.events import Event
 from eventstore.session_ids import validate_session_id
@@ -47,6 +47,11 @@ def shown_root(args: argparse.Namespace) -> str:
 
 def store_path(root: str) -> Path | None:
     """The directory ROOT names (a path or a `file://` URL); None for another URL."""
+    if is_conninfo(root):
+        raise CliError(
+            "a libpq key=value connection string is not a store URL: write it as"
+            " postgresql://USER:PASSWORD@HOST:PORT/DBNAME (percent-encoded)"
+        )
     if "://" not in root:
         return Path(root)
     parts = urlsplit(root)

@@ -127,7 +127,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode
 
 import msgspec
 
@@ -163,10 +163,13 @@ __all__ = [
     "RepairHold",
     "Segment",
     "UnknownEngineError",
+    "is_conninfo",
     "open_engine",
+    "redact_conninfo",
     "redact_text",
     "redact_url",
     "scheme_of",
+    "split_userinfo",
 ]
 
 Durability = Literal["flush", "fsync"]
@@ -640,35 +643,77 @@ def scheme_of(url_or_path: str | os.PathLike[str]) -> str:
     return "file"
 
 
+def _is_secret_key(key: str) -> bool:
+    """A connection parameter that holds a secret (`password`, `sslpassword`, ...)."""
+    return key.strip().lower().endswith("password")
+
+
+def split_userinfo(rest: str) -> tuple[str | None, str]:
+    """(the userinfo, what follows its `@`) of a URL's text after `scheme://`; (None,
+    rest) when it has none. Wider than a parser: a password holding a raw `@`, `/` or `?`
+    still lies wholly inside the userinfo found, so printing the URL without it hides all
+    of it (`split_url` refuses such a URL for connecting)."""
+    i = next((k for k, c in enumerate(rest) if c in "@/"), -1)
+    if i >= 0 and rest[i] == "@":
+        end = rest.find("/", i)
+        j = rest.rfind("@", 0, end if end >= 0 else len(rest))
+        return rest[:j], rest[j + 1 :]
+    j = rest.rfind("@")
+    if j >= 0 and "?" not in rest[:j] and ":" in rest[:j]:
+        return rest[:j], rest[j + 1 :]  # a password holding a raw `/`
+    return None, rest
+
+
+_SECRET_PAIR = re.compile(r"""(\b[A-Za-z_]*password\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s&]*)""", re.I)
+
+
+def redact_conninfo(text: str) -> str:
+    """`text` with the value of every `...password=` pair (libpq's `key=value` form, or a
+    URL's query) replaced by `***`."""
+    return _SECRET_PAIR.sub(lambda m: f"{m.group(1)}***", text)
+
+
 def redact_url(url: str) -> str:
-    """`url` with any password (in the authority or a `password=` parameter) replaced
-    by `***`: what every message and the CLI print. A path (no `://`) is returned as is."""
+    """`url` with any password (in the authority, or a `password=`/`sslpassword=`
+    parameter) replaced by `***`: what every message and the CLI print. Text without
+    `://` (a path, a libpq `key=value` string) has its `...password=` values hidden."""
     if "://" not in url:
-        return url
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        if ":" in userinfo:
-            user = userinfo.split(":", 1)[0]
-            netloc = f"{user}:***@{hostport}"
-    query = parts.query
-    if query:
+        return redact_conninfo(url)
+    scheme, _, rest = url.partition("://")
+    userinfo, after = split_userinfo(rest)
+    if userinfo is not None and ":" in userinfo:
+        rest = f"{userinfo.split(':', 1)[0]}:***@{after}"
+    head, sep, query = rest.partition("?")
+    if sep:
+        query, hsep, fragment = query.partition("#")
         pairs = parse_qsl(query, keep_blank_values=True)
-        if any(k == "password" for k, _ in pairs):
-            query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        if any(_is_secret_key(k) for k, _ in pairs):
+            query = urlencode([(k, "***" if _is_secret_key(k) else v) for k, v in pairs], safe="*")
+            fragment = "***" if hsep else ""
+        rest = f"{head}?{query}{hsep}{fragment}"
+    return f"{scheme}://{rest}"
 
 
 _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
 
 
 def redact_text(text: str) -> str:
-    """`text` (an error message, say) with every URL in it passed through `redact_url`."""
-    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+    """`text` (an error message, say) with every URL in it passed through `redact_url`,
+    and every `...password=` value hidden."""
+    return redact_conninfo(_URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text))
+
+
+def is_conninfo(text: str) -> bool:
+    """Whether `text` is a libpq `key=value` connection string (`host=db user=app ...`):
+    no store URL, and never a directory to create."""
+    return "://" not in text and bool(_CONNINFO.match(text))
+
+
+_CONNINFO = re.compile(
+    r"\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|sslpassword"
+    r"|connect_timeout|application_name|options|target_session_attrs)\s*=",
+    re.I,
+)
 
 
 def open_engine(url_or_path: str | os.PathLike[str], **options: Any) -> Engine:
@@ -678,6 +723,11 @@ def open_engine(url_or_path: str | os.PathLike[str], **options: Any) -> Engine:
     `UnknownEngineError` for a scheme no engine serves, and whatever the engine raises
     for a URL it cannot open.
     """
+    if is_conninfo(os.fspath(url_or_path)):
+        raise UnknownEngineError(
+            "a libpq key=value connection string is not a store URL: write it as"
+            " postgresql://USER:PASSWORD@HOST:PORT/DBNAME?PARAM=VALUE (percent-encoded)"
+        )
     scheme = scheme_of(url_or_path)
     module_name = SCHEMES.get(scheme)
     if module_name is None:

@@ -50,6 +50,7 @@ from eventstore.engines.base import (
     ReadResult,
     RepairHold,
     Segment,
+    redact_text,
 )
 from eventstore.engines.postgres.schema import (
     SCHEMA_VERSION,
@@ -61,6 +62,8 @@ from eventstore.engines.postgres.schema import (
 from eventstore.engines.postgres.url import (
     DEFAULT_SCHEMA,
     redact_url,
+    scrub,
+    secrets_of,
     split_url,
 )
 from eventstore.errors import (
@@ -143,10 +146,15 @@ def from_url(url: str | os.PathLike[str], **options: Any) -> PostgresEngine:
     return PostgresEngine(os.fspath(url), pool_size=pool_size)
 
 
-def _storage_error(engine: PostgresEngine, doing: str, exc: BaseException) -> StorageError:
-    # psycopg's messages name the host and port, never the password
+def _first_line(exc: BaseException, secrets: list[str]) -> str:
+    """The first line of a psycopg error, without any secret of the URL (libpq quotes
+    the parts of a URL it cannot parse) nor any `password=` value."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return StorageError(f"{engine.url}: {doing} failed: {text}")
+    return redact_text(scrub(text, secrets))
+
+
+def _storage_error(engine: PostgresEngine, doing: str, exc: BaseException) -> StorageError:
+    return StorageError(f"{engine.url}: {doing} failed: {_first_line(exc, engine._secrets)}")
 
 
 T = TypeVar("T")
@@ -158,6 +166,7 @@ class PostgresEngine(FeedEngine):
 
     def __init__(self, url: str, *, pool_size: int = 8) -> None:
         self.url = redact_url(url)
+        self._secrets = secrets_of(url)
         self._conninfo, self.schema = split_url(url)
         self._q = quote_schema(self.schema)
         self._channel = channel_of(self.schema)
@@ -175,6 +184,9 @@ class PostgresEngine(FeedEngine):
                 ensure_schema(conn, self.schema)
         except psycopg.Error as exc:
             raise _storage_error(self, "opening the database", exc) from None
+
+    def __repr__(self) -> str:
+        return f"PostgresEngine({self.url!r})"
 
     def reset_after_fork(self) -> None:
         """A fresh lock in a forked child (another thread may have held it at the fork);
@@ -394,7 +406,7 @@ class PostgresEngine(FeedEngine):
             raise StorageError(
                 f"{self.where(session_id)}: append of seq {batch.first_seq}..{batch.last_seq}"
                 f" failed (the connection was lost; it may or may not be committed):"
-                f" {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}"
+                f" {_first_line(exc, self._secrets)}"
             ) from None
         except psycopg.Error as exc:
             raise _storage_error(self, f"appending to {session_id!r}", exc) from None
@@ -928,6 +940,6 @@ def init_db(url: str) -> tuple[int, int]:
         with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
             before = ensure_schema(conn, schema)
     except psycopg.Error as exc:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = _first_line(exc, secrets_of(url))
         raise StorageError(f"{redact_url(url)}: creating the schema failed: {text}") from None
     return before, SCHEMA_VERSION

@@ -2,26 +2,40 @@
 
 Imports nothing of psycopg, so the CLI can redact a URL (and say what is wrong with it)
 without the `[postgres]` extra installed.
+
+No secret (the URL's password, a `password=` or `sslpassword=` parameter) may reach a
+message: a URL libpq would misread (a password with a raw `@`, `/`, `?`, `#` or a `%`
+that starts no escape) is refused here without quoting it, and `scrub` takes every
+secret of a URL out of a text the server or libpq wrote.
 """
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+import re
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
-from eventstore.engines.base import redact_url
+from eventstore.engines.base import redact_url, split_userinfo
 from eventstore.engines.postgres.schema import quote_schema
+from eventstore.errors import InvalidArgumentError
 
-__all__ = ["DEFAULT_SCHEMA", "redact_url", "split_url"]
+__all__ = ["DEFAULT_SCHEMA", "redact_url", "scrub", "secrets_of", "split_url"]
 
 DEFAULT_SCHEMA = "eventstore"
+
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 def split_url(url: str) -> tuple[str, str]:
     """(the libpq connection URL, the schema name) of a store URL; `postgres://` is
-    accepted as `postgresql://`. ValueError for a URL that is not one, or a bad schema."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
+    accepted as `postgresql://`. ValueError for a URL that is not one, or a bad schema;
+    InvalidArgumentError (never quoting it) for a password libpq would misread."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("postgresql", "postgres"):
         raise ValueError(f"not a PostgreSQL URL: {redact_url(url)}")
+    userinfo, _ = split_userinfo(rest)
+    if userinfo is not None:
+        _check_userinfo(userinfo, redact_url(url))
+    parts = urlsplit(url)
     schema = DEFAULT_SCHEMA
     kept: list[tuple[str, str]] = []
     for k, v in parse_qsl(parts.query, keep_blank_values=True):
@@ -34,3 +48,37 @@ def split_url(url: str) -> tuple[str, str]:
         ("postgresql", parts.netloc, parts.path, urlencode(kept, quote_via=quote), "")
     )
     return conninfo, schema
+
+
+def _check_userinfo(userinfo: str, shown: str) -> None:
+    user, colon, password = userinfo.partition(":")
+    for name, text in (("user name", user), ("password", password if colon else "")):
+        if _BAD_ESCAPE.search(text) or any(c in text for c in "@/?#"):
+            raise InvalidArgumentError(
+                f"{shown}: the {name} in the URL must be percent-encoded"
+                " (% as %25, @ as %40, / as %2F, ? as %3F, # as %23)"
+            )
+
+
+def secrets_of(url: str) -> list[str]:
+    """Every secret a store URL holds, in each form a message could show it (as written
+    and decoded): the userinfo's password, `password=` and `sslpassword=` values."""
+    found: list[str] = []
+    _, _, rest = url.partition("://")
+    userinfo, _ = split_userinfo(rest)
+    if userinfo is not None and ":" in userinfo:
+        found.append(userinfo.split(":", 1)[1])
+    query = rest.partition("?")[2].partition("#")[0]
+    for raw in query.split("&"):
+        key, eq, value = raw.partition("=")
+        if eq and unquote(key).strip().lower().endswith("password"):
+            found.append(value)
+    forms = {f for s in found for f in (s, unquote(s), unquote(s.replace("+", " "))) if f}
+    return sorted(forms, key=len, reverse=True)
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """`text` with every occurrence of each secret replaced by `***`."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
