@@ -9,6 +9,7 @@ a schema of its own, dropped afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -39,6 +40,7 @@ from eventstore.engines.base import (
     Head,
     HeadMovedError,
     History,
+    PruningEngine,
 )
 from eventstore.errors import (
     CorruptLogError,
@@ -1029,10 +1031,10 @@ def test_migrate_between_postgres_stores_is_exact_and_idempotent(server_url: str
         with pytest.raises(MigrationError, match="already holds other lines"):
             migrate_session(a, b, "s")
         assert _flat(b, "s") == before
-        # a history with a hole: the copy starts at the segment after it
-        res = migrate_session(a, b, "hole")
-        assert res.started_after_hole is not None
-        assert a.read("hole", None).data == b.read("hole", None).data
+        # a history with a hole cannot be replayed whole: refused, nothing written
+        with pytest.raises(MigrationError, match="cannot be copied whole"):
+            migrate_session(a, b, "hole")
+        assert "hole" not in b.list_sessions() and _flat(b, "hole") == []
     finally:
         for e in (a, b):
             with psycopg.connect(pg.split_url(server_url)[0], autocommit=True) as conn:
@@ -1080,6 +1082,153 @@ def test_cli_init_db_and_migrate(server_url: str, capsys: pytest.CaptureFixture[
         with psycopg.connect(pg.split_url(server_url)[0], autocommit=True) as conn:
             for u in (a_url, b_url):
                 conn.execute(f'DROP SCHEMA IF EXISTS "{pg.split_url(u)[1]}" CASCADE')
+
+
+def _open_kind(kind: str, server_url: str, tmp: Path) -> tuple[str, Callable[[], None]]:
+    """A new, empty store URL of an engine kind, and how to drop it."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    if kind == "file":
+        return str(tmp / name), lambda: None
+    if kind == "memory":
+        return f"memory://{name}", lambda: None
+    url = with_query(server_url, schema=name)
+
+    def drop() -> None:
+        with psycopg.connect(pg.split_url(server_url)[0], autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+    return url, drop
+
+
+def _kept(store: SessionStore, sid: str) -> tuple[int, bool]:
+    """(the first seq the source keeps as an event, whether what it keeps is replayable:
+    from seq 1, or the snapshot its history opens with, every later seq up to the head
+    kept as a line)."""
+    seqs: set[int] = set()
+    opening: int | None = None
+    with store.engine.history(sid) as hist:
+        for i, seg in enumerate(hist):
+            for n, line in enumerate(seg.read().splitlines()):
+                head = _heads.decode(line)
+                if head.type != "snapshot":
+                    seqs.add(head.seq)
+                elif i == 0 and n == 0:
+                    opening = head.seq
+    start = 1 if opening is None else opening + 1
+    return min(seqs, default=start), seqs == set(range(start, store.last_seq(sid) + 1))
+
+
+def _picture(store: SessionStore, sid: str) -> tuple[object, ...]:
+    """What a reader gets of a session's history on any engine: every segment (archived
+    or live) with its bytes, the events, the export, the verify verdict and head hash."""
+    from eventstore.ops.export import export_jsonl
+
+    with store.engine.history(sid) as hist:
+        segments = [(seg.archived, seg.read()) for seg in hist]
+    report = store.verify(sid)
+    start = _kept(store, sid)[0]
+    try:
+        exported = b"".join(export_jsonl(store, sid))
+    except EventStoreError as exc:
+        exported = str(exc).encode()
+    return (
+        segments,
+        list(store.read_events(sid, from_seq=start)),
+        exported,
+        report.ok,
+        report.head_hash,
+    )
+
+
+_COMPACTION_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 4)),
+        st.tuples(st.just("compact"), st.booleans()),
+        st.tuples(st.just("prune"), st.integers(1, 40)),
+    ),
+    min_size=1,
+    max_size=10,
+)
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    steps=_COMPACTION_STEPS,
+    kinds=st.tuples(*[st.sampled_from(["file", "memory", "postgres"])] * 2),
+)
+def test_migrate_copies_every_kept_byte_with_its_segments_or_writes_nothing(
+    server_url: str, tmp_path: Path, steps: list[tuple[str, object]], kinds: tuple[str, str]
+) -> None:
+    """Issue 29 item 10: a session compacted with archive, then without, then with again
+    (an archive of seq 1..20, seq 21..30 gone) was copied from seq 30 on, the archive of
+    1..20 left behind, with `"ok": true`. Now, for any sequence of appends, compactions
+    (archive or not) and prunes, between any two engines: the copy gives the same
+    segments byte for byte (two archive segments come back as two), the same events,
+    export and head hash; or, for a history no engine can replay, MigrationError and
+    nothing at the destination."""
+    from eventstore.ops.migrate import MigrationError, migrate_session
+
+    (src_url, drop_src), (dst_url, drop_dst) = (_open_kind(k, server_url, tmp_path) for k in kinds)
+    try:
+        with SessionStore(src_url) as src, SessionStore(dst_url) as dst:
+            n = 0
+            for op, arg in [("append", 2), *steps]:
+                if op == "append":
+                    for _ in range(int(arg)):  # type: ignore[call-overload]
+                        n += 1
+                        src.append_progress_entry("s", ProgressEntry(run_id="r", summary=f"{n}"))
+                elif op == "compact":
+                    src.compact("s", archive=bool(arg), force=True)
+                elif isinstance(src.engine, PruningEngine):
+                    with contextlib.suppress(EventStoreError):
+                        src.prune_archive("s", before=int(arg))  # type: ignore[call-overload]
+            before = _picture(src, "s")
+            if _kept(src, "s")[1]:
+                migrate_session(src.engine, dst.engine, "s")
+                assert _picture(dst, "s") == before
+                again = migrate_session(src.engine, dst.engine, "s")
+                assert again.written == 0
+            else:
+                with pytest.raises(MigrationError):
+                    migrate_session(src.engine, dst.engine, "s")
+                assert dst.list_sessions() == [] and dst.last_seq("s") == 0
+            assert _picture(src, "s") == before  # the source is only read
+    finally:
+        drop_src()
+        drop_dst()
+
+
+def test_migrate_refuses_an_archive_then_a_compaction_without_one(
+    tmp_path: Path, pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The case of the issue, through the CLI: archive, no archive, archive: the copy
+    was made from seq 30 on, exit 0, "ok": true, "history before seq 20 was not kept".
+    Now exit 1, "ok": false, the error says why and how, and the destination is empty."""
+    src = tmp_path / "src"
+    with SessionStore(src) as store:
+        n = 0
+        for archive in (True, False, True):
+            for _ in range(10 if n else 20):
+                n += 1
+                store.append_progress_entry("s", ProgressEntry(run_id="r", summary=f"{n}"))
+            store.compact("s", archive=archive)
+        store.append_progress_entry("s", ProgressEntry(run_id="r", summary="last"))
+    rc, out, err = cli_in_process(capsys, "migrate", str(src), pg_url, "--all", "--json")
+    rows = msgspec.json.decode(out)
+    assert rc == 1 and rows[0]["ok"] is False, (out, err)
+    assert "seq 21..30 were compacted without an archive" in rows[0]["error"]
+    assert "--prune-archive-before 30" in rows[0]["error"]
+    with SessionStore(pg_url) as dst:
+        assert dst.list_sessions() == []
+    # pruned before the hole's snapshot, the rest copies whole
+    with SessionStore(src) as store:
+        store.prune_archive("s", before=30)
+    rc, out, err = cli_in_process(capsys, "migrate", str(src), pg_url, "--all", "--json")
+    assert rc == 0, (out, err)
+    with SessionStore(src) as a, SessionStore(pg_url) as b:
+        assert _picture(a, "s") == _picture(b, "s")
 
 
 # -- through the session API ---------------------------------------------------------------

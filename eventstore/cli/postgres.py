@@ -192,14 +192,9 @@ def _copy_all(
             failed += 1
             say(f"migrate: {tag}: copied, but: {'; '.join(problems)}")
         else:
-            hole = (
-                f" (history before seq {res.started_after_hole} was not kept: copied from there)"
-                if res.started_after_hole is not None
-                else ""
-            )
             say(
                 f"migrate: {tag}: {res.written} written, {res.already} already there,"
-                f" verify clean on both sides{hole}"
+                " verify clean on both sides"
             )
         results.append(row)
     if args.json:
@@ -219,7 +214,6 @@ def _result_fields(res: MigrationResult) -> dict[str, Any]:
         "written": res.written,
         "already": res.already,
         "total": res.total,
-        "started_after_hole": res.started_after_hole,
     }
 
 

@@ -11,11 +11,14 @@ Idempotent and resumable: what the destination already holds must be a prefix of
 source's plan (an earlier, interrupted run); the copy continues after it. A destination
 that holds anything else is refused (`MigrationError`) and left unchanged.
 
-A history pruned by `prune_archive` (it starts after seq 1, without a snapshot standing
-in) is refused as such (`MigrationError`). A hole in the source's history (a compaction
-that kept no history between two kept ones) cannot be replayed (a snapshot can only be
-installed over the lines it covers): the copy then starts at the segment after the
-hole, and the result says so.
+Every byte of history the source keeps is copied, with its segmentation (each kept
+segment comes back as one), or nothing is: a history the interface cannot replay is
+refused (`MigrationError`) before anything is written at the destination. That is a
+history pruned by `prune_archive` (it starts after seq 1, without a snapshot standing
+in), and a hole: a compaction that kept no history after one that did (an archive of
+seq 1..20, then the lines up to seq 30 compacted away), since a snapshot can only be
+installed over the lines it covers. Pruning the archive before the hole's snapshot
+(on an engine that prunes) leaves a history that starts at that snapshot, which copies.
 """
 
 from __future__ import annotations
@@ -70,14 +73,12 @@ class Step:
 @dataclass(frozen=True, slots=True)
 class MigrationResult:
     """What `migrate_session` did: lines and snapshots written now, the steps the
-    destination already had, and the seq where an unreplayable history hole made the
-    copy start (None: the whole history was copied)."""
+    destination already had, and the steps of the whole history."""
 
     session_id: str
     written: int
     already: int
     total: int
-    started_after_hole: int | None = None
 
 
 def _committed_lines(data: bytes, where: str) -> Iterator[tuple[LineHead, bytes]]:
@@ -112,11 +113,10 @@ def _step(kind: str, head: LineHead, line: bytes, where: str) -> Step:
     return Step(kind, head.seq, line, h, h, not head.more)
 
 
-def plan_of(engine: Engine, session_id: str) -> tuple[list[Step], int | None]:
-    """The replay steps of a session's history, and the seq after which a hole forced
-    the plan to start over (None: none)."""
+def plan_of(engine: Engine, session_id: str) -> list[Step]:
+    """The replay steps of a session's whole history; MigrationError for one that cannot
+    be replayed (see the module docstring)."""
     plan: list[Step] = []
-    hole: int | None = None
     with engine.history(session_id) as hist:
         for seg in hist:
             where = seg.where
@@ -131,10 +131,9 @@ def plan_of(engine: Engine, session_id: str) -> tuple[list[Step], int | None]:
                         if plan[-1].line != line:
                             plan.append(_step("install", head, line, where))
                         continue
-                    # nothing before it (or a hole): the log starts over at the snapshot
                     if plan:
-                        hole = last
-                    plan = [_step("open", head, line, where)]
+                        raise _hole_error(where, session_id, plan[0].seq, last, head.seq)
+                    plan = [_step("open", head, line, where)]  # a log opening with it
                     continue
                 if head.seq <= last:
                     continue  # a copy of a line an older segment already gave
@@ -150,7 +149,18 @@ def plan_of(engine: Engine, session_id: str) -> tuple[list[Step], int | None]:
                         f"{where}: seq {head.seq} follows seq {last}: run verify on the source"
                     )
                 plan.append(_step("line", head, line, where))
-    return plan, hole
+    return plan
+
+
+def _hole_error(where: str, session_id: str, first: int, last: int, snap: int) -> MigrationError:
+    return MigrationError(
+        f"{where}: session {session_id!r}: its kept history holds seq {first}..{last}, then"
+        f" resumes at the snapshot of seq {snap}: seq {last + 1}..{snap} were compacted"
+        " without an archive, and a snapshot can only be installed over the lines it"
+        " covers, so this history cannot be copied whole; nothing was written. To copy"
+        f" the session without seq {first}..{last}, prune its archive before seq {snap}"
+        f" first (`eventstore compact ROOT {session_id} --prune-archive-before {snap}`)"
+    )
 
 
 def migrate_session(
@@ -163,8 +173,8 @@ def migrate_session(
 
     `progress(done, total)` is called after every destination write.
     """
-    plan, hole = plan_of(src, session_id)
-    have, _ = plan_of(dst, session_id)
+    plan = plan_of(src, session_id)
+    have = plan_of(dst, session_id)
     if len(have) > len(plan) or any(
         a.line != b.line or a.kind != b.kind for a, b in zip(have, plan, strict=False)
     ):
@@ -212,11 +222,11 @@ def migrate_session(
             i = j
         if progress is not None:
             progress(i, len(plan))
-    return MigrationResult(session_id, len(plan) - done, done, len(plan), hole)
+    return MigrationResult(session_id, len(plan) - done, done, len(plan))
 
 
 def same_history(a: Engine, b: Engine, session_id: str) -> bool:
     """Whether two engines hold the same replay steps for a session (byte for byte)."""
-    return [(s.kind, s.line) for s in plan_of(a, session_id)[0]] == [
-        (s.kind, s.line) for s in plan_of(b, session_id)[0]
+    return [(s.kind, s.line) for s in plan_of(a, session_id)] == [
+        (s.kind, s.line) for s in plan_of(b, session_id)
     ]
