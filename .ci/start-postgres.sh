@@ -32,7 +32,7 @@ _es_pg_main() {
     local port="${EVENTSTORE_PG_PORT:-55400}" tries=0
     while :; do
         if su postgres -s /bin/sh -c "'$bindir/pg_ctl' -D '$d/data' -l '$d/data/server.log' -w -t 60 \
-            -o \"-k '$d/sock' -p $port -c listen_addresses=127.0.0.1 -c max_connections=200\" start" \
+            -o \"-k '$d/sock' -p $port -c listen_addresses=127.0.0.1 -c max_connections=200 -c max_prepared_transactions=10\" start" \
             >"$d/pg_ctl.log" 2>&1; then
             break
         fi

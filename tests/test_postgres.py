@@ -423,6 +423,70 @@ def test_feed_holds_back_lines_behind_any_older_transaction(
     assert [(e.session_id, e.seq) for e in engine.feed()] == [("s", 1)]
 
 
+def _other_database(conninfo: str) -> str:
+    """The libpq URL of the server's `postgres` database (not the tests' one)."""
+    return urlunsplit(urlsplit(conninfo)._replace(path="/postgres"))
+
+
+@pytest.mark.parametrize("where", ["this database", "another database"])
+def test_a_feed_held_back_by_an_idle_transaction_says_by_what(
+    pg_url: str, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 29 item 12: one session idle in a transaction that wrote anything (here it
+    only took an id), in this database or another, held the feed back for as long as it
+    lasted, and nothing said so. Now `feed_blockers` names it (pid, xid, database,
+    state, since when), and a feed read held back behind it past `stall_warning` logs a
+    warning naming it, once."""
+    conninfo = pg.split_url(pg_url)[0]
+    other_url = conninfo if where == "this database" else _other_database(conninfo)
+    with pg.from_url(pg_url, stall_warning=0) as engine, psycopg.connect(other_url) as idle:
+        xid = int(idle.execute("SELECT pg_current_xact_id()::text").fetchone()[0])
+        database = idle.info.dbname
+        append_retrying(engine, "s")
+        assert engine.feed_blockers()[0].xid == xid
+        [blocker] = engine.feed_blockers()
+        assert (blocker.pid, blocker.gid, blocker.database) == (
+            idle.info.backend_pid,
+            None,
+            database,
+        )
+        assert blocker.state == "idle in transaction" and blocker.since is not None
+        with caplog.at_level("WARNING", logger="eventstore"):
+            assert engine.feed() == [] and engine.feed() == [] and engine.feed() == []
+        warned = [r.getMessage() for r in caplog.records if "held back" in r.getMessage()]
+        assert len(warned) == 1 and f"pid {idle.info.backend_pid}" in warned[0]
+        assert f"xid {xid}" in warned[0] and "idle_in_transaction_session_timeout" in warned[0]
+        idle.rollback()
+        assert engine.feed_blockers() == []
+        assert [(e.session_id, e.seq) for e in engine.feed()] == [("s", 1)]
+
+
+def test_a_feed_held_back_by_a_prepared_transaction_names_its_gid(pg_url: str) -> None:
+    """An orphaned PREPARE TRANSACTION (its connection gone) holds the feed back until
+    someone commits or rolls it back: `feed_blockers` names its gid."""
+    conninfo = pg.split_url(pg_url)[0]
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        allowed = int(conn.execute("SHOW max_prepared_transactions").fetchone()[0])
+    if not allowed:  # .ci/start-postgres.sh allows them; a server given from outside may not
+        if os.environ.get("CI") == "true":
+            pytest.fail("the test server refuses PREPARE TRANSACTION (max_prepared_transactions)")
+        pytest.skip("the server refuses PREPARE TRANSACTION (max_prepared_transactions = 0)")
+    gid = f"orphan-{uuid.uuid4().hex[:8]}"
+    with pg.from_url(pg_url) as engine:
+        with psycopg.connect(conninfo) as prep:
+            prep.execute("SELECT pg_current_xact_id()")
+            prep.execute(f"PREPARE TRANSACTION '{gid}'")
+        try:
+            append_retrying(engine, "s")
+            [blocker] = engine.feed_blockers()
+            assert (blocker.gid, blocker.pid) == (gid, None) and blocker.since is not None
+            assert engine.feed() == []
+        finally:
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                conn.execute(f"ROLLBACK PREPARED '{gid}'")
+        assert [(e.session_id, e.seq) for e in engine.feed()] == [("s", 1)]
+
+
 def _waiting_backends(conninfo: str, wait_event: str) -> list[tuple[int, str | None]]:
     """(pid, transaction id) of the backends running `append` and waiting on `wait_event`."""
     with psycopg.connect(conninfo, autocommit=True) as conn:

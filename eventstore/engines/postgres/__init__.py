@@ -9,6 +9,7 @@ from typing import Any
 
 _EXPORTS = {
     "PostgresEngine": "eventstore.engines.postgres.engine",
+    "FeedBlocker": "eventstore.engines.postgres.engine",
     "FeedEntry": "eventstore.engines.postgres.engine",
     "FeedPosition": "eventstore.engines.postgres.engine",
     "init_db": "eventstore.engines.postgres.engine",

@@ -25,6 +25,7 @@ The engine's `durability` option is accepted and ignored: the server's own setti
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -32,6 +33,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 import msgspec
@@ -86,6 +88,8 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "SCHEMA_VERSION",
     "FEED_START",
+    "STALL_WARNING",
+    "FeedBlocker",
     "FeedEntry",
     "FeedPosition",
     "PgPosition",
@@ -134,16 +138,56 @@ class FeedEntry:
     line: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class FeedBlocker:
+    """A transaction still open on the server that holds the feed back: every line a
+    later transaction committed waits for it to end (see
+    `eventstore.engines.postgres.schema`). `xid` its transaction id; for a backend its
+    `pid` and `state` (e.g. "idle in transaction"), for a prepared transaction its
+    `gid`; `database`, `user`, and `since`, when it began (or was prepared). A field the
+    server does not show this role is None."""
+
+    xid: int
+    pid: int | None
+    gid: str | None
+    database: str | None
+    user: str | None
+    state: str | None
+    since: datetime | None
+
+    def describe(self) -> str:
+        """One line for a person: what it is, where, since when."""
+        what = (
+            f"prepared transaction {self.gid!r}"
+            if self.gid is not None
+            else (f"backend pid {self.pid}" if self.pid is not None else "a transaction")
+        )
+        state = f", {self.state}" if self.state and self.gid is None else ""
+        since = f" since {self.since.isoformat(timespec='seconds')}" if self.since else ""
+        return (
+            f"{what} (xid {self.xid}, database {self.database!r}, user {self.user!r}{state}){since}"
+        )
+
+
+STALL_WARNING = 60.0
+"""Seconds the feed's horizon may stay behind committed lines before `feed` logs a
+warning naming what holds it (`PostgresEngine.feed_blockers`)."""
+
+log = logging.getLogger("eventstore")
+
+
 def from_url(url: str | os.PathLike[str], **options: Any) -> PostgresEngine:
     """Open the PostgreSQL engine a `postgresql://` URL names (see the module docstring).
 
-    Options: `pool_size` (connections per process, default 8), `durability` (ignored).
+    Options: `pool_size` (connections per process, default 8), `stall_warning` (seconds,
+    default `STALL_WARNING`: see `PostgresEngine.feed`), `durability` (ignored).
     """
     options.pop("durability", None)
     pool_size = int(options.pop("pool_size", 8))
+    stall_warning = float(options.pop("stall_warning", STALL_WARNING))
     if options:
         raise TypeError(f"unknown PostgreSQL engine options: {', '.join(sorted(options))}")
-    return PostgresEngine(os.fspath(url), pool_size=pool_size)
+    return PostgresEngine(os.fspath(url), pool_size=pool_size, stall_warning=stall_warning)
 
 
 def _first_line(exc: BaseException, secrets: list[str]) -> str:
@@ -164,8 +208,12 @@ class PostgresEngine(FeedEngine):
     """Sessions in a PostgreSQL database: see the module docstring. It keeps the global
     feed (`FeedEngine`); no caches, ranged reads or pruning."""
 
-    def __init__(self, url: str, *, pool_size: int = 8) -> None:
+    def __init__(
+        self, url: str, *, pool_size: int = 8, stall_warning: float = STALL_WARNING
+    ) -> None:
         self.url = redact_url(url)
+        self.stall_warning = stall_warning
+        self._stall: tuple[int, float, bool] | None = None  # (horizon, since, warned)
         self._secrets = secrets_of(url)
         self._conninfo, self.schema = split_url(url)
         self._q = quote_schema(self.schema)
@@ -353,7 +401,11 @@ class PostgresEngine(FeedEngine):
         The answer is as of the read's start (one statement, one snapshot), and a line
         waits for every older transaction on the server to end: an empty answer says
         nothing of appends that committed while the read ran, nor of acknowledged
-        appends an older transaction still holds back. A tailing reader reads again."""
+        appends an older transaction still holds back. A tailing reader reads again.
+
+        When committed lines stay held back behind the same open transaction for
+        `stall_warning` seconds, a warning is logged (logger "eventstore") naming what
+        holds them (`feed_blockers`), once per stall."""
         tx, pos = FEED_START if after is None else after
         rows = self._query(
             "reading the feed",
@@ -361,7 +413,46 @@ class PostgresEngine(FeedEngine):
                 self._sql.feed, (str(tx), pos, limit), binary=True
             ).fetchall(),
         )
-        return [FeedEntry(FeedPosition(int(r[0]), r[1]), r[2], r[3], bytes(r[4])) for r in rows]
+        if rows and rows[0][0] == 0:
+            self._note_held(int(rows[0][1]))
+            rows = rows[1:]
+        else:
+            self._stall = None
+        return [FeedEntry(FeedPosition(int(r[1]), r[2]), r[3], r[4], bytes(r[5])) for r in rows]
+
+    def _note_held(self, horizon: int) -> None:
+        """A feed read found committed lines held back at `horizon` (the oldest open
+        transaction): warn once when the same horizon has held them for too long."""
+        now = time.monotonic()
+        stall = self._stall
+        if stall is None or stall[0] != horizon:
+            self._stall = (horizon, now, False)
+            return
+        if stall[2] or now - stall[1] < self.stall_warning:
+            return
+        self._stall = (horizon, stall[1], True)
+        blockers = self.feed_blockers()
+        log.warning(
+            "%s: the global feed has held back committed lines for %.0f s behind %s;"
+            " end it (or set idle_in_transaction_session_timeout: see the PostgreSQL"
+            " page of the docs)",
+            self.url,
+            now - stall[1],
+            "; ".join(b.describe() for b in blockers) or "a transaction that has since ended",
+        )
+
+    def feed_blockers(self) -> list[FeedBlocker]:
+        """The transactions open on the server (in any database, prepared ones too) that
+        hold committed lines of this store out of the feed, oldest first; [] when the
+        feed holds nothing back."""
+        rows = self._query(
+            "looking for what holds the feed back",
+            lambda conn: conn.execute(self._sql.feed_blockers).fetchall(),
+        )
+        return [
+            FeedBlocker(int(r[0]), r[1], r[2], r[3] or r[4], r[5] or r[6], r[7], r[8] or r[9])
+            for r in rows
+        ]
 
     # -- writing ----------------------------------------------------------------------
 
@@ -574,12 +665,30 @@ class _Statements:
             f"DELETE FROM {q}.sessions WHERE session_id = %s"
             f" RETURNING sid, (head_seq > 0 OR snap_seq > 0)"
         )
+        # the first row (k = 0) says that committed lines are held back, and behind
+        # which horizon (the oldest transaction still open); then the released lines
+        horizon = "pg_snapshot_xmin(pg_current_snapshot())"
         self.feed = (
-            f"SELECT l.tx::text, l.pos, s.session_id, l.seq, l.line FROM {q}.lines l"
-            f" JOIN {q}.sessions s USING (sid)"
-            f" WHERE (l.tx, l.pos) > (%s::text::xid8, %s)"
-            f" AND l.tx < pg_snapshot_xmin(pg_current_snapshot())"
-            f" ORDER BY l.tx, l.pos LIMIT %s"
+            f"WITH h AS (SELECT {horizon} AS x)"
+            f" SELECT 0 AS k, h.x::text, NULL::bigint, NULL::text, NULL::bigint, NULL::bytea"
+            f" FROM h WHERE EXISTS (SELECT 1 FROM {q}.lines l WHERE l.tx >= h.x)"
+            f" UNION ALL (SELECT 1, l.tx::text, l.pos, s.session_id, l.seq, l.line"
+            f" FROM {q}.lines l JOIN {q}.sessions s USING (sid), h"
+            f" WHERE (l.tx, l.pos) > (%s::text::xid8, %s) AND l.tx < h.x"
+            f" ORDER BY l.tx, l.pos LIMIT %s)"
+        )
+        # every open transaction older than the newest line held back holds it
+        self.feed_blockers = (
+            f"WITH held AS (SELECT max(l.tx) AS top FROM {q}.lines l"
+            f" WHERE l.tx >= {horizon}),"
+            f" open AS (SELECT x FROM pg_snapshot_xip(pg_current_snapshot()) AS x, held"
+            f" WHERE x < held.top)"
+            f" SELECT o.x::text, a.pid, p.gid, a.datname, p.database, a.usename, p.owner,"
+            f" a.state, a.xact_start, p.prepared"
+            f" FROM open o"
+            f" LEFT JOIN pg_stat_activity a ON a.backend_xid = xid(o.x)"
+            f" LEFT JOIN pg_prepared_xacts p ON p.transaction = xid(o.x)"
+            f" ORDER BY o.x"
         )
         self.lock_session = (
             f"SELECT sid, log_id, snap_seq, snap_len, live_origin, stream_end"
