@@ -179,7 +179,7 @@ def _copy_all(
         try:
             if sid not in known:
                 raise EventStoreError(f"{src_url} has no session {sid!r}")
-            res = migrate_session(src.engine, dst.engine, sid, progress)
+            res = migrate_session(src.engine, dst, sid, progress)
             problems = _check(src, dst, sid)
         except EventStoreError as exc:
             failed += 1

@@ -12,7 +12,12 @@ source's plan (an earlier, interrupted run); the copy continues after it. A dest
 that holds anything else is refused (`MigrationError`) and left unchanged.
 
 Every byte of history the source keeps is copied, with its segmentation (each kept
-segment comes back as one), or nothing is: a history the interface cannot replay is
+segment comes back as one), or nothing is. Where the source kept a segment boundary
+but not the snapshot line that made it (the file and memory engines archive only the
+lines after a log's opening snapshot, so a compaction's snapshot leaves with the next
+one), the copy compacts at that seq with the destination's own projections ("cut"):
+the same boundary, and on a destination that keeps such lines (PostgreSQL) a snapshot
+line of its own there. Otherwise: a history the interface cannot replay is
 refused (`MigrationError`) before anything is written at the destination. That is a
 history pruned by `prune_archive` (it starts after seq 1, without a snapshot standing
 in), and a hole: a compaction that kept no history after one that did (an archive of
@@ -29,6 +34,7 @@ from dataclasses import dataclass
 import msgspec
 
 from eventstore.core.segments import pruned_start
+from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.engines.base import (
     EMPTY_HEAD,
     EncodedBatch,
@@ -36,8 +42,10 @@ from eventstore.engines.base import (
 )
 from eventstore.errors import EventStoreError
 from eventstore.format.chain import split_hash
+from eventstore.format.codec import EventCodec
 from eventstore.format.depth import HEAD_DECODER
 from eventstore.format.events import LineHead
+from eventstore.ops import compaction
 
 __all__ = [
     "MigrationError",
@@ -60,7 +68,8 @@ class MigrationError(EventStoreError):
 @dataclass(frozen=True, slots=True)
 class Step:
     """One step of a session's replay: `kind` is "open" (a log that starts with a
-    snapshot), "line" (a committed line) or "install" (a snapshot over the lines before)."""
+    snapshot), "line" (a committed line), "install" (a snapshot over the lines before)
+    or "cut" (a segment boundary whose snapshot line was not kept: `line` is empty)."""
 
     kind: str
     seq: int
@@ -120,7 +129,9 @@ def plan_of(engine: Engine, session_id: str) -> list[Step]:
     with engine.history(session_id) as hist:
         for seg in hist:
             where = seg.where
+            first_of_segment = True
             for head, line in _committed_lines(seg.read(), where):
+                starts, first_of_segment = first_of_segment, False
                 last = plan[-1].seq if plan else 0
                 if head.type == "snapshot":
                     if plan and plan[0].seq <= head.seq:
@@ -137,6 +148,9 @@ def plan_of(engine: Engine, session_id: str) -> list[Step]:
                     continue
                 if head.seq <= last:
                     continue  # a copy of a line an older segment already gave
+                if starts and head.seq == last + 1 and plan and plan[-1].kind == "line":
+                    # a kept segment boundary without its snapshot line (see module doc)
+                    plan.append(Step("cut", last, b"", "", "", True))
                 if head.seq != last + 1:
                     kept = pruned_start(hist)[0] if not plan else 1
                     if kept > 1:  # not damage: verify calls pruned history clean
@@ -165,26 +179,30 @@ def _hole_error(where: str, session_id: str, first: int, last: int, snap: int) -
 
 def migrate_session(
     src: Engine,
-    dst: Engine,
+    dst: Engine | CoreOwner,
     session_id: str,
     progress: Callable[[int, int], None] | None = None,
 ) -> MigrationResult:
     """Copy one session's history from `src` to `dst` (see the module docstring).
 
-    `progress(done, total)` is called after every destination write.
+    `dst` is an engine, or a store (its projections then build the snapshot of a "cut";
+    an engine gets the built-in ones). `progress(done, total)` is called after every
+    destination write.
     """
     plan = plan_of(src, session_id)
-    have = plan_of(dst, session_id)
-    if len(have) > len(plan) or any(
-        a.line != b.line or a.kind != b.kind for a, b in zip(have, plan, strict=False)
-    ):
+    target = core_of(dst) if not isinstance(dst, Engine) else None
+    dst_engine = target.engine if target is not None else dst
+    assert isinstance(dst_engine, Engine)
+    have = plan_of(dst_engine, session_id)
+    if len(have) > len(plan) or any(not _same(a, b) for a, b in zip(have, plan, strict=False)):
         first = next(
-            (a.seq for a, b in zip(have, plan, strict=False) if a.line != b.line), len(plan)
+            (a.seq for a, b in zip(have, plan, strict=False) if not _same(a, b)), len(plan)
         )
         raise MigrationError(
-            f"{dst.url}: session {session_id!r} already holds other lines (from seq {first});"
+            f"{dst_engine.url}: session {session_id!r} already holds other lines (from seq {first});"
             " remove it there first or pick another destination"
         )
+    dst = dst_engine
     head = dst.head(session_id) if have else EMPTY_HEAD
     done = len(have)
     i = done
@@ -192,6 +210,16 @@ def migrate_session(
         step = plan[i]
         if step.kind == "install":
             head = dst.install_snapshot(session_id, step.line, head, keep_history=True).head
+            i += 1
+        elif step.kind == "cut":
+            core = target if target is not None else SessionCore(dst, EventCodec())
+            report = compaction.compact(core, session_id, archive=True, force=True)
+            head = dst.head(session_id)
+            if report.last_seq != step.seq or head.seq != step.seq:
+                raise MigrationError(
+                    f"{dst.url}: session {session_id!r}: the compaction at seq {step.seq}"
+                    f" covered seq {report.last_seq} (another writer?): run migrate again"
+                )
             i += 1
         else:
             j = i + 1
@@ -225,8 +253,16 @@ def migrate_session(
     return MigrationResult(session_id, len(plan) - done, done, len(plan))
 
 
+def _same(a: Step, b: Step) -> bool:
+    """The same step: the same bytes, or the same boundary where one side kept no
+    snapshot line (a "cut") and the other its own."""
+    if "cut" in (a.kind, b.kind):
+        return {a.kind, b.kind} <= {"cut", "install"} and a.seq == b.seq
+    return a.kind == b.kind and a.line == b.line
+
+
 def same_history(a: Engine, b: Engine, session_id: str) -> bool:
-    """Whether two engines hold the same replay steps for a session (byte for byte)."""
-    return [(s.kind, s.line) for s in plan_of(a, session_id)] == [
-        (s.kind, s.line) for s in plan_of(b, session_id)
-    ]
+    """Whether two engines hold the same replay steps for a session (byte for byte,
+    but for the snapshot lines of boundaries one of them does not keep)."""
+    pa, pb = plan_of(a, session_id), plan_of(b, session_id)
+    return len(pa) == len(pb) and all(_same(x, y) for x, y in zip(pa, pb, strict=True))
