@@ -536,7 +536,11 @@ def test_an_append_waiting_for_its_session_has_no_transaction_id_yet(
     assert not errors and not t.is_alive()
     got = engine.feed()
     assert [(e.session_id, e.seq) for e in got] == [("a", 1), ("a", 2)]
-    assert first_tx is not None and got[0].position.tx == int(first_tx[0])
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        txs = conn.execute(
+            f"SELECT tx::text FROM {quote_schema(engine.schema)}.lines ORDER BY feed_seq"
+        ).fetchall()
+    assert first_tx is not None and txs[0][0] == first_tx[0] and int(txs[0][0]) < int(txs[1][0])
     assert got[0].position < got[1].position
 
 
@@ -829,7 +833,8 @@ def test_schema_creation_race_creates_it_once(pg_url: str, tmp_path: Path) -> No
     conninfo, schema = pg.split_url(pg_url)
     with psycopg.connect(conninfo, autocommit=True) as conn:
         rows = conn.execute(f'SELECT name, value FROM "{schema}".meta').fetchall()
-    assert rows == [("schema_version", str(pg.SCHEMA_VERSION))]
+    assert sorted(rows)[1] == ("schema_version", str(pg.SCHEMA_VERSION))
+    assert [name for name, _ in sorted(rows)] == ["cluster", "schema_version"]
 
 
 # -- processes ----------------------------------------------------------------------------
@@ -1121,7 +1126,8 @@ def test_cli_init_db_and_migrate(server_url: str, capsys: pytest.CaptureFixture[
         assert main(["init-db", a_url]) == 0
         assert main(["init-db", a_url]) == 0
         out = capsys.readouterr()
-        assert "created at version 1" in out.out and "already at version 1" in out.out
+        v = pg.SCHEMA_VERSION
+        assert f"created at version {v}" in out.out and f"already at version {v}" in out.out
         with pg.from_url(a_url) as a:
             assert "hunter2" not in a.url and ":***@" in a.url
             _build_compacted(a, "one", (True,))
@@ -1184,11 +1190,19 @@ def _kept(store: SessionStore, sid: str) -> tuple[int, bool]:
 
 def _picture(store: SessionStore, sid: str) -> tuple[object, ...]:
     """What a reader gets of a session's history on any engine: every segment (archived
-    or live) with its bytes, the events, the export, the verify verdict and head hash."""
+    or live) with its bytes, the events, the export, the verify verdict and head hash.
+    Engines differ in one thing only: the snapshot line that opens a later archived
+    segment (derived state, not an event) PostgreSQL keeps and the file and memory
+    engines do not, so it is left out of the segments compared."""
     from eventstore.ops.export import export_jsonl
 
     with store.engine.history(sid) as hist:
-        segments = [(seg.archived, seg.read()) for seg in hist]
+        segments = []
+        for i, seg in enumerate(hist):
+            data = seg.read()
+            if i and seg.archived and data.startswith(b'{"type":"snapshot"'):
+                data = data[data.index(b"\n") + 1 :]
+            segments.append((seg.archived, data))
     report = store.verify(sid)
     start = _kept(store, sid)[0]
     try:
@@ -1232,7 +1246,7 @@ def test_migrate_copies_every_kept_byte_with_its_segments_or_writes_nothing(
     segments byte for byte (two archive segments come back as two), the same events,
     export and head hash; or, for a history no engine can replay, MigrationError and
     nothing at the destination."""
-    from eventstore.ops.migrate import MigrationError, migrate_session
+    from eventstore.ops.migrate import MigrationError, migrate_session, same_history
 
     (src_url, drop_src), (dst_url, drop_dst) = (_open_kind(k, server_url, tmp_path) for k in kinds)
     try:
@@ -1253,7 +1267,7 @@ def test_migrate_copies_every_kept_byte_with_its_segments_or_writes_nothing(
                 migrate_session(src.engine, dst.engine, "s")
                 assert _picture(dst, "s") == before
                 again = migrate_session(src.engine, dst.engine, "s")
-                assert again.written == 0
+                assert again.written == 0 and same_history(src.engine, dst.engine, "s")
             else:
                 with pytest.raises(MigrationError):
                     migrate_session(src.engine, dst.engine, "s")

@@ -70,6 +70,7 @@ from eventstore.engines.postgres.url import (
 )
 from eventstore.errors import (
     CorruptLogError,
+    InvalidArgumentError,
     StorageError,
 )
 from eventstore.format.chain import split_hash
@@ -116,14 +117,17 @@ class PgPosition(Position):
 
 
 class FeedPosition(NamedTuple):
-    """A place in the global feed: (the appending transaction's id, the line's number).
-    Ordered; `FeedPosition(0, 0)` is the start. Store it as the two integers."""
+    """A place in the global feed: the number of the last line read (`seq`), handed out
+    in feed order; `FeedPosition(0)` is the start. Store it as an integer: it means the
+    same after a pg_dump restore or logical replication into another cluster.
 
-    tx: int
-    pos: int
+    A position of schema version 1 (the pair (transaction id, line number)) is still
+    taken by `feed`, and read as the last line it names."""
+
+    seq: int
 
 
-FEED_START = FeedPosition(0, 0)
+FEED_START = FeedPosition(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,19 +410,44 @@ class PostgresEngine(FeedEngine):
         When committed lines stay held back behind the same open transaction for
         `stall_warning` seconds, a warning is logged (logger "eventstore") naming what
         holds them (`feed_blockers`), once per stall."""
-        tx, pos = FEED_START if after is None else after
+        start = self._feed_start(after)
         rows = self._query(
             "reading the feed",
-            lambda conn: conn.execute(
-                self._sql.feed, (str(tx), pos, limit), binary=True
-            ).fetchall(),
+            lambda conn: conn.execute(self._sql.feed, (start, limit), binary=True).fetchall(),
         )
-        if rows and rows[0][0] == 0:
-            self._note_held(int(rows[0][1]))
-            rows = rows[1:]
+        held = [int(r[2]) for r in rows if r[0] == 0]
+        if held:
+            self._note_held(held[0])
         else:
             self._stall = None
-        return [FeedEntry(FeedPosition(int(r[1]), r[2]), r[3], r[4], bytes(r[5])) for r in rows]
+        return [
+            FeedEntry(FeedPosition(int(r[1])), r[2], int(r[3]), bytes(r[4]))
+            for r in rows
+            if r[0] == 1
+        ]
+
+    def _feed_start(self, after: object) -> int:
+        """The feed_seq a position names (see `FeedPosition`)."""
+        if after is None:
+            return 0
+        if isinstance(after, int) and not isinstance(after, bool) and after >= 0:
+            return after
+        if isinstance(after, tuple) and len(after) == 1:
+            return self._feed_start(after[0])
+        if (
+            isinstance(after, tuple)
+            and len(after) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in after)
+        ):
+            tx, pos = after
+            row = self._query(
+                "reading a feed position of schema version 1",
+                lambda conn: conn.execute(self._sql.legacy_position, (str(tx), pos)).fetchone(),
+            )
+            return int(row[0]) if row else 0
+        raise InvalidArgumentError(
+            f"{self.url}: {after!r} is no feed position (a FeedPosition, or the integer it holds)"
+        )
 
     def _note_held(self, horizon: int) -> None:
         """A feed read found committed lines held back at `horizon` (the oldest open
@@ -665,22 +694,15 @@ class _Statements:
             f"DELETE FROM {q}.sessions WHERE session_id = %s"
             f" RETURNING sid, (head_seq > 0 OR snap_seq > 0)"
         )
-        # the first row (k = 0) says that committed lines are held back, and behind
-        # which horizon (the oldest transaction still open); then the released lines
-        horizon = "pg_snapshot_xmin(pg_current_snapshot())"
-        self.feed = (
-            f"WITH h AS (SELECT {horizon} AS x)"
-            f" SELECT 0 AS k, h.x::text, NULL::bigint, NULL::text, NULL::bigint, NULL::bytea"
-            f" FROM h WHERE EXISTS (SELECT 1 FROM {q}.lines l WHERE l.tx >= h.x)"
-            f" UNION ALL (SELECT 1, l.tx::text, l.pos, s.session_id, l.seq, l.line"
-            f" FROM {q}.lines l JOIN {q}.sessions s USING (sid), h"
-            f" WHERE (l.tx, l.pos) > (%s::text::xid8, %s) AND l.tx < h.x"
-            f" ORDER BY l.tx, l.pos LIMIT %s)"
+        self.feed = f"SELECT * FROM {q}.feed(%s, %s)"
+        self.legacy_position = (
+            f"SELECT coalesce(max(feed_seq), 0) FROM {q}.lines"
+            f" WHERE (tx, pos) <= (%s::text::xid8, %s) AND feed_seq IS NOT NULL"
         )
         # every open transaction older than the newest line held back holds it
         self.feed_blockers = (
             f"WITH held AS (SELECT max(l.tx) AS top FROM {q}.lines l"
-            f" WHERE l.tx >= {horizon}),"
+            f" WHERE l.feed_seq IS NULL AND l.tx >= pg_snapshot_xmin(pg_current_snapshot())),"
             f" open AS (SELECT x FROM pg_snapshot_xip(pg_current_snapshot()) AS x, held"
             f" WHERE x < held.top)"
             f" SELECT o.x::text, a.pid, p.gid, a.datname, p.database, a.usename, p.owner,"

@@ -51,7 +51,7 @@ __all__ = [
     "quote_schema",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The version of the tables and functions this code reads and writes."""
 
 SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
@@ -61,6 +61,9 @@ channel (`<schema>_append`) stays under PostgreSQL's 63-byte identifier limit.""
 # seeds the hash of a session id into the key of its advisory lock (any constant would do;
 # a fixed one keeps every process agreeing)
 SESSION_LOCK_SEED = 0x6576_7374
+
+# taken (transaction-level) while feed positions are handed out, so they increase
+RELEASE_LOCK_KEY = 0x6576_7374_5F66_6565  # "evst_fee"
 
 # taken (session-level) while the schema is created or migrated, so concurrent
 # first uses by many processes create it once
@@ -291,7 +294,64 @@ END
 $fn$;
 """
 
-_MIGRATIONS: dict[int, str] = {1: _DDL_V1}
+_DDL_V2 = """
+-- Feed positions that are data: `feed_seq`, handed out in (tx, pos) order to the lines
+-- released (every older transaction ended), so a position means the same after a
+-- pg_dump restore or logical replication into another cluster, whose transaction ids
+-- start over. The lines released under version 1 are numbered now.
+ALTER TABLE @S.lines ADD COLUMN feed_seq bigint;
+CREATE UNIQUE INDEX lines_feed_seq ON @S.lines (feed_seq);
+CREATE INDEX lines_unreleased ON @S.lines (tx, pos) WHERE feed_seq IS NULL;
+UPDATE @S.lines l SET feed_seq = r.n
+    FROM (SELECT sid, seq, row_number() OVER (ORDER BY tx, pos) AS n FROM @S.lines
+          WHERE tx < pg_snapshot_xmin(pg_current_snapshot())) r
+    WHERE l.sid = r.sid AND l.seq = r.seq;
+
+-- Hand out feed positions to the lines released since the last call (p_all: to every
+-- line without one, in (tx, pos) order: the lines of another cluster, adopted).
+CREATE FUNCTION @S.release(p_all boolean) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
+DECLARE
+    horizon xid8;
+    top     bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM @S.lines WHERE feed_seq IS NULL
+                   AND (p_all OR tx < pg_snapshot_xmin(pg_current_snapshot()))) THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock(@R);
+    -- each statement below sees what the releaser before us committed
+    horizon := pg_snapshot_xmin(pg_current_snapshot());
+    top := coalesce((SELECT max(feed_seq) FROM @S.lines), 0);
+    UPDATE @S.lines l SET feed_seq = top + r.n
+        FROM (SELECT sid, seq, row_number() OVER (ORDER BY tx, pos) AS n FROM @S.lines
+              WHERE feed_seq IS NULL AND (p_all OR tx < horizon)) r
+        WHERE l.sid = r.sid AND l.seq = r.seq;
+END
+$fn$;
+
+-- The feed after position p_after: positions handed out first, then up to p_limit
+-- lines (k = 1); a first row (k = 0) says that committed lines are held back, and the
+-- horizon holding them (the oldest transaction still open) as `session_id`.
+CREATE FUNCTION @S.feed(p_after bigint, p_limit int) RETURNS TABLE (
+    k int, feed_seq bigint, session_id text, seq bigint, line bytea
+) LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
+DECLARE
+    horizon xid8;
+BEGIN
+    PERFORM @S.release(false);
+    horizon := pg_snapshot_xmin(pg_current_snapshot());
+    IF EXISTS (SELECT 1 FROM @S.lines l WHERE l.feed_seq IS NULL AND l.tx >= horizon) THEN
+        RETURN QUERY SELECT 0, NULL::bigint, horizon::text, NULL::bigint, NULL::bytea;
+    END IF;
+    RETURN QUERY SELECT 1, l.feed_seq, s.session_id, l.seq, l.line
+        FROM @S.lines l JOIN @S.sessions s USING (sid)
+        WHERE l.feed_seq > p_after ORDER BY l.feed_seq LIMIT p_limit;
+END
+$fn$;
+"""
+
+_MIGRATIONS: dict[int, str] = {1: _DDL_V1, 2: _DDL_V2}
 """version -> the SQL that brings the schema from version - 1 to it."""
 
 
@@ -303,6 +363,7 @@ def ddl(schema: str, version: int) -> str:
         .replace("@S", quoted)
         .replace("@C", channel_of(schema))
         .replace("@K", str(SESSION_LOCK_SEED))
+        .replace("@R", str(RELEASE_LOCK_KEY))
     )
 
 
@@ -318,6 +379,7 @@ def ensure_schema(conn: Any, schema: str) -> int:
     quoted = quote_schema(schema)
     found = _version(conn, quoted)
     if found == SCHEMA_VERSION:
+        _adopt_if_moved(conn, quoted)
         return found
     if found > SCHEMA_VERSION:
         raise SchemaVersionError(
@@ -341,7 +403,46 @@ def ensure_schema(conn: Any, schema: str) -> int:
                 )
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (INIT_LOCK_KEY,))
+    _adopt_if_moved(conn, quoted)
     return found
+
+
+def _adopt_if_moved(conn: Any, quoted: str) -> None:
+    """Record the server's `system_identifier` in `meta`; when it names another
+    cluster (the schema came by pg_dump or logical replication), first hand out feed
+    positions to every line without one: the old cluster's lines, all committed, whose
+    transaction ids mean nothing here (they come before anything written here)."""
+    import psycopg
+
+    try:
+        here = conn.execute("SELECT system_identifier::text FROM pg_control_system()").fetchone()
+    except psycopg.errors.InsufficientPrivilege:  # pragma: no cover - a locked-down server
+        return
+    if _cluster(conn, quoted) == here[0]:
+        return
+    conn.execute("SELECT pg_advisory_lock(%s)", (INIT_LOCK_KEY,))
+    try:
+        with conn.transaction():
+            before = _cluster(conn, quoted)  # another process may have done it meanwhile
+            if before == here[0]:
+                return
+            if before is not None:
+                conn.execute(f"SELECT {quoted}.release(true)")
+            conn.execute(
+                f"INSERT INTO {quoted}.meta (name, value) VALUES ('cluster', %s)"  # noqa: S608
+                " ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+                (here[0],),
+            )
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (INIT_LOCK_KEY,))
+
+
+def _cluster(conn: Any, quoted: str) -> str | None:
+    """The `system_identifier` of the cluster the schema was last opened in."""
+    row = conn.execute(
+        f"SELECT value FROM {quoted}.meta WHERE name = 'cluster'"  # noqa: S608
+    ).fetchone()
+    return None if row is None else str(row[0])
 
 
 def _version(conn: Any, quoted: str) -> int:

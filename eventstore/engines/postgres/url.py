@@ -35,7 +35,10 @@ def split_url(url: str) -> tuple[str, str]:
     userinfo, _ = split_userinfo(rest)
     if userinfo is not None:
         _check_userinfo(userinfo, redact_url(url))
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # e.g. an unmatched [ in the host
+        raise InvalidArgumentError(f"not a valid URL ({exc}): {redact_url(url)}") from None
     schema = DEFAULT_SCHEMA
     kept: list[tuple[str, str]] = []
     for k, v in parse_qsl(parts.query, keep_blank_values=True):
@@ -53,10 +56,10 @@ def split_url(url: str) -> tuple[str, str]:
 def _check_userinfo(userinfo: str, shown: str) -> None:
     user, colon, password = userinfo.partition(":")
     for name, text in (("user name", user), ("password", password if colon else "")):
-        if _BAD_ESCAPE.search(text) or any(c in text for c in "@/?#"):
+        if _BAD_ESCAPE.search(text) or any(c in text for c in "@/?#[]"):
             raise InvalidArgumentError(
                 f"{shown}: the {name} in the URL must be percent-encoded"
-                " (% as %25, @ as %40, / as %2F, ? as %3F, # as %23)"
+                " (% as %25, @ as %40, / as %2F, ? as %3F, # as %23, [ ] as %5B %5D)"
             )
 
 
