@@ -423,6 +423,110 @@ def test_feed_holds_back_lines_behind_any_older_transaction(
     assert [(e.session_id, e.seq) for e in engine.feed()] == [("s", 1)]
 
 
+@contextlib.contextmanager
+def _second_cluster() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster of its own (initdb-ed fresh by
+    `.ci/start-postgres.sh`, so its transaction ids start low), stopped and removed at
+    the end: the URL of its `eventstore_test` database."""
+    if os.geteuid() != 0 or not os.environ.get("EVENTSTORE_PG_BINDIR"):
+        if os.environ.get("CI") == "true":
+            pytest.fail("a second cluster needs root and .ci/start-postgres.sh")
+        pytest.skip("a second cluster needs root and a server from .ci/start-postgres.sh")
+    env = {k: v for k, v in os.environ.items() if k != "EVENTSTORE_TEST_POSTGRES_URL"}
+    script = '. .ci/start-postgres.sh && echo "URL=$EVENTSTORE_TEST_POSTGRES_URL" && read _'
+    proc = subprocess.Popen(
+        ["bash", "-c", script], cwd=REPO, env=env, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("URL="), f"the second cluster did not start: {line!r}"
+        yield line[4:].strip()
+    finally:
+        proc.stdin.close()  # `read` returns, the shell exits, its trap stops the server
+        proc.wait(120)
+
+
+def _xid(conninfo: str) -> int:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        return int(conn.execute("SELECT pg_current_xact_id()::text").fetchone()[0])
+
+
+@pytest.mark.slow
+def test_feed_positions_survive_a_restore_into_another_cluster(pg_url: str) -> None:
+    """Issue 29 item 11: positions were transaction ids, and a pg_dump restored into a
+    new cluster (whose ids start over, below the old ones) gave a reader resuming from
+    its saved position 0 of the new lines, and the full feed put a session's new seq
+    6..10 before its seq 1..5. A real second cluster, fresh from initdb; the old one's
+    ids pushed past it so the case is the issue's whatever ran before. Lines still held
+    back when the dump was taken (an idle transaction open) come after the old ones."""
+    conninfo, schema = pg.split_url(pg_url)
+    bindir = Path(os.environ["EVENTSTORE_PG_BINDIR"])
+    with _second_cluster() as new_server:
+        new_conninfo = pg.split_url(new_server)[0]
+        for _ in range(max(0, _xid(new_conninfo) + 100 - _xid(conninfo))):
+            _xid(conninfo)  # the old cluster's ids lie above the new one's
+        with pg.from_url(pg_url) as old:
+            for _ in range(5):
+                append_retrying(old, "s")
+            read = old.feed()
+            saved = read[-1].position
+            with psycopg.connect(conninfo) as idle:
+                idle.execute("SELECT pg_current_xact_id()")
+                append_retrying(old, "t", 2)  # committed, held back by `idle`
+                dump = subprocess.run(
+                    [bindir / "pg_dump", "-n", schema, "--no-owner", conninfo],
+                    capture_output=True, check=True,
+                ).stdout  # fmt: skip
+        assert _xid(new_conninfo) < _xid(conninfo)  # the case of the issue
+        subprocess.run(
+            [bindir / "psql", "-q", "-v", "ON_ERROR_STOP=1", new_conninfo],
+            input=dump, capture_output=True, check=True,
+        )  # fmt: skip
+        with pg.from_url(with_query(new_server, schema=schema)) as new:
+            for _ in range(5):
+                append_retrying(new, "s")
+            resumed = feed_once_released(new, 12)[len(read) :]
+            assert new.feed(saved) == resumed
+            assert [(e.session_id, e.seq) for e in resumed] == [
+                ("t", 1), ("t", 2), *[("s", n) for n in range(6, 11)]
+            ]  # fmt: skip
+            full = new.feed()
+            assert full[: len(read)] == read  # the old positions mean the same lines
+            for sid, n in (("s", 10), ("t", 2)):
+                assert [e.seq for e in full if e.session_id == sid] == list(range(1, n + 1))
+
+
+def test_a_schema_of_version_1_keeps_its_feed_positions(pg_url: str) -> None:
+    """Upgrading a version-1 schema numbers the lines already released in the order
+    version 1 gave them, and a version-1 position (tx, pos) a reader saved is still
+    taken: it resumes after the same line."""
+    from eventstore.engines.postgres.schema import ddl
+
+    conninfo, schema = pg.split_url(pg_url)
+    q = quote_schema(schema)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(ddl(schema, 1))
+        conn.execute(f"INSERT INTO {q}.meta VALUES ('schema_version', '1')")
+        batch = make_batch(EMPTY_HEAD, 1)  # through version 1's own append function
+        conn.execute(
+            f"SELECT * FROM {q}.append('a', 0, '', 1, %s, %s, %s, false, NULL, NULL)",
+            ([batch.data], batch.hashes[-1], batch.link),
+        )
+        legacy = conn.execute(f"SELECT tx::text, pos FROM {q}.lines").fetchone()
+    with pg.from_url(pg_url) as engine:
+        append_retrying(engine, "b")
+        append_retrying(engine, "a")
+        full = engine.feed()
+        assert [(e.session_id, e.seq) for e in full] == [("a", 1), ("b", 1), ("a", 2)]
+        assert engine.feed((int(legacy[0]), int(legacy[1]))) == full[1:]
+        assert engine.feed(full[0].position.seq) == full[1:] == engine.feed(full[0].position)
+        for bad in ("3", (1, 2, 3), -1, 1.5, (None, 1)):
+            with pytest.raises(InvalidArgumentError, match="no feed position"):
+                engine.feed(bad)  # type: ignore[arg-type]
+
+
 def _other_database(conninfo: str) -> str:
     """The libpq URL of the server's `postgres` database (not the tests' one)."""
     return urlunsplit(urlsplit(conninfo)._replace(path="/postgres"))
