@@ -1948,13 +1948,7 @@ WORKER = textwrap.dedent(
     import os, sys, time
     from pathlib import Path
     from eventstore import ProgressEntry, SessionStore
-    from eventstore.errors import (
-    CorruptLogError,
-    EventStoreError,
-    InvalidArgumentError,
-    StorageError,
-    UnknownEngineError,
-)
+    from eventstore.errors import CorruptLogError, EventStoreError, StorageError
 
     url, role, gate, out = sys.argv[1], sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
     store = SessionStore(url)

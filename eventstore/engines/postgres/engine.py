@@ -10,8 +10,8 @@ order) is in `eventstore.engines.postgres.schema`. In short: one row per line ho
 its exact bytes (so the hash chain, verify and export agree byte for byte with the file
 engine), a `sessions` row per session holding its head, which every writer locks, and
 one server-side function call per append (one round trip, one transaction): lock the
-session, compare the head with the expected one, insert the lines (each gets its global
-feed position), record the idempotency key and fingerprint. The NOTIFY that wakes
+session, compare the head with the expected one, insert the lines (each gets its place in
+the global feed), record the idempotency key and fingerprint. The NOTIFY that wakes
 followers is sent after the commit, by a thread (see `_Notifier` for why).
 
 Positions are (log id, seq, byte offset in the live log); the log id changes whenever the

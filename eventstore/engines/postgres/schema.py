@@ -1,4 +1,4 @@
-"""The PostgreSQL engine's schema: its tables, its two server-side functions, its version.
+"""The PostgreSQL engine's schema: its tables, its server-side functions, its version.
 
 Everything lives in one schema (default `eventstore`, chosen with `?schema=NAME` in the
 URL), created on first use or by `eventstore init-db URL`, and versioned in `meta`.
@@ -11,7 +11,8 @@ Tables (one row per session in `sessions`, its head: the row every writer locks)
                (byte offsets in the session's stream of lines, for live-log offsets)
     lines      one row per appended line, its exact bytes (newline included), never
                edited (compaction without history and repair delete rows): sid, seq,
-               stream_off, tx and pos (its global feed position), line
+               stream_off, tx and pos (its place in the feed's order), feed_seq (its
+               feed position, once released), line
     snapshots  every snapshot installed, in order (n); `line` NULL once the log it
                opened was replaced without keeping history
     idempotency_keys  the key and request fingerprint of each keyed batch
@@ -19,18 +20,25 @@ Tables (one row per session in `sessions`, its head: the row every writer locks)
 
 The global feed (`PostgresEngine.feed`) orders every line of every session by (tx, pos):
 `tx` is the appending transaction's id (`pg_current_xact_id()`, 64-bit, never wraps) and
-`pos` a number from a sequence, increasing within a transaction. A reader returns only
-lines whose `tx` is below the oldest transaction still running
+`pos` a number from a sequence, increasing within a transaction. A line is *released*
+once its `tx` is below the oldest transaction still running
 (`pg_snapshot_xmin(pg_current_snapshot())`): every transaction below that horizon has
-ended, committed or rolled back, so no line can ever appear later below a position a
-reader has passed, however long a writer's transaction was in flight. The order agrees
-with time: a transaction that commits before another begins gets a smaller id. And it
-keeps each session's seq order: `append` takes a transaction-scoped advisory lock on the
-session before anything gives it a transaction id, so the next append to that session
-gets its id only after this one has committed. Writers never serialize on anything
-global (commits of different sessions proceed in parallel and share WAL flushes); the
-price is that a line reaches the feed only once every older writing transaction on the
-server (in any database: transaction ids are server-wide) has ended.
+ended, committed or rolled back, so every line released later has a larger (tx, pos)
+than every line released before, however long a writer's transaction was in flight.
+The function `release` (called by `feed`, under one advisory lock) hands the lines
+released since the last call their `feed_seq`, in (tx, pos) order: the position a reader
+keeps. It is data, so it means the same after a pg_dump restore or logical replication
+into another cluster, where transaction ids start over; `meta` records the cluster's
+`system_identifier`, and the first open in another cluster numbers every line the old
+one had not released (`release(true)`) before anything is appended there. The order
+agrees with time: a transaction that commits before another begins gets a smaller id.
+And it keeps each session's seq order: `append` takes a transaction-scoped advisory
+lock on the session before anything gives it a transaction id, so the next append to
+that session gets its id only after this one has committed. Writers never serialize on
+anything global (commits of different sessions proceed in parallel and share WAL
+flushes); the price is that a line reaches the feed only once every older writing
+transaction on the server (in any database: transaction ids are server-wide) has
+ended (`PostgresEngine.feed_blockers` names them).
 
 Every value reaches the server as a parameter; the schema name, the only identifier
 spliced into SQL, is checked against `SCHEMA_NAME` and quoted.
