@@ -199,8 +199,8 @@ def migrate_session(
             (a.seq for a, b in zip(have, plan, strict=False) if not _same(a, b)), len(plan)
         )
         raise MigrationError(
-            f"{dst_engine.url}: session {session_id!r} already holds other lines (from seq {first});"
-            " remove it there first or pick another destination"
+            f"{dst_engine.url}: session {session_id!r} already holds other lines"
+            f" (from seq {first}); remove it there first or pick another destination"
         )
     dst = dst_engine
     head = dst.head(session_id) if have else EMPTY_HEAD
