@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import stat
 import threading
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -35,7 +33,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from eventstore import process
+from eventstore import entropy, process
 from eventstore.engines.file.layout import (
     ensure_private_dir,
     fsync_dir,
@@ -174,7 +172,7 @@ def is_plain_context_id(context_id: object) -> bool:
 def now_ms() -> int:
     """The clock the map stamps `created_ms` / `updated_ms` with and new session ids
     start from, in Unix milliseconds. A test hook: replace it to control time."""
-    return time.time_ns() // 1_000_000
+    return entropy.time_ns() // 1_000_000
 
 
 # -- session ids ---------------------------------------------------------------------
@@ -205,12 +203,12 @@ class _Uuid7Sequence:
             if ms > self.last_ms:
                 self.last_ms = ms
                 # top bit clear: leaves half the space for increments in this millisecond
-                self.last_rand = secrets.randbits(_RAND_BITS - 1)
+                self.last_rand = entropy.random_bits(_RAND_BITS - 1)
             else:
-                self.last_rand += secrets.randbits(32) + 1
+                self.last_rand += entropy.random_bits(32) + 1
                 if self.last_rand >> _RAND_BITS:
                     self.last_ms += 1
-                    self.last_rand = secrets.randbits(_RAND_BITS - 1)
+                    self.last_rand = entropy.random_bits(_RAND_BITS - 1)
             return self.last_ms, self.last_rand
 
 
@@ -757,7 +755,7 @@ class HarnessSessionMap:
         ensure_private_dir(root / context_id)
         dfd = _open_dir(root / context_id)
         try:
-            tmp = f".{HARNESS_SESSION_FILE_NAME}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
+            tmp = f".{HARNESS_SESSION_FILE_NAME}.{os.getpid()}.{entropy.token_hex(8)}.tmp"
             fd = os.open(
                 tmp,
                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,

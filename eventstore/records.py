@@ -7,10 +7,12 @@ to a record is rejected at write time (see `eventstore.format.codec`).
 # no `from __future__ import annotations`: msgspec reads these structs' annotations
 # as objects, not strings to evaluate; that keeps decoder builds on cold loads ~3x cheaper
 import enum
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
+
+from eventstore import entropy
 
 __all__ = [
     "BootstrapState",
@@ -42,7 +44,7 @@ AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 
 def utc_now() -> datetime:
     """The current time, timezone-aware (UTC)."""
-    return datetime.now(UTC)
+    return entropy.now()
 
 
 class RunStatus(enum.Enum):

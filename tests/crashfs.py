@@ -75,7 +75,8 @@ Enumeration (`explore`)
     alternatives is at most `exhaustive` the states are enumerated exhaustively (torn
     writes at representative bytes: just after and just before each newline in the
     write, its middle, its first byte, its last byte, up to `max_cuts`); above that,
-    `samples` states are drawn at random (any byte for a tear), seeded, always with
+    `samples` states are drawn at random (a tear at one of the representative bytes or
+    at any byte, equally likely), seeded, always with
     the two extremes (everything kept, everything lost). Identical trees with the same
     acknowledgements are checked once. `Exploration` reports the counts.
 
@@ -616,9 +617,11 @@ def _random_alt(slot: list[_Alt], trace: Trace, rng: random.Random) -> _Alt:
     else:
         alt = rng.choice(slot)
     out = []
-    for i, v in alt:  # re-draw tears at any byte
+    for i, v in alt:  # re-draw tears: at a line's edge or any byte, equally likely
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            v = _cuts(trace.ops[i].data, rng, 0)[0]
+            data = trace.ops[i].data
+            edges = _cuts(data, None, len(data)) if rng.random() < 0.5 else []
+            v = rng.choice(edges) if edges else _cuts(data, rng, 0)[0]
         out.append((i, v))
     return tuple(out)
 

@@ -22,6 +22,7 @@ LAYERS: list[tuple[int, str]] = [
     (0, "eventstore.errors"),
     (0, "eventstore.process"),
     (0, "eventstore.session_ids"),
+    (0, "eventstore.entropy"),
     (1, "eventstore.format"),
     (2, "projections"),
     (2, "eventstore.engines"),

@@ -20,11 +20,10 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from operator import attrgetter
 from typing import Any, Protocol, TypeVar
 
-from eventstore import process
+from eventstore import entropy, process
 from eventstore.core import tuning as tunings
 from eventstore.core.cache_policy import CachePolicy
 from eventstore.core.fingerprint import fingerprint
@@ -401,7 +400,7 @@ class SessionCore:
             if not events:
                 return None
             data, stamped, link = self.codec.encode_batch(
-                events, head.seq + 1, head.link, datetime.now(UTC), key, check=check
+                events, head.seq + 1, head.link, entropy.now(), key, check=check
             )
             batch = EncodedBatch(
                 data,

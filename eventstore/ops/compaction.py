@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
 import msgspec
 
+from eventstore import entropy
 from eventstore.core.folding import fold_events
 from eventstore.core.segments import pruning_records
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
@@ -133,7 +134,7 @@ def compact(
         states, folded, trimmed = _fold_states(core, session_id, res, events, retention)
         snap = _snapshot(events, states, res.data[:size], covers, codec, archive, trimmed)
         unknown = snap.unknown
-        line, _ = codec.encode_snapshot(snap, covers.seq, covers.link, datetime.now(UTC))
+        line, _ = codec.encode_snapshot(snap, covers.seq, covers.link, entropy.now())
         if len(line) >= size and not force:
             return CompactionReport(
                 session_id, len(events), len(events), size, size, first_seq, last.seq, None,

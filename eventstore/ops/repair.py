@@ -22,11 +22,11 @@ moment without a log). Archived history is never changed.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Literal
 
 import msgspec
 
+from eventstore import entropy
 from eventstore.core.segments import pruning_records
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.engines.base import History
@@ -217,7 +217,7 @@ def _rebuild(
     # them the pruned archive before it would read as lost
     pruned = [msgspec.Raw(raw) for _, raw in pruning_records(first + b"\n")]
     snap = Snapshot(base_h=base_h, states=states, unknown=unknown, known=known, pruned=pruned)
-    line, _ = codec.encode_snapshot(snap, seq, base_h, datetime.now(UTC))
+    line, _ = codec.encode_snapshot(snap, seq, base_h, entropy.now())
     return line + kept_after, 1 + n_after, nl + 1 + len(kept_after), how
 
 

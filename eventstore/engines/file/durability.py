@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 
+from eventstore import entropy
 from eventstore.engines.base import EncodedBatch
 from eventstore.engines.file import journal as file_journal
 from eventstore.engines.file.layout import datasync
@@ -153,7 +154,7 @@ def start_epoch(
     to there), creating the journal on the session's first durable append."""
     if sess.journal_fd < 0:
         sess.journal_fd = file_journal.create(sess.paths.journal)
-    number = int.from_bytes(os.urandom(8), "big") | 1  # (never 0: "no epoch")
+    number = entropy.random_bits(64) | 1  # (never 0: "no epoch")
     ep = file_journal.Epoch(number, start, ident, seq, link)
     file_journal.start_epoch(sess.journal_fd, ep)
     sess.epoch = ep

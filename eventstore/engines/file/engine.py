@@ -38,13 +38,12 @@ import os
 import stat
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from eventstore import process
+from eventstore import entropy, process
 from eventstore.engines.base import (
     EMPTY_HEAD,
     CacheReader,
@@ -634,7 +633,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
                 os.unlink(paths.log)
             if os.path.lexists(paths.archive):
                 return
-            trash = paths.dir.parent / f"{_REMOVED_PREFIX}{uuid.uuid4().hex}"
+            trash = paths.dir.parent / f"{_REMOVED_PREFIX}{entropy.token_hex()}"
             os.rename(paths.dir, trash)
             sess.gen = b"removed"  # this process's lock descriptor too: reopen at the path
             import shutil  # here: it imports bz2 and lzma, ~2 ms of every `import`
@@ -772,7 +771,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         the whole session or none of it), then delete what was renamed."""
         sess = self._session(session_id)
         paths = sess.paths
-        trash = paths.dir.parent / f"{_REMOVED_PREFIX}{uuid.uuid4().hex}"
+        trash = paths.dir.parent / f"{_REMOVED_PREFIX}{entropy.token_hex()}"
         with self._locked(sess, create=False) as exists:
             if not exists:
                 return False

@@ -19,10 +19,10 @@ import hashlib
 import os
 import re
 import stat
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from eventstore import entropy
 from eventstore.errors import (
     StorageError,
     UnsafePathError,
@@ -201,7 +201,7 @@ def write_atomically(
     """
     # the name's first 120 bytes: a legal 250-byte name must not make an illegal temp one
     head = os.fsencode(path.name)[:120]  # (bytes: a name need not be UTF-8)
-    tmp = path.with_name(f"{os.fsdecode(head)}{TMP_MARK}{uuid.uuid4().hex}")
+    tmp = path.with_name(f"{os.fsdecode(head)}{TMP_MARK}{entropy.token_hex()}")
     try:
         fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:

@@ -18,11 +18,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
 
+from eventstore import entropy
 from eventstore.engines.base import RepairHold
 from eventstore.engines.file import journal as file_journal
 from eventstore.engines.file.caches import CACHE_PREFIX
@@ -74,7 +74,7 @@ def save_aside(log_path: Path, kind: str, data: bytes) -> Path:
 
 
 def stamp() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    return entropy.now().strftime("%Y%m%dT%H%M%S%fZ")
 
 
 def lacking(paths: SessionPaths, log_flags: int) -> tuple[int, int, bytes] | None:

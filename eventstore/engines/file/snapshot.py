@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import os
 import re
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from eventstore import entropy
 from eventstore.engines.base import Head, History, PrunedSegment, Segment
 from eventstore.engines.file.layout import (
     SessionPaths,
@@ -161,7 +161,7 @@ def archive_names(archive_dir: Path) -> list[str]:
 def archive_name(archive_dir: Path, first: int, last: int) -> Path:
     name = archive_dir / f"{first:012d}-{last:012d}.jsonl"
     if os.path.lexists(name) or os.path.lexists(name.with_name(name.name + PENDING)):
-        name = name.with_name(f"{name.stem}-{uuid.uuid4().hex[:8]}.jsonl")  # a re-compaction
+        name = name.with_name(f"{name.stem}-{entropy.token_hex(4)}.jsonl")  # a re-compaction
     return name
 
 
