@@ -12,18 +12,24 @@ uses, so another engine that writes files through `os` is explored the same way.
 Recording (`Recorder`, a context manager over one directory, the root)
     For the duration of the workload these `os` functions are wrapped: `open` (with
     O_CREAT / O_EXCL / O_APPEND / O_TRUNC, `dir_fd` too), `write`, `pwrite`, `writev`,
-    `ftruncate`, `truncate`, `fsync`, `fdatasync`, `rename`, `replace`, `link`,
-    `unlink`, `remove`, `mkdir` (so `os.makedirs` too), `rmdir`, `close`. Each call
-    goes through to the real function, and what it changed under the root is appended
-    to the trace as an `Op`, against a logical inode (hard links share one; the store's
-    compaction links the live log into its archive). An fsync of an fd opened on a
-    directory is a `dirsync`. The workload calls `rec.ack(label, payload)` after each
-    call it considers acknowledged; that marker is part of the trace, so every crash
-    point knows what had been acknowledged before it. What existed under the root when
-    recording started is the durable initial state. Calls the wrappers do not see (the
-    builtin `open`, C extensions writing files) would be missed: `Recorder.self_check()`
-    replays the whole trace and compares it with the real tree, byte for byte.
-    Not supported (raises): renaming a directory.
+    `pwritev`, `sendfile` and `copy_file_range` (the bytes that landed), `ftruncate`,
+    `truncate`, `posix_fallocate` (a size it grows), `fsync`, `fdatasync`, `rename`,
+    `replace` (a directory's too: the names under it move), `link`, `unlink`, `remove`,
+    `mkdir` (so `os.makedirs` too), `rmdir`, `close`. Each call goes through to the
+    real function, and what it changed under the root is appended to the trace as an
+    `Op`, against a logical inode (hard links share one; the store's compaction links
+    the live log into its archive). An fsync of an fd opened on a directory is a
+    `dirsync`. The workload calls `rec.ack(label, payload)` after each call it
+    considers acknowledged; that marker is part of the trace, so every crash point
+    knows what had been acknowledged before it. What existed under the root when
+    recording started is the durable initial state.
+    What the wrappers cannot record fails the workload loudly (AssertionError): a
+    write, truncate or sync under the root through a descriptor the recorder did not
+    open (opened before recording, `os.dup`-ed), and, through an audit hook
+    (`sys.addaudithook`), the builtin `open` in a writing mode (so `shutil.copyfile`,
+    `Path.write_bytes`) and any `mmap` of a file under the root. C extensions writing
+    through their own calls would still be missed: `Recorder.self_check()` replays the
+    whole trace and compares it with the real tree, byte for byte.
 
 The two persistence models (`EXT4_ORDERED`, `STRICT`)
     Common to both: a crash after op k keeps everything made durable before it and
@@ -35,7 +41,10 @@ The two persistence models (`EXT4_ORDERED`, `STRICT`)
     its name durable, and an fsync of a directory does not make the directory's own
     entry in its parent durable. Names are bindings name -> inode: replaying a rename
     binds the destination to the inode and unbinds the source only if the source still
-    names that inode.
+    names that inode; renaming a directory moves every name under it (a flat model:
+    an operation inside a renamed directory names it by its path at the time, so under
+    `STRICT` a later one whose directory's rename was undone is lost with it, one of
+    the states a real file system allows, not all of them).
 
     `EXT4_ORDERED`: Linux ext4 with data=ordered (the default), after the persistence
     properties the ALICE study reports for ext4 in ordered mode (directory operations
@@ -48,10 +57,14 @@ The two persistence models (`EXT4_ORDERED`, `STRICT`)
       (delayed allocation: a new file's name can survive while its data does not),
       except that a rename replacing an existing file persists the data written to the
       renamed file before it (ext4's auto_da_alloc; ALICE: "append -> rename" ordered);
-    - per file, unsynced data operations persist as a prefix (appends are not
+    - per file, unsynced appends and truncates persist as a prefix (appends are not
       reordered against each other: the on-disk size only grows as data reaches disk),
       and the last one persisted may be torn at any byte — a prefix of its bytes, never
-      garbage (ALICE: append content atomic in ordered mode, multi-block appends not).
+      garbage (ALICE: append content atomic in ordered mode, multi-block appends not);
+    - in-place overwrites (writes within the file's size: the lock file's head, the
+      journal's header and mirror) are not ordered, against each other or the appends:
+      each is kept, dropped or torn on its own (ALICE: ext4 does not order them;
+      `Model.overwrites_in_order` puts them back in the prefix).
     We do not assume ext4's stronger real behaviour that any fsync commits the whole
     journal (which would make every earlier directory operation durable). ALICE's own
     default explorer (alicedefaultfs.py) is weaker than ext4 and closer to `STRICT`:
@@ -59,15 +72,19 @@ The two persistence models (`EXT4_ORDERED`, `STRICT`)
     left out of a prefix, with dependencies only through fsync.
 
     `STRICT`: anything not fsynced may be lost or torn, independently, in any order:
-    - each unsynced write is dropped, persisted, torn at any byte (a prefix of it), or
-      persisted as zeros (the size reached disk, the data did not); a dropped earlier
-      write under a persisted later one leaves a hole of zeros; each unsynced truncate
-      is kept or dropped;
+    - each unsynced write is dropped, persisted, torn at any byte (a prefix of it),
+      persisted as zeros (the size reached disk, the data did not), persisted as
+      non-zero garbage (ext4 data=writeback, ALICE's default: blocks allocated, never
+      written; `GARBAGE`, bytes >= 0x80, so no newline), or, for a write spanning
+      several 4 KiB blocks, persisted but for one of its blocks (`block_tears`: the
+      others' old bytes stay, zeros past the old end); a dropped earlier write under a
+      persisted later one leaves a hole of zeros; each unsynced truncate is kept or
+      dropped;
     - each directory operation not followed by an fsync of its directory(ies) is kept
       or undone independently of the others (a later one may survive an earlier one).
-    Not modelled by either: a hole inside a single write, non-zero garbage, a rename
-    persisted half-way (ALICE's "destination unlinked, source kept"), or a device that
-    lies about fsync.
+    Not modelled by either: a write persisted as any subset of its blocks beyond one
+    hole, garbage mixed with data inside one write, a rename persisted half-way (ALICE's
+    "destination unlinked, source kept"), or a device that lies about fsync.
 
 Enumeration (`explore`)
     For each crash point k (0 .. len(trace)) the pending choices are the unsynced data
@@ -91,13 +108,16 @@ import itertools
 import os
 import random
 import stat
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 __all__ = [
+    "BLOCK",
     "EXT4_ORDERED",
+    "GARBAGE",
     "STRICT",
     "CrashState",
     "Exploration",
@@ -180,9 +200,32 @@ class Trace:
 # -- recording ------------------------------------------------------------------------
 
 _WRAPPED = (
-    "open", "write", "pwrite", "writev", "ftruncate", "truncate", "fsync", "fdatasync",
-    "rename", "replace", "link", "unlink", "remove", "mkdir", "rmdir", "close",
+    "open", "write", "pwrite", "writev", "pwritev", "ftruncate", "truncate", "fsync",
+    "fdatasync", "rename", "replace", "link", "unlink", "remove", "mkdir", "rmdir", "close",
+    "sendfile", "copy_file_range", "posix_fallocate",
 )  # fmt: skip
+_WRITE_MODES = frozenset("wax+")  # a builtin open() mode that writes
+
+_active: Recorder | None = None  # the recorder the audit hook reports to
+_hooked = False
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    """sys.addaudithook: a builtin `open` for writing, or an mmap, of a file under the
+    root of the active recorder fails the workload (the wrappers cannot see its writes)."""
+    rec = _active
+    if rec is None:
+        return
+    if event == "open" and isinstance(args[1], str) and _WRITE_MODES & set(args[1]):
+        path = args[0]
+        if isinstance(path, int):
+            rec._refuse_unknown(path, f"open({path}, {args[1]!r})")
+        elif isinstance(path, (str, bytes, os.PathLike)):
+            full, rel = rec._resolve(path, None)
+            if rel is not None:
+                raise AssertionError(f"{full}: opened for writing by the builtin open, unrecorded")
+    elif event == "mmap.__new__" and args[0] >= 0:
+        rec._refuse_unknown(args[0], "mmap", any_fd=True)
 
 
 @dataclass(slots=True)
@@ -207,7 +250,7 @@ class Recorder:
         if os.path.realpath(self.root) != os.path.abspath(self.root):
             raise ValueError(f"{self.root}: give the recorder the real path of the root")
         self.root = os.path.abspath(self.root)
-        self._real = {name: getattr(os, name) for name in _WRAPPED}
+        self._real = {name: getattr(os, name) for name in _WRAPPED if hasattr(os, name)}
         self._fds: dict[int, _Fd] = {}
         self._ino: dict[tuple[int, int], int] = {}
         self._next_inode = 0
@@ -221,13 +264,21 @@ class Recorder:
         self._emit("ack", label=label, payload=payload)
 
     def __enter__(self) -> Recorder:
+        global _active, _hooked
         self._snapshot_initial()
         for name in _WRAPPED:
-            setattr(os, name, getattr(self, "_" + name))
+            if name in self._real:
+                setattr(os, name, getattr(self, "_" + name))
+        if not _hooked:  # (an audit hook cannot be removed: one, for every recorder)
+            sys.addaudithook(_audit)
+            _hooked = True
+        _active = self
         self._active = True
         return self
 
     def __exit__(self, *exc: object) -> None:
+        global _active
+        _active = None
         for name, fn in self._real.items():
             setattr(os, name, fn)
         self._active = False
@@ -336,15 +387,38 @@ class Recorder:
         self._fds[fd] = _Fd(rel, ino, is_dir, bool(flags & os.O_APPEND))
         return fd
 
+    def _refuse_unknown(self, fd: int, what: str, *, any_fd: bool = False) -> None:
+        """Fail loudly when `fd` is a file under the root the recorder does not know (opened
+        before recording, `os.dup`-ed, or by a call it does not wrap): its writes and
+        syncs would go unrecorded. `any_fd`: a known one too (mmap)."""
+        if fd in self._fds and not any_fd:
+            return
+        try:
+            st = os.fstat(fd)
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return  # not a descriptor (the call itself fails), or no /proc
+        if (st.st_dev, st.st_ino) in self._ino or self._rel(target) is not None:
+            raise AssertionError(
+                f"{what} on fd {fd} ({target}): a file under the root through a descriptor"
+                " the recorder did not open: its writes would go unrecorded"
+            )
+
     def _record_write(self, fd: int, data: bytes, offset: int | None) -> None:
         f = self._fds.get(fd)
         if f is None or not data:
             return
         self._emit("write", inode=f.inode, offset=offset, data=bytes(data))
 
+    def _at(self, fd: int) -> int:
+        """Where a write through `fd` (known) lands: the end under O_APPEND."""
+        f = self._fds[fd]
+        return os.fstat(fd).st_size if f.append else os.lseek(fd, 0, os.SEEK_CUR)
+
     def _write(self, fd: int, data: Any) -> int:
         f = self._fds.get(fd)
         if f is None:
+            self._refuse_unknown(fd, "write")
             n: int = self._real["write"](fd, data)
             return n
         at = os.fstat(fd).st_size if f.append else os.lseek(fd, 0, os.SEEK_CUR)
@@ -353,6 +427,7 @@ class Recorder:
         return n
 
     def _pwrite(self, fd: int, data: Any, offset: int) -> int:
+        self._refuse_unknown(fd, "pwrite")
         f = self._fds.get(fd)
         at = offset
         if f is not None and f.append:  # Linux: pwrite on O_APPEND appends, whatever offset
@@ -361,7 +436,42 @@ class Recorder:
         self._record_write(fd, bytes(memoryview(data)[:n]), at)
         return n
 
+    def _pwritev(self, fd: int, buffers: Sequence[Any], offset: int, *flags: int) -> int:
+        self._refuse_unknown(fd, "pwritev")
+        f = self._fds.get(fd)
+        at = os.fstat(fd).st_size if f is not None and f.append else offset
+        n: int = self._real["pwritev"](fd, buffers, offset, *flags)
+        self._record_write(fd, b"".join(bytes(b) for b in buffers)[:n], at)
+        return n
+
+    def _sendfile(self, out_fd: int, in_fd: int, offset: int | None, count: int, **kw: Any) -> int:
+        return self._copy("sendfile", out_fd, None, (out_fd, in_fd, offset, count), kw)
+
+    def _copy_file_range(self, src: int, dst: int, count: int, *args: Any) -> int:
+        offset_dst = args[1] if len(args) > 1 else None
+        return self._copy("copy_file_range", dst, offset_dst, (src, dst, count, *args), {})
+
+    def _copy(self, fn: str, out: int, offset: int | None, args: tuple[Any, ...], kw: Any) -> int:
+        """sendfile / copy_file_range into `out`: recorded as the write of what landed."""
+        self._refuse_unknown(out, fn)
+        at = None
+        if out in self._fds:
+            at = offset if offset is not None else self._at(out)
+        n: int = self._real[fn](*args, **kw)
+        if at is not None and n > 0:
+            self._record_write(out, os.pread(out, n, at), at)
+        return n
+
+    def _posix_fallocate(self, fd: int, offset: int, length: int) -> None:
+        self._refuse_unknown(fd, "posix_fallocate")
+        before = os.fstat(fd).st_size
+        self._real["posix_fallocate"](fd, offset, length)
+        f = self._fds.get(fd)
+        if f is not None and offset + length > before:  # the size grew, with zeros
+            self._emit("truncate", inode=f.inode, size=offset + length)
+
     def _writev(self, fd: int, buffers: Sequence[Any]) -> int:
+        self._refuse_unknown(fd, "writev")
         f = self._fds.get(fd)
         at = 0
         if f is not None:
@@ -371,6 +481,7 @@ class Recorder:
         return n
 
     def _ftruncate(self, fd: int, length: int) -> None:
+        self._refuse_unknown(fd, "ftruncate")
         self._real["ftruncate"](fd, length)
         f = self._fds.get(fd)
         if f is not None:
@@ -397,6 +508,7 @@ class Recorder:
     def _record_sync(self, fd: int) -> None:
         f = self._fds.get(fd)
         if f is None:
+            self._refuse_unknown(fd, "fsync")
             return
         if f.is_dir:
             self._emit("dirsync", path=f.path)
@@ -422,8 +534,6 @@ class Recorder:
         dfull, drel = self._resolve(dst, dst_dir_fd)
         ino = replaced = -1
         if srel is not None:
-            if os.path.isdir(sfull) and not os.path.islink(sfull):
-                raise NotImplementedError(f"{sfull}: renaming a directory is not modelled")
             ino = self._inode_of(sfull)
             if drel is not None and os.path.lexists(dfull):
                 replaced = self._inode_of(dfull)
@@ -435,6 +545,10 @@ class Recorder:
         if replaced == ino:
             return  # POSIX: two links to one file: rename does nothing, both names stay
         self._emit("rename", inode=ino, src=srel, path=drel, replaced=replaced)
+        if ino in self.trace.dir_inodes:  # the descriptors opened under it move with it
+            for fd, f in self._fds.items():
+                if f.path == srel or f.path.startswith(srel + "/"):
+                    self._fds[fd] = _Fd(drel + f.path[len(srel) :], f.inode, f.is_dir, f.append)
 
     def _link(self, src: Any, dst: Any, **kw: Any) -> None:
         sfull, srel = self._resolve(src, kw.get("src_dir_fd"))
@@ -485,7 +599,7 @@ class CrashState:
 
     k: int
     dir_kept: frozenset[int]
-    data: dict[int, int | None]
+    data: dict[int, int | None | tuple[int, ...]]
 
     def describe(self, trace: Trace) -> str:
         """A readable account of what was lost, for failure messages and regression tests."""
@@ -494,7 +608,11 @@ class CrashState:
         parts = [f"crash after op #{self.k - 1}" if self.k else "crash before any op"]
         parts += [f"undone {op!r}" for op in undone]
         for i, v in sorted(self.data.items()):
-            what = "dropped" if v is None else "zeros" if v == -1 else f"torn at {v}"
+            what = (
+                "dropped" if v is None else "zeros" if v == -1
+                else "garbage" if v == GARBAGE
+                else f"only blocks {v}" if isinstance(v, tuple) else f"torn at {v}"
+            )  # fmt: skip
             parts.append(f"{what} {ops[i]!r}")
         return "; ".join(parts)
 
@@ -505,13 +623,18 @@ class Model:
 
     name: str
     dir_ops_in_order: bool  # a prefix of the pending directory operations (ext4 journal)
-    data_in_order: bool  # per file, a prefix of the pending data operations
+    data_in_order: bool  # per file, a prefix of the pending appends and truncates
     zeros: bool  # a pending write may persist as zeros
     rename_flushes_data: bool  # a rename over an existing file persists the file's data
+    overwrites_in_order: bool = False  # in-place overwrites join the per-file prefix
+    block_tears: bool = False  # a multi-block write may persist some blocks, not a prefix
+    garbage: bool = False  # a pending write may persist as non-zero garbage
 
 
 EXT4_ORDERED = Model("ext4-ordered", True, True, False, True)
-STRICT = Model("strict", False, False, True, False)
+STRICT = Model("strict", False, False, True, False, block_tears=True, garbage=True)
+BLOCK = 4096  # the file-system block: what `block_tears` keeps or loses as a whole
+GARBAGE = -2  # CrashState.data: the write persisted as non-zero garbage
 
 _Alt = tuple[tuple[int, Any], ...]  # one alternative of one choice slot: (op index, value)...
 
@@ -565,8 +688,57 @@ def _cuts(data: bytes, rng: random.Random | None, max_cuts: int) -> list[int]:
     return ordered
 
 
+def _overwrites(trace: Trace, k: int) -> set[int]:
+    """The writes before crash point k that changed bytes in place (none beyond the
+    file's size before them)."""
+    size = {ino: len(b) for ino, b in trace.initial_data.items()}
+    out = set()
+    for op in trace.ops[:k]:
+        if op.kind == "truncate":
+            size[op.inode] = op.size
+        elif op.kind == "write":
+            end = op.offset + len(op.data)
+            if end <= size.get(op.inode, 0):
+                out.add(op.index)
+            size[op.inode] = max(end, size.get(op.inode, 0))
+    return out
+
+
+def _blocks(op: Op, max_cuts: int) -> list[tuple[int, ...]]:
+    """Block-tear alternatives of a write spanning several blocks: every block kept but
+    one (up to `max_cuts` of them, evenly spread), as the tuple of blocks kept."""
+    first, last = op.offset // BLOCK, (op.offset + len(op.data) - 1) // BLOCK
+    if last == first:
+        return []
+    spanned = list(range(first, last + 1))
+    if len(spanned) > max_cuts:
+        step = (len(spanned) - 1) / (max_cuts - 1)
+        holes = sorted({spanned[round(i * step)] for i in range(max_cuts)})
+    else:
+        holes = spanned
+    return [tuple(b for b in spanned if b != h) for h in holes]
+
+
+def _independent(model: Model, op: Op, max_cuts: int) -> list[_Alt]:
+    """The alternatives of a data operation persisted independently of the others."""
+    alt: list[_Alt] = [((op.index, None),), ((op.index, "whole"),)]
+    if op.kind == "write":
+        alt += [((op.index, c),) for c in _cuts(op.data, None, max_cuts)]
+        if model.zeros:
+            alt.append(((op.index, -1),))
+        if model.garbage:
+            alt.append(((op.index, GARBAGE),))
+        if model.block_tears:
+            alt += [((op.index, b),) for b in _blocks(op, max_cuts)]
+    return alt
+
+
 def _slots(
-    model: Model, pending_dir: list[Op], data: dict[int, list[Op]], max_cuts: int
+    model: Model,
+    pending_dir: list[Op],
+    data: dict[int, list[Op]],
+    max_cuts: int,
+    overwrites: set[int] = frozenset(),  # type: ignore[assignment]
 ) -> list[list[_Alt]]:
     """The independent choices at one crash point, each a list of alternatives."""
     slots: list[list[_Alt]] = []
@@ -580,6 +752,9 @@ def _slots(
             slots += [[((op.index, False),), ((op.index, True),)] for op in pending_dir]
     for ops in data.values():
         if model.data_in_order:
+            if not model.overwrites_in_order:  # (ALICE: ext4 does not order them)
+                slots += [_independent(model, op, max_cuts) for op in ops if op.index in overwrites]
+                ops = [op for op in ops if op.index not in overwrites]
             alts: list[_Alt] = []
             for n in range(len(ops) + 1):  # the first n whole, the rest dropped
                 alts.append(
@@ -593,19 +768,15 @@ def _slots(
                         )  # fmt: skip
             slots.append(alts)
         else:
-            for op in ops:
-                alt: list[_Alt] = [((op.index, None),), ((op.index, "whole"),)]
-                if op.kind == "write":
-                    alt += [((op.index, c),) for c in _cuts(op.data, None, max_cuts)]
-                    if model.zeros:
-                        alt.append(((op.index, -1),))
-                slots.append(alt)
+            slots += [_independent(model, op, max_cuts) for op in ops]
     return slots
 
 
 def _category(alt: _Alt) -> str:
     v = alt[-1][1]
-    return repr(v) if isinstance(v, bool) or v in (None, "whole", -1) else "torn"
+    if isinstance(v, tuple):
+        return "holes"
+    return repr(v) if isinstance(v, bool) or v in (None, "whole", -1, GARBAGE) else "torn"
 
 
 def _random_alt(slot: list[_Alt], trace: Trace, rng: random.Random) -> _Alt:
@@ -630,7 +801,7 @@ def _state(
     model: Model, trace: Trace, k: int, durable: set[int], choice: Sequence[_Alt]
 ) -> CrashState:
     dir_kept = set(durable)
-    data: dict[int, int | None] = {}
+    data: dict[int, int | None | tuple[int, ...]] = {}
     for alt in choice:
         for i, v in alt:
             if isinstance(v, bool):
@@ -660,7 +831,7 @@ def crash_states(
 ) -> tuple[list[CrashState], bool]:
     """The crash states at crash point k, and whether they were sampled."""
     pending_dir, durable, data = _pending(trace, k, model)
-    slots = _slots(model, pending_dir, data, max_cuts)
+    slots = _slots(model, pending_dir, data, max_cuts, _overwrites(trace, k))
     total = 1
     for s in slots:
         total *= len(s)
@@ -698,7 +869,7 @@ def legal_state(
         first = min(undone)
         undone = {op.index for op in pending_dir if op.index >= first}
     kept = durable | {op.index for op in pending_dir if op.index not in undone}
-    lost: dict[int, int | None] = {}
+    lost: dict[int, int | None | tuple[int, ...]] = {}
     for ops in data.values():
         hit = [op.index for op in ops if drop(op)]
         if model.data_in_order and hit:
@@ -743,9 +914,12 @@ def _names_and_content(
             elif op.kind == "unlink":
                 if names.get(op.path) == op.inode:
                     del names[op.path]
-            else:  # rename
+            else:  # rename (a directory's moves every name under it)
                 if names.get(op.src) == op.inode:
                     del names[op.src]
+                    if op.inode in trace.dir_inodes:
+                        for p in [p for p in names if p.startswith(op.src + "/")]:
+                            names[op.path + p[len(op.src) :]] = names.pop(p)
                 names[op.path] = op.inode
         elif op.kind in DATA_OPS:
             buf = content.setdefault(op.inode, bytearray())
@@ -757,8 +931,13 @@ def _names_and_content(
                 del buf[op.size :]
                 buf.extend(bytes(op.size - len(buf)))
                 continue
+            if isinstance(v, tuple):  # some blocks persisted: the size reached disk
+                _apply_blocks(buf, op, v)
+                continue
             if whole or v is None:
                 data = op.data
+            elif v == GARBAGE:
+                data = bytes(0x80 | ((i * 37 + op.index) & 0x7F) for i in range(len(op.data)))
             else:
                 data = bytes(len(op.data)) if v == -1 else op.data[:v]
             end = op.offset + len(data)
@@ -772,6 +951,17 @@ def _names_and_content(
         if path == "" or (parent in alive and alive[parent] in trace.dir_inodes):
             alive[path] = names[path]
     return alive, content
+
+
+def _apply_blocks(buf: bytearray, op: Op, kept: tuple[int, ...]) -> None:
+    """A write of which only the blocks `kept` persisted: the others keep what was there
+    (zeros past the old end)."""
+    end = op.offset + len(op.data)
+    if len(buf) < end:
+        buf.extend(bytes(end - len(buf)))
+    for b in kept:
+        lo, hi = max(op.offset, b * BLOCK), min(end, (b + 1) * BLOCK)
+        buf[lo:hi] = op.data[lo - op.offset : hi - op.offset]
 
 
 def materialise(trace: Trace, state: CrashState, dest: Path) -> None:

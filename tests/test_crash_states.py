@@ -25,7 +25,10 @@ CI explores on a budget (about a minute in all); EVENTSTORE_LONG=1 enumerates fa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
+import mmap
 import os
 import shutil
 import sys
@@ -51,6 +54,7 @@ from eventstore import (
     Role,
     SessionManifest,
     SessionStore,
+    StorageError,
     entropy,
 )
 from eventstore.engines.file.layout import ID_FILE, SESSIONS_DIR, SessionPaths, session_dir_name
@@ -60,7 +64,9 @@ from eventstore.store import AutoCompact
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from crashfs import (  # noqa: E402
+    BLOCK,
     EXT4_ORDERED,
+    GARBAGE,
     STRICT,
     CrashState,
     Exploration,
@@ -117,6 +123,7 @@ class Workload:
     corrupt: dict[str, bytes] = field(default_factory=dict)  # sid -> its corrupt log bytes
     retries: list[tuple[str, str, str]] = field(default_factory=list)  # (sid, key, token)
     store_dir: str = ""  # the store root under the recorded directory
+    warnings: frozenset[str] = frozenset()  # verify warnings the workload may leave
 
 
 def _store(root: Path, wl: Workload) -> SessionStore:
@@ -316,6 +323,169 @@ def wl_repair() -> Workload:
     return wl
 
 
+def wl_live_epoch() -> Workload:
+    """Repair and compaction while a journal epoch is live (the setup's appends left
+    one, named by the lock file's hints): both retire it before replacing the log."""
+
+    def setup(root: Path) -> None:
+        _seed(root, wl, 3)
+        with open(SessionPaths(root, "s1").log, "ab") as f:  # a torn tail, after the epoch
+            f.write(b'{"type":"progress_appended","seq":4,"ts":"2026-')
+
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            repair(store, "s1")
+            rec.ack("repair", {"sid": "s1", "tokens": []})
+            _append(store, rec, "s1", ["l1"])
+            _append(store, rec, "s1", ["l2"])  # mirrored in the epoch l1 started
+            store.compact("s1", force=True)
+            rec.ack("compact", {"sid": "s1", "tokens": []})
+            _append(store, rec, "s1", ["l3"])
+            _append(store, rec, "s1", ["l4"])
+
+    wl = Workload("repair and compaction with a live epoch", run, setup=setup)
+    return wl
+
+
+def wl_epoch_rollover() -> Workload:
+    """Appends past the journal's mirror (256 KiB): the log is flushed and a new epoch
+    starts over the old one's bytes."""
+
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            for i in range(5):
+                _append(store, rec, "s1", [f"r{i}" + "z" * 70_000])
+
+    wl = Workload("appends rolling an epoch over", run, setup=lambda root: _seed(root, wl, 1))
+    return wl
+
+
+def wl_prune() -> Workload:
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            for i in range(2):
+                store.compact("s1", force=True)
+                rec.ack(f"compact {i}", {"sid": "s1", "tokens": []})
+                _append(store, rec, "s1", [f"p{i}"])
+            store.prune_archive("s1", store.last_seq("s1") - 1)
+            rec.ack("prune", {"sid": "s1", "tokens": [], "pruned": "s1"})
+            _append(store, rec, "s1", ["p2"])
+
+    # archive=False: the pruned history no longer starts at 1 (history_gap allowed); an
+    # interrupted pruning leaves a segment the next one removes (checked: not once acked)
+    wl = Workload(
+        "prune_history",
+        run,
+        setup=lambda root: _seed(root, wl),
+        archive=False,
+        warnings=frozenset({"history_pruned", "archive_pruned"}),
+    )
+    return wl
+
+
+def wl_delete() -> Workload:
+    """`delete_session` renames the session directory away, then deletes it."""
+
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            _append(store, rec, "s1", ["x1"])
+            rec.ack("deleting s2", {"deleting": "s2"})  # (not an ack: where it starts)
+            assert store.delete_session("s2")
+            rec.ack("delete s2", {"deleted": "s2"})
+            _append(store, rec, "s1", ["x2"])
+
+    wl = Workload("remove_session", run, setup=lambda root: _seed(root, wl), sessions=("s1", "s2"))
+    return wl
+
+
+def wl_recovery() -> Workload:
+    """Recovery itself, recorded: the setup is a crash state of the append workload in
+    which the log lost its unflushed appends and the journal kept them; the first use
+    copies them back (a crash during the copy-back is explored), then appends."""
+
+    def setup(root: Path) -> None:
+        src = wl_append()
+        trace = record(src, root.parent / "crashed")
+        log = trace.initial_names["sessions/s1/log.jsonl"]
+        k = len(trace.ops)
+        state = legal_state(
+            trace, EXT4_ORDERED, k, lambda op: False, drop=lambda op: op.inode == log
+        )
+        materialise(trace, state, root.parent / "state")
+        for entry in (root.parent / "state").iterdir():
+            entry.rename(root / entry.name)
+        exp = expected(src, trace, trace.acks(k))
+        wl.initial["s1"] = exp["required"]["s1"]
+        assert len(wl.initial["s1"]) > len(src.initial["s1"]) + 4  # (the journal's to copy)
+
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            _append(store, rec, "s1", ["c1"])
+
+    wl = Workload("recovery from a crash state", run, setup=setup, archive=False)
+    return wl
+
+
+@contextlib.contextmanager
+def _fault(name: str, hit: Callable[..., bool], times: int = 1) -> Iterator[None]:
+    """`os.<name>` fails (EIO, before doing anything) on its first `times` calls that
+    `hit` accepts; over the recorder's wrapper, so a failed call records nothing."""
+    inner = getattr(os, name)
+    left = [times]
+
+    def wrapper(*args: Any, **kw: Any) -> Any:
+        if left[0] > 0 and hit(*args, **kw):
+            left[0] -= 1
+            raise OSError(errno.EIO, f"injected: {name} failed")
+        return inner(*args, **kw)
+
+    setattr(os, name, wrapper)
+    try:
+        yield
+    finally:
+        setattr(os, name, inner)
+
+
+def _creates_journal(path: Any, flags: int, *args: Any, **kw: Any) -> bool:
+    return os.fspath(path).endswith("log.journal") and bool(flags & os.O_CREAT)
+
+
+def _is_dir(fd: int) -> bool:
+    return os.path.isdir(f"/proc/self/fd/{fd}")
+
+
+def wl_fault_journal() -> Workload:
+    """Creating the journal fails (swallowed: the append is durable in its log), so the
+    log's own flushes and the session directory's sync carry the first appends."""
+
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            with _fault("open", _creates_journal, times=2):
+                _append(store, rec, "s1", ["j1"])
+                _append(store, rec, "s1", ["j2"])
+            _append(store, rec, "s1", ["j3"])
+            _append(store, rec, "s1", ["j4"])
+
+    wl = Workload("journal creation failing", run)
+    return wl
+
+
+def wl_fault_dirsync() -> Workload:
+    """A directory sync fails during a session's first append: the append fails, the
+    new session is discarded (its directory renamed away); the next one creates it."""
+
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            _append(store, rec, "s0", ["k0"])
+            with _fault("fsync", _is_dir), pytest.raises(StorageError):
+                store.append("s1", [prog("never")])
+            _append(store, rec, "s1", ["k1"])
+            _append(store, rec, "s1", ["k2"])
+
+    wl = Workload("a directory sync failing", run, sessions=("s0", "s1"))
+    return wl
+
+
 MAP = "contexts"
 
 
@@ -370,6 +540,13 @@ FSYNC_WORKLOADS = [
     lambda: wl_compact_after_crash(True),
     wl_repair,
     wl_map,
+    wl_live_epoch,
+    wl_epoch_rollover,
+    wl_prune,
+    wl_delete,
+    wl_recovery,
+    wl_fault_journal,
+    wl_fault_dirsync,
 ]
 
 
@@ -451,7 +628,7 @@ def check_session(
 
 
 def _allowed(wl: Workload) -> set[str]:
-    return TORN if wl.archive else TORN | {"history_gap"}
+    return (TORN if wl.archive else TORN | {"history_gap"}) | wl.warnings
 
 
 def check_next_writer(store: SessionStore, wl: Workload, sid: str, present: list[str]) -> None:
@@ -515,9 +692,14 @@ def check_state(wl: Workload, trace: Trace, top: Path, acks: list[Op], state: Cr
     exp = expected(wl, trace, acks)
     check_map(trace, acks, top)
     root = top / wl.store_dir
+    deleted = {p["deleted"] for op in acks if "deleted" in (p := op.payload or {})}
+    deleting = {p["deleting"] for op in acks if "deleting" in (p := op.payload or {})}
     with _store(top, wl) as store:
-        check_ids(store, wl, acks)
+        check_ids(store, wl, acks, deleting)
         for sid in wl.sessions:
+            if sid in deleting and not present_tokens(store, sid):
+                continue  # removed (acknowledged, or in flight: whole or not at all)
+            assert sid not in deleted, f"{sid}: deleted, yet {present_tokens(store, sid)}"
             log = SessionPaths(root, sid).log
             original = wl.corrupt.get(sid)
             if original is not None:
@@ -531,10 +713,13 @@ def check_state(wl: Workload, trace: Trace, top: Path, acks: list[Op], state: Cr
             if initialized:
                 assert store.is_initialized(sid), f"{sid}: initialized, then lost"
             present = check_session(store, wl, sid, exp["required"][sid], exp["written"][sid])
+            if any((op.payload or {}).get("pruned") == sid for op in acks):
+                left = [p.file for p in store.verify(sid).problems if p.kind == "archive_pruned"]
+                assert not left, f"{sid}: pruned (acknowledged), yet {left} came back"
             check_next_writer(store, wl, sid, present)
 
 
-def check_ids(store: SessionStore, wl: Workload, acks: list[Op]) -> None:
+def check_ids(store: SessionStore, wl: Workload, acks: list[Op], deleting: set[str]) -> None:
     """`list_sessions()` gives back only ids that were written, every one with an
     acknowledged append among them; every `id` file (the `~<sha256>` form) holds, whole,
     the id its directory is named after."""
@@ -542,6 +727,9 @@ def check_ids(store: SessionStore, wl: Workload, acks: list[Op]) -> None:
     written = set(wl.sessions)
     acked = {p["sid"] for op in acks if (p := op.payload or {}).get("tokens") and "sid" in p}
     acked |= {sid for sid, toks in wl.initial.items() if toks}
+    deleted = {p["deleted"] for op in acks if "deleted" in (p := op.payload or {})}
+    acked -= deleting  # (a deletion under way: the session whole, or gone)
+    assert not deleted & set(listed), f"list_sessions() gives deleted {deleted & set(listed)}"
     assert set(listed) <= written, f"list_sessions() gives ids never written: {listed}"
     assert acked <= set(listed), f"list_sessions() lacks {sorted(acked - set(listed))}"
     sessions = store.root / SESSIONS_DIR
@@ -640,6 +828,46 @@ def test_a_hashed_session_id_survives_with_its_id_file(tmp_path: Path) -> None:
     assert any(op.kind == "rename" and op.path.endswith("/id") for op in trace.ops)
     k = _after(trace, lambda op: op.kind == "ack" and HASHED[:4] in op.label)
     state = legal_state(trace, STRICT, k, lambda op: True, drop=lambda op: True)
+    _check_pinned(wl, trace, state, tmp_path)
+
+
+def _last_appends_state(trace: Trace, value: Callable[[list[Op]], dict[int, Any]]) -> CrashState:
+    """After the last acknowledgement of the append workload, every directory operation
+    kept and the log's unflushed writes as `value` makes them."""
+    k = max(op.index for op in trace.ops if op.kind == "ack") + 1
+    log = trace.initial_names["sessions/s1/log.jsonl"]
+    state = legal_state(trace, STRICT, k, lambda op: False)
+    pending = [op for op in trace.ops[:k] if op.kind == "write" and op.inode == log]
+    synced = max(op.index for op in trace.ops[:k] if op.kind == "fsync" and op.inode == log)
+    return dataclasses.replace(state, data=value([op for op in pending if op.index > synced]))
+
+
+def test_the_journal_copies_back_over_garbage_before_intact_lines(tmp_path: Path) -> None:
+    """Found by the explorer (strict model with garbage): a power loss can keep a later
+    append's blocks and leave an earlier one's as garbage (ext4 data=writeback), the log
+    then holding whole lines after the garbage. The journal copied back only over a log
+    cut short or zeros, so the acknowledged appends stayed behind a CorruptLogError. A
+    line of the mirror whose place in the log does not even end a line is now damage
+    the journal copies back over (an edit inside a line still is not)."""
+    wl = wl_append()
+    trace = record(wl, tmp_path / "live")
+    state = _last_appends_state(trace, lambda ops: {ops[0].index: GARBAGE})
+    _check_pinned(wl, trace, state, tmp_path)
+
+
+def test_the_journal_copies_back_over_a_write_missing_a_block(tmp_path: Path) -> None:
+    """The strict model's block tears: a multi-block append that kept its later blocks
+    and not its first (zeros there): the journal copies it back."""
+    wl = wl_append()
+    trace = record(wl, tmp_path / "live")
+
+    def holes(ops: list[Op]) -> dict[int, Any]:
+        big = next(op for op in ops if len(op.data) > 2 * BLOCK)
+        first = big.offset // BLOCK
+        last = (big.offset + len(big.data) - 1) // BLOCK
+        return {big.index: tuple(range(first + 1, last + 1))}
+
+    state = _last_appends_state(trace, holes)
     _check_pinned(wl, trace, state, tmp_path)
 
 
@@ -921,13 +1149,75 @@ def test_sampled_tears_fall_on_line_edges_too(tmp_path: Path) -> None:
     assert cuts and len(edges) > len(cuts) // 4, (len(edges), len(cuts))
 
 
-def test_recorder_self_check_finds_writes_it_did_not_see(tmp_path: Path) -> None:
-    def body(root: Path, rec: Recorder) -> None:
-        with open(root / "data", "ab") as f:  # the builtin open bypasses the os wrappers
-            f.write(b"unseen\n")
+def _refused(tmp_path: Path, body: Callable[[Path], None]) -> None:
+    def run(root: Path, rec: Recorder) -> None:
+        body(root)
 
-    with pytest.raises(AssertionError, match="does not reproduce"):
-        _toy(tmp_path, body)
+    with pytest.raises(AssertionError, match="unrecorded"):
+        _toy(tmp_path, run)
+
+
+def test_recorder_refuses_the_builtin_open_for_writing(tmp_path: Path) -> None:
+    _refused(tmp_path, lambda root: open(root / "data", "ab").close())  # noqa: SIM115
+
+
+def test_recorder_refuses_shutil_copyfile_into_the_root(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"x")
+    _refused(tmp_path, lambda root: shutil.copyfile(outside, root / "copy"))
+
+
+def test_recorder_refuses_a_writable_mmap_under_the_root(tmp_path: Path) -> None:
+    def body(root: Path) -> None:
+        fd = os.open(root / "data", os.O_RDWR)
+        try:
+            mmap.mmap(fd, 4).close()
+        finally:
+            os.close(fd)
+
+    _refused(tmp_path, body)
+
+
+@pytest.mark.parametrize("call", ["write", "fsync", "ftruncate"])
+def test_recorder_refuses_a_descriptor_it_did_not_open(call: str, tmp_path: Path) -> None:
+    """A dup-ed descriptor (or one opened before recording) would write unrecorded."""
+
+    def body(root: Path) -> None:
+        fd = os.open(root / "data", os.O_WRONLY | os.O_APPEND)
+        dup = os.dup(fd)
+        try:
+            {"write": lambda: os.write(dup, b"x\n"), "fsync": lambda: os.fsync(dup),
+             "ftruncate": lambda: os.ftruncate(dup, 0)}[call]()  # fmt: skip
+        finally:
+            os.close(dup)
+            os.close(fd)
+
+    _refused(tmp_path, body)
+
+
+def test_recorder_records_pwritev_sendfile_copy_file_range_and_fallocate(tmp_path: Path) -> None:
+    """What these calls write is recorded: the trace reproduces the tree (self_check)."""
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"copied line\n" * 3)
+
+    def body(root: Path, rec: Recorder) -> None:
+        fd = os.open(root / "new", os.O_RDWR | os.O_CREAT, 0o600)
+        src = os.open(outside, os.O_RDONLY)
+        try:
+            os.pwritev(fd, [b"ab", b"cd\n"], 0)
+            os.lseek(fd, 5, os.SEEK_SET)
+            os.sendfile(fd, src, 0, 12)
+            if hasattr(os, "copy_file_range"):
+                os.copy_file_range(src, fd, 12, 12, 40)
+            os.posix_fallocate(fd, 0, 100)
+            os.fsync(fd)
+        finally:
+            os.close(src)
+            os.close(fd)
+
+    trace = _toy(tmp_path, body)
+    kinds = [op.kind for op in trace.ops]
+    assert kinds.count("write") >= 2 and "truncate" in kinds, kinds
 
 
 def test_a_new_store_root_survives_with_its_first_append(tmp_path: Path) -> None:

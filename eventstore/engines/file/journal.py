@@ -286,14 +286,23 @@ def _nothing_past(journal_fd: int, log_fd: int, epoch: Epoch, n: int) -> bool:
 def _crash_damage(log_part: bytes, held: bytes, at: int, end: int) -> bool:
     """Whether where the log differs from the mirror in [`at`, `end`) is what a power
     loss leaves: bytes missing (the log cut short), runs of zeros (a file system that
-    kept a later write but not an earlier one), a partial last line. A whole line that
-    differs otherwise is corruption, for the log's readers to report: never overwritten."""
+    kept a later write but not an earlier one), a partial last line, or a line of the
+    mirror whose place in the log does not even end a line (garbage: a file system that
+    kept a later write's blocks but not an earlier one's data). A line that differs
+    otherwise (an edit inside it, its newline alone replaced) is corruption, for the
+    log's readers to report: never overwritten."""
     whole = min(end, log_part.rfind(b"\n") + 1)  # the log's complete lines end here
     while at < whole:
         differing = log_part[at:whole]
         zeros = len(differing) - len(differing.lstrip(b"\0"))
         if zeros == 0:
-            return False
+            line_end = held.find(b"\n", at) + 1  # (0 < line_end <= end: whole batches)
+            line_start = held.rfind(b"\n", 0, at) + 1
+            if log_part[line_end - 1 : line_end] == b"\n" or (
+                log_part[line_start : line_end - 1] == held[line_start : line_end - 1]
+            ):
+                return False
+            zeros = line_end - at  # the whole line is garbage
         at += zeros
         at += _common_prefix(held[at:whole], log_part[at:whole])
     return True
