@@ -68,6 +68,7 @@ from crashfs import (  # noqa: E402
     EXT4_ORDERED,
     GARBAGE,
     STRICT,
+    STRICT_BLOCKS,
     CrashState,
     Exploration,
     Model,
@@ -868,6 +869,36 @@ def test_the_journal_copies_back_over_a_write_missing_a_block(tmp_path: Path) ->
         return {big.index: tuple(range(first + 1, last + 1))}
 
     state = _last_appends_state(trace, holes)
+    _check_pinned(wl, trace, state, tmp_path)
+
+
+@pytest.mark.xfail(strict=True, raises=CorruptLogError, reason="issue 35: open")
+def test_an_unacknowledged_last_batch_with_a_hole_is_a_torn_tail(tmp_path: Path) -> None:
+    """Found by the explorer (`STRICT_BLOCKS`): a power loss during a multi-block append,
+    before it was acknowledged, kept its later blocks and not its first: the log ends in
+    a complete line with a hole of zeros. Nothing acknowledged is lost (the journal does
+    not hold it), but loads raise CorruptLogError instead of ignoring a torn tail (a
+    committed line never holds a NUL byte, so it could tell). Open: a reader change."""
+    wl = wl_append()
+    trace = record(wl, tmp_path / "live")
+    big = next(op for op in trace.ops if op.kind == "write" and len(op.data) > 2 * BLOCK)
+    state = legal_state(trace, STRICT_BLOCKS, big.index + 1, lambda op: False)
+    first = big.offset // BLOCK
+    kept = tuple(range(first + 1, (big.offset + len(big.data) - 1) // BLOCK + 1))
+    state = dataclasses.replace(state, data={**state.data, big.index: kept})
+    _check_pinned(wl, trace, state, tmp_path)
+
+
+def test_a_first_append_survives_when_creating_the_journal_failed(tmp_path: Path) -> None:
+    """A fault, then a power loss: creating the journal fails (swallowed, the append is
+    durable in its log), so no later sync of the session directory (the journal's
+    creation makes one) carries the new log's name: the sync `_create` makes of the
+    session directory is what keeps it. The crash just after the acknowledgement, with
+    every directory operation not yet durable undone."""
+    wl = wl_fault_journal()
+    trace = record(wl, tmp_path / "live")
+    k = _after(trace, lambda op: op.kind == "ack")
+    state = legal_state(trace, STRICT, k, lambda op: True)
     _check_pinned(wl, trace, state, tmp_path)
 
 
