@@ -151,6 +151,40 @@ def test_zeros_where_a_write_was_lost_are_filled_from_the_journal(root: Path) ->
     assert log.read_bytes() == whole
 
 
+def test_garbage_where_a_write_was_lost_is_replaced_from_the_journal(root: Path) -> None:
+    """A file system may keep a later write and leave an earlier one's blocks as garbage
+    (ext4 data=writeback): the lines there end no line in the log; copied back."""
+    _write(root, 40)
+    ep = _epoch(root)
+    assert ep is not None
+    log = log_path(root, SID)
+    whole = log.read_bytes()
+    hole = ep.start + (len(whole) - ep.start) // 3
+    garbage = bytes(0x80 | (i * 37 & 0x7F) for i in range(3000))
+    log.write_bytes(whole[:hole] + garbage + whole[hole + 3000 :])
+    for p in log.parent.glob("fold-*.cache"):
+        p.unlink()
+    assert _contents(root) == [f"m{i}" for i in range(40)]
+    assert log.read_bytes() == whole
+
+
+def test_a_line_whose_newline_alone_was_replaced_is_never_overwritten(root: Path) -> None:
+    """A committed line whose newline alone was replaced is damage of another kind than
+    a power loss leaves (garbage): loads report it, the journal does not cover it."""
+    _write(root, 40)
+    log = log_path(root, SID)
+    data = log.read_bytes()
+    at = data.index(b"m30 xxx")
+    nl = data.index(b"\n", at)
+    edited = data[:nl] + b" " + data[nl + 1 :]
+    log.write_bytes(edited)
+    for p in log.parent.glob("fold-*.cache"):
+        p.unlink()
+    with SessionStore(root) as s, pytest.raises(CorruptLogError):
+        s.load_transcript_messages(SID)
+    assert log.read_bytes() == edited
+
+
 def test_an_edited_line_is_never_overwritten_by_the_journal(root: Path) -> None:
     """A whole line that differs otherwise is no crash damage: tamper evidence stands."""
     _write(root, 40)

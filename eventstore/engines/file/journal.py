@@ -286,26 +286,34 @@ def _nothing_past(journal_fd: int, log_fd: int, epoch: Epoch, n: int) -> bool:
 def _crash_damage(log_part: bytes, held: bytes, at: int, end: int) -> bool:
     """Whether where the log differs from the mirror in [`at`, `end`) is what a power
     loss leaves: bytes missing (the log cut short), runs of zeros (a file system that
-    kept a later write but not an earlier one), a partial last line, or a line of the
-    mirror whose place in the log does not even end a line (garbage: a file system that
-    kept a later write's blocks but not an earlier one's data). A line that differs
-    otherwise (an edit inside it, its newline alone replaced) is corruption, for the
-    log's readers to report: never overwritten."""
+    kept a later write but not an earlier one), a partial last line, or lines garbled
+    as a power loss garbles them (`_garbled`). A line that differs otherwise (an edit
+    inside it, its newline alone replaced) is corruption, for the log's readers to
+    report: never overwritten."""
     whole = min(end, log_part.rfind(b"\n") + 1)  # the log's complete lines end here
     while at < whole:
         differing = log_part[at:whole]
         zeros = len(differing) - len(differing.lstrip(b"\0"))
         if zeros == 0:
-            line_end = held.find(b"\n", at) + 1  # (0 < line_end <= end: whole batches)
-            line_start = held.rfind(b"\n", 0, at) + 1
-            if log_part[line_end - 1 : line_end] == b"\n" or (
-                log_part[line_start : line_end - 1] == held[line_start : line_end - 1]
-            ):
+            if not _garbled(log_part, held, at):
                 return False
-            zeros = line_end - at  # the whole line is garbage
+            zeros = held.find(b"\n", at) + 1 - at  # the rest of the line
         at += zeros
         at += _common_prefix(held[at:whole], log_part[at:whole])
     return True
+
+
+def _garbled(log_part: bytes, held: bytes, at: int) -> bool:
+    """Whether the mirror's line holding `at` (where the log first differs from it) is
+    garbled in the log as a power loss garbles: from the line's first byte, or through
+    its end (blocks allocated and never written hold whatever the disk held: ext4
+    data=writeback), and not its newline alone."""
+    line_start = held.rfind(b"\n", 0, at) + 1
+    line_end = held.find(b"\n", at) + 1  # (> at: `end` closes whole batches)
+    mine, kept = log_part[line_start:line_end], held[line_start:line_end]
+    if mine[:-1] == kept[:-1]:
+        return False
+    return at == line_start or mine[-1:] != b"\n"
 
 
 def _ends_with(fd: int, offset: int, link: str) -> bool:
