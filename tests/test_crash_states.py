@@ -1152,6 +1152,42 @@ def _masked(trace: Trace) -> list[Op]:
     return out
 
 
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.name)
+def test_explorer_models_a_directory_rename(model: Model, tmp_path: Path) -> None:
+    """A directory renamed (as `delete_session` renames a session away): the names under
+    it move with it; before the root's sync either name may hold it, after it only the
+    new one; a file written and synced inside it before the rename is whole wherever it is."""
+
+    def body(root: Path, rec: Recorder) -> None:
+        os.mkdir(root / "d", 0o700)
+        fd = os.open(root / "d" / "x", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, b"inside\n")
+        os.fsync(fd)
+        os.close(fd)
+        for d in (root / "d", root):
+            dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+            os.fsync(dfd)
+            os.close(dfd)
+        rec.ack("made", None)
+        os.rename(root / "d", root / "e")
+        dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        os.fsync(dfd)  # a dirsync through a descriptor opened before the rename
+        os.close(dfd)
+        rec.ack("renamed", None)
+
+    def check(root: Path, acks: list[Op]) -> None:
+        where = [n for n in ("d", "e") if (root / n / "x").exists()]
+        if acks:
+            assert len(where) == 1, where
+            assert (root / where[0] / "x").read_bytes() == b"inside\n"
+        if len(acks) == 2:
+            assert where == ["e"]
+
+    trace = _toy(tmp_path, body)
+    assert any(op.kind == "rename" and op.inode in trace.dir_inodes for op in trace.ops)
+    assert _toy_failures(trace, model, check, tmp_path) == 0
+
+
 def test_a_seed_reproduces_a_recorded_run_and_its_sampled_states(tmp_path: Path) -> None:
     """Times, temporary names and the journal's epoch numbers come from
     `eventstore.entropy`, fixed while recording: the same seed gives the same trace, byte
