@@ -3,7 +3,8 @@
 An engine joins by adding an `EngineCase` to `ENGINES`: how to get a URL of a fresh,
 empty store, whether several processes can share that store, and how a test rewrites a
 session's raw live log (to play an attacker or a bad tool). The PostgreSQL entry runs
-when `EVENTSTORE_TEST_POSTGRES_URL` names a server.
+when `EVENTSTORE_TEST_POSTGRES_URL` names a server, the Redis entry when
+`EVENTSTORE_TEST_REDIS_URL` does.
 """
 
 from __future__ import annotations
@@ -88,5 +89,47 @@ def _drop_postgres_schemas() -> None:
 
 if POSTGRES_URL:
     ENGINES.append(EngineCase("postgres", fresh_postgres, True, _rewrite_held))
+
+# a Redis entry, likewise: each store a key prefix of its own on the test server
+REDIS_URL = os.environ.get("EVENTSTORE_TEST_REDIS_URL")
+
+_redis_prefixes: list[str] = []
+
+
+def fresh_redis(tmp: Path | None = None, **params: str) -> str:
+    """A URL of a key prefix of its own on the test Redis server (its keys are deleted
+    when the run ends), with `params` added to its query."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    assert REDIS_URL is not None
+    prefix = f"t{uuid.uuid4().hex[:12]}"
+    if not _redis_prefixes:
+        atexit.register(_drop_redis_prefixes)
+    _redis_prefixes.append(prefix)
+    parts = urlsplit(REDIS_URL)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "prefix"]
+    query += [("prefix", prefix), *params.items()]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _drop_redis_prefixes() -> None:
+    try:
+        import redis
+    except ImportError:
+        return
+    assert REDIS_URL is not None
+    try:
+        client = redis.Redis.from_url(REDIS_URL)
+        for prefix in _redis_prefixes:
+            keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+            for i in range(0, len(keys), 500):
+                client.delete(*keys[i : i + 500])
+        client.close()
+    except redis.RedisError:
+        pass  # the server is gone: nothing to clean
+
+
+if REDIS_URL:
+    ENGINES.append(EngineCase("redis", fresh_redis, True, _rewrite_held))
 
 ENGINE_IDS = [case.name for case in ENGINES]

@@ -2,7 +2,8 @@
 
 The engine's own contract is the suite that ships with the package
 (`eventstore.engines.conformance.EngineConformance`): it runs below once per engine
-(file, memory, and PostgreSQL when `EVENTSTORE_TEST_POSTGRES_URL` names a server), as a
+(file, memory, PostgreSQL when `EVENTSTORE_TEST_POSTGRES_URL` names a server, Redis
+when `EVENTSTORE_TEST_REDIS_URL` does), as a
 third-party engine would run it.
 
 The tests after it run once per engine of `tests/engines.py`, through the session API
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from conftest import in_forked_child, make_entry, make_features, make_manifest
-from engines import POSTGRES_URL, EngineCase, fresh_postgres
+from engines import POSTGRES_URL, REDIS_URL, EngineCase, fresh_postgres, fresh_redis
 
 from eventstore import (
     ConcurrencyError,
@@ -66,6 +67,12 @@ class TestMemoryEngine(EngineConformance):
 class TestPostgresEngine(EngineConformance):
     def make_engine(self) -> Engine:
         return open_engine(fresh_postgres(self.tmp))
+
+
+@pytest.mark.skipif(REDIS_URL is None, reason="EVENTSTORE_TEST_REDIS_URL is not set")
+class TestRedisEngine(EngineConformance):
+    def make_engine(self) -> Engine:
+        return open_engine(fresh_redis())
 
 
 @pytest.fixture

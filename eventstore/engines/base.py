@@ -15,6 +15,7 @@ Engines are chosen by URL (`open_engine`):
     memory://                             a private in-memory engine
     memory://NAME                         an in-memory engine shared by NAME in this process
     postgresql://... / postgres://...     eventstore.engines.postgres (imported on use)
+    redis://... / rediss://... / unix://  eventstore.engines.redis (imported on use)
 
 The contract, in the order the face uses it:
 
@@ -629,6 +630,9 @@ SCHEMES: dict[str, str] = {
     "memory": "eventstore.engines.memory",
     "postgresql": "eventstore.engines.postgres.engine",
     "postgres": "eventstore.engines.postgres.engine",
+    "redis": "eventstore.engines.redis.engine",
+    "rediss": "eventstore.engines.redis.engine",
+    "unix": "eventstore.engines.redis.engine",
 }
 """URL scheme -> the module whose `from_url(url, **options) -> Engine` opens it. Modules
 are imported only when a URL of their scheme is opened."""

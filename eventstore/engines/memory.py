@@ -24,7 +24,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 
 from eventstore import process
 from eventstore.engines.base import (
@@ -44,12 +43,11 @@ from eventstore.engines.base import (
     RepairHold,
     Segment,
 )
-from eventstore.format.depth import HEAD_DECODER
+from eventstore.engines.raw import raw_end
 from eventstore.session_ids import validate_session_id
 
 __all__ = ["MemoryEngine", "from_url"]
 
-_head_decoder = HEAD_DECODER
 _generations = itertools.count(1)  # a log's identity: never reused within the process
 
 
@@ -331,28 +329,11 @@ class _MemoryRepairHold(RepairHold):
 
 def _scan_head(generation: int, data: bytes) -> Head:
     """The head of raw log bytes (after a repair rewrote or cut them)."""
-    end = data.rfind(b"\n")
-    first_seq = 0
-    nl = data.find(b"\n")
-    if nl > 0:
-        try:
-            first = _head_decoder.decode(data[:nl])
-            first_seq = first.seq
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            first_seq = 1
-    while end >= 0:
-        prev = data.rfind(b"\n", 0, end)
-        line = data[prev + 1 : end]
-        try:
-            last = _head_decoder.decode(line)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            end = prev
-            continue
-        if last.more == 0:
-            link = (last.base_h or "") if last.type == "snapshot" else last.h
-            return MemoryPosition(generation, end + 1, last.seq, link, last.h, first_seq).head()
-        end = prev
-    return EMPTY_HEAD
+    found = raw_end(data)
+    if found is None:
+        return EMPTY_HEAD
+    pos = MemoryPosition(generation, found.end, found.seq, found.link, found.h, found.first_seq)
+    return pos.head()
 
 
 def from_url(url: str | os.PathLike[str], **options: Any) -> MemoryEngine:

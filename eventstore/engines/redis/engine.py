@@ -1,0 +1,583 @@
+"""The Redis engine: sessions on a Redis (or Valkey) server that a fleet already runs.
+
+`SessionStore("redis://host:6379/0")` (or `rediss://` for TLS, `unix:///path.sock`) opens
+it; `eventstore.engines.redis.url` says which query parameters are the engine's (`prefix`,
+`ttl`, `feed`, `feed_maxlen`) and which go to the client. Needs the `[redis]` extra.
+
+What it stores, key by key, and the scripts that change it are in
+`eventstore.engines.redis.scripts`. In short: a session's live log is a list of its
+batches' exact bytes (so the hash chain, verify and export agree byte for byte with the
+file engine) beside a hash holding its head; an append is one EVALSHA (one round trip,
+atomic on the server) that compares the head with the expected one, pushes the batch,
+moves the head, wakes followers, adds the batch to the global feed and refreshes the
+session's expiry. The face checks idempotency keys against its own projection after
+catching up (`eventstore.engines.base`), and the head check makes that race-free, so the
+script stores no key. An append whose reply was lost (the connection dropped) is sent
+once more: the script recognises its own batch at the head and answers as if it had
+just written it; if the head moved meanwhile, `StorageError` says it may or may not be
+committed (retry with the same idempotency key: it lands once).
+
+Durability: "flush" is an append acknowledged by the server (in its memory, and in the
+AOF as the server's `appendfsync` says); "fsync" needs a server that writes its AOF with
+`appendfsync always` (checked when the engine opens), or Redis 7.2 or newer with the AOF
+on, where every append is followed, in the same round trip, by `WAITAOF 1 0`. Any other
+server refuses "fsync" with `RedisDurabilityError` naming the setting to change.
+
+Positions are (gen, batches, bytes): `gen` names the live log and is new whenever it is
+replaced (a snapshot installed, a repair, a removal), which is how a reader knows to
+start over. `wait` blocks on the session's wake stream with XREAD BLOCK (the caller
+always re-reads, so a reconnection never loses or repeats a line). The global feed is
+one stream (`FeedEngine`); its ids come from the server's clock and never go back, even
+after a restart from the AOF (the stream keeps its last id).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
+
+from eventstore.engines.base import (
+    EMPTY_HEAD,
+    BytesSegment,
+    Durability,
+    EncodedBatch,
+    FeedEngine,
+    Head,
+    HeadMovedError,
+    History,
+    InstallResult,
+    Position,
+    PrunedSegment,
+    PruningEngine,
+    ReadResult,
+    RepairHold,
+    Segment,
+    redact_text,
+)
+from eventstore.engines.raw import raw_end
+from eventstore.engines.redis import scripts
+from eventstore.engines.redis.url import RedisUrl, split_url
+from eventstore.errors import InvalidArgumentError, StorageError, UnsupportedError
+from eventstore.format.chain import split_hash
+from eventstore.session_ids import validate_session_id
+
+try:
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the Redis engine needs the [redis] extra: pip install 'harness-eventstore[redis]'"
+    ) from exc
+
+__all__ = [
+    "FEED_START",
+    "RedisDurabilityError",
+    "RedisEngine",
+    "RedisFeedEngine",
+    "RedisFeedEntry",
+    "RedisFeedPosition",
+    "RedisPosition",
+    "from_url",
+]
+
+T = TypeVar("T")
+_ORDINARY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_HOLD_MS = 60_000  # a repair hold expires if its holder died
+_WAITAOF_MS = 10_000
+
+
+class RedisDurabilityError(UnsupportedError):
+    """`durability="fsync"` against a Redis server that cannot make an append survive
+    power loss before acknowledging it; the message names the setting to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class RedisPosition(Position):
+    """A place in one live log: its `gen`, the batches read (`n`) and their bytes."""
+
+    gen: str
+    n: int
+    size: int
+
+
+class RedisFeedPosition(NamedTuple):
+    """A place in the global feed: the stream entry's id (`ms`, `sq`) and the line's
+    index within its batch. Ordered; store it as the three integers."""
+
+    ms: int
+    sq: int
+    line: int
+
+
+FEED_START = RedisFeedPosition(0, 0, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class RedisFeedEntry:
+    """One line of the global feed: its position, the session, the line's seq, its
+    exact bytes."""
+
+    position: RedisFeedPosition
+    session_id: str
+    seq: int
+    line: bytes
+
+
+def from_url(url: str | os.PathLike[str], **options: Any) -> RedisEngine:
+    """Open the Redis engine a `redis://`, `rediss://` or `unix://` URL names.
+
+    Options: `durability` ("flush" or "fsync", see the module docstring), `ttl`
+    (seconds; the URL's `ttl=` otherwise)."""
+    durability = options.pop("durability", "flush")
+    ttl = options.pop("ttl", None)
+    if options:
+        raise InvalidArgumentError(f"unknown Redis engine options: {', '.join(sorted(options))}")
+    parsed = split_url(os.fspath(url))
+    if ttl is not None:
+        if not isinstance(ttl, int | float) or ttl <= 0:
+            raise InvalidArgumentError(f"ttl must be a positive number of seconds, not {ttl!r}")
+        parsed = RedisUrl(
+            parsed.client, parsed.shown, parsed.password, parsed.prefix,
+            int(ttl * 1000), parsed.feed, parsed.feed_maxlen,
+        )  # fmt: skip
+    cls = RedisFeedEngine if parsed.feed else RedisEngine
+    return cls(parsed, durability=durability)
+
+
+def session_tag(session_id: str) -> str:
+    """The hash tag of a session's keys: an ordinary id itself (a person finds it with
+    `redis-cli --scan`), any other the SHA-256 of its UTF-8 after `~` (which no ordinary
+    id starts with): no id can reach another session's keys or break out of the tag."""
+    if _ORDINARY_ID.fullmatch(session_id):
+        return session_id
+    return "~" + hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:40]
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _head_of(c: list[Any]) -> Head:
+    """A Head from a script's [gen, seq, link, hh, base, size, n]."""
+    gen, seq, size = _text(c[0]), int(c[1]), int(c[5])
+    if not gen or (seq == 0 and size == 0):
+        return EMPTY_HEAD
+    return Head(
+        seq, _text(c[2]), _text(c[3]), RedisPosition(gen, int(c[6]), size), size, int(c[4])
+    )
+
+
+class RedisEngine(PruningEngine):
+    """Sessions on a Redis server: see the module docstring. Pruning (`PruningEngine`);
+    `RedisFeedEngine` adds the global feed."""
+
+    def __init__(self, parsed: RedisUrl, *, durability: Durability = "flush") -> None:
+        if durability not in ("flush", "fsync"):
+            raise InvalidArgumentError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+        self.url = parsed.shown
+        self._parsed = parsed
+        self._prefix = parsed.prefix
+        self._ttl = parsed.ttl_ms
+        self._feed_key = f"{parsed.prefix}:feed"
+        self._feed_maxlen = (parsed.feed_maxlen or 0) if parsed.feed else -1
+        self._closed = False
+        try:
+            self._client = redis.Redis.from_url(parsed.client, retry=Retry(NoBackoff(), 0))
+        except (ValueError, redis.RedisError) as exc:
+            raise InvalidArgumentError(self._scrub(f"{self.url}: {exc}")) from None
+        self._scripts = {
+            name: self._client.register_script(getattr(scripts, name))
+            for name in ("APPEND", "READ", "INSTALL", "REMOVE", "REWRITE", "RELEASE", "PRUNE")
+        }
+        self._waitaof = False
+        self._call("connecting", lambda: self._client.ping())
+        if durability == "fsync":
+            self._waitaof = self._check_fsync()
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _scrub(self, text: str) -> str:
+        """`text` with URLs redacted and the password itself, however it shows, hidden."""
+        text = redact_text(text)
+        pw = self._parsed.password
+        if pw:
+            from urllib.parse import unquote
+
+            for form in {pw, unquote(pw)}:
+                if form:
+                    text = text.replace(form, "***")
+        return text
+
+    def _error(self, doing: str, exc: BaseException) -> StorageError:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return StorageError(self._scrub(f"{self.url}: {doing} failed: {text}"))
+
+    def _call(self, doing: str, fn: Callable[[], T], tries: int = 3) -> T:
+        """`fn()` (a read, safe to repeat): again on a fresh connection when the server
+        dropped the one used (after a restart every pooled connection is dead)."""
+        if self._closed:
+            raise StorageError(f"{self.url}: the engine is closed")
+        for left in range(tries - 1, -1, -1):
+            try:
+                return fn()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if not left:
+                    raise self._error(doing, exc) from None
+                time.sleep(0.05)
+            except redis.RedisError as exc:
+                raise self._error(doing, exc) from None
+        raise AssertionError("unreachable")
+
+    def _check_fsync(self) -> bool:
+        """Whether appends need WAITAOF (False: the server fsyncs before it replies);
+        `RedisDurabilityError` when the server cannot honour "fsync"."""
+        info = self._call("reading the server's persistence", lambda: self._client.info())
+        version = tuple(int(x) for x in str(info.get("redis_version", "0.0")).split(".")[:2])
+        aof = int(info.get("aof_enabled", 0)) == 1
+        try:
+            fsync = self._client.config_get("appendfsync").get("appendfsync")
+        except redis.RedisError:
+            fsync = None  # CONFIG may be disabled (a managed service)
+        if aof and fsync == "always":
+            return False
+        if aof and version >= (7, 2):
+            return True
+        need = "appendonly yes" if not aof else "appendfsync always"
+        raise RedisDurabilityError(
+            f"{self.url}: durability='fsync' needs the server to fsync its AOF before it"
+            f" acknowledges a write: set `{need}`"
+            + (" and `appendfsync always`" if not aof else "")
+            + f" (CONFIG SET or redis.conf; found appendonly={'yes' if aof else 'no'},"
+            f" appendfsync={fsync or 'unknown'}), or use Redis 7.2+ with the AOF on (WAITAOF)"
+        )
+
+    def _keys(self, session_id: str) -> list[str]:
+        validate_session_id(session_id)
+        tag = session_tag(session_id)
+        keys = [f"{self._prefix}:{{{tag}}}:{k}" for k in scripts.KINDS]
+        keys.append(self._feed_key if self._feed_maxlen >= 0 else keys[5])
+        return keys
+
+    def where(self, session_id: str) -> str:
+        """A session's live log's name for messages."""
+        return f"{self.url}#{session_id}"
+
+    def _run(self, name: str, session_id: str, args: list[Any], doing: str) -> list[Any]:
+        keys = self._keys(session_id)
+        return self._call(doing, lambda: self._scripts[name](keys=keys, args=args))
+
+    # -- reading ------------------------------------------------------------------------
+
+    def read(self, session_id: str, position: Position | None) -> ReadResult:
+        """The committed lines after `position` (None: from the beginning): one script."""
+        pos = position if isinstance(position, RedisPosition) else None
+        args = [pos.gen, pos.n] if pos is not None else ["", 0]
+        out = self._run("READ", session_id, args, "reading a session")
+        head = _head_of(out)
+        where = self.where(session_id)
+        data = b"".join(out[8:])
+        if pos is not None and int(out[7]) == pos.n and _text(out[0]) == pos.gen:
+            return ReadResult(data, head, False, where, pos.size)
+        return ReadResult(data, head, position is not None, where, 0)
+
+    def head(self, session_id: str) -> Head:
+        """The session's head (one hash)."""
+        key = self._keys(session_id)[0]
+        c = self._call(
+            "reading a head",
+            lambda: self._client.hmget(key, ["gen", "seq", "link", "hh", "base", "size", "n"]),
+        )
+        if c[0] is None:
+            return EMPTY_HEAD
+        return _head_of(c)
+
+    def history(self, session_id: str) -> History:
+        """The archived segments then the live log, read in one MULTI/EXEC."""
+        h, live, arch, bounds, *_ = self._keys(session_id)
+        where = self.where(session_id)
+
+        def run() -> list[Any]:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hget(h, "tail")
+            pipe.lrange(bounds, 0, -1)
+            pipe.lrange(arch, 0, -1)
+            pipe.lrange(live, 0, -1)
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        tail, bounds_l, blobs, items = self._call("reading a session's history", run)
+        segments: list[Segment] = []
+        for bound, blob in zip(bounds_l, blobs, strict=True):
+            first, last = (int(x) for x in bound.split())
+            name = f"{where}/archive/{first:012d}-{last:012d}"
+            segments.append(BytesSegment(blob, name, True, first, last))
+        data = b"".join(items) + (tail or b"")
+        if data:
+            segments.append(BytesSegment(data, where, False))
+        return History(segments)
+
+    def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
+        """Block on the session's wake stream (XREAD BLOCK) until its head is no longer
+        `position` (True) or `timeout` seconds pass (False). The stream's last id is read
+        before the head, so a change between the two ends the block at once."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        wake = self._keys(session_id)[5]
+        while True:
+            last = self._call("waiting", lambda: self._client.xrevrange(wake, count=1))
+            since = last[0][0] if last else b"0-0"
+            if self.head(session_id).position != position:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            block = max(1, int(min(left, 5.0) * 1000))
+            self._call("waiting", lambda: self._client.xread({wake: since}, block=block))
+
+    # -- writing ------------------------------------------------------------------------
+
+    def append(self, session_id: str, batch: EncodedBatch, expected: Head) -> Head:
+        """One EVALSHA (see `eventstore.engines.redis.scripts`): the head compared, the
+        batch pushed, followers woken, the feed and the expiry updated, atomically."""
+        if not batch.data.endswith(b"\n"):
+            raise ValueError("an encoded batch must end with a newline")
+        keys = self._keys(session_id)
+        args = [
+            expected.seq, expected.link, batch.first_seq, batch.last_seq,
+            batch.hashes[-1] if batch.hashes else "", batch.link, batch.data,
+            session_id, os.urandom(8).hex(), self._ttl, self._feed_maxlen,
+        ]  # fmt: skip
+        doing = f"appending seq {batch.first_seq}..{batch.last_seq} to {session_id!r}"
+        lost = False
+        while True:
+            if self._closed:
+                raise StorageError(f"{self.url}: the engine is closed")
+            try:
+                out = self._append_once(keys, args)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if lost:
+                    raise self._lost(session_id, batch, exc) from None
+                lost = True  # sent once more: the script knows its own batch at the head
+                time.sleep(0.05)
+                continue
+            except redis.RedisError as exc:
+                raise self._error(doing, exc) from None
+            status = int(out[0])
+            if status == 2:  # a repair holds the session: wait for it
+                time.sleep(0.005)
+                continue
+            head = _head_of(out[1:])
+            if status == 1:
+                if lost:
+                    raise self._lost(session_id, batch, None)
+                raise HeadMovedError(self.where(session_id), expected, head)
+            return head
+
+    def _append_once(self, keys: list[str], args: list[Any]) -> list[Any]:
+        if not self._waitaof:
+            return self._scripts["APPEND"](keys=keys, args=args)  # type: ignore[no-any-return]
+        pipe = self._client.pipeline(transaction=False)
+        self._scripts["APPEND"](keys=keys, args=args, client=pipe)
+        pipe.execute_command("WAITAOF", 1, 0, _WAITAOF_MS)
+        out, (local, _) = pipe.execute()
+        if int(out[0]) == 0 and int(local) < 1:
+            raise StorageError(f"{self.url}: the server did not fsync its AOF in time (WAITAOF)")
+        return out  # type: ignore[no-any-return]
+
+    def _lost(self, session_id: str, batch: EncodedBatch, exc: BaseException | None) -> Exception:
+        why = f": {str(exc).strip() or type(exc).__name__}" if exc is not None else ""
+        return StorageError(
+            self._scrub(
+                f"{self.where(session_id)}: append of seq {batch.first_seq}..{batch.last_seq}"
+                f" failed (the connection was lost; it may or may not be committed){why}"
+            )
+        )
+
+    def _write(self, name: str, session_id: str, args: list[Any], doing: str) -> list[Any]:
+        """A write script other than append, waiting while a repair holds the session
+        (not sent again on a lost reply: it may have run)."""
+        keys = self._keys(session_id)
+        while True:
+            out = self._call(doing, lambda: self._scripts[name](keys=keys, args=args), tries=1)
+            if int(out[0]) != 2:
+                return out
+            time.sleep(0.005)
+
+    def install_snapshot(
+        self, session_id: str, line: bytes, covers: Head, *, keep_history: bool
+    ) -> InstallResult:
+        """One script: the live log replaced by the snapshot line and the batches after
+        `covers`, the replaced ones archived (or dropped), atomically."""
+        split = split_hash(line.rstrip(b"\n"))
+        if not line.endswith(b"\n") or split is None:
+            raise ValueError("a snapshot line must be one hashed line ending in a newline")
+        pos = covers.position
+        if not isinstance(pos, RedisPosition):
+            raise HeadMovedError(self.where(session_id), covers, self.head(session_id))
+        args = [
+            pos.gen, pos.n, covers.seq, line, split[1], int(keep_history),
+            os.urandom(8).hex(), self._ttl,
+        ]  # fmt: skip
+        out = self._write("INSTALL", session_id, args, f"installing a snapshot of {session_id!r}")
+        head = _head_of(out[1:8])
+        if int(out[0]) == 1:
+            raise HeadMovedError(self.where(session_id), covers, head)
+        archived = None
+        if _text(out[9]) == "1":
+            first = int(out[10])
+            archived = f"{self.where(session_id)}/archive/{first:012d}-{covers.seq:012d}"
+        return InstallResult(head, archived, int(out[8]), head.size)
+
+    def prune_history(self, session_id: str, before_seq: int) -> list[PrunedSegment]:
+        """Drop the archived segments whose last line comes before `before_seq`."""
+        out = self._write("PRUNE", session_id, [before_seq, self._ttl], "pruning history")
+        where = self.where(session_id)
+        gone = []
+        for bound, size in zip(out[1::2], out[2::2], strict=True):
+            first, last = (int(x) for x in bound.split())
+            name = f"{where}/archive/{first:012d}-{last:012d}"
+            gone.append(PrunedSegment(name, first, last, int(size)))
+        return gone
+
+    @contextmanager
+    def hold(self, session_id: str) -> Iterator[RepairHold]:
+        """The session's hold key, set (with an expiry, in case the holder dies) until the
+        block ends; appends, installs and removals wait while it is held."""
+        keys = self._keys(session_id)
+        token = os.urandom(12).hex()
+        while not self._call(
+            "holding a session for repair",
+            lambda: self._client.set(keys[6], token, nx=True, px=_HOLD_MS),
+        ):
+            time.sleep(0.005)
+        try:
+            yield _RedisRepairHold(self, session_id, keys, token)
+        finally:
+            self._call(
+                "releasing a repair hold",
+                lambda: self._scripts["RELEASE"](keys=[keys[6]], args=[token]),
+            )
+
+    # -- sessions -----------------------------------------------------------------------
+
+    def list_sessions(self) -> list[str]:
+        """Every session with a committed line: a SCAN of the head keys (cursor by
+        cursor, so it never blocks the server), then each one's id."""
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self._prefix) + ":{*}:h"
+
+        def run() -> list[str]:
+            found = list(self._client.scan_iter(match=pattern, count=1000))
+            pipe = self._client.pipeline(transaction=False)
+            for key in found:
+                pipe.hmget(key, ["id", "seq"])
+                pipe.exists(key[:-1] + b"a")
+            out = pipe.execute()
+            ids = []
+            for (sid, seq), arch in zip(out[0::2], out[1::2], strict=True):
+                if sid is not None and (int(seq or 0) > 0 or arch):
+                    ids.append(sid.decode("utf-8"))
+            return ids
+
+        return sorted(self._call("listing sessions", run))
+
+    def remove_session(self, session_id: str) -> bool:
+        """One script: every key of the session deleted at once."""
+        return int(self._write("REMOVE", session_id, [], f"removing {session_id!r}")[0]) == 1
+
+    def close(self) -> None:
+        """Close the client's connections (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._client.close()
+        except redis.RedisError:
+            pass
+
+
+class RedisFeedEngine(RedisEngine, FeedEngine):
+    """The Redis engine with the global feed (the default; `feed=0` in the URL turns it
+    off, and with it the one key outside each session's hash slot)."""
+
+    def feed(
+        self, after: RedisFeedPosition | None = FEED_START, limit: int = 1000
+    ) -> list[RedisFeedEntry]:
+        """Up to `limit` lines of every session after feed position `after`, in the order
+        their appends ran on the server (stream ids: the server's clock, never going
+        back). Lines of removed, expired or compacted sessions stay until the feed is
+        trimmed (`feed_maxlen`)."""
+        start = FEED_START if after is None else RedisFeedPosition(*after)
+        out: list[RedisFeedEntry] = []
+        lower = f"{start.ms}-{start.sq}"
+        while len(out) < limit:
+            entries = self._call("reading the feed", lambda: self._xrange(lower))
+            if not entries:
+                break
+            for eid, fields in entries:
+                ms, sq = (int(x) for x in eid.split(b"-"))
+                sid, first = fields[b"s"].decode("utf-8"), int(fields[b"q"])
+                for i, line in enumerate(fields[b"d"].split(b"\n")[:-1]):
+                    pos = RedisFeedPosition(ms, sq, i)
+                    if pos > start and len(out) < limit:
+                        out.append(RedisFeedEntry(pos, sid, first + i, line + b"\n"))
+            lower = "(" + _text(entries[-1][0])
+        return out
+
+
+    def _xrange(self, lower: str) -> list[Any]:
+        return self._client.xrange(self._feed_key, lower, "+", count=100)  # type: ignore[no-any-return]
+
+
+class _RedisRepairHold(RepairHold):
+    """The hold key held; the live log read once."""
+
+    def __init__(self, engine: RedisEngine, sid: str, keys: list[str], token: str) -> None:
+        self.engine = engine
+        self.session_id = sid
+        self.where = engine.where(sid)
+        self._keys = keys
+        self._token = token
+
+        def run() -> list[Any]:
+            pipe = engine._client.pipeline(transaction=True)
+            pipe.lrange(keys[1], 0, -1)
+            pipe.hmget(keys[0], ["tail", "gen"])
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        items, (tail, gen) = engine._call("reading a session for repair", run)
+        self._exists = gen is not None
+        self._data = b"".join(items) + (tail or b"")
+
+    @property
+    def data(self) -> bytes:
+        return self._data
+
+    def keep_prefix(self, n: int, reason: str) -> str | None:
+        if n >= len(self._data):
+            return None
+        return self.rewrite(self._data[:n], reason)
+
+    def rewrite(self, data: bytes, reason: str) -> str:
+        if not self._exists:
+            raise KeyError(f"{self.where}: no live log to rewrite")
+        end = raw_end(data)
+        cut = end.end if end is not None else 0
+        args = [
+            self._token, os.urandom(8).hex(), data[:cut], data[cut:],
+            end.seq if end else 0, end.link if end else "", end.h if end else "",
+            end.first_seq if end else 0, self.session_id, self.engine._ttl,
+        ]  # fmt: skip
+        out = self.engine._call(
+            "rewriting a session",
+            lambda: self.engine._scripts["REWRITE"](keys=self._keys, args=args),
+        )
+        if int(out[0]) == 3:
+            raise StorageError(f"{self.where}: the repair hold expired before the rewrite")
+        self._data = data
+        return f"{self.where}/saved/{int(out[1])}-{reason}"
