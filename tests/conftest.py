@@ -376,6 +376,22 @@ def pg_url(server_url: str) -> Iterator[str]:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+# -- Redis ----------------------------------------------------------------------------
+
+REDIS_URL_ENV = "EVENTSTORE_TEST_REDIS_URL"
+
+
+def require_redis_url() -> str:
+    """The test Redis server's URL: a skip without one, a failure in CI (`.ci/run` starts
+    one with `.ci/start-redis.sh`)."""
+    url = os.environ.get(REDIS_URL_ENV)
+    if url:
+        return url
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{REDIS_URL_ENV} is not set in CI: .ci/run must start Redis")
+    pytest.skip(f"{REDIS_URL_ENV} is not set (source .ci/start-redis.sh)")
+
+
 # -- the README's custom event and projection ------------------------------------------
 
 

@@ -24,7 +24,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-
 from eventstore import process
 from eventstore.engines.base import (
     EMPTY_HEAD,

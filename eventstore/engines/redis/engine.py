@@ -33,10 +33,10 @@ after a restart from the AOF (the stream keeps its last id).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -170,9 +170,7 @@ def _head_of(c: list[Any]) -> Head:
     gen, seq, size = _text(c[0]), int(c[1]), int(c[5])
     if not gen or (seq == 0 and size == 0):
         return EMPTY_HEAD
-    return Head(
-        seq, _text(c[2]), _text(c[3]), RedisPosition(gen, int(c[6]), size), size, int(c[4])
-    )
+    return Head(seq, _text(c[2]), _text(c[3]), RedisPosition(gen, int(c[6]), size), size, int(c[4]))
 
 
 class RedisEngine(PruningEngine):
@@ -190,10 +188,11 @@ class RedisEngine(PruningEngine):
         self._feed_maxlen = (parsed.feed_maxlen or 0) if parsed.feed else -1
         self._closed = False
         try:
-            self._client = redis.Redis.from_url(parsed.client, retry=Retry(NoBackoff(), 0))
+            # typed Any: the client's stubs type replies loosely; every reply is checked here
+            self._client: Any = redis.Redis.from_url(parsed.client, retry=Retry(NoBackoff(), 0))
         except (ValueError, redis.RedisError) as exc:
             raise InvalidArgumentError(self._scrub(f"{self.url}: {exc}")) from None
-        self._scripts = {
+        self._scripts: dict[str, Any] = {
             name: self._client.register_script(getattr(scripts, name))
             for name in ("APPEND", "READ", "INSTALL", "REMOVE", "REWRITE", "RELEASE", "PRUNE")
         }
@@ -338,7 +337,7 @@ class RedisEngine(PruningEngine):
             if left <= 0:
                 return False
             block = max(1, int(min(left, 5.0) * 1000))
-            self._call("waiting", lambda: self._client.xread({wake: since}, block=block))
+            self._call("waiting", functools.partial(self._client.xread, {wake: since}, block=block))
 
     # -- writing ------------------------------------------------------------------------
 
@@ -404,7 +403,9 @@ class RedisEngine(PruningEngine):
         (not sent again on a lost reply: it may have run)."""
         keys = self._keys(session_id)
         while True:
-            out = self._call(doing, lambda: self._scripts[name](keys=keys, args=args), tries=1)
+            out: list[Any] = self._call(
+                doing, lambda: self._scripts[name](keys=keys, args=args), tries=1
+            )
             if int(out[0]) != 2:
                 return out
             time.sleep(0.005)
@@ -516,7 +517,7 @@ class RedisFeedEngine(RedisEngine, FeedEngine):
         out: list[RedisFeedEntry] = []
         lower = f"{start.ms}-{start.sq}"
         while len(out) < limit:
-            entries = self._call("reading the feed", lambda: self._xrange(lower))
+            entries = self._call("reading the feed", functools.partial(self._xrange, lower))
             if not entries:
                 break
             for eid, fields in entries:
@@ -529,9 +530,8 @@ class RedisFeedEngine(RedisEngine, FeedEngine):
             lower = "(" + _text(entries[-1][0])
         return out
 
-
     def _xrange(self, lower: str) -> list[Any]:
-        return self._client.xrange(self._feed_key, lower, "+", count=100)  # type: ignore[no-any-return]
+        return list(self._client.xrange(self._feed_key, lower, "+", count=100))
 
 
 class _RedisRepairHold(RepairHold):

@@ -1,0 +1,537 @@
+"""The Redis engine beyond the shipped conformance suite (which runs on it in
+tests/test_engine_conformance.py, as does the model test): copying stores byte for byte,
+hostile session ids, durability and what a server must be set to for "fsync", expiry,
+connections killed mid-append and mid-follow, processes killed mid-append, a server
+killed and restarted from its AOF, the global feed across a restart, and passwords kept
+out of every message.
+
+Needs a Redis server: EVENTSTORE_TEST_REDIS_URL (`.ci/start-redis.sh` starts one; CI
+fails without it). The restart tests start servers of their own with the same
+`redis-server` binary.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from conftest import cli_in_process, make_entry, require_redis_url
+from engines import fresh_redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eventstore import EventStoreError, ProgressAppended, SessionStore, StorageError
+from eventstore.engines.base import EncodedBatch, open_engine
+from eventstore.engines.conformance import EngineConformance
+from eventstore.format.codec import EventCodec
+from eventstore.ops.export import export_jsonl
+
+redis = pytest.importorskip("redis")
+
+SID = "s"
+
+
+@pytest.fixture
+def server() -> str:
+    """The test server's URL (no prefix)."""
+    return require_redis_url()
+
+
+@pytest.fixture
+def url(server: str) -> str:
+    """A store URL with a key prefix of this test's own."""
+    return fresh_redis()
+
+
+def _client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url.split("?")[0])
+
+
+def _keys_of(url: str) -> list[bytes]:
+    prefix = url.split("prefix=")[1].split("&")[0]
+    return sorted(_client(url).scan_iter(match=f"{prefix}:*"))
+
+
+def _summaries(store: SessionStore, sid: str = SID) -> list[str]:
+    return [e.summary for e in store.load_bootstrap_state(sid).recent_progress]
+
+
+# -- migrate: file -> redis -> file, byte for byte --------------------------------------------
+
+
+def test_migrate_file_to_redis_to_file_exports_identical_lines(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from eventstore import Message, Role
+
+    src, back = str(tmp_path / "src"), str(tmp_path / "back")
+    sids = ("plain", "compacted", "ünï ¢ødé")
+    with SessionStore(src) as store:
+        for sid in sids:
+            for i in range(5):
+                store.append_progress_entry(sid, make_entry(i, run_id=sid))
+                store.append_transcript_messages(
+                    sid, [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, "a")]
+                )
+            if sid != "plain":
+                store.compact(sid, archive=True, force=True)
+                store.append_progress_entry(sid, make_entry(9, run_id="after"))
+                store.compact(sid, archive=True, force=True)
+                store.append_progress_entry(sid, make_entry(10, run_id="after 2"))
+    assert cli_in_process(capsys, "migrate", src, url, "--all", "--quiet")[0] == 0
+    assert cli_in_process(capsys, "migrate", url, back, "--all", "--quiet")[0] == 0
+    assert cli_in_process(capsys, "migrate", src, url, "--all", "--quiet")[0] == 0  # idempotent
+
+    def export(root: str, sid: str) -> bytes:
+        # what `eventstore export ROOT SID --format jsonl` prints
+        with SessionStore(root) as store:
+            return b"".join(export_jsonl(store, sid))
+
+    for sid in sids:
+        lines = export(src, sid)
+        assert lines and lines == export(url, sid) == export(back, sid)
+        with SessionStore(url) as store, SessionStore(src) as orig:
+            assert store.verify(sid).ok
+            assert store.load_bootstrap_state(sid) == orig.load_bootstrap_state(sid)
+    rc, out, _ = cli_in_process(capsys, "sessions", url)
+    assert rc == 0 and all(sid in out for sid in sids)
+
+
+# -- keys: hostile ids are data ---------------------------------------------------------------
+
+HOSTILE = ["a}b", "{x}", "*", "s:{s}:h", "x\ny", "..", "~abc", "a b", "ü/../é", "z" * 1000, "{"]
+
+
+def test_hostile_session_ids_are_data_never_keys(url: str) -> None:
+    with SessionStore(url) as store:
+        for i, sid in enumerate(HOSTILE):
+            store.append_progress_entry(sid, make_entry(i))
+        assert store.list_sessions() == sorted(HOSTILE)
+        for i, sid in enumerate(HOSTILE):
+            assert _summaries(store, sid) == [f"step {i}"]
+        assert store.delete_session("{x}") is True
+        assert store.list_sessions() == sorted(set(HOSTILE) - {"{x}"})
+    # every key but the global feed holds exactly one hash tag, a session's own
+    for key in _keys_of(url):
+        assert key.endswith(b":feed") or (key.count(b"{") == 1 and key.count(b"}") == 1), key
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    sids=st.lists(
+        st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), min_size=1),
+        min_size=2,
+        max_size=4,
+        unique=True,
+    )  # fmt: skip
+)
+def test_any_legal_session_id_is_its_own_session(server: str, sids: list[str]) -> None:
+    url = fresh_redis()
+    with SessionStore(url) as store:
+        for i, sid in enumerate(sids):
+            store.append_progress_entry(sid, make_entry(i))
+        assert store.list_sessions() == sorted(sids)
+        for i, sid in enumerate(sids):
+            assert _summaries(store, sid) == [f"step {i}"]
+
+
+# -- durability --------------------------------------------------------------------------------
+
+
+def test_fsync_is_refused_by_a_server_that_cannot_honour_it(url: str) -> None:
+    from eventstore.engines.redis import RedisDurabilityError
+
+    client = _client(url)
+    before = client.config_get("appendfsync")["appendfsync"]
+    try:
+        client.config_set("appendfsync", "everysec")
+        with pytest.raises(RedisDurabilityError, match="appendfsync always") as info:
+            SessionStore(url, durability="fsync")
+        assert isinstance(info.value, EventStoreError)
+        client.config_set("appendfsync", "always")
+        with SessionStore(url, durability="fsync") as store:
+            store.append_progress_entry(SID, make_entry(1))
+            assert _summaries(store) == ["step 1"]
+    finally:
+        client.config_set("appendfsync", before)
+    with SessionStore(url) as store:  # flush: acknowledged by the server, whatever its AOF
+        store.append_progress_entry(SID, make_entry(2))
+
+
+# -- expiry ------------------------------------------------------------------------------------
+
+
+def test_ttl_expires_a_whole_session_and_every_write_refreshes_it(server: str) -> None:
+    url = fresh_redis(ttl="1")
+    with SessionStore(url) as store:
+        store.append_progress_entry(SID, make_entry(1))
+        store.compact(SID, force=True)  # an archive key too
+        store.append_progress_entry(SID, make_entry(2))
+        store.append_progress_entry("other", make_entry(3))
+        client = _client(url)
+        keys = [k for k in _keys_of(url) if b":{s}:" in k and not k.endswith(b":k")]
+        pipe = client.pipeline(transaction=True)
+        for key in keys:
+            pipe.pexpiretime(key)
+        deadlines = pipe.execute()
+        # every key of the session: one deadline, set by the same script
+        assert len(keys) >= 5 and len(set(deadlines)) == 1 and deadlines[0] > 0
+        time.sleep(0.6)
+        store.append_progress_entry(SID, make_entry(4))  # refreshed: SID outlives "other"
+        time.sleep(0.6)
+        assert store.list_sessions() == [SID]
+        assert _summaries(store) == ["step 1", "step 2", "step 4"]
+        time.sleep(1.2)
+        assert store.list_sessions() == []
+    with SessionStore(url) as fresh:
+        assert fresh.load_bootstrap_state(SID).recent_progress == []
+        assert list(fresh.read_events(SID)) == []
+        fresh.append_progress_entry(SID, make_entry(5))  # starts over at seq 1
+        assert fresh.last_seq(SID) == 1
+
+
+# -- connections killed mid-append and mid-follow ----------------------------------------------
+
+
+def _killer(
+    server: str, name: str, stop: threading.Event, every: float, pause: bool = False
+) -> threading.Thread:
+    """A thread that kills every connection of client `name` each `every` seconds (with
+    `pause`, while the server holds writes back: so a kill finds an append in flight)."""
+    client = redis.Redis.from_url(server)
+
+    def run() -> None:
+        while not stop.is_set():
+            if pause:
+                client.client_pause(20, all=False)
+                time.sleep(0.005)
+            for c in client.client_list():
+                if c.get("name") == name:
+                    try:
+                        client.client_kill_filter(_id=c["id"])
+                    except redis.ResponseError:
+                        pass  # already gone
+            stop.wait(every)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_client_kill_mid_append_a_keyed_retry_lands_once(server: str) -> None:
+    # an append whose reply was lost, sent again as is: the script knows its own batch
+    engine = open_engine(fresh_redis())
+    head = EngineConformance().append(engine, 2)
+    data, stamped, link = EventCodec().encode_batch(
+        [ProgressAppended(entry=make_entry(3))],
+        head.seq + 1,
+        head.link,
+        make_entry(0).created_at,
+        "k",
+    )
+    batch = EncodedBatch(data, 3, 3, tuple(e.h for e in stamped), link, "k")
+    first = engine.append(SID, batch, head)
+    assert engine.append(SID, batch, head) == first  # landed once, answered twice
+    assert engine.read(SID, None).data.count(b"\n") == 3
+    engine.close()
+    # and through the session API, with the connection killed again and again
+    url = fresh_redis(client_name="victim")
+    stop = threading.Event()
+    killer = _killer(server, "victim", stop, 0.01, pause=True)
+    retries = 0
+    try:
+        with SessionStore(url) as store:
+            for i in range(80):
+                while True:
+                    try:
+                        store.append(
+                            SID, [ProgressAppended(entry=make_entry(i))], idempotency_key=f"k{i}"
+                        )
+                        break
+                    except StorageError as exc:
+                        assert "may or may not" in str(exc) or "failed" in str(exc)
+                        retries += 1
+    finally:
+        stop.set()
+        killer.join()
+    with SessionStore(url) as store:
+        assert _summaries(store) == [f"step {i}" for i in range(80)]
+        assert [e.seq for e in store.read_events(SID)] == list(range(1, 81))
+        assert store.verify(SID).ok
+
+
+def test_follow_across_killed_connections_misses_and_repeats_nothing(server: str) -> None:
+    url = fresh_redis(client_name="follower")
+    seen: list[int] = []
+    stop_follow, stop_kill = threading.Event(), threading.Event()
+    ready = threading.Event()
+
+    def follow() -> None:
+        with SessionStore(url) as s:
+            ready.set()
+            for ev in s.follow(SID, poll_interval=0.5, stop=stop_follow):
+                seen.append(ev.seq)
+                if ev.seq >= 60:
+                    stop_follow.set()
+
+    t = threading.Thread(target=follow)
+    t.start()
+    ready.wait()
+    killer = _killer(server, "follower", stop_kill, 0.05)
+    try:
+        with SessionStore(fresh_redis_same(url)) as w:
+            for i in range(60):
+                w.append_progress_entry(SID, make_entry(i))
+                if i % 20 == 19:
+                    w.compact(SID, force=True)
+                time.sleep(0.005)
+        t.join(60)
+    finally:
+        stop_kill.set()
+        killer.join()
+        stop_follow.set()
+    assert not t.is_alive()
+    assert seen == list(range(1, 61))
+
+
+def fresh_redis_same(url: str) -> str:
+    """The same store as `url` without its client name (another client of it)."""
+    return url.replace("&client_name=follower", "").replace("&client_name=victim", "")
+
+
+# -- passwords ---------------------------------------------------------------------------------
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(password=st.text(st.characters(codec="ascii", exclude_characters="\x00"), min_size=4))
+def test_a_password_appears_in_no_error(server: str, password: str) -> None:
+    host = server.split("://")[1].split("/")[0]
+    closed = _free_port()
+    urls = [
+        f"redis://u:{quote(password, safe='')}@{host}/0",  # a server without that password
+        f"redis://:{quote(password, safe='')}@127.0.0.1:{closed}/0",  # nobody listening
+        f"redis://{host}/0?password={quote(password, safe='')}&prefix=bad%20prefix",
+        f"redis://:{quote(password, safe='')}@{host}/0?ttl=-3",
+    ]
+    for url in urls:
+        with pytest.raises(EventStoreError) as info:
+            SessionStore(url)
+        text = f"{info.value} {info.value!r}"
+        assert password not in text and quote(password, safe="") not in text, text
+
+
+def test_the_cli_shows_a_redis_url_without_its_password(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    host = server.split("://")[1].split("/")[0]
+    rc, out, err = cli_in_process(capsys, "sessions", f"redis://app:s3cr3t-pw@{host}/0")
+    assert rc != 0 and "s3cr3t-pw" not in out + err and "***" in err
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+
+def _writer(url: str, k: int, n: int) -> None:
+    with SessionStore(url) as s:
+        for i in range(n):
+            s.append_progress_entry(SID, make_entry(i, run_id=f"p{k}"))
+    os._exit(0)
+
+
+@pytest.mark.slow
+def test_four_processes_append_200_each_to_one_session(url: str) -> None:
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(url, k, 200)) for k in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+        assert p.exitcode == 0
+    with SessionStore(url) as store:
+        assert [e.seq for e in store.read_events(SID)] == list(range(1, 801))
+        assert store.verify(SID).ok
+        entries = store.load_bootstrap_state(SID).recent_progress
+        for k in range(4):
+            assert [e.summary for e in entries if e.run_id == f"p{k}"] == [
+                f"step {i}" for i in range(200)
+            ]
+
+
+def _acking_writer(url: str, k: int, acks: str, durability: str = "flush") -> None:
+    """Append keyed entries until killed, writing each key to `acks` once acknowledged."""
+    fd = os.open(acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with SessionStore(url, durability=durability) as s:  # type: ignore[arg-type]
+        i = 0
+        while True:
+            key = f"p{k}-{i}"
+            try:
+                s.append(
+                    SID, [ProgressAppended(entry=make_entry(i, run_id=key))], idempotency_key=key
+                )
+            except StorageError:
+                time.sleep(0.02)  # the server is away: the same key again
+                continue
+            os.write(fd, f"{key}\n".encode())
+            i += 1
+
+
+def _landed(url: str) -> list[str]:
+    with SessionStore(url) as store:
+        assert store.verify(SID).ok
+        return [e.run_id for e in store.load_bootstrap_state(SID).recent_progress]
+
+
+@pytest.mark.slow
+def test_sigkill_of_writers_mid_append_loses_no_acknowledged_append(
+    url: str, tmp_path: Path
+) -> None:
+    acks = str(tmp_path / "acks")
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_acking_writer, args=(url, k, acks)) for k in range(3)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if os.path.exists(acks) and len(Path(acks).read_text().split()) >= 150:
+            break
+        time.sleep(0.05)
+    for p in procs:
+        os.kill(p.pid, signal.SIGKILL)
+        p.join(10)
+    acked = Path(acks).read_text().split()
+    landed = _landed(url)
+    assert len(landed) == len(set(landed)), "an append landed twice"
+    assert set(acked) <= set(landed), "an acknowledged append was lost"
+    assert len(acked) >= 150
+
+
+# -- a server killed and restarted from its AOF ------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class OwnServer:
+    """A redis-server of the test's own (AOF on, `appendfsync always`), killable and
+    restartable on the same port and directory."""
+
+    def __init__(self, workdir: Path) -> None:
+        binary = os.environ.get("EVENTSTORE_TEST_REDIS_SERVER") or shutil.which("redis-server")
+        if binary is None:
+            require_redis_url()  # skips, or fails in CI
+            pytest.skip("no redis-server binary")
+        self.binary = binary
+        self.dir = workdir
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
+             str(self.dir), "--save", "", "--appendonly", "yes", "--appendfsync", "always"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        client = redis.Redis.from_url(self.url)
+        for _ in range(200):
+            try:
+                if client.ping():
+                    return
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        raise AssertionError("the test's redis-server did not start")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill()
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[OwnServer]:
+    server = OwnServer(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.mark.slow
+def test_a_server_killed_and_restarted_from_its_aof_loses_nothing_acknowledged_under_fsync(
+    own_server: OwnServer, tmp_path: Path
+) -> None:
+    acks = str(tmp_path / "acks")
+    ctx = multiprocessing.get_context("fork")
+    procs = [
+        ctx.Process(target=_acking_writer, args=(own_server.url, k, acks, "fsync"))
+        for k in range(2)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        for round_ in range(2):
+            want = 60 * (round_ + 1)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if os.path.exists(acks) and len(Path(acks).read_text().split()) >= want:
+                    break
+                time.sleep(0.02)
+            with SessionStore(own_server.url) as s:
+                before = s.feed(limit=100_000)
+            own_server.kill()  # SIGKILL: only what reached the AOF survives
+            acked = Path(acks).read_text().split()
+            own_server.start()
+            with SessionStore(own_server.url) as s:
+                # the feed's positions survive the restart: the same entries, in order
+                assert s.feed(limit=len(before)) == before
+                landed = _landed(own_server.url)
+                assert set(acked) <= set(landed), "an append acknowledged under fsync was lost"
+    finally:
+        for p in procs:
+            os.kill(p.pid, signal.SIGKILL)
+            p.join(10)
+    acked = Path(acks).read_text().split()
+    landed = _landed(own_server.url)
+    assert len(landed) == len(set(landed)) and set(acked) <= set(landed)
+    with SessionStore(own_server.url) as s:
+        positions = [pos for pos, _, _ in s.feed(limit=100_000)]
+        assert positions == sorted(positions) and len(set(positions)) == len(positions)
+        assert len(positions) == len(landed)
+
+
+def test_the_engine_is_opened_by_url_and_options(url: str) -> None:
+    from eventstore.engines.redis import RedisEngine, RedisFeedEngine
+
+    engine = open_engine(url)
+    assert isinstance(engine, RedisFeedEngine)
+    engine.close()
+    engine = open_engine(url + "&feed=0", ttl=30)
+    assert isinstance(engine, RedisEngine) and not isinstance(engine, RedisFeedEngine)
+    with SessionStore(engine) as store:
+        store.append_progress_entry(SID, make_entry(1))
+        with pytest.raises(NotImplementedError):
+            store.feed()
+    with pytest.raises(EventStoreError):
+        open_engine(url, ttl=-1)
+    with pytest.raises(EventStoreError):
+        open_engine(url, bogus=1)
