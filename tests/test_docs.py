@@ -19,7 +19,9 @@ The code run is the checkout's (PYTHONPATH is the repository root), as an editab
 install of it has it. Nothing is skipped silently: the only commands not run are in SKIP
 below, each with why; a block naming a `postgresql://` URL runs only when
 EVENTSTORE_TEST_POSTGRES_URL is set (its URLs are replaced by that server's, in a schema
-of the block's own), and a python block whose imports are not installed (an optional
+of the block's own), a block naming a `redis://` or `rediss://` URL only when
+EVENTSTORE_TEST_REDIS_URL is set (its URLs are replaced by that server's, with a key
+prefix of the block's own, keeping their other parameters), and a python block whose imports are not installed (an optional
 extra) is skipped naming the missing module. With CI=true neither is skipped: they fail.
 
 Beside the blocks: every `test_...` name the docs cite exists under tests/, README.md
@@ -51,6 +53,7 @@ README = REPO / "README.md"
 DOCS = REPO / "docs"
 BIN = Path(sys.executable).parent
 PG_ENV = "EVENTSTORE_TEST_POSTGRES_URL"
+REDIS_ENV = "EVENTSTORE_TEST_REDIS_URL"
 IN_CI = os.environ.get("CI") == "true"
 
 DEMO_COMMAND = (
@@ -72,6 +75,8 @@ SKIP: dict[str, str] = {
     "python -m pytest": "the test suite itself",
     "export EVENTSTORE_TEST_POSTGRES_URL": "points the test suite at a server (set by .ci/run)",
     ". .ci/start-postgres.sh": "starts a PostgreSQL server (as .ci/run does)",
+    ". .ci/start-redis.sh": "starts a Redis server (as .ci/run does)",
+    "export EVENTSTORE_TEST_REDIS_URL": "points the test suite at a server (set by .ci/run)",
     "EVENTSTORE_LONG=1": "the long test variants (minutes)",
     ".venv/bin/ruff": "development tooling, run by the development workflow",
     ".venv/bin/mypy": "development tooling, run by the development workflow",
@@ -218,6 +223,31 @@ def _postgres(block: Block, schema: str) -> Block:
     return Block(block.page, block.index, block.lang, text, block.line)
 
 
+_REDIS_URL = re.compile(r"rediss?://[^\s\"')]+")
+
+
+def _redis(block: Block) -> Block:
+    """The block with its Redis URLs pointing at the test server, under a key prefix of
+    the block's own (each URL's other parameters kept: `ttl`, `feed`...)."""
+    if not _REDIS_URL.search(block.text):
+        return block
+    url = os.environ.get(REDIS_ENV)
+    if not url:
+        _skip(f"{block.id} needs Redis: set {REDIS_ENV}")
+        return block  # (not reached)
+    prefix = f"docs{uuid.uuid4().hex[:12]}"
+    server = urlsplit(url)
+
+    def replace(m: re.Match[str]) -> str:
+        shown = urlsplit(m.group(0))
+        kept = [(k, v) for k, v in parse_qsl(shown.query) if k not in ("prefix", "password")]
+        query = [(k, v) for k, v in parse_qsl(server.query) if k != "prefix"]
+        return urlunsplit(server._replace(query=urlencode([*query, *kept, ("prefix", prefix)])))
+
+    text = _REDIS_URL.sub(replace, block.text)
+    return Block(block.page, block.index, block.lang, text, block.line)
+
+
 def _shell(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     # the docs' `.venv/bin/eventstore` is the one on PATH
     command = re.sub(r"(^|[\s;&|(])\.venv/bin/", r"\1", command)
@@ -308,7 +338,7 @@ def _run_console(block: Block, cwd: Path, env: dict[str, str]) -> int:
 
 @pytest.mark.parametrize("block", RUN, ids=[b.id for b in RUN])
 def test_doc_block(block: Block, tmp_path: Path, pg_schema: str) -> None:
-    block = _postgres(block, pg_schema)
+    block = _redis(_postgres(block, pg_schema))
     home = tmp_path / "home"
     home.mkdir()
     env = _env(home)
