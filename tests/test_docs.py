@@ -21,8 +21,9 @@ below, each with why; a block naming a `postgresql://` URL runs only when
 EVENTSTORE_TEST_POSTGRES_URL is set (its URLs are replaced by that server's, in a schema
 of the block's own), a block naming a `redis://` or `rediss://` URL only when
 EVENTSTORE_TEST_REDIS_URL is set (its URLs are replaced by that server's, with a key
-prefix of the block's own, keeping their other parameters), and a python block whose imports are not installed (an optional
-extra) is skipped naming the missing module. With CI=true neither is skipped: they fail.
+prefix of the block's own, keeping their other parameters), and a python block whose
+imports are not installed (an optional extra) is skipped naming the missing module. With
+CI=true none is skipped: they fail.
 
 Beside the blocks: every `test_...` name the docs cite exists under tests/, README.md
 stays short and opens with its two commands, every relative link points to a file (and
