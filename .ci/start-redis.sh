@@ -31,6 +31,7 @@ _es_redis_main() {
     while :; do
         "$server" --port "$port" --bind 127.0.0.1 --dir "$d" --daemonize yes \
             --pidfile "$d/redis.pid" --logfile "$d/redis.log" --save "" \
+            --unixsocket "$d/redis.sock" --unixsocketperm 700 \
             --appendonly yes --appendfsync everysec >/dev/null 2>&1
         local up=0 i
         for i in $(seq 1 50); do
@@ -53,8 +54,14 @@ _es_redis_main() {
     done
     export EVENTSTORE_TEST_REDIS_URL="redis://127.0.0.1:$port/0"
     export EVENTSTORE_TEST_REDIS_SERVER="$server" EVENTSTORE_REDIS_DIR="$d"
-    local prev
-    prev=$(trap -p EXIT | sed -E "s/^trap -- '(.*)' EXIT$/\1/")
+    export EVENTSTORE_TEST_REDIS_SOCKET="$d/redis.sock"
+    # Chain onto any EXIT trap the caller already has: `trap -p` prints it shell-quoted,
+    # so it is unquoted by the shell itself (eval of `set --`), never by sed.
+    local prev=""
+    eval "set -- $(trap -p EXIT)"
+    if [ "$#" -ge 3 ]; then
+        prev="$3"
+    fi
     trap "redis-cli -h 127.0.0.1 -p $port shutdown nosave >/dev/null 2>&1; rm -rf '$d'; ${prev:-:}" EXIT
     echo "start-redis: $("$server" --version | awk '{print $3}') on 127.0.0.1:$port ($d)" >&2
 }

@@ -535,3 +535,14 @@ def test_the_engine_is_opened_by_url_and_options(url: str) -> None:
         open_engine(url, ttl=-1)
     with pytest.raises(EventStoreError):
         open_engine(url, bogus=1)
+
+
+def test_a_unix_socket_url_opens_the_same_store(url: str) -> None:
+    sock = os.environ.get("EVENTSTORE_TEST_REDIS_SOCKET")
+    if not sock:
+        pytest.skip("EVENTSTORE_TEST_REDIS_SOCKET is not set (.ci/start-redis.sh sets it)")
+    prefix = url.split("prefix=")[1]
+    with SessionStore(url) as tcp, SessionStore(f"unix://{sock}?db=0&prefix={prefix}") as unix:
+        tcp.append_progress_entry(SID, make_entry(1))
+        assert _summaries(unix) == ["step 1"]
+        assert unix.url.startswith("unix://")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from eventstore.engines.base import redact_url
 from eventstore.errors import InvalidArgumentError
@@ -91,7 +91,7 @@ def split_url(url: str) -> RedisUrl:
             opts["feed_maxlen"] = _int_param("feed_maxlen", v, shown, 1)
         else:
             kept.append((k, v))
-    client = urlunsplit(
-        (parts.scheme, parts.netloc, parts.path, urlencode(kept, quote_via=quote), "")
-    )
+    query = urlencode(kept, quote_via=quote)
+    # (not urlunsplit: it writes `unix:/path` for an empty authority, which the client refuses)
+    client = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{query}" if query else "")
     return RedisUrl(client, shown, password, **opts)  # type: ignore[arg-type]
