@@ -10,7 +10,8 @@ of them live in one hash slot (one shard of a Redis Cluster):
         repair left after the last complete batch (a torn tail, never read as lines)
     l   a list: the live log, one element per appended batch (its exact bytes); a
         snapshot install makes the snapshot line the first element
-    a   a list: archived segments (the bytes each snapshot replaced), oldest first
+    a   a list: archived segments (the bytes each snapshot replaced, less the snapshot
+        that opened them when the archive already holds what it covers), oldest first
     b   a list: each archived segment's "first_seq last_seq"
     s   a list: what repairs saved aside (the whole original live log, each time)
     w   a stream of one entry, rewritten on every change: what `wait` blocks on
@@ -129,11 +130,25 @@ local c = head()
 local cn = tonumber(ARGV[2])
 if c[1] == '' or c[1] ~= ARGV[1] or tonumber(c[7]) < cn then return {1, unpack(c)} end
 local items = redis.call('LRANGE', KEYS[2], 0, -1)
-local archived = '0'
+local archived, first = '0', c[5]
 if ARGV[6] == '1' and cn > 0 then
-  redis.call('RPUSH', KEYS[3], table.concat(items, '', 1, cn))
-  redis.call('RPUSH', KEYS[4], c[5] .. ' ' .. ARGV[3])
-  archived = '1'
+  local kept = table.concat(items, '', 1, cn)
+  if string.sub(kept, 1, 19) == '{"type":"snapshot",' then
+    -- the archive holds what that snapshot replaced: keep only the lines after it, so
+    -- the archive holds each event once (as the file and memory engines do)
+    for _, bound in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do
+      if string.sub(bound, string.find(bound, ' ', 1, true) + 1) == c[5] then
+        kept = string.sub(kept, string.find(kept, '\\n', 1, true) + 1)
+        first = tostring(tonumber(c[5]) + 1)
+        break
+      end
+    end
+  end
+  if kept ~= '' then
+    redis.call('RPUSH', KEYS[3], kept)
+    redis.call('RPUSH', KEYS[4], first .. ' ' .. ARGV[3])
+    archived = '1'
+  end
 end
 redis.call('DEL', KEYS[2])
 redis.call('RPUSH', KEYS[2], ARGV[4])
@@ -146,7 +161,7 @@ local n = 1 + #items - cn
 redis.call('HSET', KEYS[1], 'gen', ARGV[7], 'hh', hh, 'base', ARGV[3], 'size', size, 'n', n)
 wake()
 touch(tonumber(ARGV[8]))
-return {0, ARGV[7], c[2], c[3], hh, ARGV[3], tostring(size), tostring(n), c[6], archived, c[5]}
+return {0, ARGV[7], c[2], c[3], hh, ARGV[3], tostring(size), tostring(n), c[6], archived, first}
 """
 )
 
