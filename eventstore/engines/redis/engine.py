@@ -329,15 +329,21 @@ class RedisEngine(PruningEngine):
         deadline = time.monotonic() + max(timeout, 0.0)
         wake = self._keys(session_id)[5]
         while True:
-            last = self._call("waiting", lambda: self._client.xrevrange(wake, count=1))
-            since = last[0][0] if last else b"0-0"
-            if self.head(session_id).position != position:
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            block = max(1, int(min(left, 5.0) * 1000))
-            self._call("waiting", functools.partial(self._client.xread, {wake: since}, block=block))
+            if self._closed:
+                raise StorageError(f"{self.url}: the engine is closed")
+            try:
+                last = self._client.xrevrange(wake, count=1)
+                since = last[0][0] if last else b"0-0"
+                if self.head(session_id).position != position:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._client.xread({wake: since}, block=max(1, int(min(left, 5.0) * 1000)))
+            except (redis.ConnectionError, redis.TimeoutError, StorageError):
+                return True  # the connection dropped: wake the caller, who re-reads
+            except redis.RedisError as exc:
+                raise self._error("waiting", exc) from None
 
     # -- writing ------------------------------------------------------------------------
 
