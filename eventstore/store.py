@@ -195,6 +195,18 @@ class SessionStore:
         """The projections this store folds, by name (built-in and user-defined)."""
         return dict(self.core.projections)
 
+    def learn(
+        self, event_types: Iterable[type[Event]] = (), projections: Iterable[Projection[Any]] = ()
+    ) -> bool:
+        """Decode `event_types` and fold `projections` too, from now on, as if they had
+        been given to the constructor; True if anything was new. Every adapter in
+        `eventstore.integrations` calls it with its own when it is given a store, so one
+        plainly opened store serves them all. Known ones are skipped; a type whose tag,
+        or a projection whose name, this store holds for another class is a typed error
+        (nothing learned). New event types make the store fold again what it keeps in
+        memory: learn once per adapter, not per call."""
+        return self.core.learn(event_types, projections)
+
     # -- the session API --------------------------------------------------------------
 
     def is_initialized(self, session_id: str, *, idempotency_key: str | None = None) -> bool:

@@ -24,7 +24,6 @@ from hypothesis import strategies as st
 
 from eventstore import (
     InvalidArgumentError,
-    InvalidRecordError,
     Role,
     SessionStore,
     ToolResultBlock,
@@ -449,11 +448,11 @@ def test_what_is_not_json_stays_malformed(cc: SessionStore, tmp_path: Path, line
     assert bad.reason.startswith("not JSON")
 
 
-def test_a_store_without_the_integration_is_refused(tmp_path: Path) -> None:
+def test_a_plainly_opened_store_learns_claude_code_lines(tmp_path: Path) -> None:
     with SessionStore(tmp_path / "plain") as plain:
-        with pytest.raises(InvalidRecordError, match="open_store"):
-            import_transcript(plain, FILE1)
-        assert plain.list_sessions() == []
+        import_transcript(plain, FILE1)
+        assert exported(plain, S1) == FILE1.read_bytes()
+        assert plain.verify(S1).problems == []
 
 
 # -- the mirrored transcript -------------------------------------------------------------

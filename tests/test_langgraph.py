@@ -314,9 +314,13 @@ def test_prune_refuses_an_unknown_strategy(tmp_path: Path) -> None:
         EventStoreSaver(tmp_path).prune(["x"], strategy="keep_some")
 
 
-def test_a_store_without_the_langgraph_projection_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="EVENT_TYPES"):
-        EventStoreSaver(SessionStore(tmp_path))
+def test_a_plainly_opened_store_learns_the_langgraph_events(tmp_path: Path) -> None:
+    with SessionStore(tmp_path) as store:
+        saver = EventStoreSaver(store)
+        cfg = put(saver, "plain", v="x")
+        tup = saver.get_tuple(cfg)
+        assert tup is not None and tup.checkpoint["channel_values"]["v"] == "x"
+        assert store.verify("langgraph-plain").problems == []
 
 
 def test_delete_thread_removes_its_bytes(tmp_path: Path) -> None:

@@ -345,9 +345,16 @@ def test_input_that_is_not_json_is_refused_and_nothing_written(tmp_path: Path) -
     assert plain_store(tmp_path).last_seq("s") == 0
 
 
-def test_a_store_without_the_agents_projection_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="EVENT_TYPES"):
-        EventStoreSession("s", SessionStore(tmp_path))
+def test_a_plainly_opened_store_learns_the_agents_events(tmp_path: Path) -> None:
+    async def main() -> None:
+        with SessionStore(tmp_path) as store:
+            s = EventStoreSession("s", store)
+            await s.add_items([msg("hi"), msg("there", "assistant")])
+            assert await s.pop_item() == msg("there", "assistant")
+            assert await s.get_items() == [msg("hi")]
+            assert store.verify("s").problems == []
+
+    run(main())
 
 
 # -- several processes on one session ---------------------------------------------------

@@ -29,6 +29,7 @@ from eventstore import (
     EventStoreError,
     FeaturePassUpdated,
     FeatureRecord,
+    InvalidArgumentError,
     InvalidRecordError,
     Message,
     ProgressAppended,
@@ -512,6 +513,51 @@ def test_unregistered_event_type_is_refused_and_nothing_written(tmp_path: Path) 
         assert s.last_seq(SID) == 1
         # the key of a refused append was not consumed
         assert not s.append(SID, [Incr(value=2, worker="a")], idempotency_key="kk").replayed
+
+
+def test_a_plain_store_learns_event_types_and_projections(tmp_path: Path) -> None:
+    """`learn` gives a plainly opened store what the constructor would have: a session
+    written with those types (by another store) folds the same as in a store opened
+    with them; what was read before as unknown is named once learned; learning again
+    changes nothing."""
+    root = tmp_path / "store"
+    with open_store(root) as s:
+        s.append(SID, [Incr(value=2, worker="a"), FlipCounted(run_id="r", feature_id="f")])
+    with SessionStore(root) as plain:
+        assert [type(e).__name__ for e in plain.read_events(SID)] == ["UnknownEvent"] * 2
+        assert plain.verify(SID).problems  # unknown_type warnings
+        assert plain.learn([Incr, FlipCounted], [CounterProjection(), FlipsPerRun()])
+        assert not plain.learn([Incr], [FlipsPerRun()])
+        assert [type(e) for e in plain.read_events(SID)] == [Incr, FlipCounted]
+        assert plain.verify(SID).problems == []
+        assert plain.load(SID, "flips") == {"r": 1}
+        plain.append(SID, [FlipCounted(run_id="r", feature_id="g")])
+        assert plain.load(SID, "flips") == {"r": 2}
+    with open_store(root) as s:
+        assert s.load(SID, "flips") == {"r": 2}
+
+
+def test_learning_a_taken_tag_or_name_is_a_typed_error_and_learns_nothing(
+    tmp_path: Path,
+) -> None:
+    class OtherIncr(Event, tag="incr", kw_only=True):
+        n: int = 0
+
+    class OtherFlips(FlipsPerRun):
+        pass
+
+    with open_store(tmp_path / "store") as s:
+        with pytest.raises(InvalidRecordError, match="incr"):
+            s.learn([Unregistered, OtherIncr])
+        with pytest.raises(InvalidArgumentError, match="flips"):
+            s.learn([Unregistered], [OtherFlips()])
+        with pytest.raises(InvalidArgumentError):
+            s.learn([], [object()])  # type: ignore[list-item]
+        with pytest.raises(InvalidRecordError):
+            s.learn([int])  # type: ignore[list-item]
+        with pytest.raises(InvalidRecordError):
+            s.append(SID, [Unregistered()])  # nothing was learned
+        assert s.last_seq(SID) == 0
 
 
 # -- attacks: user projections that change their events or cannot encode their state -------

@@ -42,21 +42,28 @@ class CachePolicy:
         self.tuning = tuning
         keeps = enabled and isinstance(engine, CachingEngine)
         self.marks = keeps
+        self.cached: dict[str, str] = {}
+        self.framed: frozenset[str] = frozenset()
+        self.learned(codec)
+        self.kept_bytes = 0  # see keep_from_creation
+
+    def learned(self, codec: EventCodec) -> None:
+        """Decide again which folds are cached, and under what `known`, after the store
+        learned event types or projections (`SessionCore.learn`)."""
         # the projections whose folds the engine's fold cache keeps, each with the event
         # types this store decodes of those it reads and how it upcasts them (a cache
         # folded knowing others, or upcasting another way, is another state)
-        self.cached: dict[str, str] = (
+        self.cached = (
             {
                 name: fold_cache.known_types(p, codec.types, codec.reading)
-                for name, p in projections.items()
+                for name, p in self.projections.items()
                 if name == "bootstrap" or getattr(p, "cache_folds", False) is True
             }
-            if keeps
+            if self.marks
             else {}
         )
         # those kept in frames (a transcript's: large states, written on close only)
-        self.framed = frozenset(n for n in self.cached if fold_cache.is_framed(projections[n]))
-        self.kept_bytes = 0  # see keep_from_creation
+        self.framed = frozenset(n for n in self.cached if fold_cache.is_framed(self.projections[n]))
 
     def reset_after_fork(self) -> None:
         self.kept_bytes = 0

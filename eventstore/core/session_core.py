@@ -131,13 +131,7 @@ class SessionCore:
         # the built-in projections never change an event they are given: they share an
         # append's events; every other fold gets events of its own
         self.builtin = frozenset(p.name for p in builtin)
-        # the projections whose cold folds run with the cyclic collector paused: the
-        # built-in ones, and those whose authors say their folds make no cyclic garbage
-        self.pause_gc = frozenset(
-            name
-            for name, p in self.projections.items()
-            if name in self.builtin or getattr(p, "pause_gc", False) is True
-        )
+        self.pause_gc = self._pausing()
         self.caches = CachePolicy(
             engine, codec, self.projections, self.builtin, self.tuning, caches
         )
@@ -145,11 +139,59 @@ class SessionCore:
         self._fold_context = FoldContext(engine, codec, self.tuning, self.caches)
         self.closed = False
         self._closing = threading.Lock()
+        self._learning = threading.Lock()
         process.track(self)
+
+    def _pausing(self) -> frozenset[str]:
+        # the projections whose cold folds run with the cyclic collector paused: the
+        # built-in ones, and those whose authors say their folds make no cyclic garbage
+        return frozenset(
+            name
+            for name, p in self.projections.items()
+            if name in self.builtin or getattr(p, "pause_gc", False) is True
+        )
+
+    def learn(
+        self, event_types: Iterable[type[Event]], projections: Iterable[Projection[Any]]
+    ) -> bool:
+        """Know `event_types` and fold `projections` too, from now on (what an adapter
+        given this store needs); whether anything was new. Known ones are skipped (a
+        projection is known when one of its name and class is registered); a projection
+        whose name another class holds, or a type whose tag another type holds, is a
+        typed error, and then nothing is learned. New event types make the store forget
+        what it keeps in memory (a fold of every type read them as unknown), so the next
+        use folds again: learn once, when the adapter is made, not per call."""
+        self.check_open()
+        new_projections: dict[str, Projection[Any]] = {}
+        for p in projections:
+            name = getattr(p, "name", None)
+            if not isinstance(name, str) or not callable(getattr(p, "apply", None)):
+                raise InvalidArgumentError(f"cannot learn {p!r}: not a projection")
+            known = self.projections.get(name)
+            if known is None:
+                known = new_projections.get(name)
+            if known is None:
+                new_projections[name] = p
+            elif type(known) is not type(p):
+                raise InvalidArgumentError(
+                    f"cannot learn projection {name!r}: the store folds another"
+                    f" projection of that name ({type(known).__name__})"
+                )
+        with self._learning:
+            new_tags = self.codec.learn(event_types)  # checks every type before any change
+            if not new_tags and not new_projections:
+                return False
+            self.projections.update(new_projections)
+            self.pause_gc = self._pausing()
+            self.caches.learned(self.codec)
+        if new_tags:
+            self.forget()
+        return True
 
     def reset_after_fork(self) -> None:
         """A forked child refolds every session from the engine (see SessionTable)."""
         self._closing = threading.Lock()
+        self._learning = threading.Lock()
         self.sessions.reset_after_fork()
         self.caches.reset_after_fork()
 

@@ -181,6 +181,21 @@ def _fingerprint(fn: Upcaster) -> str:
     return digest.hexdigest()[:16]
 
 
+def _with_types(
+    types: dict[str, type[Event]], event_types: Iterable[type[Event]]
+) -> dict[str, type[Event]]:
+    """A copy of `types` (tag -> class) with `event_types` added, each checked."""
+    out = dict(types)
+    for cls in event_types:
+        if not (isinstance(cls, type) and issubclass(cls, Event)):
+            raise InvalidRecordError(f"{cls!r} is not an Event subclass")
+        tag = event_tag(cls)
+        if tag in out and out[tag] is not cls:
+            raise InvalidRecordError(f"two event types share the tag {tag!r}")
+        out[tag] = cls
+    return out
+
+
 class EventCodec:
     """Encodes and decodes log lines for one set of event types.
 
@@ -189,21 +204,26 @@ class EventCodec:
     """
 
     def __init__(self, event_types: Iterable[type[Event]] = ()) -> None:
-        types: dict[str, type[Event]] = {}
-        for cls in (*BUILTIN_EVENT_TYPES, *event_types):
-            if not (isinstance(cls, type) and issubclass(cls, Event)):
-                raise InvalidRecordError(f"{cls!r} is not an Event subclass")
-            tag = event_tag(cls)
-            if tag in types and types[tag] is not cls:
-                raise InvalidRecordError(f"two event types share the tag {tag!r}")
-            types[tag] = cls
-        self.types = types
+        self.types: dict[str, type[Event]] = _with_types({}, (*BUILTIN_EVENT_TYPES, *event_types))
         self._upcasters: dict[tuple[str, int], Upcaster] = {}
         self._encoder = msgspec.json.Encoder()
         self._decoders: dict[frozenset[str] | None, msgspec.json.Decoder[Event]] = {}
         self._stubs: dict[str, type[Event]] = {}
         self.head_decoder = HEAD_DECODER
         self._dict_decoder = msgspec.json.Decoder(dict[str, Any])
+
+    def learn(self, event_types: Iterable[type[Event]]) -> list[str]:
+        """Decode `event_types` too, from now on; the tags that are new (none: nothing
+        changes). A type whose tag is another type's is an InvalidRecordError, and then
+        nothing is learned. The decoders are rebuilt (the dicts are replaced, never
+        changed in place, so a reader on another thread sees the old set or the new)."""
+        types = _with_types(self.types, event_types)
+        new = [tag for tag in types if tag not in self.types]
+        if new:
+            self._decoders = {}
+            self._stubs = {}
+            self.types = types
+        return new
 
     # -- schema evolution -------------------------------------------------------------
 

@@ -30,8 +30,8 @@ back. One eventstore session per Claude Code `sessionId` (a line without one, su
 - **A replaced file** (another inode, or other bytes where the last poll stopped) is
   read again from its start by a follower: only the lines the session lacks are new.
 
-Stores must know the event type and the projection: `open_store(root)`, or pass
-`EVENT_TYPES` and `PROJECTIONS` to `SessionStore`.
+Any store will do: one that does not know the event type and the projection learns them
+(`SessionStore.learn`) when it is given to an import, a follower or an export.
 """
 
 from __future__ import annotations
@@ -207,14 +207,8 @@ def open_store(root: str | os.PathLike[str], **options: Any) -> SessionStore:
 
 
 def _check_store(store: SessionStore) -> None:
-    if store.codec.types.get(TAG) is not ClaudeCodeLine or not isinstance(
-        store.projections.get(ClaudeCodeProjection.name), ClaudeCodeProjection
-    ):
-        raise InvalidRecordError(
-            "this store does not know Claude Code lines: open it with"
-            " eventstore.integrations.claude_code.open_store(root), or pass"
-            " event_types=EVENT_TYPES and projections=PROJECTIONS to SessionStore"
-        )
+    # a plainly opened store learns the line type and the projection (SessionStore.learn)
+    store.learn(EVENT_TYPES, PROJECTIONS)
 
 
 # -- from a Claude Code line to a transcript message -----------------------------------

@@ -109,10 +109,10 @@ _Entries = list[CheckpointEntry]  # named here: inside the saver, `list` is its 
 class EventStoreSaver(BaseCheckpointSaver[str]):
     """A LangGraph `BaseCheckpointSaver` over an eventstore store, sync and async.
 
-    `store_or_url` is an open `SessionStore` (created with
-    `event_types=langgraph.EVENT_TYPES, projections=langgraph.PROJECTIONS`, which it
-    then shares and never closes) or what `SessionStore` takes (a directory or a store
-    URL), opened here with those and closed by `close()`. Each thread is the session
+    `store_or_url` is an open `SessionStore` (which it teaches its event types and
+    projections with `SessionStore.learn`, then shares and never closes) or what
+    `SessionStore` takes (a directory or a store URL), opened here with those and
+    closed by `close()`. Each thread is the session
     `thread_prefix + thread_id`. Usable as a (sync or async) context manager.
     """
 
@@ -126,11 +126,7 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
     ) -> None:
         super().__init__(serde=serde)
         if isinstance(store_or_url, SessionStore):
-            if not {PROJECTION.name, HEAD_PROJECTION.name} <= set(store_or_url.projections):
-                raise ValueError(
-                    "the SessionStore given to EventStoreSaver must be opened with"
-                    " event_types=langgraph.EVENT_TYPES, projections=langgraph.PROJECTIONS"
-                )
+            store_or_url.learn(EVENT_TYPES, PROJECTIONS)
             self.store = store_or_url
             self._owns_store = False
         else:

@@ -22,6 +22,10 @@ Entries and events are msgspec Structs with `gc=False`: they hold only strings, 
 numbers and other such Structs, so they cannot form reference cycles, and a cold fold
 of thousands of them no longer triggers the cyclic garbage collector (whose first full
 pass in a fresh process cost more than the fold itself).
+
+This module imports LangGraph only to fold pending writes (`merged_writes`), so the
+`eventstore` command (which loads `EVENT_TYPES` through the `eventstore.event_types`
+entry point) names these events where LangGraph is not installed.
 """
 
 from __future__ import annotations
@@ -29,14 +33,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import msgspec
-
-try:
-    from langgraph.checkpoint.base import writes_sort_key
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "eventstore.integrations.langgraph needs LangGraph:"
-        " pip install 'harness-eventstore[langgraph]'"
-    ) from exc
 
 from eventstore.errors import SnapshotVersionError
 from eventstore.format.events import (
@@ -224,6 +220,10 @@ def merged_writes(old: WritesEntry | None, event: WritesPut) -> WritesEntry:
         if w.idx >= 0 and (w.task_id, w.idx) in merged:
             continue
         merged[(w.task_id, w.idx)] = w
+    # LangGraph's order, imported here: this module loads without LangGraph, so every
+    # `eventstore` command knows these events (the `eventstore.event_types` entry point)
+    from langgraph.checkpoint.base import writes_sort_key
+
     ordered = sorted(merged.values(), key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
     return WritesEntry(event.ns, event.checkpoint_id, tuple(ordered))
 

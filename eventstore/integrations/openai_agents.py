@@ -58,12 +58,18 @@ from eventstore.errors import (
     InvalidArgumentError,
     InvalidRecordError,
 )
-from eventstore.format.events import Event
-from eventstore.store import SessionStore
-from projections import (
-    StructProjection,
-    fold,
+from eventstore.integrations.openai_agents_state import (
+    EVENT_TYPES,
+    PROJECTION,
+    PROJECTIONS,
+    AgentItems,
+    AgentItemsProjection,
+    ItemPopped,
+    ItemsAdded,
+    SessionCleared,
 )
+from eventstore.store import SessionStore
+from projections import fold
 
 __all__ = [
     "EVENT_TYPES",
@@ -80,86 +86,6 @@ POP_ATTEMPTS = 100  # pops racing other writers re-read at most this often
 MAX_UNACKNOWLEDGED = 100  # failed adds whose keys a session object keeps for retries
 
 
-class ItemsAdded(Event, tag="agents_items_added", kw_only=True, gc=False):
-    """`add_items`: the items, each as its JSON."""
-
-    items: list[msgspec.Raw]
-
-
-class ItemPopped(Event, tag="agents_item_popped", kw_only=True, gc=False):
-    """`pop_item`: the item removed, named by the seq of the add that brought it and its
-    index in that add (kept in full too, so the log reads as a conversation)."""
-
-    added_seq: int
-    index: int
-    item: msgspec.Raw
-
-
-class SessionCleared(Event, tag="agents_session_cleared", kw_only=True, gc=False):
-    """`clear_session`: every item is gone from the session (not from the log)."""
-
-
-EVENT_TYPES: tuple[type[Event], ...] = (ItemsAdded, ItemPopped, SessionCleared)
-
-# The events and items are `gc=False` Structs: they hold only numbers, strings and raw
-# JSON, so they cannot form reference cycles, and a cold fold of a long conversation
-# decodes thousands of them without waking the cyclic garbage collector.
-
-
-class StoredItem(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    """An item of the conversation, with where it came from."""
-
-    added_seq: int
-    index: int
-    item: msgspec.Raw
-
-
-class AgentItems(msgspec.Struct):
-    """The conversation as of `seq`, the last event folded (of any type)."""
-
-    seq: int = 0
-    items: list[StoredItem] = msgspec.field(default_factory=list)
-
-
-class AgentItemsProjection(StructProjection[AgentItems]):
-    """Items added, minus those popped, since the last clear."""
-
-    name = "agents_items"
-    version = 1
-    event_types = frozenset({"agents_items_added", "agents_item_popped", "agents_session_cleared"})
-    state_type = AgentItems
-
-    def initial(self) -> AgentItems:
-        """An empty conversation."""
-        return AgentItems()
-
-    def apply(self, state: AgentItems, event: Event) -> AgentItems:
-        """Fold one event; every event advances `seq`, so a pop can name its base."""
-        if isinstance(event, ItemsAdded):
-            state.items.extend(StoredItem(event.seq, i, raw) for i, raw in enumerate(event.items))
-        elif isinstance(event, ItemPopped):
-            items = state.items
-            if items and (items[-1].added_seq, items[-1].index) == (event.added_seq, event.index):
-                items.pop()
-            else:  # not the tail (only a writer that skipped expected_seq does this)
-                state.items = [
-                    i for i in items if (i.added_seq, i.index) != (event.added_seq, event.index)
-                ]
-        elif isinstance(event, SessionCleared):
-            state.items = []
-        state.seq = event.seq
-        return state
-
-    def copy(self, state: AgentItems) -> AgentItems:
-        """A copy sharing the immutable items. `seq` is read first: a fold racing this copy
-        can only make `seq` older than the items, which makes a pop re-read, never err."""
-        seq = state.seq
-        return AgentItems(seq, list(state.items))
-
-
-PROJECTION = AgentItemsProjection()
-PROJECTIONS: tuple[AgentItemsProjection, ...] = (PROJECTION,)
-
 _encoder = msgspec.json.Encoder()
 _sorted_encoder = msgspec.json.Encoder(order="sorted")
 
@@ -168,9 +94,9 @@ class EventStoreSession:
     """An Agents SDK `Session` (get_items, add_items, pop_item, clear_session) whose
     conversation is the eventstore session `session_id`.
 
-    `store_or_url` is an `AsyncSessionStore` or `SessionStore` to share (opened with
-    `event_types=openai_agents.EVENT_TYPES, projections=openai_agents.PROJECTIONS`),
-    or what `SessionStore` takes (a directory or a store URL), opened here with those.
+    `store_or_url` is an `AsyncSessionStore` or `SessionStore` to share (it learns this
+    module's event types and projection: `SessionStore.learn`), or what `SessionStore`
+    takes (a directory or a store URL), opened here with those.
     `session_settings.limit` is the default `get_items` limit.
     """
 
@@ -196,11 +122,7 @@ class EventStoreSession:
         else:
             store = SessionStore(store_or_url, event_types=EVENT_TYPES, projections=PROJECTIONS)
             self.aio, self._owns = AsyncSessionStore(store), True
-        if PROJECTION.name not in self.aio.projections:
-            raise ValueError(
-                "the store given to EventStoreSession must be opened with"
-                " event_types=openai_agents.EVENT_TYPES, projections=openai_agents.PROJECTIONS"
-            )
+        self.aio.store.learn(EVENT_TYPES, PROJECTIONS)
         self.store = self.aio.store
         # fingerprint of items -> the key of an add whose caller saw no outcome
         self._unacknowledged: dict[str, str] = {}
