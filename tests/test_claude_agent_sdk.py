@@ -1,0 +1,198 @@
+"""The Claude Agent SDK `SessionStore` (eventstore.integrations.claude_agent_sdk): the
+SDK's own conformance suite on every engine and over an open store, entries kept as the
+Claude Code lines they are (exported byte for byte), deduplication by uuid, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from conftest import cli_in_process
+from engines import EngineCase
+
+pytest.importorskip("claude_agent_sdk")
+
+from claude_agent_sdk.testing import run_session_store_conformance  # noqa: E402
+from claude_agent_sdk.types import SessionKey  # noqa: E402
+
+from eventstore import InvalidArgumentError, InvalidRecordError, SessionStore  # noqa: E402
+from eventstore.integrations.claude_agent_sdk import (  # noqa: E402
+    EventStoreSessionStore,
+    session_id_of,
+    session_key_of,
+)
+
+T = TypeVar("T")
+FILE1 = Path(__file__).parent.parent / "fixtures" / "claude_code" / "projects"
+KEY: SessionKey = {"project_key": "-home-me-proj", "session_id": "0b3c-sess"}
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def transcript_file() -> Path:
+    return sorted(FILE1.rglob("*.jsonl"))[0]
+
+
+# -- the SDK's conformance suite ---------------------------------------------------------
+
+
+def test_conformance_on_every_engine(case: EngineCase, tmp_path: Path) -> None:
+    """The 14 contracts of `run_session_store_conformance`, all four optional methods
+    included, each on a fresh store of the engine, opened from its URL."""
+    made: list[EventStoreSessionStore] = []
+    n = itertools.count()
+
+    def make() -> EventStoreSessionStore:
+        where = tmp_path / f"s{next(n)}"
+        where.mkdir()
+        made.append(EventStoreSessionStore(case.fresh(where)))
+        return made[-1]
+
+    async def main() -> None:
+        await run_session_store_conformance(make)
+        for s in made:
+            await s.close()
+
+    run(main())
+
+
+def test_conformance_over_an_open_store(case: EngineCase, tmp_path: Path) -> None:
+    """The same over plainly opened `SessionStore`s the adapter is given (it teaches them
+    its types) and leaves open."""
+    stores: list[SessionStore] = []
+    n = itertools.count()
+
+    def make() -> EventStoreSessionStore:
+        where = tmp_path / f"s{next(n)}"
+        where.mkdir()
+        stores.append(SessionStore(case.fresh(where)))
+        return EventStoreSessionStore(stores[-1])
+
+    run(run_session_store_conformance(make))
+    for s in stores:
+        s.list_sessions()  # still open
+        s.close()
+
+
+# -- the lines --------------------------------------------------------------------------
+
+
+def test_entries_are_claude_code_lines_exported_byte_for_byte(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real transcript's lines, appended as entries (and the batch retried), are
+    exported by `eventstore export --format claude-code` as the file's own bytes, and
+    `log` and `verify` name every event (no unknown type)."""
+    data = transcript_file().read_bytes()
+    entries = [json.loads(line) for line in data.splitlines()]
+    root = tmp_path / "store"
+
+    async def main() -> None:
+        store = EventStoreSessionStore(root)
+        await store.append(KEY, entries)
+        await store.append(KEY, entries)  # a retry: every entry with a uuid is held
+        loaded = await store.load(KEY)
+        assert loaded is not None
+        assert loaded[: len(entries)] == entries
+        assert all("uuid" not in e for e in loaded[len(entries) :])
+        await store.close()
+
+    run(main())
+    sid = session_id_of(KEY)
+    code, out, _ = cli_in_process(capsys, "export", str(root), sid, "--format", "claude-code")
+    again = [ln + b"\n" for ln in data.splitlines() if "uuid" not in json.loads(ln)]
+    assert code == 0 and out.encode() == data + b"".join(again)
+    code, out, err = cli_in_process(capsys, "log", str(root), sid)
+    assert code == 0 and "claude_sdk_summary" in out and "unknown type" not in out + err
+    code, out, _ = cli_in_process(capsys, "verify", str(root), "--all", "--json")
+    assert code == 0 and "unknown_type" not in out
+
+
+def test_a_retried_batch_is_kept_once_by_uuid(tmp_path: Path) -> None:
+    """Entries whose uuid the transcript holds are not appended again (the SDK retries a
+    failed batch); entries without a uuid always are."""
+
+    async def main() -> None:
+        store = EventStoreSessionStore(tmp_path / "store")
+        batch = [{"type": "user", "uuid": "u1"}, {"type": "x"}, {"type": "a", "uuid": "u2"}]
+        await store.append(KEY, batch)
+        await store.append(KEY, batch)
+        assert await store.load(KEY) == [*batch, {"type": "x"}]
+        await store.close()
+
+    run(main())
+
+
+def test_keys_map_to_sessions_and_back() -> None:
+    for key in (
+        KEY,
+        {"project_key": "a.b/c", "session_id": "s.1", "subpath": "subagents/agent-1"},
+        {"project_key": "%2E", "session_id": "é~"},
+    ):
+        assert session_key_of(session_id_of(key)) == key  # type: ignore[arg-type]
+    assert session_key_of("langgraph-x") is None
+
+
+# -- attacks: bad input ------------------------------------------------------------------
+
+
+def test_bad_keys_and_entries_are_typed_errors_and_write_nothing(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = EventStoreSessionStore(tmp_path / "store")
+        bad_keys: list[Any] = [
+            "k",
+            {"project_key": "p"},
+            {"project_key": "", "session_id": "s"},
+            {**KEY, "subpath": ""},
+            {"project_key": "p", "session_id": 7},
+        ]
+        for key in bad_keys:
+            with pytest.raises(InvalidArgumentError):
+                await store.append(key, [{"type": "x"}])
+        bad_entries: list[Any] = [
+            "entries",
+            [{"type": "x"}, {"no": "type"}],
+            [{"type": "x", "v": float("nan")}],
+            [{"type": "x", "v": b"bytes"}],
+            [{"type": "x", 1: "int key"}],
+            [{"type": "x", "v": object()}],
+        ]
+        for entries in bad_entries:
+            with pytest.raises(InvalidRecordError):
+                await store.append(KEY, entries)
+        assert store.store.list_sessions() == []
+        await store.close()
+
+    run(main())
+
+
+def test_summaries_keep_every_racing_append(tmp_path: Path) -> None:
+    """Appends racing on one session from several store objects: none is lost from the
+    transcript, and the summary folded every one of them (expected_seq, then refold)."""
+    root = tmp_path / "store"
+
+    async def writer(w: int) -> None:
+        store = EventStoreSessionStore(root)
+        for i in range(10):
+            await store.append(KEY, [{"type": "user", "uuid": f"{w}-{i}"}])
+        await store.close()
+
+    async def main() -> None:
+        await asyncio.gather(*(writer(w) for w in range(3)))
+        store = EventStoreSessionStore(root)
+        loaded = await store.load(KEY)
+        assert loaded is not None and len(loaded) == 30
+        (summary,) = await store.list_session_summaries(KEY["project_key"])
+        assert summary["session_id"] == KEY["session_id"]
+        await store.close()
+
+    run(main())
+    with SessionStore(root) as plain:
+        assert plain.verify(session_id_of(KEY)).ok
