@@ -1,5 +1,6 @@
 """Every adapter over one plainly opened store (issue 30, items 3 and 4): the LangGraph
-saver, the Agents SDK session, the Claude Code import and the Claude Agent SDK store share
+saver, the Agents SDK session, the Claude Code import, the Claude Agent SDK store and the
+ADK session service share
 a `SessionStore(root)` opened with no options, each teaching it its types
 (`SessionStore.learn`); the `eventstore` command then names every integration's events
 with no flag (the `eventstore.event_types` entry points)."""
@@ -17,7 +18,10 @@ from conftest import cli_in_process
 pytest.importorskip("langgraph")
 pytest.importorskip("agents")
 pytest.importorskip("claude_agent_sdk")
+pytest.importorskip("google.adk")
 
+from google.adk.events.event import Event as AdkEvent  # noqa: E402
+from google.adk.events.event_actions import EventActions  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 from typing_extensions import TypedDict  # noqa: E402
 
@@ -27,6 +31,8 @@ from eventstore.integrations.claude_agent_sdk import (  # noqa: E402
     session_id_of,
 )
 from eventstore.integrations.claude_code import export_transcript, import_transcript  # noqa: E402
+from eventstore.integrations.google_adk import EventStoreSessionService  # noqa: E402
+from eventstore.integrations.google_adk import session_id_of as adk_session  # noqa: E402
 from eventstore.integrations.langgraph import EventStoreSaver  # noqa: E402
 from eventstore.integrations.openai_agents import EventStoreSession  # noqa: E402
 
@@ -62,8 +68,15 @@ def _fill(store: SessionStore) -> dict[str, str]:
         await sdk.append(key, [{"type": "user", "uuid": "u1", "message": "hi"}])
         assert await sdk.load(key) == [{"type": "user", "uuid": "u1", "message": "hi"}]
         assert await session.get_items() == [{"role": "user", "content": "hello"}]
+        adk = EventStoreSessionService(store)
+        s = await adk.create_session(app_name="app", user_id="u", session_id="a1")
+        delta = EventActions(state_delta={"app:k": 1, "user:k": 2, "k": 3})
+        await adk.append_event(s, AdkEvent(author="user", actions=delta))
+        got = await adk.get_session(app_name="app", user_id="u", session_id="a1")
+        assert got == s and got.state == {"app:k": 1, "user:k": 2, "k": 3}
         await session.close()
         await sdk.close()
+        await adk.close()
 
     asyncio.run(agents_and_sdk())
     assert b"".join(export_transcript(store, cc_sid)) == cc_file.read_bytes()
@@ -73,6 +86,7 @@ def _fill(store: SessionStore) -> dict[str, str]:
         "agents": "agents-1",
         "claude_code": cc_sid,
         "claude_sdk": session_id_of(key),
+        "adk": adk_session("app", "u", "a1"),
     }
 
 
@@ -82,7 +96,8 @@ def test_one_plain_store_serves_every_adapter_and_the_cli_names_their_events(
     root = tmp_path / "store"
     with SessionStore(root) as store:
         sids = _fill(store)
-        assert set(store.list_sessions()) == set(sids.values())
+        # (the ADK app's and user's logs beside them)
+        assert set(store.list_sessions()) == {*sids.values(), "adk-app.app", "adk-user.app.u"}
         assert all(store.verify(s).problems == [] for s in sids.values())
     code, out, err = cli_in_process(capsys, "verify", str(root), "--all", "--json")
     assert code == 0 and "unknown_type" not in out + err
@@ -91,6 +106,7 @@ def test_one_plain_store_serves_every_adapter_and_the_cli_names_their_events(
         "agents": "agents_items_added",
         "claude_code": "claude_code_line",
         "claude_sdk": "claude_sdk_summary",
+        "adk": "adk_state_delta",
     }
     for adapter, sid in sids.items():
         code, out, err = cli_in_process(capsys, "log", str(root), sid, "--json")

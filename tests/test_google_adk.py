@@ -1,0 +1,360 @@
+"""The Google ADK session service (eventstore.integrations.google_adk).
+
+The contract section states ADK's session-service contract as ADK's own tests state it
+for every backend (tests/unittests/sessions/test_session_service.py of adk-python,
+Apache-2.0: written here afresh from what those tests check, not copied), plus the
+stale-writer and re-delivered-event cases (adk-python #5723); it runs on a directory,
+`memory://`, PostgreSQL (when EVENTSTORE_TEST_POSTGRES_URL is set) and over an open
+`SessionStore`. Then what eventstore adds: app and user state copied after a crash,
+reads that cost what they return, and bad input."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from engines import EngineCase
+
+pytest.importorskip("google.adk")
+
+from google.adk.errors import StaleSessionError  # noqa: E402
+from google.adk.errors.already_exists_error import AlreadyExistsError  # noqa: E402
+from google.adk.errors.session_not_found_error import SessionNotFoundError  # noqa: E402
+from google.adk.events.event import Event  # noqa: E402
+from google.adk.events.event_actions import EventActions  # noqa: E402
+from google.adk.sessions.base_session_service import GetSessionConfig  # noqa: E402
+from google.genai import types  # noqa: E402
+
+from eventstore import (  # noqa: E402
+    EventStoreError,
+    InvalidArgumentError,
+    InvalidRecordError,
+    SessionStore,
+)
+from eventstore.integrations.google_adk import (  # noqa: E402
+    EventStoreSessionService,
+    session_id_of,
+)
+from eventstore.integrations.google_adk_state import StateDelta  # noqa: E402
+
+T = TypeVar("T")
+APP, USER = "my_app", "user"
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+@pytest.fixture(params=["url", "open store"])
+def service(request: pytest.FixtureRequest, case: EngineCase, tmp_path: Path) -> Iterator[Any]:
+    """A service on a fresh store of each engine, from its URL or over an open store."""
+    url = case.fresh(tmp_path)
+    if request.param == "url":
+        svc = EventStoreSessionService(url)
+        yield svc
+        run(svc.close())
+    else:
+        with SessionStore(url) as store:
+            yield EventStoreSessionService(store)
+
+
+def text_event(text: str = "text", **kw: Any) -> Event:
+    return Event(
+        invocation_id="invocation",
+        author="user",
+        content=types.Content(role="user", parts=[types.Part(text=text)]),
+        **kw,
+    )
+
+
+# -- ADK's session-service contract -------------------------------------------------------
+
+
+def test_contract_get_of_an_unknown_session_is_none(service: Any) -> None:
+    assert run(service.get_session(app_name=APP, user_id=USER, session_id="123")) is None
+
+
+def test_contract_create_get_delete(service: Any) -> None:
+    async def main() -> None:
+        s = await service.create_session(app_name=APP, user_id=USER, state={"key": "value"})
+        assert (s.app_name, s.user_id, s.state) == (APP, USER, {"key": "value"}) and s.id
+        assert await service.get_session(app_name=APP, user_id=USER, session_id=s.id) == s
+        await service.delete_session(app_name=APP, user_id=USER, session_id=s.id)
+        assert await service.get_session(app_name=APP, user_id=USER, session_id=s.id) is None
+        listed = await service.list_sessions(app_name=APP, user_id=USER)
+        assert listed.sessions == []
+
+    run(main())
+
+
+def test_contract_list_sessions_in_creation_order(service: Any) -> None:
+    async def main() -> None:
+        ids = [f"session{i}" for i in range(5)]
+        for sid in ids:
+            await service.create_session(app_name=APP, user_id=USER, session_id=sid)
+        await service.create_session(app_name=APP, user_id="other", session_id="x")
+        listed = (await service.list_sessions(app_name=APP, user_id=USER)).sessions
+        assert [s.id for s in listed] == ids and all(not s.events for s in listed)
+        everyone = (await service.list_sessions(app_name=APP)).sessions
+        assert sorted(s.id for s in everyone) == sorted([*ids, "x"])
+        assert (await service.list_sessions(app_name="another")).sessions == []
+
+    run(main())
+
+
+def test_contract_app_user_and_temp_state(service: Any) -> None:
+    async def main() -> None:
+        s11 = await service.create_session(
+            app_name=APP, user_id="user1", state={"key11": "value11"}, session_id="session11"
+        )
+        await service.create_session(
+            app_name=APP, user_id="user1", state={"key12": "value12"}, session_id="session12"
+        )
+        await service.create_session(app_name=APP, user_id="user2", session_id="session2")
+        delta = {"app:key": "value", "user:key1": "value1", "temp:key": "temp"}
+        event = text_event(actions=EventActions(state_delta={**delta, "key11": "value11_new"}))
+        await service.append_event(session=s11, event=event)
+        assert s11.state["app:key"] == "value" and s11.state["user:key1"] == "value1"
+        assert s11.state["key11"] == "value11_new"
+        s12 = await service.get_session(app_name=APP, user_id="user1", session_id="session12")
+        assert s12.state == {"app:key": "value", "user:key1": "value1", "key12": "value12"}
+        s2 = await service.get_session(app_name=APP, user_id="user2", session_id="session2")
+        assert s2.state == {"app:key": "value"}  # another user's state is not visible
+        again = await service.get_session(app_name=APP, user_id="user1", session_id="session11")
+        assert again.state == {
+            "app:key": "value",
+            "user:key1": "value1",
+            "key11": "value11_new",
+        }
+        assert "temp:key" not in again.events[0].actions.state_delta
+        assert await service.get_user_state(app_name=APP, user_id="user1") == {"key1": "value1"}
+        assert await service.get_user_state(app_name=APP, user_id="user2") == {}
+
+    run(main())
+
+
+def test_contract_a_new_session_merges_the_stored_app_and_user_state(service: Any) -> None:
+    async def main() -> None:
+        s1 = await service.create_session(
+            app_name=APP, user_id=USER, state={"key1": "value1"}, session_id="session1"
+        )
+        delta = {"app:key": "value", "user:key1": "value1", "temp:key": "temp"}
+        await service.append_event(s1, text_event(actions=EventActions(state_delta=delta)))
+        s2 = await service.create_session(
+            app_name=APP, user_id=USER, state={}, session_id="session2"
+        )
+        assert s2.state == {"app:key": "value", "user:key1": "value1"}
+
+    run(main())
+
+
+def test_contract_events_round_trip_bytes_and_every_field(service: Any) -> None:
+    async def main() -> None:
+        s = await service.create_session(app_name=APP, user_id=USER)
+        content = types.Content(
+            role="user",
+            parts=[types.Part.from_bytes(data=b"test_image_data", mime_type="image/png")],
+        )
+        grounding = types.GroundingMetadata(
+            search_entry_point=types.SearchEntryPoint(sdk_blob=b"test_sdk_blob")
+        )
+        await service.append_event(
+            s,
+            Event(invocation_id="i", author="user", content=content, grounding_metadata=grounding),
+        )
+        await service.append_event(
+            s,
+            text_event(
+                "test_text",
+                turn_complete=True,
+                partial=False,
+                actions=EventActions(
+                    artifact_delta={"file": 0}, transfer_to_agent="agent", escalate=True
+                ),
+                long_running_tool_ids={"tool1"},
+                error_code="error_code",
+                error_message="error_message",
+                interrupted=True,
+            ),
+        )
+        got = await service.get_session(app_name=APP, user_id=USER, session_id=s.id)
+        assert got == s
+        assert got.events[0].content == content
+        assert got.events[0].grounding_metadata == grounding
+
+    run(main())
+
+
+def test_contract_get_session_config(service: Any) -> None:
+    async def main() -> None:
+        s = await service.create_session(app_name=APP, user_id=USER)
+        for i in range(1, 6):
+            await service.append_event(s, Event(author="user", timestamp=i))
+
+        async def times(**config: Any) -> list[float]:
+            got = await service.get_session(
+                app_name=APP, user_id=USER, session_id=s.id, config=GetSessionConfig(**config)
+            )
+            return [e.timestamp for e in got.events]
+
+        assert await times() == [1, 2, 3, 4, 5]
+        assert await times(num_recent_events=3) == [3, 4, 5]
+        assert await times(num_recent_events=0) == []
+        assert await times(after_timestamp=4.0) == [4, 5]
+        assert await times(after_timestamp=50) == []
+        assert await times(after_timestamp=4.0, num_recent_events=3) == [4, 5]
+        assert await times(after_timestamp=2.0, num_recent_events=2) == [4, 5]
+
+    run(main())
+
+
+def test_contract_a_stale_writer_gets_adks_error_and_writes_nothing(service: Any) -> None:
+    async def main() -> None:
+        s = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        old = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        await service.append_event(s, text_event("first", timestamp=s.last_update_time + 1))
+        with pytest.raises(StaleSessionError) as err:
+            await service.append_event(old, text_event("late", timestamp=old.last_update_time + 2))
+        assert isinstance(err.value, EventStoreError)
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert [e.content.parts[0].text for e in got.events] == ["first"]
+
+    run(main())
+
+
+def test_contract_a_redelivered_event_writes_nothing(service: Any) -> None:
+    async def main() -> None:
+        s = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        event = text_event("once", actions=EventActions(state_delta={"n": 1}))
+        await service.append_event(s, event)
+        await service.append_event(s, event)
+        copy = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        await service.append_event(copy, event.model_copy())
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert [e.id for e in got.events] == [event.id] and got == s
+
+    run(main())
+
+
+def test_contract_create_of_an_existing_id_and_append_to_a_missing_session(
+    service: Any,
+) -> None:
+    async def main() -> None:
+        s = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        with pytest.raises(AlreadyExistsError):
+            await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        await service.create_session(app_name=APP, user_id="other", session_id="s")  # theirs
+        await service.delete_session(app_name=APP, user_id=USER, session_id="s")
+        with pytest.raises(SessionNotFoundError):
+            await service.append_event(s, text_event())
+        again = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        assert again.events == [] and again.id == "s"
+
+    run(main())
+
+
+# -- what eventstore adds -----------------------------------------------------------------
+
+
+def test_a_delta_a_crash_left_uncopied_is_read_and_then_copied(tmp_path: Path) -> None:
+    """A writer that appended an event (its deltas with it) and died before copying the
+    app and user deltas: the session's reads show them at once (a read writes nothing),
+    and its next append copies them, so other sessions and get_user_state see them."""
+    root = tmp_path / "store"
+
+    async def main() -> None:
+        service = EventStoreSessionService(root)
+        s = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        other = await service.create_session(app_name=APP, user_id=USER, session_id="o")
+        sid = session_id_of(APP, USER, "s")
+        crashed = StateDelta(
+            event_id="lost", timestamp=s.last_update_time + 1, app={"a": 1}, user={"u": 2}
+        )
+        service.store.append(sid, [crashed])  # the append, without its copies
+        seq = service.store.last_seq(sid)
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert got.state == {"app:a": 1, "user:u": 2}
+        assert service.store.last_seq(sid) == seq  # the read wrote nothing
+        assert await service.get_user_state(app_name=APP, user_id=USER) == {}
+        await service.append_event(got, text_event(timestamp=got.last_update_time + 1))
+        assert await service.get_user_state(app_name=APP, user_id=USER) == {"u": 2}
+        o = await service.get_session(app_name=APP, user_id=USER, session_id=other.id)
+        assert o.state == {"app:a": 1, "user:u": 2}
+        await service.close()
+
+    run(main())
+
+
+def test_the_newest_value_by_event_time_wins_across_sessions(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = EventStoreSessionService(tmp_path / "store")
+        a = await service.create_session(app_name=APP, user_id=USER, session_id="a")
+        b = await service.create_session(app_name=APP, user_id=USER, session_id="b")
+        t = a.last_update_time
+        await service.append_event(
+            b, text_event(timestamp=t + 2, actions=EventActions(state_delta={"app:k": "new"}))
+        )
+        await service.append_event(
+            a, text_event(timestamp=t + 1, actions=EventActions(state_delta={"app:k": "old"}))
+        )
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="a")
+        assert got.state["app:k"] == "new"
+        await service.close()
+
+    run(main())
+
+
+def test_get_session_pages_read_only_what_they_return(tmp_path: Path) -> None:
+    """num_recent_events reads the newest events through the transcript's paging: the
+    events come back equal from a cold store, the newest N in order."""
+    root = tmp_path / "store"
+
+    async def fill() -> list[str]:
+        service = EventStoreSessionService(root)
+        s = await service.create_session(app_name=APP, user_id=USER, session_id="long")
+        ids = []
+        for i in range(200):
+            e = text_event(f"m{i}", timestamp=s.last_update_time + i + 1)
+            await service.append_event(s, e)
+            ids.append(e.id)
+        await service.close()
+        return ids
+
+    async def read() -> None:
+        service = EventStoreSessionService(root)  # cold
+        got = await service.get_session(
+            app_name=APP,
+            user_id=USER,
+            session_id="long",
+            config=GetSessionConfig(num_recent_events=20),
+        )
+        assert [e.id for e in got.events] == ids[-20:]
+        sid = session_id_of(APP, USER, "long")
+        assert "transcript" not in service.store.cache_info(sid).folds  # no full fold
+        await service.close()
+
+    ids = run(fill())
+    run(read())
+
+
+def test_bad_ids_are_typed_errors_and_write_nothing(tmp_path: Path) -> None:
+    async def main() -> None:
+        service = EventStoreSessionService(tmp_path / "store")
+        for bad in ({"app_name": "", "user_id": "u"}, {"app_name": "a", "user_id": 7}):
+            with pytest.raises(InvalidArgumentError):
+                await service.create_session(**bad)
+        with pytest.raises(InvalidArgumentError):
+            await service.create_session(app_name="a", user_id="u", state=["not a dict"])
+        with pytest.raises(InvalidArgumentError):
+            await service.create_session(app_name="a", user_id="u", session_id=7)
+        with pytest.raises(InvalidRecordError):
+            await service.create_session(app_name="a", user_id="u", state={"k": object()})
+        with pytest.raises(InvalidArgumentError):
+            await service.list_sessions(app_name="")
+        assert service.store.list_sessions() == []
+        await service.close()
+
+    run(main())
