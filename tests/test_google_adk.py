@@ -11,11 +11,14 @@ reads that cost what they return, and bad input."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from conftest import cli_in_process
 from engines import EngineCase
 
 pytest.importorskip("google.adk")
@@ -358,3 +361,62 @@ def test_bad_ids_are_typed_errors_and_write_nothing(tmp_path: Path) -> None:
         await service.close()
 
     run(main())
+
+
+# -- end to end: a Runner with a fake model, reopened in another process --------------------
+
+RUNNER_SCRIPT = r"""
+import asyncio, sys
+from google.adk.agents import LlmAgent
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_response import LlmResponse
+from google.adk.runners import Runner
+from google.genai import types
+from eventstore.integrations.google_adk import EventStoreSessionService
+
+class Echo(BaseLlm):
+    model: str = "echo"
+
+    async def generate_content_async(self, llm_request, stream=False):
+        said = llm_request.contents[-1].parts[0].text
+        reply = types.Content(role="model", parts=[types.Part(text="echo: " + said)])
+        yield LlmResponse(content=reply)
+
+async def main(root, text):
+    service = EventStoreSessionService(root)
+    agent = LlmAgent(name="echo", model=Echo(), output_key="last_reply")
+    runner = Runner(app_name="app", agent=agent, session_service=service, auto_create_session=True)
+    message = types.Content(role="user", parts=[types.Part(text=text)])
+    async for event in runner.run_async(user_id="u", session_id="s", new_message=message):
+        pass
+    await runner.close()
+    await service.close()
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+@pytest.mark.slow  # two processes that import ADK
+def test_a_runner_with_a_fake_model_resumes_in_a_new_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two turns, each by a Runner in a process of its own over the same directory: the
+    second sees the first's events and state; `verify --all` is clean and names every
+    event."""
+    root = tmp_path / "store"
+    script = tmp_path / "turn.py"
+    script.write_text(RUNNER_SCRIPT)
+    for text in ("hello", "again"):
+        subprocess.run([sys.executable, str(script), str(root), text], check=True, timeout=120)
+
+    async def main() -> None:
+        service = EventStoreSessionService(root)
+        s = await service.get_session(app_name="app", user_id="u", session_id="s")
+        texts = [e.content.parts[0].text for e in s.events if e.content and e.content.parts]
+        assert texts == ["hello", "echo: hello", "again", "echo: again"]
+        assert s.state["last_reply"] == "echo: again"
+        await service.close()
+
+    run(main())
+    code, out, err = cli_in_process(capsys, "verify", str(root), "--all", "--json")
+    assert code == 0 and "unknown_type" not in out + err
