@@ -1,4 +1,5 @@
-"""Integrations bench: eventstore against LangGraph's and the Agents SDK's SQLite defaults.
+"""Integrations bench: eventstore against LangGraph's, the Agents SDK's, ADK's and the
+Claude Agent SDK's own backends.
 
 Each framework runs on eventstore and on its own SQLite default, on the same machine in
 the same run.
@@ -20,6 +21,15 @@ Workloads (seeded, identical for every backend):
 - **Agents SDK session**: `add_items` of a user and an assistant item per turn, then
   `get_items()` from a new session object (cold), again (warm), and `get_items(10)`;
   then `clear_session()` (eventstore: and `compact(archive=False)`), and the disk again.
+
+- **ADK session service**: `append_event` of a ~300-character event (with a session
+  state delta) to one session, `--adk-events` of them (500), then
+  `get_session(num_recent_events=20)` from a new service (cold) and again (warm), and
+  the whole session. Against ADK's `SqliteSessionService` and `DatabaseSessionService`
+  (`sqlite+aiosqlite`), both on a file with SQLite's defaults (every commit fsynced).
+- **Claude Agent SDK store**: `append` of one batch of two ~1 kB entries per turn, then
+  `load` (from a new store object for eventstore: cold). Against the SDK's
+  `InMemorySessionStore` (no durability at all: a floor, not a rival).
 
 Backends: `SqliteSaver` / `SQLiteSession` on a file (WAL, SQLite's default
 `synchronous=FULL`, so every commit is fsynced), and eventstore with
@@ -234,16 +244,126 @@ async def _maybe_await(x: Any) -> None:
         await x
 
 
+# -- Google ADK ---------------------------------------------------------------------------
+
+ADK_BACKENDS = ("sqlite", "database", "eventstore-fsync", "eventstore-flush")
+
+
+def adk_service(backend: str, root: Path) -> Any:
+    from google.adk.sessions.database_session_service import DatabaseSessionService
+    from google.adk.sessions.sqlite_session_service import SqliteSessionService
+
+    from eventstore.integrations import google_adk
+
+    if backend == "sqlite":
+        return SqliteSessionService(str(root / "adk.sqlite"))
+    if backend == "database":
+        return DatabaseSessionService(f"sqlite+aiosqlite:///{root / 'adk-db.sqlite'}")
+    return google_adk.EventStoreSessionService(SessionStore(root, durability(backend)))
+
+
+async def _close(service: Any) -> None:
+    close = getattr(service, "close", None)
+    if close is not None:
+        await close()
+    store = getattr(service, "store", None)
+    if isinstance(store, SessionStore):
+        store.close()
+
+
+async def bench_adk(backend: str, root: Path, events: int) -> dict[str, float]:
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+    from google.adk.sessions.base_session_service import GetSessionConfig
+    from google.genai import types
+
+    rng = random.Random(17)
+    service = adk_service(backend, root)
+    s = await service.create_session(app_name="bench", user_id="u", session_id="s")
+    said = [
+        types.Content(role="user", parts=[types.Part(text=text(rng, 300))]) for _ in range(events)
+    ]
+    t = time.perf_counter()
+    for i, content in enumerate(said):
+        delta = EventActions(state_delta={"turn": i})
+        await service.append_event(s, Event(author="user", content=content, actions=delta))
+    appends = events / (time.perf_counter() - t)
+    await _close(service)
+    service = adk_service(backend, root)
+    recent = GetSessionConfig(num_recent_events=20)
+    out = {"append_event/s": appends}
+    for name, config in (("cold", recent), ("warm", recent), ("whole session", None)):
+        t = time.perf_counter()
+        got = await service.get_session(
+            app_name="bench", user_id="u", session_id="s", config=config
+        )
+        out[f"get_session {name} ms" if config is None else f"get_session(20) {name} ms"] = (
+            time.perf_counter() - t
+        ) * 1e3
+        assert got is not None and len(got.events) == (events if config is None else 20)
+    await _close(service)
+    out["disk MB"] = disk_bytes(root) / 1e6
+    return out
+
+
+# -- Claude Agent SDK ---------------------------------------------------------------------
+
+CLAUDE_BACKENDS = ("in-memory", "eventstore-fsync", "eventstore-flush")
+
+
+def claude_store(backend: str, root: Path, memory: Any) -> Any:
+    from eventstore.integrations import claude_agent_sdk
+
+    if backend == "in-memory":
+        return memory
+    return claude_agent_sdk.EventStoreSessionStore(SessionStore(root, durability(backend)))
+
+
+async def bench_claude(backend: str, root: Path, turns: int) -> dict[str, float]:
+    from claude_agent_sdk import InMemorySessionStore
+
+    rng = random.Random(19)
+    key: Any = {"project_key": "bench", "session_id": "s"}
+    batches = [
+        [
+            {"type": "user", "uuid": f"u{i}", "message": text(rng, 1000)},
+            {"type": "assistant", "uuid": f"a{i}", "message": text(rng, 1000)},
+        ]
+        for i in range(turns)
+    ]
+    memory = InMemorySessionStore()
+    store = claude_store(backend, root, memory)
+    t = time.perf_counter()
+    for batch in batches:
+        await store.append(key, batch)
+    appends = turns / (time.perf_counter() - t)
+    if store is not memory:
+        await store.close()
+        store.store.close()
+    store = claude_store(backend, root, memory)
+    t = time.perf_counter()
+    got = await store.load(key)
+    load = time.perf_counter() - t
+    assert got is not None and len(got) == 2 * turns
+    if store is not memory:
+        await store.close()
+        store.store.close()
+    return {"append/s": appends, "load ms": load * 1e3}
+
+
 # -- the run -----------------------------------------------------------------------------
 
-HIGHER_IS_BETTER = {"turns/s", "puts/s", "add_items/s"}
+HIGHER_IS_BETTER = {"turns/s", "puts/s", "add_items/s", "append_event/s", "append/s"}
 
 
 def measure(
-    name: str, fn: Callable[[str, Path], dict[str, float]], repeat: int
+    name: str,
+    fn: Callable[[str, Path], dict[str, float]],
+    repeat: int,
+    backends: tuple[str, ...] = BACKENDS,
 ) -> dict[str, dict[str, float]]:
     medians: dict[str, dict[str, float]] = {}
-    for backend in BACKENDS:
+    for backend in backends:
         runs: list[dict[str, float]] = []
         for r in range(repeat):
             root = Path(tempfile.mkdtemp(prefix="eventstore-bench-"))
@@ -257,21 +377,26 @@ def measure(
 
 
 def table(title: str, medians: dict[str, dict[str, float]]) -> str:
+    """The medians per backend, and eventstore's ratios against the first backend (the
+    framework's own) and the second when it is the framework's too."""
+    backends = list(medians)
+    theirs = [b for b in backends if not b.startswith("eventstore")]
+    ours = [b for b in backends if b.startswith("eventstore")]
     metrics = list(dict.fromkeys(k for m in medians.values() for k in m))
-    lines = [f"### {title}", "", "| metric | " + " | ".join(BACKENDS) + " | × fsync | × flush |"]
-    lines.append("|---" * (len(BACKENDS) + 3) + "|")
-    base = medians["sqlite"]
+    ratio_heads = [f"{o.removeprefix('eventstore-')} × {t}" for t in theirs for o in ours]
+    lines = [f"### {title}", "", "| metric | " + " | ".join(backends + ratio_heads) + " |"]
+    lines.append("|---" * (len(backends) + len(ratio_heads) + 1) + "|")
     for metric in metrics:
-        cells = [f"{medians[b][metric]:,.2f}" if metric in medians[b] else "–" for b in BACKENDS]
+        cells = [f"{medians[b][metric]:,.2f}" if metric in medians[b] else "–" for b in backends]
         ratios = []
-        for b in ("eventstore-fsync", "eventstore-flush"):
-            if metric in base and metric in medians[b] and medians[b][metric] > 0:
-                ours, theirs = medians[b][metric], base[metric]
-                ratios.append(
-                    f"{ours / theirs:.2f}" if metric in HIGHER_IS_BETTER else f"{theirs / ours:.2f}"
-                )
-            else:
-                ratios.append("–")
+        for t in theirs:
+            for o in ours:
+                mine, base = medians[o].get(metric), medians[t].get(metric)
+                if mine and base:
+                    better = mine / base if metric in HIGHER_IS_BETTER else base / mine
+                    ratios.append(f"{better:.2f}")
+                else:
+                    ratios.append("–")
         lines.append(f"| {metric} | " + " | ".join(cells + ratios) + " |")
     return "\n".join(lines)
 
@@ -281,19 +406,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=100, help="graph and session turns")
     parser.add_argument("--puts", type=int, default=1000, help="checkpoints in the put bench")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--adk-events", type=int, default=500, help="events in the ADK bench")
+    parser.add_argument(
+        "--only", choices=("langgraph", "agents", "adk", "claude"), help="one framework"
+    )
     parser.add_argument("--json", type=Path, help="also write the medians as JSON")
     args = parser.parse_args(argv)
-    results = {
-        f"LangGraph graph, {args.turns} turns": measure(
+    wanted = {args.only} if args.only else {"langgraph", "agents", "adk", "claude"}
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    if "langgraph" in wanted:
+        results[f"LangGraph graph, {args.turns} turns"] = measure(
             "graph", lambda b, r: bench_graph(b, r, args.turns), args.repeat
-        ),
-        f"LangGraph put / get, {args.puts} checkpoints": measure(
+        )
+        results[f"LangGraph put / get, {args.puts} checkpoints"] = measure(
             "put/get", lambda b, r: bench_put_get(b, r, args.puts), args.repeat
-        ),
-        f"Agents SDK session, {args.turns} turns": measure(
+        )
+    if "agents" in wanted:
+        results[f"Agents SDK session, {args.turns} turns"] = measure(
             "agents", lambda b, r: asyncio.run(bench_agents(b, r, args.turns)), args.repeat
-        ),
-    }
+        )
+    if "adk" in wanted:
+        results[f"ADK session service, {args.adk_events} events"] = measure(
+            "adk",
+            lambda b, r: asyncio.run(bench_adk(b, r, args.adk_events)),
+            args.repeat,
+            ADK_BACKENDS,
+        )
+    if "claude" in wanted:
+        results[f"Claude Agent SDK store, {args.turns} turns"] = measure(
+            "claude",
+            lambda b, r: asyncio.run(bench_claude(b, r, args.turns)),
+            args.repeat,
+            CLAUDE_BACKENDS,
+        )
     print(
         f"Medians of {args.repeat} runs, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}.\n"
     )

@@ -115,3 +115,9 @@ def test_one_plain_store_serves_every_adapter_and_the_cli_names_their_events(
         assert expected[adapter] in types and "unknown" not in out
         code, out, err = cli_in_process(capsys, "log", str(root), sid)
         assert code == 0 and "unknown type" not in out + err
+        code, out, err = cli_in_process(capsys, "state", str(root), sid)
+        assert code == 0 and "unknown" not in out + err
+        page = tmp_path / f"{adapter}.html"
+        code, out, err = cli_in_process(capsys, "report", str(root), sid, "-o", str(page))
+        html = page.read_text()
+        assert code == 0 and expected[adapter] in html and "unknown type" not in html
