@@ -138,6 +138,7 @@ def test_keys_map_to_sessions_and_back() -> None:
     ):
         assert session_key_of(session_id_of(key)) == key  # type: ignore[arg-type]
     assert session_key_of("langgraph-x") is None
+    assert session_id_of({**KEY, "subpath": None}) == session_id_of(KEY)  # type: ignore[typeddict-item]
 
 
 # -- attacks: bad input ------------------------------------------------------------------

@@ -96,7 +96,7 @@ def session_id_of(key: SessionKey | SessionListSubkeysKey) -> str:
         raise InvalidArgumentError(f"a session key must be a dict, got {type(key).__name__}")
     sid = f"{PREFIX}.{_part(key.get('project_key'), 'project_key')}"
     sid += f".{_part(key.get('session_id'), 'session_id')}"
-    if "subpath" in key:
+    if key.get("subpath") is not None:  # absent or None: the main transcript
         sid += f".{_part(key.get('subpath'), 'subpath')}"
     return sid
 
@@ -149,7 +149,7 @@ class EventStoreSessionStore:
         if not entries:
             return
         lines = [_line(e, i) for i, e in enumerate(entries)]
-        main = "subpath" not in key
+        main = key.get("subpath") is None
         await self.aio.call(sid, lambda: self._append(sid, key, entries, lines, main))
 
     def _append(
@@ -224,7 +224,7 @@ class EventStoreSessionStore:
 
         def delete() -> None:
             doomed = [sid]
-            if "subpath" not in key:
+            if key.get("subpath") is None:
                 doomed += [s for s in self.store.list_sessions() if s.startswith(sid + ".")]
             for s in doomed:
                 self.store.delete_session(s)
