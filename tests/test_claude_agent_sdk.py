@@ -115,6 +115,41 @@ def test_entries_are_claude_code_lines_exported_byte_for_byte(
     assert code == 0 and "unknown_type" not in out
 
 
+def test_import_claude_code_and_this_store_see_one_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`eventstore import-claude-code --claude-agent-sdk` names sessions as this store
+    does (project directory, sessionId): the store loads and lists what was imported,
+    its append of entries the import brought writes nothing, a re-import appends
+    nothing, and the export is the file's own bytes."""
+    f = transcript_file()
+    data = f.read_bytes()
+    entries = [json.loads(line) for line in data.splitlines()]
+    key: SessionKey = {"project_key": f.parent.name, "session_id": f.stem}
+    root = tmp_path / "store"
+    code, _, err = cli_in_process(
+        capsys, "import-claude-code", str(root), str(f), "--claude-agent-sdk"
+    )
+    assert code == 0, err
+
+    async def main() -> None:
+        store = EventStoreSessionStore(root)
+        assert await store.load(key) == entries
+        [listed] = await store.list_sessions(key["project_key"])
+        assert listed["session_id"] == key["session_id"]
+        await store.append(key, [e for e in entries if "uuid" in e])  # held: nothing new
+        await store.close()
+
+    run(main())
+    code, out, _ = cli_in_process(
+        capsys, "import-claude-code", str(root), str(f), "--claude-agent-sdk", "--json"
+    )
+    assert code == 0 and all(sum(r["appended"].values()) == 0 for r in json.loads(out))
+    sid = session_id_of(key)
+    code, out, _ = cli_in_process(capsys, "export", str(root), sid, "--format", "claude-code")
+    assert code == 0 and out.encode() == data
+
+
 def test_a_retried_batch_is_kept_once_by_uuid(tmp_path: Path) -> None:
     """Entries whose uuid the transcript holds are not appended again (the SDK retries a
     failed batch); entries without a uuid always are."""

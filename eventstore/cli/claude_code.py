@@ -30,6 +30,7 @@ from eventstore.cli.args import poll_seconds
 from eventstore.cli.format import plural, table
 from eventstore.engines.base import scheme_of
 from eventstore.errors import EventStoreError
+from eventstore.integrations.claude_agent_sdk_state import session_of_file
 from eventstore.integrations.claude_code import (
     ImportReport,
     export_transcript,
@@ -89,6 +90,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="S",
         help="with --follow: stop once no file has grown for S seconds",
     )
+    p.add_argument(
+        "--claude-agent-sdk",
+        action="store_true",
+        help="name sessions as the Claude Agent SDK store does"
+        " (claude-sdk.<project dir>.<sessionId>), so it and this import share them",
+    )
     p.add_argument("--json", action="store_true", help="print JSON (a list of file reports)")
     p.set_defaults(func=run)
 
@@ -136,6 +143,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         return EXIT_USAGE
     rows: list[list[object]] = []
     reports: list[tuple[str, ImportReport, str | None]] = []
+    session_of = session_of_file if args.claude_agent_sdk else None
     with store:
         if args.follow:
 
@@ -154,13 +162,14 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
                     stop=stop,
                     idle_timeout=args.idle_exit,
                     on_poll=progress,
+                    session_of=session_of,
                 )
             reports = [(path, r, None) for path, r in totals.items()]
         else:
             for path in args.paths:
                 for f in transcript_files(path):
                     try:
-                        r = import_transcript(store, f)
+                        r = import_transcript(store, f, session_of=session_of)
                     except (OSError, EventStoreError) as exc:
                         reports.append((str(f), ImportReport(str(f)), str(exc)))
                         print(f"eventstore import-claude-code: error: {f}: {exc}", file=err)

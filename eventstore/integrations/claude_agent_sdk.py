@@ -10,17 +10,19 @@ transcript `claude-sdk.<project_key>.<session_id>.<subpath>` (each part percent-
   event (`eventstore.integrations.claude_code`), its JSON as msgspec writes it, so
   `eventstore export ROOT SID --format claude-code` gives the lines back byte for byte
   and `load` gives entries equal to those appended.
-- **One append, one atomic batch**: the lines and a `claude_sdk_summary` event (the
-  SDK's `fold_session_summary` of the batch, for a main transcript, and the batch's
-  `uuid`s), appended only if the session is still at the seq the summary was folded
+- **One append, one atomic batch**: the lines and, for a main transcript, a
+  `claude_sdk_summary` event (the SDK's `fold_session_summary` of the batch), appended
+  only if the session is still at the seq the summary was folded
   from (`expected_seq`; a racing append makes it fold again), so summaries never lose
   an append and nothing spans two sessions.
-- **Deduplicated by `uuid`**, as the SDK asks: an entry whose `uuid` an earlier append
-  brought with the same contents (a retried batch) is not appended again; one whose
-  uuid comes with other contents is kept (real transcripts have them), and so is every
-  entry without a uuid, and every entry of one batch (a file may repeat a line).
+- **Deduplicated by `uuid`**, as the SDK asks: an entry whose `uuid` the transcript
+  holds with the same contents (a retried batch, or a line `eventstore
+  import-claude-code --claude-agent-sdk` brought: it names sessions as this store does)
+  is not appended again; one whose uuid comes with other contents is kept (real
+  transcripts have them), and so is every entry without a uuid, and every entry of one
+  batch (a file may repeat a line).
 - **Listings** read the names of the store's sessions and, per session of the project,
-  the small `claude_sdk` projection (fold-cached): `mtime` is the time of the newest
+  the small `claude_sdk` projection: `mtime` is the time of the newest
   append, on the store's clock, in epoch ms, for both listings.
 - `delete` of a main transcript removes its subagent transcripts too.
 
@@ -32,7 +34,6 @@ from __future__ import annotations
 
 import os
 from typing import Any, cast
-from urllib.parse import quote, unquote
 
 import msgspec
 
@@ -52,17 +53,21 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from eventstore.aio import AsyncSessionStore
-from eventstore.errors import ConcurrencyError, InvalidArgumentError, InvalidRecordError
+from eventstore.errors import ConcurrencyError, InvalidRecordError
 from eventstore.format.events import Event
 from eventstore.integrations import claude_code
 from eventstore.integrations.claude_agent_sdk_state import (
     EVENT_TYPES,
-    NULL,
+    PREFIX,
     PROJECTION,
     PROJECTIONS,
     SdkSession,
     SummarySet,
     entry_key,
+    key_part,
+    session_id_of,
+    session_key_of,
+    session_of_file,
 )
 from eventstore.integrations.claude_code import ClaudeCodeLine, ClaudeCodeProjection, KeptLines
 from eventstore.store import SessionStore
@@ -75,41 +80,13 @@ __all__ = [
     "EventStoreSessionStore",
     "session_id_of",
     "session_key_of",
+    "session_of_file",
 ]
 
-PREFIX = "claude-sdk"
 APPEND_ATTEMPTS = 1000  # appends racing other writers of one session fold again this often
 
 _encoder = msgspec.json.Encoder()
 _LISTING = "claude-sdk listing"  # the lane of listings (they read many sessions)
-
-
-def _part(text: object, what: str) -> str:
-    if not isinstance(text, str) or not text:
-        raise InvalidArgumentError(f"a session key's {what} must be a non-empty str, got {text!r}")
-    return quote(text, safe="").replace(".", "%2E")
-
-
-def session_id_of(key: SessionKey | SessionListSubkeysKey) -> str:
-    """The eventstore session holding the transcript `key` names."""
-    if not isinstance(key, dict):
-        raise InvalidArgumentError(f"a session key must be a dict, got {type(key).__name__}")
-    sid = f"{PREFIX}.{_part(key.get('project_key'), 'project_key')}"
-    sid += f".{_part(key.get('session_id'), 'session_id')}"
-    if key.get("subpath") is not None:  # absent or None: the main transcript
-        sid += f".{_part(key.get('subpath'), 'subpath')}"
-    return sid
-
-
-def session_key_of(session_id: str) -> SessionKey | None:
-    """The SDK key of an eventstore session this store names (None for any other)."""
-    parts = session_id.split(".")
-    if parts[0] != PREFIX or len(parts) not in (3, 4) or not all(parts[1:]):
-        return None
-    key: SessionKey = {"project_key": unquote(parts[1]), "session_id": unquote(parts[2])}
-    if len(parts) == 4:
-        key["subpath"] = unquote(parts[3])
-    return key
 
 
 class EventStoreSessionStore:
@@ -163,24 +140,18 @@ class EventStoreSessionStore:
         for _ in range(APPEND_ATTEMPTS):
             state = cast(SdkSession, self.store.load(sid, PROJECTION))
             fresh: list[tuple[SessionStoreEntry, ClaudeCodeLine]] = []
-            keys: list[str] = []
             for entry, line in zip(entries, lines, strict=True):
                 uuid = entry.get("uuid")
-                if isinstance(uuid, str):
-                    k = entry_key(uuid, bytes(line.line))
-                    if k in state.uuids:
-                        continue  # a retried batch's entry (a uuid alone may repeat)
-                    keys.append(k)
+                if isinstance(uuid, str) and entry_key(uuid, bytes(line.line)) in state.uuids:
+                    continue  # a retried batch's entry (a uuid alone may repeat)
                 fresh.append((entry, line))
             if not fresh:
                 return
-            summary = NULL
+            events: list[Event] = [line for _, line in fresh]
             if main:
                 prev = _summary_of(state)
                 folded = fold_session_summary(prev, key, [e for e, _ in fresh])
-                summary = msgspec.Raw(_encoder.encode(folded))
-            events: list[Event] = [line for _, line in fresh]
-            events.append(SummarySet(summary=summary, uuids=keys))
+                events.append(SummarySet(summary=msgspec.Raw(_encoder.encode(folded))))
             try:
                 self.store.append(sid, events, expected_seq=state.seq)
             except ConcurrencyError:
@@ -245,10 +216,10 @@ class EventStoreSessionStore:
 
         return await self.aio.call(_LISTING, subkeys)
 
-    async def _mains(self, project_key: str) -> list[tuple[SessionKey, SdkSession]]:
-        prefix = f"{PREFIX}.{_part(project_key, 'project_key')}."
+    async def _mains(self, project_key: str) -> list[tuple[dict[str, str], SdkSession]]:
+        prefix = f"{PREFIX}.{key_part(project_key, 'project_key')}."
 
-        def mains() -> list[tuple[SessionKey, SdkSession]]:
+        def mains() -> list[tuple[dict[str, str], SdkSession]]:
             out = []
             for s in self.store.list_sessions():
                 key = session_key_of(s) if s.startswith(prefix) else None
@@ -259,7 +230,7 @@ class EventStoreSessionStore:
         return await self.aio.call(_LISTING, mains)
 
 
-def _main(key: SessionKey) -> SessionKey:
+def _main(key: dict[str, str]) -> dict[str, str]:
     return {"project_key": key["project_key"], "session_id": key["session_id"]}
 
 

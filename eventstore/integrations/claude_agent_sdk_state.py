@@ -4,12 +4,13 @@ A Claude Agent SDK transcript entry is a Claude Code line, kept as the `claude_c
 event of `eventstore.integrations.claude_code` (so `eventstore export --format
 claude-code` gives the lines back). Each append to a main transcript also carries, in the
 same atomic batch, a `claude_sdk_summary` event: the SDK's running summary
-(`fold_session_summary`'s output, kept verbatim) and the keys of the entries with a `uuid`
-the batch added (`entry_key`: the uuid and a digest of the line). The
-`claude_sdk` projection folds those into what `list_sessions`,
-`list_session_summaries` and the deduplication by `uuid` read: the newest summary, the
-time of the newest append (the store's clock, in epoch milliseconds: the `mtime` of
-both listings) and the entry keys held.
+(`fold_session_summary`'s output, kept verbatim). The `claude_sdk` projection folds
+what `list_sessions`, `list_session_summaries` and the deduplication by `uuid` read:
+the newest summary, the time of the newest append (the store's clock, in epoch
+milliseconds: the `mtime` of both listings) and the key (`entry_key`: the uuid and a
+digest of the line) of every line with a `uuid`, whoever wrote it (this store, or
+`eventstore import-claude-code --claude-agent-sdk`, which names sessions as this store
+does: `session_of_file`).
 
 Free of the SDK, so the `eventstore` command (which loads `EVENT_TYPES` through the
 `eventstore.event_types` entry point) names these events where it is not installed.
@@ -18,22 +19,82 @@ Free of the SDK, so the `eventstore` command (which loads `EVENT_TYPES` through 
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
 
 import msgspec
 
+from eventstore.errors import InvalidArgumentError
 from eventstore.format.events import Event
 from eventstore.integrations.claude_code import ClaudeCodeLine
 from projections import StructProjection
 
 __all__ = [
     "EVENT_TYPES",
+    "PREFIX",
     "PROJECTION",
     "PROJECTIONS",
     "SdkSession",
     "SdkSessionProjection",
     "SummarySet",
     "entry_key",
+    "key_part",
+    "session_id_of",
+    "session_key_of",
+    "session_of_file",
 ]
+
+PREFIX = "claude-sdk"
+
+
+def key_part(text: object, what: str) -> str:
+    """One part of a session name: a non-empty str, percent-encoded (`.` too)."""
+    if not isinstance(text, str) or not text:
+        raise InvalidArgumentError(f"a session key's {what} must be a non-empty str, got {text!r}")
+    return quote(text, safe="").replace(".", "%2E")
+
+
+def session_id_of(key: Any) -> str:
+    """The eventstore session holding the transcript an SDK `SessionKey` names: the
+    main transcript `claude-sdk.<project_key>.<session_id>`, a subagent's
+    `claude-sdk.<project_key>.<session_id>.<subpath>` (parts percent-encoded, `.` too)."""
+    if not isinstance(key, dict):
+        raise InvalidArgumentError(f"a session key must be a dict, got {type(key).__name__}")
+    sid = f"{PREFIX}.{key_part(key.get('project_key'), 'project_key')}"
+    sid += f".{key_part(key.get('session_id'), 'session_id')}"
+    if key.get("subpath") is not None:  # absent or None: the main transcript
+        sid += f".{key_part(key.get('subpath'), 'subpath')}"
+    return sid
+
+
+def session_key_of(session_id: str) -> dict[str, str] | None:
+    """The SDK key (a dict) of an eventstore session so named (None for any other)."""
+    parts = session_id.split(".")
+    if parts[0] != PREFIX or len(parts) not in (3, 4) or not all(parts[1:]):
+        return None
+    key = {"project_key": unquote(parts[1]), "session_id": unquote(parts[2])}
+    if len(parts) == 4:
+        key["subpath"] = unquote(parts[3])
+    return key
+
+
+def session_of_file(path: Path, session_id: str) -> str:
+    """For `import_transcript(..., session_of=session_of_file)` and `eventstore
+    import-claude-code --claude-agent-sdk`: the session the SDK store keeps a Claude Code
+    file's transcript in. Claude Code writes `<project>/<sessionId>.jsonl` under
+    `~/.claude/projects/` (the SDK's default `project_key` is that directory's name) and
+    a subagent's as `<project>/<sessionId>/subagents/<agent>.jsonl` (its `subpath`:
+    `subagents/<agent>`)."""
+    if path.parent.name == "subagents" and len(path.parents) > 2:
+        key = {
+            "project_key": path.parents[2].name,
+            "session_id": session_id,
+            "subpath": f"subagents/{path.stem}",
+        }
+    else:
+        key = {"project_key": path.parent.name, "session_id": session_id}
+    return session_id_of(key)
 
 
 NULL = msgspec.Raw(b"null")
@@ -46,12 +107,17 @@ def entry_key(uuid: str, line: bytes) -> str:
 
 
 class SummarySet(Event, tag="claude_sdk_summary", kw_only=True):
-    """An append's bookkeeping: the session's summary after it (JSON `null` for a
-    subagent transcript, which has none) and the keys of the entries it added that
-    have a `uuid` (`entry_key`)."""
+    """The session's summary after an append to its main transcript, as the SDK's
+    `fold_session_summary` made it (kept verbatim)."""
 
     summary: msgspec.Raw = msgspec.field(default_factory=lambda: NULL)
-    uuids: list[str] = msgspec.field(default_factory=list)
+
+
+class _Uuid(msgspec.Struct):
+    uuid: Any = None
+
+
+_uuid_of = msgspec.json.Decoder(_Uuid)
 
 
 class SdkSession(msgspec.Struct):
@@ -77,10 +143,16 @@ class SdkSessionProjection(StructProjection[SdkSession]):
 
     def apply(self, state: SdkSession, event: Event) -> SdkSession:
         """Fold one event (its time, and a summary's contents)."""
-        if isinstance(event, SummarySet):
-            if bytes(event.summary) != b"null":
-                state.summary = event.summary
-            state.uuids.update(event.uuids)
+        if type(event) is ClaudeCodeLine:
+            line = bytes(event.line)
+            try:
+                uuid = _uuid_of.decode(line).uuid
+            except msgspec.MsgspecError:  # a line msgspec cannot read (kept verbatim)
+                uuid = None
+            if isinstance(uuid, str):
+                state.uuids.add(entry_key(uuid, line))
+        elif isinstance(event, SummarySet) and bytes(event.summary) != b"null":
+            state.summary = event.summary
         state.mtime = int(event.ts.timestamp() * 1000)
         state.seq = event.seq
         return state

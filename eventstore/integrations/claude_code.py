@@ -88,6 +88,7 @@ __all__ = [
     "KeptLines",
     "LINE_MAX_DEPTH",
     "MalformedLine",
+    "SessionNamer",
     "TranscriptFollower",
     "export_transcript",
     "follow_transcripts",
@@ -98,6 +99,9 @@ __all__ = [
 ]
 
 TAG = "claude_code_line"
+#: `session_of(path, sessionId)`: the eventstore session a line of the file `path` with
+#: that Claude Code `sessionId` goes to (default: the `sessionId` itself).
+SessionNamer = Callable[[Path, str], str]
 #: Lines appended per atomic batch: bounds the memory of one append, not what is kept.
 BATCH_LINES = 1000
 #: The deepest a line may nest (arrays and objects) to be kept: its event holds it one
@@ -474,10 +478,17 @@ class TranscriptFollower:
     and over the whole prefix, by its digest, when that or the file's inode differs).
     """
 
-    def __init__(self, store: SessionStore, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        path: str | os.PathLike[str],
+        *,
+        session_of: SessionNamer | None = None,
+    ) -> None:
         _check_store(store)
         self.store = store
         self.path = Path(path)
+        self._session_of = session_of
         self.offset = 0  # of the first byte not yet consumed
         self.line = 0  # complete lines consumed
         self._seen: dict[str, Counter[bytes]] = {}  # session -> copies of each line in the file
@@ -561,6 +572,8 @@ class TranscriptFollower:
         sid = doc.get("sessionId", self._default_session)
         try:
             sid = validate_session_id(sid)
+            if self._session_of is not None:
+                sid = validate_session_id(self._session_of(self.path, sid))
         except EventStoreError as exc:
             problem = MalformedLine(str(self.path), self.line, offset, f"bad sessionId: {exc}")
             self._malformed(report, problem)
@@ -622,9 +635,13 @@ def _new_lines(chunk: list[_Line], seen: Counter[bytes], held: Counter[bytes]) -
     return fresh
 
 
-def import_transcript(store: SessionStore, path: str | os.PathLike[str]) -> ImportReport:
-    """Import one Claude Code JSONL file (the whole of it, once); see the module doc."""
-    return TranscriptFollower(store, path).poll(final=True)
+def import_transcript(
+    store: SessionStore, path: str | os.PathLike[str], *, session_of: SessionNamer | None = None
+) -> ImportReport:
+    """Import one Claude Code JSONL file (the whole of it, once); see the module doc.
+    `session_of(path, sessionId)` names the session a line goes to (default: its
+    `sessionId`)."""
+    return TranscriptFollower(store, path, session_of=session_of).poll(final=True)
 
 
 def transcript_files(path: str | os.PathLike[str]) -> list[Path]:
@@ -643,6 +660,7 @@ def follow_transcripts(
     stop: threading.Event | None = None,
     idle_timeout: float | None = None,
     on_poll: Callable[[ImportReport], None] | None = None,
+    session_of: SessionNamer | None = None,
 ) -> dict[str, ImportReport]:
     """Keep importing Claude Code files as they grow, every `poll_interval` seconds,
     until `stop` is set or no file has grown for `idle_timeout` seconds.
@@ -650,7 +668,8 @@ def follow_transcripts(
     `paths` are files or directories; a directory is searched again at every poll, so a
     session Claude Code starts meanwhile is picked up; a file not there yet is waited
     for. A line is imported once complete (ends with a newline). Returns what was
-    imported per file; `on_poll` sees every poll's report that read a line.
+    imported per file; `on_poll` sees every poll's report that read a line;
+    `session_of` names sessions as for `import_transcript`.
     """
     poll_interval = poll_interval_of(poll_interval)
     stop = stop or threading.Event()
@@ -664,7 +683,9 @@ def follow_transcripts(
             for path in transcript_files(root):
                 follower = followers.get(path)
                 if follower is None:
-                    follower = followers[path] = TranscriptFollower(store, path)
+                    follower = followers[path] = TranscriptFollower(
+                        store, path, session_of=session_of
+                    )
                 before = follower.offset
                 try:
                     report = follower.poll()
