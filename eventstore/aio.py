@@ -55,6 +55,7 @@ from eventstore.store import (
 if TYPE_CHECKING:
     from eventstore.format.events import Upcaster
     from eventstore.ops.audit import VerifyReport
+    from eventstore.ops.fork import ForkResult
     from projections import Projection
 
 __all__ = ["DEFAULT_MAX_WORKERS", "AsyncSessionStore"]
@@ -478,6 +479,15 @@ class AsyncSessionStore:
     async def verify(self, session_id: str) -> VerifyReport:
         """Check a session's log and archive (see `SessionStore.verify`)."""
         return await self._submit(session_id, lambda: self.store.verify(session_id))
+
+    async def fork_session(
+        self, source: str, session_id: str, at_seq: int | None = None
+    ) -> ForkResult:
+        """Start `session_id` from `source`'s state after `at_seq` (see
+        `SessionStore.fork_session`)."""
+        return await self._submit(
+            session_id, lambda: self.store.fork_session(source, session_id, at_seq)
+        )
 
     async def compact(
         self,

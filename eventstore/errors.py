@@ -14,6 +14,7 @@ __all__ = [
     "InvalidRecordError",
     "InvalidSessionIdError",
     "NestingTooDeepError",
+    "SessionExistsError",
     "SnapshotVersionError",
     "StorageError",
     "StoreClosedError",
@@ -110,6 +111,11 @@ class StorageError(EventStoreError, OSError):
 
 class UnknownSessionError(EventStoreError, LookupError):
     """An audit asked about a session that has no log (and no archive) in this store."""
+
+
+class SessionExistsError(EventStoreError):
+    """A session was to be created from nothing (a fork's destination) but already holds
+    events; nothing was written."""
 
 
 class HistoryUnavailableError(EventStoreError, LookupError):

@@ -72,6 +72,7 @@ from projections import Projection, Retention
 if TYPE_CHECKING:
     # the audit tools load when first used: the session API's hot use never needs them
     from eventstore.ops.compaction import CompactionReport
+    from eventstore.ops.fork import ForkResult
     from eventstore.ops.verify import VerifyReport
 
 __all__ = ["AppendResult", "AutoCompact", "SessionCacheInfo", "SessionStore", "Tuning"]
@@ -506,6 +507,17 @@ class SessionStore:
         return compaction.compact(
             self.core, session_id, archive=archive, retention=retention, force=force
         )
+
+    def fork_session(
+        self, source: str, session_id: str, at_seq: int | None = None
+    ) -> ForkResult:
+        """Start `session_id` from `source`'s state after `at_seq` (what `state_at(source,
+        seq=at_seq)` gives; its head when None): its first event is a snapshot naming the
+        source, seq and line hash, which `verify` checks (see eventstore.ops.fork).
+        SessionExistsError if `session_id` holds anything; nothing is written on error."""
+        from eventstore.ops import fork
+
+        return fork.fork_session(self.core, source, session_id, at_seq)
 
     def first_kept_seq(self, session_id: str) -> int:
         """The first sequence number the session's history still holds: 1, or after

@@ -42,6 +42,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eventstore.cli.verify",
     "eventstore.cli.follow",
     "eventstore.cli.compact",
+    "eventstore.cli.fork",
     "eventstore.cli.legacy",
     "eventstore.cli.contexts",
     "eventstore.cli.claude_code",

@@ -37,6 +37,7 @@ __all__ = [
     "Event",
     "FeatureListReplaced",
     "FeaturePassUpdated",
+    "ForkOrigin",
     "LineHead",
     "ManifestSet",
     "MessagesAppended",
@@ -126,6 +127,16 @@ class ArchivePruned(Event, tag="archive_pruned", kw_only=True):
     last_h: str = ""
 
 
+class ForkOrigin(msgspec.Struct, frozen=True):
+    """Where a forked session came from (`eventstore.ops.fork`): the source session's id,
+    the sequence number it was forked at, and `h`, the hash of the source's line at that
+    seq, so `verify` can check the source still holds that very line."""
+
+    session_id: str
+    seq: int
+    h: str
+
+
 class Snapshot(Event, tag="snapshot", kw_only=True):
     """Written by compaction: the folded state of every projection at sequence `seq`.
 
@@ -142,6 +153,9 @@ class Snapshot(Event, tag="snapshot", kw_only=True):
     `trimmed`, a retention trimmed its states or those of a snapshot it was folded from
     (so they are no state as of its seq); `last_ts`, the time of the newest event it
     covers that is not maintenance (a compaction is not activity).
+
+    `origin`: set on the first line of a forked session only (`fork_session`): the
+    source session, seq and line hash its states were folded from (None otherwise).
     """
 
     base_h: str
@@ -154,6 +168,7 @@ class Snapshot(Event, tag="snapshot", kw_only=True):
     archived: bool = False
     trimmed: bool = False
     last_ts: datetime | None = None
+    origin: ForkOrigin | None = None
 
 
 class SnapshotHead(msgspec.Struct):

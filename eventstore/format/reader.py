@@ -70,7 +70,7 @@ __all__ = [
     "read_lines",
 ]
 
-Severity = Literal["error", "warning"]
+Severity = Literal["error", "warning", "info"]
 
 
 class Problem(msgspec.Struct, frozen=True):
@@ -79,7 +79,8 @@ class Problem(msgspec.Struct, frozen=True):
     `kind` names the check (`hash_mismatch`, `sequence`, `batch`, `undecodable`,
     `malformed`, `misplaced_snapshot`, `torn_tail`, `torn_batch`, `unknown_type`,
     `blank_line`, and verify's cross-file kinds). An "error" means the log cannot be
-    trusted there; a "warning" does not (see `eventstore.ops.verify`).
+    trusted there; a "warning" does not; an "info" is a fact worth saying, no fault
+    (see `eventstore.ops.verify`).
     """
 
     file: str

@@ -33,7 +33,7 @@ from eventstore import entropy
 from eventstore.core.folding import fold_events
 from eventstore.core.segments import pruning_records
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
-from eventstore.engines.base import Head, HeadMovedError, ReadResult
+from eventstore.engines.base import HeadMovedError, ReadResult
 from eventstore.format.codec import EventCodec
 from eventstore.format.events import (
     ArchivePruned,
@@ -48,7 +48,7 @@ from projections import (
     snapshot_entry,
 )
 
-__all__ = ["CompactionReport", "Retention", "SkipReason", "compact"]
+__all__ = ["CompactionReport", "Retention", "SkipReason", "build_snapshot", "compact"]
 
 _ATTEMPTS = 20  # installs lost to a concurrent compaction before giving up (never seen)
 
@@ -132,7 +132,7 @@ def compact(
                 skipped="one_snapshot", snapshot_bytes=size,
             )  # fmt: skip
         states, folded, trimmed = _fold_states(core, session_id, res, events, retention)
-        snap = _snapshot(events, states, res.data[:size], covers, codec, archive, trimmed)
+        snap = build_snapshot(events, states, res.data[:size], covers.link, codec, archive, trimmed)
         unknown = snap.unknown
         line, _ = codec.encode_snapshot(snap, covers.seq, covers.link, entropy.now())
         if len(line) >= size and not force:
@@ -205,17 +205,18 @@ def _fold_states(
     return states, folded, trimmed
 
 
-def _snapshot(
+def build_snapshot(
     events: list[Event],
     states: dict[str, msgspec.Raw],
     data: bytes | memoryview,
-    covers: Head,
+    link: str,
     codec: EventCodec,
     archive: bool,
     trimmed: bool,
 ) -> Snapshot:
-    """The snapshot of a live log of `events` (its committed bytes `data`) with `states`:
-    the events no projection here decodes kept verbatim, the pruning records carried."""
+    """The snapshot of `events` (a live log whose committed bytes are `data`) with
+    `states`, linked to `link` (the last event's): the events no projection here decodes
+    kept verbatim, the pruning records in `data` carried (a fork passes no `data`)."""
     unknown: list[msgspec.Raw] = []
     for ev in events:
         if type(ev) is Snapshot:
@@ -226,7 +227,7 @@ def _snapshot(
     committed = bytes(data)  # (`read` gives bytes: no copy when whole)
     records = {rec.seq: raw for rec, raw in pruning_records(committed)}  # each once
     return Snapshot(
-        base_h=covers.link,
+        base_h=link,
         states=states,
         unknown=unknown,
         known=known,

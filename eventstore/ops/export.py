@@ -147,7 +147,9 @@ def event_summary(ev: Event) -> str:
         head = f": {ms[0].role.value}: {ms[0].content}" if ms else ""
         return plural(len(ms), "message") + head
     if isinstance(ev, Snapshot):
-        return f"snapshot of seq 1..{ev.seq} (base_h {ev.base_h}; {', '.join(ev.states)})"
+        o = ev.origin
+        fork = "" if o is None else f"forked from {o.session_id} at seq {o.seq} (hash {o.h}): "
+        return f"{fork}snapshot of seq 1..{ev.seq} (base_h {ev.base_h}; {', '.join(ev.states)})"
     payload = {
         k: v
         for k, v in event_to_json(ev).items()

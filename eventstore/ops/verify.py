@@ -9,7 +9,10 @@ what its name says, and a snapshot's states equal the fold of the archived event
 replaced (a snapshot edited with its `h` recomputed breaks no link, so its states are
 compared instead; retention is recognised by each projection), and every `archive_pruned`
 record names events before itself and has identical copies (a snapshot carries them
-verbatim: an edited copy would move where history reads as pruned).
+verbatim: an edited copy would move where history reads as pruned). A forked session's
+first snapshot names its origin (`eventstore.ops.fork`): when the source still holds that
+seq, its line there must have the origin's hash (`fork_origin`, an error, if not); when
+it does not, an "info" (`fork_source`) says the origin could not be checked.
 
 Problems have a severity: an "error" (an edited, dropped, inserted or reordered line, an
 undecodable line, a broken batch in the middle, a broken archive chain) makes `ok` False;
@@ -56,6 +59,7 @@ from eventstore.format.reader import (
     Severity,
     read_lines,
 )
+from eventstore.ops.fork import source_line
 from eventstore.ops.history import (
     is_pruned,
     pruned_message,
@@ -209,7 +213,9 @@ class _Walk:
                 )
             )
         prev = self.prev
-        if isinstance(first, Snapshot) and not (self.i == 0 and self.kept > 1):
+        if isinstance(first, Snapshot) and first.origin is not None and self.i == 0:
+            found.extend(_check_origin(self.store, first, name))
+        elif isinstance(first, Snapshot) and not (self.i == 0 and self.kept > 1):
             found.extend(
                 _check_snapshot(
                     self.store, first, name, prev if prev is None else self.earlier,
@@ -379,6 +385,33 @@ def _check_snapshot(
     if so_far is not None:
         found.extend(_check_snapshot_states(store, snap, name, [e for e in so_far if e.seq <= n]))
     return found
+
+
+def _check_origin(store: SessionCore, snap: Snapshot, name: str) -> list[Problem]:
+    """A forked session's first line against its source (`eventstore.ops.fork`): the
+    source's line at the origin's seq must have the origin's hash, and link to the
+    snapshot's base_h. A source that no longer holds that seq cannot be checked (info)."""
+    origin = snap.origin
+    assert origin is not None
+    src, n = origin.session_id, origin.seq
+    where = f"forked from {src!r} at seq {n} (hash {origin.h})"
+    if n != snap.seq:
+        return [Problem(name, 0, snap.seq, "fork_origin",
+                        f"{where}, but the snapshot is at seq {snap.seq}")]  # fmt: skip
+    try:
+        held = source_line(store, origin)
+    except CorruptLogError as exc:
+        return [Problem(name, 0, n, "fork_origin", f"{where}: the source does not check:"
+                        f" {exc}", "warning")]  # fmt: skip
+    if held is None:
+        return [Problem(name, 0, n, "fork_source", f"{where}: source not available (the"
+                        " session or that seq is gone): the origin cannot be checked", "info")]  # fmt: skip
+    h, link = held
+    if h != origin.h or link != snap.base_h:
+        return [Problem(name, 0, n, "fork_origin", f"{where}, but the source's line at seq"
+                        f" {n} has hash {h} (link {link}; the snapshot's base_h is"
+                        f" {snap.base_h}): the origin does not match its source")]  # fmt: skip
+    return []
 
 
 def _check_kept_lines(snap: Snapshot, name: str, prev: Lines) -> list[Problem]:

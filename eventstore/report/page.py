@@ -215,7 +215,8 @@ class Omitted(msgspec.Struct):
 class ReportData(msgspec.Struct):
     """Everything the page shows, as embedded in it (element `#report-data`).
     `unreadable`: why the session's events could not be read (the page then shows what
-    verify found, and empty sections)."""
+    verify found, and empty sections). `origin`: for a forked session, the line "forked
+    from SRC at seq N (hash H)" its first snapshot gives (shown under the title)."""
 
     session_id: str
     generated_at: str
@@ -232,6 +233,7 @@ class ReportData(msgspec.Struct):
     event_types: dict[str, int]
     omitted: Omitted
     unreadable: str | None = None
+    origin: str | None = None
 
 
 # -- gathering -------------------------------------------------------------------------
@@ -295,6 +297,7 @@ class _Timeline:
         self.events: list[EventRow] = []
         self.types: dict[str, int] = {}
         self.message_events: list[tuple[int, str]] = []  # (seq, ts) per message
+        self.origin: str | None = None  # a fork's first snapshot names where it came from
 
     def run(self, events: Iterable[Event]) -> None:
         for ev in events:
@@ -303,6 +306,9 @@ class _Timeline:
             self.types[tag] = self.types.get(tag, 0) + 1
             summary = _shorten(audit.event_summary(ev), self.summary_chars)
             self.events.append(EventRow(ev.seq, ts, tag, summary))
+            if type(ev) is Snapshot and ev.origin is not None and self.origin is None:
+                o = ev.origin
+                self.origin = f"forked from {o.session_id} at seq {o.seq} (hash {o.h})"
             if isinstance(ev, MessagesAppended):
                 self.message_events.extend([(ev.seq, ts)] * len(ev.messages))
             elif isinstance(ev, FeaturePassUpdated | FeatureListReplaced | Snapshot):
@@ -560,6 +566,7 @@ def _shape(g: _Gathered, limits: ReportLimits, generated_at: datetime) -> Report
         event_types=dict(sorted(timeline.types.items())),
         omitted=omitted,
         unreadable=g.unreadable,
+        origin=timeline.origin,
     )
 
 
@@ -616,6 +623,7 @@ def render_page(data: ReportData) -> str:
     )
     title = html.escape(f"Session {data.session_id} · eventstore report")
     sid = html.escape(data.session_id)
+    origin = "" if data.origin is None else f'<p id="origin">{html.escape(data.origin)}</p>'
     return (
         "<!doctype html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -627,6 +635,7 @@ def render_page(data: ReportData) -> str:
         f"<script>{_PROBE_JS}</script>\n"
         '<a class="skip" href="#transcript">Skip to the transcript</a>\n'
         f'<header class="page"><h1>Session report: <span class="sid">{sid}</span></h1>'
+        f"{origin}"
         '<p class="muted" id="generated"></p></header>\n'
         '<main id="app"><noscript><p>This page is drawn by its inline script: enable'
         " JavaScript to see the report. The data is in the element #report-data (JSON)."
