@@ -508,9 +508,7 @@ class SessionStore:
             self.core, session_id, archive=archive, retention=retention, force=force
         )
 
-    def fork_session(
-        self, source: str, session_id: str, at_seq: int | None = None
-    ) -> ForkResult:
+    def fork_session(self, source: str, session_id: str, at_seq: int | None = None) -> ForkResult:
         """Start `session_id` from `source`'s state after `at_seq` (what `state_at(source,
         seq=at_seq)` gives; its head when None): its first event is a snapshot naming the
         source, seq and line hash, which `verify` checks (see eventstore.ops.fork).

@@ -404,8 +404,8 @@ def _check_origin(store: SessionCore, snap: Snapshot, name: str) -> list[Problem
         return [Problem(name, 0, n, "fork_origin", f"{where}: the source does not check:"
                         f" {exc}", "warning")]  # fmt: skip
     if held is None:
-        return [Problem(name, 0, n, "fork_source", f"{where}: source not available (the"
-                        " session or that seq is gone): the origin cannot be checked", "info")]  # fmt: skip
+        why = "source not available (the session or that seq is gone): it cannot be checked"
+        return [Problem(name, 0, n, "fork_source", f"{where}: {why}", "info")]
     h, link = held
     if h != origin.h or link != snap.base_h:
         return [Problem(name, 0, n, "fork_origin", f"{where}, but the source's line at seq"
