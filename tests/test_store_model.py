@@ -1,7 +1,7 @@
 """A stateful model test: random sequences of the ten session operations, `append` with
 an expected sequence number and idempotency keys, compaction (with and without an
-archive, with and without retention), automatic compaction, `state_at`, session removal
-and reopening, on two store instances sharing one store, against a tiny reference model
+archive, with and without retention), automatic compaction, `state_at`, forks, session
+removal and reopening, on two store instances sharing one store, against a tiny reference model
 of the contract. State, transcript, sequence and history are compared after every step.
 It runs on every engine of `tests/engines.py`."""
 
@@ -34,9 +34,11 @@ from eventstore import (
     ProgressAppended,
     ProgressEntry,
     RunCheckpoint,
+    SessionExistsError,
     SessionManifest,
     SessionStore,
     StoreClosedError,
+    UnknownSessionError,
 )
 from projections import Retention
 
@@ -370,6 +372,51 @@ class SessionStoreMachine(RuleBasedStateMachine):
             return  # inside a batch: not modelled
         assert store.state_at(sid, seq=seq) == want[0]
         assert store.transcript_at(sid, seq=seq) == want[1]
+
+    @rule(src=sids, dst=sids, w=which, data=st.data())
+    def fork_session(self, src: str, dst: str, w: str, data: st.DataObject) -> None:
+        """A fork starts dst from `state_at(src, seq)` (its head when None): dst reads as
+        that state at that seq, its history before it gone (no archive holds it there), the
+        idempotency keys of batches up to it carried; refusals write nothing."""
+        ref, store = self.ref[src], self.stores[w]
+        if src != dst and self.ref[dst].seq and data.draw(st.booleans(), label="free dst"):
+            store.delete_session(dst)  # (most sessions exist: free one, to fork into it)
+            self.ref[dst] = Ref()
+        if self.ref[dst].seq:
+            with pytest.raises(SessionExistsError):
+                store.fork_session(src, dst)
+            return
+        if not ref.seq:
+            with pytest.raises(UnknownSessionError):
+                store.fork_session(src, dst)
+            return
+        at = data.draw(st.none() | st.integers(1, ref.seq), label="at_seq")
+        n = ref.seq if at is None else at
+        want = ref.history.get(n)
+        if want == GONE:
+            with pytest.raises(HistoryUnavailableError):
+                store.fork_session(src, dst, at_seq=at)
+            return
+        if not isinstance(want, tuple):
+            return  # inside a batch: not modelled
+        assert store.fork_session(src, dst, at_seq=at).seq == n
+        state, transcript = want
+        new = self.ref[dst] = Ref(
+            manifest=state.manifest,
+            features=list(state.feature_list),
+            progress=list(state.recent_progress),
+            checkpoints=list(state.checkpoints),
+            transcript=list(transcript),
+            seq=n,
+            keys={k: v for k, v in ref.keys.items() if v[0][1] <= n},
+            dropped=set(range(1, n + 1)),
+            history={s: GONE for s in range(1, n)} | {n: want},
+            hist_progress=list(state.recent_progress),
+            hist_checkpoints=list(state.checkpoints),
+            hist_transcript=list(transcript),
+            compacted_at=n,  # its log is a lone snapshot: compacting it is skipped
+        )
+        assert store.verify(dst).ok and new.seq == store.last_seq(dst)
 
     @rule(sid=sids, w=which)
     def delete_session(self, sid: str, w: str) -> None:
