@@ -23,6 +23,7 @@ from eventstore import (
     ForkOrigin,
     HistoryUnavailableError,
     InvalidArgumentError,
+    InvalidSessionIdError,
     Message,
     ProgressAppended,
     Role,
@@ -145,6 +146,19 @@ def test_a_missing_source_or_a_seq_out_of_range_is_refused_and_writes_nothing(ur
         assert store.list_sessions() == ["a"]
 
 
+@pytest.mark.parametrize(
+    ("src", "dst", "at"),
+    [(1, "b", None), ("a", None, None), ("", "b", None), ("a", ["b"], None), ("a", "b", [1])],
+)
+def test_wrong_typed_arguments_get_a_typed_error_and_write_nothing(
+    store: SessionStore, src: object, dst: object, at: object
+) -> None:
+    _seed(store, "a", 1)
+    with pytest.raises((InvalidSessionIdError, InvalidArgumentError)):
+        store.fork_session(src, dst, at)  # type: ignore[arg-type]
+    assert store.list_sessions() == ["a"]
+
+
 def test_a_fork_of_history_compacted_away_is_refused(url: str) -> None:
     with SessionStore(url) as store:
         _seed(store, "a")
@@ -194,6 +208,20 @@ def test_provenance_is_checked_against_the_archive_after_the_source_is_compacted
         store.append_progress_entry("a", make_entry(8))
         store.compact("a", archive=True, force=True)
         assert store.verify("b").problems == []
+
+
+@pytest.mark.parametrize("archive", [True, False])
+def test_a_compacted_fork_keeps_its_origin_and_its_check(url: str, archive: bool) -> None:
+    with SessionStore(url) as store:
+        _seed(store, "a")
+        done = store.fork_session("a", "b", at_seq=3)
+        for i in range(3):
+            store.append_progress_entry("b", make_entry(i, "b"))
+        assert store.compact("b", archive=archive, force=True).compacted
+        snaps = [e for e in store.read_events("b", types=["snapshot"]) if isinstance(e, Snapshot)]
+        assert {e.origin for e in snaps} == {ForkOrigin("a", 3, done.h)}
+        assert store.verify("b").problems == []
+        assert report_data(store, "b").origin == f"forked from a at seq 3 (hash {done.h})"
 
 
 def test_a_source_gone_or_compacted_away_is_info_not_an_error(url: str) -> None:

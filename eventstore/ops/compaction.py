@@ -16,7 +16,8 @@ projection's state and the list of known types). The report says which (`skipped
 
 The `archive_pruned` records of the lines replaced, and those the snapshot before
 carried, are kept verbatim in the new snapshot (`Snapshot.pruned`): the point history
-was pruned to is read from the live log whatever compactions follow.
+was pruned to is read from the live log whatever compactions follow. So is a forked
+session's `origin` (`eventstore.ops.fork`).
 """
 
 from __future__ import annotations
@@ -235,4 +236,6 @@ def build_snapshot(
         archived=archive,
         trimmed=trimmed,
         last_ts=_last_activity(events),
+        # a fork's origin outlives compactions of the fork (verify checks it where it is)
+        origin=events[0].origin if type(events[0]) is Snapshot else None,
     )
