@@ -196,6 +196,31 @@ def test_forged_provenance_is_reported_by_verify(url: str, case: EngineCase) -> 
         assert p.severity == "error" and "'a'" in p.message and real in p.message
 
 
+@pytest.mark.parametrize(
+    "forged",
+    [b'"session_id":"a","seq":-5', b'"session_id":"a","seq":99', b'"session_id":"","seq":3'],
+)
+def test_an_origin_naming_an_impossible_seq_or_id_is_reported(
+    url: str, case: EngineCase, forged: bytes
+) -> None:
+    with SessionStore(url) as store:
+        _seed(store, "a")
+        store.fork_session("a", "b", at_seq=3)
+        base = next(iter(store.read_events("b", types=["snapshot"])))
+        assert isinstance(base, Snapshot)
+
+        def forge(data: bytes) -> bytes:
+            line, nl, rest = data.partition(b"\n")
+            line = line.replace(b'"session_id":"a","seq":3', forged)
+            return rehash(line, base.base_h) + nl + rest
+
+        case.rewrite(store, "b", forge)
+        store.core.forget("b")
+        report = store.verify("b")
+        assert not report.ok
+        assert [p.kind for p in report.problems if p.severity == "error"] == ["fork_origin"]
+
+
 def test_provenance_is_checked_against_the_archive_after_the_source_is_compacted(
     url: str,
 ) -> None:

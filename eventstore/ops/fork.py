@@ -29,7 +29,6 @@ from eventstore.engines.base import EMPTY_HEAD, EncodedBatch, HeadMovedError, Hi
 from eventstore.errors import (
     HistoryUnavailableError,
     InvalidArgumentError,
-    InvalidSessionIdError,
     SessionExistsError,
     UnknownSessionError,
 )
@@ -128,7 +127,8 @@ def source_line(core: CoreOwner, origin: ForkOrigin) -> tuple[str, str] | None:
     """The (hash, link) of `origin.session_id`'s line at `origin.seq`, as its history
     holds it now (live log or archive); None when the session or that seq is gone (never
     stored, removed, pruned, compacted without an archive). CorruptLogError if its
-    history does not check on the way there."""
+    history does not check on the way there; InvalidSessionIdError for an origin naming
+    no possible session id."""
     core = core_of(core)
     envelopes = core.codec.decoder(frozenset())
     try:
@@ -138,6 +138,6 @@ def source_line(core: CoreOwner, origin: ForkOrigin) -> tuple[str, str] | None:
             ):
                 if ev.seq == origin.seq:
                     return ev.h, link_of(ev)
-    except (UnknownSessionError, HistoryUnavailableError, InvalidSessionIdError):
+    except (UnknownSessionError, HistoryUnavailableError):
         pass
     return None

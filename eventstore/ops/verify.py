@@ -40,6 +40,7 @@ from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.errors import (
     CorruptLogError,
     EventStoreError,
+    InvalidSessionIdError,
     SnapshotVersionError,
 )
 from eventstore.format.chain import (
@@ -395,11 +396,13 @@ def _check_origin(store: SessionCore, snap: Snapshot, name: str) -> list[Problem
     assert origin is not None
     src, n = origin.session_id, origin.seq
     where = f"forked from {src!r} at seq {n} (hash {origin.h})"
-    if n > snap.seq:  # (a compaction of the fork carries the origin to a later seq)
+    if not 1 <= n <= snap.seq:  # (a compaction of the fork carries the origin to a later seq)
         return [Problem(name, 0, snap.seq, "fork_origin",
                         f"{where}, but the snapshot is at seq {snap.seq}")]  # fmt: skip
     try:
         held = source_line(store, origin)
+    except InvalidSessionIdError as exc:
+        return [Problem(name, 0, n, "fork_origin", f"{where}: not a session id: {exc}")]
     except CorruptLogError as exc:
         return [Problem(name, 0, n, "fork_origin", f"{where}: the source does not check:"
                         f" {exc}", "warning")]  # fmt: skip
