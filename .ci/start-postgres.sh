@@ -46,9 +46,14 @@ _es_pg_main() {
     "$bindir/createdb" -h "$d/sock" -p "$port" -U postgres eventstore_test || return 1
     export EVENTSTORE_TEST_POSTGRES_URL="postgresql://postgres@127.0.0.1:$port/eventstore_test"
     export EVENTSTORE_PG_BINDIR="$bindir" EVENTSTORE_PG_DIR="$d"
-    # Chain onto any EXIT trap the caller already has rather than replacing it.
-    local prev
-    prev=$(trap -p EXIT | sed -E "s/^trap -- '(.*)' EXIT$/\1/")
+    # Chain onto any EXIT trap the caller already has: `trap -p` prints it shell-quoted,
+    # so it is unquoted by the shell itself (eval of `set --`), never by sed, which broke
+    # on a trap holding quotes (start-redis.sh's, sourced first).
+    local prev=""
+    eval "set -- $(trap -p EXIT)"
+    if [ "$#" -ge 3 ]; then
+        prev="$3"
+    fi
     trap "su postgres -s /bin/sh -c \"'$bindir/pg_ctl' -D '$d/data' -m fast -w stop\" >/dev/null 2>&1; rm -rf '$d'; ${prev:-:}" EXIT
     echo "start-postgres: PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') on 127.0.0.1:$port ($d)" >&2
 }
