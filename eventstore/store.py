@@ -54,6 +54,7 @@ from eventstore.format.events import (
     ManifestSet,
     MessagesAppended,
     ProgressAppended,
+    Quarantined,
     Snapshot,
     Upcaster,
     event_tag,
@@ -378,12 +379,13 @@ class SessionStore:
         if not events:
             raise InvalidRecordError("append needs at least one event")
         for e in events:
-            if type(e) is Snapshot or type(e) is ArchivePruned:
+            if type(e) in (Snapshot, ArchivePruned, Quarantined):
                 # a snapshot anywhere but a log's first line is corruption, and a pruning
-                # record names history as gone: compaction and prune_archive write them
+                # or quarantine record names history as gone: compaction, prune_archive
+                # and repair write them
                 raise InvalidRecordError(
-                    f"append cannot take a {event_tag(type(e))} event: compact and"
-                    " prune_archive write those"
+                    f"append cannot take a {event_tag(type(e))} event: compact,"
+                    " prune_archive and repair write those"
                 )
         checked = [self.codec.check(e) for e in events]
         if expected_seq is not None and (

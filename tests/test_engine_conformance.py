@@ -31,8 +31,10 @@ from eventstore import (
     ConcurrencyError,
     CorruptLogError,
     HistoryUnavailableError,
+    InvalidRecordError,
     Message,
     ProgressAppended,
+    Quarantined,
     Role,
     SessionStore,
     Snapshot,
@@ -438,8 +440,52 @@ def test_repair_keeps_a_valid_prefix_and_saves_the_original(case: EngineCase, ur
         assert rep.kept_events == 3
         assert _summaries(store) == ["step 0", "step 1", "step 2"]
         assert store.verify(SID).ok
+        # seq 4 and 5 are in the saved original only: no later event is given them
+        assert rep.quarantined == (4, 5)
         _progress(store, SID, 1, start=3)
-        assert store.last_seq(SID) == 4
+        assert store.last_seq(SID) == 6
+
+
+@pytest.mark.parametrize("damage", ["edited", "undecodable", "claims_far"])
+def test_repair_never_numbers_a_new_event_as_one_it_set_aside(
+    case: EngineCase, url: str, damage: str
+) -> None:
+    """Promise (guarantees, Recovery): after a repair a sequence number never means two
+    different events. Broken (issue 29, item 6): with line 4 of 8 damaged, repair kept
+    1..3 and the next append was numbered 4 while the saved original still held 4..8
+    (5..8 intact). Now a `quarantined` record holds each of 4..8 (what was set aside, and
+    why), the next append is 9, and verify and read_events say where 4..8 went. A
+    damaged line claiming a seq its place cannot hold (`claims_far`) is not believed."""
+    with SessionStore(url) as store:
+        _progress(store, SID, 8)
+
+        def damaged(b: bytes) -> bytes:
+            ls = _lines(b)
+            ls[3] = {
+                "edited": ls[3].replace(b"step 3", b"step@3"),
+                "undecodable": b"{not json",
+                "claims_far": ls[3].replace(b'"seq":4', b'"seq":999999'),
+            }[damage]
+            return _join(ls)
+
+        case.rewrite(store, SID, damaged)
+    with SessionStore(url) as store:
+        rep = repair(store, SID)
+        assert rep.action == "moved_aside" and rep.quarantined == (4, 8), rep
+        assert store.append_progress_entry(SID, make_entry(99)).first_seq == 9
+        events = list(store.read_events(SID))
+        assert [e.seq for e in events] == list(range(1, 10))
+        held = [e for e in events if isinstance(e, Quarantined)]
+        assert [e.seq for e in held] == [4, 5, 6, 7, 8]
+        assert {(e.first_seq, e.last_seq, e.lines) for e in held} == {(4, 8, 5)}
+        assert _summaries(store) == ["step 0", "step 1", "step 2", "step 99"]
+        report = store.verify(SID)
+        assert report.ok and report.head_seq == 9
+        assert [(p.kind, p.seq) for p in report.problems] == [("quarantined", 4)]
+    with SessionStore(url) as store:  # a fresh store reads the same
+        assert store.last_seq(SID) == 9
+        with pytest.raises(InvalidRecordError):
+            store.append(SID, [Quarantined(first_seq=1, last_seq=1, lines=1, bytes=1, problem="")])
 
 
 def test_open_engine_by_url(tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "ManifestSet",
     "MessagesAppended",
     "ProgressAppended",
+    "Quarantined",
     "Snapshot",
     "SnapshotHead",
     "UnknownEvent",
@@ -137,6 +138,20 @@ class ForkOrigin(msgspec.Struct, frozen=True):
     h: str
 
 
+class Quarantined(Event, tag="quarantined", kw_only=True):
+    """Written by `repair` (`eventstore.ops.repair`) in place of each event it set aside:
+    the lines from a damaged one on could not stay in the live log (the chain breaks
+    there), so events `first_seq`..`last_seq` (`lines` lines, `bytes` bytes, `problem`
+    the damage found) are kept only in the saved original beside the log; one of these
+    holds each of their sequence numbers, so no number is used again for another event."""
+
+    first_seq: int
+    last_seq: int
+    lines: int
+    bytes: int
+    problem: str
+
+
 class Snapshot(Event, tag="snapshot", kw_only=True):
     """Written by compaction: the folded state of every projection at sequence `seq`.
 
@@ -218,6 +233,7 @@ BUILTIN_EVENT_TYPES: tuple[type[Event], ...] = (
     CheckpointRecorded,
     MessagesAppended,
     ArchivePruned,
+    Quarantined,
     Snapshot,
 )
 

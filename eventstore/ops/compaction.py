@@ -39,6 +39,7 @@ from eventstore.format.codec import EventCodec
 from eventstore.format.events import (
     ArchivePruned,
     Event,
+    Quarantined,
     Snapshot,
     UnknownEvent,
 )
@@ -93,7 +94,7 @@ def _last_activity(events: list[Event]) -> datetime | None:
     for ev in reversed(events):
         if type(ev) is Snapshot:
             return ev.last_ts
-        if type(ev) is not ArchivePruned:
+        if type(ev) is not ArchivePruned and type(ev) is not Quarantined:
             return ev.ts
     return None
 

@@ -36,6 +36,7 @@ from eventstore.format.depth import HEAD_DECODER
 from eventstore.format.events import (
     ArchivePruned,
     LineHead,
+    Quarantined,
     Snapshot,
 )
 from eventstore.ops.history import first_kept_seq, read_events
@@ -109,7 +110,7 @@ def last_activity(core: CoreOwner, session_id: str) -> datetime | None:
     return newest
 
 
-_MAINTENANCE = (Snapshot, ArchivePruned)
+_MAINTENANCE = (Snapshot, ArchivePruned, Quarantined)
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from eventstore.format.depth import HEAD_DECODER
 from eventstore.format.events import (
     Event,
     LineHead,
+    Quarantined,
     Snapshot,
     UnknownEvent,
 )
@@ -64,7 +65,9 @@ class RepairReport(msgspec.Struct):
     """What `repair` did. `action`: "none" (nothing to do), "truncated" (a torn tail was
     cut off), "moved_aside" (the log had a bad line and keeps its valid prefix) or
     "rebuilt" (its opening snapshot was damaged and was folded again from the archive).
-    Every change first saved the whole original at `moved_to`."""
+    Every change first saved the whole original at `moved_to`. `quarantined`: the
+    sequence numbers (first, last) of the events a "moved_aside" left in the saved
+    original only, each held in the live log by a `quarantined` record (None: none)."""
 
     session_id: str
     action: Literal["none", "truncated", "moved_aside", "rebuilt"]
@@ -75,6 +78,7 @@ class RepairReport(msgspec.Struct):
     dropped_bytes: int
     problem: Problem | None
     message: str
+    quarantined: tuple[int, int] | None = None
 
 
 def repair(core: CoreOwner, session_id: str) -> RepairReport:
@@ -114,7 +118,12 @@ def repair(core: CoreOwner, session_id: str) -> RepairReport:
                     f"{bad.kind} in the opening snapshot: {rebuilt[3]}; the original is"
                     f" at {aside}",
                 )  # fmt: skip
-        saved = hold.keep_prefix(cut, "torn" if bad is None else "corrupt")
+        held = _quarantine(core, buf, cut, kept.seq or 0, kept.link or "", bad)
+        saved: str | None
+        if held:
+            saved = hold.rewrite(buf[:cut] + held[0], "corrupt")
+        else:
+            saved = hold.keep_prefix(cut, "torn" if bad is None else "corrupt")
         core.forget(session_id)
     dropped = len(buf) - cut
     if bad is None:
@@ -122,11 +131,47 @@ def repair(core: CoreOwner, session_id: str) -> RepairReport:
             session_id, "truncated", where, saved, n, cut, dropped, torn[0],
             f"truncated a torn tail of {dropped} bytes at byte {cut} (saved to {saved})",
         )  # fmt: skip
+    span = (
+        f"; events {held[1]}..{held[2]} are in it only (a `quarantined` record holds each"
+        f" of their numbers, the next append is seq {held[2] + 1})"
+        if held
+        else ""
+    )
     return RepairReport(
         session_id, "moved_aside", where, saved, n, cut, dropped, bad,
         f"{bad.kind} at byte {bad.offset} (seq {bad.seq}): kept {n} events"
-        f" ({cut} bytes) before it; the original is at {saved}",
+        f" ({cut} bytes) before it; the original is at {saved}{span}",
+        held[1:] if held else None,
     )  # fmt: skip
+
+
+def _quarantine(
+    core: SessionCore, buf: bytes, cut: int, last: int, link: str, bad: Problem | None
+) -> tuple[bytes, int, int] | None:
+    """The `quarantined` records standing in for the events of `buf[cut:]` that a repair
+    drops from the live log (the damaged line on: the chain breaks there), chained to the
+    kept prefix (last seq `last`, link `link`): one per sequence number they held, so the
+    next append is numbered past all of them. (bytes, first seq, last seq); None for a
+    torn tail (never acknowledged: nothing to stand in for).
+
+    Their numbers: up to the highest seq a dropped line still claims, where that is
+    one the dropped lines can hold (contiguous numbering: `last` + their count at
+    most; a damaged line claiming more is not believed), else one per dropped line."""
+    if bad is None:
+        return None
+    dropped = [line for line in buf[cut:].split(b"\n") if line.strip()]
+    if not dropped:
+        return None
+    claimed = _highest_seq(b"\n".join(dropped))
+    top = claimed if last < claimed <= last + len(dropped) else last + len(dropped)
+    why = f"{bad.kind} at byte {bad.offset} (seq {bad.seq})"
+    stand_in = Quarantined(
+        first_seq=last + 1, last_seq=top, lines=len(dropped), bytes=len(buf) - cut, problem=why
+    )
+    data, _, _ = core.codec.encode_batch(
+        [stand_in] * (top - last), last + 1, link, datetime.now(UTC), None
+    )
+    return data, last + 1, top
 
 
 def _archived_events(core: SessionCore, session_id: str) -> list[Event] | None:

@@ -18,7 +18,8 @@ Problems have a severity: an "error" (an edited, dropped, inserted or reordered 
 undecodable line, a broken batch in the middle, a broken archive chain) makes `ok` False;
 a "warning" does not: a torn tail (what a crash or a writer caught mid-append leaves;
 readers ignore it and the next writer sets it aside), an event type this reader does not
-know, a blank line, history compacted away without an archive. `head_hash` is the link
+know, a blank line, history compacted away without an archive, events `repair` set
+aside (each held by a `quarantined` record). `head_hash` is the link
 the next append will chain to (the `h` of the last committed line, or a snapshot's
 `base_h`): compaction does not change it.
 """
@@ -51,6 +52,7 @@ from eventstore.format.chain import (
 from eventstore.format.depth import HEAD_DECODER
 from eventstore.format.events import (
     Event,
+    Quarantined,
     Snapshot,
 )
 from eventstore.format.reader import (
@@ -234,6 +236,7 @@ class _Walk:
                 )
             )
         found.extend(_check_pruning_records(name, data, self.records))
+        found.extend(_quarantine_notes(name, scan))
         if not seg.archived and self.kept > 1:
             found.extend(_check_live_not_pruned(name, data, scan, self.kept))
         return found
@@ -300,6 +303,25 @@ def _check_pruning_records(
                 )
             )  # fmt: skip
     return found
+
+
+def _quarantine_notes(name: str, scan: Lines) -> list[Problem]:
+    """A warning for each run of `quarantined` records (repair set those events aside:
+    they are in the original it saved beside the log, not in the history)."""
+    return [
+        Problem(
+            name,
+            0,
+            ev.seq,
+            "quarantined",
+            f"events {ev.first_seq}..{ev.last_seq} were set aside by repair ({ev.problem});"
+            f" they are only in the original it saved beside the log ({ev.lines} lines,"
+            f" {ev.bytes} bytes)",
+            "warning",
+        )  # fmt: skip
+        for ev in scan.events
+        if type(ev) is Quarantined and ev.seq == ev.first_seq
+    ]
 
 
 def _check_live_not_pruned(name: str, data: bytes, scan: Lines, kept: int) -> list[Problem]:
