@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from eventstore.core.session_core import SessionCacheInfo
 from eventstore.engines.base import Durability
 from eventstore.errors import (
+    InvalidArgumentError,
     InvalidSessionIdError,
     StoreClosedError,
 )
@@ -90,7 +91,7 @@ class AsyncSessionStore:
         max_workers: int = DEFAULT_MAX_WORKERS,
     ) -> None:
         if not isinstance(max_workers, int) or isinstance(max_workers, bool) or max_workers < 1:
-            raise ValueError(f"max_workers must be an int >= 1, not {max_workers!r}")
+            raise InvalidArgumentError(f"max_workers must be an int >= 1, not {max_workers!r}")
         if isinstance(root_or_url, SessionStore):
             self.store = root_or_url
             self._owns_store = False
@@ -249,7 +250,10 @@ class AsyncSessionStore:
 
     async def is_initialized(self, session_id: str, *, idempotency_key: str | None = None) -> bool:
         """True once the session has a manifest (`idempotency_key`: see the store's)."""
-        return await self._submit(session_id, lambda: self.store.is_initialized(session_id))
+        return await self._submit(
+            session_id,
+            lambda: self.store.is_initialized(session_id, idempotency_key=idempotency_key),
+        )
 
     async def initialize_session_if_missing(
         self,
@@ -278,7 +282,10 @@ class AsyncSessionStore:
         self, session_id: str, *, idempotency_key: str | None = None
     ) -> BootstrapState:
         """The manifest, features, progress and checkpoints; `BootstrapState()` if unknown."""
-        return await self._submit(session_id, lambda: self.store.load_bootstrap_state(session_id))
+        return await self._submit(
+            session_id,
+            lambda: self.store.load_bootstrap_state(session_id, idempotency_key=idempotency_key),
+        )
 
     async def save_manifest(
         self, session_id: str, manifest: SessionManifest, *, idempotency_key: str | None = None
@@ -357,7 +364,7 @@ class AsyncSessionStore:
         return await self._submit(
             session_id,
             lambda: self.store.load_transcript_messages(
-                session_id, start=start, limit=limit, last=last
+                session_id, start=start, limit=limit, last=last, idempotency_key=idempotency_key
             ),
         )
 

@@ -153,13 +153,15 @@ class UnknownEngineError(EventStoreError, ValueError):
     imported, e.g. an optional extra that is not installed)."""
 
 
-class UnsupportedError(EventStoreError):
-    """The store's engine does not offer an optional operation (e.g. pruning history)."""
+class UnsupportedError(EventStoreError, NotImplementedError):
+    """The store's engine does not offer an optional operation (e.g. pruning history, a
+    global feed); a NotImplementedError too, what 0.1.0 raised for the feed."""
 
 
-class InvalidArgumentError(EventStoreError, ValueError):
+class InvalidArgumentError(EventStoreError, ValueError, TypeError):
     """An argument eventstore cannot use (a durability it does not offer, a time that is
-    not ISO 8601); nothing was changed."""
+    not ISO 8601, a value of a type the parameter does not take); nothing was changed.
+    A ValueError, and a TypeError too (what a wrong-typed argument raised in 0.1.0)."""
 
 
 class UnknownProjectionError(EventStoreError, KeyError):

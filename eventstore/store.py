@@ -39,6 +39,7 @@ from eventstore.errors import (
     IdempotencyConflictError,
     InvalidArgumentError,
     InvalidRecordError,
+    UnsupportedError,
 )
 from eventstore.format.codec import (
     EventCodec,
@@ -68,6 +69,7 @@ from eventstore.records import (
     RunCheckpoint,
     SessionManifest,
 )
+from eventstore.session_ids import validate_session_id
 from projections import Projection, Retention
 
 if TYPE_CHECKING:
@@ -141,6 +143,10 @@ class SessionStore:
         caches: bool = True,
         tuning: Tuning | None = None,
     ) -> None:
+        if not isinstance(root, (str, os.PathLike, Engine)):
+            raise InvalidArgumentError(
+                f"root must be a path, a store URL or an Engine, not {validation.described(root)}"
+            )
         if durability not in ("flush", "fsync"):
             raise InvalidArgumentError(f"durability must be 'flush' or 'fsync', not {durability!r}")
         if auto_compact is not None and not isinstance(auto_compact, AutoCompact):
@@ -214,6 +220,7 @@ class SessionStore:
     def is_initialized(self, session_id: str, *, idempotency_key: str | None = None) -> bool:
         """True once the session has a manifest. (`idempotency_key` is accepted so every
         session operation has the same shape; reads are idempotent anyway.)"""
+        _read_key(idempotency_key)
         return self.core.loaded(session_id, self.bootstrap, _has_manifest)
 
     def initialize_session_if_missing(
@@ -253,6 +260,7 @@ class SessionStore:
         self, session_id: str, *, idempotency_key: str | None = None
     ) -> BootstrapState:
         """The manifest, features, progress and checkpoints; `BootstrapState()` if unknown."""
+        _read_key(idempotency_key)
         return self.core.loaded(session_id, self.bootstrap, self.bootstrap.copy)
 
     def save_manifest(
@@ -336,6 +344,7 @@ class SessionStore:
         `messages[i:i + N]`. A page costs O(N), also from a cold store for `last` (see
         eventstore.ops.paging).
         """
+        _read_key(idempotency_key)
         if start is None and limit is None and last is None:
             return self.core.loaded(session_id, self.transcript, self.transcript.copy)
         return paging.transcript_page(self.core, session_id, start=start, limit=limit, last=last)
@@ -420,10 +429,12 @@ class SessionStore:
     def feed(self, after: Any = None, limit: int = 1000) -> list[tuple[Any, str, Event]]:
         """Up to `limit` events of every session after a feed position (None: the start),
         as (position, session id, event), for engines that keep a global feed (PostgreSQL:
-        see `PostgresEngine.feed`); NotImplementedError for the others."""
+        see `PostgresEngine.feed`); UnsupportedError (a NotImplementedError) for the
+        others."""
         self.core.check_open()
+        validation.whole(limit, "limit")
         if not isinstance(self.engine, FeedEngine):
-            raise NotImplementedError(f"the engine of {self.engine.url} keeps no global feed")
+            raise UnsupportedError(f"the engine of {self.engine.url} keeps no global feed")
         entries = self.engine.feed(after, limit)
         return [
             (
@@ -548,6 +559,8 @@ class SessionStore:
         """Drop what this store keeps in memory for a session (every session: None), as if
         it had never been loaded here; the next use folds from the engine's caches and
         log. Nothing stored changes."""
+        if session_id is not None:
+            validate_session_id(session_id)
         self.core.forget(session_id)
 
     # -- internals --------------------------------------------------------------------
@@ -662,3 +675,10 @@ def _check_replay(
 
 def _has_manifest(state: BootstrapState) -> bool:
     return state.manifest is not None
+
+
+def _read_key(key: object) -> None:
+    """A read takes an idempotency key only for the shape of the API; a bad one is
+    still refused, as a write refuses it."""
+    if key is not None:
+        validation.check_key(key)

@@ -32,11 +32,11 @@ from eventstore.core.frozen import maker
 from eventstore.core.gc_pause import paused_gc
 from eventstore.core.sessions import Fold, SessionState, SessionTable
 from eventstore.core.tuning import Tuning
+from eventstore.core.validation import check_key
 from eventstore.engines.base import EMPTY_HEAD, EncodedBatch, Engine, Head, HeadMovedError
 from eventstore.errors import (
     EventStoreError,
     InvalidArgumentError,
-    InvalidRecordError,
     StoreClosedError,
     UnknownProjectionError,
 )
@@ -354,7 +354,7 @@ class SessionCore:
         before returns that batch's result with `replayed=True`, writing nothing; whether
         it was the same request is the caller's to check (`fingerprint`)."""
         if idempotency_key is not None:
-            _check_key(idempotency_key)
+            check_key(idempotency_key)
         sess = self.session(session_id)
         wanted = (self.idempotency, *needs) if idempotency_key is not None else needs
         with sess.lock:
@@ -487,18 +487,6 @@ CoreOwner = SessionCore | HasCore
 def core_of(owner: CoreOwner) -> SessionCore:
     """The session core of `owner`: itself, or the core a `SessionStore` is built on."""
     return owner if isinstance(owner, SessionCore) else owner.core
-
-
-def _check_key(key: object) -> None:
-    if not isinstance(key, str) or not key:
-        raise InvalidRecordError("idempotency_key must be a non-empty str")
-    if not key.isascii():
-        try:
-            key.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidRecordError(
-                f"idempotency_key {key!r} is not encodable as UTF-8 (lone surrogate)"
-            ) from None
 
 
 def _all_at(folds: dict[str, Fold], projections: Sequence[Projection[Any]], head: Head) -> bool:

@@ -1,17 +1,30 @@
 """Validated copies of the records a caller hands the store: what every write path (the
-session API, the legacy import) checks before anything is encoded."""
+session API, the legacy import) checks before anything is encoded; and the checks of the
+plain arguments of the API and the operations (a sequence number, a flag, an
+idempotency key), each an InvalidArgumentError or InvalidRecordError naming the
+parameter, raised before anything is read or written."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TypeVar
 
-from eventstore.errors import InvalidRecordError
+from eventstore.errors import InvalidArgumentError, InvalidRecordError
 from eventstore.format.codec import validated_copy
 from eventstore.records import FeatureRecord, SessionManifest
 from eventstore.session_ids import validate_session_id
 
-__all__ = ["exactly", "feature_list", "manifest_of", "records"]
+__all__ = [
+    "check_key",
+    "described",
+    "exactly",
+    "feature_list",
+    "flag",
+    "manifest_of",
+    "optional_whole",
+    "records",
+    "whole",
+]
 
 T = TypeVar("T")
 
@@ -52,3 +65,42 @@ def records(values: object, cls: type[T], what: str) -> list[T]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise InvalidRecordError(f"{what} must be a list of {cls.__name__}")
     return [validated_copy(v, cls, f"{what}[{i}]") for i, v in enumerate(values)]
+
+
+def described(value: object) -> str:
+    """A wrong argument for a message: its type and (the start of) its repr."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:39] + '…'}"
+
+
+def whole(value: object, what: str) -> int:
+    """`value` if it is an int (not a bool), else InvalidArgumentError naming `what`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{what} must be an int, not {described(value)}")
+    return value
+
+
+def optional_whole(value: object, what: str) -> int | None:
+    """`whole`, or None."""
+    return None if value is None else whole(value, what)
+
+
+def flag(value: object, what: str) -> bool:
+    """`value` if it is a bool, else InvalidArgumentError (None or 0 is no False: a
+    caller passing one meant something the store cannot tell)."""
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{what} must be True or False, not {described(value)}")
+    return value
+
+
+def check_key(key: object) -> None:
+    """An idempotency key: a non-empty str encodable as UTF-8, else InvalidRecordError."""
+    if not isinstance(key, str) or not key:
+        raise InvalidRecordError("idempotency_key must be a non-empty str")
+    if not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRecordError(
+                f"idempotency_key {key!r} is not encodable as UTF-8 (lone surrogate)"
+            ) from None

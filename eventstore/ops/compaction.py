@@ -34,7 +34,9 @@ from eventstore import entropy
 from eventstore.core.folding import fold_events
 from eventstore.core.segments import pruning_records
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
+from eventstore.core.validation import described, flag
 from eventstore.engines.base import HeadMovedError, ReadResult
+from eventstore.errors import InvalidArgumentError
 from eventstore.format.codec import EventCodec
 from eventstore.format.events import (
     ArchivePruned,
@@ -111,6 +113,10 @@ def compact(
     `force`: compact even when the snapshot would not be smaller than the log (an empty
     session, or a lone snapshot with no retention asked for, is still skipped)."""
     core = core_of(core)
+    flag(archive, "archive")
+    flag(force, "force")
+    if retention is not None and not isinstance(retention, Retention):
+        raise InvalidArgumentError(f"retention must be a Retention, not {described(retention)}")
     t0 = time.perf_counter()
     sess = core.session(session_id)
     engine = core.engine

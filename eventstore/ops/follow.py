@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 
 from eventstore.core.session_core import CoreOwner, core_of
+from eventstore.core.validation import described, whole
 from eventstore.engines.base import EMPTY_HEAD
 from eventstore.errors import InvalidArgumentError
 from eventstore.format.events import (
@@ -62,6 +63,9 @@ def follow(
     core = core_of(core)
     poll_interval = poll_interval_of(poll_interval)
     core.session(session_id)
+    whole(from_seq, "from_seq")
+    if stop is not None and not callable(getattr(stop, "is_set", None)):
+        raise InvalidArgumentError(f"stop must be a threading.Event, not {described(stop)}")
     engine = core.engine
     decoder = core.codec.decoder(None)
     head = EMPTY_HEAD

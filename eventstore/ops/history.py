@@ -27,7 +27,7 @@ Decisions (documented in the README, "Audit and replay"):
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +37,7 @@ import msgspec
 
 from eventstore.core.segments import pruned_start, read_segment
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
+from eventstore.core.validation import described, optional_whole, whole
 from eventstore.errors import (
     CorruptLogError,
     HistoryPrunedError,
@@ -242,6 +243,10 @@ def _type_filter(
     """(decoder, predicate) for a `types` filter: tags or Event classes."""
     if types is None:
         return core.codec.decoder(None), None
+    if isinstance(types, (str, bytes, bytearray, Mapping)) or not isinstance(types, Iterable):
+        raise InvalidArgumentError(
+            f"types must be a list of event tags or Event classes, not {described(types)}"
+        )
     tags: set[str] = set()
     classes: list[type[Event]] = []
     for t in types:
@@ -252,7 +257,9 @@ def _type_filter(
             if t is not UnknownEvent:
                 tags.add(event_tag(t))
         else:
-            raise TypeError(f"types must hold event tags or Event classes, not {t!r}")
+            raise InvalidArgumentError(
+                f"types must hold event tags or Event classes, not {described(t)}"
+            )
     known = frozenset(tags & set(core.codec.types))
     want_unknown = UnknownEvent in classes
 
@@ -286,13 +293,19 @@ def read_events(
     nothing.
     """
     core = core_of(core)
+    core.session(session_id)  # a bad id refused before anything is read
+    whole(from_seq, "from_seq")
+    optional_whole(to_seq, "to_seq")
     decoder, keep = _type_filter(core, types)
     wants_snapshots = keep is not None and keep(Snapshot(base_h=""))
-    for ev, _ in iter_history(
-        core, session_id, decoder, from_seq, to_seq, all_snapshots=wants_snapshots
-    ):
-        if keep is None or keep(ev):
-            yield ev
+    # the arguments are checked above, when called; the events are read as iterated
+    return (
+        ev
+        for ev, _ in iter_history(
+            core, session_id, decoder, from_seq, to_seq, all_snapshots=wants_snapshots
+        )
+        if keep is None or keep(ev)
+    )
 
 
 def parse_time(text: str) -> datetime:

@@ -20,6 +20,7 @@ from pathlib import PurePath
 import msgspec
 
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
+from eventstore.core.validation import described, flag
 from eventstore.engines.base import (
     Head,
     PrunedSegment,
@@ -58,6 +59,8 @@ _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 def parse_age(text: str) -> timedelta:
     """`30d`, `12h`, `90m`, `45s`, `2w` (a number and a unit) as a timedelta;
     InvalidArgumentError (a ValueError) naming the text otherwise."""
+    if not isinstance(text, str):
+        raise InvalidArgumentError(f"an age is a str such as 30d, not {described(text)}")
     m = _AGE.match(text)
     if m is None:
         raise InvalidArgumentError(
@@ -144,6 +147,7 @@ def delete_older_than(
     when it races an explicit `delete_session`.
     """
     core = core_of(core)
+    flag(dry_run, "dry_run")
     # refused before any session is judged (a naive `now` would raise a bare TypeError
     # at the first comparison)
     if not isinstance(age, timedelta) or age < timedelta(0):
@@ -270,6 +274,7 @@ def prune_archive(core: CoreOwner, session_id: str, before: int | datetime) -> P
     UnsupportedError, writing nothing, for an engine that cannot prune.
     """
     core = core_of(core)
+    core.session(session_id)  # validates the id, checks the store is open
     if isinstance(before, bool) or not isinstance(before, (int, datetime)):
         raise InvalidArgumentError(
             f"before must be a sequence number or a datetime, not {before!r}"

@@ -113,6 +113,7 @@ from eventstore.engines.file.snapshot import (
 from eventstore.errors import (
     CorruptLogError,
     EventStoreError,
+    InvalidArgumentError,
     StorageError,
     UnsafePathError,
 )
@@ -839,7 +840,9 @@ def from_url(url_or_path: str | os.PathLike[str], **options: Any) -> FileEngine:
         if rest and not rest.startswith("/"):
             host, _, path = rest.partition("/")
             if host not in ("", "localhost"):
-                raise ValueError(f"{text}: a file:// URL names a local path (file:///abs/dir)")
+                raise InvalidArgumentError(
+                    f"{text}: a file:// URL names a local path (file:///abs/dir)"
+                )
             rest = "/" + path
         text = rest
     if not text:
@@ -869,6 +872,8 @@ def _ensure_root(root: Path) -> None:
             except OSError:
                 pass  # the directories exist and work; only power-loss durability is lost
         return
+    except OSError as exc:  # e.g. a directory on the path this user cannot search
+        raise storage_error(root, "opening the store root", exc) from exc
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"store root {root} exists and is not a directory")
 

@@ -49,7 +49,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from eventstore.errors import EventStoreError
+from eventstore.errors import EventStoreError, InvalidArgumentError
 
 __all__ = [
     "SCHEMA_NAME",
@@ -83,9 +83,10 @@ class SchemaVersionError(EventStoreError):
 
 
 def quote_schema(name: str) -> str:
-    """The schema name as a quoted SQL identifier; ValueError for an unaccepted name."""
+    """The schema name as a quoted SQL identifier; InvalidArgumentError (a ValueError)
+    for an unaccepted name."""
     if not SCHEMA_NAME.fullmatch(name):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"schema name {name!r} is not accepted: lower-case letters, digits and _,"
             " not starting with a digit, at most 40 characters"
         )
