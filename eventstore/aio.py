@@ -503,13 +503,14 @@ class AsyncSessionStore:
         archive: bool = True,
         retention: Retention | None = None,
         force: bool = False,
+        dry_run: bool = False,
     ) -> CompactionReport:
         """Rewrite the session's log as one snapshot, atomically (skipped when it would
-        not shrink, unless `force`: see `SessionStore.compact`)."""
+        not shrink, unless `force`; `dry_run` writes nothing: see `SessionStore.compact`)."""
         return await self._submit(
             session_id,
             lambda: self.store.compact(
-                session_id, archive=archive, retention=retention, force=force
+                session_id, archive=archive, retention=retention, force=force, dry_run=dry_run
             ),
         )
 

@@ -508,17 +508,24 @@ class SessionStore:
         archive: bool = True,
         retention: Retention | None = None,
         force: bool = False,
+        dry_run: bool = False,
     ) -> CompactionReport:
         """Rewrite the session's log as one snapshot, atomically (see eventstore.ops.compaction).
 
         `archive` keeps the old log in the session's history; `retention` trims the
         snapshot's lists (opt-in). Skipped, changing nothing, when the snapshot would not
         be smaller than the log, unless `force`. Safe beside live writers in any process.
+        `dry_run`: report what it would do, and write nothing.
         """
         from eventstore.ops import compaction
 
         return compaction.compact(
-            self.core, session_id, archive=archive, retention=retention, force=force
+            self.core,
+            session_id,
+            archive=archive,
+            retention=retention,
+            force=force,
+            dry_run=dry_run,
         )
 
     def fork_session(self, source: str, session_id: str, at_seq: int | None = None) -> ForkResult:

@@ -404,6 +404,7 @@ API: dict[str, tuple[dict[str, Any], dict[str, Callable[[object], bool]]]] = {
             "archive": _is(bool),
             "retention": _opt(_is(Retention)),
             "force": _is(bool),
+            "dry_run": _is(bool),
         },
     ),
     "first_kept_seq": ({"session_id": "s"}, {"session_id": _STR}),

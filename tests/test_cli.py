@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES, LOGS, make_entry
+from conftest import FIXTURES, LOGS, make_entry, one_line_error
 
 from eventstore import SessionStore
 from eventstore.cli.app import main
@@ -263,3 +263,143 @@ def test_store_copies_are_independent(demo: tuple[Path, str, str], tmp_path: Pat
     cli("compact", root, "demo")
     assert cli("sessions", demo[0], "--json").json()[0]["archive_files"] == 0
     assert cli("sessions", root, "--json").json()[0]["archive_files"] == 1
+
+
+# -- what a new user met (issue 29) ---------------------------------------------------------
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_compact_dry_run_skips_a_log_that_is_one_snapshot_as_the_real_run_does(
+    tmp_path: Path, force: list[str]
+) -> None:
+    """Broken (issue 29): `compact --all --dry-run` said it "would compact" a session
+    that is already one snapshot, which the real run skips. The head tells a lone
+    snapshot from a lone event (what the next line chains to), so the dry run says
+    the same as the real run, still without reading a log."""
+    root = tmp_path / "store"
+    install(root, "complete.jsonl", "big")
+    install(root, "complete.jsonl", "fresh")
+    cli("compact", root, "big")
+    with SessionStore(root) as store:
+        store.append_progress_entry("one", make_entry(0))  # one line, not a snapshot
+    before = _tree(root)
+    dry = cli("compact", root, "--all", "--dry-run", *force, "--json").json()
+    assert _tree(root) == before
+    real = cli("compact", root, "--all", *force, "--json").json()
+    dry_of = {s["session_id"]: (s["result"], s["skipped"]) for s in dry["sessions"]}
+    real_of = {s["session_id"]: (s["result"], s["skipped"]) for s in real["sessions"]}
+    assert dry_of["big"] == real_of["big"] == ("skipped", "one_snapshot")
+    assert dry_of["fresh"] == ("would compact", None) and real_of["fresh"][0] == "compacted"
+    text = cli("compact", root, "big", "--dry-run").out
+    assert "skipped        big: the log is already one snapshot" in text
+
+
+def test_compact_dry_run_in_the_library_writes_nothing_and_says_what_it_would_do(
+    tmp_path: Path,
+) -> None:
+    """`compact(dry_run=True)` builds the snapshot as a compaction would (so it knows a
+    snapshot that would not be smaller), and writes nothing."""
+    root = tmp_path / "store"
+    install(root, "complete.jsonl", "fresh")
+    with SessionStore(root) as store:
+        store.append_progress_entry("one", make_entry(0))
+        before = _tree(root)
+        rep = store.compact("fresh", dry_run=True)
+        assert rep.dry_run and not rep.compacted and rep.skipped is None
+        assert rep.bytes_after < rep.bytes_before
+        assert store.compact("one", dry_run=True).skipped == "would_not_shrink"
+        assert _tree(root) == before
+        assert store.compact("fresh").bytes_after == rep.bytes_after
+
+
+def test_prune_archive_before_past_the_end_is_refused_naming_the_last_archived_seq(
+    tmp_path: Path,
+) -> None:
+    """Broken (issue 29): `compact --prune-archive-before 99999` silently removed the
+    whole archive. A value past the end of the history is refused for that session
+    before anything changes, naming where the archive ends; the seq after the last
+    event prunes all of it, explicitly."""
+    root = tmp_path / "store"
+    install(root, "complete.jsonl", "s")
+    with SessionStore(root) as store:
+        last = store.last_seq("s")
+    cli("compact", root, "s")
+    before = _tree(root)
+    res = cli("compact", root, "s", "--prune-archive-before", "99999", code=1)
+    assert f"its archive ends at seq {last}" in res.out and f"at most {last + 1}" in res.out
+    assert "nothing was changed" in res.out
+    assert _tree(root) == before
+    cli("compact", root, "s", "--prune-archive-before", last + 1)
+    with SessionStore(root) as store:
+        assert store.first_kept_seq("s") == last + 1
+
+
+def test_log_after_pruning_starts_at_the_first_kept_event_as_follow_does(
+    tmp_path: Path,
+) -> None:
+    """Broken (issue 29): after pruning, `log` exited 2 asking for --from-seq while
+    `follow` started at the first kept event. Now `log` starts there too, and says so
+    on stderr; an explicit --from-seq below it is still refused."""
+    root = tmp_path / "store"
+    install(root, "complete.jsonl", "s")
+    with SessionStore(root) as store:
+        last = store.last_seq("s")
+        store.compact("s")
+        store.append_progress_entry("s", make_entry(1))
+        store.prune_archive("s", last + 1)
+        kept = store.first_kept_seq("s")
+    res = cli("log", root, "s", "--json")
+    assert [e["seq"] for e in res.jsonl()][0] == kept
+    assert f"events 1..{kept - 1}" in res.err and f"from seq {kept}" in res.err
+    assert f"--from-seq {kept}" in cli("log", root, "s", "--from-seq", 1, code=2).err
+
+
+def test_verify_problem_table_is_aligned_without_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broken (issue 29): without --full the header was indented and the rows were not.
+    Every line of the table starts at the same column, and its columns line up."""
+    for columns in ("200", "80"):
+        monkeypatch.setenv("COLUMNS", columns)
+        for full in ([], ["--full"]):
+            out = cli("verify", FIXTURES / "tamper" / "edited", "golden", *full, code=1).out
+            header, *rows = out.splitlines()[1:]
+            assert rows and all(line.startswith("  ") and line[2] != " " for line in rows)
+            assert header.startswith("  SEVERITY")
+            for name in ("FILE", "KIND", "MESSAGE"):
+                col = header.index(name)
+                assert all(line[col - 1] == " " and line[col] != " " for line in rows), out
+            if not full:
+                assert all(len(line) <= int(columns) for line in out.splitlines())
+
+
+def test_report_into_a_missing_directory_names_it(
+    demo: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    """Broken (issue 29): `report -o /missing-dir/x.html` showed an internal temporary
+    file's name. Now the error names the directory, and nothing is written."""
+    root, _, _ = demo
+    sid = cli("sessions", root, "--json").json()[0]["session_id"]
+    target = tmp_path / "missing-dir" / "x.html"
+    err = cli("report", root, sid, "-o", target, code=2).err
+    assert f"{target.parent} does not exist" in err and ".tmp" not in err
+    one_line_error(err)
+    (tmp_path / "file").write_text("")
+    err = cli("report", root, sid, "-o", tmp_path / "file" / "x.html", code=2).err
+    assert "is not a directory" in err
+    assert not (tmp_path / "missing-dir").exists()
+
+
+def test_sessions_one_level_too_deep_hints_the_store(demo: tuple[Path, str, str]) -> None:
+    """Broken (issue 29): `eventstore sessions store/sessions` said "no sessions" with
+    no hint. Now a hint names the store (and for a session's own folder too)."""
+    root, _, _ = demo
+    res = cli("sessions", root / "sessions")
+    assert "no sessions" in res.out
+    assert f"the store is {root}" in res.err and f"eventstore sessions {root}" in res.err
+    sid = cli("sessions", root, "--json").json()[0]["session_id"]
+    assert f"the store is {root}" in cli("sessions", root / "sessions" / sid).err
+    assert not (root / "sessions" / "sessions").exists()  # nothing was created
+    assert cli("sessions", root).err == ""

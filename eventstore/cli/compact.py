@@ -1,10 +1,15 @@
 """The `compact` command: compact many sessions into snapshots, offline or beside live
 writers; one failure never stops the rest. A view of `SessionStore.compact`.
 
-Whether a session is worth compacting (`--min-bytes`, `--min-events`, `--dry-run`) is
-decided from its head (the live log's size and sequence numbers), never by reading the
-log whole and never through a link. On a terminal a progress bar runs on stderr while
-each session's line is printed above it.
+Whether a session is worth compacting (`--min-bytes`, `--min-events`) is decided from
+its head (the live log's size and sequence numbers), never by reading the log whole and
+never through a link; so is `--dry-run`, which skips what the real run skips by those
+thresholds and a log that is already one snapshot (the head tells it), but cannot tell
+whether a snapshot would be smaller without building it (`compact(dry_run=True)` in the
+library does that, at a compaction's cost). A `--prune-archive-before SEQ`
+past the end of a session's history is refused for that session before anything
+changes. On a terminal a progress bar runs on stderr while each session's line is
+printed above it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from eventstore.cli.args import (
 )
 from eventstore.cli.delete import (
     add_prune_option,
+    check_prune_before,
     prune_after_compact,
 )
 from eventstore.cli.format import (
@@ -174,13 +180,16 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if summary["failed"] else EXIT_OK
 
 
-def live_log_size(store: SessionStore, sid: str) -> tuple[int, int]:
-    """(bytes, events) of the session's live log, from its head alone: never read whole
-    (the file engine reads the tail and refuses links)."""
+def live_log_size(store: SessionStore, sid: str) -> tuple[int, int, bool]:
+    """(bytes, events, whether it is one snapshot) of the session's live log, from its
+    head alone: never read whole (the file engine reads the tail and refuses links). A
+    lone line is a snapshot when what the next line chains to is not its own `h` but the
+    snapshot's `base_h`."""
     head = store.engine.head(sid)
     if head.seq == 0:
         raise UnknownSessionError(f"session {sid!r} has no committed event")
-    return head.size, head.seq - head.base_seq + 1
+    events = head.seq - head.base_seq + 1
+    return head.size, events, events == 1 and head.link != head.h
 
 
 def _compact_one(store: SessionStore, sid: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -197,14 +206,20 @@ def _compact_one(store: SessionStore, sid: str, args: argparse.Namespace) -> dic
         "detail": "",
     }
     try:
-        size, events = live_log_size(store, sid)
+        size, events, one_snapshot = live_log_size(store, sid)
         res.update(bytes_before=size, bytes_after=size, events_before=events, events_after=events)
         described = f"{fmt_bytes(size)}, {plural(events, 'event')}"
+        check_prune_before(store, sid, args)
         if size < args.min_bytes or events < args.min_events:
             res.update(
                 result="skipped",
                 skipped="below_threshold",
                 detail=f"below the threshold ({described})",
+            )
+            return res
+        if args.dry_run and one_snapshot:  # as the real run skips it (said the same way)
+            res.update(
+                result="skipped", skipped="one_snapshot", detail="the log is already one snapshot"
             )
             return res
         if args.dry_run:

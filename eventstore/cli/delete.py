@@ -28,7 +28,7 @@ from eventstore.errors import (
     EventStoreError,
     InvalidArgumentError,
 )
-from eventstore.ops.history import parse_time
+from eventstore.ops.history import history_files, parse_time
 from eventstore.ops.lifecycle import (
     ExpiryResult,
     delete_older_than,
@@ -37,7 +37,7 @@ from eventstore.ops.lifecycle import (
 )
 from eventstore.store import SessionStore
 
-__all__ = ["add_parser", "add_prune_option", "prune_after_compact", "run"]
+__all__ = ["add_parser", "add_prune_option", "check_prune_before", "prune_after_compact", "run"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -160,6 +160,26 @@ def add_prune_option(p: argparse.ArgumentParser) -> None:
         metavar="SEQ|TIME",
         help="after compacting, remove archived history wholly before SEQ or TIME"
         " (recorded as an archive_pruned event)",
+    )
+
+
+def check_prune_before(store: SessionStore, sid: str, args: argparse.Namespace) -> None:
+    """Refuse a `--prune-archive-before SEQ` past the end of the session's history (a
+    typo such as 99999 would remove its whole archive): at most the seq after its last
+    event (which prunes every archived event). InvalidArgumentError naming the last
+    archived seq and the last event; checked before the session is compacted."""
+    before = getattr(args, "prune_archive_before", None)
+    if not isinstance(before, int):
+        return
+    head = store.last_seq(sid)
+    if before <= head + 1:
+        return
+    archived = [f.last_seq for f in history_files(store.core, sid) if f.archived and f.last_seq]
+    kept = f"its archive ends at seq {max(archived)}" if archived else "it has no archive yet"
+    raise InvalidArgumentError(
+        f"--prune-archive-before {before} is past the end of session {sid!r}: {kept}, its"
+        f" last event is seq {head}; give at most {head + 1} to prune all of its archive"
+        " (nothing was changed)"
     )
 
 

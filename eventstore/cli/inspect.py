@@ -38,6 +38,7 @@ from eventstore.cli.format import (
 from eventstore.cli.store import (
     need_session,
     open_store,
+    root_hint,
     shown_root,
 )
 from eventstore.cli.transcript_text import describe_message
@@ -79,7 +80,10 @@ def add_parser(sub: Subparsers) -> None:
         "--type", action="append", metavar="TYPE", help="only events of TYPE (repeatable)"
     )
     p.add_argument(
-        "--from-seq", type=nonneg_int, default=1, metavar="N", help="first sequence number"
+        "--from-seq",
+        type=nonneg_int,
+        metavar="N",
+        help="first sequence number (default: the first the history keeps)",
     )
     p.add_argument("--to-seq", type=nonneg_int, metavar="N", help="last sequence number")
     p.add_argument("--since", type=parse_time, metavar="T", help="appended at or after T")
@@ -175,6 +179,9 @@ def run_sessions(args: argparse.Namespace) -> int:
     good = [r for r in rows if not r["error"]]
     if not rows:
         print(f"no sessions in {shown_root(args)}")
+        hint = root_hint(args)
+        if hint is not None:
+            print(f"eventstore: hint: {hint}", file=sys.stderr)
     elif good:
         print(
             table(
@@ -217,8 +224,17 @@ def run_log(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         need_session(store, args.session, shown_root(args))
         _check_types(store, args.type)
+        from_seq = args.from_seq
+        if from_seq is None:  # the whole history kept: after pruning, from its first event
+            from_seq = store.first_kept_seq(args.session)
+            if from_seq > 1:
+                print(
+                    f"eventstore: events 1..{from_seq - 1} of {args.session!r} were pruned"
+                    f" from the archive; showing from seq {from_seq}",
+                    file=sys.stderr,
+                )
         events: Iterable[Event] = audit.read_events(
-            store.core, args.session, from_seq=args.from_seq, to_seq=args.to_seq, types=args.type
+            store.core, args.session, from_seq=from_seq, to_seq=args.to_seq, types=args.type
         )
         if args.since or args.until:
             since, until = args.since, args.until

@@ -106,6 +106,11 @@ def run(args: argparse.Namespace, out: BinaryIO | None = None, err: TextIO | Non
     """Execute `eventstore report` for parsed `args`; returns the exit status."""
     out = sys.stdout.buffer if out is None else out
     err = sys.stderr if err is None else err
+    where = Path(args.output).parent
+    if args.output != "-" and not where.is_dir():  # said before any work, in plain words
+        what = "is not a directory" if where.exists() else "does not exist"
+        print(f"eventstore report: error: cannot write {args.output}: {where} {what}", file=err)
+        return EXIT_USAGE
     try:
         with open_store(args) as store:  # a path or any store URL, as every command takes
             page = build_report(store, args.session, max_bytes=args.max_bytes)
@@ -119,8 +124,9 @@ def run(args: argparse.Namespace, out: BinaryIO | None = None, err: TextIO | Non
         return EXIT_OK
     try:
         write_atomically(Path(args.output), data)
-    except OSError as exc:
-        print(f"eventstore report: error: cannot write {args.output}: {exc}", file=err)
+    except OSError as exc:  # the error's own file name is the temporary one: not shown
+        why = exc.strerror or type(exc).__name__
+        print(f"eventstore report: error: cannot write {args.output}: {why}", file=err)
         return EXIT_USAGE
     print(f"wrote {args.output} ({len(data):,} bytes)", file=err)
     return EXIT_OK

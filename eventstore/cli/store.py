@@ -32,6 +32,7 @@ __all__ = [
     "need_session",
     "need_sessions",
     "open_store",
+    "root_hint",
     "shown_root",
     "store_path",
 ]
@@ -128,6 +129,39 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> SessionStor
     # another URL (memory://, postgresql://) goes to the engine it names, which refuses
     # what it cannot open with a typed error
     return SessionStore(root if path is None else path, event_types=types)
+
+
+def root_hint(args: argparse.Namespace) -> str | None:
+    """Where the store probably is when ROOT (a path) holds no session but lies inside a
+    store: a store's `sessions` folder, or one session's folder (each holds a
+    `log.jsonl`). None otherwise, and for a URL of another engine."""
+    path = store_path(str(args.root))
+    if path is None:
+        return None
+    if path.parent.name == "sessions" and (path / "log.jsonl").is_file():
+        store, what = path.parent.parent, "one session's folder"
+    elif path.name == "sessions" and any(
+        (child / "log.jsonl").is_file() for child in _first_dirs(path, 20)
+    ):
+        store, what = path.parent, "the sessions folder of a store"
+    else:
+        return None
+    return f"{path} is {what}; the store is {store} (try: eventstore {args.command} {store})"
+
+
+def _first_dirs(path: Path, n: int) -> list[Path]:
+    """Up to `n` subdirectories of `path` (no links followed), in no order."""
+    found: list[Path] = []
+    try:
+        with os.scandir(path) as it:
+            for entry in it:
+                if entry.is_dir(follow_symlinks=False):
+                    found.append(Path(entry.path))
+                    if len(found) == n:
+                        break
+    except OSError:
+        pass
+    return found
 
 
 def need_session(store: SessionStore, session_id: str, shown: str) -> None:

@@ -6,6 +6,7 @@ valid prefix and move a corrupt log aside). Views of `eventstore.ops.audit.verif
 from __future__ import annotations
 
 import argparse
+import textwrap
 from pathlib import Path
 
 from eventstore.cli.args import (
@@ -24,6 +25,7 @@ from eventstore.cli.format import (
     kv,
     plural,
     table,
+    terminal_width,
 )
 from eventstore.cli.store import (
     need_session,
@@ -107,7 +109,7 @@ def run_verify(args: argparse.Namespace) -> int:
         if r.problems:
             rows = [
                 [
-                    "  " + p.severity,
+                    p.severity,
                     _shown_file(p.file, args),
                     p.offset,
                     "-" if p.seq is None else p.seq,
@@ -116,8 +118,13 @@ def run_verify(args: argparse.Namespace) -> int:
                 ]
                 for p in r.problems
             ]
-            headers = ["  SEVERITY", "FILE", "OFFSET", "SEQ", "KIND", "MESSAGE"]
-            print(table(headers, rows, right=(2, 3), flex=5, full=args.full))
+            headers = ["SEVERITY", "FILE", "OFFSET", "SEQ", "KIND", "MESSAGE"]
+            # indented under the session's line, every row alike (a cell's own leading
+            # spaces would be folded away without --full)
+            fitted = table(
+                headers, rows, right=(2, 3), flex=5, full=args.full, width=terminal_width() - 2
+            )
+            print(textwrap.indent(fitted, "  "))
     if len(reports) > 1 or args.all:
         bad = sum(1 for r in reports if not r.ok)
         print(f"\n{plural(len(reports), 'session')} verified, {bad} with errors")

@@ -71,7 +71,8 @@ class CompactionReport:
     written (0 when none was built). `archive`: the name of the archived segment that keeps
     the replaced log (the engine's name: a path for the file engine, a URL-like name
     elsewhere), None without an archive; `archive_path`: that file, for the file engine
-    only (None elsewhere)."""
+    only (None elsewhere). `dry_run`: it was one (`compact(dry_run=True)`): nothing
+    changed, and the sizes after are what a compaction would leave."""
 
     session_id: str
     events_before: int
@@ -88,6 +89,7 @@ class CompactionReport:
     skipped: SkipReason | None = None
     snapshot_bytes: int = 0
     archive: str | None = None
+    dry_run: bool = False
 
 
 def _last_activity(events: list[Event]) -> datetime | None:
@@ -108,13 +110,18 @@ def compact(
     archive: bool = True,
     retention: Retention | None = None,
     force: bool = False,
+    dry_run: bool = False,
 ) -> CompactionReport:
     """Replace the session's log by one snapshot line; see the module docstring.
     `force`: compact even when the snapshot would not be smaller than the log (an empty
-    session, or a lone snapshot with no retention asked for, is still skipped)."""
+    session, or a lone snapshot with no retention asked for, is still skipped).
+    `dry_run`: decide and build the snapshot as a compaction would, write nothing, and
+    report what it would do (`dry_run` True, `compacted` False, `skipped` as a
+    compaction would skip it, sizes after as they would be)."""
     core = core_of(core)
     flag(archive, "archive")
     flag(force, "force")
+    flag(dry_run, "dry_run")
     if retention is not None and not isinstance(retention, Retention):
         raise InvalidArgumentError(f"retention must be a Retention, not {described(retention)}")
     t0 = time.perf_counter()
@@ -127,7 +134,7 @@ def compact(
         if covers.seq == 0:
             return CompactionReport(
                 session_id, 0, 0, 0, 0, 0, 0, None, time.perf_counter() - t0, False,
-                notes=["the session has no events"], skipped="no_events",
+                notes=["the session has no events"], skipped="no_events", dry_run=dry_run,
             )  # fmt: skip
         events = read_lines(res.data, codec, codec.decoder(None), res.where).events
         first_seq = events[0].seq
@@ -137,7 +144,7 @@ def compact(
             return CompactionReport(
                 session_id, 1, 1, size, size, first_seq, last.seq, None,
                 time.perf_counter() - t0, False, notes=["the log is already one snapshot"],
-                skipped="one_snapshot", snapshot_bytes=size,
+                skipped="one_snapshot", snapshot_bytes=size, dry_run=dry_run,
             )  # fmt: skip
         states, folded, trimmed = _fold_states(core, session_id, res, events, retention)
         snap = build_snapshot(events, states, res.data[:size], covers.link, codec, archive, trimmed)
@@ -149,7 +156,14 @@ def compact(
                 time.perf_counter() - t0, False, unknown_kept=len(unknown),
                 notes=[f"the snapshot ({len(line)} bytes) would not be smaller than the"
                        f" log ({size} bytes)"],
-                skipped="would_not_shrink", snapshot_bytes=len(line),
+                skipped="would_not_shrink", snapshot_bytes=len(line), dry_run=dry_run,
+            )  # fmt: skip
+        if dry_run:
+            return CompactionReport(
+                session_id, len(events), 1, size, len(line), first_seq, last.seq, None,
+                time.perf_counter() - t0, False, unknown_kept=len(unknown),
+                notes=["a dry run: nothing was written"], snapshot_bytes=len(line),
+                dry_run=True,
             )  # fmt: skip
         try:
             done = engine.install_snapshot(session_id, line, covers, keep_history=archive)
