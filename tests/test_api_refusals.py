@@ -466,7 +466,7 @@ def _call(target: Any, method: str, kwargs: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(("method", "param"), CASES, ids=[f"{m}-{p}" for m, p in CASES])
 @settings(
-    max_examples=15,
+    max_examples=10,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
@@ -491,7 +491,7 @@ def test_every_method_refuses_a_wrong_typed_argument_and_writes_nothing(
 
 @pytest.mark.parametrize(("method", "param"), CASES[::3], ids=[f"{m}-{p}" for m, p in CASES[::3]])
 @settings(
-    max_examples=5,
+    max_examples=3,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )

@@ -427,9 +427,8 @@ def _run(argv: list[str]) -> int:
 @pytest.mark.parametrize(
     "command",
     [
-        ["log"],
         ["log", "--from-seq", "2"],
-        ["log", "--json"],
+        ["log", "--from-seq", "1", "--json"],
         ["state", "--at-seq", "2"],
         ["transcript", "--at-seq", "2"],
         ["state", "--at-time", "2000-01-01T00:00:00Z"],
@@ -453,9 +452,12 @@ def test_cli_reading_below_the_pruned_point_is_one_line_and_exit_2(
     assert out == ""  # refused before anything was printed (also with --json)
 
 
+@pytest.mark.parametrize("from_seq", [[], ["--from-seq", "first kept"]])
 def test_cli_log_from_the_first_seq_kept_works(
-    url: str, capsys: pytest.CaptureFixture[str]
+    url: str, capsys: pytest.CaptureFixture[str], from_seq: list[str]
 ) -> None:
+    """Without --from-seq `log` starts at the first event kept, as `follow` does, and
+    says so on stderr (issue 29: it exited 2 asking for --from-seq)."""
     with SessionStore(url) as store:
         if not isinstance(store.engine, PruningEngine):
             pytest.skip("this engine does not prune")
@@ -463,10 +465,12 @@ def test_cli_log_from_the_first_seq_kept_works(
         prune_archive(store, SID, bounds[0] + 1)
         last = store.last_seq(SID)
         capsys.readouterr()
-        assert _run(["log", url, SID, "--from-seq", str(bounds[0] + 1), "--json"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    seqs = [msgspec.json.decode(line)["seq"] for line in lines]
+        given = [a.replace("first kept", str(bounds[0] + 1)) for a in from_seq]
+        assert _run(["log", url, SID, *given, "--json"]) == 0
+    out, err = capsys.readouterr()
+    seqs = [msgspec.json.decode(line)["seq"] for line in out.strip().splitlines()]
     assert seqs == list(range(bounds[0] + 1, last + 1))
+    assert (f"showing from seq {bounds[0] + 1}" in err) == (not from_seq)
 
 
 # -- 3. a compaction that would not shrink is skipped ---------------------------------
