@@ -169,7 +169,7 @@ def _quarantine(
         first_seq=last + 1, last_seq=top, lines=len(dropped), bytes=len(buf) - cut, problem=why
     )
     data, _, _ = core.codec.encode_batch(
-        [stand_in] * (top - last), last + 1, link, datetime.now(UTC), None
+        [stand_in] * (top - last), last + 1, link, entropy.now(), None
     )
     return data, last + 1, top
 
