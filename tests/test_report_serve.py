@@ -113,6 +113,23 @@ def test_refusals(server: ReportServer, store_root: Path) -> None:
     assert files(store_root) == before  # nothing written, not even a lock file
 
 
+@pytest.mark.parametrize(
+    "method", ["TRACE", "PROPFIND", "CONNECT", "MKCOL", "M-SEARCH", "BREW", "POST", "OPTIONS"]
+)
+def test_every_method_but_get_and_head_is_405_with_allow(
+    server: ReportServer, store_root: Path, method: str
+) -> None:
+    """Issue 29 item 9: TRACE, PROPFIND, CONNECT (any method the server has no handler
+    for) got 501 "not implemented"; each is a method it does not allow: 405, and the
+    methods it does allow in `Allow`."""
+    before = files(store_root)
+    status, headers, body = request(server, method, "/session/s1")
+    assert status == 405, method
+    assert headers["Allow"] == "GET, HEAD"
+    assert b"report-data" not in body
+    assert files(store_root) == before
+
+
 def test_serve_from_the_command_line(store_root: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "eventstore", "serve", str(store_root), "--port", "0"],

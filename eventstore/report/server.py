@@ -3,15 +3,17 @@
 Owns a small read-only HTTP server (standard library `http.server`): `/` lists the
 store's sessions, `/session/<url-quoted id>` is that session's report page
 (eventstore.report), built afresh on every request so a reload shows what was appended
-since. It binds the loopback address only, answers GET and HEAD only, and refuses a
-request whose Host header is not the loopback address it listens on (a web page cannot
-reach it through DNS rebinding). It never writes to the store.
+since. It binds the loopback address only, answers GET and HEAD only (any other method
+gets 405 with `Allow: GET, HEAD`), and refuses a request whose Host header is not the
+loopback address it listens on (a web page cannot reach it through DNS rebinding).
+It never writes to the store.
 """
 
 from __future__ import annotations
 
 import html
 import threading
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -81,9 +83,19 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(head=False)
 
     def _refuse(self) -> None:
-        self._send(HTTPStatus.METHOD_NOT_ALLOWED, b"read-only: GET and HEAD only\n", "text/plain")
+        self._send(
+            HTTPStatus.METHOD_NOT_ALLOWED,
+            b"read-only: GET and HEAD only\n",
+            "text/plain",
+            extra={"Allow": "GET, HEAD"},
+        )
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse
+    def __getattr__(self, name: str) -> Callable[[], None]:
+        # the base class answers a method it finds no `do_<METHOD>` for with 501 (not
+        # implemented); every method but GET and HEAD is one this server does not allow
+        if name.startswith("do_"):
+            return self._refuse
+        raise AttributeError(name)
 
     def _answer(self, *, head: bool) -> None:
         port = self.server.server_address[1]
@@ -126,8 +138,18 @@ class _Handler(BaseHTTPRequestHandler):
             f"{body}</body></html>"
         ).encode()
 
-    def _send(self, status: HTTPStatus, body: bytes, ctype: str, *, head: bool = False) -> None:
+    def _send(
+        self,
+        status: HTTPStatus,
+        body: bytes,
+        ctype: str,
+        *,
+        head: bool = False,
+        extra: dict[str, str] | None = None,
+    ) -> None:
         self.send_response(status)
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
