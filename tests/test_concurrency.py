@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -15,7 +16,15 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from conftest import log_path, make_entry, make_features, make_manifest, run_threads
+from conftest import (
+    in_forked_child,
+    log_path,
+    make_entry,
+    make_features,
+    make_manifest,
+    run_threads,
+    wait_child,
+)
 
 from eventstore import (
     Message,
@@ -236,6 +245,81 @@ def test_threads_race_to_initialize(tmp_path: Path) -> None:
         assert state.manifest.current_objective == str(winners[0])
         assert len(state.feature_list) == winners[0] + 1
         assert store.last_seq(f"r{r}") == 2
+
+
+def _append_in_child(root: Path, durability: str, summaries: list[str], gate: int) -> int:
+    """Fork a process that waits for a byte on `gate`, then appends `summaries` one by one
+    to "shared" through a store of its own; returns its pid (exit 0: all acknowledged)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.read(gate, 1)
+            with SessionStore(root, durability) as s:  # type: ignore[arg-type]
+                for text in summaries:
+                    s.append_progress_entry("shared", ProgressEntry("child", text))
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
+
+
+@pytest.mark.parametrize("durability", ["flush", "fsync"])
+@pytest.mark.parametrize("how", ["rmtree", "rename", "rename-without-proc"])
+def test_a_cached_lock_excludes_after_the_session_dir_is_removed_and_recreated(
+    tmp_path: Path, how: str, durability: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29 item 2: a long-lived store keeps its lock descriptor between appends. The
+    session directory is removed by hand (`rm -rf`, or renamed away) and recreated by
+    another process; the old lock file's generation never moved, so the fast path
+    "locked" an unlinked file and appended beside the process holding the real lock (a
+    duplicated seq, a broken chain). Both now append at once: the log verifies, and
+    every acknowledged append is in it exactly once. (Without /proc, where no kernel
+    says where a descriptor points, the lock path is stat-ed instead.)"""
+    if how == "rename-without-proc":
+
+        def no_proc(path: object, *a: object, **k: object) -> str:
+            raise FileNotFoundError(path)
+
+        monkeypatch.setattr(os, "readlink", no_proc)
+    root = tmp_path / "store"
+    store = SessionStore(root, durability)  # type: ignore[arg-type]
+    for i in range(3):
+        store.append_progress_entry("shared", ProgressEntry("parent", f"old{i}"))
+    session_dir = log_path(root, "shared").parent
+    if how == "rmtree":
+        shutil.rmtree(session_dir)
+    else:
+        os.rename(session_dir, session_dir.with_name("moved-away"))
+
+    def recreate() -> None:
+        with SessionStore(root, durability) as s:  # type: ignore[arg-type]
+            s.append_progress_entry("shared", ProgressEntry("child", "first"))
+
+    assert in_forked_child(recreate, 60) == 0
+    n = 150 if durability == "flush" else 60
+    r, w = os.pipe()
+    pids = [_append_in_child(root, durability, [f"c{k}-{i}" for i in range(n)], r) for k in (0, 1)]
+    os.write(w, b"gg")
+    acked = ["first"]
+    try:
+        for i in range(n):
+            store.append_progress_entry("shared", ProgressEntry("parent", f"p{i}"))
+            acked.append(f"p{i}")
+    finally:
+        codes = [wait_child(pid, 120) for pid in pids]
+        os.close(r)
+        os.close(w)
+        store.close()
+    assert codes == [0, 0]
+    acked += [f"c{k}-{i}" for k in (0, 1) for i in range(n)]
+    with SessionStore(root) as fresh:
+        report = fresh.verify("shared")
+        assert report.ok, report
+        got = [
+            e.entry.summary for e in fresh.read_events("shared") if isinstance(e, ProgressAppended)
+        ]
+    assert sorted(got) == sorted(acked)
 
 
 def test_no_lock_is_held_after_a_failed_write(tmp_path: Path) -> None:

@@ -66,6 +66,7 @@ from eventstore.engines.file.caches import open_cache, store_cache
 from eventstore.engines.file.durability import bump_generation, make_durable, retire_journal
 from eventstore.engines.file.layout import (
     SessionPaths,
+    fd_path,
     fsync_dir,
     list_session_ids,
     open_private,
@@ -99,6 +100,7 @@ from eventstore.engines.file.session import (
     GEN_BYTES,
     LOCK_HEAD,
     SessionState,
+    lock_at_path,
     lock_exclusive,
     unlock,
 )
@@ -208,25 +210,30 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         """Take the session's writers' lock (the caller holds `sess.lock`); False, holding
         nothing, when the session directory does not exist and `create` is False.
 
-        Fast: the cached lock descriptor, and the generation it had. Slow (first use, or
-        the generation moved): open the lock file at its path; the lock file lives in
-        the session directory, which `remove_session` renames away, so after locking it
-        must still be the one at the path, else the session was removed meanwhile and
-        the lock is taken again on the new one.
+        Fast: the cached lock descriptor, the generation it had, and proof that it is
+        still the file at the lock path (`lock_at_path`: a session directory removed or
+        renamed by hand and recreated moves no generation, and a lock on the old file
+        excludes nobody). Slow (first use, or either check failed): open the lock file
+        at its path; the lock file lives in the session directory, which
+        `remove_session` renames away, so after locking it must still be the one at the
+        path, else the session was removed meanwhile and the lock is taken again on the
+        new one.
         """
         fd = sess.lock_fd
         if fd >= 0:
             lock_exclusive(fd)
             try:
                 head = os.pread(fd, LOCK_HEAD, 0)
-                if head[:GEN_BYTES] == sess.gen:
+                if head[:GEN_BYTES] == sess.gen and lock_at_path(sess):
                     sess.head = head
                     return True
             except BaseException:
                 unlock(fd)
                 raise
             unlock(fd)
-            sess.drop_fds()  # replaced or removed since: reopen at the path
+            # replaced or removed since (by a replacer, or by hand: the directory removed
+            # or renamed, which moves no generation): reopen at the path
+            sess.drop_fds()
         paths = sess.paths
         while True:
             try:
@@ -247,6 +254,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
                     sess.head = os.pread(fd, LOCK_HEAD, 0)
                     sess.gen = sess.head[:GEN_BYTES]
                     sess.lock_fd = fd
+                    sess.lock_mark = fd_path(fd) or ident_of(fd)
                     self._remember(sess)
                     return True
                 unlock(fd)
@@ -536,7 +544,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
                     # names the descriptor's file, "(deleted)" once renamed over
                     fast = (
                         known is not None
-                        and _fd_path(fd) == sess.log_link
+                        and fd_path(fd) == sess.log_link
                         and os.lseek(fd, 0, os.SEEK_END) == known.size
                     )
                     st = None
@@ -595,7 +603,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         if sess.log_link is None and self.durability == "fsync":
             # the descriptor is the live log (checked by path above, or just created):
             # from the next append on, the fast path asks the kernel, not the log's stat
-            sess.log_link = _fd_path(fd)
+            sess.log_link = fd_path(fd)
         return new
 
     def _create(self, sess: SessionState) -> tuple[int, Head]:
@@ -876,12 +884,3 @@ def _ensure_root(root: Path) -> None:
         raise storage_error(root, "opening the store root", exc) from exc
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"store root {root} exists and is not a directory")
-
-
-def _fd_path(fd: int) -> str | None:
-    """Where the kernel says the file open at `fd` is (" (deleted)" appended once it was
-    unlinked or renamed over); None where there is no /proc (the caller then stats)."""
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return None

@@ -33,6 +33,7 @@ __all__ = [
     "SessionPaths",
     "decode_session_dir",
     "ensure_private_dir",
+    "fd_path",
     "fsync_dir",
     "open_private",
     "session_dir_name",
@@ -165,6 +166,16 @@ def datasync(fd: int) -> None:
         os.fdatasync(fd)
     else:
         os.fsync(fd)
+
+
+def fd_path(fd: int) -> str | None:
+    """Where the kernel says the file open at `fd` is (" (deleted)" appended once it was
+    unlinked or renamed over, another path once its directory was renamed); None where
+    there is no /proc (the caller then stats). Asks for no file times, unlike a stat."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
 
 
 def fsync_dir(path: Path) -> None:

@@ -16,13 +16,14 @@ import threading
 
 from eventstore.engines.base import Head
 from eventstore.engines.file import journal as file_journal
-from eventstore.engines.file.layout import SessionPaths
+from eventstore.engines.file.layout import SessionPaths, fd_path
 
 __all__ = [
     "GEN_BYTES",
     "LOCK_HEAD",
     "SessionState",
     "close_quietly",
+    "lock_at_path",
     "lock_exclusive",
     "unlock",
     "write_lock_head",
@@ -34,11 +35,13 @@ class SessionState:
 
     The writer fast path: the lock file's and the log's descriptors stay open between
     calls (`lock_fd`, `log_fd`; -1 when closed), so an append is flock, one `pread` of
-    the lock file's generation, one `fstat` of the log, the write and the unlock. Every
-    replacer of the log (snapshot install, repair, removal) bumps the generation under
-    the lock *before* it replaces anything, so a writer that finds the generation it
-    cached knows its descriptors still name the live files, and one that finds the size
-    it left knows nobody appended since. Only code holding `lock` touches the
+    the lock file's generation, one look at where the lock descriptor points
+    (`lock_at_path`), one `fstat` of the log, the write and the unlock. Every replacer of
+    the log (snapshot install, repair, removal) bumps the generation under the lock
+    *before* it replaces anything, so a writer that finds the generation it cached, on
+    the file still at the lock path (a directory removed by hand bumps nothing), knows
+    its descriptors still name the live files, and one that finds the size it left knows
+    nobody appended since. Only code holding `lock` touches the
     descriptors, which is why eviction and close never close one a writer is using.
 
     Under `durability="fsync"` also the journal's (`journal_fd`), the epoch its mirror
@@ -54,6 +57,7 @@ class SessionState:
         "known",
         "lock",
         "lock_fd",
+        "lock_mark",
         "log_fd",
         "log_link",
         "paths",
@@ -72,6 +76,9 @@ class SessionState:
         self.log_fd = -1
         self.journal_fd = -1
         self.gen = b""  # the lock file's generation when lock_fd was last validated
+        # which file lock_fd is: where the kernel said it was when opened (`fd_path`),
+        # or its (device, inode) where there is no /proc (`lock_at_path`)
+        self.lock_mark: str | tuple[int, int] = ""
         self.head = b""  # the lock file's first bytes, as the last lock read them
         self.epoch: file_journal.Epoch | None = None
         # where the kernel says log_fd's file is (the fsync fast path: `FileEngine._append_locked`)
@@ -91,6 +98,7 @@ class SessionState:
         self.drop_log_fd()
         fds = (self.lock_fd, self.journal_fd)
         self.lock_fd = self.journal_fd = -1
+        self.lock_mark = ""
         for fd in fds:
             if fd >= 0:
                 close_quietly(fd)
@@ -99,6 +107,22 @@ class SessionState:
         # an engine (a store) dropped without close() must not leak its descriptors:
         # its sessions go with it (nothing else refers to them), and theirs close here
         self.drop_fds()
+
+
+def lock_at_path(sess: SessionState) -> bool:
+    """Whether the cached lock descriptor (locked by the caller) is still the file at the
+    lock path: not unlinked, its directory not renamed away. Asks the kernel where the
+    descriptor points (no stat: asking a file's times makes its next write log its inode,
+    and durable appends write the lock file's hints); stats the path where there is no
+    /proc."""
+    mark = sess.lock_mark
+    if isinstance(mark, str):
+        return fd_path(sess.lock_fd) == mark
+    try:
+        st = os.lstat(sess.paths.lock)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == mark
 
 
 def close_quietly(fd: int) -> None:
