@@ -37,6 +37,7 @@ from eventstore import (
     ProgressEntry,
     Role,
     SessionStore,
+    StorageError,
 )
 from eventstore.engines.file.layout import SessionPaths
 
@@ -481,4 +482,83 @@ def test_a_refused_first_append_creates_no_session(tmp_path: Path, durability: s
             logs = [p for p in root.rglob("log.jsonl")]
             if listed or logs:
                 broken.append(f"{func}#{k} at {inj.site}: left {listed} {logs}")
+    assert not broken, "\n".join(broken)
+
+
+class DiskFull:
+    """A file system that fills up: from the `fill_at`-th call on that needs space
+    (`os.write`, `os.pwrite`, `os.mkdir`, made from eventstore's modules), every such call
+    fails with ENOSPC; creating an empty file still succeeds (it needs no data block), as
+    on a real full disk with inodes left."""
+
+    NEEDS_SPACE = ("write", "pwrite", "mkdir")
+
+    def __init__(self, fill_at: int = 0) -> None:
+        self.fill_at = fill_at
+        self.calls = 0
+        self.site = ""
+        self.reals = {name: getattr(os, name) for name in self.NEEDS_SPACE}
+
+    def _wrap(self, name: str) -> Callable[..., Any]:
+        real = self.reals[name]
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            caller = sys._getframe(1)
+            if caller.f_globals.get("__name__", "").startswith(("eventstore", "projections")):
+                self.calls += 1
+                if self.fill_at and self.calls >= self.fill_at:
+                    self.site = self.site or _site(caller)
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real(*args, **kwargs)
+
+        return call
+
+    def __enter__(self) -> DiskFull:
+        for name in self.NEEDS_SPACE:
+            setattr(os, name, self._wrap(name))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, real in self.reals.items():
+            setattr(os, name, real)
+
+
+@pytest.mark.parametrize("durability", ["flush", "fsync"])
+@pytest.mark.parametrize("sid", ["new", NEW_SID], ids=["plain-id", "hashed-id"])
+def test_a_first_append_refused_by_a_full_disk_leaves_no_session(
+    tmp_path: Path, durability: str, sid: str
+) -> None:
+    """Issue 29 item 8: on a full file system (every write from some point on fails, not
+    one), the refused first append of a new session raised StorageError but left an empty
+    `log.jsonl` (undoing it wrote the lock file's generation first, which failed too),
+    and `list_sessions()` listed the session, in that store and a fresh one. Now neither
+    lists it, and once space is freed the same id is usable from both."""
+    first = [ProgressAppended(entry=ProgressEntry(run_id="f", summary="first"))]
+    with SessionStore(tmp_path / "count", durability) as s:  # type: ignore[arg-type]
+        s.append("other", first)  # the store root and `sessions` exist, as in a used store
+        with DiskFull() as count:
+            s.append(sid, first)
+    assert count.calls > 0
+    broken = []
+    for k in range(1, count.calls + 1):
+        root = tmp_path / f"full-{k}"
+        with SessionStore(root, durability) as s:  # type: ignore[arg-type]
+            s.append("other", first)
+            with DiskFull(k) as full:
+                try:
+                    s.append(sid, first)
+                    continue  # the disk filled after the last call that needed space
+                except StorageError:
+                    pass
+            listed = s.list_sessions()
+            with SessionStore(root, durability) as fresh:  # type: ignore[arg-type]
+                listed_fresh = fresh.list_sessions()
+            if listed != ["other"] or listed_fresh != ["other"]:
+                broken.append(f"#{k} at {full.site}: listed {listed}, fresh {listed_fresh}")
+                continue
+            s.append(sid, first)  # space freed: the id works
+        with SessionStore(root, durability) as fresh:  # type: ignore[arg-type]
+            got = [e.entry.summary for e in fresh.read_events(sid)]  # type: ignore[attr-defined]
+            if got != ["first"] or sorted(fresh.list_sessions()) != sorted(["other", sid]):
+                broken.append(f"#{k} at {full.site}: read back {got}")
     assert not broken, "\n".join(broken)

@@ -628,8 +628,10 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         """Undo the first append of a session that failed (writers' lock held): remove the
         empty log this call created and, when nothing else is kept for the session, its
         directory (renamed away first, as `remove_session` does, so a writer waiting on
-        the lock notices and starts over). Best effort: the error being raised is the one
-        the caller needs."""
+        the lock notices and starts over). Best effort, step by step: the error being
+        raised is the one the caller needs, and a full disk, which refused the append,
+        refuses the generation's bump too, which must not keep the empty log (a listed
+        session) behind."""
         paths = sess.paths
         sess.known = None
         sess.drop_log_fd()  # the cached descriptor may name the file removed here
@@ -637,8 +639,13 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
             if os.path.lexists(paths.log):
                 if os.lstat(paths.log).st_size:
                     return  # bytes a failed cut-back left: the next writer sets them aside
-                # other processes' cached descriptors: reopen (the journal goes below)
-                bump_generation(sess, retire=False)
+                try:
+                    # other processes' cached descriptors: reopen (the journal goes below).
+                    # None holds this new file (created under the lock): the lock path's
+                    # check (`lock_at_path`) and the log's own catch what a failed bump misses
+                    bump_generation(sess, retire=False)
+                except OSError:
+                    pass
                 os.unlink(paths.log)
             if os.path.lexists(paths.archive):
                 return
