@@ -1,7 +1,8 @@
 """The file engine's journal (`durability="fsync"`, eventstore/engines/file/journal.py):
 an append flushes the preallocated mirror, not the growing log; what a power loss took
-from the log and the journal acknowledged is copied back before anything reads it;
-nothing else is ever changed by it.
+from the log and the journal acknowledged is read back by every reader (laid over the log
+in memory: readers never write) and copied back by the next writer, under the writers'
+lock, before it changes anything; nothing else is ever changed by it.
 
 Power losses are modelled here by cutting the log (or zeroing a range of it) the way a
 crash can leave it; `tests/test_crash_states.py` explores every crash state of the
@@ -11,6 +12,8 @@ real system calls under two persistence models.
 from __future__ import annotations
 
 import errno
+import fcntl
+import http.client
 import logging
 import os
 import random
@@ -22,13 +25,15 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import in_forked_child, log_path, make_entry, wait_child
+from conftest import cli_in_process, in_forked_child, log_path, make_entry, wait_child
 
 from eventstore import (
+    BootstrapState,
     CorruptLogError,
     EventStoreError,
     Message,
@@ -39,6 +44,7 @@ from eventstore import (
 from eventstore.engines.file import journal as file_journal
 from eventstore.engines.file.layout import SessionPaths
 from eventstore.ops.repair import repair
+from eventstore.report.server import HOST, ReportServer
 
 SID = "s"
 
@@ -77,6 +83,14 @@ def _contents(root: Path) -> list[str]:
     """The transcript a new process reads, with no fold cache (the log itself)."""
     with SessionStore(root, caches=False) as s:
         return [m.content.split(" ")[0] for m in s.load_transcript_messages(SID)]
+
+
+def _next_writer_settles(root: Path) -> None:
+    """The writers' part of recovery after a power loss: the next writer (here a
+    `repair`, which finds the log whole) copies back, under the writers' lock, what the
+    log lost and the journal kept. Readers never write: they read it in memory."""
+    with SessionStore(root, durability="fsync") as s:
+        repair(s, SID)
 
 
 def _power_loss(root: Path, keep: int) -> None:
@@ -127,8 +141,12 @@ def test_a_log_cut_anywhere_in_the_epoch_gets_back_every_acknowledged_append(
         shutil.rmtree(root)
         shutil.copytree(saved, root)
         _power_loss(root, keep)
+        cut = log.read_bytes()
         with caplog.at_level(logging.WARNING, logger="eventstore"):
             assert _contents(root) == [f"m{i}" for i in range(60)], keep
+            assert log.read_bytes() == cut, keep  # the reader wrote nothing
+            assert "copied back" not in caplog.text
+            _next_writer_settles(root)
         assert log.read_bytes() == whole, keep
         assert "copied back" in caplog.text
         caplog.clear()
@@ -147,7 +165,10 @@ def test_zeros_where_a_write_was_lost_are_filled_from_the_journal(root: Path) ->
     log.write_bytes(whole[:hole] + bytes(3000) + whole[hole + 3000 :])
     for p in log.parent.glob("fold-*.cache"):
         p.unlink()
+    holed = log.read_bytes()
     assert _contents(root) == [f"m{i}" for i in range(40)]
+    assert log.read_bytes() == holed  # readers never write
+    _next_writer_settles(root)
     assert log.read_bytes() == whole
 
 
@@ -656,6 +677,8 @@ def test_a_log_cut_at_any_byte_keeps_every_acknowledged_append(root: Path) -> No
         _restore(root, saved)
         os.truncate(log, keep)
         assert _tokens(root) == [f"m{i}" for i in range(40)], keep
+        assert log.read_bytes() == whole[:keep], keep  # readers never write
+        _next_writer_settles(root)
         assert log.read_bytes() == whole, keep
     for keep in (ep.start - 1, ep.start - 300, 0):
         _restore(root, saved)
@@ -687,6 +710,8 @@ def test_zero_runs_anywhere_in_the_epoch_are_filled_back(root: Path) -> None:
             data += bytes(rng.choice((1, 100, 5000)))
         log.write_bytes(bytes(data))
         assert _tokens(root) == [f"m{i}" for i in range(50)], trial
+        assert log.read_bytes() == bytes(data), trial  # readers never write
+        _next_writer_settles(root)
         assert log.read_bytes()[: len(whole)] == whole, trial
 
 
@@ -804,13 +829,14 @@ def test_recovery_killed_halfway_and_run_again_loses_nothing(root: Path) -> None
                 return real(fd, data, at)
 
             os.pwrite = half  # type: ignore[assignment]
-            _tokens(root)
+            _next_writer_settles(root)
 
         assert _in_child(half_then_die) == 9
         assert ep.start + 10 < log.stat().st_size < len(whole)
         if second_loss:
             os.truncate(log, ep.start + (log.stat().st_size - ep.start) // 2)
-        assert _tokens(root) == [f"m{i}" for i in range(30)]
+        assert _tokens(root) == [f"m{i}" for i in range(30)]  # the rest, in memory
+        _next_writer_settles(root)
         assert log.read_bytes() == whole
 
 
@@ -960,6 +986,7 @@ def test_a_compaction_then_a_power_loss_never_brings_back_what_it_replaced(root:
         _restore(root, saved)
         os.truncate(log_path(root, SID), keep)
         assert _tokens(root) == want, keep
+        _next_writer_settles(root)
         assert log_path(root, SID).read_bytes() == whole
 
 
@@ -1770,3 +1797,185 @@ def test_a_fork_while_a_parent_thread_is_appending_keeps_both_durable(root: Path
     os.truncate(log_path(root, SID), ep.start)
     _check_acked(root, [*done, *acked])
     s.close()
+
+
+# -- issue 29 item 4: readers never write ---------------------------------------------------
+#
+# Recovery after a power loss belongs to writers (and `repair`), under the writers' lock:
+# a reader that finds the log lacking what its journal acknowledged reads it laid over
+# the log in memory, and changes no file of the store.
+
+
+def _store_files(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under the store root: its bytes and modification time."""
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _power_loss_state(root: Path, n: int) -> list[str]:
+    """A durable writer killed after `n` acknowledged turns, then a power loss that cut
+    the log inside its journal's epoch, mid-line (a torn tail); the acknowledged turns."""
+    toks = [f"m{i}" for i in range(n)]
+    ep, _, whole = _crash(root, toks, size=900)
+    keep = ep.start + (len(whole) - ep.start) // 2 + 7
+    os.truncate(log_path(root, SID), keep)
+    assert whole[keep - 1 : keep] != b"\n"
+    return toks
+
+
+def _api_reads(store: SessionStore, toks: list[str]) -> Iterator[tuple[str, bool]]:
+    """(what was read, whether it returned the acknowledged events), one read at a time."""
+    n = len(toks)
+
+    def tokens(messages: list[Message]) -> list[str]:
+        return [m.content.split(" ")[0] for m in messages]
+
+    yield "transcript", tokens(store.load_transcript_messages(SID)) == toks
+    yield "last page", tokens(store.load_transcript_messages(SID, last=3)) == toks[-3:]
+    yield "page", tokens(store.load_transcript_messages(SID, start=n - 5, limit=2)) == toks[-5:-3]
+    yield "bootstrap", store.load_bootstrap_state(SID) == BootstrapState()  # (turns only)
+    yield "last_seq", store.last_seq(SID) == n
+    yield "read_events", len(list(store.read_events(SID))) == n
+    yield "transcript_at", tokens(store.transcript_at(SID, seq=n)) == toks
+    yield "state_at", store.state_at(SID, seq=n) is not None
+    report = store.verify(SID)
+    yield "verify", report.ok
+    yield "list_sessions", store.list_sessions() == [SID]
+    follow = store.follow(SID, poll_interval=0.01)
+    got = [next(follow) for _ in range(n)]
+    follow.close()  # type: ignore[attr-defined]
+    yield "follow", [e.seq for e in got] == list(range(1, n + 1))
+
+
+def test_readers_never_write_after_a_power_loss_and_read_every_acknowledged_event(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29 item 4: after a power loss that cut the log (mid-line) inside its
+    journal's epoch, every read (the API's loads, pages, history, verify, follow; the
+    CLI's read commands; a `serve` GET), each from a fresh store, reads every
+    acknowledged event, and no file under the store root changes (bytes or mtime): the
+    first reader used to copy the journal back into the log. The next writer does it."""
+    toks = _power_loss_state(root, 30)
+    before = _store_files(root)
+    for durability in ("flush", "fsync"):
+        for k in range(11):  # a fresh store for each read: each is its first use
+            with SessionStore(root, durability=durability) as s:  # type: ignore[arg-type]
+                what, ok = list(islice(_api_reads(s, toks), k + 1))[-1]
+            assert ok, what
+            assert _store_files(root) == before, what
+    out_file = tmp_path / "report.html"
+    for argv in (
+        ["transcript", str(root), SID],
+        ["log", str(root), SID, "--json"],
+        ["state", str(root), SID],
+        ["stats", str(root), SID],
+        ["export", str(root), SID, "--format", "jsonl"],
+        ["verify", str(root), SID],
+        ["sessions", str(root)],
+        ["report", str(root), SID, "-o", str(out_file)],
+    ):
+        rc, out, err = cli_in_process(capsys, *argv)
+        assert rc == 0, (argv, err)
+        assert _store_files(root) == before, argv
+        if argv[0] in ("transcript", "export"):
+            assert all(t in out for t in toks), argv
+        if argv[0] == "log":
+            assert len(out.strip().splitlines()) >= len(toks)
+    server = ReportServer(root, 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        conn = http.client.HTTPConnection(HOST, server.server_address[1], timeout=30)
+        conn.request("GET", f"/session/{SID}")
+        page = conn.getresponse().read().decode()
+        conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    assert toks[-1] in page
+    assert _store_files(root) == before
+    with SessionStore(root, durability="fsync") as s:  # the next writer copies back
+        s.append_transcript_messages(SID, _turn("after"))
+    assert _tokens(root) == [*toks, "after"]
+    assert _verify_ok(root)
+
+
+def test_a_reader_never_writes_beside_a_live_writer_and_a_tool_that_replaced_the_log(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29 item 4: with a durable writer alive (its epoch open), a tool holding
+    `log.lock` replaces the log minus its last turn; the next reader (`eventstore
+    transcript`, a `serve` GET) copied that turn back from the journal. It writes
+    nothing now; the next writer settles the log under the lock."""
+    writer = _append(root, 10)
+    paths = _paths(root)
+    data = paths.log.read_bytes()
+    fd = os.open(paths.lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        tmp = paths.dir / "tool.tmp"
+        tmp.write_bytes(data[: data.rfind(b"\n", 0, len(data) - 1) + 1])
+        os.replace(tmp, paths.log)
+    finally:
+        os.close(fd)
+    before = _store_files(root)
+    rc, out, err = cli_in_process(capsys, "transcript", str(root), SID)
+    assert rc == 0, err
+    assert "m8" in out
+    assert _store_files(root) == before
+    server = ReportServer(root, 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        conn = http.client.HTTPConnection(HOST, server.server_address[1], timeout=30)
+        conn.request("GET", f"/session/{SID}")
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    assert _store_files(root) == before
+    writer.append_transcript_messages(SID, _turn("next"))
+    writer.close()
+    got = _tokens(root)
+    assert got[:9] == [f"m{i}" for i in range(9)] and got[-1] == "next"
+    assert len(got) == len(set(got))
+    assert _verify_ok(root)
+
+
+def test_a_reader_that_read_in_memory_continues_once_a_writer_copied_back(root: Path) -> None:
+    """Issue 29 item 4, attacked: a long-lived reader reads the acknowledged appends laid
+    over a cut log (its positions point past the log's end); another process's writer
+    copies them back and appends, then compacts. The reader's next loads (catching up from
+    those positions, then after the swap) hold each event once, and its follow yields the
+    new events once."""
+    toks = _power_loss_state(root, 24)
+    reader = SessionStore(root, caches=False)
+    try:
+        assert [m.content.split(" ")[0] for m in reader.load_transcript_messages(SID)] == toks
+        follow = reader.follow(SID, poll_interval=0.01)
+        assert [next(follow).seq for _ in toks] == list(range(1, len(toks) + 1))
+
+        def write(tok: str, compact: bool) -> None:
+            with SessionStore(root, durability="fsync") as s:
+                s.append_transcript_messages(SID, _turn(tok))
+                if compact:
+                    s.compact(SID, force=True)
+
+        assert _in_child(lambda: write("a0", False)) == 0
+        assert next(follow).seq == len(toks) + 1
+        got = [m.content.split(" ")[0] for m in reader.load_transcript_messages(SID)]
+        assert got == [*toks, "a0"]
+        assert _in_child(lambda: write("a1", True)) == 0
+        got = [m.content.split(" ")[0] for m in reader.load_transcript_messages(SID)]
+        assert got == [*toks, "a0", "a1"]
+        assert next(follow).seq == len(toks) + 2
+        follow.close()  # type: ignore[attr-defined]
+        assert reader.verify(SID).ok
+    finally:
+        reader.close()

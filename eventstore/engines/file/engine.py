@@ -87,6 +87,7 @@ from eventstore.engines.file.logfile import (
     still_there,
     storage_error,
 )
+from eventstore.engines.file.overlay import LogRead, look, open_read
 from eventstore.engines.file.recovery import (
     FileRepairHold,
     copy_back,
@@ -166,37 +167,87 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         if sess is None:
             validate_session_id(session_id)
             fresh = SessionState(SessionPaths(self.root, session_id))
-            self._settle(fresh)  # before any read or write of it in this process
+            self._look(fresh)  # before any read or write of it in this process
             with self._guard:
                 sess = self._sessions.setdefault(session_id, fresh)
         return sess
 
-    def _settle(self, sess: SessionState) -> None:
-        """Copy back into the log the acknowledged appends a power loss took from it and
-        its journal kept (`file_journal.lacking`). Looked for without a lock (a session
-        whose log lacks nothing, the usual case, costs the look: no journal, or a read
-        of its mirror and the log's tail), copied under the writers' lock."""
+    def _look(self, sess: SessionState) -> None:
+        """Find the acknowledged appends a power loss took from the log and its journal
+        kept (`overlay.look`), without a lock and without writing: readers read them laid
+        over the log (`sess.overlay`), the first writer copies them back (`_settle`). A
+        session whose log lacks nothing, the usual case, costs the look: no journal, or
+        a read of its mirror and the log's tail."""
         paths = sess.paths
         try:
             paths.check_no_links()
-            found = lacking(paths, os.O_RDONLY)
-            if found is None:
+            if not os.path.lexists(paths.journal):
                 return
-            os.close(found[0])
-            with self._locked(sess, create=False) as exists:
-                found = lacking(paths, os.O_RDWR) if exists else None
-                if found is not None:
-                    self._copy_back(sess, *found)
-        except UnsafePathError:
+            fd = open_private(paths.log, os.O_RDONLY)
+            try:
+                sess.overlay = look(paths.journal, fd)
+            finally:
+                os.close(fd)
+        except (UnsafePathError, FileNotFoundError):
             return  # a planted link: every operation that uses the path refuses it
         except OSError as exc:
-            # not settled: this use fails, and the next one looks again. Going on would
+            # not looked: this use fails, and the next one looks again. Going on would
             # let the next append cut what the journal alone still holds
             raise StorageError(
                 f"{paths.journal}: checking the log against the journal after a crash"
                 f" failed: {exc.strerror or exc}; nothing was changed, try again",
                 exc.errno,
             ) from exc
+
+    def _settle(self, sess: SessionState) -> None:
+        """Copy back into the log what the look found it lacking (`sess.overlay`),
+        checked again under the writers' lock, which the caller holds: the first write
+        of a session in a process, before it changes anything. Readers never do this."""
+        if sess.overlay is None:
+            return
+        paths = sess.paths
+        try:
+            found = lacking(paths, os.O_RDWR)
+            if found is not None:
+                self._copy_back(sess, *found)
+        except OSError as exc:
+            # not settled: this write fails, and the next one tries again. Going on would
+            # let it cut what the journal alone still holds
+            raise StorageError(
+                f"{paths.journal}: copying back what the journal holds after a crash"
+                f" failed: {exc.strerror or exc}; nothing was written, try again",
+                exc.errno,
+            ) from exc
+        sess.overlay = None
+
+    def _open_read(self, sess: SessionState) -> LogRead | None:
+        """The live log open for a read, as readers see it (`overlay.open_read`: with
+        what it lacks of what its journal acknowledged laid over it, in memory); None
+        when there is no log. The caller closes it."""
+        paths = sess.paths
+        paths.check_no_links()
+        try:
+            fd = open_private(paths.log, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise storage_error(paths.log, "opening the log", exc) from exc
+        try:
+            return self._view(sess, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _view(self, sess: SessionState, fd: int) -> LogRead:
+        """The log open at `fd` as readers see it (`overlay.open_read`)."""
+        had = sess.overlay
+        try:
+            opened, now = open_read(sess.paths.journal, fd, had)
+        except OSError as exc:
+            raise storage_error(sess.paths.log, "reading the log", exc) from exc
+        if now is not had:
+            sess.overlay = now
+        return opened
 
     def _copy_back(self, sess: SessionState, fd: int, at: int, data: bytes) -> None:
         """`recovery.copy_back` (writers' lock held): the log changed under what this
@@ -315,18 +366,12 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         sess = self._session(session_id)
         paths = sess.paths
         where = str(paths.log)
-        paths.check_no_links()
-        try:
-            fd = open_private(paths.log, os.O_RDONLY)
-        except FileNotFoundError:
+        opened = self._open_read(sess)
+        if opened is None:
             return ReadResult(b"", EMPTY_HEAD, position is not None, where), False
-        except OSError as exc:
-            raise storage_error(paths.log, "opening the log", exc) from exc
+        fd, ident, size, seen = opened.fd, opened.ident, opened.size, opened.seen
         cut = False  # whether this read stopped before the end of the file
         try:
-            st = os.fstat(fd)
-            ident = (st.st_dev, st.st_ino)
-            size = st.st_size
             reset = False
             pos = position if isinstance(position, FilePosition) else None
             if pos is None or pos.ident != ident or not still_there(fd, pos):
@@ -365,18 +410,18 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         except OSError as exc:
             raise storage_error(paths.log, "reading the log", exc) from exc
         finally:
-            os.close(fd)
+            opened.close()
         if start + len(buf) == size and buf[-1:] not in (b"", b"\n"):
             refuse_damaged_last_line(buf, start, where, pos)
         if last is None:
             if pos is not None:
                 head = FilePosition(
-                    ident, pos.offset, pos.seq, pos.link, pos.h, pos.base_seq, size
+                    ident, pos.offset, pos.seq, pos.link, pos.h, pos.base_seq, seen
                 ).head()
             else:
-                head = FilePosition(ident, 0, 0, "", "", 0, size).head() if size else EMPTY_HEAD
+                head = FilePosition(ident, 0, 0, "", "", 0, seen).head() if size else EMPTY_HEAD
             return ReadResult(b"", head, reset, where, start), False
-        head = head_at(ident, start + end, last, base_seq, size)
+        head = head_at(ident, start + end, last, base_seq, seen)
         data: bytes | memoryview = buf
         if end < len(buf):  # a piece's partial last batch is cut off without a copy
             data = memoryview(buf)[:end] if limit is not None else buf[:end]
@@ -385,20 +430,15 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
     def head(self, session_id: str) -> Head:
         """The last committed line, from the tail of the file alone."""
         sess = self._session(session_id)
-        paths = sess.paths
-        paths.check_no_links()
-        try:
-            fd = open_private(paths.log, os.O_RDONLY)
-        except FileNotFoundError:
+        opened = self._open_read(sess)
+        if opened is None:
             return EMPTY_HEAD
-        except OSError as exc:
-            raise storage_error(paths.log, "opening the log", exc) from exc
         try:
-            return self._current_head(sess, fd, recover=False)
+            return self._current_head(sess, opened.fd, recover=False, opened=opened)
         except OSError as exc:
-            raise storage_error(paths.log, "reading the log", exc) from exc
+            raise storage_error(sess.paths.log, "reading the log", exc) from exc
         finally:
-            os.close(fd)
+            opened.close()
 
     @contextmanager
     def live_view(self, session_id: str) -> Iterator[LiveView]:
@@ -407,14 +447,11 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         sess = self._session(session_id)
         paths = sess.paths
         where = str(paths.log)
-        paths.check_no_links()
-        try:
-            fd = open_private(paths.log, os.O_RDONLY)
-        except FileNotFoundError:
+        opened = self._open_read(sess)
+        if opened is None:
             yield LiveView(EMPTY_HEAD, lambda a, b: b"", where)
             return
-        except OSError as exc:
-            raise storage_error(paths.log, "opening the log", exc) from exc
+        fd = opened.fd
 
         def read_span(start: int, end: int) -> bytes:
             try:
@@ -424,19 +461,24 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
 
         try:
             try:
-                head = self._current_head(sess, fd, recover=False)
+                head = self._current_head(sess, fd, recover=False, opened=opened)
             except OSError as exc:
                 raise storage_error(paths.log, "reading the log", exc) from exc
             yield LiveView(head, read_span, where)
         finally:
-            os.close(fd)
+            opened.close()
 
-    def _current_head(self, sess: SessionState, fd: int, *, recover: bool) -> Head:
-        """The head of the open log `fd`; with `recover` (writers' lock held) a torn tail
-        is set aside and cut off."""
-        st = os.fstat(fd)
-        ident = (st.st_dev, st.st_ino)
-        size = st.st_size
+    def _current_head(
+        self, sess: SessionState, fd: int, *, recover: bool, opened: LogRead | None = None
+    ) -> Head:
+        """The head of the open log `fd` (a reader's: `opened`, whose `fd` it is); with
+        `recover` (writers' lock held) a torn tail is set aside and cut off."""
+        if opened is None:
+            st = os.fstat(fd)
+            ident, size = (st.st_dev, st.st_ino), st.st_size
+            seen = size
+        else:
+            ident, size, seen = opened.ident, opened.size, opened.seen
         known = sess.known
         if known is not None:
             pos = known.position
@@ -451,8 +493,8 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         if cut < size and recover:
             set_aside_torn(sess.paths.log, fd, cut, size, fsync=self.durability == "fsync")
         if last is None:  # nothing committed (an empty file, blank lines, a torn first batch)
-            return FilePosition(ident, cut, 0, "", "", 0, size).head() if size else EMPTY_HEAD
-        return head_at(ident, cut, last, first_seq_of(fd, cut), size)
+            return FilePosition(ident, cut, 0, "", "", 0, seen).head() if size else EMPTY_HEAD
+        return head_at(ident, cut, last, first_seq_of(fd, cut), seen)
 
     def history(self, session_id: str) -> History:
         """The archive files in sequence order, then the live log, as of one instant.
@@ -468,12 +510,17 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         paths.check_no_links()
         if not os.path.lexists(paths.dir):
             return FileHistory([], [])
+
+        def view(fd: int) -> tuple[int, int, object]:
+            opened = self._view(sess, fd)  # (the picture closes `fd` itself)
+            return opened.fd, opened.size, opened.overlay
+
         for _ in range(_HISTORY_TRIES):
-            picture = take_picture(paths)
+            picture = take_picture(paths, view)
             if picture is not None:
                 return picture
         with self._locked(sess, create=False) as exists:  # installs without end: wait one out
-            picture = take_picture(paths) if exists else FileHistory([], [])
+            picture = take_picture(paths, view) if exists else FileHistory([], [])
             assert picture is not None  # nothing changes while the lock is held
             return picture
 
@@ -524,6 +571,8 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
                 unlock(sess.lock_fd)
 
     def _append_locked(self, sess: SessionState, batch: EncodedBatch, expected: Head) -> Head:
+        if sess.overlay is not None:  # a power loss took acknowledged appends from the log
+            self._settle(sess)
         paths = sess.paths
         fd = sess.log_fd
         if fd < 0:
@@ -735,6 +784,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         """Clean up after a crashed install, check that `covers` is still in the live
         log (HeadMovedError if not) and read what the install swaps in (writers' lock
         held)."""
+        self._settle(sess)
         paths = sess.paths
         where = str(paths.log)
         try:
@@ -771,6 +821,8 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
         sess = self._session(session_id)
         with self._locked(sess, create=False) as exists:
             sess.known = None
+            if exists:
+                self._settle(sess)
             try:
                 yield FileRepairHold(sess.paths, exists, lambda: bump_generation(sess))
             finally:

@@ -52,6 +52,7 @@ __all__ = [
     "FileRepairHold",
     "copy_back",
     "lacking",
+    "lacking_at",
     "refuse_damaged_last_line",
     "remove_leftover_copies",
     "remove_strays",
@@ -78,31 +79,40 @@ def stamp() -> str:
 
 
 def lacking(paths: SessionPaths, log_flags: int) -> tuple[int, int, bytes] | None:
-    """What the log lacks of what the journal acknowledged (`file_journal.lacking`): the
-    log open with `log_flags` (for the caller to close), the offset and the bytes."""
-    try:
-        jfd = file_journal.open_journal(paths.journal, os.O_RDONLY)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except NotAJournalError as exc:
-        log.warning("eventstore: %s is not a journal, ignored: %s", paths.journal, exc)
+    """What the log lacks of what the journal acknowledged (`lacking_at`): the log open
+    with `log_flags` (for the caller to close), the offset and the bytes."""
+    if not os.path.lexists(paths.journal):
         return None
     try:
         lfd = open_private(paths.log, log_flags)
     except FileNotFoundError:
-        os.close(jfd)
         return None
     try:
-        found = file_journal.lacking(jfd, lfd)
+        found = lacking_at(paths.journal, lfd)
     except BaseException:
         os.close(lfd)
         raise
-    finally:
-        os.close(jfd)
     if found is None:
         os.close(lfd)
         return None
     return lfd, found[0], found[1]
+
+
+def lacking_at(journal: Path, log_fd: int) -> tuple[int, bytes] | None:
+    """What the log open at `log_fd` lacks of what the journal at `journal` acknowledged
+    (`file_journal.lacking`): the offset and the bytes; None when it lacks nothing, or
+    there is no journal (or no regular file at its path, which is said and ignored)."""
+    try:
+        jfd = file_journal.open_journal(journal, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except NotAJournalError as exc:
+        log.warning("eventstore: %s is not a journal, ignored: %s", journal, exc)
+        return None
+    try:
+        return file_journal.lacking(jfd, log_fd)
+    finally:
+        os.close(jfd)
 
 
 def refuse_damaged_last_line(buf: bytes, start: int, where: str, pos: FilePosition | None) -> None:

@@ -17,6 +17,7 @@ import threading
 from eventstore.engines.base import Head
 from eventstore.engines.file import journal as file_journal
 from eventstore.engines.file.layout import SessionPaths, fd_path
+from eventstore.engines.file.overlay import Overlay
 
 __all__ = [
     "GEN_BYTES",
@@ -60,6 +61,7 @@ class SessionState:
         "lock_mark",
         "log_fd",
         "log_link",
+        "overlay",
         "paths",
     )
 
@@ -83,6 +85,9 @@ class SessionState:
         self.epoch: file_journal.Epoch | None = None
         # where the kernel says log_fd's file is (the fsync fast path: `FileEngine._append_locked`)
         self.log_link: str | None = None
+        # what a power loss took from the log and its journal kept, until a writer
+        # copies it back (`eventstore.engines.file.overlay`; readers read it laid over)
+        self.overlay: Overlay | None = None
 
     def drop_log_fd(self) -> None:
         """Close the cached log descriptor (the log was replaced, or is being)."""

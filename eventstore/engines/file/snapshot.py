@@ -58,9 +58,13 @@ ARCHIVE_NAME = re.compile(r"(\d{12})-(\d{12})(?:-[0-9a-f]+)?\.jsonl(\.pending)?\
 PENDING = ".pending"
 
 
-def take_picture(paths: SessionPaths) -> FileHistory | None:
+def take_picture(
+    paths: SessionPaths, view: Callable[[int], tuple[int, int, object]] | None = None
+) -> FileHistory | None:
     """The history of a session as of now, or None if an install changed the archive or
-    replaced the log while it was being taken."""
+    replaced the log while it was being taken. `view`: how a reader sees the live log
+    open at a descriptor (the descriptor to read instead, its size, and an object to keep
+    while reading: `FileEngine._view`)."""
     fds: list[int] = []
     picture: FileHistory | None = None
     try:
@@ -93,7 +97,8 @@ def take_picture(paths: SessionPaths) -> FileHistory | None:
             keyed.append(((int(m[1]), int(m[2]), st.st_mtime_ns, name), seg))
         segments = [seg for _, seg in sorted(keyed, key=lambda k: k[0])]
         if live_fd is not None and live_st is not None:
-            segments.append(_FileSegment(live_fd, str(paths.log), live_st.st_size, False))
+            fd, size, keep = (live_fd, live_st.st_size, None) if view is None else view(live_fd)
+            segments.append(_FileSegment(fd, str(paths.log), size, False, keep=keep))
         picture = FileHistory(segments, fds)  # it closes every descriptor opened here
         return picture
     finally:
@@ -103,7 +108,7 @@ def take_picture(paths: SessionPaths) -> FileHistory | None:
 
 
 class _FileSegment(Segment):
-    __slots__ = ("_fd",)
+    __slots__ = ("_fd", "_keep")
 
     def __init__(
         self,
@@ -113,8 +118,11 @@ class _FileSegment(Segment):
         archived: bool,
         first_seq: int | None = None,
         last_seq: int | None = None,
+        *,
+        keep: object = None,
     ) -> None:
         self._fd = fd
+        self._keep = keep  # what must live while `fd` is read (an overlay's copy)
         self.where = where
         self.path = Path(where)
         self.size = size
