@@ -9,15 +9,16 @@ durability, sessions; the other jobs are modules of their own:
     snapshot    installing a snapshot, the archive, history pictures, pruning
     recovery    torn tails, copy-back after a power loss, damaged last lines, what a
                 crashed install left, the repair hold
+    overlay     what readers see of a log that lacks what its journal acknowledged
     caches      the fold caches beside a log
     journal     the mirror that makes `durability="fsync"` appends cheap
     layout      where files live, private creation, atomic writes
 
-Readers take no lock: they read from their position to the end of the file and return
-complete batches only (a long log piece by piece, `read_some`). Writers take an exclusive
-lock on `log.lock` (not the log: a snapshot install replaces the log) — the `flock` that
-portalocker takes, taken directly — check the head, set aside and cut a torn tail (with
-a warning), append one batch in one `write`, and release.
+Readers take no lock and never write: they read from their position to the end of the
+file and return complete batches only (a long log piece by piece, `read_some`). Writers
+take an exclusive lock on `log.lock` (not the log: a snapshot install replaces the log)
+— the `flock` that portalocker takes, taken directly — check the head, set aside and cut
+a torn tail (with a warning), append one batch in one `write`, and release.
 
 The writer fast path: each session's lock-file and log descriptors stay open between
 appends (at most `MAX_OPEN_SESSIONS` sessions, reset in a forked child). The lock file
@@ -27,8 +28,10 @@ generation it cached and the log size it left appends with no path lookup and no
 read (see `SessionState`).
 
 Under `durability="fsync"` an append is made durable through `log.journal`, a mirror of
-the log's last appends that is flushed instead of the growing log, and copied back after
-a power loss before the session is read (`eventstore.engines.file.journal`).
+the log's last appends that is flushed instead of the growing log
+(`eventstore.engines.file.journal`). After a power loss, what the log lost and the journal
+kept is read laid over the log in memory (`eventstore.engines.file.overlay`) until the
+next writer copies it back under the writers' lock.
 """
 
 from __future__ import annotations
@@ -189,7 +192,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
             finally:
                 os.close(fd)
         except (UnsafePathError, FileNotFoundError):
-            return  # a planted link: every operation that uses the path refuses it
+            return  # no log; or a planted link, which every use of the path refuses
         except OSError as exc:
             # not looked: this use fails, and the next one looks again. Going on would
             # let the next append cut what the journal alone still holds

@@ -23,8 +23,10 @@ holding the batches acknowledged since. `lacking` finds them: the mirror's bytes
 point where they stop agreeing with the log, as long as they are complete batches
 chained to the line before that point (every line carries its `h`, so bytes left over
 from an earlier epoch, a torn write or zeros never chain). The first use of a session in
-a process (`FileEngine._session`) looks, without a lock, and copies them back under the
-writers' lock; nothing reads a log that lacks an acknowledged append.
+a process (`FileEngine._session`) looks, without a lock; readers then read them laid over
+the log in memory (`eventstore.engines.file.overlay`), and the next writer copies them
+back under the writers' lock before it changes anything. No read misses an acknowledged
+append, and no reader writes.
 
 The lock file carries two hints after its generation, written by durable writers under
 the lock and never flushed: the epoch the mirror is in and how far it mirrors the log. A
