@@ -308,7 +308,10 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
                     sess.head = os.pread(fd, LOCK_HEAD, 0)
                     sess.gen = sess.head[:GEN_BYTES]
                     sess.lock_fd = fd
-                    sess.lock_mark = fd_path(fd) or ident_of(fd)
+                    # durable appends write the lock file's hints: never ask its times
+                    # (`lock_at_path`); else a stat, the cheaper look
+                    by_link = fd_path(fd) if self.durability == "fsync" else None
+                    sess.lock_mark = by_link or ident_of(fd)
                     self._remember(sess)
                     return True
                 unlock(fd)

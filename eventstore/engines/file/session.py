@@ -78,8 +78,8 @@ class SessionState:
         self.log_fd = -1
         self.journal_fd = -1
         self.gen = b""  # the lock file's generation when lock_fd was last validated
-        # which file lock_fd is: where the kernel said it was when opened (`fd_path`),
-        # or its (device, inode) where there is no /proc (`lock_at_path`)
+        # which file lock_fd is (`lock_at_path`): where the kernel said it was when
+        # opened (`fd_path`; durable writers), or its (device, inode)
         self.lock_mark: str | tuple[int, int] = ""
         self.head = b""  # the lock file's first bytes, as the last lock read them
         self.epoch: file_journal.Epoch | None = None
@@ -116,10 +116,11 @@ class SessionState:
 
 def lock_at_path(sess: SessionState) -> bool:
     """Whether the cached lock descriptor (locked by the caller) is still the file at the
-    lock path: not unlinked, its directory not renamed away. Asks the kernel where the
-    descriptor points (no stat: asking a file's times makes its next write log its inode,
-    and durable appends write the lock file's hints); stats the path where there is no
-    /proc."""
+    lock path: not unlinked, its directory not renamed away. One system call: a stat of
+    the path, compared with the descriptor's (device, inode); or, for durable writers,
+    where the kernel says the descriptor points (asking a file's times makes its next
+    write log its inode, and durable appends write the lock file's hints) where there is
+    a /proc."""
     mark = sess.lock_mark
     if isinstance(mark, str):
         return fd_path(sess.lock_fd) == mark
