@@ -185,7 +185,10 @@ def test_garbage_where_a_write_was_lost_is_replaced_from_the_journal(root: Path)
     log.write_bytes(whole[:hole] + garbage + whole[hole + 3000 :])
     for p in log.parent.glob("fold-*.cache"):
         p.unlink()
+    garbled = log.read_bytes()
     assert _contents(root) == [f"m{i}" for i in range(40)]
+    assert log.read_bytes() == garbled  # readers never write
+    _next_writer_settles(root)
     assert log.read_bytes() == whole
 
 
