@@ -30,16 +30,15 @@ import multiprocessing as mp
 import os
 import statistics
 import sys
-import threading
 import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["main"]
+from bench.follow import SUMMARY, follow_latency, percentile
 
-SUMMARY = "x" * 100  # a progress entry of ~150 bytes: a typical harness note
+__all__ = ["main"]
 
 
 def _log(msg: str) -> None:
@@ -226,48 +225,11 @@ def _progress_event(entry: Any) -> Any:
 
 
 def _follow_latency(url: str, events: int) -> list[float]:
-    from eventstore import (
-        ProgressEntry,
-        SessionStore,
-    )
-
     schema = f"bench_{uuid.uuid4().hex[:10]}"
-    surl = _with_schema(url, schema)
-    sent: dict[str, float] = {}
-    seen: list[float] = []
-    stop = threading.Event()
     try:
-        writer = SessionStore(surl)
-        writer.append_progress_entry("f", ProgressEntry(run_id="start", summary="start"))
-        follower = SessionStore(surl)
-        ready = threading.Event()
-
-        def follow() -> None:
-            it = follower.follow("f", from_seq=2, stop=stop)
-            ready.set()
-            for ev in it:
-                t = time.perf_counter()
-                run_id = ev.entry.run_id  # type: ignore[attr-defined]
-                if run_id in sent:
-                    seen.append(t - sent[run_id])
-                if len(seen) >= events:
-                    return
-
-        t = threading.Thread(target=follow, daemon=True)
-        t.start()
-        ready.wait(30)
-        time.sleep(0.5)
-        for i in range(events):
-            sent[f"e{i}"] = time.perf_counter()
-            writer.append_progress_entry("f", ProgressEntry(run_id=f"e{i}", summary=SUMMARY))
-            time.sleep(0.005)
-        t.join(60)
-        stop.set()
-        writer.close()
-        follower.close()
+        return follow_latency(_with_schema(url, schema), events)
     finally:
         _drop_schema(url, schema)
-    return seen
 
 
 # -- report -------------------------------------------------------------------------------
@@ -284,11 +246,6 @@ def _server_facts(url: str) -> dict[str, str]:
             for k in ("server_version", "synchronous_commit", "fsync", "wal_sync_method")
         }
     return facts
-
-
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -363,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Follow latency (append call -> follower holds the event, {len(follow)} events):"
         f" median {statistics.median(follow) * 1000:.1f} ms,"
-        f" p95 {_pct(follow, 0.95) * 1000:.1f} ms,"
+        f" p95 {percentile(follow, 0.95) * 1000:.1f} ms,"
         f" max {max(follow) * 1000:.1f} ms.",
     ]
     print("\n".join(lines))

@@ -33,15 +33,14 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["main"]
+from bench.follow import SUMMARY, follow_latency, percentile
 
-SUMMARY = "x" * 100  # a progress entry of ~150 bytes
+__all__ = ["main"]
 
 
 def _log(msg: str) -> None:
@@ -138,43 +137,6 @@ def _cold(url: str, what: str) -> float:
     return float(secs)
 
 
-def _follow_latency(url: str, events: int) -> list[float]:
-    from eventstore import ProgressEntry, SessionStore
-
-    sent: dict[str, float] = {}
-    seen: list[float] = []
-    stop = threading.Event()
-    writer = SessionStore(url)
-    writer.append_progress_entry("f", ProgressEntry(run_id="start", summary="start"))
-    follower = SessionStore(url)
-    ready = threading.Event()
-
-    def follow() -> None:
-        it = follower.follow("f", from_seq=2, stop=stop)
-        ready.set()
-        for ev in it:
-            t = time.perf_counter()
-            run_id = ev.entry.run_id  # type: ignore[attr-defined]
-            if run_id in sent:
-                seen.append(t - sent[run_id])
-            if len(seen) >= events:
-                return
-
-    th = threading.Thread(target=follow, daemon=True)
-    th.start()
-    ready.wait(30)
-    time.sleep(0.5)
-    for i in range(events):
-        sent[f"e{i}"] = time.perf_counter()
-        writer.append_progress_entry("f", ProgressEntry(run_id=f"e{i}", summary=SUMMARY))
-        time.sleep(0.005)
-    th.join(60)
-    stop.set()
-    writer.close()
-    follower.close()
-    return seen
-
-
 def _server_facts(url: str) -> dict[str, str]:
     import redis
 
@@ -191,11 +153,6 @@ def _server_facts(url: str) -> dict[str, str]:
 
 def _spread(xs: list[float]) -> str:
     return f"{max(xs) / min(xs):.2f}" if xs and min(xs) > 0 else "-"
-
-
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                 for what in ("bootstrap", "transcript"):
                     cold[eng][what].append(_cold(u, what))
             _log(f"[{r + 1}] cold: {cold}")
-        follow = {"redis": _follow_latency(redis_store(), a.follow_events)}
-        follow["file"] = _follow_latency(file_store(), a.follow_events)
+        follow = {"redis": follow_latency(redis_store(), a.follow_events)}
+        follow["file"] = follow_latency(file_store(), a.follow_events)
     finally:
         for p in prefixes:
             _drop_prefix(url, p)
@@ -309,6 +266,6 @@ def _report(
         if xs:
             lines.append(
                 f"Follow latency, {eng} ({len(xs)} events): median"
-                f" {statistics.median(xs) * 1000:.1f} ms, p95 {_pct(xs, 0.95) * 1000:.1f} ms."
+                f" {statistics.median(xs) * 1000:.1f} ms, p95 {percentile(xs, 0.95) * 1000:.1f} ms."
             )
     return lines
