@@ -431,6 +431,14 @@ class AsyncSessionStore:
             _STORE_WIDE, lambda: self.store.delete_older_than(age, now=now, dry_run=dry_run)
         )
 
+    async def learn(
+        self, event_types: Iterable[type[Event]] = (), projections: Iterable[Projection[Any]] = ()
+    ) -> bool:
+        """Decode `event_types` and fold `projections` too, from now on (see
+        `SessionStore.learn`); submitted store-wide, after every call before it."""
+        types, projs = list(event_types), list(projections)
+        return await self._submit(_STORE_WIDE, lambda: self.store.learn(types, projs))
+
     async def cache_info(self, session_id: str) -> SessionCacheInfo:
         """What the store keeps in memory for a session (see `SessionStore.cache_info`)."""
         return await self._submit(session_id, lambda: self.store.cache_info(session_id))

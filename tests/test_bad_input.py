@@ -41,6 +41,7 @@ from eventstore import (
     NestingTooDeepError,
     ProgressAppended,
     ProgressEntry,
+    Quarantined,
     Role,
     RunCheckpoint,
     SessionStore,
@@ -579,7 +580,9 @@ def test_a_line_nested_too_deep_to_read_is_a_corrupt_log_error_on_every_read_pat
     rc, out, err = cli_in_process(capsys, "repair", url, sid)
     assert rc == 0 and "intact" not in out
     with SessionStore(url) as store:
-        assert store.verify(sid).ok and store.last_seq(sid) == 1
+        # the line set aside keeps its number: a quarantined record holds seq 2
+        assert store.verify(sid).ok and store.last_seq(sid) == 2
+        assert isinstance(list(store.read_events(sid))[-1], Quarantined)
 
 
 def test_a_line_at_the_depth_limit_reads_on_every_cli_command(
