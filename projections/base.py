@@ -18,6 +18,7 @@ import msgspec
 from eventstore.errors import (
     CorruptLogError,
     InvalidRecordError,
+    NestingTooDeepError,
     SnapshotVersionError,
 )
 from eventstore.format.events import (
@@ -134,6 +135,11 @@ def _json(name: str, state: Any) -> bytes:
     otherwise escape a load or a compaction as a bare TypeError."""
     try:
         return msgspec.json.encode(state)
+    except RecursionError:  # nested deeper than the encoder can go from here
+        raise NestingTooDeepError(
+            f"the state of projection {name!r} nests arrays and objects too deep to encode"
+            " or copy from here"
+        ) from None
     except (msgspec.EncodeError, TypeError, UnicodeEncodeError) as exc:
         raise InvalidRecordError(
             f"the state of projection {name!r} cannot be encoded as JSON: {exc}"

@@ -24,7 +24,15 @@ import msgspec
 
 from eventstore.errors import CorruptLogError, InvalidRecordError, NestingTooDeepError
 from eventstore.format.chain import link_of, locate_states
-from eventstore.format.depth import HEAD_DECODER, MAX_DEPTH, check_depth, too_deep_reason
+from eventstore.format.depth import (
+    HEAD_DECODER,
+    MAX_DEPTH,
+    SNAPSHOT_MAX_DEPTH,
+    check_depth,
+    depth_of,
+    over,
+    too_deep_reason,
+)
 from eventstore.format.events import (
     BUILTIN_EVENT_TYPES,
     Event,
@@ -86,6 +94,21 @@ def validated_copy(value: object, cls: type[_T], what: str, *, max_depth: int = 
             f" {stored!r}; give the declared type"
         )
     return copy
+
+
+def _check_snapshot_depth(line: bytes, layout: dict[str, tuple[int, int]]) -> None:
+    """NestingTooDeepError naming the deepest state if the snapshot `line` nests deeper
+    than `SNAPSHOT_MAX_DEPTH` (no reader could be sure to decode it)."""
+    if not over(line, SNAPSHOT_MAX_DEPTH):
+        return
+    depths = {name: depth_of(line[a:b]) for name, (a, b) in layout.items()}
+    name = max(depths, key=depths.__getitem__, default="")
+    raise NestingTooDeepError(
+        f"a snapshot would nest {depth_of(line)} levels of arrays and objects deep (the"
+        f" state of projection {name!r} nests {depths.get(name, 0)}); a snapshot may nest"
+        f" at most {SNAPSHOT_MAX_DEPTH} (eventstore.format.depth.SNAPSHOT_MAX_DEPTH):"
+        " nothing was written"
+    )
 
 
 def _lone_surrogate(what: str, exc: UnicodeEncodeError) -> InvalidRecordError:
@@ -501,6 +524,7 @@ class EventCodec:
             data, stamped, _ = self.encode_batch([trial], seq, link, ts, None, max_depth=None)
             found = locate_states(data, snap.states)
             if found == layout and len(data) - 1 == length:
+                _check_snapshot_depth(data, found)
                 return data, stamped[0]  # type: ignore[return-value]
             layout, length = found, len(data) - 1
         raise AssertionError("snapshot layout did not converge")

@@ -29,6 +29,7 @@ from eventstore.format.events import LineHead
 __all__ = [
     "HEAD_DECODER",
     "MAX_DEPTH",
+    "SNAPSHOT_MAX_DEPTH",
     "HeadDecoder",
     "NestingTooDeepError",
     "check_depth",
@@ -40,8 +41,15 @@ __all__ = [
 MAX_DEPTH = 256
 """The deepest a log line written by an append may nest, in levels of JSON arrays and
 objects, the line's own object included (a `messages_appended` line puts a message's
-`metadata` at level 4 and a tool call's `input` at level 6). A snapshot, which wraps
-states a few levels deeper, is written by compaction whatever its depth."""
+`metadata` at level 4 and a tool call's `input` at level 6). A snapshot wraps states a
+few levels deeper: it is held to `SNAPSHOT_MAX_DEPTH`."""
+
+SNAPSHOT_MAX_DEPTH = MAX_DEPTH + 8
+"""The deepest a snapshot line may nest: its states (a transcript puts a message two
+levels deeper than its `messages_appended` line did) folded from lines that kept to
+`MAX_DEPTH`. A custom projection whose state nests deeper is refused a snapshot
+(`NestingTooDeepError` naming it, nothing written), which would otherwise replace the
+history with a line readers could not decode."""
 
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
