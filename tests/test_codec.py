@@ -32,6 +32,7 @@ from eventstore import (
     FeatureRecord,
     InitCommand,
     InitShellScript,
+    InvalidRecordError,
     Message,
     MessagesAppended,
     NestingTooDeepError,
@@ -350,3 +351,29 @@ def _nested_lists(levels: int) -> list[Any]:
     for _ in range(levels - 1):
         value = [value]
     return value
+
+
+class Verbatim(Event, tag="verbatim", kw_only=True):
+    payload: msgspec.Raw = msgspec.Raw(b"null")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"[1,\n2]", b'{"a":\n1}', b'"\\"[[[', b"[1]]", b"1 ]", b"[" * 300 + b"]" * 300],
+    ids=["newline-in-array", "newline-in-object", "open-string", "extra-bracket", "stray", "deep"],
+)
+def test_a_raw_payload_that_is_no_single_json_line_is_refused_and_nothing_written(
+    tmp_path: Path, raw: bytes
+) -> None:
+    """A `msgspec.Raw` field is written verbatim: one holding a newline (valid JSON) or
+    no JSON at all is refused with an InvalidRecordError, nothing written, and the log
+    reads on (0.1.0: a Raw with a newline was acknowledged and split its line in two, the
+    log unreadable from there; invalid JSON raised a bare msgspec.DecodeError)."""
+    with SessionStore(tmp_path / "store", event_types=[Verbatim]) as s:
+        s.append("s", [Verbatim(payload=msgspec.Raw(b'"[\\"]"'))])
+        with pytest.raises(InvalidRecordError):
+            s.append("s", [Verbatim(payload=msgspec.Raw(raw))])
+        s.append("s", [Verbatim(payload=msgspec.Raw(b"[1, 2]"))])
+    with SessionStore(tmp_path / "store", event_types=[Verbatim]) as s:
+        got = [bytes(e.payload) for e in s.read_events("s")]  # type: ignore[attr-defined]
+        assert got == [b'"[\\"]"', b"[1, 2]"] and s.verify("s").ok

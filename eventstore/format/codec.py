@@ -83,9 +83,10 @@ def validated_copy(value: object, cls: type[_T], what: str, *, max_depth: int = 
     except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 line can carry it
         raise _lone_surrogate(what, exc) from None
     check_depth(data, what, max_depth)
+    _check_one_line(data, what)
     try:
         copy = msgspec.json.decode(data, type=cls)
-    except msgspec.ValidationError as exc:
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:  # (DecodeError: a Raw)
         raise InvalidRecordError(f"invalid {what}: {exc}") from None
     if copy != value:
         where, given, stored = _first_difference(value, copy, what)
@@ -94,6 +95,16 @@ def validated_copy(value: object, cls: type[_T], what: str, *, max_depth: int = 
             f" {stored!r}; give the declared type"
         )
     return copy
+
+
+def _check_one_line(data: bytes, what: str) -> None:
+    """InvalidRecordError if the JSON of `what` holds a newline: only a `msgspec.Raw`,
+    written verbatim, can put one there, and it would split its log line in two."""
+    if b"\n" in data:
+        raise InvalidRecordError(
+            f"invalid {what}: its JSON holds a newline (a msgspec.Raw is written verbatim"
+            " and a log line is one line); give it without line breaks"
+        )
 
 
 def _check_snapshot_depth(line: bytes, layout: dict[str, tuple[int, int]]) -> None:
@@ -505,6 +516,7 @@ class EventCodec:
             raise _too_deep(f"a {event_tag(type(ev))} event") from None
         if max_depth is not None:
             check_depth(body, f"a {event_tag(type(ev))} event", max_depth)
+        _check_one_line(body, f"a {event_tag(type(ev))} event")
         return body
 
     def read_back(self, body: bytes, cls: type[Event]) -> Event:
