@@ -423,16 +423,28 @@ def _finite(text: str) -> float | None:
     return None if value in (float("inf"), float("-inf")) else value
 
 
+def _integer(text: str) -> int | float | None:
+    """An integer as Node reads it: one past Python's digit limit (`int()` refuses it) is
+    past a double's range too, so null (Node's Infinity, written back as null)."""
+    try:
+        return int(text)
+    except ValueError:
+        return _finite(text)
+
+
 def _not_json(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
 def _as_node_reads_it(data: bytes) -> Any:
     """A line msgspec refused, read by Python's `json` if it is valid JSON (None if
-    not): a lone surrogate escape becomes U+FFFD, a number past a double's range null,
-    as Node reads and writes them back; whatever else is read as msgspec would."""
+    not): a lone surrogate escape becomes U+FFFD, a number past a double's range null
+    (an integer past Python's digit limit too), as Node reads and writes them back;
+    whatever else is read as msgspec would."""
     try:
-        doc = json.loads(data.decode("utf-8"), parse_float=_finite, parse_constant=_not_json)
+        doc = json.loads(
+            data.decode("utf-8"), parse_float=_finite, parse_int=_integer, parse_constant=_not_json
+        )
     except ValueError:  # (UnicodeDecodeError and JSONDecodeError among them)
         return None
     text = _LONE_SURROGATE.sub("\ufffd", json.dumps(doc, ensure_ascii=False))
