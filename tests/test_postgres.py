@@ -837,6 +837,28 @@ def test_a_password_libpq_would_misread_is_refused_unquoted(server_url: str) -> 
         assert password not in str(info.value) and "app:***@" in str(info.value)
 
 
+def test_a_url_with_no_host_or_an_upper_case_scheme_opens(server_url: str) -> None:
+    """`postgresql:///db?host=...&port=...` (no authority: a socket, a service file, hosts
+    given as parameters) and `POSTGRESQL://...` (schemes are case-insensitive) open the
+    store; a password given as a parameter shows nowhere (0.1.0: the first became
+    `postgresql:/db?host=...`, which libpq read as an invalid key=value option; the second
+    was a bare ValueError)."""
+    parts = urlsplit(server_url)
+    user = parts.username or "postgres"
+    schema = f"s_{uuid.uuid4().hex[:8]}"
+    query = f"host=127.0.0.1&port={parts.port}&user={user}&password=pw-s3cret&schema={schema}"
+    urls = [
+        f"postgresql://{parts.path}?{query}",
+        with_query(server_url.replace("postgresql://", "POSTGRESQL://", 1), schema=schema),
+    ]
+    for url in urls:
+        with SessionStore(url) as store:
+            store.append_progress_entry("s", _entry("x"))
+            assert "s3cret" not in store.url + store.engine.url + repr(store.engine)
+    with SessionStore(with_query(server_url, schema=schema)) as store:
+        assert store.last_seq("s") == 2
+
+
 def test_a_libpq_key_value_string_is_refused_not_taken_for_a_directory(
     server_url: str,
     tmp_path: Path,

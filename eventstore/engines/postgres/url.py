@@ -12,7 +12,7 @@ secret of a URL out of a text the server or libpq wrote.
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from eventstore.engines.base import redact_url, split_userinfo
 from eventstore.engines.postgres.schema import quote_schema
@@ -27,11 +27,11 @@ _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 def split_url(url: str) -> tuple[str, str]:
     """(the libpq connection URL, the schema name) of a store URL; `postgres://` is
-    accepted as `postgresql://`. ValueError for a URL that is not one, or a bad schema;
-    InvalidArgumentError (never quoting it) for a password libpq would misread."""
+    accepted as `postgresql://`, in any case. InvalidArgumentError for a URL that is not
+    one, a bad schema, or (never quoting it) a password libpq would misread."""
     scheme, sep, rest = url.partition("://")
-    if not sep or scheme not in ("postgresql", "postgres"):
-        raise ValueError(f"not a PostgreSQL URL: {redact_url(url)}")
+    if not sep or scheme.lower() not in ("postgresql", "postgres"):  # (case-insensitive)
+        raise InvalidArgumentError(f"not a PostgreSQL URL: {redact_url(url)}")
     userinfo, _ = split_userinfo(rest)
     if userinfo is not None:
         _check_userinfo(userinfo, redact_url(url))
@@ -47,9 +47,10 @@ def split_url(url: str) -> tuple[str, str]:
         else:
             kept.append((k, v))
     quote_schema(schema)  # validates
-    conninfo = urlunsplit(
-        ("postgresql", parts.netloc, parts.path, urlencode(kept, quote_via=quote), "")
-    )
+    # (not urlunsplit: with no authority, `postgresql:///db` would lose its `//`, and
+    # libpq would read what is left as key=value options)
+    query = urlencode(kept, quote_via=quote)
+    conninfo = f"postgresql://{parts.netloc}{parts.path}" + (f"?{query}" if query else "")
     return conninfo, schema
 
 
