@@ -29,6 +29,7 @@ from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 from eventstore import (
     EventStoreError,
     InvalidRecordError,
+    NestingTooDeepError,
     SessionStore,
     StorageError,
 )
@@ -340,6 +341,26 @@ def test_input_that_is_not_json_is_refused_and_nothing_written(tmp_path: Path) -
             await s.add_items([msg("ok"), {"role": "user", "content": object()}])  # type: ignore[list-item,misc]
         with pytest.raises(InvalidRecordError):
             await s.add_items("not a list")  # type: ignore[arg-type]
+
+    run(main())
+    assert plain_store(tmp_path).last_seq("s") == 0
+
+
+@pytest.mark.parametrize("levels", [300, 5000])
+def test_an_item_nested_too_deep_is_a_typed_error_and_nothing_written(
+    tmp_path: Path, levels: int
+) -> None:
+    """An item nesting past the log's depth limit is refused with NestingTooDeepError,
+    nothing written, however deep (0.1.0: ~5000 deep, a bare RecursionError)."""
+    deep: Any = "x"
+    for _ in range(levels):
+        deep = [deep]
+
+    async def main() -> None:
+        s = EventStoreSession("s", tmp_path)
+        with pytest.raises(NestingTooDeepError):
+            await s.add_items([msg("ok"), {"role": "user", "content": deep}])  # type: ignore[list-item]
+        await s.close()
 
     run(main())
     assert plain_store(tmp_path).last_seq("s") == 0

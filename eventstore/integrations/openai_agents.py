@@ -57,7 +57,9 @@ from eventstore.errors import (
     ConcurrencyError,
     InvalidArgumentError,
     InvalidRecordError,
+    NestingTooDeepError,
 )
+from eventstore.format.depth import MAX_DEPTH
 from eventstore.integrations.openai_agents_state import (
     EVENT_TYPES,
     PROJECTION,
@@ -230,6 +232,11 @@ def _encode_items(items: list[TResponseInputItem]) -> tuple[list[msgspec.Raw], s
                 json.dumps(item, allow_nan=False)
             raws.append(msgspec.Raw(raw))
             canonical = _sorted_encoder.encode(item)
+        except RecursionError:  # far past the log's depth limit (which refuses the rest)
+            raise NestingTooDeepError(
+                f"items[{i}] nests arrays and objects too deep to encode; a log line may"
+                f" nest at most {MAX_DEPTH} levels (eventstore.format.depth.MAX_DEPTH)"
+            ) from None
         except (TypeError, ValueError, msgspec.EncodeError) as exc:
             raise InvalidRecordError(f"items[{i}] is not JSON-serializable: {exc}") from None
         digest.update(len(canonical).to_bytes(8, "big"))
