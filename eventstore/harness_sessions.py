@@ -45,6 +45,7 @@ from eventstore.errors import (
     SnapshotVersionError,
     UnsafePathError,
 )
+from eventstore.format.depth import shallow
 from eventstore.format.events import (
     Event,
     Snapshot,
@@ -138,7 +139,10 @@ _entry_decoder = msgspec.json.Decoder(_FileEntry)
 def _decode_entry(data: bytes) -> HarnessSessionEntry | None:
     """The entry in `data`, or None when it is not a usable map entry (never raises)."""
     try:
-        e = _entry_decoder.decode(data)
+        try:
+            e = _entry_decoder.decode(data)
+        except RecursionError:  # a field nested deeper than msgspec skips or reads
+            e = _entry_decoder.decode(shallow(data))  # (the entry's fields are scalars)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     if e.type != HARNESS_SESSION_TYPE or not e.session_id:

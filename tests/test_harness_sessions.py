@@ -460,6 +460,23 @@ def test_a_file_from_the_other_runtime_is_read(map_root: Path, workdir: Path) ->
     )
 
 
+@pytest.mark.parametrize("levels", [300, 5000])
+def test_a_file_nesting_deep_is_read_or_absent_never_an_error(
+    levels: int, map_root: Path, workdir: Path
+) -> None:
+    """An entry whose extra field nests deep is read; one whose session id does is
+    absent (0.1.0: `get` raised a bare RecursionError from ~1000 levels, the map's
+    "never raises" read)."""
+    deep = b"[" * levels + b"]" * levels
+    entry = b'{"type":"murmur.harness-session","session_id":"sid","harness":"h","driver":"d"'
+    write_raw(map_root, "extra", entry + b',"extra":' + deep + b"}")
+    write_raw(map_root, "sid", entry.replace(b'"sid"', deep) + b"}")
+    m = HarnessSessionMap(map_root, workdir)
+    assert (m.get("extra"), m.get("sid")) == ("sid", None)
+    assert [b.context_id for b in current_bindings(map_root)] == ["extra"]
+    assert report_lines(workdir) == []
+
+
 # -- forget --------------------------------------------------------------------------
 
 
