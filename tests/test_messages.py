@@ -115,10 +115,8 @@ def test_the_golden_session_is_rewritten_byte_for_byte(
     """fixtures/logs/complete.jsonl was written by the old code through the session API;
     the same calls now write the same bytes (every message line, every hash)."""
     make = _make_fixtures_module()
-    make._Clock.ticks = 0
-    # the module whose clock stamps appends, as the fixture script itself patches it
-    monkeypatch.setattr(make.log_module, "datetime", make._Clock)
-    data = make.write_session(tmp_path / "store")
+    with make.clock():  # the fixture script's own clock
+        data = make.write_session(tmp_path / "store")
     assert data == (LOGS / "complete.jsonl").read_bytes()
     assert data.count(b'"type":"messages_appended"') == 3
 
