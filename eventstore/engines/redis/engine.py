@@ -77,6 +77,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the Redis engine needs the [redis] extra: pip install 'harness-eventstore[redis]'"
     ) from exc
 
+SOCKET_TIMEOUT = 30.0  # seconds; above the 5 s of a follower's XREAD BLOCK
+
 __all__ = [
     "FEED_START",
     "RedisDurabilityError",
@@ -189,7 +191,11 @@ class RedisEngine(PruningEngine):
         self._closed = False
         try:
             # typed Any: the client's stubs type replies loosely; every reply is checked here
-            self._client: Any = redis.Redis.from_url(parsed.client, retry=Retry(NoBackoff(), 0))
+            # a reply that never comes (a killed or paused connection) is a StorageError
+            # after SOCKET_TIMEOUT, never a hang; `?socket_timeout=` in the URL wins
+            self._client: Any = redis.Redis.from_url(
+                parsed.client, retry=Retry(NoBackoff(), 0), socket_timeout=SOCKET_TIMEOUT
+            )
         except (ValueError, redis.RedisError) as exc:
             raise InvalidArgumentError(self._scrub(f"{self.url}: {exc}")) from None
         self._scripts: dict[str, Any] = {
