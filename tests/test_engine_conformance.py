@@ -488,6 +488,33 @@ def test_repair_never_numbers_a_new_event_as_one_it_set_aside(
             store.append(SID, [Quarantined(first_seq=1, last_seq=1, lines=1, bytes=1, problem="")])
 
 
+@pytest.mark.parametrize("merged", [(3, 4), (3, 7)], ids=["one_newline", "four_newlines"])
+def test_repair_believes_the_intact_lines_after_lost_newlines(
+    case: EngineCase, url: str, merged: tuple[int, int]
+) -> None:
+    """Issue 29 item 6, attacked: newlines lost between the lines of seq 4.. (lines
+    merged into one, as a damaged byte or a torn sector leaves them) make fewer lines than
+    the events they hold. Repair bounded the seq the dropped lines may claim by their
+    count, so it did not believe intact line 8 (seq 8 past 3 + 4 lines), quarantined 4..7
+    and numbered the next append 8, an event the saved original still holds (all of 4..8
+    merged: 4..4, next 5). A line also ends where its `h` field closes it."""
+    with SessionStore(url) as store:
+        _progress(store, SID, 8)
+        first, last = merged
+
+        def damaged(b: bytes) -> bytes:
+            ls = _lines(b)
+            return _join([*ls[:first], b" ".join(ls[first : last + 1]), *ls[last + 1 :]])
+
+        case.rewrite(store, SID, damaged)
+    with SessionStore(url) as store:
+        rep = repair(store, SID)
+        assert rep.action == "moved_aside" and rep.quarantined == (4, 8), rep
+        assert store.append_progress_entry(SID, make_entry(99)).first_seq == 9
+        assert [e.seq for e in store.read_events(SID)] == list(range(1, 10))
+        assert store.verify(SID).ok
+
+
 def test_open_engine_by_url(tmp_path: Path) -> None:
     from eventstore.errors import (
         UnknownEngineError,

@@ -22,6 +22,7 @@ moment without a log). Archived history is never changed.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import msgspec
@@ -162,8 +163,9 @@ def _quarantine(
     dropped = [line for line in buf[cut:].split(b"\n") if line.strip()]
     if not dropped:
         return None
-    claimed = _highest_seq(b"\n".join(dropped))
-    top = claimed if last < claimed <= last + len(dropped) else last + len(dropped)
+    pieces = _pieces(buf[cut:])  # as many as the events they held, lost newlines too
+    claimed = max((head.seq for head in map(_claimed, pieces) if head is not None), default=0)
+    top = claimed if last < claimed <= last + len(pieces) else last + len(pieces)
     why = f"{bad.kind} at byte {bad.offset} (seq {bad.seq})"
     stand_in = Quarantined(
         first_seq=last + 1, last_seq=top, lines=len(dropped), bytes=len(buf) - cut, problem=why
@@ -268,8 +270,35 @@ def _rebuild(
 
 def _highest_seq(data: bytes) -> int:
     """The highest sequence number a line of `data` still claims (0: none decodes)."""
-    heads = (_claimed(line) for line in data.split(b"\n"))
+    heads = (_claimed(line) for line in _pieces(data))
     return max((head.seq for head in heads if head is not None), default=0)
+
+
+_LINE_END = re.compile(rb',"h":"[0-9a-f]{16}"\}')
+"""How every line ends (`chain.HASH_SUFFIX_LEN`); its quotes are never in a string's
+bytes (escaped there), only a nested object's own `h` field could look like it."""
+
+
+def _pieces(data: bytes) -> list[bytes]:
+    """The lines of damaged bytes `data`, split at each newline and also after each line
+    end (`_LINE_END`) that a damaged byte, not a newline, follows: lines whose newline
+    was lost count (and claim their seq) one each. (A nested object's last field named
+    `h` can split a line in two: one more number held, none reused.)"""
+    pieces: list[bytes] = []
+    for line in data.split(b"\n"):
+        start = 0
+        for m in _LINE_END.finditer(line):
+            pieces.append(line[start : m.end()])
+            start = m.end()
+        pieces.append(line[start:])
+    out = []
+    for piece in pieces:
+        piece = piece.strip()
+        if piece[1:2] == b"{" and piece[:1] != b"{":
+            piece = piece[1:]  # the byte that replaced the newline before it
+        if piece:
+            out.append(piece)
+    return out
 
 
 def _claimed(line: bytes) -> LineHead | None:
