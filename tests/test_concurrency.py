@@ -265,7 +265,7 @@ def _append_in_child(root: Path, durability: str, summaries: list[str], gate: in
 
 
 @pytest.mark.parametrize("durability", ["flush", "fsync"])
-@pytest.mark.parametrize("how", ["rmtree", "rename", "rename-without-proc"])
+@pytest.mark.parametrize("how", ["rmtree", "rename", "rename-without-proc", "lock-hardlink"])
 def test_a_cached_lock_excludes_after_the_session_dir_is_removed_and_recreated(
     tmp_path: Path, how: str, durability: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -275,7 +275,9 @@ def test_a_cached_lock_excludes_after_the_session_dir_is_removed_and_recreated(
     "locked" an unlinked file and appended beside the process holding the real lock (a
     duplicated seq, a broken chain). Both now append at once: the log verifies, and
     every acknowledged append is in it exactly once. (Without /proc, where no kernel
-    says where a descriptor points, the lock path is stat-ed instead.)"""
+    says where a descriptor points, the lock path is stat-ed instead.) Attacked: the new
+    directory's lock file a hard link of the old one (`lock-hardlink`): the cached lock
+    is still the file at the lock path, and the cached log, renamed away, is not."""
     if how == "rename-without-proc":
 
         def no_proc(path: object, *a: object, **k: object) -> str:
@@ -289,6 +291,11 @@ def test_a_cached_lock_excludes_after_the_session_dir_is_removed_and_recreated(
     session_dir = log_path(root, "shared").parent
     if how == "rmtree":
         shutil.rmtree(session_dir)
+    elif how == "lock-hardlink":
+        old = session_dir.with_name("moved-away")
+        os.rename(session_dir, old)
+        os.mkdir(session_dir, 0o700)
+        os.link(old / "log.lock", session_dir / "log.lock")
     else:
         os.rename(session_dir, session_dir.with_name("moved-away"))
 
