@@ -492,12 +492,13 @@ class DiskFull:
     on a real full disk with inodes left."""
 
     NEEDS_SPACE = ("write", "pwrite", "mkdir")
+    NAMING = ("rename", "replace", "link")  # a new name can need a directory block too
 
-    def __init__(self, fill_at: int = 0) -> None:
+    def __init__(self, fill_at: int = 0, needs_space: tuple[str, ...] = NEEDS_SPACE) -> None:
         self.fill_at = fill_at
         self.calls = 0
         self.site = ""
-        self.reals = {name: getattr(os, name) for name in self.NEEDS_SPACE}
+        self.reals = {name: getattr(os, name) for name in needs_space}
 
     def _wrap(self, name: str) -> Callable[..., Any]:
         real = self.reals[name]
@@ -514,7 +515,7 @@ class DiskFull:
         return call
 
     def __enter__(self) -> DiskFull:
-        for name in self.NEEDS_SPACE:
+        for name in self.reals:
             setattr(os, name, self._wrap(name))
         return self
 
@@ -525,18 +526,25 @@ class DiskFull:
 
 @pytest.mark.parametrize("durability", ["flush", "fsync"])
 @pytest.mark.parametrize("sid", ["new", NEW_SID], ids=["plain-id", "hashed-id"])
+@pytest.mark.parametrize(
+    "needs_space",
+    [DiskFull.NEEDS_SPACE, DiskFull.NEEDS_SPACE + DiskFull.NAMING],
+    ids=["data", "data-and-names"],
+)
 def test_a_first_append_refused_by_a_full_disk_leaves_no_session(
-    tmp_path: Path, durability: str, sid: str
+    tmp_path: Path, durability: str, sid: str, needs_space: tuple[str, ...]
 ) -> None:
     """Issue 29 item 8: on a full file system (every write from some point on fails, not
     one), the refused first append of a new session raised StorageError but left an empty
     `log.jsonl` (undoing it wrote the lock file's generation first, which failed too),
     and `list_sessions()` listed the session, in that store and a fresh one. Now neither
-    lists it, and once space is freed the same id is usable from both."""
+    lists it, and once space is freed the same id is usable from both. Attacked: the
+    full disk refuses new names too (`data-and-names`: the undoing's rename of the
+    session directory away, the id file's and journal's atomic installs)."""
     first = [ProgressAppended(entry=ProgressEntry(run_id="f", summary="first"))]
     with SessionStore(tmp_path / "count", durability) as s:  # type: ignore[arg-type]
         s.append("other", first)  # the store root and `sessions` exist, as in a used store
-        with DiskFull() as count:
+        with DiskFull(0, needs_space) as count:
             s.append(sid, first)
     assert count.calls > 0
     broken = []
@@ -544,7 +552,7 @@ def test_a_first_append_refused_by_a_full_disk_leaves_no_session(
         root = tmp_path / f"full-{k}"
         with SessionStore(root, durability) as s:  # type: ignore[arg-type]
             s.append("other", first)
-            with DiskFull(k) as full:
+            with DiskFull(k, needs_space) as full:
                 try:
                     s.append(sid, first)
                     continue  # the disk filled after the last call that needed space
