@@ -40,6 +40,7 @@ from eventstore import (
     Role,
     SessionStore,
     StorageError,
+    Tuning,
 )
 from eventstore.engines.file import journal as file_journal
 from eventstore.engines.file.layout import SessionPaths
@@ -1971,3 +1972,43 @@ def test_a_reader_that_read_in_memory_continues_once_a_writer_copied_back(root: 
         assert reader.verify(SID).ok
     finally:
         reader.close()
+
+
+def test_caches_a_reader_saved_over_the_overlay_read_the_acknowledged_events(
+    root: Path,
+) -> None:
+    """Issue 29 item 4, attacked: a reader whose store keeps caches (every log long
+    enough: `Tuning` at 0) folds a log whose middle a power loss zeroed (its size kept,
+    so a cache's head is within it) laid over with the journal, and saves fold caches
+    and a checked prefix of what it read. It writes those caches only (never the log,
+    journal or lock file); fresh readers trusting them read every acknowledged event and
+    verify, before and after the next writer copies the journal back."""
+    _write(root, 40)
+    ep = _epoch(root)
+    assert ep is not None
+    log = log_path(root, SID)
+    whole = log.read_bytes()
+    hole = ep.start + (len(whole) - ep.start) // 3
+    log.write_bytes(whole[:hole] + bytes(3000) + whole[hole + 3000 :])
+    for p in log.parent.glob("fold-*.cache"):
+        p.unlink()
+    before = _store_files(root)
+    eager = Tuning(cache_on_close=0, cache_after_fold=0)
+    toks = [f"m{i}" for i in range(40)]
+
+    def read() -> list[str]:
+        with SessionStore(root, tuning=eager) as s:
+            got = [m.content.split(" ")[0] for m in s.load_transcript_messages(SID)]
+            assert s.load_bootstrap_state(SID) == BootstrapState()
+            assert s.verify(SID).ok
+            return got
+
+    assert read() == toks
+    after = _store_files(root)
+    changed = {name for name in after if after[name] != before.get(name)}
+    assert changed and all(Path(name).name.startswith("fold-") for name in changed), changed
+    assert read() == toks  # trusting them
+    with SessionStore(root, durability="fsync", tuning=eager) as s:
+        s.append_transcript_messages(SID, _turn("after"))
+    assert log.read_bytes()[: len(whole)] == whole
+    assert read() == [*toks, "after"]
