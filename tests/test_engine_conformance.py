@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -44,6 +45,7 @@ from eventstore.engines.base import Engine, open_engine
 from eventstore.engines.conformance import EngineConformance
 from eventstore.engines.file.engine import FileEngine
 from eventstore.engines.memory import MemoryEngine
+from eventstore.format.chain import HASH_SUFFIX_LEN, line_hash
 from eventstore.ops.repair import repair
 from projections import Retention
 
@@ -488,28 +490,56 @@ def test_repair_never_numbers_a_new_event_as_one_it_set_aside(
             store.append(SID, [Quarantined(first_seq=1, last_seq=1, lines=1, bytes=1, problem="")])
 
 
-@pytest.mark.parametrize("merged", [(3, 4), (3, 7)], ids=["one_newline", "four_newlines"])
+def _forged(before: bytes, line: bytes, seq: int) -> bytes:
+    """`line` claiming `seq`, its `h` recomputed to chain to `before` (a forger's edit)."""
+    body = re.sub(rb'"seq":\d+', b'"seq":%d' % seq, line[:-HASH_SUFFIX_LEN]) + b"}"
+    h = line_hash(before[-18:-2].decode(), body)
+    return body[:-1] + b',"h":"' + h.encode() + b'"}'
+
+
+@pytest.mark.parametrize(
+    "damage", ["one_newline", "four_newlines", "line_lost", "line_lost_and_edited", "forged_far"]
+)
 def test_repair_believes_the_intact_lines_after_lost_newlines(
-    case: EngineCase, url: str, merged: tuple[int, int]
+    case: EngineCase, url: str, damage: str
 ) -> None:
     """Issue 29 item 6, attacked: newlines lost between the lines of seq 4.. (lines
     merged into one, as a damaged byte or a torn sector leaves them) make fewer lines than
     the events they hold. Repair bounded the seq the dropped lines may claim by their
     count, so it did not believe intact line 8 (seq 8 past 3 + 4 lines), quarantined 4..7
     and numbered the next append 8, an event the saved original still holds (all of 4..8
-    merged: 4..4, next 5). A line also ends where its `h` field closes it."""
+    merged: 4..4, next 5). A line also ends where its `h` field closes it. Likewise a
+    line lost (seq 5 gone: 6..8 set aside, 3 lines past seq 4): 8 was not believed and
+    the next append was 8; a line whose `h` chains it to the line before is believed (a
+    forged one claiming a huge seq, as far as the dropped bytes could hold lines)."""
     with SessionStore(url) as store:
         _progress(store, SID, 8)
-        first, last = merged
 
         def damaged(b: bytes) -> bytes:
             ls = _lines(b)
-            return _join([*ls[:first], b" ".join(ls[first : last + 1]), *ls[last + 1 :]])
+            return _join(
+                {
+                    "one_newline": [*ls[:3], ls[3] + b" " + ls[4], *ls[5:]],
+                    "four_newlines": [*ls[:3], b"X".join(ls[3:8])],
+                    "line_lost": [*ls[:4], *ls[5:]],
+                    "line_lost_and_edited": [
+                        *ls[:3],
+                        ls[3].replace(b"step 3", b"step@3"),
+                        *ls[5:],
+                    ],  # fmt: skip
+                    "forged_far": [*ls[:3], _forged(ls[2], ls[3], 10**15), *ls[4:]],
+                }[damage]
+            )
 
         case.rewrite(store, SID, damaged)
     with SessionStore(url) as store:
         rep = repair(store, SID)
-        assert rep.action == "moved_aside" and rep.quarantined == (4, 8), rep
+        first = 5 if damage == "line_lost" else 4
+        assert rep.action == "moved_aside" and rep.quarantined is not None, rep
+        if damage == "forged_far":
+            assert rep.quarantined[0] == 4 and 8 <= rep.quarantined[1] < 1000, rep
+            return
+        assert rep.quarantined == (first, 8), rep
         assert store.append_progress_entry(SID, make_entry(99)).first_seq == 9
         assert [e.seq for e in store.read_events(SID)] == list(range(1, 10))
         assert store.verify(SID).ok

@@ -37,8 +37,11 @@ from eventstore.errors import (
     UnknownSessionError,
 )
 from eventstore.format.chain import (
+    HASH_SUFFIX_LEN,
     SNAPSHOT_OPEN,
+    hash_checks,
     link_of,
+    split_hash,
 )
 from eventstore.format.depth import HEAD_DECODER
 from eventstore.format.events import (
@@ -166,6 +169,9 @@ def _quarantine(
     pieces = _pieces(buf[cut:])  # as many as the events they held, lost newlines too
     claimed = max((head.seq for head in map(_claimed, pieces) if head is not None), default=0)
     top = claimed if last < claimed <= last + len(pieces) else last + len(pieces)
+    # an intact line (chained to the one before) is believed past that count (lines
+    # lost), as far as the dropped bytes could hold lines (a forged one claims no more)
+    top = max(top, min(_chained_seq(pieces, link), last + (len(buf) - cut) // HASH_SUFFIX_LEN))
     why = f"{bad.kind} at byte {bad.offset} (seq {bad.seq})"
     stand_in = Quarantined(
         first_seq=last + 1, last_seq=top, lines=len(dropped), bytes=len(buf) - cut, problem=why
@@ -272,6 +278,21 @@ def _highest_seq(data: bytes) -> int:
     """The highest sequence number a line of `data` still claims (0: none decodes)."""
     heads = (_claimed(line) for line in _pieces(data))
     return max((head.seq for head in heads if head is not None), default=0)
+
+
+def _chained_seq(pieces: list[bytes], link: str) -> int:
+    """The highest seq claimed by one of `pieces` (`_pieces`) whose `h` chains it to
+    the piece before it (the first: to `link`, the kept prefix's): an intact line."""
+    best = 0
+    for piece in pieces:
+        head, sh = _claimed(piece), split_hash(piece)
+        if head is not None and sh is not None and hash_checks(link.encode(), piece, sh[1]):
+            best = max(best, head.seq)
+        if head is not None and head.type == "snapshot":
+            link = head.base_h or ""
+        else:
+            link = sh[1] if sh is not None else ""
+    return best
 
 
 _LINE_END = re.compile(rb',"h":"[0-9a-f]{16}"\}')
