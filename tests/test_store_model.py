@@ -476,7 +476,7 @@ class SessionStoreMachine(RuleBasedStateMachine):
 
 
 SETTINGS = settings(
-    max_examples=int(os.environ.get("EVENTSTORE_MODEL_EXAMPLES", "50")),
+    max_examples=int(os.environ.get("EVENTSTORE_MODEL_EXAMPLES", "30")),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
