@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import bisect
 import logging
+import uuid
 from pathlib import Path
 
 import pytest
 from conftest import LOGS, log_path, make_entry, make_features, make_manifest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from eventstore import (
     BootstrapState,
+    CorruptLogError,
     Message,
     ProgressEntry,
     SessionStore,
@@ -169,3 +173,48 @@ def test_reader_that_saw_a_torn_tail_catches_up(install_log, root: Path) -> None
     assert got.recent_progress == [*states[-2].recent_progress, make_entry(5)]
     assert reader.last_seq(SID) == COMPLETE.count(b"\n")
     assert log_path(root, SID).read_bytes().startswith(COMPLETE[: ends[-2]])
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_a_hole_of_zeros_in_the_last_batch_is_a_torn_tail(
+    tmp_path: Path, data: st.DataObject
+) -> None:
+    """A power loss mid-append may keep a batch's later blocks and not its first: a hole
+    of zeros anywhere in the last batch (its closing newline kept) reads as a torn tail,
+    as a partial line does: loads give the batches before it, verify warns, and the next
+    writer sets it aside and takes its sequence numbers. Zeros erase the envelopes that
+    say where a batch starts, so a hole counts as the last batch's when no intact line
+    closing a batch lies between it and the end; a hole before such a line is corruption,
+    never silently cut."""
+    ends, states, _ = _batches(COMPLETE)
+    b = data.draw(st.integers(1, len(ends) - 1), label="batch")
+    first = data.draw(st.integers(ends[b - 1], ends[b] - 2), label="hole start")
+    last = data.draw(st.integers(first + 1, ends[b] - 1), label="hole end")
+    later = data.draw(st.booleans(), label="a batch after it") and b < len(ends) - 1
+    prefix = COMPLETE[: ends[b + 1] if later else ends[b]]
+    holed = prefix[:first] + bytes(last - first) + prefix[last:]
+    root = tmp_path / uuid.uuid4().hex  # a fresh store per example (no caches of another)
+    SessionStore(root).close()
+    paths = SessionPaths(root, SID)
+    paths.create()
+    paths.log.write_bytes(holed)
+    store = SessionStore(root)
+    closing = COMPLETE.rindex(b"\n", 0, ends[b] - 1) + 1  # where batch b's closing line starts
+    if later and last <= closing:  # batch b's closing line intact: batch b+1 is whole after it
+        with pytest.raises(CorruptLogError):
+            store.load_bootstrap_state(SID)
+        assert not store.verify(SID).ok
+        return
+    assert store.load_bootstrap_state(SID) == states[b - 1]
+    report = store.verify(SID)
+    assert report.ok and [p.kind for p in report.problems] == ["torn_batch"]
+    assert paths.log.read_bytes() == holed  # readers never write
+    seq = COMPLETE[: ends[b - 1]].count(b"\n")
+    store.append_progress_entry(SID, make_entry(7))
+    data_after = paths.log.read_bytes()
+    assert data_after.startswith(COMPLETE[: ends[b - 1]]) and b"\0" not in data_after
+    assert f'"seq":{seq + 1},'.encode() in data_after.splitlines()[-1]
+    assert SessionStore(root).verify(SID).ok

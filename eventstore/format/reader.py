@@ -57,6 +57,7 @@ from eventstore.format.lines import (
     envelope_guess,
     split_lines,
 )
+from eventstore.format.tail import committed_end
 
 __all__ = [
     "LONG_SNAPSHOT",
@@ -344,7 +345,8 @@ def _read_careful(
 ) -> Lines:
     """Line by line, every check, every problem to the reporter."""
     batches = _Batches(where, offset, seq, link, reporter, keep_raw, keep_links)
-    for off, line, complete in split_lines(buf):
+    holed = _holed_batch(buf, where, offset)
+    for off, line, complete in split_lines(buf if holed is None else buf[:holed]):
         if not complete:
             batches.tail(off, line)
             break
@@ -354,7 +356,22 @@ def _read_careful(
         checked = check_line(codec, decoder, line, offset + off, where, batches.link)
         if not batches.take(off, line, checked):
             break
+    else:
+        if holed is not None:
+            batches.holed(holed, len(buf) - holed)
     return batches.result()
+
+
+def _holed_batch(buf: bytes, where: str, offset: int) -> int | None:
+    """Where a last batch holding a NUL byte starts (None: no such batch): torn, as the
+    engines' `committed_end` says, not a damaged committed line."""
+    if b"\0" not in buf:
+        return None
+    try:
+        end, _ = committed_end(buf, where, offset)
+    except CorruptLogError:
+        return None  # an undecodable line without a hole: the careful reading reports it
+    return end if b"\0" in buf[end : buf.rfind(b"\n") + 1] else None
 
 
 class _Batches:
@@ -426,6 +443,19 @@ class _Batches:
                 " mid-append; readers ignore it, the next writer sets it aside",
                 "warning",
             )
+
+    def holed(self, off: int, n: int) -> None:
+        """The last batch (`n` bytes from `off`) holds a hole of zeros: a power loss kept
+        its later blocks and not its first (an acknowledged batch is in its journal,
+        which readers consult and the next writer copies back)."""
+        self.report(
+            off,
+            self.want,
+            "torn_batch",
+            f"the last batch ({n} bytes) holds a hole of zero bytes (a power loss"
+            " mid-append); readers ignore it, the next writer sets it aside",
+            "warning",
+        )
 
     def blank(self, off: int, end: int) -> None:
         """A blank line (ending at `end`): it holds no event, and closes no batch."""

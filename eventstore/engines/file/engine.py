@@ -79,7 +79,6 @@ from eventstore.engines.file.layout import (
 from eventstore.engines.file.logfile import (
     TAIL_CHUNK,
     FilePosition,
-    committed_end,
     find_head,
     first_seq_of,
     head_at,
@@ -123,6 +122,7 @@ from eventstore.errors import (
     StorageError,
     UnsafePathError,
 )
+from eventstore.format.tail import committed_end
 from eventstore.session_ids import validate_session_id
 
 __all__ = ["MAX_OPEN_SESSIONS", "FileEngine", "FilePosition", "from_url"]

@@ -15,7 +15,7 @@ import msgspec
 
 from eventstore.engines.base import Head, Position
 from eventstore.engines.file.layout import open_private, pread_all
-from eventstore.errors import CorruptLogError, EventStoreError, StorageError
+from eventstore.errors import EventStoreError, StorageError
 from eventstore.format.chain import (
     HASH_SUFFIX_LEN,
     find_snapshot_head,
@@ -25,13 +25,13 @@ from eventstore.format.events import (
     LineHead,
     SnapshotHead,
 )
+from eventstore.format.tail import committed_end, snapshot_line_head
 
 __all__ = [
     "HEAD_DECODER",
     "TAIL_CHUNK",
     "FilePosition",
     "first_seq_of",
-    "committed_end",
     "find_head",
     "head_at",
     "ident_of",
@@ -97,37 +97,6 @@ def head_at(ident: tuple[int, int], offset: int, line: LineHead, base_seq: int, 
     return FilePosition(ident, offset, line.seq, link, line.h, base_seq, seen).head()
 
 
-def committed_end(
-    buf: bytes,
-    where: str,
-    start: int,
-    first: tuple[SnapshotHead, str] | None = None,
-) -> tuple[int, LineHead | None]:
-    """The end of the last complete batch in `buf` and its closing line's envelope.
-
-    Walks back from the last newline over lines whose batch is not closed (`more` > 0):
-    usually one envelope decode. Blank lines hold nothing. `first`: the header of the
-    snapshot that opens the log, when `buf` starts there (its envelope, not decoded).
-    """
-    end = buf.rfind(b"\n")
-    while end >= 0:
-        if first is not None and start == 0 and end == first[0].length:
-            return end + 1, _snapshot_line_head(first)  # the opening snapshot, no scan
-        prev = buf.rfind(b"\n", 0, end)
-        line = buf[prev + 1 : end]
-        if line.strip():
-            try:
-                head = HEAD_DECODER.decode(line)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise CorruptLogError(
-                    where, start + prev + 1, None, f"undecodable line: {exc}"
-                ) from None
-            if head.more == 0:
-                return end + 1, head
-        end = prev
-    return 0, None
-
-
 def find_head(fd: int, size: int, where: str) -> tuple[LineHead | None, int]:
     """The envelope of the last committed line and the end of the last complete batch.
 
@@ -137,27 +106,29 @@ def find_head(fd: int, size: int, where: str) -> tuple[LineHead | None, int]:
     if size == 0:
         return None, 0
     first = snapshot_header(fd)
-    first_end = first[0].length if first is not None else None
-    want = 1
+    chunk = TAIL_CHUNK
     while True:
-        lines, cut, at_start = _tail_lines(fd, size, want, first_end)
-        for off, line in lines:
-            if line is None:  # the first line, a snapshot: its header says what we need
-                assert first is not None
-                head = _snapshot_line_head(first)
-            elif not line.strip():
-                continue  # a blank line holds no event
-            else:
-                try:
-                    head = HEAD_DECODER.decode(line)
-                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                    raise CorruptLogError(where, off, None, f"undecodable line: {exc}") from None
-            if head.more == 0:
-                return head, cut
-            cut = off  # a line of a batch that has no closing line: torn
-        if at_start:
-            return None, cut
-        want *= 4  # a torn batch longer than what we read: look further back
+        start = max(0, size - chunk)
+        if first is not None and start < first[0].length:
+            start = 0  # never read part of an opening snapshot: its header says it all
+            buf = pread_all(fd, size - first[0].length, first[0].length)
+            offset = first[0].length
+        else:
+            buf = pread_all(fd, size - start, start)
+            offset = start
+        # a line that may begin before the window is not read
+        skip = 0 if start == 0 else buf.find(b"\n") + 1
+        if start > 0 and skip == 0:
+            chunk *= 4
+            continue
+        end, head = committed_end(buf[skip:], where, offset + skip, first, at_boundary=start == 0)
+        if head is not None:
+            return head, offset + skip + end
+        if start == 0:
+            if first is not None:
+                return snapshot_line_head(first), first[0].length
+            return None, 0
+        chunk *= 4  # a batch longer than what we read: look further back
 
 
 def snapshot_header(fd: int) -> tuple[SnapshotHead, str] | None:
@@ -170,12 +141,6 @@ def snapshot_header(fd: int) -> tuple[SnapshotHead, str] | None:
     if len(tail) != 19 or tail[16:] != b'"}\n':
         return None
     return head, tail[:16].decode("ascii", "replace")
-
-
-def _snapshot_line_head(first: tuple[SnapshotHead, str]) -> LineHead:
-    """The envelope of an opening snapshot's line, from its header and `h`."""
-    snap, h = first
-    return LineHead(type="snapshot", seq=snap.seq, ts=snap.ts, h=h, base_h=snap.base_h)
 
 
 def first_seq_of(fd: int, size: int) -> int:
@@ -221,39 +186,6 @@ def in_live_log(log_path: Path, pos: FilePosition) -> bool:
         )
     finally:
         os.close(log_fd)
-
-
-def _tail_lines(
-    fd: int, size: int, want: int, first_end: int | None
-) -> tuple[list[tuple[int, bytes | None]], int, bool]:
-    """Up to `want` complete lines before the end, newest first; where the partial last
-    line (if any) starts; and whether the lines reach the start of the file.
-
-    A line that ends at `first_end` (the end of an opening snapshot) is returned as
-    (0, None) instead of being read: it can be longer than all the rest together.
-    """
-    chunk = TAIL_CHUNK
-    while True:
-        start = max(0, size - chunk)
-        buf = pread_all(fd, size - start, start)
-        last_nl = buf.rfind(b"\n")
-        if last_nl < 0 and start == 0:
-            return [], 0, True
-        if last_nl >= 0:
-            lines: list[tuple[int, bytes | None]] = []
-            end = last_nl
-            while end >= 0 and len(lines) < want:
-                if first_end is not None and start + end == first_end:
-                    lines.append((0, None))
-                    return lines, start + last_nl + 1, True
-                prev = buf.rfind(b"\n", 0, end)
-                if prev < 0 and start > 0:
-                    break  # this line may begin before the chunk
-                lines.append((start + prev + 1, buf[prev + 1 : end]))
-                end = prev
-            if len(lines) >= want or end < 0:
-                return lines, start + last_nl + 1, end < 0
-        chunk *= 4
 
 
 def ident_of(fd: int) -> tuple[int, int]:
