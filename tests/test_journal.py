@@ -1201,6 +1201,9 @@ def test_durable_flush_writers_and_a_compactor_at_once_then_a_power_loss(root: P
 
     pids.append(_spawn(compactor))
     time.sleep(1.0)
+    archive, deadline = _paths(root).archive, time.monotonic() + 60
+    while not archive.exists() and time.monotonic() < deadline:  # a loaded machine: wait
+        time.sleep(0.05)
     _kill_all(pids)
     os.close(w)
     os.close(wf)
