@@ -636,8 +636,8 @@ class Model:
 EXT4_ORDERED = Model("ext4-ordered", True, True, False, True)
 STRICT = Model("strict", False, False, True, False, garbage=True)
 STRICT_BLOCKS = Model("strict-blocks", False, False, True, False, block_tears=True, garbage=True)
-"""`STRICT` with block tears; not in CI yet: an unacknowledged last batch kept but for
-an earlier block reads as a complete line with a hole (CorruptLogError, not a torn tail)."""
+"""`STRICT` with block tears (an unacknowledged last batch kept but for an earlier block
+is a complete line with a hole of zeros: a torn tail)."""
 BLOCK = 4096  # the file-system block: what `block_tears` keeps or loses as a whole
 GARBAGE = -2  # CrashState.data: the write persisted as non-zero garbage
 
