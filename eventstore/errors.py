@@ -188,3 +188,14 @@ class IdempotencyConflictError(EventStoreError):
         self.key = key
         self.first_seq = first_seq
         self.last_seq = last_seq
+
+
+class SigningKeyError(EventStoreError, ValueError):
+    """A signing or public key eventstore cannot use for seals (a missing or unreadable
+    key file, not an Ed25519 key, a public key where a private one must sign, a store
+    asked to seal without a signing key), or the `crypto` extra missing. `key_id` names
+    the key when it is known (never any key material); nothing was written."""
+
+    def __init__(self, message: str, key_id: str | None = None) -> None:
+        super().__init__(message)
+        self.key_id = key_id

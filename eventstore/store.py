@@ -56,6 +56,7 @@ from eventstore.format.events import (
     MessagesAppended,
     ProgressAppended,
     Quarantined,
+    Sealed,
     Snapshot,
     Upcaster,
     event_tag,
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
     # the audit tools load when first used: the session API's hot use never needs them
     from eventstore.ops.compaction import CompactionReport
     from eventstore.ops.fork import ForkResult
+    from eventstore.ops.seal import Sealer, SealFacts, SealPolicy
     from eventstore.ops.verify import VerifyReport
 
 __all__ = ["AppendResult", "AutoCompact", "SessionCacheInfo", "SessionStore", "Tuning"]
@@ -142,6 +144,9 @@ class SessionStore:
         cached_sessions: int = 1000,
         caches: bool = True,
         tuning: Tuning | None = None,
+        signing_key: object = None,
+        seal_policy: SealPolicy | None = None,
+        cache_key: bytes | None = None,
     ) -> None:
         if not isinstance(root, (str, os.PathLike, Engine)):
             raise InvalidArgumentError(
@@ -155,6 +160,13 @@ class SessionStore:
         # what the arguments can refuse is checked before the engine opens (a file store
         # would create its directory): the codec, then the core below
         check_options(cached_sessions, caches, tuning)
+        self.sealer: Sealer | None = _sealer(signing_key, seal_policy)
+        mac_key = cache_key if cache_key is not None else signing_key
+        cache_mac = None
+        if mac_key is not None:
+            from eventstore.signing import cache_mac as derive_mac
+
+            cache_mac = derive_mac(mac_key)
         self.codec = EventCodec(event_types)
         for cls, version, fn in upcasters:
             self.codec.register_upcaster(cls, version, fn)
@@ -175,6 +187,7 @@ class SessionStore:
                 cached_sessions=cached_sessions,
                 caches=caches,
                 tuning=tuning,
+                cache_mac=cache_mac,
             )
         except BaseException:
             if not isinstance(root, Engine):
@@ -188,8 +201,12 @@ class SessionStore:
     # -- lifecycle --------------------------------------------------------------------
 
     def close(self) -> None:
-        """Save the fold caches worth saving, forget cached state and release the engine.
-        Every append is already written: the caches only save later loads time."""
+        """Seal the sessions this store wrote to since their last seal (a store opened
+        with a signing key whose policy seals on close), save the fold caches worth
+        saving, forget cached state and release the engine. Every append is already
+        written: the caches only save later loads time."""
+        if self.sealer is not None and not self.core.closed:
+            self.sealer.close(self.core)
         self.core.close()
 
     def __enter__(self) -> SessionStore:
@@ -388,13 +405,13 @@ class SessionStore:
         if not events:
             raise InvalidRecordError("append needs at least one event")
         for e in events:
-            if type(e) in (Snapshot, ArchivePruned, Quarantined):
-                # a snapshot anywhere but a log's first line is corruption, and a pruning
-                # or quarantine record names history as gone: compaction, prune_archive
-                # and repair write them
+            if type(e) in (Snapshot, ArchivePruned, Quarantined, Sealed):
+                # a snapshot anywhere but a log's first line is corruption, a pruning or
+                # quarantine record names history as gone, and a seal is signed by the
+                # store's key: compaction, prune_archive, repair and seal write them
                 raise InvalidRecordError(
                     f"append cannot take a {event_tag(type(e))} event: compact,"
-                    " prune_archive and repair write those"
+                    " prune_archive, repair and seal write those"
                 )
         checked = [self.codec.check(e) for e in events]
         if expected_seq is not None and (
@@ -479,11 +496,41 @@ class SessionStore:
         """The transcript as of sequence number `seq` or time `at` (one of them)."""
         return history.transcript_at(self.core, session_id, seq=seq, at=at)
 
-    def verify(self, session_id: str) -> VerifyReport:
-        """Check a session's log and archive: sequence, hash links, decoding, batches."""
+    def verify(
+        self,
+        session_id: str,
+        *,
+        public_key: object = None,
+        witness: str | os.PathLike[str] | None = None,
+    ) -> VerifyReport:
+        """Check a session's log and archive: sequence, hash links, decoding, batches.
+
+        `public_key` (an Ed25519 public or private key, or a PEM file's path): check
+        every seal's signature, that the history holds each sealed head, and the sealing
+        policy (a session with no seal, too many events after a seal). `witness` (a
+        witness file's path): check the seals it holds against the history too. What is
+        found is reported, never raised (see `eventstore.ops.seal`)."""
         from eventstore.ops import verify
 
-        return verify.verify(self.core, session_id)
+        key = None
+        if public_key is not None:
+            from eventstore.signing import load_public_key
+
+            key = load_public_key(public_key)
+        return verify.verify(self.core, session_id, public_key=key, witness=witness)
+
+    def seal(self, session_id: str) -> SealFacts | None:
+        """Seal the session's head now with the store's signing key (and write the seal
+        to the policy's witness); None when it has no event or its last line is already
+        a seal. SigningKeyError if the store was opened without a signing key."""
+        if self.sealer is None:
+            from eventstore.errors import SigningKeyError
+
+            raise SigningKeyError(
+                f"the store at {self.url} has no signing key: open it with signing_key="
+            )
+        validate_session_id(session_id)
+        return self.sealer.seal(self.core, session_id)
 
     def follow(
         self,
@@ -519,7 +566,7 @@ class SessionStore:
         """
         from eventstore.ops import compaction
 
-        return compaction.compact(
+        report = compaction.compact(
             self.core,
             session_id,
             archive=archive,
@@ -527,6 +574,9 @@ class SessionStore:
             force=force,
             dry_run=dry_run,
         )
+        if self.sealer is not None and report.compacted and not dry_run:
+            self.sealer.seal_quietly(self.core, session_id)  # seal the snapshot installed
+        return report
 
     def fork_session(self, source: str, session_id: str, at_seq: int | None = None) -> ForkResult:
         """Start `session_id` from `source`'s state after `at_seq` (what `state_at(source,
@@ -609,7 +659,7 @@ class SessionStore:
         hot path: one call into the core, then `_after_write` only when it has work)."""
         result = self.core.write(session_id, lambda h, s: events, idempotency_key, check=check)
         assert result is not None
-        if result.replayed or self.auto_compact is not None:
+        if result.replayed or self.auto_compact is not None or self.sealer is not None:
             self._after_write(session_id, idempotency_key, result, events)
         return result
 
@@ -631,17 +681,21 @@ class SessionStore:
         self, session_id: str, key: str | None, result: AppendResult, request: list[Event]
     ) -> None:
         """What the domain adds to the core's write: a replayed key must name the same
-        request, and a due session is compacted (a separate trip)."""
+        request, a due session is compacted and a due seal written (separate trips)."""
         if result.replayed:
             if key is not None:
                 _check_replay(self.core, session_id, key, result, request)
-        elif self.auto_compact is not None:
+            return
+        if self.auto_compact is not None:
             try:
                 self._maybe_compact(session_id)
             except (EventStoreError, OSError) as exc:
                 # the append is committed: failing it now would make callers retry and
                 # duplicate it; the next due append tries compacting again
                 log.warning("eventstore: automatic compaction of %r failed: %s", session_id, exc)
+        if self.sealer is not None:
+            events = result.last_seq - result.first_seq + 1
+            self.sealer.after_write(self.core, session_id, events)
 
     def _maybe_compact(self, session_id: str) -> None:
         auto = self.auto_compact
@@ -678,6 +732,22 @@ def _check_replay(
         return
     if fingerprint(stored) != fingerprint(request):
         raise IdempotencyConflictError(session_id, key, first, last)
+
+
+def _sealer(signing_key: object, policy: SealPolicy | None) -> Sealer | None:
+    """The sealer of a store opened with `signing_key` (None without one)."""
+    if signing_key is None:
+        if policy is not None:
+            from eventstore.errors import SigningKeyError
+
+            raise SigningKeyError("a seal_policy needs a signing_key to seal with")
+        return None
+    from eventstore.ops.seal import Sealer, SealPolicy
+    from eventstore.signing import load_signing_key
+
+    if policy is not None and not isinstance(policy, SealPolicy):
+        raise InvalidArgumentError(f"seal_policy must be a SealPolicy, not {policy!r}")
+    return Sealer(load_signing_key(signing_key), policy or SealPolicy())
 
 
 def _has_manifest(state: BootstrapState) -> bool:

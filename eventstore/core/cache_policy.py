@@ -11,7 +11,7 @@ grown by an eighth.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eventstore.core import checked_prefix, fold_cache
 from eventstore.core.sessions import Fold, SessionState
@@ -19,6 +19,9 @@ from eventstore.core.tuning import Tuning
 from eventstore.engines.base import EMPTY_HEAD, CachingEngine, Engine, Head
 from eventstore.format.codec import EventCodec
 from projections import Projection
+
+if TYPE_CHECKING:
+    from eventstore.signing import CacheMac
 
 __all__ = ["CachePolicy"]
 
@@ -35,8 +38,10 @@ class CachePolicy:
         builtin: frozenset[str],
         tuning: Tuning,
         enabled: bool,
+        mac: CacheMac | None = None,
     ) -> None:
         self.engine = engine
+        self.mac = mac  # a store with a cache key: its caches carry that key's MAC
         self.projections = projections
         self.builtin = builtin
         self.tuning = tuning
@@ -72,7 +77,9 @@ class CachePolicy:
         """Where this process starts folding a projection: the engine's fold cache when
         it keeps one that checks, else the beginning."""
         if proj.name in self.cached:
-            found = fold_cache.load(self.engine, sess.session_id, proj, self.cached[proj.name])
+            found = fold_cache.load(
+                self.engine, sess.session_id, proj, self.cached[proj.name], self.mac
+            )
             if found is not None:
                 return Fold(found[0], found[1], found[1])
         return Fold(proj.initial(), EMPTY_HEAD)
@@ -84,7 +91,7 @@ class CachePolicy:
         p = sess.prefix
         if p is not None and p.size:
             return p.mark()
-        return checked_prefix.load(self.engine, sess.session_id)
+        return checked_prefix.load(self.engine, sess.session_id, self.mac)
 
     def after_fold(self, sess: SessionState, proj: Projection[Any], f: Fold, folded: int) -> None:
         """Save what a fold of `folded` bytes made worth saving (a load never pays for
@@ -98,13 +105,13 @@ class CachePolicy:
             f.saved = f.head
         p = sess.prefix
         if p is not None and p.head is f.head and p.size - p.saved >= self.tuning.cache_after_fold:
-            checked_prefix.store(self.engine, sess.session_id, p)
+            checked_prefix.store(self.engine, sess.session_id, p, self.mac)
 
     def save_fold(self, session_id: str, name: str, state: Any, head: Head) -> None:
         """Keep projection `name`'s `state` at `head` in the fold cache, marked with the
         event types this store decodes of those it reads."""
         proj = self.projections[name]
-        fold_cache.store(self.engine, session_id, proj, state, head, self.cached[name])
+        fold_cache.store(self.engine, session_id, proj, state, head, self.cached[name], self.mac)
 
     def save_fold_caches(self, session_id: str, head: Head, states: dict[str, Any]) -> None:
         """Keep folded `states` (by projection name, at `head`) in the fold cache, for
@@ -143,7 +150,7 @@ class CachePolicy:
                     self.save_fold(sess.session_id, name, f.state, f.head)
             p = sess.prefix
             if p is not None and p.size != p.saved and p.size >= self.tuning.cache_on_close:
-                checked_prefix.store(self.engine, sess.session_id, p)
+                checked_prefix.store(self.engine, sess.session_id, p, self.mac)
 
     def release(self, sess: SessionState) -> None:
         """Give back what the session held of the creation budget (it is dropped or
@@ -193,4 +200,4 @@ class CachePolicy:
             if sess.prefix is not None or sess.head is not head:
                 return  # a load or an append got there first
             sess.prefix = p
-        checked_prefix.store(self.engine, sess.session_id, p)
+        checked_prefix.store(self.engine, sess.session_id, p, self.mac)

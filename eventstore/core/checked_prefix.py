@@ -24,7 +24,7 @@ against the hash chain, once, and this digest proves it is the same byte.
 
 import hashlib
 import logging
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
@@ -34,6 +34,9 @@ from eventstore.engines.base import (
     Engine,
     Head,
 )
+
+if TYPE_CHECKING:
+    from eventstore.signing import CacheMac
 
 __all__ = ["FORMAT", "NAME", "Mark", "Prefix", "load", "store"]
 
@@ -97,15 +100,22 @@ class Prefix:
         return Mark(self.head, self.size, self._hasher.hexdigest(), self.saved)
 
 
-def load(engine: Engine, session_id: str) -> Mark | None:
+def load(engine: Engine, session_id: str, mac: "CacheMac | None" = None) -> Mark | None:
     """The checked prefix the engine keeps for the session, if its head is still in the
-    live log and it is this session's; else None (and why, at debug level)."""
+    live log and it is this session's (with `mac`: its second line is this key's MAC of
+    its first); else None (and why, at debug level)."""
     if not isinstance(engine, CachingEngine):
         return None
     found = engine.load_cache(session_id, NAME)
     if found is None:
         return None
     head, data = found
+    if mac is not None:
+        body, _, tag = data.rstrip(b"\n").rpartition(b"\n")
+        if not body or tag != mac.digest([body]):
+            log.debug("eventstore: checked prefix of %r ignored: not this key's", session_id)
+            return None
+        data = body
     try:
         kept = _decoder.decode(data.rstrip(b"\n"))
     except msgspec.MsgspecError as exc:
@@ -123,7 +133,7 @@ def load(engine: Engine, session_id: str) -> Mark | None:
     return Mark(head, kept.size, kept.sha256, kept.size)
 
 
-def store(engine: Engine, session_id: str, prefix: Prefix) -> None:
+def store(engine: Engine, session_id: str, prefix: Prefix, mac: "CacheMac | None" = None) -> None:
     """Keep `prefix` for later loads; best effort: a failure is logged, never raised."""
     head = prefix.head
     if head.seq == 0 or head.position is None or not isinstance(engine, CachingEngine):
@@ -133,7 +143,8 @@ def store(engine: Engine, session_id: str, prefix: Prefix) -> None:
         _Stored(FORMAT, session_id, head.seq, head.link, head.h, mark.size, mark.digest)
     )
     try:
-        engine.store_cache(session_id, NAME, head, [data, b"\n"])
+        tail = [b"\n"] if mac is None else [b"\n", mac.digest([data]), b"\n"]
+        engine.store_cache(session_id, NAME, head, [data, *tail])
     except Exception as exc:  # noqa: BLE001 - a cache must never fail what called it
         log.warning("eventstore: saving the checked prefix of %r failed: %s", session_id, exc)
         return

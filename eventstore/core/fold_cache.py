@@ -19,7 +19,9 @@ a SHA-256 took a third of a cold transcript load), so it binds the state to the 
 hash `h` at its position (which hashes every line before it) and to the session and
 projection. It detects damage, not forgery: anyone who can write the cache can also
 write a matching digest of any kind (the log's hash chain, which `verify` checks whole,
-is what detects edits).
+is what detects edits). A store given a cache key (`SessionStore(signing_key=...)` or
+`cache_key=...`) closes its caches with an HMAC-SHA256 under that key instead (64 hex
+digits): a cache forged without the key, or written unkeyed, is then ignored.
 
 The trust rule of loads holds: every byte that went into a state this library returns
 was hash-checked once. A cache is written only from states folded from checked lines (or
@@ -42,7 +44,7 @@ import logging
 import struct
 import zlib
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -54,6 +56,9 @@ from eventstore.engines.base import (
     Head,
 )
 
+if TYPE_CHECKING:
+    from eventstore.signing import CacheMac
+
 __all__ = ["FORMAT", "decode", "encode", "known_types", "load", "store"]
 
 log = logging.getLogger("eventstore")
@@ -63,6 +68,7 @@ FORMAT = 4
 (1: the digest was a BLAKE2b; 2: no `known`; 3: the state unframed, a SHA-256.)"""
 
 _CHECKSUM_HEX = 8
+_MAC_HEX = 64  # the HMAC-SHA256 closing the cache of a store with a cache key
 _FRAME_LEN = struct.Struct(">I")
 _HEADER_MAX = 16 << 10  # a header is shorter (an id of 1,024 bytes, escaped, and ints)
 
@@ -88,8 +94,11 @@ def _hex(crc: int) -> bytes:
     return b"%08x" % crc
 
 
-def _checksum(pieces: Iterable[bytes]) -> bytes:
-    """The CRC-32 line that closes a cache made of `pieces` (in order)."""
+def _checksum(pieces: Iterable[bytes], mac: CacheMac | None = None) -> bytes:
+    """The CRC-32 line that closes a cache made of `pieces` (in order), or with `mac` (a
+    store with a cache key), their keyed MAC: a cache only the key's holder can make."""
+    if mac is not None:
+        return mac.digest(pieces) + b"\n"
     crc = 0
     for piece in pieces:
         crc = zlib.crc32(piece, crc)
@@ -118,7 +127,14 @@ def is_framed(projection: Any) -> bool:
     )
 
 
-def encode(session_id: str, projection: Any, state: Any, head: Head, known: str) -> list[bytes]:
+def encode(
+    session_id: str,
+    projection: Any,
+    state: Any,
+    head: Head,
+    known: str,
+    mac: CacheMac | None = None,
+) -> list[bytes]:
     """The cache bytes of `state`, folded to `head` by a process whose `known_types` for
     `projection` are `known`, for `session_id`, in pieces (a transcript's megabytes are
     never joined into one more copy: its writer writes them in turn)."""
@@ -145,21 +161,33 @@ def encode(session_id: str, projection: Any, state: Any, head: Head, known: str)
         size,
     )
     pieces = [_encoder.encode(header) + b"\n", *parts]
-    pieces.append(_checksum(pieces))
+    pieces.append(_checksum(pieces, mac))
     return pieces
 
 
-def decode(data: bytes, session_id: str, projection: Any, head: Head, known: str) -> Any | None:
+def decode(
+    data: bytes,
+    session_id: str,
+    projection: Any,
+    head: Head,
+    known: str,
+    mac: CacheMac | None = None,
+) -> Any | None:
     """The state a cache holds, if it is intact and is this session's and projection's
-    state at `head` (by seq and `h`), folded knowing the event types `known` says; else
-    None (and why, at debug level)."""
-    return _read(BytesCacheReader(data), session_id, projection, head, known)
+    state at `head` (by seq and `h`), folded knowing the event types `known` says, and
+    with `mac`, its MAC is that key's; else None (and why, at debug level)."""
+    return _read(BytesCacheReader(data), session_id, projection, head, known, mac)
 
 
 def _read(
-    reader: CacheReader, session_id: str, projection: Any, head: Head, known: str
+    reader: CacheReader,
+    session_id: str,
+    projection: Any,
+    head: Head,
+    known: str,
+    mac: CacheMac | None,
 ) -> Any | None:
-    why = _check(reader, session_id, projection, head, known)
+    why = _check(reader, session_id, projection, head, known, mac)
     if isinstance(why, str):
         log.debug("eventstore: fold cache of %r/%s ignored: %s", session_id, projection.name, why)
         return None
@@ -191,11 +219,32 @@ class _Stream:
         return part if len(part) == n else None
 
 
+class _Crc:
+    """The unkeyed checksum being computed, shaped as `RunningMac`."""
+
+    __slots__ = ("crc",)
+
+    def __init__(self) -> None:
+        self.crc = 0
+
+    def update(self, data: bytes) -> None:
+        self.crc = zlib.crc32(data, self.crc)
+
+    def hexdigest(self) -> bytes:
+        return _hex(self.crc)
+
+
 def _check(
-    reader: CacheReader, session_id: str, projection: Any, head: Head, known: str
+    reader: CacheReader,
+    session_id: str,
+    projection: Any,
+    head: Head,
+    known: str,
+    mac: CacheMac | None,
 ) -> str | tuple[Any]:
     size = reader.size
-    if size < _CHECKSUM_HEX + 2:
+    width = _MAC_HEX if mac is not None else _CHECKSUM_HEX
+    if size < width + 2:
         return "too short"
     first = reader.read(min(size, _HEADER_MAX))
     nl = first.find(b"\n")
@@ -218,10 +267,12 @@ def _check(
     framed = is_framed(projection)
     if header.frames < 0 or (not framed and header.frames != 1):
         return f"{header.frames} frames"
-    if header.size != size - nl - 1 - _CHECKSUM_HEX - 1 or header.size < 4 * header.frames:
-        # (a file made of a genuine header and more, or other, frames than it wrote)
-        return f"{size} bytes, where the header makes it {nl + 1 + header.size + _CHECKSUM_HEX + 1}"
-    crc = zlib.crc32(first[: nl + 1])
+    if header.size != size - nl - 1 - width - 1 or header.size < 4 * header.frames:
+        # (a file made of a genuine header and more, or other, frames than it wrote; or a
+        # cache written with a key other than this store's, or without one)
+        return f"{size} bytes, where the header makes it {nl + 1 + header.size + width + 1}"
+    crc = mac.start() if mac is not None else _Crc()
+    crc.update(first[: nl + 1])
     stream = _Stream(reader, first[nl + 1 :], header.size)
     state = projection.initial() if framed else None
     for _ in range(header.frames):
@@ -231,7 +282,8 @@ def _check(
         frame = stream.take(_FRAME_LEN.unpack(length)[0])
         if frame is None:
             return "cut short"
-        crc = zlib.crc32(frame, zlib.crc32(length, crc))
+        crc.update(length)
+        crc.update(frame)
         # the state is returned only once the checksum is the cache's: a frame that
         # decodes from damaged bytes is never kept
         try:
@@ -244,14 +296,17 @@ def _check(
             return f"the state does not decode: {exc!r}"
     if stream.left != 0:
         return "bytes after the last frame"
-    stream.left = _CHECKSUM_HEX + 1
-    if stream.take(_CHECKSUM_HEX + 1) != _hex(crc) + b"\n":
-        return "the checksum does not match"
+    stream.left = width + 1
+    if stream.take(width + 1) != crc.hexdigest() + b"\n":
+        return "the checksum does not match" if mac is None else "the MAC does not match"
     return (state,)
 
 
-def load(engine: Engine, session_id: str, projection: Any, known: str) -> tuple[Any, Head] | None:
-    """The cached state and its head, when the engine keeps a cache that checks."""
+def load(
+    engine: Engine, session_id: str, projection: Any, known: str, mac: CacheMac | None = None
+) -> tuple[Any, Head] | None:
+    """The cached state and its head, when the engine keeps a cache that checks (with
+    `mac`: one that carries this key's MAC)."""
     if not isinstance(engine, CachingEngine):
         return None
     found = engine.open_cache(session_id, projection.name)
@@ -259,12 +314,18 @@ def load(engine: Engine, session_id: str, projection: Any, known: str) -> tuple[
         return None
     head, reader = found
     with reader:
-        state = _read(reader, session_id, projection, head, known)
+        state = _read(reader, session_id, projection, head, known, mac)
     return None if state is None else (state, head)
 
 
 def store(
-    engine: Engine, session_id: str, projection: Any, state: Any, head: Head, known: str
+    engine: Engine,
+    session_id: str,
+    projection: Any,
+    state: Any,
+    head: Head,
+    known: str,
+    mac: CacheMac | None = None,
 ) -> None:
     """Keep `state` (folded to `head`) for the next cold load; best effort: a failure is
     logged, never raised (the log is the truth, the cache only saves time)."""
@@ -272,7 +333,10 @@ def store(
         return
     try:
         engine.store_cache(
-            session_id, projection.name, head, encode(session_id, projection, state, head, known)
+            session_id,
+            projection.name,
+            head,
+            encode(session_id, projection, state, head, known, mac),
         )
     except Exception as exc:  # noqa: BLE001 - a cache must never fail what called it
         log.warning("eventstore: saving the fold cache of %r failed: %s", session_id, exc)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from eventstore import entropy, process
 from eventstore.core import tuning as tunings
@@ -43,6 +43,10 @@ from eventstore.errors import (
 from eventstore.format.codec import EventCodec
 from eventstore.format.events import Event
 from eventstore.session_ids import validate_session_id
+
+if TYPE_CHECKING:
+    from eventstore.signing import CacheMac
+
 from projections import (
     BootstrapProjection,
     IdempotencyProjection,
@@ -102,7 +106,8 @@ class SessionCore:
     `projections`: the user's, beside the three built-in ones (bootstrap, transcript,
     idempotency). `cached_sessions`: how many sessions' states are kept in memory; past
     it the oldest opened are dropped (their caches saved first). `caches`: whether the
-    engine's fold caches and checked prefixes are used (when it keeps any)."""
+    engine's fold caches and checked prefixes are used (when it keeps any). `cache_mac`:
+    the keyed MAC those caches carry and must carry to be used (None: unkeyed)."""
 
     def __init__(
         self,
@@ -113,6 +118,7 @@ class SessionCore:
         cached_sessions: int = 1000,
         caches: bool = True,
         tuning: Tuning | None = None,
+        cache_mac: CacheMac | None = None,
     ) -> None:
         check_options(cached_sessions, caches, tuning)
         self.engine = engine
@@ -133,7 +139,7 @@ class SessionCore:
         self.builtin = frozenset(p.name for p in builtin)
         self.pause_gc = self._pausing()
         self.caches = CachePolicy(
-            engine, codec, self.projections, self.builtin, self.tuning, caches
+            engine, codec, self.projections, self.builtin, self.tuning, caches, cache_mac
         )
         self.sessions = SessionTable(cached_sessions, self.caches.save_caches)
         self._fold_context = FoldContext(engine, codec, self.tuning, self.caches)

@@ -43,6 +43,7 @@ __all__ = [
     "MessagesAppended",
     "ProgressAppended",
     "Quarantined",
+    "Sealed",
     "Snapshot",
     "SnapshotHead",
     "UnknownEvent",
@@ -152,6 +153,23 @@ class Quarantined(Event, tag="quarantined", kw_only=True):
     problem: str
 
 
+class Sealed(Event, tag="seal", kw_only=True):
+    """A seal (`eventstore.ops.seal`): the signature of the key `key_id` (an Ed25519 key,
+    named by its fingerprint, `eventstore.signing.key_id`) over the session id, the
+    sequence number `sealed_seq` and hash `sealed_h` of the line before this one (the
+    head it seals), the time `at` and the sealing policy's `every` (at most that many
+    events may follow a seal before the next; None: no such promise). Folds to nothing;
+    `verify` with the public key checks it against the chain."""
+
+    session_id: str
+    sealed_seq: int
+    sealed_h: str
+    at: datetime
+    key_id: str
+    every: int | None = None
+    sig: str
+
+
 class Snapshot(Event, tag="snapshot", kw_only=True):
     """Written by compaction: the folded state of every projection at sequence `seq`.
 
@@ -234,6 +252,7 @@ BUILTIN_EVENT_TYPES: tuple[type[Event], ...] = (
     MessagesAppended,
     ArchivePruned,
     Quarantined,
+    Sealed,
     Snapshot,
 )
 

@@ -42,6 +42,7 @@ from eventstore.format.events import (
     ArchivePruned,
     Event,
     Quarantined,
+    Sealed,
     Snapshot,
     UnknownEvent,
 )
@@ -98,7 +99,7 @@ def _last_activity(events: list[Event]) -> datetime | None:
     for ev in reversed(events):
         if type(ev) is Snapshot:
             return ev.last_ts
-        if type(ev) is not ArchivePruned and type(ev) is not Quarantined:
+        if type(ev) not in (ArchivePruned, Quarantined, Sealed):
             return ev.ts
     return None
 

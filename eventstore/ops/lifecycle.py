@@ -38,6 +38,7 @@ from eventstore.format.events import (
     ArchivePruned,
     LineHead,
     Quarantined,
+    Sealed,
     Snapshot,
 )
 from eventstore.ops.history import first_kept_seq, read_events
@@ -113,7 +114,7 @@ def last_activity(core: CoreOwner, session_id: str) -> datetime | None:
     return newest
 
 
-_MAINTENANCE = (Snapshot, ArchivePruned, Quarantined)
+_MAINTENANCE = (Snapshot, ArchivePruned, Quarantined, Sealed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ the next append will chain to (the `h` of the last committed line, or a snapshot
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -68,6 +69,7 @@ from eventstore.ops.history import (
     pruned_message,
     require_history,
 )
+from eventstore.ops.seal import SealHistory
 from projections import (
     fold,
     is_retained,
@@ -75,6 +77,8 @@ from projections import (
 )
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     from eventstore.engines.base import Segment
 
 __all__ = ["Problem", "Severity", "VerifyReport", "verify"]
@@ -95,15 +99,29 @@ class VerifyReport(msgspec.Struct):
     files: list[str]
 
 
-def verify(store: CoreOwner, session_id: str) -> VerifyReport:
+def verify(
+    store: CoreOwner,
+    session_id: str,
+    *,
+    public_key: Ed25519PublicKey | None = None,
+    witness: str | os.PathLike[str] | None = None,
+) -> VerifyReport:
     """Check a session's whole history: every line's hash (recomputed), decoding,
     sequence contiguity, batch integrity, and the chain across compactions (see the
-    module docstring). UnknownSessionError if the session has nothing stored."""
+    module docstring). UnknownSessionError if the session has nothing stored.
+
+    With `public_key`, every seal's signature and the sealed heads too, and the sealing
+    policy; with `witness` (a witness file's path), the seals it holds against the
+    history (`eventstore.ops.seal.check_seals`)."""
     store = core_of(store)
     with require_history(store, session_id) as hist:
         walk = _Walk(store, session_id, pruned_start(hist))
         for seg in hist.segments:
             walk.segment(seg)
+    if public_key is not None or witness is not None:
+        from eventstore.ops.seal import check_seals
+
+        walk.problems.extend(check_seals(session_id, walk.sealed, public_key, witness))
     return walk.report()
 
 
@@ -128,6 +146,7 @@ class _Walk:
         self.kept, self.kept_link = pruned
         self.records: dict[int, tuple[bytes, str]] = {}  # each pruning record by seq, and where
         self.i = -1  # the index of the segment being checked, among those pruning kept
+        self.sealed = SealHistory({}, {}, {}, 0)  # what seals are checked against
 
     def segment(self, seg: Segment) -> None:
         """Read one segment with a collecting reporter and check it against the others."""
@@ -253,6 +272,7 @@ class _Walk:
                 )
         if scan.events:
             self.head_hash, self.head_seq = scan.link or "", scan.seq or 0
+        self._keep_for_seals(name, scan)
         self.prev, self.prev_name = scan, name
         earlier = self.earlier
         earlier.links.update(scan.links)
@@ -260,6 +280,18 @@ class _Walk:
         if scan.events:
             earlier.events = earlier.events or scan.events[:1]
             earlier.seq = max(earlier.seq or 0, scan.seq or 0)
+
+    def _keep_for_seals(self, name: str, scan: Lines) -> None:
+        """Each line by seq, first segment first (an archive holds the original of a line
+        a snapshot replaced), and each snapshot's own hash: what seals are checked against."""
+        sealed = self.sealed
+        for ev in scan.events:
+            sealed.lines.setdefault(ev.seq, (ev, name))
+            if type(ev) is Snapshot:
+                sealed.snapshot_h[ev.seq] = scan.hashes.get(ev.seq, "")
+        for s, h in scan.hashes.items():
+            sealed.hashes.setdefault(s, h)
+        sealed.head_seq = self.head_seq
 
     def report(self) -> VerifyReport:
         """The problems in file order (segments oldest first, then byte offset)."""

@@ -1,0 +1,422 @@
+"""Seals: signed heads, written into a session's log (and to a witness), and checked.
+
+A seal is a `seal` line (`eventstore.format.events.Sealed`) appended right after the line
+it seals: it carries the session id, the sealed line's seq and `h` (which chains every
+line before it), the time, the key id and the policy's `every`, signed with the store's
+Ed25519 key (`eventstore.signing`). Being a line of the log, it travels with the log
+(migrate, export, archives) and is covered by the chain like any other; it folds to
+nothing. A compaction does not carry seals in its snapshot: the archive keeps the
+sealed lines, and a sealing store seals the snapshot it installed at once (a seal of a
+head no segment holds any more could prove nothing).
+
+`Sealer` is what a store opened with a signing key runs: it seals a session at close
+(when it wrote to it since its last seal), after compaction, and after a write once
+`SealPolicy.every` events or `SealPolicy.seconds` seconds have passed since the last
+seal it wrote (checked at writes: no thread wakes a store up to seal). Every seal is also
+appended, as one JSON line of its facts (`SealFacts`), to the policy's witness file when
+one is given: an append-only place outside the store.
+
+`check_seals` is what `verify` adds when given a public key or a witness (findings in
+its report, never exceptions): each seal's signature (`seal_signature`, `seal_key`,
+`seal_session`), that the history holds the sealed `h` at the sealed seq
+(`seal_mismatch`: rewritten after the seal, a recomputed chain included; `seal_ahead`:
+the history ends before a sealed seq, i.e. it was cut short), a session with no seal
+(`seal_missing`), more than `every` events after a seal before the next
+(`seal_overdue`), and a witness seal whose line the log no longer holds (`seal_dropped`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from eventstore import entropy
+from eventstore.core.session_core import CoreOwner, SessionCore, core_of
+from eventstore.engines.base import Head
+from eventstore.errors import InvalidArgumentError
+from eventstore.format.events import Event, Sealed, Snapshot
+from eventstore.format.reader import Problem
+from eventstore.ops import history
+from eventstore.signing import key_id, sign, signature_checks
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
+
+__all__ = ["SealFacts", "SealPolicy", "Sealer", "SealHistory", "check_seals", "read_witness"]
+
+log = logging.getLogger("eventstore")
+
+_MESSAGE_PREFIX = b"eventstore-seal-v1\n"
+_encoder = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True, slots=True)
+class SealPolicy:
+    """When a store opened with a signing key seals a session.
+
+    `every`: after a write that brings the events since the session's last seal to this
+    many (None: never by count); `verify` reports a session where more follow a seal.
+    `seconds`: after a write that comes this long after the last seal this store wrote
+    (None: never by time; checked at writes only). `on_close`: at `close()`, every
+    session this store wrote to since its last seal. `witness`: the path of an
+    append-only JSONL file every seal is also written to (None: none).
+    """
+
+    every: int | None = 1000
+    seconds: float | None = None
+    on_close: bool = True
+    witness: str | os.PathLike[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.every is not None and (
+            not isinstance(self.every, int) or isinstance(self.every, bool) or self.every < 1
+        ):
+            raise InvalidArgumentError(f"every must be an int >= 1 or None, not {self.every!r}")
+        if self.seconds is not None and (
+            not isinstance(self.seconds, (int, float)) or self.seconds <= 0
+        ):
+            raise InvalidArgumentError(f"seconds must be > 0 or None, not {self.seconds!r}")
+
+
+class SealFacts(msgspec.Struct, kw_only=True, frozen=True):
+    """What a seal says and its signature: a witness file's line, and a seal line's
+    payload. `seq` and `h`: the sealed line."""
+
+    session_id: str
+    seq: int
+    h: str
+    at: datetime
+    key_id: str
+    every: int | None = None
+    sig: str = ""
+
+    def message(self) -> bytes:
+        """The bytes the signature signs (everything but the signature)."""
+        body = [self.session_id, self.seq, self.h, self.at, self.key_id, self.every]
+        return _MESSAGE_PREFIX + _encoder.encode(body)
+
+    @classmethod
+    def of(cls, seal: Sealed) -> SealFacts:
+        """The facts of a seal line."""
+        return cls(
+            session_id=seal.session_id,
+            seq=seal.sealed_seq,
+            h=seal.sealed_h,
+            at=seal.at,
+            key_id=seal.key_id,
+            every=seal.every,
+            sig=seal.sig,
+        )
+
+
+_witness_decoder = msgspec.json.Decoder(SealFacts)
+
+
+class Sealer:
+    """The seals of one store: its signing key, policy, and what it wrote since each
+    session's last seal (see the module docstring). Safe to share between threads."""
+
+    def __init__(self, key: Ed25519PrivateKey, policy: SealPolicy) -> None:
+        self.key = key
+        self.key_id = key_id(key)
+        self.policy = policy
+        self._lock = threading.Lock()
+        self._unsealed: dict[str, int] = {}  # events written since this store's last seal
+        self._since: dict[str, float] = {}  # when this store last sealed (monotonic)
+        self._sealed_h: dict[str, str] = {}  # the h of the seal line this store wrote last
+
+    def seal(
+        self, core: CoreOwner, session_id: str, *, check_last: bool = True
+    ) -> SealFacts | None:
+        """Seal the session's head now; None when it has no line, or its last line is
+        already a seal of the line before it (`check_last`: read it to know; without,
+        only this store's own last seal is known)."""
+        core = core_of(core)
+        if check_last and self._last_is_seal(core, session_id):
+            return None
+        made: list[SealFacts] = []
+
+        def build(head: Head, states: object) -> list[Event]:
+            made.clear()
+            if head.seq == 0 or head.h == self._sealed_h.get(session_id):
+                return []
+            facts = SealFacts(
+                session_id=session_id,
+                seq=head.seq,
+                h=head.h,
+                at=entropy.now(),
+                key_id=self.key_id,
+                every=self.policy.every,
+            )
+            facts = msgspec.structs.replace(facts, sig=sign(self.key, facts.message()))
+            made.append(facts)
+            return [_seal_line(facts)]
+
+        result = core.write(session_id, build, None)
+        with self._lock:
+            self._unsealed.pop(session_id, None)
+            self._since[session_id] = time.monotonic()
+        if result is None or not made:
+            return None
+        head = core.session(session_id).head
+        if head is not None and head.seq == result.last_seq:
+            with self._lock:
+                self._sealed_h[session_id] = head.h
+        if self.policy.witness is not None:
+            append_witness(self.policy.witness, made[0])
+        return made[0]
+
+    def _last_is_seal(self, core: SessionCore, session_id: str) -> bool:
+        n = core.engine.head(session_id).seq
+        if n == 0:
+            return False
+        last = list(history.read_events(core, session_id, from_seq=n, to_seq=n))
+        return bool(last) and type(last[-1]) is Sealed and last[-1].sealed_seq == n - 1
+
+    def after_write(self, core: CoreOwner, session_id: str, events: int) -> None:
+        """Count a committed write of `events` events; seal when the policy says so."""
+        policy = self.policy
+        now = time.monotonic()
+        with self._lock:
+            n = self._unsealed.get(session_id, 0) + events
+            self._unsealed[session_id] = n
+            since = self._since.setdefault(session_id, now)
+        due = (policy.every is not None and n >= policy.every) or (
+            policy.seconds is not None and now - since >= policy.seconds
+        )
+        if due:
+            self.seal_quietly(core, session_id)
+
+    def seal_quietly(self, core: CoreOwner, session_id: str) -> None:
+        """Seal, logging a failure instead of raising it: the write before it is
+        committed, and failing it would make its caller retry and duplicate it (`verify`
+        reports the seal missing)."""
+        try:
+            self.seal(core, session_id, check_last=False)
+        except Exception as exc:  # noqa: BLE001 - the write it follows is committed
+            log.warning("eventstore: sealing %r failed: %s", session_id, exc)
+
+    def close(self, core: CoreOwner) -> None:
+        """Seal every session this store wrote to since its last seal (policy `on_close`)."""
+        if not self.policy.on_close:
+            return
+        with self._lock:
+            pending = [sid for sid, n in self._unsealed.items() if n > 0]
+        for sid in pending:
+            self.seal_quietly(core, sid)
+
+
+def _seal_line(facts: SealFacts) -> Sealed:
+    return Sealed(
+        session_id=facts.session_id,
+        sealed_seq=facts.seq,
+        sealed_h=facts.h,
+        at=facts.at,
+        key_id=facts.key_id,
+        every=facts.every,
+        sig=facts.sig,
+    )
+
+
+def append_witness(path: str | os.PathLike[str], facts: SealFacts) -> None:
+    """Append `facts` as one line to the witness file (created 0600), flushed to the disk."""
+    line = _encoder.encode(facts) + b"\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line)  # one write of one line with O_APPEND: lines never interleave
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_witness(
+    path: str | os.PathLike[str], session_id: str
+) -> tuple[list[SealFacts], list[Problem]]:
+    """The witness's seals of `session_id`, and a problem for each line that is not a seal
+    (or the file that cannot be read)."""
+    where = os.fspath(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        return [], [Problem(where, 0, None, "witness", f"cannot read the witness: {exc.strerror}")]
+    found: list[SealFacts] = []
+    problems: list[Problem] = []
+    offset = 0
+    for line in data.splitlines(keepends=True):
+        if line.strip():
+            try:
+                facts = _witness_decoder.decode(line)
+            except msgspec.MsgspecError as exc:
+                problems.append(
+                    Problem(where, offset, None, "witness", f"a line that is not a seal: {exc}")
+                )
+            else:
+                if facts.session_id == session_id:
+                    found.append(facts)
+        offset += len(line)
+    return found, problems
+
+
+@dataclass
+class SealHistory:
+    """What `verify` read of a session that seals are checked against: each line by seq
+    (the first segment holding a seq wins: an archive holds the original of a line a
+    snapshot replaced), with the segment it was read from, and each snapshot line's
+    own `h` by seq."""
+
+    lines: dict[int, tuple[Event, str]]
+    snapshot_h: dict[int, str]
+    hashes: dict[int, str]
+    head_seq: int
+
+
+def check_seals(
+    session_id: str,
+    hist: SealHistory,
+    public_key: Ed25519PublicKey | None,
+    witness: str | os.PathLike[str] | None,
+) -> list[Problem]:
+    """The seal findings of a session (see the module docstring)."""
+    found: list[Problem] = []
+    seals = [(ev, where) for ev, where in hist.lines.values() if type(ev) is Sealed]
+    seals.sort(key=lambda s: s[0].seq)
+    if public_key is not None:
+        kid = key_id(public_key)
+        for ev, where in seals:
+            found.extend(
+                _check_one(SealFacts.of(ev), where, ev.seq, hist, public_key, kid, session_id)
+            )
+        found.extend(_check_policy(hist, [ev for ev, _ in seals]))
+    if witness is not None:
+        facts, problems = read_witness(witness, session_id)
+        found.extend(problems)
+        kid = key_id(public_key) if public_key is not None else ""
+        for f in facts:
+            where = os.fspath(witness)
+            found.extend(_check_one(f, where, None, hist, public_key, kid, session_id))
+            held = hist.lines.get(f.seq + 1)
+            if held is not None and (type(held[0]) is not Sealed or held[0].sig != f.sig):
+                found.append(
+                    Problem(
+                        held[1], 0, f.seq + 1, "seal_dropped",
+                        f"the witness holds a seal of seq {f.seq} (key {f.key_id}) made at"
+                        f" {f.at.isoformat()}; the log's line after seq {f.seq} is not that"
+                        " seal: it was dropped or replaced",
+                    )
+                )  # fmt: skip
+    return found
+
+
+def _check_one(
+    facts: SealFacts,
+    where: str,
+    line_seq: int | None,
+    hist: SealHistory,
+    public_key: Ed25519PublicKey | None,
+    kid: str,
+    session_id: str,
+) -> list[Problem]:
+    """One seal: its session, key and signature (with a public key), and the history's
+    line at the sealed seq."""
+    what = f"the seal of seq {facts.seq} (key {facts.key_id}, made {facts.at.isoformat()})"
+    seq = line_seq if line_seq is not None else facts.seq
+    if facts.session_id != session_id:
+        return [Problem(where, 0, seq, "seal_session",
+                        f"{what} names session {facts.session_id!r}, not this one")]  # fmt: skip
+    if public_key is not None:
+        if facts.key_id != kid:
+            return [Problem(where, 0, seq, "seal_key",
+                            f"{what} was made with key {facts.key_id}, not the public key"
+                            f" given ({kid}): its signature cannot be checked")]  # fmt: skip
+        if not signature_checks(public_key, facts.message(), facts.sig):
+            return [Problem(where, 0, seq, "seal_signature",
+                            f"{what} has a signature key {kid} did not make: the seal"
+                            " was forged or edited")]  # fmt: skip
+    if line_seq is not None and facts.seq != line_seq - 1:
+        return [Problem(where, 0, seq, "seal_mismatch",
+                        f"{what} stands at seq {line_seq}, not right after the line it seals"
+                        )]  # fmt: skip
+    return _check_sealed_line(facts, where, seq, hist, what)
+
+
+def _check_sealed_line(
+    facts: SealFacts, where: str, seq: int, hist: SealHistory, what: str
+) -> list[Problem]:
+    """Whether the history holds the sealed `h` at the sealed seq."""
+    n = facts.seq
+    if n > hist.head_seq:
+        return [Problem(where, 0, seq, "seal_ahead",
+                        f"{what}, but the history ends at seq {hist.head_seq}: events after"
+                        " it were cut off")]  # fmt: skip
+    held = hist.lines.get(n)
+    if held is None:
+        return [Problem(where, 0, seq, "seal_unchecked",
+                        f"{what}: no segment holds seq {n} any more (pruned or compacted"
+                        " without an archive), so it cannot be checked", "warning")]  # fmt: skip
+    line, _ = held
+    if facts.h in (hist.hashes.get(n), hist.snapshot_h.get(n)):
+        return []
+    if type(line) is Snapshot and facts.h == line.base_h:
+        # sealed before a compaction without an archive: the snapshot's states stand in
+        # for the line that was sealed, and nothing holds that line to compare
+        return [Problem(where, 0, seq, "seal_unchecked",
+                        f"{what}: a snapshot replaced that line without an archive; its"
+                        " base_h is the sealed hash, but its states cannot be checked"
+                        " against the seal", "warning")]  # fmt: skip
+    held_h = hist.hashes.get(n)
+    return [Problem(where, 0, seq, "seal_mismatch",
+                    f"{what} signs hash {facts.h}, but the history's line at seq {n} has"
+                    f" hash {held_h}: the history was rewritten after the seal")]  # fmt: skip
+
+
+def _check_policy(hist: SealHistory, seals: list[Sealed]) -> list[Problem]:
+    """`seal_missing` for a session with no seal at all; `seal_overdue` for a run of more
+    than `every` events (beyond the batch that reached `every`) with no seal after it."""
+    lines = [ev for ev, _ in sorted(hist.lines.values(), key=lambda x: x[0].seq)]
+    if not seals:
+        if not lines:
+            return []
+        where = hist.lines[lines[-1].seq][1]
+        return [Problem(where, 0, None, "seal_missing",
+                        f"the session has {len(lines)} lines and no seal")]  # fmt: skip
+    found: list[Problem] = []
+    every = seals[0].every
+    run: list[Event] = []
+    for ev in lines:
+        if type(ev) is Sealed:
+            found.extend(_overdue(hist, run, every, sealed=True))
+            every, run = ev.every, []
+        else:
+            run.append(ev)
+    found.extend(_overdue(hist, run, every, sealed=False))
+    return found
+
+
+def _overdue(
+    hist: SealHistory, run: Iterable[Event], every: int | None, *, sealed: bool
+) -> list[Problem]:
+    run = list(run)
+    if every is None or not run:
+        return []
+    last_batch = 1
+    while last_batch < len(run) and run[-1 - last_batch].more > 0:
+        last_batch += 1
+    if len(run) - last_batch < every:
+        return []
+    first, last = run[0].seq, run[-1].seq
+    after = "before the next seal" if sealed else "and no seal after them"
+    return [Problem(hist.lines[last][1], 0, last, "seal_overdue",
+                    f"{len(run)} events (seq {first}..{last}) follow a seal {after}; the"
+                    f" policy seals every {every}")]  # fmt: skip
