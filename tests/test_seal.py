@@ -1,0 +1,317 @@
+"""Signed heads (`eventstore.ops.seal`): a store opened with a signing key seals its
+sessions, `verify` with the public key or a witness checks the seals against the
+history, and a keyed store's caches carry a MAC. The attacks: a whole-history rewrite with
+a freshly computed chain (seals kept, dropped or re-pointed), a forged signature, a
+truncation to before the last seal, a rewrite of the log *and* its seals, a forged fold
+cache, wrong and missing keys."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from tests.conftest import cache_path, cli_in_process, log_path, make_entry
+from tests.engines import EngineCase
+
+from eventstore import (
+    Event,
+    Message,
+    Role,
+    Sealed,
+    SealPolicy,
+    SessionStore,
+    SigningKeyError,
+    Tuning,
+)
+from eventstore.format.codec import EventCodec
+
+KEY = Ed25519PrivateKey.generate()
+SID = "audited"
+
+
+def write_sealed(url: str, n: int, *, every: int = 3, witness: Path | None = None) -> None:
+    """`n` progress entries, one append each, by a store sealing every `every` (and at close)."""
+    policy = SealPolicy(every=every, witness=witness)
+    with SessionStore(url, signing_key=KEY, seal_policy=policy) as s:
+        for i in range(n):
+            s.append_progress_entry(SID, make_entry(i))
+
+
+def kinds(url: str, **verify: object) -> list[str]:
+    with SessionStore(url) as s:
+        report = s.verify(SID, **verify)  # type: ignore[arg-type]
+    return [p.kind for p in report.problems if p.severity == "error"]
+
+
+def rewrite_history(
+    case: EngineCase, url: str, edit: Callable[[list[Event]], list[Event]]
+) -> None:
+    """Rewrite the session's whole log as `edit` makes its events, every line re-encoded
+    and chained afresh with the public codec: what an attacker with write access does."""
+    codec = EventCodec()
+    with SessionStore(url) as s:
+        events = edit(list(s.read_events(SID)))
+        out, link = b"", ""
+        for seq, ev in enumerate(events, 1):
+            data, _, link = codec.encode_batch([ev], seq, link, ev.ts, ev.key)
+            out += data
+        case.rewrite(s, SID, lambda _: out)
+
+
+def edited(events: list[Event]) -> list[Event]:
+    """The events with the first progress entry's summary changed."""
+    first = events[0]
+    entry = msgspec.structs.replace(first.entry, summary="never happened")  # type: ignore[attr-defined]
+    return [msgspec.structs.replace(first, entry=entry), *events[1:]]
+
+
+def test_a_sealing_store_seals_by_count_at_close_and_after_compaction(url: str) -> None:
+    write_sealed(url, 7, every=3)
+    with SessionStore(url) as s:
+        types = [type(e).__name__ for e in s.read_events(SID)]
+        seals = [e for e in s.read_events(SID) if isinstance(e, Sealed)]
+        assert s.load_bootstrap_state(SID).recent_progress[-1].summary == make_entry(6).summary
+    # after 3, 3 more (the policy), then the last one at close
+    assert types.count("Sealed") == 3 and types[3] == types[7] == types[-1] == "Sealed"
+    assert all(e.sealed_seq == e.seq - 1 for e in seals)
+    assert kinds(url, public_key=KEY.public_key()) == []
+    with SessionStore(url, signing_key=KEY) as s:
+        assert s.compact(SID, force=True).compacted
+        last = list(s.read_events(SID))[-1]
+        assert isinstance(last, Sealed) and last.sealed_seq == last.seq - 1
+        assert s.seal(SID) is None  # already sealed: nothing written
+    assert kinds(url, public_key=KEY.public_key()) == []
+
+
+@pytest.mark.parametrize("seals", ["kept", "dropped", "re_pointed"])
+def test_a_whole_history_rewrite_with_a_recomputed_chain_fails_verify_with_the_public_key(
+    case: EngineCase, url: str, seals: str
+) -> None:
+    write_sealed(url, 5, every=2)
+
+    def attack(events: list[Event]) -> list[Event]:
+        events = edited(events)
+        if seals == "dropped":
+            return [e for e in events if not isinstance(e, Sealed)]
+        return events
+
+    rewrite_history(case, url, attack)
+    if seals == "re_pointed":
+        # the attacker also points each seal at the new chain's hash (it cannot sign)
+        with SessionStore(url) as s:
+            hashes = {e.seq: e.h for e in s.read_events(SID)}
+
+        def repoint(events: list[Event]) -> list[Event]:
+            return [
+                msgspec.structs.replace(e, sealed_h=hashes[e.sealed_seq])
+                if isinstance(e, Sealed)
+                else e
+                for e in events
+            ]
+
+        rewrite_history(case, url, repoint)
+    with SessionStore(url) as s:
+        assert s.verify(SID).ok  # the chain alone cannot tell
+        assert s.load_bootstrap_state(SID).recent_progress[0].summary == "never happened"
+    expected = {"kept": "seal_mismatch", "dropped": "seal_missing", "re_pointed": "seal_signature"}
+    assert expected[seals] in kinds(url, public_key=KEY.public_key())
+
+
+def test_seals_missing_where_the_policy_says_one_must_be_are_reported(url: str) -> None:
+    with SessionStore(url) as s:
+        s.append_progress_entry(SID, make_entry(0))
+    assert kinds(url, public_key=KEY) == ["seal_missing"]  # never sealed
+    write_sealed(url, 1, every=2)
+    assert kinds(url, public_key=KEY) == []
+    with SessionStore(url) as s:  # a writer without the key: no seal follows
+        for i in range(3):
+            s.append_progress_entry(SID, make_entry(i))
+    assert kinds(url, public_key=KEY) == ["seal_overdue"]
+    with SessionStore(url, signing_key=KEY) as s:
+        assert s.seal(SID) is not None
+    assert kinds(url, public_key=KEY) == ["seal_overdue"]  # 3 between two seals: still late
+
+
+def test_a_seal_by_another_key_or_session_is_reported(case: EngineCase, url: str) -> None:
+    write_sealed(url, 2, every=5)
+    other = Ed25519PrivateKey.generate()
+    assert kinds(url, public_key=other.public_key()) == ["seal_key"]
+    with SessionStore(url) as s:
+        before = list(s.read_events(SID))
+
+    def elsewhere(events: list[Event]) -> list[Event]:
+        return [
+            msgspec.structs.replace(e, session_id="other") if isinstance(e, Sealed) else e
+            for e in events
+        ]
+
+    rewrite_history(case, url, elsewhere)
+    assert "seal_signature" in kinds(url, public_key=KEY) or "seal_session" in kinds(
+        url, public_key=KEY
+    )
+    assert len(before) == 3
+
+
+def test_the_witness_catches_a_rewrite_of_the_log_and_its_seals(
+    case: EngineCase, url: str, tmp_path: Path
+) -> None:
+    witness = tmp_path / "witness.jsonl"
+    write_sealed(url, 6, every=2, witness=witness)
+    assert witness.read_bytes().count(b"\n") == 3
+    assert kinds(url, public_key=KEY, witness=witness) == []
+    # the attacker rewrites the history and drops every seal (which it cannot re-sign):
+    # with no seal left in the log and no public key, only the witness can tell
+    rewrite_history(case, url, lambda ev: [e for e in edited(ev) if not isinstance(e, Sealed)])
+    with SessionStore(url) as s:
+        assert s.verify(SID).ok
+    assert "seal_mismatch" in kinds(url, witness=witness)
+
+
+def test_the_witness_catches_a_truncation_to_before_the_last_seal(
+    case: EngineCase, url: str, tmp_path: Path
+) -> None:
+    witness = tmp_path / "witness.jsonl"
+    write_sealed(url, 6, every=2, witness=witness)
+    # cut the log just after its first seal: what is left is signed and checks
+    with SessionStore(url) as s:
+        events = list(s.read_events(SID))
+    first_seal = next(e.seq for e in events if isinstance(e, Sealed))
+    rewrite_history(case, url, lambda ev: ev[:first_seal])
+    assert kinds(url, public_key=KEY) == []  # every seal left is good: cannot tell
+    assert "seal_ahead" in kinds(url, public_key=KEY, witness=witness)
+
+
+def test_a_witness_seal_the_log_no_longer_holds_is_reported(
+    case: EngineCase, url: str, tmp_path: Path
+) -> None:
+    witness = tmp_path / "witness.jsonl"
+    write_sealed(url, 4, every=2, witness=witness)  # 1 2 seal 4 5 seal
+    rewrite_history(case, url, lambda ev: [e for e in ev if not isinstance(e, Sealed)])
+    # lines 1 and 2 are intact, but the seal after them is gone
+    assert kinds(url, witness=witness) == ["seal_dropped", "seal_ahead"]
+
+
+# -- keys ----------------------------------------------------------------------------
+
+
+def test_wrong_or_missing_keys_are_typed_errors_naming_the_key_id(
+    url: str, tmp_path: Path
+) -> None:
+    public = KEY.public_key()
+    pem = tmp_path / "public.pem"
+    pem.write_bytes(
+        public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    with SessionStore(url) as s:
+        kid = s.verify  # (opens the engine; the store writes nothing below)
+        assert kid is not None
+    for bad in (public, pem):
+        with pytest.raises(SigningKeyError) as err:
+            SessionStore(url, signing_key=bad)
+        assert err.value.key_id is not None and err.value.key_id in str(err.value)
+        assert "BEGIN" not in str(err.value)
+    with pytest.raises(SigningKeyError, match="cannot read"):
+        SessionStore(url, signing_key=tmp_path / "missing.pem")
+    with pytest.raises(SigningKeyError):
+        SessionStore(url, seal_policy=SealPolicy())
+    with SessionStore(url) as s:
+        s.append_progress_entry(SID, make_entry(0))
+        with pytest.raises(SigningKeyError, match="no signing key"):
+            s.seal(SID)
+        assert s.last_seq(SID) == 1  # nothing written
+
+
+def test_a_key_given_as_a_pem_file_seals_and_verifies(url: str, tmp_path: Path) -> None:
+    private = tmp_path / "seal.pem"
+    private.write_bytes(
+        KEY.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    with SessionStore(url, signing_key=private) as s:
+        s.append_progress_entry(SID, make_entry(0))
+    assert kinds(url, public_key=private) == []
+
+
+# -- keyed caches --------------------------------------------------------------------
+
+
+def _forge(path: Path, width: int) -> None:
+    """Change the cached transcript's text and close the cache with a fresh CRC-32, as
+    anyone who can write the file can (the engine's first line kept)."""
+    engine_line, _, cache = path.read_bytes().partition(b"\n")
+    body = cache[: -(width + 1)].replace(b"hello", b"HELLO")
+    path.write_bytes(engine_line + b"\n" + body + b"%08x\n" % zlib.crc32(body))
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
+def test_a_forged_fold_cache_is_refused_by_a_keyed_store(tmp_path: Path, keyed: bool) -> None:
+    root = tmp_path / "store"
+    key = {"signing_key": KEY} if keyed else {}
+    tuning = Tuning(cache_on_close=0)
+    with SessionStore(root, tuning=tuning, **key) as s:  # type: ignore[arg-type]
+        s.append_transcript_messages(SID, [Message(role=Role.USER, content="hello")])
+        s.load_transcript_messages(SID)
+    cache = cache_path(root, SID, "transcript")
+    assert cache.exists()
+    _forge(cache, 64 if keyed else 8)
+    with SessionStore(root, tuning=tuning, **key) as s:  # type: ignore[arg-type]
+        got = [m.content for m in s.load_transcript_messages(SID)]
+    # an unkeyed store cannot tell a forged cache from its own; a keyed one reads the log
+    assert got == (["hello"] if keyed else ["HELLO"])
+    assert b"hello" in log_path(root, SID).read_bytes()
+
+
+def test_a_keyed_store_ignores_caches_written_without_its_key(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    tuning = Tuning(cache_on_close=0)
+    with SessionStore(root, tuning=tuning) as s:
+        s.append_transcript_messages(SID, [Message(role=Role.USER, content="hello")])
+        s.load_transcript_messages(SID)
+    with SessionStore(root, tuning=tuning, cache_key=b"k" * 32) as s:
+        assert [m.content for m in s.load_transcript_messages(SID)] == ["hello"]
+        assert s.cache_info(SID).folds["transcript"][1] is None  # not from the cache
+
+
+# -- the command ---------------------------------------------------------------------
+
+
+def test_the_seal_and_verify_commands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "store"
+    private, public = tmp_path / "seal.pem", tmp_path / "seal.pub"
+    private.write_bytes(
+        KEY.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    public.write_bytes(
+        KEY.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    with SessionStore(root) as s:
+        s.append_progress_entry(SID, make_entry(0))
+    code, _, _ = cli_in_process(capsys, "verify", str(root), SID, "--public-key", str(public))
+    assert code == 1
+    witness = tmp_path / "w.jsonl"
+    code, out, _ = cli_in_process(
+        capsys, "seal", str(root), "--all", "--key", str(private), "--witness", str(witness)
+    )
+    assert code == 0 and SID in out
+    code, _, _ = cli_in_process(
+        capsys, "verify", str(root), SID, "--public-key", str(public), "--witness", str(witness)
+    )
+    assert code == 0
+    code, _, err = cli_in_process(capsys, "seal", str(root), SID, "--key", str(public))
+    assert code != 0 and "ed25519:" in err
