@@ -15,8 +15,6 @@ import msgspec
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from tests.conftest import cache_path, cli_in_process, log_path, make_entry
-from tests.engines import EngineCase
 
 from eventstore import (
     Event,
@@ -29,6 +27,8 @@ from eventstore import (
     Tuning,
 )
 from eventstore.format.codec import EventCodec
+from tests.conftest import cache_path, cli_in_process, log_path, make_entry
+from tests.engines import EngineCase
 
 KEY = Ed25519PrivateKey.generate()
 SID = "audited"
@@ -48,9 +48,7 @@ def kinds(url: str, **verify: object) -> list[str]:
     return [p.kind for p in report.problems if p.severity == "error"]
 
 
-def rewrite_history(
-    case: EngineCase, url: str, edit: Callable[[list[Event]], list[Event]]
-) -> None:
+def rewrite_history(case: EngineCase, url: str, edit: Callable[[list[Event]], list[Event]]) -> None:
     """Rewrite the session's whole log as `edit` makes its events, every line re-encoded
     and chained afresh with the public codec: what an attacker with write access does."""
     codec = EventCodec()
@@ -199,13 +197,13 @@ def test_a_witness_seal_the_log_no_longer_holds_is_reported(
 # -- keys ----------------------------------------------------------------------------
 
 
-def test_wrong_or_missing_keys_are_typed_errors_naming_the_key_id(
-    url: str, tmp_path: Path
-) -> None:
+def test_wrong_or_missing_keys_are_typed_errors_naming_the_key_id(url: str, tmp_path: Path) -> None:
     public = KEY.public_key()
     pem = tmp_path / "public.pem"
     pem.write_bytes(
-        public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        public.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
     )
     with SessionStore(url) as s:
         kid = s.verify  # (opens the engine; the store writes nothing below)
@@ -283,9 +281,7 @@ def test_a_keyed_store_ignores_caches_written_without_its_key(tmp_path: Path) ->
 # -- the command ---------------------------------------------------------------------
 
 
-def test_the_seal_and_verify_commands(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_seal_and_verify_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "store"
     private, public = tmp_path / "seal.pem", tmp_path / "seal.pub"
     private.write_bytes(

@@ -40,6 +40,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eventstore.cli.demo",
     "eventstore.cli.inspect",
     "eventstore.cli.verify",
+    "eventstore.cli.seal",
     "eventstore.cli.follow",
     "eventstore.cli.compact",
     "eventstore.cli.fork",

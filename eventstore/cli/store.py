@@ -17,6 +17,7 @@ import stat
 from collections.abc import Iterable
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from eventstore.cli.args import CliError
@@ -105,8 +106,9 @@ def _event_classes(obj: object, where: str) -> list[type[Event]]:
     return out
 
 
-def open_store(args: argparse.Namespace, *, create: bool = False) -> SessionStore:
-    """The store `args.root` names, knowing `args.event_types` and the plug-in types.
+def open_store(args: argparse.Namespace, *, create: bool = False, **options: Any) -> SessionStore:
+    """The store `args.root` names, knowing `args.event_types` and the plug-in types
+    (`options`: more `SessionStore` arguments, e.g. a signing key).
 
     ROOT is a directory, a `file://` URL, or any store URL an engine serves (memory://,
     postgresql://...). Refuses (CliError) a path that does not exist (unless `create`)
@@ -128,7 +130,7 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> SessionStor
     types = load_event_types(getattr(args, "event_types", None) or [])
     # another URL (memory://, postgresql://) goes to the engine it names, which refuses
     # what it cannot open with a typed error
-    return SessionStore(root if path is None else path, event_types=types)
+    return SessionStore(root if path is None else path, event_types=types, **options)
 
 
 def root_hint(args: argparse.Namespace) -> str | None:

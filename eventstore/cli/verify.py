@@ -35,6 +35,7 @@ from eventstore.cli.store import (
 )
 from eventstore.errors import EventStoreError
 from eventstore.ops import audit
+from eventstore.signing import load_public_key
 
 __all__ = ["add_parser"]
 
@@ -51,6 +52,16 @@ def add_parser(sub: Subparsers) -> None:
     add_root(p)
     p.add_argument("session", metavar="SESSION", nargs="?", help="the session id")
     p.add_argument("--all", action="store_true", help="verify every session")
+    p.add_argument(
+        "--public-key",
+        metavar="FILE",
+        help="check every seal's signature and sealed head with this Ed25519 key (PEM)",
+    )
+    p.add_argument(
+        "--witness",
+        metavar="FILE",
+        help="check the seals this witness file (`eventstore seal --witness`) holds",
+    )
     add_full(p)
 
     p = add_command(
@@ -80,6 +91,7 @@ def run_verify(args: argparse.Namespace) -> int:
         raise CliError("give a SESSION or --all, not both")
     if not args.all and not args.session:
         raise CliError("give a SESSION or --all")
+    key = None if args.public_key is None else load_public_key(args.public_key)
     with open_store(args) as store:
         if args.all:
             ids = store.list_sessions()
@@ -89,7 +101,7 @@ def run_verify(args: argparse.Namespace) -> int:
         reports: list[audit.VerifyReport] = []
         for sid in ids:
             try:
-                reports.append(audit.verify(store.core, sid))
+                reports.append(store.verify(sid, public_key=key, witness=args.witness))
             except (EventStoreError, OSError) as exc:  # one unreadable session, not all
                 problem = audit.Problem("", 0, None, "unreadable", str(exc))
                 reports.append(audit.VerifyReport(sid, False, [problem], "", 0, 0, []))
