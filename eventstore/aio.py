@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from eventstore.format.events import Upcaster
     from eventstore.ops.audit import VerifyReport
     from eventstore.ops.fork import ForkResult
+    from eventstore.ops.seal import SealFacts
     from projections import Projection
 
 __all__ = ["DEFAULT_MAX_WORKERS", "AsyncSessionStore"]
@@ -491,9 +492,24 @@ class AsyncSessionStore:
             session_id, lambda: self.store.transcript_at(session_id, seq=seq, at=at)
         )
 
-    async def verify(self, session_id: str) -> VerifyReport:
-        """Check a session's log and archive (see `SessionStore.verify`)."""
-        return await self._submit(session_id, lambda: self.store.verify(session_id))
+    async def verify(
+        self,
+        session_id: str,
+        *,
+        public_key: object = None,
+        witness: str | os.PathLike[str] | None = None,
+    ) -> VerifyReport:
+        """Check a session's log and archive, and its seals with `public_key` or
+        `witness` (see `SessionStore.verify`)."""
+        return await self._submit(
+            session_id,
+            lambda: self.store.verify(session_id, public_key=public_key, witness=witness),
+        )
+
+    async def seal(self, session_id: str) -> SealFacts | None:
+        """Seal the session's head with the store's signing key (see `SessionStore.seal`;
+        give a `SessionStore` opened with `signing_key=` to seal)."""
+        return await self._submit(session_id, lambda: self.store.seal(session_id))
 
     async def fork_session(
         self, source: str, session_id: str, at_seq: int | None = None

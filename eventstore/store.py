@@ -657,9 +657,15 @@ class SessionStore:
     ) -> AppendResult:
         """Append `events`, which need no validation against the session's state (the
         hot path: one call into the core, then `_after_write` only when it has work)."""
+        if self.sealer is not None:
+            sealed = self._write_sealed(
+                session_id, lambda h, s: events, idempotency_key, (), events, check
+            )
+            assert sealed is not None
+            return sealed
         result = self.core.write(session_id, lambda h, s: events, idempotency_key, check=check)
         assert result is not None
-        if result.replayed or self.auto_compact is not None or self.sealer is not None:
+        if result.replayed or self.auto_compact is not None:
             self._after_write(session_id, idempotency_key, result, events)
         return result
 
@@ -672,9 +678,29 @@ class SessionStore:
         request: list[Event],
     ) -> AppendResult | None:
         """Append what `build` returns, judged against the states in `needs`."""
+        if self.sealer is not None:
+            return self._write_sealed(session_id, build, idempotency_key, needs, request, False)
         result = self.core.write(session_id, build, idempotency_key, needs)
         if result is not None:
             self._after_write(session_id, idempotency_key, result, request)
+        return result
+
+    def _write_sealed(
+        self,
+        session_id: str,
+        build: Build,
+        idempotency_key: str | None,
+        needs: tuple[Projection[Any], ...],
+        request: list[Event],
+        check: bool,
+    ) -> AppendResult | None:
+        """`_write` for a sealing store: the write and the seal its policy makes due hold
+        the session's lock together, so no other thread's append comes between them
+        (another process's still can: `eventstore.ops.seal`)."""
+        with self.core.session(session_id).lock:
+            result = self.core.write(session_id, build, idempotency_key, needs, check=check)
+            if result is not None:
+                self._after_write(session_id, idempotency_key, result, request)
         return result
 
     def _after_write(
@@ -694,8 +720,7 @@ class SessionStore:
                 # duplicate it; the next due append tries compacting again
                 log.warning("eventstore: automatic compaction of %r failed: %s", session_id, exc)
         if self.sealer is not None:
-            events = result.last_seq - result.first_seq + 1
-            self.sealer.after_write(self.core, session_id, events)
+            self.sealer.after_write(self.core, session_id, result.last_seq)
 
     def _maybe_compact(self, session_id: str) -> None:
         auto = self.auto_compact

@@ -7,6 +7,7 @@ cache, wrong and missing keys."""
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -15,9 +16,12 @@ import msgspec
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from eventstore import (
     Event,
+    InvalidSessionIdError,
     Message,
     Role,
     Sealed,
@@ -26,8 +30,10 @@ from eventstore import (
     SigningKeyError,
     Tuning,
 )
+from eventstore.aio import AsyncSessionStore
 from eventstore.format.codec import EventCodec
-from tests.conftest import cache_path, cli_in_process, log_path, make_entry
+from eventstore.session_ids import validate_session_id
+from tests.conftest import cache_path, cli_in_process, log_path, make_entry, run_threads
 from tests.engines import EngineCase
 
 KEY = Ed25519PrivateKey.generate()
@@ -129,10 +135,14 @@ def test_seals_missing_where_the_policy_says_one_must_be_are_reported(url: str) 
     with SessionStore(url) as s:  # a writer without the key: no seal follows
         for i in range(3):
             s.append_progress_entry(SID, make_entry(i))
+        # one batch past the policy's 2 may be another writer's that came first: a warning
+        warned = [(p.kind, p.severity) for p in s.verify(SID, public_key=KEY).problems]
+        assert warned == [("seal_overdue", "warning")]
+        s.append_progress_entry(SID, make_entry(3))
     assert kinds(url, public_key=KEY) == ["seal_overdue"]
     with SessionStore(url, signing_key=KEY) as s:
         assert s.seal(SID) is not None
-    assert kinds(url, public_key=KEY) == ["seal_overdue"]  # 3 between two seals: still late
+    assert kinds(url, public_key=KEY) == ["seal_overdue"]  # 4 between two seals: still late
 
 
 def test_a_seal_by_another_key_or_session_is_reported(case: EngineCase, url: str) -> None:
@@ -311,3 +321,76 @@ def test_the_seal_and_verify_commands(tmp_path: Path, capsys: pytest.CaptureFixt
     assert code == 0
     code, _, err = cli_in_process(capsys, "seal", str(root), SID, "--key", str(public))
     assert code != 0 and "ed25519:" in err
+
+
+# -- more attacks: races, odd ids and batch sizes, compaction ---------------------------
+
+
+def test_threads_racing_a_sealing_store_leave_every_seal_good(url: str) -> None:
+    policy = SealPolicy(every=2)
+    with SessionStore(url, signing_key=KEY, seal_policy=policy) as s:
+
+        def writer(t: int) -> Callable[[], None]:
+            def run() -> None:
+                for i in range(10):
+                    s.append_progress_entry(SID, make_entry(i, run_id=f"t{t}"))
+                    if i % 4 == 0:
+                        s.seal(SID)
+
+            return run
+
+        assert run_threads([writer(t) for t in range(4)]) == []
+    with SessionStore(url) as s:
+        report = s.verify(SID, public_key=KEY)
+        assert len(s.load_bootstrap_state(SID).recent_progress) == 40
+    # the write and the seal it makes due hold the session: no other thread comes between
+    assert report.problems == []
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sid=st.text(min_size=1, max_size=20).filter(lambda s: "\x00" not in s),
+    batches=st.lists(st.integers(1, 6), min_size=1, max_size=8),
+    every=st.integers(1, 5),
+)
+def test_any_session_id_and_batch_sizes_seal_and_verify(
+    tmp_path_factory: pytest.TempPathFactory, sid: str, batches: list[int], every: int
+) -> None:
+    root = tmp_path_factory.mktemp("store")
+    try:
+        validate_session_id(sid)
+    except InvalidSessionIdError:
+        return
+    with SessionStore(root, signing_key=KEY, seal_policy=SealPolicy(every=every)) as s:
+        for n in batches:
+            s.append_transcript_messages(sid, [Message(role=Role.USER, content="x")] * n)
+    with SessionStore(root) as s:
+        report = s.verify(sid, public_key=KEY)
+        seals = [e for e in s.read_events(sid) if isinstance(e, Sealed)]
+    assert report.ok, report.problems
+    assert seals and all(e.session_id == sid for e in seals)
+
+
+def test_seals_survive_a_keyless_compaction_with_an_archive_not_one_without(url: str) -> None:
+    write_sealed(url, 5, every=2)
+    with SessionStore(url) as s:  # a compaction by a store without the key
+        assert s.compact(SID, force=True).compacted
+    assert kinds(url, public_key=KEY) == []  # the archive holds every sealed line
+    with SessionStore(url, signing_key=KEY) as s:
+        s.append_progress_entry("bare", make_entry(0))
+        s.append_progress_entry("bare", make_entry(1))
+    with SessionStore(url) as s:
+        assert s.compact("bare", force=True, archive=False).compacted
+        report = s.verify("bare", public_key=KEY)
+    # the seal went with the lines it stood after, and no archive keeps it
+    assert [p.kind for p in report.problems if p.severity == "error"] == ["seal_missing"]
+
+
+def test_the_async_store_seals_and_verifies(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with AsyncSessionStore(SessionStore(tmp_path, signing_key=KEY)) as st:
+            await st.append_progress_entry(SID, make_entry(0))
+            assert (await st.seal(SID)) is not None
+            assert (await st.verify(SID, public_key=KEY.public_key())).ok
+
+    asyncio.run(main())

@@ -44,7 +44,7 @@ from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.engines.base import Head
 from eventstore.errors import InvalidArgumentError
 from eventstore.format.events import Event, Sealed, Snapshot
-from eventstore.format.reader import Problem
+from eventstore.format.reader import Problem, Severity
 from eventstore.ops import history
 from eventstore.signing import key_id, sign, signature_checks
 
@@ -134,6 +134,9 @@ class Sealer:
         self.policy = policy
         self._lock = threading.Lock()
         self._unsealed: dict[str, int] = {}  # events written since this store's last seal
+        # the seq of the last seal line this store knows of, per session (0: none known;
+        # another process's seals are unknown here, so it seals early, never late)
+        self._seal_seq: dict[str, int] = {}
         self._since: dict[str, float] = {}  # when this store last sealed (monotonic)
         self._sealed_h: dict[str, str] = {}  # the h of the seal line this store wrote last
 
@@ -171,8 +174,9 @@ class Sealer:
         if result is None or not made:
             return None
         head = core.session(session_id).head
-        if head is not None and head.seq == result.last_seq:
-            with self._lock:
+        with self._lock:
+            self._seal_seq[session_id] = result.last_seq
+            if head is not None and head.seq == result.last_seq:
                 self._sealed_h[session_id] = head.h
         if self.policy.witness is not None:
             append_witness(self.policy.witness, made[0])
@@ -185,12 +189,13 @@ class Sealer:
         last = list(history.read_events(core, session_id, from_seq=n, to_seq=n))
         return bool(last) and type(last[-1]) is Sealed and last[-1].sealed_seq == n - 1
 
-    def after_write(self, core: CoreOwner, session_id: str, events: int) -> None:
-        """Count a committed write of `events` events; seal when the policy says so."""
+    def after_write(self, core: CoreOwner, session_id: str, last_seq: int) -> None:
+        """Note a committed write ending at `last_seq`; seal when the policy says so: the
+        lines since the last seal this store knows of (any writer's) reach `every`."""
         policy = self.policy
         now = time.monotonic()
         with self._lock:
-            n = self._unsealed.get(session_id, 0) + events
+            n = last_seq - self._seal_seq.get(session_id, 0)
             self._unsealed[session_id] = n
             since = self._since.setdefault(session_id, now)
         due = (policy.every is not None and n >= policy.every) or (
@@ -404,19 +409,32 @@ def _check_policy(hist: SealHistory, seals: list[Sealed]) -> list[Problem]:
     return found
 
 
+def _batch_starts(run: list[Event]) -> list[int]:
+    """The index in `run` where each batch starts (a line with `more` 0 closes one)."""
+    starts = [0]
+    for i, ev in enumerate(run[:-1]):
+        if ev.more == 0:
+            starts.append(i + 1)
+    return starts
+
+
 def _overdue(
     hist: SealHistory, run: Iterable[Event], every: int | None, *, sealed: bool
 ) -> list[Problem]:
+    """A run of lines between seals is late when the lines before its last batch already
+    reached `every` (the writer seals right after the batch that reaches it). One more
+    batch is a warning: another process's append can come between a write and its seal."""
     run = list(run)
     if every is None or not run:
         return []
-    last_batch = 1
-    while last_batch < len(run) and run[-1 - last_batch].more > 0:
-        last_batch += 1
-    if len(run) - last_batch < every:
+    starts = _batch_starts(run)
+    if starts[-1] < every:
         return []
+    severity: Severity = "warning" if len(starts) < 2 or starts[-2] < every else "error"
     first, last = run[0].seq, run[-1].seq
     after = "before the next seal" if sealed else "and no seal after them"
+    why = " (one batch late: another writer's append may have come first)"
     return [Problem(hist.lines[last][1], 0, last, "seal_overdue",
-                    f"{len(run)} events (seq {first}..{last}) follow a seal {after}; the"
-                    f" policy seals every {every}")]  # fmt: skip
+                    f"{len(run)} lines (seq {first}..{last}) with no seal between them"
+                    f" {after}; the policy seals every {every}"
+                    f"{why if severity == 'warning' else ''}", severity)]  # fmt: skip
