@@ -110,6 +110,7 @@ NOT_ON_A_DEMO = (
     "eventstore import-claude-code",
     "eventstore init-db",  # their servers are examples: tests/test_postgres.py runs both
     "eventstore migrate",
+    "eventstore seal",  # needs a key file: tests/test_seal.py runs it
 )
 
 

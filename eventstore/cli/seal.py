@@ -24,7 +24,7 @@ def add_parser(sub: Subparsers) -> None:
         run_seal,
         "sign sessions' heads with an Ed25519 key (verify --public-key checks them)",
         "  eventstore seal .eventstore demo --key seal.pem\n"
-        "  eventstore seal .eventstore --all --key seal.pem --witness /backup/seals.jsonl",
+        "  eventstore seal .eventstore --all --key seal.pem --witness seals.jsonl",
     )
     add_root(p)
     p.add_argument("sessions", metavar="SESSION", nargs="*", help="the session ids")
