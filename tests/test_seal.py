@@ -8,6 +8,7 @@ cache, wrong and missing keys."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore import (
+    CorruptLogError,
     Event,
     InvalidSessionIdError,
     Message,
@@ -394,3 +396,69 @@ def test_the_async_store_seals_and_verifies(tmp_path: Path) -> None:
             assert (await st.verify(SID, public_key=KEY.public_key())).ok
 
     asyncio.run(main())
+
+
+def test_a_seal_policy_by_time_seals_after_a_write_that_comes_late_enough(tmp_path: Path) -> None:
+    # (no clock is read by the test: a policy of a nanosecond is due at every write after
+    # the first, which starts the clock, and one of an hour at none within this test)
+    for seconds, seals in ((1e-9, 2), (3600.0, 0)):
+        url = str(tmp_path / f"s{seals}")
+        policy = SealPolicy(every=None, seconds=seconds, on_close=False)
+        with SessionStore(url, signing_key=KEY, seal_policy=policy) as s:
+            for i in range(3):
+                s.append_progress_entry(SID, make_entry(i))
+            assert sum(isinstance(e, Sealed) for e in s.read_events(SID)) == seals
+
+
+def test_seals_travel_with_migrate_and_verify_on_the_other_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, dst = str(tmp_path / "src"), f"memory://seal-{tmp_path.name}"
+    write_sealed(src, 5, every=2)
+    code, _, err = cli_in_process(capsys, "migrate", src, dst, "--all")
+    assert code == 0, err
+    with SessionStore(dst) as s:
+        assert sum(isinstance(e, Sealed) for e in s.read_events(SID)) == 3
+        assert s.verify(SID, public_key=KEY).problems == []
+
+
+def test_a_keyed_store_refuses_a_checked_prefix_forged_over_an_edited_log(
+    tmp_path: Path,
+) -> None:
+    """The checked prefix spares a load the per-line hashes of bytes it vouches for by one
+    SHA-256; anyone who can write it can vouch for an edited log. A keyed store's carries
+    its MAC: one forged without the key is ignored, and the edit is found."""
+    root = tmp_path / "store"
+    tuning = Tuning(cache_on_close=0)
+    for keyed in (False, True):
+        key = {"signing_key": KEY} if keyed else {}
+        sid = f"{SID}-{keyed}"
+        with SessionStore(root, tuning=tuning, caches=True, **key) as s:  # type: ignore[arg-type]
+            for i in range(5):
+                s.append_progress_entry(sid, make_entry(i))
+        for name in ("bootstrap", "transcript"):
+            cache_path(root, sid, name).unlink(missing_ok=True)
+        with SessionStore(root, tuning=tuning, **key) as s:  # type: ignore[arg-type]
+            s.load_bootstrap_state(sid)  # a checked load from the start: saves the prefix
+        prefix = cache_path(root, sid, "@checked-prefix")
+        assert prefix.exists()
+        for name in ("bootstrap", "transcript"):
+            cache_path(root, sid, name).unlink(missing_ok=True)
+        log = log_path(root, sid)
+        data = log.read_bytes()
+        forged = data.replace(
+            make_entry(1).summary.encode(), make_entry(1).summary.upper().encode()
+        )
+        assert forged != data and len(forged) == len(data)
+        log.write_bytes(forged)  # (the same file: the prefix's place in it still holds)
+        engine_line, _, stored = prefix.read_bytes().partition(b"\n")
+        doc = msgspec.json.decode(stored.split(b"\n")[0])
+        doc["sha256"] = hashlib.sha256(forged[: doc["size"]]).hexdigest()
+        prefix.write_bytes(engine_line + b"\n" + msgspec.json.encode(doc) + b"\n")
+        with SessionStore(root, tuning=tuning, **key) as s:  # type: ignore[arg-type]
+            if keyed:
+                with pytest.raises(CorruptLogError):
+                    s.load_bootstrap_state(sid)
+            else:  # an unkeyed store takes the forged prefix's word for the edited line
+                got = s.load_bootstrap_state(sid).recent_progress[1].summary
+                assert got == make_entry(1).summary.upper()

@@ -68,8 +68,9 @@ class SealPolicy:
 
     `every`: after a write that brings the events since the session's last seal to this
     many (None: never by count); `verify` reports a session where more follow a seal.
-    `seconds`: after a write that comes this long after the last seal this store wrote
-    (None: never by time; checked at writes only). `on_close`: at `close()`, every
+    `seconds`: after a write that comes this long after the last seal this store wrote,
+    or after its first write to the session (None: never by time; checked at writes
+    only). `on_close`: at `close()`, every
     session this store wrote to since its last seal. `witness`: the path of an
     append-only JSONL file every seal is also written to (None: none).
     """
