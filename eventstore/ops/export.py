@@ -22,6 +22,7 @@ from eventstore.format.events import (
     ManifestSet,
     MessagesAppended,
     ProgressAppended,
+    Sealed,
     Snapshot,
     UnknownEvent,
 )
@@ -150,6 +151,8 @@ def event_summary(ev: Event) -> str:
         o = ev.origin
         fork = "" if o is None else f"forked from {o.session_id} at seq {o.seq} (hash {o.h}): "
         return f"{fork}snapshot of seq 1..{ev.seq} (base_h {ev.base_h}; {', '.join(ev.states)})"
+    if isinstance(ev, Sealed):
+        return f"seal of seq {ev.sealed_seq} (h {ev.sealed_h}) by key {ev.key_id}"
     payload = {
         k: v
         for k, v in event_to_json(ev).items()

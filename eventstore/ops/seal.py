@@ -344,8 +344,8 @@ def _check_one(
     if public_key is not None:
         if facts.key_id != kid:
             return [Problem(where, 0, seq, "seal_key",
-                            f"{what} was made with key {facts.key_id}, not the public key"
-                            f" given ({kid}): its signature cannot be checked")]  # fmt: skip
+                            f"{what}: the public key given is {kid}, another key, so its"
+                            " signature cannot be checked")]  # fmt: skip
         if not signature_checks(public_key, facts.message(), facts.sig):
             return [Problem(where, 0, seq, "seal_signature",
                             f"{what} has a signature key {kid} did not make: the seal"
