@@ -54,6 +54,11 @@ from eventstore.store import (
 )
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
+
     from eventstore.format.events import Upcaster
     from eventstore.ops.audit import VerifyReport
     from eventstore.ops.fork import ForkResult
@@ -496,7 +501,7 @@ class AsyncSessionStore:
         self,
         session_id: str,
         *,
-        public_key: object = None,
+        public_key: Ed25519PublicKey | Ed25519PrivateKey | str | os.PathLike[str] | None = None,
         witness: str | os.PathLike[str] | None = None,
     ) -> VerifyReport:
         """Check a session's log and archive, and its seals with `public_key` or

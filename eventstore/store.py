@@ -75,9 +75,16 @@ from projections import Projection, Retention
 
 if TYPE_CHECKING:
     # the audit tools load when first used: the session API's hot use never needs them
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
+
     from eventstore.ops.compaction import CompactionReport
     from eventstore.ops.fork import ForkResult
     from eventstore.ops.seal import Sealer, SealFacts, SealPolicy
+
+    PublicKeyLike = Ed25519PublicKey | Ed25519PrivateKey | str | os.PathLike[str]
     from eventstore.ops.verify import VerifyReport
 
 __all__ = ["AppendResult", "AutoCompact", "SessionCacheInfo", "SessionStore", "Tuning"]
@@ -130,6 +137,12 @@ class SessionStore:
     what was appended after it. A cold load of the built-in projections, and of any with
     a true `pause_gc` attribute (whose folds make no cyclic garbage), runs with the
     cyclic garbage collector paused (`eventstore.core.gc_pause`).
+
+    `signing_key` (an Ed25519 private key, or the path of an unencrypted PEM file; the
+    `crypto` extra) seals sessions as `seal_policy` says (`SealPolicy`: at close, every
+    N lines or T seconds, after compaction, to a witness file), and keys the caches'
+    MAC; `cache_key` (32 bytes or more) keys that MAC instead, for a store that does not
+    sign (`eventstore.ops.seal`, `eventstore.core.fold_cache`).
     """
 
     def __init__(
@@ -144,7 +157,7 @@ class SessionStore:
         cached_sessions: int = 1000,
         caches: bool = True,
         tuning: Tuning | None = None,
-        signing_key: object = None,
+        signing_key: Ed25519PrivateKey | str | os.PathLike[str] | None = None,
         seal_policy: SealPolicy | None = None,
         cache_key: bytes | None = None,
     ) -> None:
@@ -500,7 +513,7 @@ class SessionStore:
         self,
         session_id: str,
         *,
-        public_key: object = None,
+        public_key: PublicKeyLike | None = None,
         witness: str | os.PathLike[str] | None = None,
     ) -> VerifyReport:
         """Check a session's log and archive: sequence, hash links, decoding, batches.

@@ -227,6 +227,10 @@ def test_wrong_or_missing_keys_are_typed_errors_naming_the_key_id(url: str, tmp_
         assert "BEGIN" not in str(err.value)
     with pytest.raises(SigningKeyError, match="cannot read"):
         SessionStore(url, signing_key=tmp_path / "missing.pem")
+    fresh = tmp_path / "never-created"
+    with pytest.raises(SigningKeyError):
+        SessionStore(fresh, signing_key=public)  # type: ignore[arg-type]
+    assert not fresh.exists()  # refused before the store opened: nothing written
     with pytest.raises(SigningKeyError):
         SessionStore(url, seal_policy=SealPolicy())
     with SessionStore(url) as s:
