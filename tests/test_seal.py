@@ -466,3 +466,27 @@ def test_a_keyed_store_refuses_a_checked_prefix_forged_over_an_edited_log(
             else:  # an unkeyed store takes the forged prefix's word for the edited line
                 got = s.load_bootstrap_state(sid).recent_progress[1].summary
                 assert got == make_entry(1).summary.upper()
+
+
+def test_hostile_seals_and_witness_lines_are_findings_not_exceptions(
+    case: EngineCase, url: str, tmp_path: Path
+) -> None:
+    witness = tmp_path / "witness.jsonl"
+    write_sealed(url, 2, every=5, witness=witness)
+    with witness.open("ab") as f:
+        f.write(b"not json\n" + b'{"session_id":"audited","seq":"x"}\n' + b"\n")
+    rewrite_history(
+        case,
+        url,
+        lambda ev: [
+            msgspec.structs.replace(e, sig="zz") if isinstance(e, Sealed) else e for e in ev
+        ],
+    )
+    # (the log's seal is not the one the witness holds: replaced)
+    assert kinds(url, public_key=KEY, witness=witness) == [
+        "seal_signature",
+        "seal_dropped",
+        "witness",
+        "witness",
+    ]
+    assert kinds(url, witness=tmp_path / "absent.jsonl") == ["witness"]
