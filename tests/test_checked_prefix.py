@@ -494,14 +494,14 @@ def test_a_compaction_vouching_late_after_others_appended_and_compacted(
     real = checked_prefix.store
     done = [False]
 
-    def late_store(engine: Any, sid: str, prefix: Any) -> None:
+    def late_store(engine: Any, sid: str, prefix: Any, mac: Any = None) -> None:
         if not done[0]:
             done[0] = True
             with SessionStore(root) as other:
                 other.append_transcript_messages(SID, [Message(Role.USER, "x1")])
                 assert other.compact(SID, force=True).compacted
                 other.append_transcript_messages(SID, [Message(Role.USER, "x2")])
-        real(engine, sid, prefix)
+        real(engine, sid, prefix, mac)
 
     monkeypatch.setattr(checked_prefix, "store", late_store)
     with SessionStore(root) as s:
