@@ -219,7 +219,10 @@ class SessionStore:
         saving, forget cached state and release the engine. Every append is already
         written: the caches only save later loads time."""
         if self.sealer is not None and not self.core.closed:
-            self.sealer.close(self.core)
+            try:
+                self.sealer.close(self.core)
+            finally:
+                self.sealer.release()
         self.core.close()
 
     def __enter__(self) -> SessionStore:
@@ -521,16 +524,18 @@ class SessionStore:
         `public_key` (an Ed25519 public or private key, or a PEM file's path): check
         every seal's signature, that the history holds each sealed head, and the sealing
         policy (a session with no seal, too many events after a seal). `witness` (a
-        witness file's path): check the seals it holds against the history too. What is
-        found is reported, never raised (see `eventstore.ops.seal`)."""
-        from eventstore.ops import verify
+        witness file's path, or a witness store's URL): check the seals it holds against
+        the history too. What is found is reported, never raised (see
+        `eventstore.ops.seal`)."""
+        from eventstore.ops import seal, verify
 
         key = None
         if public_key is not None:
             from eventstore.signing import load_public_key
 
             key = load_public_key(public_key)
-        return verify.verify(self.core, session_id, public_key=key, witness=witness)
+        held = None if witness is None else seal.load_witness(witness, session_id)
+        return verify.verify(self.core, session_id, public_key=key, witness=held)
 
     def seal(self, session_id: str) -> SealFacts | None:
         """Seal the session's head now with the store's signing key (and write the seal
@@ -780,12 +785,13 @@ def _sealer(signing_key: object, policy: SealPolicy | None) -> Sealer | None:
 
             raise SigningKeyError("a seal_policy needs a signing_key to seal with")
         return None
-    from eventstore.ops.seal import Sealer, SealPolicy
+    from eventstore.ops.seal import Sealer, SealPolicy, witness_writer
     from eventstore.signing import load_signing_key
 
     if policy is not None and not isinstance(policy, SealPolicy):
         raise InvalidArgumentError(f"seal_policy must be a SealPolicy, not {policy!r}")
-    return Sealer(load_signing_key(signing_key), policy or SealPolicy())
+    policy = policy or SealPolicy()
+    return Sealer(load_signing_key(signing_key), policy, witness_writer(policy.witness))
 
 
 def _has_manifest(state: BootstrapState) -> bool:

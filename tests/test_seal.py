@@ -28,6 +28,7 @@ from eventstore import (
     Role,
     Sealed,
     SealPolicy,
+    SealWitnessed,
     SessionStore,
     SigningKeyError,
     Tuning,
@@ -42,7 +43,7 @@ KEY = Ed25519PrivateKey.generate()
 SID = "audited"
 
 
-def write_sealed(url: str, n: int, *, every: int = 3, witness: Path | None = None) -> None:
+def write_sealed(url: str, n: int, *, every: int = 3, witness: Path | str | None = None) -> None:
     """`n` progress entries, one append each, by a store sealing every `every` (and at close)."""
     policy = SealPolicy(every=every, witness=witness)
     with SessionStore(url, signing_key=KEY, seal_policy=policy) as s:
@@ -490,3 +491,17 @@ def test_hostile_seals_and_witness_lines_are_findings_not_exceptions(
         "witness",
     ]
     assert kinds(url, witness=tmp_path / "absent.jsonl") == ["witness"]
+
+
+def test_a_witness_store_catches_a_rewrite_of_the_log_and_its_seals(
+    case: EngineCase, url: str, tmp_path: Path
+) -> None:
+    witness = f"memory://witness-{tmp_path.name}"
+    write_sealed(url, 6, every=2, witness=witness)
+    with SessionStore(witness) as w:  # the witness store's own log checks as any other
+        held = [e for e in w.read_events(SID) if isinstance(e, SealWitnessed)]
+        assert len(held) == 3 and w.verify(SID).ok
+    assert kinds(url, public_key=KEY, witness=witness) == []
+    rewrite_history(case, url, lambda ev: [e for e in edited(ev) if not isinstance(e, Sealed)])
+    assert "seal_mismatch" in kinds(url, witness=witness)
+    assert kinds(url, witness=f"memory://nothing-{tmp_path.name}") == []  # holds no seal

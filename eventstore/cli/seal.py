@@ -32,7 +32,11 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument(
         "--key", metavar="FILE", required=True, help="the Ed25519 private key (PEM, unencrypted)"
     )
-    p.add_argument("--witness", metavar="FILE", help="also append each seal to this file")
+    p.add_argument(
+        "--witness",
+        metavar="FILE|URL",
+        help="also write each seal to this file, or to the store at this URL",
+    )
     p.add_argument(
         "--every",
         metavar="N",

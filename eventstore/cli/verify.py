@@ -59,8 +59,8 @@ def add_parser(sub: Subparsers) -> None:
     )
     p.add_argument(
         "--witness",
-        metavar="FILE",
-        help="check the seals this witness file (`eventstore seal --witness`) holds",
+        metavar="FILE|URL",
+        help="check the seals this witness (a file or a store URL) holds",
     )
     add_full(p)
 

@@ -43,6 +43,7 @@ __all__ = [
     "MessagesAppended",
     "ProgressAppended",
     "Quarantined",
+    "SealWitnessed",
     "Sealed",
     "Snapshot",
     "SnapshotHead",
@@ -170,6 +171,13 @@ class Sealed(Event, tag="seal", kw_only=True):
     sig: str
 
 
+class SealWitnessed(Sealed, tag="seal_witnessed", kw_only=True):
+    """A seal as a witness store keeps it (`SealPolicy(witness=URL)`): the facts of a
+    seal line of the session of the same id in the store that sealed it (`sealed_seq`,
+    `sealed_h`: the line it sealed there). Checked by `verify(witness=URL)` against that
+    store's history; in the witness store itself it folds to nothing."""
+
+
 class Snapshot(Event, tag="snapshot", kw_only=True):
     """Written by compaction: the folded state of every projection at sequence `seq`.
 
@@ -253,6 +261,7 @@ BUILTIN_EVENT_TYPES: tuple[type[Event], ...] = (
     ArchivePruned,
     Quarantined,
     Sealed,
+    SealWitnessed,
     Snapshot,
 )
 

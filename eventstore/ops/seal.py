@@ -27,11 +27,12 @@ the history ends before a sealed seq, i.e. it was cut short), a session with no 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -41,9 +42,14 @@ import msgspec
 
 from eventstore import entropy
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
-from eventstore.engines.base import Head
-from eventstore.errors import InvalidArgumentError
-from eventstore.format.events import Event, Sealed, Snapshot
+from eventstore.engines.base import Head, open_engine, redact_text
+from eventstore.errors import (
+    EventStoreError,
+    InvalidArgumentError,
+    UnknownSessionError,
+)
+from eventstore.format.codec import EventCodec
+from eventstore.format.events import Event, Sealed, SealWitnessed, Snapshot
 from eventstore.format.reader import Problem, Severity
 from eventstore.ops import history
 from eventstore.signing import key_id, sign, signature_checks
@@ -54,7 +60,20 @@ if TYPE_CHECKING:
         Ed25519PublicKey,
     )
 
-__all__ = ["SealFacts", "SealPolicy", "Sealer", "SealHistory", "check_seals", "read_witness"]
+__all__ = [
+    "SealFacts",
+    "SealHistory",
+    "SealPolicy",
+    "Sealer",
+    "StoreWitness",
+    "Witness",
+    "append_witness",
+    "check_seals",
+    "is_store_url",
+    "load_witness",
+    "read_witness",
+    "witness_writer",
+]
 
 log = logging.getLogger("eventstore")
 
@@ -71,8 +90,9 @@ class SealPolicy:
     `seconds`: after a write that comes this long after the last seal this store wrote,
     or after its first write to the session (None: never by time; checked at writes
     only). `on_close`: at `close()`, every
-    session this store wrote to since its last seal. `witness`: the path of an
-    append-only JSONL file every seal is also written to (None: none).
+    session this store wrote to since its last seal. `witness`: where every seal is also
+    written: the path of an append-only JSONL file, or the URL of another store (a
+    `seal_witnessed` event in its session of the same id); None: nowhere.
     """
 
     every: int | None = 1000
@@ -129,8 +149,14 @@ class Sealer:
     """The seals of one store: its signing key, policy, and what it wrote since each
     session's last seal (see the module docstring). Safe to share between threads."""
 
-    def __init__(self, key: Ed25519PrivateKey, policy: SealPolicy) -> None:
+    def __init__(
+        self,
+        key: Ed25519PrivateKey,
+        policy: SealPolicy,
+        witness: Callable[[SealFacts], None] | None = None,
+    ) -> None:
         self.key = key
+        self.witness = witness  # what writes each seal to the policy's witness
         self.key_id = key_id(key)
         self.policy = policy
         self._lock = threading.Lock()
@@ -179,8 +205,8 @@ class Sealer:
             self._seal_seq[session_id] = result.last_seq
             if head is not None and head.seq == result.last_seq:
                 self._sealed_h[session_id] = head.h
-        if self.policy.witness is not None:
-            append_witness(self.policy.witness, made[0])
+        if self.witness is not None:
+            self.witness(made[0])
         return made[0]
 
     def _last_is_seal(self, core: SessionCore, session_id: str) -> bool:
@@ -223,6 +249,11 @@ class Sealer:
         for sid in pending:
             self.seal_quietly(core, sid)
 
+    def release(self) -> None:
+        """Release the witness (a witness store), once the store closes."""
+        if isinstance(self.witness, StoreWitness):
+            self.witness.close()
+
 
 def _seal_line(facts: SealFacts) -> Sealed:
     return Sealed(
@@ -247,16 +278,103 @@ def append_witness(path: str | os.PathLike[str], facts: SealFacts) -> None:
         os.close(fd)
 
 
-def read_witness(
-    path: str | os.PathLike[str], session_id: str
-) -> tuple[list[SealFacts], list[Problem]]:
-    """The witness's seals of `session_id`, and a problem for each line that is not a seal
-    (or the file that cannot be read)."""
+def is_store_url(witness: str | os.PathLike[str]) -> bool:
+    """Whether a witness is another store's URL (else the path of a witness file)."""
+    return "://" in os.fspath(witness)
+
+
+@dataclass
+class Witness:
+    """What a witness holds of one session: its seals, and the problems reading it
+    (`where`: the file or the store, as a report names it)."""
+
+    where: str
+    facts: list[SealFacts]
+    problems: list[Problem]
+
+
+class StoreWitness:
+    """A witness that is another store (`SealPolicy(witness=URL)`): each seal a
+    `seal_witnessed` event in its session of the same id, appended like any event (so
+    the witness store's own chain covers them). Opened at the first seal; safe to share
+    between threads."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.where = redact_text(url)
+        self._core: SessionCore | None = None
+        self._lock = threading.Lock()
+
+    def core(self) -> SessionCore:
+        """The witness store's session core (opened once)."""
+        with self._lock:
+            if self._core is None:
+                self._core = SessionCore(open_engine(self.url), EventCodec(), caches=False)
+            return self._core
+
+    def __call__(self, facts: SealFacts) -> None:
+        """Append `facts` to the witness store."""
+        event = SealWitnessed(
+            session_id=facts.session_id,
+            sealed_seq=facts.seq,
+            sealed_h=facts.h,
+            at=facts.at,
+            key_id=facts.key_id,
+            every=facts.every,
+            sig=facts.sig,
+        )
+        self.core().write(facts.session_id, lambda head, states: [event], None)
+
+    def read(self, session_id: str) -> Witness:
+        """The seals the witness store holds of `session_id`."""
+        try:
+            events = history.read_events(self.core(), session_id, types=[SealWitnessed])
+            facts = [SealFacts.of(e) for e in events if type(e) is SealWitnessed]
+        except UnknownSessionError:
+            facts = []
+        except (EventStoreError, OSError) as exc:
+            why = f"cannot read the witness: {redact_text(str(exc))}"
+            return Witness(self.where, [], [Problem(self.where, 0, None, "witness", why)])
+        return Witness(self.where, facts, [])
+
+    def close(self) -> None:
+        """Release the witness store."""
+        with self._lock:
+            if self._core is not None:
+                self._core.close()
+                self._core = None
+
+
+def witness_writer(witness: str | os.PathLike[str] | None) -> Callable[[SealFacts], None] | None:
+    """What writes each seal to a policy's witness: a `StoreWitness` for a store URL,
+    an append to the witness file for a path, None for no witness."""
+    if witness is None:
+        return None
+    if is_store_url(witness):
+        return StoreWitness(os.fspath(witness))
+    return functools.partial(append_witness, witness)
+
+
+def load_witness(witness: str | os.PathLike[str], session_id: str) -> Witness:
+    """What a witness (a file's path or a store's URL) holds of `session_id`."""
+    if not is_store_url(witness):
+        return read_witness(witness, session_id)
+    store = StoreWitness(os.fspath(witness))
+    try:
+        return store.read(session_id)
+    finally:
+        store.close()
+
+
+def read_witness(path: str | os.PathLike[str], session_id: str) -> Witness:
+    """A witness file's seals of `session_id`, and a problem for each line that is not a
+    seal (or the file that cannot be read)."""
     where = os.fspath(path)
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        return [], [Problem(where, 0, None, "witness", f"cannot read the witness: {exc.strerror}")]
+        why = f"cannot read the witness: {exc.strerror}"
+        return Witness(where, [], [Problem(where, 0, None, "witness", why)])
     found: list[SealFacts] = []
     problems: list[Problem] = []
     offset = 0
@@ -272,7 +390,7 @@ def read_witness(
                 if facts.session_id == session_id:
                     found.append(facts)
         offset += len(line)
-    return found, problems
+    return Witness(where, found, problems)
 
 
 @dataclass
@@ -292,7 +410,7 @@ def check_seals(
     session_id: str,
     hist: SealHistory,
     public_key: Ed25519PublicKey | None,
-    witness: str | os.PathLike[str] | None,
+    witness: Witness | None,
 ) -> list[Problem]:
     """The seal findings of a session (see the module docstring)."""
     found: list[Problem] = []
@@ -306,11 +424,10 @@ def check_seals(
             )
         found.extend(_check_policy(hist, [ev for ev, _ in seals]))
     if witness is not None:
-        facts, problems = read_witness(witness, session_id)
-        found.extend(problems)
+        found.extend(witness.problems)
         kid = key_id(public_key) if public_key is not None else ""
-        for f in facts:
-            where = os.fspath(witness)
+        where = witness.where
+        for f in witness.facts:
             found.extend(_check_one(f, where, None, hist, public_key, kid, session_id))
             held = hist.lines.get(f.seq + 1)
             if held is not None and (type(held[0]) is not Sealed or held[0].sig != f.sig):

@@ -26,7 +26,6 @@ the next append will chain to (the `h` of the last committed line, or a snapshot
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -69,7 +68,7 @@ from eventstore.ops.history import (
     pruned_message,
     require_history,
 )
-from eventstore.ops.seal import SealHistory
+from eventstore.ops.seal import SealHistory, Witness
 from projections import (
     fold,
     is_retained,
@@ -104,14 +103,14 @@ def verify(
     session_id: str,
     *,
     public_key: Ed25519PublicKey | None = None,
-    witness: str | os.PathLike[str] | None = None,
+    witness: Witness | None = None,
 ) -> VerifyReport:
     """Check a session's whole history: every line's hash (recomputed), decoding,
     sequence contiguity, batch integrity, and the chain across compactions (see the
     module docstring). UnknownSessionError if the session has nothing stored.
 
     With `public_key`, every seal's signature and the sealed heads too, and the sealing
-    policy; with `witness` (a witness file's path), the seals it holds against the
+    policy; with `witness` (what a witness holds of the session), its seals against the
     history (`eventstore.ops.seal.check_seals`)."""
     store = core_of(store)
     with require_history(store, session_id) as hist:
