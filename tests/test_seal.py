@@ -31,6 +31,7 @@ from eventstore import (
     SealWitnessed,
     SessionStore,
     SigningKeyError,
+    StorageError,
     Tuning,
 )
 from eventstore.aio import AsyncSessionStore
@@ -505,3 +506,16 @@ def test_a_witness_store_catches_a_rewrite_of_the_log_and_its_seals(
     rewrite_history(case, url, lambda ev: [e for e in edited(ev) if not isinstance(e, Sealed)])
     assert "seal_mismatch" in kinds(url, witness=witness)
     assert kinds(url, witness=f"memory://nothing-{tmp_path.name}") == []  # holds no seal
+
+
+def test_a_witness_that_cannot_be_written_is_a_typed_error_and_the_seal_stays(
+    tmp_path: Path,
+) -> None:
+    root, witness = tmp_path / "store", tmp_path / "no-such-dir" / "w.jsonl"
+    policy = SealPolicy(every=None, on_close=False, witness=witness)
+    with SessionStore(root, signing_key=KEY, seal_policy=policy) as s:
+        s.append_progress_entry(SID, make_entry(0))
+        with pytest.raises(StorageError, match="witness"):
+            s.seal(SID)
+        assert isinstance(list(s.read_events(SID))[-1], Sealed)
+    assert kinds(str(root), public_key=KEY) == []

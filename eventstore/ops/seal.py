@@ -46,6 +46,7 @@ from eventstore.engines.base import Head, open_engine, redact_text
 from eventstore.errors import (
     EventStoreError,
     InvalidArgumentError,
+    StorageError,
     UnknownSessionError,
 )
 from eventstore.format.codec import EventCodec
@@ -160,7 +161,7 @@ class Sealer:
         self.key_id = key_id(key)
         self.policy = policy
         self._lock = threading.Lock()
-        self._unsealed: dict[str, int] = {}  # events written since this store's last seal
+        self._unsealed: dict[str, int] = {}  # lines since the last seal known, if written
         # the seq of the last seal line this store knows of, per session (0: none known;
         # another process's seals are unknown here, so it seals early, never late)
         self._seal_seq: dict[str, int] = {}
@@ -206,7 +207,16 @@ class Sealer:
             if head is not None and head.seq == result.last_seq:
                 self._sealed_h[session_id] = head.h
         if self.witness is not None:
-            self.witness(made[0])
+            try:
+                self.witness(made[0])
+            except OSError as exc:
+                # the seal is in the log; the witness lacks it (verify --witness says
+                # nothing of it: a witness only vouches for what it holds)
+                raise StorageError(
+                    f"session {session_id!r}: sealed seq {made[0].seq}, but writing the seal"
+                    f" to the witness failed: {exc}",
+                    exc.errno,
+                ) from exc
         return made[0]
 
     def _last_is_seal(self, core: SessionCore, session_id: str) -> bool:
