@@ -163,9 +163,7 @@ def test_a_seal_by_another_key_or_session_is_reported(case: EngineCase, url: str
         ]
 
     rewrite_history(case, url, elsewhere)
-    assert "seal_signature" in kinds(url, public_key=KEY) or "seal_session" in kinds(
-        url, public_key=KEY
-    )
+    assert kinds(url, public_key=KEY) == ["seal_session"]  # a seal copied from another session
     assert len(before) == 3
 
 
@@ -219,9 +217,6 @@ def test_wrong_or_missing_keys_are_typed_errors_naming_the_key_id(url: str, tmp_
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
-    with SessionStore(url) as s:
-        kid = s.verify  # (opens the engine; the store writes nothing below)
-        assert kid is not None
     for bad in (public, pem):
         with pytest.raises(SigningKeyError) as err:
             SessionStore(url, signing_key=bad)
