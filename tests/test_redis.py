@@ -241,12 +241,6 @@ def _killer(
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(
-    reason="issue 31, open: with the connection killed every 10 ms while CLIENT PAUSE holds"
-    " writes back, a keyed append's retry loop stalls (each attempt waits out its socket"
-    " timeout); it passed on the engine's branch and fails since the merges of 2026-12-02",
-    strict=False,
-)
 def test_client_kill_mid_append_a_keyed_retry_lands_once(server: str) -> None:
     # an append whose reply was lost, sent again as is: the script knows its own batch
     engine = open_engine(fresh_redis())
@@ -289,6 +283,52 @@ def test_client_kill_mid_append_a_keyed_retry_lands_once(server: str) -> None:
         assert store.verify(SID).ok
 
 
+def test_a_write_pause_holds_no_read_and_a_killed_append_lands_once(server: str) -> None:
+    # CLIENT PAUSE WRITE (what FAILOVER does) holds scripts back unless they are read-only:
+    # a read goes through, and an append held by it and killed twice is sent again until
+    # the pause lifts, then lands once, with no error
+    url = fresh_redis(client_name="paused")
+    admin = _client(server)
+    with SessionStore(url) as store:
+        store.append_progress_entry(SID, make_entry(0))
+        done: list[object] = []
+
+        def append() -> None:
+            try:
+                store.append(SID, [ProgressAppended(entry=make_entry(1))], idempotency_key="k")
+                done.append("ok")
+            except BaseException as exc:  # reported below
+                done.append(exc)
+
+        admin.client_pause(60_000, all=False)
+        try:
+            read: list[list[str]] = []
+
+            def cold_read() -> None:
+                with SessionStore(fresh_redis_same(url)) as reader:
+                    read.append(_summaries(reader))
+
+            reader = threading.Thread(target=cold_read, daemon=True)
+            reader.start()
+            reader.join(10)
+            assert read == [["step 0"]]  # not held back by the pause
+            writer = threading.Thread(target=append)
+            writer.start()
+            for _ in range(2):
+                time.sleep(0.3)
+                for c in admin.client_list():
+                    if c.get("name") == "paused" and c.get("cmd") == "evalsha":
+                        admin.client_kill_filter(_id=c["id"])
+            assert not done  # still held: nothing can have landed
+        finally:
+            admin.client_unpause()
+        writer.join(30)
+        assert done == ["ok"]
+    with SessionStore(url) as store:
+        assert _summaries(store) == ["step 0", "step 1"]
+        assert [e.seq for e in store.read_events(SID)] == [1, 2]
+
+
 def test_follow_across_killed_connections_misses_and_repeats_nothing(server: str) -> None:
     url = fresh_redis(client_name="follower")
     seen: list[int] = []
@@ -325,7 +365,9 @@ def test_follow_across_killed_connections_misses_and_repeats_nothing(server: str
 
 def fresh_redis_same(url: str) -> str:
     """The same store as `url` without its client name (another client of it)."""
-    return url.replace("&client_name=follower", "").replace("&client_name=victim", "")
+    for name in ("follower", "victim", "paused"):
+        url = url.replace(f"&client_name={name}", "")
+    return url
 
 
 # -- passwords ---------------------------------------------------------------------------------

@@ -78,6 +78,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 SOCKET_TIMEOUT = 30.0  # seconds; above the 5 s of a follower's XREAD BLOCK
+# seconds an append whose reply was lost is sent again before it is a StorageError ("may
+# or may not be committed"): rides out a failover or a killed connection, not an outage
+RETRY_WINDOW = 10.0
 
 __all__ = [
     "FEED_START",
@@ -264,6 +267,24 @@ class RedisEngine(PruningEngine):
             f" appendfsync={fsync or 'unknown'}), or use Redis 7.2+ with the AOF on (WAITAOF)"
         )
 
+    def _script(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
+        """Script `name` run by its SHA; one the server does not hold (a restart flushed
+        its cache) is sent whole, which caches it too. Not SCRIPT LOAD: Redis holds that
+        back while writes are paused (CLIENT PAUSE WRITE, as a FAILOVER does); the read
+        script goes as EVALSHA_RO/EVAL_RO, which a pause never holds, cached or not (a
+        plain EVALSHA of a script the server lacks is held: it cannot see its flags)."""
+        script = self._scripts[name]
+        ro = name in scripts.READ_ONLY
+        n = len(keys)
+        try:
+            if ro:
+                return self._client.evalsha_ro(script.sha, n, *keys, *args)  # type: ignore[no-any-return]
+            return self._client.evalsha(script.sha, n, *keys, *args)  # type: ignore[no-any-return]
+        except redis.exceptions.NoScriptError:
+            if ro:
+                return self._client.eval_ro(script.script, n, *keys, *args)  # type: ignore[no-any-return]
+            return self._client.eval(script.script, n, *keys, *args)  # type: ignore[no-any-return]
+
     def _keys(self, session_id: str) -> list[str]:
         validate_session_id(session_id)
         tag = session_tag(session_id)
@@ -277,7 +298,7 @@ class RedisEngine(PruningEngine):
 
     def _run(self, name: str, session_id: str, args: list[Any], doing: str) -> list[Any]:
         keys = self._keys(session_id)
-        return self._call(doing, lambda: self._scripts[name](keys=keys, args=args))
+        return self._call(doing, lambda: self._script(name, keys, args))
 
     # -- reading ------------------------------------------------------------------------
 
@@ -366,16 +387,26 @@ class RedisEngine(PruningEngine):
         ]  # fmt: skip
         doing = f"appending seq {batch.first_seq}..{batch.last_seq} to {session_id!r}"
         lost = False
+        deadline = time.monotonic() + RETRY_WINDOW
+        delay = 0.0
         while True:
             if self._closed:
                 raise StorageError(f"{self.url}: the engine is closed")
+            sent = time.monotonic()
             try:
                 out = self._append_once(keys, args)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
-                if lost:
+                # sent again as is, on a fresh connection, until the window closes: the
+                # script knows its own batch at the head, so a repeat never lands twice
+                lost = True
+                now = time.monotonic()
+                if now >= deadline:
                     raise self._lost(session_id, batch, exc) from None
-                lost = True  # sent once more: the script knows its own batch at the head
-                time.sleep(0.05)
+                # held by a live server then dropped (a CLIENT KILL, a failover): again at
+                # once, so a batch is in flight whenever writes resume; refused at once
+                # (the server is away): back off, up to 0.1 s
+                delay = 0.0 if now - sent >= 0.005 else min(max(2 * delay, 0.002), 0.1)
+                time.sleep(min(delay, max(deadline - now, 0.0)))
                 continue
             except redis.RedisError as exc:
                 raise self._error(doing, exc) from None
@@ -392,7 +423,7 @@ class RedisEngine(PruningEngine):
 
     def _append_once(self, keys: list[str], args: list[Any]) -> list[Any]:
         if not self._waitaof:
-            return self._scripts["APPEND"](keys=keys, args=args)  # type: ignore[no-any-return]
+            return self._script("APPEND", keys, args)
         pipe = self._client.pipeline(transaction=False)
         self._scripts["APPEND"](keys=keys, args=args, client=pipe)
         pipe.execute_command("WAITAOF", 1, 0, _WAITAOF_MS)
@@ -415,9 +446,7 @@ class RedisEngine(PruningEngine):
         (not sent again on a lost reply: it may have run)."""
         keys = self._keys(session_id)
         while True:
-            out: list[Any] = self._call(
-                doing, lambda: self._scripts[name](keys=keys, args=args), tries=1
-            )
+            out: list[Any] = self._call(doing, lambda: self._script(name, keys, args), tries=1)
             if int(out[0]) != 2:
                 return out
             time.sleep(0.005)
@@ -474,7 +503,7 @@ class RedisEngine(PruningEngine):
         finally:
             self._call(
                 "releasing a repair hold",
-                lambda: self._scripts["RELEASE"](keys=[keys[6]], args=[token]),
+                lambda: self._script("RELEASE", [keys[6]], [token]),
             )
 
     # -- sessions -----------------------------------------------------------------------
@@ -587,7 +616,7 @@ class _RedisRepairHold(RepairHold):
         ]  # fmt: skip
         out = self.engine._call(
             "rewriting a session",
-            lambda: self.engine._scripts["REWRITE"](keys=self._keys, args=args),
+            lambda: self.engine._script("REWRITE", self._keys, args),
         )
         if int(out[0]) == 3:
             raise StorageError(f"{self.where}: the repair hold expired before the rewrite")

@@ -28,9 +28,12 @@ ever finds part of a session expired.
 
 from __future__ import annotations
 
-__all__ = ["APPEND", "INSTALL", "KINDS", "PRUNE", "READ", "RELEASE", "REMOVE", "REWRITE"]
+__all__ = [
+    "APPEND", "INSTALL", "KINDS", "PRUNE", "READ", "READ_ONLY", "RELEASE", "REMOVE", "REWRITE",
+]  # fmt: skip
 
 KINDS = ("h", "l", "a", "b", "s", "w", "k")
+READ_ONLY = frozenset({"READ"})  # the scripts flagged no-writes: run with EVALSHA_RO
 
 _PRELUDE = """
 local function touch(ttl)
@@ -102,8 +105,12 @@ return {0, gen, ARGV[4], ARGV[6], ARGV[5], base, tostring(size), tostring(n)}
 """
 )
 
+# `no-writes` (Redis 7.0+), run with EVALSHA_RO: a read runs while the server holds writes
+# back (CLIENT PAUSE WRITE, as during a FAILOVER) and on a replica; without it Redis holds
+# every script back
 READ = (
-    _PRELUDE
+    "#!lua flags=no-writes"
+    + _PRELUDE
     + """
 -- ARGV: the position's gen and batch count -> {head..., from, batches...}
 local c = head()
