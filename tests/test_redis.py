@@ -240,6 +240,11 @@ def _killer(
     return t
 
 
+# appends under the killer: each one is killed in flight many times over (writes are held
+# back nearly all the time), so more appends add run time, not cases
+N_KILLED = 40
+
+
 @pytest.mark.timeout(120)
 def test_client_kill_mid_append_a_keyed_retry_lands_once(server: str) -> None:
     # an append whose reply was lost, sent again as is: the script knows its own batch
@@ -264,7 +269,7 @@ def test_client_kill_mid_append_a_keyed_retry_lands_once(server: str) -> None:
     retries = 0
     try:
         with SessionStore(url) as store:
-            for i in range(80):
+            for i in range(N_KILLED):
                 while True:
                     try:
                         store.append(
@@ -278,8 +283,8 @@ def test_client_kill_mid_append_a_keyed_retry_lands_once(server: str) -> None:
         stop.set()
         killer.join()
     with SessionStore(url) as store:
-        assert _summaries(store) == [f"step {i}" for i in range(80)]
-        assert [e.seq for e in store.read_events(SID)] == list(range(1, 81))
+        assert _summaries(store) == [f"step {i}" for i in range(N_KILLED)]
+        assert [e.seq for e in store.read_events(SID)] == list(range(1, N_KILLED + 1))
         assert store.verify(SID).ok
 
 
@@ -373,8 +378,9 @@ def fresh_redis_same(url: str) -> str:
 # -- passwords ---------------------------------------------------------------------------------
 
 
+# 15 examples: each opens four stores, one against a closed port (three tries)
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(password=st.text(st.characters(codec="ascii", exclude_characters="\x00"), min_size=4))
 def test_a_password_appears_in_no_error(server: str, password: str) -> None:
