@@ -20,7 +20,8 @@ committed (retry with the same idempotency key: it lands once).
 Durability: "flush" is an append acknowledged by the server (in its memory, and in the
 AOF as the server's `appendfsync` says); "fsync" needs a server that writes its AOF with
 `appendfsync always` (checked when the engine opens), or Redis 7.2 or newer with the AOF
-on, where every append is followed, in the same round trip, by `WAITAOF 1 0`. Any other
+on and `appendfsync everysec`, where every append is followed, in the same round trip,
+by `WAITAOF 1 0`. Any other
 server refuses "fsync" with `RedisDurabilityError` naming the setting to change.
 
 Positions are (gen, batches, bytes): `gen` names the live log and is new whenever it is
@@ -256,7 +257,8 @@ class RedisEngine(PruningEngine):
             fsync = None  # CONFIG may be disabled (a managed service)
         if aof and fsync == "always":
             return False
-        if aof and version >= (7, 2):
+        if aof and version >= (7, 2) and fsync == "everysec":
+            # not with `appendfsync no`: the server never fsyncs, WAITAOF would wait on the OS
             return True
         need = "appendonly yes" if not aof else "appendfsync always"
         raise RedisDurabilityError(
@@ -264,7 +266,8 @@ class RedisEngine(PruningEngine):
             f" acknowledges a write: set `{need}`"
             + (" and `appendfsync always`" if not aof else "")
             + f" (CONFIG SET or redis.conf; found appendonly={'yes' if aof else 'no'},"
-            f" appendfsync={fsync or 'unknown'}), or use Redis 7.2+ with the AOF on (WAITAOF)"
+            f" appendfsync={fsync or 'unknown'}), or Redis 7.2+ with the AOF on and"
+            " `appendfsync everysec` (WAITAOF)"
         )
 
     def _script(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
