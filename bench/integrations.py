@@ -61,20 +61,13 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
+from bench.adk_workload import adk_session_bench, text
 from eventstore import SessionStore
 from eventstore.aio import AsyncSessionStore
 from eventstore.integrations import langgraph as lg
 from eventstore.integrations import openai_agents as oa
 
 BACKENDS = ("sqlite", "eventstore-fsync", "eventstore-flush")
-
-
-def text(rng: random.Random, n: int) -> str:
-    words = ["agent", "graph", "tool", "state", "commit", "test", "fix", "plan", "log", "run"]
-    out: list[str] = []
-    while sum(len(w) + 1 for w in out) < n:
-        out.append(rng.choice(words))
-    return " ".join(out)[:n]
 
 
 def disk_bytes(root: Path) -> int:
@@ -272,36 +265,7 @@ async def _close(service: Any) -> None:
 
 
 async def bench_adk(backend: str, root: Path, events: int) -> dict[str, float]:
-    from google.adk.events.event import Event
-    from google.adk.events.event_actions import EventActions
-    from google.adk.sessions.base_session_service import GetSessionConfig
-    from google.genai import types
-
-    rng = random.Random(17)
-    service = adk_service(backend, root)
-    s = await service.create_session(app_name="bench", user_id="u", session_id="s")
-    said = [
-        types.Content(role="user", parts=[types.Part(text=text(rng, 300))]) for _ in range(events)
-    ]
-    t = time.perf_counter()
-    for i, content in enumerate(said):
-        delta = EventActions(state_delta={"turn": i})
-        await service.append_event(s, Event(author="user", content=content, actions=delta))
-    appends = events / (time.perf_counter() - t)
-    await _close(service)
-    service = adk_service(backend, root)
-    recent = GetSessionConfig(num_recent_events=20)
-    out = {"append_event/s": appends}
-    for name, config in (("cold", recent), ("warm", recent), ("whole session", None)):
-        t = time.perf_counter()
-        got = await service.get_session(
-            app_name="bench", user_id="u", session_id="s", config=config
-        )
-        out[f"get_session {name} ms" if config is None else f"get_session(20) {name} ms"] = (
-            time.perf_counter() - t
-        ) * 1e3
-        assert got is not None and len(got.events) == (events if config is None else 20)
-    await _close(service)
+    out = await adk_session_bench(lambda: adk_service(backend, root), events, _close)
     out["disk MB"] = disk_bytes(root) / 1e6
     return out
 
