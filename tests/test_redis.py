@@ -242,9 +242,7 @@ def _killer(
     return t
 
 
-# appends under the killer (each killed in flight ~1.3 times on average): more add run
-# time, not cases
-N_KILLED = 40
+N_KILLED = 40  # appends under the killer: every one meets it; more add run time, not cases
 
 
 @pytest.mark.timeout(120)
