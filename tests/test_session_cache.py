@@ -14,6 +14,7 @@ from conftest import make_entry, make_features, make_manifest
 
 from eventstore import SessionStore
 from eventstore.aio import AsyncSessionStore
+from eventstore.engines.file import FileEngine
 from eventstore.errors import InvalidArgumentError
 from eventstore.records import (
     Message,
@@ -99,3 +100,42 @@ def test_the_async_store_passes_cached_sessions_on(root: Path) -> None:
         assert store.store.cached_sessions == 2
     finally:
         asyncio.run(store.close())
+
+
+@pytest.mark.parametrize("durability", ["flush", "fsync"])
+def test_the_file_engine_lets_go_of_the_sessions_the_store_drops(
+    root: Path, durability: str
+) -> None:
+    """A long-running process touching many sessions once each keeps the engine's
+    per-session state (descriptors, the last head seen, a durable writer's epoch) for
+    about `cached_sessions` of them, not for every session ever touched; what it let go
+    of reads and appends as before, in this process and the next."""
+    with SessionStore(root, cached_sessions=4, durability=durability) as s:  # type: ignore[arg-type]
+        engine = s.engine
+        assert isinstance(engine, FileEngine)
+        for i in range(40):
+            s.append_progress_entry(f"s{i}", make_entry(i))
+            assert s.load_bootstrap_state(f"s{i}").recent_progress[-1].summary == f"step {i}"
+            assert engine.kept_sessions <= 5
+        for i in range(40):  # let go of, then used again: appends chain on
+            s.append_progress_entry(f"s{i}", make_entry(i + 100))
+            assert engine.kept_sessions <= 5
+    with SessionStore(root) as s:
+        for i in range(40):
+            summaries = [p.summary for p in s.load_bootstrap_state(f"s{i}").recent_progress]
+            assert summaries == [f"step {i}", f"step {i + 100}"]
+            assert s.verify(f"s{i}").ok
+
+
+def test_a_session_let_go_of_sees_what_another_store_appended(root: Path) -> None:
+    with SessionStore(root, cached_sessions=1) as a, SessionStore(root) as b:
+        a.append_progress_entry("x", make_entry(0))
+        a.load_bootstrap_state("y")  # drops "x": the engine lets go of it
+        b.append_progress_entry("x", make_entry(1))
+        a.append_progress_entry("x", make_entry(2))
+        assert [p.summary for p in a.load_bootstrap_state("x").recent_progress] == [
+            "step 0",
+            "step 1",
+            "step 2",
+        ]
+        assert a.verify("x").ok

@@ -141,7 +141,7 @@ class SessionCore:
         self.caches = CachePolicy(
             engine, codec, self.projections, self.builtin, self.tuning, caches, cache_mac
         )
-        self.sessions = SessionTable(cached_sessions, self.caches.save_caches)
+        self.sessions = SessionTable(cached_sessions, self._dropped)
         self._fold_context = FoldContext(engine, codec, self.tuning, self.caches)
         self.closed = False
         self._closing = threading.Lock()
@@ -200,6 +200,12 @@ class SessionCore:
         self._learning = threading.Lock()
         self.sessions.reset_after_fork()
         self.caches.reset_after_fork()
+
+    def _dropped(self, sess: SessionState) -> None:
+        # a session past the `cached_sessions` bound: its caches saved, and what the
+        # engine keeps of it freed too (else a process touching many sessions grows)
+        self.caches.save_caches(sess)
+        self.engine.let_go(sess.session_id)
 
     def close(self) -> None:
         """Save the caches worth saving, forget every session and release the engine."""

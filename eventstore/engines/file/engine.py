@@ -892,17 +892,50 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
             sessions, self._sessions, self._open = list(self._sessions.values()), {}, {}
         for sess in sessions:
             with sess.lock:
-                if sess.epoch is not None and sess.lock_fd >= 0:
+                self._release(sess)
+
+    def _release(self, sess: SessionState) -> None:
+        """Retire the session's epoch if this process appended durably, and close its
+        descriptors (the caller holds `sess.lock` and no longer keeps `sess`)."""
+        if sess.epoch is not None and sess.lock_fd >= 0:
+            try:
+                if self._acquire(sess, False):
                     try:
-                        if self._acquire(sess, False):
-                            try:
-                                retire_journal(sess)
-                            finally:
-                                unlock(sess.lock_fd)
-                    except (OSError, EventStoreError) as exc:
-                        log.debug("eventstore: %s: retiring the epoch failed: %s",
-                                  sess.paths.journal, exc)  # fmt: skip
-                sess.drop_fds()
+                        retire_journal(sess)
+                    finally:
+                        unlock(sess.lock_fd)
+            except (OSError, EventStoreError) as exc:
+                log.debug("eventstore: %s: retiring the epoch failed: %s",
+                          sess.paths.journal, exc)  # fmt: skip
+        sess.drop_fds()
+
+    def let_go(self, session_id: str) -> None:
+        """Free what this process keeps of the session (its descriptors, what it last
+        knew of the log), as `close` does for every session: the store dropped it past
+        its `cached_sessions` bound. One a thread is using stays (freed by a later drop or
+        by close), and so does one with acknowledged appends a power loss took, until a
+        writer copies them back (a fresh look would find them again, at a cost)."""
+        sess = self._sessions.get(session_id)
+        if sess is None or not sess.lock.acquire(blocking=False):
+            return
+        try:
+            if sess.overlay is not None:
+                return
+            with self._guard:
+                if self._sessions.get(session_id) is not sess:
+                    return
+                del self._sessions[session_id]
+                if self._open.get(session_id) is sess:
+                    del self._open[session_id]
+            self._release(sess)
+        finally:
+            sess.lock.release()
+
+    @property
+    def kept_sessions(self) -> int:
+        """How many sessions this engine keeps state for in this process: under a store,
+        at most about its `cached_sessions` (the store lets go of those it drops)."""
+        return len(self._sessions)
 
 
 def from_url(url_or_path: str | os.PathLike[str], **options: Any) -> FileEngine:
