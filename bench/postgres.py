@@ -78,6 +78,44 @@ def _eventstore_writer(url: str, sid: str, n: int, gate: Any, out: Any) -> None:
     store.close()
 
 
+def _plain_writer(url: str, schema: str, sid: str, n: int, gate: Any, out: Any) -> None:
+    """The floor: one autocommit INSERT of one row (a line's bytes) per append."""
+    import psycopg
+
+    from eventstore.engines.postgres.url import split_url
+
+    line = (
+        b'{"seq":1,"ts":"2026-12-02T00:00:00.000000+00:00","type":"progress_appended",'
+        + b'"entry":{"run_id":"r1","summary":"'
+        + SUMMARY.encode()
+        + b'"},"h":"0123456789abcdef"}\n'
+    )
+    with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
+        insert = f'INSERT INTO "{schema}".plain (sid, seq, line) VALUES (%s, %s, %s)'
+        conn.execute(insert, (sid, 0, line))
+        gate.wait()
+        t0 = time.time()
+        for i in range(n):
+            conn.execute(insert, (sid, i + 1, line))
+        out.put((t0, time.time()))
+
+
+def _server_counters(url: str) -> tuple[int, int, int]:
+    """(committed transactions in the database, WAL records, WAL bytes) so far."""
+    import psycopg
+
+    from eventstore.engines.postgres.url import split_url
+
+    with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),"
+            " (SELECT wal_records FROM pg_stat_wal),"
+            " pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1]), int(row[2])
+
+
 def _eventsourcing_env(url: str, schema: str) -> dict[str, str]:
     parts = urlsplit(url)
     return {
@@ -116,13 +154,26 @@ def _eventsourcing_writer(url: str, schema: str, sid: str, n: int, gate: Any, ou
     app.close()
 
 
-def _rate(kind: str, url: str, writers: int, n: int) -> float:
-    """Appends per second of `writers` processes appending `n` each, started together."""
+def _rate(kind: str, url: str, writers: int, n: int) -> tuple[float, tuple[float, ...]]:
+    """Appends per second of `writers` processes appending `n` each, started together,
+    and per append: committed transactions, WAL records and WAL bytes (server counters
+    read before and after; the counters flush when a backend goes idle or exits)."""
     ctx = mp.get_context("spawn")
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     gate = ctx.Barrier(writers + 1)
     out = ctx.Queue()
     procs = []
+    if kind == "plain-insert":
+        import psycopg
+
+        from eventstore.engines.postgres.url import split_url
+
+        with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+            conn.execute(
+                f'CREATE TABLE "{schema}".plain (sid text, seq bigint, line bytea NOT NULL,'
+                " PRIMARY KEY (sid, seq))"
+            )
     if kind == "eventsourcing":
         import psycopg
 
@@ -135,10 +186,19 @@ def _rate(kind: str, url: str, writers: int, n: int) -> float:
         from bench.baselines.eventsourcing_backend import SessionsApp
 
         SessionsApp(env=app_env).close()
+    if kind == "eventstore":
+        from eventstore import SessionStore
+
+        SessionStore(_with_schema(url, schema)).close()  # the schema made before counting
+    # counted from here: the writers' one warm-up append each is counted too
+    before = _server_counters(url)
     for w in range(writers):
         if kind == "eventstore":
             args: tuple[Any, ...] = (_with_schema(url, schema), f"w{w}", n, gate, out)
             target: Any = _eventstore_writer
+        elif kind == "plain-insert":
+            args = (url, schema, f"w{w}", n, gate, out)
+            target = _plain_writer
         else:
             args = (url, schema, f"w{w}", n, gate, out)
             target = _eventsourcing_writer
@@ -150,6 +210,8 @@ def _rate(kind: str, url: str, writers: int, n: int) -> float:
         spans = [out.get(timeout=600) for _ in procs]
         for p in procs:
             p.join(60)
+        time.sleep(1.2)
+        after = _server_counters(url)
     finally:
         for p in procs:
             if p.is_alive():
@@ -157,7 +219,8 @@ def _rate(kind: str, url: str, writers: int, n: int) -> float:
         _drop_schema(url, schema)
     start = min(s for s, _ in spans)
     end = max(e for _, e in spans)
-    return float(writers * n / (end - start))
+    per = tuple((a - b) / (writers * n) for a, b in zip(after, before, strict=True))
+    return float(writers * n / (end - start)), per
 
 
 # -- cold load and follow latency --------------------------------------------------------
@@ -276,18 +339,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import eventsourcing  # noqa: F401
 
-        kinds = ["eventstore", "eventsourcing"]
+        kinds = ["eventstore", "plain-insert", "eventsourcing"]
     except ImportError:
-        _log("eventsourcing is not installed (pip install -e '.[bench]'): eventstore only")
-        kinds = ["eventstore"]
+        _log("eventsourcing is not installed (pip install -e '.[bench]'): no eventsourcing row")
+        kinds = ["eventstore", "plain-insert"]
     writer_counts = [int(w) for w in a.writers.split(",")]
     rates: dict[str, dict[int, list[float]]] = {k: {w: [] for w in writer_counts} for k in kinds}
-    for _ in range(a.repeat):
+    per: dict[str, dict[int, list[tuple[float, ...]]]] = {
+        k: {w: [] for w in writer_counts} for k in kinds
+    }
+    for _ in range(a.repeat):  # interleaved: each repeat runs every kind once
         for w in writer_counts:
             for kind in kinds:
-                r = _rate(kind, url, w, a.appends)
+                r, counts = _rate(kind, url, w, a.appends)
                 rates[kind][w].append(r)
-                _log(f"{kind} x{w}: {r:,.0f} appends/s")
+                per[kind][w].append(counts)
+                _log(f"{kind} x{w}: {r:,.0f} appends/s; per append (xacts, WAL records,"
+                     f" WAL bytes) {tuple(round(c, 2) for c in counts)}")  # fmt: skip
     cold = _cold_load(url, a.load_events, a.repeat)
     _log(f"cold load of {a.load_events} events: {cold}")
     follow = _follow_latency(url, a.follow_events)
@@ -297,20 +365,22 @@ def main(argv: list[str] | None = None) -> int:
         f"Server: PostgreSQL {facts['server_version']}, synchronous_commit="
         f"{facts['synchronous_commit']}, fsync={facts['fsync']}"
         f" ({facts['wal_sync_method']}); {a.appends} appends per writer, medians of"
-        f" {a.repeat}",
+        f" {a.repeat} (min-max); × is against the plain one-row INSERT",
         "",
-        "| writers | eventstore appends/s | eventsourcing appends/s | × |",
-        "|---:|---:|---:|---:|",
+        "| writers | backend | appends/s | × | transactions / append | WAL records / append"
+        " | WAL bytes / append |",
+        "|---:|---|---:|---:|---:|---:|---:|",
     ]
     for w in writer_counts:
-        es = statistics.median(rates["eventstore"][w])
-        other = statistics.median(rates["eventsourcing"][w]) if "eventsourcing" in kinds else None
-        ratio = f"{es / other:.2f}" if other else "-"
-        lines.append(
-            f"| {w} | {es:,.0f} | {other:,.0f} | {ratio} |"
-            if other
-            else f"| {w} | {es:,.0f} | - | - |"
-        )
+        floor = statistics.median(rates["plain-insert"][w])
+        for kind in kinds:
+            rs = rates[kind][w]
+            med = statistics.median(rs)
+            cs = [statistics.median(c[i] for c in per[kind][w]) for i in range(3)]
+            lines.append(
+                f"| {w} | {kind} | {med:,.0f} ({min(rs):,.0f}-{max(rs):,.0f}) |"
+                f" {med / floor:.2f} | {cs[0]:.2f} | {cs[1]:.2f} | {cs[2]:,.0f} |"
+            )
     lines += [
         "",
         f"Cold bootstrap load of a session of {a.load_events:,} progress entries (fresh"
@@ -327,6 +397,14 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         with open(a.json, "w") as f:
             json.dump(
-                {"server": facts, "rates": rates, "cold": cold, "follow_s": follow}, f, indent=1
+                {
+                    "server": facts,
+                    "rates": rates,
+                    "per_append": per,
+                    "cold": cold,
+                    "follow_s": follow,
+                },
+                f,
+                indent=1,  # fmt: skip
             )
     return 0
