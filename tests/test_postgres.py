@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 import msgspec
@@ -65,7 +66,7 @@ if psycopg is None:
     import psycopg  # in CI the extra must be installed: an ImportError fails the run
 
 from eventstore.engines.postgres import engine as pg  # noqa: E402
-from eventstore.engines.postgres.schema import quote_schema  # noqa: E402
+from eventstore.engines.postgres.schema import channel_of, quote_schema  # noqa: E402
 
 
 @pytest.fixture
@@ -304,6 +305,89 @@ def test_wait_wakes_on_append_from_another_engine(pg_url: str) -> None:
         assert reader.wait("s", None, 5.0) is True
     finally:
         reader.close()
+        writer.close()
+
+
+def _xids_assigned(conninfo: str) -> int:
+    """The server's next transaction id: a write transaction takes one (so does a NOTIFY)."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _notes(conn: psycopg.Connection[Any], wait: float) -> list[str]:
+    """The payloads of the notifications `conn` got, waiting `wait` seconds for more."""
+    conn.execute("SELECT 1")  # delivers what arrived meanwhile
+    return [n.payload for n in conn.notifies(timeout=wait)]
+
+
+def test_an_append_is_one_transaction_and_notifies_only_while_someone_follows(
+    pg_url: str,
+) -> None:
+    """An append commits one transaction (it once sent its NOTIFY in a second one, from a
+    thread, after the commit). With no follower it sends no NOTIFY at all (a notifying
+    commit serializes with every other on the server); while a follower waits, each
+    append's NOTIFY is in the append's own transaction; once the follower closes, none."""
+    writer, reader = pg.from_url(pg_url), pg.from_url(pg_url)
+    conninfo = pg.split_url(pg_url)[0]
+    try:
+        head = append_retrying(writer, "s")
+        with psycopg.connect(conninfo, autocommit=True) as spy:  # listens, does not follow
+            spy.execute(f"LISTEN {channel_of(writer.schema)}")
+            n = 20
+            before = _xids_assigned(conninfo)
+            for _ in range(n):
+                head = append_retrying(writer, "s")
+            # every append takes one id (autovacuum may take one or two meanwhile)
+            assert n <= _xids_assigned(conninfo) - before <= n + 2
+            assert _notes(spy, 0.5) == []  # nobody follows: no NOTIFY
+            assert reader.wait("s", head.position, 0.2) is False  # now a follower
+            before = _xids_assigned(conninfo)
+            for _ in range(n):
+                head = append_retrying(writer, "s")
+            assert n <= _xids_assigned(conninfo) - before <= n + 2
+            assert _notes(spy, 0.5) == ["s"] * n
+            assert reader.wait("s", None, 5.0) is True
+            reader.close()  # no follower left
+            for _ in range(3):
+                append_retrying(writer, "s")
+            assert _notes(spy, 0.5) == []
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_a_follower_that_starts_beside_an_append_misses_no_wake_up(pg_url: str) -> None:
+    """A new follower registers (its first wait) while one append runs, at varied
+    offsets: it either reads that append or is woken by it. A wake-up lost between the
+    append's look for followers and the follower's read would leave it waiting out its
+    timeout (the registration waits for every append that looked before it)."""
+    writer = pg.from_url(pg_url)
+    try:
+        append_retrying(writer, "s")
+        for i in range(16):
+            follower = pg.from_url(pg_url)
+            try:
+                head = follower.head("s")
+                got: list[object] = []
+
+                def follow(
+                    f: pg.PostgresEngine = follower, h: Head = head, got: list[object] = got
+                ) -> None:
+                    t0 = time.monotonic()
+                    got.append(f.wait("s", h.position, 20.0))
+                    got.append(time.monotonic() - t0)
+
+                t = threading.Thread(target=follow)
+                t.start()
+                time.sleep((i % 8) * 0.003)
+                append_retrying(writer, "s")
+                t.join(30)
+                assert got[0] is True and isinstance(got[1], float) and got[1] < 10.0, (i, got)
+            finally:
+                follower.close()
+    finally:
         writer.close()
 
 
@@ -1871,7 +1955,7 @@ def test_verify_of_a_history_with_a_gap_then_an_archive(pg_url: str) -> None:
 def test_a_child_forked_while_a_thread_holds_the_engine_can_use_it(
     pg_url: str, tmp_path: Path
 ) -> None:
-    """`PostgresEngine._lock` is taken on every append (`_get_notifier`) and wait
+    """`PostgresEngine._lock` is taken on the first use of the pool (`_get_pool`) and on wait
     (`_get_listener`). If another thread holds it at the moment of a fork, the child's
     first call goes to `_get_pool`, sees a new pid and takes the inherited lock to reset
     its per-process state: held by a thread that does not exist in the child, forever.

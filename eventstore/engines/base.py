@@ -538,7 +538,7 @@ class Engine(ABC):
     def remove_session(self, session_id: str) -> bool:
         """Remove the session and all it keeps, atomically; False if it did not exist."""
 
-    def let_go(self, session_id: str) -> None:
+    def let_go(self, session_id: str) -> None:  # noqa: B027 - optional, as documented
         """The store no longer keeps the session in memory (its `cached_sessions` bound
         dropped it): the engine may free what it keeps of the session in this process.
         Nothing freed may be needed for correctness: the next use of the session starts

@@ -11,8 +11,10 @@ its exact bytes (so the hash chain, verify and export agree byte for byte with t
 engine), a `sessions` row per session holding its head, which every writer locks, and
 one server-side function call per append (one round trip, one transaction): lock the
 session, compare the head with the expected one, insert the lines (each gets its place in
-the global feed), record the idempotency key and fingerprint. The NOTIFY that wakes
-followers is sent after the commit, by a thread (see `_Notifier` for why).
+the global feed), record the idempotency key and fingerprint, and, only while some
+backend follows (`wait`'s LISTEN connection registers itself), NOTIFY in the same
+transaction: delivered at the commit. No follower, no NOTIFY: a notifying commit
+serializes with every other notifying commit on the server.
 
 Positions are (log id, seq, byte offset in the live log); the log id changes whenever the
 live log is replaced (a snapshot installed, a repair, a removal), which is how a reader
@@ -228,7 +230,6 @@ class PostgresEngine(FeedEngine):
         self._pid = os.getpid()
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._listener: _Listener | None = None
-        self._notifier: _Notifier | None = None
         self._closed = False
         self._sql = _Statements(self._q)
         try:
@@ -261,7 +262,6 @@ class PostgresEngine(FeedEngine):
                 _ORPHANS.extend(x for x in (self._pool, self._listener) if x is not None)
                 self._pool = None
                 self._listener = None
-                self._notifier = None  # its thread did not survive the fork
                 self._lock = threading.Lock()
                 self._pid = os.getpid()
             if self._pool is None:
@@ -369,8 +369,8 @@ class PostgresEngine(FeedEngine):
     def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
         """Block until the session's head is no longer `position` (True) or `timeout`
         seconds pass (False). A NOTIFY (or the listener reconnecting) only wakes it to
-        look again: a notification of an append it has already read (they are sent after
-        the commit, so one can arrive late) does not end the wait."""
+        look again: a notification of an append it has already read (one delivered while
+        it read) does not end the wait."""
         deadline = time.monotonic() + max(timeout, 0.0)
         listener = self._get_listener()
         while True:
@@ -390,7 +390,7 @@ class PostgresEngine(FeedEngine):
         self._get_pool()  # resets per-process state in a forked child
         with self._lock:
             if self._listener is None:
-                self._listener = _Listener(self._conninfo, self._channel)
+                self._listener = _Listener(self._conninfo, self._channel, self._q)
             return self._listener
 
     # -- the global feed --------------------------------------------------------------
@@ -534,15 +534,7 @@ class PostgresEngine(FeedEngine):
         head = _head_of(row[1:])
         if row[0]:
             raise HeadMovedError(self.where(session_id), expected, head)
-        self._get_notifier().post(session_id)
         return head
-
-    def _get_notifier(self) -> _Notifier:
-        pool = self._get_pool()  # resets per-process state in a forked child
-        with self._lock:
-            if self._notifier is None:
-                self._notifier = _Notifier(pool, self._channel)
-            return self._notifier
 
     def install_snapshot(
         self, session_id: str, line: bytes, covers: Head, *, keep_history: bool
@@ -599,13 +591,10 @@ class PostgresEngine(FeedEngine):
             self._closed = True
             pool, self._pool = self._pool, None
             listener, self._listener = self._listener, None
-            notifier, self._notifier = self._notifier, None
             mine = self._pid == os.getpid()
         if not mine:
             _ORPHANS.extend(x for x in (pool, listener) if x is not None)
             return
-        if notifier is not None:
-            notifier.close()
         if listener is not None:
             listener.close()
         if pool is not None:
@@ -946,63 +935,16 @@ def _seq_of(line: bytes) -> int:
         return 0
 
 
-class _Notifier:
-    """Sends the NOTIFY of committed appends from a thread of its own, coalesced.
-
-    Not inside the append's transaction: PostgreSQL serializes the commits of every
-    transaction that notifies (a global lock held through the WAL flush), which would
-    make concurrent writers of different sessions wait for each other's disk flushes.
-    A notification is a wake-up only, so one lost to a crash costs a follower at most
-    its wait timeout.
-    """
-
-    def __init__(self, pool: psycopg_pool.ConnectionPool[Any], channel: str) -> None:
-        self._pool = pool
-        self._channel = channel
-        self._cond = threading.Condition()
-        self._pending: dict[str, None] = {}
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="eventstore-notify", daemon=True)
-        self._thread.start()
-
-    def post(self, session_id: str) -> None:
-        """Notify the session's followers soon (after the caller's commit)."""
-        with self._cond:
-            self._pending[session_id] = None
-            self._cond.notify_all()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: bool(self._pending) or self._closed)
-                if not self._pending and self._closed:
-                    return
-                batch = list(self._pending)
-                self._pending.clear()
-            try:
-                with self._pool.connection(timeout=10) as conn:
-                    conn.execute(
-                        "SELECT pg_notify(%s, x) FROM unnest(%s::text[]) AS x",
-                        (self._channel, batch),
-                    )
-            except (psycopg.Error, psycopg_pool.PoolTimeout):
-                pass  # a wake-up only: followers re-read when their wait times out
-
-    def close(self) -> None:
-        """Send what is pending, then stop the thread."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        self._thread.join(timeout=10.0)
-
-
 class _Listener:
     """One LISTEN connection per engine and process, on a daemon thread: counts the
-    notifications per session so `wait` can block on a condition until one arrives."""
+    notifications per session so `wait` can block on a condition until one arrives.
+    It registers as a follower (the schema's `listen()`) once listening, so appends
+    notify; it is counted as listening only then (see `eventstore.engines.postgres.schema`)."""
 
-    def __init__(self, conninfo: str, channel: str) -> None:
+    def __init__(self, conninfo: str, channel: str, quoted_schema: str) -> None:
         self._conninfo = conninfo
         self._channel = channel
+        self._q = quoted_schema
         self._cond = threading.Condition()
         self._counts: dict[str, int] = {}
         self._generation = 0  # bumped on every (re)connection: waiters then re-read
@@ -1034,6 +976,7 @@ class _Listener:
                 with psycopg.connect(self._conninfo, autocommit=True) as conn:
                     _CONNECTIONS.add(conn)
                     conn.execute(f"LISTEN {self._channel}")
+                    conn.execute(f"SELECT {self._q}.listen()")
                     with self._cond:
                         self._listening = True
                         self._generation += 1
@@ -1048,6 +991,9 @@ class _Listener:
                                 self._cond.notify_all()
                         if not got:
                             conn.execute("SELECT 1")  # notices a dead connection
+                    # closed: appends stop notifying once no one else follows (a
+                    # connection lost instead leaves its row to the next listen())
+                    conn.execute(f"SELECT {self._q}.unlisten()")
             except psycopg.Error:
                 pass
             with self._cond:

@@ -59,7 +59,7 @@ __all__ = [
     "quote_schema",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version of the tables and functions this code reads and writes."""
 
 SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
@@ -360,7 +360,61 @@ END
 $fn$;
 """
 
-_MIGRATIONS: dict[int, str] = {1: _DDL_V1, 2: _DDL_V2}
+
+def _append_v3() -> str:
+    """Version 1's `append`, waking followers itself: in its own transaction (one
+    transaction and one round trip per append, the NOTIFY delivered at its commit) and
+    only when a backend follows (`listeners`), since a notifying commit serializes with
+    every other notifying commit on the server (a global lock held through the WAL
+    flush)."""
+    start = _DDL_V1.index("CREATE FUNCTION @S.append(")
+    body = _DDL_V1[start : _DDL_V1.index("$fn$;", start) + len("$fn$;")]
+    last = body.rindex("    RETURN QUERY SELECT false,")
+    wake = (
+        "    -- last: the lock this read takes on `listeners` is held to the commit, so a\n"
+        "    -- follower registering (listen()) waits for this append to commit or sees it\n"
+        "    IF EXISTS (SELECT 1 FROM @S.listeners) THEN\n"
+        "        PERFORM pg_notify('@C', p_session_id);\n"
+        "    END IF;\n"
+    )
+    body = body[:last] + wake + body[last:]
+    return body.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+
+
+_DDL_V3 = """
+-- The backends that follow (LISTEN on the channel), by pid: an append notifies only when
+-- one is registered. A follower LISTENs, then calls listen(), whose lock waits for every
+-- append that looked at this table before: each append either committed before the
+-- follower reads, or notifies at its commit. A row of a backend that died without
+-- unlisten() costs appends their NOTIFY until the next listen() clears it.
+CREATE TABLE @S.listeners (
+    pid   int PRIMARY KEY,
+    since timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE FUNCTION @S.listen() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
+BEGIN
+    LOCK TABLE @S.listeners IN ACCESS EXCLUSIVE MODE;
+    DELETE FROM @S.listeners WHERE pid NOT IN (SELECT a.pid FROM pg_stat_activity a);
+    INSERT INTO @S.listeners (pid) VALUES (pg_backend_pid()) ON CONFLICT DO NOTHING;
+END
+$fn$;
+
+CREATE FUNCTION @S.unlisten() RETURNS void
+LANGUAGE sql SET search_path = pg_catalog AS $fn$
+    DELETE FROM @S.listeners WHERE pid = pg_backend_pid();
+$fn$;
+
+-- Fewer index entries per appended line (WAL records per append): the unique index on
+-- (tx, pos) served only lookups of version-1 feed positions (rare: they scan now), and
+-- a line's feed_seq is NULL until it is released, so its index holds released lines only.
+DROP INDEX @S.lines_feed;
+DROP INDEX @S.lines_feed_seq;
+CREATE UNIQUE INDEX lines_feed_seq ON @S.lines (feed_seq) WHERE feed_seq IS NOT NULL;
+""" + _append_v3()
+
+_MIGRATIONS: dict[int, str] = {1: _DDL_V1, 2: _DDL_V2, 3: _DDL_V3}
 """version -> the SQL that brings the schema from version - 1 to it."""
 
 
