@@ -391,6 +391,33 @@ def test_a_follower_that_starts_beside_an_append_misses_no_wake_up(pg_url: str) 
         writer.close()
 
 
+def test_a_cold_load_starts_from_the_fold_cache_and_reads_what_came_after(
+    pg_url: str,
+) -> None:
+    """The engine keeps the store's fold caches: a fresh store's first load starts from
+    the state the closing store saved (cache_info says which head it holds) and folds
+    only the lines appended after it, by any writer; a replaced log's cache is unused."""
+    summary = "x" * 1000  # 100 entries: past the log size close saves caches at
+    with SessionStore(pg_url) as store:
+        for i in range(100):
+            store.append_progress_entry("s", _entry(f"{i}{summary}"))
+        store.load_bootstrap_state("s")
+    with SessionStore(pg_url) as fresh:
+        assert len(fresh.load_bootstrap_state("s").recent_progress) == 100
+        assert fresh.cache_info("s").folds["bootstrap"] == (100, 100)  # from the cache
+        for i in range(5):
+            fresh.append_progress_entry("s", _entry(f"after {i}"))
+    with SessionStore(pg_url) as fresh:
+        got = [p.summary for p in fresh.load_bootstrap_state("s").recent_progress]
+        assert got[-5:] == [f"after {i}" for i in range(5)]
+        assert got[:100] == [f"{i}{summary}" for i in range(100)][-len(got[:100]) :]
+        assert fresh.cache_info("s").folds["bootstrap"][0] == 105
+        assert fresh.compact("s", force=True).compacted  # a new log, its own cache
+    with SessionStore(pg_url) as fresh:
+        assert [p.summary for p in fresh.load_bootstrap_state("s").recent_progress] == got
+        assert fresh.verify("s").ok
+
+
 # -- the global feed ------------------------------------------------------------------
 
 
@@ -1818,10 +1845,10 @@ def _build(pg_url: str, sid: str, n: int) -> None:
             store.append_progress_entry(sid, _entry(f"e{i}"))
 
 
-def _cold_load_error(pg_url: str, sid: str) -> BaseException | list[str]:
+def _cold_load_error(pg_url: str, sid: str, caches: bool = True) -> BaseException | list[str]:
     """What a load in a fresh store (a fresh process's view) gives: the summaries or
     the exception it raised."""
-    with SessionStore(pg_url) as store:
+    with SessionStore(pg_url, caches=caches) as store:
         try:
             return _summaries(store, sid)
         except Exception as exc:  # noqa: BLE001 - the test inspects it
@@ -2026,9 +2053,12 @@ TAMPERS = {
 
 @pytest.mark.parametrize("tamper", sorted(TAMPERS))
 def test_rows_edited_with_sql_are_never_folded(pg_url: str, tamper: str) -> None:
-    """Each edit of a committed row: a cold load raises CorruptLogError, a warm load
-    (a store that folded the log before the edit and reads on) never returns the edited
-    event (it raises CorruptLogError or returns what it held), and verify reports it."""
+    """Each edit of a committed row: a cold load that reads the log raises
+    CorruptLogError; one that starts from a fold cache (its state folded from lines
+    checked before the edit: compaction keeps one at its snapshot) raises it or returns
+    that state; a warm load (a store that folded the log before the edit and reads on)
+    never returns the edited event (it raises CorruptLogError or returns what it held);
+    and verify reports it."""
     with SessionStore(pg_url) as warm:
         for i in range(6):
             warm.append_progress_entry("s", _entry(f"e{i}"))
@@ -2037,8 +2067,10 @@ def test_rows_edited_with_sql_are_never_folded(pg_url: str, tamper: str) -> None
             warm.append_progress_entry("s", _entry("e6"))
         before = _summaries(warm, "s")
         _sql(pg_url, TAMPERS[tamper].format(sid=SID_ROW), "s")
-        got = _cold_load_error(pg_url, "s")
+        got = _cold_load_error(pg_url, "s", caches=False)
         assert isinstance(got, CorruptLogError), got
+        got = _cold_load_error(pg_url, "s")
+        assert isinstance(got, CorruptLogError) or got == before, got
         try:  # reads on from where it was: what it folds on top is checked
             after = _summaries(warm, "s")
         except CorruptLogError:

@@ -43,7 +43,10 @@ import msgspec
 from eventstore import process
 from eventstore.engines.base import (
     EMPTY_HEAD,
+    BytesCacheReader,
     BytesSegment,
+    CacheReader,
+    CachingEngine,
     EncodedBatch,
     FeedEngine,
     Head,
@@ -210,9 +213,10 @@ def _storage_error(engine: PostgresEngine, doing: str, exc: BaseException) -> St
 T = TypeVar("T")
 
 
-class PostgresEngine(FeedEngine):
+class PostgresEngine(FeedEngine, CachingEngine):
     """Sessions in a PostgreSQL database: see the module docstring. It keeps the global
-    feed (`FeedEngine`); no caches, ranged reads or pruning."""
+    feed (`FeedEngine`) and the face's fold caches (`CachingEngine`); no ranged reads or
+    pruning."""
 
     def __init__(
         self, url: str, *, pool_size: int = 8, stall_warning: float = STALL_WARNING
@@ -483,6 +487,43 @@ class PostgresEngine(FeedEngine):
             for r in rows
         ]
 
+    # -- caches -----------------------------------------------------------------------
+
+    def open_cache(self, session_id: str, name: str) -> tuple[Head, CacheReader] | None:
+        """The cache kept under `name`, read whole in one query with the line at its
+        head, if its head is still a point of the live log: the same log (log_id), no
+        further than the head, and the line there has the `h` it was stored with."""
+        row = self._query(
+            "reading a fold cache",
+            lambda conn: conn.execute(self._sql.open_cache, (name, session_id), binary=True)
+            .fetchone(),
+        )  # fmt: skip
+        if row is None or row[7] is None:
+            return None
+        log_id, seq, link, h, base_seq, size, data, line = row
+        try:
+            if _head_decoder.decode(bytes(line).rstrip(b"\n")).h != h:
+                return None
+        except msgspec.MsgspecError:
+            return None
+        position = PgPosition(int(log_id), int(seq), int(size))
+        head = Head(int(seq), link, h, position, int(size), int(base_seq))
+        return head, BytesCacheReader(bytes(data))
+
+    def store_cache(self, session_id: str, name: str, head: Head, data: list[bytes]) -> None:
+        """Keep `data` under `name` for the session at `head` (one statement, replacing
+        what was kept); nothing when the session has no log or `head` is not of its live
+        log."""
+        pos = head.position
+        if not isinstance(pos, PgPosition):
+            return
+        params = (
+            name, pos.log_id, head.seq, head.link, head.h, head.base_seq, head.size,
+            b"".join(data), session_id, pos.log_id,
+        )  # fmt: skip
+        with self._conn(f"saving a fold cache of {session_id!r}") as conn:
+            conn.execute(self._sql.store_cache, params, binary=True)
+
     # -- writing ----------------------------------------------------------------------
 
     def append(self, session_id: str, batch: EncodedBatch, expected: Head) -> Head:
@@ -684,6 +725,24 @@ class _Statements:
             f" RETURNING sid, (head_seq > 0 OR snap_seq > 0)"
         )
         self.feed = f"SELECT * FROM {q}.feed(%s, %s)"
+        # the line at the cache's head: a line of the live log, or its opening snapshot
+        self.open_cache = (
+            f"SELECT c.log_id, c.seq, c.link, c.h, c.base_seq, c.size, c.data,"
+            f" CASE WHEN c.seq > s.snap_seq THEN"
+            f" (SELECT l.line FROM {q}.lines l WHERE l.sid = s.sid AND l.seq = c.seq)"
+            f" WHEN c.seq = s.snap_seq THEN (SELECT x.line FROM {q}.snapshots x"
+            f" WHERE x.sid = s.sid ORDER BY x.n DESC LIMIT 1) END"
+            f" FROM {q}.sessions s JOIN {q}.caches c ON c.sid = s.sid AND c.name = %s"
+            f" WHERE s.session_id = %s AND c.log_id = s.log_id AND c.seq <= s.head_seq"
+        )
+        self.store_cache = (
+            f"INSERT INTO {q}.caches (sid, name, log_id, seq, link, h, base_seq, size, data)"
+            f" SELECT s.sid, %s, %s, %s, %s, %s, %s, %s, %s FROM {q}.sessions s"
+            f" WHERE s.session_id = %s AND s.log_id = %s"
+            f" ON CONFLICT (sid, name) DO UPDATE SET log_id = EXCLUDED.log_id,"
+            f" seq = EXCLUDED.seq, link = EXCLUDED.link, h = EXCLUDED.h,"
+            f" base_seq = EXCLUDED.base_seq, size = EXCLUDED.size, data = EXCLUDED.data"
+        )
         self.legacy_position = (
             f"SELECT coalesce(max(feed_seq), 0) FROM {q}.lines"
             f" WHERE (tx, pos) <= (%s::text::xid8, %s) AND feed_seq IS NOT NULL"

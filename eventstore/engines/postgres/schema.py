@@ -15,6 +15,8 @@ Tables (one row per session in `sessions`, its head: the row every writer locks)
                feed position, once released), line
     snapshots  every snapshot installed, in order (n); `line` NULL once the log it
                opened was replaced without keeping history
+    caches     the face's fold caches: a state's bytes and the head it was folded to
+    listeners  the backends that follow (appends NOTIFY only while one is registered)
     idempotency_keys  the key and request fingerprint of each keyed batch
     saved      bytes a repair dropped, saved aside first
 
@@ -412,6 +414,24 @@ $fn$;
 DROP INDEX @S.lines_feed;
 DROP INDEX @S.lines_feed_seq;
 CREATE UNIQUE INDEX lines_feed_seq ON @S.lines (feed_seq) WHERE feed_seq IS NOT NULL;
+
+-- The face's fold caches and checked prefixes (`CachingEngine`): a state's bytes and the
+-- head it was folded to, given back only while that head is a point of the live log
+-- (the same log_id: every replacement of the live log takes a new one). Not compressed:
+-- a cold load reads it whole, and the face's bytes are dense already.
+CREATE TABLE @S.caches (
+    sid      bigint NOT NULL REFERENCES @S.sessions ON DELETE CASCADE,
+    name     text NOT NULL,
+    log_id   bigint NOT NULL,
+    seq      bigint NOT NULL,
+    link     text NOT NULL,
+    h        text NOT NULL,
+    base_seq bigint NOT NULL,
+    size     bigint NOT NULL,
+    data     bytea NOT NULL,
+    PRIMARY KEY (sid, name)
+);
+ALTER TABLE @S.caches ALTER COLUMN data SET STORAGE EXTERNAL;
 """ + _append_v3()
 
 _MIGRATIONS: dict[int, str] = {1: _DDL_V1, 2: _DDL_V2, 3: _DDL_V3}
