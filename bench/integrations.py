@@ -122,10 +122,17 @@ def bench_graph(backend: str, root: Path, turns: int) -> dict[str, float]:
     return out
 
 
-def bench_put_get(backend: str, root: Path, n: int) -> dict[str, float]:
+def bench_put_get(
+    backend: str,
+    root: Path,
+    n: int,
+    make: Callable[[str, Path], tuple[BaseCheckpointSaver[Any], Callable[[], None]]] = lg_saver,
+) -> dict[str, float]:
+    """Puts, then cold and warm get, list and a cold get of an older checkpoint, each
+    from a saver `make` opens anew (`bench.langgraph_postgres` passes its own)."""
     rng = random.Random(11)
     values = [text(rng, 1000) for _ in range(n)]
-    saver, close = lg_saver(backend, root)
+    saver, close = make(backend, root)
     cfg: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     version: Any = None
     configs: list[Any] = []
@@ -139,7 +146,7 @@ def bench_put_get(backend: str, root: Path, n: int) -> dict[str, float]:
         configs.append(cfg)
     puts = n / (time.perf_counter() - t)
     close()
-    saver, close = lg_saver(backend, root)
+    saver, close = make(backend, root)
     latest: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     t = time.perf_counter()
     tup = saver.get_tuple(latest)
@@ -153,7 +160,7 @@ def bench_put_get(backend: str, root: Path, n: int) -> dict[str, float]:
     listing = time.perf_counter() - t
     assert listed == n
     close()
-    saver, close = lg_saver(backend, root)
+    saver, close = make(backend, root)
     t = time.perf_counter()
     tup = saver.get_tuple(configs[n // 2])
     cold_older = time.perf_counter() - t

@@ -1,0 +1,131 @@
+"""LangGraph on PostgreSQL: eventstore's saver on the PostgreSQL engine against
+LangGraph's own `PostgresSaver` (langgraph-checkpoint-postgres), on the same server.
+
+    pip install -e '.[bench]'
+    python -m bench.langgraph_postgres --url postgresql://postgres@127.0.0.1:5432/bench
+    python -m bench.langgraph_postgres --puts 1000 --repeat 5 --json lgpg.json
+
+The URL defaults to $EVENTSTORE_BENCH_POSTGRES_URL, then $EVENTSTORE_TEST_POSTGRES_URL.
+The workload is `bench.integrations.bench_put_get`'s (puts of a checkpoint chain, then
+a cold `get_tuple` from a new saver, a warm one, `list` of the whole thread, and a cold
+`get_tuple` of the checkpoint in the middle from another new saver). Each run works in a
+fresh schema it drops afterwards; both savers commit every put with the server's
+`synchronous_commit` (the same durability). Repeats are interleaved (one run of each
+backend, then the next repeat). Also counted: server transactions per put.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.integrations import bench_put_get, table
+from bench.postgres import _drop_schema, _server_counters, _with_schema
+
+__all__ = ["main"]
+
+BACKENDS = ("postgres-saver", "eventstore-postgres")
+
+
+def _savers(url: str, schema: str) -> Callable[[str, Path], tuple[Any, Callable[[], None]]]:
+    """A factory of new savers of `backend` over `schema` (each a cold start)."""
+
+    def make(backend: str, root: Path) -> tuple[Any, Callable[[], None]]:
+        if backend == "postgres-saver":
+            import psycopg
+            from langgraph.checkpoint.postgres import PostgresSaver
+            from psycopg.rows import dict_row
+
+            from eventstore.engines.postgres.url import split_url
+
+            conn = psycopg.connect(
+                split_url(url)[0],
+                autocommit=True,
+                prepare_threshold=0,
+                row_factory=dict_row,
+                options=f"-c search_path={schema}",
+            )
+            saver = PostgresSaver(conn)
+            saver.setup()
+            return saver, conn.close
+        from eventstore import SessionStore
+        from eventstore.integrations import langgraph as lg
+
+        store = SessionStore(
+            _with_schema(url, schema), event_types=lg.EVENT_TYPES, projections=lg.PROJECTIONS
+        )
+        return lg.EventStoreSaver(store), store.close
+
+    return make
+
+
+def _run(url: str, backend: str, puts: int) -> dict[str, float]:
+    import psycopg
+
+    from eventstore.engines.postgres.url import split_url
+
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    make = _savers(url, schema)
+    try:
+        make(backend, Path("."))[1]()  # the tables made before anything is counted
+        before = _server_counters(url)
+        out = bench_put_get(backend, Path("."), puts, make)
+        time.sleep(1.0)  # the closed connections' counters reach the server's totals
+        after = _server_counters(url)
+    finally:
+        _drop_schema(url, schema)
+    # every transaction of the run over the puts (the reads' own are few: read-only
+    # statements in autocommit are counted too, as the server counts them)
+    out["server transactions per put"] = (after[0] - before[0]) / puts
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the bench and print a markdown table (medians of interleaved repeats)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--url", help="a database the bench may create schemas in")
+    ap.add_argument("--puts", type=int, default=1000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json", type=Path, help="also write every run as JSON")
+    a = ap.parse_args(argv)
+    url = (
+        a.url
+        or os.environ.get("EVENTSTORE_BENCH_POSTGRES_URL")
+        or os.environ.get("EVENTSTORE_TEST_POSTGRES_URL")
+    )
+    if not url:
+        ap.error("give --url (or set EVENTSTORE_BENCH_POSTGRES_URL)")
+    runs: dict[str, list[dict[str, float]]] = {b: [] for b in BACKENDS}
+    for r in range(a.repeat):
+        for backend in BACKENDS:
+            runs[backend].append(_run(url, backend, a.puts))
+            print(f"{backend} run {r + 1}/{a.repeat}: {runs[backend][-1]}", file=sys.stderr)
+    medians = {
+        b: {k: statistics.median(run[k] for run in rs) for k in rs[0]} for b, rs in runs.items()
+    }
+    spreads = {
+        b: {k: (min(run[k] for run in rs), max(run[k] for run in rs)) for k in rs[0]}
+        for b, rs in runs.items()
+    }
+    print(f"Medians of {a.repeat} interleaved runs, {a.puts} checkpoints.\n")
+    print(table(f"LangGraph put / get on PostgreSQL, {a.puts} checkpoints", medians))
+    print("\nSpreads (min-max):\n")
+    for b, sp in spreads.items():
+        print(f"- {b}: " + "; ".join(f"{k} {lo:,.2f}-{hi:,.2f}" for k, (lo, hi) in sp.items()))
+    if a.json:
+        a.json.write_text(json.dumps(runs, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
