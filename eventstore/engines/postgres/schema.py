@@ -460,6 +460,8 @@ def ensure_schema(conn: Any, schema: str) -> int:
     import psycopg
 
     quoted = quote_schema(schema)
+    if _current(conn, quoted):
+        return SCHEMA_VERSION
     found = _version(conn, quoted)
     if found == SCHEMA_VERSION:
         _adopt_if_moved(conn, quoted)
@@ -488,6 +490,23 @@ def ensure_schema(conn: Any, schema: str) -> int:
         conn.execute("SELECT pg_advisory_unlock(%s)", (INIT_LOCK_KEY,))
     _adopt_if_moved(conn, quoted)
     return found
+
+
+def _current(conn: Any, quoted: str) -> bool:
+    """Whether the schema is at SCHEMA_VERSION and was last opened in this cluster, in
+    one round trip (every open of a store asks; the answer is almost always yes). False
+    whenever in doubt: the careful path then looks again, step by step."""
+    import psycopg
+
+    try:
+        row = conn.execute(
+            f"SELECT (SELECT value FROM {quoted}.meta WHERE name = 'schema_version'),"  # noqa: S608
+            f" (SELECT value FROM {quoted}.meta WHERE name = 'cluster'),"
+            " (SELECT system_identifier::text FROM pg_control_system())"
+        ).fetchone()
+    except psycopg.Error:  # no schema yet, or no right to read the control data
+        return False
+    return row is not None and row[0] == str(SCHEMA_VERSION) and row[1] == row[2] is not None
 
 
 def _adopt_if_moved(conn: Any, quoted: str) -> None:
