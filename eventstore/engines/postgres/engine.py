@@ -236,11 +236,17 @@ class PostgresEngine(FeedEngine, CachingEngine):
         self._listener: _Listener | None = None
         self._closed = False
         self._sql = _Statements(self._q)
+        # the pool opens its first connection in the background meanwhile, so the first
+        # read (a cold load) does not wait for a second connection after this one
+        self._get_pool()
         try:
             with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10) as conn:
                 ensure_schema(conn, self.schema)
-        except psycopg.Error as exc:
-            raise _storage_error(self, "opening the database", exc) from None
+        except BaseException as exc:
+            self.close()
+            if isinstance(exc, psycopg.Error):
+                raise _storage_error(self, "opening the database", exc) from None
+            raise
 
     def __repr__(self) -> str:
         return f"PostgresEngine({self.url!r})"
