@@ -47,6 +47,14 @@ NOT_NEEDED = {
     "recovery.py:set_aside_torn:os.fsync(fd)": (
         "the torn-tail cut: the append after it flushes the log (its own fdatasync)"
     ),
+    "layout.py:datasync:os.fsync(fd)": (
+        "the fallback for platforms without fdatasync (macOS): never runs on Linux, where"
+        " the explorer records"
+    ),
+    "recovery.py:copy_back:datasync(fd)": (
+        "the copied-back bytes: the journal keeps them until `retire_journal` flushes the"
+        " log (its own datasync(log_fd)) and only then retires the epoch"
+    ),
     "snapshot.py:_name_archive:fsync_dir(paths.archive)": (
         "compaction's final archive name: the pending link is durable, and recovery"
         " gives it its final name"
