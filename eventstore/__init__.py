@@ -39,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidRecordError": ".errors",
     "InvalidSessionIdError": ".errors",
     "NestingTooDeepError": ".errors",
+    "SessionDeletedError": ".errors",
     "SessionExistsError": ".errors",
     "SnapshotVersionError": ".errors",
     "StorageError": ".errors",
@@ -54,6 +55,7 @@ _EXPORTS: dict[str, str] = {
     "FeatureListReplaced": ".format.events",
     "FeaturePassUpdated": ".format.events",
     "ForkOrigin": ".format.events",
+    "SessionDeleted": ".format.events",
     "ManifestSet": ".format.events",
     "MessagesAppended": ".format.events",
     "ProgressAppended": ".format.events",
@@ -108,6 +110,7 @@ _EXPORTS: dict[str, str] = {
     "ForkResult": ".ops.fork",
     "SealFacts": ".ops.seal",
     "SealPolicy": ".ops.seal",
+    "Tombstone": ".ops.tombstone",
     "FORGET_BY_A2A": ".harness_sessions",
     "FORGET_BY_CLI": ".harness_sessions",
     "HARNESS_SESSION_FILE_NAME": ".harness_sessions",
@@ -180,6 +183,8 @@ __all__ = [
     "Segment",
     "SessionManifest",
     "SessionCacheInfo",
+    "SessionDeleted",
+    "SessionDeletedError",
     "SessionExistsError",
     "SessionStats",
     "SealFacts",
@@ -195,6 +200,7 @@ __all__ = [
     "Tuning",
     "StoreClosedError",
     "StructProjection",
+    "Tombstone",
     "UnknownEngineError",
     "UnknownEvent",
     "UnknownProjectionError",
@@ -247,6 +253,7 @@ if TYPE_CHECKING:
         InvalidRecordError,
         InvalidSessionIdError,
         NestingTooDeepError,
+        SessionDeletedError,
         SnapshotVersionError,
         StorageError,
         StoreClosedError,
@@ -263,6 +270,7 @@ if TYPE_CHECKING:
         ManifestSet,
         MessagesAppended,
         ProgressAppended,
+        SessionDeleted,
         Snapshot,
         UnknownEvent,
     )
@@ -280,6 +288,7 @@ if TYPE_CHECKING:
         SkipReason,
     )
     from eventstore.ops.export import SessionStats
+    from eventstore.ops.tombstone import Tombstone
     from eventstore.ops.repair import RepairReport
     from eventstore.ops.verify import VerifyReport
     from eventstore.records import (

@@ -39,6 +39,7 @@ from eventstore.ops.compaction import (
     Retention,
 )
 from eventstore.ops.lifecycle import ExpiryResult, PruneReport
+from eventstore.ops.tombstone import Tombstone
 from eventstore.records import (
     BootstrapState,
     FeatureRecord,
@@ -423,18 +424,41 @@ class AsyncSessionStore:
         """The global feed (see `SessionStore.feed`; PostgreSQL only)."""
         return await self._submit(_STORE_WIDE, lambda: self.store.feed(after, limit))
 
-    async def delete_session(self, session_id: str) -> bool:
-        """Remove a session, its log and history (see `SessionStore.delete_session`);
-        False if it did not exist. Runs after the calls on it submitted before."""
-        return await self._submit(session_id, lambda: self.store.delete_session(session_id))
+    async def delete_session(
+        self, session_id: str, *, purge: bool = False, by: str | None = None
+    ) -> bool:
+        """Delete a session, leaving a tombstone unless `purge` (see
+        `SessionStore.delete_session`); False if it did not exist. Runs after the calls
+        on it submitted before."""
+        return await self._submit(
+            session_id, lambda: self.store.delete_session(session_id, purge=purge, by=by)
+        )
+
+    async def restore(self, session_id: str) -> bool:
+        """Free a deleted session's id (see `SessionStore.restore`)."""
+        return await self._submit(session_id, lambda: self.store.restore(session_id))
+
+    async def tombstone_of(self, session_id: str) -> Tombstone | None:
+        """The session's tombstone, or None (see `SessionStore.tombstone_of`)."""
+        return await self._submit(session_id, lambda: self.store.tombstone_of(session_id))
+
+    async def deleted_sessions(self) -> list[Tombstone]:
+        """Every deleted session's tombstone (see `SessionStore.deleted_sessions`)."""
+        return await self._submit(_STORE_WIDE, self.store.deleted_sessions)
 
     async def delete_older_than(
-        self, age: timedelta, *, now: datetime | None = None, dry_run: bool = False
+        self,
+        age: timedelta,
+        *,
+        now: datetime | None = None,
+        dry_run: bool = False,
+        purge: bool = False,
     ) -> list[ExpiryResult]:
         """Delete every session idle for longer than `age` (see
         `SessionStore.delete_older_than`)."""
         return await self._submit(
-            _STORE_WIDE, lambda: self.store.delete_older_than(age, now=now, dry_run=dry_run)
+            _STORE_WIDE,
+            lambda: self.store.delete_older_than(age, now=now, dry_run=dry_run, purge=purge),
         )
 
     async def learn(

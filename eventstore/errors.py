@@ -199,3 +199,20 @@ class SigningKeyError(EventStoreError, ValueError):
     def __init__(self, message: str, key_id: str | None = None) -> None:
         super().__init__(message)
         self.key_id = key_id
+
+
+class SessionDeletedError(EventStoreError):
+    """A write to a session that was deleted with a tombstone (`delete_session` without
+    `purge`); nothing was written. `session_id`, `deleted_at` (aware datetime) and `by`
+    say which and when; `SessionStore.restore(session_id)` frees the id again."""
+
+    def __init__(self, session_id: str, deleted_at: object, by: str = "") -> None:
+        when = deleted_at.isoformat() if hasattr(deleted_at, "isoformat") else str(deleted_at)
+        who = f" by {by!r}" if by else ""
+        super().__init__(
+            f"session {session_id!r} was deleted at {when}{who}: nothing was written"
+            " (restore it to use the id again)"
+        )
+        self.session_id = session_id
+        self.deleted_at = deleted_at
+        self.by = by

@@ -61,7 +61,7 @@ from eventstore.format.events import (
     Upcaster,
     event_tag,
 )
-from eventstore.ops import history, lifecycle, paging
+from eventstore.ops import history, lifecycle, paging, tombstone
 from eventstore.records import (
     BootstrapState,
     FeatureRecord,
@@ -455,9 +455,9 @@ class SessionStore:
         return self.core.loaded(session_id, proj, proj.copy)
 
     def list_sessions(self) -> list[str]:
-        """The original ids of every session in the store, sorted."""
-        self.core.check_open()
-        return self.engine.list_sessions()
+        """The original ids of every session in the store, sorted; deleted sessions
+        (their tombstones) are not listed: see `deleted_sessions`."""
+        return tombstone.live_sessions(self.core)
 
     def feed(self, after: Any = None, limit: int = 1000) -> list[tuple[Any, str, Event]]:
         """Up to `limit` events of every session after a feed position (None: the start),
@@ -478,10 +478,31 @@ class SessionStore:
             for e in entries
         ]
 
-    def delete_session(self, session_id: str) -> bool:
-        """Remove a session: its log, history and caches, atomically (no reader ever sees
-        it half removed); safe beside live writers. False if it did not exist."""
-        return lifecycle.delete_session(self.core, session_id)
+    def delete_session(
+        self, session_id: str, *, purge: bool = False, by: str | None = None
+    ) -> bool:
+        """Delete a session: its events, history and caches go, and a tombstone stays
+        (when, `by` whom (default: this process's user and pid), its last seq and hash),
+        so any later write to the id raises SessionDeletedError until `restore`; reads
+        give the empty state. `purge`: remove every trace instead (the id is free again).
+        Safe beside live writers in any process: an append racing it lands before it
+        (and is deleted) or is refused. False if it did not exist or was deleted already
+        (see `eventstore.ops.tombstone`)."""
+        return lifecycle.delete_session(self.core, session_id, purge=purge, by=by)
+
+    def restore(self, session_id: str) -> bool:
+        """Free a deleted session's id: the tombstone is removed and the next write
+        starts a fresh session. False (nothing changed) if it is not deleted."""
+        return tombstone.restore(self.core, session_id)
+
+    def tombstone_of(self, session_id: str) -> tombstone.Tombstone | None:
+        """The session's tombstone, or None when it is not deleted."""
+        return tombstone.tombstone_of(self.core, session_id)
+
+    def deleted_sessions(self) -> list[tombstone.Tombstone]:
+        """The tombstone of every deleted session, by id (`eventstore sessions
+        --deleted`)."""
+        return tombstone.deleted_sessions(self.core)
 
     # -- audit and replay, compaction (eventstore.ops.history, .verify, .follow, .compaction) --
 
@@ -616,11 +637,18 @@ class SessionStore:
         return lifecycle.prune_archive(self.core, session_id, before)
 
     def delete_older_than(
-        self, age: timedelta, *, now: datetime | None = None, dry_run: bool = False
+        self,
+        age: timedelta,
+        *,
+        now: datetime | None = None,
+        dry_run: bool = False,
+        purge: bool = False,
     ) -> list[lifecycle.ExpiryResult]:
-        """Delete every session idle for longer than `age` (see
-        `eventstore.ops.lifecycle.delete_older_than`)."""
-        return lifecycle.delete_older_than(self.core, age, now=now, dry_run=dry_run)
+        """Delete every session idle for longer than `age`, each leaving a tombstone
+        unless `purge` (see `eventstore.ops.lifecycle.delete_older_than`)."""
+        return lifecycle.delete_older_than(
+            self.core, age, now=now, dry_run=dry_run, purge=purge
+        )
 
     # -- what the store keeps in memory ----------------------------------------------
 

@@ -22,12 +22,15 @@ from projections.idempotency import (
     MAX_KEYS,
     IdempotencyProjection,
 )
+from projections.lifecycle import Lifecycle, LifecycleProjection
 from projections.transcript import TranscriptProjection
 
 __all__ = [
     "MAX_KEYS",
     "BootstrapProjection",
     "IdempotencyProjection",
+    "Lifecycle",
+    "LifecycleProjection",
     "Projection",
     "Retention",
     "StructProjection",

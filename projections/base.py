@@ -23,6 +23,7 @@ from eventstore.errors import (
 )
 from eventstore.format.events import (
     Event,
+    SessionDeleted,
     Snapshot,
 )
 
@@ -277,11 +278,16 @@ def _stored_state(projection: Projection[S], snapshot: Snapshot) -> S:
 
 
 def fold(projection: Projection[S], state: S, events: Iterable[Event]) -> S:
-    """Apply `events` in order. A snapshot replaces the state with the one it stores."""
+    """Apply `events` in order. A snapshot replaces the state with the one it stores; a
+    tombstone (`session_deleted`) resets it to the initial state before it is applied (a
+    deleted session reads as empty, whichever projection folds it)."""
     apply = projection.apply
     for ev in events:
-        if type(ev) is Snapshot:
+        t = type(ev)
+        if t is Snapshot:
             state = restore_state(projection, ev)
+        elif t is SessionDeleted:
+            state = apply(projection.initial(), ev)
         else:
             state = apply(state, ev)
     return state

@@ -37,6 +37,7 @@ from eventstore.engines.base import EMPTY_HEAD, EncodedBatch, Engine, Head, Head
 from eventstore.errors import (
     EventStoreError,
     InvalidArgumentError,
+    SessionDeletedError,
     StoreClosedError,
     UnknownProjectionError,
 )
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 from projections import (
     BootstrapProjection,
     IdempotencyProjection,
+    LifecycleProjection,
     Projection,
     TranscriptProjection,
     fold,
@@ -128,7 +130,11 @@ class SessionCore:
         self.bootstrap = BootstrapProjection()
         self.transcript = TranscriptProjection()
         self.idempotency = IdempotencyProjection()
-        builtin: list[Projection[Any]] = [self.bootstrap, self.transcript, self.idempotency]
+        # every write folds it: a write after a tombstone is refused (SessionDeletedError)
+        self.lifecycle = LifecycleProjection()
+        builtin: list[Projection[Any]] = [
+            self.bootstrap, self.transcript, self.idempotency, self.lifecycle
+        ]  # fmt: skip
         self.projections: dict[str, Projection[Any]] = {}
         for p in (*builtin, *projections):
             if p.name in self.projections:
@@ -357,6 +363,7 @@ class SessionCore:
         needs: tuple[Projection[Any], ...] = (),
         *,
         check: bool = False,
+        after_tombstone: bool = False,
     ) -> AppendResult | None:
         """The one write path: fold what `build` needs, build (validate), append against
         the head those folds reached; on a moved head, catch up and do it again; then
@@ -364,13 +371,21 @@ class SessionCore:
 
         Returns None when `build` returned no events (nothing to write). A key seen
         before returns that batch's result with `replayed=True`, writing nothing; whether
-        it was the same request is the caller's to check (`fingerprint`)."""
+        it was the same request is the caller's to check (`fingerprint`).
+
+        A session whose log ends in a tombstone takes no write: SessionDeletedError,
+        nothing written; the lifecycle projection is folded for every write to know it
+        (the expected-head check makes that race-free against a delete in another
+        process). `after_tombstone`: do not check (the delete itself, which is given the
+        lifecycle state among `needs`)."""
         if idempotency_key is not None:
             check_key(idempotency_key)
         sess = self.session(session_id)
         wanted = (self.idempotency, *needs) if idempotency_key is not None else needs
+        if not after_tombstone:
+            wanted = (self.lifecycle, *wanted)
         with sess.lock:
-            written = self._append(sess, build, idempotency_key, wanted, check)
+            written = self._append(sess, build, idempotency_key, wanted, check, after_tombstone)
             if written.__class__ is not tuple:
                 return written  # type: ignore[return-value]  # a replay, or nothing to write
             head, new, data, stamped = written
@@ -415,6 +430,7 @@ class SessionCore:
         key: str | None,
         wanted: tuple[Projection[Any], ...],
         check: bool,
+        after_tombstone: bool = True,
     ) -> AppendResult | None | tuple[Head, Head, bytes, list[Event]]:
         """The retry loop of `write`, under the session's lock: a replay's result, None
         (nothing to write), or (the head appended to, the new head, the bytes, the
@@ -432,6 +448,13 @@ class SessionCore:
                 else:
                     head, states = self.fold_to_one_head(sess, wanted)
                     fresh = True
+                if not after_tombstone:
+                    tombstone = states.pop(0).deleted
+                    if tombstone is not None:
+                        if not fresh:
+                            fresh = True  # judged on what this store kept: read it again
+                            continue
+                        raise SessionDeletedError(sess.session_id, tombstone.ts, tombstone.by)
                 if key is not None:
                     seen = states.pop(0).get(key)
                     if seen is not None:

@@ -107,6 +107,10 @@ def _check_one_line(data: bytes, what: str) -> None:
         )
 
 
+# the types every fold must see whole, whatever it reads
+_ALWAYS_DECODED = frozenset({"snapshot", "session_deleted"})
+
+
 def _check_snapshot_depth(line: bytes, layout: dict[str, tuple[int, int]]) -> None:
     """NestingTooDeepError naming the deepest state if the snapshot `line` nests deeper
     than `SNAPSHOT_MAX_DEPTH` (no reader could be sure to decode it)."""
@@ -348,9 +352,10 @@ class EventCodec:
     def decoder(self, needed: frozenset[str] | None = None) -> msgspec.json.Decoder[Event]:
         """A `decode_lines` decoder for the tags in `needed` (None: every type).
 
-        Snapshots are always decoded in full; other types outside `needed` become stubs.
+        Snapshots and tombstones (which reset every projection) are always decoded in
+        full; other types outside `needed` become stubs.
         """
-        key = None if needed is None else frozenset(needed | {"snapshot"})
+        key = None if needed is None else frozenset(needed | _ALWAYS_DECODED)
         dec = self._decoders.get(key)
         if dec is None:
             members: list[type[Event]] = []

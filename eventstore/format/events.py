@@ -45,6 +45,7 @@ __all__ = [
     "Quarantined",
     "SealWitnessed",
     "Sealed",
+    "SessionDeleted",
     "Snapshot",
     "SnapshotHead",
     "UnknownEvent",
@@ -178,6 +179,18 @@ class SealWitnessed(Sealed, tag="seal_witnessed", kw_only=True):
     store's history; in the witness store itself it folds to nothing."""
 
 
+class SessionDeleted(Event, tag="session_deleted", kw_only=True):
+    """A tombstone (`eventstore.ops.lifecycle.delete_session` without purge): the session
+    was deleted at this line's `ts`, `by` whom, when its last event was `last_seq` with
+    hash `last_h`. Always a log's last line: every projection folds it to its initial
+    state (`projections.fold`), and the store refuses any write after it
+    (SessionDeletedError) until `restore` frees the id."""
+
+    by: str = ""
+    last_seq: int = 0
+    last_h: str = ""
+
+
 class Snapshot(Event, tag="snapshot", kw_only=True):
     """Written by compaction: the folded state of every projection at sequence `seq`.
 
@@ -262,6 +275,7 @@ BUILTIN_EVENT_TYPES: tuple[type[Event], ...] = (
     Quarantined,
     Sealed,
     SealWitnessed,
+    SessionDeleted,
     Snapshot,
 )
 

@@ -41,6 +41,7 @@ from eventstore.format.events import (
     Sealed,
     Snapshot,
 )
+from eventstore.ops import tombstone
 from eventstore.ops.history import first_kept_seq, read_events
 
 __all__ = [
@@ -73,15 +74,13 @@ def parse_age(text: str) -> timedelta:
         raise InvalidArgumentError(f"not an age: {text!r} is too long") from None
 
 
-def delete_session(core: CoreOwner, session_id: str) -> bool:
-    """Remove a session: its log, history and caches, atomically (no reader ever sees it
-    half removed); safe beside live writers. False if it did not exist."""
-    core = core_of(core)
-    sess = core.session(session_id)
-    with sess.lock:
-        removed = core.engine.remove_session(session_id)
-        core.forget(session_id)
-    return removed
+def delete_session(
+    core: CoreOwner, session_id: str, *, purge: bool = False, by: str | None = None
+) -> bool:
+    """Delete a session, leaving a tombstone (`eventstore.ops.tombstone`), or with
+    `purge` removing its log, history and caches atomically (no reader ever sees it half
+    removed); safe beside live writers. False if it did not exist (or was deleted)."""
+    return tombstone.delete_session(core, session_id, purge=purge, by=by)
 
 
 def last_activity(core: CoreOwner, session_id: str) -> datetime | None:
@@ -137,18 +136,21 @@ def delete_older_than(
     *,
     now: datetime | None = None,
     dry_run: bool = False,
+    purge: bool = False,
 ) -> list[ExpiryResult]:
     """Delete every session whose last event is older than `age` (as of `now`).
 
     Each session is judged and removed on its own; one that fails is reported and the
     rest go on. Just before removing a session its head (sequence number and link) is
     read again, and a session written to (or removed and created anew) since it was
-    judged is kept; an append that lands in the
+    judged is kept; each leaves a tombstone unless `purge` (tombstoned sessions are
+    passed over); an append that lands in the
     instant between that check and the removal is removed with the session, exactly as
     when it races an explicit `delete_session`.
     """
     core = core_of(core)
     flag(dry_run, "dry_run")
+    flag(purge, "purge")
     # refused before any session is judged (a naive `now` would raise a bare TypeError
     # at the first comparison)
     if not isinstance(age, timedelta) or age < timedelta(0):
@@ -161,7 +163,7 @@ def delete_older_than(
         return []  # older than the calendar: no session is
     results: list[ExpiryResult] = []
     core.check_open()
-    for sid in core.engine.list_sessions():
+    for sid in tombstone.live_sessions(core):
         try:
             # the chain point (seq and link), not the seq alone: a session removed and
             # created anew meanwhile may have as many events; a compaction keeps it
@@ -174,7 +176,7 @@ def delete_older_than(
             elif not _head(core, sid).same_chain_point(head):
                 results.append(ExpiryResult(sid, when, "kept"))
             else:
-                removed = delete_session(core, sid)
+                removed = delete_session(core, sid, purge=purge)
                 results.append(ExpiryResult(sid, when, "deleted" if removed else "gone"))
         except (EventStoreError, OSError) as exc:
             results.append(ExpiryResult(sid, None, "failed", " ".join(str(exc).split())))

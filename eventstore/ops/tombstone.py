@@ -1,0 +1,235 @@
+"""Tombstones: deleting a session so that its id stays taken, and restoring it.
+
+Written once for every engine, over the engine interface alone. `delete_session(core,
+sid)` runs in two steps, each atomic on every engine:
+
+1. **Fence.** A `session_deleted` event (`SessionDeleted`: when, by whom, the last seq
+   and hash) is appended through the one write path, against the head the store folded.
+   Every later write folds the lifecycle projection and is refused
+   (SessionDeletedError, nothing written); a writer in another process that encoded
+   against an older head gets HeadMovedError from the engine, catches up, folds the
+   tombstone and is refused. So an append racing a delete either lands before the
+   tombstone (and is deleted with the session) or is refused. Every projection folds
+   the tombstone to its initial state (`projections.fold`): a deleted session reads as
+   empty from this moment on.
+2. **Erase.** The live log is replaced by one snapshot at the tombstone's seq whose
+   states are the projections' initial states and the lifecycle state holding the
+   tombstone (`install_snapshot` without history: the data lines are gone), then the
+   archived history is dropped (`PruningEngine.prune_history`) and the fold caches are
+   overwritten with the empty states.
+
+A crash between the steps leaves the data lines with the tombstone after them: the
+session already reads as deleted and takes no write; `delete_session` again (or
+`erase`) finishes the erasure. `purge=True` removes every trace instead
+(`Engine.remove_session`), after which the id is simply free. `restore` removes a
+tombstoned session the same way, so the id starts a fresh session.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+
+from eventstore import entropy
+from eventstore.core.session_core import CoreOwner, SessionCore, core_of
+from eventstore.core.validation import described, flag
+from eventstore.engines.base import Head, HeadMovedError, PruningEngine
+from eventstore.errors import InvalidArgumentError
+from eventstore.format.events import SessionDeleted, Snapshot
+from projections import Lifecycle, snapshot_entry
+
+__all__ = [
+    "Tombstone",
+    "default_by",
+    "deleted_sessions",
+    "delete_session",
+    "erase",
+    "live_sessions",
+    "restore",
+    "tombstone_of",
+]
+
+_ATTEMPTS = 8  # erase retries against compactions landing meanwhile
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """What is left of a deleted session: its id, when it was deleted and `by` whom, the
+    `last_seq` and `last_h` (hash) of its last event before the delete, `seq` (the
+    tombstone's own), and whether its data is `erased` (False only after a crash
+    between the two steps of a delete: it reads as deleted, its lines are still stored)."""
+
+    session_id: str
+    deleted_at: datetime
+    by: str
+    last_seq: int
+    last_h: str
+    seq: int
+    erased: bool
+
+
+def default_by() -> str:
+    """Who deletes when no `by` is given: the user and process id of this process."""
+    try:
+        import getpass
+
+        user = getpass.getuser()
+    except (ImportError, KeyError, OSError):
+        user = f"uid {os.getuid()}" if hasattr(os, "getuid") else "unknown"
+    return f"{user} (pid {os.getpid()})"
+
+
+def _tombstone(core: SessionCore, session_id: str) -> SessionDeleted | None:
+    state: Lifecycle = core.loaded(session_id, core.lifecycle, core.lifecycle.copy)
+    return state.deleted
+
+
+def _erased(head: Head, ev: SessionDeleted) -> bool:
+    # the erased form: one line, the snapshot at the tombstone's seq
+    return head.seq == ev.seq and head.base_seq == ev.seq
+
+
+def tombstone_of(core: CoreOwner, session_id: str) -> Tombstone | None:
+    """The session's tombstone (None: it is live, or has nothing stored)."""
+    core = core_of(core)
+    ev = _tombstone(core, session_id)
+    if ev is None:
+        return None
+    head = core.engine.head(session_id)
+    return Tombstone(
+        session_id, ev.ts, ev.by, ev.last_seq, ev.last_h, ev.seq, _erased(head, ev)
+    )
+
+
+def delete_session(
+    core: CoreOwner, session_id: str, *, purge: bool = False, by: str | None = None
+) -> bool:
+    """Delete a session (see the module docstring): a tombstone, or with `purge` no
+    trace at all. False if it had nothing stored (no tombstone is left then), or was
+    already deleted (an interrupted erasure is finished)."""
+    core = core_of(core)
+    flag(purge, "purge")
+    if by is not None and not isinstance(by, str):
+        raise InvalidArgumentError(f"by must be a str or None, not {described(by)}")
+    sess = core.session(session_id)  # validates the id, checks the store is open
+    if purge:
+        with sess.lock:
+            removed = core.engine.remove_session(session_id)
+            core.forget(session_id)
+        return removed
+    who = default_by() if by is None else by
+    fresh: list[bool] = []
+
+    def build(head: Head, states: list[Lifecycle]) -> list[SessionDeleted]:
+        fresh[:] = []
+        if head.seq == 0 or states[0].deleted is not None:
+            return []  # nothing stored, or deleted already: nothing to fence
+        fresh.append(True)
+        return [SessionDeleted(by=who, last_seq=head.seq, last_h=head.h)]
+
+    core.write(session_id, build, None, (core.lifecycle,), after_tombstone=True)
+    if _tombstone(core, session_id) is not None:
+        erase(core, session_id)
+    return bool(fresh)
+
+
+def erase(core: CoreOwner, session_id: str) -> bool:
+    """Step 2 of a delete: replace a tombstoned session's log by the tombstone alone and
+    drop its archived history and caches. False when there was nothing to erase (live,
+    or erased already)."""
+    core = core_of(core)
+    sess = core.session(session_id)
+    engine = core.engine
+    for _ in range(_ATTEMPTS):
+        ev = _tombstone(core, session_id)
+        if ev is None:
+            return False
+        head = engine.head(session_id)
+        if _erased(head, ev):
+            _drop_history(core, session_id, head)
+            return False
+        line, empty = _tombstone_snapshot(core, ev, head)
+        try:
+            done = engine.install_snapshot(session_id, line, head, keep_history=False)
+        except HeadMovedError:
+            continue  # a compaction replaced the log meanwhile: read it again
+        with sess.lock:
+            core.forget(session_id)
+            sess.head = done.head
+        core.caches.save_fold_caches(session_id, done.head, empty)
+        _drop_history(core, session_id, done.head)
+        return True
+    return False
+
+
+def _tombstone_snapshot(
+    core: SessionCore, ev: SessionDeleted, head: Head
+) -> tuple[bytes, dict[str, object]]:
+    """The erased log's one line: a snapshot at the tombstone's seq whose states are
+    the projections' initial ones (the lifecycle's: the tombstone), and those states."""
+    states: dict[str, object] = {}
+    for name, proj in core.projections.items():
+        states[name] = Lifecycle(ev) if name == core.lifecycle.name else proj.initial()
+    snap = Snapshot(
+        base_h=head.link,
+        states={name: snapshot_entry(core.projections[name], s) for name, s in states.items()},
+        known=sorted(t for t in core.codec.types if t != "snapshot"),
+        last_ts=ev.ts,
+    )
+    line, _ = core.codec.encode_snapshot(snap, ev.seq, head.link, entropy.now())
+    return line, states
+
+
+def _drop_history(core: SessionCore, session_id: str, head: Head) -> None:
+    """Drop every archived segment before the tombstone (an engine that cannot prune
+    keeps what earlier compactions archived: `PruningEngine`)."""
+    if isinstance(core.engine, PruningEngine):
+        core.engine.prune_history(session_id, head.seq + 1)
+
+
+def restore(core: CoreOwner, session_id: str) -> bool:
+    """Free a tombstoned session's id: its tombstone is removed, and the next write
+    starts a fresh session. False (nothing changed) if it is not deleted."""
+    core = core_of(core)
+    sess = core.session(session_id)
+    with sess.lock:
+        # a tombstoned session takes no write, so what can change it between this check
+        # and the removal is only another restore (and a fresh session written after
+        # it): the tombstone is read from the engine right before the removal
+        core.forget(session_id)
+        if _tombstone(core, session_id) is None:
+            return False
+        removed = core.engine.remove_session(session_id)
+        core.forget(session_id)
+    return removed
+
+
+def deleted_sessions(core: CoreOwner) -> list[Tombstone]:
+    """Every tombstoned session's tombstone, by session id, the interrupted erasures
+    included: folds the lifecycle projection of every session (a narrow fold: only
+    snapshots and tombstones are decoded)."""
+    core = core_of(core)
+    core.check_open()
+    found: list[Tombstone] = []
+    for sid in core.engine.list_sessions():
+        t = tombstone_of(core, sid)
+        if t is not None:
+            found.append(t)
+    return found
+
+
+def live_sessions(core: CoreOwner) -> list[str]:
+    """The ids of every session but the erased tombstones, sorted. Cheap per session:
+    only a session whose live log is one line (the erased form) is read; one whose
+    erasure was interrupted by a crash is listed until `delete_session` finishes it."""
+    core = core_of(core)
+    core.check_open()
+    engine = core.engine
+    out: list[str] = []
+    for sid in engine.list_sessions():
+        head = engine.head(sid)
+        if head.seq > 1 and head.base_seq == head.seq and _tombstone(core, sid) is not None:
+            continue
+        out.append(sid)
+    return out
