@@ -65,18 +65,19 @@ def _files_of(root: Path, sid: str) -> list[Path]:
 
 
 def test_delete_removes_log_archive_and_caches_and_nothing_else(root: Path) -> None:
+    """`purge=True`: no trace (the default leaves a tombstone: tests/test_tombstones.py)."""
     with SessionStore(root) as store:
         _session(store, "a")
         _session(store, "b")
         store.compact("a", force=True)  # an archive too
         store.append_progress_entry("a", ProgressEntry(run_id="r", summary="after"))
         assert store.load_bootstrap_state("a").manifest is not None  # cached
-        assert store.delete_session("a") is True
+        assert store.delete_session("a", purge=True) is True
         assert store.list_sessions() == ["b"]
         assert store.load_bootstrap_state("a").manifest is None  # the cache went too
         assert store.load_transcript_messages("a") == []
         assert store.last_seq("a") == 0
-        assert store.delete_session("a") is False
+        assert store.delete_session("a", purge=True) is False
         assert store.load_bootstrap_state("b").manifest is not None
     assert _files_of(root, "sessions/a") == []
     with SessionStore(root) as fresh:
@@ -241,7 +242,7 @@ def test_delete_beside_live_writers_and_readers_never_shows_half_a_session(root:
         with SessionStore(root) as s:
             deadline = time.monotonic() + 3
             while time.monotonic() < deadline:
-                deleted += s.delete_session("x")
+                deleted += s.delete_session("x", purge=True)
                 time.sleep(0.01)
     finally:
         stop.set()
@@ -262,7 +263,7 @@ _DELETER = textwrap.dedent(
     from eventstore import SessionStore
     with SessionStore(sys.argv[1]) as store:
         for sid in sys.argv[2:]:
-            store.delete_session(sid)
+            store.delete_session(sid, purge=True)
     """
 )
 
@@ -587,7 +588,7 @@ def test_expiry_keeps_a_session_recreated_after_it_was_judged_idle(
     def judge_then_recreate(store: SessionStore, sid: str) -> datetime | None:
         when = judged(store, sid)
         with SessionStore(root) as other:  # another process, in the window
-            assert other.delete_session(sid)
+            assert other.delete_session(sid, purge=True)
             other.append_progress_entry(sid, make_entry(2))
         return when
 

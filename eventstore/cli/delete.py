@@ -45,7 +45,8 @@ EXIT_USAGE = 2
 
 _EXAMPLES = """\
 examples:
-  eventstore delete .eventstore other                   remove one session
+  eventstore delete .eventstore other                   delete one session (a tombstone stays)
+  eventstore delete .eventstore other --purge           remove it without a trace
   eventstore delete .eventstore --older-than 30d        idle for 30 days
   eventstore delete .eventstore --older-than 12h --dry-run --json
 """
@@ -59,7 +60,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description=(
             "Delete the named sessions, or with --older-than every session whose last\n"
             "event is older than AGE (30d, 12h, 90m, 45s, 2w). Each session goes at once\n"
-            "and whole: a reader sees all of it or none of it, beside live writers too."
+            "and whole: a reader sees all of it or none of it, beside live writers too.\n"
+            "A tombstone stays (when, by whom, the last seq and hash): a later write to\n"
+            "the id is refused until it is restored; --purge leaves no trace."
         ),
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -70,6 +73,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--older-than", metavar="AGE", type=_age, help="delete sessions idle for longer than AGE"
     )
     p.add_argument("--dry-run", action="store_true", help="show what would be deleted")
+    p.add_argument(
+        "--purge", action="store_true", help="leave no tombstone (tombstones too are removed)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON (a list of results)")
     p.set_defaults(func=run)
 
@@ -100,9 +106,13 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         return usage(str(exc))
     with store:
         if args.older_than is not None:
-            results = delete_older_than(store.core, args.older_than, dry_run=args.dry_run)
+            results = delete_older_than(
+                store.core, args.older_than, dry_run=args.dry_run, purge=args.purge
+            )
         else:
             known = set(store.list_sessions())
+            if args.purge:  # a tombstone is purged by name too
+                known.update(t.session_id for t in store.deleted_sessions())
             missing = [s for s in args.sessions if s not in known]
             if missing:
                 return usage(f"unknown session {missing[0]!r} in {args.root} (nothing deleted)")
@@ -112,7 +122,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
                     results.append(ExpiryResult(sid, None, "would delete"))
                     continue
                 try:
-                    gone = store.delete_session(sid)
+                    gone = store.delete_session(sid, purge=args.purge)
                     results.append(ExpiryResult(sid, None, "deleted" if gone else "gone"))
                 except (EventStoreError, OSError) as exc:
                     results.append(ExpiryResult(sid, None, "failed", " ".join(str(exc).split())))

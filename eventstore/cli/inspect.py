@@ -61,9 +61,12 @@ def add_parser(sub: Subparsers) -> None:
         "sessions",
         run_sessions,
         "list the sessions of a store (exit 1 if one cannot be read; the others are listed)",
-        "  eventstore sessions .eventstore",
+        "  eventstore sessions .eventstore\n  eventstore sessions .eventstore --deleted",
     )
     add_root(p)
+    p.add_argument(
+        "--deleted", action="store_true", help="list the deleted sessions' tombstones instead"
+    )
 
     p = add_command(
         sub,
@@ -159,8 +162,34 @@ def _session_row(store: SessionStore, sid: str) -> dict[str, Any]:
     }
 
 
+def _run_deleted(args: argparse.Namespace) -> int:
+    """`sessions --deleted`: every tombstone, when and by whom."""
+    with open_store(args) as store:
+        rows = [
+            {"session_id": t.session_id, "deleted_at": t.deleted_at.isoformat(), "by": t.by,
+             "last_seq": t.last_seq, "last_h": t.last_h, "erased": t.erased}
+            for t in store.deleted_sessions()
+        ]  # fmt: skip
+    if args.json:
+        emit_json(rows)
+    elif not rows:
+        print(f"no deleted sessions in {shown_root(args)}")
+    else:
+        print(
+            table(
+                ["SESSION", "DELETED", "BY", "LAST SEQ", "ERASED"],
+                [[r["session_id"], r["deleted_at"], r["by"], r["last_seq"],
+                  "yes" if r["erased"] else "no"] for r in rows],  # fmt: skip
+                right=(3,),
+            )
+        )
+    return EXIT_OK
+
+
 def run_sessions(args: argparse.Namespace) -> int:
     """List a store's sessions; one that cannot be read is reported, never hides the rest."""
+    if getattr(args, "deleted", False):
+        return _run_deleted(args)
     with open_store(args) as store:
         rows: list[dict[str, Any]] = []
         for sid in store.list_sessions():

@@ -181,5 +181,5 @@ def need_sessions(store: SessionStore, session_ids: Iterable[str], shown: str) -
             raise CliError(str(exc)) from None
         if known is None:
             known = set(store.list_sessions())
-        if sid not in known:
+        if sid not in known and store.tombstone_of(sid) is None:  # a tombstone is known
             raise CliError(f"unknown session {sid!r} in {shown} (see: eventstore sessions {shown})")

@@ -67,7 +67,12 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from eventstore.aio import AsyncSessionStore
-from eventstore.errors import ConcurrencyError, EventStoreError, InvalidArgumentError
+from eventstore.errors import (
+    ConcurrencyError,
+    EventStoreError,
+    InvalidArgumentError,
+    SessionDeletedError,
+)
 from eventstore.format.events import MessagesAppended
 from eventstore.integrations.google_adk_state import (
     EVENT_TYPES,
@@ -413,6 +418,9 @@ class EventStoreSessionService(BaseSessionService):
                     result = self.store.append(sid, batch, expected_seq=sess.seq)
                 except ConcurrencyError:
                     continue  # another writer appended: the check above decides again
+                except SessionDeletedError:
+                    # deleted (a tombstone) since the load: ADK's answer for a session gone
+                    raise AdkSessionNotFoundError(f"Session {session.id} not found.") from None
                 after = AdkSession(seq=result.last_seq, created=True)
                 after.app_seq = result.last_seq if app else sess.app_seq
                 after.user_seq = result.last_seq if user else sess.user_seq

@@ -43,6 +43,7 @@ from eventstore.format.events import (
     Event,
     Quarantined,
     Sealed,
+    SessionDeleted,
     Snapshot,
     UnknownEvent,
 )
@@ -58,10 +59,11 @@ __all__ = ["CompactionReport", "Retention", "SkipReason", "build_snapshot", "com
 _ATTEMPTS = 20  # installs lost to a concurrent compaction before giving up (never seen)
 
 
-SkipReason = Literal["no_events", "one_snapshot", "would_not_shrink"]
+SkipReason = Literal["no_events", "one_snapshot", "would_not_shrink", "deleted"]
 """Why a compaction was skipped: the session has no events; its log is already one
 snapshot (and no retention was asked for); the snapshot would be at least as large as
-the live log it replaces."""
+the live log it replaces; the session was deleted (its tombstone is erased by
+`delete_session`, never archived by a compaction)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +143,15 @@ def compact(
         first_seq = events[0].seq
         last = events[-1]
         size = covers.size
+        if type(last) is SessionDeleted or (
+            len(events) == 1 and type(last) is Snapshot and "lifecycle" in last.states
+            and retention is not None and _tombstoned(core, session_id)
+        ):  # fmt: skip
+            return CompactionReport(
+                session_id, len(events), len(events), size, size, first_seq, last.seq, None,
+                time.perf_counter() - t0, False, notes=["the session was deleted"],
+                skipped="deleted", dry_run=dry_run,
+            )  # fmt: skip
         if len(events) == 1 and type(last) is Snapshot and retention is None:
             return CompactionReport(
                 session_id, 1, 1, size, size, first_seq, last.seq, None,
@@ -191,6 +202,10 @@ def compact(
             snapshot_bytes=len(line),
         )
     raise HeadMovedError(res.where, covers, engine.head(session_id))
+
+
+def _tombstoned(core: SessionCore, session_id: str) -> bool:
+    return core.loaded(session_id, core.lifecycle, core.lifecycle.copy).deleted is not None
 
 
 def _fold_states(

@@ -29,6 +29,7 @@ from eventstore.engines.base import EMPTY_HEAD, EncodedBatch, HeadMovedError, Hi
 from eventstore.errors import (
     HistoryUnavailableError,
     InvalidArgumentError,
+    SessionDeletedError,
     SessionExistsError,
     UnknownSessionError,
 )
@@ -93,7 +94,8 @@ def fork_session(
     """Start `session_id` from `source`'s state after `at_seq` (its head when None); see
     the module docstring. UnknownSessionError: `source` has nothing stored;
     HistoryUnavailableError: no event `at_seq` (beyond the last, or compacted away);
-    SessionExistsError: `session_id` already holds events. Nothing is written on error."""
+    SessionExistsError: `session_id` already holds events (a tombstone too);
+    SessionDeletedError: `source` was deleted. Nothing is written on error."""
     core = core_of(core)
     at_seq = _check_at_seq(at_seq)
     core.session(session_id)  # validates the id, checks the store is open
@@ -104,6 +106,9 @@ def fork_session(
                 f"cannot fork {source!r} into {session_id!r}: session {session_id!r} already"
                 f" exists in the store at {core.url}"
             )
+    gone = core.loaded(source, core.lifecycle, core.lifecycle.copy).deleted
+    if gone is not None:
+        raise SessionDeletedError(source, gone.ts, gone.by)
     with require_history(core, source) as hist:
         events, states = _fold_source(core, source, hist, at_seq)
     last = events[-1]

@@ -63,6 +63,7 @@ from eventstore.format.reader import (
     read_lines,
 )
 from eventstore.ops.fork import source_line
+from eventstore.ops.tombstone import tombstone_of
 from eventstore.ops.history import (
     is_pruned,
     pruned_message,
@@ -121,7 +122,28 @@ def verify(
         from eventstore.ops.seal import check_seals
 
         walk.problems.extend(check_seals(session_id, walk.sealed, public_key, witness))
-    return walk.report()
+    report = walk.report()
+    return _deleted(store, report) if report.ok else report
+
+
+def _deleted(store: SessionCore, report: VerifyReport) -> VerifyReport:
+    """A tombstoned session's report: an "info" `deleted` finding saying when and by
+    whom, in place of the history gap its erasure leaves (no fault: its events were
+    deleted on purpose)."""
+    try:
+        t = tombstone_of(store, report.session_id)
+    except EventStoreError:
+        return report  # (whatever is wrong is in the report already)
+    if t is None:
+        return report
+    state = "" if t.erased else " (its events are still stored: delete it again to erase them)"
+    found = Problem(
+        report.files[-1] if report.files else "", 0, t.seq, "deleted",
+        f"session deleted at {t.deleted_at.isoformat()} by {t.by!r}; its last event was"
+        f" seq {t.last_seq} (hash {t.last_h or '-'}){state}", "info",
+    )  # fmt: skip
+    kept = [p for p in report.problems if not (p.kind == "history_gap" and p.seq == t.seq)]
+    return msgspec.structs.replace(report, problems=[*kept, found])
 
 
 class _Walk:

@@ -14,7 +14,7 @@ import os
 from eventstore import entropy
 from eventstore.engines.base import EncodedBatch
 from eventstore.engines.file import journal as file_journal
-from eventstore.engines.file.layout import datasync
+from eventstore.engines.file.layout import datasync, pwrite_all
 from eventstore.engines.file.logfile import open_existing
 from eventstore.engines.file.session import GEN_BYTES, SessionState, write_lock_head
 from eventstore.errors import EventStoreError
@@ -24,6 +24,7 @@ __all__ = [
     "epoch_named",
     "make_durable",
     "retire_journal",
+    "scrub_journal",
     "set_hints",
     "start_epoch",
     "start_epoch_after",
@@ -77,6 +78,24 @@ def retire_journal(sess: SessionState) -> None:
         if fd != sess.journal_fd:
             os.close(fd)
     sess.epoch = None
+
+
+def scrub_journal(sess: SessionState) -> None:
+    """Zero the journal's mirror (writers' lock held, after a log was replaced without
+    keeping history, its epoch retired by the replacement): the bytes it mirrored are
+    the replaced log's, which must not outlive it in the journal (a deleted session's,
+    a compaction's that dropped them on purpose)."""
+    paths = sess.paths
+    if sess.journal_fd < 0 and not os.path.lexists(paths.journal):
+        return
+    fd = sess.journal_fd if sess.journal_fd >= 0 else file_journal.open_journal(paths.journal)
+    try:
+        if file_journal.read_epoch(fd) is None:  # retired: nothing relies on the mirror
+            pwrite_all(fd, bytes(file_journal.SIZE), file_journal.DATA_AT)
+            datasync(fd)
+    finally:
+        if fd != sess.journal_fd:
+            os.close(fd)
 
 
 def make_durable(

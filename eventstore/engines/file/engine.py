@@ -66,7 +66,12 @@ from eventstore.engines.base import (
     RepairHold,
 )
 from eventstore.engines.file.caches import open_cache, store_cache
-from eventstore.engines.file.durability import bump_generation, make_durable, retire_journal
+from eventstore.engines.file.durability import (
+    bump_generation,
+    make_durable,
+    retire_journal,
+    scrub_journal,
+)
 from eventstore.engines.file.layout import (
     SessionPaths,
     fd_path,
@@ -775,6 +780,12 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
                 lambda: bump_generation(sess),  # before the swap: see bump_generation
                 keep_history=keep_history,
             )
+            if not keep_history:
+                try:
+                    scrub_journal(sess)
+                except OSError as exc:  # the swap is done: what is left is a stale mirror
+                    log.warning("eventstore: %s: zeroing the journal failed: %s",
+                                paths.journal, exc)  # fmt: skip
             size = len(line) + len(plan.tail)
             h = head.h if plan.tail else line.rstrip(b"\n")[-18:-2].decode("ascii")
             new = FilePosition(
