@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -34,6 +35,7 @@ from eventstore import (
     ProgressAppended,
     ProgressEntry,
     RunCheckpoint,
+    SessionDeletedError,
     SessionExistsError,
     SessionManifest,
     SessionStore,
@@ -77,6 +79,7 @@ class Ref:
     trimmed: bool = False
     trimmed_stand_in: bool = False
     compacted_at: int = -1  # the seq of the last compaction (its log is a lone snapshot)
+    deleted: bool = False  # a tombstone ends the log: every write is refused
 
     def state(self) -> BootstrapState:
         return BootstrapState(
@@ -175,6 +178,9 @@ class SessionStoreMachine(RuleBasedStateMachine):
     ) -> None:
         manifest = msgspec.structs.replace(manifest, session_id=sid)  # it names its session
         ref = self.ref[sid]
+        store = self.stores[w]
+        if self._refused(sid, lambda: store.initialize_session_if_missing(sid, manifest, [])):
+            return
         fresh = ref.manifest is None
         got = self.stores[w].initialize_session_if_missing(
             sid, manifest, features, entry, checkpoint
@@ -199,18 +205,24 @@ class SessionStoreMachine(RuleBasedStateMachine):
     @rule(sid=sids, w=which, manifest=manifests())
     def save_manifest(self, sid: str, w: str, manifest: SessionManifest) -> None:
         manifest = msgspec.structs.replace(manifest, session_id=sid)  # it names its session
+        if self._refused(sid, lambda: self.stores[w].save_manifest(sid, manifest)):
+            return
         self.stores[w].save_manifest(sid, manifest)
         self.ref[sid].manifest = manifest
         self.ref[sid].wrote()
 
     @rule(sid=sids, w=which, entry=progress_entries)
     def append_progress_entry(self, sid: str, w: str, entry: ProgressEntry) -> None:
+        if self._refused(sid, lambda: self.stores[w].append_progress_entry(sid, entry)):
+            return
         self.stores[w].append_progress_entry(sid, entry)
         self.ref[sid].progress_added(entry)
         self.ref[sid].wrote()
 
     @rule(sid=sids, w=which, features=feature_lists)
     def replace_feature_list(self, sid: str, w: str, features: list[FeatureRecord]) -> None:
+        if self._refused(sid, lambda: self.stores[w].replace_feature_list(sid, features)):
+            return
         self.stores[w].replace_feature_list(sid, features)
         self.ref[sid].features = list(features)
         self.ref[sid].wrote()
@@ -218,6 +230,8 @@ class SessionStoreMachine(RuleBasedStateMachine):
     @rule(sid=sids, w=which, data=st.data(), passes=st.booleans())
     def update_feature_pass(self, sid: str, w: str, data: st.DataObject, passes: bool) -> None:
         ref = self.ref[sid]
+        if self._refused(sid, lambda: self.stores[w].update_feature_pass(sid, "f", passes)):
+            return
         ids = [f.id for f in ref.features]
         if ids and data.draw(st.booleans(), label="known id"):
             fid = data.draw(st.sampled_from(ids), label="feature id")
@@ -236,6 +250,8 @@ class SessionStoreMachine(RuleBasedStateMachine):
 
     @rule(sid=sids, w=which, checkpoint=checkpoints)
     def record_run_checkpoint(self, sid: str, w: str, checkpoint: RunCheckpoint) -> None:
+        if self._refused(sid, lambda: self.stores[w].record_run_checkpoint(sid, checkpoint)):
+            return
         self.stores[w].record_run_checkpoint(sid, checkpoint)
         self.ref[sid].checkpoint_added(checkpoint)  # appended, never upserted by run_id
         self.ref[sid].wrote()
@@ -246,6 +262,8 @@ class SessionStoreMachine(RuleBasedStateMachine):
 
     @rule(sid=sids, w=which, msgs=st.lists(messages, max_size=4))
     def append_transcript_messages(self, sid: str, w: str, msgs: list[Message]) -> None:
+        if self._refused(sid, lambda: self.stores[w].append_transcript_messages(sid, msgs)):
+            return
         self.stores[w].append_transcript_messages(sid, msgs)
         self.ref[sid].messages_added(msgs)
         self.ref[sid].wrote()
@@ -269,6 +287,11 @@ class SessionStoreMachine(RuleBasedStateMachine):
         ref = self.ref[sid]
         expected = {"none": None, "right": ref.seq, "wrong": ref.seq + 1}[expect]
         events = [ProgressAppended(entry=e) for e in entries]
+        store = self.stores[w]
+        if self._refused(
+            sid, lambda: store.append(sid, events, expected_seq=expected, idempotency_key=key)
+        ):
+            return
         request = [(e.run_id, e.summary) for e in entries]
         if key is not None and key in ref.keys:
             span, first_request = ref.keys[key]
@@ -308,8 +331,12 @@ class SessionStoreMachine(RuleBasedStateMachine):
     @rule(sid=sids, w=which, archive=st.booleans(), retention=retentions)
     def compact(self, sid: str, w: str, archive: bool, retention: Retention | None) -> None:
         """Compaction changes nothing a reader sees, except what retention trims from
-        the current state; history stays exact where it is archived."""
-        self.stores[w].compact(sid, archive=archive, retention=retention, force=True)
+        the current state; history stays exact where it is archived. A deleted session
+        is never compacted (its tombstone is its whole log)."""
+        report = self.stores[w].compact(sid, archive=archive, retention=retention, force=True)
+        if self.ref[sid].deleted:
+            assert not report.compacted
+            return
         self._compacted(self.ref[sid], archive, retention)
 
     @rule(sid=sids, entry=progress_entries)
@@ -319,6 +346,8 @@ class SessionStoreMachine(RuleBasedStateMachine):
         smaller than the log (then it changes nothing): which one, the head says."""
         ref = self.ref[sid]
         with SessionStore(self.url, auto_compact=AutoCompact(max_events=1)) as auto:
+            if self._refused(sid, lambda: auto.append_progress_entry(sid, entry)):
+                return
             auto.append_progress_entry(sid, entry)
             head = auto.engine.head(sid)
         ref.progress_added(entry)
@@ -380,8 +409,12 @@ class SessionStoreMachine(RuleBasedStateMachine):
         idempotency keys of batches up to it carried; refusals write nothing."""
         ref, store = self.ref[src], self.stores[w]
         if src != dst and self.ref[dst].seq and data.draw(st.booleans(), label="free dst"):
-            store.delete_session(dst)  # (most sessions exist: free one, to fork into it)
+            store.delete_session(dst, purge=True)  # (most exist: free one, to fork into it)
             self.ref[dst] = Ref()
+        if ref.deleted and not self.ref[dst].seq:
+            with pytest.raises(SessionDeletedError):
+                store.fork_session(src, dst)
+            return
         if self.ref[dst].seq:
             with pytest.raises(SessionExistsError):
                 store.fork_session(src, dst)
@@ -418,11 +451,46 @@ class SessionStoreMachine(RuleBasedStateMachine):
         )
         assert store.verify(dst).ok and new.seq == store.last_seq(dst)
 
+    @rule(sid=sids, w=which, purge=st.booleans())
+    def delete_session(self, sid: str, w: str, purge: bool) -> None:
+        """A tombstone (one more seq; reads empty, writes refused, history erased), or
+        with `purge` no trace at all."""
+        old = self.ref[sid]
+        existed = self.stores[w].delete_session(sid, purge=purge)
+        if purge:
+            assert existed == (old.seq > 0)
+            self.ref[sid] = Ref()
+        elif old.deleted or not old.seq:
+            assert existed is False
+        else:
+            assert existed is True
+            t = old.seq + 1
+            # history before the tombstone: erased, except what an engine that cannot
+            # prune keeps of earlier archives (not modelled)
+            self.ref[sid] = Ref(
+                seq=t,
+                deleted=True,
+                dropped=set(range(1, t + 1)),
+                history=dict.fromkeys(range(1, t + 1)),
+                compacted_at=t,
+            )
+
     @rule(sid=sids, w=which)
-    def delete_session(self, sid: str, w: str) -> None:
-        existed = self.stores[w].delete_session(sid)
-        assert existed == (self.ref[sid].seq > 0)
-        self.ref[sid] = Ref()
+    def restore(self, sid: str, w: str) -> None:
+        """Only a deleted session is restored, and then its id starts a fresh session."""
+        restored = self.stores[w].restore(sid)
+        assert restored == self.ref[sid].deleted
+        if restored:
+            self.ref[sid] = Ref()
+
+    def _refused(self, sid: str, write: Callable[[], object]) -> bool:
+        """Whether the session is deleted, and then that `write` raises
+        SessionDeletedError and writes nothing."""
+        if not self.ref[sid].deleted:
+            return False
+        with pytest.raises(SessionDeletedError):
+            write()
+        return True
 
     # -- around the operations ---------------------------------------------------------
 
@@ -472,7 +540,11 @@ class SessionStoreMachine(RuleBasedStateMachine):
                 assert s.is_initialized(sid) == (ref.manifest is not None)
                 assert s.last_seq(sid) == ref.seq
         listed = self.stores["main"].list_sessions()
-        assert set(listed) == {sid for sid in SIDS if self.ref[sid].seq}
+        assert set(listed) == {
+            sid for sid in SIDS if self.ref[sid].seq and not self.ref[sid].deleted
+        }
+        deleted = [t.session_id for t in self.stores["other"].deleted_sessions()]
+        assert set(deleted) == {sid for sid in SIDS if self.ref[sid].deleted}
 
 
 SETTINGS = settings(

@@ -146,10 +146,13 @@ def erase(core: CoreOwner, session_id: str) -> bool:
         if ev is None:
             return False
         head = engine.head(session_id)
+        line, empty = _tombstone_snapshot(core, ev, head)
         if _erased(head, ev):
+            # what a delete killed after its install may have left: the caches and the
+            # archive (each step is idempotent)
+            core.caches.save_fold_caches(session_id, head, empty)
             _drop_history(core, session_id, head)
             return False
-        line, empty = _tombstone_snapshot(core, ev, head)
         try:
             done = engine.install_snapshot(session_id, line, head, keep_history=False)
         except HeadMovedError:
