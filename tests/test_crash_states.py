@@ -402,7 +402,7 @@ def wl_delete() -> Workload:
         with _store(root, wl) as store:
             _append(store, rec, "s1", ["x1"])
             rec.ack("deleting s2", {"deleting": "s2"})  # (not an ack: where it starts)
-            assert store.delete_session("s2")
+            assert store.delete_session("s2", purge=True)
             rec.ack("delete s2", {"deleted": "s2"})
             _append(store, rec, "s1", ["x2"])
 

@@ -370,8 +370,8 @@ def test_list_and_remove_sessions(url: str) -> None:
             _progress(store, sid, 2)
         store.compact("a", force=True)
         assert store.list_sessions() == sorted(["a", "b", "ünï/cødé"])
-        assert store.delete_session("a") is True
-        assert store.delete_session("a") is False
+        assert store.delete_session("a", purge=True) is True
+        assert store.delete_session("a", purge=True) is False
         assert store.list_sessions() == sorted(["b", "ünï/cødé"])
         assert store.load_bootstrap_state("a").recent_progress == []
         assert list(store.read_events("a")) == []
@@ -414,7 +414,7 @@ def test_removal_beside_a_live_writer_never_shows_half_a_session(url: str) -> No
     with SessionStore(url) as s:
         for _ in range(5):
             stop.wait(0.02)
-            s.delete_session(SID)
+            s.delete_session(SID, purge=True)
     stop.set()
     for t in threads:
         t.join()

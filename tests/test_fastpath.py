@@ -192,7 +192,7 @@ def test_a_removal_elsewhere_is_seen_by_the_cached_writer(root: Path) -> None:
     with SessionStore(root) as a, SessionStore(root) as b:
         a.append_progress_entry("s", make_entry(0))
         a.append_progress_entry("s", make_entry(1))
-        assert b.delete_session("s") is True
+        assert b.delete_session("s", purge=True) is True
         a.append_progress_entry("s", make_entry(2))  # a new session, not the removed file
         assert a.verify("s").ok
         assert a.last_seq("s") == 1
@@ -205,7 +205,7 @@ def test_a_removal_elsewhere_is_seen_by_the_cached_writer(root: Path) -> None:
 def test_a_removal_in_this_instance_reopens_on_the_next_append(root: Path) -> None:
     with SessionStore(root) as a:
         a.append_progress_entry("s", make_entry(0))
-        assert a.delete_session("s") is True
+        assert a.delete_session("s", purge=True) is True
         a.append_progress_entry("s", make_entry(1))
         assert _summaries(a, "s") == ["step 1"]
         assert log_path(root, "s").exists()
@@ -400,7 +400,7 @@ def test_the_fast_path_needs_no_portalocker_import() -> None:
         with SessionStore(tempfile.mkdtemp()) as s:
             s.append_progress_entry("s", ProgressEntry(run_id="r", summary="x"))
             s.compact("s", force=True)
-            s.delete_session("s")
+            s.delete_session("s", purge=True)
         assert "portalocker" not in sys.modules, "portalocker was imported"
         """
     )

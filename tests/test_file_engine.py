@@ -43,7 +43,7 @@ def test_leftovers_of_a_crashed_removal_are_never_listed_and_are_cleaned(root: P
         sessions = SessionPaths(root, "a").dir.parent
         (sessions / "a").rename(sessions / ".removed-deadbeef")
         assert store.list_sessions() == ["b"]
-        assert store.delete_session("b") is True
+        assert store.delete_session("b", purge=True) is True
         assert sorted(p.name for p in sessions.iterdir()) == []
 
 

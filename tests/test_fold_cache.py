@@ -196,7 +196,7 @@ def test_a_stale_cache_after_a_replacement_is_ignored(
                 f.write(b'{"torn')
             repair(s, "s")
         else:
-            assert s.delete_session("s") is True
+            assert s.delete_session("s", purge=True) is True
             assert not _cache(root, "s").parent.exists()  # removed with the session
             _fill(s, "s")
     truth = oracle.truth(root, "s").state
@@ -589,7 +589,7 @@ def test_side_files_from_another_time_or_session_never_change_a_load(
             s = SessionStore(root)
             repair(s, SID)
         elif history == "before removal":
-            assert s.delete_session(SID)
+            assert s.delete_session(SID, purge=True)
         _fill_turns(s, start=500)  # re-grown well past the seq and size the files vouched for
     truth = oracle.truth(root, SID)
     _plant(root, stale)

@@ -319,7 +319,7 @@ def test_a_clean_close_retires_the_epoch(root: Path) -> None:
 def test_removing_a_session_removes_its_journal(root: Path) -> None:
     _write(root, 3)
     with SessionStore(root, durability="fsync") as s:
-        assert s.delete_session(SID)
+        assert s.delete_session(SID, purge=True)
     assert not SessionPaths(root, SID).dir.exists()
 
 
@@ -1012,7 +1012,7 @@ def test_a_delete_and_recreate_never_brings_back_the_old_session(root: Path) -> 
     new epoch's start. Nothing of the old session comes back."""
     _killed_writer(root, [f"old{i}" for i in range(20)], size=500)
     with SessionStore(root, durability="fsync") as s:
-        assert s.delete_session(SID)
+        assert s.delete_session(SID, purge=True)
     ep, saved, whole = _crash(root, ["new0", "new1", "new2", "new3"], size=500)
     for keep in range(ep.start, len(whole) + 1, 40):
         _restore(root, saved)

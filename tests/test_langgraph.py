@@ -30,6 +30,7 @@ from langgraph.types import Command, interrupt
 from eventstore import (
     CorruptLogError,
     InvalidSessionIdError,
+    SessionDeletedError,
     SessionStore,
 )
 from eventstore.cli.app import main as cli_main
@@ -336,7 +337,7 @@ def test_delete_thread_removes_its_bytes(tmp_path: Path) -> None:
     assert any(needle in f.read_bytes() for f in paths.dir.rglob("*") if f.is_file())
     saver.delete_thread("gone")
     assert saver.get_tuple({"configurable": {"thread_id": "gone"}}) is None
-    assert not paths.dir.exists()
+    assert saver.store.tombstone_of("langgraph-gone") is not None  # the thread stays gone
     assert saver.thread_ids() == ["kept"]
     assert EventStoreSaver(tmp_path).get_tuple({"configurable": {"thread_id": "gone"}}) is None
     # no byte of it is left anywhere under the root (values are stored base64-encoded)
@@ -435,6 +436,8 @@ def test_base_calls_answer_as_the_in_memory_saver_does(
     ref = InMemorySaver()
     stored: list[Any] = []  # configs returned by put
     version = 0
+    written: set[str] = set()  # threads with a session
+    deleted: set[str] = set()  # threads with a tombstone: a put is refused (InMemorySaver's is not)
     for _ in range(data.draw(st.integers(1, 25))):
         op = data.draw(st.sampled_from(["put", "put", "writes", "get", "list", "delete"]))
         if op == "put":
@@ -452,6 +455,11 @@ def test_base_calls_answer_as_the_in_memory_saver_does(
             if parent is not None:
                 cfg["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
             metadata: Any = {"source": "loop", "step": version, "run_id": thread}
+            if thread in deleted:
+                with pytest.raises(SessionDeletedError):
+                    ours.put(cfg, cp, metadata, dict(new))
+                continue
+            written.add(thread)
             got = ours.put(cfg, cp, metadata, dict(new))
             assert got == ref.put(cfg, cp, metadata, dict(new))
             stored.append(got)
@@ -484,6 +492,8 @@ def test_base_calls_answer_as_the_in_memory_saver_does(
             ours.delete_thread(thread)
             ref.delete_thread(thread)
             stored = [c for c in stored if c["configurable"]["thread_id"] != thread]
+            if thread in written:
+                deleted.add(thread)
     everything = sorted((checkpoint_summary(t) for t in ours.list(None)), key=repr)
     assert everything == sorted((checkpoint_summary(t) for t in ref.list(None)), key=repr)
 
@@ -641,6 +651,9 @@ def test_langgraph_a_thread_deleted_and_rewritten_elsewhere_reads_fresh(tmp_path
         b.delete_thread("t")
         assert a.get_tuple(cfg) is None and list(a.list(cfg)) == []
         c = _checkpoint(b, "1ef00001", {"x": "new"})
+        with pytest.raises(SessionDeletedError):  # a late write: the thread stays gone
+            a.put(cfg, c, {"step": 0}, c["channel_versions"])
+        assert b.store.restore(b.session_id("t"))  # the id, used again on purpose
         b.put(cfg, c, {"step": 0}, c["channel_versions"])
         for saver in (a, b, lg.EventStoreSaver(tmp_path)):
             tup = saver.get_tuple(cfg)

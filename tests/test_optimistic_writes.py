@@ -81,7 +81,7 @@ def test_a_key_remembered_from_a_replaced_log_does_not_replay(url: str) -> None:
         again = a.append_progress_entry("s", make_entry(1), idempotency_key="k")
         assert again.replayed and again.first_seq == first.first_seq
         # another instance deletes the session and starts it again: the key is gone
-        b.delete_session("s")
+        b.delete_session("s", purge=True)
         b.initialize_session_if_missing("s", make_manifest("s"), make_features(1))
         result = a.append_progress_entry("s", make_entry(1), idempotency_key="k")
         assert not result.replayed

@@ -1162,7 +1162,7 @@ def test_init_race_has_exactly_one_winner(pg_url: str, tmp_path: Path) -> None:
             assert state.manifest is not None and state.manifest.current_objective == winner
             assert [f.id for f in state.feature_list] == [winner]
             assert store.last_seq("race") == 3 and store.verify("race").ok
-            assert store.delete_session("race")
+            assert store.delete_session("race", purge=True)
 
 
 KILLED_WRITER = PRELUDE + textwrap.dedent(
@@ -1762,7 +1762,7 @@ def test_privileges_the_readme_lists_are_enough(pg_url: str) -> None:
             ]
             assert store.verify("s").ok and len(store.feed()) == 5
             assert store.engine.wait("s", None, 1.0) is True
-            assert store.delete_session("s")
+            assert store.delete_session("s", purge=True)
         with (
             psycopg.connect(app_url.split("?")[0], autocommit=True) as app,
             pytest.raises(psycopg.errors.InsufficientPrivilege),
@@ -2371,7 +2371,7 @@ def test_remove_session_racing_appending_threads(pg_url: str) -> None:
         def remover() -> None:
             while time.monotonic() < stop:
                 try:
-                    other.delete_session("s")
+                    other.delete_session("s", purge=True)
                 except BaseException as exc:  # noqa: BLE001
                     errors.append(exc)
                     return

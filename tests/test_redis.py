@@ -119,7 +119,7 @@ def test_hostile_session_ids_are_data_never_keys(url: str) -> None:
         assert store.list_sessions() == sorted(HOSTILE)
         for i, sid in enumerate(HOSTILE):
             assert _summaries(store, sid) == [f"step {i}"]
-        assert store.delete_session("{x}") is True
+        assert store.delete_session("{x}", purge=True) is True
         assert store.list_sessions() == sorted(set(HOSTILE) - {"{x}"})
     # every key but the global feed holds exactly one hash tag, a session's own
     for key in _keys_of(url):

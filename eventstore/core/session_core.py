@@ -525,10 +525,15 @@ def core_of(owner: CoreOwner) -> SessionCore:
 
 
 def _all_at(folds: dict[str, Fold], projections: Sequence[Projection[Any]], head: Head) -> bool:
-    """Whether every projection has a fold at exactly `head` (the same object)."""
+    """Whether every projection has a fold at exactly `head` (the same object, or one at
+    the same seq and position: a load of one projection gives the session a new head
+    object that the others, folded by the last write, are still at)."""
     for p in projections:
         f = folds.get(p.name)
-        if f is None or f.head is not head:
+        if f is None:
+            return False
+        fh = f.head
+        if fh is not head and (fh.seq != head.seq or fh.position != head.position):
             return False
     return True
 

@@ -164,8 +164,8 @@ class EventStoreSessionStore:
         sid = session_id_of(key)
 
         def load() -> list[SessionStoreEntry] | None:
-            if not self.store.last_seq(sid):
-                return None
+            if not self.store.last_seq(sid) or self.store.tombstone_of(sid) is not None:
+                return None  # never written, or deleted (a tombstone)
             kept = cast(KeptLines, self.store.load(sid, ClaudeCodeProjection.name))
             return [cast(SessionStoreEntry, msgspec.json.decode(line)) for line in kept.lines]
 

@@ -253,7 +253,13 @@ class EventStoreSessionService(BaseSessionService):
                 listed = SessionListed(user_id=user_id, session_id=session_id)
                 self.store.append(_app_sid(app_name), [listed])
             try:
-                result = self.store.append(sid, [created], expected_seq=0)
+                try:
+                    result = self.store.append(sid, [created], expected_seq=0)
+                except SessionDeletedError:
+                    # ADK's contract: a deleted id may be created again, on purpose (a
+                    # late append_event still finds it gone: stale, or not found)
+                    self.store.restore(sid)
+                    result = self.store.append(sid, [created], expected_seq=0)
             except ConcurrencyError:
                 raise AdkSessionExistsError(
                     f"Session with id {session_id} already exists."
