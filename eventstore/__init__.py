@@ -288,8 +288,8 @@ if TYPE_CHECKING:
         SkipReason,
     )
     from eventstore.ops.export import SessionStats
-    from eventstore.ops.tombstone import Tombstone
     from eventstore.ops.repair import RepairReport
+    from eventstore.ops.tombstone import Tombstone
     from eventstore.ops.verify import VerifyReport
     from eventstore.records import (
         BootstrapState,

@@ -646,9 +646,7 @@ class SessionStore:
     ) -> list[lifecycle.ExpiryResult]:
         """Delete every session idle for longer than `age`, each leaving a tombstone
         unless `purge` (see `eventstore.ops.lifecycle.delete_older_than`)."""
-        return lifecycle.delete_older_than(
-            self.core, age, now=now, dry_run=dry_run, purge=purge
-        )
+        return lifecycle.delete_older_than(self.core, age, now=now, dry_run=dry_run, purge=purge)
 
     # -- what the store keeps in memory ----------------------------------------------
 

@@ -285,7 +285,7 @@ def fold(projection: Projection[S], state: S, events: Iterable[Event]) -> S:
     for ev in events:
         t = type(ev)
         if t is Snapshot:
-            state = restore_state(projection, ev)
+            state = restore_state(projection, ev)  # type: ignore[arg-type]  # (t: one type() call)
         elif t is SessionDeleted:
             state = apply(projection.initial(), ev)
         else:

@@ -361,8 +361,8 @@ def test_adk_a_deleted_session_is_not_found(tmp_path: Path) -> None:
     pytest.importorskip("google.adk")
     import asyncio
 
-    from google.adk.events import Event as AdkEvent
     from google.adk.errors.session_not_found_error import SessionNotFoundError
+    from google.adk.events import Event as AdkEvent
 
     from eventstore.integrations.google_adk import EventStoreSessionService
 

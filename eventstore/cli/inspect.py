@@ -178,8 +178,16 @@ def _run_deleted(args: argparse.Namespace) -> int:
         print(
             table(
                 ["SESSION", "DELETED", "BY", "LAST SEQ", "ERASED"],
-                [[r["session_id"], r["deleted_at"], r["by"], r["last_seq"],
-                  "yes" if r["erased"] else "no"] for r in rows],  # fmt: skip
+                [
+                    [
+                        r["session_id"],
+                        r["deleted_at"],
+                        r["by"],
+                        r["last_seq"],
+                        "yes" if r["erased"] else "no",
+                    ]
+                    for r in rows
+                ],  # fmt: skip
                 right=(3,),
             )
         )

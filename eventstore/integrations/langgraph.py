@@ -9,7 +9,7 @@ One eventstore session per LangGraph thread (`<thread_prefix><thread_id>`, by de
 | `put_writes` | `langgraph_writes`: a task's pending writes |
 | `copy_thread` | `langgraph_thread_copied` on the target: every entry of the source |
 | `delete_for_runs`, `prune` | `langgraph_removed`: the checkpoints (and writes) removed |
-| `delete_thread` | the session is deleted (`SessionStore.delete_session`), bytes and all; its tombstone refuses a late write (SessionDeletedError) |
+| `delete_thread` | the session is deleted (`SessionStore.delete_session`), leaving a tombstone |
 
 Two projections fold those events (`eventstore.integrations.langgraph_state`): `langgraph`,
 every checkpoint, blob and pending write of a thread as one flat dict of immutable

@@ -36,7 +36,7 @@ from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.core.validation import described, flag
 from eventstore.engines.base import Head, HeadMovedError, PruningEngine
 from eventstore.errors import InvalidArgumentError
-from eventstore.format.events import SessionDeleted, Snapshot
+from eventstore.format.events import Event, SessionDeleted, Snapshot
 from projections import Lifecycle, snapshot_entry
 
 __all__ = [
@@ -97,9 +97,7 @@ def tombstone_of(core: CoreOwner, session_id: str) -> Tombstone | None:
     if ev is None:
         return None
     head = core.engine.head(session_id)
-    return Tombstone(
-        session_id, ev.ts, ev.by, ev.last_seq, ev.last_h, ev.seq, _erased(head, ev)
-    )
+    return Tombstone(session_id, ev.ts, ev.by, ev.last_seq, ev.last_h, ev.seq, _erased(head, ev))
 
 
 def delete_session(
@@ -121,7 +119,7 @@ def delete_session(
     who = default_by() if by is None else by
     fresh: list[bool] = []
 
-    def build(head: Head, states: list[Lifecycle]) -> list[SessionDeleted]:
+    def build(head: Head, states: list[Lifecycle]) -> list[Event]:
         fresh[:] = []
         if head.seq == 0 or states[0].deleted is not None:
             return []  # nothing stored, or deleted already: nothing to fence

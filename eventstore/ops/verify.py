@@ -63,13 +63,13 @@ from eventstore.format.reader import (
     read_lines,
 )
 from eventstore.ops.fork import source_line
-from eventstore.ops.tombstone import tombstone_of
 from eventstore.ops.history import (
     is_pruned,
     pruned_message,
     require_history,
 )
 from eventstore.ops.seal import SealHistory, Witness
+from eventstore.ops.tombstone import tombstone_of
 from projections import (
     fold,
     is_retained,
