@@ -57,6 +57,7 @@ from eventstore.format.events import (
     ProgressAppended,
     Quarantined,
     Sealed,
+    SessionDeleted,
     Snapshot,
     Upcaster,
     event_tag,
@@ -421,13 +422,14 @@ class SessionStore:
         if not events:
             raise InvalidRecordError("append needs at least one event")
         for e in events:
-            if type(e) in (Snapshot, ArchivePruned, Quarantined, Sealed):
+            if type(e) in (Snapshot, ArchivePruned, Quarantined, Sealed, SessionDeleted):
                 # a snapshot anywhere but a log's first line is corruption, a pruning or
-                # quarantine record names history as gone, and a seal is signed by the
-                # store's key: compaction, prune_archive, repair and seal write them
+                # quarantine record names history as gone, a seal is signed by the
+                # store's key, a tombstone ends the session: compaction, prune_archive,
+                # repair, seal and delete_session write them
                 raise InvalidRecordError(
                     f"append cannot take a {event_tag(type(e))} event: compact,"
-                    " prune_archive, repair and seal write those"
+                    " prune_archive, repair, seal and delete_session write those"
                 )
         checked = [self.codec.check(e) for e in events]
         if expected_seq is not None and (

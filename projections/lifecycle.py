@@ -27,6 +27,9 @@ class LifecycleProjection(StructProjection[Lifecycle]):
 
     name = "lifecycle"
     version = 1
+    # a tombstone always ends its log: the last line alone decides the state, so a first
+    # fold reads only that line where the engine can (eventstore.core.last_line)
+    last_line_only = True
     event_types = frozenset({"session_deleted"})
     state_type = Lifecycle
 

@@ -155,6 +155,33 @@ def test_restore_frees_the_id_and_purge_leaves_no_trace(url: str) -> None:
         assert store.delete_session("never") is False and store.deleted_sessions() == []
 
 
+def test_append_refuses_a_tombstone_and_writes_nothing(tmp_path: Path) -> None:
+    from eventstore import InvalidRecordError, SessionDeleted
+
+    with SessionStore(tmp_path / "s") as store:
+        store.append_transcript_messages("a", [Message(role=Role.USER, content="x")])
+        with pytest.raises(InvalidRecordError, match="delete_session"):
+            store.append("a", [SessionDeleted(by="forged")])
+        assert store.last_seq("a") == 1 and store.tombstone_of("a") is None
+
+
+def test_a_new_process_knows_a_tombstone_from_the_last_line_alone(url: str) -> None:
+    """The first write of a store to a session reads only its last line for the
+    lifecycle state (where the engine reads ranges): a tombstone there, erased or not,
+    still refuses it; a long live session is appended to without a fold."""
+    with SessionStore(url) as store:
+        for i in range(30):
+            store.append_transcript_messages("long", [Message(role=Role.USER, content=str(i))])
+        _seed(store, "gone")
+        store.delete_session("gone")
+    with SessionStore(url) as fresh:
+        with pytest.raises(SessionDeletedError):
+            fresh.append_progress_entry("gone", make_entry(1))
+        fresh.append_progress_entry("long", make_entry(1))
+        assert fresh.last_seq("long") == 31
+        assert len(fresh.load_transcript_messages("long")) == 30
+
+
 def test_the_async_store_mirrors_delete_restore_and_the_tombstones(tmp_path: Path) -> None:
     import asyncio
 

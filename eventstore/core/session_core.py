@@ -30,10 +30,18 @@ from eventstore.core.fingerprint import fingerprint
 from eventstore.core.fold_loop import FoldContext, fold_log
 from eventstore.core.frozen import maker
 from eventstore.core.gc_pause import paused_gc
+from eventstore.core.last_line import last_line_fold, last_line_only
 from eventstore.core.sessions import Fold, SessionState, SessionTable
 from eventstore.core.tuning import Tuning
 from eventstore.core.validation import check_key
-from eventstore.engines.base import EMPTY_HEAD, EncodedBatch, Engine, Head, HeadMovedError
+from eventstore.engines.base import (
+    EMPTY_HEAD,
+    EncodedBatch,
+    Engine,
+    Head,
+    HeadMovedError,
+    RangedEngine,
+)
 from eventstore.errors import (
     EventStoreError,
     InvalidArgumentError,
@@ -301,7 +309,7 @@ class SessionCore:
         Called with the session's lock held."""
         f = sess.folds.get(proj.name)
         if f is None:
-            f = sess.folds[proj.name] = self.caches.first_fold(sess, proj)
+            f = sess.folds[proj.name] = self._first_fold(sess, proj)
         mark = self.caches.start_mark(sess) if f.head.position is None else None
         try:
             try:
@@ -323,6 +331,16 @@ class SessionCore:
             raise
         self.caches.after_fold(sess, proj, f, folded)
         return f.state  # type: ignore[no-any-return]
+
+    def _first_fold(self, sess: SessionState, proj: Projection[S]) -> Fold:
+        """Where this process starts folding `proj`: from the last line alone for a
+        projection that only it decides (`eventstore.core.last_line`), else the fold
+        cache or the beginning."""
+        if last_line_only(proj) and isinstance(self.engine, RangedEngine):
+            seeded = last_line_fold(self.engine, self.codec, sess.session_id, proj)
+            if seeded is not None:
+                return seeded
+        return self.caches.first_fold(sess, proj)
 
     def fold_to_one_head(
         self, sess: SessionState, projections: tuple[Projection[Any], ...]
