@@ -1,7 +1,7 @@
 """Cold loads (or appends) by two checkouts of eventstore, interleaved in fresh processes.
 
     python -m bench.ab_cold OLD_CHECKOUT [NEW_CHECKOUT] [--turns 500,2000,10000] [--runs 9]
-                            [--load transcript|bootstrap|appends]
+                            [--load transcript|bootstrap|appends|first-append]
 
 Builds each size's session once (with this checkout's code: the log format is the
 same), then alternates OLD and NEW (NEW defaults to this checkout): each run is a fresh
@@ -9,7 +9,9 @@ interpreter that imports that checkout, opens the store and times the first load
 bootstrap load first, as in `python -m bench`, for the transcript). `--load appends`
 builds nothing: each run writes the whole reference workload of that size into a new
 store (flush durability) and reports microseconds per operation. Prints medians and
-minima of each and NEW/OLD: drift on a shared machine hits both alike. For a change's
+minima of each and NEW/OLD. `--load first-append` times the first append of a fresh
+process to the built session (what a process that writes once pays: since tombstones,
+every write knows whether the session was deleted): drift on a shared machine hits both alike. For a change's
 effect, check out the commit before it elsewhere (`git worktree add /tmp/old HEAD~1`)
 and pass that path.
 """
@@ -39,6 +41,17 @@ s.{method}({sid!r})
 print(time.perf_counter() - t)
 """
 
+_FIRST_APPEND = """
+import sys, time
+sys.path.insert(0, {src!r})
+from eventstore import ProgressEntry, SessionStore
+s = SessionStore({root!r})
+t = time.perf_counter()
+s.append_progress_entry({sid!r}, ProgressEntry(run_id="bench", summary="one more"))
+print(time.perf_counter() - t)
+s.close()
+"""
+
 _APPENDS = """
 import sys, tempfile, time
 sys.path.insert(0, {src!r})
@@ -64,6 +77,8 @@ def _build(root: Path, turns: int) -> None:
 def _cold(src: Path, root: Path, method: str) -> float:
     if method == "appends":  # root's name is the size
         code = _APPENDS.format(src=str(src), turns=int(root.name), sid=SID)
+    elif method == "first-append":
+        code = _FIRST_APPEND.format(src=str(src), root=str(root), sid=SID)
     else:
         code = _RUN.format(src=str(src), root=str(root), sid=SID, method=method)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -76,11 +91,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("new", type=Path, nargs="?", default=Path(__file__).resolve().parents[1])
     ap.add_argument("--turns", default="500,2000,10000")
     ap.add_argument("--runs", type=int, default=9)
-    ap.add_argument("--load", choices=["transcript", "bootstrap", "appends"], default="transcript")
+    ap.add_argument(
+        "--load",
+        choices=["transcript", "bootstrap", "appends", "first-append"],
+        default="transcript",
+    )
     a = ap.parse_args(argv)
     if a.load == "appends":
         method, unit = "appends", "us per op"
         print(f"appends, {a.runs} runs each, interleaved; NEW = {a.new}, OLD = {a.old}\n")
+    elif a.load == "first-append":
+        method, unit = "first-append", "ms"
+        print(f"first append, {a.runs} runs each, interleaved; NEW = {a.new}, OLD = {a.old}\n")
     else:
         method = f"load_{a.load}_{'messages' if a.load == 'transcript' else 'state'}"
         unit = "ms"
