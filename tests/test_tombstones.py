@@ -430,3 +430,26 @@ def test_feature_record_is_untouched_by_a_tombstone_elsewhere(tmp_path: Path) ->
         store.replace_feature_list("a", make_features(1))
         store.delete_session("b")  # nothing stored: no tombstone
         assert store.deleted_sessions() == [] and store.list_sessions() == ["a"]
+
+
+def test_a_sealing_store_deletes_quietly_and_verify_says_deleted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store that seals every write and at close: a delete is not followed by a seal
+    (the tombstone ends the log), closing logs no failed seal, verify reports it deleted."""
+    pytest.importorskip("cryptography")
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from eventstore import SealPolicy
+
+    key = Ed25519PrivateKey.generate()
+    with SessionStore(tmp_path / "s", signing_key=key, seal_policy=SealPolicy(every=1)) as store:
+        store.append_transcript_messages("a", [Message(role=Role.USER, content=SECRET)])
+        assert store.delete_session("a")
+        t = store.tombstone_of("a")
+        assert t is not None and store.last_seq("a") == t.seq
+        with pytest.raises(SessionDeletedError):
+            store.seal("a")
+    assert "sealing" not in caplog.text
+    with SessionStore(tmp_path / "s") as store:
+        assert [p.kind for p in store.verify("a").problems] == ["deleted"]

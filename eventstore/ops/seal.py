@@ -46,6 +46,7 @@ from eventstore.engines.base import Head, open_engine, redact_text
 from eventstore.errors import (
     EventStoreError,
     InvalidArgumentError,
+    SessionDeletedError,
     StorageError,
     UnknownSessionError,
 )
@@ -247,6 +248,8 @@ class Sealer:
         reports the seal missing)."""
         try:
             self.seal(core, session_id, check_last=False)
+        except SessionDeletedError:
+            pass  # deleted since its last write: a tombstone ends the log, no seal follows
         except Exception as exc:  # noqa: BLE001 - the write it follows is committed
             log.warning("eventstore: sealing %r failed: %s", session_id, exc)
 
