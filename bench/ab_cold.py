@@ -9,10 +9,10 @@ interpreter that imports that checkout, opens the store and times the first load
 bootstrap load first, as in `python -m bench`, for the transcript). `--load appends`
 builds nothing: each run writes the whole reference workload of that size into a new
 store (flush durability) and reports microseconds per operation. Prints medians and
-minima of each and NEW/OLD. `--load first-append` times the first append of a fresh
-process to the built session (what a process that writes once pays: since tombstones,
-every write knows whether the session was deleted): drift on a shared machine hits both alike. For a change's
-effect, check out the commit before it elsewhere (`git worktree add /tmp/old HEAD~1`)
+minima of each and NEW/OLD: drift on a shared machine hits both alike.
+`--load first-append` times the first append of a fresh process to the built session
+(what a process that writes once pays: since tombstones, every write knows whether the
+session was deleted). For a change's effect, check out the commit before it elsewhere (`git worktree add /tmp/old HEAD~1`)
 and pass that path.
 """
 
