@@ -12,8 +12,8 @@ store (flush durability) and reports microseconds per operation. Prints medians 
 minima of each and NEW/OLD: drift on a shared machine hits both alike.
 `--load first-append` times the first append of a fresh process to the built session
 (what a process that writes once pays: since tombstones, every write knows whether the
-session was deleted). For a change's effect, check out the commit before it elsewhere (`git worktree add /tmp/old HEAD~1`)
-and pass that path.
+session was deleted). For a change's effect, check out the commit before it elsewhere
+(`git worktree add /tmp/old HEAD~1`) and pass that path.
 """
 
 from __future__ import annotations
