@@ -616,7 +616,8 @@ def test_a_compaction_without_archive_is_not_activity(tmp_path: Path) -> None:
 def test_expiry_and_pruning_beside_a_writer_process_leave_whole_sessions(tmp_path: Path) -> None:
     """Held (README, Deleting and expiring sessions; Pruning archived history). Attack:
     another process appends to one session for 3 s, compacting every 40 appends, while
-    this one runs `delete_older_than` (everything counts as idle) every 0.4 s and
+    this one runs `delete_older_than(purge=True)` (everything counts as idle; with
+    tombstones the writer would be refused: tests/test_tombstones.py) every 0.4 s and
     in between `prune_archive` of all but the last 30 events. Every expiry result is "deleted" or
     "kept" (never "failed"), the session always verifies clean when it exists, and at
     the end reads from its first kept seq give each event once, in order."""
@@ -648,7 +649,9 @@ def test_expiry_and_pruning_beside_a_writer_process_leave_whole_sessions(tmp_pat
         while time.monotonic() < until:
             if time.monotonic() >= next_expiry:
                 next_expiry += 0.4
-                results |= {r.result for r in delete_older_than(store, timedelta(0), now=later)}
+                results |= {
+                    r.result for r in delete_older_than(store, timedelta(0), now=later, purge=True)
+                }
             elif store.last_seq("s") > 40:
                 pruned += len(prune_archive(store, "s", before=store.last_seq("s") - 30).segments)
             if "s" in store.list_sessions():
