@@ -203,7 +203,7 @@ def test_a_session_let_go_gives_its_share_of_the_budget_back(
             s.append_transcript_messages("a", _TURN)
         assert "transcript" in s.cache_info("a").folds
         if let_go == "delete":
-            s.delete_session("a")
+            s.delete_session("a", purge=True)
         elif let_go == "compact":
             s.compact("a")
         else:
@@ -762,7 +762,7 @@ def test_a_stale_cache_planted_back_is_ignored(root: Path, history: str) -> None
             s = SessionStore(root)
             repair(s, SID)
         elif history == "recreate":
-            assert s.delete_session(SID)
+            assert s.delete_session(SID, purge=True)
     if history == "copy":
         _replace_log_with_copy(root)
     elif history == "shorter":
@@ -885,7 +885,7 @@ def test_cold_loads_beside_a_process_that_deletes_and_recreates_the_session(
         end = time.monotonic() + 1.5
         while time.monotonic() < end:
             with SessionStore(root) as s:
-                s.delete_session(SID)
+                s.delete_session(SID, purge=True)
                 for i in range(600):
                     s.append_transcript_messages(SID, _turn(i))
 
