@@ -216,3 +216,37 @@ class SessionDeletedError(EventStoreError):
         self.session_id = session_id
         self.deleted_at = deleted_at
         self.by = by
+
+
+class KeyMissingError(EventStoreError, LookupError):
+    """An encrypted session's data key cannot be had: the store holds no master key
+    under `key_id` (the id of the master key that wrapped it), or no wrapped data key
+    for the session. Nothing was written. `session_id` when known; no key material."""
+
+    def __init__(self, key_id: str, session_id: str | None, reason: str) -> None:
+        where = f"session {session_id!r}: " if session_id is not None else ""
+        super().__init__(f"{where}key {key_id!r}: {reason}")
+        self.key_id = key_id
+        self.session_id = session_id
+
+
+class KeyForgottenError(KeyMissingError):
+    """The session's data key was destroyed (`SessionStore.forget_key`): nothing of the
+    session can be read or written again; its log still verifies."""
+
+
+class WrongKeyError(EventStoreError):
+    """A master key given under `key_id` does not unwrap the data key it should (another
+    key under the same id), or a sealed payload fails its authentication. Nothing was
+    written. Names the key id, never the key."""
+
+    def __init__(self, key_id: str, session_id: str | None, reason: str) -> None:
+        where = f"session {session_id!r}: " if session_id is not None else ""
+        super().__init__(f"{where}key {key_id!r}: {reason}")
+        self.key_id = key_id
+        self.session_id = session_id
+
+
+class EncryptedSessionError(EventStoreError):
+    """An operation that would write an encrypted session's state in the clear (a
+    snapshot, a fork) is refused; nothing was written."""

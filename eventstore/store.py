@@ -46,12 +46,14 @@ from eventstore.format.codec import (
     NotAsStoredError,
     validated_copy,
 )
+from eventstore.format.crypt import KeyRing
 from eventstore.format.events import (
     ArchivePruned,
     CheckpointRecorded,
     Event,
     FeatureListReplaced,
     FeaturePassUpdated,
+    KeyForgotten,
     ManifestSet,
     MessagesAppended,
     ProgressAppended,
@@ -161,6 +163,7 @@ class SessionStore:
         signing_key: Ed25519PrivateKey | str | os.PathLike[str] | None = None,
         seal_policy: SealPolicy | None = None,
         cache_key: bytes | None = None,
+        keys: KeyRing | None = None,
     ) -> None:
         if not isinstance(root, (str, os.PathLike, Engine)):
             raise InvalidArgumentError(
@@ -170,6 +173,12 @@ class SessionStore:
             raise InvalidArgumentError(f"durability must be 'flush' or 'fsync', not {durability!r}")
         if auto_compact is not None and not isinstance(auto_compact, AutoCompact):
             raise InvalidArgumentError(f"auto_compact must be an AutoCompact, got {auto_compact!r}")
+        if keys is not None and not isinstance(keys, KeyRing):
+            raise InvalidArgumentError(f"keys must be a KeyRing, got {validation.described(keys)}")
+        if keys is not None and auto_compact is not None:
+            raise InvalidArgumentError(
+                "auto_compact is not available with keys: an encrypted session is not compacted"
+            )
         self.durability: Durability = durability
         # what the arguments can refuse is checked before the engine opens (a file store
         # would create its directory): the codec, then the core below
@@ -202,6 +211,7 @@ class SessionStore:
                 caches=caches,
                 tuning=tuning,
                 cache_mac=cache_mac,
+                keys=keys,
             )
         except BaseException:
             if not isinstance(root, Engine):
@@ -422,14 +432,22 @@ class SessionStore:
         if not events:
             raise InvalidRecordError("append needs at least one event")
         for e in events:
-            if type(e) in (Snapshot, ArchivePruned, Quarantined, Sealed, SessionDeleted):
+            if type(e) in (
+                Snapshot,
+                ArchivePruned,
+                Quarantined,
+                Sealed,
+                SessionDeleted,
+                KeyForgotten,
+            ):
                 # a snapshot anywhere but a log's first line is corruption, a pruning or
                 # quarantine record names history as gone, a seal is signed by the
-                # store's key, a tombstone ends the session: compaction, prune_archive,
-                # repair, seal and delete_session write them
+                # store's key, a tombstone ends the session, and a key_forgotten record
+                # follows a destroyed key: compaction, prune_archive, repair, seal,
+                # delete_session and forget_key write them
                 raise InvalidRecordError(
                     f"append cannot take a {event_tag(type(e))} event: compact,"
-                    " prune_archive, repair, seal and delete_session write those"
+                    " prune_archive, repair, seal, delete_session and forget_key write those"
                 )
         checked = [self.codec.check(e) for e in events]
         if expected_seq is not None and (
@@ -618,6 +636,24 @@ class SessionStore:
         if self.sealer is not None and report.compacted and not dry_run:
             self.sealer.seal_quietly(self.core, session_id)  # seal the snapshot installed
         return report
+
+    def forget_key(self, session_id: str) -> bool:
+        """Crypto-shredding: destroy the session's data key (its key slot in this store's
+        engine, and this store's copy in memory), then append a `key_forgotten` record.
+        Afterwards nothing of the session can be read (KeyForgottenError naming the
+        session and data key id) or written, and `verify` still proves its chain. False
+        (and nothing changes) for a session that has no data key. Needs `keys=`."""
+        keys = self.core.keys
+        if keys is None:
+            raise InvalidArgumentError("forget_key needs a store opened with keys=KeyRing(...)")
+        self.core.session(session_id)  # validates the id, checks the store is open
+        dk = keys.forget(session_id)
+        if dk is None:
+            return False
+        self.core.forget(session_id)  # drop the folded states this store kept in memory
+        record: list[Event] = [KeyForgotten(dk=dk)]
+        self._write(session_id, lambda head, states: record, None, (), record)
+        return True
 
     def fork_session(self, source: str, session_id: str, at_seq: int | None = None) -> ForkResult:
         """Start `session_id` from `source`'s state after `at_seq` (what `state_at(source,

@@ -12,8 +12,8 @@ import msgspec
 from eventstore.engines.base import History, Segment
 from eventstore.errors import CorruptLogError
 from eventstore.format.chain import SNAPSHOT_OPEN
-from eventstore.format.codec import EventCodec
-from eventstore.format.events import ArchivePruned, Event
+from eventstore.format.codec import EventCodec, LineDecoder
+from eventstore.format.events import ArchivePruned
 from eventstore.format.reader import Lines, read_lines
 
 __all__ = [
@@ -97,7 +97,7 @@ def pruned_start(hist: History) -> tuple[int, str | None]:
 def read_segment(
     codec: EventCodec,
     seg: Segment,
-    decoder: msgspec.json.Decoder[Event],
+    decoder: LineDecoder,
     *,
     keep_raw: bool = False,
     after: tuple[int, str | None] | None = None,

@@ -30,6 +30,7 @@ from eventstore.core.fingerprint import fingerprint
 from eventstore.core.fold_loop import FoldContext, fold_log
 from eventstore.core.frozen import maker
 from eventstore.core.gc_pause import paused_gc
+from eventstore.core.keys import SessionKeys
 from eventstore.core.last_line import last_line_fold, last_line_only
 from eventstore.core.sessions import Fold, SessionState, SessionTable
 from eventstore.core.tuning import Tuning
@@ -40,9 +41,11 @@ from eventstore.engines.base import (
     Engine,
     Head,
     HeadMovedError,
+    KeyEngine,
     RangedEngine,
 )
 from eventstore.errors import (
+    EncryptedSessionError,
     EventStoreError,
     InvalidArgumentError,
     SessionDeletedError,
@@ -50,7 +53,8 @@ from eventstore.errors import (
     UnknownProjectionError,
 )
 from eventstore.format.codec import EventCodec
-from eventstore.format.events import Event
+from eventstore.format.crypt import DataKey, KeyRing, key_id_of
+from eventstore.format.events import ArchivePruned, Event, KeyForgotten, Quarantined
 from eventstore.session_ids import validate_session_id
 
 if TYPE_CHECKING:
@@ -129,10 +133,18 @@ class SessionCore:
         caches: bool = True,
         tuning: Tuning | None = None,
         cache_mac: CacheMac | None = None,
+        keys: KeyRing | None = None,
     ) -> None:
         check_options(cached_sessions, caches, tuning)
         self.engine = engine
         self.codec = codec
+        # a store with keys seals every payload it writes; its fold caches and checked
+        # prefixes are not written (a fold cache is plaintext of the folded state)
+        self.keys = None if keys is None else SessionKeys(engine, keys)
+        self._plain: set[str] = set()  # sessions found to have no data key (see seal_for)
+        if self.keys is not None:
+            codec.opener = self.keys.opener
+            caches = False
         self.url = engine.url
         self.tuning = tuning or tunings.DEFAULT_TUNING
         self.bootstrap = BootstrapProjection()
@@ -257,7 +269,33 @@ class SessionCore:
         if sess is None:
             validate_session_id(session_id)
             sess = self.sessions.open(session_id)
+            if self.keys is not None:
+                self.keys.note(session_id)
         return sess
+
+    def refuse_sealed(self, session_id: str, what: str) -> None:
+        """EncryptedSessionError if the session has a data key (it is encrypted): `what`
+        would write its state in the clear (a snapshot). Nothing was written."""
+        engine = self.engine
+        if isinstance(engine, KeyEngine) and engine.load_key_slot(key_id_of(session_id)):
+            raise EncryptedSessionError(
+                f"session {session_id!r} is encrypted: {what} would write its events or"
+                " state in the clear; nothing was written"
+            )
+
+    def seal_for(self, session_id: str, events: Sequence[Event]) -> DataKey | None:
+        """The data key `events` are sealed with (None: written plain, by a store without
+        keys, or maintenance records); KeyForgottenError once the key was destroyed."""
+        if all(isinstance(ev, _NEVER_SEALED) for ev in events):
+            return None
+        if self.keys is None:
+            # a store without keys never writes plain payloads into an encrypted session
+            # (checked once per session this store opens: one lookup, not one per append)
+            if session_id not in self._plain:
+                self.refuse_sealed(session_id, "a store without keys appending to it")
+                self._plain.add(session_id)
+            return None
+        return self.keys.for_writing(session_id)
 
     def forget(self, session_id: str | None = None) -> None:
         """Forget what is kept of the session (every session: None), as when its log was
@@ -495,8 +533,9 @@ class SessionCore:
             if not events:
                 return None
             data, stamped, link = self.codec.encode_batch(
-                events, head.seq + 1, head.link, entropy.now(), key, check=check
-            )
+                events, head.seq + 1, head.link, entropy.now(), key, check=check,
+                seal=self.seal_for(sess.session_id, events),
+            )  # fmt: skip
             batch = EncodedBatch(
                 data,
                 stamped[0].seq,
@@ -513,6 +552,9 @@ class SessionCore:
                     raise  # an engine refusing the head it reports: retrying cannot help
                 head = sess.head = exc.actual
                 fresh = True
+
+
+_NEVER_SEALED = (KeyForgotten, Quarantined, ArchivePruned)  # maintenance: no user content
 
 
 def check_options(cached_sessions: object, caches: object, tuning: object) -> None:

@@ -585,6 +585,33 @@ class CachingEngine(Engine):
         kept, atomically; nothing when the session has no log. Removed with the session."""
 
 
+class KeyEngine(Engine):
+    """An engine that keeps key slots: per encrypted session, its data key wrapped by
+    master keys (`eventstore.format.crypt.KeySlot`), under the data key's id. A slot
+    holds no key in the clear; it is kept outside the logs so that replacing it destroys
+    the data key everywhere the engine kept it (crypto-shredding) without touching a
+    log. Slots are not removed with a session."""
+
+    @abstractmethod
+    def load_key_slot(self, dk: str) -> bytes | None:
+        """The bytes of the key slot `dk`, None if there is none."""
+
+    @abstractmethod
+    def create_key_slot(self, dk: str, data: bytes) -> bool:
+        """Keep `data` as the key slot `dk` unless one exists (then False, and nothing
+        changes: two writers creating a session's key at once agree on the first),
+        durably."""
+
+    @abstractmethod
+    def replace_key_slot(self, dk: str, data: bytes) -> None:
+        """Replace the key slot `dk` with `data`, atomically and durably; what it held
+        before is not kept by the engine."""
+
+    @abstractmethod
+    def list_key_slots(self) -> list[str]:
+        """The ids of every key slot."""
+
+
 class RangedEngine(Engine):
     """An engine that reads a byte range of the live log for no more than its length (a
     file: pread), so transcript paging reads the newest messages from the end."""

@@ -33,6 +33,7 @@ from eventstore.engines.base import (
     HeadMovedError,
     History,
     InstallResult,
+    KeyEngine,
     LiveView,
     Position,
     PrunedSegment,
@@ -82,6 +83,7 @@ class _Store:
     def __init__(self, name: str) -> None:
         self.name = name
         self.logs: dict[str, _Log] = {}
+        self.key_slots: dict[str, bytes] = {}
         self.changed = threading.Condition()
         process.track(self)
 
@@ -107,7 +109,7 @@ def _fresh_guard() -> None:
     _shared_guard = threading.Lock()  # another thread of the parent may have held it
 
 
-class MemoryEngine(RangedEngine, PruningEngine):
+class MemoryEngine(RangedEngine, PruningEngine, KeyEngine):
     """Sessions in memory: private, or shared by `name` within the process."""
 
     def __init__(self, name: str | None = None) -> None:
@@ -292,6 +294,29 @@ class MemoryEngine(RangedEngine, PruningEngine):
             gone = self._store.logs.pop(session_id, None)
             self._store.changed.notify_all()
             return gone is not None
+
+    def load_key_slot(self, dk: str) -> bytes | None:
+        """The key slot `dk` (`KeyEngine`)."""
+        with self._store.changed:
+            return self._store.key_slots.get(dk)
+
+    def create_key_slot(self, dk: str, data: bytes) -> bool:
+        """Keep the key slot `dk` unless one exists (`KeyEngine`)."""
+        with self._store.changed:
+            if dk in self._store.key_slots:
+                return False
+            self._store.key_slots[dk] = bytes(data)
+            return True
+
+    def replace_key_slot(self, dk: str, data: bytes) -> None:
+        """Replace the key slot `dk` (`KeyEngine`)."""
+        with self._store.changed:
+            self._store.key_slots[dk] = bytes(data)
+
+    def list_key_slots(self) -> list[str]:
+        """Every key slot's id (`KeyEngine`)."""
+        with self._store.changed:
+            return sorted(self._store.key_slots)
 
     def close(self) -> None:
         """Nothing to release: a shared engine's sessions live on for other stores."""

@@ -18,12 +18,22 @@ import hashlib
 import types
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
 from eventstore.errors import CorruptLogError, InvalidRecordError, NestingTooDeepError
 from eventstore.format.chain import link_of, locate_states
+from eventstore.format.crypt import (
+    SEAL_MARK,
+    DataKey,
+    line_tag,
+    open_line,
+    open_lines,
+    seal_body,
+    sealed_key_id,
+    tags_in,
+)
 from eventstore.format.depth import (
     HEAD_DECODER,
     MAX_DEPTH,
@@ -44,7 +54,7 @@ from eventstore.format.events import (
 )
 from eventstore.records import Message, Role
 
-__all__ = ["EventCodec", "NotAsStoredError", "validated_copy"]
+__all__ = ["EventCodec", "LineDecoder", "NotAsStoredError", "Opener", "validated_copy"]
 
 # the envelope of a line (beside `v`, which `upcast` sets to the version it reaches)
 _ENVELOPE_FIELDS = ("type", "seq", "ts", "more", "key", "h")
@@ -53,6 +63,60 @@ _T = TypeVar("_T")
 _json_encoder = msgspec.json.Encoder()
 _blake2b = hashlib.blake2b
 _replace = msgspec.structs.replace
+
+
+Opener = Callable[[str], DataKey]
+"""Gives the data key of a data key id (`eventstore.format.crypt`), or raises
+KeyMissingError / KeyForgottenError / WrongKeyError naming it."""
+
+
+class LineDecoder(Protocol):
+    """What `EventCodec.decoder` gives: decodes many lines (or one) to events."""
+
+    def decode_lines(self, buf: bytes | memoryview, /) -> list[Event]:
+        """Each line of `buf` decoded."""
+        ...
+
+    def decode(self, buf: bytes | memoryview, /) -> Event:
+        """One line decoded."""
+        ...
+
+
+class _OpeningDecoder:
+    """A decoder that opens the sealed lines it must decode first (see `EventCodec.decoder`).
+
+    A region without a sealed line (a plain session's) goes to msgspec as it is: the
+    cost for a store of plain sessions is one substring search per region."""
+
+    __slots__ = ("_codec", "_inner", "_lenient", "_needed")
+
+    def __init__(
+        self,
+        codec: EventCodec,
+        inner: msgspec.json.Decoder[Event],
+        needed: frozenset[bytes] | None,
+        lenient: bool,
+    ) -> None:
+        self._codec, self._inner, self._needed, self._lenient = codec, inner, needed, lenient
+
+    def _wanted(self, line: bytes) -> bool:
+        return self._needed is None or line_tag(line) in self._needed
+
+    def decode_lines(self, buf: bytes | memoryview, /) -> list[Event]:
+        data = bytes(buf) if isinstance(buf, memoryview) else buf
+        if SEAL_MARK not in data:
+            return self._inner.decode_lines(data)
+        if self._lenient:
+            return [self.decode(line) for line in data.split(b"\n") if line.strip()]
+        return self._inner.decode_lines(open_lines(data, self._codec.open_key, self._wanted))
+
+    def decode(self, buf: bytes | memoryview, /) -> Event:
+        line = bytes(buf).rstrip(b"\n")
+        if SEAL_MARK in line and self._wanted(line):
+            if self._lenient and not self._codec.can_open(line):
+                return self._codec.envelope_of(line)
+            line = open_line(line, self._codec.open_key)
+        return self._inner.decode(line)
 
 
 class NotAsStoredError(InvalidRecordError):
@@ -249,6 +313,38 @@ class EventCodec:
         self._stubs: dict[str, type[Event]] = {}
         self.head_decoder = HEAD_DECODER
         self._dict_decoder = msgspec.json.Decoder(dict[str, Any])
+        self.opener: Opener | None = None
+        """Gives the data keys of sealed lines (set by a store opened with keys)."""
+
+    # -- sealed lines -----------------------------------------------------------------
+
+    def open_key(self, dk: str) -> DataKey:
+        """The data key of id `dk`, from `opener`; KeyMissingError without one."""
+        if self.opener is None:
+            from eventstore.errors import KeyMissingError
+
+            raise KeyMissingError(dk, None, "the line is encrypted and the store has no keys")
+        return self.opener(dk)
+
+    def can_open(self, line: bytes) -> bool:
+        """Whether the data key of a sealed `line` is to be had (no error either way)."""
+        dk = sealed_key_id(line)
+        if dk is None or self.opener is None:
+            return dk is None
+        from eventstore.errors import EventStoreError
+
+        try:
+            self.opener(dk)
+        except EventStoreError:
+            return False
+        return True
+
+    def envelope_of(self, line: bytes) -> Event:
+        """A sealed line read without its payload: its type's envelope-only stand-in."""
+        tag = line_tag(line).decode("utf-8", "replace")
+        if tag not in self.types:
+            return self._decode_line(line, 0, "?")
+        return msgspec.json.decode(line, type=self._stub(tag))
 
     def learn(self, event_types: Iterable[type[Event]]) -> list[str]:
         """Decode `event_types` too, from now on; the tags that are new (none: nothing
@@ -349,13 +445,22 @@ class EventCodec:
 
     # -- decoding ---------------------------------------------------------------------
 
-    def decoder(self, needed: frozenset[str] | None = None) -> msgspec.json.Decoder[Event]:
+    def decoder(
+        self, needed: frozenset[str] | None = None, *, lenient: bool = False
+    ) -> LineDecoder:
         """A `decode_lines` decoder for the tags in `needed` (None: every type).
 
         Snapshots and tombstones (which reset every projection) are always decoded in
-        full; other types outside `needed` become stubs.
+        full; other types outside `needed` become stubs. Sealed lines of the needed types
+        are opened first (a missing key raises); `lenient` (verify): a sealed line whose
+        key is not to be had becomes its type's envelope-only stand-in instead.
         """
         key = None if needed is None else frozenset(needed | _ALWAYS_DECODED)
+        return _OpeningDecoder(
+            self, self._msgspec_decoder(key), None if key is None else tags_in(key), lenient
+        )
+
+    def _msgspec_decoder(self, key: frozenset[str] | None) -> msgspec.json.Decoder[Event]:
         dec = self._decoders.get(key)
         if dec is None:
             members: list[type[Event]] = []
@@ -402,6 +507,8 @@ class EventCodec:
         except msgspec.DecodeError as exc:
             raise CorruptLogError(path, offset, None, f"not JSON: {exc}") from None
         cls = self.types.get(head.type)
+        if cls is not None and SEAL_MARK in line:  # (an unknown type is kept as sealed)
+            line = open_line(line, self.open_key, path, offset)
         if cls is None:
             try:  # kept verbatim (e.g. in a snapshot), so the whole line must be valid JSON
                 self._dict_decoder.decode(line)
@@ -452,6 +559,7 @@ class EventCodec:
         *,
         check: bool = False,
         max_depth: int | None = MAX_DEPTH,
+        seal: DataKey | None = None,
     ) -> tuple[bytes, list[Event], str]:
         """Stamp `events` as one batch and encode it; returns (bytes, stamped, new link).
 
@@ -464,6 +572,9 @@ class EventCodec:
         `max_depth`: a line nesting deeper is refused with `NestingTooDeepError` before
         anything is returned (`eventstore.format.depth`); None for a snapshot, which
         wraps in a few more levels states folded from lines that kept to the limit.
+
+        `seal`: the session's data key: each line's payload is sealed with it
+        (`eventstore.format.crypt`) and its hash computed over the sealed line.
         """
         # the append hot path: each event encoded once, its hash over the encoded body
         # (h omitted, see `line_hash`), the line's bytes joined once at the end
@@ -502,6 +613,8 @@ class EventCodec:
                     ev = copy
             else:
                 body = self._encoded(ev, encode, max_depth)
+            if seal is not None:
+                body = seal_body(body, event_tag(type(ev)), ev.seq, ts, ev.more, ev.key, ev.v, seal)
             digest = _blake2b(link.encode(), digest_size=8)
             digest.update(body)
             h = digest.hexdigest()

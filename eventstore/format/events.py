@@ -38,6 +38,7 @@ __all__ = [
     "FeatureListReplaced",
     "FeaturePassUpdated",
     "ForkOrigin",
+    "KeyForgotten",
     "LineHead",
     "ManifestSet",
     "MessagesAppended",
@@ -191,6 +192,14 @@ class SessionDeleted(Event, tag="session_deleted", kw_only=True):
     last_h: str = ""
 
 
+class KeyForgotten(Event, tag="key_forgotten", kw_only=True):
+    """Written by `SessionStore.forget_key` after it destroyed the session's data key
+    `dk` (crypto-shredding): the session's sealed lines can never be opened again; the
+    chain still verifies. Never sealed itself."""
+
+    dk: str
+
+
 class Snapshot(Event, tag="snapshot", kw_only=True):
     """Written by compaction: the folded state of every projection at sequence `seq`.
 
@@ -277,6 +286,7 @@ BUILTIN_EVENT_TYPES: tuple[type[Event], ...] = (
     SealWitnessed,
     SessionDeleted,
     Snapshot,
+    KeyForgotten,
 )
 
 # a function turning an event's payload (a dict) at one version into the next version's,

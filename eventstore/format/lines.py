@@ -24,7 +24,7 @@ from eventstore.format.chain import (
     line_hash,
     split_hash,
 )
-from eventstore.format.codec import EventCodec
+from eventstore.format.codec import EventCodec, LineDecoder
 from eventstore.format.events import Event, Snapshot
 
 __all__ = [
@@ -73,7 +73,7 @@ class CheckedLine:
 
 def check_line(
     codec: EventCodec,
-    decoder: msgspec.json.Decoder[Event],
+    decoder: LineDecoder,
     line: bytes,
     at: int,
     where: str,
@@ -102,7 +102,7 @@ def check_line(
 
 
 def decode_exactly(
-    codec: EventCodec, decoder: msgspec.json.Decoder[Event], line: bytes, at: int, where: str
+    codec: EventCodec, decoder: LineDecoder, line: bytes, at: int, where: str
 ) -> Event | CorruptLogError:
     """One line, exactly (an old version upcast, an unknown type kept verbatim), or the
     error saying why it does not decode."""

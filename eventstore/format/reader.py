@@ -44,7 +44,7 @@ from eventstore.format.chain import (
     link_of,
     states_end,
 )
-from eventstore.format.codec import EventCodec
+from eventstore.format.codec import EventCodec, LineDecoder
 from eventstore.format.events import (
     Event,
     Snapshot,
@@ -173,7 +173,7 @@ _get_v = attrgetter("v")
 def read_lines(
     buf: bytes | memoryview,
     codec: EventCodec,
-    decoder: msgspec.json.Decoder[Event],
+    decoder: LineDecoder,
     where: str,
     *,
     offset: int = 0,
@@ -221,7 +221,7 @@ def read_lines(
 
 def _read_regular(
     region: bytes | memoryview,
-    decoder: msgspec.json.Decoder[Event],
+    decoder: LineDecoder,
     offset: int,
     seq: int | None,
     link: str | None,
@@ -287,9 +287,7 @@ def _read_regular(
     return Lines(events, end, last.seq, link_of(last), last.h, lines if keep_raw else None)
 
 
-def _decode_lines(
-    decoder: msgspec.json.Decoder[Event], region: bytes | memoryview, offset: int
-) -> list[Event]:
+def _decode_lines(decoder: LineDecoder, region: bytes | memoryview, offset: int) -> list[Event]:
     """`decoder.decode_lines(region)`, where a long snapshot opening the log is decoded
     by its layout: its states are cut from the line as `Raw` at the ranges the layout
     gives (once `states_end` finds the line shaped as it says), not scanned by msgspec
@@ -334,7 +332,7 @@ _OPEN = len(SNAPSHOT_OPEN)
 def _read_careful(
     buf: bytes,
     codec: EventCodec,
-    decoder: msgspec.json.Decoder[Event],
+    decoder: LineDecoder,
     where: str,
     offset: int,
     seq: int | None,

@@ -129,6 +129,7 @@ def compact(
         raise InvalidArgumentError(f"retention must be a Retention, not {described(retention)}")
     t0 = time.perf_counter()
     sess = core.session(session_id)
+    core.refuse_sealed(session_id, "compaction")
     engine = core.engine
     codec = core.codec
     for _ in range(_ATTEMPTS):

@@ -99,6 +99,7 @@ def fork_session(
     core = core_of(core)
     at_seq = _check_at_seq(at_seq)
     core.session(session_id)  # validates the id, checks the store is open
+    core.refuse_sealed(source, "forking it")
     engine = core.engine
     with engine.history(session_id) as held:
         if held.segments:

@@ -33,8 +33,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from eventstore.core.segments import pruned_start, read_segment
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.core.validation import described, optional_whole, whole
@@ -45,6 +43,7 @@ from eventstore.errors import (
     InvalidArgumentError,
     UnknownSessionError,
 )
+from eventstore.format.codec import LineDecoder
 from eventstore.format.events import (
     Event,
     Snapshot,
@@ -121,7 +120,7 @@ def pruned_message(session_id: str, kept: int) -> str:
 def iter_history(
     core: CoreOwner,
     session_id: str,
-    decoder: msgspec.json.Decoder[Event],
+    decoder: LineDecoder,
     from_seq: int | None = None,
     to_seq: int | None = None,
     *,
@@ -156,7 +155,7 @@ def _iter_segments(
     core: SessionCore,
     session_id: str,
     hist: History,
-    decoder: msgspec.json.Decoder[Event],
+    decoder: LineDecoder,
     start: int | None,
     to_seq: int | None,
     exact: bool,
@@ -239,7 +238,7 @@ def _iter_segments(
 
 def _type_filter(
     core: SessionCore, types: Iterable[str | type[Event]] | None
-) -> tuple[msgspec.json.Decoder[Event], Any]:
+) -> tuple[LineDecoder, Any]:
     """(decoder, predicate) for a `types` filter: tags or Event classes."""
     if types is None:
         return core.codec.decoder(None), None

@@ -91,6 +91,7 @@ def repair(core: CoreOwner, session_id: str) -> RepairReport:
     session has no live log."""
     core = core_of(core)
     sess = core.session(session_id)
+    core.refuse_sealed(session_id, "repair")
     codec = core.codec
     # the archive, read before the hold (reading history takes the writers' exclusion
     # too); no compaction can add to it meanwhile: it cannot read a damaged live log

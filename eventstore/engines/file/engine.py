@@ -57,6 +57,7 @@ from eventstore.engines.base import (
     HeadMovedError,
     History,
     InstallResult,
+    KeyEngine,
     LiveView,
     Position,
     PrunedSegment,
@@ -65,6 +66,7 @@ from eventstore.engines.base import (
     ReadResult,
     RepairHold,
 )
+from eventstore.engines.file import keys
 from eventstore.engines.file.caches import open_cache, store_cache
 from eventstore.engines.file.durability import (
     bump_generation,
@@ -142,7 +144,7 @@ MAX_OPEN_SESSIONS = 64
 """Sessions per engine whose descriptors stay open between calls (two each)."""
 
 
-class FileEngine(CachingEngine, RangedEngine, PruningEngine):
+class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
     """Sessions as JSON Lines files under `root` (created 0700 if missing)."""
 
     def __init__(self, root: str | os.PathLike[str], durability: Durability = "flush") -> None:
@@ -846,6 +848,22 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine):
                 sess.known = None
 
     # -- sessions ---------------------------------------------------------------------
+
+    def load_key_slot(self, dk: str) -> bytes | None:
+        """The key slot `dk` (`KeyEngine`, `eventstore.engines.file.keys`)."""
+        return keys.load_slot(self.root, dk)
+
+    def create_key_slot(self, dk: str, data: bytes) -> bool:
+        """Create the key slot `dk` unless it exists (`KeyEngine`)."""
+        return keys.create_slot(self.root, dk, data)
+
+    def replace_key_slot(self, dk: str, data: bytes) -> None:
+        """Replace the key slot `dk` (`KeyEngine`)."""
+        keys.replace_slot(self.root, dk, data)
+
+    def list_key_slots(self) -> list[str]:
+        """Every key slot's id (`KeyEngine`)."""
+        return keys.list_slots(self.root)
 
     def list_sessions(self) -> list[str]:
         """Every session with a log file, by original id."""

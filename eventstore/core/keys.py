@@ -1,0 +1,144 @@
+"""The data keys of a store opened with a `KeyRing`: each session's, created on its first
+sealed append, found by the codec when it opens a sealed line, rewrapped by `rekey`,
+destroyed by `forget`.
+
+A session's data key lives in a key slot of the engine (`eventstore.engines.base.KeyEngine`,
+named by `eventstore.format.crypt.key_id_of`), wrapped by the ring's master keys; the
+unwrapped key is kept in this process's memory only, for as long as the store is open.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from eventstore import entropy
+from eventstore.engines.base import Engine, KeyEngine
+from eventstore.errors import KeyForgottenError, KeyMissingError, UnsupportedError
+from eventstore.format.crypt import (
+    DataKey,
+    KeyRing,
+    KeySlot,
+    decode_slot,
+    encode_slot,
+    key_id_of,
+)
+
+__all__ = ["SessionKeys", "key_engine"]
+
+
+def key_engine(engine: Engine) -> KeyEngine:
+    """`engine` if it keeps key slots; UnsupportedError naming it otherwise."""
+    if not isinstance(engine, KeyEngine):
+        raise UnsupportedError(
+            f"the engine of {engine.url!r} keeps no key slots: encryption needs one"
+            " (file and memory stores keep them)"
+        )
+    return engine
+
+
+class SessionKeys:
+    """The data keys of one store's sessions (see the module docstring)."""
+
+    def __init__(self, engine: Engine, ring: KeyRing) -> None:
+        self.engine = key_engine(engine)
+        self.ring = ring
+        self._keys: dict[str, DataKey] = {}
+        self._names: dict[str, str] = {}  # data key id -> session id, as far as seen
+        self._guard = threading.Lock()
+
+    def note(self, session_id: str) -> None:
+        """Remember which session a data key id is (so errors name the session)."""
+        self._names[key_id_of(session_id)] = session_id
+
+    def _slot(self, dk: str) -> KeySlot | None:
+        data = self.engine.load_key_slot(dk)
+        return None if data is None else decode_slot(data, dk)
+
+    def _unwrapped(self, slot: KeySlot) -> DataKey:
+        sid = self._names.get(slot.dk)
+        if slot.forgotten is not None:
+            raise KeyForgottenError(
+                slot.dk,
+                sid,
+                f"the session's data key was destroyed (forget_key at"
+                f" {slot.forgotten.isoformat()}): nothing of it can be read or written",
+            )
+        key = self.ring.unwrap(slot, sid)
+        if key is None:
+            kids = ", ".join(repr(w.kid) for w in slot.wraps)
+            raise KeyMissingError(
+                slot.wraps[0].kid if slot.wraps else slot.dk,
+                sid,
+                f"data key {slot.dk!r} is wrapped by master key(s) {kids}; the store's"
+                f" key ring holds {self.ring.key_ids!r}",
+            )
+        data_key = DataKey(slot.dk, key)
+        with self._guard:
+            return self._keys.setdefault(slot.dk, data_key)
+
+    def opener(self, dk: str) -> DataKey:
+        """The data key of id `dk`, to open a sealed line (the codec's `opener`)."""
+        found = self._keys.get(dk)
+        if found is not None:
+            return found
+        slot = self._slot(dk)
+        if slot is None:
+            raise KeyMissingError(dk, self._names.get(dk), "no key slot holds this data key")
+        return self._unwrapped(slot)
+
+    def for_writing(self, session_id: str) -> DataKey:
+        """The session's data key, created (and its slot kept, durably) if it has none."""
+        dk = key_id_of(session_id)
+        found = self._keys.get(dk)
+        if found is not None:
+            return found
+        self._names[dk] = session_id
+        slot = self._slot(dk)
+        if slot is None:
+            key = DataKey.new_key()
+            slot = KeySlot(dk, [self.ring.wrap(key)])
+            if self.engine.create_key_slot(dk, encode_slot(slot)):
+                with self._guard:
+                    return self._keys.setdefault(dk, DataKey(dk, key))
+            slot = self._slot(dk)  # another writer created it first: use theirs
+            if slot is None:  # pragma: no cover - a slot is never removed
+                raise KeyMissingError(dk, session_id, "its key slot vanished")
+        return self._unwrapped(slot)
+
+    def forget(self, session_id: str) -> str | None:
+        """Destroy the session's data key: its slot is replaced by one holding no wrap
+        (and the time), and this store's copy in memory is dropped. Returns the data key
+        id, None if the session never had one."""
+        dk = key_id_of(session_id)
+        self._names[dk] = session_id
+        slot = self._slot(dk)
+        if slot is None:
+            return None
+        if slot.forgotten is None:
+            self.engine.replace_key_slot(dk, encode_slot(KeySlot(dk, forgotten=entropy.now())))
+        with self._guard:
+            self._keys.pop(dk, None)
+        return dk
+
+    def is_forgotten(self, session_id: str) -> bool:
+        """Whether the session's data key was destroyed."""
+        slot = self._slot(key_id_of(session_id))
+        return slot is not None and slot.forgotten is not None
+
+
+def rekey(engine: Engine, old: KeyRing, new: KeyRing) -> tuple[int, int]:
+    """Rewrap every data key `old` unwraps with `new`'s current master key, dropping the
+    old wraps (the logs are not touched). Returns (rewrapped, left: slots `old` holds no
+    key of, or forgotten). WrongKeyError if a key of `old` does not unwrap its slot."""
+    keeper = key_engine(engine)
+    done = left = 0
+    for dk in keeper.list_key_slots():
+        data = keeper.load_key_slot(dk)
+        slot = None if data is None else decode_slot(data, dk)
+        key = None if slot is None or slot.forgotten is not None else old.unwrap(slot, None)
+        if key is None:
+            left += 1
+            continue
+        keeper.replace_key_slot(dk, encode_slot(KeySlot(dk, [new.wrap(key)])))
+        done += 1
+    return done, left

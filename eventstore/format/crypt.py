@@ -1,0 +1,371 @@
+"""Encryption at rest of a log line's payload: master keys, data keys, sealed lines.
+
+Every primitive is the `cryptography` package's (the `crypto` extra): AES-256-GCM seals
+a payload, AES key wrap (RFC 3394) wraps a data key with a master key. Nothing here is
+cipher code of its own.
+
+- A `KeyRing` holds master keys by key id: the current one wraps new data keys, every
+  one unwraps. Its repr names key ids, never keys.
+- A `DataKey` is one session's key (random, 256 bits) with its id, `key_id_of(session)`.
+- A sealed line keeps the envelope a reader needs to order and check it (`type`, `seq`,
+  `ts`, `more`, `key`, `v`) in the clear and carries the payload as one field, last
+  before `h`: ``"_enc":"<data key id>.<base64 of nonce + ciphertext + tag>"``. The hash
+  chain (`eventstore.format.chain`) is computed over that sealed line, so the chain is
+  checked without any key. The authenticated data binds the ciphertext to its data key
+  id, type and seq: a payload moved to another line does not open. `_enc` cannot be a
+  field of an `Event` (msgspec fields never start with `_`), so a plain line never
+  looks sealed.
+- A `KeySlot` is what a store keeps per session (`eventstore.engines.base.KeyEngine`):
+  the data key wrapped under one or more master keys, or the record that it was
+  forgotten. It holds no key in the clear.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from pathlib import Path
+
+import msgspec
+
+from eventstore.errors import (
+    CorruptLogError,
+    InvalidArgumentError,
+    KeyMissingError,
+    UnsupportedError,
+    WrongKeyError,
+)
+from eventstore.format.chain import HASH_SUFFIX_LEN
+
+__all__ = [
+    "SEAL_MARK",
+    "DataKey",
+    "KeyRing",
+    "KeySlot",
+    "WrappedKey",
+    "decode_slot",
+    "encode_slot",
+    "key_id_of",
+    "open_line",
+    "seal_body",
+    "sealed_key_id",
+]
+
+SEAL_MARK = b',"_enc":"'
+"""What opens a sealed payload field (a quick test over many lines: `SEAL_MARK in data`)."""
+
+_KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_NONCE_LEN = 12
+_KEY_LEN = 32
+_KEY_FILE_TAG = "eventstore-master-key"
+
+
+def _aead() -> type:
+    """AESGCM, or UnsupportedError naming the extra to install."""
+    try:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    except ImportError:  # pragma: no cover - the crypto extra is in the test extra
+        raise UnsupportedError(
+            "encryption needs the cryptography package: pip install -e '.[crypto]'"
+        ) from None
+    return AESGCM
+
+
+class _Envelope(msgspec.Struct, omit_defaults=True):
+    """The clear envelope of a line, encoded as the codec encodes an event's first fields
+    (the tag, then `seq`, `ts`, `more`, `key`, `v`; `h` is appended after)."""
+
+    type: str
+    seq: int
+    ts: datetime
+    more: int = 0
+    key: str | None = None
+    v: int = 1
+
+
+_envelope_encoder = msgspec.json.Encoder()
+_envelope_decoder = msgspec.json.Decoder(_Envelope)
+
+
+def key_id_of(session_id: str) -> str:
+    """The id of a session's data key (and of its key slot): 20 hex digits of BLAKE2b
+    over the session id. It names the slot without the session id and is the same on
+    every engine, so a migrated store finds its keys."""
+    return hashlib.blake2b(session_id.encode(), digest_size=10, person=b"es-datakey").hexdigest()
+
+
+class KeyRing:
+    """Master keys by key id (each 32 bytes, for AES-256 key wrap). `current` (the only
+    key's id when there is one) wraps new data keys; every key unwraps.
+
+    `KeyRing.load(path, ...)` reads key files written by `KeyRing.write_new(path, key_id)`
+    (one line: a tag, the key id and 64 hex digits; mode 0600). The repr and every error
+    name key ids only.
+    """
+
+    def __init__(self, keys: Mapping[str, bytes], current: str | None = None) -> None:
+        if not keys:
+            raise InvalidArgumentError("a KeyRing needs at least one master key")
+        for kid, key in keys.items():
+            if not isinstance(kid, str) or not _KEY_ID.fullmatch(kid):
+                raise InvalidArgumentError(
+                    f"a master key id must match {_KEY_ID.pattern}, got {kid!r}"
+                )
+            if not isinstance(key, bytes) or len(key) != _KEY_LEN:
+                raise InvalidArgumentError(f"master key {kid!r} must be 32 bytes")
+        if current is None:
+            if len(keys) != 1:
+                raise InvalidArgumentError("a KeyRing of several keys needs current=KEY_ID")
+            current = next(iter(keys))
+        if current not in keys:
+            raise InvalidArgumentError(f"current key {current!r} is not in the ring")
+        self._keys = dict(keys)
+        self.current = current
+
+    @property
+    def key_ids(self) -> list[str]:
+        """The ids of the ring's keys (the current one first)."""
+        return [self.current, *(k for k in self._keys if k != self.current)]
+
+    def __repr__(self) -> str:
+        return f"KeyRing(key_ids={self.key_ids!r}, current={self.current!r})"
+
+    @classmethod
+    def load(cls, *paths: str | os.PathLike[str], current: str | None = None) -> KeyRing:
+        """A ring of the keys in the key files `paths` (the first file's key is current
+        unless `current` names another)."""
+        keys: dict[str, bytes] = {}
+        for path in paths:
+            kid, key = _read_key_file(Path(path))
+            keys[kid] = key
+        first = _read_key_file(Path(paths[0]))[0] if paths else None
+        return cls(keys, current if current is not None else first)
+
+    @staticmethod
+    def write_new(path: str | os.PathLike[str], key_id: str) -> None:
+        """Write a new random master key under `key_id` to `path` (created, mode 0600;
+        an existing file is never overwritten)."""
+        if not _KEY_ID.fullmatch(key_id):
+            raise InvalidArgumentError(f"a master key id must match {_KEY_ID.pattern}")
+        line = f"{_KEY_FILE_TAG} {key_id} {os.urandom(_KEY_LEN).hex()}\n"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(line)
+
+    def wrap(self, key: bytes) -> WrappedKey:
+        """`key` wrapped by the current master key."""
+        from cryptography.hazmat.primitives.keywrap import aes_key_wrap
+
+        wrapped = aes_key_wrap(self._keys[self.current], key)
+        return WrappedKey(kid=self.current, key=base64.b64encode(wrapped).decode())
+
+    def unwrap(self, slot: KeySlot, session_id: str | None) -> bytes | None:
+        """The data key of `slot`, unwrapped by the first of its wraps whose master key
+        the ring holds; None if it holds none of them. WrongKeyError if a key of the
+        right id does not unwrap it."""
+        from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap
+
+        for w in slot.wraps:
+            master = self._keys.get(w.kid)
+            if master is None:
+                continue
+            try:
+                return aes_key_unwrap(master, base64.b64decode(w.key, validate=True))
+            except (InvalidUnwrap, binascii.Error, ValueError):
+                raise WrongKeyError(
+                    w.kid, session_id, f"does not unwrap the data key {slot.dk!r}"
+                ) from None
+        return None
+
+
+def _read_key_file(path: Path) -> tuple[str, bytes]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read key file {str(path)!r}: {exc.strerror}") from None
+    parts = text.split()
+    if len(parts) != 3 or parts[0] != _KEY_FILE_TAG or not _KEY_ID.fullmatch(parts[1]):
+        raise InvalidArgumentError(f"{str(path)!r} is not an eventstore master key file")
+    try:
+        key = bytes.fromhex(parts[2])
+    except ValueError:
+        key = b""
+    if len(key) != _KEY_LEN:
+        raise InvalidArgumentError(f"{str(path)!r}: key {parts[1]!r} is not 64 hex digits")
+    return parts[1], key
+
+
+class WrappedKey(msgspec.Struct, frozen=True):
+    """A data key wrapped by master key `kid` (base64)."""
+
+    kid: str
+    key: str
+
+
+class KeySlot(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A session's key slot: the data key `dk` wrapped under one or more master keys, or,
+    once forgotten, no wrap and the time it was forgotten."""
+
+    dk: str
+    wraps: list[WrappedKey] = msgspec.field(default_factory=list)
+    forgotten: datetime | None = None
+
+
+_slot_decoder = msgspec.json.Decoder(KeySlot)
+
+
+def encode_slot(slot: KeySlot) -> bytes:
+    """The bytes an engine keeps for a key slot."""
+    return msgspec.json.encode(slot)
+
+
+def decode_slot(data: bytes, dk: str) -> KeySlot:
+    """A key slot from its bytes; KeyMissingError (naming the data key id) if unreadable."""
+    try:
+        slot = _slot_decoder.decode(data)
+    except msgspec.MsgspecError:
+        raise KeyMissingError(dk, None, "its key slot is unreadable") from None
+    if slot.dk != dk:
+        raise KeyMissingError(dk, None, f"its key slot names another data key {slot.dk!r}")
+    return slot
+
+
+class DataKey:
+    """One session's data key, unwrapped (kept in memory only): seals and opens payloads."""
+
+    __slots__ = ("_aead", "dk")
+
+    def __init__(self, dk: str, key: bytes) -> None:
+        self.dk = dk
+        self._aead = _aead()(key)
+
+    def __repr__(self) -> str:
+        return f"DataKey({self.dk!r})"
+
+    @staticmethod
+    def new_key() -> bytes:
+        """A fresh random 256-bit data key."""
+        return os.urandom(_KEY_LEN)
+
+    def seal(self, payload: bytes, tag: str, seq: int) -> bytes:
+        """The sealed token of `payload` for the line of `tag` and `seq`."""
+        nonce = os.urandom(_NONCE_LEN)
+        ct = self._aead.encrypt(nonce, payload, _aad(self.dk, tag, seq))
+        return self.dk.encode() + b"." + base64.b64encode(nonce + ct)
+
+    def open(self, blob: bytes, tag: str, seq: int) -> bytes | None:
+        """The payload of a sealed token's blob; None if it does not authenticate."""
+        from cryptography.exceptions import InvalidTag
+
+        if len(blob) < _NONCE_LEN + 16:
+            return None
+        try:
+            return bytes(
+                self._aead.decrypt(blob[:_NONCE_LEN], blob[_NONCE_LEN:], _aad(self.dk, tag, seq))
+            )
+        except InvalidTag:
+            return None
+
+
+def _aad(dk: str, tag: str, seq: int) -> bytes:
+    return f"{dk}|{tag}|{seq}".encode()
+
+
+def seal_body(body: bytes, ev_type: str, seq: int, ts: datetime, more: int, key: str | None,
+              v: int, data_key: DataKey) -> bytes:  # fmt: skip
+    """The sealed form of an event's encoded `body` (no `h` yet): its envelope in the
+    clear, its payload fields as one sealed field."""
+    env = _envelope_encoder.encode(_Envelope(ev_type, seq, ts, more, key, v))
+    prefix = env[:-1]
+    if not body.startswith(prefix):  # (the codec's field order; checked, never assumed)
+        raise AssertionError("an event's encoding does not open with its envelope")
+    rest = body[len(prefix) :]
+    payload = b"{}" if rest == b"}" else b"{" + rest[1:]
+    return prefix + SEAL_MARK + data_key.seal(payload, ev_type, seq) + b'"}'
+
+
+def _sealed_field(line: bytes) -> tuple[int, int] | None:
+    """(where `SEAL_MARK` starts, where the token ends) in a whole line (no newline, `h`
+    last) whose last payload field is a sealed one; None for a plain line."""
+    end = len(line) - HASH_SUFFIX_LEN - 1
+    if end < 0 or line[end : end + 1] != b'"':
+        return None
+    at = line.rfind(SEAL_MARK, 0, end)
+    if at < 0:
+        return None
+    token = line[at + len(SEAL_MARK) : end]
+    if b'"' in token or b"\\" in token:
+        return None
+    return at, end
+
+
+def sealed_key_id(line: bytes) -> str | None:
+    """The data key id a sealed line was sealed with; None for a plain line."""
+    found = _sealed_field(line)
+    if found is None:
+        return None
+    token = line[found[0] + len(SEAL_MARK) : found[1]]
+    return token.split(b".", 1)[0].decode("ascii", "replace")
+
+
+def open_line(
+    line: bytes, opener: Callable[[str], DataKey], where: object = "?", offset: int = 0
+) -> bytes:
+    """The plain form of a sealed line (a plain line as it is): its payload fields in
+    place of the sealed one, its `h` kept (the hash of the sealed line, as read).
+    `opener` gives the data key of an id (KeyMissingError, KeyForgottenError). A payload
+    that does not authenticate is a CorruptLogError naming the line."""
+    found = _sealed_field(line)
+    if found is None:
+        return line
+    at, end = found
+    token = line[at + len(SEAL_MARK) : end]
+    dk, _, b64 = token.partition(b".")
+    try:
+        env = _envelope_decoder.decode(line[:at] + b"}")
+        blob = base64.b64decode(b64, validate=True)
+    except (msgspec.MsgspecError, binascii.Error, ValueError):
+        raise CorruptLogError(
+            where, offset, None, "a sealed line's envelope is unreadable"
+        ) from None
+    data_key = opener(dk.decode("ascii", "replace"))
+    payload = data_key.open(blob, env.type, env.seq)
+    if payload is None:
+        raise CorruptLogError(
+            where,
+            offset,
+            env.seq,
+            f"its sealed payload does not authenticate under data key {data_key.dk!r}",
+        )
+    inner = payload[1:-1]
+    return line[:at] + (b"," + inner if inner else b"") + line[end + 1 :]
+
+
+def open_lines(
+    data: bytes, opener: Callable[[str], DataKey], wanted: Callable[[bytes], bool]
+) -> bytes:
+    """`data` (lines) with every sealed line `wanted(line)` picks opened."""
+    out: list[bytes] = []
+    for line in data.split(b"\n"):
+        if SEAL_MARK in line and wanted(line):
+            line = open_line(line, opener)
+        out.append(line)
+    return b"\n".join(out)
+
+
+def line_tag(line: bytes) -> bytes:
+    """The `type` of a line as the codec writes it (`{"type":"TAG",...`), b"" if not so."""
+    if not line.startswith(b'{"type":"'):
+        return b""
+    end = line.find(b'"', 9)
+    return line[9:end] if end > 0 else b""
+
+
+def tags_in(tags: Iterable[str]) -> frozenset[bytes]:
+    """`tags` as the bytes `line_tag` gives."""
+    return frozenset(t.encode() for t in tags)
