@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from eventstore.core import validation
 from eventstore.core.fingerprint import fingerprint
+from eventstore.core.keys import rekey
 from eventstore.core.session_core import (
     AppendResult,
     Build,
@@ -654,6 +655,18 @@ class SessionStore:
         record: list[Event] = [KeyForgotten(dk=dk)]
         self._write(session_id, lambda head, states: record, None, (), record)
         return True
+
+    def rekey(self, new: KeyRing) -> tuple[int, int]:
+        """Rewrap every data key this store's key ring unwraps with `new`'s current master
+        key, dropping the old wraps; no log is rewritten (see docs/encryption.md).
+        Returns (rewrapped, left: forgotten keys and keys of master keys this ring lacks).
+        Afterwards open the store with `new`. Needs `keys=`."""
+        if self.core.keys is None:
+            raise InvalidArgumentError("rekey needs a store opened with keys=KeyRing(...)")
+        if not isinstance(new, KeyRing):
+            raise InvalidArgumentError(f"new must be a KeyRing, got {validation.described(new)}")
+        self.core.check_open()
+        return rekey(self.engine, self.core.keys.ring, new)
 
     def fork_session(self, source: str, session_id: str, at_seq: int | None = None) -> ForkResult:
         """Start `session_id` from `source`'s state after `at_seq` (what `state_at(source,

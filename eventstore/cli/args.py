@@ -120,6 +120,15 @@ def add_root(p: argparse.ArgumentParser) -> None:
         metavar="MODULE:ATTR",
         help="load custom event types (an Event subclass or a list of them; repeatable)",
     )
+    p.add_argument(
+        "--key",
+        dest="key_files",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a master key file, to read and write encrypted sessions (repeatable; the"
+        " first wraps new data keys)",
+    )
 
 
 def add_session(p: argparse.ArgumentParser) -> None:

@@ -23,6 +23,7 @@ from urllib.parse import unquote, urlsplit
 from eventstore.cli.args import CliError
 from eventstore.engines.base import is_conninfo, redact_text
 from eventstore.errors import InvalidSessionIdError
+from eventstore.format.crypt import KeyRing
 from eventstore.format.events import Event
 from eventstore.session_ids import validate_session_id
 from eventstore.store import SessionStore
@@ -130,6 +131,9 @@ def open_store(args: argparse.Namespace, *, create: bool = False, **options: Any
     types = load_event_types(getattr(args, "event_types", None) or [])
     # another URL (memory://, postgresql://) goes to the engine it names, which refuses
     # what it cannot open with a typed error
+    files = getattr(args, "key_files", None) or []
+    if files:
+        options.setdefault("keys", KeyRing.load(*files))
     return SessionStore(root if path is None else path, event_types=types, **options)
 
 

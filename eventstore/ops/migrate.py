@@ -39,10 +39,12 @@ from eventstore.engines.base import (
     EMPTY_HEAD,
     EncodedBatch,
     Engine,
+    KeyEngine,
 )
 from eventstore.errors import EventStoreError
 from eventstore.format.chain import split_hash
 from eventstore.format.codec import EventCodec
+from eventstore.format.crypt import key_id_of
 from eventstore.format.depth import HEAD_DECODER
 from eventstore.format.events import LineHead
 from eventstore.ops import compaction
@@ -203,6 +205,7 @@ def migrate_session(
             f" (from seq {first}); remove it there first or pick another destination"
         )
     dst = dst_engine
+    _copy_key_slot(src, dst, session_id)
     head = dst.head(session_id) if have else EMPTY_HEAD
     done = len(have)
     i = done
@@ -251,6 +254,27 @@ def migrate_session(
         if progress is not None:
             progress(i, len(plan))
     return MigrationResult(session_id, len(plan) - done, done, len(plan))
+
+
+def _copy_key_slot(src: Engine, dst: Engine, session_id: str) -> None:
+    """Copy an encrypted session's key slot (its data key, wrapped: no key is needed or
+    seen) before any of its lines, so the destination never holds a sealed line
+    without its key. MigrationError if the destination keeps no key slots, or holds
+    another key for the session."""
+    dk = key_id_of(session_id)
+    data = src.load_key_slot(dk) if isinstance(src, KeyEngine) else None
+    if data is None:
+        return
+    if not isinstance(dst, KeyEngine):
+        raise MigrationError(
+            f"{dst.url}: session {session_id!r} is encrypted and this engine keeps no key"
+            " slots: nothing was copied"
+        )
+    if not dst.create_key_slot(dk, data) and dst.load_key_slot(dk) != data:
+        raise MigrationError(
+            f"{dst.url}: session {session_id!r}: the destination holds another data key"
+            f" {dk!r} for it: nothing was copied"
+        )
 
 
 def _same(a: Step, b: Step) -> bool:
