@@ -1,0 +1,347 @@
+"""Encryption at rest and crypto-shredding (docs/encryption.md): `SessionStore(keys=...)`.
+
+What it promises: no plaintext byte of an encrypted session is written (every write
+path, every file); the chain covers the ciphertext, so `verify` and `migrate` work
+without the key; a payload moved or rewritten does not open; wrong and missing keys
+are typed errors naming the key id, with nothing written and no key material shown;
+`forget_key` makes the session unreadable while `verify` still proves the chain;
+`rekey` rewraps without rewriting a log. Attacks last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from conftest import cli_in_process, make_checkpoint, make_entry, make_features, make_manifest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventstore import (
+    EncryptedSessionError,
+    KeyForgotten,
+    KeyForgottenError,
+    KeyMissingError,
+    KeyRing,
+    Message,
+    Role,
+    SessionStore,
+    WrongKeyError,
+)
+from eventstore.errors import CorruptLogError, InvalidArgumentError
+from eventstore.format.chain import line_hash
+from eventstore.ops.migrate import migrate_session
+
+MARKER = "PLAINTEXT-MARKER-7f3a"
+M1 = bytes(range(32))
+M2 = bytes(range(32, 64))
+
+
+def ring(kid: str = "m1", key: bytes = M1) -> KeyRing:
+    return KeyRing({kid: key})
+
+
+def every_byte(root: Path) -> list[tuple[Path, bytes]]:
+    return [(p, p.read_bytes()) for p in sorted(root.rglob("*")) if p.is_file()]
+
+
+def no_marker(root: Path) -> None:
+    """No file under `root` holds the marker (raw, nor as JSON escapes it)."""
+    for path, data in every_byte(root):
+        assert MARKER.encode() not in data, path
+
+
+def log_of(root: Path, sid: str = "s1") -> Path:
+    return root / "sessions" / sid / "log.jsonl"
+
+
+def fill(store: SessionStore, sid: str = "s1") -> None:
+    """The session written through every write path of the session API, each with the
+    marker in a field."""
+    manifest = make_manifest(sid, current_objective=f"objective {MARKER}")
+    features = make_features(2)
+    features[0] = msgspec.structs.replace(features[0], description=f"feature {MARKER}")
+    assert store.initialize_session_if_missing(sid, manifest, features)
+    store.save_manifest(sid, make_manifest(sid, active_branch=f"b-{MARKER}"))
+    entry = msgspec.structs.replace(make_entry(1), summary=f"progress {MARKER}")
+    store.append_progress_entry(sid, entry)
+    store.replace_feature_list(sid, features)
+    store.update_feature_pass(sid, features[0].id, True)
+    cp = msgspec.structs.replace(make_checkpoint(), note=f"note {MARKER}")
+    store.record_run_checkpoint(sid, cp)
+    store.append_transcript_messages(
+        sid,
+        [
+            Message(role=Role.USER, content=f"hello {MARKER}"),
+            Message(role=Role.TOOL, content=MARKER),
+        ],
+    )
+
+
+# -- what it promises -----------------------------------------------------------------
+
+
+def test_no_plaintext_byte_of_an_encrypted_session_is_written(tmp_path: Path) -> None:
+    root = tmp_path / "st"
+    with SessionStore(root, keys=ring()) as store:
+        fill(store)
+        for _ in range(3):  # reads, pages and loads of every kind (a cache would be written)
+            assert MARKER in store.load_bootstrap_state("s1").manifest.active_branch  # type: ignore[union-attr]
+            assert store.load_transcript_messages("s1")[-1].content == MARKER
+            assert store.load_transcript_messages("s1", last=1)[0].content == MARKER
+        with pytest.raises(EncryptedSessionError):
+            store.compact("s1")
+        with pytest.raises(EncryptedSessionError):
+            store.fork_session("s1", "s2")
+    no_marker(root)
+    # reopened: the same state, still nothing in the clear
+    with SessionStore(root, keys=ring()) as store:
+        assert store.load_transcript_messages("s1")[0].content == f"hello {MARKER}"
+        assert store.verify("s1").ok
+    no_marker(root)
+    # the envelope stays readable (jq-able): types and seqs in the clear
+    lines = [msgspec.json.decode(line) for line in log_of(root).read_bytes().splitlines()]
+    assert [d["seq"] for d in lines] == list(range(1, len(lines) + 1))
+    assert all("_enc" in d for d in lines)
+
+
+def test_the_langgraph_saver_writes_no_plaintext_of_an_encrypted_store(tmp_path: Path) -> None:
+    lg = pytest.importorskip("eventstore.integrations.langgraph")
+    from langgraph.graph import END, START, StateGraph
+
+    class State(dict[str, Any]):
+        pass
+
+    root = tmp_path / "st"
+    store = SessionStore(root, keys=ring())
+    with lg.EventStoreSaver(store) as saver:
+        g: Any = StateGraph(dict)
+        g.add_node("say", lambda s: {"text": f"said {MARKER}"})
+        g.add_edge(START, "say")
+        g.add_edge("say", END)
+        out = g.compile(checkpointer=saver).invoke(
+            {"text": MARKER}, {"configurable": {"thread_id": "t"}}
+        )
+        assert out["text"] == f"said {MARKER}"
+    store.close()
+    no_marker(root)
+
+
+@settings(max_examples=25, deadline=None)
+@given(content=st.text(min_size=0, max_size=200), name=st.one_of(st.none(), st.text(max_size=20)))
+def test_a_sealed_message_reads_back_equal(content: str, name: str | None) -> None:
+    msg = Message(role=Role.ASSISTANT, content=content, name=name)
+    try:
+        msgspec.json.encode(msg)
+    except UnicodeEncodeError:
+        return  # (a lone surrogate is refused encrypted or not)
+    with SessionStore("memory://", keys=ring()) as store:
+        store.append_transcript_messages("s", [msg])
+        assert store.load_transcript_messages("s") == [msg]
+        assert store.verify("s").ok
+
+
+def test_verify_proves_the_chain_without_the_key(tmp_path: Path) -> None:
+    root = tmp_path / "st"
+    with SessionStore(root, keys=ring()) as store:
+        fill(store)
+        head = store.verify("s1").head_hash
+    with SessionStore(root) as keyless:
+        report = keyless.verify("s1")
+        assert report.ok and report.head_hash == head
+        with pytest.raises(KeyMissingError) as err:
+            keyless.load_transcript_messages("s1")
+    assert "key" in str(err.value)
+    # one ciphertext byte changed: verify without the key finds it
+    data = bytearray(log_of(root).read_bytes())
+    i = data.index(b'"_enc":"') + 40
+    data[i] = ord("A") if data[i] != ord("A") else ord("B")
+    log_of(root).write_bytes(bytes(data))
+    with SessionStore(root) as keyless:
+        assert not keyless.verify("s1").ok
+
+
+def test_wrong_or_missing_keys_are_typed_errors_that_name_the_key_and_write_nothing(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "st"
+    with SessionStore(root, keys=ring()) as store:
+        fill(store)
+    before = every_byte(root)
+    errors: list[Exception] = []
+    for keys, kind in ((ring("m9", M2), KeyMissingError), (ring("m1", M2), WrongKeyError)):
+        with SessionStore(root, keys=keys) as store:
+            with pytest.raises(kind) as err:
+                store.load_bootstrap_state("s1")
+            errors.append(err.value)
+            with pytest.raises(kind) as err:
+                store.append_transcript_messages("s1", [Message(role=Role.USER, content="x")])
+            errors.append(err.value)
+    with SessionStore(root) as keyless, pytest.raises(EncryptedSessionError):
+        keyless.append_transcript_messages("s1", [Message(role=Role.USER, content="x")])
+    assert every_byte(root) == before
+    for exc in errors:
+        text = str(exc)
+        assert "'m1'" in text and "'s1'" in text, text
+        for key in (M1, M2):
+            assert key.hex() not in text and repr(key) not in text
+    assert "m9" in repr(ring("m9", M2)) and M2.hex() not in repr(ring("m9", M2))
+
+
+def test_forget_key_makes_the_session_unreadable_and_verify_still_passes(tmp_path: Path) -> None:
+    root = tmp_path / "st"
+    with SessionStore(root, keys=ring()) as store:
+        fill(store)
+        fill(store, "other")
+        log_before = log_of(root).read_bytes()
+        assert store.forget_key("s1") is True
+        for load in (store.load_bootstrap_state, store.load_transcript_messages):
+            with pytest.raises(KeyForgottenError) as err:
+                load("s1")
+            assert "'s1'" in str(err.value)
+        with pytest.raises(KeyForgottenError):
+            store.append_transcript_messages("s1", [Message(role=Role.USER, content="x")])
+        assert store.verify("s1").ok
+        assert store.load_transcript_messages("other")[-1].content == MARKER  # untouched
+    # the log was not rewritten: one record appended, which says what was destroyed
+    after = log_of(root).read_bytes()
+    assert after.startswith(log_before)
+    record = msgspec.json.decode(after[len(log_before) :])
+    assert record["type"] == "key_forgotten" and "_enc" not in record
+    # every store opening it later, with the master key, reads nothing of it
+    with SessionStore(root, keys=ring()) as store:
+        with pytest.raises(KeyForgottenError) as err:
+            store.load_transcript_messages("s1")
+        assert err.value.session_id == "s1"
+        assert store.verify("s1").ok
+        assert [type(e) for e in store.read_events("s1", types=["key_forgotten"])] == [KeyForgotten]
+        assert store.forget_key("s1") is True  # again: nothing more to destroy
+        assert store.forget_key("never") is False
+    with SessionStore(root) as keyless:
+        assert keyless.verify("s1").ok
+
+
+def test_rekey_rewraps_without_rewriting_a_log(tmp_path: Path) -> None:
+    root = tmp_path / "st"
+    with SessionStore(root, keys=ring()) as store:
+        fill(store)
+        digest = hashlib.sha256(log_of(root).read_bytes()).hexdigest()
+        assert store.rekey(ring("m2", M2)) == (1, 0)
+    assert hashlib.sha256(log_of(root).read_bytes()).hexdigest() == digest
+    with SessionStore(root, keys=ring()) as old, pytest.raises(KeyMissingError) as err:
+        old.load_transcript_messages("s1")
+    assert "'m2'" in str(err.value)
+    with SessionStore(root, keys=KeyRing({"m2": M2, "m1": M1}, current="m2")) as new:
+        assert new.load_transcript_messages("s1")[0].content == f"hello {MARKER}"
+    no_marker(root)
+
+
+def test_the_rekey_and_keygen_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    k1, k2, root = tmp_path / "m1.key", tmp_path / "m2.key", tmp_path / "st"
+    assert cli_in_process(capsys, "keygen", str(k1), "--id", "m1")[0] == 0
+    assert cli_in_process(capsys, "keygen", str(k2), "--id", "m2")[0] == 0
+    assert os.stat(k1).st_mode & 0o777 == 0o600
+    assert cli_in_process(capsys, "keygen", str(k1), "--id", "m1")[0] == 2  # never overwritten
+    with SessionStore(root, keys=KeyRing.load(k1)) as store:
+        fill(store)
+    code, out, _ = cli_in_process(
+        capsys, "rekey", str(root), "--old-key", str(k1), "--new-key", str(k2)
+    )
+    assert code == 0 and "rewrapped 1" in out
+    code, out, _ = cli_in_process(capsys, "log", str(root), "s1", "--key", str(k2), "--json")
+    assert code == 0 and MARKER in out
+    code, _, err = cli_in_process(capsys, "log", str(root), "s1", "--key", str(k1))
+    assert code == 2 and "'m2'" in err
+    assert cli_in_process(capsys, "verify", str(root), "s1")[0] == 0  # no key needed
+    no_marker(root)
+
+
+@pytest.mark.parametrize("via", ["memory://crypt-migrate", None])
+def test_migrate_keeps_an_encrypted_session_encrypted_and_verifiable_without_the_key(
+    tmp_path: Path, via: str | None
+) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    with SessionStore(src, keys=ring()) as store:
+        fill(store)
+        head = store.verify("s1").head_hash
+    # copied without any key: through a memory store, or straight to another directory
+    with SessionStore(src) as a, SessionStore(dst) as b:
+        if via is None:
+            migrate_session(a.engine, b, "s1")
+        else:
+            with SessionStore(via) as mid:
+                migrate_session(a.engine, mid, "s1")
+                migrate_session(mid.engine, b, "s1")
+        assert b.verify("s1").ok and b.verify("s1").head_hash == head
+    no_marker(dst)
+    assert log_of(dst).read_bytes() == log_of(src).read_bytes()
+    with SessionStore(dst, keys=ring()) as store:
+        assert store.load_transcript_messages("s1")[-1].content == MARKER
+
+
+# -- attacks --------------------------------------------------------------------------
+
+
+def _rechain(lines: list[bytes]) -> list[bytes]:
+    """`lines` with every `h` recomputed: what a forger who can write the store does."""
+    out, link = [], ""
+    for line in lines:
+        body = line[: line.rindex(b',"h":"')] + b"}"
+        h = line_hash(link, body)
+        out.append(body[:-1] + b',"h":"' + h.encode() + b'"}')
+        link = h
+    return out
+
+
+def test_a_payload_moved_to_another_line_with_a_recomputed_chain_does_not_open(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "st"
+    with SessionStore(root, keys=ring()) as store:
+        store.append_transcript_messages("s1", [Message(role=Role.USER, content="first")])
+        store.append_transcript_messages("s1", [Message(role=Role.USER, content="second")])
+    a, b = log_of(root).read_bytes().splitlines()
+
+    def enc(line: bytes) -> bytes:
+        return line[line.index(b',"_enc":"') : line.rindex(b',"h":"')]
+
+    swapped = _rechain([a.replace(enc(a), enc(b)), b.replace(enc(b), enc(a))])
+    log_of(root).write_bytes(b"\n".join(swapped) + b"\n")
+    with SessionStore(root) as keyless:
+        assert keyless.verify("s1").ok  # the forger's chain is whole...
+    with SessionStore(root, keys=ring()) as store:
+        with pytest.raises(CorruptLogError) as err:  # ...but no payload opens out of place
+            store.load_transcript_messages("s1")
+        assert "authenticate" in str(err.value)
+        assert not store.verify("s1").ok  # with the key, verify opens each payload
+
+
+def test_two_stores_creating_a_session_key_at_once_agree_on_one(tmp_path: Path) -> None:
+    root = tmp_path / "st"
+    a, b = SessionStore(root, keys=ring()), SessionStore(root, keys=ring())
+    with a, b:
+        a.append_transcript_messages("s1", [Message(role=Role.USER, content="from a")])
+        b.append_transcript_messages("s1", [Message(role=Role.USER, content="from b")])
+        for s in (a, b):
+            assert [m.content for m in s.load_transcript_messages("s1")] == ["from a", "from b"]
+    assert len(list((root / "keys").iterdir())) == 1
+
+
+def test_bad_key_rings_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError):
+        KeyRing({"m1": b"short"})
+    with pytest.raises(InvalidArgumentError):
+        KeyRing({"../x": M1})
+    with pytest.raises(InvalidArgumentError):
+        KeyRing({"a": M1, "b": M2})  # which is current?
+    with pytest.raises(InvalidArgumentError):
+        SessionStore(tmp_path / "st", keys=M1)  # type: ignore[arg-type]
+    bad = tmp_path / "bad.key"
+    bad.write_text("not a key")
+    with pytest.raises(InvalidArgumentError) as err:
+        KeyRing.load(bad)
+    assert "not a key" not in str(err.value)
