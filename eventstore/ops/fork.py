@@ -99,7 +99,6 @@ def fork_session(
     core = core_of(core)
     at_seq = _check_at_seq(at_seq)
     core.session(session_id)  # validates the id, checks the store is open
-    core.refuse_sealed(source, "forking it")
     engine = core.engine
     with engine.history(session_id) as held:
         if held.segments:
@@ -111,6 +110,7 @@ def fork_session(
     if gone is not None:
         raise SessionDeletedError(source, gone.ts, gone.by)
     with require_history(core, source) as hist:
+        core.refuse_sealed(source, "forking it")
         events, states = _fold_source(core, source, hist, at_seq)
     last = events[-1]
     origin = ForkOrigin(session_id=source, seq=last.seq, h=last.h)
