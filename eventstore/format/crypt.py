@@ -252,28 +252,26 @@ class DataKey:
         """A fresh random 256-bit data key."""
         return os.urandom(_KEY_LEN)
 
-    def seal(self, payload: bytes, tag: str, seq: int) -> bytes:
-        """The sealed token of `payload` for the line of `tag` and `seq`."""
+    def seal(self, payload: bytes, envelope: bytes) -> bytes:
+        """The sealed token of `payload` for the line whose clear part is `envelope`."""
         nonce = os.urandom(_NONCE_LEN)
-        ct = self._aead.encrypt(nonce, payload, _aad(self.dk, tag, seq))
+        ct = self._aead.encrypt(nonce, payload, self.dk.encode() + envelope)
         return self.dk.encode() + b"." + base64.b64encode(nonce + ct)
 
-    def open(self, blob: bytes, tag: str, seq: int) -> bytes | None:
+    def open(self, blob: bytes, envelope: bytes) -> bytes | None:
         """The payload of a sealed token's blob; None if it does not authenticate."""
         from cryptography.exceptions import InvalidTag
 
         if len(blob) < _NONCE_LEN + 16:
             return None
+        view = memoryview(blob)
         try:
-            return bytes(
-                self._aead.decrypt(blob[:_NONCE_LEN], blob[_NONCE_LEN:], _aad(self.dk, tag, seq))
+            out: bytes = self._aead.decrypt(
+                view[:_NONCE_LEN], view[_NONCE_LEN:], self.dk.encode() + envelope
             )
         except InvalidTag:
             return None
-
-
-def _aad(dk: str, tag: str, seq: int) -> bytes:
-    return f"{dk}|{tag}|{seq}".encode()
+        return out
 
 
 def seal_body(body: bytes, ev_type: str, seq: int, ts: datetime, more: int, key: str | None,
@@ -284,9 +282,11 @@ def seal_body(body: bytes, ev_type: str, seq: int, ts: datetime, more: int, key:
     prefix = env[:-1]
     if not body.startswith(prefix):  # (the codec's field order; checked, never assumed)
         raise AssertionError("an event's encoding does not open with its envelope")
-    rest = body[len(prefix) :]
-    payload = b"{}" if rest == b"}" else b"{" + rest[1:]
-    return prefix + SEAL_MARK + data_key.seal(payload, ev_type, seq) + b'"}'
+    # the payload sealed is the fields after the envelope as they stand (`,"f":...`,
+    # or nothing), and the authenticated data is the clear envelope itself: a payload
+    # opens only under its own data key, type, seq, time, batch marker and key
+    payload = body[len(prefix) : -1]
+    return prefix + SEAL_MARK + data_key.seal(payload, prefix) + b'"}'
 
 
 def _sealed_field(line: bytes) -> tuple[int, int] | None:
@@ -324,26 +324,35 @@ def open_line(
     if found is None:
         return line
     at, end = found
-    token = line[at + len(SEAL_MARK) : end]
-    dk, _, b64 = token.partition(b".")
-    try:
-        env = _envelope_decoder.decode(line[:at] + b"}")
-        blob = base64.b64decode(b64, validate=True)
-    except (msgspec.MsgspecError, binascii.Error, ValueError):
+    start = at + len(SEAL_MARK)
+    dot = line.find(b".", start, end)
+    envelope = line[:at]
+    if dot < 0:
         raise CorruptLogError(
-            where, offset, None, "a sealed line's envelope is unreadable"
-        ) from None
-    data_key = opener(dk.decode("ascii", "replace"))
-    payload = data_key.open(blob, env.type, env.seq)
+            where, offset, _seq_of(envelope), "a sealed payload names no data key"
+        )
+    try:
+        # (not strict: a changed character fails the authentication below)
+        blob = binascii.a2b_base64(memoryview(line)[dot + 1 : end])
+    except (binascii.Error, ValueError):
+        blob = b""
+    data_key = opener(line[start:dot].decode("ascii", "replace"))
+    payload = data_key.open(blob, envelope)
     if payload is None:
         raise CorruptLogError(
             where,
             offset,
-            env.seq,
+            _seq_of(envelope),
             f"its sealed payload does not authenticate under data key {data_key.dk!r}",
         )
-    inner = payload[1:-1]
-    return line[:at] + (b"," + inner if inner else b"") + line[end + 1 :]
+    return envelope + payload + line[end + 1 :]
+
+
+def _seq_of(envelope: bytes) -> int | None:
+    try:
+        return _envelope_decoder.decode(envelope + b"}").seq
+    except msgspec.MsgspecError:
+        return None
 
 
 def open_lines(

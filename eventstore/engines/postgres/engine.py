@@ -53,6 +53,7 @@ from eventstore.engines.base import (
     HeadMovedError,
     History,
     InstallResult,
+    KeyEngine,
     Position,
     ReadResult,
     RepairHold,
@@ -213,7 +214,10 @@ def _storage_error(engine: PostgresEngine, doing: str, exc: BaseException) -> St
 T = TypeVar("T")
 
 
-class PostgresEngine(FeedEngine, CachingEngine):
+_SLOT = "keyslot:"  # the `meta` rows holding key slots
+
+
+class PostgresEngine(FeedEngine, CachingEngine, KeyEngine):
     """Sessions in a PostgreSQL database: see the module docstring. It keeps the global
     feed (`FeedEngine`) and the face's fold caches (`CachingEngine`); no ranged reads or
     pruning."""
@@ -621,6 +625,53 @@ class PostgresEngine(FeedEngine, CachingEngine):
             "listing sessions", lambda conn: conn.execute(self._sql.list_sessions).fetchall()
         )
         return sorted(r[0] for r in rows)
+
+    # -- key slots (`KeyEngine`): rows `keyslot:<data key id>` of `meta`, so no schema
+    # change; a replaced row's old version lives on as a dead tuple until VACUUM, and in
+    # WAL and backups (docs/encryption.md says what crypto-shredding reaches)
+
+    def load_key_slot(self, dk: str) -> bytes | None:
+        """The key slot `dk`."""
+
+        def run(conn: psycopg.Connection[Any]) -> bytes | None:
+            row = conn.execute(
+                f"SELECT value FROM {self._q}.meta WHERE name = %s", (_SLOT + dk,)
+            ).fetchone()
+            return None if row is None else str(row[0]).encode()
+
+        return self._query("reading a key slot", run)
+
+    def create_key_slot(self, dk: str, data: bytes) -> bool:
+        """Keep the key slot `dk` unless one exists (one INSERT ... ON CONFLICT DO NOTHING)."""
+        with self._conn("creating a key slot") as conn, conn.transaction():
+            cur = conn.execute(
+                f"INSERT INTO {self._q}.meta (name, value) VALUES (%s, %s)"
+                " ON CONFLICT (name) DO NOTHING",
+                (_SLOT + dk, data.decode()),
+            )
+            return cur.rowcount == 1
+
+    def replace_key_slot(self, dk: str, data: bytes) -> None:
+        """Replace the key slot `dk` (an upsert, committed before it returns)."""
+        with self._conn("replacing a key slot") as conn, conn.transaction():
+            conn.execute(
+                f"INSERT INTO {self._q}.meta (name, value) VALUES (%s, %s)"
+                " ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+                (_SLOT + dk, data.decode()),
+            )
+
+    def list_key_slots(self) -> list[str]:
+        """Every key slot's id."""
+
+        def run(conn: psycopg.Connection[Any]) -> list[str]:
+            rows = conn.execute(
+                f"SELECT substr(name, {len(_SLOT) + 1}) FROM {self._q}.meta"
+                " WHERE starts_with(name, %s) ORDER BY name",
+                (_SLOT,),
+            ).fetchall()
+            return [str(r[0]) for r in rows]
+
+        return self._query("listing key slots", run)
 
     def remove_session(self, session_id: str) -> bool:
         """Delete the session row; its lines, snapshots, keys and saved bytes go with it

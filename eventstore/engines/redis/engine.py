@@ -54,6 +54,7 @@ from eventstore.engines.base import (
     HeadMovedError,
     History,
     InstallResult,
+    KeyEngine,
     Position,
     PrunedSegment,
     PruningEngine,
@@ -179,7 +180,7 @@ def _head_of(c: list[Any]) -> Head:
     return Head(seq, _text(c[2]), _text(c[3]), RedisPosition(gen, int(c[6]), size), size, int(c[4]))
 
 
-class RedisEngine(PruningEngine):
+class RedisEngine(PruningEngine, KeyEngine):
     """Sessions on a Redis server: see the module docstring. Pruning (`PruningEngine`);
     `RedisFeedEngine` adds the global feed."""
 
@@ -530,6 +531,50 @@ class RedisEngine(PruningEngine):
             return ids
 
         return sorted(self._call("listing sessions", run))
+
+    # -- key slots (`KeyEngine`): one string key each, `<prefix>:keyslot:<data key id>`
+    # (outside every session's hash tag, so no session scan sees it; never expires)
+
+    def _slot_key(self, dk: str) -> str:
+        return f"{self._prefix}:keyslot:{dk}"
+
+    def _durable(self) -> None:
+        if self._waitaof:
+            self._call(
+                "waiting for the AOF",
+                lambda: self._client.execute_command("WAITAOF", 1, 0, _WAITAOF_MS),
+            )
+
+    def load_key_slot(self, dk: str) -> bytes | None:
+        """The key slot `dk`."""
+        found = self._call("reading a key slot", lambda: self._client.get(self._slot_key(dk)))
+        return None if found is None else bytes(found)
+
+    def create_key_slot(self, dk: str, data: bytes) -> bool:
+        """Keep the key slot `dk` unless one exists (SET NX)."""
+        key = self._slot_key(dk)
+        made = bool(self._call("creating a key slot", lambda: self._client.set(key, data, nx=True)))
+        if made:
+            self._durable()
+        return made
+
+    def replace_key_slot(self, dk: str, data: bytes) -> None:
+        """Replace the key slot `dk` (SET)."""
+        key = self._slot_key(dk)
+        self._call("replacing a key slot", lambda: self._client.set(key, data))
+        self._durable()
+
+    def list_key_slots(self) -> list[str]:
+        """Every key slot's id (a SCAN)."""
+        base = f"{self._prefix}:keyslot:"
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", base) + "*"
+
+        def run() -> list[str]:
+            return [
+                k.decode()[len(base) :] for k in self._client.scan_iter(match=pattern, count=1000)
+            ]
+
+        return sorted(self._call("listing key slots", run))
 
     def remove_session(self, session_id: str) -> bool:
         """One script: every key of the session deleted at once."""
