@@ -345,3 +345,73 @@ def test_bad_key_rings_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError) as err:
         KeyRing.load(bad)
     assert "not a key" not in str(err.value)
+
+
+# -- the server engines: every row, every key -------------------------------------------
+
+
+def _exercise(url: str) -> None:
+    """`fill` on `url`, reads, a second session forgotten, a migration from a file store."""
+    with SessionStore(url, keys=ring()) as store:
+        fill(store)
+        fill(store, "gone")
+        assert store.load_transcript_messages("s1", last=1)[0].content == MARKER
+        assert store.load_bootstrap_state("s1").manifest is not None
+        assert store.forget_key("gone")
+        with pytest.raises(KeyForgottenError):
+            store.load_transcript_messages("gone")
+        assert store.verify("gone").ok
+
+
+def test_no_plaintext_in_any_postgresql_row(pg_url: str, tmp_path: Path) -> None:
+    import psycopg
+
+    from eventstore.engines.postgres.engine import split_url
+
+    _exercise(pg_url)
+    src = tmp_path / "src"
+    with SessionStore(src, keys=ring()) as store:
+        fill(store, "migrated")
+    with SessionStore(src) as a, SessionStore(pg_url) as b:
+        migrate_session(a.engine, b, "migrated")  # no key needed or seen
+        assert b.verify("migrated").ok
+    with SessionStore(pg_url, keys=ring()) as store:
+        assert store.load_transcript_messages("migrated")[-1].content == MARKER
+    schema = pg_url.split("schema=")[1].split("&")[0]
+    rows = 0
+    with psycopg.connect(split_url(pg_url)[0], autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+        ).fetchall()
+        for (table,) in tables:
+            for (text,) in conn.execute(f'SELECT t::text FROM "{schema}"."{table}" t'):
+                rows += 1
+                assert MARKER not in text and MARKER.encode().hex() not in text, table
+    assert rows > 20
+
+
+def test_no_plaintext_in_any_redis_key(tmp_path: Path) -> None:
+    from conftest import require_redis_url
+
+    require_redis_url()
+    import redis
+    from engines import fresh_redis
+
+    url = fresh_redis()
+    _exercise(url)
+    prefix = url.split("prefix=")[1].split("&")[0]
+    client = redis.Redis.from_url(url.split("?")[0])
+    keys = list(client.scan_iter(match=f"{prefix}:*"))
+    assert len(keys) > 3
+    for key in keys:
+        kind = client.type(key).decode()
+        value: Any = {
+            "string": lambda: client.get(key),
+            "hash": lambda: client.hgetall(key),
+            "list": lambda: client.lrange(key, 0, -1),
+            "zset": lambda: client.zrange(key, 0, -1),
+            "set": lambda: client.smembers(key),
+            "stream": lambda: client.xrange(key),
+        }[kind]()
+        assert MARKER.encode() not in repr(value).encode(), key
+        assert MARKER.encode() not in key
