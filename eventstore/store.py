@@ -176,10 +176,6 @@ class SessionStore:
             raise InvalidArgumentError(f"auto_compact must be an AutoCompact, got {auto_compact!r}")
         if keys is not None and not isinstance(keys, KeyRing):
             raise InvalidArgumentError(f"keys must be a KeyRing, got {validation.described(keys)}")
-        if keys is not None and auto_compact is not None:
-            raise InvalidArgumentError(
-                "auto_compact is not available with keys: an encrypted session is not compacted"
-            )
         self.durability: Durability = durability
         # what the arguments can refuse is checked before the engine opens (a file store
         # would create its directory): the codec, then the core below

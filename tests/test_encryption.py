@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eventstore import (
+    AutoCompact,
     EncryptedSessionError,
     KeyForgotten,
     KeyForgottenError,
@@ -93,20 +94,48 @@ def test_no_plaintext_byte_of_an_encrypted_session_is_written(tmp_path: Path) ->
             assert MARKER in store.load_bootstrap_state("s1").manifest.active_branch  # type: ignore[union-attr]
             assert store.load_transcript_messages("s1")[-1].content == MARKER
             assert store.load_transcript_messages("s1", last=1)[0].content == MARKER
-        with pytest.raises(EncryptedSessionError):
-            store.compact("s1")
-        with pytest.raises(EncryptedSessionError):
-            store.fork_session("s1", "s2")
+        # compaction with history (a sealed snapshot, the old log archived), a fork
+        assert store.compact("s1", force=True).compacted
+        store.append_transcript_messages("s1", [Message(role=Role.USER, content=MARKER)])
+        assert store.fork_session("s1", "s2", at_seq=4).seq == 4
+        assert store.load_transcript_messages("s1", last=1)[0].content == MARKER
+        assert store.state_at("s1", seq=3).feature_list[0].description == f"feature {MARKER}"
+        assert store.load_bootstrap_state("s2").manifest is not None
     no_marker(root)
+    with SessionStore(root) as keyless:  # no key: no compaction (it could not seal)
+        with pytest.raises((KeyMissingError, EncryptedSessionError)):
+            keyless.compact("s1", force=True)
+        assert keyless.verify("s1").ok and keyless.verify("s2").ok
     # reopened: the same state, still nothing in the clear
     with SessionStore(root, keys=ring()) as store:
         assert store.load_transcript_messages("s1")[0].content == f"hello {MARKER}"
-        assert store.verify("s1").ok
+        assert store.verify("s1").ok and store.verify("s2").ok
     no_marker(root)
     # the envelope stays readable (jq-able): types and seqs in the clear
     lines = [msgspec.json.decode(line) for line in log_of(root).read_bytes().splitlines()]
-    assert [d["seq"] for d in lines] == list(range(1, len(lines) + 1))
-    assert all("_enc" in d for d in lines)
+    assert [d["type"] for d in lines] == ["snapshot", "messages_appended"]
+    assert all(isinstance(s, str) for s in lines[0]["states"].values())
+    assert "_enc" in lines[1]
+
+
+def test_a_long_sealed_snapshot_is_read_by_its_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eventstore.format import reader
+
+    monkeypatch.setattr(reader, "LONG_SNAPSHOT", 0)  # every snapshot takes the cut path
+    root = tmp_path / "st"
+    with SessionStore(root, keys=ring(), auto_compact=AutoCompact(max_events=5)) as store:
+        for i in range(12):
+            store.append_transcript_messages(
+                "s1", [Message(role=Role.USER, content=f"{MARKER} {i}")]
+            )
+    with SessionStore(root, keys=ring()) as store:
+        got = [m.content for m in store.load_transcript_messages("s1")]
+        assert got == [f"{MARKER} {i}" for i in range(12)]
+        assert store.verify("s1").ok
+    assert log_of(root).read_bytes().startswith(b'{"type":"snapshot"')
+    no_marker(root)
 
 
 def test_the_langgraph_saver_writes_no_plaintext_of_an_encrypted_store(tmp_path: Path) -> None:
@@ -355,8 +384,11 @@ def _exercise(url: str) -> None:
     with SessionStore(url, keys=ring()) as store:
         fill(store)
         fill(store, "gone")
+        assert store.compact("s1", force=True).compacted  # a sealed snapshot, history kept
+        store.append_transcript_messages("s1", [Message(role=Role.USER, content=MARKER)])
         assert store.load_transcript_messages("s1", last=1)[0].content == MARKER
         assert store.load_bootstrap_state("s1").manifest is not None
+        assert store.verify("s1").ok
         assert store.forget_key("gone")
         with pytest.raises(KeyForgottenError):
             store.load_transcript_messages("gone")
@@ -405,13 +437,14 @@ def test_no_plaintext_in_any_redis_key(tmp_path: Path) -> None:
     assert len(keys) > 3
     for key in keys:
         kind = client.type(key).decode()
-        value: Any = {
-            "string": lambda: client.get(key),
-            "hash": lambda: client.hgetall(key),
-            "list": lambda: client.lrange(key, 0, -1),
-            "zset": lambda: client.zrange(key, 0, -1),
-            "set": lambda: client.smembers(key),
-            "stream": lambda: client.xrange(key),
-        }[kind]()
+        read = {
+            "string": client.get,
+            "hash": client.hgetall,
+            "list": lambda k: client.lrange(k, 0, -1),
+            "zset": lambda k: client.zrange(k, 0, -1),
+            "set": client.smembers,
+            "stream": client.xrange,
+        }[kind]
+        value: Any = read(key)
         assert MARKER.encode() not in repr(value).encode(), key
         assert MARKER.encode() not in key

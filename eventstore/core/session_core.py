@@ -283,6 +283,16 @@ class SessionCore:
                 " state in the clear; nothing was written"
             )
 
+    def snapshot_seal(self, session_id: str, what: str) -> DataKey | None:
+        """The data key a snapshot of the session is sealed with (a store with keys seals
+        every snapshot it writes); None for a plain session of a store without keys, and
+        EncryptedSessionError (`what` would write the states in the clear) for an
+        encrypted one."""
+        if self.keys is not None:
+            return self.keys.for_writing(session_id)
+        self.refuse_sealed(session_id, what)
+        return None
+
     def seal_for(self, session_id: str, events: Sequence[Event]) -> DataKey | None:
         """The data key `events` are sealed with (None: written plain, by a store without
         keys, or maintenance records); KeyForgottenError once the key was destroyed."""

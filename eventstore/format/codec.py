@@ -22,7 +22,12 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
-from eventstore.errors import CorruptLogError, InvalidRecordError, NestingTooDeepError
+from eventstore.errors import (
+    CorruptLogError,
+    EventStoreError,
+    InvalidRecordError,
+    NestingTooDeepError,
+)
 from eventstore.format.chain import link_of, locate_states
 from eventstore.format.crypt import (
     SEAL_MARK,
@@ -30,8 +35,11 @@ from eventstore.format.crypt import (
     line_tag,
     open_line,
     open_lines,
+    open_states,
     seal_body,
+    seal_states,
     sealed_key_id,
+    states_sealed,
     tags_in,
 )
 from eventstore.format.depth import (
@@ -77,6 +85,10 @@ class LineDecoder(Protocol):
         """Each line of `buf` decoded."""
         ...
 
+    def open_snapshot(self, snap: Snapshot, /) -> None:
+        """Open `snap`'s sealed states in place (see `eventstore.format.crypt`)."""
+        ...
+
     def decode(self, buf: bytes | memoryview, /) -> Event:
         """One line decoded."""
         ...
@@ -105,10 +117,14 @@ class _OpeningDecoder:
     def decode_lines(self, buf: bytes | memoryview, /) -> list[Event]:
         data = bytes(buf) if isinstance(buf, memoryview) else buf
         if SEAL_MARK not in data:
-            return self._inner.decode_lines(data)
-        if self._lenient:
-            return [self.decode(line) for line in data.split(b"\n") if line.strip()]
-        return self._inner.decode_lines(open_lines(data, self._codec.open_key, self._wanted))
+            events = self._inner.decode_lines(data)
+        elif self._lenient:
+            events = [self.decode(line) for line in data.split(b"\n") if line.strip()]
+        else:
+            events = self._inner.decode_lines(open_lines(data, self._codec.open_key, self._wanted))
+        if events and type(events[0]) is Snapshot:  # (a snapshot only ever opens a log)
+            self.open_snapshot(events[0])
+        return events
 
     def decode(self, buf: bytes | memoryview, /) -> Event:
         line = bytes(buf).rstrip(b"\n")
@@ -116,7 +132,18 @@ class _OpeningDecoder:
             if self._lenient and not self._codec.can_open(line):
                 return self._codec.envelope_of(line)
             line = open_line(line, self._codec.open_key)
-        return self._inner.decode(line)
+        ev = self._inner.decode(line)
+        if type(ev) is Snapshot:
+            self.open_snapshot(ev)
+        return ev
+
+    def open_snapshot(self, snap: Snapshot, /) -> None:
+        if snap.states and states_sealed(snap.states):
+            try:
+                snap.states = open_states(snap.states, snap.seq, snap.base_h, self._codec.open_key)
+            except EventStoreError:
+                if not self._lenient:
+                    raise  # (lenient: verify checks a snapshot it cannot open by its chain)
 
 
 class NotAsStoredError(InvalidRecordError):
@@ -523,6 +550,14 @@ class EventCodec:
                 type_name=head.type,
                 raw=line,
             )
+        if cls is Snapshot and head.v == cls.VERSION:
+            try:
+                snap = msgspec.json.decode(line, type=Snapshot)
+            except msgspec.DecodeError as exc:
+                raise CorruptLogError(path, offset, head.seq, f"bad {head.type}: {exc}") from None
+            if states_sealed(snap.states):
+                snap.states = open_states(snap.states, snap.seq, snap.base_h, self.open_key)
+            return snap
         if head.v == cls.VERSION:
             try:
                 return msgspec.json.decode(line, type=cls)
@@ -644,9 +679,14 @@ class EventCodec:
         return msgspec.json.decode(body, type=cls)
 
     def encode_snapshot(
-        self, snap: Snapshot, seq: int, link: str, ts: datetime
+        self, snap: Snapshot, seq: int, link: str, ts: datetime, seal: DataKey | None = None
     ) -> tuple[bytes, Snapshot]:
-        """Encode a snapshot line whose `length` and `layout` describe the line itself."""
+        """Encode a snapshot line whose `length` and `layout` describe the line itself.
+        `seal`: the session's data key: each state's entry is sealed with it (the
+        snapshot returned keeps the states as given)."""
+        given = snap.states
+        if seal is not None:
+            snap = msgspec.structs.replace(snap, states=seal_states(given, seq, snap.base_h, seal))
         layout: dict[str, tuple[int, int]] = {}
         length = 0
         for _ in range(8):  # offsets shift only when a number gains a digit: this converges
@@ -655,7 +695,9 @@ class EventCodec:
             found = locate_states(data, snap.states)
             if found == layout and len(data) - 1 == length:
                 _check_snapshot_depth(data, found)
-                return data, stamped[0]  # type: ignore[return-value]
+                out: Snapshot = stamped[0]  # type: ignore[assignment]
+                out.states = given
+                return data, out
             layout, length = found, len(data) - 1
         raise AssertionError("snapshot layout did not converge")
 

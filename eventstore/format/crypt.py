@@ -355,6 +355,55 @@ def _seq_of(envelope: bytes) -> int | None:
         return None
 
 
+def _state_aad(seq: int, base_h: str, name: str) -> bytes:
+    """What a snapshot's sealed state is bound to: its snapshot's seq and base, its name."""
+    return f"|snapshot|{seq}|{base_h}|".encode() + name.encode()
+
+
+def seal_states(
+    states: dict[str, msgspec.Raw], seq: int, base_h: str, data_key: DataKey
+) -> dict[str, msgspec.Raw]:
+    """A snapshot's states, each entry sealed as one JSON string (`"<data key id>.<base64>"`):
+    the snapshot line keeps its shape (`layout`, `length`), only the entries are opaque."""
+    return {
+        name: msgspec.Raw(b'"' + data_key.seal(bytes(raw), _state_aad(seq, base_h, name)) + b'"')
+        for name, raw in states.items()
+    }
+
+
+def states_sealed(states: dict[str, msgspec.Raw]) -> bool:
+    """Whether a snapshot's states are sealed (an entry is a JSON string, never an object)."""
+    return any(bytes(memoryview(raw)[:1]) == b"\"" for raw in states.values())
+
+
+def open_states(
+    states: dict[str, msgspec.Raw], seq: int, base_h: str, opener: Callable[[str], DataKey]
+) -> dict[str, msgspec.Raw]:
+    """A snapshot's sealed states opened (a plain entry as it is). A state that does not
+    authenticate is a CorruptLogError naming the snapshot's seq and the state."""
+    out: dict[str, msgspec.Raw] = {}
+    for name, raw in states.items():
+        data = bytes(raw)
+        if data[:1] != b'"':
+            out[name] = raw
+            continue
+        token = data[1:-1]
+        dk, dot, b64 = token.partition(b".")
+        try:
+            blob = binascii.a2b_base64(b64) if dot else b""
+        except (binascii.Error, ValueError):
+            blob = b""
+        data_key = opener(dk.decode("ascii", "replace"))
+        plain = data_key.open(blob, _state_aad(seq, base_h, name))
+        if plain is None:
+            raise CorruptLogError(
+                "snapshot", 0, seq, f"its sealed state {name!r} does not authenticate"
+                f" under data key {data_key.dk!r}",
+            )  # fmt: skip
+        out[name] = msgspec.Raw(plain)
+    return out
+
+
 def open_lines(
     data: bytes, opener: Callable[[str], DataKey], wanted: Callable[[bytes], bool]
 ) -> bytes:

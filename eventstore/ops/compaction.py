@@ -129,7 +129,6 @@ def compact(
         raise InvalidArgumentError(f"retention must be a Retention, not {described(retention)}")
     t0 = time.perf_counter()
     sess = core.session(session_id)
-    core.refuse_sealed(session_id, "compaction")
     engine = core.engine
     codec = core.codec
     for _ in range(_ATTEMPTS):
@@ -162,7 +161,8 @@ def compact(
         states, folded, trimmed = _fold_states(core, session_id, res, events, retention)
         snap = build_snapshot(events, states, res.data[:size], covers.link, codec, archive, trimmed)
         unknown = snap.unknown
-        line, _ = codec.encode_snapshot(snap, covers.seq, covers.link, entropy.now())
+        seal = core.snapshot_seal(session_id, "compaction")
+        line, _ = codec.encode_snapshot(snap, covers.seq, covers.link, entropy.now(), seal)
         if len(line) >= size and not force:
             return CompactionReport(
                 session_id, len(events), len(events), size, size, first_seq, last.seq, None,

@@ -91,7 +91,6 @@ def repair(core: CoreOwner, session_id: str) -> RepairReport:
     session has no live log."""
     core = core_of(core)
     sess = core.session(session_id)
-    core.refuse_sealed(session_id, "repair")
     codec = core.codec
     # the archive, read before the hold (reading history takes the writers' exclusion
     # too); no compaction can add to it meanwhile: it cannot read a damaged live log
@@ -271,7 +270,8 @@ def _rebuild(
     # them the pruned archive before it would read as lost
     pruned = [msgspec.Raw(raw) for _, raw in pruning_records(first + b"\n")]
     snap = Snapshot(base_h=base_h, states=states, unknown=unknown, known=known, pruned=pruned)
-    line, _ = codec.encode_snapshot(snap, seq, base_h, entropy.now())
+    seal = core.snapshot_seal(session_id, "rebuilding its snapshot")
+    line, _ = codec.encode_snapshot(snap, seq, base_h, entropy.now(), seal)
     return line + kept_after, 1 + n_after, nl + 1 + len(kept_after), how
 
 
