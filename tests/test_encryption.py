@@ -448,3 +448,31 @@ def test_no_plaintext_in_any_redis_key(tmp_path: Path) -> None:
         value: Any = read(key)
         assert MARKER.encode() not in repr(value).encode(), key
         assert MARKER.encode() not in key
+
+
+def test_fold_caches_of_an_encrypted_session_are_sealed_used_and_a_forged_one_refused(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "st"
+    with SessionStore(root, keys=ring()) as store:
+        fill(store)
+        for i in range(300):  # enough folding for the caches to be worth keeping
+            text = f"{MARKER} {i} " + "x" * 300
+            store.append_transcript_messages("s1", [Message(role=Role.USER, content=text)])
+        want = store.load_bootstrap_state("s1")
+        n = store.last_seq("s1")
+    caches = [p for p in (root / "sessions" / "s1").iterdir() if p.name.endswith(".cache")]
+    assert caches  # kept, sealed
+    no_marker(root)
+    with SessionStore(root, keys=ring()) as store:
+        assert store.load_bootstrap_state("s1") == want
+        assert store.cache_info("s1").folds["bootstrap"] == (n, n)  # read from the cache
+    for path in caches:  # a forged cache (one byte of its ciphertext) is not used
+        data = bytearray(path.read_bytes())
+        data[-20] ^= 1
+        path.write_bytes(bytes(data))
+    with SessionStore(root, keys=ring()) as store:
+        assert store.load_bootstrap_state("s1") == want
+        assert store.load_transcript_messages("s1")[-1].content.startswith(f"{MARKER} 299 ")
+    with SessionStore(root, keys=ring("m1", M2)) as wrong, pytest.raises(WrongKeyError):
+        wrong.load_bootstrap_state("s1")  # a cache never stands in for the key

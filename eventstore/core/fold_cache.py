@@ -44,7 +44,7 @@ import logging
 import struct
 import zlib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -302,17 +302,42 @@ def _check(
     return (state,)
 
 
+class Sealer(Protocol):
+    """Seals and opens the caches of a store with keys (`eventstore.core.keys.CacheSeal`)."""
+
+    def seal(
+        self, session_id: str, name: str, head: Head, pieces: list[bytes]
+    ) -> list[bytes] | None:
+        """`pieces` sealed, or None: keep no cache."""
+        ...
+
+    def open(self, session_id: str, name: str, head: Head, data: bytes) -> bytes | None:
+        """The cache's bytes, or None: do not use it."""
+        ...
+
+
 def load(
-    engine: Engine, session_id: str, projection: Any, known: str, mac: CacheMac | None = None
+    engine: Engine,
+    session_id: str,
+    projection: Any,
+    known: str,
+    mac: CacheMac | None = None,
+    sealer: Sealer | None = None,
 ) -> tuple[Any, Head] | None:
     """The cached state and its head, when the engine keeps a cache that checks (with
-    `mac`: one that carries this key's MAC)."""
+    `mac`: one that carries this key's MAC; with a `sealer`: one that opens)."""
     if not isinstance(engine, CachingEngine):
         return None
     found = engine.open_cache(session_id, projection.name)
     if found is None:
         return None
     head, reader = found
+    if sealer is not None:
+        with reader:
+            plain = sealer.open(session_id, projection.name, head, reader.read(reader.size))
+        if plain is None:
+            return None
+        reader = BytesCacheReader(plain)
     with reader:
         state = _read(reader, session_id, projection, head, known, mac)
     return None if state is None else (state, head)
@@ -326,17 +351,18 @@ def store(
     head: Head,
     known: str,
     mac: CacheMac | None = None,
+    sealer: Sealer | None = None,
 ) -> None:
     """Keep `state` (folded to `head`) for the next cold load; best effort: a failure is
     logged, never raised (the log is the truth, the cache only saves time)."""
     if head.seq == 0 or head.position is None or not isinstance(engine, CachingEngine):
         return
     try:
-        engine.store_cache(
-            session_id,
-            projection.name,
-            head,
-            encode(session_id, projection, state, head, known, mac),
-        )
+        pieces: list[bytes] | None = encode(session_id, projection, state, head, known, mac)
+        if sealer is not None and pieces is not None:
+            pieces = sealer.seal(session_id, projection.name, head, pieces)
+        if pieces is None:
+            return
+        engine.store_cache(session_id, projection.name, head, pieces)
     except Exception as exc:  # noqa: BLE001 - a cache must never fail what called it
         log.warning("eventstore: saving the fold cache of %r failed: %s", session_id, exc)

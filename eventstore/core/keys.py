@@ -12,8 +12,13 @@ from __future__ import annotations
 import threading
 
 from eventstore import entropy
-from eventstore.engines.base import Engine, KeyEngine
-from eventstore.errors import KeyForgottenError, KeyMissingError, UnsupportedError
+from eventstore.engines.base import Engine, Head, KeyEngine
+from eventstore.errors import (
+    EventStoreError,
+    KeyForgottenError,
+    KeyMissingError,
+    UnsupportedError,
+)
 from eventstore.format.crypt import (
     DataKey,
     KeyRing,
@@ -23,7 +28,7 @@ from eventstore.format.crypt import (
     key_id_of,
 )
 
-__all__ = ["SessionKeys", "key_engine"]
+__all__ = ["CacheSeal", "SessionKeys", "key_engine"]
 
 
 def key_engine(engine: Engine) -> KeyEngine:
@@ -120,10 +125,51 @@ class SessionKeys:
             self._keys.pop(dk, None)
         return dk
 
+    def if_any(self, session_id: str) -> DataKey | None:
+        """The session's data key if it has one this store can unwrap, else None (no
+        error: for what is only worth doing with one, a fold cache)."""
+        dk = key_id_of(session_id)
+        found = self._keys.get(dk)
+        if found is not None:
+            return found
+        try:
+            slot = self._slot(dk)
+            return None if slot is None else self._unwrapped(slot)
+        except EventStoreError:
+            return None
+
     def is_forgotten(self, session_id: str) -> bool:
         """Whether the session's data key was destroyed."""
         slot = self._slot(key_id_of(session_id))
         return slot is not None and slot.forgotten is not None
+
+
+class CacheSeal:
+    """Seals the fold caches of a store with keys (`eventstore.core.fold_cache`): a cache
+    of a session with a data key is kept sealed with it, as one blob bound to the
+    projection's name and the head it was folded to; a session without one (a plain
+    session) gets none. A cache that does not open is not used (the log is the truth)."""
+
+    def __init__(self, keys: SessionKeys) -> None:
+        self.keys = keys
+
+    @staticmethod
+    def _bound(name: str, head: Head) -> bytes:
+        return f"|cache|{name}|{head.seq}|{head.h}|{head.link}".encode()
+
+    def seal(
+        self, session_id: str, name: str, head: Head, pieces: list[bytes]
+    ) -> list[bytes] | None:
+        """`pieces` sealed as one, or None: keep no cache."""
+        key = self.keys.if_any(session_id)
+        if key is None:
+            return None
+        return [key.seal_bytes(b"".join(pieces), self._bound(name, head))]
+
+    def open(self, session_id: str, name: str, head: Head, data: bytes) -> bytes | None:
+        """The cache's bytes, or None: do not use it."""
+        key = self.keys.if_any(session_id)
+        return None if key is None else key.open(data, self._bound(name, head))
 
 
 def rekey(engine: Engine, old: KeyRing, new: KeyRing) -> tuple[int, int]:

@@ -30,7 +30,7 @@ from eventstore.core.fingerprint import fingerprint
 from eventstore.core.fold_loop import FoldContext, fold_log
 from eventstore.core.frozen import maker
 from eventstore.core.gc_pause import paused_gc
-from eventstore.core.keys import SessionKeys
+from eventstore.core.keys import CacheSeal, SessionKeys
 from eventstore.core.last_line import last_line_fold, last_line_only
 from eventstore.core.sessions import Fold, SessionState, SessionTable
 from eventstore.core.tuning import Tuning
@@ -138,13 +138,12 @@ class SessionCore:
         check_options(cached_sessions, caches, tuning)
         self.engine = engine
         self.codec = codec
-        # a store with keys seals every payload it writes; its fold caches and checked
-        # prefixes are not written (a fold cache is plaintext of the folded state)
+        # a store with keys seals every payload it writes, and its fold caches (a fold
+        # cache is the folded state); a checked prefix holds only hashes and sizes
         self.keys = None if keys is None else SessionKeys(engine, keys)
         self._plain: set[str] = set()  # sessions found to have no data key (see seal_for)
         if self.keys is not None:
             codec.opener = self.keys.opener
-            caches = False
         self.url = engine.url
         self.tuning = tuning or tunings.DEFAULT_TUNING
         self.bootstrap = BootstrapProjection()
@@ -165,8 +164,9 @@ class SessionCore:
         self.builtin = frozenset(p.name for p in builtin)
         self.pause_gc = self._pausing()
         self.caches = CachePolicy(
-            engine, codec, self.projections, self.builtin, self.tuning, caches, cache_mac
-        )
+            engine, codec, self.projections, self.builtin, self.tuning, caches, cache_mac,
+            None if self.keys is None else CacheSeal(self.keys),
+        )  # fmt: skip
         self.sessions = SessionTable(cached_sessions, self._dropped)
         self._fold_context = FoldContext(engine, codec, self.tuning, self.caches)
         self.closed = False

@@ -258,6 +258,13 @@ class DataKey:
         ct = self._aead.encrypt(nonce, payload, self.dk.encode() + envelope)
         return self.dk.encode() + b"." + base64.b64encode(nonce + ct)
 
+    def seal_bytes(self, data: bytes, bound: bytes) -> bytes:
+        """`data` sealed as binary (nonce, ciphertext, tag), bound to `bound`: for what
+        is not a log line (a fold cache)."""
+        nonce = os.urandom(_NONCE_LEN)
+        out: bytes = nonce + self._aead.encrypt(nonce, data, self.dk.encode() + bound)
+        return out
+
     def open(self, blob: bytes, envelope: bytes) -> bytes | None:
         """The payload of a sealed token's blob; None if it does not authenticate."""
         from cryptography.exceptions import InvalidTag
@@ -373,7 +380,7 @@ def seal_states(
 
 def states_sealed(states: dict[str, msgspec.Raw]) -> bool:
     """Whether a snapshot's states are sealed (an entry is a JSON string, never an object)."""
-    return any(bytes(memoryview(raw)[:1]) == b"\"" for raw in states.values())
+    return any(bytes(memoryview(raw)[:1]) == b'"' for raw in states.values())
 
 
 def open_states(
