@@ -11,10 +11,12 @@ cipher code of its own.
   `ts`, `more`, `key`, `v`) in the clear and carries the payload as one field, last
   before `h`: ``"_enc":"<data key id>.<base64 of nonce + ciphertext + tag>"``. The hash
   chain (`eventstore.format.chain`) is computed over that sealed line, so the chain is
-  checked without any key. The authenticated data binds the ciphertext to its data key
-  id, type and seq: a payload moved to another line does not open. `_enc` cannot be a
+  checked without any key. The authenticated data is the data key id and the clear
+  envelope's bytes: a payload moved to another line does not open. `_enc` cannot be a
   field of an `Event` (msgspec fields never start with `_`), so a plain line never
   looks sealed.
+- A snapshot keeps its shape; each state entry is sealed as one JSON string
+  (`seal_states`, `open_states`), bound to the snapshot's seq, `base_h` and the name.
 - A `KeySlot` is what a store keeps per session (`eventstore.engines.base.KeyEngine`):
   the data key wrapped under one or more master keys, or the record that it was
   forgotten. It holds no key in the clear.
@@ -51,9 +53,15 @@ __all__ = [
     "decode_slot",
     "encode_slot",
     "key_id_of",
+    "line_tag",
     "open_line",
+    "open_lines",
+    "open_states",
     "seal_body",
+    "seal_states",
     "sealed_key_id",
+    "states_sealed",
+    "tags_in",
 ]
 
 SEAL_MARK = b',"_enc":"'
@@ -140,10 +148,11 @@ class KeyRing:
         """A ring of the keys in the key files `paths` (the first file's key is current
         unless `current` names another)."""
         keys: dict[str, bytes] = {}
+        first = None
         for path in paths:
             kid, key = _read_key_file(Path(path))
             keys[kid] = key
-        first = _read_key_file(Path(paths[0]))[0] if paths else None
+            first = kid if first is None else first
         return cls(keys, current if current is not None else first)
 
     @staticmethod
