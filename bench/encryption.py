@@ -4,7 +4,7 @@
 
 Each run is a fresh interpreter per mode, the modes interleaved (drift on a shared
 machine hits them alike): `plain` (the default store: fold caches on), `plain-nocache`
-(caches=False, which an encrypted store implies: the cost of the cipher alone) and
+(caches=False: what a cold load costs with no fold cache to read) and
 `sealed` (`keys=KeyRing(...)`). A run writes the whole workload of `--turns` turns into a
 new store (flush durability; microseconds per operation), closes it, then opens the
 store again and times the first bootstrap load and the first transcript load (ms).
