@@ -1,6 +1,6 @@
 """Encryption at rest against plain: appends and cold loads of the reference workload.
 
-    python -m bench.encryption [--turns 2000] [--runs 7]
+    python -m bench.encryption [--turns 2000] [--runs 7] [--in-process]
 
 Each run is a fresh interpreter per mode, the modes interleaved (drift on a shared
 machine hits them alike): `plain` (the default store: fold caches on), `plain-nocache`
@@ -9,6 +9,8 @@ machine hits them alike): `plain` (the default store: fold caches on), `plain-no
 new store (flush durability; microseconds per operation), closes it, then opens the
 store again and times the first bootstrap load and the first transcript load (ms).
 Prints the median and spread (min..max) of each and each mode's ratio to `plain`.
+`--in-process`: appends only, `plain` and `sealed` stores alternating in this process
+(no interpreter start-up or import in the figure).
 """
 
 from __future__ import annotations
@@ -58,12 +60,44 @@ def _run(src: Path, mode: str, turns: int) -> list[float]:
     return [float(x) for x in out.stdout.split()]
 
 
+def _in_process(turns: int, runs: int) -> None:
+    import tempfile
+    import time
+
+    from eventstore import KeyRing, SessionStore
+
+    from .workload import Workload, apply_op
+
+    ops = Workload(turns).ops
+    got: dict[str, list[float]] = {"plain": [], "sealed": []}
+    for _ in range(runs):
+        for mode in got:
+            kw: dict[str, object] = (
+                {"keys": KeyRing({"bench": bytes(32)})} if mode == "sealed" else {}
+            )
+            with tempfile.TemporaryDirectory() as root, SessionStore(root, **kw) as s:  # type: ignore[arg-type]
+                t = time.perf_counter()
+                for op in ops:
+                    apply_op(s, "bench-session", op)
+                got[mode].append((time.perf_counter() - t) / len(ops) * 1e6)
+    med = {m: statistics.median(v) for m, v in got.items()}
+    print(f"{turns} turns, {runs} runs per mode in one process: append us/op")
+    for m, v in got.items():
+        print(
+            f"  {m:7s} {med[m]:9.2f}  {min(v):9.2f}..{max(v):9.2f}  {med[m] / med['plain']:5.2f}x"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the interleaved rounds and print the table."""
     ap = argparse.ArgumentParser(prog="python -m bench.encryption", description=__doc__)
     ap.add_argument("--turns", type=int, default=2000)
     ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--in-process", action="store_true")
     a = ap.parse_args(argv)
+    if a.in_process:
+        _in_process(a.turns, a.runs)
+        return 0
     src = Path(__file__).resolve().parents[1]
     got: dict[str, list[list[float]]] = {m: [] for m in MODES}
     for _ in range(a.runs):
