@@ -476,3 +476,57 @@ def test_fold_caches_of_an_encrypted_session_are_sealed_used_and_a_forged_one_re
         assert store.load_transcript_messages("s1")[-1].content.startswith(f"{MARKER} 299 ")
     with SessionStore(root, keys=ring("m1", M2)) as wrong, pytest.raises(WrongKeyError):
         wrong.load_bootstrap_state("s1")  # a cache never stands in for the key
+
+
+def test_forget_key_removes_a_wrapped_copy_a_killed_writer_left(tmp_path: Path) -> None:
+    root = tmp_path / "st"
+    with SessionStore(root, keys=ring()) as store:
+        store.append_transcript_messages("s1", [Message(role=Role.USER, content=MARKER)])
+    (slot,) = (root / "keys").iterdir()
+    # what a writer killed between writing its temporary file and linking it leaves
+    leftover = slot.with_name(slot.name + ".tmp-0123abcd")
+    leftover.write_bytes(slot.read_bytes())
+    with SessionStore(root, keys=ring()) as store:
+        assert store.forget_key("s1")
+    assert [p.name for p in (root / "keys").iterdir()] == [slot.name]
+    assert b'"wraps"' not in slot.read_bytes()
+
+
+def test_many_writers_creating_one_session_key_at_once_agree_on_it(tmp_path: Path) -> None:
+    from conftest import run_threads
+
+    root = tmp_path / "st"
+    stores = [SessionStore(root, keys=ring()) for _ in range(6)]
+
+    def writer(store: SessionStore, i: int) -> Any:
+        return lambda: store.append_transcript_messages(
+            "s1", [Message(role=Role.USER, content=f"w{i}")]
+        )
+
+    assert run_threads([writer(s, i) for i, s in enumerate(stores)]) == []
+    for s in stores:
+        s.close()
+    with SessionStore(root, keys=ring()) as store:
+        assert sorted(m.content for m in store.load_transcript_messages("s1")) == [
+            f"w{i}" for i in range(6)
+        ]
+    assert len(list((root / "keys").iterdir())) == 1
+
+
+@settings(max_examples=15, deadline=None)
+@given(sid=st.text(min_size=1, max_size=40).filter(lambda s: "\x00" not in s))
+def test_any_session_id_gets_a_key_of_its_own(sid: str) -> None:
+    from eventstore import InvalidSessionIdError
+
+    with SessionStore("memory://", keys=ring()) as store:
+        try:
+            store.append_transcript_messages(sid, [Message(role=Role.USER, content=MARKER)])
+        except InvalidSessionIdError:
+            return
+        store.append_transcript_messages("other", [Message(role=Role.USER, content="x")])
+        assert store.load_transcript_messages(sid)[0].content == MARKER
+        assert store.forget_key(sid)
+        with pytest.raises(KeyForgottenError):
+            store.load_transcript_messages(sid)
+        if sid != "other":
+            assert store.load_transcript_messages("other")[0].content == "x"

@@ -71,10 +71,18 @@ def create_slot(root: Path, dk: str, data: bytes) -> bool:
 
 
 def replace_slot(root: Path, dk: str, data: bytes) -> None:
-    """Replace slot `dk` atomically and durably."""
+    """Replace slot `dk` atomically and durably, then remove any temporary file of it
+    a killed writer left (it would hold a wrapped copy that outlives `forget_key`)."""
     path = _path(root, dk)
     ensure_private_dir(path.parent)
     write_atomically(path, data)
+    prefix = f"{dk}{TMP_MARK}"
+    for name in os.listdir(path.parent):
+        if name.startswith(prefix):
+            try:
+                os.unlink(path.parent / name)
+            except FileNotFoundError:
+                pass  # (another process removed it)
 
 
 def list_slots(root: Path) -> list[str]:
