@@ -530,3 +530,41 @@ def test_any_session_id_gets_a_key_of_its_own(sid: str) -> None:
             store.load_transcript_messages(sid)
         if sid != "other":
             assert store.load_transcript_messages("other")[0].content == "x"
+
+
+def test_the_report_and_serve_show_an_encrypted_session_only_with_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import http.client
+    import threading
+
+    from eventstore.report.server import HOST, ReportServer
+
+    key, root, page = tmp_path / "m1.key", tmp_path / "st", tmp_path / "page.html"
+    KeyRing.write_new(key, "m1")
+    with SessionStore(root, keys=KeyRing.load(key)) as store:
+        fill(store)
+    before = every_byte(root)
+    code, _, err = cli_in_process(capsys, "report", str(root), "s1", "-o", str(page))
+    assert code == 2 and "key" in err and not page.exists()
+    code, _, _ = cli_in_process(
+        capsys, "report", str(root), "s1", "-o", str(page), "--key", str(key)
+    )
+    assert code == 0 and MARKER in page.read_text()  # decrypted: the caller asked, with the key
+    for keys, status in ((None, 500), (KeyRing.load(key), 200)):
+        srv = ReportServer(root, 0, keys)
+        thread = threading.Thread(target=srv.serve_forever, daemon=True)
+        thread.start()
+        try:
+            conn = http.client.HTTPConnection(HOST, srv.server_address[1], timeout=30)
+            conn.request("GET", "/session/s1")
+            resp = conn.getresponse()
+            body = resp.read()
+            conn.close()
+        finally:
+            srv.shutdown()
+            srv.server_close()
+            thread.join(timeout=10)
+        assert resp.status == status
+        assert (MARKER.encode() in body) == (status == 200)
+    assert every_byte(root) == before  # neither writes to the store

@@ -120,6 +120,11 @@ def add_root(p: argparse.ArgumentParser) -> None:
         metavar="MODULE:ATTR",
         help="load custom event types (an Event subclass or a list of them; repeatable)",
     )
+    add_keys(p)
+
+
+def add_keys(p: argparse.ArgumentParser) -> None:
+    """--key FILE (repeatable): master keys, for encrypted sessions (docs/encryption.md)."""
     p.add_argument(
         "--key",
         dest="key_files",

@@ -15,11 +15,12 @@ import sys
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from eventstore.cli.args import CliError
+from eventstore.cli.args import CliError, add_keys
 from eventstore.cli.format import one_line
 from eventstore.cli.store import open_store
 from eventstore.engines.file.layout import write_atomically
 from eventstore.errors import EventStoreError
+from eventstore.format.crypt import KeyRing
 from eventstore.report.page import (
     MAX_BYTES,
     build_report,
@@ -54,6 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("root", metavar="ROOT", help="the store: a directory or a store URL")
     p.add_argument("session", metavar="SESSION", help="the session id")
+    add_keys(p)
     p.add_argument(
         "-o",
         "--output",
@@ -84,6 +86,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument(
         "--port", type=_port, default=8765, metavar="N", help="the port (default 8765; 0: any free)"
     )
+    add_keys(p)
     p.set_defaults(func=run_serve)
 
 
@@ -93,7 +96,8 @@ def run_serve(args: argparse.Namespace, err: TextIO | None = None) -> int:
 
     err = sys.stderr if err is None else err
     try:
-        serve(args.root, args.port)
+        files = getattr(args, "key_files", None) or []
+        serve(args.root, args.port, KeyRing.load(*files) if files else None)
     except KeyboardInterrupt:
         return EXIT_OK
     except OSError as exc:  # no such root, or the port is taken

@@ -26,6 +26,7 @@ from eventstore.errors import (
     InvalidSessionIdError,
     UnknownSessionError,
 )
+from eventstore.format.crypt import KeyRing
 from eventstore.report.page import build_report
 from eventstore.store import SessionStore
 
@@ -52,10 +53,10 @@ class ReportServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, root: Path, port: int = 0) -> None:
+    def __init__(self, root: Path, port: int = 0, keys: KeyRing | None = None) -> None:
         if not root.is_dir():
             raise FileNotFoundError(f"no store at {root} (directory not found)")
-        self.store = SessionStore(_CachelessFileEngine(root))
+        self.store = SessionStore(_CachelessFileEngine(root), keys=keys)
         self.lock = threading.Lock()  # one report at a time: two cores, big sessions
         super().__init__((HOST, port), _Handler)
 
@@ -159,9 +160,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
-def serve(root: Path, port: int) -> None:
-    """Serve `root` until interrupted (Ctrl-C); prints the address first."""
-    with ReportServer(root, port) as server:
+def serve(root: Path, port: int, keys: KeyRing | None = None) -> None:
+    """Serve `root` until interrupted (Ctrl-C); prints the address first. `keys`: the
+    master keys encrypted sessions are shown with (none: their pages say why not)."""
+    with ReportServer(root, port, keys) as server:
         print(
             f"serving the reports of {root} at {server.url} (read-only; Ctrl-C stops)", flush=True
         )
