@@ -31,7 +31,7 @@ def add_parser(sub: Subparsers) -> None:
         "keygen",
         run_keygen,
         "write a new random master key (AES-256) to FILE (created 0600, never overwritten)",
-        "  eventstore keygen master.key --id m1\n",
+        "  eventstore keygen m1.key --id m1\n  eventstore keygen m2.key --id m2\n",
     )
     p.add_argument("file", metavar="FILE", help="the key file to create")
     p.add_argument("--id", dest="key_id", required=True, help="the key id stored with the key")
