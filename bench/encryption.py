@@ -5,11 +5,11 @@
 Each run is a fresh interpreter per mode, the modes interleaved (drift on a shared
 machine hits them alike): `plain` (the default store: fold caches on), `plain-nocache`
 (caches=False: what a cold load costs with no fold cache to read) and
-`sealed` (`keys=KeyRing(...)`). A run writes the whole workload of `--turns` turns into a
+`encrypted` (`keys=KeyRing(...)`). A run writes the whole workload of `--turns` turns into a
 new store (flush durability; microseconds per operation), closes it, then opens the
 store again and times the first bootstrap load and the first transcript load (ms).
 Prints the median and spread (min..max) of each and each mode's ratio to `plain`.
-`--in-process`: appends only, `plain` and `sealed` stores alternating in this process
+`--in-process`: appends only, `plain` and `encrypted` stores alternating in this process
 (no interpreter start-up or import in the figure).
 """
 
@@ -28,7 +28,7 @@ from eventstore import KeyRing, SessionStore
 from bench.workload import Workload, apply_op
 mode = {mode!r}
 kw = {{}}
-if mode == "sealed":
+if mode == "encrypted":
     kw["keys"] = KeyRing({{"bench": bytes(32)}})
 if mode == "plain-nocache":
     kw["caches"] = False
@@ -50,7 +50,7 @@ with tempfile.TemporaryDirectory() as root:
     print(append, boot, tr)
 """
 
-MODES = ("plain", "plain-nocache", "sealed")
+MODES = ("plain", "plain-nocache", "encrypted")
 FIGURES = ("append us/op", "cold bootstrap ms", "cold transcript ms")
 
 
@@ -69,11 +69,11 @@ def _in_process(turns: int, runs: int) -> None:
     from .workload import Workload, apply_op
 
     ops = Workload(turns).ops
-    got: dict[str, list[float]] = {"plain": [], "sealed": []}
+    got: dict[str, list[float]] = {"plain": [], "encrypted": []}
     for _ in range(runs):
         for mode in got:
             kw: dict[str, object] = (
-                {"keys": KeyRing({"bench": bytes(32)})} if mode == "sealed" else {}
+                {"keys": KeyRing({"bench": bytes(32)})} if mode == "encrypted" else {}
             )
             with tempfile.TemporaryDirectory() as root, SessionStore(root, **kw) as s:  # type: ignore[arg-type]
                 t = time.perf_counter()

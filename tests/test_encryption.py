@@ -94,7 +94,7 @@ def test_no_plaintext_byte_of_an_encrypted_session_is_written(tmp_path: Path) ->
             assert MARKER in store.load_bootstrap_state("s1").manifest.active_branch  # type: ignore[union-attr]
             assert store.load_transcript_messages("s1")[-1].content == MARKER
             assert store.load_transcript_messages("s1", last=1)[0].content == MARKER
-        # compaction with history (a sealed snapshot, the old log archived), a fork
+        # compaction with history (an encrypted snapshot, the old log archived), a fork
         assert store.compact("s1", force=True).compacted
         store.append_transcript_messages("s1", [Message(role=Role.USER, content=MARKER)])
         assert store.fork_session("s1", "s2", at_seq=4).seq == 4
@@ -102,7 +102,7 @@ def test_no_plaintext_byte_of_an_encrypted_session_is_written(tmp_path: Path) ->
         assert store.state_at("s1", seq=3).feature_list[0].description == f"feature {MARKER}"
         assert store.load_bootstrap_state("s2").manifest is not None
     no_marker(root)
-    with SessionStore(root) as keyless:  # no key: no compaction (it could not seal)
+    with SessionStore(root) as keyless:  # no key: no compaction (it could not encrypt)
         with pytest.raises((KeyMissingError, EncryptedSessionError)):
             keyless.compact("s1", force=True)
         assert keyless.verify("s1").ok and keyless.verify("s2").ok
@@ -118,7 +118,7 @@ def test_no_plaintext_byte_of_an_encrypted_session_is_written(tmp_path: Path) ->
     assert "_enc" in lines[1]
 
 
-def test_a_long_sealed_snapshot_is_read_by_its_layout(
+def test_a_long_encrypted_snapshot_is_read_by_its_layout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from eventstore.format import reader
@@ -162,7 +162,7 @@ def test_the_langgraph_saver_writes_no_plaintext_of_an_encrypted_store(tmp_path:
 
 @settings(max_examples=25, deadline=None)
 @given(content=st.text(min_size=0, max_size=200), name=st.one_of(st.none(), st.text(max_size=20)))
-def test_a_sealed_message_reads_back_equal(content: str, name: str | None) -> None:
+def test_an_encrypted_message_reads_back_equal(content: str, name: str | None) -> None:
     msg = Message(role=Role.ASSISTANT, content=content, name=name)
     try:
         msgspec.json.encode(msg)
@@ -281,9 +281,9 @@ def test_the_rekey_and_keygen_commands(tmp_path: Path, capsys: pytest.CaptureFix
         capsys, "rekey", str(root), "--old-key", str(k1), "--new-key", str(k2)
     )
     assert code == 0 and "rewrapped 1" in out
-    code, out, _ = cli_in_process(capsys, "log", str(root), "s1", "--key", str(k2), "--json")
+    code, out, _ = cli_in_process(capsys, "log", str(root), "s1", "--master-key", str(k2), "--json")
     assert code == 0 and MARKER in out
-    code, _, err = cli_in_process(capsys, "log", str(root), "s1", "--key", str(k1))
+    code, _, err = cli_in_process(capsys, "log", str(root), "s1", "--master-key", str(k1))
     assert code == 2 and "'m2'" in err
     assert cli_in_process(capsys, "verify", str(root), "s1")[0] == 0  # no key needed
     no_marker(root)
@@ -384,7 +384,7 @@ def _exercise(url: str) -> None:
     with SessionStore(url, keys=ring()) as store:
         fill(store)
         fill(store, "gone")
-        assert store.compact("s1", force=True).compacted  # a sealed snapshot, history kept
+        assert store.compact("s1", force=True).compacted  # an encrypted snapshot, history kept
         store.append_transcript_messages("s1", [Message(role=Role.USER, content=MARKER)])
         assert store.load_transcript_messages("s1", last=1)[0].content == MARKER
         assert store.load_bootstrap_state("s1").manifest is not None
@@ -450,7 +450,7 @@ def test_no_plaintext_in_any_redis_key(tmp_path: Path) -> None:
         assert MARKER.encode() not in key
 
 
-def test_fold_caches_of_an_encrypted_session_are_sealed_used_and_a_forged_one_refused(
+def test_fold_caches_of_an_encrypted_session_are_encrypted_used_and_a_forged_one_refused(
     tmp_path: Path,
 ) -> None:
     root = tmp_path / "st"
@@ -462,7 +462,7 @@ def test_fold_caches_of_an_encrypted_session_are_sealed_used_and_a_forged_one_re
         want = store.load_bootstrap_state("s1")
         n = store.last_seq("s1")
     caches = [p for p in (root / "sessions" / "s1").iterdir() if p.name.endswith(".cache")]
-    assert caches  # kept, sealed
+    assert caches  # kept, encrypted
     no_marker(root)
     with SessionStore(root, keys=ring()) as store:
         assert store.load_bootstrap_state("s1") == want
@@ -548,7 +548,7 @@ def test_the_report_and_serve_show_an_encrypted_session_only_with_the_key(
     code, _, err = cli_in_process(capsys, "report", str(root), "s1", "-o", str(page))
     assert code == 2 and "key" in err and not page.exists()
     code, _, _ = cli_in_process(
-        capsys, "report", str(root), "s1", "-o", str(page), "--key", str(key)
+        capsys, "report", str(root), "s1", "-o", str(page), "--master-key", str(key)
     )
     assert code == 0 and MARKER in page.read_text()  # decrypted: the caller asked, with the key
     for keys, status in ((None, 500), (KeyRing.load(key), 200)):
@@ -568,3 +568,19 @@ def test_the_report_and_serve_show_an_encrypted_session_only_with_the_key(
         assert resp.status == status
         assert (MARKER.encode() in body) == (status == 200)
     assert every_byte(root) == before  # neither writes to the store
+
+
+def test_signed_heads_of_an_encrypted_session_verify_without_its_data_key(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    root = tmp_path / "st"
+    signing = Ed25519PrivateKey.generate()
+    with SessionStore(root, keys=ring(), signing_key=signing) as store:
+        fill(store)
+        store.seal("s1")
+    lines = [msgspec.json.decode(line) for line in log_of(root).read_bytes().splitlines()]
+    seals = [d for d in lines if d["type"] == "seal"]
+    assert seals and all("_enc" not in d for d in seals)  # a seal stays readable
+    with SessionStore(root) as keyless:  # no data key: the chain and the seals check
+        assert keyless.verify("s1", public_key=signing.public_key()).ok
+    no_marker(root)

@@ -124,9 +124,9 @@ def add_root(p: argparse.ArgumentParser) -> None:
 
 
 def add_keys(p: argparse.ArgumentParser) -> None:
-    """--key FILE (repeatable): master keys, for encrypted sessions (docs/encryption.md)."""
+    """--master-key FILE (repeatable): master keys, for encrypted sessions (docs/encryption.md)."""
     p.add_argument(
-        "--key",
+        "--master-key",
         dest="key_files",
         action="append",
         default=[],

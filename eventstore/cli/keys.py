@@ -5,7 +5,7 @@ stores (docs/encryption.md).
     eventstore rekey ROOT --old-key FILE --new-key FILE      rewrap every data key
 
 Owns the command-line view of `KeyRing.write_new` and `SessionStore.rekey`. Other
-commands read encrypted sessions with `--key FILE` (eventstore.cli.args.add_root).
+commands read encrypted sessions with `--master-key FILE` (eventstore.cli.args.add_root).
 Exit status: 0 done, 1 some data keys were left (forgotten, or wrapped by a master key
 the old ring lacks), 2 a usage error (nothing written).
 """

@@ -39,11 +39,11 @@ class CachePolicy:
         tuning: Tuning,
         enabled: bool,
         mac: CacheMac | None = None,
-        sealer: fold_cache.Sealer | None = None,
+        crypt: fold_cache.CacheCrypt | None = None,
     ) -> None:
         self.engine = engine
         self.mac = mac  # a store with a cache key: its caches carry that key's MAC
-        self.sealer = sealer  # a store with keys: fold caches sealed (eventstore.core.keys)
+        self.crypt = crypt  # a store with keys: fold caches sealed (eventstore.core.keys)
         self.projections = projections
         self.builtin = builtin
         self.tuning = tuning
@@ -80,7 +80,7 @@ class CachePolicy:
         it keeps one that checks, else the beginning."""
         if proj.name in self.cached:
             found = fold_cache.load(
-                self.engine, sess.session_id, proj, self.cached[proj.name], self.mac, self.sealer
+                self.engine, sess.session_id, proj, self.cached[proj.name], self.mac, self.crypt
             )
             if found is not None:
                 return Fold(found[0], found[1], found[1])
@@ -114,7 +114,7 @@ class CachePolicy:
         event types this store decodes of those it reads."""
         proj = self.projections[name]
         fold_cache.store(
-            self.engine, session_id, proj, state, head, self.cached[name], self.mac, self.sealer
+            self.engine, session_id, proj, state, head, self.cached[name], self.mac, self.crypt
         )
 
     def save_fold_caches(self, session_id: str, head: Head, states: dict[str, Any]) -> None:

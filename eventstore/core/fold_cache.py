@@ -302,16 +302,16 @@ def _check(
     return (state,)
 
 
-class Sealer(Protocol):
-    """Seals and opens the caches of a store with keys (`eventstore.core.keys.CacheSeal`)."""
+class CacheCrypt(Protocol):
+    """Seals and opens the caches of a store with keys (`eventstore.core.keys.CacheCipher`)."""
 
-    def seal(
+    def encrypt(
         self, session_id: str, name: str, head: Head, pieces: list[bytes]
     ) -> list[bytes] | None:
         """`pieces` sealed, or None: keep no cache."""
         ...
 
-    def open(self, session_id: str, name: str, head: Head, data: bytes) -> bytes | None:
+    def decrypt(self, session_id: str, name: str, head: Head, data: bytes) -> bytes | None:
         """The cache's bytes, or None: do not use it."""
         ...
 
@@ -322,19 +322,19 @@ def load(
     projection: Any,
     known: str,
     mac: CacheMac | None = None,
-    sealer: Sealer | None = None,
+    crypt: CacheCrypt | None = None,
 ) -> tuple[Any, Head] | None:
     """The cached state and its head, when the engine keeps a cache that checks (with
-    `mac`: one that carries this key's MAC; with a `sealer`: one that opens)."""
+    `mac`: one that carries this key's MAC; with a `crypt`: one that opens)."""
     if not isinstance(engine, CachingEngine):
         return None
     found = engine.open_cache(session_id, projection.name)
     if found is None:
         return None
     head, reader = found
-    if sealer is not None:
+    if crypt is not None:
         with reader:
-            plain = sealer.open(session_id, projection.name, head, reader.read(reader.size))
+            plain = crypt.decrypt(session_id, projection.name, head, reader.read(reader.size))
         if plain is None:
             return None
         reader = BytesCacheReader(plain)
@@ -351,7 +351,7 @@ def store(
     head: Head,
     known: str,
     mac: CacheMac | None = None,
-    sealer: Sealer | None = None,
+    crypt: CacheCrypt | None = None,
 ) -> None:
     """Keep `state` (folded to `head`) for the next cold load; best effort: a failure is
     logged, never raised (the log is the truth, the cache only saves time)."""
@@ -359,8 +359,8 @@ def store(
         return
     try:
         pieces: list[bytes] | None = encode(session_id, projection, state, head, known, mac)
-        if sealer is not None and pieces is not None:
-            pieces = sealer.seal(session_id, projection.name, head, pieces)
+        if crypt is not None and pieces is not None:
+            pieces = crypt.encrypt(session_id, projection.name, head, pieces)
         if pieces is None:
             return
         engine.store_cache(session_id, projection.name, head, pieces)

@@ -1,5 +1,5 @@
 """The data keys of a store opened with a `KeyRing`: each session's, created on its first
-sealed append, found by the codec when it opens a sealed line, rewrapped by `rekey`,
+encrypted append, found by the codec when it decrypts an encrypted line, rewrapped by `rekey`,
 destroyed by `forget`.
 
 A session's data key lives in a key slot of the engine (`eventstore.engines.base.KeyEngine`,
@@ -28,7 +28,7 @@ from eventstore.format.crypt import (
     key_id_of,
 )
 
-__all__ = ["CacheSeal", "SessionKeys", "key_engine"]
+__all__ = ["CacheCipher", "SessionKeys", "key_engine"]
 
 
 def key_engine(engine: Engine) -> KeyEngine:
@@ -82,7 +82,7 @@ class SessionKeys:
             return self._keys.setdefault(slot.dk, data_key)
 
     def opener(self, dk: str) -> DataKey:
-        """The data key of id `dk`, to open a sealed line (the codec's `opener`)."""
+        """The data key of id `dk`, to open an encrypted line (the codec's `opener`)."""
         found = self._keys.get(dk)
         if found is not None:
             return found
@@ -144,9 +144,9 @@ class SessionKeys:
         return slot is not None and slot.forgotten is not None
 
 
-class CacheSeal:
-    """Seals the fold caches of a store with keys (`eventstore.core.fold_cache`): a cache
-    of a session with a data key is kept sealed with it, as one blob bound to the
+class CacheCipher:
+    """Encrypts the fold caches of a store with keys (`eventstore.core.fold_cache`): a cache
+    of a session with a data key is kept encrypted with it, as one blob bound to the
     projection's name and the head it was folded to; a session without one (a plain
     session) gets none. A cache that does not open is not used (the log is the truth)."""
 
@@ -157,19 +157,19 @@ class CacheSeal:
     def _bound(name: str, head: Head) -> bytes:
         return f"|cache|{name}|{head.seq}|{head.h}|{head.link}".encode()
 
-    def seal(
+    def encrypt(
         self, session_id: str, name: str, head: Head, pieces: list[bytes]
     ) -> list[bytes] | None:
-        """`pieces` sealed as one, or None: keep no cache."""
+        """`pieces` encrypted as one, or None: keep no cache."""
         key = self.keys.if_any(session_id)
         if key is None:
             return None
-        return [key.seal_bytes(b"".join(pieces), self._bound(name, head))]
+        return [key.encrypt_bytes(b"".join(pieces), self._bound(name, head))]
 
-    def open(self, session_id: str, name: str, head: Head, data: bytes) -> bytes | None:
+    def decrypt(self, session_id: str, name: str, head: Head, data: bytes) -> bytes | None:
         """The cache's bytes, or None: do not use it."""
         key = self.keys.if_any(session_id)
-        return None if key is None else key.open(data, self._bound(name, head))
+        return None if key is None else key.decrypt(data, self._bound(name, head))
 
 
 def rekey(engine: Engine, old: KeyRing, new: KeyRing) -> tuple[int, int]:

@@ -30,7 +30,7 @@ from eventstore.core.fingerprint import fingerprint
 from eventstore.core.fold_loop import FoldContext, fold_log
 from eventstore.core.frozen import maker
 from eventstore.core.gc_pause import paused_gc
-from eventstore.core.keys import CacheSeal, SessionKeys
+from eventstore.core.keys import CacheCipher, SessionKeys
 from eventstore.core.last_line import last_line_fold, last_line_only
 from eventstore.core.sessions import Fold, SessionState, SessionTable
 from eventstore.core.tuning import Tuning
@@ -54,7 +54,7 @@ from eventstore.errors import (
 )
 from eventstore.format.codec import EventCodec
 from eventstore.format.crypt import DataKey, KeyRing, key_id_of
-from eventstore.format.events import ArchivePruned, Event, KeyForgotten, Quarantined
+from eventstore.format.events import ArchivePruned, Event, KeyForgotten, Quarantined, Sealed
 from eventstore.session_ids import validate_session_id
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ class SessionCore:
         # a store with keys seals every payload it writes, and its fold caches (a fold
         # cache is the folded state); a checked prefix holds only hashes and sizes
         self.keys = None if keys is None else SessionKeys(engine, keys)
-        self._plain: set[str] = set()  # sessions found to have no data key (see seal_for)
+        self._plain: set[str] = set()  # sessions found to have no data key (see cipher_for)
         if self.keys is not None:
             codec.opener = self.keys.opener
         self.url = engine.url
@@ -165,7 +165,7 @@ class SessionCore:
         self.pause_gc = self._pausing()
         self.caches = CachePolicy(
             engine, codec, self.projections, self.builtin, self.tuning, caches, cache_mac,
-            None if self.keys is None else CacheSeal(self.keys),
+            None if self.keys is None else CacheCipher(self.keys),
         )  # fmt: skip
         self.sessions = SessionTable(cached_sessions, self._dropped)
         self._fold_context = FoldContext(engine, codec, self.tuning, self.caches)
@@ -273,7 +273,7 @@ class SessionCore:
                 self.keys.note(session_id)
         return sess
 
-    def refuse_sealed(self, session_id: str, what: str) -> None:
+    def refuse_encrypted(self, session_id: str, what: str) -> None:
         """EncryptedSessionError if the session has a data key (it is encrypted): `what`
         would write its state in the clear (a snapshot). Nothing was written."""
         engine = self.engine
@@ -283,26 +283,26 @@ class SessionCore:
                 " state in the clear; nothing was written"
             )
 
-    def snapshot_seal(self, session_id: str, what: str) -> DataKey | None:
+    def snapshot_cipher(self, session_id: str, what: str) -> DataKey | None:
         """The data key a snapshot of the session is sealed with (a store with keys seals
         every snapshot it writes); None for a plain session of a store without keys, and
         EncryptedSessionError (`what` would write the states in the clear) for an
         encrypted one."""
         if self.keys is not None:
             return self.keys.for_writing(session_id)
-        self.refuse_sealed(session_id, what)
+        self.refuse_encrypted(session_id, what)
         return None
 
-    def seal_for(self, session_id: str, events: Sequence[Event]) -> DataKey | None:
+    def cipher_for(self, session_id: str, events: Sequence[Event]) -> DataKey | None:
         """The data key `events` are sealed with (None: written plain, by a store without
         keys, or maintenance records); KeyForgottenError once the key was destroyed."""
-        if all(isinstance(ev, _NEVER_SEALED) for ev in events):
+        if all(isinstance(ev, _NEVER_ENCRYPTED) for ev in events):
             return None
         if self.keys is None:
             # a store without keys never writes plain payloads into an encrypted session
             # (checked once per session this store opens: one lookup, not one per append)
             if session_id not in self._plain:
-                self.refuse_sealed(session_id, "a store without keys appending to it")
+                self.refuse_encrypted(session_id, "a store without keys appending to it")
                 self._plain.add(session_id)
             return None
         return self.keys.for_writing(session_id)
@@ -544,7 +544,7 @@ class SessionCore:
                 return None
             data, stamped, link = self.codec.encode_batch(
                 events, head.seq + 1, head.link, entropy.now(), key, check=check,
-                seal=self.seal_for(sess.session_id, events),
+                cipher=self.cipher_for(sess.session_id, events),
             )  # fmt: skip
             batch = EncodedBatch(
                 data,
@@ -564,7 +564,9 @@ class SessionCore:
                 fresh = True
 
 
-_NEVER_SEALED = (KeyForgotten, Quarantined, ArchivePruned)  # maintenance: no user content
+# maintenance records hold no user content, and a seal (a signed head) is checked with a
+# public key by whoever holds no data key: never encrypted
+_NEVER_ENCRYPTED = (KeyForgotten, Quarantined, ArchivePruned, Sealed)
 
 
 def check_options(cached_sessions: object, caches: object, tuning: object) -> None:

@@ -30,16 +30,16 @@ from eventstore.errors import (
 )
 from eventstore.format.chain import link_of, locate_states
 from eventstore.format.crypt import (
-    SEAL_MARK,
+    ENC_MARK,
     DataKey,
+    decrypt_line,
+    decrypt_lines,
+    decrypt_states,
+    encrypt_body,
+    encrypt_states,
+    encrypted_key_id,
     line_tag,
-    open_line,
-    open_lines,
-    open_states,
-    seal_body,
-    seal_states,
-    sealed_key_id,
-    states_sealed,
+    states_encrypted,
     tags_in,
 )
 from eventstore.format.depth import (
@@ -85,8 +85,8 @@ class LineDecoder(Protocol):
         """Each line of `buf` decoded."""
         ...
 
-    def open_snapshot(self, snap: Snapshot, /) -> None:
-        """Open `snap`'s sealed states in place (see `eventstore.format.crypt`)."""
+    def decrypt_snapshot(self, snap: Snapshot, /) -> None:
+        """Open `snap`'s encrypted states in place (see `eventstore.format.crypt`)."""
         ...
 
     def decode(self, buf: bytes | memoryview, /) -> Event:
@@ -94,10 +94,10 @@ class LineDecoder(Protocol):
         ...
 
 
-class _OpeningDecoder:
-    """A decoder that opens the sealed lines it must decode first (see `EventCodec.decoder`).
+class _DecryptingDecoder:
+    """A decoder that opens the encrypted lines it must decode first (see `EventCodec.decoder`).
 
-    A region without a sealed line (a plain session's) goes to msgspec as it is: the
+    A region without an encrypted line (a plain session's) goes to msgspec as it is: the
     cost for a store of plain sessions is one substring search per region."""
 
     __slots__ = ("_codec", "_inner", "_lenient", "_needed")
@@ -116,31 +116,31 @@ class _OpeningDecoder:
 
     def decode_lines(self, buf: bytes | memoryview, /) -> list[Event]:
         data = bytes(buf) if isinstance(buf, memoryview) else buf
-        if SEAL_MARK not in data:
+        if ENC_MARK not in data:
             events = self._inner.decode_lines(data)
         elif self._lenient:
             events = [self.decode(line) for line in data.split(b"\n") if line.strip()]
         else:
-            events = self._inner.decode_lines(open_lines(data, self._codec.open_key, self._wanted))
+            events = self._inner.decode_lines(decrypt_lines(data, self._codec.key_of, self._wanted))
         if events and type(events[0]) is Snapshot:  # (a snapshot only ever opens a log)
-            self.open_snapshot(events[0])
+            self.decrypt_snapshot(events[0])
         return events
 
     def decode(self, buf: bytes | memoryview, /) -> Event:
         line = bytes(buf).rstrip(b"\n")
-        if SEAL_MARK in line and self._wanted(line):
-            if self._lenient and not self._codec.can_open(line):
+        if ENC_MARK in line and self._wanted(line):
+            if self._lenient and not self._codec.can_decrypt(line):
                 return self._codec.envelope_of(line)
-            line = open_line(line, self._codec.open_key)
+            line = decrypt_line(line, self._codec.key_of)
         ev = self._inner.decode(line)
         if type(ev) is Snapshot:
-            self.open_snapshot(ev)
+            self.decrypt_snapshot(ev)
         return ev
 
-    def open_snapshot(self, snap: Snapshot, /) -> None:
-        if snap.states and states_sealed(snap.states):
+    def decrypt_snapshot(self, snap: Snapshot, /) -> None:
+        if snap.states and states_encrypted(snap.states):
             try:
-                snap.states = open_states(snap.states, snap.seq, snap.base_h, self._codec.open_key)
+                snap.states = decrypt_states(snap.states, snap.seq, snap.base_h, self._codec.key_of)
             except EventStoreError:
                 if not self._lenient:
                     raise  # (lenient: verify checks a snapshot it cannot open by its chain)
@@ -341,11 +341,11 @@ class EventCodec:
         self.head_decoder = HEAD_DECODER
         self._dict_decoder = msgspec.json.Decoder(dict[str, Any])
         self.opener: Opener | None = None
-        """Gives the data keys of sealed lines (set by a store opened with keys)."""
+        """Gives the data keys of encrypted lines (set by a store opened with keys)."""
 
-    # -- sealed lines -----------------------------------------------------------------
+    # -- encrypted lines -----------------------------------------------------------------
 
-    def open_key(self, dk: str) -> DataKey:
+    def key_of(self, dk: str) -> DataKey:
         """The data key of id `dk`, from `opener`; KeyMissingError without one."""
         if self.opener is None:
             from eventstore.errors import KeyMissingError
@@ -353,9 +353,9 @@ class EventCodec:
             raise KeyMissingError(dk, None, "the line is encrypted and the store has no keys")
         return self.opener(dk)
 
-    def can_open(self, line: bytes) -> bool:
-        """Whether the data key of a sealed `line` is to be had (no error either way)."""
-        dk = sealed_key_id(line)
+    def can_decrypt(self, line: bytes) -> bool:
+        """Whether the data key of an encrypted `line` is to be had (no error either way)."""
+        dk = encrypted_key_id(line)
         if dk is None or self.opener is None:
             return dk is None
         from eventstore.errors import EventStoreError
@@ -367,7 +367,7 @@ class EventCodec:
         return True
 
     def envelope_of(self, line: bytes) -> Event:
-        """A sealed line read without its payload: its type's envelope-only stand-in."""
+        """An encrypted line read without its payload: its type's envelope-only stand-in."""
         tag = line_tag(line).decode("utf-8", "replace")
         if tag not in self.types:
             return self._decode_line(line, 0, "?")
@@ -478,12 +478,12 @@ class EventCodec:
         """A `decode_lines` decoder for the tags in `needed` (None: every type).
 
         Snapshots and tombstones (which reset every projection) are always decoded in
-        full; other types outside `needed` become stubs. Sealed lines of the needed types
-        are opened first (a missing key raises); `lenient` (verify): a sealed line whose
-        key is not to be had becomes its type's envelope-only stand-in instead.
+        full; other types outside `needed` become stubs. Encrypted lines of the needed
+        types are decrypted first (a missing key raises); `lenient` (verify): an encrypted
+        line whose key is not to be had becomes its type's envelope-only stand-in instead.
         """
         key = None if needed is None else frozenset(needed | _ALWAYS_DECODED)
-        return _OpeningDecoder(
+        return _DecryptingDecoder(
             self, self._msgspec_decoder(key), None if key is None else tags_in(key), lenient
         )
 
@@ -534,8 +534,8 @@ class EventCodec:
         except msgspec.DecodeError as exc:
             raise CorruptLogError(path, offset, None, f"not JSON: {exc}") from None
         cls = self.types.get(head.type)
-        if cls is not None and SEAL_MARK in line:  # (an unknown type is kept as sealed)
-            line = open_line(line, self.open_key, path, offset)
+        if cls is not None and ENC_MARK in line:  # (an unknown type is kept as encrypted)
+            line = decrypt_line(line, self.key_of, path, offset)
         if cls is None:
             try:  # kept verbatim (e.g. in a snapshot), so the whole line must be valid JSON
                 self._dict_decoder.decode(line)
@@ -555,8 +555,8 @@ class EventCodec:
                 snap = msgspec.json.decode(line, type=Snapshot)
             except msgspec.DecodeError as exc:
                 raise CorruptLogError(path, offset, head.seq, f"bad {head.type}: {exc}") from None
-            if states_sealed(snap.states):
-                snap.states = open_states(snap.states, snap.seq, snap.base_h, self.open_key)
+            if states_encrypted(snap.states):
+                snap.states = decrypt_states(snap.states, snap.seq, snap.base_h, self.key_of)
             return snap
         if head.v == cls.VERSION:
             try:
@@ -594,7 +594,7 @@ class EventCodec:
         *,
         check: bool = False,
         max_depth: int | None = MAX_DEPTH,
-        seal: DataKey | None = None,
+        cipher: DataKey | None = None,
     ) -> tuple[bytes, list[Event], str]:
         """Stamp `events` as one batch and encode it; returns (bytes, stamped, new link).
 
@@ -608,8 +608,8 @@ class EventCodec:
         anything is returned (`eventstore.format.depth`); None for a snapshot, which
         wraps in a few more levels states folded from lines that kept to the limit.
 
-        `seal`: the session's data key: each line's payload is sealed with it
-        (`eventstore.format.crypt`) and its hash computed over the sealed line.
+        `cipher`: the session's data key: each line's payload is encrypted with it
+        (`eventstore.format.crypt`) and its hash computed over the encrypted line.
         """
         # the append hot path: each event encoded once, its hash over the encoded body
         # (h omitted, see `line_hash`), the line's bytes joined once at the end
@@ -648,8 +648,10 @@ class EventCodec:
                     ev = copy
             else:
                 body = self._encoded(ev, encode, max_depth)
-            if seal is not None:
-                body = seal_body(body, event_tag(type(ev)), ev.seq, ts, ev.more, ev.key, ev.v, seal)
+            if cipher is not None:
+                body = encrypt_body(
+                    body, event_tag(type(ev)), ev.seq, ts, ev.more, ev.key, ev.v, cipher
+                )
             digest = _blake2b(link.encode(), digest_size=8)
             digest.update(body)
             h = digest.hexdigest()
@@ -679,14 +681,16 @@ class EventCodec:
         return msgspec.json.decode(body, type=cls)
 
     def encode_snapshot(
-        self, snap: Snapshot, seq: int, link: str, ts: datetime, seal: DataKey | None = None
+        self, snap: Snapshot, seq: int, link: str, ts: datetime, cipher: DataKey | None = None
     ) -> tuple[bytes, Snapshot]:
         """Encode a snapshot line whose `length` and `layout` describe the line itself.
-        `seal`: the session's data key: each state's entry is sealed with it (the
+        `cipher`: the session's data key: each state's entry is encrypted with it (the
         snapshot returned keeps the states as given)."""
         given = snap.states
-        if seal is not None:
-            snap = msgspec.structs.replace(snap, states=seal_states(given, seq, snap.base_h, seal))
+        if cipher is not None:
+            snap = msgspec.structs.replace(
+                snap, states=encrypt_states(given, seq, snap.base_h, cipher)
+            )
         layout: dict[str, tuple[int, int]] = {}
         length = 0
         for _ in range(8):  # offsets shift only when a number gains a digit: this converges

@@ -1,22 +1,22 @@
-"""Encryption at rest of a log line's payload: master keys, data keys, sealed lines.
+"""Encryption at rest of a log line's payload: master keys, data keys, encrypted lines.
 
-Every primitive is the `cryptography` package's (the `crypto` extra): AES-256-GCM seals
+Every primitive is the `cryptography` package's (the `crypto` extra): AES-256-GCM encrypts
 a payload, AES key wrap (RFC 3394) wraps a data key with a master key. Nothing here is
 cipher code of its own.
 
 - A `KeyRing` holds master keys by key id: the current one wraps new data keys, every
   one unwraps. Its repr names key ids, never keys.
 - A `DataKey` is one session's key (random, 256 bits) with its id, `key_id_of(session)`.
-- A sealed line keeps the envelope a reader needs to order and check it (`type`, `seq`,
+- An encrypted line keeps the envelope a reader needs to order and check it (`type`, `seq`,
   `ts`, `more`, `key`, `v`) in the clear and carries the payload as one field, last
   before `h`: ``"_enc":"<data key id>.<base64 of nonce + ciphertext + tag>"``. The hash
-  chain (`eventstore.format.chain`) is computed over that sealed line, so the chain is
+  chain (`eventstore.format.chain`) is computed over that encrypted line, so the chain is
   checked without any key. The authenticated data is the data key id and the clear
   envelope's bytes: a payload moved to another line does not open. `_enc` cannot be a
   field of an `Event` (msgspec fields never start with `_`), so a plain line never
-  looks sealed.
-- A snapshot keeps its shape; each state entry is sealed as one JSON string
-  (`seal_states`, `open_states`), bound to the snapshot's seq, `base_h` and the name.
+  looks encrypted.
+- A snapshot keeps its shape; each state entry is encrypted as one JSON string
+  (`encrypt_states`, `decrypt_states`), bound to the snapshot's seq, `base_h` and the name.
 - A `KeySlot` is what a store keeps per session (`eventstore.engines.base.KeyEngine`):
   the data key wrapped under one or more master keys, or the record that it was
   forgotten. It holds no key in the clear.
@@ -45,7 +45,7 @@ from eventstore.errors import (
 from eventstore.format.chain import HASH_SUFFIX_LEN
 
 __all__ = [
-    "SEAL_MARK",
+    "ENC_MARK",
     "DataKey",
     "KeyRing",
     "KeySlot",
@@ -54,18 +54,18 @@ __all__ = [
     "encode_slot",
     "key_id_of",
     "line_tag",
-    "open_line",
-    "open_lines",
-    "open_states",
-    "seal_body",
-    "seal_states",
-    "sealed_key_id",
-    "states_sealed",
+    "decrypt_line",
+    "decrypt_lines",
+    "decrypt_states",
+    "encrypt_body",
+    "encrypt_states",
+    "encrypted_key_id",
+    "states_encrypted",
     "tags_in",
 ]
 
-SEAL_MARK = b',"_enc":"'
-"""What opens a sealed payload field (a quick test over many lines: `SEAL_MARK in data`)."""
+ENC_MARK = b',"_enc":"'
+"""What opens an encrypted payload field (a quick test over many lines: `ENC_MARK in data`)."""
 
 _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _NONCE_LEN = 12
@@ -245,7 +245,7 @@ def decode_slot(data: bytes, dk: str) -> KeySlot:
 
 
 class DataKey:
-    """One session's data key, unwrapped (kept in memory only): seals and opens payloads."""
+    """One session's data key, unwrapped (kept in memory only): encrypts and opens payloads."""
 
     __slots__ = ("_aead", "dk")
 
@@ -261,21 +261,21 @@ class DataKey:
         """A fresh random 256-bit data key."""
         return os.urandom(_KEY_LEN)
 
-    def seal(self, payload: bytes, envelope: bytes) -> bytes:
-        """The sealed token of `payload` for the line whose clear part is `envelope`."""
+    def encrypt(self, payload: bytes, envelope: bytes) -> bytes:
+        """The encrypted token of `payload` for the line whose clear part is `envelope`."""
         nonce = os.urandom(_NONCE_LEN)
         ct = self._aead.encrypt(nonce, payload, self.dk.encode() + envelope)
         return self.dk.encode() + b"." + base64.b64encode(nonce + ct)
 
-    def seal_bytes(self, data: bytes, bound: bytes) -> bytes:
-        """`data` sealed as binary (nonce, ciphertext, tag), bound to `bound`: for what
+    def encrypt_bytes(self, data: bytes, bound: bytes) -> bytes:
+        """`data` encrypted as binary (nonce, ciphertext, tag), bound to `bound`: for what
         is not a log line (a fold cache)."""
         nonce = os.urandom(_NONCE_LEN)
         out: bytes = nonce + self._aead.encrypt(nonce, data, self.dk.encode() + bound)
         return out
 
-    def open(self, blob: bytes, envelope: bytes) -> bytes | None:
-        """The payload of a sealed token's blob; None if it does not authenticate."""
+    def decrypt(self, blob: bytes, envelope: bytes) -> bytes | None:
+        """The payload of an encrypted token's blob; None if it does not authenticate."""
         from cryptography.exceptions import InvalidTag
 
         if len(blob) < _NONCE_LEN + 16:
@@ -290,62 +290,62 @@ class DataKey:
         return out
 
 
-def seal_body(body: bytes, ev_type: str, seq: int, ts: datetime, more: int, key: str | None,
+def encrypt_body(body: bytes, ev_type: str, seq: int, ts: datetime, more: int, key: str | None,
               v: int, data_key: DataKey) -> bytes:  # fmt: skip
-    """The sealed form of an event's encoded `body` (no `h` yet): its envelope in the
-    clear, its payload fields as one sealed field."""
+    """The encrypted form of an event's encoded `body` (no `h` yet): its envelope in the
+    clear, its payload fields as one encrypted field."""
     env = _envelope_encoder.encode(_Envelope(ev_type, seq, ts, more, key, v))
     prefix = env[:-1]
     if not body.startswith(prefix):  # (the codec's field order; checked, never assumed)
         raise AssertionError("an event's encoding does not open with its envelope")
-    # the payload sealed is the fields after the envelope as they stand (`,"f":...`,
+    # the payload encrypted is the fields after the envelope as they stand (`,"f":...`,
     # or nothing), and the authenticated data is the clear envelope itself: a payload
     # opens only under its own data key, type, seq, time, batch marker and key
     payload = body[len(prefix) : -1]
-    return prefix + SEAL_MARK + data_key.seal(payload, prefix) + b'"}'
+    return prefix + ENC_MARK + data_key.encrypt(payload, prefix) + b'"}'
 
 
-def _sealed_field(line: bytes) -> tuple[int, int] | None:
-    """(where `SEAL_MARK` starts, where the token ends) in a whole line (no newline, `h`
-    last) whose last payload field is a sealed one; None for a plain line."""
+def _encrypted_field(line: bytes) -> tuple[int, int] | None:
+    """(where `ENC_MARK` starts, where the token ends) in a whole line (no newline, `h`
+    last) whose last payload field is an encrypted one; None for a plain line."""
     end = len(line) - HASH_SUFFIX_LEN - 1
     if end < 0 or line[end : end + 1] != b'"':
         return None
-    at = line.rfind(SEAL_MARK, 0, end)
+    at = line.rfind(ENC_MARK, 0, end)
     if at < 0:
         return None
-    token = line[at + len(SEAL_MARK) : end]
+    token = line[at + len(ENC_MARK) : end]
     if b'"' in token or b"\\" in token:
         return None
     return at, end
 
 
-def sealed_key_id(line: bytes) -> str | None:
-    """The data key id a sealed line was sealed with; None for a plain line."""
-    found = _sealed_field(line)
+def encrypted_key_id(line: bytes) -> str | None:
+    """The data key id an encrypted line was encrypted with; None for a plain line."""
+    found = _encrypted_field(line)
     if found is None:
         return None
-    token = line[found[0] + len(SEAL_MARK) : found[1]]
+    token = line[found[0] + len(ENC_MARK) : found[1]]
     return token.split(b".", 1)[0].decode("ascii", "replace")
 
 
-def open_line(
+def decrypt_line(
     line: bytes, opener: Callable[[str], DataKey], where: object = "?", offset: int = 0
 ) -> bytes:
-    """The plain form of a sealed line (a plain line as it is): its payload fields in
-    place of the sealed one, its `h` kept (the hash of the sealed line, as read).
+    """The plain form of an encrypted line (a plain line as it is): its payload fields in
+    place of the encrypted one, its `h` kept (the hash of the encrypted line, as read).
     `opener` gives the data key of an id (KeyMissingError, KeyForgottenError). A payload
     that does not authenticate is a CorruptLogError naming the line."""
-    found = _sealed_field(line)
+    found = _encrypted_field(line)
     if found is None:
         return line
     at, end = found
-    start = at + len(SEAL_MARK)
+    start = at + len(ENC_MARK)
     dot = line.find(b".", start, end)
     envelope = line[:at]
     if dot < 0:
         raise CorruptLogError(
-            where, offset, _seq_of(envelope), "a sealed payload names no data key"
+            where, offset, _seq_of(envelope), "an encrypted payload names no data key"
         )
     try:
         # (not strict: a changed character fails the authentication below)
@@ -353,13 +353,13 @@ def open_line(
     except (binascii.Error, ValueError):
         blob = b""
     data_key = opener(line[start:dot].decode("ascii", "replace"))
-    payload = data_key.open(blob, envelope)
+    payload = data_key.decrypt(blob, envelope)
     if payload is None:
         raise CorruptLogError(
             where,
             offset,
             _seq_of(envelope),
-            f"its sealed payload does not authenticate under data key {data_key.dk!r}",
+            f"its encrypted payload does not authenticate under data key {data_key.dk!r}",
         )
     return envelope + payload + line[end + 1 :]
 
@@ -372,30 +372,30 @@ def _seq_of(envelope: bytes) -> int | None:
 
 
 def _state_aad(seq: int, base_h: str, name: str) -> bytes:
-    """What a snapshot's sealed state is bound to: its snapshot's seq and base, its name."""
+    """What a snapshot's encrypted state is bound to: its snapshot's seq and base, its name."""
     return f"|snapshot|{seq}|{base_h}|".encode() + name.encode()
 
 
-def seal_states(
+def encrypt_states(
     states: dict[str, msgspec.Raw], seq: int, base_h: str, data_key: DataKey
 ) -> dict[str, msgspec.Raw]:
-    """A snapshot's states, each entry sealed as one JSON string (`"<data key id>.<base64>"`):
+    """A snapshot's states, each entry encrypted as one JSON string (`"<data key id>.<base64>"`):
     the snapshot line keeps its shape (`layout`, `length`), only the entries are opaque."""
     return {
-        name: msgspec.Raw(b'"' + data_key.seal(bytes(raw), _state_aad(seq, base_h, name)) + b'"')
+        name: msgspec.Raw(b'"' + data_key.encrypt(bytes(raw), _state_aad(seq, base_h, name)) + b'"')
         for name, raw in states.items()
     }
 
 
-def states_sealed(states: dict[str, msgspec.Raw]) -> bool:
-    """Whether a snapshot's states are sealed (an entry is a JSON string, never an object)."""
+def states_encrypted(states: dict[str, msgspec.Raw]) -> bool:
+    """Whether a snapshot's states are encrypted (an entry is a JSON string, never an object)."""
     return any(bytes(memoryview(raw)[:1]) == b'"' for raw in states.values())
 
 
-def open_states(
+def decrypt_states(
     states: dict[str, msgspec.Raw], seq: int, base_h: str, opener: Callable[[str], DataKey]
 ) -> dict[str, msgspec.Raw]:
-    """A snapshot's sealed states opened (a plain entry as it is). A state that does not
+    """A snapshot's encrypted states opened (a plain entry as it is). A state that does not
     authenticate is a CorruptLogError naming the snapshot's seq and the state."""
     out: dict[str, msgspec.Raw] = {}
     for name, raw in states.items():
@@ -410,24 +410,24 @@ def open_states(
         except (binascii.Error, ValueError):
             blob = b""
         data_key = opener(dk.decode("ascii", "replace"))
-        plain = data_key.open(blob, _state_aad(seq, base_h, name))
+        plain = data_key.decrypt(blob, _state_aad(seq, base_h, name))
         if plain is None:
             raise CorruptLogError(
-                "snapshot", 0, seq, f"its sealed state {name!r} does not authenticate"
+                "snapshot", 0, seq, f"its encrypted state {name!r} does not authenticate"
                 f" under data key {data_key.dk!r}",
             )  # fmt: skip
         out[name] = msgspec.Raw(plain)
     return out
 
 
-def open_lines(
+def decrypt_lines(
     data: bytes, opener: Callable[[str], DataKey], wanted: Callable[[bytes], bool]
 ) -> bytes:
-    """`data` (lines) with every sealed line `wanted(line)` picks opened."""
+    """`data` (lines) with every encrypted line `wanted(line)` picks opened."""
     out: list[bytes] = []
     for line in data.split(b"\n"):
-        if SEAL_MARK in line and wanted(line):
-            line = open_line(line, opener)
+        if ENC_MARK in line and wanted(line):
+            line = decrypt_line(line, opener)
         out.append(line)
     return b"\n".join(out)
 

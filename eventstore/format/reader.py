@@ -310,7 +310,7 @@ def _decode_lines(decoder: LineDecoder, region: bytes | memoryview, offset: int)
                     snap = None  # decoded whole below, which fails the same way
                 if type(snap) is Snapshot and not snap.states:
                     snap.states = {n: msgspec.Raw(view[a:b]) for n, (a, b) in head.layout.items()}
-                    decoder.open_snapshot(snap)
+                    decoder.decrypt_snapshot(snap)
                     return [snap, *decoder.decode_lines(view[head.length + 1 :])]
     return decoder.decode_lines(region)
 

@@ -161,8 +161,8 @@ def compact(
         states, folded, trimmed = _fold_states(core, session_id, res, events, retention)
         snap = build_snapshot(events, states, res.data[:size], covers.link, codec, archive, trimmed)
         unknown = snap.unknown
-        seal = core.snapshot_seal(session_id, "compaction")
-        line, _ = codec.encode_snapshot(snap, covers.seq, covers.link, entropy.now(), seal)
+        cipher = core.snapshot_cipher(session_id, "compaction")
+        line, _ = codec.encode_snapshot(snap, covers.seq, covers.link, entropy.now(), cipher)
         if len(line) >= size and not force:
             return CompactionReport(
                 session_id, len(events), len(events), size, size, first_seq, last.seq, None,

@@ -111,15 +111,15 @@ def fork_session(
         raise SessionDeletedError(source, gone.ts, gone.by)
     with require_history(core, source) as hist:
         if core.keys is None:
-            core.refuse_sealed(source, "forking it")
+            core.refuse_encrypted(source, "forking it")
         events, states = _fold_source(core, source, hist, at_seq)
     last = events[-1]
     origin = ForkOrigin(session_id=source, seq=last.seq, h=last.h)
     snap = build_snapshot(events, states, b"", link_of(last), core.codec, False, False)
     snap = msgspec.structs.replace(snap, origin=origin)
-    seal = core.snapshot_seal(session_id, "forking into it")
+    cipher = core.snapshot_cipher(session_id, "forking into it")
     line, stamped = core.codec.encode_snapshot(
-        snap, last.seq, link_of(last), datetime.now(UTC), seal
+        snap, last.seq, link_of(last), datetime.now(UTC), cipher
     )
     batch = EncodedBatch(line, last.seq, last.seq, (stamped.h,), stamped.base_h)
     try:

@@ -270,8 +270,8 @@ def _rebuild(
     # them the pruned archive before it would read as lost
     pruned = [msgspec.Raw(raw) for _, raw in pruning_records(first + b"\n")]
     snap = Snapshot(base_h=base_h, states=states, unknown=unknown, known=known, pruned=pruned)
-    seal = core.snapshot_seal(session_id, "rebuilding its snapshot")
-    line, _ = codec.encode_snapshot(snap, seq, base_h, entropy.now(), seal)
+    cipher = core.snapshot_cipher(session_id, "rebuilding its snapshot")
+    line, _ = codec.encode_snapshot(snap, seq, base_h, entropy.now(), cipher)
     return line + kept_after, 1 + n_after, nl + 1 + len(kept_after), how
 
 

@@ -49,7 +49,7 @@ from eventstore.format.chain import (
     line_hash,
     split_hash,
 )
-from eventstore.format.crypt import states_sealed
+from eventstore.format.crypt import states_encrypted
 from eventstore.format.depth import HEAD_DECODER
 from eventstore.format.events import (
     Event,
@@ -539,7 +539,7 @@ def _check_snapshot_states(
         return []  # the history before this snapshot is not all there to compare with
     if len(history) != snap.seq:
         return []  # a gap (history lost between archives) or a snapshot in between
-    if states_sealed(snap.states) or any(type(e).SKIPPED for e in history):
+    if states_encrypted(snap.states) or any(type(e).SKIPPED for e in history):
         return []  # sealed, and this store has not the key: checked by the chain alone
     found: list[Problem] = []
     for proj in store.projections.values():
