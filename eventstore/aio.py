@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         Ed25519PublicKey,
     )
 
+    from eventstore.format.crypt import KeyRing
     from eventstore.format.events import Upcaster
     from eventstore.ops.audit import VerifyReport
     from eventstore.ops.fork import ForkResult
@@ -445,6 +446,15 @@ class AsyncSessionStore:
     async def deleted_sessions(self) -> list[Tombstone]:
         """Every deleted session's tombstone (see `SessionStore.deleted_sessions`)."""
         return await self._submit(_STORE_WIDE, self.store.deleted_sessions)
+
+    async def forget_key(self, session_id: str) -> bool:
+        """Crypto-shredding: destroy the session's data key (see `SessionStore.forget_key`;
+        give a `SessionStore` opened with `keys=`)."""
+        return await self._submit(session_id, lambda: self.store.forget_key(session_id))
+
+    async def rekey(self, new: KeyRing) -> tuple[int, int]:
+        """Rewrap every data key with `new`'s current master key (see `SessionStore.rekey`)."""
+        return await self._submit(_STORE_WIDE, lambda: self.store.rekey(new))
 
     async def delete_older_than(
         self,

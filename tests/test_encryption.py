@@ -584,3 +584,29 @@ def test_signed_heads_of_an_encrypted_session_verify_without_its_data_key(tmp_pa
     with SessionStore(root) as keyless:  # no data key: the chain and the seals check
         assert keyless.verify("s1", public_key=signing.public_key()).ok
     no_marker(root)
+
+
+def test_the_async_store_forgets_and_rekeys(tmp_path: Path) -> None:
+    import asyncio
+
+    from eventstore.aio import AsyncSessionStore
+
+    root = tmp_path / "st"
+
+    async def main() -> None:
+        with SessionStore(root, keys=ring()) as store:
+            await run(store)
+
+    async def run(store: SessionStore) -> None:
+        async with AsyncSessionStore(store) as st:
+            await st.append_transcript_messages("s1", [Message(role=Role.USER, content=MARKER)])
+            await st.append_transcript_messages("s2", [Message(role=Role.USER, content=MARKER)])
+            assert await st.forget_key("s1")
+            with pytest.raises(KeyForgottenError):
+                await st.load_transcript_messages("s1")
+            assert await st.rekey(ring("m2", M2)) == (1, 1)  # s2 rewrapped, s1 forgotten
+
+    asyncio.run(main())
+    with SessionStore(root, keys=ring("m2", M2)) as store:
+        assert store.load_transcript_messages("s2")[0].content == MARKER
+    no_marker(root)
