@@ -54,7 +54,14 @@ from eventstore.errors import (
 )
 from eventstore.format.codec import EventCodec
 from eventstore.format.crypt import DataKey, KeyRing, key_id_of
-from eventstore.format.events import ArchivePruned, Event, KeyForgotten, Quarantined, Sealed
+from eventstore.format.events import (
+    ArchivePruned,
+    Event,
+    KeyForgotten,
+    Quarantined,
+    Sealed,
+    SessionDeleted,
+)
 from eventstore.session_ids import validate_session_id
 
 if TYPE_CHECKING:
@@ -564,9 +571,10 @@ class SessionCore:
                 fresh = True
 
 
-# maintenance records hold no user content, and a seal (a signed head) is checked with a
-# public key by whoever holds no data key: never encrypted
-_NEVER_ENCRYPTED = (KeyForgotten, Quarantined, ArchivePruned, Sealed)
+# maintenance records hold no user content, a seal (a signed head) is checked with a
+# public key by whoever holds no data key, and a tombstone must refuse writes even after
+# `forget_key`: never encrypted
+_NEVER_ENCRYPTED = (KeyForgotten, Quarantined, ArchivePruned, Sealed, SessionDeleted)
 
 
 def check_options(cached_sessions: object, caches: object, tuning: object) -> None:
