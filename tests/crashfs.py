@@ -110,6 +110,7 @@ import os
 import random
 import stat
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,8 +244,10 @@ class Recorder:
 
     ``with Recorder(root) as rec: ...; rec.ack("append 1", payload)``, then `rec.trace`.
     `root` must be an existing directory given by its real path (no symlinks in it).
-    The wrappers replace `os` functions process-wide: record one thread's workload at a
-    time, in a process with no other writer under the root.
+    The wrappers replace `os` functions process-wide, in a process with no other writer
+    under the root. Several threads of one workload may run at once: each wrapped call
+    is made and recorded under one lock, so the trace holds them in the order they took
+    effect (a flush is recorded as covering what was written before it began).
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -258,25 +261,36 @@ class Recorder:
         self._next_inode = 0
         self.trace = Trace({}, {}, set(), [])
         self._active = False
+        self._serial = threading.RLock()  # one wrapped call (made and recorded) at a time
 
     # -- the workload's side
 
     def ack(self, label: str, payload: Any = None) -> None:
         """Mark that the workload received an acknowledgement (a call returned)."""
-        self._emit("ack", label=label, payload=payload)
+        with self._serial:
+            self._emit("ack", label=label, payload=payload)
 
     def __enter__(self) -> Recorder:
         global _active, _hooked
         self._snapshot_initial()
         for name in _WRAPPED:
             if name in self._real:
-                setattr(os, name, getattr(self, "_" + name))
+                setattr(os, name, self._serialized(getattr(self, "_" + name)))
         if not _hooked:  # (an audit hook cannot be removed: one, for every recorder)
             sys.addaudithook(_audit)
             _hooked = True
         _active = self
         self._active = True
         return self
+
+    def _serialized(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        serial = self._serial
+
+        def call(*args: Any, **kw: Any) -> Any:
+            with serial:
+                return fn(*args, **kw)
+
+        return call
 
     def __exit__(self, *exc: object) -> None:
         global _active

@@ -43,12 +43,14 @@ from eventstore.engines.base import (
     HeadMovedError,
     KeyEngine,
     RangedEngine,
+    WriterTurn,
 )
 from eventstore.errors import (
     EncryptedSessionError,
     EventStoreError,
     InvalidArgumentError,
     SessionDeletedError,
+    StorageError,
     StoreClosedError,
     UnknownProjectionError,
 )
@@ -437,6 +439,7 @@ class SessionCore:
         *,
         check: bool = False,
         after_tombstone: bool = False,
+        share_flush: bool = True,
     ) -> AppendResult | None:
         """The one write path: fold what `build` needs, build (validate), append against
         the head those folds reached; on a moved head, catch up and do it again; then
@@ -450,55 +453,97 @@ class SessionCore:
         nothing written; the lifecycle projection is folded for every write to know it
         (the expected-head check makes that race-free against a delete in another
         process). `after_tombstone`: do not check (the delete itself, which is given the
-        lifecycle state among `needs`)."""
+        lifecycle state among `needs`).
+
+        `share_flush`: False when the caller holds the session's lock around this call
+        (a writer that waits for a shared flush must have released it: the writers
+        queued behind it commit the flush)."""
         if idempotency_key is not None:
             check_key(idempotency_key)
         sess = self.session(session_id)
         wanted = (self.idempotency, *needs) if idempotency_key is not None else needs
         if not after_tombstone:
             wanted = (self.lifecycle, *wanted)
+        # the engine's turn around the lock: with `durability="fsync"` a writer with
+        # others queued behind it leaves its flush to them and waits for it on leaving
+        # the turn, after the lock (group commit: `eventstore.engines.file.groupflush`)
+        turn = self.engine.turn(session_id) if share_flush else WriterTurn(self.engine, session_id)
+        try:
+            with turn, sess.lock:
+                turn.start()
+                try:
+                    return self._write_locked(
+                        sess, turn, build, idempotency_key, wanted, check, after_tombstone
+                    )
+                finally:
+                    if turn.finish():  # a group this writer committed failed
+                        self._forget_folded(sess)
+        except StorageError:
+            # a group commit may have failed (this writer's, or one it waited for):
+            # batches folded here were never stored
+            self._forget_folded(sess)
+            raise
+
+    def _forget_folded(self, sess: SessionState) -> None:
+        """Drop what is folded of the session: the next use refolds from the log."""
         with sess.lock:
-            written = self._append(sess, build, idempotency_key, wanted, check, after_tombstone)
-            if written.__class__ is not tuple:
-                return written  # type: ignore[return-value]  # a replay, or nothing to write
-            head, new, data, stamped = written
-            if head.seq == 0 and head.position is None and self.caches.marks:
-                self.caches.keep_from_creation(sess, head)
-            elif sess.kept_from_creation >= 0:
-                self.caches.count_kept(sess, len(data))
-            # the states that were at that head advance to `new` without reading the
-            # batch back (inline: this loop runs for every append)
-            for name, f in sess.folds.items():
-                fh = f.head  # (identity first: a fold this store left at its own head)
-                if fh is head or (fh.seq == head.seq and fh.position == head.position):
-                    proj = self.projections[name]
-                    try:
-                        # a user's apply may change the event it gets (the built-in states
-                        # share its records): it folds the batch decoded from the bytes
-                        # written, as a cold load would give it to it
-                        own = (
-                            stamped
-                            if name in self.builtin
-                            else self.codec.decoder(proj.event_types).decode_lines(data)
-                        )
-                        f.state = fold(proj, f.state, own)
-                    except BaseException as exc:
-                        # folded in place, part of the batch may be in it: start over (the
-                        # next load folds the log again). The batch is committed: raising
-                        # an Exception now would make the caller write it again
-                        f.state, f.head = proj.initial(), EMPTY_HEAD
-                        if not isinstance(exc, Exception):
-                            raise
-                        log.warning("eventstore: folding %r into %r failed: %r",
-                                    session_id, name, exc)  # fmt: skip
-                        continue
-                    f.head = new
-            sess.head = new
-            return _new_result(stamped[0].seq, stamped[-1].seq, False)
+            self.caches.release(sess)
+            sess.forget()
+
+    def _write_locked(
+        self,
+        sess: SessionState,
+        turn: WriterTurn,
+        build: Build,
+        key: str | None,
+        wanted: tuple[Projection[Any], ...],
+        check: bool,
+        after_tombstone: bool,
+    ) -> AppendResult | None:
+        """`write` under the session's lock, within the engine's turn."""
+        session_id = sess.session_id
+        written = self._append(sess, turn, build, key, wanted, check, after_tombstone)
+        if written.__class__ is not tuple:
+            return written  # type: ignore[return-value]  # a replay, or nothing to write
+        head, new, data, stamped = written
+        if head.seq == 0 and head.position is None and self.caches.marks:
+            self.caches.keep_from_creation(sess, head)
+        elif sess.kept_from_creation >= 0:
+            self.caches.count_kept(sess, len(data))
+        # the states that were at that head advance to `new` without reading the
+        # batch back (inline: this loop runs for every append)
+        for name, f in sess.folds.items():
+            fh = f.head  # (identity first: a fold this store left at its own head)
+            if fh is head or (fh.seq == head.seq and fh.position == head.position):
+                proj = self.projections[name]
+                try:
+                    # a user's apply may change the event it gets (the built-in states
+                    # share its records): it folds the batch decoded from the bytes
+                    # written, as a cold load would give it to it
+                    own = (
+                        stamped
+                        if name in self.builtin
+                        else self.codec.decoder(proj.event_types).decode_lines(data)
+                    )
+                    f.state = fold(proj, f.state, own)
+                except BaseException as exc:
+                    # folded in place, part of the batch may be in it: start over (the
+                    # next load folds the log again). The batch is committed: raising
+                    # an Exception now would make the caller write it again
+                    f.state, f.head = proj.initial(), EMPTY_HEAD
+                    if not isinstance(exc, Exception):
+                        raise
+                    log.warning("eventstore: folding %r into %r failed: %r",
+                                session_id, name, exc)  # fmt: skip
+                    continue
+                f.head = new
+        sess.head = new
+        return _new_result(stamped[0].seq, stamped[-1].seq, False)
 
     def _append(
         self,
         sess: SessionState,
+        turn: WriterTurn,
         build: Build,
         key: str | None,
         wanted: tuple[Projection[Any], ...],
@@ -563,7 +608,7 @@ class SessionCore:
                 fingerprint(events) if key is not None else None,
             )
             try:
-                return head, self.engine.append(sess.session_id, batch, head), data, stamped
+                return head, turn.append(batch, head), data, stamped
             except HeadMovedError as exc:
                 if exc.actual.same_chain_point(head):
                     raise  # an engine refusing the head it reports: retrying cannot help

@@ -163,6 +163,7 @@ __all__ = [
     "ReadResult",
     "RepairHold",
     "Segment",
+    "WriterTurn",
     "UnknownEngineError",
     "is_conninfo",
     "open_engine",
@@ -464,6 +465,51 @@ class RepairHold(ABC):
         a test plants a damaged log (`eventstore.engines.conformance.corrupt`)."""
 
 
+class WriterTurn:
+    """One writer's turn at appending to a session, taken around the caller's own
+    exclusion of the session's writers (the store's session lock):
+
+        with engine.turn(session_id) as turn:   # the writer queues
+            with session_lock:
+                turn.start()                    # it holds the lock now
+                try:
+                    head = turn.append(batch, expected)   # as `engine.append`
+                finally:
+                    if turn.finish():           # before the lock is released
+                        ...                     # forget what was folded of the session
+        # past the `with`: the append is as durable as the engine's durability says
+
+    An engine with group commit (the file engine with `durability="fsync"`) lets a
+    writer with others queued behind it leave its flush to them, and `__exit__` waits
+    for the flush that covers it (StorageError if it failed). This default is plain
+    `engine.append` and no waiting."""
+
+    __slots__ = ("engine", "session_id")
+
+    def __init__(self, engine: Engine, session_id: str) -> None:
+        self.engine = engine
+        self.session_id = session_id
+
+    def __enter__(self) -> WriterTurn:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        return None
+
+    def start(self) -> None:
+        """The writer holds the session's lock now."""
+
+    def append(self, batch: EncodedBatch, expected: Head) -> Head:
+        """`Engine.append` within this turn."""
+        return self.engine.append(self.session_id, batch, expected)
+
+    def finish(self) -> bool:
+        """The writer is about to release the session's lock (whatever happened). True
+        when it committed appends staged by other writers and that failed: what the
+        caller folded of the session may hold batches that were never stored."""
+        return False
+
+
 class Engine(ABC):
     """A storage engine: see the module docstring for the contract every method keeps.
 
@@ -509,6 +555,11 @@ class Engine(ABC):
     def append(self, session_id: str, batch: EncodedBatch, expected: Head) -> Head:
         """Write `batch` atomically if the session's head is still `expected`
         (compared by seq and link), else raise HeadMovedError; returns the new head."""
+
+    def turn(self, session_id: str) -> WriterTurn:
+        """A writer's turn at appending to the session (see `WriterTurn`): engines whose
+        durable appends can share one flush (group commit) return their own."""
+        return WriterTurn(self, session_id)
 
     @abstractmethod
     def install_snapshot(

@@ -10,22 +10,25 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import NoReturn
 
 from eventstore import entropy
 from eventstore.engines.base import EncodedBatch
 from eventstore.engines.file import journal as file_journal
-from eventstore.engines.file.layout import datasync, pwrite_all
+from eventstore.engines.file.layout import datasync, pwrite_all, write_all
 from eventstore.engines.file.logfile import open_existing
 from eventstore.engines.file.session import GEN_BYTES, SessionState, write_lock_head
-from eventstore.errors import EventStoreError
+from eventstore.errors import EventStoreError, StorageError
 
 __all__ = [
     "bump_generation",
+    "commit_staged",
     "epoch_named",
     "make_durable",
     "retire_journal",
     "scrub_journal",
     "set_hints",
+    "stage",
     "start_epoch",
     "start_epoch_after",
 ]
@@ -187,3 +190,87 @@ def set_hints(sess: SessionState, number: int, end: int) -> None:
         write_lock_head(sess, gen, (number, end))
     except OSError:
         sess.epoch = None
+
+
+# -- group commit (`eventstore.engines.file.groupflush`) ------------------------------------
+
+
+def stage(sess: SessionState, batch: EncodedBatch, start: int, ident: tuple[int, int]) -> bool:
+    """Stage a batch for a group commit (writers' lock held, kept for the group): its
+    bytes into the mirror of the epoch that mirrors the log up to `start`, unflushed,
+    and into `sess.group`; False when that epoch cannot take it (none, another's, or
+    full: the caller commits what is staged and appends as a lone writer does)."""
+    data = batch.data
+    number, mirrored = file_journal.hints(sess.head)
+    ep = sess.epoch
+    if ep is None or ep.number != number:
+        ep = sess.epoch = epoch_named(sess, number, ident)
+    if ep is None or mirrored != start or not file_journal.fits(ep, start, len(data)):
+        return False
+    try:
+        file_journal.mirror(sess.journal_fd, ep, data, start, flush=False)
+    except OSError:
+        return False  # (unflushed, and the next writer mirrors over it)
+    set_hints(sess, ep.number, start + len(data))
+    return True
+
+
+def commit_staged(sess: SessionState, fd: int) -> None:
+    """Commit the group's staged batches (writers' lock held for the group): flush the
+    journal, whose mirror holds them, then write them to the log open at `fd` in one
+    call. Settles every ticket; on failure voids their mirror bytes, ends the epoch
+    and raises StorageError (nothing of them was stored, or it says they may return)."""
+    group = sess.group
+    at, data = group.take()
+    try:
+        try:
+            datasync(sess.journal_fd)
+        except OSError as exc:
+            _fail_staged(sess, at, data, "flushing the journal", exc)
+        try:
+            write_all(fd, data)
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, at)
+            except OSError:
+                pass  # the next writer sets the torn tail aside (the journal is voided below)
+            _fail_staged(sess, at, data, "writing the log", exc)
+    except BaseException:
+        group.settle("interrupted")  # (no-op once settled): no writer waits forever
+        raise
+    group.settle(None)
+
+
+def _fail_staged(sess: SessionState, at: int, data: bytes, step: str, exc: OSError) -> NoReturn:
+    """A group commit failed at `step`: zeros over the staged batches' mirror bytes,
+    flushed (else they could come back after a crash), the tickets failed, the epoch
+    ended (`end_epoch`); raises the StorageError the committing writer gets."""
+    ep, voided = sess.epoch, False
+    if ep is not None:
+        try:
+            file_journal.mirror(sess.journal_fd, ep, bytes(len(data)), at)
+            voided = True
+        except OSError:
+            pass
+    end_epoch(sess)
+    why = f"{step} failed: {exc.strerror or exc}"
+    if not voided:
+        why += "; voiding them in the journal failed too: they may return after a crash"
+    sess.group.settle(why)
+    raise StorageError(
+        f"{sess.paths.log}: a group commit at byte {at} failed ({why}); nothing of its"
+        " appends was stored" + ("" if voided else " unless a crash brings them back"),
+        exc.errno,
+    ) from exc
+
+
+def end_epoch(sess: SessionState) -> None:
+    """After a failed flush: no later batch may be mirrored behind bytes the disk may
+    not hold, so the lock file's hints name no epoch and the next durable append
+    flushes the log and starts one (best effort: a mismatch costs a new epoch too)."""
+    sess.epoch = None
+    if len(sess.gen) == GEN_BYTES:
+        try:
+            write_lock_head(sess, sess.gen, (0, 0))
+        except OSError:
+            pass

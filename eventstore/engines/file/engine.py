@@ -43,6 +43,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -65,15 +66,19 @@ from eventstore.engines.base import (
     RangedEngine,
     ReadResult,
     RepairHold,
+    WriterTurn,
 )
 from eventstore.engines.file import keys
 from eventstore.engines.file.caches import open_cache, store_cache
 from eventstore.engines.file.durability import (
     bump_generation,
+    commit_staged,
     make_durable,
     retire_journal,
     scrub_journal,
+    stage,
 )
+from eventstore.engines.file.groupflush import GroupTurn
 from eventstore.engines.file.layout import (
     SessionPaths,
     fd_path,
@@ -573,17 +578,109 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
         size it left (the generation check in `_acquire` proved it is the same file).
         """
         sess = self._sessions.get(session_id) or self._session(session_id)
-        with sess.lock:
+        return self._append(sess, batch, expected, None)
+
+    def _append(
+        self, sess: SessionState, batch: EncodedBatch, expected: Head, turn: GroupTurn | None
+    ) -> Head:
+        """`append`, in a writer's turn or none: the locks are released on return unless
+        the batch was staged for a group commit, which keeps them for the group."""
+        group = sess.group
+        sess.lock.acquire()
+        keep = False
+        try:
             self._acquire(sess, True)
             try:
-                return self._append_locked(sess, batch, expected)
+                head = self._append_locked(sess, batch, expected, turn)
+                keep = group.holding
+                return head
             except BaseException:
                 sess.known = None
                 raise
             finally:
-                unlock(sess.lock_fd)
+                if not keep:
+                    unlock(sess.lock_fd)
+        finally:
+            if not keep:
+                sess.lock.release()
 
-    def _append_locked(self, sess: SessionState, batch: EncodedBatch, expected: Head) -> Head:
+    def turn(self, session_id: str) -> WriterTurn:
+        """A writer's turn (`WriterTurn`); with `durability="fsync"`, one whose append
+        shares a flush with the writers of this process queued behind it (group commit:
+        `eventstore.engines.file.groupflush`)."""
+        if self.durability != "fsync":
+            return WriterTurn(self, session_id)
+        sess = self._sessions.get(session_id) or self._session(session_id)
+        return GroupTurn(
+            self,
+            session_id,
+            sess.group,
+            sess.paths.log_str,
+            partial(self._append_in_turn, sess),
+            partial(self._settle_group, sess),
+        )
+
+    def _append_in_turn(
+        self, sess: SessionState, turn: GroupTurn, batch: EncodedBatch, expected: Head
+    ) -> Head:
+        if sess.group.holding:  # staged batches before this one: the locks are the group's
+            return self._append_held(sess, turn, batch, expected)
+        return self._append(sess, batch, expected, turn)
+
+    def _append_held(
+        self, sess: SessionState, turn: GroupTurn, batch: EncodedBatch, expected: Head
+    ) -> Head:
+        """Append within a group that holds the locks (nobody else wrote: the head is
+        the last staged batch's): staged too while others are queued, else staged and
+        the group committed (`durability.commit_staged`)."""
+        group, head = sess.group, sess.known
+        if head is None or head.position is None or not head.same_chain_point(expected):
+            self._commit_held(sess)  # (a caller with another head: judged as a lone writer)
+            return self._append(sess, batch, expected, turn)
+        start, ident = head.size, head.position.ident  # type: ignore[attr-defined]
+        last = not group.others_queued()
+        if not stage(sess, batch, start, ident):
+            self._commit_held(sess)  # the mirror cannot take it: a lone writer's append
+            return self._append(sess, batch, expected, turn)
+        ticket = group.stage(batch.data, start)
+        new = sess.known = _head_after(head, batch, ident, start)
+        if not last:
+            turn.ticket = ticket
+            return new
+        try:
+            self._commit_held(sess)
+        finally:
+            group.wait(ticket)  # (settled: its own outcome is what the commit raised)
+        return new
+
+    def _commit_held(self, sess: SessionState) -> None:
+        """Commit the staged group and release the locks it held."""
+        try:
+            commit_staged(sess, sess.log_fd)
+        except BaseException:
+            sess.known = None  # the log holds none of the group
+            raise
+        finally:
+            try:
+                unlock(sess.lock_fd)
+            finally:
+                sess.lock.release()
+
+    def _settle_group(self, sess: SessionState) -> bool:
+        """Commit a group its last writer left staged (it raised, or had nothing to
+        write); True when that failed (its writers are told: `Group.wait`)."""
+        if not sess.group.holding:
+            return False
+        try:
+            self._commit_held(sess)
+        except EventStoreError as exc:
+            log.debug("eventstore: %s: a group commit failed: %s", sess.paths.log, exc)
+            return True
+        return False
+
+    def _append_locked(
+        self, sess: SessionState, batch: EncodedBatch, expected: Head, turn: GroupTurn | None
+    ) -> Head:
         if sess.overlay is not None:  # a power loss took acknowledged appends from the log
             self._settle(sess)
         paths = sess.paths
@@ -645,23 +742,22 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
         pos = head.position
         start = head.size
         ident = pos.ident if pos is not None else ident_of(fd)  # type: ignore[attr-defined]
+        if (
+            turn is not None
+            and not created
+            and sess.group.others_queued()
+            and stage(sess, batch, start, ident)  # a group commit: the locks stay held
+        ):
+            turn.ticket = sess.group.stage(batch.data, start)
+            sess.known = new = _head_after(head, batch, ident, start)
+            return new
         try:
             self._write(sess, fd, batch, start, ident)
         except BaseException:
             if created:  # a call that writes nothing leaves no session behind
                 self._discard_new_session(sess)
             raise
-        size = start + len(batch.data)
-        base = head.base_seq or batch.first_seq
-        h = batch.hashes[-1]
-        sess.known = new = Head(
-            batch.last_seq,
-            batch.link,
-            h,
-            FilePosition(ident, size, batch.last_seq, batch.link, h, base, size),
-            size,
-            base,
-        )
+        sess.known = new = _head_after(head, batch, ident, start)
         if sess.log_link is None and self.durability == "fsync":
             # the descriptor is the live log (checked by path above, or just created):
             # from the next append on, the fast path asks the kernel, not the log's stat
@@ -965,6 +1061,21 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
         """How many sessions this engine keeps state for in this process: under a store,
         at most about its `cached_sessions` (the store lets go of those it drops)."""
         return len(self._sessions)
+
+
+def _head_after(head: Head, batch: EncodedBatch, ident: tuple[int, int], start: int) -> Head:
+    """The head after `batch`, appended at `start` of the log `ident` whose head was `head`."""
+    size = start + len(batch.data)
+    base = head.base_seq or batch.first_seq
+    h = batch.hashes[-1]
+    return Head(
+        batch.last_seq,
+        batch.link,
+        h,
+        FilePosition(ident, size, batch.last_seq, batch.link, h, base, size),
+        size,
+        base,
+    )
 
 
 def from_url(url_or_path: str | os.PathLike[str], **options: Any) -> FileEngine:

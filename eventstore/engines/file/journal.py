@@ -209,10 +209,12 @@ def fits(epoch: Epoch, start: int, n: int) -> bool:
     return epoch.start <= start and start + n - epoch.start <= SIZE
 
 
-def mirror(fd: int, epoch: Epoch, data: bytes, start: int) -> None:
-    """Write `data`, appended to the log at `start`, into the mirror and flush it."""
+def mirror(fd: int, epoch: Epoch, data: bytes, start: int, *, flush: bool = True) -> None:
+    """Write `data`, appended to the log at `start`, into the mirror and flush it
+    (unless `flush` is False: a later flush of the journal covers it)."""
     pwrite_all(fd, data, DATA_AT + start - epoch.start)
-    datasync(fd)
+    if flush:
+        datasync(fd)
 
 
 def lacking(journal_fd: int, log_fd: int) -> tuple[int, bytes] | None:

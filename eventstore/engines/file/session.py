@@ -16,6 +16,7 @@ import threading
 
 from eventstore.engines.base import Head
 from eventstore.engines.file import journal as file_journal
+from eventstore.engines.file.groupflush import Group
 from eventstore.engines.file.layout import SessionPaths, fd_path
 from eventstore.engines.file.overlay import Overlay
 
@@ -47,12 +48,15 @@ class SessionState:
 
     Under `durability="fsync"` also the journal's (`journal_fd`), the epoch its mirror
     is in as this process last found it (`epoch`), and the lock file's hints as the
-    last lock found them (`head`: its first bytes; see `eventstore.engines.file.journal`).
+    last lock found them (`head`: its first bytes; see `eventstore.engines.file.journal`),
+    and the batches of this process's writers waiting for a shared flush (`group`:
+    `eventstore.engines.file.groupflush`).
     """
 
     __slots__ = (
         "epoch",
         "gen",
+        "group",
         "head",
         "journal_fd",
         "known",
@@ -88,6 +92,8 @@ class SessionState:
         # what a power loss took from the log and its journal kept, until a writer
         # copies it back (`eventstore.engines.file.overlay`; readers read it laid over)
         self.overlay: Overlay | None = None
+        # durable appends of this process's threads sharing one flush (group commit)
+        self.group = Group()
 
     def drop_log_fd(self) -> None:
         """Close the cached log descriptor (the log was replaced, or is being)."""
