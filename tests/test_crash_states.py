@@ -867,6 +867,23 @@ def test_fsync_durability_survives_every_crash_state(
     )
 
 
+def test_threads_durable_appends_share_flushes_under_the_recorder(tmp_path: Path) -> None:
+    """The "threads sharing flushes" workload, recorded: its writers' appends to s1
+    were acknowledged after fewer flushes of s1's files than appends (each covered by
+    one: `test_fsync_durability_survives_every_crash_state` explores every crash
+    state of it)."""
+    wl = wl_group_commit()
+    trace = record(wl, tmp_path / "live")
+    acked = sum(1 for op in trace.ops if op.kind == "ack" and (op.payload or {}).get("sid") == "s1")
+    s1 = {
+        op.inode for op in trace.ops if op.kind == "create" and op.path.startswith("sessions/s1/")
+    }
+    s1 |= {ino for path, ino in trace.initial_names.items() if path.startswith("sessions/s1/")}
+    flushes = sum(1 for op in trace.ops if op.kind == "fsync" and op.inode in s1)
+    assert acked == GROUP_WRITERS * 3 * SCALE
+    assert 0 < flushes < acked, f"{flushes} flushes of s1's files for {acked} appends"
+
+
 # -- the crash states the explorer found, kept ------------------------------------------
 
 
