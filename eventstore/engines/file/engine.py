@@ -12,6 +12,7 @@ durability, sessions; the other jobs are modules of their own:
     overlay     what readers see of a log that lacks what its journal acknowledged
     caches      the fold caches beside a log
     journal     the mirror that makes `durability="fsync"` appends cheap
+    groupflush  group commit: durable appends of this process's threads sharing a flush
     layout      where files live, private creation, atomic writes
 
 Readers take no lock and never write: they read from their position to the end of the
@@ -31,7 +32,8 @@ Under `durability="fsync"` an append is made durable through `log.journal`, a mi
 the log's last appends that is flushed instead of the growing log
 (`eventstore.engines.file.journal`). After a power loss, what the log lost and the journal
 kept is read laid over the log in memory (`eventstore.engines.file.overlay`) until the
-next writer copies it back under the writers' lock.
+next writer copies it back under the writers' lock. Threads of one process appending to
+a session at once share one flush (`turn`, `eventstore.engines.file.groupflush`).
 """
 
 from __future__ import annotations
