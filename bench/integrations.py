@@ -20,7 +20,9 @@ Workloads (seeded, identical for every backend):
   index, not the head).
 - **Agents SDK session**: `add_items` of a user and an assistant item per turn, then
   `get_items()` from a new session object (cold), again (warm), and `get_items(10)`;
-  then `clear_session()` (eventstore: and `compact(archive=False)`), and the disk again.
+  `get_items(20)` and `pop_item()`, each the first call of a new session object on a
+  new store (cold: what a fresh process pays, modules imported); then `clear_session()`
+  (eventstore: and `compact(archive=False)`), and the disk again.
 
 - **ADK session service**: `append_event` of a ~300-character event (with a session
   state delta) to one session, `--adk-events` of them (500), then
@@ -221,6 +223,18 @@ async def bench_agents(backend: str, root: Path, turns: int) -> dict[str, float]
     t = time.perf_counter()
     await s.get_items(10)
     last10 = time.perf_counter() - t
+    await _maybe_await(close())
+    # a fresh session object on a fresh store (eventstore: nothing folded in memory)
+    # for each of the two calls a new process makes first
+    s, close = agents_session(backend, root, "chat")
+    t = time.perf_counter()
+    assert len(await s.get_items(20)) == min(20, 2 * turns)
+    cold20 = time.perf_counter() - t
+    await _maybe_await(close())
+    s, close = agents_session(backend, root, "chat")
+    t = time.perf_counter()
+    assert await s.pop_item() is not None
+    cold_pop = time.perf_counter() - t
     await s.clear_session()
     await _maybe_await(close())
     out = {
@@ -228,6 +242,8 @@ async def bench_agents(backend: str, root: Path, turns: int) -> dict[str, float]
         "cold get_items ms": cold * 1e3,
         "warm get_items ms": warm * 1e3,
         "get_items(10) ms": last10 * 1e3,
+        "cold get_items(20) ms": cold20 * 1e3,
+        "cold pop_item ms": cold_pop * 1e3,
         "disk MB": disk_bytes(root) / 1e6,
     }
     if backend != "sqlite":

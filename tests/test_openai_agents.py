@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 from eventstore import (
+    CorruptLogError,
     EventStoreError,
     InvalidRecordError,
     NestingTooDeepError,
@@ -559,3 +560,106 @@ def test_agents_items_at_a_naive_time_is_a_typed_error(tmp_path: Path) -> None:
             await s.close()
 
     asyncio.run(main())
+
+
+# -- cold reads from the log's end (issue 34) -------------------------------------------
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(1, 4)),
+        st.tuples(st.sampled_from(["pop", "clear", "compact", "other"]), st.just(0)),
+    ),
+    max_size=14,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=_OPS, n=st.integers(1, 6))
+def test_a_fresh_stores_newest_items_and_pop_equal_the_fold(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int]], n: int
+) -> None:
+    """Adds, pops, clears, compactions and other events in any order: a fresh store's
+    `get_items(n)` (read from the log's end) equals the newest n of the whole
+    conversation, and its `pop_item` pops the newest item, leaving what a fold leaves."""
+    root = tmp_path_factory.mktemp("agents-cold")
+
+    async def build() -> list[str]:
+        s = EventStoreSession("s", root)
+        k = 0
+        for op, count in ops:
+            if op == "add":
+                await s.add_items([msg(f"i{k + j}") for j in range(count)])
+                k += count
+            elif op == "pop":
+                await s.pop_item()
+            elif op == "clear":
+                await s.clear_session()
+            elif op == "compact":
+                if s.store.last_seq("s"):
+                    s.store.compact("s", force=True)
+            else:
+                s.store.append_transcript_messages("s", [])  # another kind of event
+        got = [i["content"] for i in await s.get_items()]  # type: ignore[typeddict-item]
+        await s.close()
+        return got
+
+    whole = run(build())
+
+    async def cold() -> tuple[list[str], Any, list[str]]:
+        s = EventStoreSession("s", root)
+        newest = [i["content"] for i in await s.get_items(n)]  # type: ignore[typeddict-item]
+        await s.close()
+        s = EventStoreSession("s", root)
+        popped = await s.pop_item()
+        await s.close()
+        s = EventStoreSession("s", root)
+        after = [i["content"] for i in await s.get_items()]  # type: ignore[typeddict-item]
+        await s.close()
+        return newest, popped, after
+
+    newest, popped, after = run(cold())
+    assert newest == whole[-n:]
+    if whole:
+        assert popped is not None and popped["content"] == whole[-1]  # type: ignore[index]
+        assert after == whole[:-1]
+    else:
+        assert popped is None and after == []
+
+
+def _agents_log(root: Path, turns: int) -> Path:
+    async def build() -> None:
+        s = EventStoreSession("s", root)
+        for i in range(turns):
+            await s.add_items([msg(f"q{i:04d}"), msg(f"a{i:04d}" + "x" * 200, "assistant")])
+        await s.close()
+
+    run(build())
+    return SessionPaths(root, "s").log
+
+
+def test_a_cold_newest_page_never_returns_an_edited_item(tmp_path: Path) -> None:
+    """An item's line edited in the log: a fresh store's `get_items(n)` and `pop_item`
+    that would return it raise CorruptLogError (each line read from the end is checked
+    against its link, as a fold checks it), never the edited item."""
+    log = _agents_log(tmp_path, 50)
+    log.write_bytes(log.read_bytes().replace(b"q0049", b"q9999"))
+    with pytest.raises(CorruptLogError):
+        run(EventStoreSession("s", tmp_path).get_items(3))
+    with pytest.raises(CorruptLogError):
+        run(EventStoreSession("s", tmp_path).pop_item())
+
+
+def test_a_cold_newest_page_reads_only_the_logs_end(tmp_path: Path) -> None:
+    """A fresh store's `get_items(20)` of a 2,000-turn conversation reads the log from
+    its end only: an edit far before the newest items never reaches it (a full load,
+    which folds the whole log, reports it)."""
+    log = _agents_log(tmp_path, 2000)
+    log.write_bytes(log.read_bytes().replace(b"q0010", b"q9010"))
+    got = run(EventStoreSession("s", tmp_path).get_items(20))
+    assert [i["content"][:5] for i in got] == [  # type: ignore[typeddict-item]
+        f"{kind}{t:04d}" for t in range(1990, 2000) for kind in "qa"
+    ]
+    with pytest.raises(CorruptLogError):
+        run(EventStoreSession("s", tmp_path).get_items())

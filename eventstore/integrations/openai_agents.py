@@ -34,6 +34,7 @@ import hashlib
 import json
 import os
 import secrets
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, cast
 
@@ -53,6 +54,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from eventstore.aio import AsyncSessionStore
+from eventstore.core.session_core import core_of
 from eventstore.errors import (
     ConcurrencyError,
     InvalidArgumentError,
@@ -69,7 +71,9 @@ from eventstore.integrations.openai_agents_state import (
     ItemPopped,
     ItemsAdded,
     SessionCleared,
+    StoredItem,
 )
+from eventstore.ops.paging import newest_events
 from eventstore.store import SessionStore
 from projections import fold
 
@@ -86,6 +90,7 @@ __all__ = [
 
 POP_ATTEMPTS = 100  # pops racing other writers re-read at most this often
 MAX_UNACKNOWLEDGED = 100  # failed adds whose keys a session object keeps for retries
+_ITEM_TAGS = frozenset(PROJECTION.event_types)
 
 
 _encoder = msgspec.json.Encoder()
@@ -135,11 +140,52 @@ class EventStoreSession:
         """The conversation in order; with a limit, its newest `limit` items (0: none; a
         negative limit: all, as the SDK's SQLite session does)."""
         n = resolve_session_limit(limit, self.session_settings)
-        state = await self.aio.load(self.session_id, PROJECTION)
-        items = cast(AgentItems, state).items
         if n is not None and n >= 0:
-            items = items[max(len(items) - n, 0) :] if n else []
+
+            def newest() -> list[StoredItem]:
+                found = self._newest(n) if n else ([], 0)
+                if found is not None:
+                    return found[0]
+                # (the store's folded state, brought up to date; only the page copied)
+                return core_of(self.store).loaded(self.session_id, PROJECTION, _newest_part(n))
+
+            items = await self.aio.call(self.session_id, newest)
+        else:
+            state = await self.aio.load(self.session_id, PROJECTION)
+            items = cast(AgentItems, state).items
         return [_decode(i.item) for i in items]
+
+    def _newest(self, n: int) -> tuple[list[StoredItem], int] | None:
+        """The newest `n` items and the log's last seq, read from the end of the log
+        when this store has not folded the conversation (`newest_events`: O(what is
+        returned), every line checked against its link); None: fold instead."""
+        if core_of(self.store).has_fold(self.session_id, PROJECTION.name):
+            return None  # warm: a slice of the folded state
+        out: list[StoredItem] = []
+        popped: set[tuple[int, int]] = set()
+
+        def visit(ev: object) -> bool:
+            # newest first: an item is gone if a pop after its add names it, and
+            # everything before a clear is
+            if isinstance(ev, SessionCleared):
+                return True
+            if isinstance(ev, ItemPopped):
+                popped.add((ev.added_seq, ev.index))
+                return False
+            assert isinstance(ev, ItemsAdded)
+            for i in range(len(ev.items) - 1, -1, -1):
+                if (ev.seq, i) in popped:
+                    continue
+                out.append(StoredItem(ev.seq, i, ev.items[i]))
+                if len(out) >= n:
+                    return True
+            return False
+
+        head = newest_events(self.store, self.session_id, _ITEM_TAGS, visit)
+        if head is None:
+            return None
+        out.reverse()
+        return out, head.seq
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items as one atomic event; a retry of a failed or cancelled call
@@ -166,18 +212,25 @@ class EventStoreSession:
         """Remove and return the newest item; None (and nothing written) if there is none."""
 
         def pop() -> TResponseInputItem | None:
-            for _ in range(POP_ATTEMPTS):
-                state = cast(AgentItems, self.store.load(self.session_id, PROJECTION))
-                if not state.items:
+            seq = 0
+            for attempt in range(POP_ATTEMPTS):
+                # the first try of a store that has not folded the conversation reads
+                # the newest item from the log's end; a retry folds
+                found = self._newest(1) if attempt == 0 else None
+                if found is None:
+                    state = cast(AgentItems, self.store.load(self.session_id, PROJECTION))
+                    found = state.items[-1:], state.seq
+                newest, seq = found
+                if not newest:
                     return None
-                last = state.items[-1]
+                last = newest[-1]
                 event = ItemPopped(added_seq=last.added_seq, index=last.index, item=last.item)
                 try:
-                    self.store.append(self.session_id, [event], expected_seq=state.seq)
+                    self.store.append(self.session_id, [event], expected_seq=seq)
                 except ConcurrencyError:
                     continue  # another writer got in first: read again
                 return _decode(last.item)
-            raise ConcurrencyError(self.session_id, state.seq, self.store.last_seq(self.session_id))
+            raise ConcurrencyError(self.session_id, seq, self.store.last_seq(self.session_id))
 
         return await self.aio.call(self.session_id, pop)
 
@@ -242,6 +295,13 @@ def _encode_items(items: list[TResponseInputItem]) -> tuple[list[msgspec.Raw], s
         digest.update(len(canonical).to_bytes(8, "big"))
         digest.update(canonical)
     return raws, digest.hexdigest()
+
+
+def _newest_part(n: int) -> Callable[[AgentItems], list[StoredItem]]:
+    def cut(state: AgentItems) -> list[StoredItem]:
+        return state.items[max(len(state.items) - n, 0) :] if n else []
+
+    return cut
 
 
 def _decode(raw: msgspec.Raw) -> TResponseInputItem:

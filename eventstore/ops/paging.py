@@ -1,4 +1,5 @@
-"""Transcript paging: a page of messages for O(its size), not O(transcript).
+"""Transcript paging: a page of messages for O(its size), not O(transcript); and the
+newest events of any types read from the log's end the same way (`newest_events`).
 
 Owns `SessionStore.load_transcript_messages(sid, start=, limit=, last=)`. Warm (the
 store has folded the transcript before), a page is a slice of the folded state, brought
@@ -29,13 +30,13 @@ torn tail lies past `size` and is never read).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
-from eventstore.engines.base import RangedEngine
+from eventstore.engines.base import Head, RangedEngine
 from eventstore.errors import InvalidRecordError
 from eventstore.format.chain import (
     HASH_SUFFIX_LEN,
@@ -45,6 +46,7 @@ from eventstore.format.chain import (
 )
 from eventstore.format.codec import EventCodec
 from eventstore.format.events import (
+    Event,
     MessagesAppended,
     SnapshotHead,
 )
@@ -54,7 +56,7 @@ from projections.transcript import copy_message
 if TYPE_CHECKING:
     from eventstore.core.sessions import SessionState
 
-__all__ = ["SpanReader", "last_messages", "transcript_page"]
+__all__ = ["SpanReader", "last_messages", "lines_backward", "newest_events", "transcript_page"]
 
 #: `read_span(start, end)`: bytes [start, end) of the live log (end <= the committed size).
 SpanReader = Callable[[int, int], bytes]
@@ -150,6 +152,31 @@ def last_messages(
         floor = snap.length + 1
     found: list[list[Message]] = []  # newest batch first
     have = 0
+    for offset, line, data, base in lines_backward(read_span, size, floor):
+        if line.startswith(_MESSAGES):
+            ev = codec.decode_line(line, offset, where)
+            if type(ev) is MessagesAppended and ev.messages:
+                if not _line_checks(read_span, data, base, offset, floor, snap, line):
+                    return None  # the fold checks every line and says what is wrong
+                found.append(ev.messages)
+                have += len(ev.messages)
+                if have >= n:
+                    return _newest(found, n)
+    if snap is not None and have < n:
+        older = _checked_snapshot_tail(read_span, snap, n - have, checked_snapshots)
+        if older is None:
+            return None
+        found.append(older)
+    return _newest(found, n)
+
+
+def lines_backward(
+    read_span: SpanReader, size: int, floor: int
+) -> Iterator[tuple[int, bytes, bytes, int]]:
+    """The committed lines of the live log from its end back to byte `floor` (the
+    start, or the first byte after an opening snapshot line), newest first, read in
+    chunks: (offset, line without its newline, the chunk `data` holding it, the
+    chunk's offset `base`)."""
     pos = size  # lines from `pos` on are read (but for `partial`)
     partial = b""  # bytes [pos, pos + len(partial)): the end of a line begun before pos
     while pos > floor:
@@ -169,25 +196,63 @@ def last_messages(
         offset = base + len(data)
         for line in reversed(lines):
             offset -= len(line) + 1
-            if line.startswith(_MESSAGES):
-                ev = codec.decode_line(line, offset, where)
-                if type(ev) is MessagesAppended and ev.messages:
-                    link = _link_before(read_span, data, base, offset, floor, snap)
-                    if link is None or not hash_checks(
-                        link.encode(), line, line[-18:-2].decode("ascii", "replace")
-                    ):
-                        return None  # the fold checks every line and says what is wrong
-                    found.append(ev.messages)
-                    have += len(ev.messages)
-                    if have >= n:
-                        return _newest(found, n)
+            yield offset, line, data, base
         pos = start
-    if snap is not None and have < n:
-        older = _checked_snapshot_tail(read_span, snap, n - have, checked_snapshots)
-        if older is None:
-            return None
-        found.append(older)
-    return _newest(found, n)
+
+
+def _line_checks(
+    read_span: SpanReader,
+    data: bytes,
+    base: int,
+    offset: int,
+    floor: int,
+    snap: SnapshotHead | None,
+    line: bytes,
+) -> bool:
+    """Whether the line at `offset` chains to the link before it (`_link_before`)."""
+    link = _link_before(read_span, data, base, offset, floor, snap)
+    return link is not None and hash_checks(
+        link.encode(), line, line[-18:-2].decode("ascii", "replace")
+    )
+
+
+def newest_events(
+    core: CoreOwner,
+    session_id: str,
+    tags: frozenset[str],
+    visit: Callable[[Event], bool],
+) -> Head | None:
+    """Visit the session's events of types `tags`, newest first, read from the end of
+    the live log (the other lines recognised by their first bytes and never decoded),
+    each checked against its link as a fold checks it, until `visit` returns True or
+    the log's start; returns the head of the log read. None when it cannot answer:
+    the engine has no ranged view, a line does not check, or the scan reached a
+    snapshot opening the log before `visit` was done (the caller folds instead, which
+    says what is wrong). For O(what the caller needs) reads of a long log's end (the
+    Agents SDK session's `get_items(limit)`)."""
+    core = core_of(core)
+    engine = core.engine
+    if not isinstance(engine, RangedEngine):
+        return None
+    starts = tuple(b'{"type":"' + tag.encode() + b'",' for tag in sorted(tags))
+    sess = core.session(session_id)
+    with engine.live_view(sess.session_id) as view:
+        read_span, size = view.read_span, view.head.size
+        floor, snap = 0, None
+        if size and read_span(0, min(size, len(SNAPSHOT_OPEN))) == SNAPSHOT_OPEN:
+            snap = _snapshot_header(read_span, size)
+            if snap is None or snap.length <= 0:
+                return None
+            floor = snap.length + 1
+        for offset, line, data, base in lines_backward(read_span, size, floor):
+            if not line.startswith(starts):
+                continue
+            ev = core.codec.decode_line(line, offset, view.where)
+            if not _line_checks(read_span, data, base, offset, floor, snap, line):
+                return None
+            if visit(ev):
+                return view.head
+        return None if snap is not None else view.head
 
 
 #: A snapshot line checked whole is remembered by the digests of the `_BLOCK`-sized
