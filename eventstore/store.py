@@ -789,7 +789,9 @@ class SessionStore:
         the session's lock together, so no other thread's append comes between them
         (another process's still can: `eventstore.ops.seal`)."""
         with self.core.session(session_id).lock:
-            result = self.core.write(session_id, build, idempotency_key, needs, check=check)
+            result = self.core.write(
+                session_id, build, idempotency_key, needs, check=check, share_flush=False
+            )
             if result is not None:
                 self._after_write(session_id, idempotency_key, result, request)
         return result

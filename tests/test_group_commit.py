@@ -193,3 +193,90 @@ def test_processes_of_grouping_writers_killed_lose_no_acknowledged_append(
     with SessionStore(tmp_path, durability="fsync") as s:
         s.append_transcript_messages(SID, _turn("after"))
     assert _contents(tmp_path)[-1] == "after"
+
+
+def test_a_compaction_beside_grouping_writers_never_deadlocks(tmp_path: Path) -> None:
+    """Writers grouping their durable appends while another thread of the same store
+    compacts the session over and over (the compaction holds the store's session lock
+    and then waits for the engine's, which a group may hold for writers queued behind
+    that very lock: it commits the group first). Nothing hangs, and every append is
+    in the history once, each writer's in its order."""
+    each = 15
+    stop = threading.Event()
+    with SessionStore(tmp_path, durability="fsync") as s:
+        s.append_transcript_messages(SID, _turn("seed"))
+
+        def compactor() -> None:
+            while not stop.is_set():
+                s.compact(SID, force=True)
+
+        def writers_then_stop(w: int) -> None:
+            try:
+                for i in range(each):
+                    s.append_transcript_messages(SID, _turn(f"w{w}.{i}"))
+            finally:
+                if w == 0:
+                    stop.set()
+
+        targets = [lambda w=w: writers_then_stop(w) for w in range(WRITERS)]  # type: ignore[misc]
+        errors = run_threads([*targets, compactor], seconds=120)
+        stop.set()
+        assert not errors, errors
+    got = _contents(tmp_path)
+    assert got[0] == "seed"
+    _in_writer_order(got[1:], WRITERS, each)
+
+
+def test_a_sealing_store_with_concurrent_durable_writers_never_deadlocks(
+    tmp_path: Path,
+) -> None:
+    """A store that seals every few lines holds the session's lock around each write and
+    its seal, so its writers wait at that lock and form no group, and neither the write
+    nor the seal ever waits for a shared flush while holding it (the writers queued
+    behind the lock would be the ones to commit it). Writers in threads all finish,
+    every append stored once."""
+    crypto = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ed25519")
+    from eventstore import SealPolicy
+
+    key = crypto.Ed25519PrivateKey.generate()
+    each = 10
+    with SessionStore(
+        tmp_path, durability="fsync", signing_key=key, seal_policy=SealPolicy(every=3)
+    ) as s:
+        s.append_transcript_messages(SID, _turn("seed"))
+        errors = run_threads(_writers(s, WRITERS, each), seconds=120)  # type: ignore[arg-type]
+        assert not errors, errors
+    got = [t for t in _contents(tmp_path) if t != "seed"]
+    _in_writer_order(got, WRITERS, each)
+
+
+def test_a_deletion_beside_grouping_writers_never_deadlocks(tmp_path: Path) -> None:
+    """`delete_session` holds the store's session lock while the engine removes the
+    session, whose locks a group may hold for writers queued behind that lock: the
+    engine commits the group first. Deleting over and over beside the writers, nothing
+    hangs; what they appended after the last deletion is there once each, in each
+    writer's order."""
+    each = 25
+    done = threading.Event()
+    with SessionStore(tmp_path, durability="fsync") as s:
+        s.append_transcript_messages(SID, _turn("seed"))
+
+        def deleter() -> None:
+            while not done.is_set():
+                s.delete_session(SID)
+
+        def writer(w: int) -> None:
+            try:
+                for i in range(each):
+                    s.append_transcript_messages(SID, _turn(f"w{w}.{i}"))
+            finally:
+                done.set()
+
+        targets = [lambda w=w: writer(w) for w in range(WRITERS)]  # type: ignore[misc]
+        errors = run_threads([*targets, deleter], seconds=120)
+        assert not errors, errors
+        got = [m.content for m in s.load_transcript_messages(SID)]
+    assert not got or Counter(got).most_common(1)[0][1] == 1
+    for w in range(WRITERS):
+        mine = [int(t.split(".")[1]) for t in got if t.startswith(f"w{w}.")]
+        assert mine == list(range(each - len(mine), each))  # the appends after the deletion

@@ -196,7 +196,8 @@ class Sealer:
             made.append(facts)
             return [_seal_line(facts)]
 
-        result = core.write(session_id, build, None)
+        # (called under the session's lock too: a seal never waits for a shared flush)
+        result = core.write(session_id, build, None, share_flush=False)
         with self._lock:
             self._unsealed.pop(session_id, None)
             self._since[session_id] = time.monotonic()

@@ -357,6 +357,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
     @contextmanager
     def _locked(self, sess: SessionState, *, create: bool = True) -> Iterator[bool]:
         """`_acquire` as a context manager, for the paths that are not hot."""
+        self._release_group(sess)
         with sess.lock:
             if not self._acquire(sess, create):
                 yield False
@@ -580,6 +581,8 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
         size it left (the generation check in `_acquire` proved it is the same file).
         """
         sess = self._sessions.get(session_id) or self._session(session_id)
+        if sess.group.holding:
+            self._release_group(sess)
         return self._append(sess, batch, expected, None)
 
     def _append(
@@ -625,9 +628,10 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
     def _append_in_turn(
         self, sess: SessionState, turn: GroupTurn, batch: EncodedBatch, expected: Head
     ) -> Head:
-        if sess.group.holding:  # staged batches before this one: the locks are the group's
-            return self._append_held(sess, turn, batch, expected)
-        return self._append(sess, batch, expected, turn)
+        with sess.group.commit_lock:
+            if sess.group.holding:  # staged batches before this one: the group's locks
+                return self._append_held(sess, turn, batch, expected)
+            return self._append(sess, batch, expected, turn)
 
     def _append_held(
         self, sess: SessionState, turn: GroupTurn, batch: EncodedBatch, expected: Head
@@ -671,14 +675,22 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
     def _settle_group(self, sess: SessionState) -> bool:
         """Commit a group its last writer left staged (it raised, or had nothing to
         write); True when that failed (its writers are told: `Group.wait`)."""
-        if not sess.group.holding:
+        with sess.group.commit_lock:
+            if not sess.group.holding:
+                return False
+            try:
+                self._commit_held(sess)
+            except EventStoreError as exc:
+                log.debug("eventstore: %s: a group commit failed: %s", sess.paths.log, exc)
+                return True
             return False
-        try:
-            self._commit_held(sess)
-        except EventStoreError as exc:
-            log.debug("eventstore: %s: a group commit failed: %s", sess.paths.log, exc)
-            return True
-        return False
+
+    def _release_group(self, sess: SessionState) -> None:
+        """Before waiting for the session's locks outside a writer's turn: commit a group
+        that holds them (its last writer may be queued behind the caller's own hold on
+        the store's session lock; see `eventstore.engines.file.groupflush`)."""
+        if sess.group.holding:
+            self._settle_group(sess)
 
     def _append_locked(
         self, sess: SessionState, batch: EncodedBatch, expected: Head, turn: GroupTurn | None
@@ -1018,6 +1030,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
         with self._guard:
             sessions, self._sessions, self._open = list(self._sessions.values()), {}, {}
         for sess in sessions:
+            self._release_group(sess)
             with sess.lock:
                 self._release(sess)
 

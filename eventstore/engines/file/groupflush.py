@@ -13,8 +13,12 @@ of the queue stages its own batch, then commits the group (`commit`): one `fdata
 of the journal, which covers every staged batch's mirror bytes, then every staged byte
 written to the log in one call, then the locks released. A writer that leaves with a
 group staged and nobody queued (it raised, or had nothing to write) commits it first
-(`FileEngine._settle_group`). So no writer is acknowledged before a flush that covers
-it, and none waits for a writer that is not coming.
+(`FileEngine._settle_group`). Any other user of the session's locks in this process (a
+compaction, a repair, a removal, `close`, a direct `append`) commits a held group before
+it waits for them (`FileEngine._release_group`): the writers the group waits for may be
+queued behind that very thread's hold on the store's session lock. So no writer is
+acknowledged before a flush that covers it, and none waits for a writer that is not
+coming.
 
 Why the log is written only after the flush: a power loss may keep a later write and
 lose or garble an earlier one that was never flushed. Were each batch written to the
@@ -56,6 +60,7 @@ class Group:
     `covered` of which a commit has settled (`failed`: ticket to why it failed)."""
 
     __slots__ = (
+        "commit_lock",
         "cond",
         "covered",
         "failed",
@@ -68,6 +73,9 @@ class Group:
 
     def __init__(self) -> None:
         self.cond = threading.Condition(threading.Lock())
+        # held by whoever stages into the group or commits it: a writer in its turn,
+        # or a thread that needs the session's locks the group holds (it commits first)
+        self.commit_lock = threading.RLock()
         self.queued = 0
         self.holding = False
         self.staged = bytearray()
