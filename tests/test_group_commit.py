@@ -251,7 +251,7 @@ def test_a_sealing_store_with_concurrent_durable_writers_never_deadlocks(
 
 
 def test_a_deletion_beside_grouping_writers_never_deadlocks(tmp_path: Path) -> None:
-    """`delete_session` holds the store's session lock while the engine removes the
+    """`delete_session(purge=True)` holds the store's session lock while the engine removes the
     session, whose locks a group may hold for writers queued behind that lock: the
     engine commits the group first. Deleting over and over beside the writers, nothing
     hangs; what they appended after the last deletion is there once each, in each
@@ -263,7 +263,7 @@ def test_a_deletion_beside_grouping_writers_never_deadlocks(tmp_path: Path) -> N
 
         def deleter() -> None:
             while not done.is_set():
-                s.delete_session(SID)
+                s.delete_session(SID, purge=True)
 
         def writer(w: int) -> None:
             try:
