@@ -37,6 +37,43 @@ from eventstore.errors import CorruptLogError, InvalidArgumentError
 from eventstore.format.chain import line_hash
 from eventstore.ops.migrate import migrate_session
 
+
+def test_the_agents_sdk_cold_reads_of_an_encrypted_store_decrypt_and_write_no_plaintext(
+    tmp_path: Path,
+) -> None:
+    """A fresh store's `get_items(n)` and `pop_item` read the newest lines from the log's
+    end: on an encrypted session they decrypt what they read, and nothing is in the clear."""
+    import asyncio
+
+    oa = pytest.importorskip("eventstore.integrations.openai_agents")
+    root = tmp_path / "st"
+
+    def item(k: int) -> Any:
+        return {"role": "user", "content": f"{MARKER} {k}"}
+
+    async def scenario() -> tuple[list[Any], Any, list[Any]]:
+        s = oa.EventStoreSession("a", SessionStore(root, keys=ring()))
+        for k in range(30):
+            await s.add_items([item(k)])
+        await s.close()
+        s = oa.EventStoreSession("a", SessionStore(root, keys=ring()))
+        newest = await s.get_items(3)
+        await s.close()
+        s = oa.EventStoreSession("a", SessionStore(root, keys=ring()))
+        popped = await s.pop_item()
+        rest = await s.get_items()
+        await s.close()
+        return newest, popped, rest
+
+    newest, popped, rest = asyncio.run(scenario())
+    assert [i["content"] for i in newest] == [f"{MARKER} {k}" for k in (27, 28, 29)]
+    assert popped is not None and popped["content"] == f"{MARKER} 29"
+    assert [i["content"] for i in rest] == [f"{MARKER} {k}" for k in range(29)]
+    no_marker(root)
+    with pytest.raises(KeyMissingError):  # and a store without the key reads nothing
+        asyncio.run(oa.EventStoreSession("a", SessionStore(root)).get_items(3))
+
+
 MARKER = "PLAINTEXT-MARKER-7f3a"
 M1 = bytes(range(32))
 M2 = bytes(range(32, 64))
