@@ -54,6 +54,7 @@ from eventstore import (
     CorruptLogError,
     FeatureRecord,
     HarnessSessionMap,
+    KeyRing,
     Message,
     MessagesAppended,
     ProgressAppended,
@@ -134,6 +135,7 @@ class Workload:
     store_dir: str = ""  # the store root under the recorded directory
     warnings: frozenset[str] = frozenset()  # verify warnings the workload may leave
     lanes: bool = False  # tokens "wN.i" of concurrent writers: in order within each writer
+    keys: KeyRing | None = None  # encrypted sessions: the stores open with these keys
 
 
 def _store(root: Path, wl: Workload) -> SessionStore:
@@ -141,6 +143,7 @@ def _store(root: Path, wl: Workload) -> SessionStore:
         root / wl.store_dir,
         durability=wl.durability,  # type: ignore[arg-type]
         auto_compact=wl.auto_compact,
+        keys=wl.keys,
     )
 
 
@@ -198,6 +201,24 @@ def wl_first_append() -> Workload:
             _append(store, rec, "s1", ["b5"])
 
     wl = Workload("first append", run, sessions=("s1", HASHED, BASE32))
+    return wl
+
+
+def wl_encrypted() -> Workload:
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            _append(store, rec, "s1", ["e1"])  # the session's key slot, then its log
+            _append(store, rec, "s2", ["e2", "m:e3"])
+            _append(store, rec, "s1", ["e4"])
+            store.compact("s1", force=True)  # an encrypted snapshot
+            rec.ack("compact", {"sid": "s1", "tokens": []})
+            _append(store, rec, "s1", ["e5"])
+
+    # an acknowledged encrypted line whose data key a power loss took is unreadable: the
+    # key slot must be durable before the first line it encrypts
+    wl = Workload(
+        "encrypted sessions", run, sessions=("s1", "s2"), keys=KeyRing({"m1": bytes(range(32))})
+    )
     return wl
 
 
@@ -599,6 +620,7 @@ FSYNC_WORKLOADS = [
     wl_fault_journal,
     wl_fault_dirsync,
     wl_group_commit,
+    wl_encrypted,
 ]
 
 
