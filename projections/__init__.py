@@ -3,7 +3,8 @@ module state is kept (a decoder a projection builds when first needed is kept by
 projection instance; what modules hold is constant).
 
 Built in: `BootstrapProjection` (-> `BootstrapState`), `TranscriptProjection`
-(-> `list[Message]`) and `IdempotencyProjection` (recent idempotency keys). Define your
+(-> `list[Message]`), `IdempotencyProjection` (recent idempotency keys) and
+`LabelsProjection` (a session's labels). Define your
 own by implementing `Projection` (or subclassing `StructProjection`).
 """
 
@@ -22,6 +23,7 @@ from projections.idempotency import (
     MAX_KEYS,
     IdempotencyProjection,
 )
+from projections.labels import LabelsProjection
 from projections.lifecycle import Lifecycle, LifecycleProjection
 from projections.transcript import TranscriptProjection
 
@@ -31,6 +33,7 @@ __all__ = [
     "IdempotencyProjection",
     "Lifecycle",
     "LifecycleProjection",
+    "LabelsProjection",
     "Projection",
     "Retention",
     "StructProjection",

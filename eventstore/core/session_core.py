@@ -60,9 +60,11 @@ from eventstore.format.events import (
     ArchivePruned,
     Event,
     KeyForgotten,
+    LabelsSet,
     Quarantined,
     Sealed,
     SessionDeleted,
+    micros,
 )
 from eventstore.session_ids import validate_session_id
 
@@ -72,6 +74,7 @@ if TYPE_CHECKING:
 from projections import (
     BootstrapProjection,
     IdempotencyProjection,
+    LabelsProjection,
     LifecycleProjection,
     Projection,
     TranscriptProjection,
@@ -160,8 +163,9 @@ class SessionCore:
         self.idempotency = IdempotencyProjection()
         # every write folds it: a write after a tombstone is refused (SessionDeletedError)
         self.lifecycle = LifecycleProjection()
+        self.labels = LabelsProjection()
         builtin: list[Projection[Any]] = [
-            self.bootstrap, self.transcript, self.idempotency, self.lifecycle
+            self.bootstrap, self.transcript, self.idempotency, self.lifecycle, self.labels
         ]  # fmt: skip
         self.projections: dict[str, Projection[Any]] = {}
         for p in (*builtin, *projections):
@@ -594,10 +598,12 @@ class SessionCore:
                 continue
             if not events:
                 return None
+            now = entropy.now()
             data, stamped, link = self.codec.encode_batch(
-                events, head.seq + 1, head.link, entropy.now(), key, check=check,
+                events, head.seq + 1, head.link, now, key, check=check,
                 cipher=self.cipher_for(sess.session_id, events),
             )  # fmt: skip
+            last = events[-1]
             batch = EncodedBatch(
                 data,
                 stamped[0].seq,
@@ -606,6 +612,9 @@ class SessionCore:
                 link,
                 key,
                 fingerprint(events) if key is not None else None,
+                # what an indexing engine keeps: the time, and the labels a batch sets
+                micros(now),
+                last.labels if type(last) is LabelsSet else None,
             )
             try:
                 return head, turn.append(batch, head), data, stamped

@@ -89,6 +89,8 @@ by the capability interfaces below it subclasses, and callers ask `isinstance`:
     RangedEngine    live_view: byte ranges of the live log (transcript paging from the end)
     PruningEngine   prune_history: kept segments removed for good
     FeedEngine      feed: every session's lines in one global order (PostgreSQL)
+    IndexingEngine  index_page/replace_index: a session index kept as the engine writes
+                    (`IndexEntry`: times, seq, size, labels), paged without a scan
 
 An engine without one simply does not subclass it; nothing above the engines calls a
 capability's methods on an engine that does not declare it.
@@ -153,6 +155,9 @@ __all__ = [
     "Head",
     "HeadMovedError",
     "History",
+    "IndexEntry",
+    "IndexOrder",
+    "IndexingEngine",
     "InstallResult",
     "LiveView",
     "PrunedSegment",
@@ -165,6 +170,8 @@ __all__ = [
     "Segment",
     "WriterTurn",
     "UnknownEngineError",
+    "index_after",
+    "index_matches",
     "is_conninfo",
     "open_engine",
     "redact_conninfo",
@@ -247,8 +254,11 @@ class EncodedBatch(msgspec.Struct, frozen=True):
     `first_seq`..`last_seq`: their sequence numbers (contiguous). `hashes`: each line's
     `h`, in order. `link`: what the line after the batch will chain to. `key` and
     `fingerprint`: the idempotency key the batch was appended with (on its first line)
-    and a digest of the request; an engine may store them, never acts on them. A frozen
-    msgspec Struct, like `Head`: every append builds one.
+    and a digest of the request; an engine may store them, never acts on them. `ts_us`:
+    the time the face stamped on the batch's lines (microseconds since the epoch, 0:
+    unknown) and `labels`: the session's labels when the batch sets them (None: it does
+    not): what an `IndexingEngine` keeps in its index. A frozen msgspec Struct, like
+    `Head`: every append builds one.
     """
 
     data: bytes
@@ -258,6 +268,8 @@ class EncodedBatch(msgspec.Struct, frozen=True):
     link: str
     key: str | None = None
     fingerprint: str | None = None
+    ts_us: int = 0
+    labels: dict[str, str] | None = None
 
     def lines(self) -> list[bytes]:
         """The lines without their newlines (for engines that store one row per line)."""
@@ -705,6 +717,93 @@ class FeedEngine(Engine):
         """Up to `limit` lines of every session after feed position `after` (None, or the
         engine's start position: from the start), in feed order: a line never appears
         later below a position already returned."""
+
+
+IndexOrder = Literal["updated", "created", "id"]
+"""How an index page is sorted: "updated" and "created" newest first (ties by id,
+descending), "id" by id ascending."""
+
+
+class IndexEntry(msgspec.Struct, frozen=True):
+    """One session in an engine's session index (`IndexingEngine`).
+
+    `created_us`/`updated_us`: the times (microseconds since the epoch) of the session's
+    first and last append as the engine saw them; `last_seq`, `events` (lines in the live
+    log) and `bytes` (committed bytes of the live log): its head as of the last write the
+    index saw; `labels`: as the last labels batch set them; `deleted`: a tombstone (kept
+    for engines that keep them; False otherwise).
+    """
+
+    session_id: str
+    created_us: int
+    updated_us: int
+    last_seq: int
+    events: int
+    bytes: int
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    deleted: bool = False
+
+    def sort_key(self, order: IndexOrder) -> tuple[int, str]:
+        """The key a page of `order` is sorted by, descending for times (the id is the
+        tiebreak, in the same direction); for "id" the id alone."""
+        if order == "updated":
+            return (self.updated_us, self.session_id)
+        if order == "created":
+            return (self.created_us, self.session_id)
+        return (0, self.session_id)
+
+
+def index_after(entry: IndexEntry, after: IndexEntry | None, order: IndexOrder) -> bool:
+    """Whether `entry` comes strictly after the cursor `after` in `order` (the keyset
+    rule every engine pages by: a page starts just past the previous page's last entry)."""
+    if after is None:
+        return True
+    if order == "id":
+        return entry.session_id > after.session_id
+    return entry.sort_key(order) < after.sort_key(order)
+
+
+def index_matches(
+    entry: IndexEntry, prefix: str | None, updated_since_us: int | None, labels: dict[str, str]
+) -> bool:
+    """Whether `entry` passes a page's filters (an id prefix, a lower bound on `updated`,
+    labels it must carry with these values)."""
+    if prefix is not None and not entry.session_id.startswith(prefix):
+        return False
+    if updated_since_us is not None and entry.updated_us < updated_since_us:
+        return False
+    return all(entry.labels.get(k) == v for k, v in labels.items())
+
+
+class IndexingEngine(Engine):
+    """An engine that keeps a session index as it writes: every `append` (its `ts_us`,
+    `labels` and new head), `install_snapshot`, repair and `remove_session` updates it
+    in the same unit as the write where the engine can (memory, databases), or right
+    beside it (the file engine, whose index is a cache of the logs: see its docs). A
+    page costs about its length, never a read of every session."""
+
+    @abstractmethod
+    def index_page(
+        self,
+        *,
+        order: IndexOrder,
+        after: IndexEntry | None,
+        limit: int | None,
+        prefix: str | None = None,
+        updated_since_us: int | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> list[IndexEntry]:
+        """Up to `limit` entries (None: all) in `order`, strictly after `after`, passing
+        the filters (`index_matches`). Every session with a committed line has an entry
+        (after `replace_index` on a store written before the index existed)."""
+
+    @abstractmethod
+    def replace_index(self, entries: Sequence[IndexEntry], started_us: int) -> None:
+        """Make the index hold `entries` (a rebuild from the logs, which the face
+        computed, beginning at `started_us`): each replaces the session's entry unless
+        that one has a higher `last_seq` (a write since); an entry of a session absent
+        from `entries` is dropped unless a write touched it at or after `started_us`
+        (a session created while the rebuild read)."""
 
 
 # -- choosing an engine by URL ----------------------------------------------------------

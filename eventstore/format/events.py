@@ -15,7 +15,7 @@ becomes.
 # no `from __future__ import annotations`: msgspec reads these structs' annotations
 # as objects, not strings to evaluate; that keeps decoder builds on cold loads ~3x cheaper
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import msgspec
@@ -39,6 +39,7 @@ __all__ = [
     "FeaturePassUpdated",
     "ForkOrigin",
     "KeyForgotten",
+    "LabelsSet",
     "LineHead",
     "ManifestSet",
     "MessagesAppended",
@@ -52,9 +53,22 @@ __all__ = [
     "UnknownEvent",
     "Upcaster",
     "event_tag",
+    "from_micros",
+    "micros",
 ]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def micros(ts: datetime) -> int:
+    """An aware time as whole microseconds since the epoch (exact: what an index keeps)."""
+    return (ts - EPOCH) // _MICROSECOND
+
+
+def from_micros(us: int) -> datetime:
+    """The aware UTC time `us` microseconds after the epoch (`micros` reversed)."""
+    return EPOCH + us * _MICROSECOND
 
 
 class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
@@ -115,6 +129,13 @@ class MessagesAppended(Event, tag="messages_appended", kw_only=True, gc=False):
     """
 
     messages: list[Message]
+
+
+class LabelsSet(Event, tag="labels_set", kw_only=True):
+    """`set_labels`: the session's labels from now on (the whole set: a label absent
+    here is removed), which the session index lists and filters by."""
+
+    labels: dict[str, str]
 
 
 class ArchivePruned(Event, tag="archive_pruned", kw_only=True):
@@ -287,6 +308,7 @@ BUILTIN_EVENT_TYPES: tuple[type[Event], ...] = (
     SessionDeleted,
     Snapshot,
     KeyForgotten,
+    LabelsSet,
 )
 
 # a function turning an event's payload (a dict) at one version into the next version's,
