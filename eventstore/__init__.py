@@ -90,6 +90,8 @@ _EXPORTS: dict[str, str] = {
     "SessionManifest": ".records",
     "AppendResult": ".store",
     "SessionCacheInfo": ".core.session_core",
+    "SessionInfo": ".ops.listing",
+    "LabelsSet": ".format.events",
     "Tuning": ".core.tuning",
     "AutoCompact": ".store",
     "SessionStore": ".store",
@@ -197,6 +199,8 @@ __all__ = [
     "SessionCacheInfo",
     "SessionDeleted",
     "SessionDeletedError",
+    "SessionInfo",
+    "LabelsSet",
     "SessionExistsError",
     "SessionStats",
     "SealFacts",
@@ -279,6 +283,7 @@ if TYPE_CHECKING:
         Event,
         FeatureListReplaced,
         FeaturePassUpdated,
+        LabelsSet,
         ManifestSet,
         MessagesAppended,
         ProgressAppended,
@@ -300,6 +305,7 @@ if TYPE_CHECKING:
         SkipReason,
     )
     from eventstore.ops.export import SessionStats
+    from eventstore.ops.listing import SessionInfo
     from eventstore.ops.repair import RepairReport
     from eventstore.ops.tombstone import Tombstone
     from eventstore.ops.verify import VerifyReport

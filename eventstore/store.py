@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -55,6 +55,7 @@ from eventstore.format.events import (
     FeatureListReplaced,
     FeaturePassUpdated,
     KeyForgotten,
+    LabelsSet,
     ManifestSet,
     MessagesAppended,
     ProgressAppended,
@@ -65,7 +66,8 @@ from eventstore.format.events import (
     Upcaster,
     event_tag,
 )
-from eventstore.ops import history, lifecycle, paging, tombstone
+from eventstore.ops import history, lifecycle, listing, paging, tombstone
+from eventstore.ops.listing import SessionInfo
 from eventstore.records import (
     BootstrapState,
     FeatureRecord,
@@ -91,7 +93,14 @@ if TYPE_CHECKING:
     PublicKeyLike = Ed25519PublicKey | Ed25519PrivateKey | str | os.PathLike[str]
     from eventstore.ops.verify import VerifyReport
 
-__all__ = ["AppendResult", "AutoCompact", "SessionCacheInfo", "SessionStore", "Tuning"]
+__all__ = [
+    "AppendResult",
+    "AutoCompact",
+    "SessionCacheInfo",
+    "SessionInfo",
+    "SessionStore",
+    "Tuning",
+]
 
 log = logging.getLogger("eventstore")
 S = TypeVar("S")
@@ -471,10 +480,63 @@ class SessionStore:
         proj = self.core.projection(projection)
         return self.core.loaded(session_id, proj, proj.copy)
 
-    def list_sessions(self) -> list[str]:
-        """The original ids of every session in the store, sorted; deleted sessions
-        (their tombstones) are not listed: see `deleted_sessions`."""
-        return tombstone.live_sessions(self.core)
+    def list_sessions(self, prefix: str | None = None) -> list[str]:
+        """The original ids of every session in the store (those starting with
+        `prefix`), sorted; deleted sessions (their tombstones) are not listed: see
+        `deleted_sessions`. Read from the logs themselves, never from the session index
+        (for pages of `SessionInfo` in an order, see `sessions`)."""
+        self.core.check_open()
+        if prefix is not None and not isinstance(prefix, str):
+            raise InvalidArgumentError(f"prefix must be a str, not {validation.described(prefix)}")
+        ids = tombstone.live_sessions(self.core)
+        return ids if prefix is None else [sid for sid in ids if sid.startswith(prefix)]
+
+    def sessions(
+        self,
+        prefix: str | None = None,
+        *,
+        after: SessionInfo | str | None = None,
+        limit: int | None = None,
+        order: str = "updated",
+        labels: Mapping[str, str] | None = None,
+        updated_since: datetime | str | None = None,
+    ) -> list[SessionInfo]:
+        """A page of the store's sessions as `SessionInfo`, from the engine's session
+        index (a page costs about its length, not a read of every session).
+
+        `order`: "updated" (the default) or "created", newest first, or "id".
+        `after`: the last `SessionInfo` of the previous page (or its `cursor`): the page
+        starts just past it. `limit`: at most this many (None: all). Filters: `prefix`
+        of the id, `labels` the session carries (each key with that value),
+        `updated_since` (an aware datetime or ISO 8601 str). What a walk through the
+        pages guarantees under concurrent writes: see `eventstore.ops.listing`. An
+        engine that keeps no index answers the same by reading every session.
+        """
+        return listing.sessions(
+            self.core,
+            prefix,
+            after=after,
+            limit=limit,
+            order=order,
+            labels=labels,
+            updated_since=updated_since,
+        )
+
+    def set_labels(
+        self, session_id: str, labels: Mapping[str, str], *, idempotency_key: str | None = None
+    ) -> AppendResult:
+        """Give the session these labels (the whole set: one absent here is removed),
+        as one `labels_set` event; `sessions` lists and filters by them. Labels are
+        non-empty str keys with str values (InvalidArgumentError otherwise, nothing
+        written)."""
+        ev = LabelsSet(labels=listing.check_labels(labels, "labels"))
+        return self._write_events(session_id, [ev], idempotency_key)
+
+    def rebuild_index(self) -> int:
+        """Rebuild the engine's session index from the logs, reading every session once
+        (after a crash the file engine could not heal, or a store written by a release
+        without the index); the number of sessions indexed. Safe beside live writers."""
+        return listing.rebuild_index(self.core)
 
     def feed(self, after: Any = None, limit: int = 1000) -> list[tuple[Any, str, Event]]:
         """Up to `limit` events of every session after a feed position (None: the start),
