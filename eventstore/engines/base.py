@@ -171,7 +171,9 @@ __all__ = [
     "WriterTurn",
     "UnknownEngineError",
     "index_after",
+    "index_appended",
     "index_matches",
+    "index_moved",
     "is_conninfo",
     "open_engine",
     "redact_conninfo",
@@ -773,6 +775,37 @@ def index_matches(
     if updated_since_us is not None and entry.updated_us < updated_since_us:
         return False
     return all(entry.labels.get(k) == v for k, v in labels.items())
+
+
+def index_appended(
+    old: IndexEntry | None, session_id: str, batch: EncodedBatch, head: Head, now_us: int
+) -> IndexEntry:
+    """A session's index entry after `batch` was appended and `head` is its new head:
+    the batch's time (`now_us`, the engine's clock, when it carries none) as `updated`
+    (and `created`, for its first), the head's seq and size, the labels it sets."""
+    ts = batch.ts_us or now_us
+    labels = batch.labels if batch.labels is not None else (old.labels if old else {})
+    created = old.created_us if old is not None and old.last_seq else ts
+    return IndexEntry(
+        session_id,
+        created,
+        max(ts, created),
+        head.seq,
+        head.seq - head.base_seq + 1,
+        head.size,
+        labels,
+    )
+
+
+def index_moved(old: IndexEntry, head: Head) -> IndexEntry:
+    """A session's index entry after its live log was replaced (a snapshot installed, a
+    repair): the new head's seq, lines and size; its times and labels unchanged."""
+    return msgspec.structs.replace(
+        old,
+        last_seq=head.seq,
+        events=head.seq - head.base_seq + 1 if head.seq else 0,
+        bytes=head.size,
+    )
 
 
 class IndexingEngine(Engine):

@@ -15,11 +15,12 @@ reset in a forked child is registered there.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,9 @@ from eventstore.engines.base import (
     Head,
     HeadMovedError,
     History,
+    IndexEntry,
+    IndexingEngine,
+    IndexOrder,
     InstallResult,
     KeyEngine,
     LiveView,
@@ -42,6 +46,10 @@ from eventstore.engines.base import (
     ReadResult,
     RepairHold,
     Segment,
+    index_after,
+    index_appended,
+    index_matches,
+    index_moved,
 )
 from eventstore.engines.raw import raw_end
 from eventstore.session_ids import validate_session_id
@@ -84,6 +92,7 @@ class _Store:
         self.name = name
         self.logs: dict[str, _Log] = {}
         self.key_slots: dict[str, bytes] = {}
+        self.index: dict[str, IndexEntry] = {}  # written with the logs, under `changed`
         self.changed = threading.Condition()
         process.track(self)
 
@@ -109,7 +118,7 @@ def _fresh_guard() -> None:
     _shared_guard = threading.Lock()  # another thread of the parent may have held it
 
 
-class MemoryEngine(RangedEngine, PruningEngine, KeyEngine):
+class MemoryEngine(RangedEngine, PruningEngine, KeyEngine, IndexingEngine):
     """Sessions in memory: private, or shared by `name` within the process."""
 
     def __init__(self, name: str | None = None) -> None:
@@ -228,6 +237,10 @@ class MemoryEngine(RangedEngine, PruningEngine, KeyEngine):
             lg.head = MemoryPosition(
                 lg.generation, len(lg.data), batch.last_seq, batch.link, batch.hashes[-1], base
             ).head()
+            index = self._store.index
+            index[session_id] = index_appended(
+                index.get(session_id), session_id, batch, lg.head, time.time_ns() // 1000
+            )
             self._store.changed.notify_all()
             return lg.head
 
@@ -270,6 +283,7 @@ class MemoryEngine(RangedEngine, PruningEngine, KeyEngine):
             lg.head = MemoryPosition(
                 lg.generation, len(lg.data), head.seq, head.link, h, covers.seq
             ).head()
+            self._moved(session_id, lg.head)
             self._store.changed.notify_all()
             return InstallResult(lg.head, archived, len(before), len(lg.data))
 
@@ -292,6 +306,7 @@ class MemoryEngine(RangedEngine, PruningEngine, KeyEngine):
         with self._store.changed:
             validate_session_id(session_id)
             gone = self._store.logs.pop(session_id, None)
+            self._store.index.pop(session_id, None)
             self._store.changed.notify_all()
             return gone is not None
 
@@ -317,6 +332,51 @@ class MemoryEngine(RangedEngine, PruningEngine, KeyEngine):
         """Every key slot's id (`KeyEngine`)."""
         with self._store.changed:
             return sorted(self._store.key_slots)
+
+    def _moved(self, session_id: str, head: Head) -> None:
+        """The index after the live log was replaced (lock held)."""
+        old = self._store.index.get(session_id)
+        if old is not None:
+            self._store.index[session_id] = index_moved(old, head)
+
+    # -- the session index --------------------------------------------------------------
+
+    def index_page(
+        self,
+        *,
+        order: IndexOrder,
+        after: IndexEntry | None,
+        limit: int | None,
+        prefix: str | None = None,
+        updated_since_us: int | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> list[IndexEntry]:
+        """A page of the index: a pass over the entries in memory (no log is read)."""
+        want = labels or {}
+        with self._store.changed:
+            picked = [
+                e
+                for e in self._store.index.values()
+                if index_after(e, after, order) and index_matches(e, prefix, updated_since_us, want)
+            ]
+        key = lambda e: e.sort_key(order)  # noqa: E731
+        if limit is not None and limit < len(picked):
+            return (heapq.nsmallest if order == "id" else heapq.nlargest)(limit, picked, key)
+        picked.sort(key=key, reverse=order != "id")
+        return picked
+
+    def replace_index(self, entries: Sequence[IndexEntry], started_us: int) -> None:
+        """Merge a rebuild's entries (see `IndexingEngine.replace_index`)."""
+        with self._store.changed:
+            index = self._store.index
+            given = {e.session_id: e for e in entries}
+            for sid, old in list(index.items()):
+                if sid not in given and old.updated_us < started_us:
+                    del index[sid]
+            for sid, e in given.items():
+                old = index.get(sid)
+                if old is None or old.last_seq <= e.last_seq:
+                    index[sid] = e
 
     def close(self) -> None:
         """Nothing to release: a shared engine's sessions live on for other stores."""
@@ -348,6 +408,7 @@ class _MemoryRepairHold(RepairHold):
         lg.generation = next(_generations)
         lg.data = type(lg.data)(data)
         lg.head = _scan_head(lg.generation, bytes(lg.data))
+        self._engine._moved(self._sid, lg.head)
         return name
 
 
