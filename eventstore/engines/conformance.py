@@ -61,6 +61,8 @@ from eventstore.engines.base import (
     FeedEngine,
     Head,
     HeadMovedError,
+    IndexEntry,
+    IndexingEngine,
     PruningEngine,
     RangedEngine,
 )
@@ -626,6 +628,80 @@ class EngineConformance:
         later = _feed_until(engine, entries[-1].position, 1, self.timeout)
         assert [(e.session_id, e.seq) for e in later] == [("b", 3)]
         assert [e.seq for e in engine.feed(entries[1].position, limit=2)] == [1, 2]
+
+    def test_the_index_follows_appends_installs_repairs_and_removals(self) -> None:
+        engine = self.engine()
+        if not isinstance(engine, IndexingEngine):
+            _skip(f"{type(engine).__name__} keeps no session index (not an IndexingEngine)")
+
+        def entries(**kw: Any) -> dict[str, IndexEntry]:
+            return {e.session_id: e for e in engine.index_page(order="id", after=None, limit=None, **kw)}
+
+        assert entries() == {}
+        self.append(engine, 2, sid="a")
+        head = engine.head("b")
+        batch = msgspec.structs.replace(_batch(head), ts_us=1_000_000, labels={"k": "v"})
+        engine.append("b", batch, head)
+        self.append(engine, 1, 3, sid="b")
+        a, b = entries()["a"], entries()["b"]
+        assert (a.last_seq, a.events, a.bytes, a.labels) == (2, 2, engine.head("a").size, {})
+        assert (b.created_us, b.last_seq, b.events, b.labels) == (1_000_000, 4, 4, {"k": "v"})
+        assert b.updated_us > b.created_us  # the second batch carried no time: the engine's
+        assert list(entries(labels={"k": "v"})) == ["b"]
+        assert list(entries(prefix="a")) == ["a"]
+        covers = engine.head("b")
+        engine.install_snapshot("b", _snapshot_line(covers), covers, keep_history=True)
+        moved = entries()["b"]
+        assert (moved.last_seq, moved.events, moved.bytes) == (4, 1, engine.head("b").size)
+        assert (moved.created_us, moved.updated_us, moved.labels) == (
+            b.created_us, b.updated_us, b.labels,
+        )  # fmt: skip
+        corrupt(engine, "a", lambda data: data.split(b"\n", 1)[0] + b"\n")
+        assert (entries()["a"].last_seq, entries()["a"].events) == (1, 1)
+        assert engine.remove_session("a") is True
+        assert list(entries()) == ["b"]
+        # pages: keyset after the last entry, newest first for times
+        for i in range(5):
+            self.append(engine, 1, sid=f"p{i}")
+        newest = engine.index_page(order="updated", after=None, limit=None)
+        assert [e.updated_us for e in newest] == sorted((e.updated_us for e in newest), reverse=True)
+        first = engine.index_page(order="updated", after=None, limit=2)
+        rest = engine.index_page(order="updated", after=first[-1], limit=None)
+        assert first + rest == newest
+        # a rebuild's entries replace older ones; one absent and untouched since goes
+        engine.replace_index([msgspec.structs.replace(moved, labels={"r": "1"})], 2**62)
+        assert list(entries()) == ["b"] and entries()["b"].labels == {"r": "1"}
+
+    def test_sessions_pages_agree_with_the_logs(self) -> None:
+        store = self.store()
+        for i in range(6):
+            store.append_progress_entry(f"s{i}", ProgressEntry(f"r{i}", "step"))
+        store.set_labels("s2", {"team": "red"})
+        store.append_progress_entry("s0", ProgressEntry("r", "again"))
+        store.compact("s0", force=True)
+        assert sorted(i.session_id for i in store.sessions()) == store.list_sessions()
+        assert store.list_sessions("s1") == ["s1"]
+        infos = store.sessions()
+        assert infos[0].session_id == "s0"  # the newest write (compaction is not one)
+        assert [i.updated for i in infos] == sorted((i.updated for i in infos), reverse=True)
+        assert all(i.created <= i.updated for i in infos)
+        by_id = {i.session_id: i for i in infos}
+        assert by_id["s0"].last_seq == 2 and by_id["s0"].events == 1
+        assert by_id["s2"].labels == {"team": "red"} and by_id["s1"].labels == {}
+        assert [i.session_id for i in store.sessions(labels={"team": "red"})] == ["s2"]
+        walked: list[str] = []
+        after = None
+        while page := store.sessions(limit=2, after=after, order="id"):
+            walked += [i.session_id for i in page]
+            after = page[-1]
+        assert walked == store.list_sessions()
+        assert store.delete_session("s3") is True
+        assert "s3" not in [i.session_id for i in store.sessions()]
+        before = {i.session_id: i for i in store.sessions()}
+        indexed = isinstance(store.engine, IndexingEngine)
+        assert store.rebuild_index() == (len(before) if indexed else 0)
+        after_rebuild = {i.session_id: i for i in store.sessions()}
+        assert after_rebuild == before  # the logs say what the index kept
 
     # -- what users see (through the session API) ---------------------------------------
 
