@@ -830,6 +830,12 @@ class IndexingEngine(Engine):
         the filters (`index_matches`). Every session with a committed line has an entry
         (after `replace_index` on a store written before the index existed)."""
 
+    def index_stale(self) -> bool:
+        """Whether the index may lack a session (an update it refused, logs older than
+        it): the face then rebuilds it (`replace_index`) before a page. False by
+        default: an engine that updates it in the write's own unit never is."""
+        return False
+
     @abstractmethod
     def replace_index(self, entries: Sequence[IndexEntry], started_us: int) -> None:
         """Make the index hold `entries` (a rebuild from the logs, which the face

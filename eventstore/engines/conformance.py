@@ -635,7 +635,9 @@ class EngineConformance:
             _skip(f"{type(engine).__name__} keeps no session index (not an IndexingEngine)")
 
         def entries(**kw: Any) -> dict[str, IndexEntry]:
-            return {e.session_id: e for e in engine.index_page(order="id", after=None, limit=None, **kw)}
+            return {
+                e.session_id: e for e in engine.index_page(order="id", after=None, limit=None, **kw)
+            }
 
         assert entries() == {}
         self.append(engine, 2, sid="a")
@@ -664,7 +666,9 @@ class EngineConformance:
         for i in range(5):
             self.append(engine, 1, sid=f"p{i}")
         newest = engine.index_page(order="updated", after=None, limit=None)
-        assert [e.updated_us for e in newest] == sorted((e.updated_us for e in newest), reverse=True)
+        assert [e.updated_us for e in newest] == sorted(
+            (e.updated_us for e in newest), reverse=True
+        )
         first = engine.index_page(order="updated", after=None, limit=2)
         rest = engine.index_page(order="updated", after=first[-1], limit=None)
         assert first + rest == newest

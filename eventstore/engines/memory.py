@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from eventstore import process
+from eventstore import entropy, process
 from eventstore.engines.base import (
     EMPTY_HEAD,
     BytesSegment,
@@ -239,7 +239,7 @@ class MemoryEngine(RangedEngine, PruningEngine, KeyEngine, IndexingEngine):
             ).head()
             index = self._store.index
             index[session_id] = index_appended(
-                index.get(session_id), session_id, batch, lg.head, time.time_ns() // 1000
+                index.get(session_id), session_id, batch, lg.head, entropy.time_ns() // 1000
             )
             self._store.changed.notify_all()
             return lg.head

@@ -176,6 +176,8 @@ def sessions(
     cursor = _cursor_entry(after) if after is not None else None
     engine = core.engine
     if isinstance(engine, IndexingEngine):
+        if engine.index_stale():
+            rebuild_index(core)  # an update it refused, or logs older than the index
         entries = engine.index_page(
             order=order,  # type: ignore[arg-type]  # checked above
             after=cursor,

@@ -40,14 +40,17 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from eventstore import entropy, process
 from eventstore.engines.base import (
@@ -59,6 +62,9 @@ from eventstore.engines.base import (
     Head,
     HeadMovedError,
     History,
+    IndexEntry,
+    IndexingEngine,
+    IndexOrder,
     InstallResult,
     KeyEngine,
     LiveView,
@@ -69,6 +75,8 @@ from eventstore.engines.base import (
     ReadResult,
     RepairHold,
     WriterTurn,
+    index_appended,
+    index_moved,
 )
 from eventstore.engines.file import keys
 from eventstore.engines.file.caches import open_cache, store_cache
@@ -81,6 +89,7 @@ from eventstore.engines.file.durability import (
     stage,
 )
 from eventstore.engines.file.groupflush import GroupTurn
+from eventstore.engines.file.index import FileIndex
 from eventstore.engines.file.layout import (
     SessionPaths,
     fd_path,
@@ -151,7 +160,7 @@ MAX_OPEN_SESSIONS = 64
 """Sessions per engine whose descriptors stay open between calls (two each)."""
 
 
-class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
+class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, IndexingEngine):
     """Sessions as JSON Lines files under `root` (created 0700 if missing)."""
 
     def __init__(self, root: str | os.PathLike[str], durability: Durability = "flush") -> None:
@@ -165,6 +174,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
         # sessions with descriptors open, least recently opened first (bounded)
         self._open: dict[str, SessionState] = {}
         self._guard = threading.Lock()
+        self._index = FileIndex(self.root)
         process.track(self)
 
     def reset_after_fork(self) -> None:
@@ -751,6 +761,11 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
             raise HeadMovedError(str(paths.log), expected, head)
         created = fd < 0
         if created:
+            # the row first: a crash after the log is created never hides the session
+            self._index.put(
+                index_appended(None, sess.paths.session_id, batch, EMPTY_HEAD, _now_us()),
+                sync=self.durability == "fsync",
+            )
             fd, head = self._create(sess)
             sess.log_fd = fd
         pos = head.position
@@ -776,6 +791,9 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
             # the descriptor is the live log (checked by path above, or just created):
             # from the next append on, the fast path asks the kernel, not the log's stat
             sess.log_link = fd_path(fd)
+        # under the writers' lock: rows of one session are written in its log's order
+        old = None if created else self._index.get(sess.paths.session_id)
+        self._index.put(index_appended(old, sess.paths.session_id, batch, new, _now_us()))
         return new
 
     def _create(self, sess: SessionState) -> tuple[int, Head]:
@@ -904,6 +922,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
                 live_ident(paths.log), size, head.seq, head.link, h, covers.seq, size
             ).head()
             sess.known = new
+            self._index_moved(session_id, new)
         name = str(archived) if archived else None
         return InstallResult(new, name, head.size, size, archived)
 
@@ -956,6 +975,8 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
                 yield FileRepairHold(sess.paths, exists, lambda: bump_generation(sess))
             finally:
                 sess.known = None
+                if exists:
+                    self._index_moved(session_id, self.head(session_id))
 
     # -- sessions ---------------------------------------------------------------------
 
@@ -998,6 +1019,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
                 raise storage_error(paths.dir, "removing the session", exc) from exc
             # this process's too: a generation no lock file holds (8 bytes or none)
             sess.gen = b"removed"
+            self._index.drop(session_id)
         # what was renamed is no session any more: delete it, and what a removal that
         # crashed before finishing left behind
         for name in os.listdir(trash.parent):
@@ -1006,6 +1028,73 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
 
                 shutil.rmtree(trash.parent / name, ignore_errors=True)
         return had
+
+    # -- the session index (eventstore.engines.file.index) ------------------------------
+
+    def _index_moved(self, session_id: str, head: Head) -> None:
+        """The row after the live log was replaced (writers' lock held)."""
+        old = self._index.get(session_id)
+        if old is not None:
+            self._index.put(index_moved(old, head))
+
+    def index_page(
+        self,
+        *,
+        order: IndexOrder,
+        after: IndexEntry | None,
+        limit: int | None,
+        prefix: str | None = None,
+        updated_since_us: int | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> list[IndexEntry]:
+        """A page from the index file, each row checked against its log (one stat) and
+        corrected or dropped when stale."""
+        page: list[IndexEntry] = []
+        for entry in self._index.rows(order, after, prefix, updated_since_us, labels or {}):
+            fresh = self._checked(entry)
+            if fresh is not None:
+                page.append(fresh)
+                if limit is not None and len(page) >= limit:
+                    break
+        page.sort(key=lambda e: e.sort_key(order), reverse=order != "id")
+        return page
+
+    def _checked(self, entry: IndexEntry) -> IndexEntry | None:
+        """`entry` if its log still has its size; else corrected from the log (written
+        back), or None (dropped) when the session has no committed line."""
+        paths = SessionPaths(self.root, entry.session_id)
+        try:
+            st = os.lstat(paths.log_str)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            raise storage_error(paths.log, "checking the log", exc) from exc
+        if st is not None and st.st_size == entry.bytes and entry.last_seq:
+            return entry
+        head = self.head(entry.session_id)
+        if head.seq == 0:
+            if not os.path.lexists(paths.archive):
+                self._index.drop(entry.session_id)
+                return None
+            return entry
+        mtime = st.st_mtime_ns // 1000 if st is not None else entry.updated_us
+        fixed = msgspec.structs.replace(
+            index_moved(entry, head), updated_us=max(entry.updated_us, mtime)
+        )
+        if fixed != entry:
+            self._index.put(fixed)
+        return fixed
+
+    def index_stale(self) -> bool:
+        """Whether the index may lack a session (see `eventstore.engines.file.index`)."""
+        return self._index.stale()
+
+    def replace_index(self, entries: Sequence[IndexEntry], started_us: int) -> None:
+        """Merge a rebuild into the index file and lift its stale marker."""
+        try:
+            self._index.replace(entries, started_us)
+        except sqlite3.Error as exc:
+            raise StorageError(f"{self._index.path}: rebuilding the index failed: {exc}") from exc
 
     # -- the fold cache -----------------------------------------------------------------
 
@@ -1033,6 +1122,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine):
             self._release_group(sess)
             with sess.lock:
                 self._release(sess)
+        self._index.close()
 
     def _release(self, sess: SessionState) -> None:
         """Retire the session's epoch if this process appended durably, and close its
@@ -1091,6 +1181,10 @@ def _head_after(head: Head, batch: EncodedBatch, ident: tuple[int, int], start: 
         size,
         base,
     )
+
+
+def _now_us() -> int:
+    return entropy.time_ns() // 1000
 
 
 def from_url(url_or_path: str | os.PathLike[str], **options: Any) -> FileEngine:

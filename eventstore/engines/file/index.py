@@ -1,0 +1,303 @@
+"""The file engine's session index: one SQLite file per store, `<root>/index.sqlite3`
+(0600, WAL mode), a row per session (times, seq, size, labels) with B-tree indexes on
+(updated, id) and (created, id), so a page is a range read, never a read of every log.
+
+SQLite (the standard library's `sqlite3`) does what the index needs and a file of our
+own would have to rebuild: atomic multi-process updates (its own locking, a busy wait
+of `BUSY_MS`), a crash at any point leaving the last committed state, ordered range
+reads. The index is a cache of the logs, never their authority:
+
+- Written beside each write, after the log (the new head) — except a session's first
+  append, whose row is put in *before* its log is created (a "pending" row, `last_seq`
+  0, committed with a full sync under `durability="fsync"`). So a crash at any point
+  never leaves a session with a log and no row: at worst a row that is stale (the head
+  moved and the row did not follow) or pending for a log that never came.
+- A page checks each row it returns against its log (one `stat`: a row whose size is
+  the log's is current) and corrects it (from the log's head, `updated` from its
+  modification time) or drops it (no log), writing the correction back. So a stale
+  row is corrected when a page reaches it; its place in the order is right from then.
+- An update the index refuses (a locked or damaged file, a full disk) never fails the
+  write (the log is committed): the engine leaves `index.stale` beside it and says so
+  (a warning), and the next page rebuilds the index from the logs first
+  (`SessionStore.rebuild_index`); so does a store whose logs predate its index (a
+  release without it, or a process of one still writing: run `eventstore sessions
+  ROOT --rebuild` after such a process wrote).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import msgspec
+
+from eventstore import process
+from eventstore.engines.base import IndexEntry, IndexOrder, index_matches
+from eventstore.engines.file.layout import SESSIONS_DIR, open_private
+
+__all__ = ["INDEX_NAME", "STALE_NAME", "FileIndex"]
+
+log = logging.getLogger("eventstore")
+
+INDEX_NAME = "index.sqlite3"
+STALE_NAME = "index.stale"
+BUSY_MS = 10_000
+_CHUNK = 64  # rows read at a time while a page filters by label or drops stale rows
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    created INTEGER NOT NULL,
+    updated INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    events INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    labels TEXT NOT NULL DEFAULT '{}',
+    deleted INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS sessions_updated ON sessions (updated, id);
+CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created, id);
+"""
+
+_UPSERT = (
+    "INSERT OR REPLACE INTO sessions (id, created, updated, last_seq, events, bytes, labels,"
+    " deleted) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_COLUMNS = "id, created, updated, last_seq, events, bytes, labels, deleted"
+_ORDER_SQL = {
+    "updated": ("(updated, id) < (?, ?)", "updated DESC, id DESC"),
+    "created": ("(created, id) < (?, ?)", "created DESC, id DESC"),
+    "id": ("id > ?", "id ASC"),
+}
+_labels_decoder = msgspec.json.Decoder(dict[str, str])
+
+
+def _row(entry: IndexEntry) -> tuple[object, ...]:
+    return (
+        entry.session_id,
+        entry.created_us,
+        entry.updated_us,
+        entry.last_seq,
+        entry.events,
+        entry.bytes,
+        msgspec.json.encode(entry.labels).decode("utf-8") if entry.labels else "{}",
+        int(entry.deleted),
+    )
+
+
+def _entry(row: tuple[object, ...]) -> IndexEntry:
+    sid, created, updated, last_seq, events, size, labels, deleted = row
+    return IndexEntry(
+        str(sid),
+        int(created),  # type: ignore[call-overload]
+        int(updated),  # type: ignore[call-overload]
+        int(last_seq),  # type: ignore[call-overload]
+        int(events),  # type: ignore[call-overload]
+        int(size),  # type: ignore[call-overload]
+        _labels_decoder.decode(str(labels)) if labels != "{}" else {},
+        bool(deleted),
+    )
+
+
+class FileIndex:
+    """The index of one store root; opened on first use, one connection per process
+    (reset in a forked child), used by one thread at a time."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / INDEX_NAME
+        self.stale_path = root / STALE_NAME
+        self._root = root
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._orphans: list[sqlite3.Connection] = []
+        process.track(self)
+
+    def reset_after_fork(self) -> None:
+        """The parent's connection is never used (nor closed: SQLite forbids both) in a
+        child: a fresh one opens on use."""
+        self._lock = threading.Lock()
+        if self._conn is not None:
+            self._orphans.append(self._conn)
+        self._conn = None
+
+    def close(self) -> None:
+        """Close the connection (it reopens on use)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    # -- the connection ------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        """The connection, opened (and the file created 0600, the schema made) when
+        first needed. A store whose sessions predate the file is marked stale."""
+        if self._conn is not None:
+            return self._conn
+        created = False
+        try:
+            os.close(open_private(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL))
+            created = True
+        except FileExistsError:
+            pass
+        conn = sqlite3.connect(
+            self.path, timeout=BUSY_MS / 1000, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.executescript(_SCHEMA)
+        except BaseException:
+            conn.close()
+            raise
+        if created and _has_sessions(self._root):
+            self.mark_stale("the store's logs predate its index")
+        self._conn = conn
+        return conn
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        conn = self._connect()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    # -- what writes do ------------------------------------------------------------------
+
+    def mark_stale(self, why: str) -> None:
+        """Leave the marker that makes the next page rebuild the index first."""
+        try:
+            fd = open_private(self.stale_path, os.O_WRONLY | os.O_CREAT)
+            try:
+                os.utime(fd)  # now: a rebuild that began before this must not lift it
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.warning("eventstore: %s: cannot mark the index stale (%s): %s",
+                        self.stale_path, why, exc)  # fmt: skip
+        else:
+            log.warning("eventstore: %s: the session index is stale (%s); the next page"
+                        " rebuilds it", self.path, why)  # fmt: skip
+
+    def put(self, entry: IndexEntry, *, sync: bool = False) -> None:
+        """Write a session's row; a refusal marks the index stale, never raises."""
+        try:
+            with self._lock:
+                conn = self._connect()
+                if sync:
+                    conn.execute("PRAGMA synchronous = FULL")
+                try:
+                    conn.execute(_UPSERT, _row(entry))
+                finally:
+                    if sync:
+                        conn.execute("PRAGMA synchronous = NORMAL")
+        except (sqlite3.Error, OSError) as exc:
+            self.mark_stale(f"writing {entry.session_id!r}: {exc}")
+
+    def get(self, session_id: str) -> IndexEntry | None:
+        """A session's row (None: none, or the index cannot be read)."""
+        try:
+            with self._lock:
+                row = (
+                    self._connect()
+                    .execute(f"SELECT {_COLUMNS} FROM sessions WHERE id = ?", (session_id,))
+                    .fetchone()
+                )
+        except (sqlite3.Error, OSError) as exc:
+            self.mark_stale(f"reading {session_id!r}: {exc}")
+            return None
+        return None if row is None else _entry(row)
+
+    def drop(self, session_id: str) -> None:
+        """Remove a session's row; a refusal marks the index stale."""
+        try:
+            with self._lock:
+                self._connect().execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+        except (sqlite3.Error, OSError) as exc:
+            self.mark_stale(f"dropping {session_id!r}: {exc}")
+
+    # -- what pages do -------------------------------------------------------------------
+
+    def stale(self) -> bool:
+        """Whether the index may lack a session (the marker is there)."""
+        with self._lock:
+            self._connect()
+        return os.path.lexists(self.stale_path)
+
+    def rows(
+        self,
+        order: IndexOrder,
+        after: IndexEntry | None,
+        prefix: str | None,
+        updated_since_us: int | None,
+        labels: dict[str, str],
+    ) -> Iterator[IndexEntry]:
+        """The rows after `after` in `order` passing the filters, read `_CHUNK` at a
+        time (a consumer stops when its page is full)."""
+        cursor_sql, order_sql = _ORDER_SQL[order]
+        while True:
+            where: list[str] = []
+            args: list[object] = []
+            if after is not None:
+                where.append(cursor_sql)
+                args += [after.session_id] if order == "id" else list(after.sort_key(order))
+            if prefix:
+                where.append("substr(id, 1, ?) = ?")
+                args += [len(prefix), prefix]
+            if updated_since_us is not None:
+                where.append("updated >= ?")
+                args.append(updated_since_us)
+            sql = f"SELECT {_COLUMNS} FROM sessions"
+            if where:
+                sql += " WHERE " + " AND ".join(where)
+            sql += f" ORDER BY {order_sql} LIMIT {_CHUNK}"
+            with self._lock:
+                got = self._connect().execute(sql, args).fetchall()
+            for row in got:
+                entry = _entry(row)
+                if index_matches(entry, prefix, updated_since_us, labels):
+                    yield entry
+            if len(got) < _CHUNK:
+                return
+            after = _entry(got[-1])
+
+    def replace(self, entries: Sequence[IndexEntry], started_us: int) -> None:
+        """Merge a rebuild (see `IndexingEngine.replace_index`), then lift the stale
+        marker if nothing marked it since the rebuild began."""
+        given = {e.session_id: e for e in entries}
+        with self._lock, self._tx() as conn:
+            for sid, updated, last_seq in conn.execute(
+                "SELECT id, updated, last_seq FROM sessions"
+            ).fetchall():
+                mine = given.get(sid)
+                if mine is None:
+                    if updated < started_us:
+                        conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+                elif last_seq > mine.last_seq:
+                    del given[sid]  # written since the rebuild read it
+            conn.executemany(_UPSERT, [_row(e) for e in given.values()])
+        try:
+            st = os.lstat(self.stale_path)
+        except FileNotFoundError:
+            return
+        if st.st_mtime_ns // 1000 < started_us:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.stale_path)
+
+
+def _has_sessions(root: Path) -> bool:
+    try:
+        with os.scandir(root / SESSIONS_DIR) as it:
+            return any(True for _ in it)
+    except FileNotFoundError:
+        return False
