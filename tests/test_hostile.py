@@ -9,6 +9,7 @@ import decimal
 import hashlib
 import os
 import shutil
+import stat
 import time
 import unicodedata
 import uuid
@@ -89,8 +90,14 @@ def test_hostile_ids_stay_inside_root_and_never_collide(tmp_path: Path) -> None:
         for sid in HOSTILE_IDS:
             store.append_progress_entry(sid, ProgressEntry(run_id="r", summary=sid))
         assert store.list_sessions() == sorted(HOSTILE_IDS)
+        # the session index gives back every id as given, and finds each by its prefix
+        assert sorted(i.session_id for i in store.sessions()) == sorted(HOSTILE_IDS)
+        for sid in HOSTILE_IDS:
+            assert sid in [i.session_id for i in store.sessions(sid)]
     assert sorted(os.listdir(tmp_path)) == ["store"]  # nothing escaped beside the root
-    assert sorted(os.listdir(root)) == ["sessions"]
+    # (beside the session index, 0600: eventstore.engines.file.index)
+    assert [n for n in sorted(os.listdir(root)) if not n.startswith("index.")] == ["sessions"]
+    assert stat.S_IMODE(os.stat(root / "index.sqlite3").st_mode) == 0o600
     dirs = {SessionPaths(root, sid).dir for sid in HOSTILE_IDS}
     assert len(dirs) == len(HOSTILE_IDS), "two ids share a directory"
     sessions = (root / "sessions").resolve()

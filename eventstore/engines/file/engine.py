@@ -148,13 +148,17 @@ from eventstore.errors import (
 from eventstore.format.tail import committed_end
 from eventstore.session_ids import validate_session_id
 
-__all__ = ["MAX_OPEN_SESSIONS", "FileEngine", "FilePosition", "from_url"]
+__all__ = ["INDEX_LAG", "MAX_OPEN_SESSIONS", "FileEngine", "FilePosition", "from_url"]
 
 log = logging.getLogger("eventstore")
 
 _REMOVED_PREFIX = ".removed-"  # a session being removed: never an id (ids cannot start with ".")
 _HISTORY_TRIES = 50  # lock-free pictures spoiled by installs before a reader takes the lock
 
+
+INDEX_LAG = 1.0
+"""Seconds a session's index row may lag behind appends to it made by this process
+(a page from this engine, and `close`, write what lags first)."""
 
 MAX_OPEN_SESSIONS = 64
 """Sessions per engine whose descriptors stay open between calls (two each)."""
@@ -175,6 +179,10 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         self._open: dict[str, SessionState] = {}
         self._guard = threading.Lock()
         self._index = FileIndex(self.root)
+        # appends' rows waiting out INDEX_LAG, and when each session's row was written
+        self._index_guard = threading.Lock()
+        self._lagging: dict[str, tuple[IndexEntry, bool]] = {}
+        self._indexed_at: dict[str, float] = {}
         process.track(self)
 
     def reset_after_fork(self) -> None:
@@ -184,6 +192,8 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         the child closes its copies (the parent's lock, if held, stays with the parent's
         copy) and opens its own."""
         self._guard = threading.Lock()
+        self._index_guard = threading.Lock()
+        self._lagging = {}  # the parent's to write, not the child's
         for sess in self._sessions.values():
             sess.drop_fds()
         self._sessions = {}
@@ -791,9 +801,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
             # the descriptor is the live log (checked by path above, or just created):
             # from the next append on, the fast path asks the kernel, not the log's stat
             sess.log_link = fd_path(fd)
-        # under the writers' lock: rows of one session are written in its log's order
-        old = None if created else self._index.get(sess.paths.session_id)
-        self._index.put(index_appended(old, sess.paths.session_id, batch, new, _now_us()))
+        self._index_appended(sess.paths.session_id, batch, new, created)
         return new
 
     def _create(self, sess: SessionState) -> tuple[int, Head]:
@@ -1019,6 +1027,8 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
                 raise storage_error(paths.dir, "removing the session", exc) from exc
             # this process's too: a generation no lock file holds (8 bytes or none)
             sess.gen = b"removed"
+            with self._index_guard:
+                self._lagging.pop(session_id, None)
             self._index.drop(session_id)
         # what was renamed is no session any more: delete it, and what a removal that
         # crashed before finishing left behind
@@ -1031,8 +1041,42 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
 
     # -- the session index (eventstore.engines.file.index) ------------------------------
 
+    def _index_appended(
+        self, session_id: str, batch: EncodedBatch, new: Head, created: bool
+    ) -> None:
+        """The row after an append (writers' lock held). A session's first append and
+        a labels batch are written at once; other appends to a session this process
+        indexed less than `INDEX_LAG` seconds ago wait (the newest row per session) for
+        the next write past the lag, a page from this engine, or `close`: a burst of
+        appends costs one index write a second, not one each."""
+        row = index_appended(None, session_id, batch, new, _now_us())
+        now = time.monotonic()
+        with self._index_guard:
+            self._lagging[session_id] = (row, batch.labels is not None or created)
+            if not created and batch.labels is None:
+                if now - self._indexed_at.get(session_id, -INDEX_LAG) < INDEX_LAG:
+                    return
+            due = [
+                sid
+                for sid in self._lagging
+                if sid == session_id or now - self._indexed_at.get(sid, -INDEX_LAG) >= INDEX_LAG
+            ]
+            rows = [self._lagging.pop(sid) for sid in due]
+            for sid in due:
+                self._indexed_at[sid] = now
+        self._index.put_appended(rows)
+
+    def _flush_index(self) -> None:
+        """Write every row still waiting out its lag."""
+        with self._index_guard:
+            rows = list(self._lagging.values())
+            self._lagging.clear()
+        if rows:
+            self._index.put_appended(rows)
+
     def _index_moved(self, session_id: str, head: Head) -> None:
         """The row after the live log was replaced (writers' lock held)."""
+        self._flush_index()  # an append's row written later would undo this one
         old = self._index.get(session_id)
         if old is not None:
             self._index.put(index_moved(old, head))
@@ -1049,6 +1093,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
     ) -> list[IndexEntry]:
         """A page from the index file, each row checked against its log (one stat) and
         corrected or dropped when stale."""
+        self._flush_index()  # this process's own writes are listed as they are
         page: list[IndexEntry] = []
         for entry in self._index.rows(order, after, prefix, updated_since_us, labels or {}):
             fresh = self._checked(entry)
@@ -1077,10 +1122,11 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
                 self._index.drop(entry.session_id)
                 return None
             return entry
-        mtime = st.st_mtime_ns // 1000 if st is not None else entry.updated_us
-        fixed = msgspec.structs.replace(
-            index_moved(entry, head), updated_us=max(entry.updated_us, mtime)
-        )
+        fixed = index_moved(entry, head)
+        if st is not None and head.seq > entry.last_seq:  # appended to since: when, by the log
+            fixed = msgspec.structs.replace(
+                fixed, updated_us=max(entry.updated_us, st.st_mtime_ns // 1000)
+            )
         if fixed != entry:
             self._index.put(fixed)
         return fixed
@@ -1122,6 +1168,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
             self._release_group(sess)
             with sess.lock:
                 self._release(sess)
+        self._flush_index()
         self._index.close()
 
     def _release(self, sess: SessionState) -> None:

@@ -38,7 +38,7 @@ import msgspec
 
 from eventstore import process
 from eventstore.engines.base import IndexEntry, IndexOrder, index_matches
-from eventstore.engines.file.layout import SESSIONS_DIR, open_private
+from eventstore.engines.file.layout import LOG_NAME, SESSIONS_DIR, open_private
 
 __all__ = ["INDEX_NAME", "STALE_NAME", "FileIndex"]
 
@@ -67,6 +67,15 @@ CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created, id);
 _UPSERT = (
     "INSERT OR REPLACE INTO sessions (id, created, updated, last_seq, events, bytes, labels,"
     " deleted) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# an append's row: the times and labels a row has are kept unless the batch brings them
+_UPSERT_APPEND = (
+    "INSERT INTO sessions (id, created, updated, last_seq, events, bytes, labels)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+    " updated = max(updated, excluded.updated), last_seq = excluded.last_seq,"
+    " events = excluded.events, bytes = excluded.bytes,"
+    " labels = CASE WHEN ? THEN excluded.labels ELSE labels END,"
+    " created = CASE WHEN last_seq = 0 THEN excluded.created ELSE created END"
 )
 _COLUMNS = "id, created, updated, last_seq, events, bytes, labels, deleted"
 _ORDER_SQL = {
@@ -204,6 +213,16 @@ class FileIndex:
         except (sqlite3.Error, OSError) as exc:
             self.mark_stale(f"writing {entry.session_id!r}: {exc}")
 
+    def put_appended(self, entries: Sequence[tuple[IndexEntry, bool]]) -> None:
+        """Write appends' rows in one transaction (each with whether its batch set the
+        labels); a refusal marks the index stale, never raises."""
+        rows = [(*_row(e)[:7], with_labels) for e, with_labels in entries]
+        try:
+            with self._lock, self._tx() as conn:
+                conn.executemany(_UPSERT_APPEND, rows)
+        except (sqlite3.Error, OSError) as exc:
+            self.mark_stale(f"writing {len(rows)} rows: {exc}")
+
     def get(self, session_id: str) -> IndexEntry | None:
         """A session's row (None: none, or the index cannot be read)."""
         try:
@@ -296,8 +315,9 @@ class FileIndex:
 
 
 def _has_sessions(root: Path) -> bool:
+    """Whether any session under `root` has a log (stops at the first)."""
     try:
         with os.scandir(root / SESSIONS_DIR) as it:
-            return any(True for _ in it)
+            return any(os.path.lexists(os.path.join(e.path, LOG_NAME)) for e in it)
     except FileNotFoundError:
         return False
