@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from eventstore.cli import session_list
 from eventstore.cli.args import (
     EXIT_OK,
     EXIT_PROBLEMS,
@@ -60,13 +61,16 @@ def add_parser(sub: Subparsers) -> None:
         sub,
         "sessions",
         run_sessions,
-        "list the sessions of a store (exit 1 if one cannot be read; the others are listed)",
-        "  eventstore sessions .eventstore\n  eventstore sessions .eventstore --deleted",
+        "list the sessions of a store (exit 1 if one cannot be read; the others are listed),"
+        " or a page of them, newest first",
+        "  eventstore sessions .eventstore\n  eventstore sessions .eventstore --deleted\n"
+        "  eventstore sessions .eventstore --limit 20 --label team=red --updated-since 7d",
     )
     add_root(p)
     p.add_argument(
         "--deleted", action="store_true", help="list the deleted sessions' tombstones instead"
     )
+    session_list.add_options(p)
 
     p = add_command(
         sub,
@@ -195,9 +199,12 @@ def _run_deleted(args: argparse.Namespace) -> int:
 
 
 def run_sessions(args: argparse.Namespace) -> int:
-    """List a store's sessions; one that cannot be read is reported, never hides the rest."""
+    """List a store's sessions; one that cannot be read is reported, never hides the rest.
+    With a paging option, a page of the session index instead (eventstore.cli.session_list)."""
     if getattr(args, "deleted", False):
         return _run_deleted(args)
+    if session_list.paged(args):
+        return session_list.run_page(args)
     with open_store(args) as store:
         rows: list[dict[str, Any]] = []
         for sid in store.list_sessions():
