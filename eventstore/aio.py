@@ -21,7 +21,7 @@ import os
 import threading
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,6 +39,7 @@ from eventstore.ops.compaction import (
     Retention,
 )
 from eventstore.ops.lifecycle import ExpiryResult, PruneReport
+from eventstore.ops.listing import SessionInfo
 from eventstore.ops.tombstone import Tombstone
 from eventstore.records import (
     BootstrapState,
@@ -417,9 +418,47 @@ class AsyncSessionStore:
         """The current state of any registered projection (a copy)."""
         return await self._submit(session_id, lambda: self.store.load(session_id, projection))
 
-    async def list_sessions(self) -> list[str]:
-        """The original ids of every session in the store, sorted."""
-        return await self._submit(_STORE_WIDE, self.store.list_sessions)
+    async def list_sessions(self, prefix: str | None = None) -> list[str]:
+        """The original ids of every session in the store (those starting with
+        `prefix`), sorted (see `SessionStore.list_sessions`)."""
+        return await self._submit(_STORE_WIDE, lambda: self.store.list_sessions(prefix))
+
+    async def sessions(
+        self,
+        prefix: str | None = None,
+        *,
+        after: SessionInfo | str | None = None,
+        limit: int | None = None,
+        order: str = "updated",
+        labels: Mapping[str, str] | None = None,
+        updated_since: datetime | str | None = None,
+    ) -> list[SessionInfo]:
+        """A page of the store's sessions from its session index (see
+        `SessionStore.sessions`)."""
+        return await self._submit(
+            _STORE_WIDE,
+            lambda: self.store.sessions(
+                prefix,
+                after=after,
+                limit=limit,
+                order=order,
+                labels=labels,
+                updated_since=updated_since,
+            ),
+        )
+
+    async def set_labels(
+        self, session_id: str, labels: Mapping[str, str], *, idempotency_key: str | None = None
+    ) -> AppendResult:
+        """Give the session these labels, as one event (see `SessionStore.set_labels`)."""
+        return await self._submit(
+            session_id,
+            lambda: self.store.set_labels(session_id, labels, idempotency_key=idempotency_key),
+        )
+
+    async def rebuild_index(self) -> int:
+        """Rebuild the session index from the logs (see `SessionStore.rebuild_index`)."""
+        return await self._submit(_STORE_WIDE, self.store.rebuild_index)
 
     async def feed(self, after: Any = None, limit: int = 1000) -> list[tuple[Any, str, Event]]:
         """The global feed (see `SessionStore.feed`; PostgreSQL only)."""

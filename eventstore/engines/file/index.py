@@ -36,7 +36,7 @@ from pathlib import Path
 
 import msgspec
 
-from eventstore import process
+from eventstore import entropy, process
 from eventstore.engines.base import IndexEntry, IndexOrder, index_matches
 from eventstore.engines.file.layout import LOG_NAME, SESSIONS_DIR, open_private
 
@@ -154,6 +154,27 @@ class FileIndex:
             created = True
         except FileExistsError:
             pass
+        try:
+            conn = self._open()
+        except sqlite3.DatabaseError as exc:
+            # not an index (damaged, or another file): set aside, never deleted; a new
+            # one is rebuilt from the logs
+            aside = self.path.with_name(f"{INDEX_NAME}.damaged-{entropy.token_hex(4)}")
+            log.warning("eventstore: %s: not a session index (%s): moved to %s",
+                        self.path, exc, aside.name)  # fmt: skip
+            os.replace(self.path, aside)
+            for suffix in ("-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
+            os.close(open_private(self.path, os.O_RDWR | os.O_CREAT))
+            conn = self._open()
+            created = True
+        if created and _has_sessions(self._root):
+            self.mark_stale("the store's logs predate its index")
+        self._conn = conn
+        return conn
+
+    def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
             self.path, timeout=BUSY_MS / 1000, isolation_level=None, check_same_thread=False
         )
@@ -165,9 +186,6 @@ class FileIndex:
         except BaseException:
             conn.close()
             raise
-        if created and _has_sessions(self._root):
-            self.mark_stale("the store's logs predate its index")
-        self._conn = conn
         return conn
 
     @contextlib.contextmanager

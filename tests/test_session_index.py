@@ -1,0 +1,342 @@
+"""The session index: `SessionStore.sessions` pages of `SessionInfo`, `set_labels`,
+`rebuild_index`, the CLI's paged `sessions`, on every engine; then its attacks (a walk
+through pages beside writers, SIGKILL while the file engine updates its index, a
+damaged or missing index file, hostile labels).
+
+The index contract of the engines themselves is in the conformance suite
+(`test_the_index_follows_appends_installs_repairs_and_removals`,
+`test_sessions_pages_agree_with_the_logs`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import cli_in_process, make_entry
+from engines import EngineCase
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eventstore import (
+    InvalidArgumentError,
+    LabelsSet,
+    SessionInfo,
+    SessionStore,
+)
+from eventstore.aio import AsyncSessionStore
+
+# -- what it promises -------------------------------------------------------------------
+
+
+def test_a_page_is_newest_written_first_with_what_each_session_holds(url: str) -> None:
+    with SessionStore(url) as store:
+        for sid in ("a", "b", "c"):
+            store.append_progress_entry(sid, make_entry())
+        store.append_progress_entry("a", make_entry(1))
+        page = store.sessions()
+        assert [i.session_id for i in page] == ["a", "c", "b"]
+        a = page[0]
+        assert isinstance(a, SessionInfo)
+        assert (a.last_seq, a.events, a.labels, a.deleted) == (2, 2, {}, False)
+        assert a.bytes > 0
+        assert a.created < a.updated
+        assert [i.session_id for i in store.sessions(order="created")] == ["c", "b", "a"]
+        assert [i.session_id for i in store.sessions(order="id")] == ["a", "b", "c"]
+        assert store.list_sessions() == ["a", "b", "c"]  # the contract: every id, sorted
+
+
+def test_labels_are_an_event_listed_filtered_and_kept_through_compaction(url: str) -> None:
+    with SessionStore(url) as store:
+        store.append_progress_entry("s", make_entry())
+        store.set_labels("s", {"team": "red", "tier": "1"})
+        store.set_labels("t", {"team": "blue"})
+        events = list(store.read_events("s"))
+        assert type(events[-1]) is LabelsSet and events[-1].labels == {"team": "red", "tier": "1"}
+        assert [i.session_id for i in store.sessions(labels={"team": "red"})] == ["s"]
+        assert store.sessions(labels={"team": "red", "tier": "2"}) == []
+        store.set_labels("s", {"tier": "2"})  # the whole set: team is gone
+        assert store.sessions(labels={"team": "red"}) == []
+        store.compact("s", force=True, archive=False)
+        assert store.rebuild_index() in (0, 2)  # (0: an engine without an index)
+        (s,) = store.sessions("s")
+        assert s.labels == {"tier": "2"} and s.last_seq == 3 and s.events == 1
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [None, ["a"], {"": "x"}, {"k": 1}, {1: "v"}, {"k": "v" * 2000}],
+    ids=["none", "list", "empty-key", "int-value", "int-key", "too-long"],
+)
+def test_bad_labels_are_refused_and_nothing_is_written(labels: object, url: str) -> None:
+    with SessionStore(url) as store:
+        with pytest.raises(InvalidArgumentError):
+            store.set_labels("s", labels)  # type: ignore[arg-type]
+        assert store.list_sessions() == [] and store.sessions() == []
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"limit": 0},
+        {"limit": True},
+        {"order": "size"},
+        {"after": "not a cursor"},
+        {"after": 3},
+        {"updated_since": "yesterday"},
+        {"prefix": 1},
+        {"labels": {"k": 2}},
+    ],
+    ids=lambda kw: next(iter(kw)),
+)
+def test_bad_page_arguments_are_typed_errors(kw: dict[str, object], url: str) -> None:
+    with SessionStore(url) as store:
+        store.append_progress_entry("s", make_entry())
+        with pytest.raises(InvalidArgumentError):
+            store.sessions(**kw)  # type: ignore[arg-type]
+
+
+def test_filters_prefix_and_updated_since(url: str) -> None:
+    with SessionStore(url) as store:
+        for sid in ("run-1", "run-2", "other"):
+            store.append_progress_entry(sid, make_entry())
+        cut = store.sessions("run-2")[0].updated
+        store.append_progress_entry("other", make_entry(1))
+        assert sorted(i.session_id for i in store.sessions("run-")) == ["run-1", "run-2"]
+        assert [i.session_id for i in store.sessions(updated_since=cut)] == ["other", "run-2"]
+        assert [i.session_id for i in store.sessions(updated_since=cut.isoformat())] == [
+            "other",
+            "run-2",
+        ]
+
+
+def test_the_async_store_pages_and_labels() -> None:
+    async def run() -> list[SessionInfo]:
+        async with AsyncSessionStore("memory://") as store:
+            await store.set_labels("a", {"k": "v"})
+            await store.append_progress_entry("b", make_entry())
+            assert await store.list_sessions("a") == ["a"]
+            assert await store.rebuild_index() == 2
+            return await store.sessions(labels={"k": "v"})
+
+    assert [i.session_id for i in asyncio.run(run())] == ["a"]
+
+
+def test_cli_sessions_pages_and_filters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        for i in range(5):
+            store.append_progress_entry(f"agent-{i}", make_entry(i))
+        store.set_labels("agent-1", {"team": "red"})
+    code, out, err = cli_in_process(capsys, "sessions", str(root), "--limit", "2", "--json")
+    first = json.loads(out)
+    assert code == 0 and [r["session_id"] for r in first] == ["agent-1", "agent-4"]
+    code, out, err = cli_in_process(
+        capsys, "sessions", str(root), "--limit", "2", "--after", first[-1]["cursor"]
+    )
+    rows = [line.split()[0] for line in out.splitlines()[1:]]
+    assert code == 0 and rows == ["agent-3", "agent-2"] and "next page: --after" in err
+    code, out, _ = cli_in_process(capsys, "sessions", str(root), "--label", "team=red")
+    assert code == 0 and "agent-1" in out and "team=red" in out and "agent-2" not in out
+    code, out, _ = cli_in_process(
+        capsys, "sessions", str(root), "--prefix", "agent-3", "--updated-since", "1h", "--json"
+    )
+    assert [r["session_id"] for r in json.loads(out)] == ["agent-3"]
+    code, out, err = cli_in_process(capsys, "sessions", str(root), "--rebuild", "--order", "id")
+    assert code == 0 and "rebuilt the session index: 5 sessions" in err
+    code, _, err = cli_in_process(capsys, "sessions", str(root), "--label", "team")
+    assert code == 2 and "K=V" in err
+    code, _, err = cli_in_process(capsys, "sessions", str(root), "--after", "nope")
+    assert code != 0 and "cursor" in err
+
+
+# -- attacks: paging beside writers ----------------------------------------------------
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    n=st.integers(1, 9),
+    limit=st.integers(1, 4),
+    order=st.sampled_from(["updated", "created", "id"]),
+    writes=st.lists(st.lists(st.integers(0, 11), max_size=3), max_size=8),
+)
+def test_a_walk_through_pages_beside_writes_lists_each_session_at_most_once(
+    case: EngineCase,
+    tmp_path: Path,
+    n: int,
+    limit: int,
+    order: str,
+    writes: list[list[int]],
+) -> None:
+    """Between pages, writes move sessions (order="updated") and create new ones (ids
+    >= n). No session appears twice; each that existed before the walk and was not
+    written during it appears exactly once; with keys that never change ("created",
+    "id") every one that existed before the walk appears exactly once."""
+    with SessionStore(case.fresh(tmp_path / uuid.uuid4().hex)) as store:
+        for i in range(n):
+            store.append_progress_entry(f"s{i:02d}", make_entry(i))
+        before = set(store.list_sessions())
+        written: set[str] = set()
+        seen: list[str] = []
+        after: SessionInfo | None = None
+        rounds = iter(writes)
+        while page := store.sessions(limit=limit, after=after, order=order):
+            keys = [
+                (i.session_id,) if order == "id" else (getattr(i, order), i.session_id)
+                for i in page
+            ]
+            assert keys == sorted(keys, reverse=order != "id")
+            seen += [i.session_id for i in page]
+            after = page[-1]
+            for k in next(rounds, []):
+                sid = f"s{k:02d}"
+                store.append_progress_entry(sid, make_entry(k))
+                written.add(sid)
+        assert len(seen) == len(set(seen)), "a session appeared twice"
+        must = before if order != "updated" else before - written
+        assert must <= set(seen)
+        assert set(seen) <= set(store.list_sessions())
+
+
+def test_threads_writing_while_pages_are_walked_by_creation(url: str) -> None:
+    """Writers in threads move sessions and create new ones while a reader walks pages
+    by creation time: every session that existed before appears exactly once."""
+    with SessionStore(url) as store:
+        for i in range(40):
+            store.append_progress_entry(f"s{i:02d}", make_entry(i))
+        before = set(store.list_sessions())
+        stop = threading.Event()
+
+        def write(k: int) -> None:
+            j = 0
+            while not stop.is_set():
+                store.append_progress_entry(f"s{(j * 7 + k) % 40:02d}", make_entry(j))
+                store.append_progress_entry(f"new-{k}-{j}", make_entry(j))
+                j += 1
+
+        threads = [threading.Thread(target=write, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        try:
+            seen: list[str] = []
+            after = None
+            while page := store.sessions(limit=3, after=after, order="created"):
+                seen += [i.session_id for i in page]
+                after = page[-1]
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        assert len(seen) == len(set(seen)) and before <= set(seen)
+
+
+# -- attacks: the file engine's index file -----------------------------------------------
+
+
+def _first_appends_until_killed(root: Path, start: int) -> None:
+    with SessionStore(root) as store:
+        i = start
+        while True:
+            store.append_progress_entry(f"k{i:05d}", make_entry(i))
+            store.append_progress_entry(f"k{i:05d}", make_entry(i + 1))
+            i += 1
+
+
+@pytest.mark.parametrize("durability", ["flush", "fsync"])
+def test_sigkill_while_the_index_is_updated_never_hides_a_session(
+    tmp_path: Path, durability: str
+) -> None:
+    """A writer creating sessions as fast as it can is killed (SIGKILL) at a random
+    moment, five times: a fresh store's pages then list exactly the sessions that have
+    a log, each with the head its log has, with no rebuild asked for."""
+    root = tmp_path / "store"
+    SessionStore(root).close()
+    for round_ in range(5):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child is killed
+            try:
+                _first_appends_until_killed(root, round_ * 10_000)
+            finally:
+                os._exit(0)
+        time.sleep(0.15 + 0.05 * round_)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    with SessionStore(root, durability=durability) as store:  # type: ignore[arg-type]
+        # (a kill between creating a log and writing to it leaves an empty log, which
+        # list_sessions names: a session with no committed line, which pages skip)
+        ids = [sid for sid in store.list_sessions() if store.last_seq(sid) > 0]
+        assert len(ids) > 5
+        page = {i.session_id: i for i in store.sessions()}
+        assert sorted(page) == ids
+        for sid, info in page.items():
+            assert info.last_seq == store.last_seq(sid)
+        # and the walk in pages agrees
+        walked: list[str] = []
+        after = None
+        while chunk := store.sessions(limit=7, after=after, order="id"):
+            walked += [i.session_id for i in chunk]
+            after = chunk[-1]
+        assert walked == ids
+
+
+def test_a_damaged_index_file_is_set_aside_and_rebuilt(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.set_labels("a", {"k": "v"})
+        store.append_progress_entry("b", make_entry())
+    (root / "index.sqlite3").write_bytes(b"not a database, " * 100)
+    for suffix in ("-wal", "-shm"):
+        (root / f"index.sqlite3{suffix}").unlink(missing_ok=True)
+    with SessionStore(root) as store:
+        store.append_progress_entry("c", make_entry())  # the write is never refused
+        assert sorted(i.session_id for i in store.sessions()) == ["a", "b", "c"]
+        assert store.sessions(labels={"k": "v"})[0].session_id == "a"
+    assert any(p.name.startswith("index.sqlite3.damaged-") for p in root.iterdir())
+
+
+def test_a_store_written_before_the_index_is_indexed_on_its_first_page(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        for sid in ("a", "b"):
+            store.append_progress_entry(sid, make_entry())
+        store.set_labels("b", {"k": "v"})
+    for p in root.iterdir():
+        if p.name.startswith("index."):
+            p.unlink()  # as a release without the index leaves a store
+    with SessionStore(root) as store:
+        store.append_progress_entry("c", make_entry())
+        assert sorted(i.session_id for i in store.sessions()) == ["a", "b", "c"]
+        assert store.sessions(labels={"k": "v"})[0].session_id == "b"
+
+
+def test_another_process_sees_a_writers_rows_once_it_closes(tmp_path: Path) -> None:
+    """Appends to a session indexed less than a second ago wait to be indexed; the
+    writer's own pages and its close write them, and a reader's page corrects a row it
+    reaches whose log grew meanwhile."""
+    root = tmp_path / "store"
+    writer, reader = SessionStore(root), SessionStore(root)
+    try:
+        writer.append_progress_entry("a", make_entry())
+        writer.append_progress_entry("b", make_entry())
+        for i in range(5):
+            writer.append_progress_entry("a", make_entry(i))
+        (a,) = reader.sessions("a")
+        assert a.last_seq == 6  # corrected from its log as the page reached it
+        assert [i.session_id for i in writer.sessions()] == ["a", "b"]
+        writer.append_progress_entry("b", make_entry(9))
+        writer.close()
+        assert [(i.session_id, i.last_seq) for i in reader.sessions()] == [("b", 2), ("a", 6)]
+    finally:
+        writer.close()
+        reader.close()
