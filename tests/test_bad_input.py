@@ -139,9 +139,7 @@ def test_unusual_ids_work_stay_inside_root_and_list_back(store: SessionStore) ->
         assert state.recent_progress == [make_entry(i)]
     # nothing was created outside the root (e.g. by "../../escape" or "/etc/passwd")
     # (beside the session index: eventstore.engines.file.index)
-    assert [n for n in sorted(os.listdir(store.root)) if not n.startswith("index.")] == [
-        "sessions"
-    ]
+    assert [n for n in sorted(os.listdir(store.root)) if not n.startswith("index.")] == ["sessions"]
 
 
 def test_ordinary_ids_are_verbatim_directory_names(store: SessionStore) -> None:

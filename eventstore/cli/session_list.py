@@ -37,15 +37,21 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help="only sessions written at or after TIME (ISO 8601) or within AGE (30d, 12h)",
     )
     g.add_argument("--limit", type=_positive, help="at most N sessions (the page's size)")
-    g.add_argument("--after", metavar="CURSOR", help="the page after this cursor (printed "
-                   "below a full page, and in each --json entry)")  # fmt: skip
+    g.add_argument(
+        "--after",
+        metavar="CURSOR",
+        help="the page after this cursor (printed below a full page, and in each --json entry)",
+    )
     g.add_argument(
         "--order",
         choices=("updated", "created", "id"),
         help="newest written first (updated, the default), newest created first, or by id",
     )
-    g.add_argument("--rebuild", action="store_true",
-                   help="rebuild the session index from the logs first (reads every session)")  # fmt: skip
+    g.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="rebuild the session index from the logs first (reads every session)",
+    )
 
 
 def paged(args: argparse.Namespace) -> bool:

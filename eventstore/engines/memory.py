@@ -374,8 +374,8 @@ class MemoryEngine(RangedEngine, PruningEngine, KeyEngine, IndexingEngine):
                 if sid not in given and old.updated_us < started_us:
                     del index[sid]
             for sid, e in given.items():
-                old = index.get(sid)
-                if old is None or old.last_seq <= e.last_seq:
+                kept = index.get(sid)
+                if kept is None or kept.last_seq <= e.last_seq:
                     index[sid] = e
 
     def close(self) -> None:

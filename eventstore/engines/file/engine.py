@@ -1053,9 +1053,12 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         now = time.monotonic()
         with self._index_guard:
             self._lagging[session_id] = (row, batch.labels is not None or created)
-            if not created and batch.labels is None:
-                if now - self._indexed_at.get(session_id, -INDEX_LAG) < INDEX_LAG:
-                    return
+            if (
+                not created
+                and batch.labels is None
+                and now - self._indexed_at.get(session_id, -INDEX_LAG) < INDEX_LAG
+            ):
+                return
             due = [
                 sid
                 for sid in self._lagging
