@@ -103,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
             keep = SessionStore(url) if engine == "memory" else None  # (a named store lives on)
             k = args.page
             page = _times(url, lambda s: s.sessions(limit=k), args.repeat)
-            labelled = _times(url, lambda s: s.sessions(limit=k, labels={"team": "red"}), args.repeat)
+            labelled = _times(
+                url, lambda s: s.sessions(limit=k, labels={"team": "red"}), args.repeat
+            )
             ids = _times(url, lambda s: s.list_sessions(), args.repeat)
             scanned = _times(
                 url,
@@ -112,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             with SessionStore(url) as store:
                 same = [i.session_id for i in store.sessions(limit=k)] == [
-                    e.session_id for e in page_of(scan(store.core), "updated", None, k, None, None, {})
+                    e.session_id
+                    for e in page_of(scan(store.core), "updated", None, k, None, None, {})
                 ]
                 if engine in ("postgres", "redis"):
                     for sid in store.list_sessions():
@@ -121,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
                 keep.close()
             rows.append((engine, build_s, page, labelled, ids, scanned, same))
     print(f"\n{args.sessions:,} sessions, a page of {args.page}; ms: median (min..max)\n")
-    print("| engine | page | page+label | list ids (old) | scan newest (old) | page = scan | build s |")
+    print(
+        "| engine | page | page+label | list ids (old) | scan newest (old) | page = scan | build s |"
+    )
     print("|---|---|---|---|---|---|---|")
     for engine, build_s, page, labelled, ids, scanned, same in rows:
         ratio = statistics.median(scanned) / statistics.median(page)

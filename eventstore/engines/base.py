@@ -840,9 +840,10 @@ class IndexingEngine(Engine):
     def replace_index(self, entries: Sequence[IndexEntry], started_us: int) -> None:
         """Make the index hold `entries` (a rebuild from the logs, which the face
         computed, beginning at `started_us`): each replaces the session's entry unless
-        that one has a higher `last_seq` (a write since); an entry of a session absent
-        from `entries` is dropped unless a write touched it at or after `started_us`
-        (a session created while the rebuild read)."""
+        that one has a higher `last_seq` (a write since); an index that can hold an
+        entry of no session (a file beside the logs) drops those absent from `entries`
+        unless a write touched them at or after `started_us` (a session created while
+        the rebuild read)."""
 
 
 # -- choosing an engine by URL ----------------------------------------------------------

@@ -32,7 +32,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -52,6 +52,9 @@ from eventstore.engines.base import (
     Head,
     HeadMovedError,
     History,
+    IndexEntry,
+    IndexingEngine,
+    IndexOrder,
     InstallResult,
     KeyEngine,
     Position,
@@ -109,6 +112,7 @@ __all__ = [
 ]
 
 _SNAPSHOT_PREFIX = b'{"type":"snapshot",'
+_labels_decoder = msgspec.json.Decoder(dict[str, str])
 _head_decoder = HEAD_DECODER
 
 
@@ -217,10 +221,11 @@ T = TypeVar("T")
 _SLOT = "keyslot:"  # the `meta` rows holding key slots
 
 
-class PostgresEngine(FeedEngine, CachingEngine, KeyEngine):
+class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine):
     """Sessions in a PostgreSQL database: see the module docstring. It keeps the global
-    feed (`FeedEngine`) and the face's fold caches (`CachingEngine`); no ranged reads or
-    pruning."""
+    feed (`FeedEngine`), the face's fold caches (`CachingEngine`) and the session index
+    (`IndexingEngine`: columns of the sessions table, written by `append` in its
+    transaction); no ranged reads or pruning."""
 
     def __init__(
         self, url: str, *, pool_size: int = 8, stall_warning: float = STALL_WARNING
@@ -560,6 +565,8 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine):
             opening,
             None if batch.key is None else _stored_key(batch.key),
             batch.fingerprint,
+            batch.ts_us,
+            None if batch.labels is None else msgspec.json.encode(batch.labels).decode(),
         )
         try:
             with self._get_pool().connection(timeout=30) as conn:
@@ -673,6 +680,73 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine):
 
         return self._query("listing key slots", run)
 
+    # -- the session index -------------------------------------------------------------
+
+    def index_page(
+        self,
+        *,
+        order: IndexOrder,
+        after: IndexEntry | None,
+        limit: int | None,
+        prefix: str | None = None,
+        updated_since_us: int | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> list[IndexEntry]:
+        """One ordered query over the sessions table's indexes (labels by jsonb
+        containment); ids compared by their bytes (`COLLATE "C"`), as Python compares
+        str, so pages agree with the other engines."""
+        where = ["(head_seq > 0 OR snap_seq > 0)"]
+        args: list[object] = []
+        col = {"updated": "updated_us", "created": "created_us"}.get(order)
+        sid = 'session_id COLLATE "C"'
+        if after is not None:
+            if col is None:
+                where.append(f"{sid} > %s")
+                args.append(after.session_id)
+            else:
+                where.append(f"({col}, {sid}) < (%s, %s)")
+                args += [after.sort_key(order)[0], after.session_id]
+        if prefix:
+            where.append("left(session_id, %s) = %s")
+            args += [len(prefix), prefix]
+        if updated_since_us is not None:
+            where.append("updated_us >= %s")
+            args.append(updated_since_us)
+        if labels:
+            where.append("labels @> %s::jsonb")
+            args.append(msgspec.json.encode(labels).decode())
+        ordering = f"{sid} ASC" if col is None else f"{col} DESC, {sid} DESC"
+        sql = (
+            f"SELECT {self._sql.index_columns} FROM {self._q}.sessions"
+            f" WHERE {' AND '.join(where)} ORDER BY {ordering}"
+        )
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        rows = self._query("paging the session index", lambda c: c.execute(sql, args).fetchall())
+        return [
+            IndexEntry(r[0], r[1], r[2], r[3], r[4], r[5], _labels_decoder.decode(r[6]))
+            for r in rows
+        ]
+
+    def index_stale(self) -> bool:
+        """Whether the schema's migration found sessions the index has no times for."""
+        row = self._query(
+            "reading the session index", lambda c: c.execute(self._sql.index_stale).fetchone()
+        )
+        return row is not None
+
+    def replace_index(self, entries: Sequence[IndexEntry], started_us: int) -> None:
+        """Write a rebuild's times and labels (rows are the sessions: nothing to drop)."""
+        rows = [
+            (e.created_us, e.updated_us, msgspec.json.encode(e.labels).decode(),
+             e.session_id, e.last_seq)
+            for e in entries
+        ]  # fmt: skip
+        with self._conn("rebuilding the session index") as conn, conn.transaction():
+            with conn.cursor() as cur:
+                cur.executemany(self._sql.index_set, rows)
+            conn.execute(self._sql.index_fresh)
+
     def remove_session(self, session_id: str) -> bool:
         """Delete the session row; its lines, snapshots, keys and saved bytes go with it
         (ON DELETE CASCADE) in the same transaction."""
@@ -772,7 +846,20 @@ class _Statements:
         self.session_row = f"SELECT sid, snap_seq FROM {q}.sessions WHERE session_id = %s"
         self.snapshots_of = f"SELECT n, seq, line FROM {q}.snapshots WHERE sid = %s ORDER BY n"
         self.lines_of = f"SELECT seq, line FROM {q}.lines WHERE sid = %s ORDER BY seq"
-        self.append = f"SELECT * FROM {q}.append(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        self.append = (
+            f"SELECT * FROM {q}.append(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb)"
+        )
+        self.index_columns = (
+            "session_id, created_us, updated_us, head_seq,"
+            " CASE WHEN head_seq > 0 THEN head_seq - base_seq + 1 ELSE 0 END,"
+            " snap_len + stream_end - live_origin, labels::text"
+        )
+        self.index_stale = f"SELECT 1 FROM {q}.meta WHERE name = 'index_stale'"
+        self.index_fresh = f"DELETE FROM {q}.meta WHERE name = 'index_stale'"
+        self.index_set = (
+            f"UPDATE {q}.sessions SET created_us = %s, updated_us = greatest(updated_us, %s),"
+            f" labels = %s::jsonb WHERE session_id = %s AND head_seq <= %s"
+        )
         self.install = f"SELECT * FROM {q}.install_snapshot(%s, %s, %s, %s, %s, %s)"
         self.list_sessions = (
             f"SELECT session_id FROM {q}.sessions WHERE head_seq > 0 OR snap_seq > 0"

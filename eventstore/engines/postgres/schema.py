@@ -61,7 +61,7 @@ __all__ = [
     "quote_schema",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The version of the tables and functions this code reads and writes."""
 
 SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
@@ -434,7 +434,56 @@ CREATE TABLE @S.caches (
 ALTER TABLE @S.caches ALTER COLUMN data SET STORAGE EXTERNAL;
 """ + _append_v3()
 
-_MIGRATIONS: dict[int, str] = {1: _DDL_V1, 2: _DDL_V2, 3: _DDL_V3}
+
+def _append_v4() -> str:
+    """Version 3's `append` with the session index's columns written in the same
+    statement as the head: the batch's time (the server's clock when it carries none)
+    and the labels it sets. Derived from version 3's text, so the two never drift."""
+    body = _append_v3().replace("CREATE OR REPLACE FUNCTION", "CREATE FUNCTION", 1)
+    body = body.replace(
+        "    p_fingerprint   text\n) RETURNS",
+        "    p_fingerprint   text,\n    p_ts_us         bigint DEFAULT 0,\n"
+        "    p_labels        jsonb DEFAULT NULL\n) RETURNS",
+    )
+    body = body.replace(
+        "        stream_end = s.stream_end + nbytes\n        WHERE sid = s.sid;",
+        "        stream_end = s.stream_end + nbytes,\n"
+        "        created_us = CASE WHEN s.head_seq = 0 THEN ts ELSE s.created_us END,\n"
+        "        updated_us = greatest(s.updated_us, ts),\n"
+        "        labels = coalesce(p_labels, s.labels)\n"
+        "        WHERE sid = s.sid;",
+    )
+    body = body.replace(
+        "    rest    bytea[] := p_lines;\nBEGIN",
+        "    rest    bytea[] := p_lines;\n"
+        "    ts      bigint := CASE WHEN p_ts_us > 0 THEN p_ts_us\n"
+        "                ELSE (extract(epoch FROM clock_timestamp()) * 1000000)::bigint END;\n"
+        "BEGIN",
+    )
+    assert body.count("p_ts_us") == 3 and "labels = coalesce" in body  # the patches took
+    return body
+
+
+_DDL_V4 = (
+    """
+-- The session index (`IndexingEngine`): times and labels beside each session's head,
+-- written by `append` in its own statement; ordered pages read the indexes below. A
+-- store that had sessions before is marked for a rebuild from its logs (`index_stale`).
+ALTER TABLE @S.sessions
+    ADD COLUMN created_us bigint NOT NULL DEFAULT 0,
+    ADD COLUMN updated_us bigint NOT NULL DEFAULT 0,
+    ADD COLUMN labels jsonb NOT NULL DEFAULT '{}';
+CREATE INDEX sessions_updated ON @S.sessions (updated_us, session_id);
+CREATE INDEX sessions_created ON @S.sessions (created_us, session_id);
+INSERT INTO @S.meta (name, value)
+    SELECT 'index_stale', '1' WHERE EXISTS (SELECT 1 FROM @S.sessions);
+DROP FUNCTION @S.append(text, bigint, text, bigint, bytea[], text, text, boolean, text, text);
+"""
+    + _append_v4()
+    + "\n"
+)
+
+_MIGRATIONS: dict[int, str] = {1: _DDL_V1, 2: _DDL_V2, 3: _DDL_V3, 4: _DDL_V4}
 """version -> the SQL that brings the schema from version - 1 to it."""
 
 
