@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engines", default="file,memory,postgres,redis")
     args = p.parse_args(argv)
     rows = []
+    k = args.page
     for engine in args.engines.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             url = _url(engine, Path(tmp))
@@ -101,7 +102,6 @@ def main(argv: list[str] | None = None) -> int:
             _build(url, args.sessions)
             build_s = time.perf_counter() - t
             keep = SessionStore(url) if engine == "memory" else None  # (a named store lives on)
-            k = args.page
             page = _times(url, lambda s: s.sessions(limit=k), args.repeat)
             labelled = _times(
                 url, lambda s: s.sessions(limit=k, labels={"team": "red"}), args.repeat
