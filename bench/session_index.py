@@ -124,9 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                 keep.close()
             rows.append((engine, build_s, page, labelled, ids, scanned, same))
     print(f"\n{args.sessions:,} sessions, a page of {args.page}; ms: median (min..max)\n")
-    print(
-        "| engine | page | page+label | list ids (old) | scan newest (old) | page = scan | build s |"
-    )
+    heads = ["engine", "page", "page+label", "list ids (old)", "scan newest (old)"]
+    print("| " + " | ".join([*heads, "page = scan", "build s"]) + " |")
     print("|---|---|---|---|---|---|---|")
     for engine, build_s, page, labelled, ids, scanned, same in rows:
         ratio = statistics.median(scanned) / statistics.median(page)
