@@ -15,7 +15,7 @@ reset in a forked child is registered there.
 
 from __future__ import annotations
 
-import heapq
+import bisect
 import itertools
 import os
 import threading
@@ -46,7 +46,6 @@ from eventstore.engines.base import (
     ReadResult,
     RepairHold,
     Segment,
-    index_after,
     index_appended,
     index_matches,
     index_moved,
@@ -93,6 +92,8 @@ class _Store:
         self.logs: dict[str, _Log] = {}
         self.key_slots: dict[str, bytes] = {}
         self.index: dict[str, IndexEntry] = {}  # written with the logs, under `changed`
+        # each order's keys, sorted: made on a page, dropped by any change to the index
+        self.sorted: dict[str, list[tuple[int, str]]] = {}
         self.changed = threading.Condition()
         process.track(self)
 
@@ -241,6 +242,7 @@ class MemoryEngine(RangedEngine, PruningEngine, KeyEngine, IndexingEngine):
             index[session_id] = index_appended(
                 index.get(session_id), session_id, batch, lg.head, entropy.time_ns() // 1000
             )
+            self._store.sorted.clear()
             self._store.changed.notify_all()
             return lg.head
 
@@ -307,6 +309,7 @@ class MemoryEngine(RangedEngine, PruningEngine, KeyEngine, IndexingEngine):
             validate_session_id(session_id)
             gone = self._store.logs.pop(session_id, None)
             self._store.index.pop(session_id, None)
+            self._store.sorted.clear()
             self._store.changed.notify_all()
             return gone is not None
 
@@ -351,24 +354,42 @@ class MemoryEngine(RangedEngine, PruningEngine, KeyEngine, IndexingEngine):
         updated_since_us: int | None = None,
         labels: dict[str, str] | None = None,
     ) -> list[IndexEntry]:
-        """A page of the index: a pass over the entries in memory (no log is read)."""
+        """A page of the index: the entries in `order` (a sorted list of keys, made
+        again only after a write: one C sort), from the cursor on, filtered until the
+        page is full (no log is read)."""
         want = labels or {}
         with self._store.changed:
-            picked = [
-                e
-                for e in self._store.index.values()
-                if index_after(e, after, order) and index_matches(e, prefix, updated_since_us, want)
-            ]
-        key = lambda e: e.sort_key(order)  # noqa: E731
-        if limit is not None and limit < len(picked):
-            return (heapq.nsmallest if order == "id" else heapq.nlargest)(limit, picked, key)
-        picked.sort(key=key, reverse=order != "id")
-        return picked
+            index = self._store.index
+            keys = self._store.sorted.get(order)
+            if keys is None:
+                # ascending keys, ids negated for the descending orders' tiebreak: one
+                # direction for bisect ("newest first" walks it from the end)
+                keys = self._store.sorted[order] = sorted(
+                    e.sort_key(order) if order != "id" else (0, e.session_id)
+                    for e in index.values()
+                )
+            if order == "id":
+                start = 0 if after is None else bisect.bisect_right(keys, (0, after.session_id))
+                walk = range(start, len(keys))
+            else:
+                end = (
+                    len(keys) if after is None else bisect.bisect_left(keys, after.sort_key(order))
+                )
+                walk = range(end - 1, -1, -1)
+            page: list[IndexEntry] = []
+            for i in walk:
+                e = index[keys[i][1]]
+                if index_matches(e, prefix, updated_since_us, want):
+                    page.append(e)
+                    if limit is not None and len(page) >= limit:
+                        break
+            return page
 
     def replace_index(self, entries: Sequence[IndexEntry], started_us: int) -> None:
         """Merge a rebuild's entries (see `IndexingEngine.replace_index`)."""
         with self._store.changed:
             index = self._store.index
+            self._store.sorted.clear()
             given = {e.session_id: e for e in entries}
             for sid, old in list(index.items()):
                 if sid not in given and old.updated_us < started_us:
