@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import stat
 import threading
 import time
@@ -1140,10 +1139,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
 
     def replace_index(self, entries: Sequence[IndexEntry], started_us: int) -> None:
         """Merge a rebuild into the index file and lift its stale marker."""
-        try:
-            self._index.replace(entries, started_us)
-        except sqlite3.Error as exc:
-            raise StorageError(f"{self._index.path}: rebuilding the index failed: {exc}") from exc
+        self._index.replace(entries, started_us)
 
     # -- the fold cache -----------------------------------------------------------------
 

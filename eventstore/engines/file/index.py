@@ -29,16 +29,21 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sqlite3
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from eventstore import entropy, process
 from eventstore.engines.base import IndexEntry, IndexOrder, index_matches
 from eventstore.engines.file.layout import LOG_NAME, SESSIONS_DIR, open_private
+from eventstore.errors import StorageError
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = ["INDEX_NAME", "STALE_NAME", "FileIndex"]
 
@@ -84,6 +89,13 @@ _ORDER_SQL = {
     "id": ("id > ?", "id ASC"),
 }
 _labels_decoder = msgspec.json.Decoder(dict[str, str])
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether `exc` is the index refusing (an OSError, or any sqlite3 error: the module
+    is imported on first use, ~10 ms a store that never pages or writes need not pay)."""
+    mod = sys.modules.get("sqlite3")
+    return isinstance(exc, OSError) or (mod is not None and isinstance(exc, mod.Error))
 
 
 def _row(entry: IndexEntry) -> tuple[object, ...]:
@@ -154,6 +166,8 @@ class FileIndex:
             created = True
         except FileExistsError:
             pass
+        import sqlite3  # here: see `_refused`
+
         try:
             conn = self._open()
         except sqlite3.DatabaseError as exc:
@@ -175,6 +189,8 @@ class FileIndex:
         return conn
 
     def _open(self) -> sqlite3.Connection:
+        import sqlite3
+
         conn = sqlite3.connect(
             self.path, timeout=BUSY_MS / 1000, isolation_level=None, check_same_thread=False
         )
@@ -228,7 +244,9 @@ class FileIndex:
                 finally:
                     if sync:
                         conn.execute("PRAGMA synchronous = NORMAL")
-        except (sqlite3.Error, OSError) as exc:
+        except Exception as exc:
+            if not _refused(exc):
+                raise
             self.mark_stale(f"writing {entry.session_id!r}: {exc}")
 
     def put_appended(self, entries: Sequence[tuple[IndexEntry, bool]]) -> None:
@@ -238,7 +256,9 @@ class FileIndex:
         try:
             with self._lock, self._tx() as conn:
                 conn.executemany(_UPSERT_APPEND, rows)
-        except (sqlite3.Error, OSError) as exc:
+        except Exception as exc:
+            if not _refused(exc):
+                raise
             self.mark_stale(f"writing {len(rows)} rows: {exc}")
 
     def get(self, session_id: str) -> IndexEntry | None:
@@ -250,7 +270,9 @@ class FileIndex:
                     .execute(f"SELECT {_COLUMNS} FROM sessions WHERE id = ?", (session_id,))
                     .fetchone()
                 )
-        except (sqlite3.Error, OSError) as exc:
+        except Exception as exc:
+            if not _refused(exc):
+                raise
             self.mark_stale(f"reading {session_id!r}: {exc}")
             return None
         return None if row is None else _entry(row)
@@ -260,15 +282,22 @@ class FileIndex:
         try:
             with self._lock:
                 self._connect().execute("DELETE FROM sessions WHERE id = ?", (session_id,))
-        except (sqlite3.Error, OSError) as exc:
+        except Exception as exc:
+            if not _refused(exc):
+                raise
             self.mark_stale(f"dropping {session_id!r}: {exc}")
 
     # -- what pages do -------------------------------------------------------------------
 
     def stale(self) -> bool:
         """Whether the index may lack a session (the marker is there)."""
-        with self._lock:
-            self._connect()
+        try:
+            with self._lock:
+                self._connect()
+        except Exception as exc:
+            if not _refused(exc):
+                raise
+            raise StorageError(f"{self.path}: the session index cannot be opened: {exc}") from exc
         return os.path.lexists(self.stale_path)
 
     def rows(
@@ -312,6 +341,21 @@ class FileIndex:
         """Merge a rebuild (see `IndexingEngine.replace_index`), then lift the stale
         marker if nothing marked it since the rebuild began."""
         given = {e.session_id: e for e in entries}
+        try:
+            self._merge(given, started_us)
+        except Exception as exc:
+            if not _refused(exc):
+                raise
+            raise StorageError(f"{self.path}: rebuilding the session index failed: {exc}") from exc
+        try:
+            st = os.lstat(self.stale_path)
+        except FileNotFoundError:
+            return
+        if st.st_mtime_ns // 1000 < started_us:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.stale_path)
+
+    def _merge(self, given: dict[str, IndexEntry], started_us: int) -> None:
         with self._lock, self._tx() as conn:
             for sid, updated, last_seq in conn.execute(
                 "SELECT id, updated, last_seq FROM sessions"
@@ -323,13 +367,6 @@ class FileIndex:
                 elif last_seq > mine.last_seq:
                     del given[sid]  # written since the rebuild read it
             conn.executemany(_UPSERT, [_row(e) for e in given.values()])
-        try:
-            st = os.lstat(self.stale_path)
-        except FileNotFoundError:
-            return
-        if st.st_mtime_ns // 1000 < started_us:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.stale_path)
 
 
 def _has_sessions(root: Path) -> bool:
