@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import cli_in_process, make_entry
-from engines import EngineCase
+from engines import POSTGRES_URL, EngineCase, fresh_postgres
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -340,3 +340,30 @@ def test_another_process_sees_a_writers_rows_once_it_closes(tmp_path: Path) -> N
     finally:
         writer.close()
         reader.close()
+
+
+@pytest.mark.skipif(POSTGRES_URL is None, reason="EVENTSTORE_TEST_POSTGRES_URL is not set")
+def test_a_postgres_store_migrated_with_sessions_is_indexed_on_its_first_page(
+    tmp_path: Path,
+) -> None:
+    """Schema v3 marks a store that had sessions (`index_stale` in `meta`): its rows have
+    no times or labels yet, and the first page rebuilds them from the logs."""
+    import psycopg
+
+    from eventstore.engines.postgres import engine as pg
+
+    url = fresh_postgres(tmp_path)
+    with SessionStore(url) as store:
+        store.append_progress_entry("a", make_entry())
+        store.set_labels("b", {"k": "v"})
+        before = store.sessions()
+    conninfo, schema = pg.split_url(url)
+    q = pg.quote_schema(schema)
+    with psycopg.connect(conninfo, autocommit=True) as conn:  # as version 2 left them
+        conn.execute(f"UPDATE {q}.sessions SET created_us = 0, updated_us = 0, labels = '{{}}'")
+        conn.execute(f"INSERT INTO {q}.meta VALUES ('index_stale', '1')")
+    with SessionStore(url) as store:
+        assert store.sessions() == before
+        assert store.sessions(labels={"k": "v"})[0].session_id == "b"
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        assert conn.execute(f"SELECT 1 FROM {q}.meta WHERE name = 'index_stale'").fetchone() is None
