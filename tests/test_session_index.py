@@ -367,3 +367,13 @@ def test_a_postgres_store_migrated_with_sessions_is_indexed_on_its_first_page(
         assert store.sessions(labels={"k": "v"})[0].session_id == "b"
     with psycopg.connect(conninfo, autocommit=True) as conn:
         assert conn.execute(f"SELECT 1 FROM {q}.meta WHERE name = 'index_stale'").fetchone() is None
+
+
+def test_a_session_whose_log_is_damaged_is_still_listed(url: str, case: EngineCase) -> None:
+    with SessionStore(url) as store:
+        for sid in ("a", "b"):
+            store.append_progress_entry(sid, make_entry())
+            store.append_progress_entry(sid, make_entry(1))
+        case.rewrite(store, "a", lambda data: data + b'{"type":"progress_appended","seq":3}\n')
+    with SessionStore(url) as store:
+        assert sorted(i.session_id for i in store.sessions()) == ["a", "b"]

@@ -1118,7 +1118,10 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
             raise storage_error(paths.log, "checking the log", exc) from exc
         if st is not None and st.st_size == entry.bytes and entry.last_seq:
             return entry
-        head = self.head(entry.session_id)
+        try:
+            head = self.head(entry.session_id)
+        except EventStoreError:
+            return entry  # a damaged log is still listed (verify and repair name it)
         if head.seq == 0:
             if not os.path.lexists(paths.archive):
                 self._index.drop(entry.session_id)
