@@ -220,7 +220,7 @@ def test_threads_writing_while_pages_are_walked_by_creation(url: str) -> None:
 
         def write(k: int) -> None:
             j = 0
-            while not stop.is_set():
+            while not stop.is_set() and j < 60:  # bounded: a scan engine's pages read all
                 store.append_progress_entry(f"s{(j * 7 + k) % 40:02d}", make_entry(j))
                 store.append_progress_entry(f"new-{k}-{j}", make_entry(j))
                 j += 1
