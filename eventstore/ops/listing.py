@@ -266,7 +266,13 @@ def scan(core: SessionCore, prefix: str | None = None) -> list[IndexEntry]:
     for sid in core.engine.list_sessions():
         if prefix is not None and not sid.startswith(prefix):
             continue
-        entry = entry_of(core, sid)
+        try:
+            entry = entry_of(core, sid)
+        except EventStoreError:
+            # a log that cannot be folded is still a session (verify and repair name
+            # what is wrong): listed from its head, with no times or labels
+            head = core.engine.head(sid)
+            entry = IndexEntry(sid, 0, 0, head.seq, head.seq - head.base_seq + 1, head.size)
         if entry is not None:
             out.append(entry)
     return out
