@@ -346,7 +346,7 @@ def test_another_process_sees_a_writers_rows_once_it_closes(tmp_path: Path) -> N
 def test_a_postgres_store_migrated_with_sessions_is_indexed_on_its_first_page(
     tmp_path: Path,
 ) -> None:
-    """Schema v3 marks a store that had sessions (`index_stale` in `meta`): its rows have
+    """Schema v4 marks a store that had sessions (`index_stale` in `meta`): its rows have
     no times or labels yet, and the first page rebuilds them from the logs."""
     import psycopg
 
@@ -377,3 +377,14 @@ def test_a_session_whose_log_is_damaged_is_still_listed(url: str, case: EngineCa
         case.rewrite(store, "a", lambda data: data + b'{"type":"progress_appended","seq":3}\n')
     with SessionStore(url) as store:
         assert sorted(i.session_id for i in store.sessions()) == ["a", "b"]
+
+
+def test_a_deleted_session_is_listed_as_deleted(url: str) -> None:
+    with SessionStore(url) as store:
+        for sid in ("a", "b"):
+            store.append_progress_entry(sid, make_entry())
+            store.append_progress_entry(sid, make_entry(1))
+        store.delete_session("a")
+        by_id = {i.session_id: i for i in store.sessions()}
+        assert by_id["a"].deleted is True and by_id["b"].deleted is False
+        assert store.list_sessions() == ["b"]

@@ -45,6 +45,7 @@ from eventstore.engines.base import (
 from eventstore.errors import EventStoreError, InvalidArgumentError
 from eventstore.format.events import EPOCH, Snapshot, from_micros, micros
 from eventstore.ops.history import parse_time, read_events
+from eventstore.ops.tombstone import tombstone_of
 
 __all__ = [
     "SessionInfo",
@@ -188,7 +189,16 @@ def sessions(
         )
     else:
         entries = page_of(scan(core, prefix), order, cursor, limit, prefix, since, want)  # type: ignore[arg-type]
-    return [_info(e) for e in entries]
+    return [_info(_with_tombstone(core, e)) for e in entries]
+
+
+def _with_tombstone(core: SessionCore, entry: IndexEntry) -> IndexEntry:
+    """`entry` with `deleted` set when the session is a tombstone: only a one-line live
+    log after seq 1 can be the erased form (`eventstore.ops.tombstone`), so only those
+    are read."""
+    if entry.events == 1 and entry.last_seq > 1 and tombstone_of(core, entry.session_id):
+        return msgspec.structs.replace(entry, deleted=True)
+    return entry
 
 
 def _since(updated_since: datetime | str | None) -> int | None:
