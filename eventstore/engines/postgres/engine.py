@@ -849,17 +849,7 @@ class _Statements:
         self.append = (
             f"SELECT * FROM {q}.append(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb)"
         )
-        self.index_columns = (
-            "session_id, created_us, updated_us, head_seq,"
-            " CASE WHEN head_seq > 0 THEN head_seq - base_seq + 1 ELSE 0 END,"
-            " snap_len + stream_end - live_origin, labels::text"
-        )
-        self.index_stale = f"SELECT 1 FROM {q}.meta WHERE name = 'index_stale'"
-        self.index_fresh = f"DELETE FROM {q}.meta WHERE name = 'index_stale'"
-        self.index_set = (
-            f"UPDATE {q}.sessions SET created_us = %s, updated_us = greatest(updated_us, %s),"
-            f" labels = %s::jsonb WHERE session_id = %s AND head_seq <= %s"
-        )
+        self._index_statements(q)
         self.install = f"SELECT * FROM {q}.install_snapshot(%s, %s, %s, %s, %s, %s)"
         self.list_sessions = (
             f"SELECT session_id FROM {q}.sessions WHERE head_seq > 0 OR snap_seq > 0"
@@ -930,6 +920,20 @@ class _Statements:
             f"UPDATE {q}.sessions SET log_id = nextval('{q}.log_ids'), head_seq = %s,"
             f" head_link = %s, head_h = %s, base_seq = %s, snap_seq = %s, snap_len = %s,"
             f" live_origin = %s, stream_end = %s WHERE sid = %s"
+        )
+
+    def _index_statements(self, q: str) -> None:
+        """The session index's statements (`PostgresEngine.index_page` and the rest)."""
+        self.index_columns = (
+            "session_id, created_us, updated_us, head_seq,"
+            " CASE WHEN head_seq > 0 THEN head_seq - base_seq + 1 ELSE 0 END,"
+            " snap_len + stream_end - live_origin, labels::text"
+        )
+        self.index_stale = f"SELECT 1 FROM {q}.meta WHERE name = 'index_stale'"
+        self.index_fresh = f"DELETE FROM {q}.meta WHERE name = 'index_stale'"
+        self.index_set = (
+            f"UPDATE {q}.sessions SET created_us = %s, updated_us = greatest(updated_us, %s),"
+            f" labels = %s::jsonb WHERE session_id = %s AND head_seq <= %s"
         )
 
 
