@@ -45,8 +45,8 @@ EXIT_USAGE = 2
 
 _EXAMPLES = """\
 examples:
-  eventstore delete .eventstore other                   delete one session (a tombstone stays)
-  eventstore delete .eventstore other --purge           remove it without a trace
+  eventstore delete .eventstore other          delete it, a tombstone stays
+  eventstore delete .eventstore other --purge  remove it without a trace
   eventstore delete .eventstore --older-than 30d        idle for 30 days
   eventstore delete .eventstore --older-than 12h --dry-run --json
 """

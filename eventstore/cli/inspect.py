@@ -64,7 +64,7 @@ def add_parser(sub: Subparsers) -> None:
         "list the sessions of a store (exit 1 if one cannot be read; the others are listed),"
         " or a page of them, newest first",
         "  eventstore sessions .eventstore\n  eventstore sessions .eventstore --deleted\n"
-        "  eventstore sessions .eventstore --limit 20 --label team=red --updated-since 7d",
+        "  eventstore sessions .eventstore --limit 20 --label team=red",
     )
     add_root(p)
     p.add_argument(
