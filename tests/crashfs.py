@@ -104,6 +104,7 @@ links as hard links, files 0600, directories 0700) for the checker to open.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import os
@@ -250,8 +251,11 @@ class Recorder:
     effect (a flush is recorded as covering what was written before it began).
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, unmodelled: tuple[str, ...] = ()) -> None:
         self.root = os.fspath(root)
+        # file names (prefixes) whose files another program keeps (a SQLite file and its
+        # -wal/-shm): left out of the trace and of `self_check`, as if outside the root
+        self.unmodelled = unmodelled
         if os.path.realpath(self.root) != os.path.abspath(self.root):
             raise ValueError(f"{self.root}: give the recorder the real path of the root")
         self.root = os.path.abspath(self.root)
@@ -303,7 +307,7 @@ class Recorder:
         """Replay the whole trace with everything persisted and compare it with the real
         tree: a difference means the workload changed files in a way not recorded."""
         assert not self._active
-        want = _tree_of(self.root)
+        want = {p: v for p, v in _tree_of(self.root).items() if self._modelled(p)}
         state = CrashState(len(self.trace.ops), frozenset(_dir_op_indices(self.trace.ops)), {})
         got = _build(self.trace, state)
         if got != want:
@@ -333,7 +337,8 @@ class Recorder:
                 full = os.path.join(dirpath, name)
                 st = os.lstat(full)
                 rel = self._rel(full)
-                assert rel is not None
+                if rel is None:
+                    continue  # unmodelled
                 key = (st.st_dev, st.st_ino)
                 if key in self._ino:
                     t.initial_names[rel] = self._ino[key]
@@ -354,8 +359,12 @@ class Recorder:
         if full == self.root:
             return ""
         if full.startswith(self.root + os.sep):
-            return full[len(self.root) + 1 :]
+            rel = full[len(self.root) + 1 :]
+            return rel if self._modelled(rel) else None
         return None
+
+    def _modelled(self, rel: str) -> bool:
+        return not (self.unmodelled and os.path.basename(rel).startswith(self.unmodelled))
 
     def _resolve(self, path: Any, dir_fd: int | None) -> tuple[str, str | None]:
         """(absolute path, path relative to the root or None when outside it)."""
@@ -1117,7 +1126,10 @@ def explore(
 def _rmtree(path: Path) -> None:
     for dirpath, dirnames, filenames in os.walk(path, topdown=False):
         for name in filenames:
-            os.unlink(os.path.join(dirpath, name))
+            # (a checker's store left for the garbage collector may close its SQLite
+            # index, and with it remove the -wal/-shm files, while this walks)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(dirpath, name))
         for name in dirnames:
             os.rmdir(os.path.join(dirpath, name))
     os.rmdir(path)
