@@ -184,7 +184,8 @@ class FileIndex:
             conn = self._open()
             created = True
         if created and _has_sessions(self._root):
-            self.mark_stale("the store's logs predate its index")
+            # expected (a store from a release without the index, a restored copy): no warning
+            self.mark_stale("the store's logs predate its index", level=logging.INFO)
         self._conn = conn
         return conn
 
@@ -217,8 +218,9 @@ class FileIndex:
 
     # -- what writes do ------------------------------------------------------------------
 
-    def mark_stale(self, why: str) -> None:
-        """Leave the marker that makes the next page rebuild the index first."""
+    def mark_stale(self, why: str, *, level: int = logging.WARNING) -> None:
+        """Leave the marker that makes the next page rebuild the index first (said at
+        `level`; a marker that cannot be left is always a warning)."""
         try:
             fd = open_private(self.stale_path, os.O_WRONLY | os.O_CREAT)
             try:
@@ -229,8 +231,8 @@ class FileIndex:
             log.warning("eventstore: %s: cannot mark the index stale (%s): %s",
                         self.stale_path, why, exc)  # fmt: skip
         else:
-            log.warning("eventstore: %s: the session index is stale (%s); the next page"
-                        " rebuilds it", self.path, why)  # fmt: skip
+            log.log(level, "eventstore: %s: the session index is stale (%s); the next page"
+                    " rebuilds it", self.path, why)  # fmt: skip
 
     def put(self, entry: IndexEntry, *, sync: bool = False) -> None:
         """Write a session's row; a refusal marks the index stale, never raises."""
