@@ -240,7 +240,11 @@ class MemoryEngine(RangedEngine, PruningEngine, KeyEngine, IndexingEngine):
             ).head()
             index = self._store.index
             index[session_id] = index_appended(
-                index.get(session_id), session_id, batch, lg.head, entropy.time_ns() // 1000
+                index.get(session_id),
+                session_id,
+                batch,
+                lg.head,
+                batch.ts_us or entropy.time_ns() // 1000,
             )
             self._store.sorted.clear()
             self._store.changed.notify_all()

@@ -772,7 +772,9 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         if created:
             # the row first: a crash after the log is created never hides the session
             self._index.put(
-                index_appended(None, sess.paths.session_id, batch, EMPTY_HEAD, _now_us()),
+                index_appended(
+                    None, sess.paths.session_id, batch, EMPTY_HEAD, batch.ts_us or _now_us()
+                ),
                 sync=self.durability == "fsync",
             )
             fd, head = self._create(sess)
@@ -989,19 +991,32 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
 
     def load_key_slot(self, dk: str) -> bytes | None:
         """The key slot `dk` (`KeyEngine`, `eventstore.engines.file.keys`)."""
-        return keys.load_slot(self.root, dk)
+        with self._key_slots("reading key slot", dk):
+            return keys.load_slot(self.root, dk)
 
     def create_key_slot(self, dk: str, data: bytes) -> bool:
         """Create the key slot `dk` unless it exists (`KeyEngine`)."""
-        return keys.create_slot(self.root, dk, data)
+        with self._key_slots("creating key slot", dk):
+            return keys.create_slot(self.root, dk, data)
 
     def replace_key_slot(self, dk: str, data: bytes) -> None:
         """Replace the key slot `dk` (`KeyEngine`)."""
-        keys.replace_slot(self.root, dk, data)
+        with self._key_slots("replacing key slot", dk):
+            keys.replace_slot(self.root, dk, data)
 
     def list_key_slots(self) -> list[str]:
         """Every key slot's id (`KeyEngine`)."""
-        return keys.list_slots(self.root)
+        with self._key_slots("listing key slots", None):
+            return keys.list_slots(self.root)
+
+    @contextmanager
+    def _key_slots(self, doing: str, dk: str | None) -> Iterator[None]:
+        """An OSError of the key slots' files as a StorageError naming the slot."""
+        try:
+            yield
+        except OSError as exc:
+            where = self.root / keys.KEYS_DIR / (dk or "")
+            raise storage_error(where, doing, exc) from exc
 
     def list_sessions(self) -> list[str]:
         """Every session with a log file, by original id."""
@@ -1048,7 +1063,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         indexed less than `INDEX_LAG` seconds ago wait (the newest row per session) for
         the next write past the lag, a page from this engine, or `close`: a burst of
         appends costs one index write a second, not one each."""
-        row = index_appended(None, session_id, batch, new, _now_us())
+        row = index_appended(None, session_id, batch, new, batch.ts_us or _now_us())
         now = time.monotonic()
         with self._index_guard:
             self._lagging[session_id] = (row, batch.labels is not None or created)
