@@ -17,6 +17,7 @@ from projections.base import (
     restore_state,
     retain,
     snapshot_entry,
+    stored_in_snapshot,
 )
 from projections.bootstrap import BootstrapProjection
 from projections.idempotency import (
@@ -43,4 +44,5 @@ __all__ = [
     "restore_state",
     "retain",
     "snapshot_entry",
+    "stored_in_snapshot",
 ]

@@ -36,6 +36,7 @@ __all__ = [
     "restore_state",
     "retain",
     "snapshot_entry",
+    "stored_in_snapshot",
 ]
 
 S = TypeVar("S")
@@ -88,10 +89,13 @@ class Projection(Protocol[S]):
     Without them a projection is never trimmed. `state_from_snapshot(snapshot) -> state
     | None` derives the state from the snapshot's other states when it holds none of
     this projection's version (one taken before the projection existed): a load then
-    needs no archive to rebuild it from. `cache_frames(state) -> list[bytes]` and
-    `from_cache_frame(state, frame) -> state` keep a large state in the fold cache as
-    frames a cold load decodes one at a time, folding each into `initial()` in order
-    (without them the cache holds `encode_state`'s bytes as one frame).
+    needs no archive to rebuild it from. `absent_is_initial = True`: a snapshot leaves
+    out a state equal to `initial()`, and one without an entry stands for it (for
+    states most sessions never leave, such as labels and tombstones).
+    `cache_frames(state) -> list[bytes]` and `from_cache_frame(state, frame) -> state`
+    keep a large state in the fold cache as frames a cold load decodes one at a time,
+    folding each into `initial()` in order (without them the cache holds
+    `encode_state`'s bytes as one frame).
     """
 
     @property
@@ -218,6 +222,13 @@ class StructProjection(Generic[S]):
 _entry_decoder = msgspec.json.Decoder(_SnapshotEntry)
 
 
+def stored_in_snapshot(projection: Projection[Any], state: Any) -> bool:
+    """Whether a snapshot stores `state`: not when the projection says a snapshot with no
+    entry stands for its initial state (`absent_is_initial`) and `state` is that one, so
+    a session that never used it (no labels, no tombstone) keeps the snapshot it had."""
+    return not (getattr(projection, "absent_is_initial", False) and state == projection.initial())
+
+
 def snapshot_entry(projection: Projection[Any], state: Any) -> msgspec.Raw:
     """The JSON a snapshot stores for one projection's state."""
     return msgspec.Raw(
@@ -231,6 +242,8 @@ def restore_state(projection: Projection[S], snapshot: Snapshot) -> S:
     """The projection's state stored in a snapshot, or derived from its other states by
     the projection's `state_from_snapshot`; SnapshotVersionError if it is absent or of
     another version and cannot be derived (the caller may rebuild it from the archive)."""
+    if getattr(projection, "absent_is_initial", False) and projection.name not in snapshot.states:
+        return projection.initial()
     try:
         return _stored_state(projection, snapshot)
     except SnapshotVersionError:

@@ -21,6 +21,7 @@ class LabelsProjection(StructProjection[Labels]):
     version = 1
     event_types = frozenset({"labels_set"})
     state_type = Labels
+    absent_is_initial = True  # a snapshot of a session without labels stores none
 
     def initial(self) -> Labels:
         """No labels."""

@@ -32,6 +32,7 @@ class LifecycleProjection(StructProjection[Lifecycle]):
     last_line_only = True
     event_types = frozenset({"session_deleted"})
     state_type = Lifecycle
+    absent_is_initial = True  # a snapshot of a live session stores no lifecycle
 
     def initial(self) -> Lifecycle:
         """A live session."""

@@ -52,6 +52,7 @@ from projections import (
     Retention,
     retain,
     snapshot_entry,
+    stored_in_snapshot,
 )
 
 __all__ = ["CompactionReport", "Retention", "SkipReason", "build_snapshot", "compact"]
@@ -239,7 +240,8 @@ def _fold_states(
             kept = snapshot_entry(proj, state)
             trimmed = trimmed or bytes(kept) != bytes(entry)
             entry = kept
-        states[name] = entry
+        if stored_in_snapshot(proj, state):
+            states[name] = entry
         folded[name] = state
     return states, folded, trimmed
 

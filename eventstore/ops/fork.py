@@ -37,7 +37,7 @@ from eventstore.format.chain import link_of
 from eventstore.format.events import Event, ForkOrigin
 from eventstore.ops.compaction import build_snapshot
 from eventstore.ops.history import iter_history, require_history
-from projections import fold, snapshot_entry
+from projections import fold, snapshot_entry, stored_in_snapshot
 
 __all__ = ["ForkOrigin", "ForkResult", "fork_session", "source_line"]
 
@@ -84,7 +84,9 @@ def _fold_source(
             own = (ev for ev, _ in iter_history(
                 core, src, core.codec.decoder(proj.event_types), 1, n, exact=True, history=hist
             ))  # fmt: skip
-        states[name] = snapshot_entry(proj, fold(proj, proj.initial(), own))
+        state = fold(proj, proj.initial(), own)
+        if stored_in_snapshot(proj, state):
+            states[name] = snapshot_entry(proj, state)
     return events, states
 
 

@@ -60,6 +60,7 @@ from eventstore.ops.history import iter_history
 from projections import (
     fold,
     snapshot_entry,
+    stored_in_snapshot,
 )
 
 __all__ = ["RepairReport", "repair"]
@@ -263,7 +264,8 @@ def _rebuild(
     states: dict[str, msgspec.Raw] = {}
     for name, proj in core.projections.items():
         state = fold(proj, proj.initial(), events)
-        states[name] = snapshot_entry(proj, state)
+        if stored_in_snapshot(proj, state):
+            states[name] = snapshot_entry(proj, state)
     unknown = [msgspec.Raw(ev.raw) for ev in events if type(ev) is UnknownEvent]
     known = sorted(t for t in codec.types if t != "snapshot")
     # the pruning records the damaged snapshot carried, if its JSON still reads: without

@@ -35,9 +35,9 @@ from eventstore import entropy
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.core.validation import described, flag
 from eventstore.engines.base import Head, HeadMovedError, PruningEngine
-from eventstore.errors import InvalidArgumentError
+from eventstore.errors import EventStoreError, InvalidArgumentError
 from eventstore.format.events import Event, SessionDeleted, Snapshot
-from projections import Lifecycle, snapshot_entry
+from projections import Lifecycle, snapshot_entry, stored_in_snapshot
 
 __all__ = [
     "Tombstone",
@@ -174,7 +174,11 @@ def _tombstone_snapshot(
         states[name] = Lifecycle(ev) if name == core.lifecycle.name else proj.initial()
     snap = Snapshot(
         base_h=head.link,
-        states={name: snapshot_entry(core.projections[name], s) for name, s in states.items()},
+        states={
+            name: snapshot_entry(core.projections[name], s)
+            for name, s in states.items()
+            if stored_in_snapshot(core.projections[name], s)
+        },
         known=sorted(t for t in core.codec.types if t != "snapshot"),
         last_ts=ev.ts,
     )
@@ -229,8 +233,11 @@ def live_sessions(core: CoreOwner) -> list[str]:
     engine = core.engine
     out: list[str] = []
     for sid in engine.list_sessions():
-        head = engine.head(sid)
-        if head.seq > 1 and head.base_seq == head.seq and _tombstone(core, sid) is not None:
-            continue
+        try:
+            head = engine.head(sid)
+            if head.seq > 1 and head.base_seq == head.seq and _tombstone(core, sid) is not None:
+                continue
+        except EventStoreError:
+            pass  # unreadable (a planted link, a damaged log): listed, its reads say why
         out.append(sid)
     return out
