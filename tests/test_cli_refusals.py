@@ -238,7 +238,6 @@ def test_the_demo_prints_its_state_once(tmp_path: Path) -> None:
 # -- symlinks, whole reads and bad sessions -------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="since the session index: a planted log link stops the whole command (exit 2) instead of one session (exit 1); open")
 def test_compact_never_follows_a_linked_log(tmp_path: Path) -> None:
     root = tmp_path / "store"
     install(root, "complete.jsonl", "good")
@@ -303,7 +302,6 @@ def test_compact_decides_without_reading_a_log_whole(
     assert meter.bytes < size // 20, meter.bytes
 
 
-@pytest.mark.xfail(strict=False, reason="since the session index: a planted log link stops the whole command (exit 2) instead of one session (exit 1); open")
 def test_sessions_lists_the_good_ones_past_a_bad_one(tmp_path: Path) -> None:
     root = tmp_path / "store"
     install(root, "complete.jsonl", "a-good")

@@ -558,7 +558,8 @@ def test_an_unreadable_log_draws_what_verify_found(chromium: str, tmp_path: Path
         store.append_transcript_messages("bad", [Message(role=Role.USER, content="b")])
     log = log_path(root, "bad")
     lines = log.read_bytes().split(b"\n")
-    lines[1] = b"\0" * len(lines[1])  # a line in the middle overwritten
+    # a line overwritten with garbage (zeros there would read as a torn last batch)
+    lines[0] = b"#" * len(lines[0])
     log.write_bytes(b"\n".join(lines))
     with SessionStore(root) as store:
         (tmp_path / "bad.html").write_text(build_report(store, "bad"), encoding="utf-8")
