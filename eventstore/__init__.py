@@ -119,6 +119,8 @@ _EXPORTS: dict[str, str] = {
     "SealFacts": ".ops.seal",
     "SealPolicy": ".ops.seal",
     "Tombstone": ".ops.tombstone",
+    "Policy": ".ops.retention",
+    "GcReport": ".ops.retention",
     "FORGET_BY_A2A": ".harness_sessions",
     "FORGET_BY_CLI": ".harness_sessions",
     "HARNESS_SESSION_FILE_NAME": ".harness_sessions",
@@ -160,6 +162,7 @@ __all__ = [
     "FeatureRecord",
     "ForkOrigin",
     "ForkResult",
+    "GcReport",
     "HARNESS_SESSION_FILE_NAME",
     "HARNESS_SESSION_TYPE",
     "HarnessSessionMap",
@@ -181,6 +184,7 @@ __all__ = [
     "Message",
     "MessagesAppended",
     "NestingTooDeepError",
+    "Policy",
     "Position",
     "Problem",
     "ProgressAppended",
@@ -307,6 +311,7 @@ if TYPE_CHECKING:
     from eventstore.ops.export import SessionStats
     from eventstore.ops.listing import SessionInfo
     from eventstore.ops.repair import RepairReport
+    from eventstore.ops.retention import GcReport, Policy
     from eventstore.ops.tombstone import Tombstone
     from eventstore.ops.verify import VerifyReport
     from eventstore.records import (

@@ -66,7 +66,7 @@ from eventstore.format.events import (
     Upcaster,
     event_tag,
 )
-from eventstore.ops import history, lifecycle, listing, paging, tombstone
+from eventstore.ops import history, lifecycle, listing, paging, retention as retention_ops, tombstone
 from eventstore.ops.listing import SessionInfo
 from eventstore.records import (
     BootstrapState,
@@ -137,7 +137,10 @@ class SessionStore:
     power loss). `event_types`, `projections` and `upcasters` extend the store with
     custom events, custom folds and readers of old event versions. `auto_compact` (off
     by default) compacts a session after an append once its log passes a size or
-    event-count threshold. `cached_sessions`: how many sessions' folded states the store
+    event-count threshold; `retention` (a `Policy`) compacts one whose live log holds
+    more than its `keep_events` and prunes archived history older than its
+    `archive_older_than` after each such compaction (`gc` applies it to every session).
+    `cached_sessions`: how many sessions' folded states the store
     keeps in memory; past it, the oldest opened are dropped (their caches saved first)
     and refold on next use. `caches`: whether the engine's fold caches and checked
     prefixes are used (`eventstore.core.cache_policy`); `tuning`: the sizes the store
@@ -174,6 +177,7 @@ class SessionStore:
         seal_policy: SealPolicy | None = None,
         cache_key: bytes | None = None,
         keys: KeyRing | None = None,
+        retention: retention_ops.Policy | None = None,
     ) -> None:
         if not isinstance(root, (str, os.PathLike, Engine)):
             raise InvalidArgumentError(
@@ -183,6 +187,10 @@ class SessionStore:
             raise InvalidArgumentError(f"durability must be 'flush' or 'fsync', not {durability!r}")
         if auto_compact is not None and not isinstance(auto_compact, AutoCompact):
             raise InvalidArgumentError(f"auto_compact must be an AutoCompact, got {auto_compact!r}")
+        if retention is not None and not isinstance(retention, retention_ops.Policy):
+            raise InvalidArgumentError(
+                f"retention must be a Policy, got {validation.described(retention)}"
+            )
         if keys is not None and not isinstance(keys, KeyRing):
             raise InvalidArgumentError(f"keys must be a KeyRing, got {validation.described(keys)}")
         self.durability: Durability = durability
@@ -207,6 +215,8 @@ class SessionStore:
         # the directory of a file store (None for other engines)
         self.root: Path | None = engine_root if isinstance(engine_root, Path) else None
         self.auto_compact = auto_compact
+        self.retention = retention
+        """The retention `Policy` applied at automatic compaction and by `gc` (None: none)."""
         self.cached_sessions = cached_sessions
         try:
             self.core = SessionCore(
@@ -219,6 +229,8 @@ class SessionStore:
                 cache_mac=cache_mac,
                 keys=keys,
             )
+            if retention is not None:  # refused before anything is written
+                retention_ops.check_engine(self.core, retention)
         except BaseException:
             if not isinstance(root, Engine):
                 self.engine.close()  # (the store never opened: release what it opened)
@@ -757,6 +769,22 @@ class SessionStore:
         unless `purge` (see `eventstore.ops.lifecycle.delete_older_than`)."""
         return lifecycle.delete_older_than(self.core, age, now=now, dry_run=dry_run, purge=purge)
 
+    def gc(
+        self,
+        policy: retention_ops.Policy | None = None,
+        *,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> retention_ops.GcReport:
+        """Apply a retention `Policy` (this store's `retention` when None) to every
+        session: idle ones tombstoned, long live logs compacted, old archives pruned;
+        safe beside live writers; `dry_run` changes nothing (see
+        `eventstore.ops.retention.gc`). InvalidArgumentError when there is no policy."""
+        policy = self.retention if policy is None else policy
+        if policy is None:
+            raise InvalidArgumentError("gc needs a policy: give one, or SessionStore(retention=)")
+        return retention_ops.gc(self.core, policy, dry_run=dry_run, now=now)
+
     # -- what the store keeps in memory ----------------------------------------------
 
     def cache_info(self, session_id: str) -> SessionCacheInfo:
@@ -818,7 +846,7 @@ class SessionStore:
             return sealed
         result = self.core.write(session_id, lambda h, s: events, idempotency_key, check=check)
         assert result is not None
-        if result.replayed or self.auto_compact is not None:
+        if result.replayed or self.auto_compact is not None or self.retention is not None:
             self._after_write(session_id, idempotency_key, result, events)
         return result
 
@@ -867,7 +895,7 @@ class SessionStore:
             if key is not None:
                 _check_replay(self.core, session_id, key, result, request)
             return
-        if self.auto_compact is not None:
+        if self.auto_compact is not None or self.retention is not None:
             try:
                 self._maybe_compact(session_id)
             except (EventStoreError, OSError) as exc:
@@ -879,22 +907,32 @@ class SessionStore:
 
     def _maybe_compact(self, session_id: str) -> None:
         auto = self.auto_compact
-        assert auto is not None
+        policy = self.retention
         sess = self.core.session(session_id)
         head = sess.head
         if head is None:
             return
         base, floor = sess.auto_floor
+        lines = head.seq - head.base_seq + 1
         # head.seq == base_seq: a lone snapshot, nothing left to compact; a log skipped as
         # not shrinking is tried again once it has doubled (or was replaced): O(1) a byte
         if (
             head.seq != head.base_seq
             and (head.size >= floor or head.base_seq != base)
-            and auto.due(head.size, head.seq - head.base_seq + 1)
+            and (
+                (auto is not None and auto.due(head.size, lines))
+                or (policy is not None and retention_ops.over(policy, lines))
+            )
         ):
-            report = self.compact(session_id, archive=auto.archive, retention=auto.retention)
+            report = self.compact(
+                session_id,
+                archive=True if auto is None else auto.archive,
+                retention=None if auto is None else auto.retention,
+            )
             skipped = report.skipped == "would_not_shrink"
             sess.auto_floor = (report.first_seq, 2 * report.bytes_before) if skipped else (0, 0)
+            if policy is not None and report.compacted:
+                retention_ops.prune_old_archive(self.core, session_id, policy)
 
 
 def _check_replay(

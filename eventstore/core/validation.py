@@ -7,6 +7,7 @@ parameter, raised before anything is read or written."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TypeVar
 
 from eventstore.errors import InvalidArgumentError, InvalidRecordError
@@ -21,6 +22,7 @@ __all__ = [
     "feature_list",
     "flag",
     "manifest_of",
+    "optional_age",
     "optional_whole",
     "records",
     "whole",
@@ -83,6 +85,16 @@ def whole(value: object, what: str) -> int:
 def optional_whole(value: object, what: str) -> int | None:
     """`whole`, or None."""
     return None if value is None else whole(value, what)
+
+
+def optional_age(value: object, what: str) -> timedelta | None:
+    """None, or `value` if it is a timedelta >= 0, else InvalidArgumentError naming
+    `what` (an age a policy measures back from now)."""
+    if value is None:
+        return None
+    if not isinstance(value, timedelta) or value < timedelta(0):
+        raise InvalidArgumentError(f"{what} must be a timedelta >= 0, not {described(value)}")
+    return value
 
 
 def flag(value: object, what: str) -> bool:

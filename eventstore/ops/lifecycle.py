@@ -49,6 +49,7 @@ __all__ = [
     "PruneReport",
     "delete_session",
     "delete_older_than",
+    "expire_one",
     "last_activity",
     "parse_age",
     "prune_archive",
@@ -140,13 +141,14 @@ def delete_older_than(
 ) -> list[ExpiryResult]:
     """Delete every session whose last event is older than `age` (as of `now`).
 
-    Each session is judged and removed on its own; one that fails is reported and the
-    rest go on. Just before removing a session its head (sequence number and link) is
-    read again, and a session written to (or removed and created anew) since it was
-    judged is kept; each leaves a tombstone unless `purge` (tombstoned sessions are
-    passed over); an append that lands in the
-    instant between that check and the removal is removed with the session, exactly as
-    when it races an explicit `delete_session`.
+    Each session is judged and removed on its own (`expire_one`); one that fails is
+    reported and the rest go on. A session written to (or removed and created anew)
+    since it was judged is kept: its head (sequence number and link) is checked again
+    by the tombstone's own expected-head append, so an append racing the delete either
+    lands first (the session is kept) or is refused by the tombstone. Tombstoned
+    sessions are passed over. With `purge` (no tombstone) the head is read again just
+    before the removal, and an append landing in the instant between is removed with
+    the session, exactly as when it races an explicit `delete_session(purge=True)`.
     """
     core = core_of(core)
     flag(dry_run, "dry_run")
@@ -164,23 +166,42 @@ def delete_older_than(
     results: list[ExpiryResult] = []
     core.check_open()
     for sid in tombstone.live_sessions(core):
-        try:
-            # the chain point (seq and link), not the seq alone: a session removed and
-            # created anew meanwhile may have as many events; a compaction keeps it
-            head = _head(core, sid)
-            when = last_activity(core, sid)
-            if when is None or when >= cutoff:
-                continue
-            if dry_run:
-                results.append(ExpiryResult(sid, when, "would delete"))
-            elif not _head(core, sid).same_chain_point(head):
-                results.append(ExpiryResult(sid, when, "kept"))
-            else:
-                removed = delete_session(core, sid, purge=purge)
-                results.append(ExpiryResult(sid, when, "deleted" if removed else "gone"))
-        except (EventStoreError, OSError) as exc:
-            results.append(ExpiryResult(sid, None, "failed", " ".join(str(exc).split())))
+        res = expire_one(core, sid, cutoff, dry_run=dry_run, purge=purge)
+        if res is not None:
+            results.append(res)
     return results
+
+
+def expire_one(
+    core: SessionCore, session_id: str, cutoff: datetime, *, dry_run: bool, purge: bool
+) -> ExpiryResult | None:
+    """Judge one session against `cutoff` and delete it if its last activity is older
+    (see `delete_older_than`); None when it is not idle. Errors are a "failed" result.
+
+    Without `purge` the tombstone's own expected-head append re-checks the head judged
+    (`tombstone.delete_session(if_head=)`): a write landing first keeps the session, one
+    landing after is refused; with `purge` the head is read again just before."""
+    try:
+        # the chain point (seq and link), not the seq alone: a session removed and
+        # created anew meanwhile may have as many events; a compaction keeps it
+        head = _head(core, session_id)
+        when = last_activity(core, session_id)
+        if when is None or when >= cutoff:
+            return None
+        if dry_run:
+            return ExpiryResult(session_id, when, "would delete")
+        if purge:
+            if not _head(core, session_id).same_chain_point(head):
+                return ExpiryResult(session_id, when, "kept")
+            removed = delete_session(core, session_id, purge=True)
+            return ExpiryResult(session_id, when, "deleted" if removed else "gone")
+        if tombstone.delete_session(core, session_id, if_head=head):
+            return ExpiryResult(session_id, when, "deleted")
+        # not deleted: written to meanwhile (kept), or deleted or purged by another
+        moved = tombstone.tombstone_of(core, session_id) is None and _head(core, session_id).seq
+        return ExpiryResult(session_id, when, "kept" if moved else "gone")
+    except (EventStoreError, OSError) as exc:
+        return ExpiryResult(session_id, None, "failed", " ".join(str(exc).split()))
 
 
 def _head(core: SessionCore, session_id: str) -> Head:
@@ -262,7 +283,9 @@ def _check_kept_chains(
         )  # fmt: skip
 
 
-def prune_archive(core: CoreOwner, session_id: str, before: int | datetime) -> PruneReport:
+def prune_archive(
+    core: CoreOwner, session_id: str, before: int | datetime, *, dry_run: bool = False
+) -> PruneReport:
     """Remove the session's archived segments that lie wholly before `before`: a
     sequence number (every event of the segment has a smaller one) or an aware time
     (its newest line is older). Only the oldest segments go, never one after a segment
@@ -275,8 +298,10 @@ def prune_archive(core: CoreOwner, session_id: str, before: int | datetime) -> P
     HistoryPrunedError, `verify` reports the pruned range as a warning. Compaction
     carries the record into its snapshot, so this holds after any later compaction.
     UnsupportedError, writing nothing, for an engine that cannot prune.
+    `dry_run`: report the segments that would go (`event_seq` None), change nothing.
     """
     core = core_of(core)
+    flag(dry_run, "dry_run")
     core.session(session_id)  # validates the id, checks the store is open
     if isinstance(before, bool) or not isinstance(before, (int, datetime)):
         raise InvalidArgumentError(
@@ -308,6 +333,8 @@ def prune_archive(core: CoreOwner, session_id: str, before: int | datetime) -> P
             last_h = _last_link(seg.read())  # the last dropped one's is kept
     if not dropped:
         return PruneReport(session_id)
+    if dry_run:
+        return PruneReport(session_id, [PrunedSegment(n, f, la, z) for f, la, n, z in dropped])
     asked = f"seq {before}" if isinstance(before, int) else before.astimezone(UTC).isoformat()
     event = ArchivePruned(
         first_seq=dropped[0][0],

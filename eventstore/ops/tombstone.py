@@ -101,12 +101,22 @@ def tombstone_of(core: CoreOwner, session_id: str) -> Tombstone | None:
 
 
 def delete_session(
-    core: CoreOwner, session_id: str, *, purge: bool = False, by: str | None = None
+    core: CoreOwner,
+    session_id: str,
+    *,
+    purge: bool = False,
+    by: str | None = None,
+    if_head: Head | None = None,
 ) -> bool:
     """Delete a session (see the module docstring): a tombstone, or with `purge` no
     trace at all. False if it had nothing stored (no tombstone is left then), or was
-    already deleted (an interrupted erasure is finished)."""
+    already deleted (an interrupted erasure is finished). `if_head` (not with `purge`):
+    delete only if the session is still at that chain point, checked under the
+    tombstone's own expected-head append, so a write that lands first keeps the
+    session (False) and one that comes after is refused by the tombstone."""
     core = core_of(core)
+    if if_head is not None and (purge or not isinstance(if_head, Head)):
+        raise InvalidArgumentError(f"if_head must be a Head, without purge, not {if_head!r}")
     flag(purge, "purge")
     if by is not None and not isinstance(by, str):
         raise InvalidArgumentError(f"by must be a str or None, not {described(by)}")
@@ -118,15 +128,21 @@ def delete_session(
         return removed
     who = default_by() if by is None else by
     fresh: list[bool] = []
+    moved: list[bool] = []
 
     def build(head: Head, states: list[Lifecycle]) -> list[Event]:
-        fresh[:] = []
+        fresh[:] = moved[:] = []
         if head.seq == 0 or states[0].deleted is not None:
             return []  # nothing stored, or deleted already: nothing to fence
+        if if_head is not None and not head.same_chain_point(if_head):
+            moved.append(True)
+            return []  # written to since the caller judged it: kept
         fresh.append(True)
         return [SessionDeleted(by=who, last_seq=head.seq, last_h=head.h)]
 
     core.write(session_id, build, None, (core.lifecycle,), after_tombstone=True)
+    if moved:
+        return False  # kept: its writer's events stand
     if _tombstone(core, session_id) is not None:
         erase(core, session_id)
     return bool(fresh)
