@@ -66,7 +66,8 @@ from eventstore.format.events import (
     Upcaster,
     event_tag,
 )
-from eventstore.ops import history, lifecycle, listing, paging, retention as retention_ops, tombstone
+from eventstore.ops import history, lifecycle, listing, paging, tombstone
+from eventstore.ops import retention as retention_ops
 from eventstore.ops.listing import SessionInfo
 from eventstore.records import (
     BootstrapState,
