@@ -48,6 +48,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eventstore.cli.contexts",
     "eventstore.cli.claude_code",
     "eventstore.cli.delete",
+    "eventstore.cli.gc",
     "eventstore.cli.keys",
     "eventstore.cli.postgres",
     "eventstore.cli.report",

@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import textwrap
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypeAlias
 
 from eventstore.errors import InvalidArgumentError
 from eventstore.ops.history import parse_time as parse_iso_time
+from eventstore.ops.lifecycle import parse_age
 
 __all__ = [
     "EXIT_OK",
@@ -28,6 +29,7 @@ __all__ = [
     "add_full",
     "add_root",
     "add_session",
+    "age",
     "nonneg_int",
     "parse_time",
     "poll_seconds",
@@ -57,6 +59,14 @@ def parse_time(text: str) -> datetime:
     library's own parser, so `--at-time` and `state_at(at=str)` agree)."""
     try:
         return parse_iso_time(text)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def age(text: str) -> timedelta:
+    """An age: a number and a unit (`30d`, `12h`, `90m`, `45s`, `2w`)."""
+    try:
+        return parse_age(text)
     except InvalidArgumentError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

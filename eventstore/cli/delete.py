@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 import msgspec
 
+from eventstore.cli.args import age
 from eventstore.cli.claude_code import missing_store
 from eventstore.errors import (
     EventStoreError,
@@ -32,7 +33,6 @@ from eventstore.ops.history import history_files, parse_time
 from eventstore.ops.lifecycle import (
     ExpiryResult,
     delete_older_than,
-    parse_age,
     prune_archive,
 )
 from eventstore.store import SessionStore
@@ -70,7 +70,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("root", metavar="ROOT", help="the store: a directory or a URL")
     p.add_argument("sessions", metavar="SESSION", nargs="*", help="sessions to delete")
     p.add_argument(
-        "--older-than", metavar="AGE", type=_age, help="delete sessions idle for longer than AGE"
+        "--older-than", metavar="AGE", type=age, help="delete sessions idle for longer than AGE"
     )
     p.add_argument("--dry-run", action="store_true", help="show what would be deleted")
     p.add_argument(
@@ -78,13 +78,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--json", action="store_true", help="print JSON (a list of results)")
     p.set_defaults(func=run)
-
-
-def _age(text: str) -> object:
-    try:
-        return parse_age(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
