@@ -32,8 +32,9 @@ class Policy:
     `idle`: a session whose last event is older than this is deleted, leaving a
     tombstone (by `gc` only: a session being appended to is not idle). `archive_older_than`:
     archived history whose newest line is older than this is pruned, behind an
-    `archive_pruned` event (engines that can prune: file, Redis). `keep_events`: a
-    session whose live log holds more lines than this is compacted (its lines archived).
+    `archive_pruned` event (every engine but PostgreSQL). `keep_events`: a
+    session whose live log holds more lines than this is compacted (its lines archived;
+    skipped, as automatic compaction is, when the snapshot would not be smaller).
     Given to `SessionStore(retention=...)`, `keep_events` and `archive_older_than` are
     applied after each append as automatic compaction is; `SessionStore.gc` applies all
     three to every session."""
