@@ -20,7 +20,7 @@ from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.core.validation import described, flag, optional_age, optional_whole
 from eventstore.engines.base import PruningEngine
 from eventstore.errors import EventStoreError, InvalidArgumentError, UnsupportedError
-from eventstore.ops import compaction, lifecycle, tombstone
+from eventstore.ops import lifecycle, tombstone
 
 __all__ = ["GcReport", "Policy", "check_engine", "gc", "over", "prune_old_archive"]
 
@@ -196,6 +196,9 @@ def _gc_one(
             report.kept.append(sid)
     head = core.engine.head(sid)
     if over(policy, head.seq - head.base_seq + 1):
+        # loaded when first used: the session API's hot path imports this module
+        from eventstore.ops import compaction
+
         done = compaction.compact(core, sid, archive=True, dry_run=dry_run)
         if done.compacted or (dry_run and done.skipped is None):
             report.compacted.append(sid)
