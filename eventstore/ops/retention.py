@@ -181,6 +181,12 @@ def _gc_one(
 ) -> int:
     """Apply the policy to one session, adding to `report`; the bytes it freed."""
     before = _session_bytes(core, sid)
+    if tombstone.tombstone_of(core, sid) is not None:
+        # a delete killed before its erasure: deleted already, it takes no more events
+        # (no pruning record); finishing the erasure is what is left to do
+        if not dry_run:
+            tombstone.erase(core, sid)
+        return 0 if dry_run else before - _session_bytes(core, sid)
     idle_cut = None if policy.idle is None else _before(now, policy.idle)
     if idle_cut is not None:
         res = lifecycle.expire_one(core, sid, idle_cut, dry_run=dry_run, purge=False)
