@@ -40,6 +40,7 @@ from eventstore.ops.compaction import (
 )
 from eventstore.ops.lifecycle import ExpiryResult, PruneReport
 from eventstore.ops.listing import SessionInfo
+from eventstore.ops.retention import GcReport, Policy
 from eventstore.ops.tombstone import Tombstone
 from eventstore.records import (
     BootstrapState,
@@ -459,6 +460,18 @@ class AsyncSessionStore:
     async def rebuild_index(self) -> int:
         """Rebuild the session index from the logs (see `SessionStore.rebuild_index`)."""
         return await self._submit(_STORE_WIDE, self.store.rebuild_index)
+
+    async def gc(
+        self,
+        policy: Policy | None = None,
+        *,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> GcReport:
+        """Apply a retention policy to every session (see `SessionStore.gc`)."""
+        return await self._submit(
+            _STORE_WIDE, lambda: self.store.gc(policy, dry_run=dry_run, now=now)
+        )
 
     async def feed(self, after: Any = None, limit: int = 1000) -> list[tuple[Any, str, Event]]:
         """The global feed (see `SessionStore.feed`; PostgreSQL only)."""
