@@ -30,6 +30,9 @@ Recording (`Recorder`, a context manager over one directory, the root)
     `Path.write_bytes`) and any `mmap` of a file under the root. C extensions writing
     through their own calls would still be missed: `Recorder.self_check()` replays the
     whole trace and compares it with the real tree, byte for byte.
+    `Recorder(root, unmodelled=(name, ...))` leaves files by those name prefixes out of
+    the trace and the check, as if outside the root: for files another program keeps
+    crash-safe its own way (eventstore's session index, a SQLite file).
 
 The two persistence models (`EXT4_ORDERED`, `STRICT`)
     Common to both: a crash after op k keeps everything made durable before it and
