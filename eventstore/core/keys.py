@@ -1,6 +1,13 @@
 """The data keys of a store opened with a `KeyRing`: each session's, created on its first
 encrypted append, found by the codec when it decrypts an encrypted line, rewrapped by `rekey`,
-destroyed by `forget`.
+destroyed by `forget` (and by a delete: `shred_slot`, `free_slot`).
+
+A slot goes one way: none -> a wrapped key (created, only where none is; rewrapped by
+`rekey`) -> forgotten (the key destroyed, the time kept) -> none again (only a forgotten
+slot is removed, compare and delete, and only once no log of the session is left: a
+purge, a restore, or the first write to an id whose log is gone). So no slot a live
+session's lines need is ever removed, and a log restored from a backup finds either the
+forgotten record (KeyForgottenError) or a newer key that does not open its lines.
 
 A session's data key lives in a key slot of the engine (`eventstore.engines.base.KeyEngine`,
 named by `eventstore.format.crypt.key_id_of`), wrapped by the ring's master keys; the
@@ -28,7 +35,7 @@ from eventstore.format.crypt import (
     key_id_of,
 )
 
-__all__ = ["CacheCipher", "SessionKeys", "key_engine"]
+__all__ = ["CacheCipher", "SessionKeys", "free_slot", "has_slot", "key_engine", "shred_slot"]
 
 
 def key_engine(engine: Engine) -> KeyEngine:
@@ -39,6 +46,39 @@ def key_engine(engine: Engine) -> KeyEngine:
             " (file and memory stores keep them)"
         )
     return engine
+
+
+def has_slot(engine: Engine, session_id: str) -> bool:
+    """Whether `engine` keeps a key slot (live or forgotten) of the session."""
+    return isinstance(engine, KeyEngine) and engine.load_key_slot(key_id_of(session_id)) is not None
+
+
+def shred_slot(engine: Engine, session_id: str) -> str | None:
+    """Destroy the session's data key in `engine` (no master key needed): its slot is
+    replaced by one holding no wrap, only the time. Returns the data key id, None if the
+    session has no slot (or `engine` keeps none). A forgotten slot is left as it is."""
+    if not isinstance(engine, KeyEngine):
+        return None
+    dk = key_id_of(session_id)
+    data = engine.load_key_slot(dk)
+    if data is None:
+        return None
+    if decode_slot(data, dk).forgotten is None:
+        engine.replace_key_slot(dk, encode_slot(KeySlot(dk, forgotten=entropy.now())))
+    return dk
+
+
+def free_slot(engine: Engine, session_id: str) -> bool:
+    """Remove the session's key slot if it is forgotten (a live key is never removed:
+    False), so that the id's next session gets a new key. Call only once its log is
+    gone. True if a slot was removed."""
+    if not isinstance(engine, KeyEngine):
+        return False
+    dk = key_id_of(session_id)
+    data = engine.load_key_slot(dk)
+    if data is None or decode_slot(data, dk).forgotten is None:
+        return False
+    return engine.remove_key_slot(dk, data)
 
 
 class SessionKeys:
@@ -91,13 +131,20 @@ class SessionKeys:
             raise KeyMissingError(dk, self._names.get(dk), "no key slot holds this data key")
         return self._unwrapped(slot)
 
-    def for_writing(self, session_id: str) -> DataKey:
-        """The session's data key, created (and its slot kept, durably) if it has none."""
+    def for_writing(self, session_id: str, first: bool = False) -> DataKey:
+        """The session's data key, created (and its slot kept, durably) if it has none.
+        `first`: the write starts the session (no log is stored): the slot is read
+        again, not the key kept in memory (another process may have purged or restored
+        the id meanwhile, destroying that key), and a forgotten slot left by a purge or
+        restore is removed so the new session gets a new key."""
         dk = key_id_of(session_id)
-        found = self._keys.get(dk)
+        found = None if first else self._keys.get(dk)
         if found is not None:
             return found
         self._names[dk] = session_id
+        if first:
+            self.drop(session_id)
+            free_slot(self.engine, session_id)
         slot = self._slot(dk)
         if slot is None:
             key = DataKey.new_key()
@@ -114,16 +161,16 @@ class SessionKeys:
         """Destroy the session's data key: its slot is replaced by one holding no wrap
         (and the time), and this store's copy in memory is dropped. Returns the data key
         id, None if the session never had one."""
-        dk = key_id_of(session_id)
-        self._names[dk] = session_id
-        slot = self._slot(dk)
-        if slot is None:
-            return None
-        if slot.forgotten is None:
-            self.engine.replace_key_slot(dk, encode_slot(KeySlot(dk, forgotten=entropy.now())))
-        with self._guard:
-            self._keys.pop(dk, None)
+        self._names[key_id_of(session_id)] = session_id
+        dk = shred_slot(self.engine, session_id)
+        self.drop(session_id)
         return dk
+
+    def drop(self, session_id: str) -> None:
+        """Drop this store's copy in memory of the session's data key (its slot is read
+        again when next needed)."""
+        with self._guard:
+            self._keys.pop(key_id_of(session_id), None)
 
     def if_any(self, session_id: str) -> DataKey | None:
         """The session's data key if it has one this store can unwrap, else None (no

@@ -306,9 +306,12 @@ class SessionCore:
         self.refuse_encrypted(session_id, what)
         return None
 
-    def cipher_for(self, session_id: str, events: Sequence[Event]) -> DataKey | None:
+    def cipher_for(
+        self, session_id: str, events: Sequence[Event], first: bool = False
+    ) -> DataKey | None:
         """The data key `events` are sealed with (None: written plain, by a store without
-        keys, or maintenance records); KeyForgottenError once the key was destroyed."""
+        keys, or maintenance records); KeyForgottenError once the key was destroyed.
+        `first`: the batch starts the session (`SessionKeys.for_writing`)."""
         if all(isinstance(ev, _NEVER_ENCRYPTED) for ev in events):
             return None
         if self.keys is None:
@@ -318,7 +321,7 @@ class SessionCore:
                 self.refuse_encrypted(session_id, "a store without keys appending to it")
                 self._plain.add(session_id)
             return None
-        return self.keys.for_writing(session_id)
+        return self.keys.for_writing(session_id, first)
 
     def forget(self, session_id: str | None = None) -> None:
         """Forget what is kept of the session (every session: None), as when its log was
@@ -601,7 +604,7 @@ class SessionCore:
             now = entropy.now()
             data, stamped, link = self.codec.encode_batch(
                 events, head.seq + 1, head.link, now, key, check=check,
-                cipher=self.cipher_for(sess.session_id, events),
+                cipher=self.cipher_for(sess.session_id, events, first=head.seq == 0),
             )  # fmt: skip
             last = events[-1]
             batch = EncodedBatch(

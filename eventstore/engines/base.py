@@ -655,7 +655,9 @@ class KeyEngine(Engine):
     master keys (`eventstore.format.crypt.KeySlot`), under the data key's id. A slot
     holds no key in the clear; it is kept outside the logs so that replacing it destroys
     the data key everywhere the engine kept it (crypto-shredding) without touching a
-    log. Slots are not removed with a session."""
+    log. Slots are not removed with a session: a delete first destroys the key (a slot
+    holding only the record that it was forgotten), and only a forgotten slot is ever
+    removed (`remove_key_slot`)."""
 
     @abstractmethod
     def load_key_slot(self, dk: str) -> bytes | None:
@@ -675,6 +677,12 @@ class KeyEngine(Engine):
     @abstractmethod
     def list_key_slots(self) -> list[str]:
         """The ids of every key slot."""
+
+    @abstractmethod
+    def remove_key_slot(self, dk: str, data: bytes) -> bool:
+        """Remove the key slot `dk` if it holds exactly `data` (compare and delete, as one
+        step: a slot another writer replaced or created meanwhile is kept, and False),
+        durably. True if it was removed."""
 
 
 class RangedEngine(Engine):

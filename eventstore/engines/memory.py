@@ -340,6 +340,14 @@ class MemoryEngine(RangedEngine, PruningEngine, KeyEngine, IndexingEngine):
         with self._store.changed:
             return sorted(self._store.key_slots)
 
+    def remove_key_slot(self, dk: str, data: bytes) -> bool:
+        """Remove the key slot `dk` if it holds `data` (`KeyEngine`)."""
+        with self._store.changed:
+            if self._store.key_slots.get(dk) != data:
+                return False
+            del self._store.key_slots[dk]
+            return True
+
     def _moved(self, session_id: str, head: Head) -> None:
         """The index after the live log was replaced (lock held)."""
         old = self._store.index.get(session_id)

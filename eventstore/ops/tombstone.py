@@ -18,11 +18,24 @@ sid)` runs in two steps, each atomic on every engine:
    archived history is dropped (`PruningEngine.prune_history`) and the fold caches are
    overwritten with the empty states.
 
-A crash between the steps leaves the data lines with the tombstone after them: the
-session already reads as deleted and takes no write; `delete_session` again (or
-`erase`) finishes the erasure. `purge=True` removes every trace instead
-(`Engine.remove_session`), after which the id is simply free. `restore` removes a
-tombstoned session the same way, so the id starts a fresh session.
+3. **Shred.** An encrypted session's data key is destroyed (its key slot keeps only
+   the record that it was forgotten: `eventstore.core.keys.shred_slot`), so the copies
+   of its log the erase cannot reach (archives elsewhere, backups, replicas) can no
+   longer be read, by any store, even with the master key.
+
+The order is chosen so that no crash leaves a live session without its key, and no
+acknowledged delete leaves data readable: the key is destroyed only once the tombstone
+is durable (before it, the session is live and keeps its key), and after the erase, so
+that the erased log (a plain snapshot: the tombstone holds no user content) is read
+without any key; `delete_session` returns only after the shred. A crash between the
+steps leaves a session that already reads as deleted and takes no write (its data lines
+and key perhaps still stored); `delete_session` again, `erase` or `gc` finishes every
+step. `purge=True` removes every trace instead, in the same order for an encrypted
+session: tombstone, erase and shred, then `Engine.remove_session`, then the forgotten
+key slot (`free_slot`), after which the id is simply free and a new session under it
+gets a new key. `restore` removes a tombstoned session and its forgotten slot the same
+way (shredding first a key a crash left), so the id starts a fresh session with a new
+key and nothing written before the delete opens under it.
 """
 
 from __future__ import annotations
@@ -32,6 +45,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from eventstore import entropy
+from eventstore.core.keys import free_slot, has_slot, shred_slot
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.core.validation import described, flag
 from eventstore.engines.base import Head, HeadMovedError, PruningEngine
@@ -120,13 +134,35 @@ def delete_session(
     flag(purge, "purge")
     if by is not None and not isinstance(by, str):
         raise InvalidArgumentError(f"by must be a str or None, not {described(by)}")
-    sess = core.session(session_id)  # validates the id, checks the store is open
-    if purge:
-        with sess.lock:
-            removed = core.engine.remove_session(session_id)
-            core.forget(session_id)
-        return removed
+    core.session(session_id)  # validates the id, checks the store is open
     who = default_by() if by is None else by
+    if purge:
+        return _purge(core, session_id, who)
+    fresh = _fence(core, session_id, who, if_head)
+    if fresh is None:
+        return False  # kept: its writer's events stand
+    if _tombstone(core, session_id) is not None:
+        erase(core, session_id)
+    return fresh
+
+
+def _purge(core: SessionCore, session_id: str, who: str) -> bool:
+    """`delete_session(purge=True)`: an encrypted session is tombstoned, erased and its
+    key shredded first (the module docstring says why), then every trace is removed."""
+    if has_slot(core.engine, session_id):
+        _fence(core, session_id, who, None)
+        erase(core, session_id)
+    sess = core.session(session_id)
+    with sess.lock:
+        removed = core.engine.remove_session(session_id)
+        core.forget(session_id)
+    free_slot(core.engine, session_id)  # (a live slot, a session written since, stays)
+    return removed
+
+
+def _fence(core: SessionCore, session_id: str, who: str, if_head: Head | None) -> bool | None:
+    """Step 1: append the tombstone. True if this call appended it, False if there was
+    nothing to fence (nothing stored, or deleted already), None if `if_head` moved."""
     fresh: list[bool] = []
     moved: list[bool] = []
 
@@ -141,11 +177,7 @@ def delete_session(
         return [SessionDeleted(by=who, last_seq=head.seq, last_h=head.h)]
 
     core.write(session_id, build, None, (core.lifecycle,), after_tombstone=True)
-    if moved:
-        return False  # kept: its writer's events stand
-    if _tombstone(core, session_id) is not None:
-        erase(core, session_id)
-    return bool(fresh)
+    return None if moved else bool(fresh)
 
 
 def erase(core: CoreOwner, session_id: str) -> bool:
@@ -166,6 +198,7 @@ def erase(core: CoreOwner, session_id: str) -> bool:
             # archive (each step is idempotent)
             core.caches.save_fold_caches(session_id, head, empty)
             _drop_history(core, session_id, head)
+            _shred(core, session_id)
             return False
         try:
             done = engine.install_snapshot(session_id, line, head, keep_history=False)
@@ -176,8 +209,17 @@ def erase(core: CoreOwner, session_id: str) -> bool:
             sess.head = done.head
         core.caches.save_fold_caches(session_id, done.head, empty)
         _drop_history(core, session_id, done.head)
+        _shred(core, session_id)
         return True
     return False
+
+
+def _shred(core: SessionCore, session_id: str) -> None:
+    """Step 3 of a delete: destroy an encrypted session's data key (see the module
+    docstring), in the engine and in this store's memory."""
+    shred_slot(core.engine, session_id)
+    if core.keys is not None:
+        core.keys.drop(session_id)
 
 
 def _tombstone_snapshot(
@@ -221,8 +263,10 @@ def restore(core: CoreOwner, session_id: str) -> bool:
         core.forget(session_id)
         if _tombstone(core, session_id) is None:
             return False
+        _shred(core, session_id)  # (a key a crash left before its shred: never reused)
         removed = core.engine.remove_session(session_id)
         core.forget(session_id)
+    free_slot(core.engine, session_id)  # the id's next session gets a new key
     return removed
 
 

@@ -1009,6 +1009,11 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         with self._key_slots("listing key slots", None):
             return keys.list_slots(self.root)
 
+    def remove_key_slot(self, dk: str, data: bytes) -> bool:
+        """Remove the key slot `dk` if it holds `data` (`KeyEngine`)."""
+        with self._key_slots("removing key slot", dk):
+            return keys.remove_slot(self.root, dk, data)
+
     @contextmanager
     def _key_slots(self, doing: str, dk: str | None) -> Iterator[None]:
         """An OSError of the key slots' files as a StorageError naming the slot."""

@@ -7,7 +7,11 @@ A slot is created by linking a durable temporary file to its name (the link fail
 another writer got there first: both agree on one key), replaced atomically
 (`write_atomically`), files 0600 in a 0700 directory. Replacing a slot unlinks the old
 file; the bytes it held may remain in free blocks of the file system until reused
-(docs/encryption.md says what crypto-shredding reaches).
+(docs/encryption.md says what crypto-shredding reaches). A slot is removed only if it holds
+given bytes (a forgotten key's record), under an exclusive `flock` of `<root>/keys/.lock`
+that every remover takes: a slot is created only where none is, and a forgotten record is
+never replaced, so between a remover's read and its unlink the slot can change only by
+another remover's hand, which the lock excludes.
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ from eventstore.engines.file.layout import (
     write_all,
     write_atomically,
 )
+from eventstore.engines.file.session import lock_exclusive
 from eventstore.errors import InvalidArgumentError
 
-__all__ = ["create_slot", "list_slots", "load_slot", "replace_slot"]
+__all__ = ["create_slot", "list_slots", "load_slot", "remove_slot", "replace_slot"]
 
 KEYS_DIR = "keys"
+_LOCK_NAME = ".lock"  # (not a slot's name: `list_slots` skips it)
 _SLOT_NAME = re.compile(r"[0-9a-f]{20}\Z")
 
 
@@ -92,3 +98,20 @@ def list_slots(root: Path) -> list[str]:
     except FileNotFoundError:
         return []
     return sorted(n for n in names if _SLOT_NAME.match(n))
+
+
+def remove_slot(root: Path, dk: str, data: bytes) -> bool:
+    """Remove slot `dk` if it holds exactly `data` (False: it holds other bytes, or
+    none); durable when True."""
+    path = _path(root, dk)
+    ensure_private_dir(path.parent)
+    fd = open_private(path.parent / _LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    try:
+        lock_exclusive(fd)
+        if load_slot(root, dk) != data:
+            return False
+        os.unlink(path)
+        fsync_dir(path.parent)
+        return True
+    finally:
+        os.close(fd)  # (closing releases the lock)

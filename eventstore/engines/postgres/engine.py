@@ -680,6 +680,15 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine):
 
         return self._query("listing key slots", run)
 
+    def remove_key_slot(self, dk: str, data: bytes) -> bool:
+        """Remove the key slot `dk` if it holds `data` (one conditional DELETE)."""
+        with self._conn("removing a key slot") as conn, conn.transaction():
+            cur = conn.execute(
+                f"DELETE FROM {self._q}.meta WHERE name = %s AND value = %s",
+                (_SLOT + dk, data.decode()),
+            )
+            return cur.rowcount == 1
+
     # -- the session index -------------------------------------------------------------
 
     def index_page(

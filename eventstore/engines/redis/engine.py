@@ -180,6 +180,12 @@ def _head_of(c: list[Any]) -> Head:
     return Head(seq, _text(c[2]), _text(c[3]), RedisPosition(gen, int(c[6]), size), size, int(c[4]))
 
 
+# compare and delete in one step (a script runs alone): a slot replaced meanwhile is kept
+_REMOVE_IF_SAME = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
+
+
 class RedisEngine(PruningEngine, KeyEngine):
     """Sessions on a Redis server: see the module docstring. Pruning (`PruningEngine`);
     `RedisFeedEngine` adds the global feed."""
@@ -575,6 +581,19 @@ class RedisEngine(PruningEngine, KeyEngine):
             ]
 
         return sorted(self._call("listing key slots", run))
+
+    def remove_key_slot(self, dk: str, data: bytes) -> bool:
+        """Remove the key slot `dk` if it holds `data` (a script: GET, compare, DEL)."""
+        key = self._slot_key(dk)
+        gone = bool(
+            self._call(
+                "removing a key slot",
+                lambda: self._client.eval(_REMOVE_IF_SAME, 1, key, data),
+            )
+        )
+        if gone:
+            self._durable()
+        return gone
 
     def remove_session(self, session_id: str) -> bool:
         """One script: every key of the session deleted at once."""
