@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,9 @@ from eventstore import (
     SessionStore,
     WrongKeyError,
 )
-from eventstore.errors import CorruptLogError, InvalidArgumentError
+from eventstore.engines.base import KeyEngine
+from eventstore.errors import CorruptLogError, EventStoreError, InvalidArgumentError
+from eventstore.format.crypt import decode_slot, key_id_of
 from eventstore.format.chain import line_hash
 from eventstore.ops.migrate import migrate_session
 
@@ -647,3 +650,137 @@ def test_the_async_store_forgets_and_rekeys(tmp_path: Path) -> None:
     with SessionStore(root, keys=ring("m2", M2)) as store:
         assert store.load_transcript_messages("s2")[0].content == MARKER
     no_marker(root)
+
+
+# -- a delete reaches the copies: deleting an encrypted session shreds its key -----------
+
+
+def _slot(store: SessionStore, sid: str = "s1") -> bytes | None:
+    engine = store.engine
+    assert isinstance(engine, KeyEngine)
+    return engine.load_key_slot(key_id_of(sid))
+
+
+def _written(store: SessionStore, sid: str = "s1") -> None:
+    """`fill`, then compacted with an archive and written to after: the marker is in the
+    live log, the snapshot and the archive."""
+    fill(store, sid)
+    assert store.compact(sid, force=True).compacted
+    store.append_transcript_messages(sid, [Message(role=Role.USER, content=f"late {MARKER}")])
+
+
+def _logs_only(store: SessionStore, tmp_path: Path, sid: str = "s1") -> SessionStore:
+    """A backup of the session's logs and archive (a file store), without its key slot:
+    what a backup of the logs kept apart from the key slots holds."""
+    backup = SessionStore(tmp_path / f"backup-{uuid.uuid4().hex[:8]}")
+    migrate_session(store.engine, backup, sid)
+    engine = backup.engine
+    assert isinstance(engine, KeyEngine)
+    data = engine.load_key_slot(key_id_of(sid))
+    assert data is not None and engine.remove_key_slot(key_id_of(sid), data)
+    return backup
+
+
+def _nothing_readable(store: SessionStore, sid: str = "s1") -> list[str]:
+    """Every read of the session's content either fails with a typed error or shows no
+    marker; returns the names of the errors raised."""
+    reads = {
+        "transcript": lambda: store.load_transcript_messages(sid),
+        "bootstrap": lambda: store.load_bootstrap_state(sid),
+        "events": lambda: list(store.read_events(sid)),
+        "state_at": lambda: store.state_at(sid, seq=3),
+        "transcript_at": lambda: store.transcript_at(sid, seq=max(1, store.last_seq(sid))),
+    }
+    raised = []
+    for name, read in reads.items():
+        try:
+            out = read()
+        except EventStoreError as exc:
+            raised.append(type(exc).__name__)
+            assert MARKER not in str(exc), name
+            continue
+        assert MARKER not in repr(out), name
+    return raised
+
+
+@pytest.mark.parametrize("purge", [False, True], ids=["tombstone", "purge"])
+def test_a_delete_shreds_the_key_so_no_backup_of_the_logs_opens(
+    url: str, tmp_path: Path, purge: bool
+) -> None:
+    """After `delete_session` of an encrypted session, its logs and archive restored from
+    a backup taken before the delete (the store's key slots kept as the delete left them)
+    open under no API: the key is forgotten (tombstone: KeyForgottenError) or gone
+    (purge: KeyMissingError), never silently a new one; the chain still verifies."""
+    with SessionStore(url, keys=ring()) as store:
+        _written(store)
+        backup = _logs_only(store, tmp_path)
+        assert store.delete_session("s1", purge=purge)
+        slot = _slot(store)
+        if purge:
+            assert slot is None  # the id is free
+        else:
+            assert slot is not None and decode_slot(slot, key_id_of("s1")).forgotten is not None
+            assert store.load_transcript_messages("s1") == []  # deleted: reads empty
+        store.engine.remove_session("s1")  # the backup's logs back in place of the store's
+        migrate_session(backup.engine, store.engine, "s1")
+        assert _slot(store) == slot  # (the backup carried no slot: the store's are kept)
+    with SessionStore(url, keys=ring()) as store:
+        raised = _nothing_readable(store)
+        want = "KeyMissingError" if purge else "KeyForgottenError"
+        assert raised and set(raised) == {want}
+        assert store.verify("s1").ok
+    backup.close()
+
+
+def test_restore_after_deleting_an_encrypted_session_gives_it_a_new_key(
+    url: str, tmp_path: Path
+) -> None:
+    """`restore` frees the id and its forgotten slot: new events get a new key and read
+    back; what was written before the delete (a backup) does not open under the new key."""
+    with SessionStore(url, keys=ring()) as store:
+        _written(store)
+        backup = _logs_only(store, tmp_path)
+        old = _slot(store)
+        assert store.delete_session("s1") and store.restore("s1")
+        assert _slot(store) is None
+        store.append_transcript_messages("s1", [Message(role=Role.USER, content="fresh")])
+        new = _slot(store)
+        assert new is not None and new != old
+    with SessionStore(url, keys=ring()) as store:
+        assert [m.content for m in store.load_transcript_messages("s1")] == ["fresh"]
+    mixed_url = f"memory://mixed-{uuid.uuid4().hex}"
+    with SessionStore(mixed_url) as mixed:  # the backup's logs beside the new key slot
+        migrate_session(backup.engine, mixed, "s1")
+        assert isinstance(mixed.engine, KeyEngine)
+        assert mixed.engine.create_key_slot(key_id_of("s1"), new)
+    with SessionStore(mixed_url, keys=ring()) as mixed:
+        assert set(_nothing_readable(mixed)) == {"CorruptLogError"}  # does not authenticate
+    backup.close()
+
+
+def test_a_store_holding_the_old_key_writes_a_restored_id_under_the_new_one(url: str) -> None:
+    """A store that kept a session's data key in memory, writing to the id after another
+    store deleted and restored it, rereads the slot (a new session's first write does):
+    its events are under the new key, readable by every store."""
+    with SessionStore(url, keys=ring()) as a, SessionStore(url, keys=ring()) as b:
+        b.append_transcript_messages("s1", [Message(role=Role.USER, content=MARKER)])
+        assert b.load_transcript_messages("s1")[0].content == MARKER  # b holds the key
+        assert a.delete_session("s1") and a.restore("s1")
+        b.append_transcript_messages("s1", [Message(role=Role.USER, content="after")])
+    with SessionStore(url, keys=ring()) as c:
+        assert [m.content for m in c.load_transcript_messages("s1")] == ["after"]
+
+
+def test_only_a_key_slot_holding_the_given_bytes_is_removed(url: str) -> None:
+    """`KeyEngine.remove_key_slot` compares and deletes: a slot replaced meanwhile stays."""
+    with SessionStore(url, keys=ring()) as store:
+        store.append_transcript_messages("s1", [Message(role=Role.USER, content="x")])
+        engine = store.engine
+        assert isinstance(engine, KeyEngine)
+        dk = key_id_of("s1")
+        live = engine.load_key_slot(dk)
+        assert live is not None
+        assert not engine.remove_key_slot(dk, live + b" ")
+        assert engine.load_key_slot(dk) == live
+        assert engine.remove_key_slot(dk, live) and engine.load_key_slot(dk) is None
+        assert not engine.remove_key_slot(dk, live)
