@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import textwrap
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from eventstore import (
     KeyRing,
     Message,
     Role,
+    SessionDeletedError,
     SessionStore,
     WrongKeyError,
 )
@@ -784,3 +786,113 @@ def test_only_a_key_slot_holding_the_given_bytes_is_removed(url: str) -> None:
         assert engine.load_key_slot(dk) == live
         assert engine.remove_key_slot(dk, live) and engine.load_key_slot(dk) is None
         assert not engine.remove_key_slot(dk, live)
+
+
+class _Crash(Exception):
+    """A delete stopped at a step (what a kill there leaves)."""
+
+
+@pytest.mark.parametrize(
+    ("step", "purge"),
+    [
+        ("install_snapshot", False),  # tombstone durable, data not yet erased
+        ("replace_key_slot", False),  # erased, key not yet destroyed
+        ("replace_key_slot", True),
+        ("remove_session", True),  # erased and shredded, log not yet removed
+        ("remove_key_slot", True),  # log removed, forgotten slot not yet removed
+    ],
+)
+def test_a_delete_stopped_at_any_step_leaves_no_live_session_without_its_key(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str, purge: bool
+) -> None:
+    """The key is destroyed only after the tombstone is durable and the log erased: a
+    delete stopped at any step leaves the session live and readable, or deleted; the
+    delete run again finishes (the key destroyed, a backup of the logs unreadable); after
+    a stopped purge, the id takes a new session with a new key."""
+    with SessionStore(url, keys=ring()) as store:
+        _written(store)
+        want = store.load_transcript_messages("s1")
+        backup = _logs_only(store, tmp_path)
+
+        def crash(*args: object, **kw: object) -> object:
+            raise _Crash(step)
+
+        with monkeypatch.context() as m:
+            m.setattr(store.engine, step, crash)
+            with pytest.raises(_Crash):
+                store.delete_session("s1", purge=purge)
+    with SessionStore(url, keys=ring()) as store:
+        t = store.tombstone_of("s1")
+        if t is None and store.last_seq("s1"):
+            assert store.load_transcript_messages("s1") == want  # live: its key is there
+        else:
+            assert store.load_transcript_messages("s1") == []  # deleted (or gone)
+        store.delete_session("s1", purge=purge)  # finishes what was stopped
+        slot = _slot(store)
+        if purge:
+            assert slot is None
+            store.append_transcript_messages("s1", [Message(role=Role.USER, content="new")])
+            assert [m.content for m in store.load_transcript_messages("s1")] == ["new"]
+            store.delete_session("s1", purge=True)
+        else:
+            assert slot is not None and decode_slot(slot, key_id_of("s1")).forgotten is not None
+        store.engine.remove_session("s1")
+        migrate_session(backup.engine, store.engine, "s1")
+    with SessionStore(url, keys=ring()) as store:
+        assert _nothing_readable(store)
+    backup.close()
+
+
+_KEYED_DELETER = textwrap.dedent(
+    """
+    import sys
+    from eventstore import KeyRing, SessionStore
+    with SessionStore(sys.argv[1], keys=KeyRing({"m1": bytes(range(32))})) as store:
+        for sid in sys.argv[2:]:
+            store.delete_session(sid)
+    """
+)
+
+
+def test_a_deleter_of_encrypted_sessions_killed_at_random_moments(tmp_path: Path) -> None:
+    """After every SIGKILL of a process deleting encrypted sessions, each is live with its
+    key (reads as written) or deleted (reads empty, takes no write): never live without
+    its key; deleting again leaves every key destroyed."""
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = tmp_path / "st"
+    rng = random.Random(3333)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    ids = [f"s{i:02d}" for i in range(16)]
+    with SessionStore(root, keys=ring()) as store:
+        for sid in ids:
+            store.append_transcript_messages(sid, [Message(role=Role.USER, content=MARKER)])
+    for _ in range(4):
+        with SessionStore(root, keys=ring()) as store:
+            left = [sid for sid in ids if store.tombstone_of(sid) is None]
+        if not left:
+            break
+        proc = subprocess.Popen([sys.executable, "-c", _KEYED_DELETER, str(root), *left], env=env)
+        time.sleep(rng.uniform(0.05, 0.8))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        with SessionStore(root, keys=ring()) as store:
+            for sid in ids:
+                if store.tombstone_of(sid) is None:
+                    assert store.load_transcript_messages(sid)[0].content == MARKER, sid
+                else:
+                    assert store.load_transcript_messages(sid) == [], sid
+                    with pytest.raises(SessionDeletedError):
+                        store.append_transcript_messages(
+                            sid, [Message(role=Role.USER, content="x")]
+                        )
+    with SessionStore(root, keys=ring()) as store:
+        for sid in ids:
+            store.delete_session(sid)
+            slot = _slot(store, sid)
+            assert slot is not None and decode_slot(slot, key_id_of(sid)).forgotten is not None
