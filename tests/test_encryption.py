@@ -38,8 +38,8 @@ from eventstore import (
 )
 from eventstore.engines.base import KeyEngine
 from eventstore.errors import CorruptLogError, EventStoreError, InvalidArgumentError
-from eventstore.format.crypt import decode_slot, key_id_of
 from eventstore.format.chain import line_hash
+from eventstore.format.crypt import decode_slot, key_id_of
 from eventstore.ops.migrate import migrate_session
 
 

@@ -1,8 +1,9 @@
 """A stateful model test: random sequences of the ten session operations, `append` with
 an expected sequence number and idempotency keys, compaction (with and without an
 archive, with and without retention), automatic compaction, `state_at`, forks, session
-removal and reopening, on two store instances sharing one store, against a tiny reference model
-of the contract. State, transcript, sequence and history are compared after every step.
+removal (tombstones, purges, restores), retention policies applied by `gc`, and
+reopening, on two store instances sharing one store, against a tiny reference model of
+the contract. State, transcript, sequence and history are compared after every step.
 It runs on every engine of `tests/engines.py`."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from eventstore import (
     HistoryUnavailableError,
     IdempotencyConflictError,
     Message,
+    Policy,
     ProgressAppended,
     ProgressEntry,
     RunCheckpoint,
@@ -119,6 +122,22 @@ class Ref:
 
 
 GONE = "gone"
+
+
+def _tombstoned(old: Ref) -> Ref:
+    """What a session deleted with a tombstone reads as: one more seq, nothing else;
+    history before the tombstone erased, except what an engine that cannot prune keeps
+    of earlier archives (not modelled)."""
+    t = old.seq + 1
+    return Ref(
+        seq=t,
+        deleted=True,
+        dropped=set(range(1, t + 1)),
+        history=dict.fromkeys(range(1, t + 1)),
+        compacted_at=t,
+    )
+
+
 sids = st.sampled_from(SIDS)
 which = st.sampled_from(["main", "other"])
 retentions = st.none() | st.builds(
@@ -464,16 +483,47 @@ class SessionStoreMachine(RuleBasedStateMachine):
             assert existed is False
         else:
             assert existed is True
-            t = old.seq + 1
-            # history before the tombstone: erased, except what an engine that cannot
-            # prune keeps of earlier archives (not modelled)
-            self.ref[sid] = Ref(
-                seq=t,
-                deleted=True,
-                dropped=set(range(1, t + 1)),
-                history=dict.fromkeys(range(1, t + 1)),
-                compacted_at=t,
-            )
+            self.ref[sid] = _tombstoned(old)
+
+    @rule(
+        w=which,
+        idle=st.none() | st.just(timedelta(hours=1)),
+        later=st.booleans(),
+        keep_events=st.none() | st.integers(1, 4),
+        dry_run=st.booleans(),
+    )
+    def gc(
+        self,
+        w: str,
+        idle: timedelta | None,
+        later: bool,
+        keep_events: int | None,
+        dry_run: bool,
+    ) -> None:
+        """`gc` with a `Policy`: as of two hours `later` every live session with events is
+        idle (every event was written just now), so with `idle` each is tombstoned as
+        `delete_session` would; any other whose live log holds more than `keep_events`
+        lines is compacted with its archive (unless the snapshot would not be smaller: the
+        report says which). A dry run changes nothing; nothing fails."""
+        live = sorted(sid for sid in SIDS if self.ref[sid].seq and not self.ref[sid].deleted)
+        policy = Policy(idle=idle, keep_events=keep_events)
+        now = datetime.now(UTC) + (timedelta(hours=2) if later else timedelta(0))
+        report = self.stores[w].gc(policy, dry_run=dry_run, now=now)
+        assert report.failed == [] and report.kept == []
+        assert report.sessions == len(live)
+        expired = live if idle is not None and later else []
+        assert sorted(report.tombstoned) == expired
+        for sid in report.compacted:
+            ref = self.ref[sid]
+            assert sid in live and sid not in expired
+            lines = ref.seq - max(ref.compacted_at, 1) + 1  # (a snapshot is a line too)
+            assert keep_events is not None and lines > keep_events
+        if dry_run:
+            return
+        for sid in expired:
+            self.ref[sid] = _tombstoned(self.ref[sid])
+        for sid in report.compacted:
+            self._compacted(self.ref[sid], True, None)
 
     @rule(sid=sids, w=which)
     def restore(self, sid: str, w: str) -> None:
