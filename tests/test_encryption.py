@@ -896,3 +896,32 @@ def test_a_deleter_of_encrypted_sessions_killed_at_random_moments(tmp_path: Path
             store.delete_session(sid)
             slot = _slot(store, sid)
             assert slot is not None and decode_slot(slot, key_id_of(sid)).forgotten is not None
+
+
+def test_a_fork_into_a_purged_id_is_under_its_new_key(url: str) -> None:
+    """A fork starts a session: into an id another store purged, by a store that still
+    holds the id's old key in memory, it rereads the slot and seals under a new key."""
+    with SessionStore(url, keys=ring()) as a, SessionStore(url, keys=ring()) as b:
+        b.append_transcript_messages("dst", [Message(role=Role.USER, content=MARKER)])
+        b.append_transcript_messages("src", [Message(role=Role.USER, content="from src")])
+        assert b.load_transcript_messages("dst")[0].content == MARKER  # b holds the key
+        assert a.delete_session("dst", purge=True)
+        b.fork_session("src", "dst")
+    with SessionStore(url, keys=ring()) as c:
+        assert [m.content for m in c.load_transcript_messages("dst")] == ["from src"]
+
+
+def test_a_store_without_keys_deleting_an_encrypted_session_shreds_its_key(
+    tmp_path: Path,
+) -> None:
+    """No master key is needed to destroy a data key: `eventstore delete` without
+    `--master-key` shreds it too. (Not yet of a compacted session: a store without keys
+    cannot fold the lifecycle state out of its encrypted snapshot, and refuses.)"""
+    root = tmp_path / "st"
+    with SessionStore(root, keys=ring()) as store:
+        fill(store)
+    with SessionStore(root) as keyless:
+        assert keyless.delete_session("s1")
+        slot = _slot(keyless)
+        assert slot is not None and decode_slot(slot, key_id_of("s1")).forgotten is not None
+        assert keyless.load_transcript_messages("s1") == []

@@ -296,13 +296,14 @@ class SessionCore:
                 " state in the clear; nothing was written"
             )
 
-    def snapshot_cipher(self, session_id: str, what: str) -> DataKey | None:
+    def snapshot_cipher(self, session_id: str, what: str, first: bool = False) -> DataKey | None:
         """The data key a snapshot of the session is sealed with (a store with keys seals
         every snapshot it writes); None for a plain session of a store without keys, and
         EncryptedSessionError (`what` would write the states in the clear) for an
-        encrypted one."""
+        encrypted one. `first`: the snapshot starts the session (a fork:
+        `SessionKeys.for_writing`)."""
         if self.keys is not None:
-            return self.keys.for_writing(session_id)
+            return self.keys.for_writing(session_id, first)
         self.refuse_encrypted(session_id, what)
         return None
 

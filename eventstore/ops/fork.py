@@ -119,7 +119,7 @@ def fork_session(
     origin = ForkOrigin(session_id=source, seq=last.seq, h=last.h)
     snap = build_snapshot(events, states, b"", link_of(last), core.codec, False, False)
     snap = msgspec.structs.replace(snap, origin=origin)
-    cipher = core.snapshot_cipher(session_id, "forking into it")
+    cipher = core.snapshot_cipher(session_id, "forking into it", first=True)
     line, stamped = core.codec.encode_snapshot(
         snap, last.seq, link_of(last), datetime.now(UTC), cipher
     )
