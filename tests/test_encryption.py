@@ -520,6 +520,26 @@ def test_fold_caches_of_an_encrypted_session_are_encrypted_used_and_a_forged_one
         wrong.load_bootstrap_state("s1")  # a cache never stands in for the key
 
 
+def test_forget_key_of_a_compacted_session_then_a_delete(url: str) -> None:
+    """A compacted session's snapshot holds its states encrypted; `forget_key` still
+    appends its record (a write learns the session is live from the lifecycle state,
+    which a snapshot keeps plain: broken, it raised KeyForgottenError half way, the key
+    destroyed and no record), reads then say the key is forgotten, `verify` passes, and
+    the session can still be deleted, by a store with keys or without."""
+    with SessionStore(url, keys=ring()) as store:
+        fill(store)
+        store.compact("s1", force=True)
+        seq = store.last_seq("s1")
+        assert store.forget_key("s1") is True
+        assert store.last_seq("s1") == seq + 1  # its record appended
+        with pytest.raises(KeyForgottenError):
+            store.load_transcript_messages("s1")
+        assert store.verify("s1").ok
+    with SessionStore(url) as keyless:
+        assert keyless.delete_session("s1")
+        assert keyless.load_transcript_messages("s1") == []
+
+
 def test_forget_key_removes_a_wrapped_copy_a_killed_writer_left(tmp_path: Path) -> None:
     root = tmp_path / "st"
     with SessionStore(root, keys=ring()) as store:

@@ -31,6 +31,7 @@ from eventstore.errors import (
 from eventstore.format.chain import link_of, locate_states
 from eventstore.format.crypt import (
     ENC_MARK,
+    KEYLESS_TYPES,
     DataKey,
     decrypt_line,
     decrypt_lines,
@@ -100,7 +101,7 @@ class _DecryptingDecoder:
     A region without an encrypted line (a plain session's) goes to msgspec as it is: the
     cost for a store of plain sessions is one substring search per region."""
 
-    __slots__ = ("_codec", "_inner", "_lenient", "_needed")
+    __slots__ = ("_codec", "_inner", "_keyless", "_lenient", "_needed")
 
     def __init__(
         self,
@@ -108,8 +109,10 @@ class _DecryptingDecoder:
         inner: msgspec.json.Decoder[Event],
         needed: frozenset[bytes] | None,
         lenient: bool,
+        keyless: bool = False,
     ) -> None:
         self._codec, self._inner, self._needed, self._lenient = codec, inner, needed, lenient
+        self._keyless = keyless  # a decode for the lifecycle alone: snapshot states unopened
 
     def _wanted(self, line: bytes) -> bool:
         return self._needed is None or line_tag(line) in self._needed
@@ -138,6 +141,8 @@ class _DecryptingDecoder:
         return ev
 
     def decrypt_snapshot(self, snap: Snapshot, /) -> None:
+        if self._keyless:
+            return  # a fold of the lifecycle alone: its state is never encrypted
         if snap.states and states_encrypted(snap.states):
             try:
                 snap.states = decrypt_states(snap.states, snap.seq, snap.base_h, self._codec.key_of)
@@ -484,8 +489,9 @@ class EventCodec:
         """
         key = None if needed is None else frozenset(needed | _ALWAYS_DECODED)
         return _DecryptingDecoder(
-            self, self._msgspec_decoder(key), None if key is None else tags_in(key), lenient
-        )
+            self, self._msgspec_decoder(key), None if key is None else tags_in(key), lenient,
+            needed is not None and needed <= KEYLESS_TYPES,
+        )  # fmt: skip
 
     def _msgspec_decoder(self, key: frozenset[str] | None) -> msgspec.json.Decoder[Event]:
         dec = self._decoders.get(key)

@@ -376,13 +376,23 @@ def _state_aad(seq: int, base_h: str, name: str) -> bytes:
     return f"|snapshot|{seq}|{base_h}|".encode() + name.encode()
 
 
+# the lifecycle state (a tombstone: no user content) stays plain in a snapshot, and a decode
+# of nothing but tombstones opens no state: a write must learn that a session is deleted
+# without its data key, which `forget_key` may have destroyed
+PLAIN_STATES = frozenset({"lifecycle"})
+KEYLESS_TYPES = frozenset({"session_deleted"})
+
+
 def encrypt_states(
     states: dict[str, msgspec.Raw], seq: int, base_h: str, data_key: DataKey
 ) -> dict[str, msgspec.Raw]:
     """A snapshot's states, each entry encrypted as one JSON string (`"<data key id>.<base64>"`):
-    the snapshot line keeps its shape (`layout`, `length`), only the entries are opaque."""
+    the snapshot line keeps its shape (`layout`, `length`), only the entries are opaque
+    (those of `PLAIN_STATES` excepted)."""
     return {
-        name: msgspec.Raw(b'"' + data_key.encrypt(bytes(raw), _state_aad(seq, base_h, name)) + b'"')
+        name: raw
+        if name in PLAIN_STATES
+        else msgspec.Raw(b'"' + data_key.encrypt(bytes(raw), _state_aad(seq, base_h, name)) + b'"')
         for name, raw in states.items()
     }
 
