@@ -32,6 +32,7 @@ from eventstore.format.chain import link_of, locate_states
 from eventstore.format.crypt import (
     ENC_MARK,
     KEYLESS_TYPES,
+    PLAIN_STATES,
     DataKey,
     decrypt_line,
     decrypt_lines,
@@ -112,7 +113,7 @@ class _DecryptingDecoder:
         keyless: bool = False,
     ) -> None:
         self._codec, self._inner, self._needed, self._lenient = codec, inner, needed, lenient
-        self._keyless = keyless  # a decode for the lifecycle alone: snapshot states unopened
+        self._keyless = keyless  # a decode for the lifecycle alone: other states unopened
 
     def _wanted(self, line: bytes) -> bool:
         return self._needed is None or line_tag(line) in self._needed
@@ -141,11 +142,13 @@ class _DecryptingDecoder:
         return ev
 
     def decrypt_snapshot(self, snap: Snapshot, /) -> None:
-        if self._keyless:
-            return  # a fold of the lifecycle alone: its state is never encrypted
-        if snap.states and states_encrypted(snap.states):
+        states = snap.states
+        if self._keyless:  # a fold of the lifecycle alone: its state is kept plain
+            states = {n: raw for n, raw in states.items() if n in PLAIN_STATES}
+        if states and states_encrypted(states):  # (a lifecycle encrypted by older code too)
             try:
-                snap.states = decrypt_states(snap.states, snap.seq, snap.base_h, self._codec.key_of)
+                opened = decrypt_states(states, snap.seq, snap.base_h, self._codec.key_of)
+                snap.states = {**snap.states, **opened}
             except EventStoreError:
                 if not self._lenient:
                     raise  # (lenient: verify checks a snapshot it cannot open by its chain)
