@@ -121,9 +121,17 @@ def test_hostile_session_ids_are_data_never_keys(url: str) -> None:
             assert _summaries(store, sid) == [f"step {i}"]
         assert store.delete_session("{x}", purge=True) is True
         assert store.list_sessions() == sorted(set(HOSTILE) - {"{x}"})
-    # every key but the global feed holds exactly one hash tag, a session's own
+        # the index's members hold the ids as data too: every order lists each once
+        for order in ("id", "updated", "created"):
+            listed = [i.session_id for i in store.sessions(order=order)]
+            assert sorted(listed) == store.list_sessions(), order
+        assert [i.session_id for i in store.sessions("{", order="id")] == ["{"]
+    # every key but the store-wide ones (the global feed, the session index's sets) holds
+    # exactly one hash tag, a session's own
+    prefix = url.split("prefix=")[1].split("&")[0].encode()
+    store_wide = {prefix + k for k in (b":feed", b":ix:u", b":ix:c", b":ix:i", b":ix:v")}
     for key in _keys_of(url):
-        assert key.endswith(b":feed") or (key.count(b"{") == 1 and key.count(b"}") == 1), key
+        assert key in store_wide or (key.count(b"{") == 1 and key.count(b"}") == 1), key
 
 
 @settings(
@@ -145,6 +153,67 @@ def test_any_legal_session_id_is_its_own_session(server: str, sids: list[str]) -
         assert store.list_sessions() == sorted(sids)
         for i, sid in enumerate(sids):
             assert _summaries(store, sid) == [f"step {i}"]
+        walked, after = [], None
+        while page := store.sessions(order="id", limit=1, after=after):
+            walked += [i.session_id for i in page]
+            after = page[-1]
+        assert walked == sorted(sids)  # the index orders ids by code point, as Python does
+
+
+# -- the session index ----------------------------------------------------------------------
+
+
+def test_a_store_written_before_the_index_is_indexed_on_its_first_page(url: str) -> None:
+    # what a release without the index left: no sets, no index fields, no version key
+    with SessionStore(url) as store:
+        for i in range(5):
+            store.append_progress_entry(f"s{i}", make_entry(i))
+        store.set_labels("s1", {"team": "red"})
+        store.compact("s2", force=True)
+        before = store.sessions()
+    prefix = url.split("prefix=")[1].split("&")[0]
+    client = _client(url)
+    client.delete(*(f"{prefix}:ix:{k}" for k in "ucvi"))
+    for key in _keys_of(url):
+        if key.endswith(b":h"):
+            client.hdel(key, "cr", "up", "lb")
+    with SessionStore(url) as store:
+        assert store.sessions() == before  # rebuilt from the logs, once
+        assert store.sessions(labels={"team": "red"}) == [i for i in before if i.labels]
+        store.append_progress_entry("s0", make_entry(9))
+        assert [i.session_id for i in store.sessions(limit=1)] == ["s0"]
+    assert client.exists(f"{prefix}:ix:v") and _index_members(url) == 15
+
+
+def test_a_rebuild_beside_writers_keeps_what_they_wrote(url: str) -> None:
+    # a rebuild's entries are computed from logs a writer moves on from meanwhile: the
+    # writer's newer entry (a higher seq) stays
+    with SessionStore(url) as store:
+        for i in range(20):
+            store.append_progress_entry(f"r{i}", make_entry(i))
+        stop = threading.Event()
+        wrote: list[int] = []
+
+        def write() -> None:
+            with SessionStore(url) as w:
+                while not stop.is_set() and len(wrote) < 200:
+                    w.append_progress_entry(f"r{len(wrote) % 20}", make_entry(len(wrote)))
+                    wrote.append(1)
+
+        t = threading.Thread(target=write)
+        t.start()
+        try:
+            for _ in range(3):
+                store.rebuild_index()
+        finally:
+            stop.set()
+            t.join()
+        infos = store.sessions(order="id")
+        assert [i.session_id for i in infos] == store.list_sessions()
+        assert all(i.last_seq == store.last_seq(i.session_id) for i in infos)
+        newest = store.sessions(limit=1)[0]
+        assert newest.updated == max(i.updated for i in infos)
+    assert _index_members(url) == 60
 
 
 # -- durability --------------------------------------------------------------------------------
@@ -200,8 +269,21 @@ def test_ttl_expires_a_whole_session_and_every_write_refreshes_it(server: str) -
         assert fresh.list_sessions() == []
         assert fresh.load_bootstrap_state(SID).recent_progress == []
         assert list(fresh.read_events(SID)) == []
+        # the index's members outlive an expired session until a page walks past them
+        for order in ("updated", "created", "id"):
+            assert fresh.sessions(order=order) == []
+        assert _index_members(url) == 0
         fresh.append_progress_entry(SID, make_entry(5))  # starts over at seq 1
         assert fresh.last_seq(SID) == 1
+        (info,) = fresh.sessions()
+        assert (info.session_id, info.last_seq, info.events) == (SID, 1, 1)
+
+
+def _index_members(url: str) -> int:
+    """How many members the store's session index sets hold, all three together."""
+    prefix = url.split("prefix=")[1].split("&")[0]
+    client = _client(url)
+    return sum(int(client.zcard(f"{prefix}:ix:{k}")) for k in "uci")
 
 
 def _gone_within(store: SessionStore, sid: str, seconds: float) -> bool:
@@ -298,6 +380,9 @@ def test_client_kill_mid_append_a_keyed_retry_lands_once(server: str) -> None:
         assert _summaries(store) == [f"step {i}" for i in range(N_KILLED)]
         assert [e.seq for e in store.read_events(SID)] == list(range(1, N_KILLED + 1))
         assert store.verify(SID).ok
+        (info,) = store.sessions()  # a batch sent again is indexed once
+        assert (info.session_id, info.last_seq, info.events) == (SID, N_KILLED, N_KILLED)
+    assert _index_members(url) == 3
     assert len(held) >= N_KILLED // 4, held  # the kills did find appends in flight
 
 
@@ -498,6 +583,11 @@ def test_sigkill_of_writers_mid_append_loses_no_acknowledged_append(
     assert len(landed) == len(set(landed)), "an append landed twice"
     assert set(acked) <= set(landed), "an acknowledged append was lost"
     assert len(acked) >= 150
+    with SessionStore(url) as store:  # the index agrees with the logs, every session once
+        infos = store.sessions(order="id")
+        assert [i.session_id for i in infos] == store.list_sessions()
+        assert all(i.last_seq == store.last_seq(i.session_id) for i in infos)
+        assert _index_members(url) == 3 * len(infos)
 
 
 # -- a server killed and restarted from its AOF ------------------------------------------------

@@ -39,10 +39,12 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
+
+import msgspec
 
 from eventstore.engines.base import (
     EMPTY_HEAD,
@@ -53,6 +55,9 @@ from eventstore.engines.base import (
     Head,
     HeadMovedError,
     History,
+    IndexEntry,
+    IndexingEngine,
+    IndexOrder,
     InstallResult,
     KeyEngine,
     Position,
@@ -61,6 +66,7 @@ from eventstore.engines.base import (
     ReadResult,
     RepairHold,
     Segment,
+    index_matches,
     redact_text,
 )
 from eventstore.engines.raw import raw_end
@@ -97,6 +103,7 @@ __all__ = [
 
 T = TypeVar("T")
 _ORDINARY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_labels_decoder = msgspec.json.Decoder(dict[str, str])
 _HOLD_MS = 60_000  # a repair hold expires if its holder died
 _WAITAOF_MS = 10_000
 
@@ -186,8 +193,9 @@ _REMOVE_IF_SAME = (
 )
 
 
-class RedisEngine(PruningEngine, KeyEngine):
-    """Sessions on a Redis server: see the module docstring. Pruning (`PruningEngine`);
+class RedisEngine(PruningEngine, KeyEngine, IndexingEngine):
+    """Sessions on a Redis server: see the module docstring. Pruning (`PruningEngine`),
+    the session index (`IndexingEngine`: sorted sets the append script writes);
     `RedisFeedEngine` adds the global feed."""
 
     def __init__(self, parsed: RedisUrl, *, durability: Durability = "flush") -> None:
@@ -211,8 +219,20 @@ class RedisEngine(PruningEngine, KeyEngine):
             raise InvalidArgumentError(self._scrub(f"{self.url}: {exc}")) from None
         self._scripts: dict[str, Any] = {
             name: self._client.register_script(getattr(scripts, name))
-            for name in ("APPEND", "READ", "INSTALL", "REMOVE", "REWRITE", "RELEASE", "PRUNE")
+            for name in (
+                "APPEND",
+                "READ",
+                "INSTALL",
+                "REMOVE",
+                "REWRITE",
+                "RELEASE",
+                "PRUNE",
+                "INDEX_SET",
+                "INDEX_DROP",
+            )  # fmt: skip
         }
+        self._ix_keys = [f"{parsed.prefix}:ix:{k}" for k in ("u", "c", "i")]
+        self._ix_version = f"{parsed.prefix}:ix:v"
         self._waitaof = False
         self._call("connecting", lambda: self._client.ping())
         if durability == "fsync":
@@ -300,7 +320,7 @@ class RedisEngine(PruningEngine, KeyEngine):
         tag = session_tag(session_id)
         keys = [f"{self._prefix}:{{{tag}}}:{k}" for k in scripts.KINDS]
         keys.append(self._feed_key if self._feed_maxlen >= 0 else keys[5])
-        return keys
+        return keys + self._ix_keys
 
     def where(self, session_id: str) -> str:
         """A session's live log's name for messages."""
@@ -394,6 +414,8 @@ class RedisEngine(PruningEngine, KeyEngine):
             expected.seq, expected.link, batch.first_seq, batch.last_seq,
             batch.hashes[-1] if batch.hashes else "", batch.link, batch.data,
             session_id, os.urandom(8).hex(), self._ttl, self._feed_maxlen,
+            batch.ts_us or "",  # 0: unknown, the server's clock
+            "" if batch.labels is None else msgspec.json.encode(batch.labels),
         ]  # fmt: skip
         doing = f"appending seq {batch.first_seq}..{batch.last_seq} to {session_id!r}"
         lost = False
@@ -594,6 +616,129 @@ class RedisEngine(PruningEngine, KeyEngine):
         if gone:
             self._durable()
         return gone
+
+    # -- the session index (`IndexingEngine`): see `eventstore.engines.redis.scripts` ----
+
+    def index_page(
+        self,
+        *,
+        order: IndexOrder,
+        after: IndexEntry | None,
+        limit: int | None,
+        prefix: str | None = None,
+        updated_since_us: int | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> list[IndexEntry]:
+        """Members of the order's sorted set from just past the cursor (ZRANGEBYLEX,
+        backwards for the times), each with its session's hash (one pipeline a chunk),
+        filtered until the page is full. A member that is no longer its session's (the
+        session removed, expired or written since: it stands further on now) is passed
+        over, and dropped (`INDEX_DROP`)."""
+        want = labels or {}
+        field = {"updated": "up", "created": "cr", "id": ""}[order]
+        zkey = self._ix_keys[("updated", "created", "id").index(order)]
+        if order == "id":
+            bound = b"-" if after is None else b"(" + after.session_id.encode()
+            if prefix and (after is None or prefix > after.session_id):
+                bound = b"[" + prefix.encode()
+        else:
+            bound = b"+"
+            if after is not None:
+                t = after.sort_key(order)[0]
+                bound = b"(" + (scripts.ixkey(t) + after.session_id).encode()
+        # a page unfiltered needs about `limit` members; a filtered one, more a round trip
+        filtered = bool(want) or (prefix and order != "id") or updated_since_us is not None
+        chunk = 500 if limit is None or filtered else min(limit + 8, 500)
+        page: list[IndexEntry] = []
+        while limit is None or len(page) < limit:
+            members, hashes = self._call(
+                "paging the session index",
+                functools.partial(self._index_chunk, zkey, order, bound, chunk),
+            )
+            for member, h in zip(members, hashes, strict=True):
+                sid = (member if order == "id" else member[14:]).decode("utf-8")
+                if order == "id" and prefix and not sid.startswith(prefix):
+                    return page  # past the ids that start with it
+                if (
+                    order == "updated"
+                    and updated_since_us is not None
+                    and (int(member[:14], 16) - scripts.IX_OFFSET < updated_since_us)
+                ):
+                    return page  # newest first: every later one is older
+                entry = self._index_entry(sid, member, field, h)
+                if entry is not None and index_matches(entry, prefix, updated_since_us, want):
+                    page.append(entry)
+                    if limit is not None and len(page) >= limit:
+                        break
+            if len(members) < chunk:
+                break
+            bound = b"(" + members[-1]
+        return page
+
+    _INDEX_FIELDS = ("id", "seq", "base", "size", "cr", "up", "lb")
+
+    def _index_chunk(
+        self, zkey: str, order: IndexOrder, bound: bytes, chunk: int
+    ) -> tuple[list[bytes], list[list[Any]]]:
+        """Up to `chunk` members of `zkey` past `bound`, and each one's session hash."""
+        if order == "id":
+            members = self._client.zrangebylex(zkey, bound, b"+", 0, chunk)
+        else:
+            members = self._client.zrevrangebylex(zkey, bound, b"-", 0, chunk)
+        pipe = self._client.pipeline(transaction=False)
+        for member in members:
+            sid = (member if order == "id" else member[14:]).decode("utf-8")
+            pipe.hmget(self._keys(sid)[0], self._INDEX_FIELDS)
+        return list(members), pipe.execute() if members else []
+
+    def _index_entry(self, sid: str, member: bytes, field: str, h: list[Any]) -> IndexEntry | None:
+        """The entry a member stands for (None: a session with no committed line, or a
+        member that is not the session's own any more, which is dropped)."""
+        _, seq, base, size, cr, up, lb = h
+        own = cr is not None
+        if own and field:
+            own = scripts.ixkey(int(h[self._INDEX_FIELDS.index(field)])) + sid == member.decode()
+        if not own:
+            keys = [self._keys(sid)[0], self._zset_of(field)]
+            args = [member, field, sid]
+            self._call("tidying the session index", lambda: self._script("INDEX_DROP", keys, args))
+            return None
+        last = int(seq or 0)
+        if last == 0:
+            return None
+        return IndexEntry(
+            sid,
+            int(cr),
+            int(up),
+            last,
+            last - int(base or 0) + 1,
+            int(size or 0),
+            _labels_decoder.decode(lb) if lb else {},
+        )
+
+    def _zset_of(self, field: str) -> str:
+        return self._ix_keys[{"up": 0, "cr": 1, "": 2}[field]]
+
+    def index_stale(self) -> bool:
+        """Whether no rebuild has run on this store yet (no version key): its sessions
+        may predate the index (written by a release without one)."""
+        key = self._ix_version
+        return not self._call("reading the session index", lambda: self._client.exists(key))
+
+    def replace_index(self, entries: Sequence[IndexEntry], started_us: int) -> None:
+        """A rebuild's entries, one script each (`INDEX_SET`, a pipeline of 500 a round
+        trip): a session written since (a higher seq) keeps its own; members standing
+        for no session are dropped when a page meets them. Then the version key."""
+        for i in range(0, len(entries), 500):
+            pipe = self._client.pipeline(transaction=False)
+            for e in entries[i : i + 500]:
+                args = [
+                    e.last_seq, e.created_us, e.updated_us, msgspec.json.encode(e.labels),
+                    e.session_id,
+                ]  # fmt: skip
+                self._scripts["INDEX_SET"](keys=self._keys(e.session_id), args=args, client=pipe)
+            self._call("rebuilding the session index", pipe.execute, tries=1)
+        self._call("rebuilding the session index", lambda: self._client.set(self._ix_version, 1))
 
     def remove_session(self, session_id: str) -> bool:
         """One script: every key of the session deleted at once."""

@@ -17,9 +17,25 @@ of them live in one hash slot (one shard of a Redis Cluster):
     w   a stream of one entry, rewritten on every change: what `wait` blocks on
     k   the repair hold (a token, set with an expiry)
 
+The hash `h` also holds the session's index fields (`IndexingEngine`): `cr` and `up`,
+its first and last append's times (microseconds), and `lb`, its labels (JSON). Three
+sorted sets, one per store, order the sessions for the index's pages; every member has
+score 0, so each set is ordered by its members' bytes (ZRANGEBYLEX: a keyset page is a
+range that starts just past its cursor):
+
+    <prefix>:ix:u   `ixkey(updated)` .. id   ("updated": read backwards, newest first,
+    <prefix>:ix:c   `ixkey(created)` .. id    ties by id descending, as Python sorts)
+    <prefix>:ix:i   id                       ("id")
+
+`ixkey(t)` is t + 2^52 as 14 hex digits: fixed width, so byte order is time order
+(times are clamped to +-2^52 us, about 1827..2112; exact in Lua's doubles). A member
+whose session expired (`ttl`) or was written again stays until a page walks past it
+(`INDEX_DROP`).
+
 KEYS, in this order in every script: h l a b s w k, then the global feed stream (one key
 for the whole store: the only key outside the session's slot; when the feed is off the
-session's own `w` stands in and is not written to).
+session's own `w` stands in and is not written to), then ix:u ix:c ix:i (outside the
+session's slot too).
 
 Every write script refreshes the expiry (`ttl`, milliseconds; 0: none) of keys h..w to
 the same deadline, so a session expires whole; scripts see one frozen clock, so no script
@@ -29,11 +45,19 @@ ever finds part of a session expired.
 from __future__ import annotations
 
 __all__ = [
-    "APPEND", "INSTALL", "KINDS", "PRUNE", "READ", "READ_ONLY", "RELEASE", "REMOVE", "REWRITE",
+    "APPEND", "INDEX_DROP", "INDEX_SET", "INSTALL", "IX_OFFSET", "KINDS", "PRUNE", "READ",
+    "READ_ONLY", "RELEASE", "REMOVE", "REWRITE", "ixkey",
 ]  # fmt: skip
 
 KINDS = ("h", "l", "a", "b", "s", "w", "k")
 READ_ONLY = frozenset({"READ"})  # the scripts flagged no-writes: run with EVALSHA_RO
+IX_OFFSET = 1 << 52  # what `ixkey` adds to a time: every member's time is non-negative
+
+
+def ixkey(ts_us: int) -> str:
+    """A time's prefix in the index's sorted sets (what the scripts' `ixkey` writes)."""
+    return f"{min(max(ts_us, -IX_OFFSET), IX_OFFSET - 1) + IX_OFFSET:014x}"
+
 
 _PRELUDE = """
 local function touch(ttl)
@@ -53,6 +77,22 @@ local function held(token)
   local holder = redis.call('GET', KEYS[7])
   return holder and holder ~= token
 end
+local function ixkey(ts)
+  if ts > 4503599627370495 then ts = 4503599627370495 end
+  if ts < -4503599627370496 then ts = -4503599627370496 end
+  return string.format('%014x', ts + 4503599627370496)
+end
+-- the session's index fields and members: times `cr`/`up` (numbers) replacing `old`
+-- ({cr, up} as stored, or nils)
+local function index_set(id, old, cr, up)
+  if old[2] then redis.call('ZREM', KEYS[9], ixkey(tonumber(old[2])) .. id) end
+  if old[1] then redis.call('ZREM', KEYS[10], ixkey(tonumber(old[1])) .. id) end
+  redis.call('ZADD', KEYS[9], 0, ixkey(up) .. id)
+  redis.call('ZADD', KEYS[10], 0, ixkey(cr) .. id)
+  redis.call('ZADD', KEYS[11], 0, id)
+  -- '%d', not the number itself: a number argument may be sent as 1.7e+15
+  redis.call('HSET', KEYS[1], 'cr', string.format('%d', cr), 'up', string.format('%d', up))
+end
 local function push_all(key, items, from, to)
   local i = from
   while i <= to do
@@ -67,7 +107,8 @@ APPEND = (
     _PRELUDE
     + """
 -- ARGV: expected seq, expected link, first seq, last seq, last h, link after, data,
---       session id, a new log's gen, ttl, feed maxlen (-1: no feed, 0: untrimmed)
+--       session id, a new log's gen, ttl, feed maxlen (-1: no feed, 0: untrimmed),
+--       the batch's time (us; '': the server's clock), its labels (JSON; '': unchanged)
 -- -> {0 written | 1 moved | 2 held by a repair, head...}
 if held('') then return {2} end
 local c, tail = head()
@@ -87,6 +128,20 @@ if gen == '' then
   gen = ARGV[9]
   redis.call('HSET', KEYS[1], 'id', ARGV[8], 'gen', gen)
 end
+-- the index, as `eventstore.engines.base.index_appended` says: created at the first
+-- committed batch (a log emptied by a repair starts again), updated at this one
+local ts = ARGV[12]
+if ts == '' then
+  local t = redis.call('TIME')
+  ts = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  ts = tonumber(ts)
+end
+local old = redis.call('HMGET', KEYS[1], 'cr', 'up')
+local cr = ts
+if c[2] ~= '0' and old[1] then cr = tonumber(old[1]) end
+index_set(ARGV[8], old, cr, math.max(ts, cr))
+if ARGV[13] ~= '' then redis.call('HSET', KEYS[1], 'lb', ARGV[13]) end
 local base = c[5]
 if base == '0' then base = ARGV[3] end
 local size = tonumber(c[6]) + string.len(ARGV[7])
@@ -177,8 +232,15 @@ REMOVE = (
     + """
 -- -> {0 nothing | 1 removed | 2 held}
 if held('') then return {2} end
-local seq = redis.call('HGET', KEYS[1], 'seq')
+local c = redis.call('HMGET', KEYS[1], 'seq', 'id', 'cr', 'up')
+local seq = c[1]
 local had = (seq and seq ~= '0') or redis.call('EXISTS', KEYS[3]) == 1
+if c[2] then
+  -- the index's members go with the session
+  if c[4] then redis.call('ZREM', KEYS[9], ixkey(tonumber(c[4])) .. c[2]) end
+  if c[3] then redis.call('ZREM', KEYS[10], ixkey(tonumber(c[3])) .. c[2]) end
+  redis.call('ZREM', KEYS[11], c[2])
+end
 if redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]) == 0 then return {0} end
 wake()
 redis.call('PEXPIRE', KEYS[6], 60000)
@@ -242,5 +304,42 @@ redis.call('LTRIM', KEYS[3], k, -1)
 redis.call('LTRIM', KEYS[4], k, -1)
 touch(tonumber(ARGV[2]))
 return out
+"""
+)
+
+INDEX_SET = (
+    _PRELUDE
+    + """
+-- a rebuild's entry (`replace_index`): ARGV: its last seq, created, updated, labels
+-- (JSON), the session id -> 1 set | 0 kept (no such session, or written since: a
+-- higher seq; the newer of the two `updated` is kept)
+local c = redis.call('HMGET', KEYS[1], 'seq', 'cr', 'up', 'id')
+if not c[4] or tonumber(c[1] or '0') > tonumber(ARGV[1]) then return 0 end
+local up = tonumber(ARGV[3])
+if c[3] and tonumber(c[3]) > up then up = tonumber(c[3]) end
+index_set(ARGV[5], {c[2], c[3]}, tonumber(ARGV[2]), up)
+redis.call('HSET', KEYS[1], 'lb', ARGV[4])
+return 1
+"""
+)
+
+INDEX_DROP = (
+    _PRELUDE
+    + """
+-- KEYS: a session's h, one of the index's sets; ARGV: a member of it a page found
+-- standing for no session, its field ('up', 'cr'; '' for ix:i), the session id
+-- -> 1 dropped | 0 kept (the session's current member after all)
+local v = redis.call('HGET', KEYS[1], 'cr')
+if ARGV[2] ~= '' then v = redis.call('HGET', KEYS[1], ARGV[2]) end
+local current = nil
+if v then
+  current = ARGV[3]
+  if ARGV[2] ~= '' then current = ixkey(tonumber(v)) .. ARGV[3] end
+end
+if current ~= ARGV[1] then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return 1
+end
+return 0
 """
 )
