@@ -540,10 +540,15 @@ class RedisEngine(PruningEngine, KeyEngine, IndexingEngine):
 
     # -- sessions -----------------------------------------------------------------------
 
+    def _head_pattern(self) -> str:
+        """The SCAN pattern of every session's head key (the prefix's glob characters
+        escaped)."""
+        return re.sub(r"([*?\[\]\\])", r"\\\1", self._prefix) + ":{*}:h"
+
     def list_sessions(self) -> list[str]:
         """Every session with a committed line: a SCAN of the head keys (cursor by
         cursor, so it never blocks the server), then each one's id."""
-        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self._prefix) + ":{*}:h"
+        pattern = self._head_pattern()
 
         def run() -> list[str]:
             found = list(self._client.scan_iter(match=pattern, count=1000))
@@ -720,10 +725,22 @@ class RedisEngine(PruningEngine, KeyEngine, IndexingEngine):
         return self._ix_keys[{"up": 0, "cr": 1, "": 2}[field]]
 
     def index_stale(self) -> bool:
-        """Whether no rebuild has run on this store yet (no version key): its sessions
-        may predate the index (written by a release without one)."""
+        """Whether the store may hold sessions the index lacks (written by a release
+        without it): no version key, which a rebuild sets, and some session's head. A
+        store with no session yet gets the key at once (its first page needs no
+        rebuild): one SCAN, up to the first head, once per store."""
         key = self._ix_version
-        return not self._call("reading the session index", lambda: self._client.exists(key))
+        if self._call("reading the session index", lambda: self._client.exists(key)):
+            return False
+        pattern = self._head_pattern()
+
+        def any_head() -> bool:
+            return next(iter(self._client.scan_iter(match=pattern, count=1000)), None) is not None
+
+        if self._call("reading the session index", any_head):
+            return True
+        self._call("marking the session index", lambda: self._client.set(key, 1, nx=True))
+        return False
 
     def replace_index(self, entries: Sequence[IndexEntry], started_us: int) -> None:
         """A rebuild's entries, one script each (`INDEX_SET`, a pipeline of 500 a round
