@@ -9,7 +9,8 @@ What it stores, key by key, and the scripts that change it are in
 batches' exact bytes (so the hash chain, verify and export agree byte for byte with the
 file engine) beside a hash holding its head; an append is one EVALSHA (one round trip,
 atomic on the server) that compares the head with the expected one, pushes the batch,
-moves the head, wakes followers, adds the batch to the global feed and refreshes the
+moves the head, wakes followers, adds the batch to the global feed, updates the session
+index (`IndexingEngine`: sorted sets by updated, created and id) and refreshes the
 session's expiry. The face checks idempotency keys against its own projection after
 catching up (`eventstore.engines.base`), and the head check makes that race-free, so the
 script stores no key. An append whose reply was lost (the connection dropped) is sent
