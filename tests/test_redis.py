@@ -185,6 +185,21 @@ def test_a_store_written_before_the_index_is_indexed_on_its_first_page(url: str)
     assert client.exists(f"{prefix}:ix:v") and _index_members(url) == 15
 
 
+def test_only_a_store_with_unindexed_sessions_is_stale(url: str) -> None:
+    from eventstore.engines.base import IndexingEngine
+
+    engine = open_engine(url)
+    assert isinstance(engine, IndexingEngine)
+    assert engine.index_stale() is False  # no session yet: marked current, no rebuild
+    prefix = url.split("prefix=")[1].split("&")[0]
+    _client(url).delete(f"{prefix}:ix:v")
+    with SessionStore(engine) as store:
+        store.append_progress_entry(SID, make_entry(1))
+        assert engine.index_stale() is True  # a session, no version key: may predate it
+        assert [i.session_id for i in store.sessions()] == [SID]
+        assert engine.index_stale() is False
+
+
 def test_a_rebuild_beside_writers_keeps_what_they_wrote(url: str) -> None:
     # a rebuild's entries are computed from logs a writer moves on from meanwhile: the
     # writer's newer entry (a higher seq) stays
