@@ -41,7 +41,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
@@ -236,6 +236,12 @@ class RedisEngine(PruningEngine, KeyEngine, IndexingEngine):
         self._ix_version = f"{parsed.prefix}:ix:v"
         self._waitaof = False
         self._call("connecting", lambda: self._client.ping())
+        # a store that has no session yet is marked indexed now, before its first append:
+        # otherwise its first page would take the sessions written since for a release's
+        # without the index and rebuild (read every session) once. Best effort: the mark
+        # is a write, which a paused server (a failover) holds back; the open goes on
+        with suppress(StorageError):
+            self.index_stale()
         if durability == "fsync":
             self._waitaof = self._check_fsync()
 
@@ -728,8 +734,8 @@ class RedisEngine(PruningEngine, KeyEngine, IndexingEngine):
     def index_stale(self) -> bool:
         """Whether the store may hold sessions the index lacks (written by a release
         without it): no version key, which a rebuild sets, and some session's head. A
-        store with no session yet gets the key at once (its first page needs no
-        rebuild): one SCAN, up to the first head, once per store."""
+        store with no session yet gets the key at once (the engine asks when it opens):
+        one SCAN, up to the first head, once per store."""
         key = self._ix_version
         if self._call("reading the session index", lambda: self._client.exists(key)):
             return False
