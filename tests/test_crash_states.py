@@ -471,6 +471,24 @@ def wl_delete() -> Workload:
     return wl
 
 
+def wl_tombstone() -> Workload:
+    """`delete_session` without `purge`: a tombstone appended, then the log replaced by a
+    snapshot without history (`install_snapshot(keep_history=False)`), the journal's
+    mirror zeroed (it held s2's durable appends) and the history pruned. Once the call
+    returned, no file of the store may hold a byte of s2's lines (`check_erased`)."""
+
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            _append(store, rec, "s2", ["s2:x1"])  # into the journal's mirror
+            rec.ack("deleting s2", {"deleting": "s2"})  # (not an ack: where it starts)
+            assert store.delete_session("s2")
+            rec.ack("tombstone s2", {"erased": "s2"})
+            _append(store, rec, "s1", ["y1"])
+
+    wl = Workload("tombstone", run, setup=lambda root: _seed(root, wl), sessions=("s1", "s2"))
+    return wl
+
+
 def wl_recovery() -> Workload:
     """Recovery itself, recorded: the setup is a crash state of the append workload in
     which the log lost its unflushed appends and the journal kept them; the first use
@@ -617,6 +635,7 @@ FSYNC_WORKLOADS = [
     wl_epoch_rollover,
     wl_prune,
     wl_delete,
+    wl_tombstone,
     wl_recovery,
     wl_fault_journal,
     wl_fault_dirsync,
@@ -786,6 +805,7 @@ def check_state(wl: Workload, trace: Trace, top: Path, acks: list[Op], state: Cr
     deleting = {p["deleting"] for op in acks if "deleting" in (p := op.payload or {})}
     with _store(top, wl) as store:
         check_ids(store, wl, acks, deleting)
+        check_erased(store, wl, exp["written"], acks)
         for sid in wl.sessions:
             if sid in deleting and not present_tokens(store, sid):
                 continue  # removed (acknowledged, or in flight: whole or not at all)
@@ -827,6 +847,25 @@ def check_ids(store: SessionStore, wl: Workload, acks: list[Op], deleting: set[s
         raw = id_file.read_bytes()
         assert raw.decode("utf-8", "replace") in written, f"{id_file}: holds {raw!r}"
         assert session_dir_name(raw.decode()) == id_file.parent.name, f"{id_file}: {raw!r}"
+
+
+def check_erased(
+    store: SessionStore, wl: Workload, written: dict[str, list[str]], acks: list[Op]
+) -> None:
+    """A session whose `delete_session` returned reads as deleted (its tombstone, its data
+    erased), and no file under the store root holds any line it was written."""
+    for sid in {p["erased"] for op in acks if "erased" in (p := op.payload or {})}:
+        stone = store.tombstone_of(sid)
+        assert stone is not None and stone.erased, f"{sid}: deleted, yet its tombstone is {stone}"
+        assert present_tokens(store, sid) == [], f"{sid}: deleted, yet it reads non-empty"
+        root = Path(store.root)
+        tokens = [t.encode() for t in written[sid]]
+        leaks = sorted(
+            str(f.relative_to(root))
+            for f in root.rglob("*")
+            if f.is_file() and any(t in f.read_bytes() for t in tokens)
+        )
+        assert not leaks, f"{sid}: deleted (acknowledged), yet its lines are in {leaks}"
 
 
 def _check_nothing_lost(root: Path, sid: str, original: bytes) -> None:
