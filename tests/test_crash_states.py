@@ -63,6 +63,7 @@ from eventstore import (
     SessionManifest,
     SessionStore,
     StorageError,
+    Tuning,
     entropy,
 )
 from eventstore.engines.file.index import INDEX_NAME
@@ -137,6 +138,7 @@ class Workload:
     warnings: frozenset[str] = frozenset()  # verify warnings the workload may leave
     lanes: bool = False  # tokens "wN.i" of concurrent writers: in order within each writer
     keys: KeyRing | None = None  # encrypted sessions: the stores open with these keys
+    tuning: Tuning | None = None  # small sizes: fold caches saved on a short log
 
 
 def _store(root: Path, wl: Workload) -> SessionStore:
@@ -145,6 +147,7 @@ def _store(root: Path, wl: Workload) -> SessionStore:
         durability=wl.durability,  # type: ignore[arg-type]
         auto_compact=wl.auto_compact,
         keys=wl.keys,
+        tuning=wl.tuning,
     )
 
 
@@ -474,18 +477,26 @@ def wl_delete() -> Workload:
 def wl_tombstone() -> Workload:
     """`delete_session` without `purge`: a tombstone appended, then the log replaced by a
     snapshot without history (`install_snapshot(keep_history=False)`), the journal's
-    mirror zeroed (it held s2's durable appends) and the history pruned. Once the call
-    returned, no file of the store may hold a byte of s2's lines (`check_erased`)."""
+    mirror zeroed (it held s2's durable appends), the history pruned and the fold caches
+    (one held s2's lines) emptied. Once the call returned, no file of the store may hold
+    any of s2's lines (`check_erased`)."""
 
     def run(root: Path, rec: Recorder) -> None:
         with _store(root, wl) as store:
             _append(store, rec, "s2", ["s2:x1"])  # into the journal's mirror
+            store.load_bootstrap_state("s2")  # a fold cache holding s2's lines
             rec.ack("deleting s2", {"deleting": "s2"})  # (not an ack: where it starts)
             assert store.delete_session("s2")
             rec.ack("tombstone s2", {"erased": "s2"})
             _append(store, rec, "s1", ["y1"])
 
-    wl = Workload("tombstone", run, setup=lambda root: _seed(root, wl), sessions=("s1", "s2"))
+    wl = Workload(
+        "tombstone",
+        run,
+        setup=lambda root: _seed(root, wl),
+        sessions=("s1", "s2"),
+        tuning=Tuning(cache_after_fold=0, cache_on_close=0),
+    )
     return wl
 
 
