@@ -25,8 +25,8 @@ Workloads run with `eventstore.entropy.fixed(seed)`: a seed reproduces the trace
 so every sampled state. Faults are injected over the recorder (`_fault`) to explore a
 crash after a failed call. `durability="flush"` is run through the same explorer and its
 losses are measured and asserted as documented (README, Guarantees). The models are
-described in `crashfs`. CI explores on a budget (about 5 minutes of CPU, 27,222
-states: bench/results/2026-12-02-crash-states.md); EVENTSTORE_LONG=1 enumerates far more.
+described in `crashfs`. CI explores on a budget (about 2.5 minutes of CPU, 35,294
+states: bench/results/2026-12-03-crash-states.md); EVENTSTORE_LONG=1 enumerates far more.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ from crashfs import (  # noqa: E402
 pytestmark = pytest.mark.slow  # every crash state of the real system calls, explored
 
 LONG = os.environ.get("EVENTSTORE_LONG") == "1"
-# CI: about a minute for the whole file; EVENTSTORE_LONG=1: 3x longer workloads, tears
+# CI: about 3 minutes for the whole file; EVENTSTORE_LONG=1: 3x longer workloads, tears
 # at up to 24 bytes of each write, exhaustive up to 4,096 states per crash point
 SCALE = 3 if LONG else 1
 BUDGET: dict[str, int] = (
