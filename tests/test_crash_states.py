@@ -500,6 +500,30 @@ def wl_tombstone() -> Workload:
     return wl
 
 
+def wl_encrypted_purge() -> Workload:
+    """`delete_session(purge=True)` of an encrypted session: tombstoned, erased, its key
+    shredded (the slot keeps only the time), its directory removed, then the forgotten
+    slot removed (`remove_slot`). The checker then writes the purged id again: a fresh
+    session under a new key (`check_purged_ids_are_free`)."""
+
+    def run(root: Path, rec: Recorder) -> None:
+        with _store(root, wl) as store:
+            _append(store, rec, "s2", ["s2:k1"])
+            rec.ack("deleting s2", {"deleting": "s2"})  # (not an ack: where it starts)
+            assert store.delete_session("s2", purge=True)
+            rec.ack("purge s2", {"deleted": "s2"})
+            _append(store, rec, "s1", ["k2"])
+
+    wl = Workload(
+        "encrypted purge",
+        run,
+        setup=lambda root: _seed(root, wl),
+        sessions=("s1", "s2"),
+        keys=KeyRing({"m1": bytes(range(32))}),
+    )
+    return wl
+
+
 def wl_recovery() -> Workload:
     """Recovery itself, recorded: the setup is a crash state of the append workload in
     which the log lost its unflushed appends and the journal kept them; the first use
@@ -647,6 +671,7 @@ FSYNC_WORKLOADS = [
     wl_prune,
     wl_delete,
     wl_tombstone,
+    wl_encrypted_purge,
     wl_recovery,
     wl_fault_journal,
     wl_fault_dirsync,
@@ -838,6 +863,19 @@ def check_state(wl: Workload, trace: Trace, top: Path, acks: list[Op], state: Cr
                 left = [p.file for p in store.verify(sid).problems if p.kind == "archive_pruned"]
                 assert not left, f"{sid}: pruned (acknowledged), yet {left} came back"
             check_next_writer(store, wl, sid, present)
+        check_purged_ids_are_free(store, deleted)
+
+
+def check_purged_ids_are_free(store: SessionStore, deleted: set[str]) -> None:
+    """An id whose `delete_session(purge=True)` returned is free: its next append
+    starts a fresh session (seq 1, that event alone; encrypted, under a new key)."""
+    for sid in sorted(deleted):
+        store.append(sid, [prog(f"{sid}:again")])
+        assert store.last_seq(sid) == 1, (
+            f"{sid}: purged, yet its next append is seq {store.last_seq(sid)}"
+        )
+        got = present_tokens(store, sid)
+        assert got == [f"{sid}:again"], f"{sid}: purged, then written again: {got}"
 
 
 def check_ids(store: SessionStore, wl: Workload, acks: list[Op], deleting: set[str]) -> None:
