@@ -63,7 +63,7 @@ NOT_NEEDED = {
         "a purge's removal of the forgotten key slot: one a power loss brings back holds"
         " no key (only the shred's time), and the id's next first write removes it again"
         " (`SessionKeys.for_writing(first=True)` calls `free_slot`); the 'encrypted purge'"
-        " workload writes the purged id again in every state"
+        " workload writes the purged id again in every state after the purge returned"
     ),
 }
 
