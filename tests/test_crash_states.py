@@ -25,7 +25,7 @@ Workloads run with `eventstore.entropy.fixed(seed)`: a seed reproduces the trace
 so every sampled state. Faults are injected over the recorder (`_fault`) to explore a
 crash after a failed call. `durability="flush"` is run through the same explorer and its
 losses are measured and asserted as documented (README, Guarantees). The models are
-described in `crashfs`. CI explores on a budget (about 2.5 minutes of CPU, 35,294
+described in `crashfs`. CI explores on a budget (about 2.5 minutes of CPU, 36,708
 states: bench/results/2026-12-03-crash-states.md); EVENTSTORE_LONG=1 enumerates far more.
 """
 
