@@ -4,7 +4,8 @@ test can fix them.
 Everything eventstore writes that is not the caller's data comes from here: the time of
 an append (each line's `ts`, a record's default `created_at`), the stamps of files set
 aside (`log.jsonl.torn-<time>`), the names of temporary files and of removed sessions,
-the journal's epoch numbers, the harness map's times and UUIDv7s. Ordinarily these are
+the journal's epoch numbers, the harness map's times and UUIDv7s, data keys and
+nonces. Ordinarily these are
 the clock, `uuid4` and the operating system's random bytes.
 
 `fixed(seed)` is the documented test hook: inside it, the clock starts at `start` and
@@ -25,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["fixed", "now", "random_bits", "time_ns", "token_hex"]
+__all__ = ["fixed", "now", "random_bits", "random_bytes", "time_ns", "token_hex"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -67,6 +68,15 @@ def token_hex(nbytes: int = 16) -> str:
     if _fixed is None:
         return uuid.uuid4().hex if nbytes == 16 else os.urandom(nbytes).hex()
     return _fixed.rng.randbytes(nbytes).hex()
+
+
+def random_bytes(n: int) -> bytes:
+    """`n` random bytes (`os.urandom`): data keys and nonces. Under `fixed` they come from
+    the seeded generator too, so an encrypted run reproduces: never under it in
+    production (a fixed seed repeats keys and nonces)."""
+    if _fixed is None:
+        return os.urandom(n)
+    return _fixed.rng.randbytes(n)
 
 
 def random_bits(k: int) -> int:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import msgspec
 
+from eventstore import entropy
 from eventstore.errors import (
     CorruptLogError,
     InvalidArgumentError,
@@ -161,7 +162,7 @@ class KeyRing:
         an existing file is never overwritten)."""
         if not _KEY_ID.fullmatch(key_id):
             raise InvalidArgumentError(f"a master key id must match {_KEY_ID.pattern}")
-        line = f"{_KEY_FILE_TAG} {key_id} {os.urandom(_KEY_LEN).hex()}\n"
+        line = f"{_KEY_FILE_TAG} {key_id} {entropy.random_bytes(_KEY_LEN).hex()}\n"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(line)
@@ -259,18 +260,18 @@ class DataKey:
     @staticmethod
     def new_key() -> bytes:
         """A fresh random 256-bit data key."""
-        return os.urandom(_KEY_LEN)
+        return entropy.random_bytes(_KEY_LEN)
 
     def encrypt(self, payload: bytes, envelope: bytes) -> bytes:
         """The encrypted token of `payload` for the line whose clear part is `envelope`."""
-        nonce = os.urandom(_NONCE_LEN)
+        nonce = entropy.random_bytes(_NONCE_LEN)
         ct = self._aead.encrypt(nonce, payload, self.dk.encode() + envelope)
         return self.dk.encode() + b"." + base64.b64encode(nonce + ct)
 
     def encrypt_bytes(self, data: bytes, bound: bytes) -> bytes:
         """`data` encrypted as binary (nonce, ciphertext, tag), bound to `bound`: for what
         is not a log line (a fold cache)."""
-        nonce = os.urandom(_NONCE_LEN)
+        nonce = entropy.random_bytes(_NONCE_LEN)
         out: bytes = nonce + self._aead.encrypt(nonce, data, self.dk.encode() + bound)
         return out
 
