@@ -59,11 +59,12 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from agents.memory import SQLiteSession
-from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
 from bench.adk_workload import adk_session_bench, text
+from bench.workload import put_values
 from eventstore import SessionStore
 from eventstore.aio import AsyncSessionStore
 from eventstore.integrations import langgraph as lg
@@ -135,17 +136,8 @@ def bench_put_get(
     rng = random.Random(11)
     values = [text(rng, 1000) for _ in range(n)]
     saver, close = make(backend, root)
-    cfg: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-    version: Any = None
-    configs: list[Any] = []
     t = time.perf_counter()
-    for v in values:
-        cp = empty_checkpoint()
-        version = saver.get_next_version(version, None)
-        cp["channel_values"] = {"v": v}
-        cp["channel_versions"] = {"v": version}
-        cfg = saver.put(cfg, cp, {"source": "loop", "step": 0}, {"v": version})
-        configs.append(cfg)
+    configs = put_values(saver, "t", values)
     puts = n / (time.perf_counter() - t)
     close()
     saver, close = make(backend, root)

@@ -28,8 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from langgraph.checkpoint.base import empty_checkpoint
-
+from bench.workload import put_values
 from eventstore import Policy, SessionStore, entropy
 from eventstore.integrations import langgraph as lg
 
@@ -42,14 +41,7 @@ def _bytes(root: Path) -> tuple[int, int]:
 
 
 def _thread(saver: Any, tid: str, values: list[str]) -> str:
-    cfg: Any = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
-    version: Any = None
-    for v in values:
-        cp = empty_checkpoint()
-        version = saver.get_next_version(version, None)
-        cp["channel_values"] = {"v": v}
-        cp["channel_versions"] = {"v": version}
-        cfg = saver.put(cfg, cp, {"source": "loop", "step": 0}, {"v": version})
+    put_values(saver, tid, values)
     return values[-1]
 
 

@@ -253,3 +253,21 @@ class Workload:
                 ([Message(Role.SYSTEM, ""), Message(Role.TOOL, "tool ✓ \u0000 out")],),
             ),
         ]
+
+
+def put_values(saver: Any, thread_id: str, values: list[str]) -> list[Any]:
+    """Put one checkpoint per value on a thread (one channel `v`), each a new version;
+    the config each put returned."""
+    from langgraph.checkpoint.base import empty_checkpoint  # (the langgraph extra)
+
+    cfg: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    version: Any = None
+    configs: list[Any] = []
+    for v in values:
+        cp = empty_checkpoint()
+        version = saver.get_next_version(version, None)
+        cp["channel_values"] = {"v": v}
+        cp["channel_versions"] = {"v": version}
+        cfg = saver.put(cfg, cp, {"source": "loop", "step": 0}, {"v": version})
+        configs.append(cfg)
+    return configs
