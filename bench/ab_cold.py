@@ -1,7 +1,7 @@
 """Cold loads (or appends) by two checkouts of eventstore, interleaved in fresh processes.
 
     python -m bench.ab_cold OLD_CHECKOUT [NEW_CHECKOUT] [--turns 500,2000,10000] [--runs 9]
-                            [--load transcript|bootstrap|appends|first-append]
+                            [--load transcript|bootstrap|appends|first-append|close]
 
 Builds each size's session once (with this checkout's code: the log format is the
 same), then alternates OLD and NEW (NEW defaults to this checkout): each run is a fresh
@@ -12,8 +12,11 @@ store (flush durability) and reports microseconds per operation. Prints medians 
 minima of each and NEW/OLD: drift on a shared machine hits both alike.
 `--load first-append` times the first append of a fresh process to the built session
 (what a process that writes once pays: since tombstones, every write knows whether the
-session was deleted). For a change's effect, check out the commit before it elsewhere
-(`git worktree add /tmp/old HEAD~1`) and pass that path.
+session was deleted). `--load close` builds nothing: each run writes the workload of that
+size into a new store, as `--load appends` does, and times the writer's `close()` (where
+the fold caches are saved: the transcript's costs about the log's size). For a change's
+effect, check out the commit before it elsewhere (`git worktree add /tmp/old HEAD~1`)
+and pass that path.
 """
 
 from __future__ import annotations
@@ -65,6 +68,21 @@ with tempfile.TemporaryDirectory() as root, SessionStore(root) as s:
     print((time.perf_counter() - t) / len(ops) * 1e3)
 """
 
+_CLOSE = """
+import sys, tempfile, time
+sys.path.insert(0, {src!r})
+from eventstore import SessionStore
+from bench.workload import Workload, apply_op
+ops = Workload({turns}).ops
+with tempfile.TemporaryDirectory() as root:
+    s = SessionStore(root)
+    for op in ops:
+        apply_op(s, {sid!r}, op)
+    t = time.perf_counter()
+    s.close()
+    print(time.perf_counter() - t)
+"""
+
 
 def _build(root: Path, turns: int) -> None:
     from eventstore import SessionStore
@@ -75,8 +93,10 @@ def _build(root: Path, turns: int) -> None:
 
 
 def _cold(src: Path, root: Path, method: str) -> float:
-    if method == "appends":  # root's name is the size
-        code = _APPENDS.format(src=str(src), turns=int(root.name), sid=SID)
+    if method in ("appends", "close"):  # root's name is the size
+        code = (_APPENDS if method == "appends" else _CLOSE).format(
+            src=str(src), turns=int(root.name), sid=SID
+        )
     elif method == "first-append":
         code = _FIRST_APPEND.format(src=str(src), root=str(root), sid=SID)
     else:
@@ -93,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument(
         "--load",
-        choices=["transcript", "bootstrap", "appends", "first-append"],
+        choices=["transcript", "bootstrap", "appends", "first-append", "close"],
         default="transcript",
     )
     a = ap.parse_args(argv)
@@ -103,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     elif a.load == "first-append":
         method, unit = "first-append", "ms"
         print(f"first append, {a.runs} runs each, interleaved; NEW = {a.new}, OLD = {a.old}\n")
+    elif a.load == "close":
+        method, unit = "close", "ms"
+        print(f"close after the workload, {a.runs} runs each, interleaved; ", end="")
+        print(f"NEW = {a.new}, OLD = {a.old}\n")
     else:
         method = f"load_{a.load}_{'messages' if a.load == 'transcript' else 'state'}"
         unit = "ms"
@@ -113,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tempfile.mkdtemp(prefix="ab-cold-"))
         try:
             root = tmp / str(turns)
-            if method != "appends":
+            if method not in ("appends", "close"):
                 _build(root, turns)
             times: dict[str, list[float]] = {"old": [], "new": []}
             for _ in range(a.runs):
