@@ -320,6 +320,38 @@ def test_a_store_written_before_the_index_is_indexed_on_its_first_page(tmp_path:
         assert store.sessions(labels={"k": "v"})[0].session_id == "b"
 
 
+def test_a_store_whose_index_cannot_be_made_pages_by_reading_the_logs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A copy of a store without its index, where nothing may be created (a read-only
+    backup, a full disk): a page reads every session instead of failing, says so, and
+    writes nothing."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        for sid in ("a", "b", "c"):
+            store.append_progress_entry(sid, make_entry())
+        store.set_labels("b", {"k": "v"})
+    for p in root.iterdir():
+        if p.name.startswith("index."):
+            p.unlink()
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    real_open = os.open
+
+    def read_only(path: object, flags: int, *a: object, **k: object) -> int:
+        if flags & (os.O_CREAT | os.O_WRONLY | os.O_RDWR):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *a, **k)  # type: ignore[arg-type]
+
+    with SessionStore(root, caches=False) as store:
+        monkeypatch.setattr(os, "open", read_only)
+        ids = [i.session_id for i in store.sessions(order="id", limit=2)]
+        (labelled,) = store.sessions(labels={"k": "v"})
+        monkeypatch.undo()
+    assert ids == ["a", "b"] and labelled.session_id == "b"
+    assert "the session index cannot be used" in caplog.text
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+
+
 def test_another_process_sees_a_writers_rows_once_it_closes(tmp_path: Path) -> None:
     """Appends to a session indexed less than a second ago wait to be indexed; the
     writer's own pages and its close write them, and a reader's page corrects a row it

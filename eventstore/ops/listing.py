@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,10 +43,12 @@ from eventstore.engines.base import (
     index_after,
     index_matches,
 )
-from eventstore.errors import EventStoreError, InvalidArgumentError
+from eventstore.errors import EventStoreError, InvalidArgumentError, StorageError
 from eventstore.format.events import EPOCH, Snapshot, from_micros, micros
 from eventstore.ops.history import parse_time, read_events
 from eventstore.ops.tombstone import tombstone_of
+
+log = logging.getLogger("eventstore")
 
 __all__ = [
     "SessionInfo",
@@ -176,18 +179,25 @@ def sessions(
     since = _since(updated_since)
     cursor = _cursor_entry(after) if after is not None else None
     engine = core.engine
+    entries: list[IndexEntry] | None = None
     if isinstance(engine, IndexingEngine):
-        if engine.index_stale():
-            rebuild_index(core)  # an update it refused, or logs older than the index
-        entries = engine.index_page(
-            order=order,  # type: ignore[arg-type]  # checked above
-            after=cursor,
-            limit=limit,
-            prefix=prefix,
-            updated_since_us=since,
-            labels=want,
-        )
-    else:
+        try:
+            if engine.index_stale():
+                rebuild_index(core)  # an update it refused, or logs older than the index
+            entries = engine.index_page(
+                order=order,  # type: ignore[arg-type]  # checked above
+                after=cursor,
+                limit=limit,
+                prefix=prefix,
+                updated_since_us=since,
+                labels=want,
+            )
+        except StorageError as exc:
+            # the index is a cache of the logs: one that cannot be opened or rebuilt (a
+            # read-only copy of a store, a full disk) costs this page a scan, not the page
+            log.warning("eventstore: %s: the session index cannot be used (%s); this page"
+                        " reads every session", engine.url, exc)  # fmt: skip
+    if entries is None:
         entries = page_of(scan(core, prefix), order, cursor, limit, prefix, since, want)  # type: ignore[arg-type]
     return [_info(_with_tombstone(core, e)) for e in entries]
 
