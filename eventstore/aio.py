@@ -411,6 +411,18 @@ class AsyncSessionStore:
             ),
         )
 
+    async def append_decided(
+        self,
+        session_id: str,
+        projection: str | Projection[Any],
+        decide: Callable[[Any], Sequence[Event]],
+    ) -> AppendResult | None:
+        """Append what `decide(state)` returns, judged against the projection's state
+        (see `SessionStore.append_decided`; `decide` runs on the store's worker)."""
+        return await self._submit(
+            session_id, lambda: self.store.append_decided(session_id, projection, decide)
+        )
+
     async def last_seq(self, session_id: str) -> int:
         """The session's last committed sequence number (0 if it has none)."""
         return await self._submit(session_id, lambda: self.store.last_seq(session_id))

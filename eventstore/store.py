@@ -446,29 +446,7 @@ class SessionStore:
         session's newest 1,000 keys), return its result and write nothing; if that batch
         was a different request, raise IdempotencyConflictError.
         """
-        if isinstance(events, Event) or not isinstance(events, Sequence):
-            raise InvalidRecordError("events must be a sequence of Event instances")
-        if not events:
-            raise InvalidRecordError("append needs at least one event")
-        for e in events:
-            if type(e) in (
-                Snapshot,
-                ArchivePruned,
-                Quarantined,
-                Sealed,
-                SessionDeleted,
-                KeyForgotten,
-            ):
-                # a snapshot anywhere but a log's first line is corruption, a pruning or
-                # quarantine record names history as gone, a seal is signed by the
-                # store's key, a tombstone ends the session, and a key_forgotten record
-                # follows a destroyed key: compaction, prune_archive, repair, seal,
-                # delete_session and forget_key write them
-                raise InvalidRecordError(
-                    f"append cannot take a {event_tag(type(e))} event: compact,"
-                    " prune_archive, repair, seal, delete_session and forget_key write those"
-                )
-        checked = [self.codec.check(e) for e in events]
+        checked = _appendable(self.codec, events)
         if expected_seq is not None and (
             not isinstance(expected_seq, int) or isinstance(expected_seq, bool) or expected_seq < 0
         ):
@@ -482,6 +460,38 @@ class SessionStore:
         result = self._write(session_id, build, idempotency_key, (), checked)
         assert result is not None
         return result
+
+    def append_decided(
+        self,
+        session_id: str,
+        projection: str | Projection[Any],
+        decide: Callable[[Any], Sequence[Event]],
+    ) -> AppendResult | None:
+        """Append what `decide(state)` returns for the projection's current state, as
+        one atomic batch committed only at the head that state was folded to; None (and
+        nothing written) if it returns no events.
+
+        One engine round trip when this store's state of the projection is at the
+        session's head (this store's last write or load of it folded it there), since
+        the append itself checks the head: a state another writer made stale costs a
+        retry, never a wrong decision. So `decide` may run more than once: again with the
+        state read from the engine after the head moved, or after it raised an
+        `EventStoreError` for a state judged without that read (a refusal is never
+        answered from a stale state: the error of the fresh state is the answer). No
+        events, though, is an answer from the state as held, as `initialize_session_if_missing`
+        answers: a decision that must see the newest state to write nothing raises an
+        error of its own instead. `decide` gets the store's own state: it must not
+        change it.
+        """
+        proj = self.core.projection(projection)
+
+        def build(head: Head, states: list[Any]) -> list[Event]:
+            events = decide(states[0])
+            if isinstance(events, Sequence) and not isinstance(events, Event) and not events:
+                return []
+            return _appendable(self.codec, events)
+
+        return self._write(session_id, build, None, (proj,), [])
 
     def last_seq(self, session_id: str) -> int:
         """The session's last committed sequence number (0 if it has none)."""
@@ -934,6 +944,33 @@ class SessionStore:
             sess.auto_floor = (report.first_seq, 2 * report.bytes_before) if skipped else (0, 0)
             if policy is not None and report.compacted:
                 retention_ops.prune_old_archive(self.core, session_id, policy)
+
+
+def _appendable(codec: EventCodec, events: object) -> list[Event]:
+    """`events` checked for an append (InvalidRecordError, nothing written, if not)."""
+    if isinstance(events, Event) or not isinstance(events, Sequence):
+        raise InvalidRecordError("events must be a sequence of Event instances")
+    if not events:
+        raise InvalidRecordError("append needs at least one event")
+    for e in events:
+        if type(e) in (
+            Snapshot,
+            ArchivePruned,
+            Quarantined,
+            Sealed,
+            SessionDeleted,
+            KeyForgotten,
+        ):
+            # a snapshot anywhere but a log's first line is corruption, a pruning or
+            # quarantine record names history as gone, a seal is signed by the
+            # store's key, a tombstone ends the session, and a key_forgotten record
+            # follows a destroyed key: compaction, prune_archive, repair, seal,
+            # delete_session and forget_key write them
+            raise InvalidRecordError(
+                f"append cannot take a {event_tag(type(e))} event: compact,"
+                " prune_archive, repair, seal, delete_session and forget_key write those"
+            )
+    return [codec.check(e) for e in events]
 
 
 def _check_replay(

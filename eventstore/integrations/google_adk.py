@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, cast
 from urllib.parse import quote
@@ -73,7 +73,7 @@ from eventstore.errors import (
     InvalidArgumentError,
     SessionDeletedError,
 )
-from eventstore.format.events import MessagesAppended
+from eventstore.format.events import Event, MessagesAppended
 from eventstore.integrations.google_adk_state import (
     EVENT_TYPES,
     INDEX,
@@ -102,7 +102,6 @@ __all__ = [
     "EventStoreSessionService",
 ]
 
-APPEND_ATTEMPTS = 1000
 FIRST_PAGE = 32  # events read first for `after_timestamp` alone (then doubled)
 
 
@@ -116,6 +115,11 @@ class AdkSessionExistsError(AlreadyExistsError, EventStoreError):
 
 class AdkSessionNotFoundError(SessionNotFoundError, EventStoreError):
     """ADK's `SessionNotFoundError`: `append_event` to a session that is not stored."""
+
+
+class _Stored(EventStoreError):
+    """Raised by a decision that finds its write stored already: an error, so the store
+    judges it again on a fresh read when it was judged on a cached state."""
 
 
 def _part(text: object, what: str) -> str:
@@ -245,15 +249,28 @@ class EventStoreSessionService(BaseSessionService):
 
         self.store.codec.check(created)  # a state that is not JSON: nothing written
 
+        key = index_key(user_id, session_id)
+        listed = SessionListed(user_id=user_id, session_id=session_id)
+
+        def unlisted_only(index: AdkIndex) -> list[Event]:
+            if key in index.sessions:
+                # an error, so judged again on a fresh read: another process may have
+                # unlisted it since this store's state was folded
+                raise _Stored(_app_sid(app_name))
+            return [listed]
+
         def create() -> dict[str, Any]:
-            index = cast(AdkIndex, self.store.load(_app_sid(app_name), INDEX))
-            if index_key(user_id, session_id) not in index.sessions:
-                # listed first: a crash after it leaves a listed session that is not
-                # there, which `list_sessions` skips; never one that is not listed
-                listed = SessionListed(user_id=user_id, session_id=session_id)
-                self.store.append(_app_sid(app_name), [listed])
+            # listed first: a crash after it leaves a listed session that is not there,
+            # which `list_sessions` skips; never one that is not listed (each append is
+            # judged against the store's state, with no read when it is at the head)
+            try:
+                self.store.append_decided(_app_sid(app_name), INDEX, unlisted_only)
+            except _Stored:
+                pass  # listed already (by the log as it is now)
             try:
                 try:
+                    # conditional on an empty log: one head read and the append (a state
+                    # folded from a log this store has not read would cost a read a fold)
                     result = self.store.append(sid, [created], expected_seq=0)
                 except SessionDeletedError:
                     # ADK's contract: a deleted id may be created again, on purpose (a
@@ -407,32 +424,39 @@ class EventStoreSessionService(BaseSessionService):
         batch = [MessagesAppended(messages=[_message(event)]), delta]
         since = session.last_update_time
 
-        def append() -> bool:
-            for _ in range(APPEND_ATTEMPTS):
-                sess = cast(AdkSession, self.store.load(sid, SESSION))
-                if not sess.created:
-                    raise AdkSessionNotFoundError(f"Session {session.id} not found.")
-                if event.id in sess.event_ids:
-                    return False  # a re-delivered event: it is stored already
-                if sess.update_time > since:
-                    raise AdkStaleSessionError(
-                        "The last_update_time provided in the session object is earlier"
-                        " than the update_time in storage. Please check if it is a stale"
-                        " session."
-                    )
-                try:
-                    result = self.store.append(sid, batch, expected_seq=sess.seq)
-                except ConcurrencyError:
-                    continue  # another writer appended: the check above decides again
-                except SessionDeletedError:
-                    # deleted (a tombstone) since the load: ADK's answer for a session gone
-                    raise AdkSessionNotFoundError(f"Session {session.id} not found.") from None
-                after = AdkSession(seq=result.last_seq, created=True)
-                after.app_seq = result.last_seq if app else sess.app_seq
-                after.user_seq = result.last_seq if user else sess.user_seq
-                self._copy_shared(sid, session.app_name, session.user_id, sess, after, delta)
-                return True
-            raise ConcurrencyError(sid, sess.seq, self.store.last_seq(sid))  # pragma: no cover
+        judged: list[AdkSession] = []  # the state the batch was appended at
+
+        def decide(sess: AdkSession) -> list[Event]:
+            # judged against the state this store holds, with no read when it is at
+            # the head: the append is conditional on that head, and a refusal or a
+            # re-delivery judged on it is judged again on a fresh read (append_decided)
+            if not sess.created:
+                raise AdkSessionNotFoundError(f"Session {session.id} not found.")
+            if event.id in sess.event_ids:
+                raise _Stored(sid)  # a re-delivery (an error: judged again on a fresh read)
+            if sess.update_time > since:
+                raise AdkStaleSessionError(
+                    "The last_update_time provided in the session object is earlier"
+                    " than the update_time in storage. Please check if it is a stale"
+                    " session."
+                )
+            judged[:] = [AdkSession(seq=sess.seq, app_seq=sess.app_seq, user_seq=sess.user_seq)]
+            return batch
+
+        def append() -> None:
+            try:
+                result = self.store.append_decided(sid, SESSION, decide)
+            except _Stored:
+                return  # a re-delivered event: it is stored already
+            except SessionDeletedError:
+                # a tombstone: ADK's answer for a session gone
+                raise AdkSessionNotFoundError(f"Session {session.id} not found.") from None
+            assert result is not None  # `decide` appends or raises
+            before = judged[0]
+            after = AdkSession(seq=result.last_seq, created=True)
+            after.app_seq = result.last_seq if app else before.app_seq
+            after.user_seq = result.last_seq if user else before.user_seq
+            self._copy_shared(sid, session.app_name, session.user_id, before, after, delta)
 
         await self.aio.call(sid, append)
         session.last_update_time = event.timestamp
@@ -460,14 +484,25 @@ class EventStoreSessionService(BaseSessionService):
         ):
             if new == 0:
                 continue  # the session never changed this scope
-            done = cast(AdkShared, self.store.load(target, SHARED)).applied.get(sid, 0)
+            self.store.append_decided(target, SHARED, self._copier(sid, field, old, new, fresh))
+
+    def _copier(
+        self, sid: str, field: str, old: int, new: int, fresh: SessionCreated | StateDelta
+    ) -> Callable[[AdkShared], list[Event]]:
+        """What copies the session's `field` deltas up to seq `new` into a shared log:
+        nothing if copied already, `fresh` alone if every delta up to `old` was."""
+
+        def copy(shared: AdkShared) -> list[Event]:
+            done = shared.applied.get(sid, 0)
             if done >= new:
-                continue
+                return []  # (from a cached state too: `applied` only ever grows)
             if done >= old:
                 changes = _changes([fresh], field)
             else:
                 changes = _changes(self._deltas(sid, done, new), field)
-            self.store.append(target, [SharedDelta(source=sid, upto=new, changes=changes)])
+            return [SharedDelta(source=sid, upto=new, changes=changes)]
+
+        return copy
 
     def _shared_view(
         self, sid: str, app_name: str, user_id: str, sess: AdkSession
