@@ -13,7 +13,8 @@ import pytest
 from conftest import make_entry, make_features, make_manifest
 
 from eventstore import SessionStore
-from eventstore.errors import FeatureNotFoundError
+from eventstore.errors import FeatureNotFoundError, InvalidRecordError
+from eventstore.format.events import Event, ProgressAppended, Snapshot
 from eventstore.records import FeatureRecord
 
 
@@ -97,3 +98,76 @@ def test_a_key_used_elsewhere_replays_here(url: str) -> None:
         assert result.replayed and result.first_seq == done.first_seq
         summaries = [p.summary for p in a.load_bootstrap_state("s").recent_progress]
         assert summaries.count("step 5") == 1
+
+
+# -- append_decided: a caller's own decision, judged the same way --------------------------
+
+
+def _progress_below(cap: int, i: int) -> Any:
+    """A decision: a progress note while the session holds fewer than `cap`."""
+
+    def decide(state: Any) -> list[Event]:
+        return [ProgressAppended(entry=make_entry(i))] if len(state.recent_progress) < cap else []
+
+    return decide
+
+
+def test_a_warm_decided_append_reads_nothing(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = _pair(url)
+    with a, b:
+        reads = _count_reads(a, monkeypatch)
+        for i in range(5):
+            result = a.append_decided("s", a.bootstrap, _progress_below(10, i))
+            assert result is not None and not result.replayed
+        assert reads[0] == 0
+        assert len(b.load_bootstrap_state("s").recent_progress) == 5
+
+
+def test_a_decision_is_made_again_on_what_another_writer_appended(url: str) -> None:
+    """Broken, this appends a 3rd note: a's cached state holds 2, b appended the 3rd."""
+    a, b = _pair(url)
+    with a, b:
+        for i in range(2):
+            a.append_decided("s", a.bootstrap, _progress_below(3, i))
+        b.append_progress_entry("s", make_entry(7))
+        seq = b.last_seq("s")
+        assert a.append_decided("s", a.bootstrap, _progress_below(3, 9)) is None
+        assert b.last_seq("s") == seq
+        assert a.verify("s").ok
+
+
+def test_a_refusal_on_a_cached_state_is_judged_again_on_a_fresh_one(url: str) -> None:
+    a, b = _pair(url)
+    seen: list[int] = []
+
+    def needs_new(state: Any) -> list[Event]:
+        seen.append(len(state.feature_list))
+        if not any(f.id == "new" for f in state.feature_list):
+            raise FeatureNotFoundError("s", "new")
+        return [ProgressAppended(entry=make_entry(1))]
+
+    with a, b:
+        b.replace_feature_list("s", [_feature("f1"), _feature("f2"), _feature("new")])
+        assert a.append_decided("s", "bootstrap", needs_new) is not None
+        assert seen == [2, 3]  # a's cached state, then the log's
+        b.replace_feature_list("s", [_feature("f1")])
+        with pytest.raises(FeatureNotFoundError):  # refused on the fresh state too
+            a.append_decided("s", "bootstrap", needs_new)
+        assert seen == [2, 3, 3, 1]
+        assert [p.summary for p in b.load_bootstrap_state("s").recent_progress] == ["step 1"]
+
+
+@pytest.mark.parametrize(
+    "decided",
+    [ProgressAppended(entry=make_entry(0)), [Snapshot(base_h="0")], [object()]],
+    ids=["not a sequence", "a snapshot", "not an event"],
+)
+def test_a_decision_that_is_no_batch_is_refused_and_writes_nothing(
+    url: str, decided: Any
+) -> None:
+    a, b = _pair(url)
+    with a, b:
+        seq = b.last_seq("s")
+        with pytest.raises(InvalidRecordError):
+            a.append_decided("s", a.bootstrap, lambda state: decided)
+        assert b.last_seq("s") == seq
