@@ -420,3 +420,93 @@ def test_a_runner_with_a_fake_model_resumes_in_a_new_process(
     run(main())
     code, out, err = cli_in_process(capsys, "verify", str(root), "--all", "--json")
     assert code == 0 and "unknown_type" not in out + err
+
+
+# -- one engine call per append_event, and what a second writer changes --------------------
+
+
+def _count_engine_calls(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...]
+) -> dict[str, int]:
+    """Count the calls of the engine's public `names` (the round trips of a database)."""
+    calls = dict.fromkeys(names, 0)
+    for name in names:
+        real = getattr(store.engine, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+            calls[_name] += 1
+            return _real(*args, **kw)
+
+        monkeypatch.setattr(store.engine, name, counted)
+    return calls
+
+
+def test_append_event_is_one_engine_append_and_no_read(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Broken (before `append_decided`), each append_event read what the store had not
+    seen (a round trip on PostgreSQL and Redis) before it appended."""
+
+    async def main() -> None:
+        with SessionStore(url) as store:
+            service = EventStoreSessionService(store)
+            s = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+            await service.append_event(s, text_event("warm"))
+            calls = _count_engine_calls(store, monkeypatch, ("read", "read_some", "head", "append"))
+            for i in range(5):
+                delta = EventActions(state_delta={"turn": i})
+                await service.append_event(s, text_event(f"turn {i}", actions=delta))
+            assert calls == {"read": 0, "read_some": 0, "head": 0, "append": 5}
+            got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+            assert got is not None and got.state == {"turn": 4} and len(got.events) == 6
+
+    run(main())
+
+
+def test_a_writer_with_a_cached_state_sees_what_another_appended(url: str) -> None:
+    """Two services on one store, each with its own cache: a stale session object is
+    refused and an event the other stored is not written twice, though this service's
+    cached state knew neither (its append is conditional on the head it judged at)."""
+
+    async def main() -> None:
+        with SessionStore(url) as one, SessionStore(url) as two:
+            a, b = EventStoreSessionService(one), EventStoreSessionService(two)
+            sb = await b.create_session(app_name=APP, user_id=USER, session_id="s")
+            await b.append_event(sb, text_event("e1"))  # b's state cached at its head
+            sa = await a.get_session(app_name=APP, user_id=USER, session_id="s")
+            assert sa is not None
+            e2 = text_event("e2", timestamp=sb.last_update_time + 1)
+            await a.append_event(sa, e2)
+            seq = two.last_seq(session_id_of(APP, USER, "s"))
+            with pytest.raises(StaleSessionError):
+                await b.append_event(sb, text_event("e3", timestamp=e2.timestamp + 1))
+            await b.append_event(sa, e2)  # a re-delivery b's cached state did not know
+            assert two.last_seq(session_id_of(APP, USER, "s")) == seq
+            got = await b.get_session(app_name=APP, user_id=USER, session_id="s")
+            assert got is not None and [e.id for e in got.events] == [
+                sb.events[0].id,
+                e2.id,
+            ]
+
+    run(main())
+
+
+def test_a_redelivery_judged_on_a_cached_state_is_judged_again(url: str) -> None:
+    """Broken, b's cached state (it holds e1) answers "stored" for a session another
+    service deleted and created again, which does not hold e1: acknowledged, not stored."""
+
+    async def main() -> None:
+        with SessionStore(url) as one, SessionStore(url) as two:
+            a, b = EventStoreSessionService(one), EventStoreSessionService(two)
+            sb = await b.create_session(app_name=APP, user_id=USER, session_id="s")
+            e1 = text_event("e1")
+            await b.append_event(sb, e1)
+            await a.delete_session(app_name=APP, user_id=USER, session_id="s")
+            await a.create_session(app_name=APP, user_id=USER, session_id="s")
+            sb.events.clear()  # (ADK returns early for an event the object holds)
+            with pytest.raises(StaleSessionError):
+                await b.append_event(sb, e1)
+            got = await a.get_session(app_name=APP, user_id=USER, session_id="s")
+            assert got is not None and got.events == []
+
+    run(main())
