@@ -162,9 +162,7 @@ def test_a_refusal_on_a_cached_state_is_judged_again_on_a_fresh_one(url: str) ->
     [ProgressAppended(entry=make_entry(0)), [Snapshot(base_h="0")], [object()]],
     ids=["not a sequence", "a snapshot", "not an event"],
 )
-def test_a_decision_that_is_no_batch_is_refused_and_writes_nothing(
-    url: str, decided: Any
-) -> None:
+def test_a_decision_that_is_no_batch_is_refused_and_writes_nothing(url: str, decided: Any) -> None:
     a, b = _pair(url)
     with a, b:
         seq = b.last_seq("s")
