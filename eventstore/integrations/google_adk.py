@@ -32,9 +32,15 @@ per session it returns, never the other sessions of the store.
 
 **Writers.** A session object read before another writer appended gets ADK's
 `StaleSessionError` (its `last_update_time` is older than the stored one), as the
-database service does; the append itself is conditional on the seq that check read, so
-two writers racing cannot both pass it. An event whose id the session holds (a
-re-delivery) writes nothing.
+database service does; the append itself is conditional on the head that check was
+made at, so two writers racing cannot both pass it. An event whose id the session holds
+(a re-delivery) writes nothing.
+
+**One engine call per event.** Those checks are made against the state the store holds
+(`SessionStore.append_decided`), with no read when it is at the session's head: one
+round trip on PostgreSQL and Redis, one write on files. A state another writer made
+stale costs a read and a retry; a refusal or a re-delivery judged on a cached state is
+judged again on a fresh read (`_Stored` is an error for that reason).
 """
 
 from __future__ import annotations
