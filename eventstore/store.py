@@ -484,6 +484,10 @@ class SessionStore:
         change it.
         """
         proj = self.core.projection(projection)
+        if not callable(decide):
+            raise InvalidArgumentError(
+                f"decide must be callable, not {validation.described(decide)}"
+            )
 
         def build(head: Head, states: list[Any]) -> list[Event]:
             events = decide(states[0])

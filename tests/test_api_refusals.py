@@ -369,6 +369,14 @@ API: dict[str, tuple[dict[str, Any], dict[str, Callable[[object], bool]]]] = {
             "idempotency_key": _KEY,
         },
     ),
+    "append_decided": (
+        {
+            "session_id": "s",
+            "projection": "bootstrap",
+            "decide": lambda state: [ProgressAppended(entry=make_entry(5))],
+        },
+        {"session_id": _STR, "projection": _STR, "decide": callable},
+    ),
     "last_seq": ({"session_id": "s"}, {"session_id": _STR}),
     "load": (
         {"session_id": "s", "projection": "bootstrap"},
