@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from conftest import cli_in_process
+from conftest import cli_in_process, run_threads
 from engines import EngineCase
 
 pytest.importorskip("google.adk")
@@ -510,3 +510,35 @@ def test_a_redelivery_judged_on_a_cached_state_is_judged_again(url: str) -> None
             assert got is not None and got.events == []
 
     run(main())
+
+
+def test_two_writers_with_warm_states_racing_one_session_object_one_wins(url: str) -> None:
+    """Both services' cached states are at the head and pass the checks; the appends
+    are conditional on it, so the loser reads, is judged stale and writes nothing."""
+
+    with SessionStore(url) as one, SessionStore(url) as two:
+        services = [EventStoreSessionService(one), EventStoreSessionService(two)]
+        s = run(services[0].create_session(app_name=APP, user_id=USER, session_id="s"))
+        run(services[0].append_event(s, text_event("warm")))
+        for service in services:  # both states folded to the same head
+            got = run(service.get_session(app_name=APP, user_id=USER, session_id="s"))
+            assert got is not None
+        copies = [s.model_copy(deep=True) for _ in services]
+        t = s.last_update_time
+        outcomes: list[str] = []
+
+        def writer(i: int) -> Callable[[], None]:
+            def go() -> None:
+                event = text_event(f"writer {i}", timestamp=t + 1 + i)
+                try:
+                    run(services[i].append_event(copies[i], event))
+                    outcomes.append("stored")
+                except StaleSessionError:
+                    outcomes.append("stale")
+
+            return go
+
+        assert run_threads([writer(0), writer(1)]) == []
+        assert sorted(outcomes) == ["stale", "stored"]
+        got = run(services[1].get_session(app_name=APP, user_id=USER, session_id="s"))
+        assert got is not None and len(got.events) == 2
