@@ -48,6 +48,7 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.core import checked_prefix, fold_cache
+from eventstore.core.tuning import Tuning
 from eventstore.engines.base import CachingEngine
 from eventstore.format.events import Event
 from projections import StructProjection
@@ -294,6 +295,64 @@ def test_a_long_fold_writes_the_cache_without_waiting_for_close(root: Path) -> N
     s.load_bootstrap_state("s")
     assert _cache(root, "s").is_file()  # before close
     s.close()
+
+
+_KILLED_WRITER = """
+import os, sys
+sys.path[:0] = {paths!r}
+from conftest import make_entry, make_features, make_manifest
+from eventstore import Message, Role, SessionStore
+from eventstore.core.tuning import Tuning
+s = SessionStore({root!r}, tuning=Tuning(cache_while_writing={every}))
+s.initialize_session_if_missing("s", make_manifest("s"), make_features(20))
+for i in range({turns}):
+    s.append_transcript_messages("s", [Message(role=Role.USER, content="x" * 600)])
+    s.append_progress_entry("s", make_entry(i))
+os._exit(0)  # killed: never closed
+"""
+
+
+@pytest.mark.parametrize("every", [0, 8192])
+def test_a_writer_keeps_its_caches_current_so_a_killed_one_leaves_a_short_fold(
+    root: Path, every: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Tuning.cache_while_writing`: a writer that is never closed (killed) has saved
+    its states' fold caches as it went; the next process folds only the lines past the
+    last save (at most `every` bytes, or twice the cache's size), and still loads
+    exactly the log's truth.
+    With 0, only close saves them: the next process folds the whole log."""
+    script = _KILLED_WRITER.format(
+        paths=[str(Path(__file__).parent), *sys.path], root=str(root), every=every, turns=200
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    size = log_path(root, "s").stat().st_size
+    with SessionStore(root) as s:
+        spy = LoadSpy(s, monkeypatch)
+        state = s.load_bootstrap_state("s")
+        saved = s.cache_info("s").folds["bootstrap"][1]
+    assert state == oracle.truth(root, "s").state
+    if every:
+        bound = max(every, 2 * _cache(root, "s").stat().st_size) + 2048  # + a turn
+        assert saved is not None and 0 < spy.folded <= bound < size // 4
+    else:
+        assert saved is None and spy.folded == size
+
+
+def test_a_writer_saves_its_cache_again_only_after_the_log_grew(root: Path) -> None:
+    with SessionStore(root, tuning=Tuning(cache_while_writing=4096)) as w:
+        w.initialize_session_if_missing("s", make_manifest("s"), make_features(20))
+        saves: list[int] = []
+        for i in range(60):
+            w.append_progress_entry("s", make_entry(i))
+            saves.append(w.cache_info("s").folds["bootstrap"][1] or 0)
+        sizes = [s for s in sorted(set(saves)) if s]
+        assert len(sizes) >= 2  # saved more than once while writing, never closed
+        assert len(sizes) < 60 // 2  # but not at every append
+        cached = _cache(root, "s").read_bytes()
+        with SessionStore(root) as r:
+            assert r.load_bootstrap_state("s") == w.load_bootstrap_state("s")
+            assert r.cache_info("s").folds["bootstrap"][1] == saves[-1]
+        assert _cache(root, "s").read_bytes() == cached  # the reader wrote no cache
 
 
 class _Counter(msgspec.Struct):

@@ -3,8 +3,9 @@ a whole log: the persistent fold caches (`eventstore.core.fold_cache`) and the c
 prefix (`eventstore.core.checked_prefix`), for engines that keep caches.
 
 A fold cache is written on close (a store that creates a session folds its transcript as
-it appends, within `Tuning.kept_from_creation`), after a long fold and by compaction,
-and used only when it checks against the log; a state kept in frames (the transcript's,
+it appends, within `Tuning.kept_from_creation`), after a long fold, by compaction, and
+by a writer as its appends grow the log (`Tuning.cache_while_writing`), and used only
+when it checks against the log; a state kept in frames (the transcript's,
 about as large as the log) is written on close and by compaction only, once the log has
 grown by an eighth.
 """
@@ -109,13 +110,34 @@ class CachePolicy:
         if p is not None and p.head is f.head and p.size - p.saved >= self.tuning.cache_after_fold:
             checked_prefix.store(self.engine, sess.session_id, p, self.mac)
 
-    def save_fold(self, session_id: str, name: str, state: Any, head: Head) -> None:
+    def save_fold(self, session_id: str, name: str, state: Any, head: Head) -> int:
         """Keep projection `name`'s `state` at `head` in the fold cache, marked with the
-        event types this store decodes of those it reads."""
+        event types this store decodes of those it reads; the bytes that took."""
         proj = self.projections[name]
-        fold_cache.store(
+        return fold_cache.store(
             self.engine, session_id, proj, state, head, self.cached[name], self.mac, self.crypt
         )
+
+    def after_append(self, sess: SessionState) -> None:
+        """Keep the fold caches of a writer's states current as it appends, so that a
+        cold load in another process (while this one runs, or after it was killed before
+        any close) folds at most about `Tuning.cache_while_writing` bytes of log, or twice
+        the state's own size, past the cache. Called under the session's lock after an
+        append folded its batch. A framed state (a transcript's, about the log's size)
+        is left to close and compaction."""
+        every = self.tuning.cache_while_writing
+        if not every:
+            return
+        for name, f in sess.folds.items():
+            head = f.head
+            if name not in self.cached or name in self.framed or head.position is None:
+                continue
+            saved = f.saved.size if f.saved is not None and f.saved.size <= head.size else 0
+            # twice the state's size: saving costs about that, so the writes a cache adds
+            # stay within half of what the log itself grew by
+            if head.size - saved >= max(every, 2 * f.saved_bytes):
+                f.saved_bytes = self.save_fold(sess.session_id, name, f.state, head)
+                f.saved = head
 
     def save_fold_caches(self, session_id: str, head: Head, states: dict[str, Any]) -> None:
         """Keep folded `states` (by projection name, at `head`) in the fold cache, for

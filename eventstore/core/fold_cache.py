@@ -352,17 +352,20 @@ def store(
     known: str,
     mac: CacheMac | None = None,
     crypt: CacheCrypt | None = None,
-) -> None:
-    """Keep `state` (folded to `head`) for the next cold load; best effort: a failure is
-    logged, never raised (the log is the truth, the cache only saves time)."""
+) -> int:
+    """Keep `state` (folded to `head`) for the next cold load, and say how many bytes
+    that took (0: nothing kept); best effort: a failure is logged, never raised (the log
+    is the truth, the cache only saves time)."""
     if head.seq == 0 or head.position is None or not isinstance(engine, CachingEngine):
-        return
+        return 0
     try:
         pieces: list[bytes] | None = encode(session_id, projection, state, head, known, mac)
         if crypt is not None and pieces is not None:
             pieces = crypt.encrypt(session_id, projection.name, head, pieces)
         if pieces is None:
-            return
+            return 0
         engine.store_cache(session_id, projection.name, head, pieces)
     except Exception as exc:  # noqa: BLE001 - a cache must never fail what called it
         log.warning("eventstore: saving the fold cache of %r failed: %s", session_id, exc)
+        return 0
+    return sum(map(len, pieces))

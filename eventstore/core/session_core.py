@@ -546,6 +546,7 @@ class SessionCore:
                     continue
                 f.head = new
         sess.head = new
+        self.caches.after_append(sess)
         return _new_result(stamped[0].seq, stamped[-1].seq, False)
 
     def _append(

@@ -22,14 +22,16 @@ __all__ = ["Fold", "SessionState", "SessionTable"]
 class Fold:
     """One projection's state of one session and the head it was folded to. `saved`: the
     head the persistent fold cache holds, as far as this process knows (None: unknown),
-    so a cache is written only when it would hold something new."""
+    so a cache is written only when it would hold something new; `saved_bytes`: how
+    many bytes that cache took (0: unknown), what a writer's next save costs about."""
 
-    __slots__ = ("head", "saved", "state")
+    __slots__ = ("head", "saved", "saved_bytes", "state")
 
     def __init__(self, state: Any, head: Head, saved: Head | None = None) -> None:
         self.state = state
         self.head = head
         self.saved = saved
+        self.saved_bytes = 0
 
 
 class SessionState:
