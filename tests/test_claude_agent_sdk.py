@@ -165,6 +165,33 @@ def test_a_retried_batch_is_kept_once_by_uuid(tmp_path: Path) -> None:
     run(main())
 
 
+def test_an_append_judged_on_a_state_another_store_made_stale_sees_its_entries(
+    tmp_path: Path,
+) -> None:
+    """Two store objects on one transcript (two processes): the one whose state is at
+    its own last append judges the next with no read, so that state may be stale. An
+    entry the other appended since is neither appended again (a retried batch) nor
+    left out of the summary, and a batch whose every entry is held writes nothing."""
+    root = tmp_path / "store"
+    titled = {"type": "user", "uuid": "u2", "customTitle": "theirs"}
+
+    async def main() -> None:
+        mine, theirs = EventStoreSessionStore(root), EventStoreSessionStore(root)
+        await mine.append(KEY, [{"type": "user", "uuid": "u1"}])
+        await theirs.append(KEY, [titled])
+        await mine.append(KEY, [titled, {"type": "user", "uuid": "u3"}])  # u2: a retry
+        await mine.append(KEY, [{"type": "user", "uuid": "u1"}])  # held: nothing written
+        assert [e["uuid"] for e in await mine.load(KEY) or []] == ["u1", "u2", "u3"]
+        (summary,) = await mine.list_session_summaries(KEY["project_key"])
+        assert summary["data"]["custom_title"] == "theirs"
+        await mine.close()
+        await theirs.close()
+
+    run(main())
+    with SessionStore(root) as plain:
+        assert plain.last_seq(session_id_of(KEY)) == 6  # three lines, three summaries
+
+
 def test_keys_map_to_sessions_and_back() -> None:
     for key in (
         KEY,
