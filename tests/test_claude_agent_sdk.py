@@ -20,7 +20,12 @@ pytest.importorskip("claude_agent_sdk")
 from claude_agent_sdk.testing import run_session_store_conformance  # noqa: E402
 from claude_agent_sdk.types import SessionKey  # noqa: E402
 
-from eventstore import InvalidArgumentError, InvalidRecordError, SessionStore  # noqa: E402
+from eventstore import (  # noqa: E402
+    InvalidArgumentError,
+    InvalidRecordError,
+    SessionDeletedError,
+    SessionStore,
+)
 from eventstore.integrations.claude_agent_sdk import (  # noqa: E402
     EventStoreSessionStore,
     session_id_of,
@@ -161,6 +166,53 @@ def test_a_retried_batch_is_kept_once_by_uuid(tmp_path: Path) -> None:
         await store.append(KEY, batch)
         assert await store.load(KEY) == [*batch, {"type": "x"}]
         await store.close()
+
+    run(main())
+
+
+def test_an_append_judged_on_a_state_another_store_made_stale_sees_its_entries(
+    tmp_path: Path,
+) -> None:
+    """Two store objects on one transcript (two processes): the one whose state is at
+    its own last append judges the next with no read, so that state may be stale. An
+    entry the other appended since is neither appended again (a retried batch) nor
+    left out of the summary, and a batch whose every entry is held writes nothing."""
+    root = tmp_path / "store"
+    titled = {"type": "user", "uuid": "u2", "customTitle": "theirs"}
+
+    async def main() -> None:
+        mine, theirs = EventStoreSessionStore(root), EventStoreSessionStore(root)
+        await mine.append(KEY, [{"type": "user", "uuid": "u1"}])
+        await theirs.append(KEY, [titled])
+        await mine.append(KEY, [titled, {"type": "user", "uuid": "u3"}])  # u2: a retry
+        await mine.append(KEY, [{"type": "user", "uuid": "u1"}])  # held: nothing written
+        assert [e["uuid"] for e in await mine.load(KEY) or []] == ["u1", "u2", "u3"]
+        (summary,) = await mine.list_session_summaries(KEY["project_key"])
+        assert summary["data"]["custom_title"] == "theirs"
+        await mine.close()
+        await theirs.close()
+
+    run(main())
+    with SessionStore(root) as plain:
+        assert plain.last_seq(session_id_of(KEY)) == 6  # three lines, three summaries
+
+
+def test_a_store_that_did_not_see_a_delete_appends_nothing_after_it(tmp_path: Path) -> None:
+    """A transcript deleted through another store object: an append from the store whose
+    state predates the delete raises SessionDeletedError, a batch of held entries (a
+    retry, nothing to write on that stale state) included; nothing is written."""
+    root = tmp_path / "store"
+
+    async def main() -> None:
+        mine, theirs = EventStoreSessionStore(root), EventStoreSessionStore(root)
+        await mine.append(KEY, [{"type": "user", "uuid": "u1"}])
+        await theirs.delete(KEY)
+        for batch in ([{"type": "user", "uuid": "u1"}], [{"type": "user", "uuid": "u2"}]):
+            with pytest.raises(SessionDeletedError):
+                await mine.append(KEY, batch)
+        assert await theirs.load(KEY) is None
+        await mine.close()
+        await theirs.close()
 
     run(main())
 

@@ -135,15 +135,13 @@ ITEM = st.builds(
     st.text(max_size=8),
     st.sampled_from(["user", "assistant", "system"]),
 )
-OPS = st.lists(
-    st.one_of(
-        st.tuples(st.just("add"), st.lists(ITEM, max_size=3)),
-        st.tuples(st.just("pop"), st.none()),
-        st.tuples(st.just("clear"), st.none()),
-        st.tuples(st.just("get"), st.one_of(st.none(), st.integers(-2, 6))),
-    ),
-    max_size=25,
+OP = st.one_of(
+    st.tuples(st.just("add"), st.lists(ITEM, max_size=3)),
+    st.tuples(st.just("pop"), st.none()),
+    st.tuples(st.just("clear"), st.none()),
+    st.tuples(st.just("get"), st.one_of(st.none(), st.integers(-2, 6))),
 )
+OPS = st.lists(OP, max_size=25)
 
 
 @settings(
@@ -442,6 +440,76 @@ def test_pops_from_several_processes_never_pop_one_item_twice(tmp_path: Path) ->
     left = run(EventStoreSession("shared", tmp_path).get_items())
     assert [i["content"] for i in left] == [str(i) for i in range(16)]  # type: ignore[typeddict-item]
     assert plain_store(tmp_path).verify("shared").ok
+
+
+def test_a_pop_judged_on_a_state_another_store_made_stale_pops_the_newest_item(
+    tmp_path: Path,
+) -> None:
+    """Two stores on one session (two processes): the one that has folded the
+    conversation pops with no read, so its state may be stale. An item the other added
+    since is the one popped, and an emptied state that is stale does not answer None."""
+
+    async def main() -> None:
+        mine, theirs = plain_store(tmp_path), plain_store(tmp_path)
+        a, b = EventStoreSession("s", mine), EventStoreSession("s", theirs)
+        await a.add_items([msg("a")])
+        assert await a.get_items() == [msg("a")]  # folded by `mine`: pops judge its state
+        await b.add_items([msg("b")])
+        assert await a.pop_item() == msg("b")
+        assert oa.PROJECTION.name in mine.cache_info("s").folds
+        assert await a.pop_item() == msg("a")
+        await b.add_items([msg("c")])  # `mine` still holds an empty conversation
+        assert await a.pop_item() == msg("c")
+        assert await a.pop_item() is None
+        assert await b.pop_item() is None
+        await b.add_items([msg("d")])
+        assert await b.pop_item() == msg("d")  # `theirs` never folded: read from the end
+
+    run(main())
+    kinds = [type(e).__name__ for e in plain_store(tmp_path).read_events("s")]
+    assert (
+        kinds
+        == ["ItemsAdded", "ItemsAdded", "ItemPopped", "ItemPopped"]
+        + [
+            "ItemsAdded",
+            "ItemPopped",
+        ]
+        * 2
+    )
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=st.lists(st.tuples(st.integers(0, 1), OP), max_size=16))
+def test_two_stores_on_one_session_answer_as_one_sqlite_session(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[int, tuple[str, Any]]]
+) -> None:
+    """Calls from two stores on one session in any interleaving (each store's state
+    stale whenever the other wrote last) answer as one `SQLiteSession` does."""
+    root = tmp_path_factory.mktemp("agents-two")
+
+    async def main() -> None:
+        objs = [EventStoreSession("s", root) for _ in range(2)]  # each opens its store
+        ref = SQLiteSession("s")
+        for who, (op, arg) in ops:
+            ours = objs[who]
+            if op == "add":
+                await ours.add_items(list(arg))
+                await ref.add_items(list(arg))
+            elif op == "pop":
+                assert await ours.pop_item() == await ref.pop_item()
+            elif op == "clear":
+                await ours.clear_session()
+                await ref.clear_session()
+            else:
+                assert await ours.get_items(arg) == await ref.get_items(arg), (op, arg)
+        for ours in objs:
+            assert await ours.get_items() == await ref.get_items()
+            await ours.close()
+        ref.close()
+
+    run(main())
 
 
 def test_a_cleared_conversation_compacted_without_archive_shrinks_to_its_snapshot(

@@ -12,9 +12,10 @@ transcript `claude-sdk.<project_key>.<session_id>.<subpath>` (each part percent-
   and `load` gives entries equal to those appended.
 - **One append, one atomic batch**: the lines and, for a main transcript, a
   `claude_sdk_summary` event (the SDK's `fold_session_summary` of the batch), appended
-  only if the session is still at the seq the summary was folded
-  from (`expected_seq`; a racing append makes it fold again), so summaries never lose
-  an append and nothing spans two sessions.
+  only if the session is still at the head the summary and the held uuids were folded
+  to (`SessionStore.append_decided`: no read when this store's state is at the head; a
+  racing append makes it fold again), so summaries never lose an append and nothing
+  spans two sessions.
 - **Deduplicated by `uuid`**, as the SDK asks: an entry whose `uuid` the transcript
   holds with the same contents (a retried batch, or a line `eventstore
   import-claude-code --claude-agent-sdk` brought: it names sessions as this store does)
@@ -53,7 +54,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from eventstore.aio import AsyncSessionStore
-from eventstore.errors import ConcurrencyError, InvalidRecordError
+from eventstore.errors import EventStoreError, InvalidRecordError
 from eventstore.format.events import Event
 from eventstore.integrations import claude_code
 from eventstore.integrations.claude_agent_sdk_state import (
@@ -82,8 +83,6 @@ __all__ = [
     "session_key_of",
     "session_of_file",
 ]
-
-APPEND_ATTEMPTS = 1000  # appends racing other writers of one session fold again this often
 
 _encoder = msgspec.json.Encoder()
 _LISTING = "claude-sdk listing"  # the lane of listings (they read many sessions)
@@ -137,8 +136,12 @@ class EventStoreSessionStore:
         lines: list[ClaudeCodeLine],
         main: bool,
     ) -> None:
-        for _ in range(APPEND_ATTEMPTS):
-            state = cast(SdkSession, self.store.load(sid, PROJECTION))
+        """The batch, less the entries held, and the summary folded from the state it was
+        judged on, committed only at the head that state was folded to
+        (`SessionStore.append_decided`: one engine round trip when this store's state is
+        at the head; a racing append makes it fold again)."""
+
+        def decide(state: SdkSession) -> list[Event]:
             fresh: list[tuple[SessionStoreEntry, ClaudeCodeLine]] = []
             for entry, line in zip(entries, lines, strict=True):
                 uuid = entry.get("uuid")
@@ -146,18 +149,19 @@ class EventStoreSessionStore:
                     continue  # a retried batch's entry (a uuid alone may repeat)
                 fresh.append((entry, line))
             if not fresh:
-                return
+                # an error, not "no events": nothing is written only on what the log
+                # holds now, never on a state this store kept
+                raise _AllHeld(sid)
             events: list[Event] = [line for _, line in fresh]
             if main:
-                prev = _summary_of(state)
-                folded = fold_session_summary(prev, key, [e for e, _ in fresh])
+                folded = fold_session_summary(_summary_of(state), key, [e for e, _ in fresh])
                 events.append(SummarySet(summary=msgspec.Raw(_encoder.encode(folded))))
-            try:
-                self.store.append(sid, events, expected_seq=state.seq)
-            except ConcurrencyError:
-                continue  # another writer appended meanwhile: fold its entries first
-            return
-        raise ConcurrencyError(sid, state.seq, self.store.last_seq(sid))  # pragma: no cover
+            return events
+
+        try:
+            self.store.append_decided(sid, PROJECTION, decide)
+        except _AllHeld:
+            return  # every entry is held: a retried batch
 
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
         """The entries appended under `key`, in order; None if it holds none."""
@@ -228,6 +232,11 @@ class EventStoreSessionStore:
             return out
 
         return await self.aio.call(_LISTING, mains)
+
+
+class _AllHeld(EventStoreError):
+    """Raised by an append's decision that finds every entry held: an error, so a state
+    this store kept is judged again on a fresh read before nothing is written."""
 
 
 def _main(key: dict[str, str]) -> dict[str, str]:

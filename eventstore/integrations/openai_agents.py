@@ -24,8 +24,12 @@ A position-based key would not do: a cancelled call's append finishes in its wor
 and moves the position, so the retry would look new.
 
 Several processes may share one session: appends take the log's writers' lock; a pop
-removes the item it read only if nothing was appended since (`expected_seq`), and
-otherwise reads again.
+removes the item it read only if nothing was appended since, and otherwise reads again.
+A store that has folded the conversation pops its newest item with no read
+(`SessionStore.append_decided`: the append is conditional on the head that state was
+folded to, so a state another writer made stale costs a read and a retry, and an empty
+one is read again before the pop answers None); one that has not reads the newest item
+from the log's end and appends at the head it read (`expected_seq`).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from eventstore.aio import AsyncSessionStore
 from eventstore.core.session_core import core_of
 from eventstore.errors import (
     ConcurrencyError,
+    EventStoreError,
     InvalidArgumentError,
     InvalidRecordError,
     NestingTooDeepError,
@@ -88,7 +93,6 @@ __all__ = [
     "SessionCleared",
 ]
 
-POP_ATTEMPTS = 100  # pops racing other writers re-read at most this often
 MAX_UNACKNOWLEDGED = 100  # failed adds whose keys a session object keeps for retries
 _ITEM_TAGS = frozenset(PROJECTION.event_types)
 
@@ -212,27 +216,42 @@ class EventStoreSession:
         """Remove and return the newest item; None (and nothing written) if there is none."""
 
         def pop() -> TResponseInputItem | None:
-            seq = 0
-            for attempt in range(POP_ATTEMPTS):
-                # the first try of a store that has not folded the conversation reads
-                # the newest item from the log's end; a retry folds
-                found = self._newest(1) if attempt == 0 else None
-                if found is None:
-                    state = cast(AgentItems, self.store.load(self.session_id, PROJECTION))
-                    found = state.items[-1:], state.seq
+            # a store that has not folded the conversation reads the newest item from
+            # the log's end (no fold of a long log for one item), appended only at the
+            # head it read; a store that has folded it judges its state with no read
+            found = self._newest(1)
+            if found is not None:
                 newest, seq = found
                 if not newest:
                     return None
-                last = newest[-1]
-                event = ItemPopped(added_seq=last.added_seq, index=last.index, item=last.item)
                 try:
-                    self.store.append(self.session_id, [event], expected_seq=seq)
+                    self.store.append(self.session_id, [_popped(newest[-1])], expected_seq=seq)
+                    return _decode(newest[-1].item)
                 except ConcurrencyError:
-                    continue  # another writer got in first: read again
-                return _decode(last.item)
-            raise ConcurrencyError(self.session_id, seq, self.store.last_seq(self.session_id))
+                    pass  # another writer got in first: fold, and judge again
+            return self._pop_decided()
 
         return await self.aio.call(self.session_id, pop)
+
+    def _pop_decided(self) -> TResponseInputItem | None:
+        """Pop the newest item of the projection's state, committed only at the head
+        that state was folded to (`SessionStore.append_decided`: one engine round trip
+        when this store's state is at the head, a read and a retry when it is stale)."""
+        judged: list[StoredItem] = []  # the item of the decision that was committed
+
+        def decide(state: AgentItems) -> list[ItemPopped]:
+            if not state.items:
+                # an error, not "no events": an empty state may be stale (another
+                # process may have added since), so it is judged again on a fresh read
+                raise _NothingToPop(self.session_id)
+            judged[:] = state.items[-1:]
+            return [_popped(judged[0])]
+
+        try:
+            self.store.append_decided(self.session_id, PROJECTION, decide)
+        except _NothingToPop:
+            return None
+        return _decode(judged[0].item)
 
     async def clear_session(self) -> None:
         """Remove every item from the session (the log keeps them: see `items_at`)."""
@@ -268,6 +287,15 @@ class EventStoreSession:
         """Release the async store if this session made it (a shared one stays open)."""
         if self._owns:
             await self.aio.close()
+
+
+class _NothingToPop(EventStoreError):
+    """Raised by a pop's decision on an empty conversation: an error, so a state held
+    by this store is judged again on a fresh read before the pop answers None."""
+
+
+def _popped(item: StoredItem) -> ItemPopped:
+    return ItemPopped(added_seq=item.added_seq, index=item.index, item=item.item)
 
 
 def _encode_items(items: list[TResponseInputItem]) -> tuple[list[msgspec.Raw], str]:
