@@ -44,6 +44,7 @@ from eventstore import (
     BootstrapState,
     CorruptLogError,
     Message,
+    Retention,
     Role,
     SessionStore,
 )
@@ -210,6 +211,148 @@ def test_compaction_writes_a_cache_of_the_snapshot(root: Path, filled: Bootstrap
     with SessionStore(root) as s:
         assert s.load_bootstrap_state("s") == filled
         assert s.cache_info("s").folds["bootstrap"][1] == s.last_seq("s")  # type: ignore[union-attr]
+
+
+def _copy_store(root: Path, how: str) -> Path:
+    """The store at `root` copied with new inodes: `shutil.copytree`, `cp -a`, or copied
+    away and restored over itself (the original removed, the copy moved back)."""
+    dest = root.parent / f"copy-{how}"
+    if how == "copytree":
+        shutil.copytree(root, dest)
+    elif how == "cp -a":
+        subprocess.run(["cp", "-a", str(root), str(dest)], check=True)
+    else:
+        shutil.copytree(root, dest)
+        shutil.rmtree(root)
+        shutil.copytree(dest, root)
+        shutil.rmtree(dest)
+        dest = root
+    return dest
+
+
+def _from_cache(root: Path, sid: str = "s") -> bool:
+    """Whether a cold load of `sid` (a fresh store) started from its bootstrap cache."""
+    with SessionStore(root) as s:
+        s.load_bootstrap_state(sid)
+        return s.cache_info(sid).folds["bootstrap"][1] is not None
+
+
+@pytest.mark.parametrize("how", ["copytree", "cp -a", "restored"])
+def test_a_copied_or_restored_store_loads_from_its_caches(
+    root: Path, filled: BootstrapState, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Caches are bound to the log's bytes and the lock file's generation, not to the
+    log's inode: a copy of the store (every file a new inode) is the same log, and a
+    cold load of it folds nothing."""
+    before = os.stat(log_path(root, "s")).st_ino
+    copy = _copy_store(root, how)
+    assert os.stat(log_path(copy, "s")).st_ino != before
+    with SessionStore(copy) as s:
+        spy = LoadSpy(s, monkeypatch)
+        assert s.load_bootstrap_state("s") == filled
+        assert s.cache_info("s").folds["bootstrap"][1] == s.last_seq("s")
+        assert spy.folded == 0
+    assert filled == oracle.truth(copy, "s").state
+
+
+def _replace(store: SessionStore, root: Path, replacer: str) -> None:
+    """Replace (or end) the log of session "s" the way `replacer` names."""
+    if replacer == "compact":
+        assert store.compact("s", force=True).compacted
+    elif replacer == "compact-retain":
+        assert store.compact("s", force=True, retention=Retention(messages=3)).compacted
+    elif replacer == "repair":
+        from eventstore.ops.repair import repair
+
+        with open(log_path(root, "s"), "ab") as f:
+            f.write(b'{"torn')
+        repair(store, "s")
+    elif replacer == "tombstone":
+        assert store.delete_session("s") is True
+    else:
+        assert store.delete_session("s", purge=True) is True
+        _fill(store, "s")
+
+
+@pytest.mark.parametrize(
+    "replacer", ["compact", "compact-retain", "repair", "tombstone", "purge-recreate"]
+)
+@pytest.mark.parametrize("how", ["copytree", "cp -a"])
+def test_a_copy_whose_log_is_then_replaced_never_serves_the_old_cache(
+    root: Path, filled: BootstrapState, replacer: str, how: str
+) -> None:
+    """Attack: copy the store, replace the copy's log (a compaction, one with retention,
+    a repair, a tombstone, a purge and the id written again), then plant the cache the
+    copy started with back, as it is and with its generation rewritten to the live one:
+    the load equals the truth. The cache as it was is never used (the replacement moved
+    the generation); relabelled, only where the live log still holds every byte it was
+    folded from (a repair that cut a torn tail after them), which is then no stale
+    cache."""
+    copy = _copy_store(root, how)
+    stale = _cache(copy, "s").read_bytes()
+    with SessionStore(copy) as s:
+        _replace(s, copy, replacer)
+    truth = oracle.truth(copy, "s").state
+    lock = log_path(copy, "s").with_name("log.lock")
+    gen = int.from_bytes(lock.read_bytes()[:8], "big")  # docs/log-format.md, "The lock file"
+    engine, rest = stale.split(b"\n", 1)
+    relabelled = msgspec.json.encode({**msgspec.json.decode(engine), "gen": gen}) + b"\n" + rest
+    for plant in (stale, relabelled):
+        _cache(copy, "s").write_bytes(plant)
+        with SessionStore(copy) as s:
+            assert s.load_bootstrap_state("s") == truth
+            used = s.cache_info("s").folds["bootstrap"][1] is not None
+        assert used == (plant is relabelled and replacer == "repair"), replacer
+
+
+def test_a_cache_of_another_session_or_store_with_the_same_offsets_is_refused(
+    root: Path, filled: BootstrapState
+) -> None:
+    """Attack: a cache written for a log of the same shape (every offset and seq the
+    same, other bytes): the same id in another store, and another id of this store
+    with its cache moved over: neither is used, and the load equals the truth."""
+    other = root.parent / "other"
+    with SessionStore(other) as s:
+        _fill(s, "s")
+    with SessionStore(root) as s:
+        _fill(s, "t")
+    mine = msgspec.json.decode(_cache(root, "s").read_bytes().split(b"\n", 1)[0])
+    for source in (_cache(other, "s"), _cache(root, "t")):
+        theirs = msgspec.json.decode(source.read_bytes().split(b"\n", 1)[0])
+        assert {k: theirs[k] for k in ("offset", "seq", "gen")} == {
+            k: mine[k] for k in ("offset", "seq", "gen")
+        }
+        shutil.copyfile(source, _cache(root, "s"))
+        _assert_ignored_and_rebuilt(root, filled)
+
+
+def test_a_log_restored_with_another_opening_snapshot_of_the_same_shape_is_refused(
+    root: Path, filled: BootstrapState
+) -> None:
+    """Attack: the lines after a snapshot chain to its `base_h`, not to its `h`: a log
+    restored by hand (no generation moved) whose opening snapshot holds another state
+    of the same length, re-hashed, agrees with the old log on every later `h` and
+    offset. The cache of the old log is not used: it records the snapshot's `h`."""
+    with SessionStore(root) as s:
+        assert s.compact("s", force=True).compacted
+    with SessionStore(root) as s:
+        for i in range(40):
+            s.append_progress_entry("s", make_entry(500 + i))
+        before = s.load_bootstrap_state("s")
+    assert _from_cache(root)
+    log = log_path(root, "s")
+    snap, nl, tail = log.read_bytes().partition(b"\n")
+    i = snap.index(b"step 1")  # a progress summary in the snapshot's states
+    edited = snap[:i] + b"step 7" + snap[i + 6 :]
+    base_h = msgspec.json.decode(snap)["base_h"]
+    tmp = log.with_name("restored")
+    tmp.write_bytes(oracle.rehash(edited, base_h) + nl + tail)
+    os.replace(tmp, log)
+    truth = oracle.truth(root, "s").state
+    assert truth != before  # the edit is in the state the log folds to
+    with SessionStore(root) as s:
+        assert s.load_bootstrap_state("s") == truth
+        assert s.cache_info("s").folds["bootstrap"][1] is None
 
 
 def test_a_symlink_planted_in_its_place_is_never_followed(
