@@ -355,6 +355,28 @@ def test_a_log_restored_with_another_opening_snapshot_of_the_same_shape_is_refus
         assert s.cache_info("s").folds["bootstrap"][1] is None
 
 
+@pytest.mark.parametrize("line", ["inode-bound", "format 1", "format 3", "no gen"])
+def test_a_cache_whose_engine_line_is_of_another_format_is_ignored(
+    root: Path, filled: BootstrapState, line: str
+) -> None:
+    """A cache written before caches survived a copy (its engine line names the log's
+    device and inode, and no format), or of a format to come, is ignored, never an
+    error, and rebuilt; even naming the live log's inode."""
+    cache = _cache(root, "s")
+    engine, rest = cache.read_bytes().split(b"\n", 1)
+    e = msgspec.json.decode(engine)
+    st_ = os.stat(log_path(root, "s"))
+    if line == "inode-bound":
+        e = {"dev": st_.st_dev, "ino": st_.st_ino, **e}
+        del e["format"], e["gen"], e["opening"]
+    elif line == "no gen":
+        del e["gen"]
+    else:
+        e["format"] = int(line[-1])
+    cache.write_bytes(msgspec.json.encode(e) + b"\n" + rest)
+    _assert_ignored_and_rebuilt(root, filled)
+
+
 def test_a_symlink_planted_in_its_place_is_never_followed(
     root: Path, filled: BootstrapState, tmp_path: Path
 ) -> None:
