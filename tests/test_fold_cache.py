@@ -11,6 +11,7 @@ with no cache at all), and the next close must leave a cache that checks.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -18,6 +19,7 @@ import sys
 import textwrap
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -326,28 +328,46 @@ def test_a_cache_of_another_session_or_store_with_the_same_offsets_is_refused(
         _assert_ignored_and_rebuilt(root, filled)
 
 
+def _rewrite_snapshot(log: Path, edit: Callable[[bytes], bytes]) -> None:
+    """Restore `log` by hand (no generation moved) with its opening snapshot edited by
+    `edit` and re-hashed, so that the log checks."""
+    snap, nl, tail = log.read_bytes().partition(b"\n")
+    base_h = msgspec.json.decode(snap)["base_h"]
+    tmp = log.with_name("restored")
+    tmp.write_bytes(oracle.rehash(edit(snap), base_h) + nl + tail)
+    os.replace(tmp, log)
+
+
+def _older_release(snap: bytes) -> bytes:
+    """The snapshot as releases before snapshots described themselves wrote it."""
+    return re.sub(rb'"length":\d+,"layout":\{[^}]*\},', b"", snap, count=1)
+
+
+def _other_summary(snap: bytes) -> bytes:
+    """Another state of the same length: a progress summary in the states changed."""
+    i = snap.index(b"step 1")
+    return snap[:i] + b"step 7" + snap[i + 6 :]
+
+
+@pytest.mark.parametrize("release", ["current", "older"])
 def test_a_log_restored_with_another_opening_snapshot_of_the_same_shape_is_refused(
-    root: Path, filled: BootstrapState
+    root: Path, filled: BootstrapState, release: str
 ) -> None:
     """Attack: the lines after a snapshot chain to its `base_h`, not to its `h`: a log
     restored by hand (no generation moved) whose opening snapshot holds another state
     of the same length, re-hashed, agrees with the old log on every later `h` and
-    offset. The cache of the old log is not used: it records the snapshot's `h`."""
+    offset. The cache of the old log is not used: it records the snapshot's `h` (also
+    of a snapshot an older release wrote, without `length`, whose cache is used)."""
     with SessionStore(root) as s:
         assert s.compact("s", force=True).compacted
+    if release == "older":
+        _rewrite_snapshot(log_path(root, "s"), _older_release)
     with SessionStore(root) as s:
         for i in range(40):
             s.append_progress_entry("s", make_entry(500 + i))
         before = s.load_bootstrap_state("s")
     assert _from_cache(root)
-    log = log_path(root, "s")
-    snap, nl, tail = log.read_bytes().partition(b"\n")
-    i = snap.index(b"step 1")  # a progress summary in the snapshot's states
-    edited = snap[:i] + b"step 7" + snap[i + 6 :]
-    base_h = msgspec.json.decode(snap)["base_h"]
-    tmp = log.with_name("restored")
-    tmp.write_bytes(oracle.rehash(edited, base_h) + nl + tail)
-    os.replace(tmp, log)
+    _rewrite_snapshot(log_path(root, "s"), _other_summary)
     truth = oracle.truth(root, "s").state
     assert truth != before  # the edit is in the state the log folds to
     with SessionStore(root) as s:

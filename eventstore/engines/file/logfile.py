@@ -200,8 +200,15 @@ def opening_h(fd: int, size: int) -> str | None:
     if first is not None:
         return first[1]
     # a snapshot written before snapshots described themselves: its line, read whole
-    line, nl, _ = pread_all(fd, size, 0).partition(b"\n")
-    found = split_hash(line) if nl else None
+    # (and no further: the log may be long)
+    n = 1 << 16
+    while True:
+        buf = pread_all(fd, min(n, size), 0)
+        nl = buf.find(b"\n")
+        if nl >= 0 or len(buf) >= size:
+            break
+        n *= 4
+    found = split_hash(buf[:nl]) if nl >= 0 else None
     return None if found is None else found[1]
 
 
