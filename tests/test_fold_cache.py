@@ -216,11 +216,14 @@ def test_compaction_writes_a_cache_of_the_snapshot(root: Path, filled: Bootstrap
 
 
 def _copy_store(root: Path, how: str) -> Path:
-    """The store at `root` copied with new inodes: `shutil.copytree`, `cp -a`, or copied
-    away and restored over itself (the original removed, the copy moved back)."""
+    """The store at `root` copied with new inodes: `shutil.copytree` (or without the
+    lock files), `cp -a`, or copied away and restored over itself (the original
+    removed, the copy moved back)."""
     dest = root.parent / f"copy-{how}"
     if how == "copytree":
         shutil.copytree(root, dest)
+    elif how == "no lock file":  # generation 0, as an empty one (never replaced)
+        shutil.copytree(root, dest, ignore=shutil.ignore_patterns("log.lock"))
     elif how == "cp -a":
         subprocess.run(["cp", "-a", str(root), str(dest)], check=True)
     else:
@@ -239,7 +242,7 @@ def _from_cache(root: Path, sid: str = "s") -> bool:
         return s.cache_info(sid).folds["bootstrap"][1] is not None
 
 
-@pytest.mark.parametrize("how", ["copytree", "cp -a", "restored"])
+@pytest.mark.parametrize("how", ["copytree", "cp -a", "restored", "no lock file"])
 def test_a_copied_or_restored_store_loads_from_its_caches(
     root: Path, filled: BootstrapState, how: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
