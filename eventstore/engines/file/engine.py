@@ -491,11 +491,12 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
     def head(self, session_id: str) -> Head:
         """The last committed line, from the tail of the file alone."""
         sess = self._session(session_id)
+        gen = read_generation(sess.paths)  # before the open: see `FilePosition.gen`
         opened = self._open_read(sess)
         if opened is None:
             return EMPTY_HEAD
         try:
-            return self._current_head(sess, opened.fd, recover=False, opened=opened)
+            return self._current_head(sess, opened.fd, recover=False, opened=opened, gen=gen)
         except OSError as exc:
             raise storage_error(sess.paths.log, "reading the log", exc) from exc
         finally:
@@ -530,11 +531,17 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
             opened.close()
 
     def _current_head(
-        self, sess: SessionState, fd: int, *, recover: bool, opened: LogRead | None = None
+        self,
+        sess: SessionState,
+        fd: int,
+        *,
+        recover: bool,
+        opened: LogRead | None = None,
+        gen: int = -1,
     ) -> Head:
         """The head of the open log `fd` (a reader's: `opened`, whose `fd` it is); with
         `recover` (writers' lock held) a torn tail is set aside and cut off, and the
-        head carries the lock's generation (a reader's head, none: `FilePosition.gen`)."""
+        head carries the lock's generation, else `gen` (`FilePosition.gen`)."""
         if opened is None:
             st = os.fstat(fd)
             ident, size = (st.st_dev, st.st_ino), st.st_size
@@ -554,7 +561,8 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
             refuse_damaged_last_line(pread_all(fd, size - start, start), start, where, None)
         if cut < size and recover:
             set_aside_torn(sess.paths.log, fd, cut, size, fsync=self.durability == "fsync")
-        gen = gen_number(sess.gen) if recover else -1
+        if recover:
+            gen = gen_number(sess.gen)
         if last is None:  # nothing committed (an empty file, blank lines, a torn first batch)
             return FilePosition(ident, cut, 0, "", "", 0, seen, gen).head() if size else EMPTY_HEAD
         return head_at(ident, cut, last, first_seq_of(fd, cut), seen, gen)
