@@ -217,8 +217,8 @@ def test_compaction_writes_a_cache_of_the_snapshot(root: Path, filled: Bootstrap
 
 def _copy_store(root: Path, how: str) -> Path:
     """The store at `root` copied with new inodes: `shutil.copytree` (or without the
-    lock files), `cp -a`, or copied away and restored over itself (the original
-    removed, the copy moved back)."""
+    lock files), `cp -a`, or copied away and restored over itself (the backup copied
+    back while the original still holds its inode numbers, then renamed over it)."""
     dest = root.parent / f"copy-{how}"
     if how == "copytree":
         shutil.copytree(root, dest)
@@ -226,11 +226,11 @@ def _copy_store(root: Path, how: str) -> Path:
         shutil.copytree(root, dest, ignore=shutil.ignore_patterns("log.lock"))
     elif how == "cp -a":
         subprocess.run(["cp", "-a", str(root), str(dest)], check=True)
-    else:
+    else:  # the backup copied back beside the store, then put in its place
         shutil.copytree(root, dest)
+        back = shutil.copytree(dest, root.parent / "restoring")
         shutil.rmtree(root)
-        shutil.copytree(dest, root)
-        shutil.rmtree(dest)
+        back.rename(root)
         dest = root
     return dest
 
