@@ -378,6 +378,21 @@ def test_a_log_restored_with_another_opening_snapshot_of_the_same_shape_is_refus
         assert s.cache_info("s").folds["bootstrap"][1] is None
 
 
+@pytest.mark.parametrize("plant", ["fifo", "directory"])
+def test_a_lock_file_that_cannot_be_read_never_hangs_a_load_nor_vouches_for_a_cache(
+    root: Path, filled: BootstrapState, plant: str
+) -> None:
+    """A FIFO or a directory where the lock file should be (a copy made by a careless
+    tool): its generation is unknown, so no cache is used, and the load neither hangs
+    nor fails: it folds the log."""
+    copy = shutil.copytree(root, root.parent / "copy", ignore=shutil.ignore_patterns("log.lock"))
+    lock = log_path(copy, "s").with_name("log.lock")
+    os.mkfifo(lock) if plant == "fifo" else lock.mkdir()
+    with SessionStore(copy) as s:
+        assert s.load_bootstrap_state("s") == filled
+        assert s.cache_info("s").folds["bootstrap"][1] is None
+
+
 @pytest.mark.parametrize("line", ["inode-bound", "format 1", "format 3", "no gen"])
 def test_a_cache_whose_engine_line_is_of_another_format_is_ignored(
     root: Path, filled: BootstrapState, line: str

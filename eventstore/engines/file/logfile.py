@@ -9,7 +9,6 @@ a writer under the lock share.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 import msgspec
@@ -246,7 +245,8 @@ def gen_number(gen: bytes) -> int:
 def read_generation(paths: SessionPaths) -> int:
     """The lock file's generation, read without the lock (a reader's, which never
     writes): 0 when there is no lock file (a session no writer has replaced reads the
-    same), -1 when it cannot be read or is no regular file (then unknown)."""
+    same), -1 when it cannot be read (then unknown: a FIFO, a directory or a socket
+    planted there fails the open or the pread, with no fstat asked)."""
     try:
         fd = open_private(paths.lock, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hang
     except (FileNotFoundError, NotADirectoryError):
@@ -254,8 +254,6 @@ def read_generation(paths: SessionPaths) -> int:
     except (OSError, EventStoreError):
         return -1
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return -1
         return gen_number(os.pread(fd, GEN_BYTES, 0))
     except OSError:
         return -1
