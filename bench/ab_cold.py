@@ -2,6 +2,7 @@
 
     python -m bench.ab_cold OLD_CHECKOUT [NEW_CHECKOUT] [--turns 500,2000,10000] [--runs 9]
                             [--load transcript|bootstrap|appends|first-append|close]
+                            [--after-copy]
 
 Builds each size's session once (with this checkout's code: the log format is the
 same), then alternates OLD and NEW (NEW defaults to this checkout): each run is a fresh
@@ -14,7 +15,11 @@ minima of each and NEW/OLD: drift on a shared machine hits both alike.
 (what a process that writes once pays: since tombstones, every write knows whether the
 session was deleted). `--load close` builds nothing: each run writes the workload of that
 size into a new store, as `--load appends` does, and times the writer's `close()` (where
-the fold caches are saved: the transcript's costs about the log's size). For a change's
+the fold caches are saved: the transcript's costs about the log's size). `--after-copy`
+(transcript and bootstrap loads): each run loads and closes the built store (saving its
+caches, in that checkout's format), copies it with `shutil.copytree` (every file a new
+inode) and times the first load of the copy: what a restored backup or a copied store
+pays. For a change's
 effect, check out the commit before it elsewhere (`git worktree add /tmp/old HEAD~1`)
 and pass that path.
 """
@@ -42,6 +47,20 @@ s = SessionStore({root!r})
 t = time.perf_counter()
 s.{method}({sid!r})
 print(time.perf_counter() - t)
+"""
+
+_AFTER_COPY = """
+import shutil, sys, tempfile, time
+sys.path.insert(0, {src!r})
+from eventstore import SessionStore
+s = SessionStore({root!r}); s.load_bootstrap_state({sid!r}); s.{method}({sid!r}); s.close()
+with tempfile.TemporaryDirectory() as tmp:
+    copy = shutil.copytree({root!r}, tmp + "/store")
+    s = SessionStore(copy)
+    t = time.perf_counter()
+    s.{method}({sid!r})
+    print(time.perf_counter() - t)
+    s.close()
 """
 
 _FIRST_APPEND = """
@@ -92,8 +111,10 @@ def _build(root: Path, turns: int) -> None:
             apply_op(store, SID, op)
 
 
-def _cold(src: Path, root: Path, method: str) -> float:
-    if method in ("appends", "close"):  # root's name is the size
+def _cold(src: Path, root: Path, method: str, after_copy: bool = False) -> float:
+    if after_copy:
+        code = _AFTER_COPY.format(src=str(src), root=str(root), sid=SID, method=method)
+    elif method in ("appends", "close"):  # root's name is the size
         code = (_APPENDS if method == "appends" else _CLOSE).format(
             src=str(src), turns=int(root.name), sid=SID
         )
@@ -116,7 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         choices=["transcript", "bootstrap", "appends", "first-append", "close"],
         default="transcript",
     )
+    ap.add_argument("--after-copy", action="store_true")
     a = ap.parse_args(argv)
+    if a.after_copy and a.load not in ("transcript", "bootstrap"):
+        ap.error("--after-copy times a load: --load transcript or bootstrap")
     if a.load == "appends":
         method, unit = "appends", "us per op"
         print(f"appends, {a.runs} runs each, interleaved; NEW = {a.new}, OLD = {a.old}\n")
@@ -130,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         method = f"load_{a.load}_{'messages' if a.load == 'transcript' else 'state'}"
         unit = "ms"
-        print(f"cold {method}, {a.runs} runs each, interleaved; NEW = {a.new}, OLD = {a.old}\n")
+        copied = " of a copied store" if a.after_copy else ""
+        print(
+            f"cold {method}{copied}, {a.runs} runs each, interleaved;"
+            f" NEW = {a.new}, OLD = {a.old}\n"
+        )
     print(f"| turns | OLD median {unit} (min) | NEW median {unit} (min) | NEW / OLD |")
     print("|---:|---:|---:|---:|")
     for turns in (int(t) for t in a.turns.split(",")):
@@ -142,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             times: dict[str, list[float]] = {"old": [], "new": []}
             for _ in range(a.runs):
                 for name, src in (("old", a.old), ("new", a.new)):
-                    times[name].append(_cold(src, root, method) * 1e3)
+                    times[name].append(_cold(src, root, method, a.after_copy) * 1e3)
             old, new = (statistics.median(times[k]) for k in ("old", "new"))
             print(
                 f"| {turns:,} | {old:.2f} ({min(times['old']):.2f}) |"

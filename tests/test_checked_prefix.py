@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,22 @@ def test_a_reader_saves_its_prefix_and_a_cold_load_trusts_it(
     with SessionStore(written) as s:
         assert s.load_transcript_messages("s") == truth.transcript
         assert spy.trusted == size and spy.checked == 0
+
+
+def test_a_copied_store_trusts_the_prefix_its_reader_saved(
+    written: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mark is bound to the log's bytes and the lock file's generation, not its
+    inode: in a copy of the store (`shutil.copytree`, new inodes) a cold load checks
+    the whole log with the one digest."""
+    copy = shutil.copytree(written, written.parent / "copy")
+    assert os.stat(log_path(copy, "s")).st_ino != os.stat(log_path(written, "s")).st_ino
+    size = log_path(copy, "s").stat().st_size
+    truth = oracle.truth(copy, "s")
+    spy = _Spy(monkeypatch)
+    with SessionStore(copy) as s:
+        assert s.load_transcript_messages("s") == truth.transcript
+    assert spy.trusted == size and spy.checked == 0
 
 
 def test_a_load_checks_line_by_line_what_was_appended_after_the_prefix(

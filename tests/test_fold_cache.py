@@ -11,6 +11,7 @@ with no cache at all), and the next close must leave a cache that checks.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -18,6 +19,7 @@ import sys
 import textwrap
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,7 @@ from eventstore import (
     BootstrapState,
     CorruptLogError,
     Message,
+    Retention,
     Role,
     SessionStore,
 )
@@ -211,6 +214,206 @@ def test_compaction_writes_a_cache_of_the_snapshot(root: Path, filled: Bootstrap
     with SessionStore(root) as s:
         assert s.load_bootstrap_state("s") == filled
         assert s.cache_info("s").folds["bootstrap"][1] == s.last_seq("s")  # type: ignore[union-attr]
+
+
+def _copy_store(root: Path, how: str) -> Path:
+    """The store at `root` copied with new inodes: `shutil.copytree` (or without the
+    lock files), `cp -a`, or copied away and restored over itself (the backup copied
+    back while the original still holds its inode numbers, then renamed over it)."""
+    dest = root.parent / f"copy-{how}"
+    if how == "copytree":
+        shutil.copytree(root, dest)
+    elif how == "no lock file":  # generation 0, as an empty one (never replaced)
+        shutil.copytree(root, dest, ignore=shutil.ignore_patterns("log.lock"))
+    elif how == "cp -a":
+        subprocess.run(["cp", "-a", str(root), str(dest)], check=True)
+    else:  # the backup copied back beside the store, then put in its place
+        shutil.copytree(root, dest)
+        back = shutil.copytree(dest, root.parent / "restoring")
+        shutil.rmtree(root)
+        back.rename(root)
+        dest = root
+    return dest
+
+
+def _from_cache(root: Path, sid: str = "s") -> bool:
+    """Whether a cold load of `sid` (a fresh store) started from its bootstrap cache."""
+    with SessionStore(root) as s:
+        s.load_bootstrap_state(sid)
+        return s.cache_info(sid).folds["bootstrap"][1] is not None
+
+
+@pytest.mark.parametrize("how", ["copytree", "cp -a", "restored", "no lock file"])
+def test_a_copied_or_restored_store_loads_from_its_caches(
+    root: Path, filled: BootstrapState, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Caches are bound to the log's bytes and the lock file's generation, not to the
+    log's inode: a copy of the store (every file a new inode) is the same log, and a
+    cold load of it folds nothing."""
+    before = os.stat(log_path(root, "s")).st_ino
+    copy = _copy_store(root, how)
+    assert os.stat(log_path(copy, "s")).st_ino != before
+    with SessionStore(copy) as s:
+        spy = LoadSpy(s, monkeypatch)
+        assert s.load_bootstrap_state("s") == filled
+        assert s.cache_info("s").folds["bootstrap"][1] == s.last_seq("s")
+        assert spy.folded == 0
+    assert filled == oracle.truth(copy, "s").state
+
+
+def _replace(store: SessionStore, root: Path, replacer: str) -> None:
+    """Replace (or end) the log of session "s" the way `replacer` names."""
+    if replacer == "compact":
+        assert store.compact("s", force=True).compacted
+    elif replacer == "compact-retain":
+        assert store.compact("s", force=True, retention=Retention(messages=3)).compacted
+    elif replacer == "repair":
+        from eventstore.ops.repair import repair
+
+        with open(log_path(root, "s"), "ab") as f:
+            f.write(b'{"torn')
+        repair(store, "s")
+    elif replacer == "tombstone":
+        assert store.delete_session("s") is True
+    else:
+        assert store.delete_session("s", purge=True) is True
+        _fill(store, "s")
+
+
+@pytest.mark.parametrize(
+    "replacer", ["compact", "compact-retain", "repair", "tombstone", "purge-recreate"]
+)
+@pytest.mark.parametrize("how", ["copytree", "cp -a"])
+def test_a_copy_whose_log_is_then_replaced_never_serves_the_old_cache(
+    root: Path, filled: BootstrapState, replacer: str, how: str
+) -> None:
+    """Attack: copy the store, replace the copy's log (a compaction, one with retention,
+    a repair, a tombstone, a purge and the id written again), then plant the cache the
+    copy started with back, as it is and with its generation rewritten to the live one:
+    the load equals the truth. The cache as it was is never used (the replacement moved
+    the generation); relabelled, only where the live log still holds every byte it was
+    folded from (a repair that cut a torn tail after them), which is then no stale
+    cache."""
+    copy = _copy_store(root, how)
+    stale = _cache(copy, "s").read_bytes()
+    with SessionStore(copy) as s:
+        _replace(s, copy, replacer)
+    truth = oracle.truth(copy, "s").state
+    lock = log_path(copy, "s").with_name("log.lock")
+    gen = int.from_bytes(lock.read_bytes()[:8], "big")  # docs/log-format.md, "The lock file"
+    engine, rest = stale.split(b"\n", 1)
+    relabelled = msgspec.json.encode({**msgspec.json.decode(engine), "gen": gen}) + b"\n" + rest
+    for plant in (stale, relabelled):
+        _cache(copy, "s").write_bytes(plant)
+        with SessionStore(copy) as s:
+            assert s.load_bootstrap_state("s") == truth
+            used = s.cache_info("s").folds["bootstrap"][1] is not None
+        assert used == (plant is relabelled and replacer == "repair"), replacer
+
+
+def test_a_cache_of_another_session_or_store_with_the_same_offsets_is_refused(
+    root: Path, filled: BootstrapState
+) -> None:
+    """Attack: a cache written for a log of the same shape (every offset and seq the
+    same, other bytes): the same id in another store, and another id of this store
+    with its cache moved over: neither is used, and the load equals the truth."""
+    other = root.parent / "other"
+    with SessionStore(other) as s:
+        _fill(s, "s")
+    with SessionStore(root) as s:
+        _fill(s, "t")
+    mine = msgspec.json.decode(_cache(root, "s").read_bytes().split(b"\n", 1)[0])
+    for source in (_cache(other, "s"), _cache(root, "t")):
+        theirs = msgspec.json.decode(source.read_bytes().split(b"\n", 1)[0])
+        assert {k: theirs[k] for k in ("offset", "seq", "gen")} == {
+            k: mine[k] for k in ("offset", "seq", "gen")
+        }
+        shutil.copyfile(source, _cache(root, "s"))
+        _assert_ignored_and_rebuilt(root, filled)
+
+
+def _rewrite_snapshot(log: Path, edit: Callable[[bytes], bytes]) -> None:
+    """Restore `log` by hand (no generation moved) with its opening snapshot edited by
+    `edit` and re-hashed, so that the log checks."""
+    snap, nl, tail = log.read_bytes().partition(b"\n")
+    base_h = msgspec.json.decode(snap)["base_h"]
+    tmp = log.with_name("restored")
+    tmp.write_bytes(oracle.rehash(edit(snap), base_h) + nl + tail)
+    os.replace(tmp, log)
+
+
+def _older_release(snap: bytes) -> bytes:
+    """The snapshot as releases before snapshots described themselves wrote it."""
+    return re.sub(rb'"length":\d+,"layout":\{[^}]*\},', b"", snap, count=1)
+
+
+def _other_summary(snap: bytes) -> bytes:
+    """Another state of the same length: a progress summary in the states changed."""
+    i = snap.index(b"step 1")
+    return snap[:i] + b"step 7" + snap[i + 6 :]
+
+
+@pytest.mark.parametrize("release", ["current", "older"])
+def test_a_log_restored_with_another_opening_snapshot_of_the_same_shape_is_refused(
+    root: Path, filled: BootstrapState, release: str
+) -> None:
+    """Attack: the lines after a snapshot chain to its `base_h`, not to its `h`: a log
+    restored by hand (no generation moved) whose opening snapshot holds another state
+    of the same length, re-hashed, agrees with the old log on every later `h` and
+    offset. The cache of the old log is not used: it records the snapshot's `h` (also
+    of a snapshot an older release wrote, without `length`, whose cache is used)."""
+    with SessionStore(root) as s:
+        assert s.compact("s", force=True).compacted
+    if release == "older":
+        _rewrite_snapshot(log_path(root, "s"), _older_release)
+    with SessionStore(root) as s:
+        for i in range(40):
+            s.append_progress_entry("s", make_entry(500 + i))
+        before = s.load_bootstrap_state("s")
+    assert _from_cache(root)
+    _rewrite_snapshot(log_path(root, "s"), _other_summary)
+    truth = oracle.truth(root, "s").state
+    assert truth != before  # the edit is in the state the log folds to
+    with SessionStore(root) as s:
+        assert s.load_bootstrap_state("s") == truth
+        assert s.cache_info("s").folds["bootstrap"][1] is None
+
+
+@pytest.mark.parametrize("plant", ["fifo", "directory"])
+def test_a_lock_file_that_cannot_be_read_never_hangs_a_load_nor_vouches_for_a_cache(
+    root: Path, filled: BootstrapState, plant: str
+) -> None:
+    """A FIFO or a directory where the lock file should be (a copy made by a careless
+    tool): its generation is unknown, so no cache is used, and the load neither hangs
+    nor fails: it folds the log."""
+    copy = shutil.copytree(root, root.parent / "copy", ignore=shutil.ignore_patterns("log.lock"))
+    lock = log_path(copy, "s").with_name("log.lock")
+    os.mkfifo(lock) if plant == "fifo" else lock.mkdir()
+    with SessionStore(copy) as s:
+        assert s.load_bootstrap_state("s") == filled
+        assert s.cache_info("s").folds["bootstrap"][1] is None
+
+
+@pytest.mark.parametrize("line", ["inode-bound", "format 1", "format 3", "no gen"])
+def test_a_cache_whose_engine_line_is_of_another_format_is_ignored(
+    root: Path, filled: BootstrapState, line: str
+) -> None:
+    """A cache written before caches survived a copy (its engine line names the log's
+    device and inode, and no format), or of a format to come, is ignored, never an
+    error, and rebuilt; even naming the live log's inode."""
+    cache = _cache(root, "s")
+    engine, rest = cache.read_bytes().split(b"\n", 1)
+    e = msgspec.json.decode(engine)
+    st_ = os.stat(log_path(root, "s"))
+    if line == "inode-bound":
+        e = {"dev": st_.st_dev, "ino": st_.st_ino, **e}
+        del e["format"], e["gen"], e["opening"]
+    elif line == "no gen":
+        del e["gen"]
+    else:
+        e["format"] = int(line[-1])
+    cache.write_bytes(msgspec.json.encode(e) + b"\n" + rest)
+    _assert_ignored_and_rebuilt(root, filled)
 
 
 def test_a_symlink_planted_in_its_place_is_never_followed(

@@ -28,9 +28,10 @@ was hash-checked once. A cache is written only from states folded from checked l
 read from a checked cache), and a cache is used only when all of this holds, else it is
 ignored (and rewritten later), never trusted:
 
-- the engine found the head's position still in the session's live log: same log
-  identity, long enough, and the `h` of the line before the position is the cached `h`
-  (`CachingEngine.open_cache`);
+- the engine found the head's position still in the session's live log: the same log
+  (the file engine: the same lock file generation and opening snapshot, not the same
+  inode, so a copy of the store keeps its caches), long enough, and the `h` of the
+  line before the position is the cached `h` (`CachingEngine.open_cache`);
 - the header's session, projection, version, `known`, `seq` and `h` are the ones
   expected, and every frame decodes (checked before the checksum: a state is built only
   from a cache that says it is this one, and returned only once the checksum matches);

@@ -2,12 +2,30 @@
 fold caches and checked prefixes (their bytes: `eventstore.core.fold_cache`,
 `eventstore.core.checked_prefix`).
 
-The engine's part of a cache file is its first line: where in the live log the state was
-folded to (the log's device and inode, the offset, and the last line's seq, link and
-`h`). A cache is given back only while that point is still in the live log, so a cache
-of a log since replaced (a snapshot installed, a repair, a removal) is never read.
-Caches are written atomically without fsync: a cache checks itself, and a power loss
-costs a rebuild.
+The engine's part of a cache file is its first line: where in the log the state was
+folded to (the offset, the last line's seq, link and `h`, the log's first seq), the `h`
+of the snapshot the log opens with, if it does, and the lock file's generation. Not the
+log's device and inode: a copy of the session directory (`cp -a`, a backup restored)
+is the same log, and its caches serve it. A cache is given back only while the
+generation is the live one and that point, with every byte before it, is still the
+live log's:
+
+- the `h` before the position hashes every line before it back to the log's first
+  line, or to the snapshot that opens it (the lines after a snapshot chain to its
+  `base_h`), whose own `h` is recorded beside it: so the bytes the state was folded
+  from are the live log's bytes before the position;
+- the generation, which every replacer of the log (compaction, repair, removal)
+  bumps under the writers' lock *before* it replaces the log, is the one read before
+  the log the state was folded from was opened (`FilePosition.gen`; a writer's own,
+  exact). A replacement that began after that read moved it: the cache is ignored,
+  whatever the new log holds. One under way at that read (bumped, not yet renamed)
+  leaves the generation of the log it installs on a cache of the log it replaced; such
+  a cache is accepted only where the bytes before its position are the new log's
+  too (the point above), so it describes the new log exactly.
+
+A cache the check refuses is ignored, never an error, as is one of another format
+(`_FORMAT`: caches bound to an inode, before it, have no `format`). Caches are written
+atomically without fsync: a cache checks itself, and a power loss costs a rebuild.
 """
 
 from __future__ import annotations
@@ -28,8 +46,8 @@ from eventstore.engines.file.layout import (
     pread_all,
     write_atomically,
 )
-from eventstore.engines.file.logfile import FilePosition, in_live_log
-from eventstore.errors import UnsafePathError
+from eventstore.engines.file.logfile import FilePosition, in_live_log, read_generation
+from eventstore.errors import StorageError, UnsafePathError
 
 __all__ = [
     "CACHE_PREFIX",
@@ -76,8 +94,9 @@ class FileCacheReader(CacheReader):
 class _CacheHead(msgspec.Struct):
     """Where in the log a fold cache's head is (the file engine's part of the file)."""
 
-    dev: int
-    ino: int
+    format: int
+    gen: int
+    opening: str
     offset: int
     seq: int
     link: str
@@ -86,6 +105,10 @@ class _CacheHead(msgspec.Struct):
 
 
 _cache_head_decoder = msgspec.json.Decoder(_CacheHead)
+
+_FORMAT = 2
+"""Bump when the engine's line changes: a line of another format is ignored (1, which
+had no `format`: bound to the log's device and inode)."""
 
 _MAX_CACHE_BYTES = 1 << 30  # a cache larger than this is not one we wrote: ignored
 
@@ -110,7 +133,8 @@ def cache_path(paths: SessionPaths, name: str) -> Path:
 
 def open_cache(paths: SessionPaths, name: str) -> tuple[Head, CacheReader] | None:
     """`<session dir>/fold-<name>.cache`, if its position is still in the live log:
-    the same file (device, inode), at least that long, and the `h` before it."""
+    the live generation, at least that long, the `h` before it, the same first seq and
+    opening snapshot (see the module docstring)."""
     path = cache_path(paths, name)
     paths.check_no_links()
     try:
@@ -150,10 +174,17 @@ def _cache_position(fd: int, paths: SessionPaths) -> tuple[FilePosition, int, in
         c = _cache_head_decoder.decode(first[:nl])
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    pos = FilePosition((c.dev, c.ino), c.offset, c.seq, c.link, c.h, c.base_seq, c.offset)
-    if not in_live_log(paths.log, pos):
+    if c.format != _FORMAT or c.gen < 0:
         return None
-    return pos, nl + 1, st.st_size - nl - 1
+    # the generation before the log is opened: the order a fold reads them in
+    if read_generation(paths) != c.gen:
+        return None
+    pos = FilePosition((0, 0), c.offset, c.seq, c.link, c.h, c.base_seq, c.offset, c.gen)
+    live = in_live_log(paths.log, pos, c.opening)
+    if live is None:
+        return None
+    # the head names the log checked: a read from it finds a log replaced since
+    return msgspec.structs.replace(pos, ident=live[0]), nl + 1, st.st_size - nl - 1
 
 
 def store_cache(paths: SessionPaths, name: str, head: Head, data: list[bytes]) -> None:
@@ -165,7 +196,17 @@ def store_cache(paths: SessionPaths, name: str, head: Head, data: list[bytes]) -
     paths.check_no_links()
     if not os.path.lexists(paths.log):
         return  # a call that writes nothing creates nothing
-    c = _CacheHead(pos.ident[0], pos.ident[1], pos.offset, pos.seq, pos.link, pos.h, pos.base_seq)
+    if pos.gen < 0:
+        return  # a place read under an unknown generation: its cache could not be checked
+    # the log folded, if still live (its opening snapshot's `h` is read from it, so it
+    # must be that file): a cache of a log replaced since would never be used
+    try:
+        live = in_live_log(paths.log, pos)
+    except (OSError, StorageError):
+        return  # unchecked: unsaved, as if it failed to write
+    if live is None or live[0] != pos.ident:
+        return
+    c = _CacheHead(_FORMAT, pos.gen, live[1], pos.offset, pos.seq, pos.link, pos.h, pos.base_seq)
     try:
         write_atomically(
             cache_path(paths, name),

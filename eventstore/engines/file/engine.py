@@ -103,9 +103,11 @@ from eventstore.engines.file.logfile import (
     FilePosition,
     find_head,
     first_seq_of,
+    gen_number,
     head_at,
     ident_of,
     live_ident,
+    read_generation,
     same_file,
     snapshot_header,
     still_there,
@@ -406,18 +408,12 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         sess = self._session(session_id)
         paths = sess.paths
         where = str(paths.log)
-        opened = self._open_read(sess)
+        opened, pos, gen, reset = self._open_at(sess, position)
         if opened is None:
             return ReadResult(b"", EMPTY_HEAD, position is not None, where), False
         fd, ident, size, seen = opened.fd, opened.ident, opened.size, opened.seen
         cut = False  # whether this read stopped before the end of the file
         try:
-            reset = False
-            pos = position if isinstance(position, FilePosition) else None
-            if pos is None or pos.ident != ident or not still_there(fd, pos):
-                # a new file (a snapshot installed, a repair), or an inode number reused
-                reset = position is not None
-                pos = None
             start = 0 if pos is None else pos.offset
             # from the start: an opening snapshot's header says where its line ends and
             # what its envelope holds, so a long one is read once and never decoded whole
@@ -456,25 +452,51 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         if last is None:
             if pos is not None:
                 head = FilePosition(
-                    ident, pos.offset, pos.seq, pos.link, pos.h, pos.base_seq, seen
+                    ident, pos.offset, pos.seq, pos.link, pos.h, pos.base_seq, seen, gen
                 ).head()
             else:
-                head = FilePosition(ident, 0, 0, "", "", 0, seen).head() if size else EMPTY_HEAD
+                empty = FilePosition(ident, 0, 0, "", "", 0, seen, gen)
+                head = empty.head() if size else EMPTY_HEAD
             return ReadResult(b"", head, reset, where, start), False
-        head = head_at(ident, start + end, last, base_seq, seen)
+        head = head_at(ident, start + end, last, base_seq, seen, gen)
         data: bytes | memoryview = buf
         if end < len(buf):  # a piece's partial last batch is cut off without a copy
             data = memoryview(buf)[:end] if limit is not None else buf[:end]
         return ReadResult(data, head, reset, where, start), cut
 
+    def _open_at(
+        self, sess: SessionState, position: Position | None
+    ) -> tuple[LogRead | None, FilePosition | None, int, bool]:
+        """The live log open for a read from `position` (None: no log); that position,
+        or None when the read starts at the beginning; the generation the read's heads
+        carry (`FilePosition.gen`); whether `position` was given but is no longer a
+        place in this log (a new file: a snapshot installed, a repair; or an inode
+        number reused), which the read then starts over from the beginning of."""
+        pos = position if isinstance(position, FilePosition) else None
+        if pos is not None:
+            opened = self._open_read(sess)
+            if opened is None:
+                return None, None, -1, True
+            try:
+                if pos.ident == opened.ident and still_there(opened.fd, pos):
+                    return opened, pos, pos.gen, False  # the file `pos.gen` was read for
+            except OSError as exc:
+                opened.close()
+                raise storage_error(sess.paths.log, "reading the log", exc) from exc
+            opened.close()
+        # read before the log is opened, never after: see `FilePosition.gen`
+        gen = read_generation(sess.paths)
+        return self._open_read(sess), None, gen, position is not None
+
     def head(self, session_id: str) -> Head:
         """The last committed line, from the tail of the file alone."""
         sess = self._session(session_id)
+        gen = read_generation(sess.paths)  # before the open: see `FilePosition.gen`
         opened = self._open_read(sess)
         if opened is None:
             return EMPTY_HEAD
         try:
-            return self._current_head(sess, opened.fd, recover=False, opened=opened)
+            return self._current_head(sess, opened.fd, recover=False, opened=opened, gen=gen)
         except OSError as exc:
             raise storage_error(sess.paths.log, "reading the log", exc) from exc
         finally:
@@ -509,10 +531,17 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
             opened.close()
 
     def _current_head(
-        self, sess: SessionState, fd: int, *, recover: bool, opened: LogRead | None = None
+        self,
+        sess: SessionState,
+        fd: int,
+        *,
+        recover: bool,
+        opened: LogRead | None = None,
+        gen: int = -1,
     ) -> Head:
         """The head of the open log `fd` (a reader's: `opened`, whose `fd` it is); with
-        `recover` (writers' lock held) a torn tail is set aside and cut off."""
+        `recover` (writers' lock held) a torn tail is set aside and cut off, and the
+        head carries the lock's generation, else `gen` (`FilePosition.gen`)."""
         if opened is None:
             st = os.fstat(fd)
             ident, size = (st.st_dev, st.st_ino), st.st_size
@@ -532,9 +561,11 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
             refuse_damaged_last_line(pread_all(fd, size - start, start), start, where, None)
         if cut < size and recover:
             set_aside_torn(sess.paths.log, fd, cut, size, fsync=self.durability == "fsync")
+        if recover:
+            gen = gen_number(sess.gen)
         if last is None:  # nothing committed (an empty file, blank lines, a torn first batch)
-            return FilePosition(ident, cut, 0, "", "", 0, seen).head() if size else EMPTY_HEAD
-        return head_at(ident, cut, last, first_seq_of(fd, cut), seen)
+            return FilePosition(ident, cut, 0, "", "", 0, seen, gen).head() if size else EMPTY_HEAD
+        return head_at(ident, cut, last, first_seq_of(fd, cut), seen, gen)
 
     def history(self, session_id: str) -> History:
         """The archive files in sequence order, then the live log, as of one instant.
@@ -668,7 +699,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
             self._commit_held(sess)  # the mirror cannot take it: a lone writer's append
             return self._append(sess, batch, expected, turn)
         ticket = group.stage(batch.data, start)
-        new = sess.known = _head_after(head, batch, ident, start)
+        new = sess.known = _head_after(head, batch, ident, start, gen_number(sess.gen))
         if not last:
             turn.ticket = ticket
             return new
@@ -789,7 +820,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
             and stage(sess, batch, start, ident)  # a group commit: the locks stay held
         ):
             turn.ticket = sess.group.stage(batch.data, start)
-            sess.known = new = _head_after(head, batch, ident, start)
+            sess.known = new = _head_after(head, batch, ident, start, gen_number(sess.gen))
             return new
         try:
             self._write(sess, fd, batch, start, ident)
@@ -797,7 +828,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
             if created:  # a call that writes nothing leaves no session behind
                 self._discard_new_session(sess)
             raise
-        sess.known = new = _head_after(head, batch, ident, start)
+        sess.known = new = _head_after(head, batch, ident, start, gen_number(sess.gen))
         if sess.log_link is None and self.durability == "fsync":
             # the descriptor is the live log (checked by path above, or just created):
             # from the next append on, the fast path asks the kernel, not the log's stat
@@ -928,7 +959,14 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
             size = len(line) + len(plan.tail)
             h = head.h if plan.tail else line.rstrip(b"\n")[-18:-2].decode("ascii")
             new = FilePosition(
-                live_ident(paths.log), size, head.seq, head.link, h, covers.seq, size
+                live_ident(paths.log),
+                size,
+                head.seq,
+                head.link,
+                h,
+                covers.seq,
+                size,
+                gen_number(sess.gen),  # the swap's own: the lock is still held
             ).head()
             sess.known = new
             self._index_moved(session_id, new)
@@ -1237,8 +1275,11 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         return len(self._sessions)
 
 
-def _head_after(head: Head, batch: EncodedBatch, ident: tuple[int, int], start: int) -> Head:
-    """The head after `batch`, appended at `start` of the log `ident` whose head was `head`."""
+def _head_after(
+    head: Head, batch: EncodedBatch, ident: tuple[int, int], start: int, gen: int
+) -> Head:
+    """The head after `batch`, appended at `start` of the log `ident` whose head was
+    `head`, under the lock file's generation `gen`."""
     size = start + len(batch.data)
     base = head.base_seq or batch.first_seq
     h = batch.hashes[-1]
@@ -1246,7 +1287,7 @@ def _head_after(head: Head, batch: EncodedBatch, ident: tuple[int, int], start: 
         batch.last_seq,
         batch.link,
         h,
-        FilePosition(ident, size, batch.last_seq, batch.link, h, base, size),
+        FilePosition(ident, size, batch.last_seq, batch.link, h, base, size, gen),
         size,
         base,
     )

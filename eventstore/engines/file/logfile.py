@@ -14,11 +14,13 @@ from pathlib import Path
 import msgspec
 
 from eventstore.engines.base import Head, Position
-from eventstore.engines.file.layout import open_private, pread_all
+from eventstore.engines.file.layout import SessionPaths, open_private, pread_all
 from eventstore.errors import EventStoreError, StorageError
 from eventstore.format.chain import (
     HASH_SUFFIX_LEN,
+    SNAPSHOT_OPEN,
     find_snapshot_head,
+    split_hash,
 )
 from eventstore.format.depth import HEAD_DECODER
 from eventstore.format.events import (
@@ -28,16 +30,20 @@ from eventstore.format.events import (
 from eventstore.format.tail import committed_end, snapshot_line_head
 
 __all__ = [
+    "GEN_BYTES",
     "HEAD_DECODER",
     "TAIL_CHUNK",
     "FilePosition",
     "first_seq_of",
+    "gen_number",
     "find_head",
     "head_at",
     "ident_of",
     "in_live_log",
     "live_ident",
     "open_existing",
+    "opening_h",
+    "read_generation",
     "same_file",
     "snapshot_header",
     "still_there",
@@ -45,6 +51,8 @@ __all__ = [
 ]
 
 TAIL_CHUNK = 1 << 13
+
+GEN_BYTES = 8  # the generation: a big-endian counter at the start of the lock file
 
 
 def storage_error(path: object, doing: str, exc: OSError) -> Exception:
@@ -60,6 +68,12 @@ class FilePosition(msgspec.Struct, Position, frozen=True):
     of the file when read (a torn tail included), which `wait` compares against; it is
     not part of the place, so positions that differ only in it are equal.
 
+    `gen`: the lock file's generation read *before* the file was opened (a reader's), or
+    the one under which a writer holding the lock wrote it; -1 when unknown. A fold
+    cache records it, so that a replacement of the log that began after the read
+    leaves the cache behind (`eventstore.engines.file.caches`). Not part of the place
+    either: two readers of one file may have read two generations before opening it.
+
     A frozen msgspec Struct (every append builds one, about 6x faster than a frozen
     dataclass).
     """
@@ -71,6 +85,7 @@ class FilePosition(msgspec.Struct, Position, frozen=True):
     h: str
     base_seq: int
     seen: int = 0
+    gen: int = -1
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not FilePosition:
@@ -92,9 +107,11 @@ class FilePosition(msgspec.Struct, Position, frozen=True):
         return Head(self.seq, self.link, self.h, self, self.offset, self.base_seq)
 
 
-def head_at(ident: tuple[int, int], offset: int, line: LineHead, base_seq: int, seen: int) -> Head:
+def head_at(
+    ident: tuple[int, int], offset: int, line: LineHead, base_seq: int, seen: int, gen: int = -1
+) -> Head:
     link = (line.base_h or "") if line.type == "snapshot" else line.h
-    return FilePosition(ident, offset, line.seq, link, line.h, base_seq, seen).head()
+    return FilePosition(ident, offset, line.seq, link, line.h, base_seq, seen, gen).head()
 
 
 def find_head(fd: int, size: int, where: str) -> tuple[LineHead | None, int]:
@@ -169,23 +186,79 @@ def still_there(fd: int, pos: FilePosition) -> bool:
     return os.pread(fd, len(tail), pos.offset - len(tail)) == tail
 
 
-def in_live_log(log_path: Path, pos: FilePosition) -> bool:
-    """Whether `pos` is still in the log at `log_path`: the same file (device, inode), at
-    least that long, the `h` before it, and the same first seq (`base_seq`, which a
-    head carries to the face)."""
+def opening_h(fd: int, size: int) -> str | None:
+    """The `h` of the snapshot that opens the log open at `fd`; "" when it opens with
+    another line (or is empty); None when its opening snapshot cannot be read whole.
+
+    The one line a later line's `h` does not vouch for: the lines after a snapshot chain
+    to its `base_h`, so two logs opening with other snapshots of one point (a compaction
+    again with retention, a purge) can agree on every later `h` and offset."""
+    if size == 0 or os.pread(fd, len(SNAPSHOT_OPEN), 0) != SNAPSHOT_OPEN:
+        return ""
+    first = snapshot_header(fd)
+    if first is not None:
+        return first[1]
+    # a snapshot written before snapshots described themselves: its line, read whole
+    # (and no further: the log may be long)
+    n = 1 << 16
+    while True:
+        buf = pread_all(fd, min(n, size), 0)
+        nl = buf.find(b"\n")
+        if nl >= 0 or len(buf) >= size:
+            break
+        n *= 4
+    found = split_hash(buf[:nl]) if nl >= 0 else None
+    return None if found is None else found[1]
+
+
+def in_live_log(
+    log_path: Path, pos: FilePosition, opening: str | None = None
+) -> tuple[tuple[int, int], str] | None:
+    """The identity and opening `h` (`opening_h`) of the log at `log_path` if `pos` is a
+    place in it: at least that long, the `h` before it, and the same first seq
+    (`base_seq`, which a head carries to the face), and, unless None, the same `opening`
+    `h`; else None. Not its (device, inode): a copy of the log is the same log."""
     log_fd, _ = open_existing(log_path)
     if log_fd is None:
-        return False
+        return None
     try:
         st = os.fstat(log_fd)
-        return (
-            (st.st_dev, st.st_ino) == pos.ident
-            and 0 < pos.offset <= st.st_size
+        if not (
+            0 < pos.offset <= st.st_size
             and still_there(log_fd, pos)
             and first_seq_of(log_fd, st.st_size) == pos.base_seq
-        )
+        ):
+            return None
+        found = opening_h(log_fd, st.st_size)
+        if found is None or (opening is not None and found != opening):
+            return None
+        return (st.st_dev, st.st_ino), found
     finally:
         os.close(log_fd)
+
+
+def gen_number(gen: bytes) -> int:
+    """The generation as a number (a lock file shorter than 8 bytes: its bytes; none: 0)."""
+    return int.from_bytes(gen[:GEN_BYTES], "big")
+
+
+def read_generation(paths: SessionPaths) -> int:
+    """The lock file's generation, read without the lock (a reader's, which never
+    writes): 0 when there is no lock file (a session no writer has replaced reads the
+    same), -1 when it cannot be read (then unknown: a FIFO, a directory or a socket
+    planted there fails the open or the pread, with no fstat asked)."""
+    try:
+        fd = open_private(paths.lock, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hang
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    except (OSError, EventStoreError):
+        return -1
+    try:
+        return gen_number(os.pread(fd, GEN_BYTES, 0))
+    except OSError:
+        return -1
+    finally:
+        os.close(fd)
 
 
 def ident_of(fd: int) -> tuple[int, int]:

@@ -18,6 +18,7 @@ from eventstore.engines.base import Head
 from eventstore.engines.file import journal as file_journal
 from eventstore.engines.file.groupflush import Group
 from eventstore.engines.file.layout import SessionPaths, fd_path
+from eventstore.engines.file.logfile import GEN_BYTES
 from eventstore.engines.file.overlay import Overlay
 
 __all__ = [
@@ -169,8 +170,6 @@ else:  # pragma: no cover - Windows
 
         portalocker.unlock(fd)
 
-
-GEN_BYTES = 8  # the generation: a big-endian counter at the start of the lock file
 
 # what a lock reads of the lock file: the generation and the journal's hints after it
 LOCK_HEAD = file_journal.HINTS_AT + 16
