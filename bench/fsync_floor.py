@@ -12,6 +12,10 @@ each, the rows interleaved in every run so drift hits them alike:
 - `overwrite`: the same write into a file already that long, then `fdatasync`: what a
   store that reuses a preallocated file does (SQLite's WAL after a checkpoint), the
   floor: one flush of a block written in place;
+- `journal calls`: the system calls of one eventstore durable append (below) and nothing
+  else (Linux: it reads `/proc/self/fd`): lock, the two identity checks, the log's
+  unflushed append, the mirror's write and flush, the lock file's hints, unlock (no
+  epoch ends: the eventstore row also flushes its log and a header every 256 KiB);
 - `eventstore`: `append_transcript_messages` of `SessionStore(durability="fsync")`;
 - `eventstore flush`: the same call with `durability="flush"`: an append without its
   flush (what encoding, chaining, folding and the other system calls cost);
@@ -26,6 +30,7 @@ run's time over the same run's `overwrite` (the issue's target for `eventstore`:
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import sqlite3
 import statistics
@@ -65,6 +70,35 @@ def _overwrite(d: Path, n: int) -> Callable[[], None]:
     return op
 
 
+def _journal_calls(d: Path, n: int) -> Callable[[], None]:
+    """The system calls of one eventstore durable append (as `strace` counts them),
+    without the rest of its work: lock, check, append to the log (unflushed), the
+    same bytes into a preallocated mirror, flush that, write the hints, unlock."""
+    log = os.open(d / "log", os.O_CREAT | os.O_RDWR | os.O_APPEND, 0o600)
+    lock = os.open(d / "lock", os.O_CREAT | os.O_RDWR, 0o600)
+    mirror = os.open(d / "mirror", os.O_CREAT | os.O_RDWR, 0o600)
+    os.write(lock, bytes(24))
+    os.write(mirror, bytes(4096 + len(LINE) * (n + 1)))
+    for fd in (lock, mirror):
+        os.fsync(fd)
+    at = [4096]
+
+    def op() -> None:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        os.pread(lock, 24, 0)
+        os.readlink(f"/proc/self/fd/{lock}")
+        os.readlink(f"/proc/self/fd/{log}")
+        os.lseek(log, 0, os.SEEK_END)
+        os.write(log, LINE)
+        os.pwrite(mirror, LINE, at[0])
+        os.fdatasync(mirror)
+        os.pwrite(lock, at[0].to_bytes(24, "big"), 0)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        at[0] += len(LINE)
+
+    return op
+
+
 def _eventstore(durability: Literal["flush", "fsync"]) -> Callable[[Path, int], Callable[[], None]]:
     def make(d: Path, n: int) -> Callable[[], None]:
         from eventstore import SessionStore
@@ -100,6 +134,7 @@ def _sqlite(d: Path, n: int) -> Callable[[], None]:
 ROWS: dict[str, Callable[[Path, int], Callable[[], None]]] = {
     "grow": _grow,
     "overwrite": _overwrite,
+    "journal calls": _journal_calls,
     "eventstore": _eventstore("fsync"),
     "eventstore flush": _eventstore("flush"),
     "sqlite FULL": _sqlite,
