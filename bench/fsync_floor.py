@@ -16,6 +16,9 @@ each, the rows interleaved in every run so drift hits them alike:
   else (Linux: it reads `/proc/self/fd`): lock, the two identity checks, the log's
   unflushed append, the mirror's write and flush, the lock file's hints, unlock (no
   epoch ends: the eventstore row also flushes its log and a header every 256 KiB);
+- `journal calls, lock stat'ed`: the same, the lock file's identity checked by `lstat`
+  instead: asking a file's times makes its next write log its inode (Linux 6.13+'s
+  fine-grained timestamps), which the flush then pays for;
 - `eventstore`: `append_transcript_messages` of `SessionStore(durability="fsync")`;
 - `eventstore flush`: the same call with `durability="flush"`: an append without its
   flush (what encoding, chaining, folding and the other system calls cost);
@@ -38,6 +41,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -70,10 +74,16 @@ def _overwrite(d: Path, n: int) -> Callable[[], None]:
     return op
 
 
-def _journal_calls(d: Path, n: int) -> Callable[[], None]:
+def _journal_calls(stat_lock: bool) -> Callable[[Path, int], Callable[[], None]]:
     """The system calls of one eventstore durable append (as `strace` counts them),
     without the rest of its work: lock, check, append to the log (unflushed), the
-    same bytes into a preallocated mirror, flush that, write the hints, unlock."""
+    same bytes into a preallocated mirror, flush that, write the hints, unlock;
+    `stat_lock`: the lock file's identity checked by `lstat` rather than by asking
+    where the descriptor points (which asks no file times)."""
+    return partial(_journal_op, stat_lock)
+
+
+def _journal_op(stat_lock: bool, d: Path, n: int) -> Callable[[], None]:
     log = os.open(d / "log", os.O_CREAT | os.O_RDWR | os.O_APPEND, 0o600)
     lock = os.open(d / "lock", os.O_CREAT | os.O_RDWR, 0o600)
     mirror = os.open(d / "mirror", os.O_CREAT | os.O_RDWR, 0o600)
@@ -86,7 +96,10 @@ def _journal_calls(d: Path, n: int) -> Callable[[], None]:
     def op() -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         os.pread(lock, 24, 0)
-        os.readlink(f"/proc/self/fd/{lock}")
+        if stat_lock:
+            os.lstat(d / "lock")
+        else:
+            os.readlink(f"/proc/self/fd/{lock}")
         os.readlink(f"/proc/self/fd/{log}")
         os.lseek(log, 0, os.SEEK_END)
         os.write(log, LINE)
@@ -134,7 +147,8 @@ def _sqlite(d: Path, n: int) -> Callable[[], None]:
 ROWS: dict[str, Callable[[Path, int], Callable[[], None]]] = {
     "grow": _grow,
     "overwrite": _overwrite,
-    "journal calls": _journal_calls,
+    "journal calls": _journal_calls(stat_lock=False),
+    "journal calls, lock stat'ed": _journal_calls(stat_lock=True),
     "eventstore": _eventstore("fsync"),
     "eventstore flush": _eventstore("flush"),
     "sqlite FULL": _sqlite,
