@@ -1,10 +1,11 @@
 """What one durable append can cost on this disk, whatever the store: the floor under the
 `fsync` rows of `python -m bench`, and where an eventstore append's time goes above it.
 
-    python -m bench.fsync_floor [--n 300] [--repeat 5] [--dir DIR]
+    python -m bench.fsync_floor [--n 300] [--repeat 5] [--dir DIR] [--paired]
 
 Times, per operation, medians and min-max spreads of `--repeat` runs of `--n` operations
-each, the rows interleaved in every run so drift hits them alike:
+each, the rows interleaved in every run so drift hits them alike (`--paired`: one
+operation of each row in turn, for a disk that drifts within a run):
 
 - `grow`: `write(2)` of a 1,900-byte line at the end of a growing file, then
   `fdatasync`: what an append-only log must do (the size changes, so the file system
@@ -158,9 +159,9 @@ FLUSHES_UNSEEN = {"sqlite FULL"}
 
 
 @contextmanager
-def _timed_flushes(spent: list[float]) -> Iterator[None]:
-    """Add the seconds spent in `os.fdatasync` and `os.fsync` to `spent[0]` meanwhile
-    (the wrapper's own cost, well under a microsecond, is in every row alike)."""
+def _timed_flushes(spent: dict[str, float], row: list[str]) -> Iterator[None]:
+    """Add the seconds spent in `os.fdatasync` and `os.fsync` to `spent[row[0]]`
+    meanwhile (the wrapper's own cost, well under a microsecond, is in every row alike)."""
     real = {name: getattr(os, name) for name in ("fdatasync", "fsync")}
 
     def wrap(fn: Callable[[int], None]) -> Callable[[int], None]:
@@ -169,7 +170,7 @@ def _timed_flushes(spent: list[float]) -> Iterator[None]:
             try:
                 fn(fd)
             finally:
-                spent[0] += time.perf_counter() - t0
+                spent[row[0]] += time.perf_counter() - t0
 
         return timed
 
@@ -182,22 +183,42 @@ def _timed_flushes(spent: list[float]) -> Iterator[None]:
             setattr(os, name, fn)
 
 
-def _measure(repeat: int, n: int, where: str | None) -> dict[str, list[tuple[float, float]]]:
-    """Per row, per run: (µs per operation, µs of it inside the flush calls)."""
+def _measure(
+    repeat: int, n: int, where: str | None, paired: bool
+) -> dict[str, list[tuple[float, float]]]:
+    """Per row, per run: (µs per operation, µs of it inside the flush calls). Every run
+    interleaves the rows, `n` operations of one after the other's, or with `paired` one
+    operation of each in turn, so that every row meets the same disk (a shared one
+    drifts within a run)."""
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in ROWS}
-    with tempfile.TemporaryDirectory(dir=where) as tmp:
+    spent = dict.fromkeys([*ROWS, ""], 0.0)
+    row = [""]  # the row whose flushes are being timed ("": setting up)
+    with tempfile.TemporaryDirectory(dir=where) as tmp, _timed_flushes(spent, row):
         for r in range(repeat):
-            for name, make in ROWS.items():  # interleaved: drift hits every row alike
+            ops = {}
+            for name, make in ROWS.items():
                 d = Path(tmp) / f"{r}-{name.replace(' ', '_')}"
                 d.mkdir()
-                op = make(d, n)
-                spent = [0.0]
-                with _timed_flushes(spent):
+                ops[name] = make(d, n)
+            total = dict.fromkeys(ROWS, 0.0)
+            spent.update(dict.fromkeys(ROWS, 0.0))
+            if paired:
+                for _ in range(n):
+                    for name, op in ops.items():
+                        row[0] = name
+                        t0 = time.perf_counter()
+                        op()
+                        total[name] += time.perf_counter() - t0
+            else:
+                for name, op in ops.items():
+                    row[0] = name
                     t0 = time.perf_counter()
                     for _ in range(n):
                         op()
-                    total = time.perf_counter() - t0
-                times[name].append((total / n * 1e6, spent[0] / n * 1e6))
+                    total[name] = time.perf_counter() - t0
+            row[0] = ""
+            for name in ROWS:
+                times[name].append((total[name] / n * 1e6, spent[name] / n * 1e6))
     return times
 
 
@@ -206,8 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    ap.add_argument(
+        "--paired", action="store_true", help="interleave every operation, not every run's rows"
+    )
     args = ap.parse_args(argv)
-    times = _measure(args.repeat, args.n, args.dir)
+    times = _measure(args.repeat, args.n, args.dir, args.paired)
     grow = statistics.median(t for t, _ in times["grow"])
     floor = [t for t, _ in times["overwrite"]]
     print(f"one durable operation, µs, medians (min-max) of {args.repeat} x {args.n}:\n")

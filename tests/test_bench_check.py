@@ -56,12 +56,14 @@ def test_missing_eventsourcing_is_reported_not_fatal(monkeypatch: pytest.MonkeyP
     assert problems == []
 
 
+@pytest.mark.parametrize("paired", [False, True], ids=["rows-interleaved", "ops-interleaved"])
 def test_fsync_floor_prints_every_row_against_the_floor_and_its_flush_time(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], paired: bool
 ) -> None:
     from bench import fsync_floor
 
-    assert fsync_floor.main(["--n", "3", "--repeat", "1", "--dir", str(tmp_path)]) == 0
+    args = ["--n", "3", "--repeat", "2", "--dir", str(tmp_path)] + ["--paired"] * paired
+    assert fsync_floor.main(args) == 0
     out = capsys.readouterr().out
     rows = {
         line.split(" | ")[0][2:]: line.split(" | ") for line in out.splitlines() if line[:2] == "| "
