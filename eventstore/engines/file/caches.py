@@ -1,6 +1,8 @@
 """The file engine's caches: `fold-<projection>.cache` beside a session's log, the face's
 fold caches and checked prefixes (their bytes: `eventstore.core.fold_cache`,
-`eventstore.core.checked_prefix`).
+`eventstore.core.checked_prefix`), and `fold-<projection>.<k>.cache`, the parts of a
+cache kept in pieces (`name#k`: the transcript's chunks), which `remove_cache_parts`
+finds by that name.
 
 The engine's part of a cache file is its first line: where in the live log the state was
 folded to (the log's device and inode, the offset, and the last line's seq, link and
