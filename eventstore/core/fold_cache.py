@@ -594,13 +594,14 @@ def store(
 
     A projection kept in chunks has its complete frames written as chunk caches, but
     those `chunks` (of this very state: `chunks_of`) hold already, each one added to
-    them; its own cache lists them and holds the rest. A call that writes every chunk
-    (none were held) also removes the chunks a longer state left past them."""
+    them; its own cache lists them and holds the rest. A call given no `chunks` (a
+    compaction's states, a delete's empty ones) also removes the chunks a longer state
+    left past those it wrote."""
     if head.seq == 0 or head.position is None or not isinstance(engine, CachingEngine):
         return 0
     chunked = _chunks_kept(engine, projection)
+    fresh = chunks is None
     chunks = chunks_of(chunks, state)
-    fresh = not chunks.refs
     written = 0
     try:
         pieces: list[bytes] | None
