@@ -4,24 +4,35 @@ the head it was folded to, so a cold load folds only the lines after it.
 The format (the bytes an engine keeps with `CachingEngine.store_cache`; the engine adds and
 checks where in the log the head is):
 
-    <JSON header>\n( <frame length, 4 bytes big-endian> <frame> )*<CRC-32, 8 hex>\n
+    <JSON header>\n[<chunk list, JSON>\n]( <frame length, 4 bytes big-endian> <frame> )*
+    <CRC-32, 8 hex>\n
 
-The header names the format, the session, the projection and its version, the event
-types the folding process could decode of those the projection reads, with the version
-and upcasters it read each with (`known`, a digest: a process that skipped one of them,
-or upcast old lines of one another way, folded another state), the head (`seq`, `link`,
-`h`), how many frames follow and their bytes. A frame is the projection's
-`encode_state` bytes (one frame), or, for a projection with `cache_frames`/
-`from_cache_frame` (the transcript's), a part of its state: a cold load reads and
-decodes a long state one frame at a time, so it never holds the whole cache besides the
-state it builds. The checksum is a CRC-32 over everything before it (4 GB/s here, where
-a SHA-256 took a third of a cold transcript load), so it binds the state to the chain
-hash `h` at its position (which hashes every line before it) and to the session and
-projection. It detects damage, not forgery: anyone who can write the cache can also
+The header names the format, the session, the projection and its version, the part
+(-1: the projection's own cache; k: its chunk k, below), the event types the folding
+process could decode of those the projection reads, with the version and upcasters it
+read each with (`known`, a digest: a process that skipped one of them, or upcast old
+lines of one another way, folded another state), the head (`seq`, `link`, `h`), how many
+chunks it lists and the bytes of their list, how many frames follow and their bytes. A
+frame is the projection's `encode_state` bytes (one frame), or, for a projection with
+`cache_frames`/`from_cache_frame` (the transcript's), a part of its state: a cold load
+reads and decodes a long state one frame at a time, so it never holds the whole cache
+besides the state it builds. The checksum is a CRC-32 over everything before it (4 GB/s
+here, where a SHA-256 took a third of a cold transcript load), so it binds the state to
+the chain hash `h` at its position (which hashes every line before it) and to the
+session and projection. It detects damage, not forgery: anyone who can write the cache can also
 write a matching digest of any kind (the log's hash chain, which `verify` checks whole,
 is what detects edits). A store given a cache key (`SessionStore(signing_key=...)` or
 `cache_key=...`) closes its caches with an HMAC-SHA256 under that key instead (64 hex
 digits): a cache forged without the key, or written unkeyed, is then ignored.
+
+Chunks. On an engine that keeps cache parts (`CachingEngine.keeps_cache_parts`), a
+projection with `cache_frames_from` (the transcript's) keeps each complete frame as a
+cache of its own, chunk k, named `<projection>#k`: this format, holding that one frame,
+written once (after the append that completes it: `store_complete_frames`) at the head
+its state was folded to then. The projection's own cache lists its chunks, each as that
+head (`seq`, `link`, `h`) and its checksum line, and holds the frames after them: a
+close writes only the last, partial frame and the list. Chunks are of one state object
+(`Chunks.of`): a state replaced (a snapshot folded, a reset, a refold) starts with none.
 
 The trust rule of loads holds: every byte that went into a state this library returns
 was hash-checked once. A cache is written only from states folded from checked lines (or
@@ -34,7 +45,11 @@ ignored (and rewritten later), never trusted:
 - the header's session, projection, version, `known`, `seq` and `h` are the ones
   expected, and every frame decodes (checked before the checksum: a state is built only
   from a cache that says it is this one, and returned only once the checksum matches);
-- the checksum matches the bytes, which end right after it.
+- the checksum matches the bytes, which end right after it;
+- every chunk it lists passes the same checks at its own head, is the part listed, was
+  written at the listed head (not past the cache's own) and carries the listed checksum
+  (with a cache key: its MAC). One that is missing, another writer's, of another
+  history, damaged or forged makes the whole cache ignored, never used in part.
 """
 
 from __future__ import annotations
