@@ -4,8 +4,10 @@
                             [--load transcript|bootstrap|appends|first-append|close]
                             [--after-copy]
 
-Builds each size's session once (with this checkout's code: the log format is the
-same), then alternates OLD and NEW (NEW defaults to this checkout): each run is a fresh
+Builds each size's session once for each side, with that side's code (the log format is
+the same, but a side's fold caches may be of a format the other ignores: a session built
+by one side would make the other fold its whole log), then alternates OLD and NEW (NEW
+defaults to this checkout): each run is a fresh
 interpreter that imports that checkout, opens the store and times the first load (a
 bootstrap load first, as in `python -m bench`, for the transcript). `--load appends`
 builds nothing: each run writes the whole reference workload of that size into a new
@@ -33,8 +35,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-from .workload import Workload, apply_op
 
 SID = "bench-session"
 
@@ -103,12 +103,21 @@ with tempfile.TemporaryDirectory() as root:
 """
 
 
-def _build(root: Path, turns: int) -> None:
-    from eventstore import SessionStore
+_BUILD = """
+import sys
+sys.path.insert(0, {src!r})
+from eventstore import SessionStore
+from bench.workload import Workload, apply_op
+with SessionStore({root!r}) as s:
+    for op in Workload({turns}).ops:
+        apply_op(s, {sid!r}, op)
+"""
 
-    with SessionStore(root) as store:
-        for op in Workload(turns).ops:
-            apply_op(store, SID, op)
+
+def _build(src: Path, root: Path, turns: int) -> None:
+    """The workload's session of `turns` in `root`, written by checkout `src`'s code."""
+    code = _BUILD.format(src=str(src), root=str(root), turns=turns, sid=SID)
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def _cold(src: Path, root: Path, method: str, after_copy: bool = False) -> float:
@@ -164,13 +173,14 @@ def main(argv: list[str] | None = None) -> int:
     for turns in (int(t) for t in a.turns.split(",")):
         tmp = Path(tempfile.mkdtemp(prefix="ab-cold-"))
         try:
-            root = tmp / str(turns)
+            roots = {k: tmp / k / str(turns) for k in ("old", "new")}
             if method not in ("appends", "close"):
-                _build(root, turns)
+                for name, src in (("old", a.old), ("new", a.new)):
+                    _build(src, roots[name], turns)
             times: dict[str, list[float]] = {"old": [], "new": []}
             for _ in range(a.runs):
                 for name, src in (("old", a.old), ("new", a.new)):
-                    times[name].append(_cold(src, root, method, a.after_copy) * 1e3)
+                    times[name].append(_cold(src, roots[name], method, a.after_copy) * 1e3)
             old, new = (statistics.median(times[k]) for k in ("old", "new"))
             print(
                 f"| {turns:,} | {old:.2f} ({min(times['old']):.2f}) |"

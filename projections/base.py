@@ -95,7 +95,13 @@ class Projection(Protocol[S]):
     `cache_frames(state) -> list[bytes]` and `from_cache_frame(state, frame) -> state`
     keep a large state in the fold cache as frames a cold load decodes one at a time,
     folding each into `initial()` in order (without them the cache holds
-    `encode_state`'s bytes as one frame).
+    `encode_state`'s bytes as one frame). With them, `cache_frames_from(state, start,
+    stop=None) -> (frames, complete)` gives the frames from frame index `start` on, cut
+    as `cache_frames` cuts, and how many of them (the first) are complete; with `stop`,
+    only the complete ones before frame `stop`. A projection with it promises that a
+    complete frame never changes while its state object is folded forward (a state
+    replaced is a new object): the store then writes each complete frame once, as a
+    chunk cache, and a close writes only the rest.
     """
 
     @property

@@ -71,17 +71,21 @@ class TranscriptProjection(StructProjection[list[Message]]):
         which decodes about twice as fast as JSON (its strings need no unescaping),
         where it reads back exactly; JSON for a frame holding a time with an offset
         (MessagePack keeps the instant, not the offset) or a number it cannot hold."""
-        frames = []
-        for i in range(0, len(state), FRAME_MESSAGES):
-            part = state[i : i + FRAME_MESSAGES]
-            frame = None
-            if all(m.created_at is None or m.created_at.tzinfo is UTC for m in part):
-                try:
-                    frame = _msgpack_encode(part)
-                except (msgspec.EncodeError, OverflowError):
-                    pass  # an integer past 64 bits, which JSON holds
-            frames.append(frame if frame is not None else _encode(part))
-        return frames
+        return self.cache_frames_from(state, 0)[0]
+
+    def cache_frames_from(
+        self, state: list[Message], start: int, stop: int | None = None
+    ) -> tuple[list[bytes], int]:
+        """`cache_frames`' frames from frame `start` on, and how many of them are
+        complete (`FRAME_MESSAGES` each: appends never change them). With `stop`: only
+        the complete frames before frame `stop` (none when there is none: no encoding)."""
+        full = len(state) // FRAME_MESSAGES
+        if stop is None:
+            ends = range(start * FRAME_MESSAGES, len(state), FRAME_MESSAGES)
+        else:
+            ends = range(start * FRAME_MESSAGES, min(stop, full) * FRAME_MESSAGES, FRAME_MESSAGES)
+        frames = [_frame(state[i : i + FRAME_MESSAGES]) for i in ends]
+        return frames, min(len(frames), max(0, full - start))
 
     def from_cache_frame(self, state: list[Message], frame: bytes) -> list[Message]:
         """The state with the messages of one `cache_frames` frame appended (ValueError
@@ -109,3 +113,13 @@ class TranscriptProjection(StructProjection[list[Message]]):
     def retained_from(self, stored: list[Message], full: list[Message]) -> bool:
         """Whether `stored` is the newest part of `full`."""
         return is_suffix(stored, full)
+
+
+def _frame(part: list[Message]) -> bytes:
+    """One frame of `cache_frames` (see there)."""
+    if all(m.created_at is None or m.created_at.tzinfo is UTC for m in part):
+        try:
+            return _msgpack_encode(part)
+        except (msgspec.EncodeError, OverflowError):
+            pass  # an integer past 64 bits, which JSON holds
+    return _encode(part)

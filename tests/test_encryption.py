@@ -520,6 +520,36 @@ def test_fold_caches_of_an_encrypted_session_are_encrypted_used_and_a_forged_one
         wrong.load_bootstrap_state("s1")  # a cache never stands in for the key
 
 
+def test_transcript_chunks_of_an_encrypted_session_are_sealed_used_and_a_forged_one_refused(
+    tmp_path: Path,
+) -> None:
+    """The transcript cache kept in chunks (a complete frame each, written as appends
+    complete it): every chunk is sealed like any cache (no plaintext on disk), a cold
+    load reads them all, and a chunk with one byte of its ciphertext changed makes the
+    load fold the log."""
+    root = tmp_path / "st"
+    with SessionStore(root, keys=ring()) as store:
+        for i in range(0, 1300, 50):
+            store.append_transcript_messages(
+                "s1", [Message(role=Role.USER, content=f"{MARKER} {j}") for j in range(i, i + 50)]
+            )
+        want = store.load_transcript_messages("s1")
+        n = store.last_seq("s1")
+    chunks = sorted((root / "sessions" / "s1").glob("fold-transcript.*.cache"))
+    assert [p.name for p in chunks] == ["fold-transcript.0.cache", "fold-transcript.1.cache"]
+    no_marker(root)
+    with SessionStore(root, keys=ring()) as store:
+        assert store.load_transcript_messages("s1") == want
+        assert store.cache_info("s1").folds["transcript"] == (n, n)  # read from the cache
+    data = bytearray(chunks[1].read_bytes())
+    data[-20] ^= 1
+    chunks[1].write_bytes(bytes(data))
+    with SessionStore(root, keys=ring()) as store:
+        assert store.load_transcript_messages("s1") == want
+        assert store.cache_info("s1").folds["transcript"] == (n, None)
+    no_marker(root)
+
+
 def test_forget_key_of_a_compacted_session_then_a_delete(url: str) -> None:
     """A compacted session's snapshot holds its states encrypted; `forget_key` still
     appends its record (a write learns the session is live from the lifecycle state,

@@ -136,6 +136,24 @@ def test_the_file_engine_keeps_no_byte_of_a_deleted_session(tmp_path: Path) -> N
     assert leaks == []
 
 
+def test_a_delete_leaves_no_chunk_of_a_long_transcript(tmp_path: Path) -> None:
+    """A transcript long enough that its cache is kept in chunks (complete frames,
+    written as appends complete them): the erase removes them with the rest."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        for i in range(0, 1200, 100):
+            msgs = [Message(role=Role.USER, content=f"{SECRET} {j}") for j in range(i, i + 100)]
+            store.append_transcript_messages("s", msgs)
+    assert list((root / "sessions" / "s").glob("fold-transcript.*.cache"))
+    with SessionStore(root) as store:
+        store.load_transcript_messages("s")
+        store.delete_session("s")
+    with SessionStore(root) as store:
+        assert store.load_transcript_messages("s") == []
+    leaks = [p for p in root.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert leaks == []
+
+
 def test_restore_frees_the_id_and_purge_leaves_no_trace(url: str) -> None:
     with SessionStore(url) as store:
         _seed(store, "a")

@@ -44,6 +44,8 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.core import fold_cache
+from eventstore.core.tuning import Tuning
+from eventstore.engines.base import CachingEngine
 from eventstore.engines.file.caches import FileCacheReader
 from eventstore.format.events import Event
 from eventstore.records import (
@@ -246,16 +248,29 @@ def test_a_cache_is_written_without_fsync(root: Path, monkeypatch: pytest.Monkey
     assert not [p for p in flushed if "fold-" in p or "/sessions/" in p], flushed
 
 
-def test_a_rewrite_waits_until_the_log_has_grown_by_an_eighth(root: Path) -> None:
-    _write(root, 700)
-    before = os.lstat(_cache(root))
-    _write(root, 10, load_first=True)  # a few turns: the cache stays as it was
-    after = os.lstat(_cache(root))
-    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
-    with SessionStore(root) as s:  # its tail is folded from the log
+def _stamps(paths: list[Path]) -> list[tuple[int, int]]:
+    return [(os.lstat(p).st_ino, os.lstat(p).st_mtime_ns) for p in paths]
+
+
+def test_a_close_rewrites_only_the_last_frame_never_a_complete_one(root: Path) -> None:
+    """Issue 34: a close costs the frame its appends left partial, not the transcript.
+    The complete frames are chunk caches written once each (by the append that
+    completes them); a writer that loaded the cache and appended a few turns leaves
+    every chunk as it was and rewrites only the small cache listing them; one whose
+    appends complete a frame adds that chunk alone. Every cold load equals the log's."""
+    _write(root, 700)  # 1,400 messages: two complete frames, and 376
+    parts = _parts(root)
+    assert len(parts) == 1400 // FRAME_MESSAGES == 2
+    before = _stamps(parts)
+    own = os.lstat(_cache(root))
+    assert own.st_size < sum(os.lstat(p).st_size for p in parts) / 2
+    _write(root, 10, load_first=True)  # a few turns: the chunks stay as they were
+    assert _stamps(_parts(root)) == before and os.lstat(_cache(root)).st_ino != own.st_ino
+    with SessionStore(root) as s:
         assert s.load_transcript_messages(SID) == oracle.truth(root, SID).transcript
-    _write(root, 120, load_first=True)  # past an eighth: rewritten
-    assert os.lstat(_cache(root)).st_ino != before.st_ino
+        assert s.cache_info(SID).folds["transcript"][1] == s.last_seq(SID)
+    _write(root, 120, load_first=True)  # 1,660 messages: a third frame completes
+    assert len(_parts(root)) == 3 and _stamps(_parts(root))[:2] == before
     with SessionStore(root) as s:
         assert s.load_transcript_messages(SID) == oracle.truth(root, SID).transcript
         assert s.cache_info(SID).folds["transcript"][1] == s.last_seq(SID)
@@ -287,23 +302,24 @@ def test_a_flipped_byte_anywhere_is_ignored(
 
 
 def test_a_cache_cut_anywhere_is_ignored(cached: tuple[Path, bytes, list[Message]]) -> None:
-    """Cut at every frame boundary (where a reader could mistake the end for a whole
-    cache), around them, and at even steps."""
-    root, good, truth = cached
+    """Cut the cache, or its first or last chunk, at its frame's boundaries (where a
+    reader could mistake the end for a whole cache), around them, and at even steps."""
+    root, _, truth = cached
     proj = TranscriptProjection()
-    starts, at = [], good.index(b"\n", good.index(b"\n") + 1) + 1  # after both header lines
-    while at < len(good) - 33:
-        starts.append(at)
-        at += 4 + int.from_bytes(good[at : at + 4], "big")
-    assert len(starts) == -(-2400 // FRAME_MESSAGES) >= 3
-    cuts = {n for s in starts for n in (s - 1, s, s + 1, s + 4)} | set(range(0, len(good), 9973))
-    cuts |= set(range(len(good) - 40, len(good)))
+    parts = _parts(root)
+    assert len(parts) == 2400 // FRAME_MESSAGES == 4
     known = fold_cache.known_types(proj, {"messages_appended"})
     with SessionStore(root) as s:
-        for n in sorted(cuts):
-            _cache(root).write_bytes(good[:n])
-            assert fold_cache.load(s.engine, SID, s.transcript, known) is None, n
-    _cache(root).write_bytes(good)
+        for path in (_cache(root), parts[0], parts[-1]):
+            good = path.read_bytes()
+            start = _headers(good)[2]
+            assert len(_frames(good)) == 1
+            cuts = {start - 1, start, start + 1, start + 4} | set(range(0, len(good), 9973))
+            cuts |= set(range(len(good) - 40, len(good)))
+            for n in sorted(cuts):
+                path.write_bytes(good[:n])
+                assert fold_cache.load(s.engine, SID, s.transcript, known) is None, (path, n)
+            path.write_bytes(good)
     _assert_ignored_and_then_used(root, truth)
 
 
@@ -330,13 +346,14 @@ def test_another_sessions_or_projections_cache_is_ignored(root: Path) -> None:
     (the engine's position still checks: it is this log's): neither is used."""
     _write(root, 700)
     truth = oracle.truth(root, SID).transcript
+    kept = _keep_caches(root)
     good = _cache(root).read_bytes()
     bootstrap = cache_path(root, SID, "bootstrap")
     for bad in (bootstrap.read_bytes(), good.replace(b'"session":"s"', b'"session":"t"', 1)):
         assert bad != good
         _cache(root).write_bytes(bad)
         _assert_ignored(root, truth)
-    _cache(root).write_bytes(good)
+        _put_back(root, kept)  # (the load's close wrote its own caches)
     _assert_ignored_and_then_used(root, truth)
 
 
@@ -389,9 +406,12 @@ def _assert_ignored(root: Path, truth: list[Message]) -> None:
 
 
 def _headers(data: bytes) -> tuple[bytes, bytes, int]:
-    """The engine's line, the face header line, and where the frames start."""
+    """The engine's line, the face header line (with the list of chunks, if any), and
+    where the frames start."""
     a = data.index(b"\n") + 1
     b = data.index(b"\n", a) + 1
+    if json.loads(data[a:b])["chunks"]:
+        b = data.index(b"\n", b) + 1
     return data[:a], data[a:b], b
 
 
@@ -403,6 +423,37 @@ def _frames(data: bytes) -> list[bytes]:
         out.append(data[at + 4 : at + 4 + n])
         at += 4 + n
     return out
+
+
+def _parts(root: Path, sid: str = SID) -> list[Path]:
+    """The files of the transcript cache's chunks (one complete frame each), in order."""
+    found = {
+        int(p.name.split(".")[1]): p
+        for p in _cache(root, sid=sid).parent.glob("fold-transcript.*.cache")
+    }
+    assert sorted(found) == list(range(len(found)))
+    return [found[k] for k in sorted(found)]
+
+
+def _all_frames(root: Path, sid: str = SID) -> list[bytes]:
+    """Every frame of the transcript cache: its chunks', then its own."""
+    parts = [p.read_bytes() for p in [*_parts(root, sid), _cache(root, sid=sid)]]
+    return [f for data in parts for f in _frames(data)]
+
+
+def _keep_caches(root: Path, sid: str = SID) -> dict[Path, bytes]:
+    """The session's cache files and their bytes (`_put_back` restores them all)."""
+    return {p: p.read_bytes() for p in _cache(root, sid=sid).parent.glob("fold-*.cache")}
+
+
+def _put_back(root: Path, kept: dict[Path, bytes], sid: str = SID) -> None:
+    """The session's cache files exactly as `_keep_caches` found them (a store closed
+    since may have written others)."""
+    for p in _cache(root, sid=sid).parent.glob("fold-*.cache"):
+        if p not in kept:
+            p.unlink()
+    for p, data in kept.items():
+        p.write_bytes(data)
 
 
 def _line_ends(log: Path) -> list[tuple[int, int, str]]:
@@ -486,9 +537,11 @@ def test_an_edit_in_the_tail_after_the_cached_position_is_caught(root: Path) -> 
 
     _write_numbered(root, 700)
     _write_numbered(root, 20, start=700)  # no load: the close keeps the cache at 700
-    with SessionStore(root) as s:  # (a cold load starts from it, and leaves it as it is)
+    kept = _keep_caches(root)
+    with SessionStore(root) as s:  # a cold load starts from it
         assert s.load_transcript_messages(SID) == _expected(720)
         assert s.cache_info(SID).folds["transcript"][1] == 700  # type: ignore[union-attr]
+    _put_back(root, kept)  # (its close saved the cache at 720)
     log = log_path(root, SID)
     data = log.read_bytes()
     good = data
@@ -532,37 +585,50 @@ def test_a_session_id_with_the_longest_escaped_header_is_cached_and_checked(root
         assert not used and got == _expected(700)
 
 
-def test_frames_swapped_reordered_or_taken_from_another_cache_are_ignored(
+def test_chunks_swapped_missing_stale_damaged_or_of_another_cache_are_ignored(
     root: Path, three_frames: tuple[bytes, list[Message]]
 ) -> None:
-    """Promise 2. Attack: rearrange whole frames (lengths kept with them, so every frame
-    still decodes): two swapped, one dropped with the header's count fixed, one
-    repeated, and frames of the same session's later cache behind the older header."""
+    """Promise 2. Attack: the chunks a cache lists (each a whole, intact cache of one
+    frame) rearranged: two swapped, one repeated, one missing, one damaged (a byte of a
+    message changed and its own CRC fixed), one of another session with the same
+    messages, and each mixed with the chunks another writer of the same log wrote at
+    other heads (a fold from the log saved whole by its close). The cache is refused
+    whole, never used in part, and the load equals the log's."""
     good, truth = three_frames
-    engine, face, _ = _headers(good)
-    frames = _frames(good)
-    assert len(frames) == 3
-
-    def build(fs: list[bytes], count: int | None = None) -> bytes:
-        f = face if count is None else face.replace(b'"frames":3', b'"frames":%d' % count)
-        body = b"".join(len(x).to_bytes(4, "big") + x for x in fs)
-        return engine + f + body + good[-33:]
-
-    for bad in (
-        build([frames[1], frames[0], frames[2]]),
-        build(frames[:2], 2),
-        build([frames[0], frames[0], frames[1], frames[2]], 4),
-        build([frames[0], frames[2], frames[1]]),
-    ):
-        _cache(root).write_bytes(bad)
+    kept = _keep_caches(root)
+    a, b = (p.read_bytes() for p in _parts(root))
+    p0, p1 = _parts(root)
+    with SessionStore(root) as s:  # another session, the same turns
+        for i in range(700):
+            s.append_transcript_messages("t", _turn(i))
+    theirs = _parts(root, "t")[1].read_bytes()
+    engine, face, at = _headers(b)
+    body = bytearray(b[at:-9])
+    i = body.index(b"m300 a ")
+    body[i + 1 : i + 4] = b"301"  # another turn's text, the same length
+    damaged = engine + face + bytes(body) + b"%08x\n" % zlib.crc32(face + body)
+    for first, second in ((b, a), (a, a), (b, b), (a, None), (a, damaged), (a, theirs)):
+        _put_back(root, kept)
+        p0.write_bytes(first)
+        if second is None:
+            p1.unlink()
+        else:
+            p1.write_bytes(second)
         _assert_ignored(root, truth)
-    _write_numbered(root, 150, start=700, load_first=True)  # a newer cache (a rewrite)
-    newer = _cache(root).read_bytes()
-    truth = oracle.truth(root, SID).transcript
-    _cache(root).write_bytes(engine + face + newer[_headers(newer)[2] :])
-    _assert_ignored(root, truth)
-    _cache(root).write_bytes(newer)
-    assert _cold(root) == (truth, True)
+    # the same log's chunks as another writer wrote them: all at its close's head
+    _put_back(root, kept)
+    for p in [*_parts(root), _cache(root)]:
+        p.unlink()
+    with SessionStore(root) as s:
+        assert s.load_transcript_messages(SID) == truth
+    other = _keep_caches(root)
+    assert [other[p] != kept[p] for p in (p0, p1, _cache(root))] == [True, True, True]
+    for mix in ({p0: other[p0]}, {p1: other[p1]}, {_cache(root): other[_cache(root)]}):
+        _put_back(root, {**kept, **mix})
+        _assert_ignored(root, truth)
+    for whole in (kept, other):
+        _put_back(root, whole)
+        assert _cold(root) == (truth, True)
 
 
 def test_a_lying_engine_line_or_header_is_ignored(
@@ -582,18 +648,20 @@ def test_a_lying_engine_line_or_header_is_ignored(
         json.dumps({**e, "offset": off, "seq": seq, "link": h, "h": h}, separators=(",", ":"))
         + "\n"
     ).encode()
-    f = json.loads(face)
+    f = json.loads(face.split(b"\n")[0])
     lying_face = (
         json.dumps({**f, "seq": seq, "link": h, "h": h}, separators=(",", ":")) + "\n"
-    ).encode()
+    ).encode() + face[face.index(b"\n") + 1 :]
     body = good[at:]
     foreign = engine.replace(e["h"].encode(), b"0123456789abcdef")
+    kept = _keep_caches(root)
     for bad in (
         lying_engine + face + body,
         engine + lying_face + body,
         lying_engine + lying_face + body,
         foreign + face + body,
     ):
+        _put_back(root, kept)
         _cache(root).write_bytes(bad)
         _assert_ignored(root, truth)
 
@@ -964,7 +1032,7 @@ def test_a_close_killed_while_writing_the_cache_leaves_nothing_trusted_wrongly(
         if stage == "mid-write":
 
             def write(fd: int, data: Any) -> int:
-                if len(data) > 200_000:
+                if len(data) > 100_000:  # (the last frame: 164 messages)
                     real_write(fd, bytes(data[: len(data) // 2]))
                     os._exit(9)
                 return real_write(fd, data)
@@ -1217,7 +1285,7 @@ def test_rich_messages_read_back_exactly_from_a_cache_of_both_encodings(root: Pa
     with SessionStore(root) as s:
         for i in range(1400):
             s.append_transcript_messages(SID, _rich(i))
-    frames = _frames(_cache(root).read_bytes())
+    frames = _all_frames(root)
     kinds = {f[:1] == b"[" for f in frames}
     assert len(frames) == -(-2800 // FRAME_MESSAGES) and kinds == {True, False}
     truth = oracle.truth(root, SID).transcript
@@ -1396,3 +1464,166 @@ def test_a_framed_user_projection_whose_decoding_raises_fails_no_load(
         _cache(root, "seqs").write_bytes(bytes(data))
     with SessionStore(root, projections=[type(proj)()]) as s:
         assert s.load(SID, "seqs") == want
+
+
+# -- chunks: a close writes only the frames its appends left (issue 34) -----------------
+
+
+def _numbered(start: int, n: int) -> list[Message]:
+    return [Message(role=Role.USER, content=f"n{i} " + "x" * 40) for i in range(start, start + n)]
+
+
+_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 400)),
+        st.tuples(st.just("reopen"), st.booleans()),  # load first, or not
+        st.tuples(st.just("compact"), st.none() | st.integers(0, 900)),  # retention
+    ),
+    min_size=1,
+    max_size=9,
+)
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=_STEPS)
+def test_close_then_a_cold_load_equals_the_fold_of_the_log_on_every_engine(
+    case: Any, tmp_path: Path, steps: list[tuple[str, Any]]
+) -> None:
+    """Promise 1, for chunks. Attack: any sequence of appends (frames completing at any
+    point), closes and reopenings (with a load first or not), compactions with and
+    without retention; after each close a cold load by a fresh store (from the chunks
+    and the cache listing them) equals the log folded by a store without caches."""
+    url = case.fresh(tmp_path / f"h{len(os.listdir(tmp_path))}")
+    tun = Tuning(cache_on_close=0)
+
+    def check() -> None:
+        with oracle.bare_store(url) as bare, SessionStore(url, tuning=tun) as cold:
+            assert cold.load_transcript_messages(SID) == bare.load_transcript_messages(SID)
+
+    n = 0
+    s = SessionStore(url, tuning=tun)
+    try:
+        for step, arg in steps:
+            if step == "append":
+                s.append_transcript_messages(SID, _numbered(n, arg))
+                n += arg
+            elif step == "reopen":
+                s.close()
+                check()
+                s = SessionStore(url, tuning=tun)
+                if arg:
+                    s.load_transcript_messages(SID)
+            elif n:
+                retention = None if arg is None else Retention(messages=arg)
+                s.compact(SID, force=True, retention=retention)
+        s.close()
+        check()
+    finally:
+        s.close()
+
+
+def test_a_close_stores_no_complete_frame_on_every_caching_engine(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34. What a writer's close hands its engine (spied on `store_cache`, the
+    engine's public method) after 1,400 messages: no chunk, and for the transcript
+    less than a frame's bytes; each chunk was stored once, by the append that completed
+    its frame. The next cold load starts from the cache and equals the log."""
+    s = SessionStore(url)
+    stored: list[tuple[str, int]] = []
+    engine = s.engine
+    if not isinstance(engine, CachingEngine):
+        s.close()
+        pytest.skip(f"{type(engine).__name__} keeps no caches")
+    real = engine.store_cache
+
+    def spy(session_id: str, name: str, head: Any, data: list[bytes]) -> None:
+        stored.append((name, sum(map(len, data))))
+        real(session_id, name, head, data)
+
+    monkeypatch.setattr(engine, "store_cache", spy)
+    for i in range(0, 1400, 7):
+        s.append_transcript_messages(SID, _numbered(i, 7))
+    assert [n for n, _ in stored] == ["transcript#0", "transcript#1"]
+    frame = stored[0][1]
+    stored.clear()
+    s.close()
+    assert "transcript" in dict(stored) and not [n for n, _ in stored if "#" in n]
+    assert dict(stored)["transcript"] < frame  # 376 of 512 messages, and the list
+    with oracle.bare_store(url) as bare, SessionStore(url) as cold:
+        assert cold.load_transcript_messages(SID) == bare.load_transcript_messages(SID)
+        assert cold.cache_info(SID).folds["transcript"][1] == cold.last_seq(SID)
+
+
+def test_a_chunk_forged_without_the_cache_key_is_refused(root: Path) -> None:
+    """Promise 2, keyed. Attack: a store with a cache key lists its chunks by their
+    HMAC. The same log's chunks written at the same heads by a store with another key
+    (every byte the same but the MAC), and one of its own chunks edited with its MAC
+    left as it was, each put in place: refused, and the load equals the log."""
+    key, other_key = b"k" * 32, b"o" * 32
+    _write_numbered(root, 700)
+    for p in [*_parts(root), _cache(root)]:
+        p.unlink()
+    with SessionStore(root, cache_key=key) as s:  # its close keeps every chunk at one head
+        s.load_transcript_messages(SID)
+    mine = _keep_caches(root)
+    copy = root.parent / "copy"
+    shutil.copytree(root, copy)
+    for p in [*_parts(copy), _cache(copy)]:
+        p.unlink()
+    with SessionStore(copy, cache_key=other_key) as s:
+        s.load_transcript_messages(SID)
+    theirs = _parts(copy)[1].read_bytes()
+    p1 = _parts(root)[1]
+    assert theirs != mine[p1] and len(theirs) == len(mine[p1])
+    edited = mine[p1].replace(b"m300 a ", b"m301 a ")
+    truth = oracle.truth(root, SID).transcript
+    for bad in (theirs, edited):
+        _put_back(root, {**mine, p1: bad})
+        with SessionStore(root, cache_key=key) as s:
+            assert s.load_transcript_messages(SID) == truth
+            assert s.cache_info(SID).folds["transcript"][1] is None
+    _put_back(root, mine)
+    with SessionStore(root, cache_key=key) as s:
+        assert s.load_transcript_messages(SID) == truth
+        assert s.cache_info(SID).folds["transcript"][1] == s.last_seq(SID)
+
+
+@pytest.mark.parametrize("order", ["old-first", "new-first"])
+@pytest.mark.parametrize("old_appends", [False, True], ids=["old-idle", "old-appends"])
+def test_two_writers_either_side_of_a_compaction_with_retention_never_mix_chunks(
+    root: Path, order: str, old_appends: bool
+) -> None:
+    """Promise 3, for chunks. Attack: writer A holds a transcript of 1,100 messages (two
+    chunks written); writer B compacts it keeping 300 messages (no archive): no chunk of
+    the dropped messages is left. B loads and appends until a frame of the new history
+    completes (its chunk 0: other messages under the same name); A appends (catching up
+    on the new log first) or not; both close, in either order. Every cold load equals
+    the log, and a later writer's chunks are used."""
+    a = SessionStore(root)
+    for i in range(0, 1100, 100):
+        a.append_transcript_messages(SID, _numbered(i, 100))
+    assert len(_parts(root)) == 2
+    b = SessionStore(root)
+    b.load_transcript_messages(SID)
+    assert b.compact(SID, force=True, archive=False, retention=Retention(messages=300)).compacted
+    assert _parts(root) == []
+    dropped = [f"n{i} ".encode() for i in range(0, 800, 7)]
+    assert not [p for p, data in _keep_caches(root).items() if any(d in data for d in dropped)]
+    b.load_transcript_messages(SID)
+    b.append_transcript_messages(SID, _numbered(1100, 300))
+    assert len(_parts(root)) == 1
+    if old_appends:
+        a.append_transcript_messages(SID, _numbered(1400, 5))
+    for s in [a, b] if order == "old-first" else [b, a]:
+        s.close()
+        got, _ = _cold(root)
+        assert got == oracle.truth(root, SID).transcript
+    with SessionStore(root) as s:
+        s.load_transcript_messages(SID)
+        s.append_transcript_messages(SID, _numbered(1405, 600))
+    got, used = _cold(root)
+    assert used and got == oracle.truth(root, SID).transcript

@@ -7,7 +7,9 @@ it appends, within `Tuning.kept_from_creation`), after a long fold, by compactio
 by a writer as its appends grow the log (`Tuning.cache_while_writing`), and used only
 when it checks against the log; a state kept in frames (the transcript's,
 about as large as the log) is written on close and by compaction only, once the log has
-grown by an eighth.
+grown by an eighth; on an engine that keeps cache parts, its complete frames are written
+once each as chunk caches, after the append that completes them
+(`store_complete_frames`), and a close writes only the rest and the list of chunks.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class CachePolicy:
         self.marks = keeps
         self.cached: dict[str, str] = {}
         self.framed: frozenset[str] = frozenset()
+        self.chunked: frozenset[str] = frozenset()
         self.learned(codec)
         self.kept_bytes = 0  # see keep_from_creation
 
@@ -72,6 +75,13 @@ class CachePolicy:
         )
         # those kept in frames (a transcript's: large states, written on close only)
         self.framed = frozenset(n for n in self.cached if fold_cache.is_framed(self.projections[n]))
+        # those whose complete frames are chunk caches, written as they complete
+        self.chunked = frozenset(
+            n
+            for n in self.framed
+            if fold_cache.is_chunked(self.projections[n])
+            and getattr(self.engine, "keeps_cache_parts", False) is True
+        )
 
     def reset_after_fork(self) -> None:
         self.kept_bytes = 0
@@ -84,7 +94,7 @@ class CachePolicy:
                 self.engine, sess.session_id, proj, self.cached[proj.name], self.mac, self.crypt
             )
             if found is not None:
-                return Fold(found[0], found[1], found[1])
+                return Fold(found[0], found[1], found[1], found[2])
         return Fold(proj.initial(), EMPTY_HEAD)
 
     def start_mark(self, sess: SessionState) -> checked_prefix.Mark | None:
@@ -110,13 +120,35 @@ class CachePolicy:
         if p is not None and p.head is f.head and p.size - p.saved >= self.tuning.cache_after_fold:
             checked_prefix.store(self.engine, sess.session_id, p, self.mac)
 
-    def save_fold(self, session_id: str, name: str, state: Any, head: Head) -> int:
+    def save_fold(
+        self, session_id: str, name: str, state: Any, head: Head, f: Fold | None = None
+    ) -> int:
         """Keep projection `name`'s `state` at `head` in the fold cache, marked with the
-        event types this store decodes of those it reads; the bytes that took."""
+        event types this store decodes of those it reads; the bytes that took. With `f`
+        (whose state it is): the chunk caches `f` holds are not written again, and `f`
+        keeps those written."""
         proj = self.projections[name]
+        chunks = None
+        if f is not None and name in self.chunked:
+            chunks = f.chunks = fold_cache.chunks_of(f.chunks, state)
         return fold_cache.store(
-            self.engine, session_id, proj, state, head, self.cached[name], self.mac, self.crypt
-        )
+            self.engine, session_id, proj, state, head, self.cached[name], self.mac,
+            self.crypt, chunks,
+        )  # fmt: skip
+
+    def store_complete_frames(self, sess: SessionState) -> None:
+        """After an append: keep as a chunk cache the next complete frame of each state
+        kept in chunks (the transcript's), so that close writes only the last frame
+        (`fold_cache.store_complete_frames`). Called with the session's lock held."""
+        for name in self.chunked:
+            f = sess.folds.get(name)
+            if f is None:
+                continue
+            f.chunks = fold_cache.chunks_of(f.chunks, f.state)
+            fold_cache.store_complete_frames(
+                self.engine, sess.session_id, self.projections[name], f.chunks, f.head,
+                self.cached[name], self.mac, self.crypt,
+            )  # fmt: skip
 
     def after_append(self, sess: SessionState) -> None:
         """Keep the fold caches of a writer's states current as it appends, so that a
@@ -150,7 +182,8 @@ class CachePolicy:
         """Whether the fold cache of projection `name` should now hold `f`: it holds an
         older head, and the log is not too short to gain from a cache. A framed state
         (a transcript's) costs about the log's size to write, so it is rewritten only
-        once the log has grown by an eighth since the head it holds."""
+        once the log has grown by an eighth since the head it holds, unless its complete
+        frames are chunk caches already (`Fold.chunks`): then only the rest is written."""
         if name not in self.cached or f.head.size < self.tuning.cache_on_close:
             return False
         saved = f.saved
@@ -158,7 +191,8 @@ class CachePolicy:
             return True
         if saved.seq == f.head.seq:
             return False
-        if name in self.framed and f.head.size >= saved.size:
+        chunked = f.chunks is not None and f.chunks.of(f.state)
+        if name in self.framed and not chunked and f.head.size >= saved.size:
             return (f.head.size - saved.size) * 8 >= saved.size
         return True
 
@@ -173,7 +207,7 @@ class CachePolicy:
         with sess.lock:
             for name, f in sess.folds.items():
                 if self.worth_saving(name, f):
-                    self.save_fold(sess.session_id, name, f.state, f.head)
+                    self.save_fold(sess.session_id, name, f.state, f.head, f)
             p = sess.prefix
             if p is not None and p.size != p.saved and p.size >= self.tuning.cache_on_close:
                 checked_prefix.store(self.engine, sess.session_id, p, self.mac)

@@ -4,24 +4,35 @@ the head it was folded to, so a cold load folds only the lines after it.
 The format (the bytes an engine keeps with `CachingEngine.store_cache`; the engine adds and
 checks where in the log the head is):
 
-    <JSON header>\n( <frame length, 4 bytes big-endian> <frame> )*<CRC-32, 8 hex>\n
+    <JSON header>\n[<chunk list, JSON>\n]( <frame length, 4 bytes big-endian> <frame> )*
+    <CRC-32, 8 hex>\n
 
-The header names the format, the session, the projection and its version, the event
-types the folding process could decode of those the projection reads, with the version
-and upcasters it read each with (`known`, a digest: a process that skipped one of them,
-or upcast old lines of one another way, folded another state), the head (`seq`, `link`,
-`h`), how many frames follow and their bytes. A frame is the projection's
-`encode_state` bytes (one frame), or, for a projection with `cache_frames`/
-`from_cache_frame` (the transcript's), a part of its state: a cold load reads and
-decodes a long state one frame at a time, so it never holds the whole cache besides the
-state it builds. The checksum is a CRC-32 over everything before it (4 GB/s here, where
-a SHA-256 took a third of a cold transcript load), so it binds the state to the chain
-hash `h` at its position (which hashes every line before it) and to the session and
-projection. It detects damage, not forgery: anyone who can write the cache can also
+The header names the format, the session, the projection and its version, the part
+(-1: the projection's own cache; k: its chunk k, below), the event types the folding
+process could decode of those the projection reads, with the version and upcasters it
+read each with (`known`, a digest: a process that skipped one of them, or upcast old
+lines of one another way, folded another state), the head (`seq`, `link`, `h`), how many
+chunks it lists and the bytes of their list, how many frames follow and their bytes. A
+frame is the projection's `encode_state` bytes (one frame), or, for a projection with
+`cache_frames`/`from_cache_frame` (the transcript's), a part of its state: a cold load
+reads and decodes a long state one frame at a time, so it never holds the whole cache
+besides the state it builds. The checksum is a CRC-32 over everything before it (4 GB/s
+here, where a SHA-256 took a third of a cold transcript load), so it binds the state to
+the chain hash `h` at its position (which hashes every line before it) and to the
+session and projection. It detects damage, not forgery: anyone who can write the cache can also
 write a matching digest of any kind (the log's hash chain, which `verify` checks whole,
 is what detects edits). A store given a cache key (`SessionStore(signing_key=...)` or
 `cache_key=...`) closes its caches with an HMAC-SHA256 under that key instead (64 hex
 digits): a cache forged without the key, or written unkeyed, is then ignored.
+
+Chunks. On an engine that keeps cache parts (`CachingEngine.keeps_cache_parts`), a
+projection with `cache_frames_from` (the transcript's) keeps each complete frame as a
+cache of its own, chunk k, named `<projection>#k`: this format, holding that one frame,
+written once (after the append that completes it: `store_complete_frames`) at the head
+its state was folded to then. The projection's own cache lists its chunks, each as that
+head (`seq`, `link`, `h`) and its checksum line, and holds the frames after them: a
+close writes only the last, partial frame and the list. Chunks are of one state object
+(`Chunks.of`): a state replaced (a snapshot folded, a reset, a refold) starts with none.
 
 The trust rule of loads holds: every byte that went into a state this library returns
 was hash-checked once. A cache is written only from states folded from checked lines (or
@@ -35,7 +46,11 @@ ignored (and rewritten later), never trusted:
 - the header's session, projection, version, `known`, `seq` and `h` are the ones
   expected, and every frame decodes (checked before the checksum: a state is built only
   from a cache that says it is this one, and returned only once the checksum matches);
-- the checksum matches the bytes, which end right after it.
+- the checksum matches the bytes, which end right after it;
+- every chunk it lists passes the same checks at its own head, is the part listed, was
+  written at the listed head (not past the cache's own) and carries the listed checksum
+  (with a cache key: its MAC). One that is missing, another writer's, of another
+  history, damaged or forged makes the whole cache ignored, never used in part.
 """
 
 from __future__ import annotations
@@ -60,35 +75,82 @@ from eventstore.engines.base import (
 if TYPE_CHECKING:
     from eventstore.signing import CacheMac
 
-__all__ = ["FORMAT", "decode", "encode", "known_types", "load", "store"]
+__all__ = [
+    "FORMAT",
+    "Chunks",
+    "chunks_of",
+    "decode",
+    "encode",
+    "is_chunked",
+    "known_types",
+    "load",
+    "store",
+    "store_complete_frames",
+]
 
 log = logging.getLogger("eventstore")
 
-FORMAT = 4
+FORMAT = 5
 """Bump when the layout of a cache changes: caches of another format are ignored.
-(1: the digest was a BLAKE2b; 2: no `known`; 3: the state unframed, a SHA-256.)"""
+(1: the digest was a BLAKE2b; 2: no `known`; 3: the state unframed, a SHA-256; 4: no
+chunks, every frame in the one cache.)"""
 
 _CHECKSUM_HEX = 8
 _MAC_HEX = 64  # the HMAC-SHA256 closing the cache of a store with a cache key
 _FRAME_LEN = struct.Struct(">I")
 _HEADER_MAX = 16 << 10  # a header is shorter (an id of 1,024 bytes, escaped, and ints)
+_WHOLE = -1  # the `part` of a projection's own cache (a chunk's is its frame index)
 
 
 class _Header(msgspec.Struct, forbid_unknown_fields=True):
     format: int
     session: str
     projection: str
+    part: int  # -1: the projection's own cache; k >= 0: chunk k (frame k alone)
     version: int
     known: str
     seq: int
     link: str
     h: str
+    chunks: int  # chunk caches holding the frames before this cache's own
+    listing: int  # the bytes of their list (its newline included; 0 without chunks)
     frames: int
     size: int  # the bytes of the frames (their lengths included)
 
 
+ChunkRef = tuple[int, str, str, str]
+"""A chunk cache as a projection's own cache lists it: the head it was written at (seq,
+link, h) and its checksum line (the CRC-32, or the MAC, without the newline)."""
+
 _header_decoder = msgspec.json.Decoder(_Header)
+_listing_decoder = msgspec.json.Decoder(list[ChunkRef])
 _encoder = msgspec.json.Encoder()
+
+
+class Chunks:
+    """The chunk caches holding the complete frames of one state object, as this
+    process wrote or read them (`store`, `load`). They stand for `state`'s first
+    `len(refs)` frames only while `state` is the very object (`of`): a projection with
+    `cache_frames_from` only appends to a state it folds forward, and a state replaced
+    (a snapshot folded, a reset, a refold) is another object. `sealed_out`: the store's
+    cipher kept no cache of this session (a plain session of a store with keys): not
+    tried again on every append."""
+
+    __slots__ = ("refs", "sealed_out", "state")
+
+    def __init__(self, state: Any, refs: list[ChunkRef] | None = None) -> None:
+        self.state = state
+        self.refs: list[ChunkRef] = [] if refs is None else refs
+        self.sealed_out = False
+
+    def of(self, state: Any) -> bool:
+        """Whether these are chunks of `state` (the same object)."""
+        return self.state is state
+
+
+def chunks_of(chunks: Chunks | None, state: Any) -> Chunks:
+    """`chunks` if they are of `state` (the same object), else none yet of it."""
+    return chunks if chunks is not None and chunks.of(state) else Chunks(state)
 
 
 def _hex(crc: int) -> bytes:
@@ -128,6 +190,62 @@ def is_framed(projection: Any) -> bool:
     )
 
 
+def is_chunked(projection: Any) -> bool:
+    """Whether `projection`'s complete frames are kept as chunk caches: it is framed and
+    says which of its frames are complete (`cache_frames_from`)."""
+    return is_framed(projection) and getattr(projection, "cache_frames_from", None) is not None
+
+
+def _chunks_kept(engine: Engine, projection: Any) -> bool:
+    """Whether `projection`'s cache on `engine` is kept in chunks (the engine can remove
+    the chunks a shorter state leaves behind: `CachingEngine.keeps_cache_parts`)."""
+    return getattr(engine, "keeps_cache_parts", False) is True and is_chunked(projection)
+
+
+def chunk_name(name: str, k: int) -> str:
+    """The cache name of projection `name`'s chunk `k` (`CachingEngine` cache parts)."""
+    return f"{name}#{k}"
+
+
+def _pieces(
+    session_id: str,
+    projection: Any,
+    part: int,
+    frames: list[bytes],
+    head: Head,
+    known: str,
+    mac: CacheMac | None,
+    refs: list[ChunkRef] | tuple[()] = (),
+) -> list[bytes]:
+    """The bytes of one cache (the projection's own, or chunk `part`), in pieces."""
+    parts = []
+    for frame in frames:
+        parts.append(_FRAME_LEN.pack(len(frame)))
+        parts.append(frame)
+    listing = _encoder.encode(refs) + b"\n" if refs else b""
+    header = _Header(
+        FORMAT,
+        session_id,
+        projection.name,
+        part,
+        projection.version,
+        known,
+        head.seq,
+        head.link,
+        head.h,
+        len(refs),
+        len(listing),
+        len(frames),
+        sum(map(len, parts)),
+    )
+    pieces = [_encoder.encode(header) + b"\n"]
+    if listing:
+        pieces.append(listing)
+    pieces += parts
+    pieces.append(_checksum(pieces, mac))
+    return pieces
+
+
 def encode(
     session_id: str,
     projection: Any,
@@ -136,34 +254,16 @@ def encode(
     known: str,
     mac: CacheMac | None = None,
 ) -> list[bytes]:
-    """The cache bytes of `state`, folded to `head` by a process whose `known_types` for
-    `projection` are `known`, for `session_id`, in pieces (a transcript's megabytes are
-    never joined into one more copy: its writer writes them in turn)."""
+    """The cache bytes of `state` whole (no chunks), folded to `head` by a process whose
+    `known_types` for `projection` are `known`, for `session_id`, in pieces (a
+    transcript's megabytes are never joined into one more copy: its writer writes them
+    in turn)."""
     frames: list[bytes] = (
         projection.cache_frames(state)
         if is_framed(projection)
         else [projection.encode_state(state)]
     )
-    parts = []
-    for frame in frames:
-        parts.append(_FRAME_LEN.pack(len(frame)))
-        parts.append(frame)
-    size = sum(map(len, parts))
-    header = _Header(
-        FORMAT,
-        session_id,
-        projection.name,
-        projection.version,
-        known,
-        head.seq,
-        head.link,
-        head.h,
-        len(frames),
-        size,
-    )
-    pieces = [_encoder.encode(header) + b"\n", *parts]
-    pieces.append(_checksum(pieces, mac))
-    return pieces
+    return _pieces(session_id, projection, _WHOLE, frames, head, known, mac)
 
 
 def decode(
@@ -174,25 +274,52 @@ def decode(
     known: str,
     mac: CacheMac | None = None,
 ) -> Any | None:
-    """The state a cache holds, if it is intact and is this session's and projection's
-    state at `head` (by seq and `h`), folded knowing the event types `known` says, and
-    with `mac`, its MAC is that key's; else None (and why, at debug level)."""
-    return _read(BytesCacheReader(data), session_id, projection, head, known, mac)
+    """The state a whole cache (one listing no chunks) holds, if it is intact and is this
+    session's and projection's state at `head` (by seq and `h`), folded knowing the event
+    types `known` says, and with `mac`, its MAC is that key's; else None (and why, at
+    debug level)."""
+    found = _read(BytesCacheReader(data), _Want(session_id, projection, head, known, mac), None)
+    return None if found is None else found[0]
+
+
+class _Want:
+    """What a cache must be to be used: whose, at which head, folded knowing what, closed
+    with which MAC; `part`: the projection's own cache, or chunk k."""
+
+    __slots__ = ("head", "known", "mac", "part", "projection", "session_id")
+
+    def __init__(
+        self,
+        session_id: str,
+        projection: Any,
+        head: Head,
+        known: str,
+        mac: CacheMac | None,
+        part: int = _WHOLE,
+    ) -> None:
+        self.session_id = session_id
+        self.projection = projection
+        self.head = head
+        self.known = known
+        self.mac = mac
+        self.part = part
+
+
+# opens chunk k listed as `ref` and folds its frame into the state: the state, or why not
+ChunkOpener = Callable[[int, ChunkRef, Any], Any]
 
 
 def _read(
-    reader: CacheReader,
-    session_id: str,
-    projection: Any,
-    head: Head,
-    known: str,
-    mac: CacheMac | None,
-) -> Any | None:
-    why = _check(reader, session_id, projection, head, known, mac)
+    reader: CacheReader, want: _Want, open_chunk: ChunkOpener | None, state: Any = None
+) -> tuple[Any, list[ChunkRef]] | None:
+    why = _check(reader, want, open_chunk, state)
     if isinstance(why, str):
-        log.debug("eventstore: fold cache of %r/%s ignored: %s", session_id, projection.name, why)
+        log.debug(
+            "eventstore: fold cache of %r/%s ignored: %s",
+            want.session_id, want.projection.name, why,
+        )  # fmt: skip
         return None
-    return why[0]
+    return why[0], why[2]
 
 
 class _Stream:
@@ -235,19 +362,9 @@ class _Crc:
         return _hex(self.crc)
 
 
-def _check(
-    reader: CacheReader,
-    session_id: str,
-    projection: Any,
-    head: Head,
-    known: str,
-    mac: CacheMac | None,
-) -> str | tuple[Any]:
-    size = reader.size
-    width = _MAC_HEX if mac is not None else _CHECKSUM_HEX
-    if size < width + 2:
-        return "too short"
-    first = reader.read(min(size, _HEADER_MAX))
+def _header_of(first: bytes, want: _Want) -> tuple[_Header, int] | str:
+    """The header line at the start of `first` and its length, if it is the cache
+    `want` asks for; else why not."""
     nl = first.find(b"\n")
     if nl < 0:
         return "malformed"
@@ -255,27 +372,72 @@ def _check(
         header = _header_decoder.decode(first[:nl])
     except msgspec.MsgspecError:
         return "the header does not decode"
+    projection = want.projection
     if header.format != FORMAT:
         return f"format {header.format}, this code reads {FORMAT}"
-    if header.session != session_id or header.projection != projection.name:
+    if header.session != want.session_id or header.projection != projection.name:
         return f"it is {header.session!r}/{header.projection}'s"
+    if header.part != want.part:
+        return f"it is part {header.part} of the cache, not part {want.part}"
     if header.version != projection.version:
         return f"projection version {header.version}, this code folds {projection.version}"
-    if header.known != known:
+    if header.known != want.known:
         return "it was folded by a process that decodes other event types"
+    head = want.head
     if header.seq != head.seq or header.h != head.h or header.link != head.link:
         return "its head is not the head the engine found"
+    return header, nl
+
+
+def _check(
+    reader: CacheReader, want: _Want, open_chunk: ChunkOpener | None, state: Any
+) -> str | tuple[Any, bytes, list[ChunkRef]]:
+    """The state the cache holds (folded into `state` for a chunk), its checksum line
+    and the chunks it lists; or why it is not used."""
+    size = reader.size
+    width = _MAC_HEX if want.mac is not None else _CHECKSUM_HEX
+    if size < width + 2:
+        return "too short"
+    first = reader.read(min(size, _HEADER_MAX))
+    found = _header_of(first, want)
+    if isinstance(found, str):
+        return found
+    header, nl = found
+    projection = want.projection
     framed = is_framed(projection)
-    if header.frames < 0 or (not framed and header.frames != 1):
+    if header.frames < 0 or (header.frames != 1 and (not framed or want.part != _WHOLE)):
         return f"{header.frames} frames"
-    if header.size != size - nl - 1 - width - 1 or header.size < 4 * header.frames:
+    if header.chunks < 0 or (header.chunks and open_chunk is None) or (
+        header.chunks == 0) != (header.listing == 0):  # fmt: skip
+        return f"{header.chunks} chunks where this cache may list none"
+    body = header.listing + header.size
+    if body != size - nl - 1 - width - 1 or header.size < 4 * header.frames:
         # (a file made of a genuine header and more, or other, frames than it wrote; or a
         # cache written with a key other than this store's, or without one)
-        return f"{size} bytes, where the header makes it {nl + 1 + header.size + width + 1}"
-    crc = mac.start() if mac is not None else _Crc()
+        return f"{size} bytes, where the header makes it {nl + 1 + body + width + 1}"
+    crc = want.mac.start() if want.mac is not None else _Crc()
     crc.update(first[: nl + 1])
-    stream = _Stream(reader, first[nl + 1 :], header.size)
-    state = projection.initial() if framed else None
+    stream = _Stream(reader, first[nl + 1 :], body)
+    if want.part == _WHOLE:
+        state = projection.initial() if framed else None
+    refs: list[ChunkRef] = []
+    if header.chunks:
+        assert open_chunk is not None
+        listing = stream.take(header.listing)
+        if listing is None:
+            return "cut short"
+        crc.update(listing)
+        try:
+            refs = _listing_decoder.decode(listing)
+        except msgspec.MsgspecError:
+            return "the list of chunks does not decode"
+        if len(refs) != header.chunks:
+            return f"{len(refs)} chunks listed, where the header says {header.chunks}"
+        # a chunk's frame is kept only once this cache's checksum below is the cache's
+        for k, ref in enumerate(refs):
+            state = open_chunk(k, ref, state)
+            if isinstance(state, str):
+                return f"chunk {k}: {state}"
     for _ in range(header.frames):
         length = stream.take(_FRAME_LEN.size)
         if length is None:
@@ -298,9 +460,10 @@ def _check(
     if stream.left != 0:
         return "bytes after the last frame"
     stream.left = width + 1
-    if stream.take(width + 1) != crc.hexdigest() + b"\n":
-        return "the checksum does not match" if mac is None else "the MAC does not match"
-    return (state,)
+    digest = crc.hexdigest()
+    if stream.take(width + 1) != digest + b"\n":
+        return "the checksum does not match" if want.mac is None else "the MAC does not match"
+    return state, digest, refs
 
 
 class CacheCrypt(Protocol):
@@ -317,6 +480,46 @@ class CacheCrypt(Protocol):
         ...
 
 
+def _open(
+    engine: CachingEngine, session_id: str, name: str, crypt: CacheCrypt | None
+) -> tuple[Head, CacheReader] | None:
+    """The cache kept under `name` and its head, opened with `crypt` if given."""
+    found = engine.open_cache(session_id, name)
+    if found is None or crypt is None:
+        return found
+    head, reader = found
+    with reader:
+        plain = crypt.decrypt(session_id, name, head, reader.read(reader.size))
+    return None if plain is None else (head, BytesCacheReader(plain))
+
+
+def _chunk_opener(engine: CachingEngine, want: _Want, crypt: CacheCrypt | None) -> ChunkOpener:
+    """Opens the chunks a projection's own cache (`want`) lists: each must be kept, at
+    the listed head (never past the cache's own), and carry the listed checksum."""
+    name = want.projection.name
+
+    def open_chunk(k: int, ref: ChunkRef, state: Any) -> Any:
+        seq, link, h, digest = ref
+        if seq > want.head.seq:
+            return "listed past the cache's head"
+        found = _open(engine, want.session_id, chunk_name(name, k), crypt)
+        if found is None:
+            return "missing, or not of the live log"
+        head, reader = found
+        with reader:
+            if (head.seq, head.link, head.h) != (seq, link, h):
+                return "at another head than listed"
+            part = _Want(want.session_id, want.projection, head, want.known, want.mac, k)
+            got = _check(reader, part, None, state)
+        if isinstance(got, str):
+            return got
+        if got[1] != digest.encode("ascii", "replace"):
+            return "another checksum than listed"
+        return got[0]
+
+    return open_chunk
+
+
 def load(
     engine: Engine,
     session_id: str,
@@ -324,24 +527,70 @@ def load(
     known: str,
     mac: CacheMac | None = None,
     crypt: CacheCrypt | None = None,
-) -> tuple[Any, Head] | None:
-    """The cached state and its head, when the engine keeps a cache that checks (with
-    `mac`: one that carries this key's MAC; with a `crypt`: one that opens)."""
+) -> tuple[Any, Head, Chunks | None] | None:
+    """The cached state, its head and the chunks it was read from (None for a
+    projection not kept in chunks), when the engine keeps a cache that checks (with
+    `mac`: one that carries this key's MAC; with a `crypt`: one that opens), every chunk
+    it lists included."""
     if not isinstance(engine, CachingEngine):
         return None
-    found = engine.open_cache(session_id, projection.name)
+    found = _open(engine, session_id, projection.name, crypt)
     if found is None:
         return None
     head, reader = found
-    if crypt is not None:
-        with reader:
-            plain = crypt.decrypt(session_id, projection.name, head, reader.read(reader.size))
-        if plain is None:
-            return None
-        reader = BytesCacheReader(plain)
+    want = _Want(session_id, projection, head, known, mac)
+    chunked = _chunks_kept(engine, projection)
     with reader:
-        state = _read(reader, session_id, projection, head, known, mac)
-    return None if state is None else (state, head)
+        got = _read(reader, want, _chunk_opener(engine, want, crypt) if chunked else None)
+    if got is None:
+        return None
+    state, refs = got
+    return state, head, Chunks(state, refs) if chunked else None
+
+
+def _store_chunk(
+    engine: CachingEngine,
+    want: _Want,
+    frame: bytes,
+    crypt: CacheCrypt | None,
+) -> ChunkRef | None:
+    """Keep `frame` as chunk `want.part`; its listing, or None: the cipher keeps none."""
+    name = chunk_name(want.projection.name, want.part)
+    pieces: list[bytes] | None = _pieces(
+        want.session_id, want.projection, want.part, [frame], want.head, want.known, want.mac
+    )
+    assert pieces is not None
+    digest = pieces[-1][:-1].decode("ascii")
+    if crypt is not None:
+        pieces = crypt.encrypt(want.session_id, name, want.head, pieces)
+        if pieces is None:
+            return None
+    engine.store_cache(want.session_id, name, want.head, pieces)
+    h = want.head
+    return (h.seq, h.link, h.h, digest)
+
+
+def _add_chunks(
+    engine: CachingEngine,
+    want: _Want,
+    chunks: Chunks,
+    frames: list[bytes],
+    crypt: CacheCrypt | None,
+) -> int:
+    """Keep `frames` (complete, in order) as the chunks after `chunks.refs`, recording
+    each one written; the bytes of their frames, or -1 if the cipher keeps none."""
+    written = 0
+    for frame in frames:
+        part = _Want(
+            want.session_id, want.projection, want.head, want.known, want.mac, len(chunks.refs)
+        )
+        ref = _store_chunk(engine, part, frame, crypt)
+        if ref is None:
+            chunks.sealed_out = True
+            return -1
+        chunks.refs.append(ref)
+        written += len(frame)
+    return written
 
 
 def store(
@@ -353,20 +602,78 @@ def store(
     known: str,
     mac: CacheMac | None = None,
     crypt: CacheCrypt | None = None,
+    chunks: Chunks | None = None,
 ) -> int:
     """Keep `state` (folded to `head`) for the next cold load, and say how many bytes
     that took (0: nothing kept); best effort: a failure is logged, never raised (the log
-    is the truth, the cache only saves time)."""
+    is the truth, the cache only saves time).
+
+    A projection kept in chunks has its complete frames written as chunk caches, but
+    those `chunks` (of this very state: `chunks_of`) hold already, each one added to
+    them; its own cache lists them and holds the rest. A call given no `chunks` (a
+    compaction's states, a delete's empty ones) also removes the chunks a longer state
+    left past those it wrote."""
     if head.seq == 0 or head.position is None or not isinstance(engine, CachingEngine):
         return 0
+    chunked = _chunks_kept(engine, projection)
+    fresh = chunks is None
+    chunks = chunks_of(chunks, state)
+    written = 0
     try:
-        pieces: list[bytes] | None = encode(session_id, projection, state, head, known, mac)
-        if crypt is not None and pieces is not None:
+        pieces: list[bytes] | None
+        if chunked:
+            frames, complete = projection.cache_frames_from(state, len(chunks.refs))
+            want = _Want(session_id, projection, head, known, mac)
+            written = _add_chunks(engine, want, chunks, frames[:complete], crypt)
+            if written < 0:
+                return 0
+            pieces = _pieces(
+                session_id, projection, _WHOLE, frames[complete:], head, known, mac, chunks.refs
+            )
+        else:
+            pieces = encode(session_id, projection, state, head, known, mac)
+        if crypt is not None:
             pieces = crypt.encrypt(session_id, projection.name, head, pieces)
         if pieces is None:
             return 0
         engine.store_cache(session_id, projection.name, head, pieces)
+        if chunked and fresh:
+            # what a longer state of another history left (compaction with retention, a
+            # delete's erase): its messages are not kept beside a state that dropped them
+            engine.remove_cache_parts(session_id, projection.name, len(chunks.refs))
     except Exception as exc:  # noqa: BLE001 - a cache must never fail what called it
         log.warning("eventstore: saving the fold cache of %r failed: %s", session_id, exc)
         return 0
-    return sum(map(len, pieces))
+    return written + sum(map(len, pieces))
+
+
+def store_complete_frames(
+    engine: Engine,
+    session_id: str,
+    projection: Any,
+    chunks: Chunks,
+    head: Head,
+    known: str,
+    mac: CacheMac | None = None,
+    crypt: CacheCrypt | None = None,
+) -> None:
+    """Keep the next complete frame of `chunks.state` (folded to `head`) not yet kept
+    as a chunk, if there is one: a writer calls it after its appends, so that its close
+    writes only the last, partial frame (one frame a call: a long state folded from the
+    log is not written all at once by one append). Best effort, as `store`."""
+    if (
+        chunks.sealed_out
+        or head.seq == 0
+        or head.position is None
+        or not isinstance(engine, CachingEngine)
+        or not _chunks_kept(engine, projection)
+    ):
+        return
+    k = len(chunks.refs)
+    try:
+        frames, _ = projection.cache_frames_from(chunks.state, k, k + 1)
+        if frames:
+            want = _Want(session_id, projection, head, known, mac)
+            _add_chunks(engine, want, chunks, frames[:1], crypt)
+    except Exception as exc:  # noqa: BLE001 - a cache must never fail what called it
+        log.warning("eventstore: saving the fold cache of %r failed: %s", session_id, exc)

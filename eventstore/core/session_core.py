@@ -480,7 +480,7 @@ class SessionCore:
             with turn, sess.lock:
                 turn.start()
                 try:
-                    return self._write_locked(
+                    result = self._write_locked(
                         sess, turn, build, idempotency_key, wanted, check, after_tombstone
                     )
                 finally:
@@ -491,6 +491,11 @@ class SessionCore:
             # batches folded here were never stored
             self._forget_folded(sess)
             raise
+        if self.caches.chunked and result is not None and not result.replayed:
+            # out of the engine's turn: the batch is committed (and flushed as asked)
+            with sess.lock:
+                self.caches.store_complete_frames(sess)
+        return result
 
     def _forget_folded(self, sess: SessionState) -> None:
         """Drop what is folded of the session: the next use refolds from the log."""

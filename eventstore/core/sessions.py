@@ -23,15 +23,21 @@ class Fold:
     """One projection's state of one session and the head it was folded to. `saved`: the
     head the persistent fold cache holds, as far as this process knows (None: unknown),
     so a cache is written only when it would hold something new; `saved_bytes`: how
-    many bytes that cache took (0: unknown), what a writer's next save costs about."""
+    many bytes that cache took (0: unknown), what a writer's next save costs about.
+    `chunks`: the chunk caches holding complete frames of `state`
+    (`eventstore.core.fold_cache.Chunks`; they say themselves whether they are still of
+    the current state object)."""
 
-    __slots__ = ("head", "saved", "saved_bytes", "state")
+    __slots__ = ("chunks", "head", "saved", "saved_bytes", "state")
 
-    def __init__(self, state: Any, head: Head, saved: Head | None = None) -> None:
+    def __init__(
+        self, state: Any, head: Head, saved: Head | None = None, chunks: Any = None
+    ) -> None:
         self.state = state
         self.head = head
         self.saved = saved
         self.saved_bytes = 0
+        self.chunks = chunks
 
 
 class SessionState:

@@ -649,6 +649,16 @@ class CachingEngine(Engine):
         never joined into one copy) under `name` for the session, replacing what was
         kept, atomically; nothing when the session has no log. Removed with the session."""
 
+    keeps_cache_parts = False
+    """Whether `remove_cache_parts` removes them: only then does the face keep a long
+    state's cache in parts (`eventstore.core.fold_cache`: chunk caches, one complete
+    frame each, written once), which it must be able to remove when a state that
+    dropped their content replaces it (a compaction's retention, a delete's erase)."""
+
+    def remove_cache_parts(self, session_id: str, name: str, start: int) -> None:  # noqa: B027
+        """Remove the caches kept under `name#k` for every k >= `start` (the parts of
+        the cache `name` past the first `start`). Engines with `keeps_cache_parts`."""
+
 
 class KeyEngine(Engine):
     """An engine that keeps key slots: per encrypted session, its data key wrapped by

@@ -571,6 +571,23 @@ class EngineConformance:
         self.append(engine, 3)  # the same seq again, another log
         assert engine.load_cache(SID, "fold") is None
 
+    def test_cache_parts_past_a_start_are_removed_and_nothing_else(self) -> None:
+        engine = self.caching()
+        if not engine.keeps_cache_parts:
+            _skip(f"{type(engine).__name__} keeps no cache parts (keeps_cache_parts)")
+        head = self.append(engine, 2)
+        names = ["fold", "fold#0", "fold#1", "fold#12", "fold#x", "fold#", "fold_a#3", "fol#3"]
+        for name in names:
+            engine.store_cache(SID, name, head, [name.encode()])
+        engine.remove_cache_parts(SID, "fold", 1)
+        kept = [n for n in names if engine.load_cache(SID, n) is not None]
+        assert kept == ["fold", "fold#0", "fold#x", "fold#", "fold_a#3", "fol#3"]
+        engine.remove_cache_parts(SID, "fold", 0)
+        engine.remove_cache_parts("no such session", "fold", 0)  # nothing to remove
+        assert engine.load_cache(SID, "fold#0") is None
+        found = engine.load_cache(SID, "fold")
+        assert found is not None and found[1] == b"fold"
+
     def test_ranged_reads_see_one_picture_of_the_live_log(self) -> None:
         engine = self.engine()
         if not isinstance(engine, RangedEngine):

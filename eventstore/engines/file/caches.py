@@ -1,6 +1,8 @@
 """The file engine's caches: `fold-<projection>.cache` beside a session's log, the face's
 fold caches and checked prefixes (their bytes: `eventstore.core.fold_cache`,
-`eventstore.core.checked_prefix`).
+`eventstore.core.checked_prefix`), and `fold-<projection>.<k>.cache`, the parts of a
+cache kept in pieces (`name#k`: the transcript's chunks), which `remove_cache_parts`
+finds by that name.
 
 The engine's part of a cache file is its first line: where in the log the state was
 folded to (the offset, the last line's seq, link and `h`, the log's first seq), the `h`
@@ -30,6 +32,7 @@ atomically without fsync: a cache checks itself, and a power loss costs a rebuil
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -55,6 +58,7 @@ __all__ = [
     "cache_file_name",
     "cache_path",
     "open_cache",
+    "remove_cache_parts",
     "store_cache",
 ]
 
@@ -119,11 +123,23 @@ CACHE_PREFIX = "fold-"
 _PLAIN_NAME = re.compile(r"[a-z0-9_]{1,64}\Z")
 
 
-def cache_file_name(name: str) -> str:
-    """The cache file of a projection: its name when plain, else a digest of it."""
+_DIGITS = re.compile(r"[0-9]{1,9}\Z")
+_PART_NAME = re.compile(r"(.+)#([0-9]{1,9})\Z", re.DOTALL)
+
+
+def _stem(name: str) -> str:
     if not _PLAIN_NAME.match(name):
         name = "x" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return f"{CACHE_PREFIX}{name}.cache"
+    return CACHE_PREFIX + name
+
+
+def cache_file_name(name: str) -> str:
+    """The cache file of a projection: its name when plain, else a digest of it; part k
+    of a cache (`name#k`: `CachingEngine.remove_cache_parts`) adds `.k` to its stem."""
+    part = _PART_NAME.match(name)
+    if part is not None:
+        return f"{_stem(part[1])}.{int(part[2])}.cache"
+    return f"{_stem(name)}.cache"
 
 
 def cache_path(paths: SessionPaths, name: str) -> Path:
@@ -215,3 +231,19 @@ def store_cache(paths: SessionPaths, name: str, head: Head, data: list[bytes]) -
         )
     except (FileNotFoundError, NotADirectoryError):
         pass  # the session was removed meanwhile
+
+
+def remove_cache_parts(paths: SessionPaths, name: str, start: int) -> None:
+    """Remove the files of the parts `name#k`, k >= `start`, of the session's cache."""
+    paths.check_no_links()
+    prefix = _stem(name) + "."
+    try:
+        entries = os.listdir(paths.dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return  # the session was removed meanwhile
+    for entry in entries:
+        k = entry[len(prefix) : -len(".cache")]
+        ours = entry.startswith(prefix) and entry.endswith(".cache") and _DIGITS.match(k)
+        if ours and int(k) >= start:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(paths.dir / entry)

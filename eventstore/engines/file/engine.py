@@ -78,7 +78,7 @@ from eventstore.engines.base import (
     index_moved,
 )
 from eventstore.engines.file import keys
-from eventstore.engines.file.caches import open_cache, store_cache
+from eventstore.engines.file.caches import open_cache, remove_cache_parts, store_cache
 from eventstore.engines.file.durability import (
     bump_generation,
     commit_staged,
@@ -1213,6 +1213,13 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         """Write the session's cache `name` atomically (0600), with where in the log
         `head` is (`eventstore.engines.file.caches`)."""
         store_cache(self._session(session_id).paths, name, head, data)
+
+    keeps_cache_parts = True
+
+    def remove_cache_parts(self, session_id: str, name: str, start: int) -> None:
+        """Remove the files of the parts `name#k`, k >= `start`, of the session's cache
+        (`eventstore.engines.file.caches`)."""
+        remove_cache_parts(self._session(session_id).paths, name, start)
 
     def close(self) -> None:
         """Close the cached descriptors (waiting for a writer using them) and forget

@@ -539,6 +539,16 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine):
         with self._conn(f"saving a fold cache of {session_id!r}") as conn:
             conn.execute(self._sql.store_cache, params, binary=True)
 
+    keeps_cache_parts = True
+
+    def remove_cache_parts(self, session_id: str, name: str, start: int) -> None:
+        """Remove the caches kept under `name#k`, k >= `start` (one statement)."""
+        prefix = name + "#"
+        n = len(prefix)
+        params = (session_id, n, prefix, n + 1, n + 1, start)
+        with self._conn(f"removing fold cache parts of {session_id!r}") as conn:
+            conn.execute(self._sql.remove_cache_parts, params)
+
     # -- writing ----------------------------------------------------------------------
 
     def append(self, session_id: str, batch: EncodedBatch, expected: Head) -> Head:
@@ -828,6 +838,17 @@ def _neuter_inherited_connections() -> None:
 process.at_fork(_neuter_inherited_connections)
 
 
+def _remove_cache_parts_sql(q: str) -> str:
+    """The statement of `remove_cache_parts` (the CASE: a name whose tail is no number
+    is never cast)."""
+    return (
+        f"DELETE FROM {q}.caches c USING {q}.sessions s"
+        f" WHERE c.sid = s.sid AND s.session_id = %s AND left(c.name, %s) = %s"
+        f" AND CASE WHEN substr(c.name, %s) ~ '^[0-9]{{1,9}}$'"
+        f" THEN substr(c.name, %s)::int >= %s ELSE false END"
+    )
+
+
 class _Statements:
     """The SQL of one schema, built once (the schema name is the only spliced part)."""
 
@@ -886,6 +907,7 @@ class _Statements:
             f" seq = EXCLUDED.seq, link = EXCLUDED.link, h = EXCLUDED.h,"
             f" base_seq = EXCLUDED.base_seq, size = EXCLUDED.size, data = EXCLUDED.data"
         )
+        self.remove_cache_parts = _remove_cache_parts_sql(q)
         self.legacy_position = (
             f"SELECT coalesce(max(feed_seq), 0) FROM {q}.lines"
             f" WHERE (tx, pos) <= (%s::text::xid8, %s) AND feed_seq IS NOT NULL"
