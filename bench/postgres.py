@@ -71,10 +71,10 @@ def _eventstore_writer(url: str, sid: str, n: int, gate: Any, out: Any) -> None:
     store = SessionStore(url)
     store.append_progress_entry(sid, ProgressEntry(run_id="warm", summary="warm"))
     gate.wait()
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     for i in range(n):
         store.append_progress_entry(sid, ProgressEntry(run_id=f"r{i}", summary=SUMMARY))
-    out.put((t0, time.time()))
+    out.put((t0, time.time(), time.process_time() - c0))
     store.close()
 
 
@@ -94,10 +94,10 @@ def _plain_writer(url: str, schema: str, sid: str, n: int, gate: Any, out: Any) 
         insert = f'INSERT INTO "{schema}".plain (sid, seq, line) VALUES (%s, %s, %s)'
         conn.execute(insert, (sid, 0, line))
         gate.wait()
-        t0 = time.time()
+        t0, c0 = time.time(), time.process_time()
         for i in range(n):
             conn.execute(insert, (sid, i + 1, line))
-        out.put((t0, time.time()))
+        out.put((t0, time.time(), time.process_time() - c0))
 
 
 def _server_counters(url: str) -> tuple[int, int, int]:
@@ -114,6 +114,39 @@ def _server_counters(url: str) -> tuple[int, int, int]:
         ).fetchone()
     assert row is not None
     return int(row[0]), int(row[1]), int(row[2])
+
+
+def _server_cpu(url: str) -> float:
+    """CPU seconds the server's processes have used so far: the postmaster's own, its
+    live children's (backends, WAL writer, checkpointer...) and those of the children
+    it has reaped; NaN when the server is not on this machine or /proc does not show
+    it. Robust where wall time is not: other work on a shared machine slows a run but
+    hardly changes the CPU it takes."""
+    import psycopg
+
+    from eventstore.engines.postgres.url import split_url
+
+    def fields(pid: int | str) -> list[str]:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+
+    try:
+        with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
+            me = conn.info.backend_pid
+            postmaster = int(fields(me)[1])
+        tick = os.sysconf("SC_CLK_TCK")
+        total = sum(int(x) for x in fields(postmaster)[11:15])  # utime stime cutime cstime
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    f = fields(entry)
+                except OSError:
+                    continue  # ended meanwhile
+                if int(f[1]) == postmaster:
+                    total += int(f[11]) + int(f[12])
+    except OSError:
+        return float("nan")
+    return total / tick
 
 
 def _eventsourcing_env(url: str, schema: str) -> dict[str, str]:
@@ -144,20 +177,22 @@ def _eventsourcing_writer(url: str, schema: str, sid: str, n: int, gate: Any, ou
     )
     app.save(agg)
     gate.wait()
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     for i in range(n):
         agg.append_progress(
             {"run_id": f"r{i}", "summary": SUMMARY, "created_at": datetime.now(UTC).isoformat()}
         )
         app.save(agg)
-    out.put((t0, time.time()))
+    out.put((t0, time.time(), time.process_time() - c0))
     app.close()
 
 
 def _rate(kind: str, url: str, writers: int, n: int) -> tuple[float, tuple[float, ...]]:
     """Appends per second of `writers` processes appending `n` each, started together,
     and per append: committed transactions, WAL records and WAL bytes (server counters
-    read before and after; the counters flush when a backend goes idle or exits)."""
+    read before and after; the counters flush when a backend goes idle or exits), the
+    server's CPU microseconds (see `_server_cpu`; the writers' connecting and warm-up
+    append included) and the writers' own CPU microseconds (their timed loops)."""
     ctx = mp.get_context("spawn")
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     gate = ctx.Barrier(writers + 1)
@@ -192,6 +227,7 @@ def _rate(kind: str, url: str, writers: int, n: int) -> tuple[float, tuple[float
         SessionStore(_with_schema(url, schema)).close()  # the schema made before counting
     # counted from here: the writers' one warm-up append each is counted too
     before = _server_counters(url)
+    cpu_before = _server_cpu(url)
     for w in range(writers):
         if kind == "eventstore":
             args: tuple[Any, ...] = (_with_schema(url, schema), f"w{w}", n, gate, out)
@@ -212,15 +248,18 @@ def _rate(kind: str, url: str, writers: int, n: int) -> tuple[float, tuple[float
             p.join(60)
         time.sleep(1.2)
         after = _server_counters(url)
+        cpu_after = _server_cpu(url)
     finally:
         for p in procs:
             if p.is_alive():
                 p.kill()
         _drop_schema(url, schema)
-    start = min(s for s, _ in spans)
-    end = max(e for _, e in spans)
-    per = tuple((a - b) / (writers * n) for a, b in zip(after, before, strict=True))
-    return float(writers * n / (end - start)), per
+    start = min(s for s, _, _ in spans)
+    end = max(e for _, e, _ in spans)
+    count = writers * n
+    per = tuple((a - b) / count for a, b in zip(after, before, strict=True))
+    cpu = ((cpu_after - cpu_before) * 1e6 / count, sum(c for _, _, c in spans) * 1e6 / count)
+    return float(count / (end - start)), per + cpu
 
 
 # -- cold load and follow latency --------------------------------------------------------
@@ -356,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
                 rates[kind][w].append(r)
                 per[kind][w].append(counts)
                 _log(f"{kind} x{w}: {r:,.0f} appends/s; per append (xacts, WAL records,"
-                     f" WAL bytes) {tuple(round(c, 2) for c in counts)}")  # fmt: skip
+                     f" WAL bytes, server CPU us, client CPU us)"
+                     f" {tuple(round(c, 2) for c in counts)}")  # fmt: skip
     cold = _cold_load(url, a.load_events, a.repeat)
     _log(f"cold load of {a.load_events} events: {cold}")
     follow = _follow_latency(url, a.follow_events)
@@ -369,18 +409,19 @@ def main(argv: list[str] | None = None) -> int:
         f" {a.repeat} (min-max); × is against the plain one-row INSERT",
         "",
         "| writers | backend | appends/s | × | transactions / append | WAL records / append"
-        " | WAL bytes / append |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        " | WAL bytes / append | server CPU µs / append | client CPU µs / append |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for w in writer_counts:
         floor = statistics.median(rates["plain-insert"][w])
         for kind in kinds:
             rs = rates[kind][w]
             med = statistics.median(rs)
-            cs = [statistics.median(c[i] for c in per[kind][w]) for i in range(3)]
+            cs = [statistics.median(c[i] for c in per[kind][w]) for i in range(5)]
             lines.append(
                 f"| {w} | {kind} | {med:,.0f} ({min(rs):,.0f}-{max(rs):,.0f}) |"
                 f" {med / floor:.2f} | {cs[0]:.2f} | {cs[1]:.2f} | {cs[2]:,.0f} |"
+                f" {cs[3]:,.0f} | {cs[4]:,.0f} |"
             )
     lines += [
         "",

@@ -262,6 +262,131 @@ def test_list_and_remove_sessions(engine: pg.PostgresEngine) -> None:
     assert append_retrying(engine, "b").seq == 1
 
 
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(1, 4), st.booleans(), st.sampled_from(["s", "t"])),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_appends_of_any_size_keep_offsets_and_refuse_stale_heads(
+    engine: pg.PostgresEngine, steps: list[tuple[int, bool, str]]
+) -> None:
+    """Batches of 1 to 4 lines on two sessions, each after a refused append with a stale
+    head (the one before the last append): every answer's head, size and position
+    agree with what a read returns, from the start and from every earlier position."""
+    sids = {sid: f"{sid}-{uuid.uuid4().hex[:8]}" for sid in ("s", "t")}
+    heads = {sid: engine.head(sid) for sid in sids.values()}
+    stale = dict(heads)
+    marks: dict[str, list[tuple[Head, int]]] = {sid: [] for sid in sids.values()}
+    for n, try_stale, name in steps:
+        sid = sids[name]
+        head = heads[sid]
+        if try_stale and stale[sid] != head:
+            with pytest.raises(HeadMovedError) as info:
+                engine.append(sid, make_batch(stale[sid], n), stale[sid])
+            assert info.value.actual == head
+        batch = make_batch(head, n)
+        new = engine.append(sid, batch, head)
+        assert (new.seq, new.link, new.h) == (head.seq + n, batch.link, batch.hashes[-1])
+        assert new.size == head.size + len(batch.data) and new.base_seq == 1
+        stale[sid], heads[sid] = head, new
+        marks[sid].append((new, new.size))
+    for sid, done in marks.items():
+        whole = engine.read(sid, None)
+        assert whole.head == heads[sid] == engine.head(sid)
+        assert len(whole.data) == heads[sid].size
+        check_chain(whole.data)
+        for head, size in done:
+            rest = engine.read(sid, head.position)
+            assert rest.offset == size and rest.data == whole.data[size:]
+
+
+def test_removing_a_session_while_it_is_appended_to_leaves_no_line_behind(
+    engine: pg.PostgresEngine, pg_url: str
+) -> None:
+    """Lines keep no foreign key to their session (schema version 5): removing a
+    session deletes its lines itself, under the session's row lock. Removals racing a
+    writer that appends on and on leave no line of a removed session in the table (nor
+    in the feed), and what is left reads as one whole chain from seq 1."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        with pg.from_url(pg_url) as other:
+            while not stop.is_set():
+                try:
+                    append_retrying(other, "r", 2)
+                except BaseException as exc:  # noqa: BLE001 - the test inspects it
+                    errors.append(exc)
+                    return
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        removed = 0
+        deadline = time.monotonic() + 30
+        while removed < 10 and time.monotonic() < deadline:
+            if engine.head("r").seq:
+                removed += engine.remove_session("r")
+    finally:
+        stop.set()
+        t.join(30)
+    assert not errors and removed == 10
+    head = engine.head("r")
+    data = engine.read("r", None).data
+    assert [h.seq for h in check_chain(data)] == list(range(1, head.seq + 1))
+    q = quote_schema(engine.schema)
+    with psycopg.connect(pg.split_url(pg_url)[0], autocommit=True) as conn:
+        orphans = conn.execute(
+            f"SELECT count(*) FROM {q}.lines l"  # noqa: S608
+            f" WHERE NOT EXISTS (SELECT 1 FROM {q}.sessions s WHERE s.sid = l.sid)"
+        ).fetchone()
+        kept = conn.execute(f"SELECT count(*) FROM {q}.lines").fetchone()  # noqa: S608
+    assert orphans == (0,) and kept == (head.seq,)
+    assert [e.seq for e in engine.feed()] == list(range(1, head.seq + 1))
+
+
+def _wal_records(conn: psycopg.Connection[Any], run: Callable[[], object]) -> list[str]:
+    """The WAL records (`resource manager/record type`) written while `run()` ran."""
+    start = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
+    run()
+    end = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
+    assert start is not None and end is not None
+    rows = conn.execute(
+        "SELECT resource_manager || '/' || record_type FROM pg_get_wal_records_info(%s, %s)",
+        (start[0], end[0]),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_an_append_locks_no_row_before_moving_the_head(
+    engine: pg.PostgresEngine, pg_url: str
+) -> None:
+    """Schema version 5: an append to a session whose head is the expected one moves
+    the head with one conditional UPDATE (no SELECT ... FOR UPDATE first) and inserts
+    its line with no foreign-key check (which locked the session's row again): no row
+    lock record in the WAL, one heap insert per line. (Read with pg_walinspect, a
+    contrib module of PostgreSQL 15: skipped where the server lacks it.)"""
+    conninfo = pg.split_url(pg_url)[0]
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        except psycopg.Error as exc:
+            pytest.skip(f"pg_walinspect is not available: {exc}")
+        head = append_retrying(engine, "s")
+        for n in (1, 3):
+            batch = make_batch(head, n)
+            records = _wal_records(conn, lambda b=batch, h=head: engine.append("s", b, h))
+            head = engine.head("s")
+            assert not [r for r in records if r.startswith("Heap/LOCK")], records
+            inserts = [r for r in records if r.startswith("Heap/INSERT")]
+            assert len(inserts) == n and records.count("Transaction/COMMIT") == 1, records
+
+
 def test_repair_hold_keeps_a_prefix_and_saves_the_rest(
     engine: pg.PostgresEngine, pg_url: str
 ) -> None:
@@ -636,6 +761,53 @@ def test_a_schema_of_version_1_keeps_its_feed_positions(pg_url: str) -> None:
         for bad in ("3", (1, 2, 3), -1, 1.5, (None, 1)):
             with pytest.raises(InvalidArgumentError, match="no feed position"):
                 engine.feed(bad)  # type: ignore[arg-type]
+
+
+def test_a_schema_of_version_4_is_upgraded_in_place(pg_url: str) -> None:
+    """Sessions written through version 4's `append` (a keyed batch among them) read the
+    same after the upgrade to version 5, append on from their heads, refuse a stale
+    head, keep their feed order, and a removed one takes its lines with it."""
+    from eventstore.engines.postgres.schema import ddl
+
+    conninfo, schema = pg.split_url(pg_url)
+    q = quote_schema(schema)
+    old: dict[str, Head] = {}
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        for version in range(1, 5):
+            conn.execute(ddl(schema, version))
+        conn.execute(f"INSERT INTO {q}.meta VALUES ('schema_version', '4')")
+        for sid, n, key in (("a", 2, "k1"), ("b", 1, None), ("a", 3, None)):
+            head = old.get(sid, EMPTY_HEAD)
+            batch = make_batch(head, n, key=key)
+            row = conn.execute(
+                f"SELECT * FROM {q}.append(%s, %s, %s, %s, %s, %s, %s, false, %s, %s)",
+                (sid, head.seq, head.link, batch.first_seq,
+                 [line + b"\n" for line in batch.data.split(b"\n")[:-1]],
+                 batch.hashes[-1], batch.link, key, batch.fingerprint),
+            ).fetchone()  # fmt: skip
+            assert row is not None and row[0] is False
+            old[sid] = Head(seq=int(row[2]), link=row[3])
+    with pg.from_url(pg_url) as engine:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            version = conn.execute(
+                f"SELECT value FROM {q}.meta WHERE name = 'schema_version'"  # noqa: S608
+            ).fetchone()
+        assert version == (str(pg.SCHEMA_VERSION),) and pg.SCHEMA_VERSION == 5
+        a = engine.head("a")
+        assert (a.seq, a.link, a.base_seq) == (5, old["a"].link, 1)
+        assert a.size == len(engine.read("a", None).data)
+        check_chain(engine.read("a", None).data)
+        with pytest.raises(HeadMovedError):
+            engine.append("a", make_batch(old["b"]), old["b"])
+        assert append_retrying(engine, "a", 2).seq == 7 and append_retrying(engine, "b").seq == 2
+        check_chain(engine.read("a", None).data)
+        feed = [(e.session_id, e.seq) for e in feed_once_released(engine, 9)]
+        assert feed == [*(("a", i) for i in (1, 2)), ("b", 1), *(("a", i) for i in range(3, 8)),
+                        ("b", 2)]  # fmt: skip
+        assert engine.remove_session("a") is True
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            left = conn.execute(f"SELECT count(*) FROM {q}.lines").fetchone()  # noqa: S608
+        assert left == (2,)  # b's two lines
 
 
 def _other_database(conninfo: str) -> str:

@@ -767,12 +767,15 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine):
             conn.execute(self._sql.index_fresh)
 
     def remove_session(self, session_id: str) -> bool:
-        """Delete the session row; its lines, snapshots, keys and saved bytes go with it
-        (ON DELETE CASCADE) in the same transaction."""
+        """Delete the session row and its lines in one transaction, under the row's
+        lock (an append waits for it, then finds no session); its snapshots, keys and
+        saved bytes go with the row (ON DELETE CASCADE)."""
         with self._conn(f"removing {session_id!r}") as conn, conn.transaction():
-            row = conn.execute(self._sql.remove, (session_id,)).fetchone()
+            row = conn.execute(self._sql.remove_lock, (session_id,)).fetchone()
             if row is None:
                 return False
+            conn.execute(self._sql.drop_all_lines, (row[0],))
+            conn.execute(self._sql.remove, (row[0],))
             conn.execute("SELECT pg_notify(%s, %s)", (self._channel, session_id))
             return bool(row[1])
 
@@ -884,10 +887,11 @@ class _Statements:
         self.list_sessions = (
             f"SELECT session_id FROM {q}.sessions WHERE head_seq > 0 OR snap_seq > 0"
         )
-        self.remove = (
-            f"DELETE FROM {q}.sessions WHERE session_id = %s"
-            f" RETURNING sid, (head_seq > 0 OR snap_seq > 0)"
+        self.remove_lock = (
+            f"SELECT sid, (head_seq > 0 OR snap_seq > 0) FROM {q}.sessions"
+            f" WHERE session_id = %s FOR UPDATE"
         )
+        self.remove = f"DELETE FROM {q}.sessions WHERE sid = %s"
         self.feed = f"SELECT * FROM {q}.feed(%s, %s)"
         # the line at the cache's head: a line of the live log, or its opening snapshot
         self.open_cache = (

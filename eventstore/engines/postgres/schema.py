@@ -10,7 +10,8 @@ Tables (one row per session in `sessions`, its head: the row every writer locks)
                opening snapshot covers, 0: none), snap_len, live_origin/stream_end
                (byte offsets in the session's stream of lines, for live-log offsets)
     lines      one row per appended line, its exact bytes (newline included), never
-               edited (compaction without history and repair delete rows): sid, seq,
+               edited (compaction without history, repair and removing the session
+               delete rows; no foreign key, see version 5): sid, seq,
                stream_off, tx and pos (its place in the feed's order), feed_seq (its
                feed position, once released), line
     snapshots  every snapshot installed, in order (n); `line` NULL once the log it
@@ -61,7 +62,7 @@ __all__ = [
     "quote_schema",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The version of the tables and functions this code reads and writes."""
 
 SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
@@ -483,7 +484,125 @@ DROP FUNCTION @S.append(text, bigint, text, bigint, bytea[], text, text, boolean
     + "\n"
 )
 
-_MIGRATIONS: dict[int, str] = {1: _DDL_V1, 2: _DDL_V2, 3: _DDL_V3, 4: _DDL_V4}
+_DDL_V5 = """
+-- `lines` keeps no foreign key to `sessions`: its check locked the session's row once
+-- more for every line appended (a WAL record each), and the one statement that relied
+-- on its cascade, removing a session, deletes the session's lines itself (under the
+-- session's row lock, so no append adds one meanwhile).
+DO $do$
+DECLARE
+    c text;
+BEGIN
+    FOR c IN SELECT conname FROM pg_constraint
+             WHERE conrelid = '@S.lines'::regclass AND contype = 'f' LOOP
+        EXECUTE format('ALTER TABLE @S.lines DROP CONSTRAINT %I', c);
+    END LOOP;
+END
+$do$;
+
+-- Version 4's `append` (same arguments, same answers, same locks in the same order), its
+-- common case in one statement after the advisory lock: when the head is the expected
+-- one and the batch follows it, one UPDATE moves the head (taking the row lock itself:
+-- no SELECT ... FOR UPDATE before it, one WAL record less), and in the same statement
+-- inserts the lines and the idempotency key and asks whether anyone follows (each
+-- statement of a function costs an executor run, tens of microseconds). Anything else
+-- (a new session, an opening snapshot, a moved head, a batch that does not follow)
+-- takes version 4's path, unchanged below it.
+CREATE OR REPLACE FUNCTION @S.append(
+    p_session_id    text,
+    p_expected_seq  bigint,
+    p_expected_link text,
+    p_first_seq     bigint,
+    p_lines         bytea[],
+    p_last_h        text,
+    p_link          text,
+    p_opening_snap  boolean,
+    p_key           text,
+    p_fingerprint   text,
+    p_ts_us         bigint DEFAULT 0,
+    p_labels        jsonb DEFAULT NULL
+) RETURNS TABLE (
+    moved boolean, log_id bigint, head_seq bigint, head_link text, head_h text,
+    base_seq bigint, size bigint
+) LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
+DECLARE
+    s       @S.sessions%ROWTYPE;
+    n       int := cardinality(p_lines);
+    nbytes  bigint;
+    first   bigint := p_first_seq;
+    snap    bytea;
+    rest    bytea[] := p_lines;
+    ts      bigint := CASE WHEN p_ts_us > 0 THEN p_ts_us
+                ELSE (extract(epoch FROM clock_timestamp()) * 1000000)::bigint END;
+    live    bigint;
+    wake    boolean;
+BEGIN
+    -- first, before anything assigns this transaction an id: see the feed order above
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_session_id, @K));
+    IF NOT p_opening_snap AND p_first_seq = p_expected_seq + 1 AND n > 0 THEN
+        -- under the advisory lock no other append moves this head meanwhile; a
+        -- compaction or repair that does is waited for by the row lock, and the WHERE
+        -- is checked again on the row it left. The listeners' lock, taken with the
+        -- statement's others, is held to the commit: a follower registering (listen())
+        -- waits for this append to commit, or is seen by it.
+        WITH u AS (
+            UPDATE @S.sessions AS t SET
+                head_seq = p_first_seq + n - 1, head_link = p_link, head_h = p_last_h,
+                base_seq = CASE WHEN t.base_seq = 0 THEN p_first_seq ELSE t.base_seq END,
+                stream_end = t.stream_end + (SELECT sum(octet_length(x)) FROM unnest(p_lines) x),
+                created_us = CASE WHEN t.head_seq = 0 THEN ts ELSE t.created_us END,
+                updated_us = greatest(t.updated_us, ts),
+                labels = coalesce(p_labels, t.labels)
+            WHERE t.session_id = p_session_id AND t.head_seq = p_expected_seq
+              AND t.head_link = p_expected_link
+            RETURNING t.sid, t.log_id, t.base_seq, t.snap_len, t.live_origin, t.stream_end
+        ), ins AS (
+            INSERT INTO @S.lines (sid, seq, stream_off, line)
+                SELECT u.sid, p_first_seq + x.i - 1,
+                       u.stream_end - sum(octet_length(x.l)) OVER (ORDER BY x.i
+                           ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING),
+                       x.l
+                FROM u, unnest(p_lines) WITH ORDINALITY AS x(l, i) ORDER BY x.i
+        ), k AS (
+            INSERT INTO @S.idempotency_keys (sid, key, fingerprint, first_seq, last_seq)
+                SELECT u.sid, p_key, p_fingerprint, p_first_seq, p_first_seq + n - 1
+                FROM u WHERE p_key IS NOT NULL
+                ON CONFLICT DO NOTHING
+        )
+        SELECT u.log_id, u.base_seq, u.snap_len + u.stream_end - u.live_origin,
+               EXISTS (SELECT 1 FROM @S.listeners)
+            FROM u INTO s.log_id, s.base_seq, live, wake;
+        IF FOUND THEN
+            IF wake THEN
+                PERFORM pg_notify('@C', p_session_id);
+            END IF;
+            moved := false;
+            log_id := s.log_id;
+            head_seq := p_first_seq + n - 1;
+            head_link := p_link;
+            head_h := p_last_h;
+            base_seq := s.base_seq;
+            size := live;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
+@SLOW"""
+
+
+def _ddl_v5() -> str:
+    """Version 5's `append`: its fast path above, then version 4's body from its row
+    lock on (the slow path), taken from version 4's text so the two never drift."""
+    v4 = _append_v4()
+    start = v4.index(
+        "    SELECT * INTO s FROM @S.sessions WHERE session_id = p_session_id FOR UPDATE;"
+    )
+    return _DDL_V5.replace("@SLOW", v4[start:]) + "\n"
+
+
+_MIGRATIONS: dict[int, str] = {
+    1: _DDL_V1, 2: _DDL_V2, 3: _DDL_V3, 4: _DDL_V4, 5: _ddl_v5(),
+}  # fmt: skip
 """version -> the SQL that brings the schema from version - 1 to it."""
 
 
