@@ -1,0 +1,104 @@
+"""A LangGraph channel blob stored as its change from the blob before it: how the saver
+judges one (`delta_of`) and how the projections apply one (`BlobDelta.applied`).
+
+In a graph, the `messages` channel's new value is the old list plus a message or two,
+and LangGraph's serde (msgpack) encodes it as an array header (whose bytes change with
+the count), the old items' bytes unchanged, then the new items. So the new blob is
+`new[:c] + base[c:] + new[len(base):]` for a small `c`: storing `new[:c]` and the tail
+keeps a thread's log linear in its steps instead of quadratic.
+
+A delta names its base by the channel's version in the same namespace (the blob the
+saver's head checkpoint held, judged at the exact head the append commits at), and
+carries the base's length and CRC-32, so applying it to any other bytes is refused
+(`applied` returns None) instead of giving a wrong value.
+
+An older release does not know deltas: it reads the blob's `value`, which for a delta is
+`STAND_IN`, a type no serde knows (LangGraph's raises `NotImplementedError: Unknown
+serialization type`) over bytes no serde decodes (0xC1 is invalid in msgpack, in UTF-8
+JSON and as a pickle opcode). It raises on reading such a channel; it never returns a
+wrong value for it.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import msgspec
+
+__all__ = ["MAX_CUT", "STAND_IN_TYPE", "BlobDelta", "delta_of"]
+
+STAND_IN_TYPE = "eventstore.delta"
+STAND_IN_DATA = b"\xc1"
+
+# how far past the first differing byte the unchanged rest may start: a msgpack array
+# header is 1, 3 or 5 bytes
+MAX_CUT = 16
+
+
+class BlobDelta(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A channel value as `head + base[len(head):] + tail`, where `base` is the blob of
+    the same channel at version `base` in the same namespace (`base_len` bytes long,
+    CRC-32 `base_crc`, of serde type `type`, which is also the value's)."""
+
+    type: str
+    base: str
+    base_len: int
+    base_crc: int
+    head: bytes
+    tail: bytes
+
+    def applied(self, base_type: str, base: bytes) -> bytes | None:
+        """The value's bytes over `base` (of serde type `base_type`); None when `base` is
+        not the blob this delta was made against."""
+        if (
+            base_type != self.type
+            or len(base) != self.base_len
+            or zlib.crc32(base) != self.base_crc
+        ):
+            return None
+        return b"".join((self.head, memoryview(base)[len(self.head) :], self.tail))
+
+
+def delta_of(
+    value_type: str, value: bytes, base_version: str, base_type: str, base: bytes
+) -> BlobDelta | None:
+    """`value` as a delta against `base` (the same channel's blob at `base_version`),
+    or None when that would not save most of its bytes: another serde type, a shorter
+    value, or a change past the first `MAX_CUT` bytes of `base`'s length."""
+    n = len(base)
+    overhead = len(base_version) + 32  # the delta's fields besides its bytes
+    if value_type != base_type or len(value) < max(n, 2 * overhead):
+        return None
+    first = _first_difference(value, base)
+    if first is None:
+        return None
+    # the first offset after the difference from which the rest of `base` is unchanged
+    cut = (
+        0
+        if first == n
+        else next(
+            (
+                c
+                for c in range(first + 1, min(first + MAX_CUT, n) + 1)
+                if value.startswith(base[c:], c)
+            ),
+            None,
+        )
+    )
+    if cut is None:
+        return None
+    stored = cut + len(value) - n + overhead
+    if 2 * stored > len(value):
+        return None
+    return BlobDelta(value_type, base_version, n, zlib.crc32(base), value[:cut], value[n:])
+
+
+def _first_difference(value: bytes, base: bytes) -> int | None:
+    """The first offset within `MAX_CUT` bytes where `value` differs from `base`, the
+    length of `base` if `base` is a prefix of `value` (`value` is at least as long), or
+    None if the first difference is further on (no small cut can exist)."""
+    near = min(MAX_CUT, len(base))
+    for i in range(near):
+        if value[i] != base[i]:
+            return i
+    return len(base) if value.startswith(base[near:], near) else None
