@@ -23,6 +23,11 @@ the cache. Values are encoded by the saver's `serde` (LangGraph's `JsonPlusSeria
 by default) and stored as (type, base64 bytes) pairs; a read decodes only what it
 returns.
 
+A changed channel's blob is stored as a delta against the same channel's blob in the
+thread's newest checkpoint when that saves most of its bytes (`langgraph_delta`), judged
+against the head state at the exact head the append commits at; both projections apply
+it as they fold, so their states hold whole blobs.
+
 Channel versions are strings with a random suffix (as LangGraph's in-memory saver makes
 them), so two branches forked from one checkpoint never write the same blob key.
 """
