@@ -32,6 +32,7 @@ from eventstore import CorruptLogError, SessionStore
 from eventstore.engines.file.layout import SessionPaths
 from eventstore.integrations import langgraph as lg
 from eventstore.integrations.langgraph import EventStoreSaver
+from eventstore.integrations.langgraph_delta import delta_of
 from eventstore.integrations.langgraph_state import (
     STAND_IN,
     BlobEntry,
@@ -49,6 +50,37 @@ def _store(root: Path) -> SessionStore:
 
 def _blob_puts(store: SessionStore, sid: str) -> list[BlobPut]:
     return [b for e in store.read_events(sid) if isinstance(e, CheckpointPut) for b in e.blobs]
+
+
+# -- the delta itself ----------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.binary(min_size=0, max_size=600),
+    st.integers(0, 20),
+    st.binary(max_size=6),
+    st.binary(max_size=300),
+    st.binary(max_size=600),
+)
+def test_a_delta_rebuilds_its_value_over_its_base_only(
+    base: bytes, at: int, header: bytes, tail: bytes, other: bytes
+) -> None:
+    """A value that is its base with a few bytes changed near the start and bytes added
+    at the end (as msgpack writes a grown list), or any bytes at all: if a delta is made,
+    applying it over the base gives the value, and over any other bytes gives None."""
+    grown = base[:at] + header + base[at + len(header) :] + tail
+    for value in (grown, other):
+        delta = delta_of("msgpack", value, '"v1"', "msgpack", base)
+        if delta is None:
+            continue
+        assert delta.applied("msgpack", base) == value
+        assert len(delta.head) + len(delta.tail) < len(value) / 2
+        assert delta.applied("json", base) is None
+        if other != base:
+            assert delta.applied("msgpack", other) is None
+    if len(base) >= 300 and len(tail) < 100 and len(grown) >= len(base):
+        assert delta_of("msgpack", grown, '"v1"', "msgpack", base) is not None
 
 
 # -- a graph's log: linear in its steps ---------------------------------------------------

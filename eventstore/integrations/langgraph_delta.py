@@ -25,7 +25,7 @@ import zlib
 
 import msgspec
 
-__all__ = ["MAX_CUT", "STAND_IN_TYPE", "BlobDelta", "delta_of"]
+__all__ = ["MAX_CUT", "STAND_IN_DATA", "STAND_IN_TYPE", "BlobDelta", "delta_of"]
 
 STAND_IN_TYPE = "eventstore.delta"
 STAND_IN_DATA = b"\xc1"
@@ -64,41 +64,29 @@ def delta_of(
 ) -> BlobDelta | None:
     """`value` as a delta against `base` (the same channel's blob at `base_version`),
     or None when that would not save most of its bytes: another serde type, a shorter
-    value, or a change past the first `MAX_CUT` bytes of `base`'s length."""
+    value, a change past the first `MAX_CUT` bytes of `base`, or mostly new bytes."""
     n = len(base)
-    overhead = len(base_version) + 32  # the delta's fields besides its bytes
-    if value_type != base_type or len(value) < max(n, 2 * overhead):
+    overhead = len(base_version) + 32 + MAX_CUT  # the delta's fields, at most
+    if value_type != base_type or len(value) < n or 2 * (len(value) - n + overhead) > len(value):
         return None
-    first = _first_difference(value, base)
-    if first is None:
-        return None
-    # the first offset after the difference from which the rest of `base` is unchanged
-    cut = (
-        0
-        if first == n
-        else next(
-            (
-                c
-                for c in range(first + 1, min(first + MAX_CUT, n) + 1)
-                if value.startswith(base[c:], c)
-            ),
-            None,
-        )
-    )
+    cut = _cut(value, base)
     if cut is None:
-        return None
-    stored = cut + len(value) - n + overhead
-    if 2 * stored > len(value):
         return None
     return BlobDelta(value_type, base_version, n, zlib.crc32(base), value[:cut], value[n:])
 
 
-def _first_difference(value: bytes, base: bytes) -> int | None:
-    """The first offset within `MAX_CUT` bytes where `value` differs from `base`, the
-    length of `base` if `base` is a prefix of `value` (`value` is at least as long), or
-    None if the first difference is further on (no small cut can exist)."""
-    near = min(MAX_CUT, len(base))
-    for i in range(near):
-        if value[i] != base[i]:
-            return i
-    return len(base) if value.startswith(base[near:], near) else None
+def _cut(value: bytes, base: bytes) -> int | None:
+    """The smallest `c` with `value[c:len(base)] == base[c:]`, if it is within `MAX_CUT`
+    bytes of their first difference there (0 when `base` is a prefix of `value`)."""
+    n = len(base)
+    whole = memoryview(base)  # compared in place: a blob may be megabytes
+    near = min(MAX_CUT, n)
+    first = next((i for i in range(near) if value[i] != base[i]), None)
+    if first is None:
+        return 0 if value.startswith(whole[near:], near) else None
+    for c in range(first + 1, min(first + MAX_CUT, n) + 1):
+        # a few bytes first: most candidates differ right away
+        end = min(c + 64, n)
+        if value[c:end] == base[c:end] and value.startswith(whole[end:], end):
+            return c
+    return None
