@@ -9,8 +9,11 @@ keeps a thread's log linear in its steps instead of quadratic.
 
 A delta names its base by the channel's version in the same namespace (the blob the
 saver's head checkpoint held, judged at the exact head the append commits at), and
-carries the base's length and CRC-32, so applying it to any other bytes is refused
-(`applied` returns None) instead of giving a wrong value.
+carries the base's length and a CRC-32 of its first and last `SAMPLE` bytes (`sample_crc`),
+so applying it to other bytes is refused (`applied` returns None) instead of giving a
+wrong value. A sample, not the whole base: a version names one blob already, and a fold
+applies a delta per put, each over a base that may be megabytes (a whole CRC was most of
+a cold fold's time).
 
 An older release does not know deltas: it reads the blob's `value`, which for a delta is
 `STAND_IN`, a type no serde knows (LangGraph's raises `NotImplementedError: Unknown
@@ -25,7 +28,15 @@ import zlib
 
 import msgspec
 
-__all__ = ["MAX_CUT", "STAND_IN_DATA", "STAND_IN_TYPE", "BlobDelta", "delta_of"]
+__all__ = [
+    "MAX_CUT",
+    "SAMPLE",
+    "STAND_IN_DATA",
+    "STAND_IN_TYPE",
+    "BlobDelta",
+    "delta_of",
+    "sample_crc",
+]
 
 STAND_IN_TYPE = "eventstore.delta"
 STAND_IN_DATA = b"\xc1"
@@ -33,12 +44,13 @@ STAND_IN_DATA = b"\xc1"
 # how far past the first differing byte the unchanged rest may start: a msgpack array
 # header is 1, 3 or 5 bytes
 MAX_CUT = 16
+SAMPLE = 4096
 
 
 class BlobDelta(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """A channel value as `head + base[len(head):] + tail`, where `base` is the blob of
     the same channel at version `base` in the same namespace (`base_len` bytes long,
-    CRC-32 `base_crc`, of serde type `type`, which is also the value's)."""
+    `sample_crc` `base_crc`, of serde type `type`, which is also the value's)."""
 
     type: str
     base: str
@@ -53,7 +65,7 @@ class BlobDelta(msgspec.Struct, array_like=True, frozen=True, gc=False):
         if (
             base_type != self.type
             or len(base) != self.base_len
-            or zlib.crc32(base) != self.base_crc
+            or sample_crc(base) != self.base_crc
         ):
             return None
         return b"".join((self.head, memoryview(base)[len(self.head) :], self.tail))
@@ -72,7 +84,16 @@ def delta_of(
     cut = _cut(value, base)
     if cut is None:
         return None
-    return BlobDelta(value_type, base_version, n, zlib.crc32(base), value[:cut], value[n:])
+    return BlobDelta(value_type, base_version, n, sample_crc(base), value[:cut], value[n:])
+
+
+def sample_crc(data: bytes) -> int:
+    """The CRC-32 of the first and the last `SAMPLE` bytes of `data` (of all of it when
+    it is shorter than both)."""
+    view = memoryview(data)
+    if len(data) <= 2 * SAMPLE:
+        return zlib.crc32(view)
+    return zlib.crc32(view[-SAMPLE:], zlib.crc32(view[:SAMPLE]))
 
 
 def _cut(value: bytes, base: bytes) -> int | None:
