@@ -44,7 +44,7 @@ from eventstore.integrations.langgraph_state import (
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "langgraph"
 
 
-def _store(root: Path) -> SessionStore:
+def _store(root: Path | str) -> SessionStore:
     return SessionStore(root, event_types=lg.EVENT_TYPES, projections=lg.PROJECTIONS)
 
 
@@ -278,27 +278,26 @@ def _grown(saver: EventStoreSaver, cfg: Any, items: list[str], version: str) -> 
     return saver.put(cfg, cp, {"source": "loop", "step": 0}, {"m": version})
 
 
-def test_a_delta_judged_on_a_stale_head_is_judged_again_on_the_moved_one(tmp_path: Path) -> None:
+def test_a_delta_judged_on_a_stale_head_is_judged_again_on_the_moved_one(url: str) -> None:
     """Store A's head state is stale (B put after A's last put): A's delta is made
-    against B's blob, the head the append commits at, and every saver reads it exact."""
+    against B's blob, the head the append commits at, and every saver reads it exact;
+    on every engine."""
     cfg: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     items = ["m" * 200 for _ in range(10)]
-    a, b = EventStoreSaver(_store(tmp_path)), EventStoreSaver(_store(tmp_path))
-    first = _grown(a, cfg, items, "1")
-    second = _grown(b, first, [*items, "from b"], "2")
-    _grown(a, second, [*items, "from b", "from a"], "3")
-    last = _blob_puts(a.store, "langgraph-t")[-1]
-    assert last.delta is not None and last.delta.base == '"2"'  # against B's blob
-    for saver in (a, b, EventStoreSaver(tmp_path)):
-        tup = saver.get_tuple(cfg)
-        assert tup is not None and tup.checkpoint["channel_values"]["m"] == [
-            *items,
-            "from b",
-            "from a",
-        ]
-        older = [t.checkpoint["channel_values"]["m"] for t in saver.list(cfg)]
-        assert older == [[*items, "from b", "from a"], [*items, "from b"], items]
-    assert a.store.verify("langgraph-t").ok
+    with _store(url) as store_a, _store(url) as store_b, EventStoreSaver(url) as cold:
+        a, b = EventStoreSaver(store_a), EventStoreSaver(store_b)
+        first = _grown(a, cfg, items, "1")
+        second = _grown(b, first, [*items, "from b"], "2")
+        _grown(a, second, [*items, "from b", "from a"], "3")
+        last = _blob_puts(store_a, "langgraph-t")[-1]
+        assert last.delta is not None and last.delta.base == '"2"'  # against B's blob
+        for saver in (a, b, cold):
+            tup = saver.get_tuple(cfg)
+            newest = [*items, "from b", "from a"]
+            assert tup is not None and tup.checkpoint["channel_values"]["m"] == newest
+            older = [t.checkpoint["channel_values"]["m"] for t in saver.list(cfg)]
+            assert older == [newest, [*items, "from b"], items]
+        assert store_a.verify("langgraph-t").ok
 
 
 # -- logs written before deltas, and readers from before them ------------------------------
