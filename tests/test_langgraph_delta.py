@@ -38,7 +38,10 @@ from eventstore.integrations.langgraph_state import (
     BlobEntry,
     BlobPut,
     CheckpointPut,
+    CheckpointsRemoved,
+    ThreadCopied,
     TypedValue,
+    against_head,
 )
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "langgraph"
@@ -81,6 +84,82 @@ def test_a_delta_rebuilds_its_value_over_its_base_only(
             assert delta.applied("msgpack", other) is None
     if len(base) >= 300 and len(tail) < 100 and len(grown) >= len(base):
         assert delta_of("msgpack", grown, '"v1"', "msgpack", base) is not None
+
+
+# -- the projections: deltas change no state, whatever the events ---------------------------
+
+_BODY = b"b" * 400
+# a msgpack-like blob: a header byte (a count), an unchanged body, then chunks appended
+_BLOBS = st.builds(
+    lambda head, chunks: TypedValue("msgpack", bytes([head]) + _BODY + b"".join(chunks)),
+    st.integers(0x91, 0x94),
+    st.lists(st.sampled_from([b"p" * 120, b"q" * 120]), max_size=3),
+)
+_IDS = st.sampled_from(["00", "03", "06"])
+_NSS, _VERSIONS = st.sampled_from(["", "n"]), st.sampled_from("123")
+
+
+@st.composite
+def _saver_events(draw: Any, copies: bool = True) -> list[Any]:
+    """Events as a saver writes them, with whole blobs: puts, removals, copies."""
+    out: list[Any] = []
+    for i in range(draw(st.integers(0, 14))):
+        kind = draw(st.sampled_from(["put", "put", "put", "removed", "copied"]))
+        if kind == "put":
+            versions = draw(st.dictionaries(st.sampled_from("ab"), _VERSIONS, min_size=1))
+            # mostly a blob for each channel at the version named (the simplest draw),
+            # sometimes none (the version's blob was put before) or another version's
+            blobs = [
+                BlobPut(ch, v if pick == 0 else draw(_VERSIONS), draw(st.one_of(_BLOBS, st.none())))
+                for ch, v in versions.items()
+                if (pick := draw(st.integers(0, 3))) < 3
+            ]
+            out.append(
+                CheckpointPut(
+                    ns=draw(_NSS),
+                    # mostly a newer id than any before (a graph's loop), else one of a
+                    # few (older, or put again)
+                    checkpoint_id=f"{i:02}" if draw(st.integers(0, 3)) < 3 else draw(_IDS),
+                    versions=versions,
+                    checkpoint=TypedValue("msgpack", b"c"),
+                    metadata=TypedValue("msgpack", b"m"),
+                    blobs=blobs,
+                )
+            )
+        elif kind == "removed":
+            pairs = draw(st.lists(st.tuples(_NSS, _IDS), min_size=1, max_size=3))
+            out.append(CheckpointsRemoved(checkpoints=pairs, reason="test"))
+        elif copies:
+            source = lg.PROJECTION.initial()
+            for ev in draw(_saver_events(copies=False)):
+                source = lg.PROJECTION.apply(source, ev)
+            out.append(ThreadCopied(source_thread_id="other", entries=dict(source)))
+    return out
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(_saver_events())
+def test_deltas_made_against_the_head_change_no_state_of_either_projection(
+    events: list[Any],
+) -> None:
+    """Each put's blobs turned into deltas against the head state it would be appended
+    at (as `put` does): both projections fold to exactly the states of the whole blobs,
+    after every event, whatever came before (removals, copies, forks onto older ids,
+    versions put again). So the base a delta names is in the full index whenever the
+    head held it, with the same bytes."""
+    whole = (lg.PROJECTION.initial(), lg.HEAD_PROJECTION.initial())
+    delta = (lg.PROJECTION.initial(), lg.HEAD_PROJECTION.initial())
+    made = 0
+    for ev in events:
+        whole = (lg.PROJECTION.apply(whole[0], ev), lg.HEAD_PROJECTION.apply(whole[1], ev))
+        if isinstance(ev, CheckpointPut):
+            blobs = against_head(ev.blobs, delta[1].get(ev.ns))
+            made += sum(b.delta is not None for b in blobs)
+            ev = msgspec.structs.replace(ev, blobs=blobs)
+        delta = (lg.PROJECTION.apply(delta[0], ev), lg.HEAD_PROJECTION.apply(delta[1], ev))
+        assert delta == whole
+    target(float(made))
 
 
 # -- a graph's log: linear in its steps ---------------------------------------------------

@@ -12,6 +12,12 @@ into, and its two projections (pure, as every projection).
   point at blobs of an older checkpoint; a version no blob was ever put for), it says
   so (`NamespaceHead.head` is None) and the saver reads the `langgraph` projection.
 
+A `put`'s blob may be a delta against the blob of its channel in the namespace's newest
+checkpoint (`BlobPut.delta`, `eventstore.integrations.langgraph_delta`): both projections
+apply it as they fold, so every state, snapshot and fold cache holds whole blobs and no
+read follows a chain; the full index raises `CorruptLogError` for a delta whose base it
+does not hold, and the head leaves its namespace unknown (the full index then answers).
+
 The head projection keeps its fold in the store's persistent fold cache (`cache_folds`),
 so a new process folds only what was appended after the cache, and the cache holds one
 checkpoint per namespace. The full index is not cached: its state is as large as the
@@ -55,6 +61,7 @@ __all__ = [
     "HEAD_PROJECTION",
     "PROJECTION",
     "PROJECTIONS",
+    "STAND_IN",
     "BlobEntry",
     "BlobPut",
     "CheckpointEntry",
