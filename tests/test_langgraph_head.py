@@ -356,7 +356,9 @@ def _chain(saver: EventStoreSaver, thread: str, n: int, size: int = 2000) -> Any
             new["k"] = saver.get_next_version(None, None)
         versions.update(new)
         cp["channel_versions"] = dict(versions)
-        cp["channel_values"] = {"v": f"{i}:" + "x" * size, "k": "kept"}
+        # consecutive values differ throughout: stored whole, never as deltas, so the
+        # log is as long as these tests need
+        cp["channel_values"] = {"v": f"{i}:" + "xy"[i % 2] * size, "k": "kept"}
         cfg = saver.put(cfg, cp, {"source": "loop", "step": i}, new)
         if i % 3 == 0:
             saver.put_writes(cfg, [("v", i)], f"task-{i}")

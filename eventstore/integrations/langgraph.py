@@ -23,6 +23,11 @@ the cache. Values are encoded by the saver's `serde` (LangGraph's `JsonPlusSeria
 by default) and stored as (type, base64 bytes) pairs; a read decodes only what it
 returns.
 
+A changed channel's blob is stored as a delta against the same channel's blob in the
+thread's newest checkpoint when that saves most of its bytes (`langgraph_delta`), judged
+against the head state at the exact head the append commits at; both projections apply
+it as they fold, so their states hold whole blobs.
+
 Channel versions are strings with a random suffix (as LangGraph's in-memory saver makes
 them), so two branches forked from one checkpoint never write the same blob key.
 """
@@ -78,6 +83,7 @@ from eventstore.integrations.langgraph_state import (
     WriteRecord,
     WritesEntry,
     WritesPut,
+    against_head,
     blob_key,
     checkpoint_key,
     newest_key,
@@ -114,6 +120,12 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
     `SessionStore` takes (a directory or a store URL), opened here with those and
     closed by `close()`. Each thread is the session
     `thread_prefix + thread_id`. Usable as a (sync or async) context manager.
+
+    `delta_blobs` (default True): a changed channel's blob is stored as its change from
+    the blob of the same channel in the thread's newest checkpoint where that saves most
+    of its bytes (a message list grown by a message), so a thread's log grows linearly
+    with its steps; such a log needs a release that reads deltas. False: every blob
+    whole, a log any release reads.
     """
 
     def __init__(
@@ -123,8 +135,10 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         thread_prefix: str = "langgraph-",
         serde: SerializerProtocol | None = None,
         max_workers: int = 4,
+        delta_blobs: bool = True,
     ) -> None:
         super().__init__(serde=serde)
+        self.delta_blobs = delta_blobs
         if isinstance(store_or_url, SessionStore):
             store_or_url.learn(EVENT_TYPES, PROJECTIONS)
             self.store = store_or_url
@@ -342,21 +356,39 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         values: dict[str, Any] = stored.pop("channel_values", {})
         full_metadata = get_checkpoint_metadata(config, metadata)
         run_id = full_metadata.get("run_id")
-        event = CheckpointPut(
-            ns=ns,
-            checkpoint_id=checkpoint["id"],
-            parent_id=conf.get("checkpoint_id"),
-            run_id=str(run_id) if run_id is not None else None,
-            versions={ch: _version(v) for ch, v in checkpoint["channel_versions"].items()},
-            checkpoint=self._dump(stored),
-            metadata=self._dump(full_metadata),
-            blobs=[
-                BlobPut(ch, _version(v), self._dump(values[ch]) if ch in values else None)
-                for ch, v in new_versions.items()
-            ],
-        )
+        blobs = [
+            BlobPut(ch, _version(v), self._dump(values[ch]) if ch in values else None)
+            for ch, v in new_versions.items()
+        ]
+        dumped, dumped_metadata = self._dump(stored), self._dump(full_metadata)
+
+        def put_of(blobs: list[BlobPut]) -> CheckpointPut:
+            return CheckpointPut(
+                ns=ns,
+                checkpoint_id=checkpoint["id"],
+                parent_id=conf.get("checkpoint_id"),
+                run_id=str(run_id) if run_id is not None else None,
+                versions={ch: _version(v) for ch, v in checkpoint["channel_versions"].items()},
+                checkpoint=dumped,
+                metadata=dumped_metadata,
+                blobs=blobs,
+            )
+
         self._keep_head_current(thread_id)
-        self.store.append(self.session_id(thread_id), [event])
+        sid = self.session_id(thread_id)
+        if self.delta_blobs and sid not in self._no_head:
+            try:
+                # each changed channel's blob as a delta against the head checkpoint's
+                # blob of it, judged at the exact head the append commits at (the
+                # projections apply it over the same blob): one round trip when this
+                # store's head state is current, as after its own last put
+                self.store.append_decided(
+                    sid, HEAD_PROJECTION, lambda heads: [put_of(against_head(blobs, heads.get(ns)))]
+                )
+                return _config(thread_id, ns, checkpoint["id"])
+            except SnapshotVersionError:  # raised before anything is written
+                self._no_head.add(sid)
+        self.store.append(sid, [put_of(blobs)])
         return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(

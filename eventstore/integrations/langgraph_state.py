@@ -12,6 +12,12 @@ into, and its two projections (pure, as every projection).
   point at blobs of an older checkpoint; a version no blob was ever put for), it says
   so (`NamespaceHead.head` is None) and the saver reads the `langgraph` projection.
 
+A `put`'s blob may be a delta against the blob of its channel in the namespace's newest
+checkpoint (`BlobPut.delta`, `eventstore.integrations.langgraph_delta`): both projections
+apply it as they fold, so every state, snapshot and fold cache holds whole blobs and no
+read follows a chain; the full index raises `CorruptLogError` for a delta whose base it
+does not hold, and the head leaves its namespace unknown (the full index then answers).
+
 The head projection keeps its fold in the store's persistent fold cache (`cache_folds`),
 so a new process folds only what was appended after the cache, and the cache holds one
 checkpoint per namespace. The full index is not cached: its state is as large as the
@@ -34,10 +40,16 @@ from collections.abc import Callable, Iterable
 
 import msgspec
 
-from eventstore.errors import SnapshotVersionError
+from eventstore.errors import CorruptLogError, SnapshotVersionError
 from eventstore.format.events import (
     Event,
     Snapshot,
+)
+from eventstore.integrations.langgraph_delta import (
+    STAND_IN_DATA,
+    STAND_IN_TYPE,
+    BlobDelta,
+    delta_of,
 )
 from projections import (
     StructProjection,
@@ -49,6 +61,7 @@ __all__ = [
     "HEAD_PROJECTION",
     "PROJECTION",
     "PROJECTIONS",
+    "STAND_IN",
     "BlobEntry",
     "BlobPut",
     "CheckpointEntry",
@@ -67,6 +80,7 @@ __all__ = [
     "WriteRecord",
     "WritesEntry",
     "WritesPut",
+    "against_head",
     "blob_key",
     "checkpoint_key",
     "newest_key",
@@ -85,11 +99,30 @@ class TypedValue(msgspec.Struct, array_like=True, frozen=True, gc=False):
 
 
 class BlobPut(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    """One channel's value at one version (`value` None: the channel is empty)."""
+    """One channel's value at one version (`value` None: the channel is empty).
+
+    With `delta`, the value is stored as its change from the blob of the same channel
+    in the namespace's newest checkpoint (`eventstore.integrations.langgraph_delta`),
+    and `value` is `STAND_IN`: what an older release, which ignores `delta`, reads and
+    fails to decode. Both projections keep the whole value (`full`)."""
 
     channel: str
     version: str  # the version as JSON, so 1 and "1" stay apart
     value: TypedValue | None
+    delta: BlobDelta | None = None
+
+    def full(self, base: TypedValue | None) -> TypedValue | None:
+        """The whole value, `delta` applied over `base` (the blob it names); None if
+        `base` is not that blob. Without `delta`: `value`."""
+        if self.delta is None:
+            return self.value
+        if base is None:
+            return None
+        data = self.delta.applied(base.type, base.data)
+        return None if data is None else TypedValue(self.delta.type, data)
+
+
+STAND_IN = TypedValue(STAND_IN_TYPE, STAND_IN_DATA)
 
 
 class WriteRecord(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -258,8 +291,10 @@ class LangGraphProjection(StructProjection[State]):
     def apply(self, state: State, event: Event) -> State:
         """Fold one saver event into the thread's entries."""
         if isinstance(event, CheckpointPut):
-            for b in event.blobs:
-                state[blob_key(event.ns, b.channel, b.version)] = BlobEntry(b.value)
+            # every value whole before any is set: a delta's base may be at the version
+            # another blob of the event rewrites
+            for key, blob in _index_blobs(state, event):
+                state[key] = blob
             state[checkpoint_key(event.ns, event.checkpoint_id)] = event.entry()
             newest = state.get(newest_key(event.ns))
             if not isinstance(newest, NewestEntry) or event.checkpoint_id > newest.checkpoint_id:
@@ -293,6 +328,32 @@ class LangGraphProjection(StructProjection[State]):
     def decode_state(self, data: bytes) -> State:
         """The entries back from `encode_state`'s JSON (one prebuilt decoder)."""
         return self._decoder.decode(data)
+
+
+def _index_blobs(state: State, event: CheckpointPut) -> list[tuple[str, BlobEntry]]:
+    """The blobs `event` brings, by key, each value whole: a delta applied over the blob
+    it names in `state`. The saver made it against the head projection's newest
+    checkpoint, whose blobs the index holds at the same keys (so it is there); a missing
+    or different base is a log this saver did not write as it is, an error."""
+    out = []
+    for b in event.blobs:
+        key = blob_key(event.ns, b.channel, b.version)
+        if b.delta is None:
+            out.append((key, BlobEntry(b.value)))
+            continue
+        base = state.get(blob_key(event.ns, b.channel, b.delta.base))
+        value = b.full(base.value if isinstance(base, BlobEntry) else None)
+        if value is None:
+            raise CorruptLogError(
+                None,
+                0,
+                event.seq,
+                f"checkpoint {event.checkpoint_id!r} (namespace {event.ns!r}): the delta"
+                f" of channel {b.channel!r} is made against its blob at version"
+                f" {b.delta.base}, which the thread's index does not hold as it was",
+            )
+        out.append((key, BlobEntry(value)))
+    return out
 
 
 def _index_newest(state: State, namespaces: set[str]) -> None:
@@ -420,8 +481,7 @@ class LangGraphHeadProjection(StructProjection[HeadState]):
     def apply(self, state: HeadState, event: Event) -> HeadState:
         """Fold one saver event into the heads of the namespaces it touches."""
         if isinstance(event, CheckpointPut):
-            brought = {(b.channel, b.version): BlobEntry(b.value) for b in event.blobs}
-            self._put(state, event.ns, event.entry(), lambda c, v: brought.get((c, v)), None)
+            self._put_event(state, event)
         elif isinstance(event, WritesPut):
             self._writes(state, event)
         elif isinstance(event, CheckpointsRemoved):
@@ -429,6 +489,30 @@ class LangGraphHeadProjection(StructProjection[HeadState]):
         elif isinstance(event, ThreadCopied):
             self._copied(state, event.entries)
         return state
+
+    def _put_event(self, state: HeadState, event: CheckpointPut) -> None:
+        """`put`: its blobs whole (a delta applied over the head's blob it names), then
+        the checkpoint arrives. A delta whose base this head does not hold (a head this
+        fold could not know, which the writer's did) leaves the head unknown: the full
+        index then answers."""
+        cur = state.get(event.ns)
+        head = cur.head if cur is not None else None
+        brought: dict[tuple[str, str], BlobEntry] = {}
+        whole = True
+        for b in event.blobs:
+            blob = None
+            if b.delta is not None and head is not None:
+                at = head.checkpoint.versions.get(b.channel)
+                blob = head.blobs.get(b.channel) if at == b.delta.base else None
+            value = b.full(blob.value if blob is not None else None)
+            if value is None and b.delta is not None:
+                whole = False
+                continue
+            brought[(b.channel, b.version)] = BlobEntry(value)
+        self._put(state, event.ns, event.entry(), lambda c, v: brought.get((c, v)), None)
+        if not whole:
+            now = state[event.ns]
+            state[event.ns] = NamespaceHead(now.max_id, None, now.early)
 
     @staticmethod
     def _put(
@@ -565,6 +649,25 @@ class LangGraphHeadProjection(StructProjection[HeadState]):
     def decode_state(self, data: bytes) -> HeadState:
         """The heads back from `encode_state`'s JSON (one prebuilt decoder)."""
         return self._decoder.decode(data)
+
+
+def against_head(blobs: list[BlobPut], known: NamespaceHead | None) -> list[BlobPut]:
+    """`blobs` (whole values), each stored as a delta against the blob of its channel
+    in `known`'s newest checkpoint where that saves most of its bytes; as they are when
+    that checkpoint is unknown (None)."""
+    head = known.head if known is not None else None
+    if head is None:
+        return blobs
+    out = []
+    for b in blobs:
+        version = head.checkpoint.versions.get(b.channel)
+        base = head.blobs.get(b.channel)
+        delta = None
+        whole = base.value if base is not None else None
+        if b.value is not None and version is not None and whole is not None:
+            delta = delta_of(b.value.type, b.value.data, version, whole.type, whole.data)
+        out.append(b if delta is None else BlobPut(b.channel, b.version, STAND_IN, delta))
+    return out
 
 
 PROJECTION = LangGraphProjection()
