@@ -596,6 +596,29 @@ def test_a_projection_that_opts_in_is_cached_and_others_are_not(root: Path) -> N
         assert s.cache_info("s").folds["counting"][1] == s.last_seq("s")  # type: ignore[union-attr]
 
 
+class _CountingEvery(_Counting):
+    name = "counting_every"
+    cache_every = 5
+
+
+def test_a_projection_with_cache_every_is_saved_by_events_not_only_by_bytes(
+    root: Path,
+) -> None:
+    """`cache_every = N`: a writer saves that projection's cache after N events, in a
+    log far too short for the byte rule (which the other projection waits for)."""
+    with SessionStore(root, projections=[_Counting(), _CountingEvery()]) as w:
+        assert w.load("s", "counting").n == w.load("s", "counting_every").n == 0
+        for i in range(23):
+            w.append_progress_entry("s", make_entry(i))
+            saved = w.cache_info("s").folds
+            assert saved["counting"][1] is None  # 23 small lines: no byte rule yet
+            every = saved["counting_every"][1] or 0
+            assert w.last_seq("s") - every < 5
+        with SessionStore(root, projections=[_CountingEvery()]) as r:  # w still open
+            assert r.load("s", "counting_every").n == 23
+            assert r.cache_info("s").folds["counting_every"][1] == 20
+
+
 def test_the_memory_engine_keeps_no_cache_and_loads_the_same() -> None:
     with SessionStore("memory://fold-cache-test") as s:
         _fill(s, "s")

@@ -156,7 +156,9 @@ class CachePolicy:
         any close) folds at most about `Tuning.cache_while_writing` bytes of log, or twice
         the state's own size, past the cache. Called under the session's lock after an
         append folded its batch. A framed state (a transcript's, about the log's size)
-        is left to close and compaction."""
+        is left to close and compaction. A projection whose events each cost a fold
+        about its state's size (LangGraph's head: a delta rebuilds a whole blob) says
+        `cache_every = N`: saved after N events too, however few bytes they hold."""
         every = self.tuning.cache_while_writing
         if not every:
             return
@@ -164,10 +166,14 @@ class CachePolicy:
             head = f.head
             if name not in self.cached or name in self.framed or head.position is None:
                 continue
-            saved = f.saved.size if f.saved is not None and f.saved.size <= head.size else 0
+            old = f.saved if f.saved is not None and f.saved.size <= head.size else None
+            saved, saved_seq = (old.size, old.seq) if old is not None else (0, 0)
+            events = getattr(self.projections[name], "cache_every", 0)
             # twice the state's size: saving costs about that, so the writes a cache adds
             # stay within half of what the log itself grew by
-            if head.size - saved >= max(every, 2 * f.saved_bytes):
+            if head.size - saved >= max(every, 2 * f.saved_bytes) or (
+                type(events) is int and 0 < events <= head.seq - saved_seq
+            ):
                 f.saved_bytes = self.save_fold(sess.session_id, name, f.state, head)
                 f.saved = head
 

@@ -470,6 +470,9 @@ class LangGraphHeadProjection(StructProjection[HeadState]):
     event_types = _TAGS
     state_type = HeadState
     cache_folds = True
+    # each put's delta rebuilds a whole channel blob as it is folded: a killed writer's
+    # next reader should fold a few of them past the cache, not a log's worth
+    cache_every = 16
 
     def __init__(self) -> None:
         self._decoder = msgspec.json.Decoder(HeadState)
