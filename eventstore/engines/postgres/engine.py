@@ -893,25 +893,7 @@ class _Statements:
         )
         self.remove = f"DELETE FROM {q}.sessions WHERE sid = %s"
         self.feed = f"SELECT * FROM {q}.feed(%s, %s)"
-        # the line at the cache's head: a line of the live log, or its opening snapshot
-        self.open_cache = (
-            f"SELECT c.log_id, c.seq, c.link, c.h, c.base_seq, c.size, c.data,"
-            f" CASE WHEN c.seq > s.snap_seq THEN"
-            f" (SELECT l.line FROM {q}.lines l WHERE l.sid = s.sid AND l.seq = c.seq)"
-            f" WHEN c.seq = s.snap_seq THEN (SELECT x.line FROM {q}.snapshots x"
-            f" WHERE x.sid = s.sid ORDER BY x.n DESC LIMIT 1) END"
-            f" FROM {q}.sessions s JOIN {q}.caches c ON c.sid = s.sid AND c.name = %s"
-            f" WHERE s.session_id = %s AND c.log_id = s.log_id AND c.seq <= s.head_seq"
-        )
-        self.store_cache = (
-            f"INSERT INTO {q}.caches (sid, name, log_id, seq, link, h, base_seq, size, data)"
-            f" SELECT s.sid, %s, %s, %s, %s, %s, %s, %s, %s FROM {q}.sessions s"
-            f" WHERE s.session_id = %s AND s.log_id = %s"
-            f" ON CONFLICT (sid, name) DO UPDATE SET log_id = EXCLUDED.log_id,"
-            f" seq = EXCLUDED.seq, link = EXCLUDED.link, h = EXCLUDED.h,"
-            f" base_seq = EXCLUDED.base_seq, size = EXCLUDED.size, data = EXCLUDED.data"
-        )
-        self.remove_cache_parts = _remove_cache_parts_sql(q)
+        self._cache_statements(q)
         self.legacy_position = (
             f"SELECT coalesce(max(feed_seq), 0) FROM {q}.lines"
             f" WHERE (tx, pos) <= (%s::text::xid8, %s) AND feed_seq IS NOT NULL"
@@ -956,6 +938,28 @@ class _Statements:
             f" head_link = %s, head_h = %s, base_seq = %s, snap_seq = %s, snap_len = %s,"
             f" live_origin = %s, stream_end = %s WHERE sid = %s"
         )
+
+    def _cache_statements(self, q: str) -> None:
+        """The fold caches' statements (`PostgresEngine.open_cache` and the rest)."""
+        # the line at the cache's head: a line of the live log, or its opening snapshot
+        self.open_cache = (
+            f"SELECT c.log_id, c.seq, c.link, c.h, c.base_seq, c.size, c.data,"
+            f" CASE WHEN c.seq > s.snap_seq THEN"
+            f" (SELECT l.line FROM {q}.lines l WHERE l.sid = s.sid AND l.seq = c.seq)"
+            f" WHEN c.seq = s.snap_seq THEN (SELECT x.line FROM {q}.snapshots x"
+            f" WHERE x.sid = s.sid ORDER BY x.n DESC LIMIT 1) END"
+            f" FROM {q}.sessions s JOIN {q}.caches c ON c.sid = s.sid AND c.name = %s"
+            f" WHERE s.session_id = %s AND c.log_id = s.log_id AND c.seq <= s.head_seq"
+        )
+        self.store_cache = (
+            f"INSERT INTO {q}.caches (sid, name, log_id, seq, link, h, base_seq, size, data)"
+            f" SELECT s.sid, %s, %s, %s, %s, %s, %s, %s, %s FROM {q}.sessions s"
+            f" WHERE s.session_id = %s AND s.log_id = %s"
+            f" ON CONFLICT (sid, name) DO UPDATE SET log_id = EXCLUDED.log_id,"
+            f" seq = EXCLUDED.seq, link = EXCLUDED.link, h = EXCLUDED.h,"
+            f" base_seq = EXCLUDED.base_seq, size = EXCLUDED.size, data = EXCLUDED.data"
+        )
+        self.remove_cache_parts = _remove_cache_parts_sql(q)
 
     def _index_statements(self, q: str) -> None:
         """The session index's statements (`PostgresEngine.index_page` and the rest)."""
