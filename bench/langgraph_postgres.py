@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.integrations import bench_put_get, table
-from bench.postgres import _drop_schema, _server_counters, _with_schema
+from bench.postgres import _drop_schema, _server_counters, _with_schema, postgres_url
 
 __all__ = ["main"]
 
@@ -98,13 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json", type=Path, help="also write every run as JSON")
     a = ap.parse_args(argv)
-    url = (
-        a.url
-        or os.environ.get("EVENTSTORE_BENCH_POSTGRES_URL")
-        or os.environ.get("EVENTSTORE_TEST_POSTGRES_URL")
-    )
-    if not url:
-        ap.error("give --url (or set EVENTSTORE_BENCH_POSTGRES_URL)")
+    url = postgres_url(ap, a.url)
     runs: dict[str, list[dict[str, float]]] = {b: [] for b in BACKENDS}
     for r in range(a.repeat):
         for backend in BACKENDS:

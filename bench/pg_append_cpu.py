@@ -26,6 +26,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from bench.postgres import postgres_url
+
 __all__ = ["main"]
 
 LINE = b'{"seq":1,"ts":"2026-12-03T00:00:00.000000+00:00","type":"progress_appended","h":"0"}\n'
@@ -80,13 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=100, help="calls per block")
     ap.add_argument("--sync", default="on", choices=["on", "off"])
     a = ap.parse_args(argv)
-    url = (
-        a.url
-        or os.environ.get("EVENTSTORE_BENCH_POSTGRES_URL")
-        or os.environ.get("EVENTSTORE_TEST_POSTGRES_URL")
-    )
-    if not url:
-        ap.error("give --url (or set EVENTSTORE_BENCH_POSTGRES_URL)")
+    url = postgres_url(ap, a.url)
     versions = {f"schema v{a.against}": a.against, f"schema v{SCHEMA_VERSION}": SCHEMA_VERSION}
     with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
         conn.execute(f"SET synchronous_commit = {a.sync}")

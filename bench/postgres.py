@@ -351,6 +351,19 @@ def _server_facts(url: str) -> dict[str, str]:
     return facts
 
 
+def postgres_url(ap: argparse.ArgumentParser, given: str | None) -> str:
+    """The bench database: `--url`, else $EVENTSTORE_BENCH_POSTGRES_URL, else
+    $EVENTSTORE_TEST_POSTGRES_URL (an argparse error if none)."""
+    url = (
+        given
+        or os.environ.get("EVENTSTORE_BENCH_POSTGRES_URL")
+        or os.environ.get("EVENTSTORE_TEST_POSTGRES_URL")
+    )
+    if not url:
+        ap.error("give --url (or set EVENTSTORE_BENCH_POSTGRES_URL)")
+    return url
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the PostgreSQL benchmark and print markdown tables."""
     ap = argparse.ArgumentParser(prog="python -m bench --engine postgres", description=__doc__)
@@ -363,13 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--follow-events", type=int, default=300)
     ap.add_argument("--json", help="also write the raw results to this file")
     a = ap.parse_args(argv)
-    url = (
-        a.url
-        or os.environ.get("EVENTSTORE_BENCH_POSTGRES_URL")
-        or os.environ.get("EVENTSTORE_TEST_POSTGRES_URL")
-    )
-    if not url:
-        ap.error("give --url (or set EVENTSTORE_BENCH_POSTGRES_URL)")
+    url = postgres_url(ap, a.url)
     from eventstore.engines.postgres.url import redact_url
 
     facts = _server_facts(url)

@@ -147,6 +147,21 @@ OPS = st.lists(OP, max_size=25)
 @settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+async def _same_answer(ours: EventStoreSession, ref: SQLiteSession, op: str, arg: Any) -> None:
+    """One operation on both sessions: the same answer from each (the shared oracle of
+    the properties below is `SQLiteSession` itself)."""
+    if op == "add":
+        await ours.add_items(list(arg))
+        await ref.add_items(list(arg))
+    elif op == "pop":
+        assert await ours.pop_item() == await ref.pop_item()
+    elif op == "clear":
+        await ours.clear_session()
+        await ref.clear_session()
+    else:
+        assert await ours.get_items(arg) == await ref.get_items(arg), (op, arg)
+
+
 @given(ops=OPS, default_limit=st.one_of(st.none(), st.integers(0, 4)))
 def test_every_call_answers_as_the_sdks_sqlite_session_does(
     tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, Any]], default_limit: int | None
@@ -158,16 +173,7 @@ def test_every_call_answers_as_the_sdks_sqlite_session_does(
         ours = EventStoreSession("s", root, session_settings=settings_)
         ref = SQLiteSession("s", session_settings=settings_)
         for op, arg in ops:
-            if op == "add":
-                await ours.add_items(list(arg))
-                await ref.add_items(list(arg))
-            elif op == "pop":
-                assert await ours.pop_item() == await ref.pop_item()
-            elif op == "clear":
-                await ours.clear_session()
-                await ref.clear_session()
-            else:
-                assert await ours.get_items(arg) == await ref.get_items(arg), (op, arg)
+            await _same_answer(ours, ref, op, arg)
         assert await ours.get_items() == await ref.get_items()
         await ours.close()
         ref.close()
@@ -493,17 +499,7 @@ def test_two_stores_on_one_session_answer_as_one_sqlite_session(
         objs = [EventStoreSession("s", root) for _ in range(2)]  # each opens its store
         ref = SQLiteSession("s")
         for who, (op, arg) in ops:
-            ours = objs[who]
-            if op == "add":
-                await ours.add_items(list(arg))
-                await ref.add_items(list(arg))
-            elif op == "pop":
-                assert await ours.pop_item() == await ref.pop_item()
-            elif op == "clear":
-                await ours.clear_session()
-                await ref.clear_session()
-            else:
-                assert await ours.get_items(arg) == await ref.get_items(arg), (op, arg)
+            await _same_answer(objs[who], ref, op, arg)
         for ours in objs:
             assert await ours.get_items() == await ref.get_items()
             await ours.close()
