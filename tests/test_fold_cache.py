@@ -510,7 +510,8 @@ s = SessionStore({root!r}, tuning=Tuning(cache_while_writing={every}))
 s.initialize_session_if_missing("s", make_manifest("s"), make_features(20))
 for i in range({turns}):
     s.append_transcript_messages("s", [Message(role=Role.USER, content="x" * 600)])
-    s.append_progress_entry("s", make_entry(i))
+    if i % 50 == 0:
+        s.append_progress_entry("s", make_entry(i))
 os._exit(0)  # killed: never closed
 """
 
@@ -521,11 +522,11 @@ def test_a_writer_keeps_its_caches_current_so_a_killed_one_leaves_a_short_fold(
 ) -> None:
     """`Tuning.cache_while_writing`: a writer that is never closed (killed) has saved
     its states' fold caches as it went; the next process folds only the lines past the
-    last save (at most `every` bytes, or twice the cache's size), and still loads
+    last save (at most `every` bytes, or eight times the cache's size), and still loads
     exactly the log's truth.
     With 0, only close saves them: the next process folds the whole log."""
     script = _KILLED_WRITER.format(
-        paths=[str(Path(__file__).parent), *sys.path], root=str(root), every=every, turns=200
+        paths=[str(Path(__file__).parent), *sys.path], root=str(root), every=every, turns=800
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
     size = log_path(root, "s").stat().st_size
@@ -535,7 +536,7 @@ def test_a_writer_keeps_its_caches_current_so_a_killed_one_leaves_a_short_fold(
         saved = s.cache_info("s").folds["bootstrap"][1]
     assert state == oracle.truth(root, "s").state
     if every:
-        bound = max(every, 2 * _cache(root, "s").stat().st_size) + 2048  # + a turn
+        bound = max(every, 8 * _cache(root, "s").stat().st_size) + 2048  # + a turn
         assert saved is not None and 0 < spy.folded <= bound < size // 4
     else:
         assert saved is None and spy.folded == size
@@ -545,17 +546,15 @@ def test_a_writer_saves_its_cache_again_only_after_the_log_grew(root: Path) -> N
     with SessionStore(root, tuning=Tuning(cache_while_writing=4096)) as w:
         w.initialize_session_if_missing("s", make_manifest("s"), make_features(20))
         saves: list[int] = []
-        for i in range(60):
+        for i in range(600):
             w.append_progress_entry("s", make_entry(i))
             saves.append(w.cache_info("s").folds["bootstrap"][1] or 0)
         sizes = [s for s in sorted(set(saves)) if s]
         assert len(sizes) >= 2  # saved more than once while writing, never closed
-        assert len(sizes) < 60 // 2  # but not at every append
-        cached = _cache(root, "s").read_bytes()
-        with SessionStore(root) as r:
+        assert len(sizes) < 600 // 20  # but not at every append
+        with SessionStore(root) as r:  # the writer still open: the reader starts there
             assert r.load_bootstrap_state("s") == w.load_bootstrap_state("s")
             assert r.cache_info("s").folds["bootstrap"][1] == saves[-1]
-        assert _cache(root, "s").read_bytes() == cached  # the reader wrote no cache
 
 
 class _Counter(msgspec.Struct):

@@ -153,8 +153,8 @@ class CachePolicy:
     def after_append(self, sess: SessionState) -> None:
         """Keep the fold caches of a writer's states current as it appends, so that a
         cold load in another process (while this one runs, or after it was killed before
-        any close) folds at most about `Tuning.cache_while_writing` bytes of log, or twice
-        the state's own size, past the cache. Called under the session's lock after an
+        any close) folds at most about `Tuning.cache_while_writing` bytes of log, or eight
+        times the state's own size, past the cache. Called under the session's lock after an
         append folded its batch. A framed state (a transcript's, about the log's size)
         is left to close and compaction. A projection whose events each cost a fold
         about its state's size (LangGraph's head: a delta rebuilds a whole blob) says
@@ -169,9 +169,9 @@ class CachePolicy:
             old = f.saved if f.saved is not None and f.saved.size <= head.size else None
             saved, saved_seq = (old.size, old.seq) if old is not None else (0, 0)
             events = getattr(self.projections[name], "cache_every", 0)
-            # twice the state's size: saving costs about that, so the writes a cache adds
-            # stay within half of what the log itself grew by
-            if head.size - saved >= max(every, 2 * f.saved_bytes) or (
+            # eight times the state's size: saving costs about that (encoding it whole),
+            # so what the saves add stays within an eighth of what the appends cost
+            if head.size - saved >= max(every, 8 * f.saved_bytes) or (
                 type(events) is int and 0 < events <= head.seq - saved_seq
             ):
                 f.saved_bytes = self.save_fold(sess.session_id, name, f.state, head)

@@ -22,7 +22,7 @@ class Tuning:
     - `cache_on_close`: close saves the fold caches of logs at least this long (below,
       a cold fold costs about what reading a cache does, and close stays fsync-free).
     - `cache_while_writing`: a writer whose appends grew the log by this much (or by
-      twice the state's size, if more) since a state's fold cache was saved saves it
+      eight times the state's size, if more) since a state's fold cache was saved saves it
       again, so a load in another process folds little even if this one never closes
       (0: only on close). The transcript's cache is saved on close only.
     - `kept_from_creation`: bytes of log a store folds, as it appends them, into the
@@ -34,7 +34,7 @@ class Tuning:
     hash_aside: int = 128 << 10
     cache_after_fold: int = 1 << 20
     cache_on_close: int = 64 << 10
-    cache_while_writing: int = 256 << 10
+    cache_while_writing: int = 1 << 20
     kept_from_creation: int = 64 << 20
 
     def __post_init__(self) -> None:
