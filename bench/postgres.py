@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from bench import server_url
 from bench.follow import SUMMARY, follow_latency, percentile
 
 __all__ = ["main"]
@@ -352,16 +353,8 @@ def _server_facts(url: str) -> dict[str, str]:
 
 
 def postgres_url(ap: argparse.ArgumentParser, given: str | None) -> str:
-    """The bench database: `--url`, else $EVENTSTORE_BENCH_POSTGRES_URL, else
-    $EVENTSTORE_TEST_POSTGRES_URL (an argparse error if none)."""
-    url = (
-        given
-        or os.environ.get("EVENTSTORE_BENCH_POSTGRES_URL")
-        or os.environ.get("EVENTSTORE_TEST_POSTGRES_URL")
-    )
-    if not url:
-        ap.error("give --url (or set EVENTSTORE_BENCH_POSTGRES_URL)")
-    return url
+    """The bench database (`bench.server_url`)."""
+    return server_url(ap, given, "POSTGRES")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from bench import server_url
+
 
 @contextlib.contextmanager
 def counted() -> Iterator[collections.Counter[str]]:
@@ -59,14 +61,5 @@ def per_op(sent: collections.Counter[str], ops: int) -> str:
 
 
 def redis_url(parser: Any, given: str | None) -> str:
-    """The URL to use: `given`, $EVENTSTORE_BENCH_REDIS_URL, $EVENTSTORE_TEST_REDIS_URL."""
-    import os
-
-    url = (
-        given
-        or os.environ.get("EVENTSTORE_BENCH_REDIS_URL")
-        or os.environ.get("EVENTSTORE_TEST_REDIS_URL")
-    )
-    if not url:
-        parser.error("no Redis URL: --url, or set EVENTSTORE_BENCH_REDIS_URL")
-    return url
+    """The Redis server to use (`bench.server_url`)."""
+    return server_url(parser, given, "REDIS")
