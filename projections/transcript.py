@@ -80,6 +80,8 @@ class TranscriptProjection(StructProjection[list[Message]]):
         complete (`FRAME_MESSAGES` each: appends never change them). With `stop`: only
         the complete frames before frame `stop` (none when there is none: no encoding)."""
         full = len(state) // FRAME_MESSAGES
+        if stop is not None and full <= start:
+            return [], 0  # (after every append: no complete frame yet)
         if stop is None:
             ends = range(start * FRAME_MESSAGES, len(state), FRAME_MESSAGES)
         else:

@@ -9,12 +9,12 @@ when it checks against the log; a state kept in frames (the transcript's,
 about as large as the log) is written on close and by compaction only, once the log has
 grown by an eighth; on an engine that keeps cache parts, its complete frames are written
 once each as chunk caches, after the append that completes them
-(`store_complete_frames`), and a close writes only the rest and the list of chunks.
+(`after_write`), and a close writes only the rest and the list of chunks.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from eventstore.core import checked_prefix, fold_cache
 from eventstore.core.sessions import Fold, SessionState
@@ -82,6 +82,16 @@ class CachePolicy:
             if fold_cache.is_chunked(self.projections[n])
             and getattr(self.engine, "keeps_cache_parts", False) is True
         )
+        # what `after_write` looks at, settled here rather than on every append: the
+        # states a writer keeps current (not framed), each with its `cache_every` (0: by
+        # bytes only)
+        self.writing: dict[str, int] = {}
+        if self.tuning.cache_while_writing:
+            for n in self.cached:
+                every = getattr(self.projections[n], "cache_every", 0)
+                if n not in self.framed:
+                    self.writing[n] = every if type(every) is int and every > 0 else 0
+        self.after_writes = bool(self.writing or self.chunked)
 
     def reset_after_fork(self) -> None:
         self.kept_bytes = 0
@@ -136,43 +146,52 @@ class CachePolicy:
             self.crypt, chunks,
         )  # fmt: skip
 
-    def store_complete_frames(self, sess: SessionState) -> None:
-        """After an append: keep as a chunk cache the next complete frame of each state
-        kept in chunks (the transcript's), so that close writes only the last frame
-        (`fold_cache.store_complete_frames`). Called with the session's lock held."""
+    def after_write(self, sess: SessionState) -> None:
+        """After a write's batch is committed (and flushed as asked), out of the engine's
+        turn, with the session's lock held: keep a writer's caches current
+        (`keep_current`), and keep the next complete frame of each state kept in chunks
+        (the transcript's) as a chunk cache, so that close writes only the last frame
+        (`fold_cache.store_complete_frames`). Only where `after_writes`."""
+        if self.writing:
+            self.keep_current(sess)
         for name in self.chunked:
             f = sess.folds.get(name)
             if f is None:
                 continue
-            f.chunks = fold_cache.chunks_of(f.chunks, f.state)
+            chunks = f.chunks = fold_cache.chunks_of(f.chunks, f.state)
             fold_cache.store_complete_frames(
-                self.engine, sess.session_id, self.projections[name], f.chunks, f.head,
+                cast(CachingEngine, self.engine),  # (`chunked` only where it keeps caches)
+                sess.session_id, self.projections[name], chunks, f.head,
                 self.cached[name], self.mac, self.crypt,
             )  # fmt: skip
 
-    def after_append(self, sess: SessionState) -> None:
+    def keep_current(self, sess: SessionState) -> None:
         """Keep the fold caches of a writer's states current as it appends, so that a
         cold load in another process (while this one runs, or after it was killed before
         any close) folds at most about `Tuning.cache_while_writing` bytes of log, or eight
-        times the state's own size, past the cache. Called under the session's lock after an
-        append folded its batch. A framed state (a transcript's, about the log's size)
-        is left to close and compaction. A projection whose events each cost a fold
-        about its state's size (LangGraph's head: a delta rebuilds a whole blob) says
-        `cache_every = N`: saved after N events too, however few bytes they hold."""
+        times the state's own size, past the cache. A framed state (a transcript's, about
+        the log's size) is left to close and compaction. A projection whose events each
+        cost a fold about its state's size (LangGraph's head: a delta rebuilds a whole
+        blob) says `cache_every = N`: saved after N events too, however few bytes they
+        hold."""
         every = self.tuning.cache_while_writing
-        if not every:
-            return
-        for name, f in sess.folds.items():
-            head = f.head
-            if name not in self.cached or name in self.framed or head.position is None:
+        folds = sess.folds
+        for name, events in self.writing.items():
+            f = folds.get(name)
+            if f is None:
                 continue
-            old = f.saved if f.saved is not None and f.saved.size <= head.size else None
-            saved, saved_seq = (old.size, old.seq) if old is not None else (0, 0)
-            events = getattr(self.projections[name], "cache_every", 0)
+            head = f.head
+            if head.position is None:
+                continue
+            old = f.saved
+            if old is not None and old.size <= head.size:
+                saved, saved_seq = old.size, old.seq
+            else:
+                saved = saved_seq = 0
             # eight times the state's size: saving costs about that (encoding it whole),
             # so what the saves add stays within an eighth of what the appends cost
             if head.size - saved >= max(every, 8 * f.saved_bytes) or (
-                type(events) is int and 0 < events <= head.seq - saved_seq
+                events and events <= head.seq - saved_seq
             ):
                 f.saved_bytes = self.save_fold(sess.session_id, name, f.state, head)
                 f.saved = head

@@ -648,7 +648,7 @@ def store(
 
 
 def store_complete_frames(
-    engine: Engine,
+    engine: CachingEngine,
     session_id: str,
     projection: Any,
     chunks: Chunks,
@@ -660,14 +660,10 @@ def store_complete_frames(
     """Keep the next complete frame of `chunks.state` (folded to `head`) not yet kept
     as a chunk, if there is one: a writer calls it after its appends, so that its close
     writes only the last, partial frame (one frame a call: a long state folded from the
-    log is not written all at once by one append). Best effort, as `store`."""
-    if (
-        chunks.sealed_out
-        or head.seq == 0
-        or head.position is None
-        or not isinstance(engine, CachingEngine)
-        or not _chunks_kept(engine, projection)
-    ):
+    log is not written all at once by one append). Best effort, as `store`. The caller
+    checked that `engine` keeps `projection`'s cache in chunks (`CachePolicy.chunked`):
+    this runs after every append."""
+    if chunks.sealed_out or head.position is None or head.seq == 0:
         return
     k = len(chunks.refs)
     try:

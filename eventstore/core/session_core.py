@@ -491,10 +491,11 @@ class SessionCore:
             # batches folded here were never stored
             self._forget_folded(sess)
             raise
-        if self.caches.chunked and result is not None and not result.replayed:
-            # out of the engine's turn: the batch is committed (and flushed as asked)
+        if self.caches.after_writes and result is not None and not result.replayed:
+            # out of the engine's turn: the batch is committed (and flushed as asked), and
+            # no writer queued for a shared flush waits for these cache writes
             with sess.lock:
-                self.caches.store_complete_frames(sess)
+                self.caches.after_write(sess)
         return result
 
     def _forget_folded(self, sess: SessionState) -> None:
@@ -551,7 +552,6 @@ class SessionCore:
                     continue
                 f.head = new
         sess.head = new
-        self.caches.after_append(sess)
         return _new_result(stamped[0].seq, stamped[-1].seq, False)
 
     def _append(
