@@ -204,7 +204,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         sess = self._sessions.get(session_id)
         if sess is None:
             validate_session_id(session_id)
-            fresh = SessionState(SessionPaths(self.root, session_id))
+            fresh = SessionState(SessionPaths(self.root, session_id), self.durability == "fsync")
             self._look(fresh)  # before any read or write of it in this process
             with self._guard:
                 sess = self._sessions.setdefault(session_id, fresh)

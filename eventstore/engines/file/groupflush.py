@@ -47,7 +47,7 @@ from collections.abc import Callable
 from eventstore.engines.base import EncodedBatch, Engine, Head, WriterTurn
 from eventstore.errors import StorageError
 
-__all__ = ["Group", "GroupTurn"]
+__all__ = ["IDLE_GROUP", "Group", "GroupTurn"]
 
 
 class Group:
@@ -135,6 +135,11 @@ class Group:
             while self.covered < ticket:
                 self.cond.wait()
             return self.failed.pop(ticket, None)
+
+
+IDLE_GROUP = Group()
+"""The group of every session of an engine whose appends flush nothing
+(`durability="flush"`): nothing is ever staged in it, so it never holds anything."""
 
 
 class GroupTurn(WriterTurn):

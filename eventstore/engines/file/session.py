@@ -16,7 +16,7 @@ import threading
 
 from eventstore.engines.base import Head
 from eventstore.engines.file import journal as file_journal
-from eventstore.engines.file.groupflush import Group
+from eventstore.engines.file.groupflush import IDLE_GROUP, Group
 from eventstore.engines.file.layout import SessionPaths, fd_path
 from eventstore.engines.file.logfile import GEN_BYTES
 from eventstore.engines.file.overlay import Overlay
@@ -70,7 +70,7 @@ class SessionState:
         "paths",
     )
 
-    def __init__(self, paths: SessionPaths) -> None:
+    def __init__(self, paths: SessionPaths, durable: bool) -> None:
         self.paths = paths
         # spares threads of one process from spinning on the file lock, and guards the
         # cached descriptors (threads of one process share them, and flock does not
@@ -93,8 +93,10 @@ class SessionState:
         # what a power loss took from the log and its journal kept, until a writer
         # copies it back (`eventstore.engines.file.overlay`; readers read it laid over)
         self.overlay: Overlay | None = None
-        # durable appends of this process's threads sharing one flush (group commit)
-        self.group = Group()
+        # durable appends of this process's threads sharing one flush (group commit);
+        # an engine that flushes nothing shares one that never holds anything: a
+        # long-running process keeps a record per session, and a group is most of one
+        self.group = Group() if durable else IDLE_GROUP
 
     def drop_log_fd(self) -> None:
         """Close the cached log descriptor (the log was replaced, or is being)."""
