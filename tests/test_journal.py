@@ -18,6 +18,7 @@ import logging
 import os
 import random
 import re
+import select
 import shutil
 import signal
 import threading
@@ -593,6 +594,18 @@ def _read_pipe(fd: int) -> list[str]:
     return [t for t in b"".join(chunks).decode().split("\n") if t]
 
 
+def _wait_for_acks(fd: int, n: int, timeout: float = 60.0) -> list[str]:
+    """The tokens read from `fd` until at least `n` arrived (the writers are running),
+    or `timeout` seconds passed."""
+    got: list[str] = []
+    end = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < end:
+        readable, _, _ = select.select([fd], [], [], 0.05)
+        if readable:
+            got += _read_pipe(fd)
+    return got
+
+
 def _writer_loop(
     root: Path,
     name: str,
@@ -770,10 +783,13 @@ def test_writers_killed_at_random_moments_then_a_power_loss_lose_no_acknowledged
             )
             for k in range(2)
         ]
-        time.sleep(rng.uniform(0.1, 0.4))
+        # some appends acknowledged first (a loaded machine starts writers slowly: a kill
+        # before any would leave recovery nothing to do), then a random moment
+        early = _wait_for_acks(r, 6)
+        time.sleep(rng.uniform(0.0, 0.3))
         _kill_all(pids)
         os.close(w)
-        acked += _read_pipe(r)
+        acked += early + _read_pipe(r)
         os.close(r)
         ep = _epoch_or_none(root)
         data = log_path(root, SID).read_bytes()
