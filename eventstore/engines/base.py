@@ -86,6 +86,7 @@ by the capability interfaces below it subclasses, and callers ask `isinstance`:
 
     CachingEngine   open_cache/load_cache/store_cache: a folded state kept beside a
                     session, given back only while its head is still in the live log
+                    (open_cache_parts: a cache's parts, which need no live-log check)
     RangedEngine    live_view: byte ranges of the live log (transcript paging from the end)
     PruningEngine   prune_history: kept segments removed for good
     FeedEngine      feed: every session's lines in one global order (PostgreSQL)
