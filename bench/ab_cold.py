@@ -12,7 +12,7 @@ interpreter that imports that checkout, opens the store and times the first load
 bootstrap load first, as in `python -m bench`, for the transcript). `--load appends`
 builds nothing: each run writes the whole reference workload of that size into a new
 store (flush durability) and reports microseconds per operation. Prints medians and
-minima of each and NEW/OLD: drift on a shared machine hits both alike.
+spreads (min-max) of each and NEW/OLD: drift on a shared machine hits both alike.
 `--load first-append` times the first append of a fresh process to the built session
 (what a process that writes once pays: since tombstones, every write knows whether the
 session was deleted). `--load close` builds nothing: each run writes the workload of that
@@ -21,7 +21,9 @@ the fold caches are saved: the transcript's costs about the log's size). `--afte
 (transcript and bootstrap loads): each run loads and closes the built store (saving its
 caches, in that checkout's format), copies it with `shutil.copytree` (every file a new
 inode) and times the first load of the copy: what a restored backup or a copied store
-pays. For a change's
+pays. `--postgres` (transcript and bootstrap loads): each side's store is a fresh
+schema of the PostgreSQL server `--url` names (default $EVENTSTORE_BENCH_POSTGRES_URL,
+then $EVENTSTORE_TEST_POSTGRES_URL), dropped afterwards. For a change's
 effect, check out the commit before it elsewhere (`git worktree add /tmp/old HEAD~1`)
 and pass that path.
 """
@@ -29,12 +31,16 @@ and pass that path.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from bench import server_url
+from bench.postgres import _drop_schema, _with_schema
 
 SID = "bench-session"
 
@@ -114,14 +120,16 @@ with SessionStore({root!r}) as s:
 """
 
 
-def _build(src: Path, root: Path, turns: int) -> None:
+def _build(src: Path, root: Path | str, turns: int) -> None:
     """The workload's session of `turns` in `root`, written by checkout `src`'s code."""
     code = _BUILD.format(src=str(src), root=str(root), turns=turns, sid=SID)
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def _cold(src: Path, root: Path, method: str, after_copy: bool = False) -> float:
-    if after_copy:
+def _cold(src: Path, root: Path | str, method: str, after_copy: bool = False) -> float:
+    if isinstance(root, str):  # a store URL: a load only (`--postgres`)
+        code = _RUN.format(src=str(src), root=root, sid=SID, method=method)
+    elif after_copy:
         code = _AFTER_COPY.format(src=str(src), root=str(root), sid=SID, method=method)
     elif method in ("appends", "close"):  # root's name is the size
         code = (_APPENDS if method == "appends" else _CLOSE).format(
@@ -133,6 +141,10 @@ def _cold(src: Path, root: Path, method: str, after_copy: bool = False) -> float
         code = _RUN.format(src=str(src), root=str(root), sid=SID, method=method)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(out.stdout)
+
+
+def _spread(times: list[float]) -> str:
+    return f"{min(times):.2f}-{max(times):.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,9 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         default="transcript",
     )
     ap.add_argument("--after-copy", action="store_true")
+    ap.add_argument("--postgres", action="store_true")
+    ap.add_argument("--url", default=None)
     a = ap.parse_args(argv)
-    if a.after_copy and a.load not in ("transcript", "bootstrap"):
-        ap.error("--after-copy times a load: --load transcript or bootstrap")
+    if (a.after_copy or a.postgres) and a.load not in ("transcript", "bootstrap"):
+        ap.error("--after-copy and --postgres time a load: --load transcript or bootstrap")
+    if a.after_copy and a.postgres:
+        ap.error("--after-copy copies a store of files: not with --postgres")
+    pg = server_url(ap, a.url, "POSTGRES") if a.postgres else None
     if a.load == "appends":
         method, unit = "appends", "us per op"
         print(f"appends, {a.runs} runs each, interleaved; NEW = {a.new}, OLD = {a.old}\n")
@@ -168,12 +185,16 @@ def main(argv: list[str] | None = None) -> int:
             f"cold {method}{copied}, {a.runs} runs each, interleaved;"
             f" NEW = {a.new}, OLD = {a.old}\n"
         )
-    print(f"| turns | OLD median {unit} (min) | NEW median {unit} (min) | NEW / OLD |")
+    print(f"| turns | OLD median {unit} (min-max) | NEW median {unit} (min-max) | NEW / OLD |")
     print("|---:|---:|---:|---:|")
     for turns in (int(t) for t in a.turns.split(",")):
         tmp = Path(tempfile.mkdtemp(prefix="ab-cold-"))
+        schemas = {k: f"abcold_{k}_{turns}_{os.getpid()}" for k in ("old", "new")}
         try:
-            roots = {k: tmp / k / str(turns) for k in ("old", "new")}
+            roots: dict[str, Path | str] = {
+                k: tmp / k / str(turns) if pg is None else _with_schema(pg, schemas[k])
+                for k in ("old", "new")
+            }
             if method not in ("appends", "close"):
                 for name, src in (("old", a.old), ("new", a.new)):
                     _build(src, roots[name], turns)
@@ -183,11 +204,13 @@ def main(argv: list[str] | None = None) -> int:
                     times[name].append(_cold(src, roots[name], method, a.after_copy) * 1e3)
             old, new = (statistics.median(times[k]) for k in ("old", "new"))
             print(
-                f"| {turns:,} | {old:.2f} ({min(times['old']):.2f}) |"
-                f" {new:.2f} ({min(times['new']):.2f}) | {new / old:.2f}× |"
+                f"| {turns:,} | {old:.2f} ({_spread(times['old'])}) |"
+                f" {new:.2f} ({_spread(times['new'])}) | {new / old:.2f}× |"
             )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            for schema in schemas.values() if pg is not None else ():
+                _drop_schema(pg, schema)
     return 0
 
 

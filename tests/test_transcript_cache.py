@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import random
 import shutil
@@ -666,19 +667,38 @@ def test_a_lying_engine_line_or_header_is_ignored(
         _assert_ignored(root, truth)
 
 
+def _cold_warned(root: Path, truth: list[Message], path: Path) -> bool:
+    """Whether a cold load ignores the cache, equals `truth`, and logs a warning that
+    names `path` (the file put in a cache's place)."""
+    warned: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warned.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("eventstore")
+    logger.addHandler(handler)
+    try:
+        got = _cold(root)
+    finally:
+        logger.removeHandler(handler)
+    return got == (truth, False) and any(str(path) in w and "ignored" in w for w in warned)
+
+
+@pytest.mark.parametrize("where", ["cache", "chunk"])
 def test_a_symlink_fifo_directory_socket_or_unreadable_file_in_its_place(
-    root: Path, three_frames: tuple[bytes, list[Message]], tmp_path: Path
+    root: Path, three_frames: tuple[bytes, list[Message]], tmp_path: Path, where: str
 ) -> None:
-    """Promise 2. Attack: where the cache lives, a symlink to a copy of the valid cache
-    (never followed, and the close after it replaces the link, not its target), a FIFO
-    with no writer (must not hang), a directory, a socket and a file of mode 000."""
+    """Promise 2. Attack: where the cache lives, or its chunk 0 (opened without the
+    live-log check), a symlink to a copy of the valid file (never followed, and the
+    close after it replaces the link, not its target), a FIFO with no writer (must not
+    hang), a directory, a socket and a file of mode 000. Each is ignored with a
+    warning naming it."""
     good, truth = three_frames
-    path = _cache(root)
+    path = _cache(root) if where == "cache" else _parts(root)[0]
+    good = path.read_bytes()
     outside = tmp_path / "elsewhere.cache"
     outside.write_bytes(good)
     path.unlink()
     path.symlink_to(outside)
-    _assert_ignored(root, truth)
+    assert _cold_warned(root, truth, path)
     assert outside.read_bytes() == good and not path.is_symlink()  # close replaced the link
     for plant in ("fifo", "dir", "socket", "mode000"):
         path.unlink()
@@ -693,7 +713,7 @@ def test_a_symlink_fifo_directory_socket_or_unreadable_file_in_its_place(
         else:
             path.write_bytes(good)
             path.chmod(0)
-        code = in_forked_child(lambda: _cold(root) == (truth, False), 10)
+        code = in_forked_child(lambda: _cold_warned(root, truth, path), 10)
         assert code == 0 or (plant == "mode000" and os.geteuid() == 0 and code == 2), plant
         if path.is_dir():
             path.rmdir()
@@ -1556,6 +1576,78 @@ def test_a_close_stores_no_complete_frame_on_every_caching_engine(
     with oracle.bare_store(url) as bare, SessionStore(url) as cold:
         assert cold.load_transcript_messages(SID) == bare.load_transcript_messages(SID)
         assert cold.cache_info(SID).folds["transcript"][1] == cold.last_seq(SID)
+
+
+@pytest.mark.parametrize("parts", ["engine's", "default"])
+def test_a_cold_load_checks_the_live_log_once_not_once_a_chunk(
+    url: str, monkeypatch: pytest.MonkeyPatch, parts: str
+) -> None:
+    """Issue 34. A cold load of 1,400 messages (two chunks and the cache listing them),
+    spied on the engine's public `open_cache` and `open_cache_parts`: the listing is
+    opened with `open_cache` (the live-log check) once, its two chunks by one call of
+    `open_cache_parts`. With the interface's default `open_cache_parts` (an engine that
+    does not override it: `open_cache` a part) the load uses the cache just the same.
+    Both loads start from the cache and equal the log."""
+    with SessionStore(url) as s:
+        if not isinstance(s.engine, CachingEngine):
+            pytest.skip(f"{type(s.engine).__name__} keeps no caches")
+        s.append_transcript_messages(SID, _numbered(0, 1400))
+    opened: list[str] = []
+    with oracle.bare_store(url) as bare, SessionStore(url) as cold:
+        engine = cold.engine
+        assert isinstance(engine, CachingEngine)
+        real_open, real_parts = engine.open_cache, engine.open_cache_parts
+        if parts == "default":
+            real_parts = partial(CachingEngine.open_cache_parts, engine)
+
+        def open_cache(session_id: str, name: str) -> Any:
+            opened.append(name)
+            return real_open(session_id, name)
+
+        def open_cache_parts(session_id: str, name: str, count: int) -> Any:
+            opened.append(f"{name}: {count} parts")
+            return real_parts(session_id, name, count)
+
+        monkeypatch.setattr(engine, "open_cache", open_cache)
+        monkeypatch.setattr(engine, "open_cache_parts", open_cache_parts)
+        assert cold.load_transcript_messages(SID) == bare.load_transcript_messages(SID)
+        assert cold.cache_info(SID).folds["transcript"][1] == cold.last_seq(SID)
+    chunks = ["transcript#0", "transcript#1"] if parts == "default" else []
+    assert [n for n in opened if n.startswith("transcript")] == [
+        "transcript", "transcript: 2 parts", *chunks
+    ]  # fmt: skip
+
+
+def test_a_chunk_of_another_history_at_the_listed_seq_is_refused(
+    root: Path, three_frames: tuple[bytes, list[Message]]
+) -> None:
+    """Issue 34: chunks are opened without the live-log check. Attack: chunk 0 of a
+    copy of the session whose log has other messages (the same length, lines and seqs:
+    each line's `h` differs) put in place of this session's chunk 0: as it is (its
+    engine line and header name the other history's head), with its engine line made
+    to name the listed head, and with the engine line and the header made to name it
+    and its CRC made to match. Each is refused (another head than listed, another
+    checksum than listed) and the load equals the log."""
+    good, truth = three_frames
+    kept = _keep_caches(root)
+    p0 = _parts(root)[0]
+    mine_engine, mine_face, _ = _headers(kept[p0])
+    other = root.parent / "other"
+    with SessionStore(other) as s:
+        for i in range(700):
+            s.append_transcript_messages(SID, _turn(i + 1000))  # m1000...: same lengths
+    theirs = _parts(other)[0].read_bytes()
+    t_engine, t_face, at = _headers(theirs)
+    assert json.loads(t_engine)["seq"] == json.loads(mine_engine)["seq"]
+    assert json.loads(t_engine)["h"] != json.loads(mine_engine)["h"]
+    lying = mine_engine + theirs[len(t_engine) :]
+    body = theirs[at:-9]
+    relabelled = mine_engine + mine_face + body + b"%08x\n" % zlib.crc32(mine_face + body)
+    for bad in (theirs, lying, relabelled):
+        _put_back(root, {**kept, p0: bad})
+        _assert_ignored(root, truth)
+    _put_back(root, kept)
+    assert _cold(root) == (truth, True)
 
 
 def test_a_chunk_forged_without_the_cache_key_is_refused(root: Path) -> None:

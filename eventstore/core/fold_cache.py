@@ -50,7 +50,11 @@ ignored (and rewritten later), never trusted:
 - every chunk it lists passes the same checks at its own head, is the part listed, was
   written at the listed head (not past the cache's own) and carries the listed checksum
   (with a cache key: its MAC). One that is missing, another writer's, of another
-  history, damaged or forged makes the whole cache ignored, never used in part.
+  history, damaged or forged makes the whole cache ignored, never used in part. The
+  engine does not check a chunk's head against the live log again
+  (`CachingEngine.open_cache_parts`): the cache that lists it passed that check, so the
+  listed head, whose `h` hashes every line before it, is a point of the live log, and a
+  chunk is used only at that head with the listed checksum over its bytes.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ import hashlib
 import logging
 import struct
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -70,6 +74,7 @@ from eventstore.engines.base import (
     CachingEngine,
     Engine,
     Head,
+    cache_part_name,
 )
 
 if TYPE_CHECKING:
@@ -204,7 +209,7 @@ def _chunks_kept(engine: Engine, projection: Any) -> bool:
 
 def chunk_name(name: str, k: int) -> str:
     """The cache name of projection `name`'s chunk `k` (`CachingEngine` cache parts)."""
-    return f"{name}#{k}"
+    return cache_part_name(name, k)
 
 
 def _pieces(
@@ -305,8 +310,9 @@ class _Want:
         self.part = part
 
 
-# opens chunk k listed as `ref` and folds its frame into the state: the state, or why not
-ChunkOpener = Callable[[int, ChunkRef, Any], Any]
+# opens the chunks listed (in order) and folds their frames into the state: the state,
+# or why not
+ChunkOpener = Callable[[list[ChunkRef], Any], Any]
 
 
 def _read(
@@ -434,10 +440,9 @@ def _check(
         if len(refs) != header.chunks:
             return f"{len(refs)} chunks listed, where the header says {header.chunks}"
         # a chunk's frame is kept only once this cache's checksum below is the cache's
-        for k, ref in enumerate(refs):
-            state = open_chunk(k, ref, state)
-            if isinstance(state, str):
-                return f"chunk {k}: {state}"
+        state = open_chunk(refs, state)
+        if isinstance(state, str):
+            return state
     for _ in range(header.frames):
         length = stream.take(_FRAME_LEN.size)
         if length is None:
@@ -484,7 +489,16 @@ def _open(
     engine: CachingEngine, session_id: str, name: str, crypt: CacheCrypt | None
 ) -> tuple[Head, CacheReader] | None:
     """The cache kept under `name` and its head, opened with `crypt` if given."""
-    found = engine.open_cache(session_id, name)
+    return _opened(engine.open_cache(session_id, name), session_id, name, crypt)
+
+
+def _opened(
+    found: tuple[Head, CacheReader] | None,
+    session_id: str,
+    name: str,
+    crypt: CacheCrypt | None,
+) -> tuple[Head, CacheReader] | None:
+    """The cache `name` the engine opened (`found`), opened with `crypt` if given."""
     if found is None or crypt is None:
         return found
     head, reader = found
@@ -498,26 +512,45 @@ def _chunk_opener(engine: CachingEngine, want: _Want, crypt: CacheCrypt | None) 
     the listed head (never past the cache's own), and carry the listed checksum."""
     name = want.projection.name
 
-    def open_chunk(k: int, ref: ChunkRef, state: Any) -> Any:
-        seq, link, h, digest = ref
-        if seq > want.head.seq:
-            return "listed past the cache's head"
-        found = _open(engine, want.session_id, chunk_name(name, k), crypt)
-        if found is None:
-            return "missing, or not of the live log"
-        head, reader = found
-        with reader:
-            if (head.seq, head.link, head.h) != (seq, link, h):
-                return "at another head than listed"
-            part = _Want(want.session_id, want.projection, head, want.known, want.mac, k)
-            got = _check(reader, part, None, state)
-        if isinstance(got, str):
-            return got
-        if got[1] != digest.encode("ascii", "replace"):
-            return "another checksum than listed"
-        return got[0]
+    def open_chunks(refs: list[ChunkRef], state: Any) -> Any:
+        for k, ref in enumerate(refs):
+            if ref[0] > want.head.seq:
+                return f"chunk {k}: listed past the cache's head"
+        # opened without the engine's live-log check (`open_cache_parts`): the cache
+        # listing them passed it, so each chunk's listed (seq, link, h) is a point of the
+        # live log, and a chunk is used only with those and the listed checksum
+        parts: Iterator[tuple[Head, CacheReader] | None] = engine.open_cache_parts(
+            want.session_id, name, len(refs)
+        )
+        for k, ref in enumerate(refs):
+            found = _opened(next(parts, None), want.session_id, chunk_name(name, k), crypt)
+            state = _fold_chunk(want, k, ref, found, state)
+            if isinstance(state, str):
+                return f"chunk {k}: {state}"
+        return state
 
-    return open_chunk
+    return open_chunks
+
+
+def _fold_chunk(
+    want: _Want, k: int, ref: ChunkRef, found: tuple[Head, CacheReader] | None, state: Any
+) -> Any:
+    """`state` with the frame of chunk `k` (`found`, listed as `ref` by the cache
+    `want`) folded in, or why not."""
+    if found is None:
+        return "missing"
+    head, reader = found
+    seq, link, h, digest = ref
+    with reader:
+        if (head.seq, head.link, head.h) != (seq, link, h):
+            return "at another head than listed"
+        part = _Want(want.session_id, want.projection, head, want.known, want.mac, k)
+        got = _check(reader, part, None, state)
+    if isinstance(got, str):
+        return got
+    if got[1] != digest.encode("ascii", "replace"):
+        return "another checksum than listed"
+    return got[0]
 
 
 def load(

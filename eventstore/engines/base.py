@@ -86,6 +86,7 @@ by the capability interfaces below it subclasses, and callers ask `isinstance`:
 
     CachingEngine   open_cache/load_cache/store_cache: a folded state kept beside a
                     session, given back only while its head is still in the live log
+                    (open_cache_parts: a cache's parts, which need no live-log check)
     RangedEngine    live_view: byte ranges of the live log (transcript paging from the end)
     PruningEngine   prune_history: kept segments removed for good
     FeedEngine      feed: every session's lines in one global order (PostgreSQL)
@@ -170,6 +171,7 @@ __all__ = [
     "Segment",
     "WriterTurn",
     "UnknownEngineError",
+    "cache_part_name",
     "index_after",
     "index_appended",
     "index_matches",
@@ -658,6 +660,30 @@ class CachingEngine(Engine):
     def remove_cache_parts(self, session_id: str, name: str, start: int) -> None:  # noqa: B027
         """Remove the caches kept under `name#k` for every k >= `start` (the parts of
         the cache `name` past the first `start`). Engines with `keeps_cache_parts`."""
+
+    def open_cache_parts(
+        self, session_id: str, name: str, count: int
+    ) -> Iterator[tuple[Head, CacheReader] | None]:
+        """The parts `name#0` .. `name#<count - 1>` of the session's cache, in order,
+        each as `open_cache` gives it (None: none kept), except that the engine need not
+        check again that the part's head is a point of the live log: the face opens
+        parts only as the cache `name`, which `open_cache` found live, lists them, each
+        at a head and with a checksum that cache names (`eventstore.core.fold_cache`),
+        so the check would cost a log read per part for nothing. Everything else that
+        makes a part's bytes safe to read is still the engine's (the file engine: no
+        link followed, a regular file of bounded size, its own line). The head given
+        back names the part's seq, link and `h`; its position is for comparing only,
+        never for reading from. A lazy iterator the caller may stop early; each reader
+        is the caller's to close. By default `open_cache` for each part (which checks
+        more); an engine overrides it to open them cheaper (PostgreSQL: one query)."""
+        for k in range(count):
+            yield self.open_cache(session_id, cache_part_name(name, k))
+
+
+def cache_part_name(name: str, k: int) -> str:
+    """The name of part `k` of the cache `name` (`CachingEngine.remove_cache_parts`,
+    `CachingEngine.open_cache_parts`)."""
+    return f"{name}#{k}"
 
 
 class KeyEngine(Engine):

@@ -588,6 +588,37 @@ class EngineConformance:
         found = engine.load_cache(SID, "fold")
         assert found is not None and found[1] == b"fold"
 
+    def test_cache_parts_open_in_order_each_at_its_head(self) -> None:
+        engine = self.caching()
+        if not engine.keeps_cache_parts:
+            _skip(f"{type(engine).__name__} keeps no cache parts (keeps_cache_parts)")
+        assert list(engine.open_cache_parts(SID, "fold", 2)) == [None, None]  # no log
+        first = self.append(engine, 2)
+        engine.store_cache(SID, "fold#0", first, [b"part", b" 0"])
+        second = self.append(engine, 3)
+        for name in ("fold#1", "fold#3", "fold", "fold_a#2", "fol#2"):
+            engine.store_cache(SID, name, second, [name.encode()])
+        self.append(engine, 1)  # their heads stay points of the live log
+        got: list[tuple[int, str, str, bytes] | None] = []
+        for found in engine.open_cache_parts(SID, "fold", 5):
+            if found is None:
+                got.append(None)
+                continue
+            head, reader = found
+            with reader:
+                assert reader.size == len(data := reader.read(reader.size))
+            got.append((head.seq, head.link, head.h, data))
+        at = [(h.seq, h.link, h.h) for h in (first, second)]
+        assert got == [(*at[0], b"part 0"), (*at[1], b"fold#1"), None, (*at[1], b"fold#3"), None]
+        assert list(engine.open_cache_parts(SID, "fold", 0)) == []
+        assert list(engine.open_cache_parts("no such session", "fold", 2)) == [None, None]
+        parts = engine.open_cache_parts(SID, "fold", 4)  # a caller may stop early
+        found = next(parts)
+        assert found is not None
+        found[1].close()
+        engine.remove_cache_parts(SID, "fold", 1)
+        assert [p is None for p in engine.open_cache_parts(SID, "fold", 2)] == [False, True]
+
     def test_ranged_reads_see_one_picture_of_the_live_log(self) -> None:
         engine = self.engine()
         if not isinstance(engine, RangedEngine):

@@ -25,6 +25,12 @@ live log's:
   a cache is accepted only where the bytes before its position are the new log's
   too (the point above), so it describes the new log exactly.
 
+The parts of a cache (`open_cache_parts`: the transcript's chunks) are opened with the
+same care (no link followed, a regular file of bounded size, the engine's line of this
+format) but without that check: the face opens only the parts a cache it checked lists,
+each bound to its listed head and checksum (`CachingEngine.open_cache_parts`), which
+spares a cold load a log open and read per part.
+
 A cache the check refuses is ignored, never an error, as is one of another format
 (`_FORMAT`: caches bound to an inode, before it, have no `format`). Caches are written
 atomically without fsync: a cache checks itself, and a power loss costs a rebuild.
@@ -38,11 +44,12 @@ import logging
 import os
 import re
 import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
 
-from eventstore.engines.base import CacheReader, Head
+from eventstore.engines.base import CacheReader, Head, cache_part_name
 from eventstore.engines.file.layout import (
     SessionPaths,
     open_private,
@@ -58,6 +65,7 @@ __all__ = [
     "cache_file_name",
     "cache_path",
     "open_cache",
+    "open_cache_parts",
     "remove_cache_parts",
     "store_cache",
 ]
@@ -151,10 +159,32 @@ def open_cache(paths: SessionPaths, name: str) -> tuple[Head, CacheReader] | Non
     """`<session dir>/fold-<name>.cache`, if its position is still in the live log:
     the live generation, at least that long, the `h` before it, the same first seq and
     opening snapshot (see the module docstring)."""
+    return _opened(paths, name, lambda fd, size: _cache_position(fd, size, paths))
+
+
+def open_cache_parts(
+    paths: SessionPaths, name: str, count: int
+) -> Iterator[tuple[Head, CacheReader] | None]:
+    """The files of the parts `name#0` .. `name#<count - 1>`, in order, opened as
+    `open_cache` opens a cache, without its generation read and live-log check
+    (`CachingEngine.open_cache_parts` says why the face needs none). The head given
+    back names no log (its position's file is (0, 0)): it is for comparing only."""
+    for k in range(count):
+        yield _opened(paths, cache_part_name(name, k), _part_position)
+
+
+def _opened(
+    paths: SessionPaths,
+    name: str,
+    locate: Callable[[int, int], tuple[FilePosition, int, int] | None],
+) -> tuple[Head, CacheReader] | None:
+    """The cache file `name`, opened safely (no link followed; a FIFO must not hang
+    the load), and a reader of its face bytes, if `locate` finds its position; `locate`
+    gets the descriptor and the file's size and says where its head is and its face
+    bytes start and how many there are."""
     path = cache_path(paths, name)
     paths.check_no_links()
     try:
-        # O_NONBLOCK: a FIFO planted there must not hang the load
         fd = open_private(path, os.O_RDONLY | os.O_NONBLOCK)
     except (FileNotFoundError, NotADirectoryError):
         return None
@@ -162,7 +192,8 @@ def open_cache(paths: SessionPaths, name: str) -> tuple[Head, CacheReader] | Non
         log.warning("eventstore: %s: fold cache ignored: %s", path, exc)
         return None
     try:
-        found = _cache_position(fd, paths)
+        size = _checked_size(fd, path)
+        found = None if size is None else locate(fd, size)
     except OSError:
         found = None
     except BaseException:
@@ -175,14 +206,25 @@ def open_cache(paths: SessionPaths, name: str) -> tuple[Head, CacheReader] | Non
     return pos.head(), FileCacheReader(fd, start, size)
 
 
-def _cache_position(fd: int, paths: SessionPaths) -> tuple[FilePosition, int, int] | None:
-    """Where in the live log the cache open at `fd` was folded to, and where its face
-    bytes start and how many there are; None for a file that is no cache of the live log
-    (checked before the rest is read: a file planted there may be huge)."""
+def _checked_size(fd: int, path: Path) -> int | None:
+    """The size of the file open at `fd`, if it may be a cache: a regular file no
+    larger than a cache gets (checked before anything is read: a file planted there
+    may be huge, or a FIFO, a device)."""
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_CACHE_BYTES:
+    if not stat.S_ISREG(st.st_mode):
+        log.warning("eventstore: %s: fold cache ignored: not a regular file", path)
         return None
-    first = pread_all(fd, min(st.st_size, _CACHE_HEAD_MAX), 0)
+    if st.st_size > _MAX_CACHE_BYTES:
+        log.warning("eventstore: %s: fold cache ignored: %d bytes", path, st.st_size)
+        return None
+    return st.st_size
+
+
+def _engine_line(fd: int, size: int) -> tuple[_CacheHead, int, int] | None:
+    """The engine's line of the cache open at `fd` (a regular file of `size` bytes,
+    bounded: `_checked_size`), if it is of this format, and where its face bytes start
+    and how many there are."""
+    first = pread_all(fd, min(size, _CACHE_HEAD_MAX), 0)
     nl = first.find(b"\n")
     if nl < 0:
         return None
@@ -192,15 +234,39 @@ def _cache_position(fd: int, paths: SessionPaths) -> tuple[FilePosition, int, in
         return None
     if c.format != _FORMAT or c.gen < 0:
         return None
+    return c, nl + 1, size - nl - 1
+
+
+def _position(c: _CacheHead) -> FilePosition:
+    """The position the engine's line `c` names, in no log checked yet."""
+    return FilePosition((0, 0), c.offset, c.seq, c.link, c.h, c.base_seq, c.offset, c.gen)
+
+
+def _part_position(fd: int, size: int) -> tuple[FilePosition, int, int] | None:
+    """`_cache_position` without the generation and live-log check (a cache part)."""
+    found = _engine_line(fd, size)
+    return None if found is None else (_position(found[0]), found[1], found[2])
+
+
+def _cache_position(
+    fd: int, size: int, paths: SessionPaths
+) -> tuple[FilePosition, int, int] | None:
+    """Where in the live log the cache open at `fd` (`size` bytes) was folded to, and
+    where its face bytes start and how many there are; None for a file that is no
+    cache of the live log."""
+    found = _engine_line(fd, size)
+    if found is None:
+        return None
+    c, start, size = found
     # the generation before the log is opened: the order a fold reads them in
     if read_generation(paths) != c.gen:
         return None
-    pos = FilePosition((0, 0), c.offset, c.seq, c.link, c.h, c.base_seq, c.offset, c.gen)
+    pos = _position(c)
     live = in_live_log(paths.log, pos, c.opening)
     if live is None:
         return None
     # the head names the log checked: a read from it finds a log replaced since
-    return msgspec.structs.replace(pos, ident=live[0]), nl + 1, st.st_size - nl - 1
+    return msgspec.structs.replace(pos, ident=live[0]), start, size
 
 
 def store_cache(paths: SessionPaths, name: str, head: Head, data: list[bytes]) -> None:

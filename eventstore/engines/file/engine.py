@@ -78,7 +78,12 @@ from eventstore.engines.base import (
     index_moved,
 )
 from eventstore.engines.file import keys
-from eventstore.engines.file.caches import open_cache, remove_cache_parts, store_cache
+from eventstore.engines.file.caches import (
+    open_cache,
+    open_cache_parts,
+    remove_cache_parts,
+    store_cache,
+)
 from eventstore.engines.file.durability import (
     bump_generation,
     commit_staged,
@@ -1208,6 +1213,13 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         """The session's cache `name`, if its head is still in the live log
         (`eventstore.engines.file.caches`)."""
         return open_cache(self._session(session_id).paths, name)
+
+    def open_cache_parts(
+        self, session_id: str, name: str, count: int
+    ) -> Iterator[tuple[Head, CacheReader] | None]:
+        """The files of the session's cache parts `name#0` .. `name#<count - 1>`, opened
+        with `open_cache`'s care but no live-log check (`eventstore.engines.file.caches`)."""
+        return open_cache_parts(self._session(session_id).paths, name, count)
 
     def store_cache(self, session_id: str, name: str, head: Head, data: list[bytes]) -> None:
         """Write the session's cache `name` atomically (0600), with where in the log

@@ -61,6 +61,7 @@ from eventstore.engines.base import (
     ReadResult,
     RepairHold,
     Segment,
+    cache_part_name,
     redact_text,
 )
 from eventstore.engines.postgres.schema import (
@@ -513,17 +514,25 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine):
             lambda conn: conn.execute(self._sql.open_cache, (name, session_id), binary=True)
             .fetchone(),
         )  # fmt: skip
-        if row is None or row[7] is None:
-            return None
-        log_id, seq, link, h, base_seq, size, data, line = row
-        try:
-            if _head_decoder.decode(bytes(line).rstrip(b"\n")).h != h:
-                return None
-        except msgspec.MsgspecError:
-            return None
-        position = PgPosition(int(log_id), int(seq), int(size))
-        head = Head(int(seq), link, h, position, int(size), int(base_seq))
-        return head, BytesCacheReader(bytes(data))
+        return None if row is None else _live_cache(row[1:])
+
+    def open_cache_parts(
+        self, session_id: str, name: str, count: int
+    ) -> Iterator[tuple[Head, CacheReader] | None]:
+        """The parts `name#0` .. `name#<count - 1>` of the session's cache, in order,
+        read in one query: checked against the live log as `open_cache` checks one (in
+        the same query, that costs an index lookup a part), all held in memory at once."""
+        names = [cache_part_name(name, k) for k in range(count)]
+        rows = self._query(
+            "reading fold cache parts",
+            lambda conn: conn.execute(
+                self._sql.open_cache_parts, (names, session_id), binary=True
+            ).fetchall(),
+        )
+        found = {row[0]: row for row in rows}
+        for part in names:
+            row = found.pop(part, None)  # each part's bytes freed once given
+            yield None if row is None else _live_cache(row[1:])
 
     def store_cache(self, session_id: str, name: str, head: Head, data: list[bytes]) -> None:
         """Keep `data` under `name` for the session at `head` (one statement, replacing
@@ -841,6 +850,22 @@ def _neuter_inherited_connections() -> None:
 process.at_fork(_neuter_inherited_connections)
 
 
+def _live_cache(row: Sequence[Any]) -> tuple[Head, CacheReader] | None:
+    """A row of `open_cache`'s statement as `open_cache` gives it: None unless the line
+    at the cache's head is of the live log and has the `h` it was stored with."""
+    log_id, seq, link, h, base_seq, size, data, line = row
+    if line is None:
+        return None
+    try:
+        if _head_decoder.decode(bytes(line).rstrip(b"\n")).h != h:
+            return None
+    except msgspec.MsgspecError:
+        return None
+    position = PgPosition(int(log_id), int(seq), int(size))
+    head = Head(int(seq), link, h, position, int(size), int(base_seq))
+    return head, BytesCacheReader(bytes(data))
+
+
 def _remove_cache_parts_sql(q: str) -> str:
     """The statement of `remove_cache_parts` (the CASE: a name whose tail is no number
     is never cast)."""
@@ -942,15 +967,17 @@ class _Statements:
     def _cache_statements(self, q: str) -> None:
         """The fold caches' statements (`PostgresEngine.open_cache` and the rest)."""
         # the line at the cache's head: a line of the live log, or its opening snapshot
-        self.open_cache = (
-            f"SELECT c.log_id, c.seq, c.link, c.h, c.base_seq, c.size, c.data,"
+        cached = (
+            f"SELECT c.name, c.log_id, c.seq, c.link, c.h, c.base_seq, c.size, c.data,"
             f" CASE WHEN c.seq > s.snap_seq THEN"
             f" (SELECT l.line FROM {q}.lines l WHERE l.sid = s.sid AND l.seq = c.seq)"
             f" WHEN c.seq = s.snap_seq THEN (SELECT x.line FROM {q}.snapshots x"
             f" WHERE x.sid = s.sid ORDER BY x.n DESC LIMIT 1) END"
-            f" FROM {q}.sessions s JOIN {q}.caches c ON c.sid = s.sid AND c.name = %s"
-            f" WHERE s.session_id = %s AND c.log_id = s.log_id AND c.seq <= s.head_seq"
+            f" FROM {q}.sessions s JOIN {q}.caches c ON c.sid = s.sid AND c.name"
         )
+        live = " WHERE s.session_id = %s AND c.log_id = s.log_id AND c.seq <= s.head_seq"
+        self.open_cache = f"{cached} = %s{live}"
+        self.open_cache_parts = f"{cached} = ANY(%s){live}"
         self.store_cache = (
             f"INSERT INTO {q}.caches (sid, name, log_id, seq, link, h, base_seq, size, data)"
             f" SELECT s.sid, %s, %s, %s, %s, %s, %s, %s, %s FROM {q}.sessions s"
