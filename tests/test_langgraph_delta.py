@@ -292,15 +292,15 @@ def _items_put(saver: EventStoreSaver, cfg: Any, cp: Any, items: list[str], step
 
 
 def _long_thread(savers: list[EventStoreSaver], steps: int) -> list[Any]:
-    """The same puts to each saver (a message list grown each step, a fork from an older
-    checkpoint every 60 steps, pending writes on some), so their full indexes hold the
-    same checkpoints; the configs put, in order."""
+    """The same puts to each saver (a message list grown each step, once a fork from an
+    older checkpoint, pending writes on some), so their full indexes hold the same
+    checkpoints; the configs put, in order."""
     put: list[Any] = []
     items: list[str] = []
     for step in range(steps):
         parent = put[-1] if put else {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-        if step % 60 == 59:
-            parent = put[step // 2]  # a fork: stored whole, the chain goes on after it
+        if step == steps // 3:
+            parent = put[step // 2]  # a fork: stored whole, a chain starts over it
         items = [*items, f"{step}:" + "w" * (100 + step % 300)]
         cp = empty_checkpoint()
         got = [_items_put(saver, parent, dict(cp), items, step) for saver in savers]
@@ -330,7 +330,7 @@ def _reads(saver: EventStoreSaver, thread: str, named: list[Any]) -> Any:
 def test_a_long_thread_of_linked_blobs_reads_as_whole_blobs_through_every_call(
     tmp_path: Path,
 ) -> None:
-    """300 puts (five chains' worth of links, forks) to a delta saver and to one storing
+    """300 puts (chains longer than `CHAIN_MAX`, a fork) to a delta saver and to one storing
     every blob whole: `list`, `get_tuple` of named older checkpoints, the full index's
     encoding, then `copy_thread`, a compaction (its snapshot holds whole blobs, a new
     process reads it) and `prune` all answer the same on both."""
@@ -338,7 +338,7 @@ def test_a_long_thread_of_linked_blobs_reads_as_whole_blobs_through_every_call(
         EventStoreSaver(tmp_path / "delta"),
         EventStoreSaver(tmp_path / "whole", delta_blobs=False),
     )
-    put = _long_thread([ours, ref], 5 * CHAIN_MAX)
+    put = _long_thread([ours, ref], 2 * CHAIN_MAX + 50)
     named = put[::23] + put[-3:]
     index = ours.store.load("langgraph-t", lg.PROJECTION)
     assert sum(isinstance(e, DeltaChain) for e in index.values()) > len(put) * 0.9

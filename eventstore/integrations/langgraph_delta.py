@@ -62,9 +62,10 @@ SAMPLE = 4096
 WINDOW = 64
 # the most links over one whole blob: sampling a chained base (each fold of a delta)
 # and materializing a value walk the chain, so its length bounds their cost; every
-# CHAIN_MAX-th link is kept whole instead, which costs a thread of N steps N/CHAIN_MAX
-# whole copies of a channel (about 16 at 1,000 steps) instead of N
-CHAIN_MAX = 64
+# CHAIN_MAX + 1-th link is kept whole instead, which costs a thread of N steps about
+# N/CHAIN_MAX whole copies of a channel instead of N. 128: at 1,000 steps of
+# bench.langgraph_list, 64 kept 4 MB more after a read, 256 cost ~10% more fold CPU
+CHAIN_MAX = 128
 
 
 class BlobDelta(msgspec.Struct, array_like=True, frozen=True, gc=False):

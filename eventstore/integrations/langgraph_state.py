@@ -114,7 +114,8 @@ class BlobPut(msgspec.Struct, array_like=True, frozen=True, gc=False):
     With `delta`, the value is stored as its change from the blob of the same channel
     in the namespace's newest checkpoint (`eventstore.integrations.langgraph_delta`),
     and `value` is `STAND_IN`: what an older release, which ignores `delta`, reads and
-    fails to decode. Both projections keep the whole value (`full`)."""
+    fails to decode. The head projection keeps the whole value (`full`); the full index
+    keeps it linked to its base (`BlobDelta.linked`) and reads it whole (`whole_blob`)."""
 
     channel: str
     version: str  # the version as JSON, so 1 and "1" stay apart
