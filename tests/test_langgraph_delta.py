@@ -333,7 +333,8 @@ def test_a_long_thread_of_linked_blobs_reads_as_whole_blobs_through_every_call(
     """300 puts (chains longer than `CHAIN_MAX`, a fork) to a delta saver and to one storing
     every blob whole: `list`, `get_tuple` of named older checkpoints, the full index's
     encoding, then `copy_thread`, a compaction (its snapshot holds whole blobs, a new
-    process reads it) and `prune` all answer the same on both."""
+    process reads it, with every blob whole, as a copy does) and `prune` all answer the
+    same on both."""
     ours, ref = (
         EventStoreSaver(tmp_path / "delta"),
         EventStoreSaver(tmp_path / "whole", delta_blobs=False),
@@ -352,6 +353,10 @@ def test_a_long_thread_of_linked_blobs_reads_as_whole_blobs_through_every_call(
     with EventStoreSaver(tmp_path / "delta") as cold:
         assert _reads(cold, "t", named) == _reads(ref, "t", named)
         assert _index(cold, "t") == _index(ref, "t")
+        # a snapshot and a copy's event carry whole blobs: folded from them, whole again
+        for thread in ("t", "copy"):
+            index = cold.store.load(cold.session_id(thread), lg.PROJECTION)
+            assert not any(isinstance(e, DeltaChain) for e in index.values())
     for saver in (ours, ref):
         saver.prune(["t"])
     assert _reads(ours, "t", named) == _reads(ref, "t", named)
