@@ -43,6 +43,7 @@ entry point) names these events where LangGraph is not installed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import cast
 
 import msgspec
 
@@ -188,17 +189,18 @@ def whole_blob(entry: Entry | DeltaChain | None) -> BlobEntry | None:
     """The blob at a key of the full index, whole (None: no blob there): the one way a
     reader gets a blob's value from it."""
     if isinstance(entry, DeltaChain):
-        return BlobEntry(TypedValue(entry.type, entry.whole()))
+        return _materialized(entry)
     return entry if isinstance(entry, BlobEntry) else None
 
 
 def whole_entries(state: State) -> dict[str, Entry]:
     """Every entry of the full index, blobs whole: what a snapshot stores and a copied
     thread's event carries."""
-    return {
-        k: BlobEntry(TypedValue(e.type, e.whole())) if isinstance(e, DeltaChain) else e
-        for k, e in state.items()
-    }
+    return {k: _materialized(e) if isinstance(e, DeltaChain) else e for k, e in state.items()}
+
+
+def _materialized(chain: DeltaChain) -> BlobEntry:
+    return BlobEntry(TypedValue(chain.type, chain.whole()))
 
 
 class CheckpointPut(Event, tag="langgraph_checkpoint", kw_only=True, gc=False):
@@ -358,7 +360,8 @@ class LangGraphProjection(StructProjection[State]):
 
     def decode_state(self, data: bytes) -> State:
         """The entries back from `encode_state`'s JSON (one prebuilt decoder)."""
-        return dict(self._decoder.decode(data))
+        # (every blob whole: a state of no links)
+        return cast(State, self._decoder.decode(data))
 
 
 def _index_blobs(state: State, event: CheckpointPut) -> list[tuple[str, BlobEntry | DeltaChain]]:
