@@ -32,7 +32,14 @@ from eventstore import CorruptLogError, SessionStore
 from eventstore.engines.file.layout import SessionPaths
 from eventstore.integrations import langgraph as lg
 from eventstore.integrations.langgraph import EventStoreSaver
-from eventstore.integrations.langgraph_delta import delta_of
+from eventstore.integrations.langgraph_delta import (
+    CHAIN_MAX,
+    WINDOW,
+    BlobDelta,
+    DeltaChain,
+    delta_of,
+    sample_crc,
+)
 from eventstore.integrations.langgraph_state import (
     STAND_IN,
     BlobEntry,
@@ -42,6 +49,8 @@ from eventstore.integrations.langgraph_state import (
     ThreadCopied,
     TypedValue,
     against_head,
+    whole_blob,
+    whole_entries,
 )
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "langgraph"
@@ -84,6 +93,43 @@ def test_a_delta_rebuilds_its_value_over_its_base_only(
             assert delta.applied("msgpack", other) is None
     if len(base) >= 300 and len(tail) < 100 and len(grown) >= len(base):
         assert delta_of("msgpack", grown, '"v1"', "msgpack", base) is not None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.binary(max_size=200),
+    st.lists(
+        st.tuples(
+            st.binary(max_size=WINDOW + 6),
+            st.one_of(st.binary(max_size=100), st.integers(0, 6000).map(lambda n: b"t" * n)),
+        ),
+        min_size=1,
+        max_size=3 * CHAIN_MAX,
+    ),
+)
+def test_a_chain_of_deltas_reads_as_the_deltas_applied_in_turn(
+    root: bytes, steps: list[tuple[bytes, bytes]]
+) -> None:
+    """Any deltas (heads longer than the window a chain keeps or than their base, tails
+    over a short base inside the window, values past the CRC's samples), each linked
+    over the value before (`BlobDelta.linked`): the value and its sample CRC are those
+    of the deltas applied whole in turn; over another type or bytes it is refused, as
+    `applied` refuses."""
+    value: bytes = root
+    node: bytes | DeltaChain = root
+    for head, tail in steps:
+        delta = BlobDelta("msgpack", '"v"', len(value), sample_crc(value), head, tail)
+        other = value[:-1] + bytes([value[-1] ^ 1]) if value else b"?"  # its last byte
+        value = head + value[len(head) :] + tail
+        linked = delta.linked("msgpack", node)
+        assert linked is not None and delta.linked("json", node) is None
+        assert delta.linked("msgpack", other) is None
+        got = linked if isinstance(linked, bytes) else linked.whole()
+        assert got == value
+        if isinstance(linked, DeltaChain):
+            assert linked.sample_crc() == sample_crc(value) and linked.length == len(value)
+            assert linked.depth <= CHAIN_MAX
+        node = linked
 
 
 # -- the projections: deltas change no state, whatever the events ---------------------------
@@ -146,8 +192,9 @@ def test_deltas_made_against_the_head_change_no_state_of_either_projection(
     """Each put's blobs turned into deltas against the head state it would be appended
     at (as `put` does): both projections fold to exactly the states of the whole blobs,
     after every event, whatever came before (removals, copies, forks onto older ids,
-    versions put again). So the base a delta names is in the full index whenever the
-    head held it, with the same bytes."""
+    versions put again); the full index's linked blobs read whole (`whole_entries`) and
+    encode (snapshots) as the whole ones. So the base a delta names is in the full index
+    whenever the head held it, with the same bytes."""
     whole = (lg.PROJECTION.initial(), lg.HEAD_PROJECTION.initial())
     delta = (lg.PROJECTION.initial(), lg.HEAD_PROJECTION.initial())
     made = 0
@@ -158,8 +205,165 @@ def test_deltas_made_against_the_head_change_no_state_of_either_projection(
             made += sum(b.delta is not None for b in blobs)
             ev = msgspec.structs.replace(ev, blobs=blobs)
         delta = (lg.PROJECTION.apply(delta[0], ev), lg.HEAD_PROJECTION.apply(delta[1], ev))
-        assert delta == whole
+        assert whole_entries(delta[0]) == whole[0] and delta[1] == whole[1]
+        assert lg.PROJECTION.encode_state(delta[0]) == lg.PROJECTION.encode_state(whole[0])
     target(float(made))
+
+
+# -- the full index keeps a delta linked to its base ----------------------------------------
+
+_SERDE = JsonPlusSerializer()
+
+
+@st.composite
+def _long_chain(draw: Any) -> list[Any]:
+    """Hundreds of puts of one channel (more than `CHAIN_MAX` links several times), as
+    a graph's loop makes them: its list grown by items of any size, sometimes rewritten
+    (a new whole blob), older checkpoints sometimes removed (the keys of a chain's
+    bases), the thread sometimes copied into itself (its blobs whole again)."""
+    items: list[str] = []
+    events: list[Any] = []
+    n = draw(st.integers(2 * CHAIN_MAX, 5 * CHAIN_MAX))
+    at = st.dictionaries(st.integers(0, n), st.sampled_from(["rewrite", "remove", "copy"]))
+    ops = draw(at.filter(lambda d: len(d) <= 6))
+    for i in range(n):
+        op = ops.get(i, "grow")
+        if op == "remove" and i > 2:
+            gone = draw(st.lists(st.integers(0, i - 2), min_size=1, max_size=3))
+            events.append(
+                CheckpointsRemoved(checkpoints=[("", f"{g:04}") for g in gone], reason="t")
+            )
+        elif op == "copy":
+            events.append(("copy",))
+        if op == "rewrite":
+            items = draw(st.lists(WORDS, max_size=3))
+        items = [*items, "x" * draw(st.integers(0, 9000 if i % 50 == 0 else 300))]
+        events.append(
+            CheckpointPut(
+                ns="",
+                checkpoint_id=f"{i:04}",
+                versions={"m": f'"{i}"'},
+                checkpoint=TypedValue("msgpack", b"c"),
+                metadata=TypedValue("msgpack", b"m"),
+                blobs=[BlobPut("m", f'"{i}"', TypedValue(*_SERDE.dumps_typed(items)))],
+            )
+        )
+    return events
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_long_chain())
+def test_long_chains_of_linked_blobs_read_and_encode_as_whole_blobs(events: list[Any]) -> None:
+    """Hundreds of deltas folded into the full index: every version reads whole as the
+    fold of the same puts with whole blobs holds it (`whole_blob`, `whole_entries`), the
+    state encodes (snapshots) to the same bytes and decodes back to them, and most blobs
+    are linked, not copied: one whole blob per `CHAIN_MAX` links at most."""
+    whole, delta = lg.PROJECTION.initial(), lg.PROJECTION.initial()
+    head = lg.HEAD_PROJECTION.initial()
+    deltas = 0
+    for ev in events:
+        if isinstance(ev, tuple):  # the thread copied into itself: every entry whole
+            ev = ThreadCopied(source_thread_id="self", entries=whole_entries(delta))
+        whole = lg.PROJECTION.apply(whole, ev)
+        if isinstance(ev, CheckpointPut):
+            ev = msgspec.structs.replace(ev, blobs=against_head(ev.blobs, head.get(ev.ns)))
+            deltas += sum(b.delta is not None for b in ev.blobs)
+        delta, head = lg.PROJECTION.apply(delta, ev), lg.HEAD_PROJECTION.apply(head, ev)
+    assert {k: whole_blob(e) for k, e in delta.items() if k.startswith("b")} == {
+        k: e for k, e in whole.items() if k.startswith("b")
+    }
+    assert whole_entries(delta) == whole
+    encoded = lg.PROJECTION.encode_state(delta)
+    assert encoded == lg.PROJECTION.encode_state(whole)
+    assert lg.PROJECTION.decode_state(encoded) == whole
+    linked = [e for e in delta.values() if isinstance(e, DeltaChain)]
+    assert all(e.depth <= CHAIN_MAX for e in linked)
+    if not any(isinstance(ev, tuple | CheckpointsRemoved) for ev in events):
+        # every version still held: each delta linked, but one in CHAIN_MAX + 1 kept whole
+        assert deltas - deltas // CHAIN_MAX <= len(linked) <= deltas
+    target(float(deltas))
+
+
+def _items_put(saver: EventStoreSaver, cfg: Any, cp: Any, items: list[str], step: int) -> Any:
+    cp["channel_values"] = {"m": items}
+    cp["channel_versions"] = {"m": f"{step:032}.1"}
+    return saver.put(cfg, cp, {"source": "loop", "step": step}, {"m": f"{step:032}.1"})
+
+
+def _long_thread(savers: list[EventStoreSaver], steps: int) -> list[Any]:
+    """The same puts to each saver (a message list grown each step, once a fork from an
+    older checkpoint, pending writes on some), so their full indexes hold the same
+    checkpoints; the configs put, in order."""
+    put: list[Any] = []
+    items: list[str] = []
+    for step in range(steps):
+        parent = put[-1] if put else {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        if step == steps // 3:
+            parent = put[step // 2]  # a fork: stored whole, a chain starts over it
+        items = [*items, f"{step}:" + "w" * (100 + step % 300)]
+        cp = empty_checkpoint()
+        got = [_items_put(saver, parent, dict(cp), items, step) for saver in savers]
+        assert all(g == got[0] for g in got)
+        if step % 7 == 0:
+            for saver in savers:
+                saver.put_writes(got[0], [("m", f"w{step}")], "task")
+        put.append(got[0])
+    return put
+
+
+def _index(saver: EventStoreSaver, thread: str) -> bytes:
+    """The encoding of a thread's full index (what a snapshot stores of it)."""
+    return lg.PROJECTION.encode_state(saver.store.load(saver.session_id(thread), lg.PROJECTION))
+
+
+def _reads(saver: EventStoreSaver, thread: str, named: list[Any]) -> Any:
+    cfg: Any = {"configurable": {"thread_id": thread}}
+    listed = [checkpoint_summary(t) for t in saver.list(cfg)]
+    got = []
+    for c in named:
+        conf = {**c["configurable"], "thread_id": thread}
+        got.append(checkpoint_summary(saver.get_tuple({"configurable": conf})))
+    return listed, got
+
+
+def test_a_long_thread_of_linked_blobs_reads_as_whole_blobs_through_every_call(
+    tmp_path: Path,
+) -> None:
+    """300 puts (chains longer than `CHAIN_MAX`, a fork) to a delta saver and to one storing
+    every blob whole: `list`, `get_tuple` of named older checkpoints, the full index's
+    encoding, then `copy_thread`, a compaction (its snapshot holds whole blobs, a new
+    process reads it, with every blob whole, as a copy does) and `prune` all answer the
+    same on both."""
+    ours, ref = (
+        EventStoreSaver(tmp_path / "delta"),
+        EventStoreSaver(tmp_path / "whole", delta_blobs=False),
+    )
+    put = _long_thread([ours, ref], 2 * CHAIN_MAX + 50)
+    named = put[::23] + put[-3:]
+    index = ours.store.load("langgraph-t", lg.PROJECTION)
+    assert sum(isinstance(e, DeltaChain) for e in index.values()) > len(put) * 0.9
+    for thread in ("t", "copy"):
+        assert _reads(ours, thread, named) == _reads(ref, thread, named)
+        assert _index(ours, thread) == _index(ref, thread)
+        if thread == "t":
+            for saver in (ours, ref):
+                saver.copy_thread("t", "copy")
+    ours.store.compact("langgraph-t", force=True)
+    with EventStoreSaver(tmp_path / "delta") as cold:
+        assert _reads(cold, "t", named) == _reads(ref, "t", named)
+        assert _index(cold, "t") == _index(ref, "t")
+        # a snapshot and a copy's event carry whole blobs: folded from them, whole again
+        for thread in ("t", "copy"):
+            index = cold.store.load(cold.session_id(thread), lg.PROJECTION)
+            assert not any(isinstance(e, DeltaChain) for e in index.values())
+    for saver in (ours, ref):
+        saver.prune(["t"])
+    assert _reads(ours, "t", named) == _reads(ref, "t", named)
+    assert _index(ours, "t") == _index(ref, "t")
+    assert ours.store.verify("langgraph-t").ok and ours.store.verify("langgraph-copy").ok
+    ours.close()
+    ref.close()
 
 
 # -- a graph's log: linear in its steps ---------------------------------------------------
@@ -205,7 +409,11 @@ def test_a_graph_log_grows_linearly_and_holds_far_fewer_bytes_than_its_blobs(
         assert history == [(s.values, s.next, s.metadata) for s in ref.get_state_history(cfg)]
         index = saver.store.load("langgraph-chat", lg.PROJECTION)
         blobs = _blob_puts(saver.store, "langgraph-chat")
-    whole = sum(len(b.value.data) for b in index.values() if isinstance(b, BlobEntry) and b.value)
+    whole = sum(
+        len(b.value.data)
+        for b in whole_entries(index).values()
+        if isinstance(b, BlobEntry) and b.value
+    )
     assert len(history) > 100 and any(b.delta is not None for b in blobs)
     # quadratic growth would make the second half about three times the first
     assert size - half < 1.3 * half

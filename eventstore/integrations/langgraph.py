@@ -25,8 +25,9 @@ returns.
 
 A changed channel's blob is stored as a delta against the same channel's blob in the
 thread's newest checkpoint when that saves most of its bytes (`langgraph_delta`), judged
-against the head state at the exact head the append commits at; both projections apply
-it as they fold, so their states hold whole blobs.
+against the head state at the exact head the append commits at. The head projection
+applies it as it folds; the full index keeps it linked to its base and reads it whole
+(`whole_blob`), so it holds a long thread's message list about once, not once a step.
 
 Channel versions are strings with a random suffix (as LangGraph's in-memory saver makes
 them), so two branches forked from one checkpoint never write the same blob key.
@@ -72,7 +73,6 @@ from eventstore.integrations.langgraph_state import (
     CheckpointEntry,
     CheckpointPut,
     CheckpointsRemoved,
-    Entry,
     HeadState,
     LangGraphHeadProjection,
     LangGraphProjection,
@@ -87,6 +87,8 @@ from eventstore.integrations.langgraph_state import (
     blob_key,
     checkpoint_key,
     newest_key,
+    whole_blob,
+    whole_entries,
     writes_key,
 )
 from eventstore.store import SessionStore
@@ -299,8 +301,8 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
     ) -> CheckpointTuple:
         """The tuple of checkpoint `e` of the full index `state`."""
 
-        def blob_of(channel: str, version: str) -> Entry | None:
-            return state.get(blob_key(e.ns, channel, version))
+        def blob_of(channel: str, version: str) -> BlobEntry | None:
+            return whole_blob(state.get(blob_key(e.ns, channel, version)))
 
         writes = state.get(writes_key(e.ns, e.checkpoint_id))
         return self._tuple(
@@ -311,7 +313,7 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         self,
         thread_id: str,
         e: CheckpointEntry,
-        blob_of: Callable[[str, str], Entry | None],
+        blob_of: Callable[[str, str], BlobEntry | None],
         writes: WritesEntry | None,
         metadata: Any = None,
     ) -> CheckpointTuple:
@@ -321,7 +323,7 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         values: dict[str, Any] = {}
         for channel, version in e.versions.items():
             blob = blob_of(channel, version)
-            if isinstance(blob, BlobEntry) and blob.value is not None:
+            if blob is not None and blob.value is not None:
                 values[channel] = self._load(blob.value)
         checkpoint["channel_values"] = values
         pending = (
@@ -434,7 +436,7 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of one thread into another, as one append."""
-        entries = self._state(str(source_thread_id))
+        entries = whole_entries(self._state(str(source_thread_id)))
         if entries:
             self.store.append(
                 self.session_id(str(target_thread_id)),

@@ -15,6 +15,13 @@ wrong value. A sample, not the whole base: a version names one blob already, and
 applies a delta per put, each over a base that may be megabytes (a whole CRC was most of
 a cold fold's time).
 
+The full index keeps every version of a channel: applied whole, a thread of N steps
+would hold N copies of its message list (quadratic memory and copying). So it keeps a
+delta's value LINKED to its base (`BlobDelta.linked` -> `DeltaChain`): the base object
+itself, the delta's tail and a small window of rewritten first bytes, materialized in
+one join when read (`DeltaChain.whole`). A delta is validated against a chained base as
+against whole bytes (type, length, sample CRC), when it is folded.
+
 An older release does not know deltas: it reads the blob's `value`, which for a delta is
 `STAND_IN`, a type no serde knows (LangGraph's raises `NotImplementedError: Unknown
 serialization type`) over bytes no serde decodes (0xC1 is invalid in msgpack, in UTF-8
@@ -26,15 +33,19 @@ wrong value for it.
 # as objects, not strings to evaluate; that keeps decoder builds on cold loads ~3x cheaper
 
 import zlib
+from collections.abc import Callable
 
 import msgspec
 
 __all__ = [
+    "CHAIN_MAX",
     "MAX_CUT",
     "SAMPLE",
     "STAND_IN_DATA",
     "STAND_IN_TYPE",
+    "WINDOW",
     "BlobDelta",
+    "DeltaChain",
     "delta_of",
     "sample_crc",
 ]
@@ -46,6 +57,16 @@ STAND_IN_DATA = b"\xc1"
 # header is 1, 3 or 5 bytes
 MAX_CUT = 16
 SAMPLE = 4096
+# the first bytes a chain keeps rewritten (`DeltaChain.window`): a delta's head is at
+# most 2 * MAX_CUT bytes as the saver cuts it; a longer one (a log written otherwise)
+# is applied whole
+WINDOW = 64
+# the most links over one whole blob: sampling a chained base (each fold of a delta)
+# and materializing a value walk the chain, so its length bounds their cost; every
+# CHAIN_MAX + 1-th link is kept whole instead, which costs a thread of N steps about
+# N/CHAIN_MAX whole copies of a channel instead of N. 128: at 1,000 steps of
+# bench.langgraph_list, 64 kept 4 MB more after a read, 256 cost ~10% more fold CPU
+CHAIN_MAX = 128
 
 
 class BlobDelta(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -63,13 +84,101 @@ class BlobDelta(msgspec.Struct, array_like=True, frozen=True, gc=False):
     def applied(self, base_type: str, base: bytes) -> bytes | None:
         """The value's bytes over `base` (of serde type `base_type`); None when `base` is
         not the blob this delta was made against."""
-        if (
-            base_type != self.type
-            or len(base) != self.base_len
-            or sample_crc(base) != self.base_crc
-        ):
+        if not self._fits(base_type, len(base), lambda: sample_crc(base)):
             return None
+        return self._over(base)
+
+    def linked(self, base_type: str, base: bytes | DeltaChain) -> bytes | DeltaChain | None:
+        """The value over `base` (whole bytes, or a chain: the value before, kept
+        linked) as a chain linked to it, or as whole bytes where a chain would not be
+        cheaper to keep (a head past `WINDOW`, a chain `CHAIN_MAX` links long); None
+        when `base` is not the blob this delta was made against, as for `applied`."""
+        if isinstance(base, bytes):
+            whole = base
+            if not self._fits(base_type, len(whole), lambda: sample_crc(whole)):
+                return None
+            return self._chained(whole, None)
+        if not self._fits(base_type, base.length, base.sample_crc):
+            return None
+        if base.depth >= CHAIN_MAX:
+            return self._over(base.whole())
+        return self._chained(base.root, base)
+
+    def _chained(self, root: bytes, prev: DeltaChain | None) -> bytes | DeltaChain:
+        """The value (over a base already checked) linked to `prev` (None: to `root`)."""
+        window = root[:WINDOW] if prev is None else prev.window
+        h = len(self.head)
+        if h > len(window):  # a head rewriting more than the window keeps: whole
+            return self._over(root if prev is None else prev.whole())
+        new_window = b"".join((self.head, window[h:], self.tail[:WINDOW]))[:WINDOW]
+        depth = 1 if prev is None else prev.depth + 1
+        length = self.base_len + len(self.tail)
+        return DeltaChain(self.type, length, root, new_window, self.tail, prev, depth)
+
+    def _fits(self, base_type: str, base_len: int, crc: Callable[[], int]) -> bool:
+        """Whether a base of this type and length, with this sample CRC (computed only
+        when the rest matches), is the blob this delta was made against."""
+        return base_type == self.type and base_len == self.base_len and crc() == self.base_crc
+
+    def _over(self, base: bytes) -> bytes:
         return b"".join((self.head, memoryview(base)[len(self.head) :], self.tail))
+
+
+class DeltaChain(msgspec.Struct, frozen=True, gc=False):
+    """A value of serde type `type`, `length` bytes long, kept as deltas over the whole
+    blob `root`, unapplied: its bytes are `window` (its first `WINDOW` bytes, those a
+    delta's head rewrites), then `root` past the window, then the tail of each link in
+    order from the oldest (`prev`, None at the first link over `root`), each from where
+    the window ends. Links point only at older values (no cycles: `gc=False`), and a
+    link keeps the values it is made over alive (a Python reference, not a key)."""
+
+    type: str
+    length: int
+    root: bytes
+    window: bytes
+    tail: bytes
+    prev: DeltaChain | None
+    depth: int  # links to `root`, this one included: at most CHAIN_MAX
+
+    def whole(self) -> bytes:
+        """The value's bytes: one join over the chain's pieces (linear in its length)."""
+        return b"".join(self._pieces())
+
+    def sample_crc(self) -> int:
+        """`sample_crc` of the value's bytes, from the pieces it samples only."""
+        if self.length <= 2 * SAMPLE:
+            return sample_crc(self.whole())
+        pieces = self._pieces()
+        first = _span(pieces, 0, SAMPLE)
+        return zlib.crc32(_span(pieces, self.length - SAMPLE, self.length), zlib.crc32(first))
+
+    def _pieces(self) -> list[bytes | memoryview]:
+        """The value's bytes in order, as slices (none copied)."""
+        links: list[DeltaChain] = []
+        link: DeltaChain | None = self
+        while link is not None:
+            links.append(link)
+            link = link.prev
+        w = len(self.window)
+        pieces: list[bytes | memoryview] = [self.window, memoryview(self.root)[w:]]
+        for link in reversed(links):
+            covered = w - (link.length - len(link.tail))  # its first bytes in the window
+            pieces.append(link.tail if covered <= 0 else memoryview(link.tail)[covered:])
+        return pieces
+
+
+def _span(pieces: list[bytes | memoryview], start: int, end: int) -> bytes:
+    """Bytes `start:end` of the concatenation of `pieces`."""
+    out = []
+    at = 0
+    for piece in pieces:
+        n = len(piece)
+        if at + n > start and at < end:
+            out.append(piece[max(0, start - at) : end - at])
+        at += n
+        if at >= end:
+            break
+    return b"".join(out)
 
 
 def delta_of(

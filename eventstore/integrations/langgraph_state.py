@@ -3,7 +3,8 @@ into, and its two projections (pure, as every projection).
 
 - `langgraph` (`LangGraphProjection`): every checkpoint, channel blob and pending write
   of a thread, as one flat dict of immutable entries, plus each namespace's newest
-  checkpoint id. `list`, reads of a named checkpoint, copies and removals read it.
+  checkpoint id. `list`, reads of a named checkpoint, copies and removals read it,
+  each blob through `whole_blob` (or every entry through `whole_entries`).
 - `langgraph_head` (`LangGraphHeadProjection`): per namespace, only the newest
   checkpoint with its channel blobs and pending writes: what `get_tuple` of "the latest"
   returns (a graph's every `invoke` starts with it). Its state stays the size of one
@@ -13,10 +14,15 @@ into, and its two projections (pure, as every projection).
   so (`NamespaceHead.head` is None) and the saver reads the `langgraph` projection.
 
 A `put`'s blob may be a delta against the blob of its channel in the namespace's newest
-checkpoint (`BlobPut.delta`, `eventstore.integrations.langgraph_delta`): both projections
-apply it as they fold, so every state, snapshot and fold cache holds whole blobs and no
-read follows a chain; the full index raises `CorruptLogError` for a delta whose base it
-does not hold, and the head leaves its namespace unknown (the full index then answers).
+checkpoint (`BlobPut.delta`, `eventstore.integrations.langgraph_delta`). The head
+projection applies it as it folds (its state and fold cache hold whole blobs). The full
+index keeps such a blob LINKED to its base (a `DeltaChain` entry: the base value object,
+the delta's tail, a few rewritten first bytes), so it holds each channel's bytes about
+once instead of once per version, and a fold copies no whole blob; a reader gets the
+value whole in one join (`whole_blob`), and `encode_state` writes every blob whole (a
+snapshot is as before). Both check the delta against its base as they fold: the full
+index raises `CorruptLogError` for a delta whose base it does not hold as it was, and
+the head leaves its namespace unknown (the full index then answers).
 
 The head projection keeps its fold in the store's persistent fold cache (`cache_folds`),
 so a new process folds only what was appended after the cache, and the cache holds one
@@ -38,6 +44,7 @@ entry point) names these events where LangGraph is not installed.
 # as objects, not strings to evaluate; that keeps decoder builds on cold loads ~3x cheaper
 
 from collections.abc import Callable, Iterable
+from typing import cast
 
 import msgspec
 
@@ -50,6 +57,7 @@ from eventstore.integrations.langgraph_delta import (
     STAND_IN_DATA,
     STAND_IN_TYPE,
     BlobDelta,
+    DeltaChain,
     delta_of,
 )
 from projections import (
@@ -68,6 +76,7 @@ __all__ = [
     "CheckpointEntry",
     "CheckpointPut",
     "CheckpointsRemoved",
+    "DeltaChain",
     "Entry",
     "HeadEntry",
     "HeadState",
@@ -85,6 +94,8 @@ __all__ = [
     "blob_key",
     "checkpoint_key",
     "newest_key",
+    "whole_blob",
+    "whole_entries",
     "writes_key",
 ]
 
@@ -105,7 +116,8 @@ class BlobPut(msgspec.Struct, array_like=True, frozen=True, gc=False):
     With `delta`, the value is stored as its change from the blob of the same channel
     in the namespace's newest checkpoint (`eventstore.integrations.langgraph_delta`),
     and `value` is `STAND_IN`: what an older release, which ignores `delta`, reads and
-    fails to decode. Both projections keep the whole value (`full`)."""
+    fails to decode. The head projection keeps the whole value (`full`); the full index
+    keeps it linked to its base (`BlobDelta.linked`) and reads it whole (`whole_blob`)."""
 
     channel: str
     version: str  # the version as JSON, so 1 and "1" stay apart
@@ -169,7 +181,27 @@ class NewestEntry(msgspec.Struct, frozen=True, tag="newest", tag_field="kind", g
 
 
 Entry = CheckpointEntry | BlobEntry | WritesEntry | NewestEntry
-State = dict[str, Entry]
+# the full index in memory: a blob put as a delta is a `DeltaChain` (see the module
+# docstring); what it encodes and decodes is `dict[str, Entry]`, every blob whole
+State = dict[str, Entry | DeltaChain]
+
+
+def whole_blob(entry: Entry | DeltaChain | None) -> BlobEntry | None:
+    """The blob at a key of the full index, whole (None: no blob there): the one way a
+    reader gets a blob's value from it."""
+    if isinstance(entry, DeltaChain):
+        return _materialized(entry)
+    return entry if isinstance(entry, BlobEntry) else None
+
+
+def whole_entries(state: State) -> dict[str, Entry]:
+    """Every entry of the full index, blobs whole: what a snapshot stores and a copied
+    thread's event carries."""
+    return {k: _materialized(e) if isinstance(e, DeltaChain) else e for k, e in state.items()}
+
+
+def _materialized(chain: DeltaChain) -> BlobEntry:
+    return BlobEntry(TypedValue(chain.type, chain.whole()))
 
 
 class CheckpointPut(Event, tag="langgraph_checkpoint", kw_only=True, gc=False):
@@ -278,12 +310,12 @@ class LangGraphProjection(StructProjection[State]):
     name = "langgraph"
     version = 1
     event_types = _TAGS
-    state_type = State
+    state_type = dict[str, Entry]  # as encoded: every blob whole
     # not kept in the fold cache: its state is as large as the log itself (a second
     # copy of every value on disk), and decoding it costs about what folding the log does
 
     def __init__(self) -> None:
-        self._decoder = msgspec.json.Decoder(State)
+        self._decoder = msgspec.json.Decoder(dict[str, Entry])
 
     def initial(self) -> State:
         """No checkpoints."""
@@ -322,28 +354,35 @@ class LangGraphProjection(StructProjection[State]):
         return dict(state)
 
     def encode_state(self, state: State) -> bytes:
-        """The entries as JSON, keys sorted: equal states encode equal whatever order
-        their entries were folded in (verify compares snapshots this way)."""
-        return _deterministic.encode(state)
+        """The entries as JSON, keys sorted, every blob whole: equal states encode equal
+        whatever order their entries were folded in and whether a blob is linked or
+        whole (verify compares snapshots this way)."""
+        return _deterministic.encode(whole_entries(state))
 
     def decode_state(self, data: bytes) -> State:
         """The entries back from `encode_state`'s JSON (one prebuilt decoder)."""
-        return self._decoder.decode(data)
+        # (every blob whole: a state of no links)
+        return cast(State, self._decoder.decode(data))
 
 
-def _index_blobs(state: State, event: CheckpointPut) -> list[tuple[str, BlobEntry]]:
-    """The blobs `event` brings, by key, each value whole: a delta applied over the blob
-    it names in `state`. The saver made it against the head projection's newest
-    checkpoint, whose blobs the index holds at the same keys (so it is there); a missing
-    or different base is a log this saver did not write as it is, an error."""
-    out = []
+def _index_blobs(state: State, event: CheckpointPut) -> list[tuple[str, BlobEntry | DeltaChain]]:
+    """The blobs `event` brings, by key: a delta linked to the blob it names in `state`
+    (`BlobDelta.linked`: no whole copy of the base). The saver made it against the head
+    projection's newest checkpoint, whose blobs the index holds at the same keys (so it
+    is there); a missing or different base is a log this saver did not write as it is,
+    an error."""
+    out: list[tuple[str, BlobEntry | DeltaChain]] = []
     for b in event.blobs:
         key = blob_key(event.ns, b.channel, b.version)
         if b.delta is None:
             out.append((key, BlobEntry(b.value)))
             continue
         base = state.get(blob_key(event.ns, b.channel, b.delta.base))
-        value = b.full(base.value if isinstance(base, BlobEntry) else None)
+        value: bytes | DeltaChain | None = None
+        if isinstance(base, DeltaChain):
+            value = b.delta.linked(base.type, base)
+        elif isinstance(base, BlobEntry) and base.value is not None:
+            value = b.delta.linked(base.value.type, base.value.data)
         if value is None:
             raise CorruptLogError(
                 None,
@@ -353,7 +392,10 @@ def _index_blobs(state: State, event: CheckpointPut) -> list[tuple[str, BlobEntr
                 f" of channel {b.channel!r} is made against its blob at version"
                 f" {b.delta.base}, which the thread's index does not hold as it was",
             )
-        out.append((key, BlobEntry(value)))
+        if isinstance(value, bytes):  # kept whole (see `BlobDelta.linked`)
+            out.append((key, BlobEntry(TypedValue(b.delta.type, value))))
+        else:
+            out.append((key, value))
     return out
 
 
@@ -376,7 +418,9 @@ def _drop_unreferenced_blobs(state: State) -> None:
         if isinstance(e, CheckpointEntry)
         for channel, version in e.versions.items()
     }
-    for key in [k for k, e in state.items() if isinstance(e, BlobEntry) and k not in referenced]:
+    # a linked blob's base stays alive through the link when its key goes
+    blobs = (BlobEntry, DeltaChain)
+    for key in [k for k, e in state.items() if isinstance(e, blobs) and k not in referenced]:
         del state[key]
 
 
@@ -639,7 +683,7 @@ class LangGraphHeadProjection(StructProjection[HeadState]):
         except SnapshotVersionError:
             return None
         state: HeadState = {}
-        self._copied(state, index)
+        self._copied(state, whole_entries(index))
         return state
 
     def copy(self, state: HeadState) -> HeadState:
