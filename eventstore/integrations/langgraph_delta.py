@@ -88,7 +88,7 @@ class BlobDelta(msgspec.Struct, array_like=True, frozen=True, gc=False):
             return None
         return self._over(base)
 
-    def linked(self, base_type: str, base: bytes | DeltaChain) -> bytes | DeltaChain | None:
+    def linked(self, base_type: str, base: "bytes | DeltaChain") -> "bytes | DeltaChain | None":
         """The value over `base` (whole bytes, or a chain: the value before, kept
         linked) as a chain linked to it, or as whole bytes where a chain would not be
         cheaper to keep (a head past `WINDOW`, a chain `CHAIN_MAX` links long); None
@@ -104,7 +104,7 @@ class BlobDelta(msgspec.Struct, array_like=True, frozen=True, gc=False):
             return self._over(base.whole())
         return self._chained(base.root, base)
 
-    def _chained(self, root: bytes, prev: DeltaChain | None) -> bytes | DeltaChain:
+    def _chained(self, root: bytes, prev: "DeltaChain | None") -> "bytes | DeltaChain":
         """The value (over a base already checked) linked to `prev` (None: to `root`)."""
         window = root[:WINDOW] if prev is None else prev.window
         h = len(self.head)
@@ -137,7 +137,7 @@ class DeltaChain(msgspec.Struct, frozen=True, gc=False):
     root: bytes
     window: bytes
     tail: bytes
-    prev: DeltaChain | None
+    prev: "DeltaChain | None"  # (a string: the class refers to itself)
     depth: int  # links to `root`, this one included: at most CHAIN_MAX
 
     def whole(self) -> bytes:
