@@ -24,12 +24,13 @@ import json
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.fresh import run_module
 
 BACKENDS = ("sqlite", "eventstore-flush")
 CALLS = ("get_items(20)", "pop_item")
@@ -77,13 +78,7 @@ async def _call(backend: str, root: Path, call: str) -> dict[str, float]:
 
 
 def _child(*args: str) -> dict[str, float]:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.agents_cold", *args],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return run_module("bench.agents_cold", *args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +37,8 @@ from typing import Annotated, Any, TypedDict
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+
+from bench.fresh import run_module
 
 SCENARIOS = {
     "sqlite": ("closed",),
@@ -132,13 +133,7 @@ def cold_get(backend: str, root: Path) -> dict[str, float]:
 
 
 def _child(*args: str) -> dict[str, float]:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.langgraph_cold", *args],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return run_module("bench.langgraph_cold", *args)
 
 
 def _disk(root: Path) -> float:

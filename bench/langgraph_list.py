@@ -24,12 +24,13 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.fresh import run_module
 
 READS = ("list", "get")
 COLS = ("cpu ms", "wall ms", "kept MB", "peak MB")
@@ -95,13 +96,7 @@ def _child(*args: str, code: str | None = None) -> dict[str, Any]:
     # the other checkout's package first on the path: `-m` puts this one's directory
     # first, so the child inserts it itself (`--code`)
     extra = ["--code", code] if code else []
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.langgraph_list", *extra, *args],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return run_module("bench.langgraph_list", *extra, *args)
 
 
 def one_run(steps: int, base: str | None, flip: bool) -> dict[tuple[str, str], dict[str, float]]:
