@@ -77,10 +77,7 @@ class CachePolicy:
         self.framed = frozenset(n for n in self.cached if fold_cache.is_framed(self.projections[n]))
         # those whose complete frames are chunk caches, written as they complete
         self.chunked = frozenset(
-            n
-            for n in self.framed
-            if fold_cache.is_chunked(self.projections[n])
-            and getattr(self.engine, "keeps_cache_parts", False) is True
+            n for n in self.framed if fold_cache.chunks_kept(self.engine, self.projections[n])
         )
         # what `after_write` looks at, settled here rather than on every append: the
         # states a writer keeps current (not framed), each with its `cache_every` (0: by
@@ -88,8 +85,8 @@ class CachePolicy:
         self.writing: dict[str, int] = {}
         if self.tuning.cache_while_writing:
             for n in self.cached:
-                every = getattr(self.projections[n], "cache_every", 0)
                 if n not in self.framed:
+                    every = getattr(self.projections[n], "cache_every", 0)
                     self.writing[n] = every if type(every) is int and every > 0 else 0
         self.after_writes = bool(self.writing or self.chunked)
 

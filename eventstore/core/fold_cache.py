@@ -83,6 +83,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT",
     "Chunks",
+    "chunks_kept",
     "chunks_of",
     "decode",
     "encode",
@@ -201,15 +202,10 @@ def is_chunked(projection: Any) -> bool:
     return is_framed(projection) and getattr(projection, "cache_frames_from", None) is not None
 
 
-def _chunks_kept(engine: Engine, projection: Any) -> bool:
+def chunks_kept(engine: Engine, projection: Any) -> bool:
     """Whether `projection`'s cache on `engine` is kept in chunks (the engine can remove
     the chunks a shorter state leaves behind: `CachingEngine.keeps_cache_parts`)."""
     return getattr(engine, "keeps_cache_parts", False) is True and is_chunked(projection)
-
-
-def chunk_name(name: str, k: int) -> str:
-    """The cache name of projection `name`'s chunk `k` (`CachingEngine` cache parts)."""
-    return cache_part_name(name, k)
 
 
 def _pieces(
@@ -523,7 +519,7 @@ def _chunk_opener(engine: CachingEngine, want: _Want, crypt: CacheCrypt | None) 
             want.session_id, name, len(refs)
         )
         for k, ref in enumerate(refs):
-            found = _opened(next(parts, None), want.session_id, chunk_name(name, k), crypt)
+            found = _opened(next(parts, None), want.session_id, cache_part_name(name, k), crypt)
             state = _fold_chunk(want, k, ref, found, state)
             if isinstance(state, str):
                 return f"chunk {k}: {state}"
@@ -572,7 +568,7 @@ def load(
         return None
     head, reader = found
     want = _Want(session_id, projection, head, known, mac)
-    chunked = _chunks_kept(engine, projection)
+    chunked = chunks_kept(engine, projection)
     with reader:
         got = _read(reader, want, _chunk_opener(engine, want, crypt) if chunked else None)
     if got is None:
@@ -588,7 +584,7 @@ def _store_chunk(
     crypt: CacheCrypt | None,
 ) -> ChunkRef | None:
     """Keep `frame` as chunk `want.part`; its listing, or None: the cipher keeps none."""
-    name = chunk_name(want.projection.name, want.part)
+    name = cache_part_name(want.projection.name, want.part)
     pieces: list[bytes] | None = _pieces(
         want.session_id, want.projection, want.part, [frame], want.head, want.known, want.mac
     )
@@ -648,7 +644,7 @@ def store(
     left past those it wrote."""
     if head.seq == 0 or head.position is None or not isinstance(engine, CachingEngine):
         return 0
-    chunked = _chunks_kept(engine, projection)
+    chunked = chunks_kept(engine, projection)
     fresh = chunks is None
     chunks = chunks_of(chunks, state)
     written = 0
