@@ -34,6 +34,7 @@ from eventstore.integrations import langgraph as lg
 from eventstore.integrations.langgraph import EventStoreSaver
 from eventstore.integrations.langgraph_delta import (
     CHAIN_MAX,
+    SAMPLE,
     WINDOW,
     BlobDelta,
     DeltaChain,
@@ -97,7 +98,13 @@ def test_a_delta_rebuilds_its_value_over_its_base_only(
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.binary(max_size=200),
+    st.one_of(
+        st.binary(max_size=200),
+        # a root longer than the CRC's first sample: read from the root alone
+        st.tuples(st.binary(min_size=1, max_size=16), st.integers(SAMPLE - 8, 3 * SAMPLE)).map(
+            lambda t: (t[0] * t[1])[: t[1]]
+        ),
+    ),
     st.lists(
         st.tuples(
             st.binary(max_size=WINDOW + 6),
@@ -111,7 +118,8 @@ def test_a_chain_of_deltas_reads_as_the_deltas_applied_in_turn(
     root: bytes, steps: list[tuple[bytes, bytes]]
 ) -> None:
     """Any deltas (heads longer than the window a chain keeps or than their base, tails
-    over a short base inside the window, values past the CRC's samples), each linked
+    over a short base inside the window, values past the CRC's samples, roots shorter
+    and longer than a sample), each linked
     over the value before (`BlobDelta.linked`): the value and its sample CRC are those
     of the deltas applied whole in turn; over another type or bytes it is refused, as
     `applied` refuses."""

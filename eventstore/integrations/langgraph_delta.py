@@ -145,12 +145,32 @@ class DeltaChain(msgspec.Struct, frozen=True, gc=False):
         return b"".join(self._pieces())
 
     def sample_crc(self) -> int:
-        """`sample_crc` of the value's bytes, from the pieces it samples only."""
+        """`sample_crc` of the value's bytes, from the pieces it samples only: its first
+        bytes from the window and the root, its last from the newest tails (a fold takes
+        it for every delta over a chain, so walking the whole chain each time made
+        folding a thread quadratic in its links)."""
         if self.length <= 2 * SAMPLE:
             return sample_crc(self.whole())
-        pieces = self._pieces()
-        first = _span(pieces, 0, SAMPLE)
-        return zlib.crc32(_span(pieces, self.length - SAMPLE, self.length), zlib.crc32(first))
+        w = len(self.window)
+        if len(self.root) >= SAMPLE:
+            first = self.window + self.root[w:SAMPLE]
+        else:
+            first = _span(self._pieces(), 0, SAMPLE)
+        return zlib.crc32(self._last(SAMPLE), zlib.crc32(first))
+
+    def _last(self, n: int) -> bytes:
+        """The value's last `n` bytes, for `n` past the window: the value is the window
+        then `root + the tails` past it, so they are that concatenation's last."""
+        ends: list[bytes | memoryview] = []
+        got = 0
+        link: DeltaChain | None = self
+        while link is not None and got < n:
+            ends.append(link.tail)
+            got += len(link.tail)
+            link = link.prev
+        if got < n:
+            ends.append(memoryview(self.root)[max(0, len(self.root) - (n - got)) :])
+        return b"".join(reversed(ends))[-n:]
 
     def _pieces(self) -> list[bytes | memoryview]:
         """The value's bytes in order, as slices (none copied)."""
