@@ -236,15 +236,15 @@ def write_atomically(
 
 
 class SessionPaths:
-    """The files of one session under a store root."""
+    """The files of one session under a store root. A long-running process keeps one
+    for every session it has open: the paths used only when a session is opened,
+    recovered or archived are made when asked for (a `Path` kept is ~280 bytes)."""
 
     __slots__ = (
         "_checks",
-        "archive",
         "dir",
         "dir_str",
-        "journal",
-        "lock",
+        "lock_str",
         "log",
         "log_str",
         "session_id",
@@ -256,15 +256,28 @@ class SessionPaths:
         self.log = self.dir / LOG_NAME
         self.log_str = os.fspath(self.log)  # for the append hot path's lstat
         self.dir_str = os.fspath(self.dir)  # (and the fsync one's)
-        self.lock = self.dir / LOCK_NAME
-        self.journal = self.dir / JOURNAL_NAME
-        self.archive = self.dir / ARCHIVE_DIR
+        self.lock_str = os.path.join(self.dir_str, LOCK_NAME)  # (and its lock check)
         # the paths checked on every operation, as str: pathlib's conversions cost more
         # than the lstat calls themselves on the hot path
         checks = [os.fspath(self.dir.parent), os.fspath(self.dir)]
         if self.dir.name.startswith("~"):
             checks.append(os.fspath(self.dir / ID_FILE))
         self._checks = tuple(checks)
+
+    @property
+    def lock(self) -> Path:
+        """The writers' lock file."""
+        return self.dir / LOCK_NAME
+
+    @property
+    def journal(self) -> Path:
+        """The durable appends' journal (`eventstore.engines.file.journal`)."""
+        return self.dir / JOURNAL_NAME
+
+    @property
+    def archive(self) -> Path:
+        """The directory of archived segments."""
+        return self.dir / ARCHIVE_DIR
 
     def check_no_links(self) -> None:
         """Raise UnsafePathError if the sessions dir or this session's dir is a symlink."""

@@ -134,7 +134,7 @@ def lock_at_path(sess: SessionState) -> bool:
     if isinstance(mark, str):
         return fd_path(sess.lock_fd) == mark
     try:
-        st = os.lstat(sess.paths.lock)
+        st = os.lstat(sess.paths.lock_str)
     except OSError:
         return False
     return (st.st_dev, st.st_ino) == mark
