@@ -148,29 +148,33 @@ class DeltaChain(msgspec.Struct, frozen=True, gc=False):
         """`sample_crc` of the value's bytes, from the pieces it samples only: its first
         bytes from the window and the root, its last from the newest tails (a fold takes
         it for every delta over a chain, so walking the whole chain each time made
-        folding a thread quadratic in its links)."""
+        folding a thread quadratic in its links), each CRC'd in place (no copies: 4 kB
+        copies between a fold's kept tails fragment the heap)."""
         if self.length <= 2 * SAMPLE:
             return sample_crc(self.whole())
         w = len(self.window)
         if len(self.root) >= SAMPLE:
-            first = self.window + self.root[w:SAMPLE]
+            crc = zlib.crc32(memoryview(self.root)[w:SAMPLE], zlib.crc32(self.window))
         else:
-            first = _span(self._pieces(), 0, SAMPLE)
-        return zlib.crc32(self._last(SAMPLE), zlib.crc32(first))
+            crc = zlib.crc32(_span(self._pieces(), 0, SAMPLE))
+        for piece in self._last(SAMPLE):
+            crc = zlib.crc32(piece, crc)
+        return crc
 
-    def _last(self, n: int) -> bytes:
-        """The value's last `n` bytes, for `n` past the window: the value is the window
-        then `root + the tails` past it, so they are that concatenation's last."""
-        ends: list[bytes | memoryview] = []
-        got = 0
+    def _last(self, n: int) -> list[memoryview]:
+        """The value's last `n` bytes (`n` past the window), as slices in order: the
+        value is the window then `root + the tails` past it, so they end that."""
+        ends = []
         link: DeltaChain | None = self
-        while link is not None and got < n:
-            ends.append(link.tail)
-            got += len(link.tail)
+        while link is not None and n > 0:
+            tail = link.tail
+            ends.append(memoryview(tail)[max(0, len(tail) - n) :])
+            n -= len(tail)
             link = link.prev
-        if got < n:
-            ends.append(memoryview(self.root)[max(0, len(self.root) - (n - got)) :])
-        return b"".join(reversed(ends))[-n:]
+        if n > 0:
+            ends.append(memoryview(self.root)[len(self.root) - n :])
+        ends.reverse()
+        return ends
 
     def _pieces(self) -> list[bytes | memoryview]:
         """The value's bytes in order, as slices (none copied)."""
