@@ -17,8 +17,10 @@ def text(rng: random.Random, n: int) -> str:
     """About `n` characters of words drawn by `rng` (seeded: the same for every backend)."""
     words = ["agent", "graph", "tool", "state", "commit", "test", "fix", "plan", "log", "run"]
     out: list[str] = []
-    while sum(len(w) + 1 for w in out) < n:
+    size = 0  # sum(len(w) + 1 for w in out), kept as it grows: a sum a word was quadratic
+    while size < n:
         out.append(rng.choice(words))
+        size += len(out[-1]) + 1
     return " ".join(out)[:n]
 
 
