@@ -148,8 +148,7 @@ class DeltaChain(msgspec.Struct, frozen=True, gc=False):
         """`sample_crc` of the value's bytes, from the pieces it samples only: its first
         bytes from the window and the root, its last from the newest tails (a fold takes
         it for every delta over a chain, so walking the whole chain each time made
-        folding a thread quadratic in its links), each CRC'd in place (no copies: 4 kB
-        copies between a fold's kept tails fragment the heap)."""
+        folding a thread quadratic in its links), each CRC'd in place (no copies)."""
         if self.length <= 2 * SAMPLE:
             return sample_crc(self.whole())
         w = len(self.window)
@@ -162,8 +161,10 @@ class DeltaChain(msgspec.Struct, frozen=True, gc=False):
         return crc
 
     def _last(self, n: int) -> list[memoryview]:
-        """The value's last `n` bytes (`n` past the window), as slices in order: the
-        value is the window then `root + the tails` past it, so they end that."""
+        """The value's last `n` bytes, as slices in order, for `n` that does not reach
+        back into the window: past its window the value is `root` then each link's
+        tail, oldest first, so it ends with the newest tails (and the root's end when
+        they are shorter than `n`)."""
         ends = []
         link: DeltaChain | None = self
         while link is not None and n > 0:
