@@ -13,6 +13,12 @@ interleaved; the figure is the backend's CPU time (user + system) per call, summ
 the blocks, which other work on a shared machine hardly changes (wall time it does, ten
 times over). `--sync off` sets `synchronous_commit=off` for the connection, so the
 commits' disk waits leave the wall times too.
+
+`--shapes` measures, instead of an older version, what a faster append could look like
+(for the next schema version's design): this version's fast path sent as one client
+statement instead of a function call; the function without the `sessions_updated`
+index (so the head update can be HOT); and an append that only inserts its line,
+its chain checked against the line before in the same statement (no head row).
 """
 
 from __future__ import annotations
@@ -68,11 +74,102 @@ def _inserter(conn: Any, schema: str) -> Callable[[], None]:
     return one
 
 
+def _direct(conn: Any, schema: str) -> Callable[[], None]:
+    """Version 5's fast path (the head update, the lines' insert, the listeners check)
+    sent as one statement, the advisory lock taken in it; the session made first by the
+    function."""
+    from eventstore.engines.postgres.schema import SESSION_LOCK_SEED
+
+    s = f'"{schema}"'
+    sql = (
+        f"WITH l AS (SELECT pg_advisory_xact_lock(hashtextextended(%(sid)s, {SESSION_LOCK_SEED})))"
+        f", u AS (UPDATE {s}.sessions AS t SET head_seq = %(first)s, head_link = %(link)s,"
+        f" head_h = %(h)s, stream_end = t.stream_end + octet_length(%(line)s::bytea),"
+        f" updated_us = greatest(t.updated_us, %(ts)s) FROM l"
+        f" WHERE t.session_id = %(sid)s AND t.head_seq = %(seq)s AND t.head_link = %(elink)s"
+        f" RETURNING t.sid, t.log_id, t.base_seq, t.snap_len, t.live_origin, t.stream_end)"
+        f", ins AS (INSERT INTO {s}.lines (sid, seq, stream_off, line)"
+        f" SELECT u.sid, %(first)s, u.stream_end - octet_length(%(line)s::bytea), %(line)s FROM u)"
+        f" SELECT u.log_id, u.base_seq, u.snap_len + u.stream_end - u.live_origin,"
+        f" EXISTS (SELECT 1 FROM {s}.listeners) FROM u"
+    )
+    first = _appender(conn, schema)
+    first()
+    head: list[Any] = [1, "l0"]
+
+    def one() -> None:
+        seq, link = head
+        row = conn.execute(
+            sql,
+            {"sid": "s", "first": seq + 1, "line": LINE, "link": f"l{seq}", "h": f"h{seq}",
+             "ts": time.time_ns() // 1000, "seq": seq, "elink": link},
+        ).fetchone()  # fmt: skip
+        assert row is not None, head
+        head[:] = [seq + 1, f"l{seq}"]
+
+    return one
+
+
+def _insert_only(conn: Any, schema: str) -> Callable[[], None]:
+    """An append that inserts its line only, if the line before has the expected `h`
+    (a primary key on (sid, seq): two appends at one seq cannot both land)."""
+    s = f'"{schema}"'
+    conn.execute(f"CREATE TABLE {s}.chained (sid bigint, seq bigint, h text NOT NULL,"
+                 " line bytea NOT NULL, PRIMARY KEY (sid, seq))")  # fmt: skip
+    conn.execute(f"INSERT INTO {s}.chained VALUES (1, 0, 'h0', '')")
+    sql = (
+        f"INSERT INTO {s}.chained (sid, seq, h, line) SELECT %s, %s, %s, %s"
+        f" WHERE EXISTS (SELECT 1 FROM {s}.chained WHERE sid = %s AND seq = %s AND h = %s)"
+        f" ON CONFLICT DO NOTHING RETURNING seq"
+    )
+    head: list[Any] = [0, "h0"]
+
+    def one() -> None:
+        seq, h = head
+        row = conn.execute(sql, (1, seq + 1, f"h{seq + 1}", LINE, 1, seq, h)).fetchone()
+        assert row is not None, head
+        head[:] = [seq + 1, f"h{seq + 1}"]
+
+    return one
+
+
+def _kinds(
+    conn: Any, shapes: bool, against: int
+) -> tuple[list[str], dict[str, Callable[[], None]]]:
+    """The schemas made and the kinds of append to measure in them."""
+    import psycopg
+
+    from eventstore.engines.postgres.schema import SCHEMA_VERSION, ddl
+
+    schemas: list[str] = []
+
+    def schema(version: int) -> str:
+        schemas.append(f"bench_{uuid.uuid4().hex[:10]}")
+        if not version:
+            conn.execute(f'CREATE SCHEMA "{schemas[-1]}"')
+        for v in range(1, version + 1):
+            conn.execute(psycopg.sql.SQL(ddl(schemas[-1], v)))
+        return schemas[-1]
+
+    kinds: dict[str, Callable[[], None]] = {}
+    if not shapes:
+        kinds[f"schema v{against}"] = _appender(conn, schema(against))
+    kinds[f"schema v{SCHEMA_VERSION}"] = _appender(conn, schema(SCHEMA_VERSION))
+    if shapes:
+        kinds["its fast path as one client statement"] = _direct(conn, schema(SCHEMA_VERSION))
+        bare = schema(SCHEMA_VERSION)
+        conn.execute(f'DROP INDEX "{bare}".sessions_updated')
+        kinds["the function, no sessions_updated index"] = _appender(conn, bare)
+        kinds["insert only, chain checked"] = _insert_only(conn, schema(0))
+    kinds["plain INSERT"] = _inserter(conn, schema(0))
+    return schemas, kinds
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison and print a markdown table."""
     import psycopg
 
-    from eventstore.engines.postgres.schema import SCHEMA_VERSION, ddl
+    from eventstore.engines.postgres.schema import SCHEMA_VERSION
     from eventstore.engines.postgres.url import split_url
 
     ap = argparse.ArgumentParser(prog="python -m bench.pg_append_cpu", description=__doc__)
@@ -81,23 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--blocks", type=int, default=30)
     ap.add_argument("--calls", type=int, default=100, help="calls per block")
     ap.add_argument("--sync", default="on", choices=["on", "off"])
+    ap.add_argument("--shapes", action="store_true", help="faster shapes, not an older version")
     a = ap.parse_args(argv)
     url = postgres_url(ap, a.url)
-    versions = {f"schema v{a.against}": a.against, f"schema v{SCHEMA_VERSION}": SCHEMA_VERSION}
     with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
         conn.execute(f"SET synchronous_commit = {a.sync}")
         pid = conn.info.backend_pid
         schemas: list[str] = []
-        kinds: dict[str, Callable[[], None]] = {}
         try:
-            for name, version in versions.items():
-                schemas.append(f"bench_{uuid.uuid4().hex[:10]}")
-                for v in range(1, version + 1):
-                    conn.execute(psycopg.sql.SQL(ddl(schemas[-1], v)))  # type: ignore[arg-type]
-                kinds[name] = _appender(conn, schemas[-1])
-            schemas.append(f"bench_{uuid.uuid4().hex[:10]}")
-            conn.execute(f'CREATE SCHEMA "{schemas[-1]}"')
-            kinds["plain INSERT"] = _inserter(conn, schemas[-1])
+            schemas, kinds = _kinds(conn, a.shapes, a.against)
             cpu: dict[str, float] = dict.fromkeys(kinds, 0.0)
             wall: dict[str, list[float]] = {k: [] for k in kinds}
             for _ in range(a.blocks):
