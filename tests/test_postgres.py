@@ -66,6 +66,7 @@ if psycopg is None:
     import psycopg  # in CI the extra must be installed: an ImportError fails the run
 
 from eventstore.engines.postgres import engine as pg  # noqa: E402
+from eventstore.engines.postgres.handover import Handover  # noqa: E402
 from eventstore.engines.postgres.schema import channel_of, quote_schema  # noqa: E402
 
 
@@ -1458,6 +1459,42 @@ def test_engine_survives_fork(engine: pg.PostgresEngine) -> None:
     assert wait_child(pid, 60) == 0
     assert append_retrying(engine, "s").seq == 3
     check_chain(engine.read("s", None).data)
+
+
+def test_the_schema_checks_connection_is_the_pools_first_and_only_once(pg_url: str) -> None:
+    """`Handover`: the connection an engine checks its schema on is what its pool's
+    first connect gets (no second server session to start), once; the next connect
+    opens another; one no pool took is closed with the engine."""
+    conninfo = pg.split_url(pg_url)[0]
+    handover = Handover()
+    first = handover.connection_class.connect(conninfo, autocommit=True)
+    handover.give(first)
+    assert handover.connection_class.connect(conninfo, autocommit=True) is first
+    with handover.connection_class.connect(conninfo, autocommit=True) as other:
+        assert other is not first and other.info.backend_pid != first.info.backend_pid
+    first.close()
+    left = Handover()
+    conn = left.connection_class.connect(conninfo)
+    left.give(conn)
+    left.close()
+    assert conn.closed
+
+
+def test_a_forked_child_never_takes_its_parents_first_connection(pg_url: str) -> None:
+    handover = Handover()
+    first = handover.connection_class.connect(pg.split_url(pg_url)[0], autocommit=True)
+    handover.give(first)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if handover.take() is None else 2
+        finally:
+            os._exit(code)
+    assert wait_child(pid, 60) == 0
+    assert handover.take() is first  # still the parent's, and its session alive
+    assert first.execute("SELECT 1").fetchone() == (1,)
+    first.close()
 
 
 # -- migrate ------------------------------------------------------------------------------

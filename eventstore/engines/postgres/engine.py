@@ -64,6 +64,7 @@ from eventstore.engines.base import (
     cache_part_name,
     redact_text,
 )
+from eventstore.engines.postgres.handover import Handover
 from eventstore.engines.postgres.schema import (
     SCHEMA_VERSION,
     SchemaVersionError,
@@ -246,12 +247,22 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine):
         self._listener: _Listener | None = None
         self._closed = False
         self._sql = _Statements(self._q)
-        # the pool opens its first connection in the background meanwhile, so the first
-        # read (a cold load) does not wait for a second connection after this one
-        self._get_pool()
+        # the schema is checked on a connection of our own (a wrong URL fails at once,
+        # with the server's words), then handed to the pool as its first connection
+        self._handover = Handover()
         try:
-            with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10) as conn:
+            conn = self._handover.connection_class.connect(
+                self._conninfo, autocommit=True, connect_timeout=10
+            )
+            try:
                 ensure_schema(conn, self.schema)
+            except BaseException:
+                conn.close()
+                raise
+            self._handover.give(conn)
+            # the pool's worker takes it now, not after the first read has waited for
+            # a thread switch (up to the interpreter's 5 ms switch interval)
+            self._get_pool().wait(timeout=10)
         except BaseException as exc:
             self.close()
             if isinstance(exc, psycopg.Error):
@@ -287,6 +298,7 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine):
             if self._pool is None:
                 self._pool = psycopg_pool.ConnectionPool(
                     self._conninfo,
+                    connection_class=self._handover.connection_class,
                     configure=_CONNECTIONS.add,
                     min_size=1,
                     max_size=self._pool_size,
@@ -802,6 +814,7 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine):
             listener.close()
         if pool is not None:
             pool.close()
+        self._handover.close()
 
 
 _ORPHANS: list[object] = []
