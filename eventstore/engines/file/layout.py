@@ -266,8 +266,8 @@ class SessionPaths:
 
     @property
     def lock(self) -> Path:
-        """The writers' lock file."""
-        return self.dir / LOCK_NAME
+        """The writers' lock file (`lock_str`, as a path)."""
+        return Path(self.lock_str)
 
     @property
     def journal(self) -> Path:
