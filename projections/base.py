@@ -101,7 +101,10 @@ class Projection(Protocol[S]):
     only the complete ones before frame `stop`. A projection with it promises that a
     complete frame never changes while its state object is folded forward (a state
     replaced is a new object): the store then writes each complete frame once, as a
-    chunk cache, and a close writes only the rest.
+    chunk cache, and a close writes only the rest. `encode_cache(state) -> bytes` and
+    `decode_cache(data) -> state` keep an unframed state in the fold cache in an
+    encoding of the projection's own (without them, `encode_state`'s JSON): e.g.
+    MessagePack for a state of bytes values, which JSON holds as base64.
     """
 
     @property

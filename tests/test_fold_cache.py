@@ -21,7 +21,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 import oracle
@@ -593,6 +593,34 @@ def test_a_projection_that_opts_in_is_cached_and_others_are_not(root: Path) -> N
     with SessionStore(root, projections=[_Counting()]) as s:
         assert s.load("s", "counting").n == s.last_seq("s")
         assert s.cache_info("s").folds["counting"][1] == s.last_seq("s")  # type: ignore[union-attr]
+
+
+class _OwnEncoding(_Counting):
+    """Keeps its cache in MessagePack (`encode_cache`, `decode_cache`), its snapshots in
+    JSON; counts the cache frames it decodes."""
+
+    name = "own_encoding"
+    decoded: ClassVar[list[bytes]] = []
+
+    def encode_cache(self, state: _Counter) -> bytes:
+        return msgspec.msgpack.encode(state)
+
+    def decode_cache(self, data: bytes) -> _Counter:
+        type(self).decoded.append(data)
+        return msgspec.msgpack.decode(data, type=_Counter)
+
+
+def test_a_projection_keeps_its_cache_in_its_own_encoding(root: Path) -> None:
+    with SessionStore(root, projections=[_OwnEncoding()]) as s:
+        _fill(s, "s")
+        assert s.load("s", "own_encoding").n == s.last_seq("s")
+        last = s.last_seq("s")
+    _OwnEncoding.decoded.clear()
+    with SessionStore(root, projections=[_OwnEncoding()]) as s:
+        assert s.load("s", "own_encoding").n == last
+        assert s.cache_info("s").folds["own_encoding"][1] == last  # read from its cache
+    assert _OwnEncoding.decoded == [msgspec.msgpack.encode(_Counter(last))]
+    assert msgspec.msgpack.encode(_Counter(last)) in _cache(root, "s", "own_encoding").read_bytes()
 
 
 class _CountingEvery(_Counting):

@@ -175,7 +175,11 @@ def test_the_head_projection_agrees_with_the_full_one_on_any_events(events: list
         full = lg.PROJECTION.apply(full, ev)
         heads = lg.HEAD_PROJECTION.apply(heads, ev)
         _check_heads(full, heads)
-    assert lg.HEAD_PROJECTION.decode_state(lg.HEAD_PROJECTION.encode_state(heads)) == heads
+    head = lg.HEAD_PROJECTION
+    assert head.decode_state(head.encode_state(heads)) == heads
+    # the fold cache's encoding, and the JSON caches of earlier versions
+    assert head.decode_cache(head.encode_cache(heads)) == heads
+    assert head.decode_cache(head.encode_state(heads)) == heads
 
 
 class _Driver:
@@ -409,6 +413,33 @@ def test_a_cold_get_tuple_reads_the_head_cache_not_the_log(
         assert 0 < spy.read - before < 1000
 
 
+def test_a_head_cache_an_earlier_version_wrote_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # earlier versions kept the head state in its cache as JSON (`encode_state`)
+    with monkeypatch.context() as m:
+        m.setattr(
+            lg.LangGraphHeadProjection, "encode_cache", lg.LangGraphHeadProjection.encode_state
+        )
+        with EventStoreSaver(tmp_path) as saver:
+            last = _chain(saver, "t", 30)
+    json_cache = cache_path(tmp_path, "langgraph-t", "langgraph_head").read_bytes()
+    with EventStoreSaver(tmp_path) as saver:
+        spy = _ReadSpy(saver.store, monkeypatch)
+        got = saver.get_tuple(_latest("t", ""))
+        assert spy.read == 0  # the JSON cache is used, not refolded from the log
+        assert got is not None and got.config == last
+        assert checkpoint_summary(got) == checkpoint_summary(_full_latest(saver, "t", ""))
+        saver.put_writes(last, [("v", "new")], "task-new")
+    # the writer's close kept the head's cache in this version's encoding, a third smaller
+    assert len(cache_path(tmp_path, "langgraph-t", "langgraph_head").read_bytes()) < len(json_cache)
+    with EventStoreSaver(tmp_path) as saver:
+        spy = _ReadSpy(saver.store, monkeypatch)
+        got = saver.get_tuple(_latest("t", ""))
+        assert spy.read == 0 and got is not None
+        assert ("task-new", "v", "new") in (got.pending_writes or [])
+
+
 class Chat(TypedDict):
     messages: Annotated[list[str], operator.add]
     turns: int
@@ -503,9 +534,9 @@ def test_a_damaged_head_cache_is_ignored(tmp_path: Path) -> None:
         cache.write_bytes(damaged)
         assert _cold_answer(tmp_path) == truth, what
         cache.write_bytes(good)
-    # a cache whose state was altered and its digest recomputed still names the head
-    # of the log it was folded from: the engine checks that head's hash in the log
-    state_hacked = good.replace(b'"k":{"kind":"blob"', b'"k":{"kind":"blob" ', 1)
+    # a cache whose state was altered so that it still decodes (a blob's serde type
+    # renamed, in whichever encoding the cache keeps it) is caught by its checksum
+    state_hacked = good.replace(b"msgpack", b"msgpacK", 1)
     assert state_hacked != good
     cache.write_bytes(state_hacked)
     assert _cold_answer(tmp_path) == truth

@@ -7,23 +7,24 @@ checks where in the log the head is):
     <JSON header>\n[<chunk list, JSON>\n]( <frame length, 4 bytes big-endian> <frame> )*
     <CRC-32, 8 hex>\n
 
-The header names the format, the session, the projection and its version, the part
-(-1: the projection's own cache; k: its chunk k, below), the event types the folding
-process could decode of those the projection reads, with the version and upcasters it
-read each with (`known`, a digest: a process that skipped one of them, or upcast old
-lines of one another way, folded another state), the head (`seq`, `link`, `h`), how many
-chunks it lists and the bytes of their list, how many frames follow and their bytes. A
-frame is the projection's `encode_state` bytes (one frame), or, for a projection with
-`cache_frames`/`from_cache_frame` (the transcript's), a part of its state: a cold load
-reads and decodes a long state one frame at a time, so it never holds the whole cache
-besides the state it builds. The checksum is a CRC-32 over everything before it (4 GB/s
-here, where a SHA-256 took a third of a cold transcript load), so it binds the state to
-the chain hash `h` at its position (which hashes every line before it) and to the
-session and projection. It detects damage, not forgery: anyone who can write the cache can also
-write a matching digest of any kind (the log's hash chain, which `verify` checks whole,
-is what detects edits). A store given a cache key (`SessionStore(signing_key=...)` or
-`cache_key=...`) closes its caches with an HMAC-SHA256 under that key instead (64 hex
-digits): a cache forged without the key, or written unkeyed, is then ignored.
+The header names the format, the session, the projection and its version, the part (-1:
+the projection's own cache; k: its chunk k, below), the event types the folding process
+could decode of those the projection reads, with the version and upcasters it read each
+with (`known`, a digest: a process that skipped one of them, or upcast old lines of one
+another way, folded another state), the head (`seq`, `link`, `h`), how many chunks it
+lists and the bytes of their list, how many frames follow and their bytes. A frame is
+the projection's `encode_cache` bytes, else its `encode_state` bytes (one frame), or,
+for a projection with `cache_frames`/`from_cache_frame` (the transcript's), a part of
+its state: a cold load reads and decodes a long state one frame at a time, so it never
+holds the whole cache besides the state it builds. The checksum is a CRC-32 over
+everything before it (4 GB/s here, where a SHA-256 took a third of a cold transcript
+load), so it binds the state to the chain hash `h` at its position (which hashes every
+line before it) and to the session and projection. It detects damage, not forgery:
+anyone who can write the cache can also write a matching digest of any kind (the log's
+hash chain, which `verify` checks whole, is what detects edits). A store given a cache
+key (`SessionStore(signing_key=...)` or `cache_key=...`) closes its caches with an
+HMAC-SHA256 under that key instead (64 hex digits): a cache forged without the key, or
+written unkeyed, is then ignored.
 
 Chunks. On an engine that keeps cache parts (`CachingEngine.keeps_cache_parts`), a
 projection with `cache_frames_from` (the transcript's) keeps each complete frame as a
@@ -196,6 +197,18 @@ def is_framed(projection: Any) -> bool:
     )
 
 
+def _encoded(projection: Any, state: Any) -> bytes:
+    """The one frame of an unframed state: `encode_cache`'s bytes, else `encode_state`'s."""
+    encode = getattr(projection, "encode_cache", None)
+    return projection.encode_state(state) if encode is None else encode(state)  # type: ignore[no-any-return]
+
+
+def _decoded(projection: Any, frame: bytes) -> Any:
+    """The state in `_encoded`'s frame."""
+    decode = getattr(projection, "decode_cache", None)
+    return projection.decode_state(frame) if decode is None else decode(frame)
+
+
 def is_chunked(projection: Any) -> bool:
     """Whether `projection`'s complete frames are kept as chunk caches: it is framed and
     says which of its frames are complete (`cache_frames_from`)."""
@@ -260,9 +273,7 @@ def encode(
     transcript's megabytes are never joined into one more copy: its writer writes them
     in turn)."""
     frames: list[bytes] = (
-        projection.cache_frames(state)
-        if is_framed(projection)
-        else [projection.encode_state(state)]
+        projection.cache_frames(state) if is_framed(projection) else [_encoded(projection, state)]
     )
     return _pieces(session_id, projection, _WHOLE, frames, head, known, mac)
 
@@ -452,9 +463,7 @@ def _check(
         # decodes from damaged bytes is never kept
         try:
             state = (
-                projection.from_cache_frame(state, frame)
-                if framed
-                else projection.decode_state(frame)
+                projection.from_cache_frame(state, frame) if framed else _decoded(projection, frame)
             )
         except Exception as exc:  # noqa: BLE001 - whatever a projection's decoding raises
             return f"the state does not decode: {exc!r}"

@@ -295,6 +295,7 @@ def merged_writes(old: WritesEntry | None, event: WritesPut) -> WritesEntry:
 
 
 _deterministic = msgspec.json.Encoder(order="deterministic")
+_msgpack = msgspec.msgpack.Encoder()
 
 
 # -- every checkpoint ------------------------------------------------------------------
@@ -521,6 +522,7 @@ class LangGraphHeadProjection(StructProjection[HeadState]):
 
     def __init__(self) -> None:
         self._decoder = msgspec.json.Decoder(HeadState)
+        self._cache_decoder = msgspec.msgpack.Decoder(HeadState)
 
     def initial(self) -> HeadState:
         """No namespace."""
@@ -697,6 +699,19 @@ class LangGraphHeadProjection(StructProjection[HeadState]):
     def decode_state(self, data: bytes) -> HeadState:
         """The heads back from `encode_state`'s JSON (one prebuilt decoder)."""
         return self._decoder.decode(data)
+
+    def encode_cache(self, state: HeadState) -> bytes:
+        """The heads in the fold cache: MessagePack, whose blobs are their bytes (JSON's
+        base64 made a 1,000-step thread's cache a third larger and its decoding 40x
+        slower)."""
+        return _msgpack.encode(state)
+
+    def decode_cache(self, data: bytes) -> HeadState:
+        """The heads back from `encode_cache`'s bytes, or from the JSON of a cache an
+        earlier version wrote (a MessagePack map never starts with `{`)."""
+        if data[:1] == b"{":
+            return self._decoder.decode(data)
+        return self._cache_decoder.decode(data)
 
 
 def against_head(blobs: list[BlobPut], known: NamespaceHead | None) -> list[BlobPut]:
