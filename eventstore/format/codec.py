@@ -110,7 +110,7 @@ class _StubsWhenNeeded:
     decoded) until a line of another type comes, then of every type, the others as
     stubs (made then). Making a stub and building it into a decoder costs ~30 us a type,
     most of the first fold of a fresh process whose logs hold only the types it needs
-    (LangGraph's: 13 stubs, ~0.4 ms); the events decoded are the same either way. A
+    (LangGraph's: 12 stubs, ~0.3 ms); the events decoded are the same either way. A
     ValidationError (a line of another type, or an invalid one) moves it to every type
     for good; an invalid line then fails there too, as it would have."""
 
@@ -555,11 +555,11 @@ class EventCodec:
         """
         key = None if needed is None else frozenset(needed | _ALWAYS_DECODED)
         return _DecryptingDecoder(
-            self, self._msgspec_decoder(key), None if key is None else tags_in(key), lenient,
+            self, self._plain_decoder(key), None if key is None else tags_in(key), lenient,
             needed is not None and needed <= KEYLESS_TYPES,
         )  # fmt: skip
 
-    def _msgspec_decoder(self, key: frozenset[str] | None) -> _PlainDecoder:
+    def _plain_decoder(self, key: frozenset[str] | None) -> _PlainDecoder:
         dec = self._decoders.get(key)
         if dec is None:
             known = self.types
