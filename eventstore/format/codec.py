@@ -133,22 +133,19 @@ class _StubsWhenNeeded:
         return every
 
     def decode_lines(self, buf: bytes, /) -> list[Event]:
-        needed = self._needed
-        if needed is not None:
-            try:
-                return needed.decode_lines(buf)
-            except msgspec.ValidationError:
-                pass
-        return self._stubbed().decode_lines(buf)
+        return self._with(lambda dec: dec.decode_lines(buf))
 
     def decode(self, buf: bytes, /) -> Event:
+        return self._with(lambda dec: dec.decode(buf))
+
+    def _with(self, call: Callable[[msgspec.json.Decoder[Event]], _T]) -> _T:
         needed = self._needed
         if needed is not None:
             try:
-                return needed.decode(buf)
+                return call(needed)
             except msgspec.ValidationError:
                 pass
-        return self._stubbed().decode(buf)
+        return call(self._stubbed())
 
 
 class _DecryptingDecoder:
