@@ -351,10 +351,15 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine):
         log_id = pos.log_id if pos is not None else -1
         after = pos.seq if pos is not None else 0
         params = {"log": log_id, "after": after, "sid": session_id}
-        rows = self._query(
-            "reading a session",
-            lambda conn: conn.execute(self._sql.read, params, binary=True).fetchall(),
-        )
+        if pos is not None:
+            # the common read, on in the same log: a statement without the opening
+            # snapshot's part (planned in half the time: ~0.35 ms less as a backend's
+            # first); the head alone, of another log, says the log was replaced
+            rows = self._rows(self._sql.read_on, params)
+            if not rows or rows[0][2] != log_id:
+                rows = self._rows(self._sql.read, params)
+        else:
+            rows = self._rows(self._sql.read, params)
         where = self.where(session_id)
         if not rows:
             return ReadResult(b"", EMPTY_HEAD, position is not None, where)
@@ -373,6 +378,13 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine):
             assert pos is not None
             return ReadResult(data, head, False, where, pos.offset)
         return ReadResult(data, head, position is not None, where, 0)
+
+    def _rows(self, statement: str, params: dict[str, Any]) -> list[Any]:
+        """The rows of one of `read`'s statements."""
+        return self._query(
+            "reading a session",
+            lambda conn: conn.execute(statement, params, binary=True).fetchall(),
+        )
 
     def head(self, session_id: str) -> Head:
         """The session's head (one indexed row)."""
@@ -911,6 +923,16 @@ class _Statements:
             f" SELECT 2, l.seq, NULL, NULL, NULL, NULL, NULL, NULL, l.line FROM {q}.lines l, s"
             f" WHERE l.sid = s.sid AND l.seq > greatest(s.snap_seq,"
             f" CASE WHEN s.log_id = %(log)s THEN %(after)s ELSE 0 END)"
+            f" ORDER BY 1, 2"
+        )
+        # `read` on from a position: the head, then the lines after it if the live log is
+        # still the position's
+        self.read_on = (
+            f"WITH s AS (SELECT * FROM {q}.sessions WHERE session_id = %(sid)s)"
+            f" SELECT 0 AS k, 0::bigint AS seq, {head_cols}, NULL::bytea FROM s"
+            f" UNION ALL"
+            f" SELECT 2, l.seq, NULL, NULL, NULL, NULL, NULL, NULL, l.line FROM {q}.lines l, s"
+            f" WHERE l.sid = s.sid AND s.log_id = %(log)s AND l.seq > %(after)s"
             f" ORDER BY 1, 2"
         )
         self.head = f"SELECT {head_cols} FROM {q}.sessions s WHERE s.session_id = %s"
