@@ -8,7 +8,8 @@ database), then, in a fresh process per backend and repeat (interleaved), opens 
 store, loads each session's bootstrap state and transcript once, and reports the growth
 of the process's resident memory (VmRSS, after a `gc.collect()`) over that pass, with the
 store still open (what a server holding one store for its life keeps). eventstore runs
-with its default `cached_sessions=1000`.
+with its default `cached_sessions=1000` (`--cached-sessions N`: another bound, to see what
+the default costs).
 """
 
 from __future__ import annotations
@@ -68,8 +69,13 @@ def _make_sessions(backend: str, root: Path, n: int) -> None:
         store.close()
 
 
-def _read_once(backend: str, root: str, n: int, out: Any) -> None:
-    store = open_backend(backend, root)
+def _read_once(backend: str, root: str, n: int, out: Any, cached: int | None) -> None:
+    if cached is not None and backend == "eventstore-flush":
+        from eventstore import SessionStore
+
+        store: Any = SessionStore(root, cached_sessions=cached)
+    else:
+        store = open_backend(backend, root)
     store.load_bootstrap_state("s00000")  # the store's own start-up outside the count
     store.load_transcript_messages("s00000")
     gc.collect()
@@ -88,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sessions", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cached-sessions", type=int, default=None)
     a = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="eventstore-many-"))
     try:
@@ -102,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             for backend in BACKENDS:
                 q = ctx.Queue()
                 p = ctx.Process(
-                    target=_read_once, args=(backend, str(roots[backend]), a.sessions, q)
+                    target=_read_once,
+                    args=(backend, str(roots[backend]), a.sessions, q, a.cached_sessions),
                 )
                 p.start()
                 growth[backend].append(q.get(timeout=600))
