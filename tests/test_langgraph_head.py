@@ -29,6 +29,7 @@ from langgraph.graph import END, START, StateGraph
 import eventstore.core.tuning
 from eventstore import SessionStore
 from eventstore.engines.file.layout import SessionPaths
+from eventstore.errors import CorruptLogError
 from eventstore.integrations import langgraph as lg
 from eventstore.integrations.langgraph import EventStoreSaver
 from eventstore.integrations.langgraph_state import (
@@ -269,6 +270,9 @@ class _Driver:
             self.ours.delete_for_runs([f"run-{self.draw(st.integers(0, 2))}"])
         elif op == "prune":
             self.ours.prune([self.draw(st.sampled_from(THREADS))])
+        elif op == "compact" and self.stored:
+            thread = self.draw(st.sampled_from(self.stored))["configurable"]["thread_id"]
+            self.ours.store.compact(self.ours.session_id(thread), force=True)
         return op
 
 
@@ -343,6 +347,137 @@ def test_a_cold_saver_answers_as_the_warm_one_did(
         cold.close()
     finally:
         eventstore.core.tuning.DEFAULT_TUNING = old
+
+
+# -- a named older checkpoint, read from the log (eventstore.integrations.langgraph_older)
+
+
+def _listed(saver: EventStoreSaver) -> dict[tuple[str, str, str], Any]:
+    """Every checkpoint as `list` answers it (from the full index), by thread, ns, id."""
+    out = {}
+    for t in saver.list(None):
+        conf = t.config["configurable"]
+        out[conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"]] = checkpoint_summary(t)
+    return out
+
+
+def _named(thread: str, ns: str, checkpoint_id: str) -> Any:
+    cfg = _latest(thread, ns)
+    cfg["configurable"]["checkpoint_id"] = checkpoint_id
+    return cfg
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_named_checkpoint_read_from_the_log_answers_as_the_full_index(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    """A fresh saver's `get_tuple` of any named checkpoint, or of an id never put,
+    answers as the full index does after any calls (rewritten blob versions, writes
+    before their checkpoint, removals, copies, deletions and compactions included:
+    where the read from the log gives up, the full index answers)."""
+    root = tmp_path_factory.mktemp("older")
+    with EventStoreSaver(root) as warm:
+        driver = _Driver(data, warm)
+        ops = ["put", "put", "put", "writes", "writes", "delete", "copy", "delete_runs"]
+        ops += ["prune", "compact"]
+        for _ in range(data.draw(st.integers(1, 30))):
+            driver.step(ops)
+    with EventStoreSaver(root) as full:
+        expected = _listed(full)
+    keys = {(t, ns, i) for t in THREADS for ns in NAMESPACES for i in ["1ef000", "1ef011"]}
+    keys |= set(expected)
+    with EventStoreSaver(root) as cold:
+        for key in sorted(keys):
+            assert checkpoint_summary(cold.get_tuple(_named(*key))) == expected.get(key)
+
+
+def _messages_thread(saver: EventStoreSaver, thread: str, n: int) -> list[Any]:
+    """`n` checkpoints whose "messages" channel grows by a message each (stored as
+    deltas), "k" kept from the first, a write on every third; their configs."""
+    cfg: Any = _latest(thread, "")
+    versions: dict[str, Any] = {}
+    messages: list[str] = []
+    configs = []
+    for i in range(n):
+        messages.append(f"message {i} " + "m" * 300)
+        cp = empty_checkpoint()
+        new = {"messages": saver.get_next_version(versions.get("messages"), None)}
+        if i == 0:
+            new["k"] = saver.get_next_version(None, None)
+        versions.update(new)
+        cp["channel_versions"] = dict(versions)
+        cp["channel_values"] = {"messages": list(messages), "k": "kept"}
+        cfg = saver.put(cfg, cp, {"source": "loop", "step": i}, dict(new))
+        configs.append(cfg)
+        if i % 3 == 0:
+            saver.put_writes(cfg, [("messages", i)], f"task-{i}")
+    return configs
+
+
+def test_a_named_older_checkpoint_is_read_from_the_log_not_the_full_index(
+    tmp_path: Path,
+) -> None:
+    with EventStoreSaver(tmp_path) as saver:
+        configs = _messages_thread(saver, "t", 40)
+    log = SessionPaths(tmp_path, "langgraph-t").log
+    assert log.stat().st_size < 40 * 40 * 300  # deltas: not every list whole
+    with EventStoreSaver(tmp_path) as full:
+        expected = _listed(full)
+    with EventStoreSaver(tmp_path) as cold:
+        for cfg in reversed(configs):
+            key = ("t", "", cfg["configurable"]["checkpoint_id"])
+            assert checkpoint_summary(cold.get_tuple(cfg)) == expected[key]
+        assert cold.get_tuple(_named("t", "", "1ef000")) is None  # never put
+        assert "langgraph" not in cold.store.cache_info("langgraph-t").folds  # never folded
+
+
+def _damage(log: Path, needle: bytes) -> None:
+    """Change one base64 character of the line holding `needle` (JSON stays valid)."""
+    data = bytearray(log.read_bytes())
+    at = data.index(needle)
+    start = data.rindex(b"\n", 0, at) + 1
+    i = data.index(b'["msgpack","', start) + 14
+    data[i] = ord("A") if data[i] != ord("A") else ord("B")
+    log.write_bytes(bytes(data))
+
+
+def test_a_damaged_line_a_named_read_needs_is_an_error_and_others_are_not_read(
+    tmp_path: Path,
+) -> None:
+    with EventStoreSaver(tmp_path) as saver:
+        configs = _messages_thread(saver, "t", 12)
+    with EventStoreSaver(tmp_path) as full:
+        expected = _listed(full)
+    log = SessionPaths(tmp_path, "langgraph-t").log
+    middle, later = configs[5], configs[9]
+    # a line of the newer checkpoint only: the read of the middle one needs none of it
+    _damage(log, b'"checkpoint_id":"' + later["configurable"]["checkpoint_id"].encode())
+    with EventStoreSaver(tmp_path) as cold:
+        key = ("t", "", middle["configurable"]["checkpoint_id"])
+        assert checkpoint_summary(cold.get_tuple(middle)) == expected[key]
+    # the middle checkpoint's own line: the full index is folded, and says where
+    _damage(log, b'"checkpoint_id":"' + middle["configurable"]["checkpoint_id"].encode())
+    with EventStoreSaver(tmp_path) as cold, pytest.raises(CorruptLogError, match="log.jsonl"):
+        cold.get_tuple(middle)
+
+
+def test_a_named_read_of_an_encrypted_thread_folds_the_full_index(tmp_path: Path) -> None:
+    pytest.importorskip("cryptography")
+    from eventstore import KeyRing
+
+    def store() -> SessionStore:
+        return SessionStore(tmp_path, keys=KeyRing({"m1": bytes(range(32))}))
+
+    with store() as s, EventStoreSaver(s) as saver:
+        configs = _messages_thread(saver, "t", 6)
+    with store() as s, EventStoreSaver(s) as full:
+        expected = _listed(full)
+    with store() as s, EventStoreSaver(s) as cold:
+        for cfg in configs:
+            key = ("t", "", cfg["configurable"]["checkpoint_id"])
+            assert checkpoint_summary(cold.get_tuple(cfg)) == expected[key]
+        assert "langgraph" in cold.store.cache_info("langgraph-t").folds
 
 
 # -- what a cold read costs: the fold cache, and never the full index for the latest ----

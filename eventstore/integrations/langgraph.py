@@ -62,7 +62,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from eventstore.aio import AsyncSessionStore
+from eventstore.core.session_core import core_of
 from eventstore.errors import SnapshotVersionError
+from eventstore.integrations.langgraph_older import OlderCheckpoint, older_checkpoint
 from eventstore.integrations.langgraph_state import (
     EVENT_TYPES,
     HEAD_PROJECTION,
@@ -243,6 +245,13 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
                 return self._tuple(
                     thread_id, e, lambda channel, version: blobs.get(channel), head.writes
                 )
+        if checkpoint_id:
+            older = self._older(thread_id, ns, checkpoint_id)
+            if older is not None:
+                found, blobs = older.entry, older.blobs
+                if found is None:
+                    return None
+                return self._tuple(thread_id, found, lambda ch, v: blobs.get(ch), older.writes)
         state = self._state(thread_id)
         if not checkpoint_id:
             newest = state.get(newest_key(ns))
@@ -251,6 +260,15 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         if not isinstance(entry, CheckpointEntry):
             return None
         return self._tuple_in(thread_id, entry, state)
+
+    def _older(self, thread_id: str, ns: str, checkpoint_id: str) -> OlderCheckpoint | None:
+        """A named checkpoint read from the thread's log when this store has not folded
+        its full index (`langgraph_older`: the lines holding it, not the whole log);
+        None: read the full index."""
+        sid = self.session_id(thread_id)
+        if core_of(self.store).has_fold(sid, PROJECTION.name):
+            return None  # warm: a lookup in the folded index, brought up to date
+        return older_checkpoint(self.store, sid, ns, checkpoint_id)
 
     def list(
         self,

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
@@ -56,7 +56,14 @@ from projections.transcript import copy_message
 if TYPE_CHECKING:
     from eventstore.core.sessions import SessionState
 
-__all__ = ["SpanReader", "last_messages", "lines_backward", "newest_events", "transcript_page"]
+__all__ = [
+    "ByteSearch",
+    "SpanReader",
+    "last_messages",
+    "lines_backward",
+    "newest_events",
+    "transcript_page",
+]
 
 #: `read_span(start, end)`: bytes [start, end) of the live log (end <= the committed size).
 SpanReader = Callable[[int, int], bytes]
@@ -171,12 +178,15 @@ def last_messages(
 
 
 def lines_backward(
-    read_span: SpanReader, size: int, floor: int
+    read_span: SpanReader, size: int, floor: int, wanted: Callable[[bytes], bool] | None = None
 ) -> Iterator[tuple[int, bytes, bytes, int]]:
     """The committed lines of the live log from its end back to byte `floor` (the
     start, or the first byte after an opening snapshot line), newest first, read in
     chunks: (offset, line without its newline, the chunk `data` holding it, the
-    chunk's offset `base`)."""
+    chunk's offset `base`). `wanted`: a test of raw bytes true of any bytes holding a
+    line the caller wants; the lines of a chunk it is false of are not yielded (one
+    test of the chunk, not one per line), and it is asked of the next chunk only once
+    the caller has taken this one's lines (so it may change as they come)."""
     pos = size  # lines from `pos` on are read (but for `partial`)
     partial = b""  # bytes [pos, pos + len(partial)): the end of a line begun before pos
     while pos > floor:
@@ -191,12 +201,13 @@ def lines_backward(
             base = start + nl + 1
         else:
             partial, base = b"", start
-        lines = data.split(b"\n")
-        lines.pop()  # the committed region ends with a newline: nothing after it
-        offset = base + len(data)
-        for line in reversed(lines):
-            offset -= len(line) + 1
-            yield offset, line, data, base
+        if wanted is None or wanted(data):
+            lines = data.split(b"\n")
+            lines.pop()  # the committed region ends with a newline: nothing after it
+            offset = base + len(data)
+            for line in reversed(lines):
+                offset -= len(line) + 1
+                yield offset, line, data, base
         pos = start
 
 
@@ -216,11 +227,23 @@ def _line_checks(
     )
 
 
+class ByteSearch(Protocol):
+    """Which lines a backward scan (`newest_events`) decodes, told from raw bytes."""
+
+    def in_chunk(self, data: bytes) -> bool:
+        """Whether `data` (whole lines, read together) may hold a wanted line; asked of
+        each chunk only once the lines of the chunk after it were visited."""
+
+    def in_line(self, line: bytes) -> bool:
+        """Whether `line`, of a chunk `in_chunk` was true of, is wanted."""
+
+
 def newest_events(
     core: CoreOwner,
     session_id: str,
     tags: frozenset[str],
     visit: Callable[[Event], bool],
+    search: ByteSearch | None = None,
 ) -> Head | None:
     """Visit the session's events of types `tags`, newest first, read from the end of
     the live log (the other lines recognised by their first bytes and never decoded),
@@ -229,7 +252,10 @@ def newest_events(
     the engine has no ranged view, a line does not check, or the scan reached a
     snapshot opening the log before `visit` was done (the caller folds instead, which
     says what is wrong). For O(what the caller needs) reads of a long log's end (the
-    Agents SDK session's `get_items(limit)`)."""
+    Agents SDK session's `get_items(limit)`). `search`: which lines `visit` must see,
+    told from their raw bytes (`ByteSearch`); the others are neither decoded nor
+    checked (a search for an id's bytes skips a long log at the speed of a byte
+    search)."""
     core = core_of(core)
     engine = core.engine
     if not isinstance(engine, RangedEngine):
@@ -244,8 +270,9 @@ def newest_events(
             if snap is None or snap.length <= 0:
                 return None
             floor = snap.length + 1
-        for offset, line, data, base in lines_backward(read_span, size, floor):
-            if not line.startswith(starts):
+        chunks = None if search is None else search.in_chunk
+        for offset, line, data, base in lines_backward(read_span, size, floor, chunks):
+            if not line.startswith(starts) or (search is not None and not search.in_line(line)):
                 continue
             ev = core.codec.decode_line(line, offset, view.where)
             if not _line_checks(read_span, data, base, offset, floor, snap, line):
