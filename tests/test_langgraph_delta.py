@@ -40,6 +40,7 @@ from eventstore.integrations.langgraph_delta import (
     DeltaChain,
     delta_of,
     sample_crc,
+    whole_at,
 )
 from eventstore.integrations.langgraph_state import (
     STAND_IN,
@@ -84,7 +85,7 @@ def test_a_delta_rebuilds_its_value_over_its_base_only(
     applying it over the base gives the value, and over any other bytes gives None."""
     grown = base[:at] + header + base[at + len(header) :] + tail
     for value in (grown, other):
-        delta = delta_of("msgpack", value, '"v1"', "msgpack", base)
+        delta = delta_of("msgpack", value, '"v2"', '"v1"', "msgpack", base)
         if delta is None:
             continue
         assert delta.applied("msgpack", base) == value
@@ -93,7 +94,7 @@ def test_a_delta_rebuilds_its_value_over_its_base_only(
         if other != base:
             assert delta.applied("msgpack", other) is None
     if len(base) >= 300 and len(tail) < 100 and len(grown) >= len(base):
-        assert delta_of("msgpack", grown, '"v1"', "msgpack", base) is not None
+        assert delta_of("msgpack", grown, '"v2"', '"v1"', "msgpack", base) is not None
 
 
 @settings(max_examples=200, deadline=None)
@@ -150,7 +151,8 @@ _BLOBS = st.builds(
     st.lists(st.sampled_from([b"p" * 120, b"q" * 120]), max_size=3),
 )
 _IDS = st.sampled_from(["00", "03", "06"])
-_NSS, _VERSIONS = st.sampled_from(["", "n"]), st.sampled_from("123")
+# "4": a power of two, stored whole (`whole_at`); "3" and "5" may be deltas
+_NSS, _VERSIONS = st.sampled_from(["", "n"]), st.sampled_from("345")
 
 
 @st.composite
@@ -400,6 +402,22 @@ def _run(graph: Any, cfg: Any, turns: range) -> None:
         graph.invoke({"messages": [HumanMessage("q" * 300, id=f"h-{i}")], "turns": i}, cfg)
 
 
+def test_a_blob_is_stored_whole_at_every_power_of_two_of_its_version(tmp_path: Path) -> None:
+    """So a value read from the log needs fewer deltas than half its versions; the
+    other versions of a grown list are deltas."""
+    with EventStoreSaver(tmp_path) as saver:
+        cfg: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        items: list[str] = []
+        for step in range(1, 41):
+            items = [*items, f"{step}:" + "w" * 300]
+            cfg = _items_put(saver, cfg, empty_checkpoint(), items, step)
+        puts = _blob_puts(saver.store, "langgraph-t")
+    whole = [int(b.version.strip('"').split(".")[0]) for b in puts if b.delta is None]
+    assert whole == [1, 2, 4, 8, 16, 32] and len(puts) == 40
+    assert all(whole_at(f'"{n:032}.1"') == (n in whole) for n in range(1, 41))
+    assert not any(whole_at(v) for v in ['"v1"', '"3.5"', "6", '""', '"1e9"', "-4"])
+
+
 def test_a_graph_log_grows_linearly_and_holds_far_fewer_bytes_than_its_blobs(
     tmp_path: Path,
 ) -> None:
@@ -582,10 +600,11 @@ def test_a_delta_judged_on_a_stale_head_is_judged_again_on_the_moved_one(url: st
     with _store(url) as store_a, _store(url) as store_b, EventStoreSaver(url) as cold:
         a, b = EventStoreSaver(store_a), EventStoreSaver(store_b)
         first = _grown(a, cfg, items, "1")
-        second = _grown(b, first, [*items, "from b"], "2")
-        _grown(a, second, [*items, "from b", "from a"], "3")
+        # (odd versions: a power of two's blob is whole, `whole_at`)
+        second = _grown(b, first, [*items, "from b"], "3")
+        _grown(a, second, [*items, "from b", "from a"], "5")
         last = _blob_puts(store_a, "langgraph-t")[-1]
-        assert last.delta is not None and last.delta.base == '"2"'  # against B's blob
+        assert last.delta is not None and last.delta.base == '"3"'  # against B's blob
         for saver in (a, b, cold):
             tup = saver.get_tuple(cfg)
             newest = [*items, "from b", "from a"]
@@ -646,7 +665,7 @@ def test_an_older_release_reading_a_delta_raises_never_returns_a_wrong_value(
     cfg: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     with EventStoreSaver(tmp_path) as saver:
         first = _grown(saver, cfg, ["m" * 200] * 10, "1")
-        _grown(saver, first, ["m" * 200] * 11, "2")
+        _grown(saver, first, ["m" * 200] * 11, "3")  # (not a power of two: a delta)
     last = SessionPaths(tmp_path, "langgraph-t").log.read_bytes().splitlines()[-1]
     old = [msgspec.convert(b, _OldBlobPut) for b in msgspec.json.decode(last)["blobs"]]
     assert [b.value for b in old] == [STAND_IN]
@@ -668,7 +687,7 @@ def test_a_delta_without_its_base_is_a_corrupt_log_error(tmp_path: Path, base: s
     cfg: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     saver = EventStoreSaver(tmp_path)
     first = _grown(saver, cfg, ["m" * 200] * 10, "1")
-    _grown(saver, first, ["m" * 200] * 11, "2")
+    _grown(saver, first, ["m" * 200] * 11, "3")  # (not a power of two: a delta)
     forged = _blob_puts(saver.store, "langgraph-t")[-1]
     assert forged.delta is not None
     delta = msgspec.structs.replace(
@@ -679,10 +698,10 @@ def test_a_delta_without_its_base_is_a_corrupt_log_error(tmp_path: Path, base: s
     event = CheckpointPut(
         ns="",
         checkpoint_id="2" * 32,
-        versions={"m": '"3"'},
+        versions={"m": '"5"'},
         checkpoint=TypedValue(*saver.serde.dumps_typed({"id": "2" * 32})),
         metadata=TypedValue(*saver.serde.dumps_typed({})),
-        blobs=[BlobPut("m", '"3"', STAND_IN, delta)],
+        blobs=[BlobPut("m", '"5"', STAND_IN, delta)],
     )
     saver.store.append("langgraph-t", [event])
     for reader in (saver, EventStoreSaver(tmp_path)):

@@ -48,6 +48,7 @@ __all__ = [
     "DeltaChain",
     "delta_of",
     "sample_crc",
+    "whole_at",
 ]
 
 STAND_IN_TYPE = "eventstore.delta"
@@ -207,11 +208,14 @@ def _span(pieces: list[bytes | memoryview], start: int, end: int) -> bytes:
 
 
 def delta_of(
-    value_type: str, value: bytes, base_version: str, base_type: str, base: bytes
+    value_type: str, value: bytes, version: str, base_version: str, base_type: str, base: bytes
 ) -> BlobDelta | None:
-    """`value` as a delta against `base` (the same channel's blob at `base_version`),
-    or None when that would not save most of its bytes: another serde type, a shorter
-    value, a change past the first `MAX_CUT` bytes of `base`, or mostly new bytes."""
+    """`value` (the channel's blob at `version`) as a delta against `base` (its blob at
+    `base_version`), or None when it is stored whole: at a version `whole_at` names,
+    or when a delta would not save most of its bytes (another serde type, a shorter
+    value, a change past the first `MAX_CUT` bytes of `base`, or mostly new bytes)."""
+    if whole_at(version):
+        return None
     n = len(base)
     overhead = len(base_version) + 32 + MAX_CUT  # the delta's fields, at most
     if value_type != base_type or len(value) < n or 2 * (len(value) - n + overhead) > len(value):
@@ -220,6 +224,20 @@ def delta_of(
     if cut is None:
         return None
     return BlobDelta(value_type, base_version, n, sample_crc(base), value[:cut], value[n:])
+
+
+def whole_at(version: str) -> bool:
+    """Whether a blob at `version` (as JSON: a counter, or a string that starts with
+    one, as `EventStoreSaver.get_next_version` makes) is stored whole whatever a
+    delta would save: at every power of two of the counter. A value read from the log
+    then needs the deltas since the last whole one, fewer than half its versions (a
+    message list's count), while the whole copies add up to about twice its last
+    value: the log stays linear in the steps."""
+    digits = version.strip('"').partition(".")[0]
+    if not digits.isdigit() or len(digits) > 40:
+        return False
+    n = int(digits)
+    return n > 0 and n & (n - 1) == 0
 
 
 def sample_crc(data: bytes) -> int:

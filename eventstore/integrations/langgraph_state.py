@@ -728,7 +728,7 @@ def against_head(blobs: list[BlobPut], known: NamespaceHead | None) -> list[Blob
         delta = None
         whole = base.value if base is not None else None
         if b.value is not None and version is not None and whole is not None:
-            delta = delta_of(b.value.type, b.value.data, version, whole.type, whole.data)
+            delta = delta_of(b.value.type, b.value.data, b.version, version, whole.type, whole.data)
         out.append(b if delta is None else BlobPut(b.channel, b.version, STAND_IN, delta))
     return out
 
