@@ -14,6 +14,7 @@ import operator
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -392,10 +393,10 @@ def test_a_named_checkpoint_read_from_the_log_answers_as_the_full_index(
             assert checkpoint_summary(cold.get_tuple(_named(*key))) == expected.get(key)
 
 
-def _messages_thread(saver: EventStoreSaver, thread: str, n: int) -> list[Any]:
+def _messages_thread(saver: EventStoreSaver, thread: str, n: int, ns: str = "") -> list[Any]:
     """`n` checkpoints whose "messages" channel grows by a message each (stored as
     deltas), "k" kept from the first, a write on every third; their configs."""
-    cfg: Any = _latest(thread, "")
+    cfg: Any = _latest(thread, ns)
     versions: dict[str, Any] = {}
     messages: list[str] = []
     configs = []
@@ -460,6 +461,40 @@ def test_a_damaged_line_a_named_read_needs_is_an_error_and_others_are_not_read(
     _damage(log, b'"checkpoint_id":"' + middle["configurable"]["checkpoint_id"].encode())
     with EventStoreSaver(tmp_path) as cold, pytest.raises(CorruptLogError, match="log.jsonl"):
         cold.get_tuple(middle)
+
+
+def test_named_reads_beside_a_writer_answer_as_before_it(tmp_path: Path) -> None:
+    """Another store appends to the thread (another namespace) while a fresh saver reads
+    its older checkpoints from the log: each read sees one consistent log, and the
+    lines appended between its two scans change nothing it returns."""
+    with EventStoreSaver(tmp_path) as saver:
+        configs = _messages_thread(saver, "t", 30)
+    with EventStoreSaver(tmp_path) as full:
+        expected = _listed(full)
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with EventStoreSaver(tmp_path) as writer:
+                while not done.is_set():
+                    _messages_thread(writer, "t", 5, ns="child:1")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        for _ in range(3):
+            with EventStoreSaver(tmp_path) as cold:
+                for cfg in configs[::3]:
+                    key = ("t", "", cfg["configurable"]["checkpoint_id"])
+                    assert checkpoint_summary(cold.get_tuple(cfg)) == expected[key]
+                assert "langgraph" not in cold.store.cache_info("langgraph-t").folds
+    finally:
+        done.set()
+        thread.join()
+    assert not errors
 
 
 def test_a_named_read_of_an_encrypted_thread_folds_the_full_index(tmp_path: Path) -> None:
