@@ -9,7 +9,8 @@ and so on back to a whole one); and C's pending writes, merged over every writes
 for C in log order. Two backward scans find the same lines:
 
 1. from the log's end to C's newest put (lines holding `"checkpoint_id":"<C>"`), or
-   to its start (the thread has no C);
+   to its start (no put of C: the thread has no C unless a line of the kinds below
+   brought one, which one more search of the log for them tells);
 2. again from the end to the start, looking for C's id (its puts and writes) and the
    blob puts of the versions still needed (C's, then each delta's base): a blob of C's
    versions put after C's line, or a second put of C, gives up.
@@ -49,10 +50,12 @@ from eventstore.store import SessionStore
 __all__ = ["OlderCheckpoint", "older_checkpoint"]
 
 _TAGS = frozenset({"langgraph_checkpoint", "langgraph_writes"})
-# lines that change entries other than by a put (a tombstone can only end a log: the
-# first scan, from the end, meets it)
-_REWRITES = (b'{"type":"langgraph_removed",', b'{"type":"langgraph_thread_copied",')
-_TOMBSTONE = (b'{"type":"session_deleted",',)
+# lines that change entries other than by a put (each one more byte search of the log)
+_REWRITES = (
+    b'{"type":"langgraph_removed",',
+    b'{"type":"langgraph_thread_copied",',
+    b'{"type":"session_deleted",',
+)
 _json = msgspec.json.Encoder()
 
 
@@ -69,9 +72,9 @@ class _Scan:
     """A backward scan's `ByteSearch`: the lines holding one of `needles` (the bytes of
     an id or a blob put); `gave_up` once a chunk holds one of `give_up`."""
 
-    def __init__(self, checkpoint_id: str, give_up: tuple[bytes, ...]) -> None:
+    def __init__(self, needles: list[bytes], give_up: tuple[bytes, ...] = ()) -> None:
         # (a dict: in order, and a found blob's needle goes)
-        self.needles = {b'"checkpoint_id":' + _json.encode(checkpoint_id): None}
+        self.needles = dict.fromkeys(needles)
         self.give_up = give_up
         self.gave_up = False
 
@@ -98,17 +101,19 @@ def older_checkpoint(
     found = _newest_put(store, session_id, ns, checkpoint_id)
     if found is None:
         return None
-    if not found:
-        return OlderCheckpoint(None, {}, None)
+    if not found:  # no put of it: none unless a line put it otherwise (a copy)
+        scan = _Scan([], _REWRITES)
+        head = newest_events(store, session_id, _TAGS, lambda ev: True, scan)
+        return None if head is None or scan.gave_up else OlderCheckpoint(None, {}, None)
     return _resolved(store, session_id, found[0])
 
 
 def _newest_put(
     store: SessionStore, session_id: str, ns: str, checkpoint_id: str
 ) -> list[CheckpointPut] | None:
-    """Scan 1: the newest put of the checkpoint (an empty list: the thread has none;
-    None: give up)."""
-    scan = _Scan(checkpoint_id, _REWRITES + _TOMBSTONE)
+    """Scan 1: the newest put of the checkpoint (an empty list: the log has none;
+    None: give up). What would change it later (a copy, a removal) scan 2 finds."""
+    scan = _Scan([_id_needle(checkpoint_id)])
     found: list[CheckpointPut] = []
 
     def visit(ev: Event) -> bool:
@@ -126,7 +131,7 @@ def _newest_put(
 def _resolved(store: SessionStore, session_id: str, put: CheckpointPut) -> OlderCheckpoint | None:
     """Scan 2: the put's blobs, delta chains and writes (None: give up)."""
     ns, cid = put.ns, put.checkpoint_id
-    scan = _Scan(cid, _REWRITES)
+    scan = _Scan([_id_needle(cid)], _REWRITES)
     # (channel, version) -> the seq below which its put is wanted (the newest there)
     wanted: dict[tuple[str, str], int] = {(ch, v): put.seq + 1 for ch, v in put.versions.items()}
     scan.needles.update((_blob_needle(ch, v), None) for ch, v in wanted)
@@ -176,6 +181,11 @@ def _resolved(store: SessionStore, session_id: str, put: CheckpointPut) -> Older
     for w in reversed(writes):
         merged = merged_writes(merged, w)
     return OlderCheckpoint(put.entry(), values, merged)
+
+
+def _id_needle(checkpoint_id: str) -> bytes:
+    """The bytes a put or a writes line of the checkpoint holds."""
+    return b'"checkpoint_id":' + _json.encode(checkpoint_id)
 
 
 def _blob_needle(channel: str, version: str) -> bytes:
