@@ -18,9 +18,9 @@ writes. `get_tuple` of the latest checkpoint (what every graph `invoke` starts w
 reads the small head projection and falls back to the full one when the head cannot
 know the answer (after a removal, a fork onto an older branch, a copy); `list`, copies
 and removals read the full one; a named older checkpoint is read from the lines of the
-log that hold it when the full index is not folded (`langgraph_older`). The head is kept in
-the store's persistent fold cache, so a new process folds only what was appended after
-the cache. Values are encoded by the saver's `serde` (LangGraph's `JsonPlusSerializer`
+log that hold it when the full index is not folded (`langgraph_older`). The head is
+kept in the store's persistent fold cache, so a new process folds only what was
+appended after the cache. Values are encoded by the saver's `serde` (LangGraph's `JsonPlusSerializer`
 by default) and stored as (type, base64 bytes) pairs; a read decodes only what it
 returns.
 
