@@ -20,7 +20,7 @@ from typing import Annotated, Any, TypedDict
 
 import msgspec
 import pytest
-from conftest import cache_path, checkpoint_summary
+from conftest import cache_path, checkpoint_summary, run_threads
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import WRITES_IDX_MAP, empty_checkpoint
@@ -472,29 +472,24 @@ def test_named_reads_beside_a_writer_answer_as_before_it(tmp_path: Path) -> None
     with EventStoreSaver(tmp_path) as full:
         expected = _listed(full)
     done = threading.Event()
-    errors: list[BaseException] = []
 
     def write() -> None:
-        try:
-            with EventStoreSaver(tmp_path) as writer:
-                while not done.is_set():
-                    _messages_thread(writer, "t", 5, ns="child:1")
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        with EventStoreSaver(tmp_path) as writer:
+            while not done.is_set():
+                _messages_thread(writer, "t", 5, ns="child:1")
 
-    thread = threading.Thread(target=write)
-    thread.start()
-    try:
-        for _ in range(3):
-            with EventStoreSaver(tmp_path) as cold:
-                for cfg in configs[::3]:
-                    key = ("t", "", cfg["configurable"]["checkpoint_id"])
-                    assert checkpoint_summary(cold.get_tuple(cfg)) == expected[key]
-                assert "langgraph" not in cold.store.cache_info("langgraph-t").folds
-    finally:
-        done.set()
-        thread.join()
-    assert not errors
+    def read() -> None:
+        try:
+            for _ in range(3):
+                with EventStoreSaver(tmp_path) as cold:
+                    for cfg in configs[::3]:
+                        key = ("t", "", cfg["configurable"]["checkpoint_id"])
+                        assert checkpoint_summary(cold.get_tuple(cfg)) == expected[key]
+                    assert "langgraph" not in cold.store.cache_info("langgraph-t").folds
+        finally:
+            done.set()
+
+    assert run_threads([write, read]) == []
 
 
 def test_a_named_read_of_an_encrypted_thread_folds_the_full_index(tmp_path: Path) -> None:
