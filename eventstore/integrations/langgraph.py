@@ -20,9 +20,9 @@ know the answer (after a removal, a fork onto an older branch, a copy); `list`, 
 and removals read the full one; a named older checkpoint is read from the lines of the
 log that hold it when the full index is not folded (`langgraph_older`). The head is
 kept in the store's persistent fold cache, so a new process folds only what was
-appended after the cache. Values are encoded by the saver's `serde` (LangGraph's `JsonPlusSerializer`
-by default) and stored as (type, base64 bytes) pairs; a read decodes only what it
-returns.
+appended after the cache. Values are encoded by the saver's `serde` (LangGraph's
+`JsonPlusSerializer` by default) and stored as (type, base64 bytes) pairs; a read
+decodes only what it returns.
 
 A changed channel's blob is stored as a delta against the same channel's blob in the
 thread's newest checkpoint when that saves most of its bytes (`langgraph_delta`), judged
@@ -76,6 +76,7 @@ from eventstore.integrations.langgraph_state import (
     CheckpointEntry,
     CheckpointPut,
     CheckpointsRemoved,
+    HeadEntry,
     HeadState,
     LangGraphHeadProjection,
     LangGraphProjection,
@@ -239,20 +240,14 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
                 return None  # no checkpoint with an id that large was ever put
             head = known.head
             if head is not None and checkpoint_id in (None, "", head.checkpoint.checkpoint_id):
-                e = head.checkpoint
-                if not e.checkpoint_id:
+                if not head.checkpoint.checkpoint_id:
                     return None  # as the full index answers: an empty id names nothing
-                blobs = head.blobs
-                return self._tuple(
-                    thread_id, e, lambda channel, version: blobs.get(channel), head.writes
-                )
+                return self._tuple_of(thread_id, head)
         if checkpoint_id:
             older = self._older(thread_id, ns, checkpoint_id)
             if older is not None:
-                found, blobs = older.entry, older.blobs
-                if found is None:
-                    return None
-                return self._tuple(thread_id, found, lambda ch, v: blobs.get(ch), older.writes)
+                found = older.found
+                return None if found is None else self._tuple_of(thread_id, found)
         state = self._state(thread_id)
         if not checkpoint_id:
             newest = state.get(newest_key(ns))
@@ -326,6 +321,13 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         writes = state.get(writes_key(e.ns, e.checkpoint_id))
         return self._tuple(
             thread_id, e, blob_of, writes if isinstance(writes, WritesEntry) else None, metadata
+        )
+
+    def _tuple_of(self, thread_id: str, head: HeadEntry) -> CheckpointTuple:
+        """The tuple of a checkpoint held with its blobs, by channel, and its writes."""
+        blobs = head.blobs
+        return self._tuple(
+            thread_id, head.checkpoint, lambda channel, version: blobs.get(channel), head.writes
         )
 
     def _tuple(

@@ -33,16 +33,17 @@ import msgspec
 from eventstore.core.session_core import core_of
 from eventstore.errors import EncryptedSessionError
 from eventstore.format.events import Event
-from eventstore.integrations.langgraph_delta import DeltaChain
 from eventstore.integrations.langgraph_state import (
     BlobEntry,
     BlobPut,
-    CheckpointEntry,
     CheckpointPut,
-    TypedValue,
+    DeltaChain,
+    HeadEntry,
     WritesEntry,
     WritesPut,
+    linked_blob,
     merged_writes,
+    whole_blob,
 )
 from eventstore.ops.paging import newest_events
 from eventstore.store import SessionStore
@@ -60,12 +61,11 @@ _json = msgspec.json.Encoder()
 
 
 class OlderCheckpoint(NamedTuple):
-    """What `get_tuple` returns of a checkpoint: its entry (None: the thread has no
-    such checkpoint), its channels' blobs (by channel, whole) and its pending writes."""
+    """The answer of a read from the log: the checkpoint with its channels' blobs
+    (whole) and its pending writes, as the head projection holds its newest; None:
+    the thread has no such checkpoint."""
 
-    entry: CheckpointEntry | None
-    blobs: dict[str, BlobEntry]
-    writes: WritesEntry | None
+    found: HeadEntry | None
 
 
 class _Scan:
@@ -104,7 +104,7 @@ def older_checkpoint(
     if not found:  # no put of it: none unless a line put it otherwise (a copy)
         scan = _Scan([], _REWRITES)
         head = newest_events(store, session_id, _TAGS, lambda ev: True, scan)
-        return None if head is None or scan.gave_up else OlderCheckpoint(None, {}, None)
+        return None if head is None or scan.gave_up else OlderCheckpoint(None)
     return _resolved(store, session_id, found[0])
 
 
@@ -180,7 +180,7 @@ def _resolved(store: SessionStore, session_id: str, put: CheckpointPut) -> Older
     merged: WritesEntry | None = None
     for w in reversed(writes):
         merged = merged_writes(merged, w)
-    return OlderCheckpoint(put.entry(), values, merged)
+    return OlderCheckpoint(HeadEntry(put.entry(), values, merged))
 
 
 def _id_needle(checkpoint_id: str) -> bytes:
@@ -196,8 +196,8 @@ def _blob_needle(channel: str, version: str) -> bytes:
 
 def _whole(blobs: dict[tuple[str, str], BlobPut], channel: str, version: str) -> BlobEntry | None:
     """The channel's blob at `version`: its deltas linked over the whole blob they
-    start from, as the full index links them (`BlobDelta.linked`), then joined once;
-    None when a base is missing or does not fit (the fold says what is wrong)."""
+    start from, as the full index links them (`linked_blob`), then joined once; None
+    when a base is missing or does not fit (the fold says what is wrong)."""
     chain: list[BlobPut] = []
     b: BlobPut | None = blobs[(channel, version)]
     while b is not None and b.delta is not None:
@@ -205,17 +205,8 @@ def _whole(blobs: dict[tuple[str, str], BlobPut], channel: str, version: str) ->
         b = blobs.get((channel, b.delta.base))
     if b is None:
         return None
-    if not chain:
-        return BlobEntry(b.value)
-    if b.value is None:
-        return None
-    value: bytes | DeltaChain = b.value.data
-    kind = b.value.type
+    value: BlobEntry | DeltaChain | None = BlobEntry(b.value)
     for link in reversed(chain):
         assert link.delta is not None
-        linked = link.delta.linked(kind, value)
-        if linked is None:
-            return None
-        value, kind = linked, link.delta.type
-    data = value.whole() if isinstance(value, DeltaChain) else value
-    return BlobEntry(TypedValue(kind, data))
+        value = linked_blob(link.delta, value)
+    return whole_blob(value)

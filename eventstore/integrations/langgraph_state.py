@@ -93,6 +93,7 @@ __all__ = [
     "against_head",
     "blob_key",
     "checkpoint_key",
+    "linked_blob",
     "newest_key",
     "whole_blob",
     "whole_entries",
@@ -378,12 +379,7 @@ def _index_blobs(state: State, event: CheckpointPut) -> list[tuple[str, BlobEntr
         if b.delta is None:
             out.append((key, BlobEntry(b.value)))
             continue
-        base = state.get(blob_key(event.ns, b.channel, b.delta.base))
-        value: bytes | DeltaChain | None = None
-        if isinstance(base, DeltaChain):
-            value = b.delta.linked(base.type, base)
-        elif isinstance(base, BlobEntry) and base.value is not None:
-            value = b.delta.linked(base.value.type, base.value.data)
+        value = linked_blob(b.delta, state.get(blob_key(event.ns, b.channel, b.delta.base)))
         if value is None:
             raise CorruptLogError(
                 None,
@@ -393,11 +389,23 @@ def _index_blobs(state: State, event: CheckpointPut) -> list[tuple[str, BlobEntr
                 f" of channel {b.channel!r} is made against its blob at version"
                 f" {b.delta.base}, which the thread's index does not hold as it was",
             )
-        if isinstance(value, bytes):  # kept whole (see `BlobDelta.linked`)
-            out.append((key, BlobEntry(TypedValue(b.delta.type, value))))
-        else:
-            out.append((key, value))
+        out.append((key, value))
     return out
+
+
+def linked_blob(delta: BlobDelta, base: Entry | DeltaChain | None) -> BlobEntry | DeltaChain | None:
+    """The value `delta` makes over `base` (the full index's entry at the version it
+    names) as the full index keeps it: linked to the base (`BlobDelta.linked`), or a
+    whole blob where a link would not be cheaper; None when `base` is not a blob this
+    delta fits."""
+    value: bytes | DeltaChain | None = None
+    if isinstance(base, DeltaChain):
+        value = delta.linked(base.type, base)
+    elif isinstance(base, BlobEntry) and base.value is not None:
+        value = delta.linked(base.value.type, base.value.data)
+    if isinstance(value, bytes):  # kept whole
+        return BlobEntry(TypedValue(delta.type, value))
+    return value
 
 
 def _index_newest(state: State, namespaces: set[str]) -> None:
