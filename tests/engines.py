@@ -13,13 +13,25 @@ import atexit
 import os
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from eventstore import SessionStore
+from eventstore.engines.base import (
+    EncodedBatch,
+    Engine,
+    Head,
+    History,
+    InstallResult,
+    Position,
+    ReadResult,
+    RepairHold,
+)
 from eventstore.engines.conformance import corrupt
 from eventstore.engines.file.engine import FileEngine
 from eventstore.engines.file.layout import SessionPaths
+from eventstore.engines.memory import MemoryEngine
 
 Rewrite = Callable[[bytes], bytes]
 
@@ -133,3 +145,43 @@ if REDIS_URL:
     ENGINES.append(EngineCase("redis", fresh_redis, True, _rewrite_held))
 
 ENGINE_IDS = [case.name for case in ENGINES]
+
+
+class WholeLogsOnly(Engine):
+    """An engine that reads whole logs only (no `RangedEngine`): a memory engine's
+    required contract, and nothing else."""
+
+    def __init__(self, inner: MemoryEngine) -> None:
+        self.inner, self.url = inner, inner.url
+
+    def read(self, session_id: str, position: Position | None) -> ReadResult:
+        return self.inner.read(session_id, position)
+
+    def head(self, session_id: str) -> Head:
+        return self.inner.head(session_id)
+
+    def history(self, session_id: str) -> History:
+        return self.inner.history(session_id)
+
+    def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
+        return self.inner.wait(session_id, position, timeout)
+
+    def append(self, session_id: str, batch: EncodedBatch, expected: Head) -> Head:
+        return self.inner.append(session_id, batch, expected)
+
+    def install_snapshot(
+        self, session_id: str, line: bytes, covers: Head, *, keep_history: bool
+    ) -> InstallResult:
+        return self.inner.install_snapshot(session_id, line, covers, keep_history=keep_history)
+
+    def hold(self, session_id: str) -> AbstractContextManager[RepairHold]:
+        return self.inner.hold(session_id)
+
+    def list_sessions(self) -> list[str]:
+        return self.inner.list_sessions()
+
+    def remove_session(self, session_id: str) -> bool:
+        return self.inner.remove_session(session_id)
+
+    def close(self) -> None:
+        self.inner.close()

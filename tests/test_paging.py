@@ -4,7 +4,6 @@ a compaction snapshot's transcript), equal to the last N of the full fold."""
 from __future__ import annotations
 
 import json
-from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from conftest import (
     make_entry,
     write_compacted,
 )
-from engines import EngineCase
+from engines import EngineCase, WholeLogsOnly
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import texts
@@ -27,16 +26,6 @@ from eventstore import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
-)
-from eventstore.engines.base import (
-    EncodedBatch,
-    Engine,
-    Head,
-    History,
-    InstallResult,
-    Position,
-    ReadResult,
-    RepairHold,
 )
 from eventstore.engines.file.layout import SessionPaths
 from eventstore.engines.memory import MemoryEngine
@@ -326,46 +315,6 @@ def test_pages_beside_a_live_writer_are_whole_batches_in_order(root: Path) -> No
     assert errors == []
 
 
-class _WholeLogsOnly(Engine):
-    """An engine that reads whole logs only (no `RangedEngine`): a memory engine's
-    required contract, and nothing else."""
-
-    def __init__(self, inner: MemoryEngine) -> None:
-        self.inner, self.url = inner, inner.url
-
-    def read(self, session_id: str, position: Position | None) -> ReadResult:
-        return self.inner.read(session_id, position)
-
-    def head(self, session_id: str) -> Head:
-        return self.inner.head(session_id)
-
-    def history(self, session_id: str) -> History:
-        return self.inner.history(session_id)
-
-    def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
-        return self.inner.wait(session_id, position, timeout)
-
-    def append(self, session_id: str, batch: EncodedBatch, expected: Head) -> Head:
-        return self.inner.append(session_id, batch, expected)
-
-    def install_snapshot(
-        self, session_id: str, line: bytes, covers: Head, *, keep_history: bool
-    ) -> InstallResult:
-        return self.inner.install_snapshot(session_id, line, covers, keep_history=keep_history)
-
-    def hold(self, session_id: str) -> AbstractContextManager[RepairHold]:
-        return self.inner.hold(session_id)
-
-    def list_sessions(self) -> list[str]:
-        return self.inner.list_sessions()
-
-    def remove_session(self, session_id: str) -> bool:
-        return self.inner.remove_session(session_id)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
 def test_pages_on_the_memory_engine_and_from_an_engine_without_a_ranged_view() -> None:
     inner = MemoryEngine()
     with SessionStore(inner) as s:
@@ -374,7 +323,7 @@ def test_pages_on_the_memory_engine_and_from_an_engine_without_a_ranged_view() -
         s.append_transcript_messages("s", _turn(10))
         full += _turn(10)
         assert s.load_transcript_messages("s", last=5) == full[-5:]  # cold, from a copy
-    with SessionStore(_WholeLogsOnly(inner)) as s:
+    with SessionStore(WholeLogsOnly(inner)) as s:
         assert s.load_transcript_messages("s", last=5) == full[-5:]  # folded instead
         assert "transcript" in s.cache_info("s").folds
 

@@ -60,6 +60,7 @@ __all__ = [
     "ByteSearch",
     "SpanReader",
     "last_messages",
+    "line_checks",
     "lines_backward",
     "newest_events",
     "transcript_page",
@@ -163,7 +164,7 @@ def last_messages(
         if line.startswith(_MESSAGES):
             ev = codec.decode_line(line, offset, where)
             if type(ev) is MessagesAppended and ev.messages:
-                if not _line_checks(read_span, data, base, offset, floor, snap, line):
+                if not line_checks(read_span, offset, line, data, base, floor, snap):
                     return None  # the fold checks every line and says what is wrong
                 found.append(ev.messages)
                 have += len(ev.messages)
@@ -211,17 +212,19 @@ def lines_backward(
         pos = start
 
 
-def _line_checks(
+def line_checks(
     read_span: SpanReader,
-    data: bytes,
-    base: int,
     offset: int,
-    floor: int,
-    snap: SnapshotHead | None,
     line: bytes,
+    data: bytes = b"",
+    base: int = 0,
+    floor: int = 0,
+    snap: SnapshotHead | None = None,
 ) -> bool:
-    """Whether the line at `offset` chains to the link before it (`_link_before`)."""
-    link = _link_before(read_span, data, base, offset, floor, snap)
+    """Whether the line at byte `offset` (without its newline) chains to the link before
+    it (`_link_before`: `data`, if given, holds the log's bytes from `base`, read
+    already; `floor` and `snap`: the opening snapshot line's end and head, if any)."""
+    link = _link_before(read_span, data, base if data else offset, offset, floor, snap)
     return link is not None and hash_checks(
         link.encode(), line, line[-18:-2].decode("ascii", "replace")
     )
@@ -275,7 +278,7 @@ def newest_events(
             if not line.startswith(starts) or (search is not None and not search.in_line(line)):
                 continue
             ev = core.codec.decode_line(line, offset, view.where)
-            if not _line_checks(read_span, data, base, offset, floor, snap, line):
+            if not line_checks(read_span, offset, line, data, base, floor, snap):
                 return None
             if visit(ev):
                 return view.head

@@ -1,0 +1,124 @@
+"""Lines found by their seq (`eventstore.ops.seek.events_by_seq`): a few small reads of a
+log of any length and any mix of line sizes find exactly the event a fold reads at that
+seq; a line that does not check, a seq the live log does not hold, a log that opens with
+a snapshot, bytes past the committed size and an engine without a ranged view are never
+answered from."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from engines import WholeLogsOnly
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eventstore import SessionStore
+from eventstore.engines.base import Engine
+from eventstore.engines.file.layout import SessionPaths
+from eventstore.engines.memory import MemoryEngine
+from eventstore.format.events import ProgressAppended
+from eventstore.ops.seek import events_by_seq
+from eventstore.records import ProgressEntry
+
+SID = "s"
+TAGS = frozenset({"progress_appended"})
+# most lines short, some longer than any one read of the search
+SIZES = st.one_of(st.integers(1, 400), st.integers(400, 5_000), st.integers(60_000, 200_000))
+
+
+def _fill(store: SessionStore, batches: list[list[int]]) -> list[Any]:
+    """One append per batch, a progress entry per size (its summary that long); the
+    events as a fold reads them."""
+    n = 0
+    for sizes in batches:
+        events = []
+        for size in sizes:
+            n += 1
+            events.append(ProgressAppended(entry=ProgressEntry(f"r{n}", chr(97 + n % 26) * size)))
+        store.append(SID, events)
+    return list(store.read_events(SID))
+
+
+@contextmanager
+def _seek(root: Path | Engine) -> Any:
+    with SessionStore(root) as s, events_by_seq(s, SID, TAGS) as event_at:
+        yield event_at
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    batches=st.lists(st.lists(SIZES, min_size=1, max_size=4), min_size=1, max_size=25),
+    data=st.data(),
+)
+def test_every_seq_is_found_in_any_order_as_the_fold_reads_it(
+    tmp_path_factory: Any, batches: list[list[int]], data: st.DataObject
+) -> None:
+    root = tmp_path_factory.mktemp("seek")
+    with SessionStore(root) as s:
+        events = _fill(s, batches)
+    seqs = data.draw(st.permutations(range(1, len(events) + 1)))
+    with _seek(root) as event_at:
+        for seq in seqs:
+            assert event_at(seq) == events[seq - 1]
+        assert event_at(0) is None and event_at(len(events) + 1) is None
+
+
+def _edit_line(root: Path, seq: int) -> None:
+    """Change one letter of the summary of the line of `seq` (its JSON stays valid)."""
+    log = SessionPaths(root, SID).log
+    data = bytearray(log.read_bytes())
+    at = data.index(b'"seq":%d,' % seq)
+    i = data.index(b'"summary":"', at) + len('"summary":"')
+    data[i] = ord("z") if data[i] != ord("z") else ord("y")
+    log.write_bytes(bytes(data))
+
+
+def test_a_line_that_does_not_check_is_not_answered(tmp_path: Path) -> None:
+    with SessionStore(tmp_path) as s:
+        events = _fill(s, [[100, 70_000], [300], [5, 6, 7]])
+    _edit_line(tmp_path, 3)
+    with _seek(tmp_path) as event_at:
+        assert event_at(3) is None
+        # the lines around it still check: each against the `h` ending the line before
+        assert [event_at(seq) for seq in (1, 2, 4, 5, 6)] == [events[i] for i in (0, 1, 3, 4, 5)]
+
+
+def test_bytes_past_the_committed_size_are_never_read(tmp_path: Path) -> None:
+    with SessionStore(tmp_path) as s:
+        events = _fill(s, [[10, 20], [30]])
+    with SessionPaths(tmp_path, SID).log.open("ab") as f:  # a torn append
+        f.write(b'{"type":"progress_appended","seq":4,"ts":"2026-01-01T00:00:00Z","entry":{"r')
+    with _seek(tmp_path) as event_at:
+        assert [event_at(seq) for seq in (3, 1, 2)] == [events[2], events[0], events[1]]
+        assert event_at(4) is None
+
+
+def test_a_log_that_opens_with_a_snapshot_is_not_searched(tmp_path: Path) -> None:
+    with SessionStore(tmp_path) as s:
+        _fill(s, [[10, 20]])
+        assert s.compact(SID, force=True).compacted
+        _fill(s, [[30]])
+    with _seek(tmp_path) as event_at:
+        assert event_at is None
+
+
+def test_lines_of_other_types_are_not_answered(tmp_path: Path) -> None:
+    with SessionStore(tmp_path) as s:
+        events = _fill(s, [[10]])
+        s.append_progress_entry(SID, ProgressEntry("r", "x"))
+    with SessionStore(tmp_path) as s, events_by_seq(s, SID, frozenset({"manifest_set"})) as at:
+        assert at is not None and at(1) is None
+    with _seek(tmp_path) as event_at:
+        assert event_at(1) == events[0]
+
+
+def test_an_engine_without_a_ranged_view_answers_nothing() -> None:
+    engine = MemoryEngine()
+    with SessionStore(engine) as s:
+        events = _fill(s, [[10, 20]])
+    with _seek(engine) as event_at:
+        assert event_at is not None and event_at(2) == events[1]  # the memory engine's view
+    with _seek(WholeLogsOnly(engine)) as event_at:
+        assert event_at is None
