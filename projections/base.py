@@ -91,7 +91,10 @@ class Projection(Protocol[S]):
     this projection's version (one taken before the projection existed): a load then
     needs no archive to rebuild it from. `absent_is_initial = True`: a snapshot leaves
     out a state equal to `initial()`, and one without an entry stands for it (for
-    states most sessions never leave, such as labels and tombstones).
+    states most sessions never leave, such as labels and tombstones). `in_snapshots =
+    False`: a snapshot never stores the state, and a log that opens with one folds it
+    from `initial()` (for a state about the live log's lines
+    rather than the events, which a compaction replaces: an index of where lines are).
     `cache_frames(state) -> list[bytes]` and `from_cache_frame(state, frame) -> state`
     keep a large state in the fold cache as frames a cold load decodes one at a time,
     folding each into `initial()` in order (without them the cache holds
@@ -234,8 +237,17 @@ _entry_decoder = msgspec.json.Decoder(_SnapshotEntry)
 def stored_in_snapshot(projection: Projection[Any], state: Any) -> bool:
     """Whether a snapshot stores `state`: not when the projection says a snapshot with no
     entry stands for its initial state (`absent_is_initial`) and `state` is that one, so
-    a session that never used it (no labels, no tombstone) keeps the snapshot it had."""
+    a session that never used it (no labels, no tombstone) keeps the snapshot it had;
+    never for a projection kept out of snapshots (`in_snapshots`)."""
+    if not in_snapshots(projection):
+        return False
     return not (getattr(projection, "absent_is_initial", False) and state == projection.initial())
+
+
+def in_snapshots(projection: Projection[Any]) -> bool:
+    """Whether snapshots store the projection's state (all but those that say
+    `in_snapshots = False`: their state is about the live log's lines)."""
+    return getattr(projection, "in_snapshots", True) is not False
 
 
 def snapshot_entry(projection: Projection[Any], state: Any) -> msgspec.Raw:
@@ -248,10 +260,13 @@ def snapshot_entry(projection: Projection[Any], state: Any) -> msgspec.Raw:
 
 
 def restore_state(projection: Projection[S], snapshot: Snapshot) -> S:
-    """The projection's state stored in a snapshot, or derived from its other states by
+    """The projection's state stored in a snapshot (`initial()` for one kept out of
+    snapshots: `in_snapshots`), or derived from its other states by
     the projection's `state_from_snapshot`; SnapshotVersionError if it is absent or of
     another version and cannot be derived (the caller may rebuild it from the archive)."""
-    if getattr(projection, "absent_is_initial", False) and projection.name not in snapshot.states:
+    if not in_snapshots(projection) or (
+        getattr(projection, "absent_is_initial", False) and projection.name not in snapshot.states
+    ):
         return projection.initial()
     try:
         return _stored_state(projection, snapshot)

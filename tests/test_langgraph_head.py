@@ -8,6 +8,7 @@ whose snapshot predates the head projection must still read.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import operator
@@ -15,6 +16,8 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -33,12 +36,14 @@ from eventstore.engines.file.layout import SessionPaths
 from eventstore.errors import CorruptLogError
 from eventstore.integrations import langgraph as lg
 from eventstore.integrations.langgraph import EventStoreSaver
+from eventstore.integrations.langgraph_lines import LINES_PROJECTION, indexed_checkpoint
 from eventstore.integrations.langgraph_state import (
     BlobEntry,
     BlobPut,
     CheckpointEntry,
     CheckpointPut,
     CheckpointsRemoved,
+    HeadEntry,
     NamespaceHead,
     NewestEntry,
     ThreadCopied,
@@ -49,6 +54,7 @@ from eventstore.integrations.langgraph_state import (
     blob_key,
     checkpoint_key,
     newest_key,
+    whole_blob,
     writes_key,
 )
 
@@ -443,15 +449,23 @@ def _damage(log: Path, needle: bytes) -> None:
     log.write_bytes(bytes(data))
 
 
+@pytest.mark.parametrize("read", ["search", "index"])
 def test_a_damaged_line_a_named_read_needs_is_an_error_and_others_are_not_read(
-    tmp_path: Path,
+    tmp_path: Path, read: str
 ) -> None:
+    # without a cache of its index of lines (deleted: caches may be), a fresh saver
+    # searches the log; with one, the lines after that cache are folded into it
+    n = 12 if read == "search" else 40
     with EventStoreSaver(tmp_path) as saver:
-        configs = _messages_thread(saver, "t", 12)
+        configs = _messages_thread(saver, "t", n)
+    lines_cache = cache_path(tmp_path, "langgraph-t", "langgraph_lines")
+    assert lines_cache.exists()
+    if read == "search":
+        lines_cache.unlink()
     with EventStoreSaver(tmp_path) as full:
         expected = _listed(full)
     log = SessionPaths(tmp_path, "langgraph-t").log
-    middle, later = configs[5], configs[9]
+    middle, later = configs[n // 2 - 1], configs[n - 3]
     # a line of the newer checkpoint only: the read of the middle one needs none of it
     _damage(log, b'"checkpoint_id":"' + later["configurable"]["checkpoint_id"].encode())
     with EventStoreSaver(tmp_path) as cold:
@@ -490,6 +504,115 @@ def test_named_reads_beside_a_writer_answer_as_before_it(tmp_path: Path) -> None
             done.set()
 
     assert run_threads([write, read]) == []
+
+
+def _indexed_expected(full: Any, ns: str, checkpoint_id: str) -> HeadEntry | None:
+    """What the full index holds of a checkpoint, as the index of lines answers it."""
+    entry = full.get(checkpoint_key(ns, checkpoint_id))
+    if not isinstance(entry, CheckpointEntry):
+        return None
+    blobs = {
+        ch: whole_blob(full[blob_key(ns, ch, v)])
+        for ch, v in entry.versions.items()
+        if blob_key(ns, ch, v) in full
+    }
+    writes = full.get(writes_key(ns, checkpoint_id))
+    return HeadEntry(entry, blobs, writes if isinstance(writes, WritesEntry) else None)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_the_index_of_lines_reads_a_checkpoint_as_the_full_index(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    """After any calls, a cold store's index of lines answers every named checkpoint
+    (and ids never put) exactly as the full index holds it, whenever the index is
+    complete (a thread of puts and writes only); it answers nothing once a removal, a
+    copy, a deletion or a compaction touched the thread (the saver reads another way)."""
+    root = tmp_path_factory.mktemp("lines")
+    with EventStoreSaver(root) as warm:
+        driver = _Driver(data, warm)
+        ops = ["put"] * 6 + ["writes"] * 3 + ["delete", "copy", "delete_runs", "prune", "compact"]
+        for _ in range(data.draw(st.integers(1, 30))):
+            driver.step(ops)
+    ids = {i for c in driver.stored for i in [c["configurable"]["checkpoint_id"]]}
+    with SessionStore(root, event_types=lg.EVENT_TYPES, projections=lg.PROJECTIONS) as cold:
+        for thread in THREADS:
+            sid = f"langgraph-{thread}"
+            full = cold.load(sid, lg.PROJECTION)
+            complete = cold.load(sid, LINES_PROJECTION).complete
+            for ns in NAMESPACES:
+                for cid in sorted(ids | {"1ef000", "1ef011"}):
+                    got = indexed_checkpoint(cold, sid, ns, cid)
+                    if complete:
+                        assert got is not None and got.found == _indexed_expected(full, ns, cid)
+                    else:
+                        assert got is None
+
+
+class _SpanSpy:
+    """The log bytes the ranged reads of a store read (its engine's `live_view`)."""
+
+    def __init__(self, store: SessionStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.read = 0
+        engine: Any = store.engine
+        real = engine.live_view
+
+        @contextmanager
+        def live_view(sid: str) -> Iterator[Any]:
+            with real(sid) as view:
+                inner = view.read_span
+
+                def read_span(start: int, end: int) -> bytes:
+                    data = inner(start, end)
+                    self.read += len(data)
+                    return data
+
+                yield dataclasses.replace(view, read_span=read_span)
+
+        monkeypatch.setattr(engine, "live_view", live_view)
+
+
+def test_a_named_checkpoint_is_read_through_the_index_of_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold saver reads any named checkpoint of a long thread from the few lines its
+    index names, never folding the full index. (Whole blobs here: with deltas, the
+    lines of a blob's delta chain are read too.)"""
+    with EventStoreSaver(tmp_path, delta_blobs=False) as saver:
+        configs = _messages_thread(saver, "t", 120)
+    log = SessionPaths(tmp_path, "langgraph-t").log
+    assert cache_path(tmp_path, "langgraph-t", "langgraph_lines").exists()
+    with EventStoreSaver(tmp_path) as full:
+        expected = _listed(full)
+    with EventStoreSaver(tmp_path) as cold:
+        spy = _SpanSpy(cold.store, monkeypatch)
+        for cfg in configs[::7]:
+            key = ("t", "", cfg["configurable"]["checkpoint_id"])
+            before = spy.read
+            assert checkpoint_summary(cold.get_tuple(cfg)) == expected[key]
+            assert spy.read - before < log.stat().st_size / 4  # a search reads it all
+        assert cold.get_tuple(_named("t", "", "1ef000")) is None  # never put
+        assert "langgraph" not in cold.store.cache_info("langgraph-t").folds
+
+
+def test_a_compacted_thread_has_no_index_of_lines_and_still_reads(tmp_path: Path) -> None:
+    """Snapshots never store the index (its seqs name lines compaction archives): after
+    a compaction a named read answers from the log's other reads, and verify passes."""
+    with EventStoreSaver(tmp_path) as saver:
+        configs = _messages_thread(saver, "t", 30)
+        assert saver.store.compact("langgraph-t", force=True).compacted
+        configs += _messages_thread(saver, "t", 3)
+    log = SessionPaths(tmp_path, "langgraph-t").log
+    assert b"langgraph_lines" not in log.read_bytes()
+    with EventStoreSaver(tmp_path) as full:
+        expected = _listed(full)
+    with EventStoreSaver(tmp_path) as cold:
+        assert not cold.store.load("langgraph-t", LINES_PROJECTION).complete
+        for cfg in configs[::4]:
+            key = ("t", "", cfg["configurable"]["checkpoint_id"])
+            assert checkpoint_summary(cold.get_tuple(cfg)) == expected[key]
+        assert cold.store.verify("langgraph-t").ok
 
 
 def test_a_named_read_of_an_encrypted_thread_folds_the_full_index(tmp_path: Path) -> None:

@@ -369,6 +369,22 @@ class SessionCore:
         with sess.lock, paused_gc if cold else _NO_PAUSE:
             return view(self.catch_up(sess, proj))
 
+    def loaded_if_kept(
+        self, session_id: str, proj: Projection[S], view: Callable[[S], T]
+    ) -> T | None:
+        """`loaded`, when that folds only what was appended after a state this store
+        keeps or a fold cache the engine keeps (and checks); None, nothing folded, when
+        it would fold a log from its start (an empty one is folded: it costs nothing).
+        For a state worth keeping only where it comes cheap (an index of lines)."""
+        sess = self.session(session_id)
+        with sess.lock:
+            if proj.name not in sess.folds:
+                f = self.caches.first_fold(sess, proj)
+                if f.head.position is None and self.engine.head(session_id).seq:
+                    return None
+                sess.folds[proj.name] = f
+            return view(self.catch_up(sess, proj))
+
     def catch_up(self, sess: SessionState, proj: Projection[S]) -> S:
         """Fold what was appended since the cached head (the log may have been replaced).
         Called with the session's lock held."""

@@ -64,13 +64,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from eventstore.aio import AsyncSessionStore
 from eventstore.core.session_core import core_of
+from eventstore.engines.base import RangedEngine
 from eventstore.errors import SnapshotVersionError
+from eventstore.integrations.langgraph_lines import LINES_PROJECTION, indexed_checkpoint
 from eventstore.integrations.langgraph_older import OlderCheckpoint, older_checkpoint
 from eventstore.integrations.langgraph_state import (
     EVENT_TYPES,
     HEAD_PROJECTION,
     PROJECTION,
-    PROJECTIONS,
     BlobEntry,
     BlobPut,
     CheckpointEntry,
@@ -95,11 +96,20 @@ from eventstore.integrations.langgraph_state import (
     whole_entries,
     writes_key,
 )
+from eventstore.integrations.langgraph_state import PROJECTIONS as STATE_PROJECTIONS
 from eventstore.store import SessionStore
+
+# a read of a named checkpoint from the log: (store, session, namespace, id)
+_OlderRead = Callable[[SessionStore, str, str, str], OlderCheckpoint | None]
+
+#: What the saver's store folds: every checkpoint, each namespace's newest, and where
+#: the lines are (`langgraph_lines`).
+PROJECTIONS = (*STATE_PROJECTIONS, LINES_PROJECTION)
 
 __all__ = [
     "EVENT_TYPES",
     "HEAD_PROJECTION",
+    "LINES_PROJECTION",
     "PROJECTION",
     "PROJECTIONS",
     "CheckpointPut",
@@ -207,8 +217,20 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         except SnapshotVersionError:
             self._no_head.add(sid)
             return None
-        self._heads_loaded.add(sid)
+        if sid not in self._heads_loaded:
+            self._heads_loaded.add(sid)
+            self._keep_lines_current(sid)
         return heads
+
+    def _keep_lines_current(self, sid: str) -> None:
+        """Keep the thread's index of lines (`langgraph_lines`) folded where that comes
+        cheap (the store keeps a cache of it, or the thread is new), so this saver's
+        appends advance it and its cache stays current for other processes' reads of
+        named checkpoints; a thread written before the index existed has none (its
+        named reads search the log instead). Only where the engine reads lines by seq."""
+        core = core_of(self.store)
+        if isinstance(core.engine, RangedEngine):
+            core.loaded_if_kept(sid, LINES_PROJECTION, lambda index: None)
 
     def _keep_head_current(self, thread_id: str) -> None:
         """Load the thread's head once, so the appends of this saver advance it and
@@ -231,6 +253,11 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "")
         checkpoint_id = get_checkpoint_id(config)
+        if checkpoint_id:
+            indexed = self._older(thread_id, ns, checkpoint_id, indexed_checkpoint)
+            if indexed is not None:
+                found = indexed.found
+                return None if found is None else self._tuple_of(thread_id, found)
         heads = self._heads(thread_id)
         if heads is not None:
             known = heads.get(ns)
@@ -244,7 +271,7 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
                     return None  # as the full index answers: an empty id names nothing
                 return self._tuple_of(thread_id, head)
         if checkpoint_id:
-            older = self._older(thread_id, ns, checkpoint_id)
+            older = self._older(thread_id, ns, checkpoint_id, older_checkpoint)
             if older is not None:
                 found = older.found
                 return None if found is None else self._tuple_of(thread_id, found)
@@ -257,14 +284,16 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
             return None
         return self._tuple_in(thread_id, entry, state)
 
-    def _older(self, thread_id: str, ns: str, checkpoint_id: str) -> OlderCheckpoint | None:
-        """A named checkpoint read from the thread's log when this store has not folded
-        its full index (`langgraph_older`: the lines holding it, not the whole log);
-        None: read the full index."""
+    def _older(
+        self, thread_id: str, ns: str, checkpoint_id: str, read: _OlderRead
+    ) -> OlderCheckpoint | None:
+        """A named checkpoint `read` from the thread's log (the lines its index of lines
+        names: `indexed_checkpoint`; those a search of the log finds: `older_checkpoint`)
+        when this store has not folded its full index; None: read another way."""
         sid = self.session_id(thread_id)
         if core_of(self.store).has_fold(sid, PROJECTION.name):
             return None  # warm: a lookup in the folded index, brought up to date
-        return older_checkpoint(self.store, sid, ns, checkpoint_id)
+        return read(self.store, sid, ns, checkpoint_id)
 
     def list(
         self,

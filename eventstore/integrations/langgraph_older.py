@@ -26,6 +26,7 @@ searched). The search is for the bytes this library writes an id or a version as
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import msgspec
@@ -37,13 +38,11 @@ from eventstore.integrations.langgraph_state import (
     BlobEntry,
     BlobPut,
     CheckpointPut,
-    DeltaChain,
     HeadEntry,
     WritesEntry,
     WritesPut,
-    linked_blob,
+    chain_whole,
     merged_writes,
-    whole_blob,
 )
 from eventstore.ops.paging import newest_events
 from eventstore.store import SessionStore
@@ -51,11 +50,10 @@ from eventstore.store import SessionStore
 __all__ = ["OlderCheckpoint", "older_checkpoint"]
 
 _TAGS = frozenset({"langgraph_checkpoint", "langgraph_writes"})
-# lines that change entries other than by a put (each one more byte search of the log)
-_REWRITES = (
-    b'{"type":"langgraph_removed",',
-    b'{"type":"langgraph_thread_copied",',
-    b'{"type":"session_deleted",',
+# lines that change entries other than by a put (one pattern: its literal start lets
+# `re` skip from line to line, twice as fast as a byte search for each)
+_REWRITES = re.compile(
+    rb'\{"type":"(?:langgraph_removed|langgraph_thread_copied|session_deleted)",'
 )
 _json = msgspec.json.Encoder()
 
@@ -72,14 +70,14 @@ class _Scan:
     """A backward scan's `ByteSearch`: the lines holding one of `needles` (the bytes of
     an id or a blob put); `gave_up` once a chunk holds one of `give_up`."""
 
-    def __init__(self, needles: list[bytes], give_up: tuple[bytes, ...] = ()) -> None:
+    def __init__(self, needles: list[bytes], give_up: re.Pattern[bytes] | None = None) -> None:
         # (a dict: in order, and a found blob's needle goes)
         self.needles = dict.fromkeys(needles)
         self.give_up = give_up
         self.gave_up = False
 
     def in_chunk(self, data: bytes) -> bool:
-        if any(marker in data for marker in self.give_up):
+        if self.give_up is not None and self.give_up.search(data) is not None:
             self.gave_up = True
             return True
         return self.in_line(data)
@@ -195,18 +193,11 @@ def _blob_needle(channel: str, version: str) -> bytes:
 
 
 def _whole(blobs: dict[tuple[str, str], BlobPut], channel: str, version: str) -> BlobEntry | None:
-    """The channel's blob at `version`: its deltas linked over the whole blob they
-    start from, as the full index links them (`linked_blob`), then joined once; None
-    when a base is missing or does not fit (the fold says what is wrong)."""
+    """The channel's blob at `version`, whole (`chain_whole`); None when a base is
+    missing or does not fit (the fold says what is wrong)."""
     chain: list[BlobPut] = []
     b: BlobPut | None = blobs[(channel, version)]
     while b is not None and b.delta is not None:
         chain.append(b)
         b = blobs.get((channel, b.delta.base))
-    if b is None:
-        return None
-    value: BlobEntry | DeltaChain | None = BlobEntry(b.value)
-    for link in reversed(chain):
-        assert link.delta is not None
-        value = linked_blob(link.delta, value)
-    return whole_blob(value)
+    return None if b is None else chain_whole([*chain, b])

@@ -93,6 +93,7 @@ __all__ = [
     "against_head",
     "blob_key",
     "checkpoint_key",
+    "chain_whole",
     "linked_blob",
     "newest_key",
     "whole_blob",
@@ -406,6 +407,18 @@ def linked_blob(delta: BlobDelta, base: Entry | DeltaChain | None) -> BlobEntry 
     if isinstance(value, bytes):  # kept whole
         return BlobEntry(TypedValue(delta.type, value))
     return value
+
+
+def chain_whole(chain: list[BlobPut]) -> BlobEntry | None:
+    """A blob put read from the log, whole: `chain` is the put, then the put its delta
+    was made against (the newest of its base version before its line), and so on back
+    to a whole one; linked as the full index links them (`linked_blob`), joined once.
+    None when a link does not fit (the fold says what is wrong)."""
+    value: BlobEntry | DeltaChain | None = BlobEntry(chain[-1].value)
+    for link in reversed(chain[:-1]):
+        assert link.delta is not None
+        value = linked_blob(link.delta, value)
+    return whole_blob(value)
 
 
 def _index_newest(state: State, namespaces: set[str]) -> None:

@@ -50,6 +50,7 @@ from eventstore.format.events import (
 from eventstore.format.reader import read_lines
 from projections import (
     Retention,
+    in_snapshots,
     retain,
     snapshot_entry,
     stored_in_snapshot,
@@ -226,6 +227,9 @@ def _fold_states(
     # now or in the snapshot they were folded from): history must not take them for one
     trimmed = type(events[0]) is Snapshot and events[0].trimmed
     for name, proj in core.projections.items():
+        if not in_snapshots(proj):
+            folded[name] = proj.initial()  # what a load of the new log folds: none stored
+            continue
         # a user's apply may change the events it is given: it folds a decode of its
         # own, as a cold load gives it (the built-in projections share one)
         own = (
