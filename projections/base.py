@@ -93,8 +93,11 @@ class Projection(Protocol[S]):
     out a state equal to `initial()`, and one without an entry stands for it (for
     states most sessions never leave, such as labels and tombstones). `in_snapshots =
     False`: a snapshot never stores the state, and a log that opens with one folds it
-    from `initial()` (for a state about the live log's lines
-    rather than the events, which a compaction replaces: an index of where lines are).
+    from `initial()` (for a state about the live log's lines rather than the events,
+    which a compaction replaces: an index of where lines are). `changes_events = False`:
+    `apply` never changes an event it is given, so a writer folds it the events it
+    appended (shared with other folds, all types decoded) instead of a decode of their
+    bytes of its own.
     `cache_frames(state) -> list[bytes]` and `from_cache_frame(state, frame) -> state`
     keep a large state in the fold cache as frames a cold load decodes one at a time,
     folding each into `initial()` in order (without them the cache holds

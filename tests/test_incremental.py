@@ -144,6 +144,38 @@ def test_own_appends_need_no_reread(root: Path, monkeypatch: pytest.MonkeyPatch)
     assert state.recent_progress[-1] == make_entry(9)
 
 
+class _TypesSeen(StructProjection[list[str]]):
+    """The class name of every event `apply` was given (it reads progress entries)."""
+
+    name, version, state_type = "types_seen", 1, list[str]
+    event_types = frozenset({"progress_appended"})
+
+    def initial(self) -> list[str]:
+        return []
+
+    def apply(self, state: list[str], event: Event) -> list[str]:
+        state.append(type(event).__name__)
+        return state
+
+
+class _TypesSeenShared(_TypesSeen):
+    name = "types_seen_shared"
+    changes_events = False
+
+
+def test_a_projection_that_never_changes_an_event_folds_the_appended_ones(root: Path) -> None:
+    """A writer folds a projection that says `changes_events = False` the events it
+    appended (every type decoded); any other user projection a decode of the written
+    bytes of its own (the types it does not read as bare envelopes)."""
+    with SessionStore(root, projections=[_TypesSeen(), _TypesSeenShared()]) as store:
+        store.append_progress_entry("s", make_entry(0))
+        store.load("s", "types_seen")
+        store.load("s", "types_seen_shared")  # both folded: the next append advances them
+        store.append_transcript_messages("s", [Message(Role.USER, "hi")])
+        assert store.load("s", "types_seen_shared")[-1] == "MessagesAppended"
+        assert store.load("s", "types_seen")[-1] != "MessagesAppended"
+
+
 def test_transcript_catch_up_is_independent(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each projection keeps its own position: loading the transcript after several loads
     of the bootstrap state folds the whole log once for the transcript, then only news."""

@@ -173,8 +173,10 @@ class SessionCore:
                 raise InvalidArgumentError(f"two projections are named {p.name!r}")
             self.projections[p.name] = p
         # the built-in projections never change an event they are given: they share an
-        # append's events; every other fold gets events of its own
+        # append's events (with those that say so: `sharing`); every other fold gets
+        # events of its own
         self.builtin = frozenset(p.name for p in builtin)
+        self.sharing = self._sharing()
         self.pause_gc = self._pausing()
         self.caches = CachePolicy(
             engine, codec, self.projections, self.builtin, self.tuning, caches, cache_mac,
@@ -186,6 +188,16 @@ class SessionCore:
         self._closing = threading.Lock()
         self._learning = threading.Lock()
         process.track(self)
+
+    def _sharing(self) -> frozenset[str]:
+        # the projections a writer folds the events it appended (not a decode of their
+        # bytes): the built-in ones, and those whose authors say `apply` never changes an
+        # event (`changes_events = False`)
+        return frozenset(
+            name
+            for name, p in self.projections.items()
+            if name in self.builtin or getattr(p, "changes_events", True) is False
+        )
 
     def _pausing(self) -> frozenset[str]:
         # the projections whose cold folds run with the cyclic collector paused: the
@@ -227,6 +239,7 @@ class SessionCore:
             if not new_tags and not new_projections:
                 return False
             self.projections.update(new_projections)
+            self.sharing = self._sharing()
             self.pause_gc = self._pausing()
             self.caches.learned(self.codec)
         if new_tags:
@@ -547,12 +560,13 @@ class SessionCore:
             if fh is head or (fh.seq == head.seq and fh.position == head.position):
                 proj = self.projections[name]
                 try:
-                    # a user's apply may change the event it gets (the built-in states
-                    # share its records): it folds the batch decoded from the bytes
-                    # written, as a cold load would give it to it
+                    # a user's apply may change the event it gets (the built-in states,
+                    # and those that say it never does, share its records): it folds
+                    # the batch decoded from the bytes written, as a cold load would
+                    # give it to it
                     own = (
                         stamped
-                        if name in self.builtin
+                        if name in self.sharing
                         else self.codec.decoder(proj.event_types).decode_lines(data)
                     )
                     f.state = fold(proj, f.state, own)

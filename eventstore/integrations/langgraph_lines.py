@@ -100,6 +100,7 @@ class LineIndexProjection(StructProjection[LineIndex]):
         {"langgraph_checkpoint", "langgraph_writes", "langgraph_removed", "langgraph_thread_copied"}
     )
     state_type = LineIndex
+    changes_events = False  # a writer folds the events it put, not a decode of them
     cache_folds = True
     cache_every = 16  # current with the head's cache, so a killed writer leaves a short fold
     in_snapshots = False  # seqs of lines a compaction archives: a compacted thread has none

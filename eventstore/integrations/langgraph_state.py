@@ -314,6 +314,7 @@ class LangGraphProjection(StructProjection[State]):
     version = 1
     event_types = _TAGS
     state_type = dict[str, Entry]  # as encoded: every blob whole
+    changes_events = False  # a writer folds the events it put, not a decode of them
     # not kept in the fold cache: its state is as large as the log itself (a second
     # copy of every value on disk), and decoding it costs about what folding the log does
 
@@ -536,6 +537,7 @@ class LangGraphHeadProjection(StructProjection[HeadState]):
     version = 1
     event_types = _TAGS
     state_type = HeadState
+    changes_events = False  # a writer folds the events it put, not a decode of them
     cache_folds = True
     # each put's delta rebuilds a whole channel blob as it is folded: a killed writer's
     # next reader should fold a few of them past the cache, not a log's worth

@@ -231,10 +231,11 @@ def _fold_states(
             folded[name] = proj.initial()  # what a load of the new log folds: none stored
             continue
         # a user's apply may change the events it is given: it folds a decode of its
-        # own, as a cold load gives it (the built-in projections share one)
+        # own, as a cold load gives it (the built-in projections, and those that say
+        # their apply never changes one, share one)
         own = (
             events
-            if name in core.builtin
+            if name in core.sharing
             else read_lines(res.data, codec, codec.decoder(proj.event_types), res.where).events
         )
         state = fold_events(codec, core.engine, session_id, proj, proj.initial(), own, res.where)
