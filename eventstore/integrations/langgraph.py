@@ -172,6 +172,8 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         # sessions whose head cannot be folded: a snapshot from before the head
         # projection existed opens the log, and no archive holds what it replaced
         self._no_head: set[str] = set()
+        # sessions whose index of lines this saver does not keep (`_keep_lines_current`)
+        self._no_lines: set[str] = set()
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -217,32 +219,40 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         except SnapshotVersionError:
             self._no_head.add(sid)
             return None
-        if sid not in self._heads_loaded:
-            self._heads_loaded.add(sid)
-            self._keep_lines_current(sid)
+        self._heads_loaded.add(sid)
         return heads
-
-    def _keep_lines_current(self, sid: str) -> None:
-        """Keep the thread's index of lines (`langgraph_lines`) folded where that comes
-        cheap (the store keeps a cache of it, or the thread is new), so this saver's
-        appends advance it and its cache stays current for other processes' reads of
-        named checkpoints; a thread written before the index existed has none (its
-        named reads search the log instead). Only where the engine reads lines by seq."""
-        core = core_of(self.store)
-        if isinstance(core.engine, RangedEngine):
-            core.loaded_if_kept(sid, LINES_PROJECTION, lambda index: None)
 
     def _keep_head_current(self, thread_id: str) -> None:
         """Load the thread's head once, so the appends of this saver advance it and
         `close` leaves it in the fold cache for the next process (a writer that never
-        reads, such as a bulk import, would otherwise leave none)."""
-        if self.session_id(thread_id) not in self._heads_loaded:
+        reads, such as a bulk import, would otherwise leave none); and its index of
+        lines, where that comes cheap (`_keep_lines_current`)."""
+        sid = self.session_id(thread_id)
+        if sid not in self._heads_loaded:
             self._heads(thread_id)
+        if sid not in self._no_lines:
+            self._keep_lines_current(sid)
+
+    def _keep_lines_current(self, sid: str) -> None:
+        """Keep the thread's index of lines (`langgraph_lines`) folded where that comes
+        cheap (the store keeps it, or a cache of it, or the thread is new), so this
+        saver's appends advance it and its cache stays current for other processes'
+        reads of named checkpoints. A thread written before the index existed has none
+        (its named reads search the log instead), nor has an engine that cannot read a
+        line by its seq: neither is asked again."""
+        core = core_of(self.store)
+        if core.has_fold(sid, LINES_PROJECTION.name):
+            return
+        if not isinstance(core.engine, RangedEngine) or not core.loaded_if_kept(
+            sid, LINES_PROJECTION, lambda index: True
+        ):
+            self._no_lines.add(sid)
 
     def _forget(self, thread_id: str) -> None:
         sid = self.session_id(thread_id)
         self._heads_loaded.discard(sid)
         self._no_head.discard(sid)
+        self._no_lines.discard(sid)
 
     # -- reads --------------------------------------------------------------------------
 

@@ -1,16 +1,18 @@
-"""Lines of the live log found by their seq, without reading the log: a search of its
-bytes, each probe a small read (`events_by_seq`).
+"""Lines of the live log found by their seq, without reading the log: each probe a
+small read (`events_by_seq`).
 
 A line's seq is the second field of its envelope (`{"type":"<tag>","seq":<n>,`), and
-seqs grow by one a line, so the line of a seq lies between two known line starts whose
-seqs bracket it. A probe reads a few hundred bytes at a guess between them (its place
-in proportion to the seqs, or their middle every other time, so a log of very uneven
-lines still halves the range), takes the first line start after the guess (the byte
-after a newline: JSON escapes every newline inside a line) and reads its seq; every
-line start found is kept for the next seq asked. So a seq costs a few probes of a log
-of any length. Each line returned is checked against the link before it, as a fold
-checks it (`eventstore.ops.paging.line_checks`). It does no I/O of its own: it reads
-through the engine's `live_view` (a `RangedEngine`), one consistent committed log.
+seqs grow by one a line, so the line of a seq lies between the two known line starts
+whose seqs bracket it. A probe reads from a byte between them up to the first line
+start after it (the byte after a newline: JSON escapes every newline inside a line) and
+reads that line's seq: from the middle of the range when the seq is far from both ends
+(so lines of any lengths halve it), else from the nearer end, twice as far each time
+(a delta chain's next link is a line or two before the last); a range of 16 KiB is read
+whole. Every line start a read shows is kept for the next seq asked, so a seq costs a
+few probes of a log of any length. Each line returned is checked against the link
+before it, as a fold checks it (`eventstore.ops.paging.line_checks`). It does no I/O of
+its own: it reads through the engine's `live_view` (a `RangedEngine`), one consistent
+committed log.
 """
 
 from __future__ import annotations
