@@ -51,10 +51,11 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.core import checked_prefix, fold_cache
+from eventstore.core.session_core import core_of
 from eventstore.core.tuning import Tuning
 from eventstore.engines.base import CachingEngine
 from eventstore.format.events import Event
-from projections import StructProjection
+from projections import BootstrapProjection, StructProjection
 
 
 def _cache(root: Path, sid: str, name: str = "bootstrap") -> Path:
@@ -110,6 +111,27 @@ def test_a_cold_load_folds_only_the_tail(
 def _logged_at_cache(root: Path) -> int:
     header = _cache(root, "s").read_bytes().split(b"\n", 1)[0]
     return int(msgspec.json.decode(header)["offset"])
+
+
+def test_a_load_only_if_kept_never_folds_a_log_from_its_start(
+    root: Path, filled: BootstrapState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`loaded_if_kept` loads from a fold cache (or a state kept) and folds the lines
+    after it; without either it folds nothing and keeps nothing, unless the log is
+    empty (a new session: nothing to fold)."""
+    bootstrap = BootstrapProjection()
+    with SessionStore(root) as s:
+        s.append_progress_entry("s", make_entry(999))  # a line past the cache
+        spy = LoadSpy(s, monkeypatch)
+        got = core_of(s).loaded_if_kept("s", s.bootstrap, bootstrap.copy)
+        assert got == s.load_bootstrap_state("s") and 0 < spy.folded < 1000
+    _cache(root, "s").unlink()
+    with SessionStore(root) as s:
+        spy = LoadSpy(s, monkeypatch)
+        assert core_of(s).loaded_if_kept("s", s.bootstrap, bootstrap.copy) is None
+        assert spy.folded == 0 and "bootstrap" not in s.cache_info("s").folds
+        assert core_of(s).loaded_if_kept("new", s.bootstrap, bootstrap.copy) == bootstrap.initial()
+        assert "bootstrap" in s.cache_info("new").folds  # kept: its appends advance it
 
 
 def test_a_tampered_tail_after_the_cached_position_is_still_caught(
