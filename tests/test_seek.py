@@ -48,17 +48,20 @@ def _seek(root: Path | Engine) -> Any:
         yield event_at
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    batches=st.lists(st.lists(SIZES, min_size=1, max_size=4), min_size=1, max_size=25),
-    data=st.data(),
-)
-def test_every_seq_is_found_in_any_order_as_the_fold_reads_it(
-    tmp_path_factory: Any, batches: list[list[int]], data: st.DataObject
-) -> None:
+def _written(tmp_path_factory: Any, data: st.DataObject, batches: int) -> tuple[Path, list[Any]]:
+    """A store whose session holds up to `batches` appends of drawn line lengths."""
     root = tmp_path_factory.mktemp("seek")
+    sizes = st.lists(st.lists(SIZES, min_size=1, max_size=4), min_size=1, max_size=batches)
     with SessionStore(root) as s:
-        events = _fill(s, batches)
+        return root, _fill(s, data.draw(sizes))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_seq_is_found_in_any_order_as_the_fold_reads_it(
+    tmp_path_factory: Any, data: st.DataObject
+) -> None:
+    root, events = _written(tmp_path_factory, data, 25)
     seqs = data.draw(st.permutations(range(1, len(events) + 1)))
     with _seek(root) as event_at:
         for seq in seqs:
@@ -87,19 +90,14 @@ def test_a_line_that_does_not_check_is_not_answered(tmp_path: Path) -> None:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    batches=st.lists(st.lists(SIZES, min_size=1, max_size=3), min_size=2, max_size=12),
-    data=st.data(),
-)
+@given(data=st.data())
 def test_an_edited_log_answers_its_original_events_or_nothing(
-    tmp_path_factory: Any, batches: list[list[int]], data: st.DataObject
+    tmp_path_factory: Any, data: st.DataObject
 ) -> None:
     """Whatever an outsider does to the log's bytes (seqs rewritten, lines copied or
     dropped, newlines and digits planted), a seq is answered with the event first
     written at it or not at all, and every search ends."""
-    root = tmp_path_factory.mktemp("edited")
-    with SessionStore(root) as s:
-        events = _fill(s, batches)
+    root, events = _written(tmp_path_factory, data, 12)
     log = SessionPaths(root, SID).log
     lines = log.read_bytes().split(b"\n")[:-1]
     for _ in range(data.draw(st.integers(1, 3))):
