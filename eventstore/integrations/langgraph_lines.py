@@ -27,6 +27,8 @@ from eventstore.errors import CorruptLogError, EncryptedSessionError
 from eventstore.format.events import Event
 from eventstore.integrations.langgraph_older import OlderCheckpoint
 from eventstore.integrations.langgraph_state import (
+    HEAD_PROJECTION,
+    PUT_TAGS,
     BlobEntry,
     BlobPut,
     CheckpointPut,
@@ -53,8 +55,6 @@ __all__ = [
     "line_key",
     "seqs_of",
 ]
-
-_TAGS = frozenset({"langgraph_checkpoint", "langgraph_writes"})
 
 
 class LineIndex(msgspec.Struct, gc=False):
@@ -96,9 +96,7 @@ class LineIndexProjection(StructProjection[LineIndex]):
 
     name = "langgraph_lines"
     version = 1
-    event_types = frozenset(
-        {"langgraph_checkpoint", "langgraph_writes", "langgraph_removed", "langgraph_thread_copied"}
-    )
+    event_types = HEAD_PROJECTION.event_types  # the saver's events, as the others read
     state_type = LineIndex
     changes_events = False  # a writer folds the events it put, not a decode of them
     cache_folds = True
@@ -172,7 +170,7 @@ def indexed_checkpoint(
         puts = seqs_of(index, checkpoint_key(ns, checkpoint_id))
         if not puts:
             return OlderCheckpoint(None)
-        with events_by_seq(store, session_id, _TAGS) as event_at:
+        with events_by_seq(store, session_id, PUT_TAGS) as event_at:
             if event_at is None:
                 return None
             return _read(index, event_at, ns, checkpoint_id, puts[-1])

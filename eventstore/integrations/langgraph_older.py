@@ -35,6 +35,7 @@ from eventstore.core.session_core import core_of
 from eventstore.errors import EncryptedSessionError
 from eventstore.format.events import Event
 from eventstore.integrations.langgraph_state import (
+    PUT_TAGS,
     BlobEntry,
     BlobPut,
     CheckpointPut,
@@ -49,7 +50,6 @@ from eventstore.store import SessionStore
 
 __all__ = ["OlderCheckpoint", "older_checkpoint"]
 
-_TAGS = frozenset({"langgraph_checkpoint", "langgraph_writes"})
 # lines that change entries other than by a put (one pattern: its literal start lets
 # `re` skip from line to line, twice as fast as a byte search for each)
 _REWRITES = re.compile(
@@ -101,7 +101,7 @@ def older_checkpoint(
         return None
     if not found:  # no put of it: none unless a line put it otherwise (a copy)
         scan = _Scan([], _REWRITES)
-        head = newest_events(store, session_id, _TAGS, lambda ev: True, scan)
+        head = newest_events(store, session_id, PUT_TAGS, lambda ev: True, scan)
         return None if head is None or scan.gave_up else OlderCheckpoint(None)
     return _resolved(store, session_id, found[0])
 
@@ -122,7 +122,7 @@ def _newest_put(
             return True
         return False
 
-    head = newest_events(store, session_id, _TAGS, visit, scan)
+    head = newest_events(store, session_id, PUT_TAGS, visit, scan)
     return None if head is None or scan.gave_up else found
 
 
@@ -164,7 +164,7 @@ def _resolved(store: SessionStore, session_id: str, put: CheckpointPut) -> Older
             scan.needles[_blob_needle(*key)] = None
         return False
 
-    head = newest_events(store, session_id, _TAGS, visit, scan)
+    head = newest_events(store, session_id, PUT_TAGS, visit, scan)
     if head is None or scan.gave_up:
         return None
     values: dict[str, BlobEntry] = {}

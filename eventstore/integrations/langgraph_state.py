@@ -70,6 +70,7 @@ __all__ = [
     "HEAD_PROJECTION",
     "PROJECTION",
     "PROJECTIONS",
+    "PUT_TAGS",
     "STAND_IN",
     "BlobEntry",
     "BlobPut",
@@ -257,6 +258,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (CheckpointPut, WritesPut, CheckpointsRem
 _TAGS = frozenset(
     {"langgraph_checkpoint", "langgraph_writes", "langgraph_removed", "langgraph_thread_copied"}
 )
+#: The tags of the lines a read of one checkpoint from the log decodes: puts and writes.
+PUT_TAGS = frozenset({"langgraph_checkpoint", "langgraph_writes"})
 
 
 def checkpoint_key(ns: str, checkpoint_id: str) -> str:

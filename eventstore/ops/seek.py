@@ -190,8 +190,9 @@ def events_by_seq(
     starts = tuple(b'{"type":"' + tag.encode() + b'",' for tag in sorted(tags))
     with engine.live_view(sess.session_id) as view:
         read_span, size = view.read_span, view.head.size
-        first = _ENVELOPE.match(read_span(0, min(size, 64))) if size else None
-        if first is None or read_span(0, len(SNAPSHOT_OPEN)) == SNAPSHOT_OPEN:
+        opening = read_span(0, min(size, 64))
+        first = _ENVELOPE.match(opening)
+        if first is None or opening.startswith(SNAPSHOT_OPEN):
             yield None
             return
         finder = _Finder(read_span, size, int(first.group(1)), view.head.seq)
