@@ -24,6 +24,7 @@ from typing import Annotated, Any, TypedDict
 import msgspec
 import pytest
 from conftest import cache_path, checkpoint_summary, run_threads
+from engines import EngineCase
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import WRITES_IDX_MAP, empty_checkpoint
@@ -57,6 +58,7 @@ from eventstore.integrations.langgraph_state import (
     whole_blob,
     writes_key,
 )
+from eventstore.ops.seek import can_seek
 
 THREADS = ["t1", "t2", "t3"]
 NAMESPACES = ["", "child:1"]
@@ -520,16 +522,21 @@ def _indexed_expected(full: Any, ns: str, checkpoint_id: str) -> HeadEntry | Non
     return HeadEntry(entry, blobs, writes if isinstance(writes, WritesEntry) else None)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(st.data())
 def test_the_index_of_lines_reads_a_checkpoint_as_the_full_index(
-    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+    case: EngineCase, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
 ) -> None:
     """After any calls, a cold store's index of lines answers every named checkpoint
     (and ids never put) exactly as the full index holds it, whenever the index is
-    complete (a thread of puts and writes only); it answers nothing once a removal, a
+    complete (a thread of puts and writes only) and the engine reads lines by seq
+    (files by their bytes, PostgreSQL by its key); it answers nothing once a removal, a
     copy, a deletion or a compaction touched the thread (the saver reads another way)."""
-    root = tmp_path_factory.mktemp("lines")
+    root = case.fresh(tmp_path_factory.mktemp("lines"))
     with EventStoreSaver(root) as warm:
         driver = _Driver(data, warm)
         ops = ["put"] * 6 + ["writes"] * 3 + ["delete", "copy", "delete_runs", "prune", "compact"]
@@ -540,7 +547,7 @@ def test_the_index_of_lines_reads_a_checkpoint_as_the_full_index(
         for thread in THREADS:
             sid = f"langgraph-{thread}"
             full = cold.load(sid, lg.PROJECTION)
-            complete = cold.load(sid, LINES_PROJECTION).complete
+            complete = can_seek(cold) and cold.load(sid, LINES_PROJECTION).complete
             for ns in NAMESPACES:
                 for cid in sorted(ids | {"1ef000", "1ef011"}):
                     got = indexed_checkpoint(cold, sid, ns, cid)
@@ -594,6 +601,25 @@ def test_a_named_checkpoint_is_read_through_the_index_of_lines(
             assert spy.read - before < log.stat().st_size / 4  # a search reads it all
         assert cold.get_tuple(_named("t", "", "1ef000")) is None  # never put
         assert "langgraph" not in cold.store.cache_info("langgraph-t").folds
+
+
+def test_named_checkpoints_are_read_by_seq_on_every_engine_that_can(
+    case: EngineCase, url: str
+) -> None:
+    """On every engine, a cold saver answers each named checkpoint of a thread of
+    deltas, writes and a channel kept from the first step as the full index does; where
+    the engine reads lines by their bytes or seqs (files, PostgreSQL), from the lines
+    its index names, never folding the full index."""
+    with EventStoreSaver(url) as saver:
+        configs = _messages_thread(saver, "t", 40)
+    with EventStoreSaver(url) as full:
+        expected = _listed(full)
+    with EventStoreSaver(url) as cold:
+        for cfg in configs[::-3]:
+            key = ("t", "", cfg["configurable"]["checkpoint_id"])
+            assert checkpoint_summary(cold.get_tuple(cfg)) == expected[key]
+        folded = "langgraph" in cold.store.cache_info("langgraph-t").folds
+        assert folded is (case.name == "redis")  # Redis reads whole logs only
 
 
 def test_a_compacted_thread_has_no_index_of_lines_and_still_reads(tmp_path: Path) -> None:

@@ -88,6 +88,7 @@ by the capability interfaces below it subclasses, and callers ask `isinstance`:
                     session, given back only while its head is still in the live log
                     (open_cache_parts: a cache's parts, which need no live-log check)
     RangedEngine    live_view: byte ranges of the live log (transcript paging from the end)
+    SeqEngine       lines_at: lines of the live log by their seqs (an index of lines)
     PruningEngine   prune_history: kept segments removed for good
     FeedEngine      feed: every session's lines in one global order (PostgreSQL)
     IndexingEngine  index_page/replace_index: a session index kept as the engine writes
@@ -169,6 +170,8 @@ __all__ = [
     "ReadResult",
     "RepairHold",
     "Segment",
+    "SeqEngine",
+    "SeqLine",
     "WriterTurn",
     "UnknownEngineError",
     "cache_part_name",
@@ -729,6 +732,34 @@ class RangedEngine(Engine):
     def live_view(self, session_id: str) -> AbstractContextManager[LiveView]:
         """A `LiveView` of the live log (an empty one, `EMPTY_HEAD`, for a session
         without one), valid until the context ends."""
+
+
+@dataclass(frozen=True, slots=True)
+class SeqLine:
+    """A line of the live log read by its seq: its bytes (no newline), its byte
+    `offset` in the live log (for messages) and `before`, the last 25 bytes of the line
+    before it, its newline included (which end with the `h` it chains to), or b"" for
+    the log's first line."""
+
+    line: bytes
+    offset: int
+    before: bytes
+
+
+class SeqEngine(Engine):
+    """An engine that reads lines of the live log by their seqs, each for about its own
+    length (PostgreSQL: by the lines' primary key), so a reader that keeps an index of
+    lines (`eventstore.ops.seek`) reads those lines alone, in one round trip."""
+
+    @abstractmethod
+    def lines_at(self, session_id: str, seqs: Sequence[int]) -> dict[int, SeqLine]:
+        """The live log's lines of `seqs`, read together (one consistent read); a seq the
+        live log does not hold is left out, as is one after the log's opening snapshot
+        (which is not a line)."""
+
+    @abstractmethod
+    def where(self, session_id: str) -> str:
+        """The session's live log's name, for messages."""
 
 
 class PruningEngine(Engine):

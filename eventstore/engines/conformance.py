@@ -16,7 +16,7 @@ and run pytest. Every `test_*` method then runs against your engine: the require
 contract always (appends and expected heads, batches, reads, pieces and positions, resets
 after a snapshot install, installs with and without history, history as one picture,
 wait, listing and removing sessions, the repair hold, a forked child), and the tests of
-each capability (`CachingEngine`, `RangedEngine`, `PruningEngine`, `FeedEngine`) only
+each capability (`CachingEngine`, `RangedEngine`, `SeqEngine`, `PruningEngine`, `FeedEngine`) only
 when the engine subclasses that interface; they skip otherwise. A handful of tests go
 through the session API on top of the engine (`make_store`, by default
 `SessionStore(engine)`): what a user sees behaves the same on every engine.
@@ -65,6 +65,7 @@ from eventstore.engines.base import (
     IndexingEngine,
     PruningEngine,
     RangedEngine,
+    SeqEngine,
 )
 from eventstore.format.chain import hash_checks
 from eventstore.format.codec import EventCodec
@@ -637,6 +638,30 @@ class EngineConformance:
         with engine.live_view(SID) as view:
             assert view.head == engine.head(SID)
             assert view.read_span(0, view.head.size) == bytes(engine.read(SID, None).data)
+
+    def test_lines_by_seq_are_the_live_logs_with_the_end_of_the_line_before(self) -> None:
+        engine = self.engine()
+        if not isinstance(engine, SeqEngine):
+            _skip(f"{type(engine).__name__} reads no line by its seq (not a SeqEngine)")
+        assert engine.lines_at(SID, [1]) == {} and engine.where(SID)
+        self.append(engine, 3, 2)
+        whole = bytes(engine.read(SID, None).data)
+        starts = [0] + [i + 1 for i, b in enumerate(whole) if b == 10]
+        got = engine.lines_at(SID, [6, 1, 4, 9, 0])  # any order; 9 and 0 are not lines
+        assert sorted(got) == [1, 4, 6]
+        for seq, found in got.items():
+            at, end = starts[seq - 1], starts[seq] - 1
+            assert (found.line, found.offset) == (whole[at:end], at)
+            assert found.before == whole[max(0, at - 25) : at]
+        covers = self.append(engine, 1)
+        engine.install_snapshot(SID, _snapshot_line(covers), covers, keep_history=True)
+        assert engine.lines_at(SID, [2, covers.seq]) == {}  # archived: not the live log
+        later = self.append(engine, 1, 2)
+        after = engine.lines_at(SID, [later.seq - 1, later.seq])
+        assert list(after) == [later.seq]  # the first after the snapshot has no line before
+        live = bytes(engine.read(SID, None).data)
+        found = after[later.seq]
+        assert live[found.offset :] == found.line + b"\n"  # at its offset in the live log
 
     def test_pruning_removes_only_segments_wholly_before_a_seq(self) -> None:
         engine = self.engine()

@@ -31,12 +31,14 @@ from eventstore.format.events import (
 
 __all__ = [
     "HASH_SUFFIX_LEN",
+    "LINE_END_LEN",
     "SNAPSHOT_OPEN",
     "STATES_OPEN",
     "damaged_newline",
     "find_snapshot_head",
     "hash_checks",
     "line_hash",
+    "link_ending",
     "link_of",
     "locate_states",
     "split_hash",
@@ -44,6 +46,7 @@ __all__ = [
 ]
 
 HASH_SUFFIX_LEN = len(b',"h":"') + 16 + len(b'"}')  # 24 bytes closing every line
+LINE_END_LEN = HASH_SUFFIX_LEN + 1  # and its newline
 SNAPSHOT_OPEN = b'{"type":"snapshot",'
 """How a snapshot line starts (its envelope's first field)."""
 STATES_OPEN = b',"states":{'
@@ -68,6 +71,17 @@ def hash_checks(link: bytes, line: bytes | memoryview, h: str) -> bool:
     digest.update(memoryview(line)[:-HASH_SUFFIX_LEN])
     digest.update(b"}")
     return digest.hexdigest() == h
+
+
+def link_ending(end: bytes) -> str | None:
+    """The `h` a line ends with, told from its last `LINE_END_LEN` bytes (`end`, its
+    newline included); None when they do not end a line."""
+    if len(end) != LINE_END_LEN or end[:6] != b',"h":"' or end[22:] != b'"}\n':
+        return None
+    try:
+        return end[6:22].decode("ascii")
+    except UnicodeDecodeError:
+        return None
 
 
 def link_of(event: Event) -> str:

@@ -64,7 +64,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from eventstore.aio import AsyncSessionStore
 from eventstore.core.session_core import core_of
-from eventstore.engines.base import RangedEngine
 from eventstore.errors import SnapshotVersionError
 from eventstore.integrations.langgraph_lines import LINES_PROJECTION, indexed_checkpoint
 from eventstore.integrations.langgraph_older import OlderCheckpoint, older_checkpoint
@@ -97,6 +96,7 @@ from eventstore.integrations.langgraph_state import (
     writes_key,
 )
 from eventstore.integrations.langgraph_state import PROJECTIONS as STATE_PROJECTIONS
+from eventstore.ops.seek import can_seek
 from eventstore.store import SessionStore
 
 # a read of a named checkpoint from the log: (store, session, namespace, id)
@@ -243,9 +243,7 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         core = core_of(self.store)
         if core.has_fold(sid, LINES_PROJECTION.name):
             return
-        if not isinstance(core.engine, RangedEngine) or not core.loaded_if_kept(
-            sid, LINES_PROJECTION, lambda index: True
-        ):
+        if not can_seek(core) or not core.loaded_if_kept(sid, LINES_PROJECTION, lambda index: True):
             self._no_lines.add(sid)
 
     def _forget(self, thread_id: str) -> None:

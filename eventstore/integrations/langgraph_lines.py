@@ -22,7 +22,6 @@ import hashlib
 import msgspec
 
 from eventstore.core.session_core import core_of
-from eventstore.engines.base import RangedEngine
 from eventstore.errors import CorruptLogError, EncryptedSessionError
 from eventstore.format.events import Event
 from eventstore.integrations.langgraph_older import OlderCheckpoint
@@ -43,7 +42,7 @@ from eventstore.integrations.langgraph_state import (
     merged_writes,
     writes_key,
 )
-from eventstore.ops.seek import EventAt, events_by_seq
+from eventstore.ops.seek import EventAt, can_seek, events_by_seq
 from eventstore.store import SessionStore
 from projections import StructProjection
 
@@ -155,7 +154,7 @@ def indexed_checkpoint(
     no index of the session, it is incomplete, a line is not where it says or does not
     check): the caller reads another way."""
     core = core_of(store)
-    if not isinstance(core.engine, RangedEngine):
+    if not can_seek(core):
         return None
     try:  # an encrypted payload cannot be read by its seq's bytes
         core.refuse_encrypted(session_id, "")
@@ -173,6 +172,7 @@ def indexed_checkpoint(
         with events_by_seq(store, session_id, PUT_TAGS) as event_at:
             if event_at is None:
                 return None
+            event_at.want((puts[-1], *seqs_of(index, writes_key(ns, checkpoint_id))))
             return _read(index, event_at, ns, checkpoint_id, puts[-1])
 
     try:
@@ -188,12 +188,15 @@ def _read(
     put = event_at(seq)
     if not isinstance(put, CheckpointPut) or (put.ns, put.checkpoint_id) != (ns, checkpoint_id):
         return None
-    values: dict[str, BlobEntry] = {}
+    blobs = {}
     for channel, version in put.versions.items():
         seqs = seqs_of(index, blob_key(ns, channel, version))
-        if not seqs:
-            continue  # never put: the full index has no value for it either
-        value = _blob(index, event_at, ns, channel, version, seqs[-1])
+        if seqs:  # (else never put: the full index has no value for it either)
+            blobs[channel] = seqs[-1]
+    event_at.want(blobs.values())
+    values: dict[str, BlobEntry] = {}
+    for channel, seq in blobs.items():
+        value = _blob(index, event_at, ns, channel, put.versions[channel], seq)
         if value is None:
             return None
         values[channel] = value

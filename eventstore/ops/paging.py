@@ -40,9 +40,11 @@ from eventstore.engines.base import Head, RangedEngine
 from eventstore.errors import InvalidRecordError
 from eventstore.format.chain import (
     HASH_SUFFIX_LEN,
+    LINE_END_LEN,
     SNAPSHOT_OPEN,
     find_snapshot_head,
     hash_checks,
+    link_ending,
 )
 from eventstore.format.codec import EventCodec
 from eventstore.format.events import (
@@ -385,15 +387,8 @@ def _link_before(
         return snap.base_h
     if offset <= HASH_SUFFIX_LEN:
         return None
-    i = offset - base
-    # the line before ends with `,"h":"` + 16 hex digits + `"}` and its newline
-    end = data[i - 25 : i] if i >= 25 else read_span(offset - 25, offset)
-    if end[:6] != b',"h":"' or end[22:] != b'"}\n':
-        return None
-    try:
-        return end[6:22].decode("ascii")
-    except UnicodeDecodeError:
-        return None
+    i, n = offset - base, LINE_END_LEN
+    return link_ending(data[i - n : i] if i >= n else read_span(offset - n, offset))
 
 
 def _snapshot_tail(read_span: SpanReader, snap: SnapshotHead, k: int) -> list[Message] | None:

@@ -1,7 +1,8 @@
-"""Lines of the live log found by their seq, without reading the log: each probe a
-small read (`events_by_seq`).
+"""Lines of the live log found by their seq, without reading the log (`events_by_seq`):
+on a file, each probe a small read; on an engine that reads lines by seq (`SeqEngine`,
+PostgreSQL), the lines asked for together in one read.
 
-A line's seq is the second field of its envelope (`{"type":"<tag>","seq":<n>,`), and
+On a file, a line's seq is the second field of its envelope (`{"type":"<tag>","seq":<n>,`), and
 seqs grow by one a line, so the line of a seq lies between the two known line starts
 whose seqs bracket it. A probe reads from a byte between them up to the first line
 start after it (the byte after a newline: JSON escapes every newline inside a line) and
@@ -10,30 +11,27 @@ reads that line's seq: from the middle of the range when the seq is far from bot
 (a delta chain's next link is a line or two before the last); a range of 16 KiB is read
 whole. Every line start a read shows is kept for the next seq asked, so a seq costs a
 few probes of a log of any length. Each line returned is checked against the link
-before it, as a fold checks it (`eventstore.ops.paging.line_checks`). It does no I/O of
-its own: it reads through the engine's `live_view` (a `RangedEngine`), one consistent
-committed log.
+before it, as a fold checks it (`eventstore.ops.paging.line_checks`; a `SeqEngine`
+reads the `h` ending the line before each with it). It does no I/O of its own: it
+reads through the engine's `live_view` (a `RangedEngine`, one consistent committed log)
+or its `lines_at`.
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
-from eventstore.core.session_core import CoreOwner, core_of
-from eventstore.engines.base import RangedEngine
-from eventstore.format.chain import SNAPSHOT_OPEN
+from eventstore.core.session_core import CoreOwner, SessionCore, core_of
+from eventstore.engines.base import RangedEngine, SeqEngine
+from eventstore.format.chain import SNAPSHOT_OPEN, hash_checks, link_ending
 from eventstore.format.codec import EventCodec
 from eventstore.format.events import Event
 from eventstore.ops.paging import SpanReader, line_checks
 
-__all__ = ["EventAt", "events_by_seq"]
-
-#: `event_at(seq)`: the event of that seq, checked; None when it cannot be told (no such
-#: line in the live log, a line that does not check, or one not of the types asked).
-EventAt = Callable[[int], Event | None]
+__all__ = ["EventAt", "can_seek", "events_by_seq"]
 
 _ENVELOPE = re.compile(rb'\{"type":"[^"\\]*","seq":([0-9]{1,19}),')
 _PROBE = 4096  # bytes a probe reads first (a page: a line start or a few are in it)
@@ -174,20 +172,61 @@ class _Finder:
                 return first
 
 
+class EventAt:
+    """`event_at(seq)`: the event of that seq, checked; None when it cannot be told (no
+    such line in the live log, a line that does not check, or one not of the types
+    asked). A line asked for twice is read once."""
+
+    def __init__(self, read: Callable[[list[int]], dict[int, Event | None]]) -> None:
+        self._read = read
+        self._found: dict[int, Event | None] = {}
+
+    def want(self, seqs: Iterable[int]) -> None:
+        """Read the lines of `seqs` together now, ahead of asking for them: one round
+        trip on an engine that reads lines by seq (`SeqEngine`)."""
+        missing = [s for s in dict.fromkeys(seqs) if s not in self._found]
+        if missing:
+            self._found.update(self._read(missing))
+
+    def __call__(self, seq: int) -> Event | None:
+        if seq not in self._found:
+            self.want((seq,))
+        return self._found[seq]
+
+
+def can_seek(core: CoreOwner) -> bool:
+    """Whether `events_by_seq` can read the store's lines by seq (its engine reads byte
+    ranges or lines by seq); a log opening with a snapshot it still cannot."""
+    return isinstance(core_of(core).engine, RangedEngine | SeqEngine)
+
+
 @contextmanager
 def events_by_seq(
     core: CoreOwner, session_id: str, tags: frozenset[str]
 ) -> Iterator[EventAt | None]:
-    """An `EventAt` over the session's committed live log as it is now (one consistent
-    view, held while the block runs), for lines of types `tags`; None when the engine
-    has no ranged view or a snapshot opens the log (its lines before it are archived)."""
+    """An `EventAt` over the session's committed live log as it is now, for lines of
+    types `tags`: on a `RangedEngine`, one consistent view held while the block runs;
+    on a `SeqEngine`, each `want` one consistent read. None for another engine, or a
+    log a snapshot opens (its lines before it are archived)."""
     core = core_of(core)
     engine = core.engine
-    if not isinstance(engine, RangedEngine):
-        yield None
-        return
-    sess = core.session(session_id)
     starts = tuple(b'{"type":"' + tag.encode() + b'",' for tag in sorted(tags))
+    if isinstance(engine, RangedEngine):
+        with _found_in_view(core, engine, session_id, starts) as read:
+            yield None if read is None else EventAt(read)
+    elif isinstance(engine, SeqEngine):
+        sid = core.session(session_id).session_id
+        yield EventAt(lambda seqs: _queried(core.codec, engine, sid, seqs, starts))
+    else:
+        yield None
+
+
+@contextmanager
+def _found_in_view(
+    core: SessionCore, engine: RangedEngine, session_id: str, starts: tuple[bytes, ...]
+) -> Iterator[Callable[[list[int]], dict[int, Event | None]] | None]:
+    """A reader of events by seq over a live view of the log, one probe at a time."""
+    sess = core.session(session_id)
     with engine.live_view(sess.session_id) as view:
         read_span, size = view.read_span, view.head.size
         opening = read_span(0, min(size, 64))
@@ -196,14 +235,8 @@ def events_by_seq(
             yield None
             return
         finder = _Finder(read_span, size, int(first.group(1)), view.head.seq)
-        found: dict[int, Event | None] = {}  # (a line asked for twice is read once)
-
-        def event_at(seq: int) -> Event | None:
-            if seq not in found:
-                found[seq] = _checked_event(core.codec, finder, seq, starts, view.where)
-            return found[seq]
-
-        yield event_at
+        codec, where = core.codec, view.where
+        yield lambda seqs: {s: _checked_event(codec, finder, s, starts, where) for s in seqs}
 
 
 def _checked_event(
@@ -217,5 +250,27 @@ def _checked_event(
     offset, line = got
     if not line.startswith(starts) or not line_checks(finder.read_span, offset, line):
         return None
+    return _decoded(codec, seq, offset, line, where)
+
+
+def _queried(
+    codec: EventCodec, engine: SeqEngine, sid: str, seqs: list[int], starts: tuple[bytes, ...]
+) -> dict[int, Event | None]:
+    """The events of `seqs` from one read of their lines by seq, each checked against
+    the link the engine read before it."""
+    lines = engine.lines_at(sid, seqs)
+    where = engine.where(sid)
+    found: dict[int, Event | None] = dict.fromkeys(seqs)
+    for seq, got in lines.items():
+        line, h = got.line, got.line[-18:-2].decode("ascii", "replace")
+        link = "" if got.before == b"" else link_ending(got.before)
+        ok = link is not None and line.startswith(starts) and hash_checks(link.encode(), line, h)
+        if ok and seq in found:
+            found[seq] = _decoded(codec, seq, got.offset, line, where)
+    return found
+
+
+def _decoded(codec: EventCodec, seq: int, offset: int, line: bytes, where: str) -> Event | None:
+    """The event of a checked line, if it is the line of `seq`."""
     ev = codec.decode_line(line, offset, where)
     return ev if ev.seq == seq else None

@@ -61,6 +61,8 @@ from eventstore.engines.base import (
     ReadResult,
     RepairHold,
     Segment,
+    SeqEngine,
+    SeqLine,
     cache_part_name,
     redact_text,
 )
@@ -223,11 +225,12 @@ T = TypeVar("T")
 _SLOT = "keyslot:"  # the `meta` rows holding key slots
 
 
-class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine):
+class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEngine):
     """Sessions in a PostgreSQL database: see the module docstring. It keeps the global
     feed (`FeedEngine`), the face's fold caches (`CachingEngine`) and the session index
     (`IndexingEngine`: columns of the sessions table, written by `append` in its
-    transaction); no ranged reads or pruning."""
+    transaction), and reads lines by their seqs (`SeqEngine`: the lines' primary key);
+    no ranged reads or pruning."""
 
     def __init__(
         self, url: str, *, pool_size: int = 8, stall_warning: float = STALL_WARNING
@@ -523,6 +526,22 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine):
             FeedBlocker(int(r[0]), r[1], r[2], r[3] or r[4], r[5] or r[6], r[7], r[8] or r[9])
             for r in rows
         ]
+
+    def lines_at(self, session_id: str, seqs: Sequence[int]) -> dict[int, SeqLine]:
+        """One statement: each line with the last bytes of the line before it (those
+        alone read: the lines are stored uncompressed, so a slice of one is read
+        without the rest)."""
+        rows = self._query(
+            f"reading lines of {session_id!r} by seq",
+            lambda conn: conn.execute(
+                self._sql.lines_at, (session_id, list(seqs)), binary=True
+            ).fetchall(),
+        )
+        return {
+            seq: SeqLine(bytes(line[:-1]), offset, bytes(before))
+            for seq, line, offset, before in rows
+            if before is not None and line.endswith(b"\n")
+        }
 
     # -- caches -----------------------------------------------------------------------
 
@@ -935,7 +954,7 @@ class _Statements:
         self.head = f"SELECT {head_cols} FROM {q}.sessions s WHERE s.session_id = %s"
         self.session_row = f"SELECT sid, snap_seq FROM {q}.sessions WHERE session_id = %s"
         self.snapshots_of = f"SELECT n, seq, line FROM {q}.snapshots WHERE sid = %s ORDER BY n"
-        self.lines_of = f"SELECT seq, line FROM {q}.lines WHERE sid = %s ORDER BY seq"
+        self._lines_statements(q)
         # the lines go in binary (`%b`): psycopg sends a list of bytes as a text array
         # otherwise, every byte hex-escaped (twice the bytes, ~27 us per 1.6 kB line to
         # dump, and the server's array_in to parse them back)
@@ -997,6 +1016,20 @@ class _Statements:
             f"UPDATE {q}.sessions SET log_id = nextval('{q}.log_ids'), head_seq = %s,"
             f" head_link = %s, head_h = %s, base_seq = %s, snap_seq = %s, snap_len = %s,"
             f" live_origin = %s, stream_end = %s WHERE sid = %s"
+        )
+
+    def _lines_statements(self, q: str) -> None:
+        self.lines_of = f"SELECT seq, line FROM {q}.lines WHERE sid = %s ORDER BY seq"
+        # lines by seq (`lines_at`), each with the last 25 bytes of the line before it
+        # (b"" for the live log's first line; none for the first after a snapshot), of
+        # the live log only (the lines a snapshot covers may be kept as its archive)
+        self.lines_at = (
+            f"SELECT l.seq, l.line, s.snap_len + l.stream_off - s.live_origin,"
+            f" CASE WHEN p.seq IS NOT NULL THEN substring(p.line from octet_length(p.line) - 24)"
+            f" WHEN s.snap_len = 0 AND l.stream_off = s.live_origin THEN ''::bytea END"
+            f" FROM {q}.sessions s JOIN {q}.lines l ON l.sid = s.sid"
+            f" LEFT JOIN {q}.lines p ON p.sid = s.sid AND p.seq = l.seq - 1 AND p.seq > s.snap_seq"
+            f" WHERE s.session_id = %s AND l.seq = ANY(%s::bigint[]) AND l.seq > s.snap_seq"
         )
 
     def _cache_statements(self, q: str) -> None:
