@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from engines import EngineCase, WholeLogsOnly
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -189,6 +190,20 @@ def test_lines_of_other_types_are_not_answered(url: str) -> None:
             assert at(1) is None
     with _seek(url) as event_at:
         assert event_at(1) == events[0]
+
+
+def test_an_encrypted_line_is_not_answered(url: str) -> None:
+    """Its payload is sealed: only a fold, which holds the key, reads it."""
+    pytest.importorskip("cryptography")
+    from eventstore import KeyRing
+
+    keys = KeyRing({"m1": bytes(range(32))})
+    with SessionStore(url, keys=keys) as s:
+        events = _fill(s, [[10, 20]])
+        with events_by_seq(s, SID, TAGS) as event_at:
+            assert [e.seq for e in events] == [1, 2]  # the fold reads them
+            assert event_at is None or [event_at(1), event_at(2)] == [None, None]
+            assert (event_at is None) is not can_seek(s)
 
 
 def test_an_engine_without_a_ranged_view_answers_nothing() -> None:

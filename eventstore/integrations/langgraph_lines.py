@@ -22,7 +22,7 @@ import hashlib
 import msgspec
 
 from eventstore.core.session_core import core_of
-from eventstore.errors import CorruptLogError, EncryptedSessionError
+from eventstore.errors import CorruptLogError
 from eventstore.format.events import Event
 from eventstore.integrations.langgraph_older import OlderCheckpoint
 from eventstore.integrations.langgraph_state import (
@@ -155,10 +155,6 @@ def indexed_checkpoint(
     check): the caller reads another way."""
     core = core_of(store)
     if not can_seek(core):
-        return None
-    try:  # an encrypted payload cannot be read by its seq's bytes
-        core.refuse_encrypted(session_id, "")
-    except EncryptedSessionError:
         return None
 
     def read(index: LineIndex) -> OlderCheckpoint | None:

@@ -28,6 +28,7 @@ from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.engines.base import RangedEngine, SeqEngine
 from eventstore.format.chain import SNAPSHOT_OPEN, hash_checks, link_ending
 from eventstore.format.codec import EventCodec
+from eventstore.format.crypt import encrypted_key_id
 from eventstore.format.events import Event
 from eventstore.ops.paging import SpanReader, line_checks
 
@@ -174,8 +175,8 @@ class _Finder:
 
 class EventAt:
     """`event_at(seq)`: the event of that seq, checked; None when it cannot be told (no
-    such line in the live log, a line that does not check, or one not of the types
-    asked). A line asked for twice is read once."""
+    such line in the live log, a line that does not check, an encrypted line, or one not
+    of the types asked). A line asked for twice is read once."""
 
     def __init__(self, read: Callable[[list[int]], dict[int, Event | None]]) -> None:
         self._read = read
@@ -271,6 +272,9 @@ def _queried(
 
 
 def _decoded(codec: EventCodec, seq: int, offset: int, line: bytes, where: str) -> Event | None:
-    """The event of a checked line, if it is the line of `seq`."""
+    """The event of a checked line, if it is the line of `seq` and plain (an encrypted
+    one is read by a fold, which holds its key)."""
+    if encrypted_key_id(line) is not None:
+        return None
     ev = codec.decode_line(line, offset, where)
     return ev if ev.seq == seq else None
