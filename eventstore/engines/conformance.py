@@ -553,6 +553,24 @@ class EngineConformance:
         again = engine.load_cache(SID, "fold")
         assert again is not None and again[1] == b"abcdef\n" and again[0].seq == head.seq
 
+    def test_a_read_from_an_opened_cache_sees_every_append_before_it(self) -> None:
+        engine = self.caching()
+        head = self.append(engine, 2)
+        engine.store_cache(SID, "fold", head, [b"state"])
+        later = self.append(engine, 2)  # after the cache was kept, before it is opened
+        for appended in (0, 1, 2):  # appends between the open and the read
+            opened = engine.open_cache(SID, "fold")
+            assert opened is not None
+            opened[1].close()
+            later = self.append(engine, appended) if appended else later
+            got = engine.read(SID, opened[0].position)
+            assert got.head == later and not got.reset
+            assert _seqs(got.data) == list(range(head.seq + 1, later.seq + 1))
+        other = self.append(engine, 1, sid="other")
+        opened = engine.open_cache(SID, "fold")  # a read of another session between
+        assert opened is not None and engine.read("other", None).head == other
+        assert _seqs(engine.read(SID, opened[0].position).data)[-1] == later.seq
+
     def test_caches_are_dropped_when_their_head_leaves_the_live_log(self) -> None:
         engine = self.caching()
         head = self.append(engine, 3)
