@@ -571,6 +571,19 @@ class EngineConformance:
         assert opened is not None and engine.read("other", None).head == other
         assert _seqs(engine.read(SID, opened[0].position).data)[-1] == later.seq
 
+    def test_a_later_read_from_an_opened_caches_head_sees_appends_since(self) -> None:
+        engine = self.caching()
+        head = self.append(engine, 2)
+        engine.store_cache(SID, "fold", head, [b"state"])
+        opened = engine.open_cache(SID, "fold")  # no read from it (as when it does not check)
+        assert opened is not None and opened[0].position == head.position
+        opened[1].close()
+        writer = threading.Thread(target=lambda: self.append(engine, 1))
+        writer.start()
+        writer.join()
+        got = engine.read(SID, head.position)  # the same point, reached by another read
+        assert _seqs(got.data) == [head.seq + 1]
+
     def test_caches_are_dropped_when_their_head_leaves_the_live_log(self) -> None:
         engine = self.caching()
         head = self.append(engine, 3)

@@ -253,8 +253,10 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         self._listener: _Listener | None = None
         self._closed = False
         self._sql = _Statements(self._q)
-        # the lines after a fold cache `open_cache` read with it, for the read of them
-        # that follows in the same thread: {(thread, session): (cache position, rows)}
+        # the lines after a fold cache `open_cache` read with it, for the fold's read of
+        # them that follows in the same thread, from the very position object it gave
+        # (a read from an equal position reached otherwise, later, reads anew):
+        # {(thread, session): (cache position, rows)}
         self._read_ahead: dict[tuple[int, str], tuple[PgPosition, list[Any]]] = {}
         # the schema is checked on a connection of our own (a wrong URL fails at once,
         # with the server's words), then handed to the pool as its first connection
@@ -365,7 +367,7 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         # snapshot's part (planned in half the time: ~0.35 ms less as a backend's
         # first), or none at all after `open_cache` read it; the head alone, of
         # another log, says the log was replaced
-        if ahead is not None and ahead[0] == pos:
+        if ahead is not None and ahead[0] is pos:
             rows = ahead[1]
         else:
             rows = self._rows(self._sql.read_on, params) if pos is not None else []
@@ -561,8 +563,10 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         head, if its head is still a point of the live log: the same log (log_id), no
         further than the head, and the line there has the `h` it was stored with. The
         same statement reads the session's head and up to `READ_AHEAD` lines after the
-        cache's: a fold's `read` from there, next in this thread, is answered from them
-        (a round trip less), as of that statement (a read that began then)."""
+        cache's: the fold's `read` from the returned head's position (that object),
+        next in this thread, is answered from them (a round trip less), as of that
+        statement (the load that asked began before it); any other read of the session
+        in this thread, or an append, drops them."""
         params = {"sid": session_id, "name": name, "ahead": READ_AHEAD}
         rows = self._query(
             "reading a fold cache",
