@@ -214,8 +214,8 @@ def from_url(url: str | os.PathLike[str], **options: Any) -> PostgresEngine:
 def _first_line(exc: BaseException, secrets: list[str]) -> str:
     """The first line of a psycopg error, without any secret of the URL (libpq quotes
     the parts of a URL it cannot parse) nor any `password=` value."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return redact_text(scrub(text, secrets))
+    text = scrub(str(exc), secrets).strip()  # (a secret may hold a line break)
+    return redact_text(text.splitlines()[0] if text else type(exc).__name__)
 
 
 def _storage_error(engine: PostgresEngine, doing: str, exc: BaseException) -> StorageError:

@@ -78,7 +78,13 @@ def secrets_of(url: str) -> list[str]:
         if eq and unquote(key).strip().lower().endswith("password"):
             found.append(value)
     forms = {f for s in found for f in (s, unquote(s), unquote(s.replace("+", " "))) if f}
+    # urllib's URL parsing drops tabs and line breaks (the URL handed to libpq, which
+    # quotes what it cannot parse, lacks them)
+    forms |= {f.translate(_DROPPED_BY_URLSPLIT) for f in forms} - {""}
     return sorted(forms, key=len, reverse=True)
+
+
+_DROPPED_BY_URLSPLIT = dict.fromkeys(map(ord, "\t\r\n"))
 
 
 def scrub(text: str, secrets: list[str]) -> str:
