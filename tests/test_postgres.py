@@ -544,6 +544,37 @@ def test_a_cold_load_starts_from_the_fold_cache_and_reads_what_came_after(
         assert fresh.verify("s").ok
 
 
+def test_a_fold_cache_is_read_with_the_lines_after_it(pg_url: str) -> None:
+    """A fold cache comes with the log after its head, read in the same statement, up to
+    `READ_AHEAD` lines (a fold from it then reads nothing more); the same bytes a read
+    from its head returns. Further behind, the fold reads them itself."""
+    with SessionStore(pg_url) as store:
+        for i in range(3):
+            store.append_progress_entry("s", _entry(f"{i}" + "x" * 400_000))
+        store.load_bootstrap_state("s")  # a fold of over 1 MiB: its cache is saved
+    with SessionStore(pg_url) as store:  # a writer that folds nothing: the cache stays
+        engine = pg.PostgresEngine(pg_url)
+        read_on = []
+        try:
+            for behind in (0, 4, pg.READ_AHEAD - 4, 5):  # 0, 4, READ_AHEAD, past it
+                for i in range(behind):
+                    store.append_progress_entry("s", _entry(f"after {i}"))
+                opened = engine.open_cache("s", "bootstrap")
+                assert opened is not None
+                with opened[1] as reader:
+                    got = reader.read_on
+                want = engine.read("s", opened[0].position)
+                read_on.append(got is not None)
+                if want.head.seq - opened[0].seq > pg.READ_AHEAD:
+                    assert got is None
+                else:
+                    assert got is not None and got.head == want.head
+                    assert (bytes(got.data), got.offset) == (bytes(want.data), want.offset)
+        finally:
+            engine.close()
+    assert read_on == [True, True, True, False]
+
+
 # -- the global feed ------------------------------------------------------------------
 
 

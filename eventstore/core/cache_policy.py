@@ -101,7 +101,9 @@ class CachePolicy:
                 self.engine, sess.session_id, proj, self.cached[proj.name], self.mac, self.crypt
             )
             if found is not None:
-                return Fold(found[0], found[1], found[1], found[2])
+                f = Fold(found[0], found[1], found[1], found[2])
+                f.read_on = found[3]
+                return f
         return Fold(proj.initial(), EMPTY_HEAD)
 
     def start_mark(self, sess: SessionState) -> checked_prefix.Mark | None:

@@ -75,6 +75,7 @@ from eventstore.engines.base import (
     CachingEngine,
     Engine,
     Head,
+    ReadResult,
     cache_part_name,
 )
 
@@ -509,7 +510,11 @@ def _opened(
     head, reader = found
     with reader:
         plain = crypt.decrypt(session_id, name, head, reader.read(reader.size))
-    return None if plain is None else (head, BytesCacheReader(plain))
+    if plain is None:
+        return None
+    opened = BytesCacheReader(plain)
+    opened.read_on = reader.read_on
+    return head, opened
 
 
 def _chunk_opener(engine: CachingEngine, want: _Want, crypt: CacheCrypt | None) -> ChunkOpener:
@@ -565,11 +570,12 @@ def load(
     known: str,
     mac: CacheMac | None = None,
     crypt: CacheCrypt | None = None,
-) -> tuple[Any, Head, Chunks | None] | None:
-    """The cached state, its head and the chunks it was read from (None for a
-    projection not kept in chunks), when the engine keeps a cache that checks (with
-    `mac`: one that carries this key's MAC; with a `crypt`: one that opens), every chunk
-    it lists included."""
+) -> tuple[Any, Head, Chunks | None, ReadResult | None] | None:
+    """The cached state, its head, the chunks it was read from (None for a projection
+    not kept in chunks) and the log after it if the engine read it with the cache
+    (`CacheReader.read_on`), when the engine keeps a cache that checks (with `mac`: one
+    that carries this key's MAC; with a `crypt`: one that opens), every chunk it lists
+    included."""
     if not isinstance(engine, CachingEngine):
         return None
     found = _open(engine, session_id, projection.name, crypt)
@@ -583,7 +589,7 @@ def load(
     if got is None:
         return None
     state, refs = got
-    return state, head, Chunks(state, refs) if chunked else None
+    return state, head, Chunks(state, refs) if chunked else None, reader.read_on
 
 
 def _store_chunk(

@@ -85,7 +85,13 @@ def fold_log(
     side = run.side = start_side_thread() if run.trusted >= core.tuning.hash_aside else None
     sid = sess.session_id
     piece_size = core.tuning.read_piece
-    piece: tuple[ReadResult, bool] | None = core.engine.read_some(sid, f.head.position, piece_size)
+    # the log after a fold cache, read with it, is taken once, by the fold that follows
+    ahead, f.read_on = f.read_on, None
+    piece: tuple[ReadResult, bool] | None = (
+        (ahead, False)
+        if ahead is not None
+        else core.engine.read_some(sid, f.head.position, piece_size)
+    )
     try:
         while piece is not None:
             res, more = piece

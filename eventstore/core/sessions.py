@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from eventstore.core import checked_prefix
-from eventstore.engines.base import Head
+from eventstore.engines.base import Head, ReadResult
 
 __all__ = ["Fold", "SessionState", "SessionTable"]
 
@@ -26,9 +26,10 @@ class Fold:
     many bytes that cache took (0: unknown), what a writer's next save costs about.
     `chunks`: the chunk caches holding complete frames of `state`
     (`eventstore.core.fold_cache.Chunks`; they say themselves whether they are still of
-    the current state object)."""
+    the current state object). `read_on`: the log after `head`, read with the fold cache
+    it came from (`CacheReader.read_on`), for the fold that follows at once."""
 
-    __slots__ = ("chunks", "head", "saved", "saved_bytes", "state")
+    __slots__ = ("chunks", "head", "read_on", "saved", "saved_bytes", "state")
 
     def __init__(
         self, state: Any, head: Head, saved: Head | None = None, chunks: Any = None
@@ -38,6 +39,7 @@ class Fold:
         self.saved = saved
         self.saved_bytes = 0
         self.chunks = chunks
+        self.read_on: ReadResult | None = None
 
 
 class SessionState:

@@ -307,9 +307,14 @@ class ReadResult:
 class CacheReader(ABC):
     """The bytes of a kept cache, read front to back: a cache can be tens of megabytes
     (a long transcript's), and a load reads it a part at a time so that it never holds
-    it all at once. `size`: how many bytes it has. A context manager (`close`)."""
+    it all at once. `size`: how many bytes it has. A context manager (`close`).
+
+    `read_on`: the live log after the cache's head, read in the same round trip as the
+    cache (`read(session, head.position)` as of then), by an engine that can; the fold
+    that starts from the cache at once takes it instead of reading. None: it reads."""
 
     size: int
+    read_on: ReadResult | None = None
 
     @abstractmethod
     def read(self, n: int) -> bytes:

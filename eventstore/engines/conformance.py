@@ -571,6 +571,21 @@ class EngineConformance:
         assert opened is not None and engine.read("other", None).head == other
         assert _seqs(engine.read(SID, opened[0].position).data)[-1] == later.seq
 
+    def test_a_caches_read_on_is_the_read_from_its_head(self) -> None:
+        engine = self.caching()
+        head = self.append(engine, 2)
+        engine.store_cache(SID, "fold", head, [b"state"])
+        later = self.append(engine, 3, 2)
+        opened = engine.open_cache(SID, "fold")
+        assert opened is not None
+        with opened[1] as reader:
+            got = reader.read_on  # None: the engine does not read on with the cache
+        want = engine.read(SID, opened[0].position)
+        assert want.head == later and _seqs(want.data) == list(range(head.seq + 1, later.seq + 1))
+        if got is not None:
+            assert (bytes(got.data), got.head, got.reset) == (bytes(want.data), want.head, False)
+            assert (got.where, got.offset) == (want.where, want.offset)
+
     def test_a_later_read_from_an_opened_caches_head_sees_appends_since(self) -> None:
         engine = self.caching()
         head = self.append(engine, 2)

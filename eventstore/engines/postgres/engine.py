@@ -33,7 +33,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar, cast
@@ -253,11 +253,6 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         self._listener: _Listener | None = None
         self._closed = False
         self._sql = _Statements(self._q)
-        # the lines after a fold cache `open_cache` read with it, for the fold's read of
-        # them that follows in the same thread, from the very position object it gave
-        # (a read from an equal position reached otherwise, later, reads anew):
-        # {(thread, session): (cache position, rows)}
-        self._read_ahead: dict[tuple[int, str], tuple[PgPosition, list[Any]]] = {}
         # the schema is checked on a connection of our own (a wrong URL fails at once,
         # with the server's words), then handed to the pool as its first connection
         self._handover = Handover()
@@ -362,20 +357,23 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         log_id = pos.log_id if pos is not None else -1
         after = pos.seq if pos is not None else 0
         params = {"log": log_id, "after": after, "sid": session_id}
-        ahead = self._read_ahead.pop((threading.get_ident(), session_id), None)
         # the common read, on in the same log: a statement without the opening
         # snapshot's part (planned in half the time: ~0.35 ms less as a backend's
-        # first), or none at all after `open_cache` read it; the head alone, of
-        # another log, says the log was replaced
-        if ahead is not None and ahead[0] is pos:
-            rows = ahead[1]
-        else:
-            rows = self._rows(self._sql.read_on, params) if pos is not None else []
+        # first); the head alone, of another log, says the log was replaced
+        rows = self._rows(self._sql.read_on, params) if pos is not None else []
         if not rows or rows[0][2] != log_id:
             rows = self._rows(self._sql.read, params)
+        return self._read_result(session_id, rows, pos, position is not None)
+
+    def _read_result(
+        self, session_id: str, rows: list[Any], pos: PgPosition | None, from_position: bool
+    ) -> ReadResult:
+        """The `ReadResult` of a read's rows (the head's, then the lines'): from `pos`
+        if the log is still its, else from the start (a reset when `from_position`)."""
+        after = pos.seq if pos is not None else 0
         where = self.where(session_id)
         if not rows:
-            return ReadResult(b"", EMPTY_HEAD, position is not None, where)
+            return ReadResult(b"", EMPTY_HEAD, from_position, where)
         head = _head_of(rows[0][2:])
         data = b"".join([r[8] for r in rows[1:]])
         same = pos is not None and rows[0][2] == pos.log_id
@@ -390,7 +388,7 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         if same:
             assert pos is not None
             return ReadResult(data, head, False, where, pos.offset)
-        return ReadResult(data, head, position is not None, where, 0)
+        return ReadResult(data, head, from_position, where, 0)
 
     def _rows(self, statement: str, params: dict[str, Any]) -> list[Any]:
         """The rows of one of `read`'s statements."""
@@ -563,10 +561,8 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         head, if its head is still a point of the live log: the same log (log_id), no
         further than the head, and the line there has the `h` it was stored with. The
         same statement reads the session's head and up to `READ_AHEAD` lines after the
-        cache's: the fold's `read` from the returned head's position (that object),
-        next in this thread, is answered from them (a round trip less), as of that
-        statement (the load that asked began before it); any other read of the session
-        in this thread, or an append, drops them."""
+        cache's: the reader's `read_on`, which the fold from the cache takes instead of
+        a read (a round trip less)."""
         params = {"sid": session_id, "name": name, "ahead": READ_AHEAD}
         rows = self._query(
             "reading a fold cache",
@@ -575,12 +571,10 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         if not rows or rows[0][0] != -1:
             return None
         found = _live_cache(rows[0][2:10])
-        ahead, head = rows[1:], rows[1]
-        if found is not None and head[3] - found[0].seq <= READ_AHEAD:
-            if len(self._read_ahead) >= 64:  # (only ever left by a read not made)
-                self._read_ahead.clear()
-            key = (threading.get_ident(), session_id)
-            self._read_ahead[key] = (cast(PgPosition, found[0].position), ahead)
+        if found is not None and rows[1][3] - found[0].seq <= READ_AHEAD:
+            pos = cast(PgPosition, found[0].position)
+            with suppress(CorruptLogError):  # (the fold's own read says so)
+                found[1].read_on = self._read_result(session_id, rows[1:], pos, True)
         return found
 
     def load_cache(self, session_id: str, name: str) -> tuple[Head, bytes] | None:
@@ -649,7 +643,6 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         if not data.endswith(b"\n"):
             raise ValueError("an encoded batch must end with a newline")
         lines = [line + b"\n" for line in data.split(b"\n")[:-1]]
-        self._read_ahead.pop((threading.get_ident(), session_id), None)  # read your writes
         opening = expected.seq == 0 and lines[0].startswith(_SNAPSHOT_PREFIX)
         if not opening and batch.first_seq != expected.seq + 1:
             raise ValueError(
