@@ -683,6 +683,19 @@ def _chain(saver: EventStoreSaver, thread: str, n: int, size: int = 2000) -> Any
     return cfg
 
 
+def test_a_thread_the_store_let_go_has_its_head_kept_again(tmp_path: Path) -> None:
+    """A long-lived saver over more threads than its store keeps: a thread whose session
+    the store let go, put to again, has its head folded and kept current again, as on
+    its first put (so close leaves it in the fold cache for the next process)."""
+    store = SessionStore(tmp_path, cached_sessions=1)
+    with store, EventStoreSaver(store, delta_blobs=False) as saver:
+        for thread in ("a", "b", "a"):
+            _chain(saver, thread, 2)
+            folds = store.cache_info(f"langgraph-{thread}").folds
+            assert "langgraph_head" in folds, (thread, folds)
+        assert "langgraph_head" not in store.cache_info("langgraph-b").folds  # let go
+
+
 class _ReadSpy:
     """The log bytes each projection's loads read."""
 

@@ -166,9 +166,6 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
             self._owns_store = True
         self.thread_prefix = thread_prefix
         self.aio = AsyncSessionStore(self.store, max_workers=max_workers)
-        # sessions whose head this saver has loaded: the store then keeps that fold
-        # current through every append, and saves it in the fold cache on close
-        self._heads_loaded: set[str] = set()
         # sessions whose head cannot be folded: a snapshot from before the head
         # projection existed opens the log, and no archive holds what it replaced
         self._no_head: set[str] = set()
@@ -217,9 +214,8 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         try:
             heads = cast(HeadState, self.store.load(sid, HEAD_PROJECTION))
         except SnapshotVersionError:
-            self._no_head.add(sid)
+            _mark(self._no_head, sid)
             return None
-        self._heads_loaded.add(sid)
         return heads
 
     def _keep_head_current(self, thread_id: str) -> None:
@@ -228,7 +224,9 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         reads, such as a bulk import, would otherwise leave none); and its index of
         lines, where that comes cheap (`_keep_lines_current`)."""
         sid = self.session_id(thread_id)
-        if sid not in self._heads_loaded:
+        # once folded, the store keeps the head current through every append and saves
+        # it in the fold cache on close, for as long as it keeps the session
+        if not core_of(self.store).has_fold(sid, HEAD_PROJECTION.name):
             self._heads(thread_id)
         if sid not in self._no_lines:
             self._keep_lines_current(sid)
@@ -241,14 +239,13 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         (its named reads search the log instead), nor has an engine that cannot read a
         line by its seq: neither is asked again."""
         core = core_of(self.store)
-        if core.has_fold(sid, LINES_PROJECTION.name):
+        if not can_seek(core) or core.has_fold(sid, LINES_PROJECTION.name):
             return
-        if not can_seek(core) or not core.loaded_if_kept(sid, LINES_PROJECTION, lambda index: True):
-            self._no_lines.add(sid)
+        if not core.loaded_if_kept(sid, LINES_PROJECTION, lambda index: True):
+            _mark(self._no_lines, sid)
 
     def _forget(self, thread_id: str) -> None:
         sid = self.session_id(thread_id)
-        self._heads_loaded.discard(sid)
         self._no_head.discard(sid)
         self._no_lines.discard(sid)
 
@@ -447,7 +444,7 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
                 )
                 return _config(thread_id, ns, checkpoint["id"])
             except SnapshotVersionError:  # raised before anything is written
-                self._no_head.add(sid)
+                _mark(self._no_head, sid)
         self.store.append(sid, [put_of(blobs)])
         return _config(thread_id, ns, checkpoint["id"])
 
@@ -643,3 +640,16 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
             "checkpoint_id": checkpoint_id,
         }
     }
+
+
+# the most sessions a saver remembers it need not try again (`_no_head`, `_no_lines`):
+# past it, it forgets them all and asks again as it meets them (a long-lived saver over
+# many threads never grows without bound)
+MARKS_MAX = 10_000
+
+
+def _mark(marks: set[str], sid: str) -> None:
+    """Remember `sid` in `marks`, forgetting every other one past `MARKS_MAX`."""
+    if len(marks) >= MARKS_MAX:
+        marks.clear()
+    marks.add(sid)
