@@ -1057,6 +1057,7 @@ class _Statements:
         )
 
     def _lines_statements(self, q: str) -> None:
+        """The statements reading a session's lines by seq (`lines_at`) or all of them."""
         self.lines_of = f"SELECT seq, line FROM {q}.lines WHERE sid = %s ORDER BY seq"
         # lines by seq (`lines_at`), each with the last 25 bytes of the line before it
         # (b"" for the live log's first line; none for the first after a snapshot), of
@@ -1073,28 +1074,28 @@ class _Statements:
     def _cache_statements(self, q: str) -> None:
         """The fold caches' statements (`PostgresEngine.open_cache` and the rest)."""
         # the line at the cache's head: a line of the live log, or its opening snapshot
-        cached = (
-            f"SELECT c.name, c.log_id, c.seq, c.link, c.h, c.base_seq, c.size, c.data,"
-            f" CASE WHEN c.seq > s.snap_seq THEN"
+        at_head = (
+            f"CASE WHEN c.seq > s.snap_seq THEN"
             f" (SELECT l.line FROM {q}.lines l WHERE l.sid = s.sid AND l.seq = c.seq)"
             f" WHEN c.seq = s.snap_seq THEN (SELECT x.line FROM {q}.snapshots x"
             f" WHERE x.sid = s.sid ORDER BY x.n DESC LIMIT 1) END"
-            f" FROM {q}.sessions s JOIN {q}.caches c ON c.sid = s.sid AND c.name"
         )
-        live = " WHERE s.session_id = %s AND c.log_id = s.log_id AND c.seq <= s.head_seq"
+        cols = f"c.log_id, c.seq, c.link, c.h, c.base_seq, c.size, c.data, {at_head}"
+        is_live = "c.log_id = s.log_id AND c.seq <= s.head_seq"
+        cached = (
+            f"SELECT c.name, {cols} FROM {q}.sessions s JOIN {q}.caches c"
+            f" ON c.sid = s.sid AND c.name"
+        )
+        live = f" WHERE s.session_id = %s AND {is_live}"
         self.open_cache = f"{cached} = %s{live}"
         # one statement: the cache row as `open_cache`'s (k -1), then the head and the
-        # lines after the cache's head as `read_on`'s rows (k 0, 2), those only when
-        # at most %(ahead)s
+        # lines after the cache's head as `read`'s rows (k 0, 2), those only when at most
+        # %(ahead)s
         self.open_cache_on = (
             f"WITH s AS (SELECT * FROM {q}.sessions WHERE session_id = %(sid)s),"
-            f" c AS (SELECT c.* FROM {q}.caches c, s WHERE c.sid = s.sid AND c.name = %(name)s"
-            f" AND c.log_id = s.log_id AND c.seq <= s.head_seq)"
-            f" SELECT -1 AS k, c.seq, c.log_id, c.seq, c.link, c.h, c.base_seq, c.size, c.data,"
-            f" CASE WHEN c.seq > s.snap_seq THEN"
-            f" (SELECT l.line FROM {q}.lines l WHERE l.sid = s.sid AND l.seq = c.seq)"
-            f" WHEN c.seq = s.snap_seq THEN (SELECT x.line FROM {q}.snapshots x"
-            f" WHERE x.sid = s.sid ORDER BY x.n DESC LIMIT 1) END FROM s, c"
+            f" c AS (SELECT c.* FROM {q}.caches c, s WHERE c.sid = s.sid"
+            f" AND c.name = %(name)s AND {is_live})"
+            f" SELECT -1 AS k, c.seq, {cols} FROM s, c"
             f" UNION ALL SELECT 0, 0, s.log_id, s.head_seq, s.head_link, s.head_h, s.base_seq,"
             f" {_LIVE_SIZE}, NULL, NULL FROM s, c"
             f" UNION ALL SELECT 2, l.seq, NULL, NULL, NULL, NULL, NULL, NULL, l.line, NULL"
