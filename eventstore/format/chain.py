@@ -34,6 +34,7 @@ __all__ = [
     "LINE_END_LEN",
     "SNAPSHOT_OPEN",
     "STATES_OPEN",
+    "chains_to",
     "damaged_newline",
     "find_snapshot_head",
     "hash_checks",
@@ -71,6 +72,11 @@ def hash_checks(link: bytes, line: bytes | memoryview, h: str) -> bool:
     digest.update(memoryview(line)[:-HASH_SUFFIX_LEN])
     digest.update(b"}")
     return digest.hexdigest() == h
+
+
+def chains_to(link: str, line: bytes | memoryview) -> bool:
+    """Whether `line` (no newline) ends with the `h` that chains it to `link`."""
+    return hash_checks(link.encode(), line, bytes(line[-18:-2]).decode("ascii", "replace"))
 
 
 def link_ending(end: bytes) -> str | None:

@@ -42,8 +42,8 @@ from eventstore.format.chain import (
     HASH_SUFFIX_LEN,
     LINE_END_LEN,
     SNAPSHOT_OPEN,
+    chains_to,
     find_snapshot_head,
-    hash_checks,
     link_ending,
 )
 from eventstore.format.codec import EventCodec
@@ -227,9 +227,7 @@ def line_checks(
     it (`_link_before`: `data`, if given, holds the log's bytes from `base`, read
     already; `floor` and `snap`: the opening snapshot line's end and head, if any)."""
     link = _link_before(read_span, data, base if data else offset, offset, floor, snap)
-    return link is not None and hash_checks(
-        link.encode(), line, line[-18:-2].decode("ascii", "replace")
-    )
+    return link is not None and chains_to(link, line)
 
 
 class ByteSearch(Protocol):
@@ -335,7 +333,7 @@ def _checked_snapshot_tail(
     # the entry's bytes are a slice of one line, whose hash covers it whole: the cut is
     # made from the very bytes hashed, and the header read before must be theirs
     line = read_span(0, snap.length)
-    if not hash_checks(snap.base_h.encode(), line, line[-18:-2].decode("ascii", "replace")):
+    if not chains_to(snap.base_h, line):
         return None
     used: set[int] = set()
 
