@@ -41,7 +41,7 @@ from eventstore import (
     Snapshot,
     UnknownSessionError,
 )
-from eventstore.engines.base import Engine, open_engine
+from eventstore.engines.base import READ_AHEAD, CachingEngine, Engine, open_engine
 from eventstore.engines.conformance import EngineConformance
 from eventstore.engines.file.engine import FileEngine
 from eventstore.engines.memory import MemoryEngine
@@ -362,6 +362,41 @@ def test_verify_and_loads_find_a_tampered_line(case: EngineCase, url: str, how: 
 
 
 # -- sessions --------------------------------------------------------------------------------
+
+
+def test_a_cold_start_reads_a_short_log_with_its_lookup_and_a_long_one_not(url: str) -> None:
+    """A fold with nothing in memory and no cache (`open_cold`) gets, from an engine that
+    reads on (PostgreSQL, Redis), the live log from its start in the same round trip
+    while it holds at most `READ_AHEAD` lines (here a batch each), its opening snapshot
+    included after a compaction: what a read from the start gives. Past it, none."""
+    with SessionStore(url) as store:
+        engine = store.engine
+        if (
+            not isinstance(engine, CachingEngine)
+            or type(engine).open_cold is CachingEngine.open_cold
+        ):
+            pytest.skip(f"{type(engine).__name__} reads nothing on with a cold start")
+        given = []
+        for total in (0, 1, READ_AHEAD - 1, READ_AHEAD, READ_AHEAD + 1):
+            while store.last_seq(SID) < total:
+                store.append_progress_entry(SID, make_entry(store.last_seq(SID)))
+            given.append(_read_on_is_the_read_from_the_start(engine))
+        store.compact(SID, force=True)
+        store.append_progress_entry(SID, make_entry(0))
+        given.append(_read_on_is_the_read_from_the_start(engine))
+    assert given == [True, True, True, True, False, True]
+
+
+def _read_on_is_the_read_from_the_start(engine: CachingEngine) -> bool:
+    """Whether `open_cold` of a fold without a cache read on (and then, that it read
+    what a read from the start reads)."""
+    got = engine.open_cold(SID, None, "mark").read_on
+    if got is None:
+        return False
+    want = engine.read(SID, None)
+    assert (bytes(got.data), got.head, got.reset) == (bytes(want.data), want.head, False)
+    assert (got.where, got.offset) == (want.where, want.offset)
+    return True
 
 
 def test_list_and_remove_sessions(url: str) -> None:

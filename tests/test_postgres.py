@@ -37,6 +37,7 @@ from eventstore import (
 )
 from eventstore.engines.base import (
     EMPTY_HEAD,
+    READ_AHEAD,
     EncodedBatch,
     Head,
     HeadMovedError,
@@ -556,7 +557,7 @@ def test_a_fold_cache_is_read_with_the_lines_after_it(pg_url: str) -> None:
         engine = pg.PostgresEngine(pg_url)
         read_on = []
         try:
-            for behind in (0, 4, pg.READ_AHEAD - 4, 5):  # 0, 4, READ_AHEAD, past it
+            for behind in (0, 4, READ_AHEAD - 4, 5):  # 0, 4, READ_AHEAD, past it
                 for i in range(behind):
                     store.append_progress_entry("s", _entry(f"after {i}"))
                 opened = engine.open_cache("s", "bootstrap")
@@ -565,7 +566,7 @@ def test_a_fold_cache_is_read_with_the_lines_after_it(pg_url: str) -> None:
                     got = reader.read_on
                 want = engine.read("s", opened[0].position)
                 read_on.append(got is not None)
-                if want.head.seq - opened[0].seq > pg.READ_AHEAD:
+                if want.head.seq - opened[0].seq > READ_AHEAD:
                     assert got is None
                 else:
                     assert got is not None and got.head == want.head

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -31,10 +32,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore import EventStoreError, ProgressAppended, SessionStore, StorageError
-from eventstore.engines.base import EncodedBatch, open_engine
-from eventstore.engines.conformance import EngineConformance
+from eventstore.engines.base import CachingEngine, EncodedBatch, open_engine
+from eventstore.engines.conformance import EngineConformance, corrupt
+from eventstore.format.chain import SNAPSHOT_OPEN
 from eventstore.format.codec import EventCodec
 from eventstore.ops.export import export_jsonl
+from eventstore.ops.seek import events_by_seq
 
 redis = pytest.importorskip("redis")
 
@@ -57,9 +60,12 @@ def _client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url.split("?")[0])
 
 
+def _prefix(url: str) -> str:
+    return url.split("prefix=")[1].split("&")[0]
+
+
 def _keys_of(url: str) -> list[bytes]:
-    prefix = url.split("prefix=")[1].split("&")[0]
-    return sorted(_client(url).scan_iter(match=f"{prefix}:*"))
+    return sorted(_client(url).scan_iter(match=f"{_prefix(url)}:*"))
 
 
 def _summaries(store: SessionStore, sid: str = SID) -> list[str]:
@@ -128,7 +134,7 @@ def test_hostile_session_ids_are_data_never_keys(url: str) -> None:
         assert [i.session_id for i in store.sessions("{", order="id")] == ["{"]
     # every key but the store-wide ones (the global feed, the session index's sets) holds
     # exactly one hash tag, a session's own
-    prefix = url.split("prefix=")[1].split("&")[0].encode()
+    prefix = _prefix(url).encode()
     store_wide = {prefix + k for k in (b":feed", b":ix:u", b":ix:c", b":ix:i", b":ix:v")}
     for key in _keys_of(url):
         assert key in store_wide or (key.count(b"{") == 1 and key.count(b"}") == 1), key
@@ -171,7 +177,7 @@ def test_a_store_written_before_the_index_is_indexed_on_its_first_page(url: str)
         store.set_labels("s1", {"team": "red"})
         store.compact("s2", force=True)
         before = store.sessions()
-    prefix = url.split("prefix=")[1].split("&")[0]
+    prefix = _prefix(url)
     client = _client(url)
     client.delete(*(f"{prefix}:ix:{k}" for k in "ucvi"))
     for key in _keys_of(url):
@@ -193,7 +199,7 @@ def test_only_a_store_with_unindexed_sessions_is_stale(url: str) -> None:
     engine = open_engine(url)
     assert isinstance(engine, IndexingEngine)
     assert engine.index_stale() is False  # marked current when the first store opened
-    prefix = url.split("prefix=")[1].split("&")[0]
+    prefix = _prefix(url)
     _client(url).delete(f"{prefix}:ix:v")
     with SessionStore(engine) as store:
         store.append_progress_entry(SID, make_entry(1))
@@ -298,9 +304,8 @@ def test_ttl_expires_a_whole_session_and_every_write_refreshes_it(server: str) -
 
 def _index_members(url: str) -> int:
     """How many members the store's session index sets hold, all three together."""
-    prefix = url.split("prefix=")[1].split("&")[0]
     client = _client(url)
-    return sum(int(client.zcard(f"{prefix}:ix:{k}")) for k in "uci")
+    return sum(int(client.zcard(f"{_prefix(url)}:ix:{k}")) for k in "uci")
 
 
 def _gone_within(store: SessionStore, sid: str, seconds: float) -> bool:
@@ -311,6 +316,167 @@ def _gone_within(store: SessionStore, sid: str, seconds: float) -> bool:
             return store.last_seq(sid) == 0 and list(store.read_events(sid)) == []
         time.sleep(0.05)
     return False
+
+
+def test_a_kept_cache_expires_with_its_session_and_no_read_extends_it(server: str) -> None:
+    url = fresh_redis(ttl="3")
+    with SessionStore(url) as store:
+        store.append_progress_entry(SID, make_entry(1))
+        head = store.engine.head(SID)
+        assert isinstance(store.engine, CachingEngine)
+        time.sleep(1.0)
+        store.engine.store_cache(SID, "fold", head, [b"state"])  # kept later, by a reader
+        client = _client(url)
+        h, c = (k for k in _keys_of(url) if k.endswith((b":{s}:h", b":{s}:c")))
+        assert client.pexpiretime(c) == client.pexpiretime(h) > 0  # not pushed back
+        store.append_progress_entry(SID, make_entry(2))  # a write: one deadline for all
+        assert client.pexpiretime(c) == client.pexpiretime(h) > 0
+        assert _gone_within(store, SID, 10)
+        assert [k for k in _keys_of(url) if b":{s}:" in k] == []
+        assert store.engine.load_cache(SID, "fold") is None
+
+
+# -- fold caches ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        pytest.param(lambda at: b"", id="empty"),
+        pytest.param(lambda at: at.rsplit(b" ", 1)[0], id="a-field-short"),
+        pytest.param(lambda at: at + b" 1", id="a-field-more"),
+        pytest.param(lambda at: b"x" + at, id="another-log"),
+        pytest.param(lambda at: at.replace(at.split(b" ")[3], b"0" * 16), id="another-line"),
+        pytest.param(lambda at: at.rsplit(b" ", 1)[0] + b" 99", id="past-the-log"),
+        pytest.param(lambda at: at.rsplit(b" ", 1)[0] + b" 0", id="before-the-log"),
+        pytest.param(lambda at: at.rsplit(b" ", 1)[0] + b" x", id="no-number"),
+    ],
+)
+def test_a_cache_is_read_only_at_a_head_of_its_live_log(url: str, plant: Any) -> None:
+    """A cache whose head names no point of the live log (planted, or kept by a tool
+    that got it wrong) is never given back; the loads that follow fold the log and agree
+    with a store that keeps no caches."""
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+        engine = store.engine
+        assert isinstance(engine, CachingEngine)
+        engine.store_cache(SID, "fold", engine.head(SID), [b"state"])
+        assert engine.load_cache(SID, "fold") is not None
+    client = _client(url)
+    (key,) = (k for k in _keys_of(url) if k.endswith(b":{s}:c"))
+    for field, at in client.hgetall(key).items():
+        if field.startswith(b"h:"):
+            client.hset(key, field, plant(at))
+    with SessionStore(url) as store:
+        engine = store.engine
+        assert isinstance(engine, CachingEngine)
+        assert engine.load_cache(SID, "fold") is None
+        assert engine.open_cache(SID, "fold") is None
+        assert [p is None for p in engine.open_cache_parts(SID, "fold", 1)] == [True]
+        with SessionStore(url, caches=False) as plain:
+            assert _summaries(store) == _summaries(plain) == ["step 0", "step 1", "step 2"]
+
+
+def test_every_key_of_a_session_goes_with_it_caches_included(url: str) -> None:
+    with SessionStore(url) as store:
+        store.append_progress_entry(SID, make_entry(1))
+        store.compact(SID, force=True)  # keeps caches at the snapshot
+        store.append_progress_entry(SID, make_entry(2))
+    assert any(k.endswith(b":{s}:c") for k in _keys_of(url))
+    with SessionStore(url) as store:
+        store.delete_session(SID, purge=True)
+    # all but the wake stream, which stays a minute so that followers wake and see it gone
+    assert [k for k in _keys_of(url) if b":{s}:" in k] == [f"{_prefix(url)}:{{s}}:w".encode()]
+
+
+# -- lines by seq: the live log's index ------------------------------------------------------
+
+
+def _lines_as_read(engine: Any, sid: str = SID) -> dict[int, tuple[bytes, int, bytes]]:
+    """What `lines_at` must answer for every seq, told from a read of the live log:
+    each line with its offset and the last 25 bytes of the line before it (b"" for the
+    log's first), none for an opening snapshot and the line after it."""
+    got = engine.read(sid, None)
+    data, base = bytes(got.data), got.head.base_seq
+    out: dict[int, tuple[bytes, int, bytes]] = {}
+    start = 0
+    for j, line in enumerate(data.split(b"\n")[:-1]):
+        if not (data.startswith(SNAPSHOT_OPEN) and j < 2):
+            out[base + j] = (line, start, data[max(start - 25, 0) : start])
+        start += len(line) + 1
+    return out
+
+
+def _lines_at(engine: Any, seqs: Any) -> dict[int, tuple[bytes, int, bytes]]:
+    return {k: (v.line, v.offset, v.before) for k, v in engine.lines_at(SID, seqs).items()}
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    steps=st.lists(st.sampled_from(["append", "batch", "compact", "keep", "repair"]), max_size=12)
+)
+def test_lines_by_seq_agree_with_the_log_after_any_writes(server: str, steps: list[str]) -> None:
+    """Whatever appends (of one line or several), compactions (history kept or not) and
+    repairs came before, every seq is answered as the live log holds it."""
+    with SessionStore(fresh_redis()) as store:
+        engine = store.engine
+        for i, step in enumerate(["append", *steps]):
+            if step in ("append", "batch"):
+                n = 1 if step == "append" else 3
+                store.append(SID, [ProgressAppended(entry=make_entry(i + k)) for k in range(n)])
+            elif step in ("compact", "keep"):
+                store.compact(SID, force=True, archive=step == "keep")
+            else:
+                corrupt(engine, SID, lambda data: data)  # a repair's rewrite, same bytes
+            want = _lines_as_read(engine)
+            assert _lines_at(engine, range(store.last_seq(SID) + 2)) == want
+
+
+def test_a_log_without_an_index_is_read_otherwise_until_it_is_replaced(url: str) -> None:
+    """A live log written before the index existed (its `q` key missing) answers no line
+    by seq, nor after appends (a search finds nothing: a LangGraph saver folds its
+    thread's full index, as before the index). Compaction writes the index."""
+    with SessionStore(url) as store:
+        for i in range(4):
+            store.append_progress_entry(SID, make_entry(i))
+        (index,) = (k for k in _keys_of(url) if k.endswith(b":{s}:q"))
+        _client(url).delete(index)
+        store.append_progress_entry(SID, make_entry(4))
+        assert store.engine.lines_at(SID, range(1, 6)) == {}
+        assert [e.seq for e in store.read_events(SID)] == [1, 2, 3, 4, 5]
+        with events_by_seq(store, SID, frozenset({"progress_appended"})) as event_at:
+            assert event_at is not None and event_at(2) is None
+        store.compact(SID, force=True)
+        for i in range(5, 8):
+            store.append_progress_entry(SID, make_entry(i))
+        assert _lines_at(store.engine, range(10)) == _lines_as_read(store.engine) != {}
+
+
+def test_a_planted_index_answers_no_other_line_than_the_log_holds(url: str) -> None:
+    """An index rewritten by an outsider (seqs shifted, offsets wrong, garbage) makes
+    the engine answer some lines wrongly or not at all, never fail; the reader (`seek`)
+    checks each line's chain and seq, so a load and a search still agree with the log."""
+    with SessionStore(url) as store:
+        events = []
+        for i in range(6):
+            store.append(SID, [ProgressAppended(entry=make_entry(2 * i + k)) for k in range(2)])
+        events = list(store.read_events(SID))
+        (index,) = (k for k in _keys_of(url) if k.endswith(b":{s}:q"))
+        client = _client(url)
+        for planted in (["3 100", "1 5"], ["x", "y"], ["1 1 s", "2 2"]):
+            client.delete(index)
+            client.rpush(index, *planted, *["99 9"] * 4)
+            store.engine.lines_at(SID, range(14))  # answers, or leaves out: no error
+            with events_by_seq(store, SID, frozenset({"progress_appended"})) as event_at:
+                assert event_at is not None
+                for seq in range(1, 13):
+                    assert event_at(seq) in (None, events[seq - 1])
+        assert list(store.read_events(SID)) == events
 
 
 # -- connections killed mid-append and mid-follow ----------------------------------------------

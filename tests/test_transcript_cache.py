@@ -1583,10 +1583,11 @@ def test_a_cold_load_checks_the_live_log_once_not_once_a_chunk(
     url: str, monkeypatch: pytest.MonkeyPatch, parts: str
 ) -> None:
     """Issue 34. A cold load of 1,400 messages (two chunks and the cache listing them),
-    spied on the engine's public `open_cache` and `open_cache_parts`: the listing is
-    opened with `open_cache` (the live-log check) once, its two chunks by one call of
-    `open_cache_parts`. With the interface's default `open_cache_parts` (an engine that
-    does not override it: `open_cache` a part) the load uses the cache just the same.
+    spied on the engine's public `open_cold`, `open_cache` and `open_cache_parts`: the
+    listing is opened with the live-log check (`open_cold`, or `open_cache`) once, its
+    two chunks by one call of `open_cache_parts`. With the interface's default
+    `open_cache_parts` (an engine that does not override it: `open_cache` a part) the
+    load uses the cache just the same.
     Both loads start from the cache and equal the log."""
     with SessionStore(url) as s:
         if not isinstance(s.engine, CachingEngine):
@@ -1597,11 +1598,21 @@ def test_a_cold_load_checks_the_live_log_once_not_once_a_chunk(
         engine = cold.engine
         assert isinstance(engine, CachingEngine)
         real_open, real_parts = engine.open_cache, engine.open_cache_parts
+        real_cold = engine.open_cold
         if parts == "default":
             real_parts = partial(CachingEngine.open_cache_parts, engine)
+        cold_start = []  # inside `open_cold`: its `open_cache`, if it calls it, is its own
+
+        def open_cold(session_id: str, name: str | None, mark: str | None) -> Any:
+            opened.extend([name] if name else [])
+            cold_start.append(1)
+            try:
+                return real_cold(session_id, name, mark)
+            finally:
+                cold_start.pop()
 
         def open_cache(session_id: str, name: str) -> Any:
-            opened.append(name)
+            opened.extend([] if cold_start else [name])
             return real_open(session_id, name)
 
         def open_cache_parts(session_id: str, name: str, count: int) -> Any:
@@ -1609,6 +1620,7 @@ def test_a_cold_load_checks_the_live_log_once_not_once_a_chunk(
             return real_parts(session_id, name, count)
 
         monkeypatch.setattr(engine, "open_cache", open_cache)
+        monkeypatch.setattr(engine, "open_cold", open_cold)
         monkeypatch.setattr(engine, "open_cache_parts", open_cache_parts)
         assert cold.load_transcript_messages(SID) == bare.load_transcript_messages(SID)
         assert cold.cache_info(SID).folds["transcript"][1] == cold.last_seq(SID)

@@ -95,24 +95,41 @@ class CachePolicy:
 
     def first_fold(self, sess: SessionState, proj: Projection[Any]) -> Fold:
         """Where this process starts folding a projection: the engine's fold cache when
-        it keeps one that checks, else the beginning."""
-        if proj.name in self.cached:
+        it keeps one that checks, else the beginning. Where caches are kept, the cache,
+        else the checked prefix and the log from its start, are asked for together
+        (`CachingEngine.open_cold`: one round trip where the engine can)."""
+        p = sess.prefix
+        mark = checked_prefix.NAME if p is None or not p.size else None  # (else kept here)
+        name = proj.name if proj.name in self.cached else None
+        if not self.marks or (name is None and mark is None):
+            return Fold(proj.initial(), EMPTY_HEAD)
+        engine = cast(CachingEngine, self.engine)
+        cold = engine.open_cold(sess.session_id, name, mark)
+        if cold.cache is not None:
             found = fold_cache.load(
-                self.engine, sess.session_id, proj, self.cached[proj.name], self.mac, self.crypt
-            )
+                engine, sess.session_id, proj, self.cached[proj.name], self.mac, self.crypt,
+                cold.cache,
+            )  # fmt: skip
             if found is not None:
                 f = Fold(found[0], found[1], found[1], found[2])
                 f.read_on = found[3]
                 return f
-        return Fold(proj.initial(), EMPTY_HEAD)
+        f = Fold(proj.initial(), EMPTY_HEAD)
+        if cold.cache is None:
+            f.read_on, f.cold = cold.read_on, cold
+        return f
 
-    def start_mark(self, sess: SessionState) -> checked_prefix.Mark | None:
-        """The checked prefix a fold from the start of the log may trust, if any."""
+    def start_mark(self, sess: SessionState, f: Fold) -> checked_prefix.Mark | None:
+        """The checked prefix the fold `f` from the start of the log may trust, if any
+        (the one its cold start found, taken once)."""
+        cold, f.cold = f.cold, None
         if not self.marks:
             return None
         p = sess.prefix
         if p is not None and p.size:
             return p.mark()
+        if cold is not None:
+            return checked_prefix.parse(cold.mark, sess.session_id, self.mac)
         return checked_prefix.load(self.engine, sess.session_id, self.mac)
 
     def after_fold(self, sess: SessionState, proj: Projection[Any], f: Fold, folded: int) -> None:

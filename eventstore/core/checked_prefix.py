@@ -38,7 +38,7 @@ from eventstore.engines.base import (
 if TYPE_CHECKING:
     from eventstore.signing import CacheMac
 
-__all__ = ["FORMAT", "NAME", "Mark", "Prefix", "load", "store"]
+__all__ = ["FORMAT", "NAME", "Mark", "Prefix", "load", "parse", "store"]
 
 log = logging.getLogger("eventstore")
 
@@ -106,7 +106,14 @@ def load(engine: Engine, session_id: str, mac: "CacheMac | None" = None) -> Mark
     its first); else None (and why, at debug level)."""
     if not isinstance(engine, CachingEngine):
         return None
-    found = engine.load_cache(session_id, NAME)
+    return parse(engine.load_cache(session_id, NAME), session_id, mac)
+
+
+def parse(
+    found: tuple[Head, bytes] | None, session_id: str, mac: "CacheMac | None" = None
+) -> Mark | None:
+    """The checked prefix `found` holds (the engine's cache `NAME`, as `load_cache` or
+    `open_cold` gives it), if it is this session's; else None, as `load` says."""
     if found is None:
         return None
     head, data = found

@@ -65,7 +65,7 @@ import logging
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import msgspec
 
@@ -491,13 +491,6 @@ class CacheCrypt(Protocol):
         ...
 
 
-def _open(
-    engine: CachingEngine, session_id: str, name: str, crypt: CacheCrypt | None
-) -> tuple[Head, CacheReader] | None:
-    """The cache kept under `name` and its head, opened with `crypt` if given."""
-    return _opened(engine.open_cache(session_id, name), session_id, name, crypt)
-
-
 def _opened(
     found: tuple[Head, CacheReader] | None,
     session_id: str,
@@ -570,15 +563,19 @@ def load(
     known: str,
     mac: CacheMac | None = None,
     crypt: CacheCrypt | None = None,
+    opened: tuple[Head, CacheReader] | None | Literal[False] = False,
 ) -> tuple[Any, Head, Chunks | None, ReadResult | None] | None:
     """The cached state, its head, the chunks it was read from (None for a projection
     not kept in chunks) and the log after it if the engine read it with the cache
     (`CacheReader.read_on`), when the engine keeps a cache that checks (with `mac`: one
     that carries this key's MAC; with a `crypt`: one that opens), every chunk it lists
-    included."""
+    included. `opened`: the projection's cache as the engine opened it already
+    (`CachingEngine.open_cold`); False: open it here."""
     if not isinstance(engine, CachingEngine):
         return None
-    found = _open(engine, session_id, projection.name, crypt)
+    if opened is False:
+        opened = engine.open_cache(session_id, projection.name)
+    found = _opened(opened, session_id, projection.name, crypt)
     if found is None:
         return None
     head, reader = found

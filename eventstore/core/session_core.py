@@ -393,8 +393,11 @@ class SessionCore:
         with sess.lock:
             if proj.name not in sess.folds:
                 f = self.caches.first_fold(sess, proj)
-                if f.head.position is None and self.engine.head(session_id).seq:
-                    return None
+                if f.head.position is None:
+                    # (the log read with a missed cache says its head: no round trip)
+                    r = f.read_on
+                    if (r.head if r is not None else self.engine.head(session_id)).seq:
+                        return None
                 sess.folds[proj.name] = f
             return view(self.catch_up(sess, proj))
 
@@ -404,7 +407,7 @@ class SessionCore:
         f = sess.folds.get(proj.name)
         if f is None:
             f = sess.folds[proj.name] = self._first_fold(sess, proj)
-        mark = self.caches.start_mark(sess) if f.head.position is None else None
+        mark = self.caches.start_mark(sess, f) if f.head.position is None else None
         try:
             try:
                 folded = fold_log(self._fold_context, sess, proj, f, mark)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from eventstore.core import checked_prefix
-from eventstore.engines.base import Head, ReadResult
+from eventstore.engines.base import ColdStart, Head, ReadResult
 
 __all__ = ["Fold", "SessionState", "SessionTable"]
 
@@ -27,9 +27,12 @@ class Fold:
     `chunks`: the chunk caches holding complete frames of `state`
     (`eventstore.core.fold_cache.Chunks`; they say themselves whether they are still of
     the current state object). `read_on`: the log after `head`, read with the fold cache
-    it came from (`CacheReader.read_on`), for the fold that follows at once."""
+    it came from (`CacheReader.read_on`), or the log from its start read with a missed
+    cache, for the fold that follows at once. `cold`: what the engine found for a fold
+    from the start when no cache was (`CachingEngine.open_cold`: the checked prefix),
+    taken by that fold."""
 
-    __slots__ = ("chunks", "head", "read_on", "saved", "saved_bytes", "state")
+    __slots__ = ("chunks", "cold", "head", "read_on", "saved", "saved_bytes", "state")
 
     def __init__(
         self, state: Any, head: Head, saved: Head | None = None, chunks: Any = None
@@ -40,6 +43,7 @@ class Fold:
         self.saved_bytes = 0
         self.chunks = chunks
         self.read_on: ReadResult | None = None
+        self.cold: ColdStart | None = None
 
 
 class SessionState:

@@ -144,11 +144,13 @@ from eventstore.errors import (
 
 __all__ = [
     "EMPTY_HEAD",
+    "READ_AHEAD",
     "SCHEMES",
     "BytesCacheReader",
     "BytesSegment",
     "CacheReader",
     "CachingEngine",
+    "ColdStart",
     "Durability",
     "EncodedBatch",
     "Engine",
@@ -302,6 +304,12 @@ class ReadResult:
     reset: bool
     where: str
     offset: int = 0
+
+
+READ_AHEAD = 256
+"""How far past a fold cache's head (in lines, or batches where the engine keeps
+batches) an engine's `open_cache` reads on with it (`CacheReader.read_on`): a writer
+keeps its caches closer than this; past it, the fold reads on its own."""
 
 
 class CacheReader(ABC):
@@ -659,6 +667,20 @@ class CachingEngine(Engine):
         never joined into one copy) under `name` for the session, replacing what was
         kept, atomically; nothing when the session has no log. Removed with the session."""
 
+    def open_cold(self, session_id: str, name: str | None, mark: str | None) -> ColdStart:
+        """Where a fold that has nothing in this process starts, read together: the
+        cache `name` (None: none is kept for this fold) as `open_cache` gives it; when
+        there is none, the cache `mark` (None: not needed) as `load_cache` gives it (the
+        checked prefix a fold from the start may trust) and, from an engine that can,
+        the live log from its start as `read(session, None)` gives it then, when it
+        holds at most `READ_AHEAD` lines or batches (the fold from the start takes it
+        instead of reading). By default `open_cache`, then `load_cache`: a round trip
+        each; an engine overrides it to read them in fewer (Redis: one script)."""
+        found = None if name is None else self.open_cache(session_id, name)
+        if found is not None:
+            return ColdStart(found)
+        return ColdStart(None, None if mark is None else self.load_cache(session_id, mark))
+
     keeps_cache_parts = False
     """Whether `remove_cache_parts` removes them: only then does the face keep a long
     state's cache in parts (`eventstore.core.fold_cache`: chunk caches, one complete
@@ -686,6 +708,17 @@ class CachingEngine(Engine):
         more); an engine overrides it to open them cheaper (PostgreSQL: one query)."""
         for k in range(count):
             yield self.open_cache(session_id, cache_part_name(name, k))
+
+
+@dataclass(frozen=True, slots=True)
+class ColdStart:
+    """What `CachingEngine.open_cold` found: the cache (`open_cache`'s answer), else the
+    mark (`load_cache`'s) and possibly the read of the live log from its start
+    (`read_on`; None: the fold reads)."""
+
+    cache: tuple[Head, CacheReader] | None
+    mark: tuple[Head, bytes] | None = None
+    read_on: ReadResult | None = None
 
 
 def cache_part_name(name: str, k: int) -> str:

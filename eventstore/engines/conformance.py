@@ -65,6 +65,7 @@ from eventstore.engines.base import (
     IndexingEngine,
     PruningEngine,
     RangedEngine,
+    ReadResult,
     SeqEngine,
 )
 from eventstore.format.chain import hash_checks
@@ -585,6 +586,38 @@ class EngineConformance:
         if got is not None:
             assert (bytes(got.data), got.head, got.reset) == (bytes(want.data), want.head, False)
             assert (got.where, got.offset) == (want.where, want.offset)
+
+    def test_a_cold_start_is_the_cache_else_the_mark_and_the_read_from_the_start(self) -> None:
+        engine = self.caching()
+        for name in ("fold", None):  # no session yet: nothing, and the read of nothing
+            cold = engine.open_cold(SID, name, "mark")
+            assert (cold.cache, cold.mark) == (None, None)
+            self._same_read(engine, cold.read_on, None)
+        head = self.append(engine, 3, 2)
+        engine.store_cache(SID, "mark", head, [b"prefix"])
+        later = self.append(engine, 2)
+        for name in ("fold", None):  # no cache: the mark, and the log from its start
+            cold = engine.open_cold(SID, name, "mark")
+            assert cold.cache is None and cold.mark == engine.load_cache(SID, "mark")
+            assert cold.mark is not None and cold.mark[1] == b"prefix"
+            self._same_read(engine, cold.read_on, None)
+            assert engine.open_cold(SID, name, None).mark is None  # not asked for
+        engine.store_cache(SID, "fold", later, [b"state"])
+        last = self.append(engine, 1)
+        cold = engine.open_cold(SID, "fold", "mark")  # a cache: it alone, read on from it
+        assert cold.cache is not None and cold.mark is None and cold.read_on is None
+        with cold.cache[1] as reader:
+            assert reader.read(reader.size) == b"state" and cold.cache[0] == later
+            self._same_read(engine, reader.read_on, later)
+        assert engine.read(SID, later.position).head == last
+
+    def _same_read(self, engine: Engine, got: ReadResult | None, at: Head | None) -> None:
+        """`got`, if the engine read it, is what a read from `at` gives now."""
+        if got is None:
+            return
+        want = engine.read(SID, None if at is None else at.position)
+        assert (bytes(got.data), got.head, got.reset) == (bytes(want.data), want.head, False)
+        assert (got.where, got.offset) == (want.where, want.offset)
 
     def test_a_later_read_from_an_opened_caches_head_sees_appends_since(self) -> None:
         engine = self.caching()

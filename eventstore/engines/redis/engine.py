@@ -11,11 +11,14 @@ file engine) beside a hash holding its head; an append is one EVALSHA (one round
 atomic on the server) that compares the head with the expected one, pushes the batch,
 moves the head, wakes followers, adds the batch to the global feed, updates the session
 index (`IndexingEngine`: sorted sets by updated, created and id) and refreshes the
-session's expiry. The face checks idempotency keys against its own projection after
-catching up (`eventstore.engines.base`), and the head check makes that race-free, so the
-script stores no key. An append whose reply was lost (the connection dropped) is sent
-once more: the script recognises its own batch at the head and answers as if it had
-just written it; if the head moved meanwhile, `StorageError` says it may or may not be
+session's expiry. The face's fold caches are a hash beside the session, given back with
+the appends after them in one read script; lines are read by seq through a list of the
+live log's appends (first seq, end) that the writing scripts keep. The face checks
+idempotency keys against its own projection after catching up
+(`eventstore.engines.base`), and the head check makes that race-free, so the script
+stores no key. An append whose reply was lost (the connection dropped) is sent once
+more: the script recognises its own batch at the head and answers as if it had just
+written it; if the head moved meanwhile, `StorageError` says it may or may not be
 committed (retry with the same idempotency key: it lands once).
 
 Durability: "flush" is an append acknowledged by the server (in its memory, and in the
@@ -49,7 +52,12 @@ import msgspec
 
 from eventstore.engines.base import (
     EMPTY_HEAD,
+    READ_AHEAD,
+    BytesCacheReader,
     BytesSegment,
+    CacheReader,
+    CachingEngine,
+    ColdStart,
     Durability,
     EncodedBatch,
     FeedEngine,
@@ -67,6 +75,9 @@ from eventstore.engines.base import (
     ReadResult,
     RepairHold,
     Segment,
+    SeqEngine,
+    SeqLine,
+    cache_part_name,
     index_matches,
     redact_text,
 )
@@ -86,6 +97,15 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the Redis engine needs the [redis] extra: pip install 'harness-eventstore[redis]'"
     ) from exc
 
+# the client's version for CLIENT SETINFO, given rather than looked up: redis-py looks
+# it up in the installed packages' metadata, ~6 ms of a fresh process's first connect
+try:
+    from redis.driver_info import DriverInfo
+
+    _DRIVER: dict[str, Any] = {"driver_info": DriverInfo(lib_version=redis.__version__)}
+except ImportError:  # pragma: no cover - redis-py before DriverInfo
+    _DRIVER = {"lib_version": redis.__version__}
+
 SOCKET_TIMEOUT = 30.0  # seconds; above the 5 s of a follower's XREAD BLOCK
 # seconds an append whose reply was lost is sent again before it is a StorageError ("may
 # or may not be committed"): rides out a failover or a killed connection, not an outage
@@ -103,6 +123,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_CACHES = 11  # where the caches' key is in a session's keys (`RedisEngine._keys`)
 _ORDINARY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _labels_decoder = msgspec.json.Decoder(dict[str, str])
 _HOLD_MS = 60_000  # a repair hold expires if its holder died
@@ -188,16 +209,29 @@ def _head_of(c: list[Any]) -> Head:
     return Head(seq, _text(c[2]), _text(c[3]), RedisPosition(gen, int(c[6]), size), size, int(c[4]))
 
 
+def _kept_at(fields: list[str], gen: str) -> bool:
+    """Whether a cache's kept head ("gen seq link hh base size n" split) is one of the
+    live log `gen` (as `scripts.CACHE_OPEN` checks it, but for where its line is)."""
+    return (
+        len(fields) == 7
+        and fields[0] == gen
+        and all(fields[i].isascii() and fields[i].isdigit() for i in (1, 4, 5, 6))
+        and int(fields[6]) >= 1
+    )
+
+
 # compare and delete in one step (a script runs alone): a slot replaced meanwhile is kept
 _REMOVE_IF_SAME = (
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 )
 
 
-class RedisEngine(PruningEngine, KeyEngine, IndexingEngine):
-    """Sessions on a Redis server: see the module docstring. Pruning (`PruningEngine`),
-    the session index (`IndexingEngine`: sorted sets the append script writes);
-    `RedisFeedEngine` adds the global feed."""
+class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEngine):
+    """Sessions on a Redis server: see the module docstring. The face's fold caches
+    (`CachingEngine`: a hash beside the session), lines by seq (`SeqEngine`: through an
+    index of the live log's elements), pruning (`PruningEngine`), the session index
+    (`IndexingEngine`: sorted sets the append script writes); `RedisFeedEngine` adds
+    the global feed."""
 
     def __init__(self, parsed: RedisUrl, *, durability: Durability = "flush") -> None:
         if durability not in ("flush", "fsync"):
@@ -214,7 +248,10 @@ class RedisEngine(PruningEngine, KeyEngine, IndexingEngine):
             # a reply that never comes (a killed or paused connection) is a StorageError
             # after SOCKET_TIMEOUT, never a hang; `?socket_timeout=` in the URL wins
             self._client: Any = redis.Redis.from_url(
-                parsed.client, retry=Retry(NoBackoff(), 0), socket_timeout=SOCKET_TIMEOUT
+                parsed.client,
+                retry=Retry(NoBackoff(), 0),
+                socket_timeout=SOCKET_TIMEOUT,
+                **_DRIVER,
             )
         except (ValueError, redis.RedisError) as exc:
             raise InvalidArgumentError(self._scrub(f"{self.url}: {exc}")) from None
@@ -230,6 +267,10 @@ class RedisEngine(PruningEngine, KeyEngine, IndexingEngine):
                 "PRUNE",
                 "INDEX_SET",
                 "INDEX_DROP",
+                "CACHE_STORE",
+                "CACHE_OPEN",
+                "CACHE_DROP_PARTS",
+                "LINES_AT",
             )  # fmt: skip
         }
         self._ix_keys = [f"{parsed.prefix}:ix:{k}" for k in ("u", "c", "i")]
@@ -327,7 +368,8 @@ class RedisEngine(PruningEngine, KeyEngine, IndexingEngine):
         tag = session_tag(session_id)
         keys = [f"{self._prefix}:{{{tag}}}:{k}" for k in scripts.KINDS]
         keys.append(self._feed_key if self._feed_maxlen >= 0 else keys[5])
-        return keys + self._ix_keys
+        own = f"{self._prefix}:{{{tag}}}:"
+        return [*keys, *self._ix_keys, own + scripts.CACHES, own + scripts.OFFSETS]
 
     def where(self, session_id: str) -> str:
         """A session's live log's name for messages."""
@@ -350,6 +392,19 @@ class RedisEngine(PruningEngine, KeyEngine, IndexingEngine):
         if pos is not None and int(out[7]) == pos.n and _text(out[0]) == pos.gen:
             return ReadResult(data, head, False, where, pos.size)
         return ReadResult(data, head, position is not None, where, 0)
+
+    def lines_at(self, session_id: str, seqs: Sequence[int]) -> dict[int, SeqLine]:
+        """One script: each line found through the live log's index (`scripts.LINES_AT`),
+        with the end of the line before it; nothing for a log written before the index
+        existed (until its next compaction or repair)."""
+        want = sorted({int(s) for s in seqs if int(s) > 0})
+        if not want:
+            return {}
+        out = self._run("LINES_AT", session_id, want, f"reading lines of {session_id!r} by seq")
+        found = {}
+        for seq, line, offset, before in zip(*[iter(out)] * 4, strict=True):
+            found[int(seq)] = SeqLine(bytes(line[:-1]), int(offset), bytes(before))
+        return found
 
     def head(self, session_id: str) -> Head:
         """The session's head (one hash)."""
@@ -544,6 +599,95 @@ class RedisEngine(PruningEngine, KeyEngine, IndexingEngine):
                 "releasing a repair hold",
                 lambda: self._script("RELEASE", [keys[6]], [token]),
             )
+
+    # -- caches (`CachingEngine`): the hash `c`, see `eventstore.engines.redis.scripts` --
+
+    def open_cache(self, session_id: str, name: str) -> tuple[Head, CacheReader] | None:
+        """The cache kept under `name`, checked against the live log and read in one
+        script, with the head and up to `READ_AHEAD` batches after the cache's head (the
+        reader's `read_on`, which the fold from the cache takes instead of reading)."""
+        return self._open(session_id, name, None, READ_AHEAD, False).cache
+
+    def load_cache(self, session_id: str, name: str) -> tuple[Head, bytes] | None:
+        """`open_cache`, read whole, without the batches after it (a small cache, such
+        as a checked prefix, after which no fold follows)."""
+        found = self._open(session_id, name, None, -1, False).cache
+        return None if found is None else (found[0], found[1].read(found[1].size))
+
+    def open_cold(self, session_id: str, name: str | None, mark: str | None) -> ColdStart:
+        """The cache `name`, else the mark and the live log from its start (up to
+        `READ_AHEAD` batches), all in the one script that reads a cache."""
+        return self._open(session_id, name, mark, READ_AHEAD, True)
+
+    def _open(
+        self, session_id: str, name: str | None, mark: str | None, ahead: int, start: bool
+    ) -> ColdStart:
+        """`scripts.CACHE_OPEN`'s reply as a `ColdStart` (the read on, when it came,
+        is the cache reader's, or, with `start`, the log's from its start when no cache
+        was found)."""
+        args = [name or "", mark or "", ahead, int(start)]
+        out = self._run("CACHE_OPEN", session_id, args, "reading a fold cache")
+        cache = kept = read_on = None
+        offset = 0
+        if _text(out[0]) == "1":
+            head = _head_of(out[1:8])
+            cache, offset = (head, BytesCacheReader(bytes(out[8]))), head.size
+        elif _text(out[9]) == "1":
+            kept = (_head_of(out[10:17]), bytes(out[17]))
+        if _text(out[18]) == "1":
+            now, where = _head_of(out[19:26]), self.where(session_id)
+            read_on = ReadResult(b"".join(out[26:]), now, False, where, offset)
+        if cache is not None:
+            cache[1].read_on = read_on
+            return ColdStart(cache)
+        return ColdStart(None, kept, read_on)
+
+    def open_cache_parts(
+        self, session_id: str, name: str, count: int
+    ) -> Iterator[tuple[Head, CacheReader] | None]:
+        """The parts `name#0` .. `name#<count - 1>`, read in one MULTI/EXEC; a part kept
+        for another live log (another `gen`) is None."""
+        h, c = (keys := self._keys(session_id))[0], keys[_CACHES]
+
+        def run() -> list[Any]:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hget(h, "gen")
+            for k in range(count):
+                part = cache_part_name(name, k)
+                pipe.hmget(c, [f"h:{part}", f"d:{part}"])
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        if count <= 0:
+            return
+        gen, *parts = self._call("reading fold cache parts", run)
+        for at, data in parts:
+            fields = [] if at is None or data is None or gen is None else _text(at).split(" ")
+            if _kept_at(fields, _text(gen)):
+                yield _head_of(fields), BytesCacheReader(bytes(data))
+            else:
+                yield None
+
+    def store_cache(self, session_id: str, name: str, head: Head, data: list[bytes]) -> None:
+        """Keep `data` under `name` at `head` (one script; nothing unless `head` is a
+        point of the live log)."""
+        pos = head.position
+        if not isinstance(pos, RedisPosition) or head.seq == 0:
+            return
+        args = [
+            name, pos.gen, head.seq, head.link, head.h, head.base_seq, pos.size, pos.n,
+            b"".join(data),
+        ]  # fmt: skip
+        self._run("CACHE_STORE", session_id, args, f"saving a fold cache of {session_id!r}")
+
+    keeps_cache_parts = True
+
+    def remove_cache_parts(self, session_id: str, name: str, start: int) -> None:
+        """Remove the caches kept under `name#k`, k >= `start` (one script)."""
+        c = self._keys(session_id)[_CACHES]
+        self._call(
+            f"removing fold cache parts of {session_id!r}",
+            lambda: self._script("CACHE_DROP_PARTS", [c], [name, start]),
+        )
 
     # -- sessions -----------------------------------------------------------------------
 

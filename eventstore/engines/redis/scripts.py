@@ -16,6 +16,16 @@ of them live in one hash slot (one shard of a Redis Cluster):
     s   a list: what repairs saved aside (the whole original live log, each time)
     w   a stream of one entry, rewritten on every change: what `wait` blocks on
     k   the repair hold (a token, set with an expiry)
+    q   a list: the live log's index, one element per element of `l`: "<its first seq>
+        <the live log's bytes up to its end>", and " s" after the first when it is a
+        snapshot line; what finds a line by its seq (`LINES_AT`). Kept by every script
+        that writes `l`; a log written before it existed has none until it is replaced
+        (compaction, repair), and `LINES_AT` answers nothing for it
+    c   a hash: the face's fold caches (`CachingEngine`), two fields each: `h:<name>`,
+        the head it was folded to ("gen seq link hh base size n"), and `d:<name>`, its
+        bytes. Kept only at a head of the live log; one whose `gen` is not the log's,
+        or whose batch `n` does not end with its `hh`, is never read. Emptied when the
+        live log is replaced (a snapshot installed, a repair), removed with the session
 
 The hash `h` also holds the session's index fields (`IndexingEngine`): `cr` and `up`,
 its first and last append's times (microseconds), and `lb`, its labels (JSON). Three
@@ -35,22 +45,27 @@ whose session expired (`ttl`) or was written again stays until a page walks past
 KEYS, in this order in every script: h l a b s w k, then the global feed stream (one key
 for the whole store: the only key outside the session's slot; when the feed is off the
 session's own `w` stands in and is not written to), then ix:u ix:c ix:i (outside the
-session's slot too).
+session's slot too), then c, then q.
 
-Every write script refreshes the expiry (`ttl`, milliseconds; 0: none) of keys h..w to
-the same deadline, so a session expires whole; scripts see one frozen clock, so no script
-ever finds part of a session expired.
+Every write script refreshes the expiry (`ttl`, milliseconds; 0: none) of keys h..w, c
+and q to the same deadline, so a session expires whole (a kept cache takes the session's
+expiry as it is); scripts see one frozen clock, so no script ever finds part of a
+session expired.
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "APPEND", "INDEX_DROP", "INDEX_SET", "INSTALL", "IX_OFFSET", "KINDS", "PRUNE", "READ",
-    "READ_ONLY", "RELEASE", "REMOVE", "REWRITE", "ixkey",
+    "APPEND", "CACHE_DROP_PARTS", "CACHE_OPEN", "CACHE_STORE", "INDEX_DROP", "INDEX_SET",
+    "INSTALL", "IX_OFFSET", "KINDS", "LINES_AT", "PRUNE", "READ", "READ_ONLY", "RELEASE",
+    "REMOVE", "REWRITE", "ixkey",
 ]  # fmt: skip
 
 KINDS = ("h", "l", "a", "b", "s", "w", "k")
-READ_ONLY = frozenset({"READ"})  # the scripts flagged no-writes: run with EVALSHA_RO
+CACHES = "c"  # the kind of the caches' key, after the index's sets in KEYS
+OFFSETS = "q"  # the kind of the live log's index, the last of KEYS
+# the scripts flagged no-writes: run with EVALSHA_RO
+READ_ONLY = frozenset({"READ", "CACHE_OPEN", "LINES_AT"})
 IX_OFFSET = 1 << 52  # what `ixkey` adds to a time: every member's time is non-negative
 
 
@@ -63,6 +78,8 @@ _PRELUDE = """
 local function touch(ttl)
   if ttl > 0 then
     for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ttl) end
+    redis.call('PEXPIRE', KEYS[12], ttl)
+    redis.call('PEXPIRE', KEYS[13], ttl)
   end
 end
 local function wake()
@@ -100,6 +117,26 @@ local function push_all(key, items, from, to)
     redis.call('RPUSH', key, unpack(items, i, j))
     i = j + 1
   end
+end
+-- the live log's index (`q`) written anew for its elements `items` (a snapshot line
+-- first when `snap`), the first of which starts at seq `first`
+local function index_log(items, first, snap)
+  redis.call('DEL', KEYS[13])
+  local out, at = {}, 0
+  for i = 1, #items do
+    local seq = first
+    if i > 1 then
+      seq = tonumber(string.match(items[i], '^{"type":"[^"\\\\]*","seq":(%d+),'))
+      if not seq then
+        redis.call('DEL', KEYS[13])  -- not a line an append wrote: no index
+        return
+      end
+    end
+    at = at + string.len(items[i])
+    out[i] = string.format('%d %d', seq, at)
+    if i == 1 and snap then out[i] = out[i] .. ' s' end
+  end
+  push_all(KEYS[13], out, 1, #out)
 end
 """
 
@@ -146,6 +183,11 @@ local base = c[5]
 if base == '0' then base = ARGV[3] end
 local size = tonumber(c[6]) + string.len(ARGV[7])
 local n = redis.call('RPUSH', KEYS[2], ARGV[7])
+-- the index, when it holds every element before this one (a log written before it
+-- existed has none until it is replaced)
+if redis.call('LLEN', KEYS[13]) == n - 1 then
+  redis.call('RPUSH', KEYS[13], string.format('%d %d', tonumber(ARGV[3]), size))
+end
 redis.call('HSET', KEYS[1], 'seq', ARGV[4], 'link', ARGV[6], 'hh', ARGV[5], 'base', base,
            'size', size, 'n', n)
 wake()
@@ -215,12 +257,16 @@ end
 redis.call('DEL', KEYS[2])
 redis.call('RPUSH', KEYS[2], ARGV[4])
 push_all(KEYS[2], items, cn + 1, #items)
+local live = {ARGV[4]}
+for i = cn + 1, #items do live[#live + 1] = items[i] end
+index_log(live, tonumber(ARGV[3]), true)
 local size = string.len(ARGV[4])
 for i = cn + 1, #items do size = size + string.len(items[i]) end
 local hh = c[4]
 if #items == cn then hh = ARGV[5] end
 local n = 1 + #items - cn
 redis.call('HSET', KEYS[1], 'gen', ARGV[7], 'hh', hh, 'base', ARGV[3], 'size', size, 'n', n)
+redis.call('DEL', KEYS[12])
 wake()
 touch(tonumber(ARGV[8]))
 return {0, ARGV[7], c[2], c[3], hh, ARGV[3], tostring(size), tostring(n), c[6], archived, first}
@@ -241,6 +287,7 @@ if c[2] then
   if c[3] then redis.call('ZREM', KEYS[10], ixkey(tonumber(c[3])) .. c[2]) end
   redis.call('ZREM', KEYS[11], c[2])
 end
+redis.call('DEL', KEYS[12], KEYS[13])
 if redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]) == 0 then return {0} end
 wake()
 redis.call('PEXPIRE', KEYS[6], 60000)
@@ -258,9 +305,13 @@ if redis.call('GET', KEYS[7]) ~= ARGV[1] then return {3} end
 local tail = redis.call('HGET', KEYS[1], 'tail')
 local items = redis.call('LRANGE', KEYS[2], 0, -1)
 local k = redis.call('RPUSH', KEYS[5], table.concat(items) .. (tail or ''))
-redis.call('DEL', KEYS[2])
+redis.call('DEL', KEYS[2], KEYS[12])
 local n = 0
-if ARGV[3] ~= '' then n = redis.call('RPUSH', KEYS[2], ARGV[3]) end
+redis.call('DEL', KEYS[13])
+if ARGV[3] ~= '' then
+  n = redis.call('RPUSH', KEYS[2], ARGV[3])
+  index_log({ARGV[3]}, tonumber(ARGV[8]), string.sub(ARGV[3], 1, 19) == '{"type":"snapshot",')
+end
 redis.call('HSET', KEYS[1], 'id', ARGV[9], 'gen', ARGV[2], 'seq', ARGV[5], 'link', ARGV[6],
            'hh', ARGV[7], 'base', ARGV[8], 'size', string.len(ARGV[3]), 'n', n)
 if ARGV[4] ~= '' then
@@ -341,5 +392,174 @@ if current ~= ARGV[1] then
   return 1
 end
 return 0
+"""
+)
+
+CACHE_STORE = (
+    _PRELUDE
+    + """
+-- ARGV: the cache's name, its head (gen seq link hh base size n, one argument each),
+--       its bytes -> 1 kept | 0 not (no live log, or the head is not a point of it)
+local c = head()
+local n = tonumber(ARGV[8])
+if c[1] == '' or c[1] ~= ARGV[2] or n < 1 or tonumber(c[7]) < n then return 0 end
+local at = table.concat({ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]}, ' ')
+redis.call('HSET', KEYS[12], 'h:' .. ARGV[1], at, 'd:' .. ARGV[1], ARGV[9])
+-- the session's expiry, as it stands: a cache kept by a reader does not extend it
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[12], ttl) end
+return 1
+"""
+)
+
+# a cache found live (its head and bytes), else a mark found live; then the head and
+# the batches after the cache's head (from the start when no cache was found, if asked),
+# as READ gives them, when at most ARGV[3] batches
+CACHE_OPEN = (
+    "#!lua flags=no-writes"
+    + _PRELUDE
+    + """
+-- ARGV: the cache's name ('': none), a mark's name ('': none), the most batches read on
+--       (-1: none), whether to read on from the start when no cache is found (1 | 0)
+--       -> {1 | 0, its head (gen seq link hh base size n), bytes, 1 | 0, the mark's
+--       head, bytes, 1 | 0 (read on), head..., batches...}
+local c = head()
+local function kept(name)
+  if name == '' or c[1] == '' then return nil end
+  local got = redis.call('HMGET', KEYS[12], 'h:' .. name, 'd:' .. name)
+  if not got[1] or not got[2] then return nil end
+  local at = {}
+  for f in string.gmatch(got[1] .. ' ', '([^ ]*) ') do at[#at + 1] = f end
+  if #at ~= 7 or at[1] ~= c[1] then return nil end
+  for _, i in ipairs({2, 5, 6, 7}) do
+    if not string.match(at[i], '^%d+$') then return nil end
+  end
+  local n, cn = tonumber(at[7]), tonumber(c[7])
+  if n < 1 or n > cn then return nil end
+  local last = redis.call('LINDEX', KEYS[2], n - 1 - cn)
+  if not last or string.sub(last, -25) ~= ',"h":"' .. at[4] .. '"}\\n' then return nil end
+  at[8] = got[2]
+  return at
+end
+local out = {'0', '', '', '', '', '', '', '', '', '0', '', '', '', '', '', '', '', '', '0'}
+local from = 0
+local cache = kept(ARGV[1])
+if cache then
+  out[1] = '1'
+  for i = 1, 8 do out[1 + i] = cache[i] end
+  from = tonumber(cache[7])
+else
+  if ARGV[4] ~= '1' then return out end
+  local mark = kept(ARGV[2])
+  if mark then
+    out[10] = '1'
+    for i = 1, 8 do out[10 + i] = mark[i] end
+  end
+end
+if tonumber(c[7]) - from > tonumber(ARGV[3]) then return out end
+out[19] = '1'
+for i = 1, 7 do out[19 + i] = c[i] end
+if c[1] ~= '' then
+  local items = redis.call('LRANGE', KEYS[2], from, -1)
+  for i = 1, #items do out[26 + i] = items[i] end
+end
+return out
+"""
+)
+
+CACHE_DROP_PARTS = """
+-- KEYS: a session's caches; ARGV: a cache's name, the first part to remove
+-- -> how many fields were removed
+local prefix = ARGV[1] .. '#'
+local start = tonumber(ARGV[2])
+local gone = 0
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  local name = string.sub(f, 3)
+  if string.sub(name, 1, #prefix) == prefix then
+    local k = string.sub(name, #prefix + 1)
+    if string.match(k, '^%d+$') and tonumber(k) >= start then
+      gone = gone + redis.call('HDEL', KEYS[1], f)
+    end
+  end
+end
+return gone
+"""
+
+# a line's seq is found in the index (`q`) by a binary search over its elements' first
+# seqs, then within its element by counting newlines (JSON escapes every newline inside
+# a line)
+LINES_AT = (
+    "#!lua flags=no-writes"
+    + _PRELUDE
+    + """
+-- ARGV: seqs, ascending -> {seq, line (its newline included), offset, the last 25 bytes
+--       of the line before it ('' for the log's first line), ...}; a seq the live log
+--       does not hold, or right after its opening snapshot, is left out; nothing for a
+--       log without an index
+local c = head()
+local n = tonumber(c[7])
+if c[1] == '' or redis.call('LLEN', KEYS[13]) ~= n then return {} end
+local entries, batches = {}, {}
+local function entry(i)  -- 0-based: {first seq, end offset, a snapshot line?} | false
+  if entries[i] == nil then
+    local first, at, snap = string.match(redis.call('LINDEX', KEYS[13], i) or '',
+                                         '^(%d+) (%d+)( ?s?)$')
+    entries[i] = first ~= nil and {tonumber(first), tonumber(at), snap == ' s'}
+  end
+  return entries[i]
+end
+local function batch(i)
+  if not batches[i] then batches[i] = redis.call('LINDEX', KEYS[2], i) end
+  return batches[i]
+end
+-- the line of `seq` (its newline included), its offset and the end of the line before
+-- it, or nil
+local function line_of(seq)
+  local lo, hi = 0, n - 1  -- the last element whose first seq is at most seq
+  while lo < hi do
+    local mid = math.floor((lo + hi + 1) / 2)
+    local e = entry(mid)
+    if not e then return nil end
+    if e[1] <= seq then lo = mid else hi = mid - 1 end
+  end
+  local e, b = entry(lo), batch(lo)
+  if not e or not b or (e[3] and seq <= e[1] + 1) then return nil end  -- (the snapshot,
+  -- or the line after it, which chains to the snapshot's base_h)
+  local start = 1
+  for _ = 1, seq - e[1] do
+    local nl = string.find(b, '\\n', start, true)
+    if not nl then return nil end
+    start = nl + 1
+  end
+  local stop = string.find(b, '\\n', start, true)
+  if not stop then return nil end
+  local offset, before = start - 1, ''
+  local p = lo > 0 and entry(lo - 1)
+  if lo > 0 then
+    if not p then return nil end
+    offset = offset + p[2]
+  end
+  if start > 1 then
+    before = string.sub(b, start - 25, start - 1)
+  elseif lo > 0 then
+    if p[3] and p[1] == seq - 1 then return nil end  -- right after the snapshot
+    before = string.sub(batch(lo - 1) or '', -25)
+  end
+  return string.sub(b, start, stop), offset, before
+end
+local out = {}
+for _, a in ipairs(ARGV) do
+  local seq = tonumber(a)
+  if seq and seq >= tonumber(c[5]) and seq <= tonumber(c[2]) then
+    local line, offset, before = line_of(seq)
+    if line then
+      out[#out + 1] = tostring(seq)
+      out[#out + 1] = line
+      out[#out + 1] = tostring(offset)
+      out[#out + 1] = before
+    end
+  end
+end
+return out
 """
 )
