@@ -367,6 +367,29 @@ def measure(
     return medians
 
 
+def interleaved(
+    backends: tuple[str, ...], repeat: int, run: Callable[[str], dict[str, float]]
+) -> dict[str, list[dict[str, float]]]:
+    """`run(backend)` `repeat` times for each backend, the repeats interleaved (one run
+    of each backend, then the next repeat); every run's figures by backend."""
+    runs: dict[str, list[dict[str, float]]] = {b: [] for b in backends}
+    for r in range(repeat):
+        for backend in backends:
+            runs[backend].append(run(backend))
+            print(f"{backend} run {r + 1}/{repeat}: {runs[backend][-1]}", file=sys.stderr)
+    return runs
+
+
+def report(title: str, runs: dict[str, list[dict[str, float]]]) -> str:
+    """`table` of the runs' medians, then each backend's spreads (min-max)."""
+    medians = {b: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for b, rs in runs.items()}
+    lines = [table(title, medians), "", "Spreads (min-max):", ""]
+    for b, rs in runs.items():
+        spans = (f"{k} {min(r[k] for r in rs):,.2f}-{max(r[k] for r in rs):,.2f}" for k in rs[0])
+        lines.append(f"- {b}: " + "; ".join(spans))
+    return "\n".join(lines)
+
+
 def table(title: str, medians: dict[str, dict[str, float]]) -> str:
     """The medians per backend, and eventstore's ratios against the first backend (the
     framework's own) and the second when it is the framework's too."""

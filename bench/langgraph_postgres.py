@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 import uuid
@@ -26,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.integrations import bench_put_get, table
+from bench.integrations import bench_put_get, interleaved, report
 from bench.postgres import _drop_schema, _server_counters, _with_schema, postgres_url
 
 __all__ = ["main"]
@@ -98,23 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write every run as JSON")
     a = ap.parse_args(argv)
     url = postgres_url(ap, a.url)
-    runs: dict[str, list[dict[str, float]]] = {b: [] for b in BACKENDS}
-    for r in range(a.repeat):
-        for backend in BACKENDS:
-            runs[backend].append(_run(url, backend, a.puts))
-            print(f"{backend} run {r + 1}/{a.repeat}: {runs[backend][-1]}", file=sys.stderr)
-    medians = {
-        b: {k: statistics.median(run[k] for run in rs) for k in rs[0]} for b, rs in runs.items()
-    }
-    spreads = {
-        b: {k: (min(run[k] for run in rs), max(run[k] for run in rs)) for k in rs[0]}
-        for b, rs in runs.items()
-    }
+    runs = interleaved(BACKENDS, a.repeat, lambda backend: _run(url, backend, a.puts))
     print(f"Medians of {a.repeat} interleaved runs, {a.puts} checkpoints.\n")
-    print(table(f"LangGraph put / get on PostgreSQL, {a.puts} checkpoints", medians))
-    print("\nSpreads (min-max):\n")
-    for b, sp in spreads.items():
-        print(f"- {b}: " + "; ".join(f"{k} {lo:,.2f}-{hi:,.2f}" for k, (lo, hi) in sp.items()))
+    print(report(f"LangGraph put / get on PostgreSQL, {a.puts} checkpoints", runs))
     if a.json:
         a.json.write_text(json.dumps(runs, indent=1))
     return 0
