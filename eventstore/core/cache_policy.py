@@ -14,12 +14,12 @@ once each as chunk caches, after the append that completes them
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from eventstore.core import checked_prefix, fold_cache
 from eventstore.core.sessions import Fold, SessionState
 from eventstore.core.tuning import Tuning
-from eventstore.engines.base import EMPTY_HEAD, CachingEngine, Engine, Head
+from eventstore.engines.base import EMPTY_HEAD, CacheReader, CachingEngine, Engine, Head
 from eventstore.format.codec import EventCodec
 from projections import Projection
 
@@ -93,30 +93,43 @@ class CachePolicy:
     def reset_after_fork(self) -> None:
         self.kept_bytes = 0
 
-    def first_fold(self, sess: SessionState, proj: Projection[Any]) -> Fold:
+    def first_fold(self, sess: SessionState, proj: Projection[Any], start: bool = True) -> Fold:
         """Where this process starts folding a projection: the engine's fold cache when
         it keeps one that checks, else the beginning. Where caches are kept, the cache,
         else the checked prefix and the log from its start, are asked for together
-        (`CachingEngine.open_cold`: one round trip where the engine can)."""
+        (`CachingEngine.open_cold`: one round trip where the engine can). `start`
+        False: the cache alone (no fold from the start follows)."""
+        name = proj.name if proj.name in self.cached else None
         p = sess.prefix
         mark = checked_prefix.NAME if p is None or not p.size else None  # (else kept here)
-        name = proj.name if proj.name in self.cached else None
-        if not self.marks or (name is None and mark is None):
+        if not self.marks or (name is None and (mark is None or not start)):
             return Fold(proj.initial(), EMPTY_HEAD)
         engine = cast(CachingEngine, self.engine)
+        if not start:
+            return self._cached(sess, proj, False) or Fold(proj.initial(), EMPTY_HEAD)
         cold = engine.open_cold(sess.session_id, name, mark)
         if cold.cache is not None:
-            found = fold_cache.load(
-                engine, sess.session_id, proj, self.cached[proj.name], self.mac, self.crypt,
-                cold.cache,
-            )  # fmt: skip
-            if found is not None:
-                f = Fold(found[0], found[1], found[1], found[2])
-                f.read_on = found[3]
-                return f
+            return self._cached(sess, proj, cold.cache) or Fold(proj.initial(), EMPTY_HEAD)
         f = Fold(proj.initial(), EMPTY_HEAD)
-        if cold.cache is None:
-            f.read_on, f.cold = cold.read_on, cold
+        f.read_on, f.cold = cold.read_on, cold
+        return f
+
+    def _cached(
+        self,
+        sess: SessionState,
+        proj: Projection[Any],
+        opened: tuple[Head, CacheReader] | Literal[False],
+    ) -> Fold | None:
+        """The fold of `proj`'s cache (`opened` by the engine already, or False: open it
+        here), if it checks (`fold_cache.load`)."""
+        found = fold_cache.load(
+            self.engine, sess.session_id, proj, self.cached[proj.name], self.mac, self.crypt,
+            opened,
+        )  # fmt: skip
+        if found is None:
+            return None
+        f = Fold(found[0], found[1], found[1], found[2])
+        f.read_on = found[3]
         return f
 
     def start_mark(self, sess: SessionState, f: Fold) -> checked_prefix.Mark | None:

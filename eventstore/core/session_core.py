@@ -392,12 +392,10 @@ class SessionCore:
         sess = self.session(session_id)
         with sess.lock:
             if proj.name not in sess.folds:
-                f = self.caches.first_fold(sess, proj)
-                if f.head.position is None:
-                    # (the log read with a missed cache says its head: no round trip)
-                    r = f.read_on
-                    if (r.head if r is not None else self.engine.head(session_id)).seq:
-                        return None
+                # (the cache alone: the log from its start is not wanted)
+                f = self.caches.first_fold(sess, proj, start=False)
+                if f.head.position is None and self.engine.head(session_id).seq:
+                    return None
                 sess.folds[proj.name] = f
             return view(self.catch_up(sess, proj))
 
