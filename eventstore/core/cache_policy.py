@@ -133,17 +133,22 @@ class CachePolicy:
         return f
 
     def start_mark(self, sess: SessionState, f: Fold) -> checked_prefix.Mark | None:
-        """The checked prefix the fold `f` from the start of the log may trust, if any
-        (the one its cold start found, taken once)."""
+        """The checked prefix the fold `f` from the start of the log may trust, if any:
+        the one its cold start found (taken once), else asked for with the log from its
+        start (`open_cold`: a fold kept at an empty log reads both in one round trip
+        where the engine can; the read is the fold's, which follows at once)."""
         cold, f.cold = f.cold, None
         if not self.marks:
             return None
         p = sess.prefix
         if p is not None and p.size:
             return p.mark()
-        if cold is not None:
-            return checked_prefix.parse(cold.mark, sess.session_id, self.mac)
-        return checked_prefix.load(self.engine, sess.session_id, self.mac)
+        if cold is None:
+            engine = cast(CachingEngine, self.engine)
+            cold = engine.open_cold(sess.session_id, None, checked_prefix.NAME)
+            if f.read_on is None:
+                f.read_on = cold.read_on
+        return checked_prefix.parse(cold.mark, sess.session_id, self.mac)
 
     def after_fold(self, sess: SessionState, proj: Projection[Any], f: Fold, folded: int) -> None:
         """Save what a fold of `folded` bytes made worth saving (a load never pays for

@@ -627,16 +627,17 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         was found)."""
         args = [name or "", mark or "", ahead, int(start)]
         out = self._run("CACHE_OPEN", session_id, args, "reading a fold cache")
+        found = _text(out[0])
         cache = kept = read_on = None
         offset = 0
-        if _text(out[0]) == "1":
-            head = _head_of(out[1:8])
-            cache, offset = (head, BytesCacheReader(bytes(out[8]))), head.size
-        elif _text(out[9]) == "1":
-            kept = (_head_of(out[10:17]), bytes(out[17]))
-        if _text(out[18]) == "1":
-            now, where = _head_of(out[19:26]), self.where(session_id)
-            read_on = ReadResult(b"".join(out[26:]), now, False, where, offset)
+        if "c" in found:
+            head = _head_of(_text(out[1]).split(" "))
+            cache, offset = (head, BytesCacheReader(bytes(out[2]))), head.size
+        elif "m" in found:
+            kept = (_head_of(_text(out[3]).split(" ")), bytes(out[4]))
+        if "r" in found:
+            now, where = _head_of(_text(out[5]).split(" ")), self.where(session_id)
+            read_on = ReadResult(b"".join(out[6:]), now, False, where, offset)
         if cache is not None:
             cache[1].read_on = read_on
             return ColdStart(cache)

@@ -414,15 +414,16 @@ return 1
 
 # a cache found live (its head and bytes), else a mark found live; then the head and
 # the batches after the cache's head (from the start when no cache was found, if asked),
-# as READ gives them, when at most ARGV[3] batches
+# as READ gives them, when at most ARGV[3] batches. Heads go as one string each ("gen
+# seq link hh base size n"): a reply of few elements (each costs the client's parser)
 CACHE_OPEN = (
     "#!lua flags=no-writes"
     + _PRELUDE
     + """
 -- ARGV: the cache's name ('': none), a mark's name ('': none), the most batches read on
 --       (-1: none), whether to read on from the start when no cache is found (1 | 0)
---       -> {1 | 0, its head (gen seq link hh base size n), bytes, 1 | 0, the mark's
---       head, bytes, 1 | 0 (read on), head..., batches...}
+-- -> {what was found ('c' the cache, 'm' the mark, 'r' the read on, in that order),
+--     the cache's head, its bytes, the mark's head, its bytes, the head, batches...}
 local c = head()
 local function kept(name)
   if name == '' or c[1] == '' then return nil end
@@ -438,30 +439,24 @@ local function kept(name)
   if n < 1 or n > cn then return nil end
   local last = redis.call('LINDEX', KEYS[2], n - 1 - cn)
   if not last or string.sub(last, -25) ~= ',"h":"' .. at[4] .. '"}\\n' then return nil end
-  at[8] = got[2]
-  return at
+  return {got[1], got[2], n}
 end
-local out = {'0', '', '', '', '', '', '', '', '', '0', '', '', '', '', '', '', '', '', '0'}
+local out = {'', '', '', '', '', ''}
 local from = 0
 local cache = kept(ARGV[1])
 if cache then
-  out[1] = '1'
-  for i = 1, 8 do out[1 + i] = cache[i] end
-  from = tonumber(cache[7])
+  out[1], out[2], out[3], from = 'c', cache[1], cache[2], cache[3]
 else
   if ARGV[4] ~= '1' then return out end
   local mark = kept(ARGV[2])
-  if mark then
-    out[10] = '1'
-    for i = 1, 8 do out[10 + i] = mark[i] end
-  end
+  if mark then out[1], out[4], out[5] = 'm', mark[1], mark[2] end
 end
 if tonumber(c[7]) - from > tonumber(ARGV[3]) then return out end
-out[19] = '1'
-for i = 1, 7 do out[19 + i] = c[i] end
+out[1] = out[1] .. 'r'
+out[6] = table.concat(c, ' ', 1, 7)
 if c[1] ~= '' then
   local items = redis.call('LRANGE', KEYS[2], from, -1)
-  for i = 1, #items do out[26 + i] = items[i] end
+  for i = 1, #items do out[6 + i] = items[i] end
 end
 return out
 """
