@@ -17,8 +17,8 @@ of them live in one hash slot (one shard of a Redis Cluster):
     w   a stream of one entry, rewritten on every change: what `wait` blocks on
     k   the repair hold (a token, set with an expiry)
     q   a list: the live log's index, one element per element of `l`: "<its first seq>
-        <the live log's bytes up to its end>", and " s" after the first when it is a
-        snapshot line; what finds a line by its seq (`LINES_AT`). Kept by every script
+        <the live log's bytes up to its end>" (and " s" on the first when that element
+        opens with a snapshot line); what finds a line by its seq (`LINES_AT`). Kept by every script
         that writes `l`; a log written before it existed has none until it is replaced
         (compaction, repair), and `LINES_AT` answers nothing for it
     c   a hash: the face's fold caches (`CachingEngine`), two fields each: `h:<name>`,
