@@ -1,9 +1,9 @@
 """Lines found by their seq (`eventstore.ops.seek.events_by_seq`): a few small reads of a
-log of any length and any mix of line sizes (or one read by seq, on PostgreSQL) find
-exactly the event a fold reads at that seq, on every engine that can; a line that does
-not check, a seq the live log does not hold, a log that opens with a snapshot, bytes
-past the committed size and an engine that reads neither ranges nor seqs are never
-answered from."""
+log of any length and any mix of line sizes (or one read by seq, on PostgreSQL and
+Redis) find exactly the event a fold reads at that seq, on every engine that can; a
+line that does not check, a seq the live log does not hold, a log that opens with a
+snapshot, bytes past the committed size and an engine that reads neither ranges nor
+seqs are never answered from."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Lines of the live log found by their seq, without reading the log (`events_by_seq`):
 on a file, each probe a small read; on an engine that reads lines by seq (`SeqEngine`,
-PostgreSQL), the lines asked for together in one read.
+PostgreSQL, Redis), the lines asked for together in one read.
 
 On a file, a line's seq is the second field of its envelope (`{"type":"<tag>","seq":<n>,`), and
 seqs grow by one a line, so the line of a seq lies between the two known line starts
