@@ -14,7 +14,7 @@ once each as chunk caches, after the append that completes them
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from eventstore.core import checked_prefix, fold_cache
 from eventstore.core.sessions import Fold, SessionState
@@ -106,7 +106,8 @@ class CachePolicy:
             return Fold(proj.initial(), EMPTY_HEAD)
         engine = cast(CachingEngine, self.engine)
         if not start:
-            return self._cached(sess, proj, False) or Fold(proj.initial(), EMPTY_HEAD)
+            opened = engine.open_cache(sess.session_id, proj.name)
+            return self._cached(sess, proj, opened) or Fold(proj.initial(), EMPTY_HEAD)
         cold = engine.open_cold(sess.session_id, name, mark)
         if cold.cache is not None:
             return self._cached(sess, proj, cold.cache) or Fold(proj.initial(), EMPTY_HEAD)
@@ -115,16 +116,13 @@ class CachePolicy:
         return f
 
     def _cached(
-        self,
-        sess: SessionState,
-        proj: Projection[Any],
-        opened: tuple[Head, CacheReader] | Literal[False],
+        self, sess: SessionState, proj: Projection[Any], opened: tuple[Head, CacheReader] | None
     ) -> Fold | None:
-        """The fold of `proj`'s cache (`opened` by the engine already, or False: open it
-        here), if it checks (`fold_cache.load`)."""
-        found = fold_cache.load(
-            self.engine, sess.session_id, proj, self.cached[proj.name], self.mac, self.crypt,
-            opened,
+        """The fold of `proj`'s cache as the engine `opened` it, if it checks
+        (`fold_cache.load_opened`)."""
+        found = fold_cache.load_opened(
+            cast(CachingEngine, self.engine), opened, sess.session_id, proj,
+            self.cached[proj.name], self.mac, self.crypt,
         )  # fmt: skip
         if found is None:
             return None

@@ -65,7 +65,7 @@ import logging
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -92,6 +92,7 @@ __all__ = [
     "is_chunked",
     "known_types",
     "load",
+    "load_opened",
     "store",
     "store_complete_frames",
 ]
@@ -563,18 +564,29 @@ def load(
     known: str,
     mac: CacheMac | None = None,
     crypt: CacheCrypt | None = None,
-    opened: tuple[Head, CacheReader] | None | Literal[False] = False,
 ) -> tuple[Any, Head, Chunks | None, ReadResult | None] | None:
     """The cached state, its head, the chunks it was read from (None for a projection
     not kept in chunks) and the log after it if the engine read it with the cache
     (`CacheReader.read_on`), when the engine keeps a cache that checks (with `mac`: one
     that carries this key's MAC; with a `crypt`: one that opens), every chunk it lists
-    included. `opened`: the projection's cache as the engine opened it already
-    (`CachingEngine.open_cold`); False: open it here."""
+    included."""
     if not isinstance(engine, CachingEngine):
         return None
-    if opened is False:
-        opened = engine.open_cache(session_id, projection.name)
+    opened = engine.open_cache(session_id, projection.name)
+    return load_opened(engine, opened, session_id, projection, known, mac, crypt)
+
+
+def load_opened(
+    engine: CachingEngine,
+    opened: tuple[Head, CacheReader] | None,
+    session_id: str,
+    projection: Any,
+    known: str,
+    mac: CacheMac | None = None,
+    crypt: CacheCrypt | None = None,
+) -> tuple[Any, Head, Chunks | None, ReadResult | None] | None:
+    """`load` of the projection's cache as the engine opened it already (`opened`:
+    `open_cache`'s answer, or `CachingEngine.open_cold`'s)."""
     found = _opened(opened, session_id, projection.name, crypt)
     if found is None:
         return None

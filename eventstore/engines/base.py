@@ -183,6 +183,7 @@ __all__ = [
     "index_moved",
     "is_conninfo",
     "open_engine",
+    "read_whole",
     "redact_conninfo",
     "redact_text",
     "redact_url",
@@ -654,12 +655,7 @@ class CachingEngine(Engine):
 
     def load_cache(self, session_id: str, name: str) -> tuple[Head, bytes] | None:
         """`open_cache`, read whole (for the small caches)."""
-        found = self.open_cache(session_id, name)
-        if found is None:
-            return None
-        head, reader = found
-        with reader:
-            return head, reader.read(reader.size)
+        return read_whole(self.open_cache(session_id, name))
 
     @abstractmethod
     def store_cache(self, session_id: str, name: str, head: Head, data: list[bytes]) -> None:
@@ -719,6 +715,16 @@ class ColdStart:
     cache: tuple[Head, CacheReader] | None
     mark: tuple[Head, bytes] | None = None
     read_on: ReadResult | None = None
+
+
+def read_whole(found: tuple[Head, CacheReader] | None) -> tuple[Head, bytes] | None:
+    """An opened cache (`open_cache`'s answer) with its bytes read whole and its reader
+    closed, as `load_cache` gives it."""
+    if found is None:
+        return None
+    head, reader = found
+    with reader:
+        return head, reader.read(reader.size)
 
 
 def cache_part_name(name: str, k: int) -> str:

@@ -66,6 +66,7 @@ from eventstore.engines.base import (
     SeqEngine,
     SeqLine,
     cache_part_name,
+    read_whole,
     redact_text,
 )
 from eventstore.engines.postgres.handover import Handover
@@ -592,9 +593,7 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         )
         kept = None
         if rows and rows[0][0] == -1:
-            found, rows = _live_cache(rows[0][2:10]), rows[1:]
-            if found is not None:
-                kept = (found[0], found[1].read(found[1].size))
+            kept, rows = read_whole(_live_cache(rows[0][2:10])), rows[1:]
         read_on = None
         if not rows or rows[0][3] - rows[0][6] < READ_AHEAD:
             with suppress(CorruptLogError):  # (the fold's own read says so)
@@ -609,12 +608,7 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
             lambda conn: conn.execute(self._sql.open_cache, (name, session_id), binary=True)
             .fetchone(),
         )  # fmt: skip
-        found = None if row is None else _live_cache(row[1:])
-        if found is None:
-            return None
-        head, reader = found
-        with reader:
-            return head, reader.read(reader.size)
+        return None if row is None else read_whole(_live_cache(row[1:]))
 
     def open_cache_parts(
         self, session_id: str, name: str, count: int
@@ -979,19 +973,26 @@ def _remove_cache_parts_sql(q: str) -> str:
 
 
 _LIVE_SIZE = "s.snap_len + s.stream_end - s.live_origin"  # (s: a sessions row)
+# a head's columns, as `_head_of` reads them (s: a sessions row)
+_HEAD_COLS = f"s.log_id, s.head_seq, s.head_link, s.head_h, s.base_seq, {_LIVE_SIZE}"
+
+
+def _newest_snapshot(q: str) -> str:
+    """The condition that a row `x` of `snapshots` is the session `s`'s newest (the
+    snapshot its live log opens with, when it opens with one)."""
+    return f"x.n = (SELECT max(y.n) FROM {q}.snapshots y WHERE y.sid = s.sid)"
 
 
 class _Statements:
     """The SQL of one schema, built once (the schema name is the only spliced part)."""
 
     def __init__(self, q: str) -> None:
-        head_cols = f"s.log_id, s.head_seq, s.head_link, s.head_h, s.base_seq, {_LIVE_SIZE}"
         # one statement (one snapshot): the head as the first row, then the live log's
         # opening snapshot (when reading from the start) and the lines after the position,
         # one row each (rows in binary: ~2x faster to fetch than one string_agg value)
         head_row = (
             f"WITH s AS (SELECT * FROM {q}.sessions WHERE session_id = %(sid)s)"
-            f" SELECT 0 AS k, 0::bigint AS seq, {head_cols}, NULL::bytea FROM s"
+            f" SELECT 0 AS k, 0::bigint AS seq, {_HEAD_COLS}, NULL::bytea FROM s"
         )
         line_rows = (
             f"SELECT 2, l.seq, NULL, NULL, NULL, NULL, NULL, NULL, l.line FROM {q}.lines l, s"
@@ -1002,7 +1003,7 @@ class _Statements:
             f" SELECT 1, s.snap_seq, NULL, NULL, NULL, NULL, NULL, NULL, coalesce(x.line, '')"
             f" FROM {q}.snapshots x, s"
             f" WHERE x.sid = s.sid AND s.snap_seq > 0 AND s.log_id <> %(log)s"
-            f" AND x.n = (SELECT max(y.n) FROM {q}.snapshots y WHERE y.sid = s.sid)"
+            f" AND {_newest_snapshot(q)}"
             f" UNION ALL {line_rows} l.seq > greatest(s.snap_seq,"
             f" CASE WHEN s.log_id = %(log)s THEN %(after)s ELSE 0 END)"
             f" ORDER BY 1, 2"
@@ -1013,7 +1014,7 @@ class _Statements:
             f"{head_row} UNION ALL {line_rows} s.log_id = %(log)s AND l.seq > %(after)s"
             f" ORDER BY 1, 2"
         )
-        self.head = f"SELECT {head_cols} FROM {q}.sessions s WHERE s.session_id = %s"
+        self.head = f"SELECT {_HEAD_COLS} FROM {q}.sessions s WHERE s.session_id = %s"
         self.session_row = f"SELECT sid, snap_seq FROM {q}.sessions WHERE session_id = %s"
         self.snapshots_of = f"SELECT n, seq, line FROM {q}.snapshots WHERE sid = %s ORDER BY n"
         self._lines_statements(q)
@@ -1120,8 +1121,7 @@ class _Statements:
             f" c AS (SELECT c.* FROM {q}.caches c, s WHERE c.sid = s.sid"
             f" AND c.name = %(name)s AND {is_live})"
             f" SELECT -1 AS k, c.seq, {cols} FROM s, c"
-            f" UNION ALL SELECT 0, 0, s.log_id, s.head_seq, s.head_link, s.head_h, s.base_seq,"
-            f" {_LIVE_SIZE}, NULL, NULL FROM s, c"
+            f" UNION ALL SELECT 0, 0, {_HEAD_COLS}, NULL, NULL FROM s, c"
             f" UNION ALL SELECT 2, l.seq, NULL, NULL, NULL, NULL, NULL, NULL, l.line, NULL"
             f" FROM {q}.lines l, s, c WHERE l.sid = s.sid AND l.seq > c.seq"
             f" AND s.head_seq - c.seq <= %(ahead)s"
@@ -1135,12 +1135,11 @@ class _Statements:
             f" c AS (SELECT c.* FROM {q}.caches c, s WHERE c.sid = s.sid"
             f" AND c.name = %(mark)s AND {is_live})"
             f" SELECT -1 AS k, c.seq, {cols} FROM s, c"
-            f" UNION ALL SELECT 0, 0, s.log_id, s.head_seq, s.head_link, s.head_h, s.base_seq,"
-            f" {_LIVE_SIZE}, NULL, NULL FROM s"
+            f" UNION ALL SELECT 0, 0, {_HEAD_COLS}, NULL, NULL FROM s"
             f" UNION ALL SELECT 1, s.snap_seq, NULL, NULL, NULL, NULL, NULL, NULL,"
             f" coalesce(x.line, ''), NULL FROM {q}.snapshots x, s"
             f" WHERE x.sid = s.sid AND s.snap_seq > 0 AND s.head_seq - s.base_seq < %(ahead)s"
-            f" AND x.n = (SELECT max(y.n) FROM {q}.snapshots y WHERE y.sid = s.sid)"
+            f" AND {_newest_snapshot(q)}"
             f" UNION ALL SELECT 2, l.seq, NULL, NULL, NULL, NULL, NULL, NULL, l.line, NULL"
             f" FROM {q}.lines l, s WHERE l.sid = s.sid AND l.seq > s.snap_seq"
             f" AND s.head_seq - s.base_seq < %(ahead)s"

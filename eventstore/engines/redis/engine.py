@@ -79,6 +79,7 @@ from eventstore.engines.base import (
     SeqLine,
     cache_part_name,
     index_matches,
+    read_whole,
     redact_text,
 )
 from eventstore.engines.raw import raw_end
@@ -611,8 +612,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
     def load_cache(self, session_id: str, name: str) -> tuple[Head, bytes] | None:
         """`open_cache`, read whole, without the batches after it (a small cache, such
         as a checked prefix, after which no fold follows)."""
-        found = self._open(session_id, name, None, -1, False).cache
-        return None if found is None else (found[0], found[1].read(found[1].size))
+        return read_whole(self._open(session_id, name, None, -1, False).cache)
 
     def open_cold(self, session_id: str, name: str | None, mark: str | None) -> ColdStart:
         """The cache `name`, else the mark and the live log from its start (up to
