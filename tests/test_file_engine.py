@@ -3,6 +3,7 @@ archive of a compaction that raced appends."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,32 @@ def test_a_load_in_small_pieces_folds_what_a_whole_read_does(
 
 
 # -- attacks -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("durable", [True, False], ids=["durable", "cache"])
+def test_a_failed_rename_keeps_a_durable_file_and_leaves_no_part_of_a_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durable: bool
+) -> None:
+    """Attack: ENOSPC from the rename of `write_atomically`. A durable file (a log, a
+    key, a manifest) keeps its old bytes; a cache (`durable=False`, whose old file is let
+    go before the rename) is the old or none, never a part of the new; no temporary file
+    is left; the next write lands."""
+    target = tmp_path / "f"
+    write_atomically(target, b"old", durable=durable)
+
+    def enospc(src: Any, dst: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", enospc)
+        with pytest.raises(OSError) as err:
+            write_atomically(target, [b"ne", b"w"], durable=durable)
+    assert err.value.errno == errno.ENOSPC
+    assert [n for n in os.listdir(tmp_path) if n != "f"] == []
+    assert target.exists() or not durable
+    assert not target.exists() or target.read_bytes() == b"old"
+    write_atomically(target, [b"ne", b"w"], durable=durable)
+    assert target.read_bytes() == b"new"
 
 
 @pytest.mark.usefixtures("collector_on")
