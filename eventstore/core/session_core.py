@@ -326,14 +326,14 @@ class SessionCore:
         """The data key `events` are sealed with (None: written plain, by a store without
         keys, or maintenance records); KeyForgottenError once the key was destroyed.
         `first`: the batch starts the session (`SessionKeys.for_writing`)."""
-        if all(isinstance(ev, _NEVER_ENCRYPTED) for ev in events):
-            return None
         if self.keys is None:
             # a store without keys never writes plain payloads into an encrypted session
             # (checked once per session this store opens: one lookup, not one per append)
-            if session_id not in self._plain:
+            if session_id not in self._plain and not _never_encrypted(events):
                 self.refuse_encrypted(session_id, "a store without keys appending to it")
                 self._plain.add(session_id)
+            return None
+        if _never_encrypted(events):
             return None
         return self.keys.for_writing(session_id, first)
 
@@ -670,6 +670,10 @@ class SessionCore:
 # public key by whoever holds no data key, and a tombstone must refuse writes even after
 # `forget_key`: never encrypted
 _NEVER_ENCRYPTED = (KeyForgotten, Quarantined, ArchivePruned, Sealed, SessionDeleted)
+
+
+def _never_encrypted(events: Sequence[Event]) -> bool:
+    return all(isinstance(ev, _NEVER_ENCRYPTED) for ev in events)
 
 
 def check_options(cached_sessions: object, caches: object, tuning: object) -> None:

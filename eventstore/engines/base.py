@@ -897,13 +897,17 @@ def index_matches(
 
 
 def index_appended(
-    old: IndexEntry | None, session_id: str, batch: EncodedBatch, head: Head, now_us: int
+    old: IndexEntry | None,
+    session_id: str,
+    ts: int,
+    labels: dict[str, str] | None,
+    head: Head,
 ) -> IndexEntry:
-    """A session's index entry after `batch` was appended and `head` is its new head:
-    the batch's time (`now_us`, the engine's clock, when it carries none) as `updated`
-    (and `created`, for its first), the head's seq and size, the labels it sets."""
-    ts = batch.ts_us or now_us
-    labels = batch.labels if batch.labels is not None else (old.labels if old else {})
+    """A session's index entry after a batch was appended and `head` is its new head:
+    the batch's time `ts` (µs; the engine's clock where the batch carries none) as
+    `updated` (and `created`, for its first), the head's seq and size, the `labels` the
+    batch sets (None: it sets none)."""
+    labels = labels if labels is not None else (old.labels if old else {})
     created = old.created_us if old is not None and old.last_seq else ts
     return IndexEntry(
         session_id,

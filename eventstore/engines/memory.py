@@ -242,9 +242,9 @@ class MemoryEngine(RangedEngine, PruningEngine, KeyEngine, IndexingEngine):
             index[session_id] = index_appended(
                 index.get(session_id),
                 session_id,
-                batch,
-                lg.head,
                 batch.ts_us or entropy.time_ns() // 1000,
+                batch.labels,
+                lg.head,
             )
             self._store.sorted.clear()
             self._store.changed.notify_all()

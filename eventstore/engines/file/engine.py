@@ -166,6 +166,11 @@ INDEX_LAG = 1.0
 """Seconds a session's index row may lag behind appends to it made by this process
 (a page from this engine, and `close`, write what lags first)."""
 
+_Lagging = tuple[int, "dict[str, str] | None", Head, bool]
+"""An append's index row waiting out its lag: the batch's time (µs) and the labels it
+sets, the new head, and whether it sets labels or created the session (the row's
+`with_labels`)."""
+
 MAX_OPEN_SESSIONS = 64
 """Sessions per engine whose descriptors stay open between calls (two each)."""
 
@@ -187,7 +192,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         self._index = FileIndex(self.root)
         # appends' rows waiting out INDEX_LAG, and when each session's row was written
         self._index_guard = threading.Lock()
-        self._lagging: dict[str, tuple[IndexEntry, bool]] = {}
+        self._lagging: dict[str, _Lagging] = {}
         self._indexed_at: dict[str, float] = {}
         process.track(self)
 
@@ -809,7 +814,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
             # the row first: a crash after the log is created never hides the session
             self._index.put(
                 index_appended(
-                    None, sess.paths.session_id, batch, EMPTY_HEAD, batch.ts_us or _now_us()
+                    None, sess.paths.session_id, batch.ts_us or _now_us(), batch.labels, EMPTY_HEAD
                 ),
                 sync=self.durability == "fsync",
             )
@@ -1111,22 +1116,20 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         indexed less than `INDEX_LAG` seconds ago wait (the newest row per session) for
         the next write past the lag, a page from this engine, or `close`: a burst of
         appends costs one index write a second, not one each."""
-        row = index_appended(None, session_id, batch, new, batch.ts_us or _now_us())
+        # what the row is made of (made only when written: most are replaced unwritten)
+        forced = created or batch.labels is not None
+        lagging = (batch.ts_us or _now_us(), batch.labels, new, forced)
         now = time.monotonic()
         with self._index_guard:
-            self._lagging[session_id] = (row, batch.labels is not None or created)
-            if (
-                not created
-                and batch.labels is None
-                and now - self._indexed_at.get(session_id, -INDEX_LAG) < INDEX_LAG
-            ):
+            self._lagging[session_id] = lagging
+            if not forced and now - self._indexed_at.get(session_id, -INDEX_LAG) < INDEX_LAG:
                 return
             due = [
                 sid
                 for sid in self._lagging
                 if sid == session_id or now - self._indexed_at.get(sid, -INDEX_LAG) >= INDEX_LAG
             ]
-            rows = [self._lagging.pop(sid) for sid in due]
+            rows = [_lagging_row(sid, self._lagging.pop(sid)) for sid in due]
             for sid in due:
                 self._indexed_at[sid] = now
         self._index.put_appended(rows)
@@ -1134,7 +1137,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
     def _flush_index(self) -> None:
         """Write every row still waiting out its lag."""
         with self._index_guard:
-            rows = list(self._lagging.values())
+            rows = [_lagging_row(sid, lagging) for sid, lagging in self._lagging.items()]
             self._lagging.clear()
         if rows:
             self._index.put_appended(rows)
@@ -1310,6 +1313,12 @@ def _head_after(
         size,
         base,
     )
+
+
+def _lagging_row(session_id: str, lagging: _Lagging) -> tuple[IndexEntry, bool]:
+    """The row `put_appended` writes for a lagging append."""
+    ts, labels, head, forced = lagging
+    return index_appended(None, session_id, ts, labels, head), forced
 
 
 def _now_us() -> int:
