@@ -506,6 +506,10 @@ class SessionCore:
         # others queued behind it leaves its flush to them and waits for it on leaving
         # the turn, after the lock (group commit: `eventstore.engines.file.groupflush`)
         turn = self.engine.turn(session_id) if share_flush else WriterTurn(self.engine, session_id)
+        # the caches a write keeps: after a shared flush (out of the engine's turn: no
+        # writer queued for it waits for these cache writes), else under this lock
+        after = self.caches.after_writes
+        later = after and turn.__class__ is not WriterTurn
         try:
             with turn, sess.lock:
                 turn.start()
@@ -516,14 +520,14 @@ class SessionCore:
                 finally:
                     if turn.finish():  # a group this writer committed failed
                         self._forget_folded(sess)
+                if after and not later and result is not None and not result.replayed:
+                    self.caches.after_write(sess)
         except StorageError:
             # a group commit may have failed (this writer's, or one it waited for):
             # batches folded here were never stored
             self._forget_folded(sess)
             raise
-        if self.caches.after_writes and result is not None and not result.replayed:
-            # out of the engine's turn: the batch is committed (and flushed as asked), and
-            # no writer queued for a shared flush waits for these cache writes
+        if later and result is not None and not result.replayed:
             with sess.lock:
                 self.caches.after_write(sess)
         return result
