@@ -97,7 +97,9 @@ class Projection(Protocol[S]):
     which a compaction replaces: an index of where lines are). `changes_events = False`:
     `apply` never changes an event it is given, so a writer folds it the events it
     appended (shared with other folds, all types decoded) instead of a decode of their
-    bytes of its own.
+    bytes of its own. `ignores_other_types = True` (with `event_types`): `apply` returns
+    the state unchanged for an event of a type outside `event_types`, so a writer does
+    not fold it a batch holding none of those (nor a snapshot or a tombstone).
     `cache_frames(state) -> list[bytes]` and `from_cache_frame(state, frame) -> state`
     keep a large state in the fold cache as frames a cold load decodes one at a time,
     folding each into `initial()` in order (without them the cache holds

@@ -82,6 +82,7 @@ class BootstrapProjection(StructProjection[BootstrapState]):
         }
     )
     state_type = BootstrapState
+    ignores_other_types = True  # a writer skips batches of no type it reads
 
     def __init__(self) -> None:
         # the positions of each feature id in the last feature list a pass update was

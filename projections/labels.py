@@ -20,6 +20,7 @@ class LabelsProjection(StructProjection[Labels]):
     name = "labels"
     version = 1
     event_types = frozenset({"labels_set"})
+    ignores_other_types = True  # a writer skips batches of no type it reads
     state_type = Labels
     absent_is_initial = True  # a snapshot of a session without labels stores none
 

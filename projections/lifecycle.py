@@ -31,6 +31,7 @@ class LifecycleProjection(StructProjection[Lifecycle]):
     # fold reads only that line where the engine can (eventstore.core.last_line)
     last_line_only = True
     event_types = frozenset({"session_deleted"})
+    ignores_other_types = True  # a writer skips batches of no type it reads
     state_type = Lifecycle
     absent_is_initial = True  # a snapshot of a live session stores no lifecycle
 

@@ -49,6 +49,7 @@ class TranscriptProjection(StructProjection[list[Message]]):
     name = "transcript"
     version = 1
     event_types = frozenset({"messages_appended"})
+    ignores_other_types = True  # a writer skips batches of no type it reads
     state_type = list[Message]
     cache_folds = True  # kept in the fold cache, in MessagePack frames (`cache_frames`)
 

@@ -12,6 +12,8 @@ import msgspec
 import pytest
 from conftest import (
     LOGS,
+    FlipCounted,
+    FlipsPerRun,
     log_path,
     make_checkpoint,
     make_entry,
@@ -174,6 +176,53 @@ def test_a_projection_that_never_changes_an_event_folds_the_appended_ones(root: 
         store.append_transcript_messages("s", [Message(Role.USER, "hi")])
         assert store.load("s", "types_seen_shared")[-1] == "MessagesAppended"
         assert store.load("s", "types_seen")[-1] != "MessagesAppended"
+
+
+class _TypesSeenIgnoring(_TypesSeen):
+    """`_TypesSeen` saying `ignores_other_types` (which its `apply` does not keep: what
+    it was given shows which batches a writer folded into it)."""
+
+    name = "types_seen_ignoring"
+    ignores_other_types = True
+
+
+def test_a_writer_skips_a_state_that_ignores_what_a_batch_holds(root: Path) -> None:
+    """A writer folds a batch into a projection that says `ignores_other_types = True`
+    only when the batch holds a type it reads (or a snapshot, or a tombstone): a
+    transcript append passes it by, a progress entry reaches it; a projection that does
+    not say so is given every event."""
+    with SessionStore(root, projections=[_TypesSeen(), _TypesSeenIgnoring()]) as store:
+        store.append_progress_entry("s", make_entry(0))
+        assert store.load("s", "types_seen_ignoring") == ["ProgressAppended"]
+        assert store.load("s", "types_seen") == ["ProgressAppended"]
+        store.append_transcript_messages("s", [Message(Role.USER, "hi")])
+        store.append_progress_entry("s", make_entry(1))
+        assert store.load("s", "types_seen_ignoring") == ["ProgressAppended"] * 2
+        assert len(store.load("s", "types_seen")) == 3
+        store.delete_session("s")  # a tombstone: every state starts over from it
+        assert store.load("s", "types_seen_ignoring") == store.load("s", "types_seen")
+
+
+class _FlipsIgnoring(FlipsPerRun):
+    name = "flips_ignoring"
+    ignores_other_types = True
+
+
+def test_a_store_that_learns_a_type_folds_it_into_a_state_that_ignores_others(
+    root: Path,
+) -> None:
+    """The types a state that says `ignores_other_types` reads are known again when the
+    store learns: a projection given before the type it reads was registered is folded
+    the type's batches once the store learned it."""
+    with SessionStore(root, projections=[_FlipsIgnoring()]) as store:
+        store.append_progress_entry("s", make_entry(0))
+        assert store.learn([FlipCounted], [])
+        assert store.load("s", "flips_ignoring") == {}
+        store.append("s", [FlipCounted(run_id="r")])
+        store.append_transcript_messages("s", [Message(Role.USER, "hi")])
+        assert store.load("s", "flips_ignoring") == {"r": 1}
+    with SessionStore(root, event_types=[FlipCounted], projections=[_FlipsIgnoring()]) as cold:
+        assert cold.load("s", "flips_ignoring") == {"r": 1}
 
 
 def test_transcript_catch_up_is_independent(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:

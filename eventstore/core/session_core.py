@@ -64,6 +64,7 @@ from eventstore.format.events import (
     Quarantined,
     Sealed,
     SessionDeleted,
+    Snapshot,
     micros,
 )
 from eventstore.session_ids import validate_session_id
@@ -177,6 +178,7 @@ class SessionCore:
         # events of its own
         self.builtin = frozenset(p.name for p in builtin)
         self.sharing = self._sharing()
+        self.reading = self._reading()
         self.pause_gc = self._pausing()
         self.caches = CachePolicy(
             engine, codec, self.projections, self.builtin, self.tuning, caches, cache_mac,
@@ -198,6 +200,18 @@ class SessionCore:
             for name, p in self.projections.items()
             if name in self.builtin or getattr(p, "changes_events", True) is False
         )
+
+    def _reading(self) -> dict[str, frozenset[type[Event]]]:
+        # the event classes each projection saying `ignores_other_types` reads, with the
+        # snapshot and the tombstone every fold takes: a writer does not fold it a batch
+        # of none of them (its state would come back unchanged)
+        types = self.codec.types
+        return {
+            name: frozenset({Snapshot, SessionDeleted, *(types[t] for t in tags if t in types)})
+            for name, p in self.projections.items()
+            if (tags := p.event_types) is not None
+            and getattr(p, "ignores_other_types", False) is True
+        }
 
     def _pausing(self) -> frozenset[str]:
         # the projections whose cold folds run with the cyclic collector paused: the
@@ -240,6 +254,7 @@ class SessionCore:
                 return False
             self.projections.update(new_projections)
             self.sharing = self._sharing()
+            self.reading = self._reading()
             self.pause_gc = self._pausing()
             self.caches.learned(self.codec)
         if new_tags:
@@ -560,9 +575,17 @@ class SessionCore:
             self.caches.count_kept(sess, len(data))
         # the states that were at that head advance to `new` without reading the
         # batch back (inline: this loop runs for every append)
+        kinds: set[type[Event]] | None = None  # the batch's event classes, once asked
         for name, f in sess.folds.items():
             fh = f.head  # (identity first: a fold this store left at its own head)
             if fh is head or (fh.seq == head.seq and fh.position == head.position):
+                reads = self.reading.get(name)
+                if reads is not None:
+                    if kinds is None:
+                        kinds = set(map(type, stamped))
+                    if reads.isdisjoint(kinds):
+                        f.head = new  # nothing it reads: its state stays as it is
+                        continue
                 proj = self.projections[name]
                 try:
                     # a user's apply may change the event it gets (the built-in states,
