@@ -255,12 +255,12 @@ def _cut(value: bytes, base: bytes) -> int | None:
     n = len(base)
     whole = memoryview(base)  # compared in place: a blob may be megabytes
     near = min(MAX_CUT, n)
-    first = next((i for i in range(near) if value[i] != base[i]), None)
-    if first is None:
+    if value.startswith(whole[:near]):
         return 0 if value.startswith(whole[near:], near) else None
-    for c in range(first + 1, min(first + MAX_CUT, n) + 1):
-        # a few bytes first: most candidates differ right away
-        end = min(c + 64, n)
-        if value[c:end] == base[c:end] and value.startswith(whole[end:], end):
-            return c
-    return None
+    first = next(i for i in range(near) if value[i] != base[i])
+    # every cut in (first, top] needs value[top:n] == base[top:]: compared once, then
+    # the candidates within the window only (a value unlike its base fails at once)
+    top = min(first + MAX_CUT, n)
+    if not value.startswith(whole[top:], top):
+        return None
+    return next((c for c in range(first + 1, top + 1) if value[c:top] == base[c:top]), None)
