@@ -209,8 +209,8 @@ def write_atomically(
     temporary file is removed and the error propagates; `path` is unchanged.
     `durable=False` (caches, which only save time and check themselves): no fsync,
     and the old file is unlinked before the rename, so a reader finds the old, none,
-    or the new, never part of one; a power loss may leave an empty or a partial file,
-    which its reader ignores.
+    or the new, never part of one (a failed rename leaves none); a power loss may leave
+    an empty or a partial file, which its reader ignores.
     """
     # the name's first 120 bytes: a legal 250-byte name must not make an illegal temp one
     head = os.fsencode(path.name)[:120]  # (bytes: a name need not be UTF-8)
@@ -228,7 +228,8 @@ def write_atomically(
             before_replace()
         if not durable:
             # ext4 (auto_da_alloc) starts writing a file renamed over another back at
-            # once: ~90 us a rename, 10x one onto a free name (bench/results/2026-12-05-*)
+            # once: ~90 us a rename, 10x one onto a free name
+            # (bench/results/2026-12-05-cache-rename-and-append-path.md)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
         os.replace(tmp, path)
