@@ -579,6 +579,33 @@ def test_a_writer_saves_its_cache_again_only_after_the_log_grew(root: Path) -> N
             assert r.cache_info("s").folds["bootstrap"][1] == saves[-1]
 
 
+def test_a_writer_keeps_saving_after_another_store_compacted_its_log(root: Path) -> None:
+    """A writer remembers what it found not yet due (the log size and seq of its next
+    save) and skips the sums until then. Attack: another store compacts the log under
+    it, to far less than the size at which the writer last saved; the writer must save
+    again once the new log is long enough (as a writer that never saved would), not
+    once it grows back past the old size."""
+    every = 4096
+    turn = [Message(role=Role.USER, content="x" * 2000)]
+    with SessionStore(root, tuning=Tuning(cache_while_writing=every)) as w:
+        w.initialize_session_if_missing("s", make_manifest("s"), make_features(3))
+        for _ in range(150):
+            w.append_transcript_messages("s", turn)
+        while w.cache_info("s").folds["bootstrap"][1] == w.last_seq("s"):
+            w.append_transcript_messages("s", turn)  # (a last append that found none due)
+        before = log_path(root, "s").stat().st_size
+        saved = w.cache_info("s").folds["bootstrap"][1]
+        assert saved is not None and saved > 100  # saved as the log grew
+        with SessionStore(root) as other:
+            assert other.compact("s", force=True, retention=Retention(messages=2)).compacted
+        seq = w.last_seq("s")
+        while (w.cache_info("s").folds["bootstrap"][1] or 0) <= seq:
+            w.append_transcript_messages("s", turn)
+            assert log_path(root, "s").stat().st_size < before // 2
+        with SessionStore(root) as r:
+            assert r.load_bootstrap_state("s") == oracle.truth(root, "s").state
+
+
 class _Counter(msgspec.Struct):
     n: int = 0
 

@@ -45,6 +45,7 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.core import fold_cache
+from eventstore.core.cache_policy import FRAME_LOOK
 from eventstore.core.tuning import Tuning
 from eventstore.engines.base import CachingEngine
 from eventstore.engines.file.caches import FileCacheReader
@@ -1497,8 +1498,10 @@ def test_a_framed_user_projection_whose_decoding_raises_fails_no_load(
 # -- chunks: a close writes only the frames its appends left (issue 34) -----------------
 
 
-def _numbered(start: int, n: int) -> list[Message]:
-    return [Message(role=Role.USER, content=f"n{i} " + "x" * 40) for i in range(start, start + n)]
+def _numbered(start: int, n: int, width: int = 40) -> list[Message]:
+    return [
+        Message(role=Role.USER, content=f"n{i} " + "x" * width) for i in range(start, start + n)
+    ]
 
 
 _STEPS = st.lists(
@@ -1716,8 +1719,8 @@ def test_two_writers_either_side_of_a_compaction_with_retention_never_mix_chunks
     on the new log first) or not; both close, in either order. Every cold load equals
     the log, and a later writer's chunks are used."""
     a = SessionStore(root)
-    for i in range(0, 1100, 100):
-        a.append_transcript_messages(SID, _numbered(i, 100))
+    for i in range(0, 1100, 100):  # (each batch past FRAME_LOOK: A looks after every one)
+        a.append_transcript_messages(SID, _numbered(i, 100, width=FRAME_LOOK // 100))
     assert len(_parts(root)) == 2
     b = SessionStore(root)
     b.load_transcript_messages(SID)

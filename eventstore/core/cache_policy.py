@@ -8,8 +8,9 @@ by a writer as its appends grow the log (`Tuning.cache_while_writing`), and used
 when it checks against the log; a state kept in frames (the transcript's,
 about as large as the log) is written on close and by compaction only, once the log has
 grown by an eighth; on an engine that keeps cache parts, its complete frames are written
-once each as chunk caches, after the append that completes them
-(`after_write`), and a close writes only the rest and the list of chunks.
+once each as chunk caches by the writer's appends (`after_write`: it looks for one each
+time they grow the log by `FRAME_LOOK`), and a close writes only the rest and the list
+of chunks.
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ from projections import Projection
 if TYPE_CHECKING:
     from eventstore.signing import CacheMac
 
-__all__ = ["CachePolicy"]
+__all__ = ["FRAME_LOOK", "CachePolicy"]
+
+FRAME_LOOK = 16 << 10
+"""How much a writer's appends grow the log between two looks for a complete frame of a
+state kept in chunks (a frame holds hundreds of events: a look per append costs more
+than the frame it finds a few appends late)."""
+
+_NEVER = 1 << 62  # a seq no log reaches
 
 
 class CachePolicy:
@@ -190,7 +198,12 @@ class CachePolicy:
             f = sess.folds.get(name)
             if f is None:
                 continue
-            chunks = f.chunks = fold_cache.chunks_of(f.chunks, f.state)
+            chunks, size = f.chunks, f.head.size
+            if chunks is None or not chunks.of(f.state):
+                chunks = f.chunks = fold_cache.Chunks(f.state)
+            elif chunks.looked <= size < chunks.looked + FRAME_LOOK:
+                continue  # looked a moment ago (a frame is hundreds of messages)
+            chunks.looked = size
             fold_cache.store_complete_frames(
                 cast(CachingEngine, self.engine),  # (`chunked` only where it keeps caches)
                 sess.session_id, self.projections[name], chunks, f.head,
@@ -212,21 +225,33 @@ class CachePolicy:
             f = folds.get(name)
             if f is None:
                 continue
-            head = f.head
+            head, old, due = f.head, f.saved, f.due
+            # the last look's answer while it holds (the same saved head, the size and
+            # seq within what it found not due): one comparison on most appends
+            if (
+                due is not None
+                and due[0] is old
+                and due[1] <= head.size < due[2]
+                and head.seq < due[3]
+            ):
+                continue
             if head.position is None:
                 continue
-            old = f.saved
             if old is not None and old.size <= head.size:
-                saved, saved_seq = old.size, old.seq
+                lo, saved, saved_seq = old.size, old.size, old.seq
             else:
-                saved = saved_seq = 0
+                lo = saved = saved_seq = 0
             # eight times the state's size: saving costs about that (encoding it whole),
             # so what the saves add stays within an eighth of what the appends cost
-            if head.size - saved >= max(every, 8 * f.saved_bytes) or (
-                events and events <= head.seq - saved_seq
-            ):
+            size_due = saved + max(every, 8 * f.saved_bytes)
+            seq_due = saved_seq + events if events else _NEVER
+            if head.size >= size_due or head.seq >= seq_due:
                 f.saved_bytes = self.save_fold(sess.session_id, name, f.state, head)
-                f.saved = head
+                f.saved, f.due = head, None
+            else:
+                # (below a newer saved head's size the other branch applies: stop there)
+                hi = size_due if old is None or old.size <= head.size else min(size_due, old.size)
+                f.due = (old, lo, hi, seq_due)
 
     def save_fold_caches(self, session_id: str, head: Head, states: dict[str, Any]) -> None:
         """Keep folded `states` (by projection name, at `head`) in the fold cache, for

@@ -143,14 +143,16 @@ class Chunks:
     `cache_frames_from` only appends to a state it folds forward, and a state replaced
     (a snapshot folded, a reset, a refold) is another object. `sealed_out`: the store's
     cipher kept no cache of this session (a plain session of a store with keys): not
-    tried again on every append."""
+    tried again on every append. `looked`: the log's size when a writer last looked for
+    the next complete frame (-1: never; see `CachePolicy.after_write`)."""
 
-    __slots__ = ("refs", "sealed_out", "state")
+    __slots__ = ("looked", "refs", "sealed_out", "state")
 
     def __init__(self, state: Any, refs: list[ChunkRef] | None = None) -> None:
         self.state = state
         self.refs: list[ChunkRef] = [] if refs is None else refs
         self.sealed_out = False
+        self.looked = -1
 
     def of(self, state: Any) -> bool:
         """Whether these are chunks of `state` (the same object)."""

@@ -164,6 +164,7 @@ class SessionCore:
         self.idempotency = IdempotencyProjection()
         # every write folds it: a write after a tombstone is refused (SessionDeletedError)
         self.lifecycle = LifecycleProjection()
+        self._just_lifecycle: tuple[Projection[Any], ...] = (self.lifecycle,)
         self.labels = LabelsProjection()
         builtin: list[Projection[Any]] = [
             self.bootstrap, self.transcript, self.idempotency, self.lifecycle, self.labels
@@ -510,21 +511,47 @@ class SessionCore:
 
         `share_flush`: False when the caller holds the session's lock around this call
         (a writer that waits for a shared flush must have released it: the writers
-        queued behind it commit the flush)."""
+        queued behind it commit the flush): no turn is taken (`Engine.turn`)."""
         if idempotency_key is not None:
             check_key(idempotency_key)
         sess = self.session(session_id)
-        wanted = (self.idempotency, *needs) if idempotency_key is not None else needs
-        if not after_tombstone:
-            wanted = (self.lifecycle, *wanted)
-        # the engine's turn around the lock: with `durability="fsync"` a writer with
-        # others queued behind it leaves its flush to them and waits for it on leaving
-        # the turn, after the lock (group commit: `eventstore.engines.file.groupflush`)
-        turn = self.engine.turn(session_id) if share_flush else WriterTurn(self.engine, session_id)
-        # the caches a write keeps: after a shared flush (out of the engine's turn: no
-        # writer queued for it waits for these cache writes), else under this lock
-        after = self.caches.after_writes
-        later = after and turn.__class__ is not WriterTurn
+        if idempotency_key is None and not needs:
+            wanted = () if after_tombstone else self._just_lifecycle
+        else:
+            wanted = (self.idempotency, *needs) if idempotency_key is not None else needs
+            if not after_tombstone:
+                wanted = (self.lifecycle, *wanted)
+        turn = self.engine.turn(session_id) if share_flush else None
+        if turn is not None:
+            return self._write_in_turn(sess, turn, build, idempotency_key, wanted, check,
+                                       after_tombstone)  # fmt: skip
+        try:
+            with sess.lock:
+                result = self._write_locked(
+                    sess, None, build, idempotency_key, wanted, check, after_tombstone
+                )
+                # the caches a write keeps, under the lock it holds
+                if result is not None and self.caches.after_writes and not result.replayed:
+                    self.caches.after_write(sess)
+        except StorageError:
+            self._forget_folded(sess)  # (see _write_in_turn)
+            raise
+        return result
+
+    def _write_in_turn(
+        self,
+        sess: SessionState,
+        turn: WriterTurn,
+        build: Build,
+        idempotency_key: str | None,
+        wanted: tuple[Projection[Any], ...],
+        check: bool,
+        after_tombstone: bool,
+    ) -> AppendResult | None:
+        """`write` within the engine's turn around the lock: with `durability="fsync"`
+        a writer with others queued behind it leaves its flush to them and waits for it
+        on leaving the turn, after the lock (group commit:
+        `eventstore.engines.file.groupflush`)."""
         try:
             with turn, sess.lock:
                 turn.start()
@@ -535,14 +562,14 @@ class SessionCore:
                 finally:
                     if turn.finish():  # a group this writer committed failed
                         self._forget_folded(sess)
-                if after and not later and result is not None and not result.replayed:
-                    self.caches.after_write(sess)
         except StorageError:
             # a group commit may have failed (this writer's, or one it waited for):
             # batches folded here were never stored
             self._forget_folded(sess)
             raise
-        if later and result is not None and not result.replayed:
+        # the caches a write keeps: after the shared flush, out of the turn (no writer
+        # queued for the flush waits for these cache writes)
+        if result is not None and self.caches.after_writes and not result.replayed:
             with sess.lock:
                 self.caches.after_write(sess)
         return result
@@ -556,14 +583,14 @@ class SessionCore:
     def _write_locked(
         self,
         sess: SessionState,
-        turn: WriterTurn,
+        turn: WriterTurn | None,
         build: Build,
         key: str | None,
         wanted: tuple[Projection[Any], ...],
         check: bool,
         after_tombstone: bool,
     ) -> AppendResult | None:
-        """`write` under the session's lock, within the engine's turn."""
+        """`write` under the session's lock, within the engine's turn if it has one."""
         session_id = sess.session_id
         written = self._append(sess, turn, build, key, wanted, check, after_tombstone)
         if written.__class__ is not tuple:
@@ -576,46 +603,48 @@ class SessionCore:
         # the states that were at that head advance to `new` without reading the
         # batch back (inline: this loop runs for every append)
         kinds: set[type[Event]] | None = None  # the batch's event classes, once asked
+        reading = self.reading
         for name, f in sess.folds.items():
             fh = f.head  # (identity first: a fold this store left at its own head)
-            if fh is head or (fh.seq == head.seq and fh.position == head.position):
-                reads = self.reading.get(name)
-                if reads is not None:
-                    if kinds is None:
-                        kinds = set(map(type, stamped))
-                    if reads.isdisjoint(kinds):
-                        f.head = new  # nothing it reads: its state stays as it is
-                        continue
-                proj = self.projections[name]
-                try:
-                    # a user's apply may change the event it gets (the built-in states,
-                    # and those that say it never does, share its records): it folds
-                    # the batch decoded from the bytes written, as a cold load would
-                    # give it to it
-                    own = (
-                        stamped
-                        if name in self.sharing
-                        else self.codec.decoder(proj.event_types).decode_lines(data)
-                    )
-                    f.state = fold(proj, f.state, own)
-                except BaseException as exc:
-                    # folded in place, part of the batch may be in it: start over (the
-                    # next load folds the log again). The batch is committed: raising
-                    # an Exception now would make the caller write it again
-                    f.state, f.head = proj.initial(), EMPTY_HEAD
-                    if not isinstance(exc, Exception):
-                        raise
-                    log.warning("eventstore: folding %r into %r failed: %r",
-                                session_id, name, exc)  # fmt: skip
+            if fh is not head and (fh.seq != head.seq or fh.position != head.position):
+                continue
+            reads = reading.get(name)
+            if reads is not None:
+                if kinds is None:
+                    kinds = set(map(type, stamped))
+                if reads.isdisjoint(kinds):
+                    f.head = new  # nothing it reads: its state stays as it is
                     continue
-                f.head = new
+            proj = self.projections[name]
+            try:
+                # a user's apply may change the event it gets (the built-in states,
+                # and those that say it never does, share its records): it folds
+                # the batch decoded from the bytes written, as a cold load would
+                # give it to it
+                own = (
+                    stamped
+                    if name in self.sharing
+                    else self.codec.decoder(proj.event_types).decode_lines(data)
+                )
+                f.state = fold(proj, f.state, own)
+            except BaseException as exc:
+                # folded in place, part of the batch may be in it: start over (the
+                # next load folds the log again). The batch is committed: raising
+                # an Exception now would make the caller write it again
+                f.state, f.head = proj.initial(), EMPTY_HEAD
+                if not isinstance(exc, Exception):
+                    raise
+                log.warning("eventstore: folding %r into %r failed: %r",
+                            session_id, name, exc)  # fmt: skip
+                continue
+            f.head = new
         sess.head = new
         return _new_result(stamped[0].seq, stamped[-1].seq, False)
 
     def _append(
         self,
         sess: SessionState,
-        turn: WriterTurn,
+        turn: WriterTurn | None,
         build: Build,
         key: str | None,
         wanted: tuple[Projection[Any], ...],
@@ -630,14 +659,13 @@ class SessionCore:
         while True:
             states: list[Any] = []
             if wanted:
-                folds = sess.folds
-                if not fresh and head is not None and _all_at(folds, wanted, head):
-                    # the states this store left at its own head: no read. The append is
-                    # conditional on that head, so a stale one costs a retry only
-                    states = [folds[p.name].state for p in wanted]
-                else:
+                # the states this store left at its own head: no read. The append is
+                # conditional on that head, so a stale one costs a retry only
+                if fresh or head is None or (kept := _states_at(sess.folds, wanted, head)) is None:
                     head, states = self.fold_to_one_head(sess, wanted)
                     fresh = True
+                else:
+                    states = kept
                 if not after_tombstone:
                     tombstone = states.pop(0).deleted
                     if tombstone is not None:
@@ -685,7 +713,11 @@ class SessionCore:
                 last.labels if type(last) is LabelsSet else None,
             )
             try:
-                return head, turn.append(batch, head), data, stamped
+                if turn is None:
+                    new = self.engine.append(sess.session_id, batch, head)
+                else:
+                    new = turn.append(batch, head)
+                return head, new, data, stamped
             except HeadMovedError as exc:
                 if exc.actual.same_chain_point(head):
                     raise  # an engine refusing the head it reports: retrying cannot help
@@ -730,18 +762,23 @@ def core_of(owner: CoreOwner) -> SessionCore:
     return owner if isinstance(owner, SessionCore) else owner.core
 
 
-def _all_at(folds: dict[str, Fold], projections: Sequence[Projection[Any]], head: Head) -> bool:
-    """Whether every projection has a fold at exactly `head` (the same object, or one at
-    the same seq and position: a load of one projection gives the session a new head
-    object that the others, folded by the last write, are still at)."""
+def _states_at(
+    folds: dict[str, Fold], projections: Sequence[Projection[Any]], head: Head
+) -> list[Any] | None:
+    """The states of `projections` if every one has a fold at exactly `head` (the same
+    object, or one at the same seq and position: a load of one projection gives the
+    session a new head object that the others, folded by the last write, are still at),
+    else None."""
+    states = []
     for p in projections:
         f = folds.get(p.name)
         if f is None:
-            return False
+            return None
         fh = f.head
         if fh is not head and (fh.seq != head.seq or fh.position != head.position):
-            return False
-    return True
+            return None
+        states.append(f.state)
+    return states
 
 
 # the hot path's constructors (see eventstore.core.frozen)

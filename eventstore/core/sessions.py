@@ -30,9 +30,10 @@ class Fold:
     it came from (`CacheReader.read_on`), or the log from its start read with a missed
     cache, for the fold that follows at once. `cold`: what the engine found for a fold
     from the start when no cache was (`CachingEngine.open_cold`: the checked prefix),
-    taken by that fold."""
+    taken by that fold. `due`: what a writer's last look at this fold's cache found
+    not yet due (`CachePolicy.keep_current`; None: no look since it was saved)."""
 
-    __slots__ = ("chunks", "cold", "head", "read_on", "saved", "saved_bytes", "state")
+    __slots__ = ("chunks", "cold", "due", "head", "read_on", "saved", "saved_bytes", "state")
 
     def __init__(
         self, state: Any, head: Head, saved: Head | None = None, chunks: Any = None
@@ -41,6 +42,7 @@ class Fold:
         self.head = head
         self.saved = saved
         self.saved_bytes = 0
+        self.due: tuple[Head | None, int, int, int] | None = None
         self.chunks = chunks
         self.read_on: ReadResult | None = None
         self.cold: ColdStart | None = None

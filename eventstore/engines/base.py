@@ -514,8 +514,9 @@ class WriterTurn:
 
     An engine with group commit (the file engine with `durability="fsync"`) lets a
     writer with others queued behind it leave its flush to them, and `__exit__` waits
-    for the flush that covers it (StorageError if it failed). This default is plain
-    `engine.append` and no waiting."""
+    for the flush that covers it (StorageError if it failed). This base is plain
+    `engine.append` and no waiting; an engine with no flush to share gives no turn
+    (`Engine.turn` returns None) and the writer calls `append` itself."""
 
     __slots__ = ("engine", "session_id")
 
@@ -589,10 +590,11 @@ class Engine(ABC):
         """Write `batch` atomically if the session's head is still `expected`
         (compared by seq and link), else raise HeadMovedError; returns the new head."""
 
-    def turn(self, session_id: str) -> WriterTurn:
-        """A writer's turn at appending to the session (see `WriterTurn`): engines whose
-        durable appends can share one flush (group commit) return their own."""
-        return WriterTurn(self, session_id)
+    def turn(self, session_id: str) -> WriterTurn | None:
+        """A writer's turn at appending to the session (see `WriterTurn`), for engines
+        whose durable appends can share one flush (group commit); None (this default):
+        no turn to take, the writer calls `append` under its own lock."""
+        return None
 
     @abstractmethod
     def install_snapshot(

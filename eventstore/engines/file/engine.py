@@ -669,12 +669,12 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
             if not keep:
                 sess.lock.release()
 
-    def turn(self, session_id: str) -> WriterTurn:
-        """A writer's turn (`WriterTurn`); with `durability="fsync"`, one whose append
-        shares a flush with the writers of this process queued behind it (group commit:
-        `eventstore.engines.file.groupflush`)."""
+    def turn(self, session_id: str) -> WriterTurn | None:
+        """With `durability="fsync"`, a writer's turn whose append shares a flush with
+        the writers of this process queued behind it (group commit:
+        `eventstore.engines.file.groupflush`); else none (`Engine.turn`)."""
         if self.durability != "fsync":
-            return WriterTurn(self, session_id)
+            return None
         sess = self._sessions.get(session_id) or self._session(session_id)
         return GroupTurn(
             self,
