@@ -187,15 +187,29 @@ class CachePolicy:
         )  # fmt: skip
 
     def after_write(self, sess: SessionState) -> None:
-        """After a write's batch is committed (and flushed as asked), out of the engine's
-        turn, with the session's lock held: keep a writer's caches current
-        (`keep_current`), and keep the next complete frame of each state kept in chunks
-        (the transcript's) as a chunk cache, so that close writes only the last frame
-        (`fold_cache.store_complete_frames`). Only where `after_writes`."""
-        if self.writing:
-            self.keep_current(sess)
+        """After a write's batch is committed (and flushed as asked), with the session's
+        lock held: keep a writer's caches current (`keep_current`), and keep the next
+        complete frame of each state kept in chunks (the transcript's) as a chunk cache,
+        so that close writes only the last frame (`fold_cache.store_complete_frames`).
+        Only where `after_writes`. It runs after every append: what a look found not due
+        is remembered (`Fold.due`, `Chunks.looked`), and most appends cost a comparison."""
+        folds = sess.folds
+        for name, events in self.writing.items():
+            f = folds.get(name)
+            if f is None:
+                continue
+            head, due = f.head, f.due
+            # the last look's answer while it holds (the same saved head, the size and
+            # seq within what it found not due)
+            if (
+                due is None
+                or due[0] is not f.saved
+                or not due[1] <= head.size < due[2]
+                or head.seq >= due[3]
+            ):
+                self.keep_current(sess.session_id, name, f, events)
         for name in self.chunked:
-            f = sess.folds.get(name)
+            f = folds.get(name)
             if f is None:
                 continue
             chunks, size = f.chunks, f.head.size
@@ -210,48 +224,34 @@ class CachePolicy:
                 self.cached[name], self.mac, self.crypt,
             )  # fmt: skip
 
-    def keep_current(self, sess: SessionState) -> None:
-        """Keep the fold caches of a writer's states current as it appends, so that a
-        cold load in another process (while this one runs, or after it was killed before
-        any close) folds at most about `Tuning.cache_while_writing` bytes of log, or eight
-        times the state's own size, past the cache. A framed state (a transcript's, about
-        the log's size) is left to close and compaction. A projection whose events each
-        cost a fold about its state's size (LangGraph's head: a delta rebuilds a whole
-        blob) says `cache_every = N`: saved after N events too, however few bytes they
-        hold."""
-        every = self.tuning.cache_while_writing
-        folds = sess.folds
-        for name, events in self.writing.items():
-            f = folds.get(name)
-            if f is None:
-                continue
-            head, old, due = f.head, f.saved, f.due
-            # the last look's answer while it holds (the same saved head, the size and
-            # seq within what it found not due): one comparison on most appends
-            if (
-                due is not None
-                and due[0] is old
-                and due[1] <= head.size < due[2]
-                and head.seq < due[3]
-            ):
-                continue
-            if head.position is None:
-                continue
-            if old is not None and old.size <= head.size:
-                lo, saved, saved_seq = old.size, old.size, old.seq
-            else:
-                lo = saved = saved_seq = 0
-            # eight times the state's size: saving costs about that (encoding it whole),
-            # so what the saves add stays within an eighth of what the appends cost
-            size_due = saved + max(every, 8 * f.saved_bytes)
-            seq_due = saved_seq + events if events else _NEVER
-            if head.size >= size_due or head.seq >= seq_due:
-                f.saved_bytes = self.save_fold(sess.session_id, name, f.state, head)
-                f.saved, f.due = head, None
-            else:
-                # (below a newer saved head's size the other branch applies: stop there)
-                hi = size_due if old is None or old.size <= head.size else min(size_due, old.size)
-                f.due = (old, lo, hi, seq_due)
+    def keep_current(self, session_id: str, name: str, f: Fold, events: int) -> None:
+        """Keep the fold cache of a writer's state `f` (of projection `name`) current as
+        it appends, so that a cold load in another process (while this one runs, or after
+        it was killed before any close) folds at most about `Tuning.cache_while_writing`
+        bytes of log, or eight times the state's own size, past the cache. A framed state
+        (a transcript's, about the log's size) is left to close and compaction. A
+        projection whose events each cost a fold about its state's size (LangGraph's
+        head: a delta rebuilds a whole blob) says `cache_every = N` (`events`): saved
+        after N events too, however few bytes they hold. What it finds not yet due is
+        kept in `f.due` for `after_write`."""
+        head, old = f.head, f.saved
+        if head.position is None:
+            return
+        if old is not None and old.size <= head.size:
+            lo, saved, saved_seq = old.size, old.size, old.seq
+        else:
+            lo = saved = saved_seq = 0
+        # eight times the state's size: saving costs about that (encoding it whole), so
+        # what the saves add stays within an eighth of what the appends cost
+        size_due = saved + max(self.tuning.cache_while_writing, 8 * f.saved_bytes)
+        seq_due = saved_seq + events if events else _NEVER
+        if head.size >= size_due or head.seq >= seq_due:
+            f.saved_bytes = self.save_fold(session_id, name, f.state, head)
+            f.saved, f.due = head, None
+        else:
+            # (below a newer saved head's size the other branch applies: stop there)
+            hi = size_due if old is None or old.size <= head.size else min(size_due, old.size)
+            f.due = (old, lo, hi, seq_due)
 
     def save_fold_caches(self, session_id: str, head: Head, states: dict[str, Any]) -> None:
         """Keep folded `states` (by projection name, at `head`) in the fold cache, for

@@ -180,6 +180,7 @@ class SessionCore:
         self.builtin = frozenset(p.name for p in builtin)
         self.sharing = self._sharing()
         self.reading = self._reading()
+        self._skipping: dict[frozenset[type[Event]], frozenset[str]] = {}
         self.pause_gc = self._pausing()
         self.caches = CachePolicy(
             engine, codec, self.projections, self.builtin, self.tuning, caches, cache_mac,
@@ -213,6 +214,17 @@ class SessionCore:
             if (tags := p.event_types) is not None
             and getattr(p, "ignores_other_types", False) is True
         }
+
+    def _skips(self, kinds: frozenset[type[Event]]) -> frozenset[str]:
+        """The projections a writer does not fold a batch of the event classes `kinds`
+        (`reading`), remembered per set of classes (a store writes a few kinds of batch)."""
+        reading, skipping = self.reading, self._skipping
+        skip = frozenset(name for name, reads in reading.items() if reads.isdisjoint(kinds))
+        if len(skipping) >= 256:
+            skipping.clear()  # (a writer of ever new mixes of types: bounded)
+        if self.reading is reading:  # (`learn` replaces `reading`, then `_skipping`)
+            skipping[kinds] = skip
+        return skip
 
     def _pausing(self) -> frozenset[str]:
         # the projections whose cold folds run with the cyclic collector paused: the
@@ -256,6 +268,7 @@ class SessionCore:
             self.projections.update(new_projections)
             self.sharing = self._sharing()
             self.reading = self._reading()
+            self._skipping = {}  # (after `reading`: see _skips)
             self.pause_gc = self._pausing()
             self.caches.learned(self.codec)
         if new_tags:
@@ -602,19 +615,17 @@ class SessionCore:
             self.caches.count_kept(sess, len(data))
         # the states that were at that head advance to `new` without reading the
         # batch back (inline: this loop runs for every append)
-        kinds: set[type[Event]] | None = None  # the batch's event classes, once asked
-        reading = self.reading
+        kinds = frozenset(map(type, stamped))
+        skip = self._skipping.get(kinds)
+        if skip is None:
+            skip = self._skips(kinds)
         for name, f in sess.folds.items():
             fh = f.head  # (identity first: a fold this store left at its own head)
             if fh is not head and (fh.seq != head.seq or fh.position != head.position):
                 continue
-            reads = reading.get(name)
-            if reads is not None:
-                if kinds is None:
-                    kinds = set(map(type, stamped))
-                if reads.isdisjoint(kinds):
-                    f.head = new  # nothing it reads: its state stays as it is
-                    continue
+            if name in skip:
+                f.head = new  # nothing it reads: its state stays as it is
+                continue
             proj = self.projections[name]
             try:
                 # a user's apply may change the event it gets (the built-in states,
