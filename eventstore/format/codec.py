@@ -737,14 +737,18 @@ class EventCodec:
 
     @staticmethod
     def _encoded(ev: Event, encode: Callable[[Any], bytes], max_depth: int | None) -> bytes:
-        """`encode(ev)`, NestingTooDeepError if it nests deeper than `max_depth`."""
+        """`encode(ev)`: NestingTooDeepError if it nests deeper than `max_depth`,
+        InvalidRecordError if it holds a newline (the errors' words made only for them:
+        this runs for every event appended)."""
         try:
             body = encode(ev)
         except RecursionError:
             raise _too_deep(f"a {event_tag(type(ev))} event") from None
-        if max_depth is not None:
-            check_depth(body, f"a {event_tag(type(ev))} event", max_depth)
-        _check_one_line(body, f"a {event_tag(type(ev))} event")
+        if (max_depth is not None and over(body, max_depth)) or b"\n" in body:
+            what = f"a {event_tag(type(ev))} event"
+            if max_depth is not None:
+                check_depth(body, what, max_depth)
+            _check_one_line(body, what)
         return body
 
     def read_back(self, body: bytes, cls: type[Event]) -> Event:
