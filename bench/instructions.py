@@ -11,21 +11,28 @@ APPENDS is one append's instructions, start-up excluded. System calls run in the
 kernel and are not counted (an append makes five), nor is time waiting for the disk; and
 valgrind's emulated CPU has no SHA extensions, so OpenSSL's SHA-256 counts several times
 what it costs natively. Use it to compare Python-level changes, `python -m bench` for
-what an append costs. Needs `valgrind` on the PATH.
+what an append costs. Runs with `PYTHONHASHSEED=0` and the session index's lag out of the
+way, so that two runs of one checkout agree. Needs `valgrind` on the PATH.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+# the session index's 1-second lag out of the way: under valgrind an append takes ~50x
+# longer, so the rows it writes would follow the machine's load (harmless in a checkout
+# from before the index)
 _RUN = """
 import sys, tempfile
 sys.path.insert(0, {src!r})
+import eventstore.engines.file.engine as _engine
+_engine.INDEX_LAG = 1e9
 from eventstore import Message, Role, SessionStore
 with tempfile.TemporaryDirectory() as root, SessionStore(root) as store:
     turn = [Message(Role.USER, "u" * 254), Message(Role.ASSISTANT, "a" * 1439)]
@@ -51,6 +58,7 @@ def instructions(src: Path, n: int) -> int:
         capture_output=True,
         text=True,
         check=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},  # the same dict layouts in every run
     )
     found = re.search(r"Collected : (\d+)", out.stderr)
     if found is None:
