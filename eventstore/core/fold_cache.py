@@ -144,7 +144,7 @@ class Chunks:
     (a snapshot folded, a reset, a refold) is another object. `sealed_out`: the store's
     cipher kept no cache of this session (a plain session of a store with keys): not
     tried again on every append. `looked`: the log's size when a writer last looked for
-    the next complete frame (-1: never; see `CachePolicy.after_write`)."""
+    the next complete frame (far below any size: never; see `CachePolicy.after_write`)."""
 
     __slots__ = ("looked", "refs", "sealed_out", "state")
 
@@ -152,7 +152,7 @@ class Chunks:
         self.state = state
         self.refs: list[ChunkRef] = [] if refs is None else refs
         self.sealed_out = False
-        self.looked = -1
+        self.looked = -(1 << 62)
 
     def of(self, state: Any) -> bool:
         """Whether these are chunks of `state` (the same object)."""
