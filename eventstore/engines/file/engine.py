@@ -189,7 +189,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         # sessions with descriptors open, least recently opened first (bounded)
         self._open: dict[str, SessionState] = {}
         self._guard = threading.Lock()
-        self._index = FileIndex(self.root)
+        self._index = FileIndex(self.root, durable=durability == "fsync")
         # appends' rows waiting out INDEX_LAG, and when each session's row was written
         self._index_guard = threading.Lock()
         self._lagging: dict[str, _Lagging] = {}
