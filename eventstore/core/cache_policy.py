@@ -83,7 +83,8 @@ class CachePolicy:
         )
         # those kept in frames (a transcript's: large states, written on close only)
         self.framed = frozenset(n for n in self.cached if fold_cache.is_framed(self.projections[n]))
-        # those whose complete frames are chunk caches, written as they complete
+        # those whose complete frames are chunk caches, written as the appends complete
+        # them (looked for every FRAME_LOOK bytes of log)
         self.chunked = frozenset(
             n for n in self.framed if fold_cache.chunks_kept(self.engine, self.projections[n])
         )

@@ -24,7 +24,8 @@ class Tuning:
     - `cache_while_writing`: a writer whose appends grew the log by this much (or by
       eight times the state's size, if more) since a state's fold cache was saved saves it
       again, so a load in another process folds little even if this one never closes
-      (0: only on close). The transcript's cache is saved on close only.
+      (0: only on close). The transcript's cache is saved on close (its complete
+      frames, 512 messages each, as the writer's appends complete them).
     - `kept_from_creation`: bytes of log a store folds, as it appends them, into the
       transcripts of sessions it created and never loaded (their caches are saved on
       close); past it, it lets them go.
