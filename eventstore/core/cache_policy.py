@@ -239,9 +239,12 @@ class CachePolicy:
         if head.position is None:
             return
         if old is not None and old.size <= head.size:
-            lo, saved, saved_seq = old.size, old.size, old.seq
+            saved, saved_seq, cap = old.size, old.seq, _NEVER
         else:
-            lo = saved = saved_seq = 0
+            # never saved, or a log now shorter than the saved head (another store
+            # compacted it): judged from nothing, until the log is that long again
+            saved = saved_seq = 0
+            cap = _NEVER if old is None else old.size
         # eight times the state's size: saving costs about that (encoding it whole), so
         # what the saves add stays within an eighth of what the appends cost
         size_due = saved + max(self.tuning.cache_while_writing, 8 * f.saved_bytes)
@@ -250,9 +253,7 @@ class CachePolicy:
             f.saved_bytes = self.save_fold(session_id, name, f.state, head)
             f.saved, f.due = head, None
         else:
-            # (below a newer saved head's size the other branch applies: stop there)
-            hi = size_due if old is None or old.size <= head.size else min(size_due, old.size)
-            f.due = (old, lo, hi, seq_due)
+            f.due = (old, saved, min(size_due, cap), seq_due)
 
     def save_fold_caches(self, session_id: str, head: Head, states: dict[str, Any]) -> None:
         """Keep folded `states` (by projection name, at `head`) in the fold cache, for

@@ -180,7 +180,6 @@ class SessionCore:
         self.builtin = frozenset(p.name for p in builtin)
         self.sharing = self._sharing()
         self.reading = self._reading()
-        self._skipping: dict[frozenset[type[Event]], frozenset[str]] = {}
         self.pause_gc = self._pausing()
         self.caches = CachePolicy(
             engine, codec, self.projections, self.builtin, self.tuning, caches, cache_mac,
@@ -203,28 +202,19 @@ class SessionCore:
             if name in self.builtin or getattr(p, "changes_events", True) is False
         )
 
-    def _reading(self) -> dict[str, frozenset[type[Event]]]:
+    def _reading(self) -> _Reading:
         # the event classes each projection saying `ignores_other_types` reads, with the
         # snapshot and the tombstone every fold takes: a writer does not fold it a batch
         # of none of them (its state would come back unchanged)
         types = self.codec.types
-        return {
-            name: frozenset({Snapshot, SessionDeleted, *(types[t] for t in tags if t in types)})
-            for name, p in self.projections.items()
-            if (tags := p.event_types) is not None
-            and getattr(p, "ignores_other_types", False) is True
-        }
-
-    def _skips(self, kinds: frozenset[type[Event]]) -> frozenset[str]:
-        """The projections a writer does not fold a batch of the event classes `kinds`
-        (`reading`), remembered per set of classes (a store writes a few kinds of batch)."""
-        reading, skipping = self.reading, self._skipping
-        skip = frozenset(name for name, reads in reading.items() if reads.isdisjoint(kinds))
-        if len(skipping) >= 256:
-            skipping.clear()  # (a writer of ever new mixes of types: bounded)
-        if self.reading is reading:  # (`learn` replaces `reading`, then `_skipping`)
-            skipping[kinds] = skip
-        return skip
+        return _Reading(
+            {
+                name: frozenset({Snapshot, SessionDeleted, *(types[t] for t in tags if t in types)})
+                for name, p in self.projections.items()
+                if (tags := p.event_types) is not None
+                and getattr(p, "ignores_other_types", False) is True
+            }
+        )
 
     def _pausing(self) -> frozenset[str]:
         # the projections whose cold folds run with the cyclic collector paused: the
@@ -268,7 +258,6 @@ class SessionCore:
             self.projections.update(new_projections)
             self.sharing = self._sharing()
             self.reading = self._reading()
-            self._skipping = {}  # (after `reading`: see _skips)
             self.pause_gc = self._pausing()
             self.caches.learned(self.codec)
         if new_tags:
@@ -616,9 +605,10 @@ class SessionCore:
         # the states that were at that head advance to `new` without reading the
         # batch back (inline: this loop runs for every append)
         kinds = frozenset(map(type, stamped))
-        skip = self._skipping.get(kinds)
+        reading = self.reading
+        skip = reading.skips.get(kinds)
         if skip is None:
-            skip = self._skips(kinds)
+            skip = reading.skipping(kinds)
         for name, f in sess.folds.items():
             fh = f.head  # (identity first: a fold this store left at its own head)
             if fh is not head and (fh.seq != head.seq or fh.position != head.position):
@@ -734,6 +724,27 @@ class SessionCore:
                     raise  # an engine refusing the head it reports: retrying cannot help
                 head = sess.head = exc.actual
                 fresh = True
+
+
+class _Reading:
+    """What a writer skips: the event classes each projection saying
+    `ignores_other_types` reads (`reads`), and the projections a batch of a set of
+    classes skips (`skips`), worked out once per set (a store writes a few kinds of
+    batch). Never changed once made but for that memo: `learn` makes a new one."""
+
+    __slots__ = ("reads", "skips")
+
+    def __init__(self, reads: dict[str, frozenset[type[Event]]]) -> None:
+        self.reads = reads
+        self.skips: dict[frozenset[type[Event]], frozenset[str]] = {}
+
+    def skipping(self, kinds: frozenset[type[Event]]) -> frozenset[str]:
+        """The projections a batch of the event classes `kinds` is not folded into."""
+        skip = frozenset(name for name, reads in self.reads.items() if reads.isdisjoint(kinds))
+        if len(self.skips) >= 256:
+            self.skips.clear()  # (a writer of ever new mixes of types: bounded)
+        self.skips[kinds] = skip
+        return skip
 
 
 # maintenance records hold no user content, a seal (a signed head) is checked with a
