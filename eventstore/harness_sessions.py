@@ -22,11 +22,9 @@ is reported once (per workdir, per process) and survived.
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 import threading
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Final, Literal
@@ -50,6 +48,7 @@ from eventstore.format.events import (
     Event,
     Snapshot,
 )
+from eventstore.logger import log as logger
 from eventstore.store import SessionStore
 from projections import (
     StructProjection,
@@ -98,7 +97,6 @@ HISTORY_SESSION_ID: Final = "harness-session-map"
 REPORT_PREFIX: Final = "[harness-session]"
 """How the one failure line in `<workdir>/logs/bootstrap.log` starts."""
 
-logger = logging.getLogger("eventstore")
 
 MAX_CONTEXT_ID_BYTES: Final = 255  # NAME_MAX on every filesystem we care about
 _MAX_ENTRY_BYTES = 1 << 20  # a map entry is ~200 bytes; anything huge is not one of ours
@@ -521,8 +519,7 @@ def _makedirs_private(path: Path) -> list[Path]:
 # -- the map -------------------------------------------------------------------------
 
 
-@dataclass(slots=True, frozen=True)
-class _Unwritten:
+class _Unwritten(msgspec.Struct, frozen=True):
     """What this process did to a context but could not make the file say: a put whose
     write failed (`entry`), or a forget whose file could not be removed (`entry` None).
     `at_ms` is when; a file written after it (a later `updated_ms`) supersedes it."""

@@ -11,14 +11,14 @@ request, and automatic compaction after an append.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
 
 from eventstore.core import validation
 from eventstore.core.fingerprint import fingerprint
@@ -66,6 +66,7 @@ from eventstore.format.events import (
     Upcaster,
     event_tag,
 )
+from eventstore.logger import log
 from eventstore.ops import history, lifecycle, listing, paging, tombstone
 from eventstore.ops import retention as retention_ops
 from eventstore.ops.listing import SessionInfo
@@ -103,12 +104,10 @@ __all__ = [
     "Tuning",
 ]
 
-log = logging.getLogger("eventstore")
 S = TypeVar("S")
 
 
-@dataclass(frozen=True, slots=True)
-class AutoCompact:
+class AutoCompact(msgspec.Struct, frozen=True):
     """Compact a session after an append once its log passes either threshold.
 
     Off unless given to `SessionStore(auto_compact=...)`. `retention` is applied at

@@ -10,7 +10,6 @@ to each projection: it trims its own state (`retain`) and recognises a trimmed s
 # no `from __future__ import annotations`: msgspec reads these structs' annotations
 # as objects, not strings to evaluate; that keeps decoder builds on cold loads ~3x cheaper
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
@@ -42,8 +41,7 @@ __all__ = [
 S = TypeVar("S")
 
 
-@dataclass(frozen=True, slots=True)
-class Retention:
+class Retention(msgspec.Struct, frozen=True):
     """Opt-in trimming applied to a snapshot: keep only the newest N of each list.
 
     None keeps everything (the default). What is dropped stays in the archive (when

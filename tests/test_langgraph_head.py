@@ -8,7 +8,6 @@ whose snapshot predates the head projection must still read.
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import json
 import operator
@@ -585,7 +584,7 @@ class _SpanSpy:
                     self.read += len(data)
                     return data
 
-                yield dataclasses.replace(view, read_span=read_span)
+                yield msgspec.structs.replace(view, read_span=read_span)
 
         monkeypatch.setattr(engine, "live_view", live_view)
 

@@ -1,7 +1,9 @@
 """What `import eventstore` and the session API's hot use must NOT load (issue 14, item
 3): the CLI, the audit tools, the harness map, the report, integrations, and portalocker
-(whose `__about__` reads package metadata through `importlib.metadata`). Checked in a
-fresh interpreter through `sys.modules`, never by timing."""
+(whose `__about__` reads package metadata through `importlib.metadata`); nor (issue 34)
+`logging` (the library's logger imports it when it first logs), `dataclasses` (the
+library's records are msgspec Structs) and `tempfile`, each some milliseconds of a fresh
+process's start. Checked in a fresh interpreter through `sys.modules`, never by timing."""
 
 from __future__ import annotations
 
@@ -31,6 +33,9 @@ NEVER_ON_IMPORT = (
     "eventstore.integrations",
     "portalocker",
     "importlib.metadata",
+    "logging",
+    "dataclasses",
+    "tempfile",
 )
 
 
@@ -89,3 +94,28 @@ def test_the_lazy_names_still_resolve(tmp_path: Path) -> None:
         tmp_path,
     )
     assert {"eventstore.harness_sessions", "eventstore.ops.verify", "eventstore.cli.app"} <= loaded
+
+
+def test_the_library_logger_is_the_eventstore_logger_whenever_configured(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`eventstore.logger.log` hands each call to `logging.getLogger("eventstore")`,
+    whose level set after its first use still applies; its level constants are
+    `logging`'s."""
+    import logging
+
+    from eventstore.logger import DEBUG, INFO, WARNING, log
+
+    with caplog.at_level(logging.WARNING, logger="eventstore"):
+        log.warning("first %s", 1)
+    with caplog.at_level(logging.ERROR, logger="eventstore"):
+        log.warning("second")
+        log.log(WARNING, "third")
+        assert not log.isEnabledFor(WARNING)
+    with caplog.at_level(logging.DEBUG, logger="eventstore"):
+        log.debug("fourth")
+    assert [(r.name, r.getMessage()) for r in caplog.records] == [
+        ("eventstore", "first 1"),
+        ("eventstore", "fourth"),
+    ]
+    assert (DEBUG, INFO, WARNING) == (logging.DEBUG, logging.INFO, logging.WARNING)

@@ -3,7 +3,6 @@ idempotent retries with `idempotency_key`, and custom events folded by user proj
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing
 import os
 import signal
@@ -396,7 +395,9 @@ SESSION_WRITES: dict[str, Callable[[SessionStore, str], Any]] = {
 def _replay_of(first: object) -> object:
     """What a retry with the same key returns: the first AppendResult, marked replayed
     (initialize_session_if_missing answers True again)."""
-    return dataclasses.replace(first, replayed=True) if isinstance(first, AppendResult) else first
+    return (
+        msgspec.structs.replace(first, replayed=True) if isinstance(first, AppendResult) else first
+    )
 
 
 @pytest.mark.parametrize("op", sorted(SESSION_WRITES))

@@ -3,9 +3,9 @@ documented hook `eventstore.core.tuning.DEFAULT_TUNING` (restored after the test
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
+import msgspec
 import pytest
 
 from eventstore.core import tuning
@@ -14,5 +14,5 @@ from eventstore.core import tuning
 def tune(monkeypatch: pytest.MonkeyPatch, **sizes: Any) -> None:
     """Stores opened from now on in this test use `sizes` (fields of `Tuning`)."""
     monkeypatch.setattr(
-        tuning, "DEFAULT_TUNING", dataclasses.replace(tuning.DEFAULT_TUNING, **sizes)
+        tuning, "DEFAULT_TUNING", msgspec.structs.replace(tuning.DEFAULT_TUNING, **sizes)
     )

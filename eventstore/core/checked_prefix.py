@@ -23,7 +23,6 @@ against the hash chain, once, and this digest proves it is the same byte.
 """
 
 import hashlib
-import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
@@ -34,13 +33,13 @@ from eventstore.engines.base import (
     Engine,
     Head,
 )
+from eventstore.logger import log
 
 if TYPE_CHECKING:
     from eventstore.signing import CacheMac
 
 __all__ = ["FORMAT", "NAME", "Mark", "Prefix", "load", "parse", "store"]
 
-log = logging.getLogger("eventstore")
 
 FORMAT = 1
 """Bump when the layout changes: marks of another format are ignored."""

@@ -61,7 +61,6 @@ ignored (and rewritten later), never trusted:
 from __future__ import annotations
 
 import hashlib
-import logging
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -78,6 +77,7 @@ from eventstore.engines.base import (
     ReadResult,
     cache_part_name,
 )
+from eventstore.logger import log
 
 if TYPE_CHECKING:
     from eventstore.signing import CacheMac
@@ -97,7 +97,6 @@ __all__ = [
     "store_complete_frames",
 ]
 
-log = logging.getLogger("eventstore")
 
 FORMAT = 5
 """Bump when the layout of a cache changes: caches of another format are ignored.

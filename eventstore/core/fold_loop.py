@@ -10,8 +10,9 @@ checking every line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from eventstore.core import checked_prefix
 from eventstore.core.cache_policy import CachePolicy
@@ -27,8 +28,7 @@ from projections import Projection
 __all__ = ["FoldContext", "PrefixMismatch", "fold_log"]
 
 
-@dataclass(frozen=True, slots=True)
-class FoldContext:
+class FoldContext(msgspec.Struct, frozen=True):
     """What a fold reads with: the engine, the codec, the sizes, and the cache policy
     (whether checked prefixes are kept: `caches.marks`)."""
 

@@ -15,20 +15,19 @@ operations (`eventstore.ops`) take the core. Nothing here knows an operation.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import msgspec
 
 from eventstore import entropy, process
 from eventstore.core import tuning as tunings
 from eventstore.core.cache_policy import CachePolicy
 from eventstore.core.fingerprint import fingerprint
 from eventstore.core.fold_loop import FoldContext, fold_log
-from eventstore.core.frozen import maker
 from eventstore.core.gc_pause import paused_gc
 from eventstore.core.keys import CacheCipher, SessionKeys
 from eventstore.core.last_line import last_line_fold, last_line_only
@@ -67,6 +66,7 @@ from eventstore.format.events import (
     Snapshot,
     micros,
 )
+from eventstore.logger import log
 from eventstore.session_ids import validate_session_id
 
 if TYPE_CHECKING:
@@ -93,7 +93,6 @@ __all__ = [
     "core_of",
 ]
 
-log = logging.getLogger("eventstore")
 S = TypeVar("S")
 T = TypeVar("T")
 
@@ -103,8 +102,7 @@ Build = Callable[[Head, list[Any]], list[Event]]
 _NO_PAUSE = nullcontext()  # a warm load folds only a tail: the collector stays on
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(msgspec.Struct, frozen=True):
     """What an append wrote: its first and last sequence numbers. `replayed` is True when
     the idempotency key had been seen and nothing was written this time."""
 
@@ -113,8 +111,7 @@ class AppendResult:
     replayed: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class SessionCacheInfo:
+class SessionCacheInfo(msgspec.Struct, frozen=True):
     """What a store keeps in memory for one session (`SessionStore.cache_info`).
 
     `folds`: each folded projection's name -> (the seq it is folded to, the seq the
@@ -640,7 +637,7 @@ class SessionCore:
                 continue
             f.head = new
         sess.head = new
-        return _new_result(stamped[0].seq, stamped[-1].seq, False)
+        return AppendResult(stamped[0].seq, stamped[-1].seq, False)
 
     def _append(
         self,
@@ -803,6 +800,4 @@ def _states_at(
     return states
 
 
-# the hot path's constructors (see eventstore.core.frozen)
-_new_result = maker(AppendResult)
 _get_h = attrgetter("h")

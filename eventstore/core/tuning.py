@@ -3,15 +3,14 @@ what the benchmarks chose; tests set small ones to reach every path with small l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from eventstore.errors import InvalidArgumentError
 
 __all__ = ["DEFAULT_TUNING", "Tuning"]
 
 
-@dataclass(frozen=True, slots=True)
-class Tuning:
+class Tuning(msgspec.Struct, frozen=True):
     """Sizes in bytes, given to `SessionStore(..., tuning=Tuning(...))`.
 
     - `read_piece`: how much log a load reads and folds at a time (bounds what a cold
@@ -39,7 +38,7 @@ class Tuning:
     kept_from_creation: int = 64 << 20
 
     def __post_init__(self) -> None:
-        for name in self.__slots__:
+        for name in self.__struct_fields__:
             value = getattr(self, name)
             least = 1 if name == "read_piece" else 0
             if type(value) is not int or value < least:

@@ -22,8 +22,9 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from eventstore import entropy, process
 from eventstore.engines.base import (
@@ -58,8 +59,7 @@ __all__ = ["MemoryEngine", "from_url"]
 _generations = itertools.count(1)  # a log's identity: never reused within the process
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryPosition(Position):
+class MemoryPosition(msgspec.Struct, Position, frozen=True):
     """A place in one generation of a session's live log (a new generation begins at
     every snapshot install, repair and re-creation after removal)."""
 
@@ -75,8 +75,7 @@ class MemoryPosition(Position):
         return Head(self.seq, self.link, self.h, self, self.offset, self.base_seq)
 
 
-@dataclass(slots=True)
-class _Log:
+class _Log(msgspec.Struct):
     generation: int
     data: bytearray
     head: Head

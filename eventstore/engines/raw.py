@@ -8,8 +8,6 @@ function, so every such engine reads a damaged log the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 
 from eventstore.format.depth import HEAD_DECODER
@@ -19,8 +17,7 @@ __all__ = ["RawEnd", "raw_end"]
 _head_decoder = HEAD_DECODER  # reads the envelope of a line of any depth
 
 
-@dataclass(frozen=True, slots=True)
-class RawEnd:
+class RawEnd(msgspec.Struct, frozen=True):
     """The committed end of raw log bytes: `end` (the byte after the last complete
     batch), its line's `seq`, `link` (what the next line chains to) and `h`, and
     `first_seq` (the seq of the first line; 1 when it does not decode)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from operator import attrgetter
 
 import msgspec
@@ -54,8 +53,7 @@ def split_lines(buf: bytes) -> Iterator[tuple[int, bytes, bool]]:
         pos = nl + 1
 
 
-@dataclass(slots=True)
-class CheckedLine:
+class CheckedLine(msgspec.Struct):
     """One line as the line level read it.
 
     `event`: what it decodes to, or None, and then `error` says why not. `h`: its hash

@@ -28,7 +28,6 @@ which finds and reports the problem, when anything is irregular.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
 from typing import Literal
@@ -143,8 +142,7 @@ class PrefixReporter(Reporter):
             self.warnings.append(problem)
 
 
-@dataclass(slots=True)
-class Lines:
+class Lines(msgspec.Struct):
     """What `read_lines` read.
 
     `events`: the events of complete batches read without error, in order. `raw`: their
@@ -161,8 +159,8 @@ class Lines:
     link: str | None
     h: str
     raw: list[bytes] | None = None
-    hashes: dict[int, str] = field(default_factory=dict)
-    links: dict[int, str] = field(default_factory=dict)
+    hashes: dict[int, str] = msgspec.field(default_factory=dict)
+    links: dict[int, str] = msgspec.field(default_factory=dict)
 
 
 _get_seq = attrgetter("seq")

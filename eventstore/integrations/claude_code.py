@@ -46,7 +46,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -341,8 +340,7 @@ def to_message(doc: dict[str, Any]) -> Message | None:
 # -- reading files ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class MalformedLine:
+class MalformedLine(msgspec.Struct, frozen=True):
     """A line that was skipped: not JSON, not an object, or of an unusable session."""
 
     path: str
@@ -354,17 +352,16 @@ class MalformedLine:
         return f"{self.path}:{self.line}: (byte {self.offset}) {self.reason}"
 
 
-@dataclass(slots=True)
-class ImportReport:
+class ImportReport(msgspec.Struct):
     """What an import (or one poll of a follower) did to one file."""
 
     path: str
     lines: int = 0  # lines read (complete ones)
-    appended: dict[str, int] = field(default_factory=dict)  # session -> lines kept anew
-    messages: dict[str, int] = field(default_factory=dict)  # session -> messages mirrored
+    appended: dict[str, int] = msgspec.field(default_factory=dict)  # session -> lines kept anew
+    messages: dict[str, int] = msgspec.field(default_factory=dict)  # session -> messages mirrored
     already: int = 0  # lines the store held already
-    malformed: list[MalformedLine] = field(default_factory=list)
-    unmirrored: list[MalformedLine] = field(default_factory=list)  # kept, not mirrored
+    malformed: list[MalformedLine] = msgspec.field(default_factory=list)
+    unmirrored: list[MalformedLine] = msgspec.field(default_factory=list)  # kept, not mirrored
 
     @property
     def sessions(self) -> list[str]:
@@ -383,8 +380,7 @@ class ImportReport:
         self.unmirrored += other.unmirrored
 
 
-@dataclass(slots=True)
-class _Line:
+class _Line(msgspec.Struct):
     number: int
     offset: int
     data: bytes  # without the newline

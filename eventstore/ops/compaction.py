@@ -23,7 +23,6 @@ session's `origin` (`eventstore.ops.fork`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -68,8 +67,7 @@ the live log it replaces; the session was deleted (its tombstone is erased by
 `delete_session`, never archived by a compaction)."""
 
 
-@dataclass(frozen=True, slots=True)
-class CompactionReport:
+class CompactionReport(msgspec.Struct, frozen=True):
     """What one compaction did. `compacted` is False when it was skipped: `skipped` says
     why (`notes` in words) and nothing changed (`bytes_after == bytes_before`).
     `snapshot_bytes`: the size of the snapshot line written, or that would have been
@@ -90,7 +88,7 @@ class CompactionReport:
     seconds: float
     compacted: bool = True
     unknown_kept: int = 0
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
     skipped: SkipReason | None = None
     snapshot_bytes: int = 0
     archive: str | None = None

@@ -18,7 +18,6 @@ Because the origin is part of the snapshot line, `migrate` copies it byte for by
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,8 +41,7 @@ from projections import fold, snapshot_entry, stored_in_snapshot
 __all__ = ["ForkOrigin", "ForkResult", "fork_session", "source_line"]
 
 
-@dataclass(frozen=True, slots=True)
-class ForkResult:
+class ForkResult(msgspec.Struct, frozen=True):
     """What `fork_session` wrote: `session_id` (the new session) starts with a snapshot
     at `seq`, forked from `source` whose line at `seq` has hash `h`; `bytes`: the size
     of that snapshot line."""

@@ -28,10 +28,11 @@ Decisions (documented in the README, "Audit and replay"):
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from eventstore.core.segments import pruned_start, read_segment
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
@@ -412,8 +413,7 @@ def _iso(ts: datetime) -> str:
 # -- folds that need the history ----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class LogFile:
+class LogFile(msgspec.Struct, frozen=True):
     """One segment of a session's history: `name`, the engine's name for it (a path for
     the file engine, a URL-like name elsewhere); `path`, its file, for the file engine
     only (None elsewhere). `first_seq`/`last_seq`: what an archived segment's name says

@@ -13,7 +13,6 @@ delete` command and `eventstore compact --prune-archive-before` are views of it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import PurePath
 
@@ -117,8 +116,7 @@ def last_activity(core: CoreOwner, session_id: str) -> datetime | None:
 _MAINTENANCE = (Snapshot, ArchivePruned, Quarantined, Sealed)
 
 
-@dataclass(frozen=True, slots=True)
-class ExpiryResult:
+class ExpiryResult(msgspec.Struct, frozen=True):
     """One session considered for expiry: its last activity and what happened to it.
 
     `result`: "deleted", "would delete" (a dry run), "kept" (written to since it was
@@ -215,14 +213,13 @@ def _head(core: SessionCore, session_id: str) -> Head:
 _line_head = HEAD_DECODER
 
 
-@dataclass(frozen=True, slots=True)
-class PruneReport:
+class PruneReport(msgspec.Struct, frozen=True):
     """What `prune_archive` removed: the archived `segments` (oldest first) and the
     sequence number of the `archive_pruned` event that records it (None: nothing was
     old enough, nothing written)."""
 
     session_id: str
-    segments: list[PrunedSegment] = field(default_factory=list)
+    segments: list[PrunedSegment] = msgspec.field(default_factory=list)
     event_seq: int | None = None
 
     @property

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import get_args
 
@@ -45,10 +43,9 @@ from eventstore.engines.base import (
 )
 from eventstore.errors import EventStoreError, InvalidArgumentError, StorageError
 from eventstore.format.events import EPOCH, Snapshot, from_micros, micros
+from eventstore.logger import log
 from eventstore.ops.history import parse_time, read_events
 from eventstore.ops.tombstone import tombstone_of
-
-log = logging.getLogger("eventstore")
 
 __all__ = [
     "SessionInfo",
@@ -61,8 +58,7 @@ ORDERS: tuple[str, ...] = get_args(IndexOrder)
 MAX_LABEL_BYTES = 1024
 
 
-@dataclass(frozen=True, slots=True)
-class SessionInfo:
+class SessionInfo(msgspec.Struct, frozen=True):
     """One session in a `SessionStore.sessions` page.
 
     `created`/`updated`: when its first and last batch were appended (compaction is not
@@ -79,7 +75,7 @@ class SessionInfo:
     last_seq: int
     events: int
     bytes: int
-    labels: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
     deleted: bool = False
 
     @property

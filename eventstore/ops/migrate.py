@@ -29,7 +29,6 @@ installed over the lines it covers. Pruning the archive before the hole's snapsh
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import msgspec
 
@@ -67,8 +66,7 @@ class MigrationError(EventStoreError):
     """The destination holds something other than a prefix of the source's history."""
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(msgspec.Struct, frozen=True):
     """One step of a session's replay: `kind` is "open" (a log that starts with a
     snapshot), "line" (a committed line), "install" (a snapshot over the lines before)
     or "cut" (a segment boundary whose snapshot line was not kept: `line` is empty)."""
@@ -81,8 +79,7 @@ class Step:
     closes: bool  # a line that ends its batch (every snapshot does)
 
 
-@dataclass(frozen=True, slots=True)
-class MigrationResult:
+class MigrationResult(msgspec.Struct, frozen=True):
     """What `migrate_session` did: lines and snapshots written now, the steps the
     destination already had, and the steps of the whole history."""
 

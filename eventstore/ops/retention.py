@@ -13,8 +13,9 @@ and a long live log is compacted with its lines archived (`compaction.compact`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+
+import msgspec
 
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.core.validation import described, flag, optional_age, optional_whole
@@ -25,8 +26,7 @@ from eventstore.ops import lifecycle, tombstone
 __all__ = ["GcReport", "Policy", "check_engine", "gc", "over", "prune_old_archive"]
 
 
-@dataclass(frozen=True, slots=True)
-class Policy:
+class Policy(msgspec.Struct, frozen=True):
     """A retention policy; None leaves that part off.
 
     `idle`: a session whose last event is older than this is deleted, leaving a
@@ -51,8 +51,7 @@ class Policy:
             raise InvalidArgumentError(f"Policy.keep_events must be >= 1, not {n}")
 
 
-@dataclass(slots=True)
-class GcReport:
+class GcReport(msgspec.Struct):
     """What `gc` did, or with `dry_run` would do. `tombstoned`: the sessions deleted
     (idle); `kept`: judged idle but written to before the delete, so kept; `compacted`:
     the sessions compacted; `pruned`: one report per session whose archive was pruned
@@ -64,11 +63,11 @@ class GcReport:
 
     dry_run: bool
     sessions: int = 0
-    tombstoned: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)
-    compacted: list[str] = field(default_factory=list)
-    pruned: list[lifecycle.PruneReport] = field(default_factory=list)
-    failed: list[tuple[str, str]] = field(default_factory=list)
+    tombstoned: list[str] = msgspec.field(default_factory=list)
+    kept: list[str] = msgspec.field(default_factory=list)
+    compacted: list[str] = msgspec.field(default_factory=list)
+    pruned: list[lifecycle.PruneReport] = msgspec.field(default_factory=list)
+    failed: list[tuple[str, str]] = msgspec.field(default_factory=list)
     bytes_freed: int = 0
 
     @property

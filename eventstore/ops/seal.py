@@ -28,12 +28,10 @@ the history ends before a sealed seq, i.e. it was cut short), a session with no 
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,6 +51,7 @@ from eventstore.errors import (
 from eventstore.format.codec import EventCodec
 from eventstore.format.events import Event, Sealed, SealWitnessed, Snapshot
 from eventstore.format.reader import Problem, Severity
+from eventstore.logger import log
 from eventstore.ops import history
 from eventstore.signing import key_id, sign, signature_checks
 
@@ -77,14 +76,12 @@ __all__ = [
     "witness_writer",
 ]
 
-log = logging.getLogger("eventstore")
 
 _MESSAGE_PREFIX = b"eventstore-seal-v1\n"
 _encoder = msgspec.json.Encoder()
 
 
-@dataclass(frozen=True, slots=True)
-class SealPolicy:
+class SealPolicy(msgspec.Struct, frozen=True):
     """When a store opened with a signing key seals a session.
 
     `every`: after a write that brings the events since the session's last seal to this
@@ -297,8 +294,7 @@ def is_store_url(witness: str | os.PathLike[str]) -> bool:
     return "://" in os.fspath(witness)
 
 
-@dataclass
-class Witness:
+class Witness(msgspec.Struct):
     """What a witness holds of one session: its seals, and the problems reading it
     (`where`: the file or the store, as a report names it)."""
 
@@ -407,8 +403,7 @@ def read_witness(path: str | os.PathLike[str], session_id: str) -> Witness:
     return Witness(where, found, problems)
 
 
-@dataclass
-class SealHistory:
+class SealHistory(msgspec.Struct):
     """What `verify` read of a session that seals are checked against: each line by seq
     (the first segment holding a seq wins: an archive holds the original of a line a
     snapshot replaced), with the segment it was read from, and each snapshot line's

@@ -41,8 +41,9 @@ key and nothing written before the delete opens under it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from datetime import datetime
+
+import msgspec
 
 from eventstore import entropy
 from eventstore.core.keys import free_slot, has_slot, shred_slot
@@ -67,8 +68,7 @@ __all__ = [
 _ATTEMPTS = 8  # erase retries against compactions landing meanwhile
 
 
-@dataclass(frozen=True, slots=True)
-class Tombstone:
+class Tombstone(msgspec.Struct, frozen=True):
     """What is left of a deleted session: its id, when it was deleted and `by` whom, the
     `last_seq` and `last_h` (hash) of its last event before the delete, `seq` (the
     tombstone's own), and whether its data is `erased` (False only after a crash

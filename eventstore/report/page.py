@@ -21,7 +21,6 @@ import base64
 import hashlib
 import html
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
@@ -61,8 +60,7 @@ MAX_BYTES = 10_000_000
 """The largest page `build_report` writes by default (bytes of UTF-8)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ReportLimits:
+class ReportLimits(msgspec.Struct, frozen=True):
     """How much text a page embeds. `content_chars`: all message text together (each
     message keeps at least an equal share); `summary_chars`: one event summary;
     `text_chars`: any other one text a harness wrote (a progress note, a checkpoint's
@@ -77,7 +75,7 @@ class ReportLimits:
 
     def halved(self) -> ReportLimits:
         """Smaller limits for a page that came out too large."""
-        return replace(
+        return msgspec.structs.replace(
             self,
             content_chars=self.content_chars // 2,
             summary_chars=max(16, self.summary_chars // 2),
@@ -462,8 +460,7 @@ def _messages(
     return rows, Omitted(messages=first, messages_cut=cut, content_cap=cap)
 
 
-@dataclass(frozen=True, slots=True)
-class _Gathered:
+class _Gathered(msgspec.Struct, frozen=True):
     """What one read of a session gives; shaped into pages of any size."""
 
     session_id: str

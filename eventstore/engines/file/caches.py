@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import logging
 import os
 import re
 import stat
@@ -58,6 +57,7 @@ from eventstore.engines.file.layout import (
 )
 from eventstore.engines.file.logfile import FilePosition, in_live_log, read_generation
 from eventstore.errors import StorageError, UnsafePathError
+from eventstore.logger import log
 
 __all__ = [
     "CACHE_PREFIX",
@@ -69,8 +69,6 @@ __all__ = [
     "remove_cache_parts",
     "store_cache",
 ]
-
-log = logging.getLogger("eventstore")
 
 
 class FileCacheReader(CacheReader):

@@ -8,7 +8,6 @@ descriptors, the epoch this process last found, the lock file's hints).
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import NoReturn
 
@@ -19,6 +18,7 @@ from eventstore.engines.file.layout import datasync, pwrite_all, write_all
 from eventstore.engines.file.logfile import open_existing
 from eventstore.engines.file.session import GEN_BYTES, SessionState, write_lock_head
 from eventstore.errors import EventStoreError, StorageError
+from eventstore.logger import log
 
 __all__ = [
     "bump_generation",
@@ -32,8 +32,6 @@ __all__ = [
     "start_epoch",
     "start_epoch_after",
 ]
-
-log = logging.getLogger("eventstore")
 
 
 def bump_generation(sess: SessionState, *, retire: bool = True) -> None:

@@ -38,7 +38,6 @@ a session at once share one flush (`turn`, `eventstore.engines.file.groupflush`)
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 import threading
@@ -152,11 +151,11 @@ from eventstore.errors import (
     UnsafePathError,
 )
 from eventstore.format.tail import committed_end
+from eventstore.logger import log
 from eventstore.session_ids import validate_session_id
 
 __all__ = ["INDEX_LAG", "MAX_OPEN_SESSIONS", "FileEngine", "FilePosition", "from_url"]
 
-log = logging.getLogger("eventstore")
 
 _REMOVED_PREFIX = ".removed-"  # a session being removed: never an id (ids cannot start with ".")
 _HISTORY_TRIES = 50  # lock-free pictures spoiled by installs before a reader takes the lock

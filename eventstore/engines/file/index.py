@@ -27,7 +27,6 @@ reads. The index is a cache of the logs, never their authority:
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 import threading
@@ -41,13 +40,13 @@ from eventstore import entropy, process
 from eventstore.engines.base import IndexEntry, IndexOrder, index_matches
 from eventstore.engines.file.layout import LOG_NAME, SESSIONS_DIR, open_private
 from eventstore.errors import StorageError
+from eventstore.logger import INFO, WARNING, log
 
 if TYPE_CHECKING:
     import sqlite3
 
 __all__ = ["INDEX_NAME", "STALE_NAME", "FileIndex"]
 
-log = logging.getLogger("eventstore")
 
 INDEX_NAME = "index.sqlite3"
 STALE_NAME = "index.stale"
@@ -187,7 +186,7 @@ class FileIndex:
             created = True
         if created and _has_sessions(self._root):
             # expected (a store from a release without the index, a restored copy): no warning
-            self.mark_stale("the store's logs predate its index", level=logging.INFO)
+            self.mark_stale("the store's logs predate its index", level=INFO)
         self._conn = conn
         return conn
 
@@ -228,7 +227,7 @@ class FileIndex:
 
     # -- what writes do ------------------------------------------------------------------
 
-    def mark_stale(self, why: str, *, level: int = logging.WARNING) -> None:
+    def mark_stale(self, why: str, *, level: int = WARNING) -> None:
         """Leave the marker that makes the next page rebuild the index first (said at
         `level`; a marker that cannot be left is always a warning)."""
         try:

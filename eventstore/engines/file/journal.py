@@ -40,7 +40,6 @@ import os
 import stat
 import struct
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -94,8 +93,7 @@ _PIECE = 64 << 10  # what the first look reads at a time
 _LINE_OPEN = b'{"type":"'  # how every line starts (the encoder writes the tag first)
 
 
-@dataclass(frozen=True, slots=True)
-class Epoch:
+class Epoch(msgspec.Struct, frozen=True):
     """What a journal's header says: its epoch number, the log offset its mirror
     starts at, the log it mirrors (device and inode: a writer continues an epoch only
     on that file; recovery judges by the line before `start`, whose seq and link it

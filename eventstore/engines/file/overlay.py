@@ -21,7 +21,6 @@ nothing).
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 from pathlib import Path
 
@@ -78,6 +77,8 @@ def _copy_with(log_fd: int, at: int, data: bytes) -> tuple[int, int]:
     if hasattr(os, "memfd_create"):
         fd = os.memfd_create("eventstore-log-view", os.MFD_CLOEXEC)
     else:  # pragma: no cover - systems without memfd_create
+        import tempfile  # here: it imports shutil, bz2 and lzma, ~2 ms of every `import`
+
         with tempfile.TemporaryFile() as tmp:
             fd = os.dup(tmp.fileno())
     try:

@@ -15,7 +15,6 @@ how it is undone without destroying a committed byte.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +46,7 @@ from eventstore.engines.file.logfile import (
 from eventstore.engines.file.snapshot import ARCHIVE_NAME, PENDING, archive_names
 from eventstore.errors import CorruptLogError
 from eventstore.format.chain import HASH_SUFFIX_LEN, SNAPSHOT_OPEN, damaged_newline
+from eventstore.logger import log
 
 __all__ = [
     "FileRepairHold",
@@ -61,7 +61,6 @@ __all__ = [
     "stamp",
 ]
 
-log = logging.getLogger("eventstore")
 
 _OLD_TMP_PREFIX = "log.jsonl.compact-"  # temporary files of releases before 0.2
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from eventstore import entropy
 from eventstore.engines.base import Head, History, PrunedSegment, Segment
@@ -204,8 +205,7 @@ def archive_events(archive_dir: Path, first: int, last: int, data: bytes) -> Pat
     return name
 
 
-@dataclass(frozen=True, slots=True)
-class InstallPlan:
+class InstallPlan(msgspec.Struct, frozen=True):
     """What an install swaps in and archives, read from the live log under the lock:
     `tail`, the lines after what the snapshot covers (copied after it); `prefix`, what
     the snapshot replaced when a tail stays live and history is kept (archived alone, so

@@ -27,14 +27,12 @@ The engine's `durability` option is accepted and ignored: the server's own setti
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar, cast
 
@@ -91,6 +89,7 @@ from eventstore.errors import (
 )
 from eventstore.format.chain import split_hash
 from eventstore.format.depth import HEAD_DECODER
+from eventstore.logger import log
 
 try:
     import psycopg
@@ -123,8 +122,7 @@ _labels_decoder = msgspec.json.Decoder(dict[str, str])
 _head_decoder = HEAD_DECODER
 
 
-@dataclass(frozen=True, slots=True)
-class PgPosition(Position):
+class PgPosition(msgspec.Struct, Position, frozen=True):
     """A read position: the live log (`log_id`), the last line read (`seq`) and the byte
     offset just after it in the live log."""
 
@@ -147,8 +145,7 @@ class FeedPosition(NamedTuple):
 FEED_START = FeedPosition(0)
 
 
-@dataclass(frozen=True, slots=True)
-class FeedEntry:
+class FeedEntry(msgspec.Struct, frozen=True):
     """One line of the global feed: its `position` (increasing across every session of
     the store, see `eventstore.engines.postgres.schema`), the session, the line's `seq`
     and its exact bytes."""
@@ -159,8 +156,7 @@ class FeedEntry:
     line: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class FeedBlocker:
+class FeedBlocker(msgspec.Struct, frozen=True):
     """A transaction still open on the server that holds the feed back: every line a
     later transaction committed waits for it to end (see
     `eventstore.engines.postgres.schema`). `xid` its transaction id; for a backend its
@@ -193,8 +189,6 @@ class FeedBlocker:
 STALL_WARNING = 60.0
 """Seconds the feed's horizon may stay behind committed lines before `feed` logs a
 warning naming what holds it (`PostgresEngine.feed_blockers`)."""
-
-log = logging.getLogger("eventstore")
 
 
 def from_url(url: str | os.PathLike[str], **options: Any) -> PostgresEngine:

@@ -45,7 +45,6 @@ import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 import msgspec
@@ -136,8 +135,7 @@ class RedisDurabilityError(UnsupportedError):
     power loss before acknowledging it; the message names the setting to change."""
 
 
-@dataclass(frozen=True, slots=True)
-class RedisPosition(Position):
+class RedisPosition(msgspec.Struct, Position, frozen=True):
     """A place in one live log: its `gen`, the batches read (`n`) and their bytes."""
 
     gen: str
@@ -157,8 +155,7 @@ class RedisFeedPosition(NamedTuple):
 FEED_START = RedisFeedPosition(0, 0, -1)
 
 
-@dataclass(frozen=True, slots=True)
-class RedisFeedEntry:
+class RedisFeedEntry(msgspec.Struct, frozen=True):
     """One line of the global feed: its position, the session, the line's seq, its
     exact bytes."""
 

@@ -20,8 +20,9 @@ The engine's own parameters, taken out before the rest goes to the client
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+
+import msgspec
 
 from eventstore.engines.base import redact_url
 from eventstore.errors import InvalidArgumentError
@@ -33,8 +34,7 @@ SCHEMES = ("redis", "rediss", "unix")
 _PREFIX = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
-@dataclass(frozen=True, slots=True)
-class RedisUrl:
+class RedisUrl(msgspec.Struct, frozen=True):
     """A parsed store URL: `client` (what `redis.from_url` opens), `shown` (the URL with
     its password as `***`), `password` (to scrub from messages; "" for none) and the
     engine's options."""
