@@ -11,9 +11,11 @@ The index contract of the engines themselves is in the conformance suite
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import threading
 import time
 import uuid
@@ -303,6 +305,104 @@ def test_a_damaged_index_file_is_set_aside_and_rebuilt(tmp_path: Path) -> None:
         assert sorted(i.session_id for i in store.sessions()) == ["a", "b", "c"]
         assert store.sessions(labels={"k": "v"})[0].session_id == "a"
     assert any(p.name.startswith("index.sqlite3.damaged-") for p in root.iterdir())
+
+
+@pytest.mark.parametrize("first", ["page", "append"])
+def test_an_index_damaged_past_its_header_is_set_aside_and_rebuilt(
+    tmp_path: Path, first: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An index whose pages past the first were garbled (what a power loss while it was
+    made without a flush, or a bad disk, can leave) opens, then fails a read: the use
+    that trips on it (a page, or a write's row) sets it aside; no page fails or misses a
+    session, no write is refused, and the pages after read the index made anew."""
+    root = tmp_path / "store"
+    ids = [f"s{i:03d}" for i in range(120)]
+    with SessionStore(root) as store:
+        for sid in ids:
+            store.append_progress_entry(sid, make_entry())
+    for suffix in ("-wal", "-shm"):
+        (root / f"index.sqlite3{suffix}").unlink(missing_ok=True)
+    index = root / "index.sqlite3"
+    size = index.stat().st_size
+    assert size > 3 * 4096  # the header's page, and rows on others
+    index.write_bytes(index.read_bytes()[:4096] + b"\x5a" * (size - 4096))
+    with SessionStore(root) as store:
+        if first == "append":
+            store.append_progress_entry("s000", make_entry())
+        assert sorted(i.session_id for i in store.sessions()) == ids
+        caplog.clear()
+        store.append_progress_entry("s001", make_entry())
+        assert sorted(i.session_id for i in store.sessions()) == ids
+        assert store.sessions(limit=1)[0].session_id == "s001"
+        assert caplog.records == []  # served by the new index: no scan, no warning
+    assert sum(p.name.startswith("index.sqlite3.damaged-") for p in root.iterdir()) == 1
+
+
+@pytest.mark.parametrize(
+    ("planted", "name"),
+    [
+        ("symlink", "index.sqlite3"),
+        ("symlink", "index.sqlite3-wal"),
+        ("hard link", "index.sqlite3"),
+    ],
+)
+def test_a_link_planted_as_the_index_is_set_aside_never_written_through(
+    tmp_path: Path, planted: str, name: str
+) -> None:
+    """A link at the index's name (or its WAL's) to someone else's database: SQLite
+    follows links, so the store would make its tables there and write its rows (and
+    trust that index, missing every session it lacks). It sets the link aside instead:
+    the other file is left as it was, and every session is listed."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("a", make_entry())
+    other = tmp_path / "other.sqlite3"
+    with contextlib.closing(sqlite3.connect(other)) as conn:
+        conn.execute("CREATE TABLE kept (x)")
+        conn.execute("INSERT INTO kept VALUES ('theirs')")
+        conn.commit()
+    before = other.read_bytes()
+    for p in root.iterdir():
+        if name == "index.sqlite3" and p.name.startswith("index."):
+            p.unlink()
+    if planted == "symlink":
+        (root / name).symlink_to(other)
+    else:
+        os.link(other, root / name)
+    with SessionStore(root) as store:
+        store.append_progress_entry("b", make_entry())
+        assert sorted(i.session_id for i in store.sessions()) == ["a", "b"]
+    assert other.read_bytes() == before
+    assert not (tmp_path / "other.sqlite3-wal").exists()
+    assert sum(p.name.startswith("index.sqlite3.damaged-") for p in root.iterdir()) >= 1
+
+
+@pytest.mark.parametrize("planted", ["symlink", "directory"])
+def test_something_planted_as_the_stale_marker_fails_no_write_and_no_page(
+    tmp_path: Path, planted: str
+) -> None:
+    """A link or a directory at the name of the marker that makes the next page rebuild
+    the index (`index.stale`), then an index that refuses a write (damaged): the write
+    and the pages go on, every session is listed, and what a link points at is left as
+    it was."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("a", make_entry())
+    theirs = tmp_path / "theirs"
+    theirs.write_bytes(b"keep")
+    marker = root / "index.stale"
+    if planted == "symlink":
+        marker.symlink_to(theirs)
+    else:
+        marker.mkdir()
+        (marker / "x").write_bytes(b"keep")
+    (root / "index.sqlite3").write_bytes(b"not a database, " * 100)
+    with SessionStore(root) as store:
+        store.append_progress_entry("a", make_entry())  # (raised after writing its line)
+        store.append_progress_entry("b", make_entry())
+        for _ in range(2):
+            assert sorted(i.session_id for i in store.sessions()) == ["a", "b"]
+    assert theirs.read_bytes() == b"keep"
 
 
 def test_a_store_written_before_the_index_is_indexed_on_its_first_page(tmp_path: Path) -> None:

@@ -21,13 +21,16 @@ reads. The index is a cache of the logs, never their authority:
   (a warning), and the next page rebuilds the index from the logs first
   (`SessionStore.rebuild_index`); so does a store whose logs predate its index (a
   release without it, or a process of one still writing: run `eventstore sessions
-  ROOT --rebuild` after such a process wrote).
+  ROOT --rebuild` after such a process wrote). A file found damaged (on opening it, or
+  by a read or write after: a page that does not parse) is set aside as
+  `index.sqlite3.damaged-<hex>`, never deleted, and made anew: its logs predate it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -39,7 +42,7 @@ import msgspec
 from eventstore import entropy, process
 from eventstore.engines.base import IndexEntry, IndexOrder, index_matches
 from eventstore.engines.file.layout import LOG_NAME, SESSIONS_DIR, open_private
-from eventstore.errors import StorageError
+from eventstore.errors import StorageError, UnsafePathError
 from eventstore.logger import INFO, WARNING, log
 
 if TYPE_CHECKING:
@@ -97,6 +100,17 @@ def _refused(exc: BaseException) -> bool:
     return isinstance(exc, OSError) or (mod is not None and isinstance(exc, mod.Error))
 
 
+# SQLite's primary result codes for a file that is not (or no longer) a whole database
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+
+
+def _damaged(exc: BaseException) -> bool:
+    """Whether `exc` says the index file is damaged (a page that does not parse, or not
+    a database at all), rather than refusing for now (locked, full, read-only)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+
+
 def _row(entry: IndexEntry) -> tuple[object, ...]:
     return (
         entry.session_id,
@@ -135,6 +149,7 @@ class FileIndex:
         self.stale_path = root / STALE_NAME
         self._root = root
         self._conn: sqlite3.Connection | None = None
+        self._ident: tuple[int, int] | None = None  # (device, inode) of the file connected
         self._lock = threading.Lock()
         self._orphans: list[sqlite3.Connection] = []
         process.track(self)
@@ -161,6 +176,9 @@ class FileIndex:
         first needed. A store whose sessions predate the file is marked stale."""
         if self._conn is not None:
             return self._conn
+        unsafe = self._planted()
+        if unsafe is not None:
+            self._set_aside(unsafe)
         created = False
         try:
             os.close(open_private(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL))
@@ -172,23 +190,60 @@ class FileIndex:
         try:
             conn = self._open()
         except sqlite3.DatabaseError as exc:
-            # not an index (damaged, or another file): set aside, never deleted; a new
-            # one is rebuilt from the logs
-            aside = self.path.with_name(f"{INDEX_NAME}.damaged-{entropy.token_hex(4)}")
-            log.warning("eventstore: %s: not a session index (%s): moved to %s",
-                        self.path, exc, aside.name)  # fmt: skip
-            os.replace(self.path, aside)
-            for suffix in ("-wal", "-shm"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
+            self._set_aside(exc)  # not an index (damaged, or another file)
             os.close(open_private(self.path, os.O_RDWR | os.O_CREAT))
             conn = self._open()
             created = True
         if created and _has_sessions(self._root):
             # expected (a store from a release without the index, a restored copy): no warning
             self.mark_stale("the store's logs predate its index", level=INFO)
-        self._conn = conn
+        st = os.stat(self.path)
+        self._conn, self._ident = conn, (st.st_dev, st.st_ino)
         return conn
+
+    def _planted(self) -> str | None:
+        """Why the index's file or its WAL's is not one SQLite may write through (a
+        symlink or another non-file planted at its name, or a file with a second name,
+        such as a hard link to someone else's database); None: nothing wrong there.
+        SQLite opens those names itself, following links."""
+        for name in (str(self.path), f"{self.path}-wal", f"{self.path}-shm"):
+            try:
+                st = os.lstat(name)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                return f"{name} is not a regular file; eventstore never follows links in a store"
+            if st.st_nlink != 1:
+                return f"{name} has {st.st_nlink} names; eventstore writes no file it shares"
+        return None
+
+    def _set_aside(self, why: object) -> None:
+        """Move the index file (and its WAL) aside, never deleted: a new one is made on
+        the next use, which finds the logs older than it and rebuilds from them. A link
+        is moved itself, never what it points at."""
+        aside = self.path.with_name(f"{INDEX_NAME}.damaged-{entropy.token_hex(4)}")
+        log.warning("eventstore: %s: not a session index (%s): moved to %s",
+                    self.path, why, aside.name)  # fmt: skip
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
+
+    def _refusal(self, exc: BaseException) -> bool:
+        """Whether `exc` is the index refusing (`_refused`). A file found damaged after
+        it opened (a page that does not parse) is let go and set aside first, unless
+        another process did already (the name then holds the index it made)."""
+        if not _refused(exc):
+            return False
+        if _damaged(exc):
+            with self._lock:
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
+                with contextlib.suppress(FileNotFoundError):
+                    st = os.stat(self.path)
+                    if (st.st_dev, st.st_ino) == self._ident:
+                        self._set_aside(exc)
+        return True
 
     def _open(self) -> sqlite3.Connection:
         import sqlite3
@@ -231,12 +286,18 @@ class FileIndex:
         """Leave the marker that makes the next page rebuild the index first (said at
         `level`; a marker that cannot be left is always a warning)."""
         try:
-            fd = open_private(self.stale_path, os.O_WRONLY | os.O_CREAT)
+            try:
+                fd = open_private(self.stale_path, os.O_WRONLY | os.O_CREAT)
+            except UnsafePathError:
+                # a link planted at the marker's name: removed (never what it points
+                # at), so the marker that keeps pages from missing a session is left
+                os.unlink(self.stale_path)
+                fd = open_private(self.stale_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
             try:
                 os.utime(fd)  # now: a rebuild that began before this must not lift it
             finally:
                 os.close(fd)
-        except OSError as exc:
+        except (OSError, UnsafePathError) as exc:
             log.warning("eventstore: %s: cannot mark the index stale (%s): %s",
                         self.stale_path, why, exc)  # fmt: skip
         else:
@@ -256,7 +317,7 @@ class FileIndex:
                     if sync:
                         conn.execute("PRAGMA synchronous = NORMAL")
         except Exception as exc:
-            if not _refused(exc):
+            if not self._refusal(exc):
                 raise
             self.mark_stale(f"writing {entry.session_id!r}: {exc}")
 
@@ -268,7 +329,7 @@ class FileIndex:
             with self._lock, self._tx() as conn:
                 conn.executemany(_UPSERT_APPEND, rows)
         except Exception as exc:
-            if not _refused(exc):
+            if not self._refusal(exc):
                 raise
             self.mark_stale(f"writing {len(rows)} rows: {exc}")
 
@@ -282,7 +343,7 @@ class FileIndex:
                     .fetchone()
                 )
         except Exception as exc:
-            if not _refused(exc):
+            if not self._refusal(exc):
                 raise
             self.mark_stale(f"reading {session_id!r}: {exc}")
             return None
@@ -294,7 +355,7 @@ class FileIndex:
             with self._lock:
                 self._connect().execute("DELETE FROM sessions WHERE id = ?", (session_id,))
         except Exception as exc:
-            if not _refused(exc):
+            if not self._refusal(exc):
                 raise
             self.mark_stale(f"dropping {session_id!r}: {exc}")
 
@@ -306,7 +367,7 @@ class FileIndex:
             with self._lock:
                 self._connect()
         except Exception as exc:
-            if not _refused(exc):
+            if not self._refusal(exc):
                 raise
             raise StorageError(f"{self.path}: the session index cannot be opened: {exc}") from exc
         return os.path.lexists(self.stale_path)
@@ -338,8 +399,13 @@ class FileIndex:
             if where:
                 sql += " WHERE " + " AND ".join(where)
             sql += f" ORDER BY {order_sql} LIMIT {_CHUNK}"
-            with self._lock:
-                got = self._connect().execute(sql, args).fetchall()
+            try:
+                with self._lock:
+                    got = self._connect().execute(sql, args).fetchall()
+            except Exception as exc:
+                if not self._refusal(exc):
+                    raise
+                raise StorageError(f"{self.path}: reading the session index failed: {exc}") from exc
             for row in got:
                 entry = _entry(row)
                 if index_matches(entry, prefix, updated_since_us, labels):
@@ -355,7 +421,7 @@ class FileIndex:
         try:
             self._merge(given, started_us)
         except Exception as exc:
-            if not _refused(exc):
+            if not self._refusal(exc):
                 raise
             raise StorageError(f"{self.path}: rebuilding the session index failed: {exc}") from exc
         try:
@@ -363,7 +429,9 @@ class FileIndex:
         except FileNotFoundError:
             return
         if st.st_mtime_ns // 1000 < started_us:
-            with contextlib.suppress(FileNotFoundError):
+            # (a marker that cannot be lifted, such as a directory planted at its name,
+            # stays: each page rebuilds, as slow as a scan, never wrong)
+            with contextlib.suppress(OSError):
                 os.unlink(self.stale_path)
 
     def _merge(self, given: dict[str, IndexEntry], started_us: int) -> None:
