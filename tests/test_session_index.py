@@ -343,13 +343,14 @@ def test_an_index_damaged_past_its_header_is_set_aside_and_rebuilt(
     [
         ("symlink", "index.sqlite3"),
         ("symlink", "index.sqlite3-wal"),
+        ("symlink", "index.sqlite3-journal"),
         ("hard link", "index.sqlite3"),
     ],
 )
 def test_a_link_planted_as_the_index_is_set_aside_never_written_through(
     tmp_path: Path, planted: str, name: str
 ) -> None:
-    """A link at the index's name (or its WAL's) to someone else's database: SQLite
+    """A link at the index's name (or its WAL's, its journal's) to someone else's database: SQLite
     follows links, so the store would make its tables there and write its rows (and
     trust that index, missing every session it lacks). It sets the link aside instead:
     the other file is left as it was, and every session is listed."""
@@ -363,8 +364,8 @@ def test_a_link_planted_as_the_index_is_set_aside_never_written_through(
         conn.commit()
     before = other.read_bytes()
     for p in root.iterdir():
-        if name == "index.sqlite3" and p.name.startswith("index."):
-            p.unlink()
+        if p.name.startswith("index."):
+            p.unlink()  # (the index is made anew, through the planted name)
     if planted == "symlink":
         (root / name).symlink_to(other)
     else:

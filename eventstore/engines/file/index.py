@@ -54,6 +54,7 @@ __all__ = ["INDEX_NAME", "STALE_NAME", "FileIndex"]
 INDEX_NAME = "index.sqlite3"
 STALE_NAME = "index.stale"
 BUSY_MS = 10_000
+_BESIDE = ("-wal", "-shm", "-journal")  # the files SQLite keeps beside the index's
 _CHUNK = 64  # rows read at a time while a page filters by label or drops stale rows
 
 _SCHEMA = """
@@ -206,7 +207,7 @@ class FileIndex:
         symlink or another non-file planted at its name, or a file with a second name,
         such as a hard link to someone else's database); None: nothing wrong there.
         SQLite opens those names itself, following links."""
-        for name in (str(self.path), f"{self.path}-wal", f"{self.path}-shm"):
+        for name in (str(self.path), *(f"{self.path}{s}" for s in _BESIDE)):
             try:
                 st = os.lstat(name)
             except FileNotFoundError:
@@ -224,7 +225,7 @@ class FileIndex:
         aside = self.path.with_name(f"{INDEX_NAME}.damaged-{entropy.token_hex(4)}")
         log.warning("eventstore: %s: not a session index (%s): moved to %s",
                     self.path, why, aside.name)  # fmt: skip
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in ("", *_BESIDE):
             with contextlib.suppress(FileNotFoundError):
                 os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
 
