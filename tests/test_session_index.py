@@ -350,10 +350,11 @@ def test_an_index_damaged_past_its_header_is_set_aside_and_rebuilt(
 def test_a_link_planted_as_the_index_is_set_aside_never_written_through(
     tmp_path: Path, planted: str, name: str
 ) -> None:
-    """A link at the index's name (or its WAL's, its journal's) to someone else's database: SQLite
-    follows links, so the store would make its tables there and write its rows (and
-    trust that index, missing every session it lacks). It sets the link aside instead:
-    the other file is left as it was, and every session is listed."""
+    """A link at the index's name (or its WAL's, or its journal's) to someone else's
+    database, the index then made anew: SQLite follows links, so the store would make
+    its tables there and write its rows (and trust that index, missing every session it
+    lacks). It sets the link aside instead: the other file is left as it was, and every
+    session is listed."""
     root = tmp_path / "store"
     with SessionStore(root) as store:
         store.append_progress_entry("a", make_entry())
