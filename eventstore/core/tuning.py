@@ -31,7 +31,7 @@ class Tuning(msgspec.Struct, frozen=True):
     """
 
     read_piece: int = 1 << 20
-    hash_aside: int = 128 << 10
+    hash_aside: int = 768 << 10
     cache_after_fold: int = 1 << 20
     cache_on_close: int = 64 << 10
     cache_while_writing: int = 1 << 20
