@@ -203,10 +203,10 @@ class FileIndex:
         return conn
 
     def _planted(self) -> str | None:
-        """Why the index's file or its WAL's is not one SQLite may write through (a
-        symlink or another non-file planted at its name, or a file with a second name,
-        such as a hard link to someone else's database); None: nothing wrong there.
-        SQLite opens those names itself, following links."""
+        """Why the index's file, or one SQLite keeps beside it (`_BESIDE`), is not one
+        SQLite may write through (a symlink or another non-file planted at its name, or
+        a file with a second name, such as a hard link to someone else's database);
+        None: nothing wrong there. SQLite opens those names itself, following links."""
         for name in (str(self.path), *(f"{self.path}{s}" for s in _BESIDE)):
             try:
                 st = os.lstat(name)
@@ -219,9 +219,9 @@ class FileIndex:
         return None
 
     def _set_aside(self, why: object) -> None:
-        """Move the index file (and its WAL) aside, never deleted: a new one is made on
-        the next use, which finds the logs older than it and rebuilds from them. A link
-        is moved itself, never what it points at."""
+        """Move the index file (and those beside it) aside, never deleted: a new one is
+        made on the next use, which finds the logs older than it and rebuilds from them.
+        A link is moved itself, never what it points at."""
         aside = self.path.with_name(f"{INDEX_NAME}.damaged-{entropy.token_hex(4)}")
         log.warning("eventstore: %s: not a session index (%s): moved to %s",
                     self.path, why, aside.name)  # fmt: skip
