@@ -407,6 +407,39 @@ def test_something_planted_as_the_stale_marker_fails_no_write_and_no_page(
     assert theirs.read_bytes() == b"keep"
 
 
+@pytest.mark.parametrize(
+    "garble",
+    [
+        "UPDATE sessions SET labels = 'not json' WHERE id = 's1'",
+        "UPDATE sessions SET labels = '[1, 2]' WHERE id = 's1'",
+        "UPDATE sessions SET created = 'abc' WHERE id = 's0'",
+        "UPDATE sessions SET updated = X'00' WHERE id = 's2'",
+        "INSERT INTO sessions VALUES ('ghost', 0, 99999999999999999, 1, 1, 10, 'x', 0)",
+    ],
+)
+def test_an_index_row_that_does_not_parse_costs_one_scan_never_a_page(
+    tmp_path: Path, garble: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row of a sound SQLite file that is not one the index wrote (another program's,
+    a flipped bit): the page that reads it lists every session from the logs instead
+    of raising, and the index rebuilt by the next page serves the pages after."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        for sid in ("s0", "s1", "s2"):
+            store.append_progress_entry(sid, make_entry())
+        store.set_labels("s1", {"k": "v"})
+    with contextlib.closing(sqlite3.connect(root / "index.sqlite3")) as conn:
+        conn.execute(garble)
+        conn.commit()
+    with SessionStore(root) as store:
+        assert sorted(i.session_id for i in store.sessions()) == ["s0", "s1", "s2"]
+        store.sessions()  # (the rebuild)
+        caplog.clear()
+        assert sorted(i.session_id for i in store.sessions()) == ["s0", "s1", "s2"]
+        assert [i.session_id for i in store.sessions(labels={"k": "v"})] == ["s1"]
+        assert caplog.records == []
+
+
 def test_a_store_written_before_the_index_is_indexed_on_its_first_page(tmp_path: Path) -> None:
     root = tmp_path / "store"
     with SessionStore(root) as store:

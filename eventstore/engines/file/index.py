@@ -23,7 +23,9 @@ reads. The index is a cache of the logs, never their authority:
   release without it, or a process of one still writing: run `eventstore sessions
   ROOT --rebuild` after such a process wrote). A file found damaged (on opening it, or
   by a read or write after: a page that does not parse) is set aside as
-  `index.sqlite3.damaged-<hex>`, never deleted, and made anew: its logs predate it.
+  `index.sqlite3.damaged-<hex>`, never deleted, and made anew: its logs predate it. A
+  row that does not parse marks the index stale; the page that read it reads every
+  session instead.
 """
 
 from __future__ import annotations
@@ -125,10 +127,18 @@ def _row(entry: IndexEntry) -> tuple[object, ...]:
     )
 
 
+# what `_entry` raises for a row that does not parse
+_UNPARSED = (ValueError, TypeError, msgspec.MsgspecError)
+
+
 def _entry(row: tuple[object, ...]) -> IndexEntry:
+    """The entry a row holds (ValueError, TypeError or a msgspec error: it does not
+    parse, as a row another program wrote, or a flipped bit, may not)."""
     sid, created, updated, last_seq, events, size, labels, deleted = row
+    if type(sid) is not str:
+        raise ValueError(f"session id {sid!r} is not text")
     return IndexEntry(
-        str(sid),
+        sid,
         int(created),  # type: ignore[call-overload]
         int(updated),  # type: ignore[call-overload]
         int(last_seq),  # type: ignore[call-overload]
@@ -348,7 +358,12 @@ class FileIndex:
                 raise
             self.mark_stale(f"reading {session_id!r}: {exc}")
             return None
-        return None if row is None else _entry(row)
+        if row is None:
+            return None
+        try:
+            return self._parsed(row)
+        except StorageError:
+            return None  # (marked stale: the next page rebuilds)
 
     def drop(self, session_id: str) -> None:
         """Remove a session's row; a refusal marks the index stale."""
@@ -408,12 +423,22 @@ class FileIndex:
                     raise
                 raise StorageError(f"{self.path}: reading the session index failed: {exc}") from exc
             for row in got:
-                entry = _entry(row)
+                entry = self._parsed(row)
                 if index_matches(entry, prefix, updated_since_us, labels):
                     yield entry
             if len(got) < _CHUNK:
                 return
-            after = _entry(got[-1])
+            after = self._parsed(got[-1])
+
+    def _parsed(self, row: tuple[object, ...]) -> IndexEntry:
+        """The entry of `row`; one that does not parse marks the index stale and is a
+        StorageError (a page then reads every session; the next rebuilds the index)."""
+        try:
+            return _entry(row)
+        except _UNPARSED as exc:
+            self.mark_stale(f"a row does not parse: {exc}")
+            raise StorageError(f"{self.path}: a row of the session index does not parse:"
+                               f" {exc}") from exc  # fmt: skip
 
     def replace(self, entries: Sequence[IndexEntry], started_us: int) -> None:
         """Merge a rebuild (see `IndexingEngine.replace_index`), then lift the stale
@@ -437,15 +462,19 @@ class FileIndex:
 
     def _merge(self, given: dict[str, IndexEntry], started_us: int) -> None:
         with self._lock, self._tx() as conn:
-            for sid, updated, last_seq in conn.execute(
-                "SELECT id, updated, last_seq FROM sessions"
-            ).fetchall():
-                mine = given.get(sid)
+            for row in conn.execute(f"SELECT {_COLUMNS} FROM sessions").fetchall():
+                try:
+                    have = _entry(row)
+                except _UNPARSED:
+                    # a row that does not parse: the logs' (below) replaces it, if any
+                    conn.execute("DELETE FROM sessions WHERE id = ?", (row[0],))
+                    continue
+                mine = given.get(have.session_id)
                 if mine is None:
-                    if updated < started_us:
-                        conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
-                elif last_seq > mine.last_seq:
-                    del given[sid]  # written since the rebuild read it
+                    if have.updated_us < started_us:
+                        conn.execute("DELETE FROM sessions WHERE id = ?", (have.session_id,))
+                elif have.last_seq > mine.last_seq:
+                    del given[have.session_id]  # written since the rebuild read it
             conn.executemany(_UPSERT, [_row(e) for e in given.values()])
 
 
