@@ -379,14 +379,15 @@ def test_a_link_planted_as_the_index_is_set_aside_never_written_through(
     assert sum(p.name.startswith("index.sqlite3.damaged-") for p in root.iterdir()) >= 1
 
 
-@pytest.mark.parametrize("planted", ["symlink", "directory"])
+@pytest.mark.timeout(30)  # (the FIFO: an open that blocks hangs the append)
+@pytest.mark.parametrize("planted", ["symlink", "directory", "fifo"])
 def test_something_planted_as_the_stale_marker_fails_no_write_and_no_page(
     tmp_path: Path, planted: str
 ) -> None:
-    """A link or a directory at the name of the marker that makes the next page rebuild
-    the index (`index.stale`), then an index that refuses a write (damaged): the write
-    and the pages go on, every session is listed, and what a link points at is left as
-    it was."""
+    """A link, a directory or a FIFO at the name of the marker that makes the next page
+    rebuild the index (`index.stale`), then an index that refuses a write (damaged): the
+    write and the pages go on, every session is listed, and what a link points at is
+    left as it was."""
     root = tmp_path / "store"
     with SessionStore(root) as store:
         store.append_progress_entry("a", make_entry())
@@ -395,6 +396,8 @@ def test_something_planted_as_the_stale_marker_fails_no_write_and_no_page(
     marker = root / "index.stale"
     if planted == "symlink":
         marker.symlink_to(theirs)
+    elif planted == "fifo":
+        os.mkfifo(marker)
     else:
         marker.mkdir()
         (marker / "x").write_bytes(b"keep")

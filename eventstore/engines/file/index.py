@@ -297,13 +297,7 @@ class FileIndex:
         """Leave the marker that makes the next page rebuild the index first (said at
         `level`; a marker that cannot be left is always a warning)."""
         try:
-            try:
-                fd = open_private(self.stale_path, os.O_WRONLY | os.O_CREAT)
-            except UnsafePathError:
-                # a link planted at the marker's name: removed (never what it points
-                # at), so the marker that keeps pages from missing a session is left
-                os.unlink(self.stale_path)
-                fd = open_private(self.stale_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            fd = self._open_marker()
             try:
                 os.utime(fd)  # now: a rebuild that began before this must not lift it
             finally:
@@ -314,6 +308,18 @@ class FileIndex:
         else:
             log.log(level, "eventstore: %s: the session index is stale (%s); the next page"
                     " rebuilds it", self.path, why)  # fmt: skip
+
+    def _open_marker(self) -> int:
+        """The stale marker, opened to write (made if missing). Anything but a file or a
+        directory at its name (a planted link, a FIFO whose open would block the write
+        that marks) is removed first, never what a link points at."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK
+        with contextlib.suppress(FileNotFoundError):
+            mode = os.lstat(self.stale_path).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                os.unlink(self.stale_path)
+                flags |= os.O_EXCL
+        return open_private(self.stale_path, flags)
 
     def put(self, entry: IndexEntry, *, sync: bool = False) -> None:
         """Write a session's row; a refusal marks the index stale, never raises."""
