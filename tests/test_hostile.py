@@ -291,6 +291,33 @@ def test_planted_symlink_is_refused_and_nothing_goes_through_it(
     assert _fingerprint(victim) == before, "something was written through the link"
 
 
+@pytest.mark.timeout(60)  # (a FIFO whose open blocks would hang the operation)
+@pytest.mark.parametrize("where", ["log", "lock"])
+def test_a_fifo_planted_as_the_log_or_lock_is_a_typed_error_never_a_hang(
+    tmp_path: Path, where: str
+) -> None:
+    """A FIFO where log.jsonl or log.lock should be: every operation returns or raises
+    an EventStoreError (opened for reading, the FIFO hung it; as the lock file, appends
+    failed with the OS's own error), at both durabilities, and another session of the
+    store is untouched. (A directory or a socket there was refused already.)"""
+    for durability in ("flush", "fsync"):
+        root = tmp_path / durability
+        _seed(root)
+        with SessionStore(root) as s:
+            s.append_progress_entry("other", make_entry())
+        path = getattr(SessionPaths(root, "s"), where)
+        path.unlink()
+        os.mkfifo(path)
+        with SessionStore(root, durability) as store:  # type: ignore[arg-type]
+            for fn in [*WRITES.values(), *READS.values()]:
+                try:
+                    fn(store)
+                except EventStoreError:
+                    pass
+            store.append_progress_entry("other", make_entry(2))
+            assert len(store.load_bootstrap_state("other").recent_progress) == 2
+
+
 def test_planted_id_file_link_is_not_read_through(tmp_path: Path) -> None:
     """For a hashed session dir, a symlink planted as its `id` file is not followed by
     list_sessions (which would disclose the target's content as a session id) and a write

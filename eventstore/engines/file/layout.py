@@ -122,6 +122,22 @@ def open_private(path: Path, flags: int) -> int:
         raise
 
 
+def open_regular(path: Path, flags: int) -> int:
+    """`open_private` for a name that must hold a regular file (a log, a lock file):
+    opened without blocking, since a FIFO planted there would hang the open, and
+    anything but a regular file refused (UnsafePathError)."""
+    fd = open_private(path, flags | os.O_NONBLOCK)
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not regular:
+        os.close(fd)
+        raise UnsafePathError(f"{path} is not a regular file; eventstore keeps only files there")
+    return fd
+
+
 def write_all(fd: int, data: bytes, *, fsync: bool = False) -> None:
     """Write all of `data` (os.write may write less than asked), then fsync if asked."""
     view = memoryview(data)
