@@ -335,6 +335,25 @@ def test_planted_id_file_link_is_not_read_through(tmp_path: Path) -> None:
         assert "root:x:0:0" not in s.list_sessions()
 
 
+@pytest.mark.timeout(60)  # (opened for reading, a FIFO with no writer blocks)
+def test_a_fifo_planted_as_the_id_file_never_hangs_a_listing(tmp_path: Path) -> None:
+    """For a hashed session dir, a FIFO planted as its `id` file: listing the store's
+    sessions (and rebuilding its index, which lists them) returns, without that session
+    (its id cannot be read), and the other sessions are listed."""
+    root = tmp_path / "store"
+    sid = "h" * 300
+    with SessionStore(root) as s:
+        s.append_progress_entry(sid, make_entry())
+        s.append_progress_entry("b", make_entry())
+    paths = SessionPaths(root, sid)
+    (paths.dir / "id").unlink()
+    os.mkfifo(paths.dir / "id")
+    with SessionStore(root) as s:
+        assert s.list_sessions() == ["b"]
+        s.rebuild_index()
+        assert [i.session_id for i in s.sessions()] == ["b"]
+
+
 # -- huge and many -------------------------------------------------------------------------
 
 

@@ -75,9 +75,9 @@ def decode_session_dir(name: str, directory: Path) -> str | None:
             return None
     if name.startswith("~"):
         try:
-            fd = open_private(directory / ID_FILE, os.O_RDONLY)
+            fd = open_regular(directory / ID_FILE, os.O_RDONLY)
         except (OSError, UnsafePathError):
-            return None  # no id file, or a planted link: not a session of ours
+            return None  # no id file, or a planted link or FIFO: not a session of ours
         try:
             return os.read(fd, 4 * MAX_SESSION_ID_BYTES).decode("utf-8")
         except (OSError, UnicodeDecodeError):
