@@ -838,6 +838,20 @@ def test_only_a_key_slot_holding_the_given_bytes_is_removed(url: str) -> None:
         assert not engine.remove_key_slot(dk, live)
 
 
+@pytest.mark.timeout(60)  # (opened for reading, a FIFO with no writer blocks)
+def test_a_fifo_planted_as_a_key_slot_is_a_typed_error_never_a_hang(tmp_path: Path) -> None:
+    """A FIFO where a session's key slot (`keys/<id>`) should be: a load raises an
+    EventStoreError instead of waiting forever for the FIFO's writer."""
+    root = tmp_path / "store"
+    with SessionStore(root, keys=ring()) as store:
+        store.append_transcript_messages("s1", [Message(role=Role.USER, content="x")])
+    slot = root / "keys" / key_id_of("s1")
+    slot.unlink()
+    os.mkfifo(slot)
+    with SessionStore(root, keys=ring()) as store, pytest.raises(EventStoreError):
+        store.load_transcript_messages("s1")
+
+
 class _Crash(Exception):
     """A delete stopped at a step (what a kill there leaves)."""
 
