@@ -35,7 +35,7 @@ from eventstore import entropy, process
 from eventstore.engines.file.layout import (
     ensure_private_dir,
     fsync_dir,
-    open_regular,
+    open_private,
     write_all,
 )
 from eventstore.errors import (
@@ -475,7 +475,7 @@ def _report_once(workdir: Path, message: str) -> None:
         line = f"{REPORT_PREFIX} {message}".replace("\n", " ").replace("\r", " ") + "\n"
         try:
             _makedirs_private(log_path.parent)
-            fd = open_regular(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            fd = open_private(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
             try:
                 write_all(fd, line.encode("utf-8", "backslashreplace"))
             finally:

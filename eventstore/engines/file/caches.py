@@ -42,7 +42,6 @@ import contextlib
 import hashlib
 import os
 import re
-import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -183,7 +182,7 @@ def _opened(
     path = cache_path(paths, name)
     paths.check_no_links()
     try:
-        fd = open_private(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = open_private(path, os.O_RDONLY)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, UnsafePathError) as exc:
@@ -205,13 +204,10 @@ def _opened(
 
 
 def _checked_size(fd: int, path: Path) -> int | None:
-    """The size of the file open at `fd`, if it may be a cache: a regular file no
-    larger than a cache gets (checked before anything is read: a file planted there
-    may be huge, or a FIFO, a device)."""
+    """The size of the file open at `fd` (a regular file: `open_private`), if it may be
+    a cache: no larger than a cache gets (checked before anything is read: a file
+    planted there may be huge)."""
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        log.warning("eventstore: %s: fold cache ignored: not a regular file", path)
-        return None
     if st.st_size > _MAX_CACHE_BYTES:
         log.warning("eventstore: %s: fold cache ignored: %d bytes", path, st.st_size)
         return None

@@ -98,7 +98,7 @@ from eventstore.engines.file.layout import (
     fd_path,
     fsync_dir,
     list_session_ids,
-    open_regular,
+    open_private,
     pread_all,
     write_all,
 )
@@ -230,7 +230,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
             paths.check_no_links()
             if not os.path.lexists(paths.journal):
                 return
-            fd = open_regular(paths.log, os.O_RDONLY)
+            fd = open_private(paths.log, os.O_RDONLY)
             try:
                 sess.overlay = look(paths.journal, fd)
             finally:
@@ -274,7 +274,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         paths = sess.paths
         paths.check_no_links()
         try:
-            fd = open_regular(paths.log, os.O_RDONLY)
+            fd = open_private(paths.log, os.O_RDONLY)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -341,7 +341,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
                     paths.check_no_links()
                     if not os.path.lexists(paths.dir):
                         return False
-                fd = open_regular(paths.lock, os.O_RDWR | os.O_CREAT)
+                fd = open_private(paths.lock, os.O_RDWR | os.O_CREAT)
             except FileNotFoundError:
                 continue  # the directory was removed between create and open
             except OSError as exc:
@@ -760,7 +760,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         fd = sess.log_fd
         if fd < 0:
             try:
-                fd = sess.log_fd = open_regular(paths.log, os.O_RDWR | os.O_APPEND)
+                fd = sess.log_fd = open_private(paths.log, os.O_RDWR | os.O_APPEND)
             except FileNotFoundError:
                 pass
             except OSError as exc:
@@ -798,7 +798,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
                     fst = os.fstat(fd)
                     if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
                         sess.drop_log_fd()  # the path names another file now: open that
-                        fd = sess.log_fd = open_regular(paths.log, os.O_RDWR | os.O_APPEND)
+                        fd = sess.log_fd = open_private(paths.log, os.O_RDWR | os.O_APPEND)
                     head = self._current_head(sess, fd, recover=True)
             except FileNotFoundError:
                 sess.drop_log_fd()  # removed behind our back: as if never created
@@ -849,7 +849,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         """Create the log file (the first append of a session)."""
         paths = sess.paths
         try:
-            fd = open_regular(paths.log, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+            fd = open_private(paths.log, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         except OSError as exc:
             raise storage_error(paths.log, "creating the log", exc) from exc
         try:
@@ -996,7 +996,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         except OSError as exc:
             raise StorageError(f"{paths.dir}: cleaning up after a crash failed: {exc}") from exc
         try:
-            fd = open_regular(paths.log, os.O_RDWR | os.O_APPEND)
+            fd = open_private(paths.log, os.O_RDWR | os.O_APPEND)
         except FileNotFoundError:
             raise HeadMovedError(where, covers, EMPTY_HEAD) from None
         except OSError as exc:

@@ -311,9 +311,9 @@ class FileIndex:
 
     def _open_marker(self) -> int:
         """The stale marker, opened to write (made if missing). Anything but a file or a
-        directory at its name (a planted link, a FIFO whose open would block the write
-        that marks) is removed first, never what a link points at."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK
+        directory at its name (a planted link, a FIFO) is removed first, never what a
+        link points at, so the marker is left."""
+        flags = os.O_WRONLY | os.O_CREAT
         with contextlib.suppress(FileNotFoundError):
             mode = os.lstat(self.stale_path).st_mode
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):

@@ -37,7 +37,6 @@ epoch, or one with `durability="flush"` appended without mirroring) starts a new
 from __future__ import annotations
 
 import os
-import stat
 import struct
 import zlib
 from pathlib import Path
@@ -45,6 +44,7 @@ from pathlib import Path
 import msgspec
 
 from eventstore.engines.file.layout import (
+    NotAFileError,
     datasync,
     fsync_dir,
     open_private,
@@ -151,15 +151,12 @@ class NotAJournalError(StorageError):
 
 def open_journal(path: Path, flags: int = os.O_RDWR) -> int:
     """The journal at `path`, open with `flags` (O_CREAT too); NotAJournalError for
-    anything but a regular file (opened without blocking: a FIFO must not hang a load)."""
-    fd = open_private(path, flags | os.O_NONBLOCK)
+    anything but a regular file (`open_private` opens without blocking: a FIFO must not
+    hang a load)."""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotAJournalError(f"{path}: not a regular file")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return open_private(path, flags)
+    except NotAFileError:
+        raise NotAJournalError(f"{path}: not a regular file") from None
 
 
 def whole(fd: int) -> bool:

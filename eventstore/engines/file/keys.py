@@ -26,7 +26,6 @@ from eventstore.engines.file.layout import (
     ensure_private_dir,
     fsync_dir,
     open_private,
-    open_regular,
     write_all,
     write_atomically,
 )
@@ -49,7 +48,7 @@ def _path(root: Path, dk: str) -> Path:
 def load_slot(root: Path, dk: str) -> bytes | None:
     """The bytes of slot `dk`, None if there is none."""
     try:
-        fd = open_regular(_path(root, dk), os.O_RDONLY)
+        fd = open_private(_path(root, dk), os.O_RDONLY)
     except FileNotFoundError:
         return None
     with os.fdopen(fd, "rb") as f:

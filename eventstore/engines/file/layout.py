@@ -35,6 +35,7 @@ __all__ = [
     "decode_session_dir",
     "ensure_private_dir",
     "fd_path",
+    "NotAFileError",
     "fsync_dir",
     "open_private",
     "session_dir_name",
@@ -75,7 +76,7 @@ def decode_session_dir(name: str, directory: Path) -> str | None:
             return None
     if name.startswith("~"):
         try:
-            fd = open_regular(directory / ID_FILE, os.O_RDONLY)
+            fd = open_private(directory / ID_FILE, os.O_RDONLY)
         except (OSError, UnsafePathError):
             return None  # no id file, or a planted link or FIFO: not a session of ours
         try:
@@ -110,23 +111,23 @@ def ensure_private_dir(path: Path) -> None:
         _refuse_symlink(path)
 
 
+class NotAFileError(UnsafePathError):
+    """Something other than a regular file (a FIFO, a directory, a socket, a device) is
+    where a store keeps a file."""
+
+
 def open_private(path: Path, flags: int) -> int:
-    """os.open with O_NOFOLLOW and mode 0600 on creation (a symlink raises UnsafePathError)."""
+    """os.open of a store's file: never through a link (UnsafePathError), mode 0600 on
+    creation, without blocking (a FIFO planted at the name would hang the open), and
+    nothing but a regular file (NotAFileError)."""
     try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, FILE_MODE)
     except OSError as exc:
         if exc.errno == 40:  # ELOOP: the last component is a symlink
             raise UnsafePathError(
                 f"{path} is a symlink; eventstore never follows links in a store"
             ) from None
         raise
-
-
-def open_regular(path: Path, flags: int) -> int:
-    """`open_private` for a name that must hold a regular file (a log, a lock file):
-    opened without blocking, since a FIFO planted there would hang the open, and
-    anything but a regular file refused (UnsafePathError)."""
-    fd = open_private(path, flags | os.O_NONBLOCK)
     try:
         regular = stat.S_ISREG(os.fstat(fd).st_mode)
     except BaseException:
@@ -134,7 +135,7 @@ def open_regular(path: Path, flags: int) -> int:
         raise
     if not regular:
         os.close(fd)
-        raise UnsafePathError(f"{path} is not a regular file; eventstore keeps only files there")
+        raise NotAFileError(f"{path} is not a regular file; eventstore keeps only files there")
     return fd
 
 

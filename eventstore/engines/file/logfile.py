@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 
 from eventstore.engines.base import Head, Position
-from eventstore.engines.file.layout import SessionPaths, open_private, open_regular, pread_all
+from eventstore.engines.file.layout import SessionPaths, open_private, pread_all
 from eventstore.errors import EventStoreError, StorageError
 from eventstore.format.chain import (
     HASH_SUFFIX_LEN,
@@ -245,7 +245,7 @@ def read_generation(paths: SessionPaths) -> int:
     same), -1 when it cannot be read (then unknown: a FIFO, a directory or a socket
     planted there fails the open or the pread, with no fstat asked)."""
     try:
-        fd = open_private(paths.lock, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hang
+        fd = open_private(paths.lock, os.O_RDONLY)  # (a FIFO does not hang it)
     except (FileNotFoundError, NotADirectoryError):
         return 0
     except (OSError, EventStoreError):
@@ -283,7 +283,7 @@ def same_file(fd: int, path: Path) -> bool:
 def open_existing(path: Path) -> tuple[int | None, os.stat_result | None]:
     """Open a file for reading (never through a link); (None, None) if it is gone."""
     try:
-        fd = open_regular(path, os.O_RDONLY)
+        fd = open_private(path, os.O_RDONLY)
     except (FileNotFoundError, NotADirectoryError):
         return None, None
     except OSError as exc:

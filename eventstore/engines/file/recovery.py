@@ -31,7 +31,7 @@ from eventstore.engines.file.layout import (
     SessionPaths,
     datasync,
     fsync_dir,
-    open_regular,
+    open_private,
     pread_all,
     pwrite_all,
     write_atomically,
@@ -83,7 +83,7 @@ def lacking(paths: SessionPaths, log_flags: int) -> tuple[int, int, bytes] | Non
     if not os.path.lexists(paths.journal):
         return None
     try:
-        lfd = open_regular(paths.log, log_flags)
+        lfd = open_private(paths.log, log_flags)
     except FileNotFoundError:
         return None
     try:

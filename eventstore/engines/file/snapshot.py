@@ -30,7 +30,7 @@ from eventstore.engines.file.layout import (
     SessionPaths,
     ensure_private_dir,
     fsync_dir,
-    open_regular,
+    open_private,
     pread_all,
     write_atomically,
 )
@@ -255,7 +255,7 @@ def swap_in(
         # the old log becomes history: its last appends may still be only in the
         # OS cache (durability="flush"), or durable only in the journal's mirror
         # (which mirrors the live log only), and the archive must hold them all
-        sync_fd = open_regular(paths.log, os.O_RDONLY)
+        sync_fd = open_private(paths.log, os.O_RDONLY)
         try:
             os.fsync(sync_fd)
         finally:
