@@ -38,12 +38,13 @@ CALLS = ("get_items(20)", "pop_item")
 
 def _session(backend: str, root: Path) -> tuple[Any, Any]:
     from bench.integrations import agents_session
+    from bench.places import Place
 
-    return agents_session(backend, root, "chat")
+    return agents_session(backend, Place("file", root, str(root), None, ""), "chat")
 
 
 async def _build(backend: str, root: Path, items: int) -> None:
-    from bench.integrations import _maybe_await, text
+    from bench.integrations import maybe_await, text
 
     rng = random.Random(13)
     s, close = _session(backend, root)
@@ -53,7 +54,7 @@ async def _build(backend: str, root: Path, items: int) -> None:
             {"role": "assistant", "content": text(rng, 1500)},
         ]
         await s.add_items(pair)
-    await _maybe_await(close())
+    await maybe_await(close())
 
 
 async def _call(backend: str, root: Path, call: str) -> dict[str, float]:
@@ -71,9 +72,9 @@ async def _call(backend: str, root: Path, call: str) -> dict[str, float]:
         got = await s.get_items(20)
     cpu, wall = time.process_time() - c, time.perf_counter() - t
     assert got, f"{backend}: {call} found no item"
-    from bench.integrations import _maybe_await
+    from bench.integrations import maybe_await
 
-    await _maybe_await(close())
+    await maybe_await(close())
     return {"cpu ms": cpu * 1e3, "wall ms": wall * 1e3}
 
 

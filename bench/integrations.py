@@ -1,12 +1,35 @@
-"""Integrations bench: eventstore against LangGraph's, the Agents SDK's, ADK's and the
-Claude Agent SDK's own backends.
-
-Each framework runs on eventstore and on its own SQLite default, on the same machine in
-the same run.
+"""Integrations bench: eventstore's adapters against each framework's own backend, on
+every engine: LangGraph's savers, the Agents SDK's sessions, ADK's session services and
+the Claude Agent SDK's store.
 
     pip install -e '.[bench]'
-    python -m bench.integrations                    # ~1-3 min; markdown to stdout
+    python -m bench.integrations                    # files, ~2-4 min; markdown to stdout
     python -m bench.integrations --turns 50 --repeat 3 --json out.json
+    python -m bench.integrations --engine postgres --url postgresql://postgres@127.0.0.1:5432/bench
+    python -m bench.integrations --engine redis --url redis://127.0.0.1:6379/0 --only agents
+
+Each framework runs on eventstore and on its own backend on the same engine, in the same
+run, repeats interleaved (one run of each backend, then the next repeat: a noisy
+neighbour hits all alike), every run in a fresh directory, schema or key prefix
+(`bench.places`); medians, then each backend's spread (min-max).
+
+Backends (`BACKENDS`; the framework's own first, the ratios' reference):
+- **files** (`--engine file`, the default): `SqliteSaver`, `SQLiteSession`, ADK's
+  `SqliteSessionService` and `DatabaseSessionService` (`sqlite+aiosqlite`), all on a
+  file with SQLite's defaults (WAL, `synchronous=FULL`: every commit fsynced), against
+  eventstore with `durability="fsync"` (the same class: survives power loss) and
+  `"flush"` (the default: survives a killed process).
+- **PostgreSQL** (`--engine postgres`): `PostgresSaver`, the Agents SDK's
+  `SQLAlchemySession` and ADK's `DatabaseSessionService` (both `postgresql+psycopg`),
+  in the same database and schema as eventstore's engine; every commit waits for the
+  server's `synchronous_commit`, on both sides.
+- **Redis** (`--engine redis`): the Agents SDK's `RedisSession` and ADK's
+  `RedisSessionService` on the same server and key prefix as eventstore's engine (both
+  acknowledged by the server, as its `appendfsync` says); LangGraph against `SqliteSaver`
+  (`langgraph-checkpoint-redis` needs the RedisJSON and RediSearch modules, which
+  Debian's `redis-server` lacks).
+- The Claude Agent SDK has only its `InMemorySessionStore` (no durability at all: a
+  floor, not a rival), on every engine.
 
 Workloads (seeded, identical for every backend):
 - **LangGraph graph turns**: a one-node chat graph (`messages` is an appended list
@@ -16,30 +39,23 @@ Workloads (seeded, identical for every backend):
   checkpoint), then `get_tuple` of the newest checkpoint from a new saver instance
   (cold) and again (warm), and `list` of the whole thread (eventstore: the first read
   of the full index in that saver); then, from another new saver, `get_tuple` of the
-  checkpoint in the middle of the chain (cold, named by id: eventstore reads the full
-  index, not the head).
+  checkpoint in the middle of the chain (cold, named by id).
 - **Agents SDK session**: `add_items` of a user and an assistant item per turn, then
   `get_items()` from a new session object (cold), again (warm), and `get_items(10)`;
   `get_items(20)` and `pop_item()`, each the first call of a new session object on a
   new store (cold: what a fresh process pays, modules imported); on that object, after a
   whole `get_items()`, 100 more `pop_item()` (warm: the time of one, averaged; the disk
   figures include them); then `clear_session()` (eventstore: and
-  `compact(archive=False)`), and the disk again.
-
+  `compact(archive=False)`), and the disk again (files only).
 - **ADK session service**: `append_event` of a ~300-character event (with a session
   state delta) to one session, `--adk-events` of them (500), then
   `get_session(num_recent_events=20)` from a new service (cold) and again (warm), and
-  the whole session. Against ADK's `SqliteSessionService` and `DatabaseSessionService`
-  (`sqlite+aiosqlite`), both on a file with SQLite's defaults (every commit fsynced).
+  the whole session.
 - **Claude Agent SDK store**: `append` of one batch of two ~1 kB entries per turn, then
-  `load` (from a new store object for eventstore: cold). Against the SDK's
-  `InMemorySessionStore` (no durability at all: a floor, not a rival).
+  `load` (from a new store object for eventstore: cold).
 
-Backends: `SqliteSaver` / `SQLiteSession` on a file (WAL, SQLite's default
-`synchronous=FULL`, so every commit is fsynced), and eventstore with
-`durability="fsync"` (the same class: survives power loss) and `"flush"` (the default:
-survives a killed process). Ratios are against SQLite; above 1 eventstore is better.
-Medians over `--repeat` runs; every run starts from an empty directory.
+Ratios: eventstore's against each of the framework's backends; above 1 eventstore is
+better.
 """
 
 from __future__ import annotations
@@ -50,11 +66,9 @@ import json
 import operator
 import os
 import random
-import shutil
 import sqlite3
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -65,22 +79,65 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
+from bench import server_url
 from bench.adk_workload import adk_session_bench, text
+from bench.places import ENGINES, Place, place
 from bench.workload import put_values
 from eventstore import SessionStore
 from eventstore.aio import AsyncSessionStore
 from eventstore.integrations import langgraph as lg
 from eventstore.integrations import openai_agents as oa
 
-BACKENDS = ("sqlite", "eventstore-fsync", "eventstore-flush")
+# each framework's backends on each engine: the framework's own first (the ratios'
+# reference), then eventstore's
+BACKENDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "langgraph": {
+        "file": ("sqlite", "eventstore-fsync", "eventstore-flush"),
+        "postgres": ("postgres-saver", "eventstore"),
+        "redis": ("sqlite", "eventstore"),
+    },
+    "agents": {
+        "file": ("sqlite", "eventstore-fsync", "eventstore-flush"),
+        "postgres": ("sqlalchemy", "eventstore"),
+        "redis": ("redis-session", "eventstore"),
+    },
+    "adk": {
+        "file": ("sqlite", "database", "eventstore-fsync", "eventstore-flush"),
+        "postgres": ("database", "eventstore"),
+        "redis": ("redis-service", "eventstore"),
+    },
+    "claude": {
+        "file": ("in-memory", "eventstore-fsync", "eventstore-flush"),
+        "postgres": ("in-memory", "eventstore"),
+        "redis": ("in-memory", "eventstore"),
+    },
+}
 
 
 def disk_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
-def durability(backend: str) -> Any:
-    return "fsync" if backend == "eventstore-fsync" else "flush"
+def es_store(backend: str, p: Place, **options: Any) -> SessionStore:
+    """eventstore's store of a run (`eventstore-fsync`: `durability="fsync"`)."""
+    durability: Any = "fsync" if backend == "eventstore-fsync" else "flush"
+    return SessionStore(p.store, durability, **options)
+
+
+def sqlalchemy_engine_args(p: Place) -> tuple[str, dict[str, Any]]:
+    """The SQLAlchemy async URL of the run's PostgreSQL database (psycopg 3) and the
+    engine's arguments that put its tables in the run's schema."""
+    from eventstore.engines.postgres.url import split_url
+
+    assert p.server is not None
+    conninfo = split_url(p.server)[0]
+    url = "postgresql+psycopg://" + conninfo.split("://", 1)[1]
+    return url, {"connect_args": {"options": f"-c search_path={p.ns}"}}
+
+
+async def maybe_await(x: Any) -> None:
+    if asyncio.iscoroutine(x):
+        await x
 
 
 # -- LangGraph ---------------------------------------------------------------------------
@@ -90,21 +147,38 @@ class Chat(TypedDict):
     messages: Annotated[list[str], operator.add]
 
 
-def lg_saver(backend: str, root: Path) -> tuple[BaseCheckpointSaver[Any], Callable[[], None]]:
+def lg_saver(backend: str, p: Place) -> tuple[BaseCheckpointSaver[Any], Callable[[], None]]:
+    """A new saver of `backend` on the run's place, and what closes it."""
     if backend == "sqlite":
-        conn = sqlite3.connect(root / "checkpoints.sqlite", check_same_thread=False)
+        conn = sqlite3.connect(p.dir / "checkpoints.sqlite", check_same_thread=False)
         return SqliteSaver(conn), conn.close
-    store = SessionStore(
-        root, durability(backend), event_types=lg.EVENT_TYPES, projections=lg.PROJECTIONS
-    )
+    if backend == "postgres-saver":
+        import psycopg
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg.rows import dict_row
+
+        from eventstore.engines.postgres.url import split_url
+
+        assert p.server is not None
+        pg = psycopg.connect(
+            split_url(p.server)[0],
+            autocommit=True,
+            prepare_threshold=0,
+            row_factory=dict_row,
+            options=f"-c search_path={p.ns}",
+        )
+        saver = PostgresSaver(pg)
+        saver.setup()
+        return saver, pg.close
+    store = es_store(backend, p, event_types=lg.EVENT_TYPES, projections=lg.PROJECTIONS)
     return lg.EventStoreSaver(store), store.close
 
 
-def bench_graph(backend: str, root: Path, turns: int) -> dict[str, float]:
+def bench_graph(backend: str, p: Place, turns: int) -> dict[str, float]:
     rng = random.Random(7)
     replies = [text(rng, 1500) for _ in range(turns)]
     asks = [text(rng, 300) for _ in range(turns)]
-    saver, close = lg_saver(backend, root)
+    saver, close = lg_saver(backend, p)
     it = iter(replies)
     g = StateGraph(Chat)
     g.add_node("reply", lambda s: {"messages": [next(it)]})
@@ -117,32 +191,30 @@ def bench_graph(backend: str, root: Path, turns: int) -> dict[str, float]:
         graph.invoke({"messages": [ask]}, cfg)
     elapsed = time.perf_counter() - t
     close()
-    out = {"turns/s": turns / elapsed, "disk MB": disk_bytes(root) / 1e6}
-    if backend != "sqlite":  # SqliteSaver has no prune
-        saver2, close2 = lg_saver(backend, root)
+    out = {"turns/s": turns / elapsed}
+    if p.engine == "file":
+        out["disk MB"] = disk_bytes(p.dir) / 1e6
+    if backend.startswith("eventstore"):  # the framework's savers have no prune
+        saver2, close2 = lg_saver(backend, p)
         assert isinstance(saver2, lg.EventStoreSaver)
         saver2.prune(["chat"])
         close2()
-        out["disk MB after prune"] = disk_bytes(root) / 1e6
+        if p.engine == "file":
+            out["disk MB after prune"] = disk_bytes(p.dir) / 1e6
     return out
 
 
-def bench_put_get(
-    backend: str,
-    root: Path,
-    n: int,
-    make: Callable[[str, Path], tuple[BaseCheckpointSaver[Any], Callable[[], None]]] = lg_saver,
-) -> dict[str, float]:
+def bench_put_get(backend: str, p: Place, n: int) -> dict[str, float]:
     """Puts, then cold and warm get, list and a cold get of an older checkpoint, each
-    from a saver `make` opens anew (`bench.langgraph_postgres` passes its own)."""
+    from a saver opened anew."""
     rng = random.Random(11)
     values = [text(rng, 1000) for _ in range(n)]
-    saver, close = make(backend, root)
+    saver, close = lg_saver(backend, p)
     t = time.perf_counter()
     configs = put_values(saver, "t", values)
     puts = n / (time.perf_counter() - t)
     close()
-    saver, close = make(backend, root)
+    saver, close = lg_saver(backend, p)
     latest: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     t = time.perf_counter()
     tup = saver.get_tuple(latest)
@@ -156,7 +228,7 @@ def bench_put_get(
     listing = time.perf_counter() - t
     assert listed == n
     close()
-    saver, close = make(backend, root)
+    saver, close = lg_saver(backend, p)
     t = time.perf_counter()
     tup = saver.get_tuple(configs[n // 2])
     cold_older = time.perf_counter() - t
@@ -174,13 +246,28 @@ def bench_put_get(
 # -- OpenAI Agents SDK -------------------------------------------------------------------
 
 
-def agents_session(backend: str, root: Path, session_id: str) -> tuple[Any, Callable[[], Any]]:
+def agents_session(backend: str, p: Place, session_id: str) -> tuple[Any, Callable[[], Any]]:
+    """A new session object of `backend` on the run's place, and what closes it."""
     if backend == "sqlite":
-        s = SQLiteSession(session_id, root / "agents.sqlite")
-        return s, lambda: s.close()
-    store = SessionStore(
-        root, durability(backend), event_types=oa.EVENT_TYPES, projections=oa.PROJECTIONS
-    )
+        s = SQLiteSession(session_id, p.dir / "agents.sqlite")
+        return s, s.close
+    if backend == "sqlalchemy":
+        from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
+
+        url, engine_kwargs = sqlalchemy_engine_args(p)
+        alchemy = SQLAlchemySession.from_url(
+            session_id, url=url, engine_kwargs=engine_kwargs, create_tables=True
+        )
+        return alchemy, alchemy.engine.dispose
+    if backend == "redis-session":
+        from agents.extensions.memory.redis_session import RedisSession
+
+        assert p.server is not None
+        redis_session = RedisSession.from_url(
+            session_id, url=p.server.split("?")[0], key_prefix=f"{p.ns}:agents"
+        )
+        return redis_session, redis_session.close
+    store = es_store(backend, p, event_types=oa.EVENT_TYPES, projections=oa.PROJECTIONS)
     aio = AsyncSessionStore(store)
     es = oa.EventStoreSession(session_id, aio)
 
@@ -194,7 +281,7 @@ def agents_session(backend: str, root: Path, session_id: str) -> tuple[Any, Call
 WARM_POPS = 100  # pops timed on a warm session object
 
 
-async def bench_agents(backend: str, root: Path, turns: int) -> dict[str, float]:
+async def bench_agents(backend: str, p: Place, turns: int) -> dict[str, float]:
     rng = random.Random(13)
     items = [
         [
@@ -203,13 +290,13 @@ async def bench_agents(backend: str, root: Path, turns: int) -> dict[str, float]
         ]
         for _ in range(turns)
     ]
-    s, close = agents_session(backend, root, "chat")
+    s, close = agents_session(backend, p, "chat")
     t = time.perf_counter()
     for pair in items:
         await s.add_items(pair)
     adds = turns / (time.perf_counter() - t)
-    await _maybe_await(close())
-    s, close = agents_session(backend, root, "chat")
+    await maybe_await(close())
+    s, close = agents_session(backend, p, "chat")
     t = time.perf_counter()
     got = await s.get_items()
     cold = time.perf_counter() - t
@@ -220,15 +307,15 @@ async def bench_agents(backend: str, root: Path, turns: int) -> dict[str, float]
     t = time.perf_counter()
     await s.get_items(10)
     last10 = time.perf_counter() - t
-    await _maybe_await(close())
+    await maybe_await(close())
     # a fresh session object on a fresh store (eventstore: nothing folded in memory)
     # for each of the two calls a new process makes first
-    s, close = agents_session(backend, root, "chat")
+    s, close = agents_session(backend, p, "chat")
     t = time.perf_counter()
     assert len(await s.get_items(20)) == min(20, 2 * turns)
     cold20 = time.perf_counter() - t
-    await _maybe_await(close())
-    s, close = agents_session(backend, root, "chat")
+    await maybe_await(close())
+    s, close = agents_session(backend, p, "chat")
     t = time.perf_counter()
     assert await s.pop_item() is not None
     cold_pop = time.perf_counter() - t
@@ -239,7 +326,7 @@ async def bench_agents(backend: str, root: Path, turns: int) -> dict[str, float]
         assert await s.pop_item() is not None
     warm_pop = (time.perf_counter() - t) / pops if pops else 0.0
     await s.clear_session()
-    await _maybe_await(close())
+    await maybe_await(close())
     out = {
         "add_items/s": adds,
         "cold get_items ms": cold * 1e3,
@@ -248,69 +335,84 @@ async def bench_agents(backend: str, root: Path, turns: int) -> dict[str, float]
         "cold get_items(20) ms": cold20 * 1e3,
         "cold pop_item ms": cold_pop * 1e3,
         "warm pop_item ms": warm_pop * 1e3,
-        "disk MB": disk_bytes(root) / 1e6,
     }
-    if backend != "sqlite":
-        # the log keeps the cleared items (audit); compacting without an archive drops them
-        store = SessionStore(root, event_types=oa.EVENT_TYPES, projections=oa.PROJECTIONS)
-        store.compact("chat", archive=False)
-        store.close()
-    out["disk MB after clear (+ compact)"] = disk_bytes(root) / 1e6
+    if p.engine == "file":
+        out["disk MB"] = disk_bytes(p.dir) / 1e6
+        if backend.startswith("eventstore"):
+            # the log keeps the cleared items (audit); compacting without an archive drops them
+            store = es_store(backend, p, event_types=oa.EVENT_TYPES, projections=oa.PROJECTIONS)
+            store.compact("chat", archive=False)
+            store.close()
+        out["disk MB after clear (+ compact)"] = disk_bytes(p.dir) / 1e6
     return out
-
-
-async def _maybe_await(x: Any) -> None:
-    if asyncio.iscoroutine(x):
-        await x
 
 
 # -- Google ADK ---------------------------------------------------------------------------
 
-ADK_BACKENDS = ("sqlite", "database", "eventstore-fsync", "eventstore-flush")
 
-
-def adk_service(backend: str, root: Path) -> Any:
+def adk_service(backend: str, p: Place) -> tuple[Any, Callable[[], Any]]:
+    """A new session service of `backend` on the run's place, and what closes it."""
     from google.adk.sessions.database_session_service import DatabaseSessionService
     from google.adk.sessions.sqlite_session_service import SqliteSessionService
 
     from eventstore.integrations import google_adk
 
     if backend == "sqlite":
-        return SqliteSessionService(str(root / "adk.sqlite"))
+        return SqliteSessionService(str(p.dir / "adk.sqlite")), lambda: None
     if backend == "database":
-        return DatabaseSessionService(f"sqlite+aiosqlite:///{root / 'adk-db.sqlite'}")
-    return google_adk.EventStoreSessionService(SessionStore(root, durability(backend)))
+        if p.engine == "postgres":
+            url, engine_kwargs = sqlalchemy_engine_args(p)
+            db = DatabaseSessionService(url, **engine_kwargs)
+        else:
+            db = DatabaseSessionService(f"sqlite+aiosqlite:///{p.dir / 'adk-db.sqlite'}")
+        return db, db.close
+    if backend == "redis-service":
+        import redis.asyncio as aredis
+        from google.adk.integrations.redis import RedisSessionService, RedisSessionServiceConfig
 
+        assert p.server is not None
+        client = aredis.from_url(p.server.split("?")[0], decode_responses=True)
+        config = RedisSessionServiceConfig(key_prefix=f"{p.ns}:adk:")
+        return RedisSessionService(config, redis_client=client), client.aclose
+    store = es_store(backend, p)
+    service = google_adk.EventStoreSessionService(store)
 
-async def _close(service: Any) -> None:
-    close = getattr(service, "close", None)
-    if close is not None:
-        await close()
-    store = getattr(service, "store", None)
-    if isinstance(store, SessionStore):
+    async def close() -> None:
+        await service.close()
         store.close()
 
+    return service, close
 
-async def bench_adk(backend: str, root: Path, events: int) -> dict[str, float]:
-    out = await adk_session_bench(lambda: adk_service(backend, root), events, _close)
-    out["disk MB"] = disk_bytes(root) / 1e6
+
+async def bench_adk(backend: str, p: Place, events: int) -> dict[str, float]:
+    closers: dict[int, Callable[[], Any]] = {}
+
+    def make() -> Any:
+        service, close = adk_service(backend, p)
+        closers[id(service)] = close
+        return service
+
+    async def close(service: Any) -> None:
+        await maybe_await(closers.pop(id(service))())
+
+    out = await adk_session_bench(make, events, close)
+    if p.engine == "file":
+        out["disk MB"] = disk_bytes(p.dir) / 1e6
     return out
 
 
 # -- Claude Agent SDK ---------------------------------------------------------------------
 
-CLAUDE_BACKENDS = ("in-memory", "eventstore-fsync", "eventstore-flush")
 
-
-def claude_store(backend: str, root: Path, memory: Any) -> Any:
+def claude_store(backend: str, p: Place, memory: Any) -> Any:
     from eventstore.integrations import claude_agent_sdk
 
     if backend == "in-memory":
         return memory
-    return claude_agent_sdk.EventStoreSessionStore(SessionStore(root, durability(backend)))
+    return claude_agent_sdk.EventStoreSessionStore(es_store(backend, p))
 
 
-async def bench_claude(backend: str, root: Path, turns: int) -> dict[str, float]:
+async def bench_claude(backend: str, p: Place, turns: int) -> dict[str, float]:
     from claude_agent_sdk import InMemorySessionStore
 
     rng = random.Random(19)
@@ -323,7 +425,7 @@ async def bench_claude(backend: str, root: Path, turns: int) -> dict[str, float]
         for i in range(turns)
     ]
     memory = InMemorySessionStore()
-    store = claude_store(backend, root, memory)
+    store = claude_store(backend, p, memory)
     t = time.perf_counter()
     for batch in batches:
         await store.append(key, batch)
@@ -331,7 +433,7 @@ async def bench_claude(backend: str, root: Path, turns: int) -> dict[str, float]
     if store is not memory:
         await store.close()
         store.store.close()
-    store = claude_store(backend, root, memory)
+    store = claude_store(backend, p, memory)
     t = time.perf_counter()
     got = await store.load(key)
     load = time.perf_counter() - t
@@ -345,26 +447,6 @@ async def bench_claude(backend: str, root: Path, turns: int) -> dict[str, float]
 # -- the run -----------------------------------------------------------------------------
 
 HIGHER_IS_BETTER = {"turns/s", "puts/s", "add_items/s", "append_event/s", "append/s"}
-
-
-def measure(
-    name: str,
-    fn: Callable[[str, Path], dict[str, float]],
-    repeat: int,
-    backends: tuple[str, ...] = BACKENDS,
-) -> dict[str, dict[str, float]]:
-    medians: dict[str, dict[str, float]] = {}
-    for backend in backends:
-        runs: list[dict[str, float]] = []
-        for r in range(repeat):
-            root = Path(tempfile.mkdtemp(prefix="eventstore-bench-"))
-            try:
-                runs.append(fn(backend, root))
-            finally:
-                shutil.rmtree(root, ignore_errors=True)
-            print(f"{name} {backend} run {r + 1}/{repeat}", file=sys.stderr)
-        medians[backend] = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
-    return medians
 
 
 def interleaved(
@@ -415,51 +497,68 @@ def table(title: str, medians: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def run(
+    framework: str, engine: str, url: str | None, repeat: int, fn: Callable[[str, Place], Any]
+) -> dict[str, list[dict[str, float]]]:
+    """`fn(backend, place)` of every backend of `framework` on `engine`, each run in a
+    fresh place, the repeats interleaved (a coroutine `fn` is run to its end)."""
+
+    def one(backend: str) -> dict[str, float]:
+        with place(engine, url) as p:
+            out = fn(backend, p)
+            return asyncio.run(out) if asyncio.iscoroutine(out) else out  # type: ignore[no-any-return]
+
+    return interleaved(BACKENDS[framework][engine], repeat, one)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--engine", choices=ENGINES, default="file", help="where both sides store")
+    parser.add_argument("--url", help="the PostgreSQL database or Redis server (--engine)")
     parser.add_argument("--turns", type=int, default=100, help="graph and session turns")
     parser.add_argument("--puts", type=int, default=1000, help="checkpoints in the put bench")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--adk-events", type=int, default=500, help="events in the ADK bench")
-    parser.add_argument(
-        "--only", choices=("langgraph", "agents", "adk", "claude"), help="one framework"
-    )
-    parser.add_argument("--json", type=Path, help="also write the medians as JSON")
+    parser.add_argument("--only", choices=tuple(BACKENDS), help="one framework")
+    parser.add_argument("--json", type=Path, help="also write every run as JSON")
     args = parser.parse_args(argv)
-    wanted = {args.only} if args.only else {"langgraph", "agents", "adk", "claude"}
-    results: dict[str, dict[str, dict[str, float]]] = {}
-    if "langgraph" in wanted:
-        results[f"LangGraph graph, {args.turns} turns"] = measure(
-            "graph", lambda b, r: bench_graph(b, r, args.turns), args.repeat
-        )
-        results[f"LangGraph put / get, {args.puts} checkpoints"] = measure(
-            "put/get", lambda b, r: bench_put_get(b, r, args.puts), args.repeat
-        )
-    if "agents" in wanted:
-        results[f"Agents SDK session, {args.turns} turns"] = measure(
-            "agents", lambda b, r: asyncio.run(bench_agents(b, r, args.turns)), args.repeat
-        )
-    if "adk" in wanted:
-        results[f"ADK session service, {args.adk_events} events"] = measure(
+    engine = args.engine
+    url = None if engine == "file" else server_url(parser, args.url, engine.upper())
+    parts: dict[str, tuple[str, Callable[[str, Place], Any]]] = {
+        f"LangGraph graph, {args.turns} turns": (
+            "langgraph",
+            lambda b, p: bench_graph(b, p, args.turns),
+        ),
+        f"LangGraph put / get, {args.puts} checkpoints": (
+            "langgraph",
+            lambda b, p: bench_put_get(b, p, args.puts),
+        ),
+        f"Agents SDK session, {args.turns} turns": (
+            "agents",
+            lambda b, p: bench_agents(b, p, args.turns),
+        ),
+        f"ADK session service, {args.adk_events} events": (
             "adk",
-            lambda b, r: asyncio.run(bench_adk(b, r, args.adk_events)),
-            args.repeat,
-            ADK_BACKENDS,
-        )
-    if "claude" in wanted:
-        results[f"Claude Agent SDK store, {args.turns} turns"] = measure(
+            lambda b, p: bench_adk(b, p, args.adk_events),
+        ),
+        f"Claude Agent SDK store, {args.turns} turns": (
             "claude",
-            lambda b, r: asyncio.run(bench_claude(b, r, args.turns)),
-            args.repeat,
-            CLAUDE_BACKENDS,
-        )
+            lambda b, p: bench_claude(b, p, args.turns),
+        ),
+    }
+    results = {
+        f"{title} ({engine})": run(framework, engine, url, args.repeat, fn)
+        for title, (framework, fn) in parts.items()
+        if args.only in (None, framework)
+    }
     print(
-        f"Medians of {args.repeat} runs, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}.\n"
+        f"Medians of {args.repeat} interleaved runs on {engine}, {os.cpu_count()} CPUs,"
+        f" Python {sys.version.split()[0]}.\n"
     )
-    for title, medians in results.items():
-        print(table(title, medians) + "\n")
+    for title, runs in results.items():
+        print(report(title, runs) + "\n")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps(results, indent=1))
     return 0
 
 

@@ -8,10 +8,12 @@ LangGraph's own `PostgresSaver` (langgraph-checkpoint-postgres), on the same ser
 The URL defaults to $EVENTSTORE_BENCH_POSTGRES_URL, then $EVENTSTORE_TEST_POSTGRES_URL.
 The workload is `bench.integrations.bench_put_get`'s (puts of a checkpoint chain, then
 a cold `get_tuple` from a new saver, a warm one, `list` of the whole thread, and a cold
-`get_tuple` of the checkpoint in the middle from another new saver). Each run works in a
-fresh schema it drops afterwards; both savers commit every put with the server's
-`synchronous_commit` (the same durability). Repeats are interleaved (one run of each
-backend, then the next repeat). Also counted: server transactions per put.
+`get_tuple` of the checkpoint in the middle from another new saver), as
+`python -m bench.integrations --engine postgres --only langgraph` runs it, plus the
+server's transactions per put. Each run works in a fresh schema it drops afterwards
+(`bench.places`); both savers commit every put with the server's `synchronous_commit`
+(the same durability). Repeats are interleaved (one run of each backend, then the next
+repeat).
 """
 
 from __future__ import annotations
@@ -20,68 +22,24 @@ import argparse
 import json
 import sys
 import time
-import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from bench.integrations import bench_put_get, interleaved, report
-from bench.postgres import _drop_schema, _server_counters, _with_schema, postgres_url
+from bench.integrations import bench_put_get, interleaved, lg_saver, report
+from bench.places import place
+from bench.postgres import _server_counters, postgres_url
 
 __all__ = ["main"]
 
-BACKENDS = ("postgres-saver", "eventstore-postgres")
-
-
-def _savers(url: str, schema: str) -> Callable[[str, Path], tuple[Any, Callable[[], None]]]:
-    """A factory of new savers of `backend` over `schema` (each a cold start)."""
-
-    def make(backend: str, root: Path) -> tuple[Any, Callable[[], None]]:
-        if backend == "postgres-saver":
-            import psycopg
-            from langgraph.checkpoint.postgres import PostgresSaver
-            from psycopg.rows import dict_row
-
-            from eventstore.engines.postgres.url import split_url
-
-            conn = psycopg.connect(
-                split_url(url)[0],
-                autocommit=True,
-                prepare_threshold=0,
-                row_factory=dict_row,
-                options=f"-c search_path={schema}",
-            )
-            saver = PostgresSaver(conn)
-            saver.setup()
-            return saver, conn.close
-        from eventstore import SessionStore
-        from eventstore.integrations import langgraph as lg
-
-        store = SessionStore(
-            _with_schema(url, schema), event_types=lg.EVENT_TYPES, projections=lg.PROJECTIONS
-        )
-        return lg.EventStoreSaver(store), store.close
-
-    return make
+BACKENDS = ("postgres-saver", "eventstore")
 
 
 def _run(url: str, backend: str, puts: int) -> dict[str, float]:
-    import psycopg
-
-    from eventstore.engines.postgres.url import split_url
-
-    schema = f"bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    make = _savers(url, schema)
-    try:
-        make(backend, Path("."))[1]()  # the tables made before anything is counted
+    with place("postgres", url) as p:
+        lg_saver(backend, p)[1]()  # the tables made before anything is counted
         before = _server_counters(url)
-        out = bench_put_get(backend, Path("."), puts, make)
+        out = bench_put_get(backend, p, puts)
         time.sleep(1.0)  # the closed connections' counters reach the server's totals
         after = _server_counters(url)
-    finally:
-        _drop_schema(url, schema)
     # every transaction of the run over the puts (the reads' own are few: read-only
     # statements in autocommit are counted too, as the server counts them)
     out["server transactions per put"] = (after[0] - before[0]) / puts

@@ -18,15 +18,10 @@ medians and spreads (max/min) over repeats:
   messages of ~300 and ~1,500 characters per turn, a progress entry every 5th turn): a
   fresh process opens the store and loads.
 - **follow latency**: a follower sees each of `--follow-events` appends made at ~200/s.
-- **ADK session service** (`--adk-events`, 500; `--only adk` runs this part alone): ADK's
-  own `RedisSessionService` (google-adk 2.13+, `google.adk.integrations.redis`) against
-  eventstore's ADK adapter (`EventStoreSessionService`) on a `redis://` store, on the
-  same server, each repeat running both in turn: `create_session`, `append_event` of a
-  ~300-character event with a state delta, `--adk-events` of them, then
-  `get_session(num_recent_events=20)` from a new service (cold) and again (warm), and
-  the whole session (`bench.integrations`' workload, the same code). Both are
-  acknowledged by the server (eventstore's `durability="flush"`); neither waits for an
-  fsync.
+
+The frameworks on Redis (ADK's `RedisSessionService`, the Agents SDK's `RedisSession`
+against eventstore's adapters on a `redis://` store): `python -m bench.integrations
+--engine redis`.
 
 Not measured: `langgraph-checkpoint-redis` (`RedisSaver`) needs the RedisJSON and
 RediSearch 2.x modules; Debian 12 ships no RedisJSON package and RediSearch only as 1.2
@@ -164,60 +159,6 @@ def _spread(xs: list[float]) -> str:
     return f"{max(xs) / min(xs):.2f}" if xs and min(xs) > 0 else "-"
 
 
-ADK_BACKENDS = ("adk RedisSessionService", "eventstore redis flush")
-
-
-def _adk(url: str, backend: str, events: int, prefix: str) -> dict[str, float]:
-    """One run of the ADK workload on `backend`, its keys under `prefix`."""
-    import asyncio
-
-    import redis.asyncio as aredis
-    from google.adk.integrations.redis import RedisSessionService, RedisSessionServiceConfig
-
-    from bench.adk_workload import adk_session_bench
-    from eventstore.integrations.google_adk import EventStoreSessionService
-
-    clients: dict[int, Any] = {}
-
-    def make() -> Any:
-        if backend.startswith("eventstore"):
-            return EventStoreSessionService(_with_prefix(url, prefix))
-        client = aredis.from_url(url.split("?")[0], decode_responses=True)
-        service = RedisSessionService(
-            RedisSessionServiceConfig(key_prefix=f"{prefix}:"), redis_client=client
-        )
-        clients[id(service)] = client
-        return service
-
-    async def close(service: Any) -> None:
-        if id(service) in clients:
-            await clients.pop(id(service)).aclose()
-        else:
-            await service.close()
-
-    return asyncio.run(adk_session_bench(make, events, close))
-
-
-def _adk_report(events: int, runs: dict[str, list[dict[str, float]]]) -> list[str]:
-    theirs, ours = ADK_BACKENDS
-    lines = [
-        f"ADK session service, {events} events (medians of {len(runs[ours])}; spread:"
-        " max/min; ratio: eventstore's advantage, above 1 it is ahead):",
-        "",
-        f"| metric | {theirs} | spread | {ours} | spread | ratio |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for metric in runs[ours][0]:
-        a = [r[metric] for r in runs[theirs]]
-        b = [r[metric] for r in runs[ours]]
-        ma, mb = statistics.median(a), statistics.median(b)
-        ratio = mb / ma if metric.endswith("/s") else ma / mb  # rates: higher is better
-        lines.append(
-            f"| {metric} | {ma:,.2f} | {_spread(a)} | {mb:,.2f} | {_spread(b)} | {ratio:.2f} |"
-        )
-    return lines
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the Redis benchmark and print markdown tables."""
     ap = argparse.ArgumentParser(prog="python -m bench --engine redis", description=__doc__)
@@ -228,8 +169,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="repeats (default 3)")
     ap.add_argument("--turns", type=int, default=2000, help="turns of the loaded session")
     ap.add_argument("--follow-events", type=int, default=300)
-    ap.add_argument("--adk-events", type=int, default=500, help="events in the ADK part")
-    ap.add_argument("--only", choices=["engine", "adk"], help="run one part (default: both)")
     ap.add_argument("--json", help="also write the raw results to this file")
     a = ap.parse_args(argv)
     url = (
@@ -250,17 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     lines: list[str] = []
     raw: dict[str, Any] = {"server": facts}
     try:
-        if a.only in (None, "engine"):
-            lines += _engine_part(a, facts, redis_store, raw)
-        if a.only in (None, "adk"):
-            runs: dict[str, list[dict[str, float]]] = {b: [] for b in ADK_BACKENDS}
-            for r in range(a.repeat):
-                for backend in ADK_BACKENDS:  # interleaved: a noisy neighbour hits both
-                    prefixes.append(f"bench{uuid.uuid4().hex[:10]}")
-                    runs[backend].append(_adk(url, backend, a.adk_events, prefixes[-1]))
-                    _log(f"[{r + 1}] {backend}: {runs[backend][-1]}")
-            lines += [""] * bool(lines) + _adk_report(a.adk_events, runs)
-            raw["adk"] = runs
+        lines += _engine_part(a, facts, redis_store, raw)
     finally:
         for p in prefixes:
             _drop_prefix(url, p)
