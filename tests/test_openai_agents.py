@@ -22,6 +22,7 @@ from agents.memory import Session, SQLiteSession
 from agents.models.interface import Model
 from agents.usage import Usage
 from conftest import same_value
+from engines import ENGINES, EngineCase
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
@@ -54,7 +55,7 @@ def msg(text: str, role: str = "user") -> TResponseInputItem:
     return {"role": role, "content": text}  # type: ignore[return-value,misc]
 
 
-def plain_store(root: Path) -> SessionStore:
+def plain_store(root: Path | str) -> SessionStore:
     return SessionStore(root, event_types=oa.EVENT_TYPES, projections=oa.PROJECTIONS)
 
 
@@ -642,12 +643,13 @@ _OPS = st.lists(
 )
 @given(ops=_OPS, n=st.integers(1, 6))
 def test_a_fresh_stores_newest_items_and_pop_equal_the_fold(
-    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int]], n: int
+    case: EngineCase, tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int]], n: int
 ) -> None:
-    """Adds, pops, clears, compactions and other events in any order: a fresh store's
-    `get_items(n)` (read from the log's end) equals the newest n of the whole
-    conversation, and its `pop_item` pops the newest item, leaving what a fold leaves."""
-    root = tmp_path_factory.mktemp("agents-cold")
+    """Adds, pops, clears, compactions and other events in any order, on every engine:
+    a fresh store's `get_items(n)` (read from the log's end: by bytes on files, by seq
+    on PostgreSQL and Redis) equals the newest n of the whole conversation, and its
+    `pop_item` pops the newest item, leaving what a fold leaves."""
+    root = case.fresh(tmp_path_factory.mktemp("agents-cold"))
 
     async def build() -> list[str]:
         s = EventStoreSession("s", root)
@@ -692,7 +694,7 @@ def test_a_fresh_stores_newest_items_and_pop_equal_the_fold(
         assert popped is None and after == []
 
 
-def _agents_log(root: Path, turns: int) -> Path:
+def _agents_log(root: str, turns: int) -> None:
     async def build() -> None:
         s = EventStoreSession("s", root)
         for i in range(turns):
@@ -700,30 +702,81 @@ def _agents_log(root: Path, turns: int) -> Path:
         await s.close()
 
     run(build())
-    return SessionPaths(root, "s").log
 
 
-def test_a_cold_newest_page_never_returns_an_edited_item(tmp_path: Path) -> None:
-    """An item's line edited in the log: a fresh store's `get_items(n)` and `pop_item`
-    that would return it raise CorruptLogError (each line read from the end is checked
-    against its link, as a fold checks it), never the edited item."""
-    log = _agents_log(tmp_path, 50)
-    log.write_bytes(log.read_bytes().replace(b"q0049", b"q9999"))
+def _edit(case: EngineCase, root: str, old: bytes, new: bytes) -> None:
+    """Replace `old` by `new` in session "s"'s live log, bypassing every check."""
+    store = plain_store(root)
+    try:
+        case.rewrite(store, "s", lambda b: b.replace(old, new))
+    finally:
+        store.close()
+
+
+def test_a_cold_newest_page_never_returns_an_edited_item(case: EngineCase, url: str) -> None:
+    """An item's line edited in the log, on every engine: a fresh store's `get_items(n)`
+    and `pop_item` that would return it raise CorruptLogError (each line read from the
+    end is checked against its link, as a fold checks it), never the edited item."""
+    _agents_log(url, 50)
+    _edit(case, url, b"q0049", b"q9999")
     with pytest.raises(CorruptLogError):
-        run(EventStoreSession("s", tmp_path).get_items(3))
+        run(EventStoreSession("s", url).get_items(3))
     with pytest.raises(CorruptLogError):
-        run(EventStoreSession("s", tmp_path).pop_item())
+        run(EventStoreSession("s", url).pop_item())
 
 
-def test_a_cold_newest_page_reads_only_the_logs_end(tmp_path: Path) -> None:
+def test_a_cold_newest_page_reads_only_the_logs_end(case: EngineCase, url: str) -> None:
     """A fresh store's `get_items(20)` of a 2,000-turn conversation reads the log from
-    its end only: an edit far before the newest items never reaches it (a full load,
-    which folds the whole log, reports it)."""
-    log = _agents_log(tmp_path, 2000)
-    log.write_bytes(log.read_bytes().replace(b"q0010", b"q9010"))
-    got = run(EventStoreSession("s", tmp_path).get_items(20))
+    its end only, on every engine: an edit far before the newest items never reaches it
+    (a full load, which folds the whole log, reports it)."""
+    _agents_log(url, 2000)
+    _edit(case, url, b"q0010", b"q9010")
+    got = run(EventStoreSession("s", url).get_items(20))
     assert [i["content"][:5] for i in got] == [  # type: ignore[typeddict-item]
         f"{kind}{t:04d}" for t in range(1990, 2000) for kind in "qa"
     ]
     with pytest.raises(CorruptLogError):
-        run(EventStoreSession("s", tmp_path).get_items())
+        run(EventStoreSession("s", url).get_items())
+
+
+_SEQ_CASES = [c for c in ENGINES if c.name in ("postgres", "redis")]
+
+
+@pytest.mark.parametrize("seq_case", _SEQ_CASES, ids=[c.name for c in _SEQ_CASES])
+def test_a_cold_newest_page_read_by_seq_never_mixes_two_logs(
+    seq_case: EngineCase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an engine that reads lines by seq, in batches: the log replaced by another,
+    valid one between two batches (a restore, a bad tool) gives the newest items of one
+    log or the other, never some of each (each batch must chain to the one after it)."""
+    url = seq_case.fresh(tmp_path)
+    _agents_log(url, 100)
+    other = plain_store(url)
+    run(_add_turns(other, "t", 100))
+    replacement: list[bytes] = []
+    seq_case.rewrite(other, "t", lambda b: replacement.append(b) or b)
+    store = plain_store(url)
+    real = store.engine.lines_at  # type: ignore[attr-defined]
+    reads: list[int] = []
+
+    def lines_at(session_id: str, seqs: Any) -> Any:
+        got = real(session_id, seqs)
+        reads.append(len(got))
+        if len(reads) == 1:  # between the first batch and the second
+            seq_case.rewrite(other, "s", lambda b: replacement[0])
+        return got
+
+    monkeypatch.setattr(store.engine, "lines_at", lines_at)
+    got = [i["content"][:1] for i in run(EventStoreSession("s", store).get_items(60))]  # type: ignore[typeddict-item]
+    store.close()
+    other.close()
+    assert len(reads) >= 2, "the page was read in one batch: the race was not run"
+    assert got in (list("qa" * 30), list("QA" * 30))
+    assert got == list("QA" * 30)  # (the read gave up and folded the log as it is now)
+
+
+async def _add_turns(store: SessionStore, sid: str, turns: int) -> None:
+    s = EventStoreSession(sid, store)
+    for i in range(turns):
+        await s.add_items([msg(f"Q{i:04d}"), msg(f"A{i:04d}", "assistant")])
+    await s.close()

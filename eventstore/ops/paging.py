@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
-from eventstore.engines.base import Head, RangedEngine
+from eventstore.engines.base import Head, RangedEngine, SeqEngine
 from eventstore.errors import InvalidRecordError
 from eventstore.format.chain import (
     HASH_SUFFIX_LEN,
@@ -47,6 +47,7 @@ from eventstore.format.chain import (
     link_ending,
 )
 from eventstore.format.codec import EventCodec
+from eventstore.format.crypt import encrypted_key_id
 from eventstore.format.events import (
     Event,
     MessagesAppended,
@@ -252,18 +253,20 @@ def newest_events(
     the live log (the other lines recognised by their first bytes and never decoded),
     each checked against its link as a fold checks it, until `visit` returns True or
     the log's start; returns the head of the log read. None when it cannot answer:
-    the engine has no ranged view, a line does not check, or the scan reached a
-    snapshot opening the log before `visit` was done (the caller folds instead, which
-    says what is wrong). For O(what the caller needs) reads of a long log's end (the
-    Agents SDK session's `get_items(limit)`). `search`: which lines `visit` must see,
-    told from their raw bytes (`ByteSearch`); the others are neither decoded nor
-    checked (a search for an id's bytes skips a long log at the speed of a byte
-    search)."""
+    the engine reads neither byte ranges nor lines by seq, a line does not check, or
+    the scan reached a snapshot opening the log before `visit` was done (the caller
+    folds instead, which says what is wrong). For O(what the caller needs) reads of a
+    long log's end (the Agents SDK session's `get_items(limit)`). `search`: which lines
+    `visit` must see, told from their raw bytes (`ByteSearch`); the others are neither
+    decoded nor checked (a search for an id's bytes skips a long log at the speed of a
+    byte search)."""
     core = core_of(core)
     engine = core.engine
+    starts = tuple(b'{"type":"' + tag.encode() + b'",' for tag in sorted(tags))
+    if isinstance(engine, SeqEngine):
+        return _newest_by_seq(core, engine, session_id, starts, visit, search)
     if not isinstance(engine, RangedEngine):
         return None
-    starts = tuple(b'{"type":"' + tag.encode() + b'",' for tag in sorted(tags))
     sess = core.session(session_id)
     with engine.live_view(sess.session_id) as view:
         read_span, size = view.read_span, view.head.size
@@ -283,6 +286,51 @@ def newest_events(
             if visit(ev):
                 return view.head
         return None if snap is not None else view.head
+
+
+#: lines a backward read by seq asks for first, and at most at once (doubling between)
+_SEQ_BATCH = (16, 1024)
+
+
+def _newest_by_seq(
+    core: SessionCore,
+    engine: SeqEngine,
+    session_id: str,
+    starts: tuple[bytes, ...],
+    visit: Callable[[Event], bool],
+    search: ByteSearch | None,
+) -> Head | None:
+    """`newest_events` on an engine that reads lines by seq (PostgreSQL, Redis): the
+    head, then the lines below it in batches, each one consistent read. Every line must
+    end with the `h` the line after it chains to (the head's for the newest), so
+    batches read apart still make one log (a log changed between two reads gives up);
+    each line visited is checked against the link before it, as a fold checks it. A
+    seq the live log does not hold as a line (an opening snapshot; lines compacted or
+    repaired away since the head was read) gives up, as does an encrypted line."""
+    sid = core.session(session_id).session_id
+    head = engine.head(sid)
+    where = engine.where(sid)
+    hi, want, link = head.seq, _SEQ_BATCH[0], head.h  # `link`: the h line `hi` must end with
+    while hi >= 1:
+        lo = max(1, hi - want + 1)
+        got = engine.lines_at(sid, range(hi, lo - 1, -1))
+        if len(got) != hi - lo + 1:
+            return None
+        batch = [got[seq] for seq in range(hi, lo - 1, -1)]
+        wanted = search is None or search.in_chunk(b"\n".join(g.line for g in batch))
+        for got_line in batch:
+            line = got_line.line
+            before = link_ending(got_line.before) if got_line.before else ""
+            if before is None or line[-18:-2] != link.encode():
+                return None
+            if wanted and line.startswith(starts) and (search is None or search.in_line(line)):
+                if encrypted_key_id(line) is not None or not chains_to(before, line):
+                    return None
+                if visit(core.codec.decode_line(line, got_line.offset, where)):
+                    return head
+            link = before
+        hi, want = lo - 1, min(2 * want, _SEQ_BATCH[1])
+    return head
 
 
 #: A snapshot line checked whole is remembered by the digests of the `_BLOCK`-sized
