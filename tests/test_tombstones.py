@@ -23,6 +23,7 @@ from engines import EngineCase
 
 from eventstore import (
     BootstrapState,
+    CorruptLogError,
     Message,
     ProgressAppended,
     Role,
@@ -198,6 +199,24 @@ def test_a_new_process_knows_a_tombstone_from_the_last_line_alone(url: str) -> N
         fresh.append_progress_entry("long", make_entry(1))
         assert fresh.last_seq("long") == 31
         assert len(fresh.load_transcript_messages("long")) == 30
+
+
+def test_a_first_write_reads_the_last_line_alone_on_every_engine(
+    case: EngineCase, url: str
+) -> None:
+    """The lifecycle state a store's first write to a session judges comes from the
+    log's last line alone on every engine (files and memory: read from the end;
+    PostgreSQL and Redis: the head's line by its seq, checked): a line edited far back
+    never reaches that write, while a load of the whole log reports it."""
+    with SessionStore(url) as store:
+        for i in range(30):
+            store.append_transcript_messages("long", [Message(role=Role.USER, content=f"m{i:03d}")])
+        case.rewrite(store, "long", lambda b: b.replace(b"m005", b"m905"))
+    with SessionStore(url) as fresh:
+        fresh.append_progress_entry("long", make_entry(1))
+        assert fresh.last_seq("long") == 31
+        with pytest.raises(CorruptLogError):
+            fresh.load_transcript_messages("long")
 
 
 def test_the_async_store_mirrors_delete_restore_and_the_tombstones(tmp_path: Path) -> None:

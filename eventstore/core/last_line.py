@@ -3,12 +3,15 @@ line decides.
 
 The lifecycle projection is one: a tombstone always ends its log (no write lands after
 it, and `restore` removes the session), so whether a session is deleted is said by its
-last line. A projection says so with `last_line_only = True`; on an engine that reads
-byte ranges (`RangedEngine`), its first fold in a process reads the last line (from
-the end, back to the newline before it) and folds it alone, instead of the whole log:
-every write folds the lifecycle projection, and a first write to a long session would
-otherwise read all of it. Anything unexpected (no newline found, a line that does not
-decode) answers None, and the caller folds from the start as usual.
+last line. A projection says so with `last_line_only = True`; its first fold in a process
+reads the last line and folds it alone, instead of the whole log: every write folds
+the lifecycle projection, and a first write to a long session would otherwise read all
+of it. An engine that reads byte ranges (`RangedEngine`) gives the line from the end
+back to the newline before it; one that reads lines by seq (`SeqEngine`: PostgreSQL,
+Redis) gives the line of the head's seq, which must be the head's line (its `h`) and
+check against the link before it. Anything unexpected (no newline found, a line that
+does not decode or check, a log that changed between the two reads) answers None, and
+the caller folds from the start as usual.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from __future__ import annotations
 from typing import Any
 
 from eventstore.core.sessions import Fold
-from eventstore.engines.base import RangedEngine
+from eventstore.engines.base import Engine, Head, RangedEngine, SeqEngine
 from eventstore.errors import EventStoreError
+from eventstore.format.chain import chains_to, link_ending
 from eventstore.format.codec import EventCodec
+from eventstore.format.events import Event
 from projections import Projection, fold
 
 __all__ = ["last_line_fold", "last_line_only"]
@@ -32,10 +37,31 @@ def last_line_only(proj: Projection[Any]) -> bool:
 
 
 def last_line_fold(
-    engine: RangedEngine, codec: EventCodec, session_id: str, proj: Projection[Any]
+    engine: Engine, codec: EventCodec, session_id: str, proj: Projection[Any]
 ) -> Fold | None:
     """`proj` folded over the live log's last committed line, at the log's head; None
-    when the log is empty or the line cannot be read that way (fold from the start)."""
+    when the log is empty, the engine reads neither byte ranges nor lines by seq, or
+    the line cannot be read that way (fold from the start)."""
+    if isinstance(engine, RangedEngine):
+        found = _last_of_view(engine, codec, session_id)
+    elif isinstance(engine, SeqEngine):
+        found = _last_by_seq(engine, codec, session_id)
+    else:
+        return None
+    if found is None:
+        return None
+    ev, head = found
+    if ev.seq != head.seq:
+        return None  # (a batch's last line carries the head's seq; anything else: refold)
+    try:
+        return Fold(fold(proj, proj.initial(), [ev]), head)
+    except EventStoreError:
+        return None
+
+
+def _last_of_view(
+    engine: RangedEngine, codec: EventCodec, session_id: str
+) -> tuple[Event, Head] | None:
     with engine.live_view(session_id) as view:
         head = view.head
         end = head.size
@@ -51,12 +77,24 @@ def last_line_fold(
                 break
             step *= 2
         try:
-            ev = codec.decode_line(line, start + nl + 1, view.where)
+            return codec.decode_line(line, start + nl + 1, view.where), head
         except EventStoreError:
             return None
-    if ev.seq != head.seq:
-        return None  # (a batch's last line carries the head's seq; anything else: refold)
+
+
+def _last_by_seq(
+    engine: SeqEngine, codec: EventCodec, session_id: str
+) -> tuple[Event, Head] | None:
+    head = engine.head(session_id)
+    if head.seq == 0:
+        return None
+    got = engine.lines_at(session_id, [head.seq]).get(head.seq)
+    if got is None or got.line[-18:-2] != head.h.encode():
+        return None  # (no line of that seq: a snapshot; another line: the log changed)
+    link = link_ending(got.before) if got.before else ""
+    if link is None or not chains_to(link, got.line):
+        return None
     try:
-        return Fold(fold(proj, proj.initial(), [ev]), head)
+        return codec.decode_line(got.line, got.offset, engine.where(session_id)), head
     except EventStoreError:
         return None

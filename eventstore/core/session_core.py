@@ -41,7 +41,6 @@ from eventstore.engines.base import (
     Head,
     HeadMovedError,
     KeyEngine,
-    RangedEngine,
     WriterTurn,
 )
 from eventstore.errors import (
@@ -446,7 +445,7 @@ class SessionCore:
         """Where this process starts folding `proj`: from the last line alone for a
         projection that only it decides (`eventstore.core.last_line`), else the fold
         cache or the beginning."""
-        if last_line_only(proj) and isinstance(self.engine, RangedEngine):
+        if last_line_only(proj):
             seeded = last_line_fold(self.engine, self.codec, sess.session_id, proj)
             if seeded is not None:
                 return seeded
