@@ -388,6 +388,22 @@ def test_a_cold_last_page_of_an_intact_log_equals_the_fold(
             assert s.load_transcript_messages(SID, last=n) == full[-n:]
 
 
+def test_a_cold_last_page_reads_only_the_logs_end_on_every_engine(
+    case: EngineCase, url: str
+) -> None:
+    """`load_transcript_messages(sid, last=N)` on a cold store reads the log from its
+    end on every engine (by bytes on files and memory, by seq on PostgreSQL and Redis),
+    with or without the transcript's fold cache: a line edited far before the page
+    never reaches it, while a load of the whole transcript reports it."""
+    full = _messages_log(url, n=300)
+    with SessionStore(url) as s:
+        case.rewrite(s, SID, lambda b: b.replace(b'"turn 010"', b'"turn 910"'))
+    with SessionStore(url) as s:
+        assert s.load_transcript_messages(SID, last=20) == full[-20:]
+        with pytest.raises(CorruptLogError):
+            s.load_transcript_messages(SID)
+
+
 @pytest.mark.usefixtures("no_transcript_cache")
 def test_a_cold_last_page_never_returns_an_edited_snapshot_message(root: Path) -> None:
     with SessionStore(root) as s:

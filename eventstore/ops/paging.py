@@ -73,6 +73,7 @@ __all__ = [
 SpanReader = Callable[[int, int], bytes]
 
 _MESSAGES = b'{"type":"messages_appended",'
+_MESSAGES_TAG = frozenset({"messages_appended"})
 _CHUNK = 64 * 1024
 _message_list = msgspec.json.Decoder(list[Message])
 # A message inside a transcript state: msgspec writes `role` first, and the quote after
@@ -122,15 +123,36 @@ def transcript_page(
 
 def _read_last_messages(core: SessionCore, sess: SessionState, n: int) -> list[Message] | None:
     """The newest `n` messages read from the end of the live log, through the engine's
-    ranged view of it (None: the engine has none, or the log cannot be sliced; fold
-    instead)."""
+    ranged view of it, or its lines read by seq (None: the engine has neither, or the
+    log cannot be sliced; fold instead)."""
     engine = core.engine
+    if isinstance(engine, SeqEngine):
+        return _last_messages_by_seq(core, sess.session_id, n)
     if not isinstance(engine, RangedEngine):
         return None
     with engine.live_view(sess.session_id) as view:
         return last_messages(
             view.read_span, view.head.size, n, core.codec, view.where, sess.checked_snapshots
         )
+
+
+def _last_messages_by_seq(core: SessionCore, session_id: str, n: int) -> list[Message] | None:
+    """`last_messages` on an engine that reads lines by seq (`newest_events`); None
+    when the messages wanted reach into a snapshot opening the log (fold instead)."""
+    if n <= 0:
+        return []
+    found: list[list[Message]] = []  # newest batch first
+    have = 0
+
+    def visit(ev: Event) -> bool:
+        nonlocal have
+        if type(ev) is MessagesAppended and ev.messages:
+            found.append(ev.messages)
+            have += len(ev.messages)
+        return have >= n
+
+    head = newest_events(core, session_id, _MESSAGES_TAG, visit)
+    return None if head is None else _newest(found, n)
 
 
 def last_messages(
