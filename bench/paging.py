@@ -1,6 +1,7 @@
 """Transcript paging: the newest 20 messages of a 10,000-turn session with tool calls.
 
     .venv/bin/python -m bench.paging [--turns 10000] [--last 20] [--repeat 200]
+    .venv/bin/python -m bench.paging --engine redis --url redis://127.0.0.1:6379/0
 
 Builds one session of TURNS turns, each four messages as a coding harness writes them (a
 user request, an assistant message with text and a tool call, the tool's result, an
@@ -14,18 +15,19 @@ last=N)`:
 
 beside a full `load_transcript_messages(sid)` cold, the O(transcript) way. Medians of
 REPEAT runs (cold: REPEAT // 4), in one process; times vary ~20% between runs on a
-shared machine, the ratios hold.
+shared machine, the ratios hold. `--engine postgres|redis --url URL`: the same on that
+engine, in a fresh schema or key prefix (`bench.places`).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
+from bench import server_url
+from bench.places import ENGINES, place
 from eventstore import (
     Message,
     Role,
@@ -82,7 +84,7 @@ def median_ms(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
-def measure(root: Path, last: int, repeat: int) -> dict[str, float]:
+def measure(root: str, last: int, repeat: int) -> dict[str, float]:
     """Warm and cold paging, and a full cold load, of the session at `root`."""
     out: dict[str, float] = {}
     with SessionStore(root) as warm:
@@ -110,15 +112,19 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=10_000)
     parser.add_argument("--last", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--engine", choices=ENGINES, default="file")
+    parser.add_argument("--url", help="the PostgreSQL database or Redis server (--engine)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "store"
+    url = None if args.engine == "file" else server_url(parser, args.url, args.engine.upper())
+    with place(args.engine, url) as p:
+        root = p.store
         with SessionStore(root) as store:
             for i in range(args.turns):
                 store.append_transcript_messages(SID, turn(i))
-        size = (root / "sessions" / SID / "log.jsonl").stat().st_size
+        log = p.dir / "sessions" / SID / "log.jsonl"
+        size = f", log {log.stat().st_size / 1e6:.1f} MB" if args.engine == "file" else ""
         print(
-            f"{args.turns:,} turns, {4 * args.turns:,} messages, log {size / 1e6:.1f} MB;"
+            f"{args.turns:,} turns, {4 * args.turns:,} messages on {args.engine}{size};"
             f" last={args.last}; medians in ms"
         )
         live = measure(root, args.last, args.repeat)
