@@ -21,7 +21,7 @@ from typing import Any
 from eventstore.core.sessions import Fold
 from eventstore.engines.base import Engine, Head, RangedEngine, SeqEngine
 from eventstore.errors import EventStoreError
-from eventstore.format.chain import chains_to, link_ending
+from eventstore.format.chain import chains_to, link_before
 from eventstore.format.codec import EventCodec
 from eventstore.format.events import Event
 from projections import Projection, fold
@@ -91,7 +91,7 @@ def _last_by_seq(
     got = engine.lines_at(session_id, [head.seq]).get(head.seq)
     if got is None or got.line[-18:-2] != head.h.encode():
         return None  # (no line of that seq: a snapshot; another line: the log changed)
-    link = link_ending(got.before) if got.before else ""
+    link = link_before(got.before)
     if link is None or not chains_to(link, got.line):
         return None
     try:

@@ -39,6 +39,7 @@ __all__ = [
     "find_snapshot_head",
     "hash_checks",
     "line_hash",
+    "link_before",
     "link_ending",
     "link_of",
     "locate_states",
@@ -88,6 +89,13 @@ def link_ending(end: bytes) -> str | None:
         return end[6:22].decode("ascii")
     except UnicodeDecodeError:
         return None
+
+
+def link_before(before: bytes) -> str | None:
+    """The link a line chains to, told from the last `LINE_END_LEN` bytes of the line
+    before it (`before`, as a `SeqEngine` reads them; b"" before a log's first line,
+    which chains to ""); None when they end no line."""
+    return link_ending(before) if before else ""
 
 
 def link_of(event: Event) -> str:

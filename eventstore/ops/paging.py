@@ -44,6 +44,7 @@ from eventstore.format.chain import (
     SNAPSHOT_OPEN,
     chains_to,
     find_snapshot_head,
+    link_before,
     link_ending,
 )
 from eventstore.format.codec import EventCodec
@@ -342,7 +343,7 @@ def _newest_by_seq(
         wanted = search is None or search.in_chunk(b"\n".join(g.line for g in batch))
         for got_line in batch:
             line = got_line.line
-            before = link_ending(got_line.before) if got_line.before else ""
+            before = link_before(got_line.before)
             if before is None or line[-18:-2] != link.encode():
                 return None
             if wanted and line.startswith(starts) and (search is None or search.in_line(line)):

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.engines.base import RangedEngine, SeqEngine
-from eventstore.format.chain import SNAPSHOT_OPEN, chains_to, link_ending
+from eventstore.format.chain import SNAPSHOT_OPEN, chains_to, link_before
 from eventstore.format.codec import EventCodec
 from eventstore.format.crypt import encrypted_key_id
 from eventstore.format.events import Event
@@ -263,7 +263,7 @@ def _queried(
     where = engine.where(sid)
     found: dict[int, Event | None] = dict.fromkeys(seqs)
     for seq, got in lines.items():
-        link = "" if got.before == b"" else link_ending(got.before)
+        link = link_before(got.before)
         ok = link is not None and got.line.startswith(starts) and chains_to(link, got.line)
         if ok and seq in found:
             found[seq] = _decoded(codec, seq, got.offset, got.line, where)
