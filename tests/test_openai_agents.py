@@ -32,6 +32,7 @@ from eventstore import (
     EventStoreError,
     InvalidRecordError,
     NestingTooDeepError,
+    SessionDeletedError,
     SessionStore,
     StorageError,
 )
@@ -737,6 +738,35 @@ def test_a_cold_newest_page_reads_only_the_logs_end(case: EngineCase, url: str) 
     ]
     with pytest.raises(CorruptLogError):
         run(EventStoreSession("s", url).get_items())
+
+
+class _Stopped(Exception):
+    """A delete stopped between its fence and its erase (what a kill there leaves)."""
+
+
+def test_a_cold_newest_page_of_a_deleted_unerased_session_is_empty(
+    case: EngineCase, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: a delete stopped before its erase leaves the tombstone ending the live
+    log, the items before it. A fresh store's `get_items(n)` read them from the log's
+    end (it looked for the conversation's lines only) on every engine, while `get_items()`
+    (a fold) reads none: the scan now stops at a tombstone, and a pop writes nothing."""
+    _agents_log(url, 5)
+    store = plain_store(url)
+
+    def stop(*args: object, **kw: object) -> object:
+        raise _Stopped
+
+    with monkeypatch.context() as m:
+        m.setattr(store.engine, "install_snapshot", stop)
+        with pytest.raises(_Stopped):
+            store.delete_session("s")
+    store.close()
+    for n in (1, 3, 40):
+        assert run(EventStoreSession("s", url).get_items(n)) == []
+    assert run(EventStoreSession("s", url).get_items()) == []
+    with pytest.raises(SessionDeletedError):
+        run(EventStoreSession("s", url).pop_item())
 
 
 _SEQ_CASES = [c for c in ENGINES if c.name in ("postgres", "redis")]

@@ -219,6 +219,47 @@ def test_a_first_write_reads_the_last_line_alone_on_every_engine(
             fresh.load_transcript_messages("long")
 
 
+class _Stopped(Exception):
+    """A delete stopped between its fence and its erase (what a kill there leaves)."""
+
+
+def _delete_stopped_before_the_erase(store: SessionStore, sid: str) -> None:
+    """`delete_session` killed once its tombstone is durable, before the log is erased."""
+
+    def stop(*args: object, **kw: object) -> object:
+        raise _Stopped
+
+    real = store.engine.install_snapshot
+    store.engine.install_snapshot = stop  # type: ignore[method-assign]
+    try:
+        with pytest.raises(_Stopped):
+            store.delete_session(sid)
+    finally:
+        store.engine.install_snapshot = real  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("compacted", [False, True])
+def test_a_cold_last_page_of_a_deleted_unerased_session_is_empty(
+    case: EngineCase, url: str, compacted: bool
+) -> None:
+    """Attack: a delete stopped before its erase leaves the tombstone ending the live
+    log, the messages before it. A fresh store's `load_transcript_messages(sid, last=N)`
+    read them from the log's end (it looked for message lines only) on every engine,
+    while the fold reads the session as empty: the scan now stops at a tombstone."""
+    with SessionStore(url) as store:
+        for i in range(20):
+            store.append_transcript_messages("a", [Message(role=Role.USER, content=f"m{i}")])
+            if compacted and i == 9:
+                store.compact("a", force=True)
+        _delete_stopped_before_the_erase(store, "a")
+    for n in (1, 3, 40):
+        with SessionStore(url) as fresh:
+            assert fresh.tombstone_of("a") is not None
+            assert fresh.load_transcript_messages("a", last=n) == []
+    with SessionStore(url) as fresh:
+        assert fresh.load_transcript_messages("a") == []
+
+
 def test_the_async_store_mirrors_delete_restore_and_the_tombstones(tmp_path: Path) -> None:
     import asyncio
 

@@ -73,6 +73,10 @@ __all__ = [
 SpanReader = Callable[[int, int], bytes]
 
 _MESSAGES = b'{"type":"messages_appended",'
+# A tombstone resets every projection's state (`projections.fold`): a backward scan
+# that meets one (a delete stopped before its erase leaves it ending the live log) has
+# everything the fold would keep, whatever types it looks for
+_TOMBSTONE = b'{"type":"session_deleted",'
 _MESSAGES_TAG = frozenset({"messages_appended"})
 _CHUNK = 64 * 1024
 _message_list = msgspec.json.Decoder(list[Message])
@@ -186,6 +190,10 @@ def last_messages(
     found: list[list[Message]] = []  # newest batch first
     have = 0
     for offset, line, data, base in lines_backward(read_span, size, floor):
+        if line.startswith(_TOMBSTONE):
+            if not line_checks(read_span, offset, line, data, base, floor, snap):
+                return None
+            return _newest(found, n)
         if line.startswith(_MESSAGES):
             ev = codec.decode_line(line, offset, where)
             if type(ev) is MessagesAppended and ev.messages:
@@ -273,11 +281,12 @@ def newest_events(
 ) -> Head | None:
     """Visit the session's events of types `tags`, newest first, read from the end of
     the live log (the other lines recognised by their first bytes and never decoded),
-    each checked against its link as a fold checks it, until `visit` returns True or
-    the log's start; returns the head of the log read. None when it cannot answer:
-    the engine reads neither byte ranges nor lines by seq, a line does not check, or
-    the scan reached a snapshot opening the log before `visit` was done (the caller
-    folds instead, which says what is wrong). For O(what the caller needs) reads of a
+    each checked against its link as a fold checks it, until `visit` returns True, a
+    tombstone (visited too if `tags` holds `session_deleted`; nothing older counts, as
+    in a fold) or the log's start; returns the head of the log read. None when it
+    cannot answer: the engine reads neither byte ranges nor lines by seq, a line does
+    not check, or the scan reached a snapshot opening the log before `visit` was done
+    (the caller folds instead, which says what is wrong). For O(what the caller needs) reads of a
     long log's end (the Agents SDK session's `get_items(limit)`). `search`: which lines
     `visit` must see, told from their raw bytes (`ByteSearch`); the others are neither
     decoded nor checked (a search for an id's bytes skips a long log at the speed of a
@@ -298,16 +307,29 @@ def newest_events(
             if snap is None or snap.length <= 0:
                 return None
             floor = snap.length + 1
-        chunks = None if search is None else search.in_chunk
+        chunks = None if search is None else _or_tombstone(search)
         for offset, line, data, base in lines_backward(read_span, size, floor, chunks):
-            if not line.startswith(starts) or (search is not None and not search.in_line(line)):
+            ends = line.startswith(_TOMBSTONE)
+            if not ends and not _wanted(line, starts, search):
                 continue
-            ev = core.codec.decode_line(line, offset, view.where)
             if not line_checks(read_span, offset, line, data, base, floor, snap):
                 return None
-            if visit(ev):
+            if line.startswith(starts) and visit(core.codec.decode_line(line, offset, view.where)):
                 return view.head
+            if ends:
+                return view.head  # nothing older counts (`_TOMBSTONE`)
         return None if snap is not None else view.head
+
+
+def _wanted(line: bytes, starts: tuple[bytes, ...], search: ByteSearch | None) -> bool:
+    """Whether a backward scan visits `line`: of a type asked for, and found by `search`."""
+    return line.startswith(starts) and (search is None or search.in_line(line))
+
+
+def _or_tombstone(search: ByteSearch) -> Callable[[bytes], bool]:
+    """`search.in_chunk`, also true of a chunk holding a tombstone (where a scan ends,
+    whatever it searches for)."""
+    return lambda data: search.in_chunk(data) or _TOMBSTONE in data
 
 
 #: lines a backward read by seq asks for first, and at most at once (doubling between)
@@ -345,11 +367,16 @@ def _newest_by_seq(
             before = link_ending(got_line.before) if got_line.before else ""
             if before is None or line[-18:-2] != link.encode():
                 return None
-            if wanted and line.startswith(starts) and (search is None or search.in_line(line)):
+            ends = line.startswith(_TOMBSTONE)  # (every line's start is read here)
+            if ends or (wanted and _wanted(line, starts, search)):
                 if encrypted_key_id(line) is not None or not chains_to(before, line):
                     return None
-                if visit(core.codec.decode_line(line, got_line.offset, where)):
+                if line.startswith(starts) and visit(
+                    core.codec.decode_line(line, got_line.offset, where)
+                ):
                     return head
+                if ends:
+                    return head  # nothing older counts (`_TOMBSTONE`)
             link = before
         hi, want = lo - 1, min(2 * want, _SEQ_BATCH[1])
     return head
