@@ -260,6 +260,42 @@ def test_a_cold_last_page_of_a_deleted_unerased_session_is_empty(
         assert fresh.load_transcript_messages("a") == []
 
 
+def _forge_last_line(old: bytes, tombstone: bool) -> bytes:
+    """The log with its last line replaced, same seq and `h` (so no longer its hash): by
+    a tombstone if `tombstone`, else by the line before it (a live line)."""
+    lines = old.rstrip(b"\n").split(b"\n")
+    last = json.loads(lines[-1])
+    forged = {"type": "session_deleted", "seq": last["seq"], "ts": last["ts"], "by": "x",
+              "last_seq": last["seq"] - 1, "last_h": "0" * 16} if tombstone else {
+              **json.loads(lines[-2]), "seq": last["seq"], "ts": last["ts"]}  # fmt: skip
+    forged["h"] = last["h"]
+    lines[-1] = json.dumps(forged, separators=(",", ":")).encode()
+    return b"\n".join(lines) + b"\n"
+
+
+def test_a_forged_last_line_never_decides_whether_a_session_is_deleted(
+    case: EngineCase, url: str
+) -> None:
+    """Attack: the last line, which alone decides a first write's lifecycle state, is
+    replaced by a line that does not check (its `h` kept): a tombstone ending a live log,
+    or a live line where a delete stopped before its erase left its tombstone. Files and
+    memory decoded it unchecked: the first refused the write as deleted, the second
+    appended to the deleted session. Now that line is checked against its link on every
+    engine, and the fold it falls back to reports the edit; nothing is written."""
+    with SessionStore(url) as store:
+        for sid in ("live", "gone"):
+            for i in range(5):
+                store.append_transcript_messages(sid, [Message(role=Role.USER, content=f"m{i}")])
+        _delete_stopped_before_the_erase(store, "gone")
+        case.rewrite(store, "live", lambda b: _forge_last_line(b, True))
+        case.rewrite(store, "gone", lambda b: _forge_last_line(b, False))
+    for sid, last in (("live", 5), ("gone", 6)):
+        with SessionStore(url) as fresh:
+            with pytest.raises(CorruptLogError):
+                fresh.append_progress_entry(sid, make_entry(1))
+            assert fresh.last_seq(sid) == last
+
+
 def test_the_async_store_mirrors_delete_restore_and_the_tombstones(tmp_path: Path) -> None:
     import asyncio
 
