@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import multiprocessing
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -803,6 +804,63 @@ def test_a_cold_newest_page_read_by_seq_never_mixes_two_logs(
     assert len(reads) >= 2, "the page was read in one batch: the race was not run"
     assert got in (list("qa" * 30), list("QA" * 30))
     assert got == list("QA" * 30)  # (the read gave up and folded the log as it is now)
+
+
+def test_a_cold_pop_never_lands_on_another_log_of_as_many_lines(
+    case: EngineCase, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: between a cold `pop_item`'s read of the newest item and its append, the
+    session's log is replaced by another of as many lines (deleted, restored and
+    written again; a bad tool). The pop was appended at the seq it read alone: it took
+    the other log's newest item out and returned the first log's, a mix of both. Now it
+    appends only at the head it read (its `h` too), else judges the log as it is."""
+    store = plain_store(url)
+    for sid, p in (("s", "q"), ("t", "Q")):
+        run(_add_turns_as(store, sid, p, 5))
+    other: list[bytes] = []
+    case.rewrite(store, "t", lambda b: other.append(b) or b)
+    store.close()
+    store = plain_store(url)
+    replaced: list[bool] = []
+
+    def replace() -> None:
+        if not replaced:  # once, right after the pop's read
+            replaced.append(True)
+            case.rewrite(store, "s", lambda b: other[0])
+
+    engine: Any = store.engine
+    if case.name in ("postgres", "redis"):  # the newest lines read by seq
+        real = engine.lines_at
+
+        def lines_at(session_id: str, seqs: Any) -> Any:
+            got = real(session_id, seqs)
+            replace()
+            return got
+
+        monkeypatch.setattr(engine, "lines_at", lines_at)
+    else:  # read by bytes, through a view of the live log
+        real_view = engine.live_view
+
+        @contextmanager
+        def live_view(session_id: str) -> Iterator[Any]:
+            with real_view(session_id) as view:
+                yield view
+            replace()
+
+        monkeypatch.setattr(engine, "live_view", live_view)
+    popped = run(EventStoreSession("s", store).pop_item())
+    store.close()
+    assert replaced, "the race was not run"
+    after = [i["content"] for i in run(EventStoreSession("s", url).get_items())]  # type: ignore[typeddict-item]
+    assert popped is not None and after == ["Q0", "Q1", "Q2", "Q3"]
+    assert popped["content"] == "Q4"  # type: ignore[typeddict-item]
+
+
+async def _add_turns_as(store: SessionStore, sid: str, prefix: str, turns: int) -> None:
+    s = EventStoreSession(sid, store)
+    for i in range(turns):
+        await s.add_items([msg(f"{prefix}{i}")])
+    await s.close()
 
 
 async def _add_turns(store: SessionStore, sid: str, turns: int) -> None:

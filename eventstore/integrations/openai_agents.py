@@ -59,6 +59,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from eventstore.aio import AsyncSessionStore
 from eventstore.core.session_core import core_of
+from eventstore.engines.base import EMPTY_HEAD, Head
 from eventstore.errors import (
     ConcurrencyError,
     EventStoreError,
@@ -151,7 +152,7 @@ class EventStoreSession:
         if n is not None and n >= 0:
 
             def newest() -> list[StoredItem]:
-                found = self._newest(n) if n else ([], 0, None)
+                found = self._newest(n) if n else ([], EMPTY_HEAD, None)
                 if found is not None:
                     return found[0]
                 # (the store's folded state, brought up to date; only the page copied)
@@ -163,9 +164,9 @@ class EventStoreSession:
             items = cast(AgentItems, state).items
         return [_decode(i.item) for i in items]
 
-    def _newest(self, n: int) -> tuple[list[StoredItem], int, SessionDeleted | None] | None:
-        """The newest `n` items, the log's last seq and its tombstone, if it ends with
-        one (then no items), read from the end of the log when this store has not
+    def _newest(self, n: int) -> tuple[list[StoredItem], Head, SessionDeleted | None] | None:
+        """The newest `n` items, the head of the log read and its tombstone, if it ends
+        with one (then no items), read from the end of the log when this store has not
         folded the conversation (`newest_events`: O(what is returned), every line
         checked against its link); None: fold instead."""
         if core_of(self.store).has_fold(self.session_id, PROJECTION.name):
@@ -198,7 +199,7 @@ class EventStoreSession:
         if head is None:
             return None
         out.reverse()
-        return out, head.seq, tombstone[0] if tombstone else None
+        return out, head, tombstone[0] if tombstone else None
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items as one atomic event; a retry of a failed or cancelled call
@@ -230,13 +231,17 @@ class EventStoreSession:
             # head it read; a store that has folded it judges its state with no read
             found = self._newest(1)
             if found is not None:
-                newest, seq, tombstone = found
+                newest, head, tombstone = found
                 if tombstone is not None:
                     raise SessionDeletedError(self.session_id, tombstone.ts, tombstone.by)
                 if not newest:
                     return None
                 try:
-                    self.store.append(self.session_id, [_popped(newest[-1])], expected_seq=seq)
+                    # at the very head read (its seq and `h`): a log replaced since by
+                    # another of as many lines would take the pop of an item it lacks
+                    self.store._append_checked(
+                        self.session_id, [_popped(newest[-1])], None, head.seq, head.h
+                    )
                     return _decode(newest[-1].item)
                 except ConcurrencyError:
                     pass  # another writer got in first: fold, and judge again
