@@ -727,6 +727,20 @@ def test_a_cold_newest_page_never_returns_an_edited_item(case: EngineCase, url: 
         run(EventStoreSession("s", url).pop_item())
 
 
+def test_a_cold_newest_page_never_skips_an_edited_line(case: EngineCase, url: str) -> None:
+    """Attack: the newest item's line with its type edited (`agents_items_added` made
+    another word, its `h` kept). A fresh store's `get_items(1)` passed over it unchecked,
+    as a line of no type it reads, and returned the item before it as the newest, on
+    every engine; now every line it passes is checked, so it raises CorruptLogError as
+    the fold does."""
+    _agents_log(url, 50)
+    _edit(case, url, b'"agents_items_added","seq":50,', b'"agents_items_addex","seq":50,')
+    with pytest.raises(CorruptLogError):
+        run(EventStoreSession("s", url).get_items(1))
+    with pytest.raises(CorruptLogError):
+        run(EventStoreSession("s", url).get_items())
+
+
 def test_a_cold_newest_page_reads_only_the_logs_end(case: EngineCase, url: str) -> None:
     """A fresh store's `get_items(20)` of a 2,000-turn conversation reads the log from
     its end only, on every engine: an edit far before the newest items never reaches it

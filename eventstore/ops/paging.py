@@ -13,8 +13,9 @@ and never decoded) and stops once it has N messages. If it reaches a compaction
 snapshot first, it takes the missing messages from the end of the snapshot's transcript
 entry, whose byte range the snapshot's `layout` gives, finding message boundaries
 backwards (see `_suffix_messages`), so a compacted transcript of any length costs the
-bytes of the messages returned. Every live line whose messages it returns has its `h`
-checked against the link before it (the `h` ending the line before, the snapshot's
+bytes of the messages returned. Every live line it passes (not only those whose
+messages it returns: an edit of a line's type would hide it) has its `h` checked
+against the link before it (the `h` ending the line before, the snapshot's
 `base_h` right after it, "" at the start of the log), as a fold would check it: a line
 that does not check, or an irregular one before it (a blank line), makes it return
 None, and the caller folds, which checks every line and reports the first that fails.
@@ -190,19 +191,18 @@ def last_messages(
     found: list[list[Message]] = []  # newest batch first
     have = 0
     for offset, line, data, base in lines_backward(read_span, size, floor):
+        ev = codec.decode_line(line, offset, where) if line.startswith(_MESSAGES) else None
+        # every line passed, not only those returned: a line whose type was edited away
+        # from `messages_appended` would otherwise hide its messages unchecked
+        if not line_checks(read_span, offset, line, data, base, floor, snap):
+            return None  # the fold checks every line and says what is wrong
         if line.startswith(_TOMBSTONE):
-            if not line_checks(read_span, offset, line, data, base, floor, snap):
-                return None
             return _newest(found, n)
-        if line.startswith(_MESSAGES):
-            ev = codec.decode_line(line, offset, where)
-            if type(ev) is MessagesAppended and ev.messages:
-                if not line_checks(read_span, offset, line, data, base, floor, snap):
-                    return None  # the fold checks every line and says what is wrong
-                found.append(ev.messages)
-                have += len(ev.messages)
-                if have >= n:
-                    return _newest(found, n)
+        if type(ev) is MessagesAppended and ev.messages:
+            found.append(ev.messages)
+            have += len(ev.messages)
+            if have >= n:
+                return _newest(found, n)
     if snap is not None and have < n:
         older = _checked_snapshot_tail(read_span, snap, n - have, checked_snapshots)
         if older is None:
@@ -281,7 +281,7 @@ def newest_events(
 ) -> Head | None:
     """Visit the session's events of types `tags`, newest first, read from the end of
     the live log (the other lines recognised by their first bytes and never decoded),
-    each checked against its link as a fold checks it, until `visit` returns True, a
+    every line passed checked against its link as a fold checks it, until `visit` returns True, a
     tombstone (visited too if `tags` holds `session_deleted`; nothing older counts, as
     in a fold) or the log's start; returns the head of the log read. None when it
     cannot answer: the engine reads neither byte ranges nor lines by seq, a line does
@@ -309,12 +309,13 @@ def newest_events(
             floor = snap.length + 1
         chunks = None if search is None else _or_tombstone(search)
         for offset, line, data, base in lines_backward(read_span, size, floor, chunks):
-            ends = line.startswith(_TOMBSTONE)
-            if not ends and not _wanted(line, starts, search):
-                continue
+            ends, visits = line.startswith(_TOMBSTONE), _wanted(line, starts, search)
+            if not (ends or visits or search is None):
+                continue  # (a search's skipped lines go unchecked, as its skipped chunks)
+            ev = core.codec.decode_line(line, offset, view.where) if visits else None
             if not line_checks(read_span, offset, line, data, base, floor, snap):
                 return None
-            if line.startswith(starts) and visit(core.codec.decode_line(line, offset, view.where)):
+            if ev is not None and visit(ev):
                 return view.head
             if ends:
                 return view.head  # nothing older counts (`_TOMBSTONE`)
@@ -368,15 +369,16 @@ def _newest_by_seq(
             if before is None or line[-18:-2] != link.encode():
                 return None
             ends = line.startswith(_TOMBSTONE)  # (every line's start is read here)
-            if ends or (wanted and _wanted(line, starts, search)):
-                if encrypted_key_id(line) is not None or not chains_to(before, line):
+            visits = wanted and _wanted(line, starts, search)
+            if (ends or visits or search is None) and not chains_to(before, line):
+                return None
+            if visits:
+                if encrypted_key_id(line) is not None:
                     return None
-                if line.startswith(starts) and visit(
-                    core.codec.decode_line(line, got_line.offset, where)
-                ):
+                if visit(core.codec.decode_line(line, got_line.offset, where)):
                     return head
-                if ends:
-                    return head  # nothing older counts (`_TOMBSTONE`)
+            if ends:
+                return head  # nothing older counts (`_TOMBSTONE`)
             link = before
         hi, want = lo - 1, min(2 * want, _SEQ_BATCH[1])
     return head
