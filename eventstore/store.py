@@ -450,9 +450,25 @@ class SessionStore:
             not isinstance(expected_seq, int) or isinstance(expected_seq, bool) or expected_seq < 0
         ):
             raise InvalidRecordError(f"expected_seq must be an int >= 0, got {expected_seq!r}")
+        return self._append_checked(session_id, checked, idempotency_key, expected_seq, None)
+
+    def _append_checked(
+        self,
+        session_id: str,
+        checked: list[Event],
+        idempotency_key: str | None,
+        expected_seq: int | None,
+        expected_h: str | None,
+    ) -> AppendResult:
+        """`append` of checked events; `expected_h`: with `expected_seq`, also the `h` of
+        the last line, for a decision read from the log itself (`newest_events`, whose
+        head gives both): another log of as many lines (the session deleted, restored
+        and written again; a repair) has the seq, not the `h`, and is refused too."""
 
         def build(head: Head, states: list[Any]) -> list[Event]:
-            if expected_seq is not None and head.seq != expected_seq:
+            if expected_seq is not None and (
+                head.seq != expected_seq or expected_h not in (None, head.h)
+            ):
                 raise ConcurrencyError(session_id, expected_seq, head.seq)
             return checked
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import multiprocessing
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,6 +33,7 @@ from eventstore import (
     EventStoreError,
     InvalidRecordError,
     NestingTooDeepError,
+    SessionDeletedError,
     SessionStore,
     StorageError,
 )
@@ -725,6 +727,20 @@ def test_a_cold_newest_page_never_returns_an_edited_item(case: EngineCase, url: 
         run(EventStoreSession("s", url).pop_item())
 
 
+def test_a_cold_newest_page_never_skips_an_edited_line(case: EngineCase, url: str) -> None:
+    """Attack: the newest item's line with its type edited (`agents_items_added` made
+    another word, its `h` kept). A fresh store's `get_items(1)` passed over it unchecked,
+    as a line of no type it reads, and returned the item before it as the newest, on
+    every engine; now every line it passes is checked, so it raises CorruptLogError as
+    the fold does."""
+    _agents_log(url, 50)
+    _edit(case, url, b'"agents_items_added","seq":50,', b'"agents_items_addex","seq":50,')
+    with pytest.raises(CorruptLogError):
+        run(EventStoreSession("s", url).get_items(1))
+    with pytest.raises(CorruptLogError):
+        run(EventStoreSession("s", url).get_items())
+
+
 def test_a_cold_newest_page_reads_only_the_logs_end(case: EngineCase, url: str) -> None:
     """A fresh store's `get_items(20)` of a 2,000-turn conversation reads the log from
     its end only, on every engine: an edit far before the newest items never reaches it
@@ -737,6 +753,35 @@ def test_a_cold_newest_page_reads_only_the_logs_end(case: EngineCase, url: str) 
     ]
     with pytest.raises(CorruptLogError):
         run(EventStoreSession("s", url).get_items())
+
+
+class _Stopped(Exception):
+    """A delete stopped between its fence and its erase (what a kill there leaves)."""
+
+
+def test_a_cold_newest_page_of_a_deleted_unerased_session_is_empty(
+    case: EngineCase, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: a delete stopped before its erase leaves the tombstone ending the live
+    log, the items before it. A fresh store's `get_items(n)` read them from the log's
+    end (it looked for the conversation's lines only) on every engine, while `get_items()`
+    (a fold) reads none: the scan now stops at a tombstone, and a pop writes nothing."""
+    _agents_log(url, 5)
+    store = plain_store(url)
+
+    def stop(*args: object, **kw: object) -> object:
+        raise _Stopped
+
+    with monkeypatch.context() as m:
+        m.setattr(store.engine, "install_snapshot", stop)
+        with pytest.raises(_Stopped):
+            store.delete_session("s")
+    store.close()
+    for n in (1, 3, 40):
+        assert run(EventStoreSession("s", url).get_items(n)) == []
+    assert run(EventStoreSession("s", url).get_items()) == []
+    with pytest.raises(SessionDeletedError):
+        run(EventStoreSession("s", url).pop_item())
 
 
 _SEQ_CASES = [c for c in ENGINES if c.name in ("postgres", "redis")]
@@ -773,6 +818,63 @@ def test_a_cold_newest_page_read_by_seq_never_mixes_two_logs(
     assert len(reads) >= 2, "the page was read in one batch: the race was not run"
     assert got in (list("qa" * 30), list("QA" * 30))
     assert got == list("QA" * 30)  # (the read gave up and folded the log as it is now)
+
+
+def test_a_cold_pop_never_lands_on_another_log_of_as_many_lines(
+    case: EngineCase, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: between a cold `pop_item`'s read of the newest item and its append, the
+    session's log is replaced by another of as many lines (deleted, restored and
+    written again; a bad tool). The pop was appended at the seq it read alone: it took
+    the other log's newest item out and returned the first log's, a mix of both. Now it
+    appends only at the head it read (its `h` too), else judges the log as it is."""
+    store = plain_store(url)
+    for sid, p in (("s", "q"), ("t", "Q")):
+        run(_add_turns_as(store, sid, p, 5))
+    other: list[bytes] = []
+    case.rewrite(store, "t", lambda b: other.append(b) or b)
+    store.close()
+    store = plain_store(url)
+    replaced: list[bool] = []
+
+    def replace() -> None:
+        if not replaced:  # once, right after the pop's read
+            replaced.append(True)
+            case.rewrite(store, "s", lambda b: other[0])
+
+    engine: Any = store.engine
+    if case.name in ("postgres", "redis"):  # the newest lines read by seq
+        real = engine.lines_at
+
+        def lines_at(session_id: str, seqs: Any) -> Any:
+            got = real(session_id, seqs)
+            replace()
+            return got
+
+        monkeypatch.setattr(engine, "lines_at", lines_at)
+    else:  # read by bytes, through a view of the live log
+        real_view = engine.live_view
+
+        @contextmanager
+        def live_view(session_id: str) -> Iterator[Any]:
+            with real_view(session_id) as view:
+                yield view
+            replace()
+
+        monkeypatch.setattr(engine, "live_view", live_view)
+    popped = run(EventStoreSession("s", store).pop_item())
+    store.close()
+    assert replaced, "the race was not run"
+    after = [i["content"] for i in run(EventStoreSession("s", url).get_items())]  # type: ignore[typeddict-item]
+    assert popped is not None and after == ["Q0", "Q1", "Q2", "Q3"]
+    assert popped["content"] == "Q4"  # type: ignore[typeddict-item]
+
+
+async def _add_turns_as(store: SessionStore, sid: str, prefix: str, turns: int) -> None:
+    s = EventStoreSession(sid, store)
+    for i in range(turns):
+        await s.add_items([msg(f"{prefix}{i}")])
+    await s.close()
 
 
 async def _add_turns(store: SessionStore, sid: str, turns: int) -> None:

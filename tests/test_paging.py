@@ -347,13 +347,15 @@ def _messages_log(url: str, n: int = 12, compact_at: int | None = None) -> list[
 
 @pytest.mark.usefixtures("no_transcript_cache")
 @pytest.mark.parametrize("compact_at", [None, 3], ids=["live log", "after a snapshot"])
-@pytest.mark.parametrize("edit", ["content", "seq", "drop a line", "swap two lines"])
+@pytest.mark.parametrize("edit", ["content", "seq", "drop a line", "swap two lines", "type"])
 def test_a_cold_last_page_never_returns_a_line_that_fails_its_hash(
     case: EngineCase, url: str, compact_at: int | None, edit: str
 ) -> None:
     """`load_transcript_messages(sid, last=N)` on a cold store reads the log from its
     end: each messages line it returns must have passed its hash check, like a fold's
-    (it returned an edited message before)."""
+    (it returned an edited message before), and so must each line it passes ("type":
+    the newest messages line's type edited, it was skipped unchecked and the page
+    returned older messages as the newest, on every engine)."""
     _messages_log(url, compact_at=compact_at)
 
     def damage(data: bytes) -> bytes:
@@ -364,6 +366,8 @@ def test_a_cold_last_page_never_returns_a_line_that_fails_its_hash(
         elif edit == "seq":
             seq = json.loads(lines[last])["seq"]
             lines[last] = lines[last].replace(b'"seq":%d' % seq, b'"seq":%d' % (seq + 7))
+        elif edit == "type":
+            lines[last] = lines[last].replace(b'"messages_appended"', b'"messages_appende_"')
         elif edit == "drop a line":
             del lines[last - 1]  # the line before: the chain breaks at the one returned
         else:

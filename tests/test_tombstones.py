@@ -219,6 +219,83 @@ def test_a_first_write_reads_the_last_line_alone_on_every_engine(
             fresh.load_transcript_messages("long")
 
 
+class _Stopped(Exception):
+    """A delete stopped between its fence and its erase (what a kill there leaves)."""
+
+
+def _delete_stopped_before_the_erase(store: SessionStore, sid: str) -> None:
+    """`delete_session` killed once its tombstone is durable, before the log is erased."""
+
+    def stop(*args: object, **kw: object) -> object:
+        raise _Stopped
+
+    real = store.engine.install_snapshot
+    store.engine.install_snapshot = stop  # type: ignore[method-assign]
+    try:
+        with pytest.raises(_Stopped):
+            store.delete_session(sid)
+    finally:
+        store.engine.install_snapshot = real  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("compacted", [False, True])
+def test_a_cold_last_page_of_a_deleted_unerased_session_is_empty(
+    case: EngineCase, url: str, compacted: bool
+) -> None:
+    """Attack: a delete stopped before its erase leaves the tombstone ending the live
+    log, the messages before it. A fresh store's `load_transcript_messages(sid, last=N)`
+    read them from the log's end (it looked for message lines only) on every engine,
+    while the fold reads the session as empty: the scan now stops at a tombstone."""
+    with SessionStore(url) as store:
+        for i in range(20):
+            store.append_transcript_messages("a", [Message(role=Role.USER, content=f"m{i}")])
+            if compacted and i == 9:
+                store.compact("a", force=True)
+        _delete_stopped_before_the_erase(store, "a")
+    for n in (1, 3, 40):
+        with SessionStore(url) as fresh:
+            assert fresh.tombstone_of("a") is not None
+            assert fresh.load_transcript_messages("a", last=n) == []
+    with SessionStore(url) as fresh:
+        assert fresh.load_transcript_messages("a") == []
+
+
+def _forge_last_line(old: bytes, tombstone: bool) -> bytes:
+    """The log with its last line replaced, same seq and `h` (so no longer its hash): by
+    a tombstone if `tombstone`, else by the line before it (a live line)."""
+    lines = old.rstrip(b"\n").split(b"\n")
+    last = json.loads(lines[-1])
+    forged = {"type": "session_deleted", "seq": last["seq"], "ts": last["ts"], "by": "x",
+              "last_seq": last["seq"] - 1, "last_h": "0" * 16} if tombstone else {
+              **json.loads(lines[-2]), "seq": last["seq"], "ts": last["ts"]}  # fmt: skip
+    forged["h"] = last["h"]
+    lines[-1] = json.dumps(forged, separators=(",", ":")).encode()
+    return b"\n".join(lines) + b"\n"
+
+
+def test_a_forged_last_line_never_decides_whether_a_session_is_deleted(
+    case: EngineCase, url: str
+) -> None:
+    """Attack: the last line, which alone decides a first write's lifecycle state, is
+    replaced by a line that does not check (its `h` kept): a tombstone ending a live log,
+    or a live line where a delete stopped before its erase left its tombstone. Files and
+    memory decoded it unchecked: the first refused the write as deleted, the second
+    appended to the deleted session. Now that line is checked against its link on every
+    engine, and the fold it falls back to reports the edit; nothing is written."""
+    with SessionStore(url) as store:
+        for sid in ("live", "gone"):
+            for i in range(5):
+                store.append_transcript_messages(sid, [Message(role=Role.USER, content=f"m{i}")])
+        _delete_stopped_before_the_erase(store, "gone")
+        case.rewrite(store, "live", lambda b: _forge_last_line(b, True))
+        case.rewrite(store, "gone", lambda b: _forge_last_line(b, False))
+    for sid, last in (("live", 5), ("gone", 6)):
+        with SessionStore(url) as fresh:
+            with pytest.raises(CorruptLogError):
+                fresh.append_progress_entry(sid, make_entry(1))
+            assert fresh.last_seq(sid) == last
+
+
 def test_the_async_store_mirrors_delete_restore_and_the_tombstones(tmp_path: Path) -> None:
     import asyncio
 

@@ -8,10 +8,10 @@ reads the last line and folds it alone, instead of the whole log: every write fo
 the lifecycle projection, and a first write to a long session would otherwise read all
 of it. An engine that reads byte ranges (`RangedEngine`) gives the line from the end
 back to the newline before it; one that reads lines by seq (`SeqEngine`: PostgreSQL,
-Redis) gives the line of the head's seq, which must be the head's line (its `h`) and
-check against the link before it. Anything unexpected (no newline found, a line that
-does not decode or check, a log that changed between the two reads) answers None, and
-the caller folds from the start as usual.
+Redis) gives the line of the head's seq, which must be the head's line (its `h`). Either
+way the line must check against the link before it, as a fold checks it. Anything
+unexpected (no newline found, a line that does not decode or check, a log that changed
+between the two reads) answers None, and the caller folds from the start as usual.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 from eventstore.core.sessions import Fold
 from eventstore.engines.base import Engine, Head, RangedEngine, SeqEngine
 from eventstore.errors import EventStoreError
-from eventstore.format.chain import chains_to, link_before
+from eventstore.format.chain import LINE_END_LEN, chains_to, link_before, link_ending
 from eventstore.format.codec import EventCodec
-from eventstore.format.events import Event
+from eventstore.format.events import Event, Snapshot
 from projections import Projection, fold
 
 __all__ = ["last_line_fold", "last_line_only"]
@@ -76,10 +76,22 @@ def _last_of_view(
                 line = tail[nl + 1 :]
                 break
             step *= 2
+        offset = start + nl + 1
         try:
-            return codec.decode_line(line, start + nl + 1, view.where), head
+            ev = codec.decode_line(line, offset, view.where)
         except EventStoreError:
             return None
+        # the line alone decides the state: it must check against its link as a fold
+        # checks it (an edited tombstone, or a live line edited over one, is then left
+        # to the fold, which reports it). A line right after an opening snapshot chains
+        # to its `base_h`, not to the `h` ending it: that one is folded too
+        if offset == 0:
+            link: str | None = ev.base_h if isinstance(ev, Snapshot) else ""
+        elif offset >= LINE_END_LEN:
+            link = link_ending(view.read_span(offset - LINE_END_LEN, offset))
+        else:
+            link = None  # (no line is that short)
+        return (ev, head) if link is not None and chains_to(link, line) else None
 
 
 def _last_by_seq(

@@ -59,14 +59,17 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from eventstore.aio import AsyncSessionStore
 from eventstore.core.session_core import core_of
+from eventstore.engines.base import EMPTY_HEAD, Head
 from eventstore.errors import (
     ConcurrencyError,
     EventStoreError,
     InvalidArgumentError,
     InvalidRecordError,
     NestingTooDeepError,
+    SessionDeletedError,
 )
 from eventstore.format.depth import MAX_DEPTH
+from eventstore.format.events import SessionDeleted
 from eventstore.integrations.openai_agents_state import (
     EVENT_TYPES,
     PROJECTION,
@@ -94,7 +97,9 @@ __all__ = [
 ]
 
 MAX_UNACKNOWLEDGED = 100  # failed adds whose keys a session object keeps for retries
-_ITEM_TAGS = frozenset(PROJECTION.event_types)
+# (and the tombstone: a delete stopped before its erase leaves it ending the log, and a
+# pop must refuse it as a write would)
+_ITEM_TAGS = frozenset(PROJECTION.event_types) | {"session_deleted"}
 
 
 _encoder = msgspec.json.Encoder()
@@ -147,7 +152,7 @@ class EventStoreSession:
         if n is not None and n >= 0:
 
             def newest() -> list[StoredItem]:
-                found = self._newest(n) if n else ([], 0)
+                found = self._newest(n) if n else ([], EMPTY_HEAD, None)
                 if found is not None:
                     return found[0]
                 # (the store's folded state, brought up to date; only the page copied)
@@ -159,19 +164,24 @@ class EventStoreSession:
             items = cast(AgentItems, state).items
         return [_decode(i.item) for i in items]
 
-    def _newest(self, n: int) -> tuple[list[StoredItem], int] | None:
-        """The newest `n` items and the log's last seq, read from the end of the log
-        when this store has not folded the conversation (`newest_events`: O(what is
-        returned), every line checked against its link); None: fold instead."""
+    def _newest(self, n: int) -> tuple[list[StoredItem], Head, SessionDeleted | None] | None:
+        """The newest `n` items, the head of the log read and its tombstone, if it ends
+        with one (then no items), read from the end of the log when this store has not
+        folded the conversation (`newest_events`: O(what is returned), every line
+        checked against its link); None: fold instead."""
         if core_of(self.store).has_fold(self.session_id, PROJECTION.name):
             return None  # warm: a slice of the folded state
         out: list[StoredItem] = []
         popped: set[tuple[int, int]] = set()
+        tombstone: list[SessionDeleted] = []
 
         def visit(ev: object) -> bool:
             # newest first: an item is gone if a pop after its add names it, and
             # everything before a clear is
             if isinstance(ev, SessionCleared):
+                return True
+            if isinstance(ev, SessionDeleted):
+                tombstone.append(ev)
                 return True
             if isinstance(ev, ItemPopped):
                 popped.add((ev.added_seq, ev.index))
@@ -189,7 +199,7 @@ class EventStoreSession:
         if head is None:
             return None
         out.reverse()
-        return out, head.seq
+        return out, head, tombstone[0] if tombstone else None
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items as one atomic event; a retry of a failed or cancelled call
@@ -221,11 +231,17 @@ class EventStoreSession:
             # head it read; a store that has folded it judges its state with no read
             found = self._newest(1)
             if found is not None:
-                newest, seq = found
+                newest, head, tombstone = found
+                if tombstone is not None:
+                    raise SessionDeletedError(self.session_id, tombstone.ts, tombstone.by)
                 if not newest:
                     return None
                 try:
-                    self.store.append(self.session_id, [_popped(newest[-1])], expected_seq=seq)
+                    # at the very head read (its seq and `h`): a log replaced since by
+                    # another of as many lines would take the pop of an item it lacks
+                    self.store._append_checked(
+                        self.session_id, [_popped(newest[-1])], None, head.seq, head.h
+                    )
                     return _decode(newest[-1].item)
                 except ConcurrencyError:
                     pass  # another writer got in first: fold, and judge again

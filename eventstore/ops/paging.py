@@ -13,8 +13,9 @@ and never decoded) and stops once it has N messages. If it reaches a compaction
 snapshot first, it takes the missing messages from the end of the snapshot's transcript
 entry, whose byte range the snapshot's `layout` gives, finding message boundaries
 backwards (see `_suffix_messages`), so a compacted transcript of any length costs the
-bytes of the messages returned. Every live line whose messages it returns has its `h`
-checked against the link before it (the `h` ending the line before, the snapshot's
+bytes of the messages returned. Every live line it passes (not only those whose
+messages it returns: an edit of a line's type would hide it) has its `h` checked
+against the link before it (the `h` ending the line before, the snapshot's
 `base_h` right after it, "" at the start of the log), as a fold would check it: a line
 that does not check, or an irregular one before it (a blank line), makes it return
 None, and the caller folds, which checks every line and reports the first that fails.
@@ -74,6 +75,10 @@ __all__ = [
 SpanReader = Callable[[int, int], bytes]
 
 _MESSAGES = b'{"type":"messages_appended",'
+# A tombstone resets every projection's state (`projections.fold`): a backward scan
+# that meets one (a delete stopped before its erase leaves it ending the live log) has
+# everything the fold would keep, whatever types it looks for
+_TOMBSTONE = b'{"type":"session_deleted",'
 _MESSAGES_TAG = frozenset({"messages_appended"})
 _CHUNK = 64 * 1024
 _message_list = msgspec.json.Decoder(list[Message])
@@ -187,15 +192,18 @@ def last_messages(
     found: list[list[Message]] = []  # newest batch first
     have = 0
     for offset, line, data, base in lines_backward(read_span, size, floor):
-        if line.startswith(_MESSAGES):
-            ev = codec.decode_line(line, offset, where)
-            if type(ev) is MessagesAppended and ev.messages:
-                if not line_checks(read_span, offset, line, data, base, floor, snap):
-                    return None  # the fold checks every line and says what is wrong
-                found.append(ev.messages)
-                have += len(ev.messages)
-                if have >= n:
-                    return _newest(found, n)
+        ev = codec.decode_line(line, offset, where) if line.startswith(_MESSAGES) else None
+        # every line passed, not only those returned: a line whose type was edited away
+        # from `messages_appended` would otherwise hide its messages unchecked
+        if not line_checks(read_span, offset, line, data, base, floor, snap):
+            return None  # the fold checks every line and says what is wrong
+        if line.startswith(_TOMBSTONE):
+            return _newest(found, n)
+        if type(ev) is MessagesAppended and ev.messages:
+            found.append(ev.messages)
+            have += len(ev.messages)
+            if have >= n:
+                return _newest(found, n)
     if snap is not None and have < n:
         older = _checked_snapshot_tail(read_span, snap, n - have, checked_snapshots)
         if older is None:
@@ -274,11 +282,12 @@ def newest_events(
 ) -> Head | None:
     """Visit the session's events of types `tags`, newest first, read from the end of
     the live log (the other lines recognised by their first bytes and never decoded),
-    each checked against its link as a fold checks it, until `visit` returns True or
-    the log's start; returns the head of the log read. None when it cannot answer:
-    the engine reads neither byte ranges nor lines by seq, a line does not check, or
-    the scan reached a snapshot opening the log before `visit` was done (the caller
-    folds instead, which says what is wrong). For O(what the caller needs) reads of a
+    every line passed checked against its link as a fold checks it, until `visit` returns True, a
+    tombstone (visited too if `tags` holds `session_deleted`; nothing older counts, as
+    in a fold) or the log's start; returns the head of the log read. None when it
+    cannot answer: the engine reads neither byte ranges nor lines by seq, a line does
+    not check, or the scan reached a snapshot opening the log before `visit` was done
+    (the caller folds instead, which says what is wrong). For O(what the caller needs) reads of a
     long log's end (the Agents SDK session's `get_items(limit)`). `search`: which lines
     `visit` must see, told from their raw bytes (`ByteSearch`); the others are neither
     decoded nor checked (a search for an id's bytes skips a long log at the speed of a
@@ -299,16 +308,30 @@ def newest_events(
             if snap is None or snap.length <= 0:
                 return None
             floor = snap.length + 1
-        chunks = None if search is None else search.in_chunk
+        chunks = None if search is None else _or_tombstone(search)
         for offset, line, data, base in lines_backward(read_span, size, floor, chunks):
-            if not line.startswith(starts) or (search is not None and not search.in_line(line)):
-                continue
-            ev = core.codec.decode_line(line, offset, view.where)
+            ends, visits = line.startswith(_TOMBSTONE), _wanted(line, starts, search)
+            if not (ends or visits or search is None):
+                continue  # (a search's skipped lines go unchecked, as its skipped chunks)
+            ev = core.codec.decode_line(line, offset, view.where) if visits else None
             if not line_checks(read_span, offset, line, data, base, floor, snap):
                 return None
-            if visit(ev):
+            if ev is not None and visit(ev):
                 return view.head
+            if ends:
+                return view.head  # nothing older counts (`_TOMBSTONE`)
         return None if snap is not None else view.head
+
+
+def _wanted(line: bytes, starts: tuple[bytes, ...], search: ByteSearch | None) -> bool:
+    """Whether a backward scan visits `line`: of a type asked for, and found by `search`."""
+    return line.startswith(starts) and (search is None or search.in_line(line))
+
+
+def _or_tombstone(search: ByteSearch) -> Callable[[bytes], bool]:
+    """`search.in_chunk`, also true of a chunk holding a tombstone (where a scan ends,
+    whatever it searches for)."""
+    return lambda data: search.in_chunk(data) or _TOMBSTONE in data
 
 
 #: lines a backward read by seq asks for first, and at most at once (doubling between)
@@ -346,11 +369,17 @@ def _newest_by_seq(
             before = link_before(got_line.before)
             if before is None or line[-18:-2] != link.encode():
                 return None
-            if wanted and line.startswith(starts) and (search is None or search.in_line(line)):
-                if encrypted_key_id(line) is not None or not chains_to(before, line):
+            ends = line.startswith(_TOMBSTONE)  # (every line's start is read here)
+            visits = wanted and _wanted(line, starts, search)
+            if (ends or visits or search is None) and not chains_to(before, line):
+                return None
+            if visits:
+                if encrypted_key_id(line) is not None:
                     return None
                 if visit(core.codec.decode_line(line, got_line.offset, where)):
                     return head
+            if ends:
+                return head  # nothing older counts (`_TOMBSTONE`)
             link = before
         hi, want = lo - 1, min(2 * want, _SEQ_BATCH[1])
     return head

@@ -507,6 +507,12 @@ local function batch(i)
   if not batches[i] then batches[i] = redis.call('LINDEX', KEYS[2], i) end
   return batches[i]
 end
+-- where the last line found starts: {element, seq, start}. The seqs come ascending, so
+-- the next one in the same element is counted on from there, not from the element's
+-- start (one element can hold a whole log: a batch of many lines, a repair's rewrite;
+-- counting each seq from its start made a batch's read quadratic in it, and a script
+-- blocks the whole server)
+local cursor = {-1, 0, 1}
 -- the line of `seq` (its newline included), its offset and the end of the line before
 -- it, or nil
 local function line_of(seq)
@@ -520,12 +526,16 @@ local function line_of(seq)
   local e, b = entry(lo), batch(lo)
   if not e or not b or (e[3] and seq <= e[1] + 1) then return nil end  -- (the snapshot,
   -- or the line after it, which chains to the snapshot's base_h)
-  local start = 1
-  for _ = 1, seq - e[1] do
+  local start, from = 1, e[1]
+  if cursor[1] == lo and from <= cursor[2] and cursor[2] <= seq then
+    from, start = cursor[2], cursor[3]
+  end
+  for _ = 1, seq - from do
     local nl = string.find(b, '\\n', start, true)
     if not nl then return nil end
     start = nl + 1
   end
+  cursor = {lo, seq, start}
   local stop = string.find(b, '\\n', start, true)
   if not stop then return nil end
   local offset, before = start - 1, ''
