@@ -401,13 +401,18 @@ class AsyncSessionStore:
         events: Sequence[Event],
         *,
         expected_seq: int | None = None,
+        expected_h: str | None = None,
         idempotency_key: str | None = None,
     ) -> AppendResult:
         """Append typed events as one atomic batch (see `SessionStore.append`)."""
         return await self._submit(
             session_id,
             lambda: self.store.append(
-                session_id, events, expected_seq=expected_seq, idempotency_key=idempotency_key
+                session_id,
+                events,
+                expected_seq=expected_seq,
+                expected_h=expected_h,
+                idempotency_key=idempotency_key,
             ),
         )
 

@@ -75,11 +75,15 @@ class CorruptLogError(EventStoreError):
 
 
 class ConcurrencyError(EventStoreError):
-    """An append's `expected_seq` did not match the session's last sequence."""
+    """An append's `expected_seq` did not match the session's last sequence (or its
+    `expected_h` the last line's `h`, the sequence matching: another log)."""
 
-    def __init__(self, session_id: str, expected: int, actual: int) -> None:
+    def __init__(
+        self, session_id: str, expected: int, actual: int, other_line: bool = False
+    ) -> None:
+        found = f"{actual}, another line's" if other_line else f"{actual}"
         super().__init__(
-            f"session {session_id!r}: expected last sequence {expected}, found {actual}"
+            f"session {session_id!r}: expected last sequence {expected}, found {found}"
         )
         self.session_id = session_id
         self.expected = expected

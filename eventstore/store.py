@@ -435,12 +435,18 @@ class SessionStore:
         events: Sequence[Event],
         *,
         expected_seq: int | None = None,
+        expected_h: str | None = None,
         idempotency_key: str | None = None,
     ) -> AppendResult:
         """Append typed events as one atomic batch.
 
         `expected_seq`: append only if the session's last sequence number equals it (0:
         the session must be empty), else raise ConcurrencyError and write nothing.
+        `expected_h` (with `expected_seq`): the `h` of that last line as the caller read
+        it (the newest event's `h`; "" for an empty session): the append is refused too
+        when the session holds as many lines but another last one (deleted and written
+        again, repaired, replaced from a backup), for a decision taken from the log's
+        own lines.
         `idempotency_key`: if a batch with this key was appended before (among the
         session's newest 1,000 keys), return its result and write nothing; if that batch
         was a different request, raise IdempotencyConflictError.
@@ -450,26 +456,16 @@ class SessionStore:
             not isinstance(expected_seq, int) or isinstance(expected_seq, bool) or expected_seq < 0
         ):
             raise InvalidRecordError(f"expected_seq must be an int >= 0, got {expected_seq!r}")
-        return self._append_checked(session_id, checked, idempotency_key, expected_seq, None)
-
-    def _append_checked(
-        self,
-        session_id: str,
-        checked: list[Event],
-        idempotency_key: str | None,
-        expected_seq: int | None,
-        expected_h: str | None,
-    ) -> AppendResult:
-        """`append` of checked events; `expected_h`: with `expected_seq`, also the `h` of
-        the last line, for a decision read from the log itself (`newest_events`, whose
-        head gives both): another log of as many lines (the session deleted, restored
-        and written again; a repair) has the seq, not the `h`, and is refused too."""
+        if expected_h is not None and (expected_seq is None or not isinstance(expected_h, str)):
+            raise InvalidRecordError(
+                f"expected_h must be a str given with expected_seq, got {expected_h!r}"
+            )
 
         def build(head: Head, states: list[Any]) -> list[Event]:
-            if expected_seq is not None and (
-                head.seq != expected_seq or expected_h not in (None, head.h)
-            ):
+            if expected_seq is not None and head.seq != expected_seq:
                 raise ConcurrencyError(session_id, expected_seq, head.seq)
+            if expected_h is not None and head.h != expected_h:
+                raise ConcurrencyError(session_id, head.seq, head.seq, other_line=True)
             return checked
 
         result = self._write(session_id, build, idempotency_key, (), checked)

@@ -361,6 +361,42 @@ def test_expected_seq_mismatch_raises_with_actual_and_writes_nothing(store: Sess
     assert (res.first_seq, res.last_seq) == (1, 1)
 
 
+def test_expected_h_refuses_another_log_of_as_many_lines(case: EngineCase, url: str) -> None:
+    """append(expected_seq=N, expected_h=H), H the newest event's `h` as read: the log
+    replaced by another of N lines (a restore from elsewhere, a delete and as many
+    writes) makes it a ConcurrencyError that writes nothing, on every engine; with the
+    log as read it appends; expected_h alone, or not a str, is refused."""
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry("s", make_entry(i))
+            store.append_progress_entry("t", make_entry(i + 10))
+        h = list(store.read_events("s"))[-1].h
+        other: list[bytes] = []
+        case.rewrite(store, "t", lambda b: other.append(b) or b)
+        case.rewrite(store, "s", lambda b: other[0])
+    with SessionStore(url) as store:
+        before = [e.h for e in store.read_events("s")]
+        with pytest.raises(ConcurrencyError) as info:
+            store.append("s", [ProgressAppended(entry=make_entry(9))], expected_seq=3, expected_h=h)
+        assert (info.value.expected, info.value.actual) == (3, 3)
+        assert "another line" in str(info.value)
+        assert [e.h for e in store.read_events("s")] == before
+        res = store.append(
+            "s", [ProgressAppended(entry=make_entry(9))], expected_seq=3, expected_h=before[-1]
+        )
+        assert (res.first_seq, res.last_seq) == (4, 4)
+        assert (
+            store.append(
+                "e", [ProgressAppended(entry=make_entry())], expected_seq=0, expected_h=""
+            ).last_seq
+            == 1
+        )
+        for bad in ({"expected_h": before[-1]}, {"expected_seq": 4, "expected_h": 5}):
+            with pytest.raises(InvalidRecordError):
+                store.append("s", [ProgressAppended(entry=make_entry(9))], **bad)  # type: ignore[arg-type]
+        assert store.last_seq("s") == 4
+
+
 def test_idempotency_key_retry_returns_first_result(store: SessionStore) -> None:
     """A retried append with the same key returns the first result and writes nothing,
     also through a new store instance."""

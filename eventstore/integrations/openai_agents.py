@@ -239,8 +239,11 @@ class EventStoreSession:
                 try:
                     # at the very head read (its seq and `h`): a log replaced since by
                     # another of as many lines would take the pop of an item it lacks
-                    self.store._append_checked(
-                        self.session_id, [_popped(newest[-1])], None, head.seq, head.h
+                    self.store.append(
+                        self.session_id,
+                        [_popped(newest[-1])],
+                        expected_seq=head.seq,
+                        expected_h=head.h,
                     )
                     return _decode(newest[-1].item)
                 except ConcurrencyError:
