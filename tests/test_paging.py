@@ -409,6 +409,23 @@ def test_a_cold_last_page_reads_only_the_logs_end_on_every_engine(
 
 
 @pytest.mark.usefixtures("no_transcript_cache")
+def test_a_cold_last_page_in_a_compacted_logs_tail_reads_the_tail_alone(
+    case: EngineCase, url: str
+) -> None:
+    """A compacted log whose live tail holds the page: a cold `last=N` reads that tail
+    alone on every engine (by seq too: it stops before the line after the snapshot),
+    so a message edited inside the snapshot never reaches it, while a load of the whole
+    transcript, which reads the snapshot, reports the edit."""
+    full = _messages_log(url, n=12, compact_at=8)
+    with SessionStore(url) as s:
+        case.rewrite(s, SID, lambda b: b.replace(b'"turn 002"', b'"turn 902"', 1))
+    with SessionStore(url) as s:
+        assert s.load_transcript_messages(SID, last=2) == full[-2:]
+        with pytest.raises(CorruptLogError):
+            s.load_transcript_messages(SID)
+
+
+@pytest.mark.usefixtures("no_transcript_cache")
 def test_a_cold_last_page_never_returns_an_edited_snapshot_message(root: Path) -> None:
     with SessionStore(root) as s:
         for i in range(12):

@@ -351,14 +351,17 @@ def _newest_by_seq(
     end with the `h` the line after it chains to (the head's for the newest), so
     batches read apart still make one log (a log changed between two reads gives up);
     each line visited is checked against the link before it, as a fold checks it. A
-    seq the live log does not hold as a line (an opening snapshot; lines compacted or
-    repaired away since the head was read) gives up, as does an encrypted line."""
+    seq the live log does not hold as a line (lines compacted or repaired away since
+    the head was read) gives up, as does an encrypted line. After an opening snapshot
+    (`base_seq`) the scan stops at the second line (the first chains to the snapshot's
+    `base_h`, which no line's end tells) and gives up there if `visit` is not done."""
     sid = core.session(session_id).session_id
     head = engine.head(sid)
     where = engine.where(sid)
+    floor = 1 if head.base_seq <= 1 else head.base_seq + 2
     hi, want, link = head.seq, _SEQ_BATCH[0], head.h  # `link`: the h line `hi` must end with
-    while hi >= 1:
-        lo = max(1, hi - want + 1)
+    while hi >= floor:
+        lo = max(floor, hi - want + 1)
         got = engine.lines_at(sid, range(hi, lo - 1, -1))
         if len(got) != hi - lo + 1:
             return None
@@ -382,7 +385,7 @@ def _newest_by_seq(
                 return head  # nothing older counts (`_TOMBSTONE`)
             link = before
         hi, want = lo - 1, min(2 * want, _SEQ_BATCH[1])
-    return head
+    return head if floor == 1 else None
 
 
 #: A snapshot line checked whole is remembered by the digests of the `_BLOCK`-sized
