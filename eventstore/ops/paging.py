@@ -282,16 +282,16 @@ def newest_events(
 ) -> Head | None:
     """Visit the session's events of types `tags`, newest first, read from the end of
     the live log (the other lines recognised by their first bytes and never decoded),
-    every line passed checked against its link as a fold checks it, until `visit` returns True, a
-    tombstone (visited too if `tags` holds `session_deleted`; nothing older counts, as
-    in a fold) or the log's start; returns the head of the log read. None when it
-    cannot answer: the engine reads neither byte ranges nor lines by seq, a line does
-    not check, or the scan reached a snapshot opening the log before `visit` was done
-    (the caller folds instead, which says what is wrong). For O(what the caller needs) reads of a
-    long log's end (the Agents SDK session's `get_items(limit)`). `search`: which lines
-    `visit` must see, told from their raw bytes (`ByteSearch`); the others are neither
-    decoded nor checked (a search for an id's bytes skips a long log at the speed of a
-    byte search)."""
+    every line passed checked against its link as a fold checks it, until `visit`
+    returns True, a tombstone (visited too if `tags` holds `session_deleted`; nothing
+    older counts, as in a fold) or the log's start; returns the head of the log read.
+    None when it cannot answer: the engine reads neither byte ranges nor lines by seq,
+    a line does not check, or the scan reached a snapshot opening the log before
+    `visit` was done (the caller folds instead, which says what is wrong). For O(what
+    the caller needs) reads of a long log's end (the Agents SDK session's
+    `get_items(limit)`). `search`: which lines `visit` must see, told from their raw
+    bytes (`ByteSearch`); the others are neither decoded nor checked (a search for an
+    id's bytes skips a long log at the speed of a byte search)."""
     core = core_of(core)
     engine = core.engine
     starts = tuple(b'{"type":"' + tag.encode() + b'",' for tag in sorted(tags))
