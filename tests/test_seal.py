@@ -489,6 +489,23 @@ def test_hostile_seals_and_witness_lines_are_findings_not_exceptions(
     assert kinds(url, witness=tmp_path / "absent.jsonl") == ["witness"]
 
 
+def test_a_witness_store_that_is_not_there_is_a_finding_and_is_never_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`verify --witness file:///missing` (a mistyped witness store) opened it as a writer
+    does: it created an empty store there, found no seal in it and passed. A witness
+    store that is not there is a finding, as an absent witness file is, and verifying
+    creates nothing."""
+    root = tmp_path / "store"
+    write_sealed(str(root), 2, every=5)
+    missing = tmp_path / "no-witness" / "store"
+    witness = f"file://{missing}"
+    assert kinds(str(root), public_key=KEY, witness=witness) == ["witness"]
+    rc, out, _ = cli_in_process(capsys, "verify", str(root), SID, "--witness", witness, "--full")
+    assert rc == 1 and "cannot read the witness" in out
+    assert not missing.parent.exists()
+
+
 def test_a_witness_store_catches_a_rewrite_of_the_log_and_its_seals(
     case: EngineCase, url: str, tmp_path: Path
 ) -> None:

@@ -309,8 +309,9 @@ class StoreWitness:
     the witness store's own chain covers them). Opened at the first seal; safe to share
     between threads."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = url
+        self.create = create  # False for reading: a witness store not there is a finding
         self.where = redact_text(url)
         self._core: SessionCore | None = None
         self._lock = threading.Lock()
@@ -319,7 +320,8 @@ class StoreWitness:
         """The witness store's session core (opened once)."""
         with self._lock:
             if self._core is None:
-                self._core = SessionCore(open_engine(self.url), EventCodec(), caches=False)
+                engine = open_engine(self.url, create=self.create)
+                self._core = SessionCore(engine, EventCodec(), caches=False)
             return self._core
 
     def __call__(self, facts: SealFacts) -> None:
@@ -369,7 +371,7 @@ def load_witness(witness: str | os.PathLike[str], session_id: str) -> Witness:
     """What a witness (a file's path or a store's URL) holds of `session_id`."""
     if not is_store_url(witness):
         return read_witness(witness, session_id)
-    store = StoreWitness(os.fspath(witness))
+    store = StoreWitness(os.fspath(witness), create=False)  # a reader creates no store
     try:
         return store.read(session_id)
     finally:

@@ -195,9 +195,10 @@ def from_url(url: str | os.PathLike[str], **options: Any) -> PostgresEngine:
     """Open the PostgreSQL engine a `postgresql://` URL names (see the module docstring).
 
     Options: `pool_size` (connections per process, default 8), `stall_warning` (seconds,
-    default `STALL_WARNING`: see `PostgresEngine.feed`), `durability` (ignored).
+    default `STALL_WARNING`: see `PostgresEngine.feed`), `durability` and `create` (ignored).
     """
     options.pop("durability", None)
+    options.pop("create", None)  # the schema is made by `init-db`, never by opening
     pool_size = int(options.pop("pool_size", 8))
     stall_warning = float(options.pop("stall_warning", STALL_WARNING))
     if options:
