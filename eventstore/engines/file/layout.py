@@ -215,6 +215,7 @@ def write_atomically(
     *,
     before_replace: Callable[[], None] | None = None,
     durable: bool = True,
+    exclusive: bool = False,
 ) -> None:
     """Replace (or create) `path` with `data` so that a crash leaves the old or the new.
 
@@ -227,7 +228,9 @@ def write_atomically(
     `durable=False` (caches, which only save time and check themselves): no fsync,
     and the old file is unlinked before the rename, so a reader finds the old, none,
     or the new, never part of one (a failed rename leaves none); a power loss may leave
-    an empty or a partial file, which its reader ignores.
+    an empty or a partial file, which its reader ignores. `exclusive`: create `path`
+    only, never replace it (the temporary file is linked in, not renamed over):
+    `FileExistsError` if it exists, and it is left as it was.
     """
     # the name's first 120 bytes: a legal 250-byte name must not make an illegal temp one
     head = os.fsencode(path.name)[:120]  # (bytes: a name need not be UTF-8)
@@ -249,7 +252,11 @@ def write_atomically(
             # (bench/results/2026-12-05-cache-rename-and-append-path.md)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)
