@@ -389,6 +389,29 @@ def test_seals_survive_a_keyless_compaction_with_an_archive_not_one_without(url:
     assert [p.kind for p in report.problems if p.severity == "error"] == ["seal_missing"]
 
 
+def test_a_sealing_store_compacting_again_leaves_its_seals_good(url: str, tmp_path: Path) -> None:
+    """A sealing store seals each snapshot it installs; its next compaction replaces that
+    snapshot, and the archive keeps the lines the snapshot stood for, not the snapshot.
+    `verify` with the public key and the witness then reported `seal_mismatch` ("the
+    history was rewritten after the seal"), once for the log's seal and once for the
+    witness's, of a history nobody touched. Such a seal is `seal_unchecked` (a warning)."""
+    witness = tmp_path / "witness.jsonl"
+    policy = SealPolicy(every=3, witness=witness)
+    with SessionStore(url, signing_key=KEY, seal_policy=policy) as s:
+        for _ in range(3):
+            for i in range(4):
+                s.append_progress_entry(SID, make_entry(i))
+            assert s.compact(SID, force=True).compacted
+    with SessionStore(url) as s:  # and once by a store without the key
+        s.append_progress_entry(SID, make_entry(4))
+        assert s.compact(SID, force=True).compacted
+    with SessionStore(url) as s:
+        report = s.verify(SID, public_key=KEY, witness=witness)
+    assert report.ok, report.problems
+    unchecked = [p for p in report.problems if p.kind == "seal_unchecked"]
+    assert unchecked == report.problems and all("replaced" in p.message for p in unchecked)
+
+
 def test_the_async_store_seals_and_verifies(tmp_path: Path) -> None:
     async def main() -> None:
         async with AsyncSessionStore(SessionStore(tmp_path, signing_key=KEY)) as st:

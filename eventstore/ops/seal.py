@@ -409,12 +409,15 @@ class SealHistory(msgspec.Struct):
     """What `verify` read of a session that seals are checked against: each line by seq
     (the first segment holding a seq wins: an archive holds the original of a line a
     snapshot replaced), with the segment it was read from, and each snapshot line's
-    own `h` by seq."""
+    own `h` by seq. `installed`: the seqs compactions installed a snapshot at (the last
+    seq of each archived segment), held or not: a later compaction replaces the snapshot
+    the log opened with, and no archive keeps it."""
 
     lines: dict[int, tuple[Event, str]]
     snapshot_h: dict[int, str]
     hashes: dict[int, str]
     head_seq: int
+    installed: set[int] = msgspec.field(default_factory=set)
 
 
 def check_seals(
@@ -502,6 +505,14 @@ def _check_sealed_line(
     line, _ = held
     if facts.h in (hist.hashes.get(n), hist.snapshot_h.get(n)):
         return []
+    if n in hist.installed and n not in hist.snapshot_h:
+        # a sealing store seals each snapshot it installs (its own `h`), and the next
+        # compaction replaces it: the archive keeps the lines it stood for, not it
+        return [Problem(where, 0, seq, "seal_unchecked",
+                        f"{what}: it seals the snapshot a compaction installed at seq {n},"
+                        " which a later compaction replaced (an archive keeps the lines a"
+                        " snapshot stood for, not the snapshot), so it cannot be checked",
+                        "warning")]  # fmt: skip
     if type(line) is Snapshot and facts.h == line.base_h:
         # sealed before a compaction without an archive: the snapshot's states stand in
         # for the line that was sealed, and nothing holds that line to compare
