@@ -215,6 +215,43 @@ def test_a_refused_option_is_a_typed_error_and_creates_nothing(
     assert not (tmp_path / "x").exists()
 
 
+class _Named:
+    """Has a projection's name and nothing else of one."""
+
+    name = "named"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"projections": [1]},
+        {"projections": ["bootstrap"]},
+        {"projections": [_Named()]},
+        {"projections": 5},
+        {"projections": "bootstrap"},
+        {"event_types": 5},
+        {"event_types": None},
+        {"upcasters": [(1, 2, 3)]},
+        {"upcasters": [None]},
+        {"upcasters": "abc"},
+        {"upcasters": [(ProgressAppended, 0, None)]},
+        {"upcasters": [(ProgressAppended, "0", lambda d: d)]},
+    ],
+    ids=repr,
+)
+def test_a_projection_event_type_or_upcaster_that_is_none_is_a_typed_error_and_creates_nothing(
+    tmp_path: Path, options: dict[str, object]
+) -> None:
+    """`SessionStore(root, projections=[1])` (or a projection lacking a method) raised
+    Python's own AttributeError, after it had made the store's directory; event types
+    or upcasters that are no list raised TypeError or ValueError, and an upcaster that
+    is no function was taken, to fail at the first line it was to upcast. Each is an
+    `InvalidArgumentError` or `InvalidRecordError`, before anything is made."""
+    with pytest.raises((InvalidArgumentError, InvalidRecordError)):
+        SessionStore(tmp_path / "x", **options)  # type: ignore[arg-type]
+    assert not (tmp_path / "x").exists()
+
+
 def test_an_unknown_projection_is_a_typed_error(store: SessionStore) -> None:
     with pytest.raises(UnknownProjectionError, match="'nope'") as info:
         store.load("s", "nope")

@@ -458,6 +458,16 @@ class EventCodec:
 
     def register_upcaster(self, cls: type[Event], from_version: int, fn: Upcaster) -> None:
         """Register `fn` to turn a payload of `cls` at `from_version` into `from_version + 1`."""
+        if (
+            not (isinstance(cls, type) and issubclass(cls, Event))
+            or event_tag(cls) not in self.types
+        ):
+            raise InvalidRecordError(f"{cls!r} is not an event type this codec knows")
+        if isinstance(from_version, bool) or not isinstance(from_version, int) or not callable(fn):
+            raise InvalidRecordError(
+                f"an upcaster of {cls.__name__} needs an int version and a function,"
+                f" not {from_version!r} and {fn!r}"
+            )
         if from_version >= cls.VERSION:
             raise InvalidRecordError(
                 f"{cls.__name__} is at version {cls.VERSION}; an upcaster from"
