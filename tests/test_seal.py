@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from eventstore import (
     CorruptLogError,
     Event,
+    InvalidArgumentError,
     InvalidSessionIdError,
     Message,
     Role,
@@ -510,6 +511,21 @@ def test_hostile_seals_and_witness_lines_are_findings_not_exceptions(
         "witness",
     ]
     assert kinds(url, witness=tmp_path / "absent.jsonl") == ["witness"]
+
+
+@pytest.mark.parametrize("witness", [5, b"seals.jsonl", ""], ids=repr)
+def test_a_witness_that_is_no_path_nor_url_is_a_typed_error(
+    tmp_path: Path, witness: object
+) -> None:
+    """`SealPolicy(witness=5)` (or bytes) was taken, and its store's first seal failed with
+    Python's own TypeError after the seal was in the log; `verify(witness=5)` raised it
+    too. Both refuse it with `InvalidArgumentError`, an empty path too."""
+    with pytest.raises(InvalidArgumentError, match="witness"):
+        SealPolicy(witness=witness)  # type: ignore[arg-type]
+    root = tmp_path / "store"
+    write_sealed(str(root), 2)
+    with SessionStore(root) as s, pytest.raises(InvalidArgumentError, match="witness"):
+        s.verify(SID, public_key=KEY, witness=witness)  # type: ignore[arg-type]
 
 
 def test_a_witness_store_that_is_not_there_is_a_finding_and_is_never_created(

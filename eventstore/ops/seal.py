@@ -40,6 +40,7 @@ import msgspec
 
 from eventstore import entropy
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
+from eventstore.core.validation import described
 from eventstore.engines.base import Head, open_engine, redact_text
 from eventstore.errors import (
     EventStoreError,
@@ -69,6 +70,7 @@ __all__ = [
     "StoreWitness",
     "Witness",
     "append_witness",
+    "check_witness",
     "check_seals",
     "is_store_url",
     "load_witness",
@@ -108,6 +110,19 @@ class SealPolicy(msgspec.Struct, frozen=True):
             not isinstance(self.seconds, (int, float)) or self.seconds <= 0
         ):
             raise InvalidArgumentError(f"seconds must be > 0 or None, not {self.seconds!r}")
+        check_witness(self.witness)
+
+
+def check_witness(witness: object) -> None:
+    """InvalidArgumentError unless `witness` is None or a witness: a non-empty str or
+    `os.PathLike` of one (a file's path, or a store's URL). Anything else failed with
+    Python's own TypeError, a policy's only at its first seal, after that seal was
+    written."""
+    text = os.fspath(witness) if isinstance(witness, (str, os.PathLike)) else None
+    if witness is not None and (not isinstance(text, str) or not text):
+        raise InvalidArgumentError(
+            f"a witness must be a file's path or a store's URL, not {described(witness)}"
+        )
 
 
 class SealFacts(msgspec.Struct, kw_only=True, frozen=True):
@@ -369,6 +384,7 @@ def witness_writer(witness: str | os.PathLike[str] | None) -> Callable[[SealFact
 
 def load_witness(witness: str | os.PathLike[str], session_id: str) -> Witness:
     """What a witness (a file's path or a store's URL) holds of `session_id`."""
+    check_witness(witness)
     if not is_store_url(witness):
         return read_witness(witness, session_id)
     store = StoreWitness(os.fspath(witness), create=False)  # a reader creates no store
