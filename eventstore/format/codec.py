@@ -748,12 +748,14 @@ class EventCodec:
     @staticmethod
     def _encoded(ev: Event, encode: Callable[[Any], bytes], max_depth: int | None) -> bytes:
         """`encode(ev)`: NestingTooDeepError if it nests deeper than `max_depth`,
-        InvalidRecordError if it holds a newline (the errors' words made only for them:
-        this runs for every event appended)."""
+        InvalidRecordError if it holds a newline or a lone surrogate (the errors' words
+        made only for them: this runs for every event appended)."""
         try:
             body = encode(ev)
         except RecursionError:
             raise _too_deep(f"a {event_tag(type(ev))} event") from None
+        except UnicodeEncodeError as exc:  # e.g. in a dict key, which no check before reads
+            raise _lone_surrogate(f"a {event_tag(type(ev))} event", exc) from None
         if (max_depth is not None and over(body, max_depth)) or b"\n" in body:
             what = f"a {event_tag(type(ev))} event"
             if max_depth is not None:
