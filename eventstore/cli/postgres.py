@@ -20,7 +20,7 @@ from typing import Any, TextIO
 import msgspec
 
 from eventstore.cli.format import one_line
-from eventstore.engines.base import open_engine
+from eventstore.cli.store import store_at
 from eventstore.engines.postgres.url import (
     redact_url,
     split_url,
@@ -128,7 +128,7 @@ def _open(url: str, err: TextIO, *, create: bool) -> SessionStore | None:
     """The store `url` names (`create`: False for the source, which is only read, so a
     mistyped one is an error rather than an empty store made there)."""
     try:
-        return SessionStore(open_engine(url, create=create))
+        return store_at(url, create=create)
     except (EventStoreError, ValueError, OSError) as exc:
         print(f"eventstore migrate: error: {redact_url(url)}: {one_line(str(exc))}", file=err)
         return None
