@@ -160,6 +160,25 @@ def test_no_plaintext_byte_of_an_encrypted_session_is_written(tmp_path: Path) ->
     assert "_enc" in lines[1]
 
 
+def test_an_encrypted_sessions_labels_are_in_the_clear_in_the_session_index_only(
+    tmp_path: Path,
+) -> None:
+    """`set_labels` on an encrypted session wrote its labels, in the clear, into the
+    session index (`index.sqlite3`), which pages filter by, while the page said no
+    plaintext byte of an encrypted session is written anywhere: the page now lists the
+    labels as visible. Their `labels_set` line, snapshots and caches stay encrypted."""
+    root = tmp_path / "st"
+    with SessionStore(root, keys=ring()) as store:
+        store.append_progress_entry("s1", make_entry(1))
+        store.set_labels("s1", {"team": MARKER})
+        assert store.compact("s1", force=True).compacted
+        store.set_labels("s1", {"team": MARKER, "n": "2"})
+        assert [i.session_id for i in store.sessions(labels={"team": MARKER})] == ["s1"]
+        assert store.load("s1", "labels") == {"team": MARKER, "n": "2"}
+    clear = [p.name for p, data in every_byte(root) if MARKER.encode() in data]
+    assert clear and all(name.startswith("index.sqlite3") for name in clear)
+
+
 def test_a_long_encrypted_snapshot_is_read_by_its_layout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
