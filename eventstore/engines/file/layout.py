@@ -25,10 +25,11 @@ from pathlib import Path
 
 from eventstore import entropy
 from eventstore.errors import (
+    InvalidSessionIdError,
     StorageError,
     UnsafePathError,
 )
-from eventstore.session_ids import MAX_SESSION_ID_BYTES
+from eventstore.session_ids import MAX_SESSION_ID_BYTES, validate_session_id
 
 __all__ = [
     "SessionPaths",
@@ -67,7 +68,22 @@ def session_dir_name(session_id: str) -> str:
 
 
 def decode_session_dir(name: str, directory: Path) -> str | None:
-    """The original id of a session directory, or None if `name` is not one of ours."""
+    """The original id of a session directory, or None if `name` is not one of ours:
+    also when what it decodes to is no session id, or one whose directory is another
+    (an `id` file edited or copied from elsewhere, a base32 name of an ordinary id),
+    which would list an id twice, or one that loads from another directory."""
+    found = _decoded_dir(name, directory)
+    if found is None:
+        return None
+    try:
+        validate_session_id(found)
+    except InvalidSessionIdError:
+        return None
+    return found if session_dir_name(found) == name else None
+
+
+def _decoded_dir(name: str, directory: Path) -> str | None:
+    """What a session directory's name (or, for a hashed one, its `id` file) says."""
     if name.startswith("_"):
         body = name[1:].upper()
         try:
