@@ -376,6 +376,36 @@ def test_a_session_dir_whose_id_is_not_its_own_is_not_listed(tmp_path: Path, for
         assert [i.session_id for i in s.sessions()] == ["b"]
 
 
+@pytest.mark.parametrize("planted", ["fifo", "device", "binary", "huge"])
+def test_a_key_file_that_is_no_key_file_is_a_typed_error_never_a_hang(
+    tmp_path: Path, planted: str
+) -> None:
+    """A master key file (`KeyRing.load`, `--master-key`), a signing key or a public key
+    given as a path that is a FIFO hung the open forever; /dev/zero was read until memory
+    ran out (`MemoryError`); a binary file raised `UnicodeDecodeError`. Each is the
+    reader's typed error (the key files are read as regular files of a bounded size,
+    opened without blocking)."""
+    from eventstore import KeyRing
+
+    path = tmp_path / "key"
+    if planted == "fifo":
+        os.mkfifo(path)
+    elif planted == "device":
+        path = Path("/dev/zero")
+    elif planted == "binary":
+        path.write_bytes(bytes(range(256)) * 4)
+    else:
+        with path.open("wb") as f:
+            f.truncate(1 << 40)  # sparse: a terabyte of zeros that takes no disk
+    with pytest.raises(EventStoreError):
+        KeyRing.load(path)
+    with pytest.raises(EventStoreError):
+        SessionStore(tmp_path / "store", signing_key=path)
+    with SessionStore(tmp_path / "store") as s, pytest.raises(EventStoreError):
+        s.append_progress_entry("s", make_entry())
+        s.verify("s", public_key=path)
+
+
 # -- huge and many -------------------------------------------------------------------------
 
 

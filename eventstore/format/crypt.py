@@ -44,6 +44,7 @@ from eventstore.errors import (
     WrongKeyError,
 )
 from eventstore.format.chain import HASH_SUFFIX_LEN
+from eventstore.regular import KEY_FILE_MAX, read_regular
 
 __all__ = [
     "ENC_MARK",
@@ -195,9 +196,11 @@ class KeyRing:
 
 def _read_key_file(path: Path) -> tuple[str, bytes]:
     try:
-        text = path.read_text()
+        text = read_regular(path, KEY_FILE_MAX).decode("utf-8")
     except OSError as exc:
         raise InvalidArgumentError(f"cannot read key file {str(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise InvalidArgumentError(f"{str(path)!r} is not an eventstore master key file") from None
     parts = text.split()
     if len(parts) != 3 or parts[0] != _KEY_FILE_TAG or not _KEY_ID.fullmatch(parts[1]):
         raise InvalidArgumentError(f"{str(path)!r} is not an eventstore master key file")
