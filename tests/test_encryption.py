@@ -37,7 +37,7 @@ from eventstore import (
     WrongKeyError,
 )
 from eventstore.engines.base import KeyEngine
-from eventstore.errors import CorruptLogError, EventStoreError, InvalidArgumentError
+from eventstore.errors import CorruptLogError, EventStoreError, InvalidArgumentError, StorageError
 from eventstore.format.chain import line_hash
 from eventstore.format.crypt import decode_slot, key_id_of
 from eventstore.ops.migrate import migrate_session
@@ -435,6 +435,18 @@ def test_bad_key_rings_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError) as err:
         KeyRing.load(bad)
     assert "not a key" not in str(err.value)
+    # keys that are no mapping, a path that is none, a key id that is no str: these
+    # raised AttributeError or TypeError; a key file that exists raised FileExistsError
+    for keys in (5, [("m1", M1)], None):
+        with pytest.raises(InvalidArgumentError):
+            KeyRing(keys)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        KeyRing.load(5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        KeyRing.write_new(tmp_path / "new.key", 5)  # type: ignore[arg-type]
+    with pytest.raises(StorageError):
+        KeyRing.write_new(bad, "m1")
+    assert bad.read_text() == "not a key"
 
 
 # -- the server engines: every row, every key -------------------------------------------

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
 import os
 import re
@@ -40,6 +41,7 @@ from eventstore.errors import (
     CorruptLogError,
     InvalidArgumentError,
     KeyMissingError,
+    StorageError,
     UnsupportedError,
     WrongKeyError,
 )
@@ -119,6 +121,10 @@ class KeyRing:
     """
 
     def __init__(self, keys: Mapping[str, bytes], current: str | None = None) -> None:
+        if not isinstance(keys, Mapping):
+            raise InvalidArgumentError(
+                f"a KeyRing takes a mapping of key ids to keys, not {type(keys).__name__}"
+            )
         if not keys:
             raise InvalidArgumentError("a KeyRing needs at least one master key")
         for kid, key in keys.items():
@@ -152,6 +158,8 @@ class KeyRing:
         keys: dict[str, bytes] = {}
         first = None
         for path in paths:
+            if not isinstance(path, (str, os.PathLike)):
+                raise InvalidArgumentError(f"a key file is a path, not {type(path).__name__}")
             kid, key = _read_key_file(Path(path))
             keys[kid] = key
             first = kid if first is None else first
@@ -161,10 +169,20 @@ class KeyRing:
     def write_new(path: str | os.PathLike[str], key_id: str) -> None:
         """Write a new random master key under `key_id` to `path` (created, mode 0600;
         an existing file is never overwritten)."""
-        if not _KEY_ID.fullmatch(key_id):
+        if not isinstance(key_id, str) or not _KEY_ID.fullmatch(key_id):
             raise InvalidArgumentError(f"a master key id must match {_KEY_ID.pattern}")
         line = f"{_KEY_FILE_TAG} {key_id} {entropy.random_bytes(_KEY_LEN).hex()}\n"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:
+            why = (
+                "it exists (a key file is never overwritten)"
+                if exc.errno == errno.EEXIST
+                else exc.strerror
+            )
+            raise StorageError(
+                f"cannot create key file {os.fspath(path)!r}: {why}", exc.errno
+            ) from None
         with os.fdopen(fd, "w") as f:
             f.write(line)
 
