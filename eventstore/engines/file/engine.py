@@ -187,7 +187,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         create: bool = True,
     ) -> None:
         if durability not in ("flush", "fsync"):
-            raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+            raise InvalidArgumentError(f"durability must be 'flush' or 'fsync', not {durability!r}")
         self.root = Path(root)
         self.durability: Durability = durability
         self.url = os.fspath(self.root)
@@ -1347,7 +1347,11 @@ def from_url(url_or_path: str | os.PathLike[str], **options: Any) -> FileEngine:
         text = rest
     if not text:
         raise UnsafePathError("an empty store path would mean the current directory; give one")
-    return FileEngine(text, **options)
+    durability = options.pop("durability", "flush")
+    create = options.pop("create", True)
+    if options:
+        raise InvalidArgumentError(f"unknown file engine options: {', '.join(sorted(options))}")
+    return FileEngine(text, durability, create=bool(create))
 
 
 def _ensure_root(root: Path, create: bool) -> None:

@@ -200,10 +200,15 @@ def from_url(url: str | os.PathLike[str], **options: Any) -> PostgresEngine:
     """
     options.pop("durability", None)
     create = bool(options.pop("create", True))
-    pool_size = int(options.pop("pool_size", 8))
-    stall_warning = float(options.pop("stall_warning", STALL_WARNING))
+    try:
+        pool_size = int(options.pop("pool_size", 8))
+        stall_warning = float(options.pop("stall_warning", STALL_WARNING))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"a PostgreSQL engine option is no number: {exc}") from None
     if options:
-        raise TypeError(f"unknown PostgreSQL engine options: {', '.join(sorted(options))}")
+        raise InvalidArgumentError(
+            f"unknown PostgreSQL engine options: {', '.join(sorted(options))}"
+        )
     return PostgresEngine(
         os.fspath(url), pool_size=pool_size, stall_warning=stall_warning, create=create
     )
