@@ -413,6 +413,21 @@ def test_a_sealing_store_compacting_again_leaves_its_seals_good(url: str, tmp_pa
     assert unchecked == report.problems and all("replaced" in p.message for p in unchecked)
 
 
+def test_a_session_a_sealing_store_deleted_is_no_missing_seal(url: str) -> None:
+    """A session deleted by a sealing store (its log now the tombstone alone, which no
+    writer can seal: every write after it is refused) failed `verify --public-key` with
+    `seal_missing`, an error, as if the store had broken its policy. A tombstone needs no
+    seal; a session written to again after a restore does."""
+    write_sealed(url, 3, every=2)
+    with SessionStore(url, signing_key=KEY) as s:
+        assert s.delete_session(SID)
+    assert kinds(url, public_key=KEY) == []
+    with SessionStore(url) as s:  # restored and written to by a store without the key
+        assert s.restore(SID)
+        s.append_progress_entry(SID, make_entry(9))
+    assert "seal_missing" in kinds(url, public_key=KEY)
+
+
 def test_the_async_store_seals_and_verifies(tmp_path: Path) -> None:
     async def main() -> None:
         async with AsyncSessionStore(SessionStore(tmp_path, signing_key=KEY)) as st:
