@@ -16,11 +16,11 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable
-from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, cast
 
 from eventstore.errors import SigningKeyError
+from eventstore.regular import KEY_FILE_MAX, read_regular
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -66,7 +66,7 @@ def key_id(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
 
 def _read_pem(path: str | os.PathLike[str], what: str) -> bytes:
     try:
-        return Path(path).read_bytes()
+        return read_regular(path, KEY_FILE_MAX)
     except OSError as exc:
         raise SigningKeyError(
             f"cannot read the {what} file {os.fspath(path)!r}: {exc.strerror}"

@@ -204,9 +204,10 @@ class SessionStore:
             from eventstore.signing import cache_mac as derive_mac
 
             cache_mac = derive_mac(mac_key)
-        self.codec = EventCodec(event_types)
-        for cls, version, fn in upcasters:
+        self.codec = EventCodec(validation.listed(event_types, "event_types"))
+        for cls, version, fn in validation.upcasters_of(upcasters):
             self.codec.register_upcaster(cls, version, fn)
+        projections = validation.projections_of(projections)
         self.engine: Engine = (
             root if isinstance(root, Engine) else open_engine(root, durability=durability)
         )

@@ -16,6 +16,7 @@ import msgspec
 
 from eventstore.errors import (
     CorruptLogError,
+    InvalidArgumentError,
     InvalidRecordError,
     NestingTooDeepError,
     SnapshotVersionError,
@@ -58,7 +59,9 @@ class Retention(msgspec.Struct, frozen=True):
         for name in ("progress", "checkpoints", "messages"):
             n = getattr(self, name)
             if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
-                raise ValueError(f"Retention.{name} must be None or an int >= 0, got {n!r}")
+                raise InvalidArgumentError(
+                    f"Retention.{name} must be None or an int >= 0, got {n!r}"
+                )
 
 
 def keep_last(items: list[Any], n: int | None) -> list[Any]:

@@ -38,6 +38,7 @@ from eventstore import (
     UnsafePathError,
 )
 from eventstore.aio import AsyncSessionStore
+from eventstore.engines.base import open_engine
 from eventstore.errors import UnsupportedError
 from eventstore.ops.lifecycle import parse_age
 from projections import Retention
@@ -211,6 +212,71 @@ def test_a_refused_option_is_a_typed_error_and_creates_nothing(
     tmp_path: Path, options: dict[str, object]
 ) -> None:
     with pytest.raises(InvalidArgumentError, match=next(iter(options))):
+        SessionStore(tmp_path / "x", **options)  # type: ignore[arg-type]
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(
+    ("root", "options"),
+    [
+        ("store\0x", {}),
+        (5, {}),
+        (b"store", {}),
+        ("DIR", {"durability": 5}),
+        ("DIR", {"bogus": 1}),
+    ],
+    ids=repr,
+)
+def test_a_store_url_or_engine_option_that_is_none_is_a_typed_error(
+    tmp_path: Path, root: object, options: dict[str, object]
+) -> None:
+    """`SessionStore("store\\0x")` and `open_engine` of it raised Python's own
+    `ValueError` (embedded null byte); `open_engine(5)` or bytes a `TypeError`, the file
+    engine's bad durability a plain `ValueError` and an unknown option a `TypeError`.
+    Each is an `InvalidArgumentError`, and nothing is made."""
+    if root == "DIR":
+        root = str(tmp_path / "x")
+    with pytest.raises(InvalidArgumentError):
+        open_engine(root, **options)  # type: ignore[arg-type]
+    if not options:
+        with pytest.raises(InvalidArgumentError):
+            SessionStore(root)  # type: ignore[arg-type]
+    assert not (tmp_path / "x").exists()
+
+
+class _Named:
+    """Has a projection's name and nothing else of one."""
+
+    name = "named"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"projections": [1]},
+        {"projections": ["bootstrap"]},
+        {"projections": [_Named()]},
+        {"projections": 5},
+        {"projections": "bootstrap"},
+        {"event_types": 5},
+        {"event_types": None},
+        {"upcasters": [(1, 2, 3)]},
+        {"upcasters": [None]},
+        {"upcasters": "abc"},
+        {"upcasters": [(ProgressAppended, 0, None)]},
+        {"upcasters": [(ProgressAppended, "0", lambda d: d)]},
+    ],
+    ids=repr,
+)
+def test_a_projection_event_type_or_upcaster_that_is_none_is_a_typed_error_and_creates_nothing(
+    tmp_path: Path, options: dict[str, object]
+) -> None:
+    """`SessionStore(root, projections=[1])` (or a projection lacking a method) raised
+    Python's own AttributeError, after it had made the store's directory; event types
+    or upcasters that are no list raised TypeError or ValueError, and an upcaster that
+    is no function was taken, to fail at the first line it was to upcast. Each is an
+    `InvalidArgumentError` or `InvalidRecordError`, before anything is made."""
+    with pytest.raises((InvalidArgumentError, InvalidRecordError)):
         SessionStore(tmp_path / "x", **options)  # type: ignore[arg-type]
     assert not (tmp_path / "x").exists()
 

@@ -247,6 +247,19 @@ def test_errors_are_one_line_with_exit_2(tmp_path: Path) -> None:
     assert bad_id.err.count("\n") == 1
 
 
+def test_migrate_from_a_store_that_is_not_there_is_refused_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    """`migrate SRC DST` with a mistyped SRC made an empty store there and reported
+    "migrated 0 of 0 session(s)", exit 0: a read of SRC created it. A SRC that is not
+    there is a one-line error, exit 2, and neither store is made."""
+    src, dst = tmp_path / "typo" / "store", tmp_path / "dst"
+    for shown in (src, f"file://{src}"):
+        res = cli("migrate", shown, dst, "--all", code=2)
+        assert res.err.count("\n") == 1 and "no store at" in res.err
+    assert not src.parent.exists() and not dst.exists()
+
+
 def test_help_has_examples_and_exit_codes() -> None:
     out = cli("--help").out
     assert "examples:" in out and "exit codes:" in out

@@ -177,7 +177,7 @@ def test_a_url_password_is_never_printed(monkeypatch: pytest.MonkeyPatch) -> Non
     def unreachable(root: str, **kw: object) -> None:  # an engine error quoting its URL
         raise eventstore.StorageError(f"cannot connect to {root}: connection refused", 111)
 
-    monkeypatch.setattr(cli_store, "SessionStore", unreachable)
+    monkeypatch.setattr(cli_store, "open_engine", unreachable)
     res = cli("state", "postgresql://alice:s3cret@db.example/store", "s", code=2)
     assert "s3cret" not in res.err
     assert "cannot connect to postgresql://alice:***@db.example/store" in res.err

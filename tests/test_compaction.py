@@ -34,6 +34,7 @@ from eventstore import (
     AutoCompact,
     Event,
     FeaturePassUpdated,
+    InvalidArgumentError,
     Message,
     ProgressAppended,
     ProgressEntry,
@@ -344,9 +345,11 @@ def test_retention_keeps_the_newest_and_the_archive_keeps_the_rest(root: Path) -
         {"messages": True},
     ],
 )
-def test_invalid_retention_raises_value_error(kw: dict[str, Any]) -> None:
-    """Negative, non-integer and boolean retention counts are refused."""
-    with pytest.raises(ValueError, match="Retention"):
+def test_invalid_retention_is_a_typed_error(kw: dict[str, Any]) -> None:
+    """Negative, non-integer and boolean retention counts are refused, with an
+    `InvalidArgumentError` (a `ValueError` too): a plain `ValueError` was no
+    `EventStoreError`."""
+    with pytest.raises(InvalidArgumentError, match="Retention"):
         Retention(**kw)
 
 

@@ -37,7 +37,7 @@ from eventstore import (
     WrongKeyError,
 )
 from eventstore.engines.base import KeyEngine
-from eventstore.errors import CorruptLogError, EventStoreError, InvalidArgumentError
+from eventstore.errors import CorruptLogError, EventStoreError, InvalidArgumentError, StorageError
 from eventstore.format.chain import line_hash
 from eventstore.format.crypt import decode_slot, key_id_of
 from eventstore.ops.migrate import migrate_session
@@ -158,6 +158,25 @@ def test_no_plaintext_byte_of_an_encrypted_session_is_written(tmp_path: Path) ->
     assert [d["type"] for d in lines] == ["snapshot", "messages_appended"]
     assert all(isinstance(s, str) for s in lines[0]["states"].values())
     assert "_enc" in lines[1]
+
+
+def test_an_encrypted_sessions_labels_are_in_the_clear_in_the_session_index_only(
+    tmp_path: Path,
+) -> None:
+    """`set_labels` on an encrypted session wrote its labels, in the clear, into the
+    session index (`index.sqlite3`), which pages filter by, while the page said no
+    plaintext byte of an encrypted session is written anywhere: the page now lists the
+    labels as visible. Their `labels_set` line, snapshots and caches stay encrypted."""
+    root = tmp_path / "st"
+    with SessionStore(root, keys=ring()) as store:
+        store.append_progress_entry("s1", make_entry(1))
+        store.set_labels("s1", {"team": MARKER})
+        assert store.compact("s1", force=True).compacted
+        store.set_labels("s1", {"team": MARKER, "n": "2"})
+        assert [i.session_id for i in store.sessions(labels={"team": MARKER})] == ["s1"]
+        assert store.load("s1", "labels") == {"team": MARKER, "n": "2"}
+    clear = [p.name for p, data in every_byte(root) if MARKER.encode() in data]
+    assert clear and all(name.startswith("index.sqlite3") for name in clear)
 
 
 def test_a_long_encrypted_snapshot_is_read_by_its_layout(
@@ -416,6 +435,18 @@ def test_bad_key_rings_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError) as err:
         KeyRing.load(bad)
     assert "not a key" not in str(err.value)
+    # keys that are no mapping, a path that is none, a key id that is no str: these
+    # raised AttributeError or TypeError; a key file that exists raised FileExistsError
+    for keys in (5, [("m1", M1)], None):
+        with pytest.raises(InvalidArgumentError):
+            KeyRing(keys)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        KeyRing.load(5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        KeyRing.write_new(tmp_path / "new.key", 5)  # type: ignore[arg-type]
+    with pytest.raises(StorageError):
+        KeyRing.write_new(bad, "m1")
+    assert bad.read_text() == "not a key"
 
 
 # -- the server engines: every row, every key -------------------------------------------

@@ -322,6 +322,32 @@ def test_follow_yields_every_event_exactly_once_across_compactions(url: str) -> 
     assert seen == list(range(1, 41))
 
 
+@pytest.mark.parametrize("written_again", [0, 5])
+def test_a_follower_never_splices_a_purged_session_onto_the_one_written_again(
+    url: str, written_again: int
+) -> None:
+    """A follower had yielded seq 1..3 when the session was purged and written again
+    (seqs from 1: another history). It yielded the new history's seq 4 and 5 after the
+    old 1..3, as if they continued it, and never the new 1..3. It raises
+    `HistoryUnavailableError` instead: the history it followed is gone."""
+    stop = threading.Event()  # (set late: a follower that waits on ends, failing)
+    with SessionStore(url) as w, SessionStore(url) as r:
+        for i in range(3):
+            w.append_progress_entry(SID, make_entry(i))
+        follower = r.follow(SID, poll_interval=0.01, stop=stop)
+        assert [next(follower).seq for _ in range(3)] == [1, 2, 3]
+        assert w.delete_session(SID, purge=True)
+        for i in range(written_again):
+            w.append_progress_entry(SID, make_entry(10 + i))
+        timer = threading.Timer(10, stop.set)
+        timer.start()
+        try:
+            with pytest.raises(HistoryUnavailableError, match="purged"):
+                next(follower)
+        finally:
+            timer.cancel()
+
+
 # -- verify ----------------------------------------------------------------------------------
 
 

@@ -15,9 +15,11 @@ from tuning import tune
 from eventstore import (
     SessionStore,
     Snapshot,
+    entropy,
 )
 from eventstore.engines.file.engine import FileEngine
 from eventstore.engines.file.layout import SessionPaths, write_atomically
+from eventstore.ops import audit
 from projections import snapshot_entry
 
 
@@ -34,6 +36,34 @@ def test_a_torn_tail_is_saved_aside_before_the_next_writer_cuts_it(root: Path) -
         assert store.verify("s").ok
     aside = sorted(path.parent.glob("log.jsonl.torn-*"))
     assert len(aside) == 1 and aside[0].read_bytes() == torn
+
+
+def test_an_aside_never_replaces_an_earlier_one_when_the_clock_is_set_back(root: Path) -> None:
+    """Files set aside are named by the time: with the clock set back to the same instant
+    (`entropy.fixed` from one start each time), the second torn tail saved replaced the
+    first, bytes recovery promised to keep, and a second `repair` failed with
+    `StorageError` (the name of its hard link was taken). Each gets a name of its own."""
+    with SessionStore(root) as store:
+        store.append_progress_entry("s", make_entry(0))
+    path = log_path(root, "s")
+    torn = [b'{"type":"progress_appended","seq":%d,"ts":"2026-' % (k + 2) for k in range(2)]
+    for k, tail in enumerate(torn):
+        with path.open("ab") as f:
+            f.write(tail)
+        with entropy.fixed(k), SessionStore(root) as store:
+            store.append_progress_entry("s", make_entry(k + 1))
+    assert sorted(p.read_bytes() for p in path.parent.glob("log.jsonl.torn-*")) == torn
+    moved, originals = [], []
+    for k in range(2):
+        data = path.read_bytes()
+        first = data.index(b"\n") + 1
+        path.write_bytes(data[:first] + b"garbage\n" + data[first:])  # a bad line in the middle
+        originals.append(path.read_bytes())
+        with entropy.fixed(k), SessionStore(root) as store:
+            report = audit.repair(store, "s")
+            assert report.moved_to is not None and store.verify("s").ok
+            moved.append(Path(report.moved_to))
+    assert moved[0] != moved[1] and [p.read_bytes() for p in moved] == originals
 
 
 def test_leftovers_of_a_crashed_removal_are_never_listed_and_are_cleaned(root: Path) -> None:

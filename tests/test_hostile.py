@@ -354,6 +354,58 @@ def test_a_fifo_planted_as_the_id_file_never_hangs_a_listing(tmp_path: Path) -> 
         assert [i.session_id for i in s.sessions()] == ["b"]
 
 
+@pytest.mark.parametrize("forged", [b"b", b"", b"\xff\xfe", b"m" * 300, b"h" * 300 + b"\n"])
+def test_a_session_dir_whose_id_is_not_its_own_is_not_listed(tmp_path: Path, forged: bytes) -> None:
+    """A hashed session directory's `id` file edited to name "b" (which has a directory
+    of its own) listed "b" twice; naming an id of another hash listed a session that
+    loads empty; an empty one made every listing raise `InvalidSessionIdError`; so did
+    a directory named by base32 of an ordinary id ("b" again). A directory whose id does
+    not map back to its name is no session's: it is not listed, its index row goes at a
+    rebuild, and every other session is listed."""
+    root = tmp_path / "store"
+    sid = "h" * 300
+    with SessionStore(root) as s:
+        s.append_progress_entry(sid, make_entry())
+        s.append_progress_entry("b", make_entry())
+    (SessionPaths(root, sid).dir / "id").write_bytes(forged)
+    b = SessionPaths(root, "b").dir
+    shutil.copytree(b, b.with_name("_" + base64.b32encode(b"b").decode().rstrip("=").lower()))
+    with SessionStore(root) as s:
+        assert s.list_sessions() == ["b"]
+        s.rebuild_index()
+        assert [i.session_id for i in s.sessions()] == ["b"]
+
+
+@pytest.mark.parametrize("planted", ["fifo", "device", "binary", "huge"])
+def test_a_key_file_that_is_no_key_file_is_a_typed_error_never_a_hang(
+    tmp_path: Path, planted: str
+) -> None:
+    """A master key file (`KeyRing.load`, `--master-key`), a signing key or a public key
+    given as a path that is a FIFO hung the open forever; /dev/zero was read until memory
+    ran out (`MemoryError`); a binary file raised `UnicodeDecodeError`. Each is the
+    reader's typed error (the key files are read as regular files of a bounded size,
+    opened without blocking)."""
+    from eventstore import KeyRing
+
+    path = tmp_path / "key"
+    if planted == "fifo":
+        os.mkfifo(path)
+    elif planted == "device":
+        path = Path("/dev/zero")
+    elif planted == "binary":
+        path.write_bytes(bytes(range(256)) * 4)
+    else:
+        with path.open("wb") as f:
+            f.truncate(1 << 40)  # sparse: a terabyte of zeros that takes no disk
+    with pytest.raises(EventStoreError):
+        KeyRing.load(path)
+    with pytest.raises(EventStoreError):
+        SessionStore(tmp_path / "store", signing_key=path)
+    with SessionStore(tmp_path / "store") as s, pytest.raises(EventStoreError):
+        s.append_progress_entry("s", make_entry())
+        s.verify("s", public_key=path)
+
+
 # -- huge and many -------------------------------------------------------------------------
 
 

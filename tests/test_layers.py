@@ -24,6 +24,7 @@ LAYERS: list[tuple[int, str]] = [
     (0, "eventstore.session_ids"),
     (0, "eventstore.entropy"),
     (0, "eventstore.logger"),
+    (0, "eventstore.regular"),
     (0, "eventstore.signing"),
     (1, "eventstore.format"),
     (2, "projections"),

@@ -1634,6 +1634,34 @@ def test_cli_init_db_and_migrate(server_url: str, capsys: pytest.CaptureFixture[
                 conn.execute(f'DROP SCHEMA IF EXISTS "{pg.split_url(u)[1]}" CASCADE')
 
 
+def test_reading_a_schema_that_is_not_there_never_creates_it(
+    server_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`eventstore sessions|log|state URL?schema=typo`, `migrate` from it and `verify
+    --witness` of it each created the schema (with its tables) they were only to read,
+    then found nothing there. A read refuses it (exit 2; for a witness, a finding), and
+    the schema is never made."""
+    missing = with_query(server_url, schema=f"t_{uuid.uuid4().hex[:12]}")
+    root = tmp_path / "store"
+    with SessionStore(root) as s:
+        s.append_progress_entry("s", ProgressEntry(run_id="r", summary="hi"))
+    for argv in (
+        ["sessions", missing],
+        ["log", missing, "s"],
+        ["state", missing, "s"],
+        ["migrate", missing, str(tmp_path / "dst"), "--all"],
+    ):
+        rc, _, err = cli_in_process(capsys, *argv)
+        assert rc == 2 and "no store in schema" in err, (argv, err)
+    rc, out, _ = cli_in_process(capsys, "verify", str(root), "s", "--witness", missing, "--json")
+    assert rc == 1 and "no store in schema" in out
+    with psycopg.connect(pg.split_url(server_url)[0]) as conn:
+        found = conn.execute(
+            "SELECT 1 FROM pg_namespace WHERE nspname = %s", (pg.split_url(missing)[1],)
+        ).fetchall()
+    assert found == [] and not (tmp_path / "dst").exists()
+
+
 def _open_kind(kind: str, server_url: str, tmp: Path) -> tuple[str, Callable[[], None]]:
     """A new, empty store URL of an engine kind, and how to drop it."""
     name = f"t_{uuid.uuid4().hex[:12]}"

@@ -669,6 +669,9 @@ def test_cli_max_bytes(
         (["{root}", "nope", "-o", "-"], "no session 'nope'"),
         (["{root}/missing", "s1", "-o", "-"], "no store at"),
         (["{root}", "s1", "-o", "{root}/no/such/dir/page.html"], "cannot write"),
+        # the report written over the log it reads replaced the session's whole history
+        (["{root}", "s1", "-o", "{root}/sessions/s1/log.jsonl"], "inside the store"),
+        (["{root}", "s1", "-o", "{root}/report.html"], "inside the store"),
         (["{root}", "", "-o", "-"], "session id"),
     ],
 )

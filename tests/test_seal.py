@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from eventstore import (
     CorruptLogError,
     Event,
+    InvalidArgumentError,
     InvalidSessionIdError,
     Message,
     Role,
@@ -389,6 +390,44 @@ def test_seals_survive_a_keyless_compaction_with_an_archive_not_one_without(url:
     assert [p.kind for p in report.problems if p.severity == "error"] == ["seal_missing"]
 
 
+def test_a_sealing_store_compacting_again_leaves_its_seals_good(url: str, tmp_path: Path) -> None:
+    """A sealing store seals each snapshot it installs; its next compaction replaces that
+    snapshot, and the archive keeps the lines the snapshot stood for, not the snapshot.
+    `verify` with the public key and the witness then reported `seal_mismatch` ("the
+    history was rewritten after the seal"), once for the log's seal and once for the
+    witness's, of a history nobody touched. Such a seal is `seal_unchecked` (a warning)."""
+    witness = tmp_path / "witness.jsonl"
+    policy = SealPolicy(every=3, witness=witness)
+    with SessionStore(url, signing_key=KEY, seal_policy=policy) as s:
+        for _ in range(3):
+            for i in range(4):
+                s.append_progress_entry(SID, make_entry(i))
+            assert s.compact(SID, force=True).compacted
+    with SessionStore(url) as s:  # and once by a store without the key
+        s.append_progress_entry(SID, make_entry(4))
+        assert s.compact(SID, force=True).compacted
+    with SessionStore(url) as s:
+        report = s.verify(SID, public_key=KEY, witness=witness)
+    assert report.ok, report.problems
+    unchecked = [p for p in report.problems if p.kind == "seal_unchecked"]
+    assert unchecked == report.problems and all("replaced" in p.message for p in unchecked)
+
+
+def test_a_session_a_sealing_store_deleted_is_no_missing_seal(url: str) -> None:
+    """A session deleted by a sealing store (its log now the tombstone alone, which no
+    writer can seal: every write after it is refused) failed `verify --public-key` with
+    `seal_missing`, an error, as if the store had broken its policy. A tombstone needs no
+    seal; a session written to again after a restore does."""
+    write_sealed(url, 3, every=2)
+    with SessionStore(url, signing_key=KEY) as s:
+        assert s.delete_session(SID)
+    assert kinds(url, public_key=KEY) == []
+    with SessionStore(url) as s:  # restored and written to by a store without the key
+        assert s.restore(SID)
+        s.append_progress_entry(SID, make_entry(9))
+    assert "seal_missing" in kinds(url, public_key=KEY)
+
+
 def test_the_async_store_seals_and_verifies(tmp_path: Path) -> None:
     async def main() -> None:
         async with AsyncSessionStore(SessionStore(tmp_path, signing_key=KEY)) as st:
@@ -487,6 +526,38 @@ def test_hostile_seals_and_witness_lines_are_findings_not_exceptions(
         "witness",
     ]
     assert kinds(url, witness=tmp_path / "absent.jsonl") == ["witness"]
+
+
+@pytest.mark.parametrize("witness", [5, b"seals.jsonl", ""], ids=repr)
+def test_a_witness_that_is_no_path_nor_url_is_a_typed_error(
+    tmp_path: Path, witness: object
+) -> None:
+    """`SealPolicy(witness=5)` (or bytes) was taken, and its store's first seal failed with
+    Python's own TypeError after the seal was in the log; `verify(witness=5)` raised it
+    too. Both refuse it with `InvalidArgumentError`, an empty path too."""
+    with pytest.raises(InvalidArgumentError, match="witness"):
+        SealPolicy(witness=witness)  # type: ignore[arg-type]
+    root = tmp_path / "store"
+    write_sealed(str(root), 2)
+    with SessionStore(root) as s, pytest.raises(InvalidArgumentError, match="witness"):
+        s.verify(SID, public_key=KEY, witness=witness)  # type: ignore[arg-type]
+
+
+def test_a_witness_store_that_is_not_there_is_a_finding_and_is_never_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`verify --witness file:///missing` (a mistyped witness store) opened it as a writer
+    does: it created an empty store there, found no seal in it and passed. A witness
+    store that is not there is a finding, as an absent witness file is, and verifying
+    creates nothing."""
+    root = tmp_path / "store"
+    write_sealed(str(root), 2, every=5)
+    missing = tmp_path / "no-witness" / "store"
+    witness = f"file://{missing}"
+    assert kinds(str(root), public_key=KEY, witness=witness) == ["witness"]
+    rc, out, _ = cli_in_process(capsys, "verify", str(root), SID, "--witness", witness, "--full")
+    assert rc == 1 and "cannot read the witness" in out
+    assert not missing.parent.exists()
 
 
 def test_a_witness_store_catches_a_rewrite_of_the_log_and_its_seals(

@@ -681,8 +681,19 @@ _LONE = "\ud800"
         lambda s: s.save_manifest(SID, make_manifest(SID, current_objective=_LONE)),
         lambda s: s.append_progress_entry(SID, make_entry(1), idempotency_key=_LONE),
         lambda s: s.update_feature_pass(SID, "f1", True, idempotency_key="k" + _LONE),
+        # a label's key reached msgspec's encoder unchecked: its own UnicodeEncodeError
+        lambda s: s.set_labels(SID, {"k" + _LONE: "v"}),
+        lambda s: s.set_labels(SID, {"k": "v" + _LONE}),
     ],
-    ids=["progress", "message", "manifest", "idempotency-key", "key-on-update"],
+    ids=[
+        "progress",
+        "message",
+        "manifest",
+        "idempotency-key",
+        "key-on-update",
+        "label-key",
+        "label-value",
+    ],
 )
 def test_item12_a_lone_surrogate_is_a_typed_error_and_writes_nothing(
     tmp_path: Path, call: Callable[[SessionStore], Any]

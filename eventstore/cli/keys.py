@@ -52,9 +52,7 @@ def run_keygen(args: argparse.Namespace) -> int:
     """Write the key file."""
     try:
         KeyRing.write_new(args.file, args.key_id)
-    except FileExistsError:
-        raise CliError(f"{args.file} exists: a key file is never overwritten") from None
-    except EventStoreError as exc:
+    except EventStoreError as exc:  # (an existing file too: never overwritten)
         raise CliError(str(exc)) from None
     if args.json:
         emit_json({"file": args.file, "key_id": args.key_id})

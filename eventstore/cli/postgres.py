@@ -20,6 +20,7 @@ from typing import Any, TextIO
 import msgspec
 
 from eventstore.cli.format import one_line
+from eventstore.cli.store import store_at
 from eventstore.engines.postgres.url import (
     redact_url,
     split_url,
@@ -123,9 +124,11 @@ def _init_db(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def _open(url: str, err: TextIO) -> SessionStore | None:
+def _open(url: str, err: TextIO, *, create: bool) -> SessionStore | None:
+    """The store `url` names (`create`: False for the source, which is only read, so a
+    mistyped one is an error rather than an empty store made there)."""
     try:
-        return SessionStore(url)
+        return store_at(url, create=create)
     except (EventStoreError, ValueError, OSError) as exc:
         print(f"eventstore migrate: error: {redact_url(url)}: {one_line(str(exc))}", file=err)
         return None
@@ -135,10 +138,10 @@ def _migrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.all == bool(args.sessions):
         print("eventstore migrate: error: name SESSIONs or give --all (not both)", file=err)
         return EXIT_USAGE
-    src = _open(args.src, err)
+    src = _open(args.src, err, create=False)
     if src is None:
         return EXIT_USAGE
-    dst = _open(args.dst, err)
+    dst = _open(args.dst, err, create=True)
     if dst is None:
         src.close()
         return EXIT_USAGE

@@ -17,7 +17,7 @@ from typing import BinaryIO, TextIO
 
 from eventstore.cli.args import CliError, add_keys
 from eventstore.cli.format import one_line
-from eventstore.cli.store import open_store
+from eventstore.cli.store import open_store, store_path
 from eventstore.engines.file.layout import write_atomically
 from eventstore.errors import EventStoreError
 from eventstore.format.crypt import KeyRing
@@ -114,6 +114,11 @@ def run(args: argparse.Namespace, out: BinaryIO | None = None, err: TextIO | Non
     if args.output != "-" and not where.is_dir():  # said before any work, in plain words
         what = "is not a directory" if where.exists() else "does not exist"
         print(f"eventstore report: error: cannot write {args.output}: {where} {what}", file=err)
+        return EXIT_USAGE
+    directory = store_path(str(args.root)) if args.output != "-" else None
+    if directory is not None and Path(args.output).resolve().is_relative_to(directory.resolve()):
+        # a report over the log it reads (or any file of the store) would replace it
+        print(f"eventstore report: error: cannot write {args.output}: inside the store", file=err)
         return EXIT_USAGE
     try:
         with open_store(args) as store:  # a path or any store URL, as every command takes

@@ -1,8 +1,8 @@
 """Opening the store a command's ROOT names, the one way every `eventstore` command does.
 
 ROOT is a directory path or a store URL (`file://`, `memory://`, `postgresql://`, ...:
-whatever `SessionStore` opens). A read never creates a directory: a missing
-directory, or a file where the directory should be, is a one-line error. Custom event
+whatever `SessionStore` opens). A read never creates a store: a missing directory (or
+PostgreSQL schema), or a file where the directory should be, is a one-line error. Custom event
 types come from `--event-types MODULE:ATTR` and from the `eventstore.event_types`
 entry-point group, so `log`, `state` and `verify` decode them like the built-in ones.
 Anything printed about ROOT goes through `shown_root`, which hides a URL's password.
@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from eventstore.cli.args import CliError
-from eventstore.engines.base import is_conninfo, redact_text
+from eventstore.engines.base import is_conninfo, open_engine, redact_text
 from eventstore.errors import InvalidSessionIdError
 from eventstore.format.crypt import KeyRing
 from eventstore.format.events import Event
@@ -36,6 +36,7 @@ __all__ = [
     "open_store",
     "root_hint",
     "shown_root",
+    "store_at",
     "store_path",
 ]
 
@@ -113,7 +114,8 @@ def open_store(args: argparse.Namespace, *, create: bool = False, **options: Any
 
     ROOT is a directory, a `file://` URL, or any store URL an engine serves (memory://,
     postgresql://...). Refuses (CliError) a path that does not exist (unless `create`)
-    or is not a directory, without creating anything.
+    or is not a directory, without creating anything; another URL's engine is opened
+    with `create` too (a PostgreSQL schema that is not there is a `StorageError`).
     """
     root = str(args.root)
     if not root:
@@ -134,7 +136,20 @@ def open_store(args: argparse.Namespace, *, create: bool = False, **options: Any
     files = getattr(args, "key_files", None) or []
     if files:
         options.setdefault("keys", KeyRing.load(*files))
-    return SessionStore(root if path is None else path, event_types=types, **options)
+    return store_at(root if path is None else path, create=create, event_types=types, **options)
+
+
+def store_at(root: str | Path, *, create: bool, **options: Any) -> SessionStore:
+    """The store at `root` (a path or any store URL), its engine opened with `create`
+    (False for a command that only reads it: a store that is not there, a directory or
+    a PostgreSQL schema, is a `StorageError` rather than made); `options` go to
+    `SessionStore`."""
+    engine = open_engine(root, create=create)
+    try:
+        return SessionStore(engine, **options)
+    except BaseException:
+        engine.close()  # (a store given an engine leaves it open when it fails to open)
+        raise
 
 
 def root_hint(args: argparse.Namespace) -> str | None:

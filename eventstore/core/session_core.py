@@ -33,7 +33,7 @@ from eventstore.core.keys import CacheCipher, SessionKeys
 from eventstore.core.last_line import last_line_fold, last_line_only
 from eventstore.core.sessions import Fold, SessionState, SessionTable
 from eventstore.core.tuning import Tuning
-from eventstore.core.validation import check_key
+from eventstore.core.validation import check_key, projections_of
 from eventstore.engines.base import (
     EMPTY_HEAD,
     EncodedBatch,
@@ -166,7 +166,7 @@ class SessionCore:
             self.bootstrap, self.transcript, self.idempotency, self.lifecycle, self.labels
         ]  # fmt: skip
         self.projections: dict[str, Projection[Any]] = {}
-        for p in (*builtin, *projections):
+        for p in (*builtin, *projections_of(projections)):
             if p.name in self.projections:
                 raise InvalidArgumentError(f"two projections are named {p.name!r}")
             self.projections[p.name] = p
@@ -233,10 +233,8 @@ class SessionCore:
         use folds again: learn once, when the adapter is made, not per call."""
         self.check_open()
         new_projections: dict[str, Projection[Any]] = {}
-        for p in projections:
-            name = getattr(p, "name", None)
-            if not isinstance(name, str) or not callable(getattr(p, "apply", None)):
-                raise InvalidArgumentError(f"cannot learn {p!r}: not a projection")
+        for p in projections_of(projections):
+            name = p.name
             known = self.projections.get(name)
             if known is None:
                 known = new_projections.get(name)

@@ -6,9 +6,9 @@ parameter, raised before anything is read or written."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from eventstore.errors import InvalidArgumentError, InvalidRecordError
 from eventstore.format.codec import validated_copy
@@ -18,6 +18,9 @@ from eventstore.session_ids import validate_session_id
 __all__ = [
     "check_key",
     "described",
+    "listed",
+    "projections_of",
+    "upcasters_of",
     "exactly",
     "feature_list",
     "flag",
@@ -103,6 +106,55 @@ def flag(value: object, what: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidArgumentError(f"{what} must be True or False, not {described(value)}")
     return value
+
+
+def listed(values: object, what: str) -> list[Any]:
+    """`values` as a new list: any iterable but a str, bytes or mapping (whose items
+    would be characters, ints or keys), else InvalidArgumentError naming `what`."""
+    if isinstance(values, (str, bytes, bytearray, Mapping)) or not isinstance(values, Iterable):
+        raise InvalidArgumentError(f"{what} must be a list, not {described(values)}")
+    return list(values)
+
+
+_PROJECTION_METHODS = ("initial", "apply", "encode_state", "decode_state", "copy")
+
+
+def _check_projection(p: object) -> None:
+    """InvalidArgumentError unless `p` has what eventstore needs of a projection
+    (`projections.Projection`: a str `name`, an int `version`, `event_types` and the
+    methods): one without them failed later, at a fold or a compaction, with Python's
+    own AttributeError."""
+    name = getattr(p, "name", None)
+    version = getattr(p, "version", None)
+    lacking = [m for m in _PROJECTION_METHODS if not callable(getattr(p, m, None))]
+    if not isinstance(name, str) or isinstance(version, bool) or not isinstance(version, int):
+        lacking.insert(0, "a str name and an int version")
+    elif not hasattr(p, "event_types"):
+        lacking.insert(0, "event_types")
+    if lacking:
+        raise InvalidArgumentError(f"{described(p)} is not a projection: no {', '.join(lacking)}")
+
+
+def projections_of(values: object) -> list[Any]:
+    """`values` (a store's `projections`) as a list, each one checked to be a projection."""
+    found = listed(values, "projections")
+    for p in found:
+        _check_projection(p)
+    return found
+
+
+def upcasters_of(values: object) -> list[tuple[Any, Any, Any]]:
+    """`values` (a store's `upcasters`) as a list of (event type, from version, function)
+    triples, else InvalidArgumentError (each part is checked as it is registered:
+    `EventCodec.register_upcaster`)."""
+    found = listed(values, "upcasters")
+    for entry in found:
+        if not isinstance(entry, (tuple, list)) or len(entry) != 3:
+            raise InvalidArgumentError(
+                "upcasters must hold (event type, from version, function) triples, not"
+                f" {described(entry)}"
+            )
+    return [tuple(entry) for entry in found]
 
 
 def check_key(key: object) -> None:

@@ -116,7 +116,8 @@ an engine that keeps files also gives a `Path` (`Segment.path`,
 
 Adding an engine: subclass `Engine` (and the capability interfaces it implements), add a
 module with a `from_url(url, **options) -> Engine` function and its scheme in `SCHEMES`
-(the one registry of engines), and run the conformance suite that ships with the package:
+(the one registry of engines; every engine takes the options `durability` and `create`,
+ignoring those it has no use for), and run the conformance suite that ships with the package:
 subclass `eventstore.engines.conformance.EngineConformance` in your tests (its docstring
 says how).
 """
@@ -137,6 +138,7 @@ import msgspec
 
 from eventstore.errors import (
     EventStoreError,
+    InvalidArgumentError,
     UnknownEngineError,
     UnsupportedError,
 )
@@ -1060,11 +1062,19 @@ _CONNINFO = re.compile(
 def open_engine(url_or_path: str | os.PathLike[str], **options: Any) -> Engine:
     """Open the engine a store URL or path names (see the module docstring).
 
-    `options` go to the engine (e.g. `durability` for the file engine). Raises
-    `UnknownEngineError` for a scheme no engine serves, and whatever the engine raises
+    `options` go to the engine (e.g. `durability` for the file engine; `create=False`:
+    a store that is not there is a `StorageError` rather than made, for a caller that
+    only reads). Raises
+    `UnknownEngineError` for a scheme no engine serves, `InvalidArgumentError` for what
+    is no store URL or path (not a str, a NUL in it), and whatever the engine raises
     for a URL it cannot open.
     """
-    if is_conninfo(os.fspath(url_or_path)):
+    text = os.fspath(url_or_path) if isinstance(url_or_path, (str, os.PathLike)) else None
+    if not isinstance(text, str) or "\0" in text:
+        raise InvalidArgumentError(
+            f"a store is named by a URL or a path (a str without NUL), not {url_or_path!r:.80}"
+        )
+    if is_conninfo(text):
         raise UnknownEngineError(
             "a libpq key=value connection string is not a store URL: write it as"
             " postgresql://USER:PASSWORD@HOST:PORT/DBNAME?PARAM=VALUE (percent-encoded)"

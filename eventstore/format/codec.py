@@ -458,6 +458,16 @@ class EventCodec:
 
     def register_upcaster(self, cls: type[Event], from_version: int, fn: Upcaster) -> None:
         """Register `fn` to turn a payload of `cls` at `from_version` into `from_version + 1`."""
+        if (
+            not (isinstance(cls, type) and issubclass(cls, Event))
+            or event_tag(cls) not in self.types
+        ):
+            raise InvalidRecordError(f"{cls!r} is not an event type this codec knows")
+        if isinstance(from_version, bool) or not isinstance(from_version, int) or not callable(fn):
+            raise InvalidRecordError(
+                f"an upcaster of {cls.__name__} needs an int version and a function,"
+                f" not {from_version!r} and {fn!r}"
+            )
         if from_version >= cls.VERSION:
             raise InvalidRecordError(
                 f"{cls.__name__} is at version {cls.VERSION}; an upcaster from"
@@ -738,12 +748,14 @@ class EventCodec:
     @staticmethod
     def _encoded(ev: Event, encode: Callable[[Any], bytes], max_depth: int | None) -> bytes:
         """`encode(ev)`: NestingTooDeepError if it nests deeper than `max_depth`,
-        InvalidRecordError if it holds a newline (the errors' words made only for them:
-        this runs for every event appended)."""
+        InvalidRecordError if it holds a newline or a lone surrogate (the errors' words
+        made only for them: this runs for every event appended)."""
         try:
             body = encode(ev)
         except RecursionError:
             raise _too_deep(f"a {event_tag(type(ev))} event") from None
+        except UnicodeEncodeError as exc:  # e.g. in a dict key, which no check before reads
+            raise _lone_surrogate(f"a {event_tag(type(ev))} event", exc) from None
         if (max_depth is not None and over(body, max_depth)) or b"\n" in body:
             what = f"a {event_tag(type(ev))} event"
             if max_depth is not None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
 import os
 import re
@@ -40,10 +41,12 @@ from eventstore.errors import (
     CorruptLogError,
     InvalidArgumentError,
     KeyMissingError,
+    StorageError,
     UnsupportedError,
     WrongKeyError,
 )
 from eventstore.format.chain import HASH_SUFFIX_LEN
+from eventstore.regular import KEY_FILE_MAX, read_regular
 
 __all__ = [
     "ENC_MARK",
@@ -118,6 +121,10 @@ class KeyRing:
     """
 
     def __init__(self, keys: Mapping[str, bytes], current: str | None = None) -> None:
+        if not isinstance(keys, Mapping):
+            raise InvalidArgumentError(
+                f"a KeyRing takes a mapping of key ids to keys, not {type(keys).__name__}"
+            )
         if not keys:
             raise InvalidArgumentError("a KeyRing needs at least one master key")
         for kid, key in keys.items():
@@ -151,6 +158,8 @@ class KeyRing:
         keys: dict[str, bytes] = {}
         first = None
         for path in paths:
+            if not isinstance(path, (str, os.PathLike)):
+                raise InvalidArgumentError(f"a key file is a path, not {type(path).__name__}")
             kid, key = _read_key_file(Path(path))
             keys[kid] = key
             first = kid if first is None else first
@@ -160,10 +169,20 @@ class KeyRing:
     def write_new(path: str | os.PathLike[str], key_id: str) -> None:
         """Write a new random master key under `key_id` to `path` (created, mode 0600;
         an existing file is never overwritten)."""
-        if not _KEY_ID.fullmatch(key_id):
+        if not isinstance(key_id, str) or not _KEY_ID.fullmatch(key_id):
             raise InvalidArgumentError(f"a master key id must match {_KEY_ID.pattern}")
         line = f"{_KEY_FILE_TAG} {key_id} {entropy.random_bytes(_KEY_LEN).hex()}\n"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:
+            why = (
+                "it exists (a key file is never overwritten)"
+                if exc.errno == errno.EEXIST
+                else exc.strerror
+            )
+            raise StorageError(
+                f"cannot create key file {os.fspath(path)!r}: {why}", exc.errno
+            ) from None
         with os.fdopen(fd, "w") as f:
             f.write(line)
 
@@ -195,9 +214,11 @@ class KeyRing:
 
 def _read_key_file(path: Path) -> tuple[str, bytes]:
     try:
-        text = path.read_text()
+        text = read_regular(path, KEY_FILE_MAX).decode("utf-8")
     except OSError as exc:
         raise InvalidArgumentError(f"cannot read key file {str(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise InvalidArgumentError(f"{str(path)!r} is not an eventstore master key file") from None
     parts = text.split()
     if len(parts) != 3 or parts[0] != _KEY_FILE_TAG or not _KEY_ID.fullmatch(parts[1]):
         raise InvalidArgumentError(f"{str(path)!r} is not an eventstore master key file")

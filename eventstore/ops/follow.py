@@ -4,7 +4,11 @@ Reads the live log from an engine position and waits on the engine for more
 (`Engine.wait`: polling for files, a notification where the engine has one). When the
 log is replaced by a snapshot, the events appended after the last read and before the
 compaction are read from the history; with no archive, the snapshot stands in for them
-(as in `read_events`).
+(as in `read_events`). A log replaced by another history (the session purged, then
+written again from seq 1) is a `HistoryUnavailableError` rather than read on as if it
+continued the one followed, when the follower can tell: its head falls behind the
+last event yielded, or its line (or opening snapshot) at that seq has another hash. (A
+new history already compacted past that seq, without that line, is not told apart.)
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Iterator
 from eventstore.core.session_core import CoreOwner, core_of
 from eventstore.core.validation import described, whole
 from eventstore.engines.base import EMPTY_HEAD
-from eventstore.errors import InvalidArgumentError
+from eventstore.errors import HistoryUnavailableError, InvalidArgumentError
 from eventstore.format.events import (
     Event,
     Snapshot,
@@ -70,8 +74,11 @@ def follow(
     decoder = core.codec.decoder(None)
     head = EMPTY_HEAD
     last = from_seq - 1
+    yielded = (0, "")  # the seq and hash of the last event yielded ((0, ""): none yet)
     while stop is None or not stop.is_set():
         res = engine.read(session_id, head.position)
+        if res.head.seq < yielded[0]:
+            raise _replaced(session_id, yielded[0])
         start = EMPTY_HEAD if res.reset else head
         events: list[Event] = []
         if res.data:
@@ -86,18 +93,20 @@ def follow(
             ).events
         head = res.head
         for ev in events:
+            if ev.seq == yielded[0] and yielded[1] not in (ev.h, getattr(ev, "base_h", None)):
+                raise _replaced(session_id, yielded[0])  # (a snapshot there: its base_h)
             if type(ev) is Snapshot:
                 if ev.seq > last:
                     # events up to the snapshot that this reader has not seen yet
                     for old, _ in iter_history(core, session_id, decoder, last + 1, ev.seq):
                         if old.seq > last:
                             yield old
-                            last = old.seq
+                            last, yielded = old.seq, (old.seq, old.h)
                     last = max(last, ev.seq)
                 continue
             if ev.seq > last:
                 yield ev
-                last = ev.seq
+                last, yielded = ev.seq, (ev.seq, ev.h)
         deadline = time.monotonic() + poll_interval
         # in slices: a stop set meanwhile (by a signal handler) ends a long wait at once
         while stop is None or not stop.is_set():
@@ -106,3 +115,11 @@ def follow(
                 break
         else:
             return
+
+
+def _replaced(session_id: str, seq: int) -> HistoryUnavailableError:
+    return HistoryUnavailableError(
+        f"session {session_id!r} was replaced under this follower (purged and written"
+        f" again, or its log restored from another copy): the history it followed up to"
+        f" seq {seq} is gone"
+    )

@@ -44,8 +44,6 @@ them) is reported as failed, and the others are still imported.
 from __future__ import annotations
 
 import hashlib
-import os
-import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -76,6 +74,7 @@ from eventstore.records import (
     RunStatus,
     SessionManifest,
 )
+from eventstore.regular import read_regular
 from eventstore.session_ids import validate_session_id
 
 __all__ = [
@@ -198,17 +197,6 @@ def read_legacy_file(data: bytes) -> tuple[LegacySession, list[Event]]:
     return legacy, events
 
 
-def _read_regular(path: Path) -> bytes:
-    """The bytes of the regular file at `path`. Opened without blocking, and anything
-    else refused (OSError): a FIFO planted in the legacy directory would block the open
-    forever, a link to a device (/dev/zero) would be read without end."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
-        return f.read()
-
-
 def _import_file(core: SessionCore, path: Path) -> ImportItem:
     name = str(path)
     try:
@@ -217,7 +205,9 @@ def _import_file(core: SessionCore, path: Path) -> ImportItem:
     except (ValueError, UnicodeDecodeError) as exc:
         return ImportItem(name, None, "failed", 0, f"the file name is not a hex session id: {exc}")
     try:
-        data = _read_regular(path)
+        # a FIFO planted in the legacy directory would block the open forever, a link
+        # to a device (/dev/zero) would be read without end: refused (OSError)
+        data = read_regular(path)
         legacy, events = read_legacy_file(data)
     except (
         OSError,

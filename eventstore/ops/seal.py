@@ -40,6 +40,7 @@ import msgspec
 
 from eventstore import entropy
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
+from eventstore.core.validation import described
 from eventstore.engines.base import Head, open_engine, redact_text
 from eventstore.errors import (
     EventStoreError,
@@ -54,6 +55,7 @@ from eventstore.format.reader import Problem, Severity
 from eventstore.logger import log
 from eventstore.ops import history
 from eventstore.signing import key_id, sign, signature_checks
+from projections.lifecycle import LifecycleProjection
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -69,6 +71,7 @@ __all__ = [
     "StoreWitness",
     "Witness",
     "append_witness",
+    "check_witness",
     "check_seals",
     "is_store_url",
     "load_witness",
@@ -108,6 +111,19 @@ class SealPolicy(msgspec.Struct, frozen=True):
             not isinstance(self.seconds, (int, float)) or self.seconds <= 0
         ):
             raise InvalidArgumentError(f"seconds must be > 0 or None, not {self.seconds!r}")
+        check_witness(self.witness)
+
+
+def check_witness(witness: object) -> None:
+    """InvalidArgumentError unless `witness` is None or a witness: a non-empty str or
+    `os.PathLike` of one (a file's path, or a store's URL). Anything else failed with
+    Python's own TypeError, a policy's only at its first seal, after that seal was
+    written."""
+    text = os.fspath(witness) if isinstance(witness, (str, os.PathLike)) else None
+    if witness is not None and (not isinstance(text, str) or not text):
+        raise InvalidArgumentError(
+            f"a witness must be a file's path or a store's URL, not {described(witness)}"
+        )
 
 
 class SealFacts(msgspec.Struct, kw_only=True, frozen=True):
@@ -309,8 +325,9 @@ class StoreWitness:
     the witness store's own chain covers them). Opened at the first seal; safe to share
     between threads."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = url
+        self.create = create  # False for reading: a witness store not there is a finding
         self.where = redact_text(url)
         self._core: SessionCore | None = None
         self._lock = threading.Lock()
@@ -319,7 +336,8 @@ class StoreWitness:
         """The witness store's session core (opened once)."""
         with self._lock:
             if self._core is None:
-                self._core = SessionCore(open_engine(self.url), EventCodec(), caches=False)
+                engine = open_engine(self.url, create=self.create)
+                self._core = SessionCore(engine, EventCodec(), caches=False)
             return self._core
 
     def __call__(self, facts: SealFacts) -> None:
@@ -367,9 +385,10 @@ def witness_writer(witness: str | os.PathLike[str] | None) -> Callable[[SealFact
 
 def load_witness(witness: str | os.PathLike[str], session_id: str) -> Witness:
     """What a witness (a file's path or a store's URL) holds of `session_id`."""
+    check_witness(witness)
     if not is_store_url(witness):
         return read_witness(witness, session_id)
-    store = StoreWitness(os.fspath(witness))
+    store = StoreWitness(os.fspath(witness), create=False)  # a reader creates no store
     try:
         return store.read(session_id)
     finally:
@@ -407,12 +426,15 @@ class SealHistory(msgspec.Struct):
     """What `verify` read of a session that seals are checked against: each line by seq
     (the first segment holding a seq wins: an archive holds the original of a line a
     snapshot replaced), with the segment it was read from, and each snapshot line's
-    own `h` by seq."""
+    own `h` by seq. `installed`: the seqs compactions installed a snapshot at (the last
+    seq of each archived segment), held or not: a later compaction replaces the snapshot
+    the log opened with, and no archive keeps it."""
 
     lines: dict[int, tuple[Event, str]]
     snapshot_h: dict[int, str]
     hashes: dict[int, str]
     head_seq: int
+    installed: set[int] = msgspec.field(default_factory=set)
 
 
 def check_seals(
@@ -500,6 +522,14 @@ def _check_sealed_line(
     line, _ = held
     if facts.h in (hist.hashes.get(n), hist.snapshot_h.get(n)):
         return []
+    if n in hist.installed and n not in hist.snapshot_h:
+        # a sealing store seals each snapshot it installs (its own `h`), and the next
+        # compaction replaces it: the archive keeps the lines it stood for, not it
+        return [Problem(where, 0, seq, "seal_unchecked",
+                        f"{what}: it seals the snapshot a compaction installed at seq {n},"
+                        " which a later compaction replaced (an archive keeps the lines a"
+                        " snapshot stood for, not the snapshot), so it cannot be checked",
+                        "warning")]  # fmt: skip
     if type(line) is Snapshot and facts.h == line.base_h:
         # sealed before a compaction without an archive: the snapshot's states stand in
         # for the line that was sealed, and nothing holds that line to compare
@@ -515,10 +545,12 @@ def _check_sealed_line(
 
 def _check_policy(hist: SealHistory, seals: list[Sealed]) -> list[Problem]:
     """`seal_missing` for a session with no seal at all; `seal_overdue` for a run of more
-    than `every` events (beyond the batch that reached `every`) with no seal after it."""
+    than `every` events (beyond the batch that reached `every`) with no seal after it.
+    A deleted session's log is its tombstone alone, which nothing can seal (a write after
+    it is refused): it has no policy to keep."""
     lines = [ev for ev, _ in sorted(hist.lines.values(), key=lambda x: x[0].seq)]
     if not seals:
-        if not lines:
+        if not lines or _is_tombstone(lines[-1]):
             return []
         where = hist.lines[lines[-1].seq][1]
         return [Problem(where, 0, None, "seal_missing",
@@ -534,6 +566,12 @@ def _check_policy(hist: SealHistory, seals: list[Sealed]) -> list[Problem]:
             run.append(ev)
     found.extend(_overdue(hist, run, every, sealed=False))
     return found
+
+
+def _is_tombstone(ev: Event) -> bool:
+    """Whether `ev` is a deleted session's tombstone (a snapshot holding the lifecycle's
+    state, which a live session's snapshots leave out)."""
+    return type(ev) is Snapshot and LifecycleProjection.name in ev.states
 
 
 def _batch_starts(run: list[Event]) -> list[int]:

@@ -211,6 +211,9 @@ class _Walk:
         found = self._check(seg, name, data, scan, reporter.problems)
         self.problems.extend(found)
         self._advance(name, scan, found)
+        if seg.archived and scan.events and scan.seq is not None:
+            # a compaction archived this segment as it installed a snapshot at its last seq
+            self.sealed.installed.add(scan.seq)
 
     def _opening(self, name: str, data: bytes) -> tuple[int | None, str | None]:
         """The (seq, link) the segment's first line chains to (None: unknown)."""

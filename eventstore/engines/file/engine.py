@@ -175,15 +175,23 @@ MAX_OPEN_SESSIONS = 64
 
 
 class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, IndexingEngine):
-    """Sessions as JSON Lines files under `root` (created 0700 if missing)."""
+    """Sessions as JSON Lines files under `root` (created 0700 if missing, unless
+    `create` is false: then a missing root is a `StorageError`, for a caller that only
+    reads, such as `verify` reading a witness store)."""
 
-    def __init__(self, root: str | os.PathLike[str], durability: Durability = "flush") -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        durability: Durability = "flush",
+        *,
+        create: bool = True,
+    ) -> None:
         if durability not in ("flush", "fsync"):
-            raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+            raise InvalidArgumentError(f"durability must be 'flush' or 'fsync', not {durability!r}")
         self.root = Path(root)
         self.durability: Durability = durability
         self.url = os.fspath(self.root)
-        _ensure_root(self.root)
+        _ensure_root(self.root, create)
         self._sessions: dict[str, SessionState] = {}
         # sessions with descriptors open, least recently opened first (bounded)
         self._open: dict[str, SessionState] = {}
@@ -1339,15 +1347,21 @@ def from_url(url_or_path: str | os.PathLike[str], **options: Any) -> FileEngine:
         text = rest
     if not text:
         raise UnsafePathError("an empty store path would mean the current directory; give one")
-    return FileEngine(text, **options)
+    durability = options.pop("durability", "flush")
+    create = options.pop("create", True)
+    if options:
+        raise InvalidArgumentError(f"unknown file engine options: {', '.join(sorted(options))}")
+    return FileEngine(text, durability, create=bool(create))
 
 
-def _ensure_root(root: Path) -> None:
+def _ensure_root(root: Path, create: bool) -> None:
     try:
         st = os.stat(root)
     except NotADirectoryError as exc:
         raise UnsafePathError(f"store root {root}: a part of the path is not a directory") from exc
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
+        if not create:
+            raise StorageError(f"no store at {root} (directory not found)", exc.errno) from exc
         missing = [root, *(p for p in root.parents if not p.exists())]
         for path in reversed(missing):  # every directory we create is private, not just the last
             try:

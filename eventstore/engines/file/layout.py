@@ -25,10 +25,11 @@ from pathlib import Path
 
 from eventstore import entropy
 from eventstore.errors import (
+    InvalidSessionIdError,
     StorageError,
     UnsafePathError,
 )
-from eventstore.session_ids import MAX_SESSION_ID_BYTES
+from eventstore.session_ids import MAX_SESSION_ID_BYTES, validate_session_id
 
 __all__ = [
     "SessionPaths",
@@ -67,7 +68,22 @@ def session_dir_name(session_id: str) -> str:
 
 
 def decode_session_dir(name: str, directory: Path) -> str | None:
-    """The original id of a session directory, or None if `name` is not one of ours."""
+    """The original id of a session directory, or None if `name` is not one of ours:
+    also when what it decodes to is no session id, or one whose directory is another
+    (an `id` file edited or copied from elsewhere, a base32 name of an ordinary id),
+    which would list an id twice, or one that loads from another directory."""
+    found = _decoded_dir(name, directory)
+    if found is None:
+        return None
+    try:
+        validate_session_id(found)
+    except InvalidSessionIdError:
+        return None
+    return found if session_dir_name(found) == name else None
+
+
+def _decoded_dir(name: str, directory: Path) -> str | None:
+    """What a session directory's name (or, for a hashed one, its `id` file) says."""
     if name.startswith("_"):
         body = name[1:].upper()
         try:
@@ -215,6 +231,7 @@ def write_atomically(
     *,
     before_replace: Callable[[], None] | None = None,
     durable: bool = True,
+    exclusive: bool = False,
 ) -> None:
     """Replace (or create) `path` with `data` so that a crash leaves the old or the new.
 
@@ -227,7 +244,9 @@ def write_atomically(
     `durable=False` (caches, which only save time and check themselves): no fsync,
     and the old file is unlinked before the rename, so a reader finds the old, none,
     or the new, never part of one (a failed rename leaves none); a power loss may leave
-    an empty or a partial file, which its reader ignores.
+    an empty or a partial file, which its reader ignores. `exclusive`: create `path`
+    only, never replace it (the temporary file is linked in, not renamed over):
+    `FileExistsError` if it exists, and it is left as it was.
     """
     # the name's first 120 bytes: a legal 250-byte name must not make an illegal temp one
     head = os.fsencode(path.name)[:120]  # (bytes: a name need not be UTF-8)
@@ -249,7 +268,11 @@ def write_atomically(
             # (bench/results/2026-12-05-cache-rename-and-append-path.md)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)

@@ -68,9 +68,22 @@ _OLD_TMP_PREFIX = "log.jsonl.compact-"  # temporary files of releases before 0.2
 def save_aside(log_path: Path, kind: str, data: bytes) -> Path:
     """Keep `data` beside the log as `<log>.<kind>-<UTC time>` (bytes recovery is about
     to cut or overwrite: never lost)."""
-    aside = log_path.with_name(f"{log_path.name}.{kind}-{stamp()}")
-    write_atomically(aside, data)
-    return aside
+    return _fresh_aside(log_path, kind, lambda aside: write_atomically(aside, data, exclusive=True))
+
+
+def _fresh_aside(log_path: Path, kind: str, put: Callable[[Path], None]) -> Path:
+    """Where `put` made the aside file (creating it, `FileExistsError` if it exists):
+    `<log>.<kind>-<UTC time>`, or with `-2`, `-3`... added when an earlier aside holds
+    that name (the clock set back, or two in one microsecond), which is never replaced."""
+    name = f"{log_path.name}.{kind}-{stamp()}"
+    aside, n = log_path.with_name(name), 1
+    while True:
+        try:
+            put(aside)
+            return aside
+        except FileExistsError:
+            n += 1
+            aside = log_path.with_name(f"{name}-{n}")
 
 
 def stamp() -> str:
@@ -232,9 +245,9 @@ class FileRepairHold(RepairHold):
 
     def rewrite(self, data: bytes, reason: str) -> str:
         log_path = self.paths.log
-        aside = log_path.with_name(f"{log_path.name}.{reason}-{stamp()}")
         try:
-            os.link(log_path, aside)  # the original bytes, kept before anything changes
+            # the original bytes, kept before anything changes
+            aside = _fresh_aside(log_path, reason, lambda a: os.link(log_path, a))
             fsync_dir(log_path.parent)
             self._before_replace()
             write_atomically(log_path, data)

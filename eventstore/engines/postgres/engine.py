@@ -195,14 +195,23 @@ def from_url(url: str | os.PathLike[str], **options: Any) -> PostgresEngine:
     """Open the PostgreSQL engine a `postgresql://` URL names (see the module docstring).
 
     Options: `pool_size` (connections per process, default 8), `stall_warning` (seconds,
-    default `STALL_WARNING`: see `PostgresEngine.feed`), `durability` (ignored).
+    default `STALL_WARNING`: see `PostgresEngine.feed`), `create` (False: a schema that
+    does not exist is a `StorageError`, not made), `durability` (ignored).
     """
     options.pop("durability", None)
-    pool_size = int(options.pop("pool_size", 8))
-    stall_warning = float(options.pop("stall_warning", STALL_WARNING))
+    create = bool(options.pop("create", True))
+    try:
+        pool_size = int(options.pop("pool_size", 8))
+        stall_warning = float(options.pop("stall_warning", STALL_WARNING))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"a PostgreSQL engine option is no number: {exc}") from None
     if options:
-        raise TypeError(f"unknown PostgreSQL engine options: {', '.join(sorted(options))}")
-    return PostgresEngine(os.fspath(url), pool_size=pool_size, stall_warning=stall_warning)
+        raise InvalidArgumentError(
+            f"unknown PostgreSQL engine options: {', '.join(sorted(options))}"
+        )
+    return PostgresEngine(
+        os.fspath(url), pool_size=pool_size, stall_warning=stall_warning, create=create
+    )
 
 
 def _first_line(exc: BaseException, secrets: list[str]) -> str:
@@ -230,7 +239,12 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
     no ranged reads or pruning."""
 
     def __init__(
-        self, url: str, *, pool_size: int = 8, stall_warning: float = STALL_WARNING
+        self,
+        url: str,
+        *,
+        pool_size: int = 8,
+        stall_warning: float = STALL_WARNING,
+        create: bool = True,
     ) -> None:
         self.url = redact_url(url)
         self.stall_warning = stall_warning
@@ -255,7 +269,7 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
                 self._conninfo, autocommit=True, connect_timeout=10
             )
             try:
-                ensure_schema(conn, self.schema)
+                ensure_schema(conn, self.schema, create=create)
             except BaseException:
                 conn.close()
                 raise

@@ -52,7 +52,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from eventstore.errors import EventStoreError, InvalidArgumentError
+from eventstore.errors import EventStoreError, InvalidArgumentError, StorageError
 
 __all__ = [
     "SCHEMA_NAME",
@@ -618,12 +618,14 @@ def ddl(schema: str, version: int) -> str:
     )
 
 
-def ensure_schema(conn: Any, schema: str) -> int:
+def ensure_schema(conn: Any, schema: str, *, create: bool = True) -> int:
     """Create or migrate the schema to SCHEMA_VERSION on `conn` (an autocommit psycopg
     connection); returns the version found before (0: none). Safe when many processes
     race: the work runs under a transaction-scoped advisory lock.
 
-    Raises SchemaVersionError if the database's schema is newer than this code's.
+    Raises SchemaVersionError if the database's schema is newer than this code's, and
+    StorageError if there is none and not `create` (a reader's open: the store is not
+    there, and reading it must not make it).
     """
     import psycopg
 
@@ -634,6 +636,8 @@ def ensure_schema(conn: Any, schema: str) -> int:
     if found == SCHEMA_VERSION:
         _adopt_if_moved(conn, quoted)
         return found
+    if found == 0 and not create:
+        raise StorageError(f"no store in schema {schema!r}: it holds no eventstore tables")
     if found > SCHEMA_VERSION:
         raise SchemaVersionError(
             f"the database's eventstore schema {schema!r} is at version {found}; this"

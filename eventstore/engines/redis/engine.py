@@ -169,9 +169,10 @@ def from_url(url: str | os.PathLike[str], **options: Any) -> RedisEngine:
     """Open the Redis engine a `redis://`, `rediss://` or `unix://` URL names.
 
     Options: `durability` ("flush" or "fsync", see the module docstring), `ttl`
-    (seconds; the URL's `ttl=` otherwise)."""
+    (seconds; the URL's `ttl=` otherwise), `create` (ignored)."""
     durability = options.pop("durability", "flush")
     ttl = options.pop("ttl", None)
+    options.pop("create", None)  # a Redis database has nothing to make before a write
     if options:
         raise InvalidArgumentError(f"unknown Redis engine options: {', '.join(sorted(options))}")
     parsed = split_url(os.fspath(url))
