@@ -274,50 +274,12 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse options, run the check, the backends and the extras; print the tables."""
-    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="small sizes, one repeat, short extras")
-    ap.add_argument("--sizes", help="comma-separated turn counts (default 500,2000,10000)")
-    ap.add_argument(
-        "--repeat", type=int, default=5, help="repeats at sizes <= 2,000 (default 5; 3 above)"
-    )
-    ap.add_argument("--backends", help=f"comma-separated, from: {', '.join(BACKENDS)}")
-    ap.add_argument("--check", action="store_true", help="correctness mode only")
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run (default 300)")
-    ap.add_argument("--compact-events", type=int, default=100_000)
-    ap.add_argument("--no-extras", action="store_true", help="only the main table")
-    ap.add_argument("--json", help="also write every raw result to this file")
-    ap.add_argument(
-        "--import-runs", type=int, default=21, help="fresh interpreters per import row (21)"
-    )
-    a = ap.parse_args(argv)
-
-    names = a.backends.split(",") if a.backends else list(BACKENDS)
-    unknown = [n for n in names if n not in BACKENDS]
-    if unknown:
-        ap.error(f"unknown backends: {', '.join(unknown)}")
-    missing = [n for n in names if not available(n)]
-    names = [n for n in names if n not in missing]
-
-    ok, problems, skipped = run_check(turns=40 if a.check else 20, backends=names)
-    for n in skipped + missing:
-        _log(f"{n}: not installed (needs {BACKENDS[n].needs}); skipped")
-    if problems:
-        print("CHECK FAILED:\n" + "\n".join(problems))
-        return 1
-    _log(f"check: {len(ok)} backends agree ({', '.join(ok)})")
-    if a.check:
-        print(f"check passed: {', '.join(ok)} return equal bootstrap state and transcript")
-        return 0
-
-    sizes = (
-        [int(s) for s in a.sizes.split(",")]
-        if a.sizes
-        else (QUICK_SIZES if a.quick else DEFAULT_SIZES)
-    )
-    base = 1 if a.quick and a.repeat == 5 else a.repeat
-    started = time.perf_counter()
+def _measure(
+    a: argparse.Namespace, names: list[str], sizes: list[int], base: int
+) -> tuple[dict[tuple[str, int], list[dict[str, Any]] | str], dict[int, list[dict[str, Any]]]]:
+    """Every backend at every size (a worker process per run, the repeats interleaved);
+    a backend whose writes would outrun the timeout is skipped. Returns the results by
+    (backend, size) and the eventstore-flush runs (for the warm-load table)."""
     results: dict[tuple[str, int], list[dict[str, Any]] | str] = {}
     write_times: dict[str, dict[int, float]] = {n: {} for n in names}
     warm: dict[int, list[dict[str, Any]]] = {}
@@ -362,48 +324,110 @@ def main(argv: list[str] | None = None) -> int:
                 if name == "eventstore-flush":
                     warm[size] = got
 
+    return results, warm
+
+
+def _extras(
+    a: argparse.Namespace,
+    results: dict[tuple[str, int], list[dict[str, Any]] | str],
+    sizes: list[int],
+    warm: dict[int, list[dict[str, Any]]],
+    raw: dict[str, Any],
+) -> list[str]:
+    """The eventstore-only tables (the fold's ceiling, warm loads, transcript scale,
+    compaction), their raw results added to `raw`."""
+    sections: list[str] = []
+    sections += [
+        "Fold against its ceiling (eventstore, flush):",
+        ceiling_table(results, sorted(sizes)),
+    ]
+    sections += [
+        "Warm load_bootstrap_state after k events appended by another store instance:",
+        warm_table(warm),
+    ]
+    scale_turns = 200 if a.quick else 2000
+    scaled: dict[float, list[dict[str, Any]]] = {}
+    for scale in (0.1, 1.0, 4.0):
+        args = {
+            "backend": "eventstore-flush",
+            "turns": scale_turns,
+            "msg_scale": scale,
+            "cold_runs": 3,
+            "warm_k": [10],
+        }
+        res = _worker("write", args, a.timeout)
+        if isinstance(res, dict):
+            scaled[scale] = [res]
+    raw["transcript_scale"] = scaled
+    sections += [
+        "Cold bootstrap load as the transcript grows (same bootstrap events):",
+        transcript_scale_table(scaled, scale_turns),
+    ]
+    events = 5000 if a.quick else a.compact_events
+    comp = []
+    for scale, keep in ((1.0, None), (0.1, None), (0.1, RETENTION)):
+        args = {"events": events, "msg_scale": scale, "cold_runs": 3, "retention": keep}
+        res = _worker("compact", args, max(a.timeout, 600))
+        _log(f"compact {events} x{scale}: {res if isinstance(res, str) else 'done'}")
+        if isinstance(res, dict):
+            comp.append(res)
+    raw["compact"] = comp
+    sections += ["Cold loads before and after `store.compact(sid)`:", compact_table(comp)]
+    return sections
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse options, run the check, the backends and the extras; print the tables."""
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="small sizes, one repeat, short extras")
+    ap.add_argument("--sizes", help="comma-separated turn counts (default 500,2000,10000)")
+    ap.add_argument(
+        "--repeat", type=int, default=5, help="repeats at sizes <= 2,000 (default 5; 3 above)"
+    )
+    ap.add_argument("--backends", help=f"comma-separated, from: {', '.join(BACKENDS)}")
+    ap.add_argument("--check", action="store_true", help="correctness mode only")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run (default 300)")
+    ap.add_argument("--compact-events", type=int, default=100_000)
+    ap.add_argument("--no-extras", action="store_true", help="only the main table")
+    ap.add_argument("--json", help="also write every raw result to this file")
+    ap.add_argument(
+        "--import-runs", type=int, default=21, help="fresh interpreters per import row (21)"
+    )
+    a = ap.parse_args(argv)
+
+    names = a.backends.split(",") if a.backends else list(BACKENDS)
+    unknown = [n for n in names if n not in BACKENDS]
+    if unknown:
+        ap.error(f"unknown backends: {', '.join(unknown)}")
+    missing = [n for n in names if not available(n)]
+    names = [n for n in names if n not in missing]
+
+    ok, problems, skipped = run_check(turns=40 if a.check else 20, backends=names)
+    for n in skipped + missing:
+        _log(f"{n}: not installed (needs {BACKENDS[n].needs}); skipped")
+    if problems:
+        print("CHECK FAILED:\n" + "\n".join(problems))
+        return 1
+    _log(f"check: {len(ok)} backends agree ({', '.join(ok)})")
+    if a.check:
+        print(f"check passed: {', '.join(ok)} return equal bootstrap state and transcript")
+        return 0
+
+    sizes = (
+        [int(s) for s in a.sizes.split(",")]
+        if a.sizes
+        else (QUICK_SIZES if a.quick else DEFAULT_SIZES)
+    )
+    base = 1 if a.quick and a.repeat == 5 else a.repeat
+    started = time.perf_counter()
+    results, warm = _measure(a, names, sizes, base)
     sections = [f"Machine: {_machine()}", main_table(results, sorted(sizes), names)]
     raw: dict[str, Any] = {"main": {f"{k[0]}@{k[1]}": v for k, v in results.items()}}
     imports = import_times(5 if a.quick else a.import_runs)
     raw["imports"] = imports
     sections += ["Import time, medians of fresh interpreters:", import_table(imports)]
     if not a.no_extras and "eventstore-flush" in names:
-        sections += [
-            "Fold against its ceiling (eventstore, flush):",
-            ceiling_table(results, sorted(sizes)),
-        ]
-        sections += [
-            "Warm load_bootstrap_state after k events appended by another store instance:",
-            warm_table(warm),
-        ]
-        scale_turns = 200 if a.quick else 2000
-        scaled: dict[float, list[dict[str, Any]]] = {}
-        for scale in (0.1, 1.0, 4.0):
-            args = {
-                "backend": "eventstore-flush",
-                "turns": scale_turns,
-                "msg_scale": scale,
-                "cold_runs": 3,
-                "warm_k": [10],
-            }
-            res = _worker("write", args, a.timeout)
-            if isinstance(res, dict):
-                scaled[scale] = [res]
-        raw["transcript_scale"] = scaled
-        sections += [
-            "Cold bootstrap load as the transcript grows (same bootstrap events):",
-            transcript_scale_table(scaled, scale_turns),
-        ]
-        events = 5000 if a.quick else a.compact_events
-        comp = []
-        for scale, keep in ((1.0, None), (0.1, None), (0.1, RETENTION)):
-            args = {"events": events, "msg_scale": scale, "cold_runs": 3, "retention": keep}
-            res = _worker("compact", args, max(a.timeout, 600))
-            _log(f"compact {events} x{scale}: {res if isinstance(res, str) else 'done'}")
-            if isinstance(res, dict):
-                comp.append(res)
-        raw["compact"] = comp
-        sections += ["Cold loads before and after `store.compact(sid)`:", compact_table(comp)]
+        sections += _extras(a, results, sizes, warm, raw)
     sections.append(f"Total run time: {time.perf_counter() - started:,.0f} s.")
     print("\n\n".join(sections))
     if a.json:
