@@ -255,8 +255,9 @@ def test_a_mark_of_a_replaced_log_is_not_used(
 
 def test_bytes_appended_after_a_readers_prefix_are_never_vouched_for(root: Path) -> None:
     """A reader keeps its prefix while a line whose hash does not check is appended
-    behind its back, then a good append by a writer that folded it: the prefix stops
-    before the bad line, so a cold load still checks that line (and fails)."""
+    behind its back: its own append is refused (a writer never chains onto a last line
+    that does not check), nothing written, and the prefix stops before the bad line,
+    so a cold load still checks that line (and fails)."""
     with SessionStore(root) as w:
         _fill(w, turns=60)
     with SessionStore(root) as r:
@@ -268,7 +269,10 @@ def test_bytes_appended_after_a_readers_prefix_are_never_vouched_for(root: Path)
         bad.pop("key", None)
         with open(log, "ab") as fh:
             fh.write(json.dumps(bad, separators=(",", ":")).encode() + b"\n")
-        r.append_progress_entry("s", make_entry(999))  # chains after the bad line
+        before = log.read_bytes()
+        with pytest.raises(CorruptLogError):
+            r.append_progress_entry("s", make_entry(999))
+        assert log.read_bytes() == before
     with SessionStore(root) as s, pytest.raises(CorruptLogError):
         s.load_transcript_messages("s")
 

@@ -1070,9 +1070,14 @@ def open_engine(url_or_path: str | os.PathLike[str], **options: Any) -> Engine:
     for a URL it cannot open.
     """
     text = os.fspath(url_or_path) if isinstance(url_or_path, (str, os.PathLike)) else None
-    if not isinstance(text, str) or "\0" in text:
+    if not isinstance(text, str):
         raise InvalidArgumentError(
-            f"a store is named by a URL or a path (a str without NUL), not {url_or_path!r:.80}"
+            f"a store is named by a URL or a path (a str), not {type(url_or_path).__name__}"
+        )
+    if "\0" in text:
+        # (the text itself is not shown: a URL's password may hold the NUL)
+        raise InvalidArgumentError(
+            f"a store URL or path holds a NUL, at character {text.index(chr(0))}"
         )
     if is_conninfo(text):
         raise UnknownEngineError(
