@@ -13,7 +13,7 @@ import msgspec
 from eventstore.format.events import Event, SessionDeleted, Snapshot
 from projections.base import StructProjection
 
-__all__ = ["Lifecycle", "LifecycleProjection"]
+__all__ = ["Lifecycle", "LifecycleProjection", "is_erased_tombstone"]
 
 
 class Lifecycle(msgspec.Struct, omit_defaults=True):
@@ -49,3 +49,9 @@ class LifecycleProjection(StructProjection[Lifecycle]):
         """A snapshot without this projection's entry (written before it existed, or by
         a store without it): a live session, since a tombstone ends every log."""
         return Lifecycle()
+
+
+def is_erased_tombstone(ev: Event) -> bool:
+    """Whether `ev` is a deleted session's erased log: a snapshot holding the lifecycle's
+    state (a live session's snapshots store none: `absent_is_initial`)."""
+    return type(ev) is Snapshot and LifecycleProjection.name in ev.states

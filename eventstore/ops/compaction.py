@@ -54,6 +54,7 @@ from projections import (
     snapshot_entry,
     stored_in_snapshot,
 )
+from projections.lifecycle import is_erased_tombstone
 
 __all__ = ["CompactionReport", "Retention", "SkipReason", "build_snapshot", "compact"]
 
@@ -144,7 +145,7 @@ def compact(
         last = events[-1]
         size = covers.size
         if type(last) is SessionDeleted or (
-            len(events) == 1 and type(last) is Snapshot and "lifecycle" in last.states
+            len(events) == 1 and is_erased_tombstone(last)
             and retention is not None and _tombstoned(core, session_id)
         ):  # fmt: skip
             return CompactionReport(

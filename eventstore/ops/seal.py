@@ -55,7 +55,7 @@ from eventstore.format.reader import Problem, Severity
 from eventstore.logger import log
 from eventstore.ops import history
 from eventstore.signing import key_id, sign, signature_checks
-from projections.lifecycle import LifecycleProjection
+from projections.lifecycle import is_erased_tombstone
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -550,7 +550,7 @@ def _check_policy(hist: SealHistory, seals: list[Sealed]) -> list[Problem]:
     it is refused): it has no policy to keep."""
     lines = [ev for ev, _ in sorted(hist.lines.values(), key=lambda x: x[0].seq)]
     if not seals:
-        if not lines or _is_tombstone(lines[-1]):
+        if not lines or is_erased_tombstone(lines[-1]):
             return []
         where = hist.lines[lines[-1].seq][1]
         return [Problem(where, 0, None, "seal_missing",
@@ -566,12 +566,6 @@ def _check_policy(hist: SealHistory, seals: list[Sealed]) -> list[Problem]:
             run.append(ev)
     found.extend(_overdue(hist, run, every, sealed=False))
     return found
-
-
-def _is_tombstone(ev: Event) -> bool:
-    """Whether `ev` is a deleted session's tombstone (a snapshot holding the lifecycle's
-    state, which a live session's snapshots leave out)."""
-    return type(ev) is Snapshot and LifecycleProjection.name in ev.states
 
 
 def _batch_starts(run: list[Event]) -> list[int]:
