@@ -40,7 +40,7 @@ import tempfile
 from pathlib import Path
 
 from bench import server_url
-from bench.postgres import _drop_schema, _with_schema
+from bench.places import drop_schema, with_schema
 
 SID = "bench-session"
 
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         schemas = {k: f"abcold_{k}_{turns}_{os.getpid()}" for k in ("old", "new")}
         try:
             roots: dict[str, Path | str] = {
-                k: tmp / k / str(turns) if pg is None else _with_schema(pg, schemas[k])
+                k: tmp / k / str(turns) if pg is None else with_schema(pg, schemas[k])
                 for k in ("old", "new")
             }
             if method not in ("appends", "close"):
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
             for schema in schemas.values() if pg is not None else ():
-                _drop_schema(pg, schema)
+                drop_schema(pg, schema)
     return 0
 
 

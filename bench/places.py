@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["ENGINES", "Place", "place"]
+__all__ = ["ENGINES", "Place", "drop_keys", "drop_schema", "place", "with_prefix", "with_schema"]
 
 ENGINES = ("file", "postgres", "redis")
 
@@ -35,6 +35,16 @@ def _with_option(url: str, key: str, value: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}{key}={value}"
 
 
+def with_schema(url: str, schema: str) -> str:
+    """A PostgreSQL store URL whose store lives in `schema`."""
+    return _with_option(url, "schema", schema)
+
+
+def with_prefix(url: str, prefix: str) -> str:
+    """A Redis store URL whose keys start with `prefix`."""
+    return _with_option(url, "prefix", prefix)
+
+
 @contextlib.contextmanager
 def place(engine: str, url: str | None) -> Iterator[Place]:
     """A fresh `Place` on `engine` (`url`: the PostgreSQL database or Redis server)."""
@@ -46,13 +56,13 @@ def place(engine: str, url: str | None) -> Iterator[Place]:
         elif engine == "postgres":
             assert url is not None
             with _schema(url, ns):
-                yield Place(engine, root, _with_option(url, "schema", ns), url, ns)
+                yield Place(engine, root, with_schema(url, ns), url, ns)
         elif engine == "redis":
             assert url is not None
             try:
-                yield Place(engine, root, _with_option(url, "prefix", ns), url, ns)
+                yield Place(engine, root, with_prefix(url, ns), url, ns)
             finally:
-                _drop_keys(url, ns)
+                drop_keys(url, ns)
         else:
             raise ValueError(f"no engine {engine!r} (one of {', '.join(ENGINES)})")
     finally:
@@ -71,16 +81,27 @@ def _schema(url: str, schema: str) -> Iterator[None]:
     try:
         yield
     finally:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        drop_schema(url, schema)
 
 
-def _drop_keys(url: str, prefix: str) -> None:
+def drop_schema(url: str, schema: str) -> None:
+    """Drop `schema` of the PostgreSQL database at `url`, with all it holds."""
+    import psycopg
+
+    from eventstore.engines.postgres.url import split_url
+
+    with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def drop_keys(url: str, prefix: str) -> None:
+    """Delete every key of the Redis server at `url` that starts with `prefix`."""
     import redis
 
     client = redis.Redis.from_url(url.split("?")[0])
     try:
-        for key in client.scan_iter(f"{prefix}*"):
-            client.delete(key)
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        for i in range(0, len(keys), 500):
+            client.delete(*keys[i : i + 500])
     finally:
         client.close()

@@ -38,26 +38,13 @@ from urllib.parse import unquote, urlsplit
 
 from bench import server_url
 from bench.follow import SUMMARY, follow_latency, percentile
+from bench.places import drop_schema, with_schema
 
 __all__ = ["main"]
 
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def _with_schema(url: str, schema: str) -> str:
-    sep = "&" if "?" in url else "?"
-    return f"{url}{sep}schema={schema}"
-
-
-def _drop_schema(url: str, schema: str) -> None:
-    import psycopg
-
-    from eventstore.engines.postgres.url import split_url
-
-    with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 # -- writers (each in a process of its own) ---------------------------------------------
@@ -225,13 +212,13 @@ def _rate(kind: str, url: str, writers: int, n: int) -> tuple[float, tuple[float
     if kind == "eventstore":
         from eventstore import SessionStore
 
-        SessionStore(_with_schema(url, schema)).close()  # the schema made before counting
+        SessionStore(with_schema(url, schema)).close()  # the schema made before counting
     # counted from here: the writers' one warm-up append each is counted too
     before = _server_counters(url)
     cpu_before = _server_cpu(url)
     for w in range(writers):
         if kind == "eventstore":
-            args: tuple[Any, ...] = (_with_schema(url, schema), f"w{w}", n, gate, out)
+            args: tuple[Any, ...] = (with_schema(url, schema), f"w{w}", n, gate, out)
             target: Any = _eventstore_writer
         elif kind == "plain-insert":
             args = (url, schema, f"w{w}", n, gate, out)
@@ -254,7 +241,7 @@ def _rate(kind: str, url: str, writers: int, n: int) -> tuple[float, tuple[float
         for p in procs:
             if p.is_alive():
                 p.kill()
-        _drop_schema(url, schema)
+        drop_schema(url, schema)
     start = min(s for s, _, _ in spans)
     end = max(e for _, e, _ in spans)
     count = writers * n
@@ -292,7 +279,7 @@ def _cold_load(url: str, events: int, repeat: int) -> dict[str, Any]:
     )
 
     schema = f"bench_{uuid.uuid4().hex[:10]}"
-    surl = _with_schema(url, schema)
+    surl = with_schema(url, schema)
     out_: dict[str, Any] = {"events": events}
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -318,7 +305,7 @@ def _cold_load(url: str, events: int, repeat: int) -> dict[str, Any]:
                     times.append(load_s)
                 out_[f"{name}_load_s"] = times
     finally:
-        _drop_schema(url, schema)
+        drop_schema(url, schema)
     return out_
 
 
@@ -331,9 +318,9 @@ def _progress_event(entry: Any) -> Any:
 def _follow_latency(url: str, events: int) -> list[float]:
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     try:
-        return follow_latency(_with_schema(url, schema), events)
+        return follow_latency(with_schema(url, schema), events)
     finally:
-        _drop_schema(url, schema)
+        drop_schema(url, schema)
 
 
 # -- report -------------------------------------------------------------------------------

@@ -43,26 +43,13 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.follow import SUMMARY, follow_latency, percentile
+from bench.places import drop_keys, with_prefix
 
 __all__ = ["main"]
 
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def _with_prefix(url: str, prefix: str) -> str:
-    return f"{url}{'&' if '?' in url else '?'}prefix={prefix}"
-
-
-def _drop_prefix(url: str, prefix: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url.split("?")[0])
-    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-    for i in range(0, len(keys), 500):
-        client.delete(*keys[i : i + 500])
-    client.close()
 
 
 def _writer(url: str, durability: str, sid: str, n: int, gate: Any, out: Any) -> None:
@@ -184,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def redis_store() -> str:
         prefixes.append(f"bench{uuid.uuid4().hex[:10]}")
-        return _with_prefix(url, prefixes[-1])
+        return with_prefix(url, prefixes[-1])
 
     lines: list[str] = []
     raw: dict[str, Any] = {"server": facts}
@@ -192,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         lines += _engine_part(a, facts, redis_store, raw)
     finally:
         for p in prefixes:
-            _drop_prefix(url, p)
+            drop_keys(url, p)
     print(
         f"Server: Redis {facts['redis_version']}, appendonly={facts['appendonly']},"
         f" appendfsync={facts['appendfsync']}; {os.cpu_count()} CPUs\n"

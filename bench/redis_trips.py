@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bench import server_url
+from bench.places import drop_keys, with_prefix
 
 
 @contextlib.contextmanager
@@ -43,15 +44,11 @@ def counted() -> Iterator[collections.Counter[str]]:
 def fresh_prefix(url: str, name: str) -> Iterator[str]:
     """`url` with a key prefix of its own (`name` and a random tail); its keys are
     deleted on leaving."""
-    import redis
-
     prefix = f"{name}{uuid.uuid4().hex[:8]}"
     try:
-        yield f"{url}{'&' if '?' in url else '?'}prefix={prefix}"
+        yield with_prefix(url, prefix)
     finally:
-        client = redis.Redis.from_url(url)
-        for key in client.scan_iter(f"{prefix}*"):
-            client.delete(key)
+        drop_keys(url, prefix)
 
 
 def per_op(sent: collections.Counter[str], ops: int) -> str:
