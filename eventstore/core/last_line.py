@@ -21,7 +21,7 @@ from typing import Any
 from eventstore.core.sessions import Fold
 from eventstore.engines.base import Engine, Head, RangedEngine, SeqEngine
 from eventstore.errors import EventStoreError
-from eventstore.format.chain import LINE_END_LEN, chains_to, link_before, link_ending
+from eventstore.format.chain import chains_to, link_at, link_before
 from eventstore.format.codec import EventCodec
 from eventstore.format.events import Event, Snapshot
 from projections import Projection, fold
@@ -85,12 +85,10 @@ def _last_of_view(
         # checks it (an edited tombstone, or a live line edited over one, is then left
         # to the fold, which reports it). A line right after an opening snapshot chains
         # to its `base_h`, not to the `h` ending it: that one is folded too
-        if offset == 0:
-            link: str | None = ev.base_h if isinstance(ev, Snapshot) else ""
-        elif offset >= LINE_END_LEN:
-            link = link_ending(view.read_span(offset - LINE_END_LEN, offset))
+        if offset == 0 and isinstance(ev, Snapshot):
+            link: str | None = ev.base_h
         else:
-            link = None  # (no line is that short)
+            link = link_at(view.read_span, offset)
         return (ev, head) if link is not None and chains_to(link, line) else None
 
 

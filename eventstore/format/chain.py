@@ -39,6 +39,7 @@ __all__ = [
     "find_snapshot_head",
     "hash_checks",
     "line_hash",
+    "link_at",
     "link_before",
     "link_ending",
     "link_of",
@@ -89,6 +90,17 @@ def link_ending(end: bytes) -> str | None:
         return end[6:22].decode("ascii")
     except UnicodeDecodeError:
         return None
+
+
+def link_at(read_span: Callable[[int, int], bytes], offset: int) -> str | None:
+    """The link the line at byte `offset` of a log chains to, the line before it being
+    a plain line: "" at the log's start, else the `h` ending that line (its last
+    `LINE_END_LEN` bytes, `read_span(start, end)`); None when they end no line."""
+    if offset == 0:
+        return ""
+    if offset < LINE_END_LEN:
+        return None
+    return link_ending(read_span(offset - LINE_END_LEN, offset))
 
 
 def link_before(before: bytes) -> str | None:

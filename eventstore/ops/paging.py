@@ -40,11 +40,11 @@ from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.engines.base import Head, RangedEngine, SeqEngine
 from eventstore.errors import InvalidRecordError
 from eventstore.format.chain import (
-    HASH_SUFFIX_LEN,
     LINE_END_LEN,
     SNAPSHOT_OPEN,
     chains_to,
     find_snapshot_head,
+    link_at,
     link_before,
     link_ending,
 )
@@ -482,14 +482,12 @@ def _link_before(
     opening snapshot's `base_h` right after it, else the `h` ending the line before
     (`data` holds the log's bytes from `base`). None when the bytes before it do not
     end with an `h` (a blank line, a damaged line)."""
-    if offset == 0:
-        return ""
     if snap is not None and offset == floor:
         return snap.base_h
-    if offset <= HASH_SUFFIX_LEN:
-        return None
-    i, n = offset - base, LINE_END_LEN
-    return link_ending(data[i - n : i] if i >= n else read_span(offset - n, offset))
+    i = offset - base
+    if data and i >= LINE_END_LEN:  # (read with the line already)
+        return link_ending(data[i - LINE_END_LEN : i])
+    return link_at(read_span, offset)
 
 
 def _snapshot_tail(read_span: SpanReader, snap: SnapshotHead, k: int) -> list[Message] | None:
