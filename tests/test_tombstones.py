@@ -15,7 +15,10 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import cli_in_process, make_checkpoint, make_entry, make_features, make_manifest
@@ -217,6 +220,56 @@ def test_a_first_write_reads_the_last_line_alone_on_every_engine(
         assert fresh.last_seq("long") == 31
         with pytest.raises(CorruptLogError):
             fresh.load_transcript_messages("long")
+
+
+@pytest.mark.parametrize("seeded", [3, 0], ids=["long", "empty"])
+def test_a_first_write_judged_on_the_last_line_lands_only_at_that_head(
+    case: EngineCase, url: str, seeded: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: a store's first write judges the lifecycle state from the last line it
+    reads (with the head, in one read on PostgreSQL and Redis) and reads nothing more
+    before appending. Another store deletes the session right after that read: the
+    write raises SessionDeletedError and nothing lands after the tombstone."""
+    if seeded:
+        with SessionStore(url) as store:
+            _seed(store, "r", seeded)
+    fresh = SessionStore(url)
+    engine: Any = fresh.engine
+    deleted: list[int] = []
+
+    def delete() -> None:
+        if not deleted:  # once, right after the write's read of the last line
+            with SessionStore(url) as other:
+                other.append_progress_entry("r", make_entry(99))  # (an empty log too)
+                other.delete_session("r")
+                deleted.append(other.last_seq("r"))
+
+    if case.name in ("postgres", "redis"):
+        real = engine.tail
+
+        def tail(session_id: str, count: int) -> Any:
+            got = real(session_id, count)
+            delete()
+            return got
+
+        monkeypatch.setattr(engine, "tail", tail)
+    else:
+        real_view = engine.live_view
+
+        @contextmanager
+        def live_view(session_id: str) -> Iterator[Any]:
+            with real_view(session_id) as view:
+                yield view
+            delete()
+
+        monkeypatch.setattr(engine, "live_view", live_view)
+    with pytest.raises(SessionDeletedError):
+        fresh.append_progress_entry("r", make_entry(1))
+    fresh.close()
+    assert deleted, "the race was not run"
+    with SessionStore(url) as store:
+        assert store.last_seq("r") == deleted[0]  # the tombstone ends the log
+        assert store.tombstone_of("r") is not None
 
 
 class _Stopped(Exception):

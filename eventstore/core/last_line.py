@@ -8,10 +8,12 @@ reads the last line and folds it alone, instead of the whole log: every write fo
 the lifecycle projection, and a first write to a long session would otherwise read all
 of it. An engine that reads byte ranges (`RangedEngine`) gives the line from the end
 back to the newline before it; one that reads lines by seq (`SeqEngine`: PostgreSQL,
-Redis) gives the line of the head's seq, which must be the head's line (its `h`). Either
-way the line must check against the link before it, as a fold checks it. Anything
-unexpected (no newline found, a line that does not decode or check, a log that changed
-between the two reads) answers None, and the caller folds from the start as usual.
+Redis) gives the head and its line in one read (`SeqEngine.tail`), which must be the
+head's line (its `h`); an empty log is a fold at the empty head with nothing to read.
+Either way the line must check against the link before it, as a fold checks it.
+Anything unexpected (no newline found, a line that does not decode or check, a log that
+changed between the two reads) answers None, and the caller folds from the start as
+usual. The fold is as fresh as that read: the catch-up that follows reads nothing more.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ from __future__ import annotations
 from typing import Any
 
 from eventstore.core.sessions import Fold
-from eventstore.engines.base import Engine, Head, RangedEngine, SeqEngine
+from eventstore.engines.base import (
+    EMPTY_HEAD,
+    ColdStart,
+    Engine,
+    Head,
+    RangedEngine,
+    ReadResult,
+    SeqEngine,
+)
 from eventstore.errors import EventStoreError
 from eventstore.format.chain import chains_to, link_at, link_before
 from eventstore.format.codec import EventCodec
@@ -42,6 +52,7 @@ def last_line_fold(
     """`proj` folded over the live log's last committed line, at the log's head; None
     when the log is empty, the engine reads neither byte ranges nor lines by seq, or
     the line cannot be read that way (fold from the start)."""
+    found: tuple[Event | None, Head, str] | None
     if isinstance(engine, RangedEngine):
         found = _last_of_view(engine, codec, session_id)
     elif isinstance(engine, SeqEngine):
@@ -50,18 +61,29 @@ def last_line_fold(
         return None
     if found is None:
         return None
-    ev, head = found
+    ev, head, where = found
+    # the log after `head` was read with it (nothing: `head` ends it): the fold that
+    # follows takes that instead of reading again (a write then appends only at `head`,
+    # and a load answers as of this read, made during its call)
+    after = ReadResult(b"", head, False, where, head.size)
+    if ev is None:  # an empty log: nothing to fold, no checked prefix to look for
+        f = Fold(proj.initial(), head)
+        f.cold = ColdStart(None, None, after)
+        f.read_on = after
+        return f
     if ev.seq != head.seq:
         return None  # (a batch's last line carries the head's seq; anything else: refold)
     try:
-        return Fold(fold(proj, proj.initial(), [ev]), head)
+        f = Fold(fold(proj, proj.initial(), [ev]), head)
     except EventStoreError:
         return None
+    f.read_on = after
+    return f
 
 
 def _last_of_view(
     engine: RangedEngine, codec: EventCodec, session_id: str
-) -> tuple[Event, Head] | None:
+) -> tuple[Event, Head, str] | None:
     with engine.live_view(session_id) as view:
         head = view.head
         end = head.size
@@ -89,22 +111,25 @@ def _last_of_view(
             link: str | None = ev.base_h
         else:
             link = link_at(view.read_span, offset)
-        return (ev, head) if link is not None and chains_to(link, line) else None
+        return (ev, head, view.where) if link is not None and chains_to(link, line) else None
 
 
 def _last_by_seq(
     engine: SeqEngine, codec: EventCodec, session_id: str
-) -> tuple[Event, Head] | None:
-    head = engine.head(session_id)
+) -> tuple[Event | None, Head, str] | None:
+    """The last line and the head, read together; (None, the empty head) for an empty
+    log."""
+    head, lines = engine.tail(session_id, 1)
+    where = engine.where(session_id)
     if head.seq == 0:
-        return None
-    got = engine.lines_at(session_id, [head.seq]).get(head.seq)
+        return (None, EMPTY_HEAD, where) if head == EMPTY_HEAD else None
+    got = lines.get(head.seq)
     if got is None or got.line[-18:-2] != head.h.encode():
         return None  # (no line of that seq: a snapshot; another line: the log changed)
     link = link_before(got.before)
     if link is None or not chains_to(link, got.line):
         return None
     try:
-        return codec.decode_line(got.line, got.offset, engine.where(session_id)), head
+        return codec.decode_line(got.line, got.offset, where), head, where
     except EventStoreError:
         return None

@@ -795,6 +795,12 @@ class SeqEngine(Engine):
         (which is not a line)."""
 
     @abstractmethod
+    def tail(self, session_id: str, count: int) -> tuple[Head, dict[int, SeqLine]]:
+        """The session's head and the live log's lines of its newest `count` seqs, as
+        `lines_at` gives them, read together (one consistent read, one round trip): what
+        a reader of the log's end needs first, without a read of the head before it."""
+
+    @abstractmethod
     def where(self, session_id: str) -> str:
         """The session's live log's name, for messages."""
 

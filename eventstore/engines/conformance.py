@@ -742,6 +742,23 @@ class EngineConformance:
         found = after[later.seq]
         assert live[found.offset :] == found.line + b"\n"  # at its offset in the live log
 
+    def test_a_tail_is_the_head_with_its_newest_lines_by_seq(self) -> None:
+        engine = self.engine()
+        if not isinstance(engine, SeqEngine):
+            _skip(f"{type(engine).__name__} reads no line by its seq (not a SeqEngine)")
+        assert engine.tail(SID, 4) == (EMPTY_HEAD, {})
+        self.append(engine, 3, 2)
+        for count in (1, 4, 6, 50):
+            head, lines = engine.tail(SID, count)
+            newest = range(max(1, head.seq - count + 1), head.seq + 1)
+            assert head == engine.head(SID) and lines == engine.lines_at(SID, newest)
+            assert sorted(lines) == list(newest)
+        covers = self.append(engine, 1)
+        engine.install_snapshot(SID, _snapshot_line(covers), covers, keep_history=True)
+        later = self.append(engine, 2)  # the first after the snapshot has no line before
+        head, lines = engine.tail(SID, 10)
+        assert head == engine.head(SID) == later and list(lines) == [later.seq]
+
     def test_pruning_removes_only_segments_wholly_before_a_seq(self) -> None:
         engine = self.engine()
         if not isinstance(engine, PruningEngine):

@@ -356,13 +356,15 @@ def _newest_by_seq(
     (`base_seq`) the scan stops at the second line (the first chains to the snapshot's
     `base_h`, which no line's end tells) and gives up there if `visit` is not done."""
     sid = core.session(session_id).session_id
-    head = engine.head(sid)
+    want = _SEQ_BATCH[0]
+    head, got = engine.tail(sid, want)  # (the head and the first batch: one read)
     where = engine.where(sid)
     floor = 1 if head.base_seq <= 1 else head.base_seq + 2
-    hi, want, link = head.seq, _SEQ_BATCH[0], head.h  # `link`: the h line `hi` must end with
+    hi, link = head.seq, head.h  # `link`: the h line `hi` must end with
     while hi >= floor:
         lo = max(floor, hi - want + 1)
-        got = engine.lines_at(sid, range(hi, lo - 1, -1))
+        if hi != head.seq:
+            got = engine.lines_at(sid, range(hi, lo - 1, -1))
         if len(got) != hi - lo + 1:
             return None
         batch = [got[seq] for seq in range(hi, lo - 1, -1)]

@@ -31,7 +31,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar, cast
@@ -556,11 +556,20 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
                 self._sql.lines_at, (session_id, list(seqs)), binary=True
             ).fetchall(),
         )
-        return {
-            seq: SeqLine(bytes(line[:-1]), offset, bytes(before))
-            for seq, line, offset, before in rows
-            if before is not None and line.endswith(b"\n")
-        }
+        return _seq_lines(rows)
+
+    def tail(self, session_id: str, count: int) -> tuple[Head, dict[int, SeqLine]]:
+        """One statement: the head and the newest `count` lines, as `lines_at` reads
+        them."""
+        rows = self._query(
+            f"reading the end of {session_id!r}",
+            lambda conn: conn.execute(
+                self._sql.tail, (max(1, int(count)), session_id), binary=True
+            ).fetchall(),
+        )
+        if not rows:
+            return EMPTY_HEAD, {}
+        return _head_of(rows[0]), _seq_lines(r[6:] for r in rows if r[6] is not None)
 
     # -- caches -----------------------------------------------------------------------
 
@@ -1095,13 +1104,22 @@ class _Statements:
         # lines by seq (`lines_at`), each with the last 25 bytes of the line before it
         # (b"" for the live log's first line; none for the first after a snapshot), of
         # the live log only (the lines a snapshot covers may be kept as its archive)
+        line = (
+            "l.seq, l.line, s.snap_len + l.stream_off - s.live_origin,"
+            " CASE WHEN p.seq IS NOT NULL THEN substring(p.line from octet_length(p.line) - 24)"
+            " WHEN s.snap_len = 0 AND l.stream_off = s.live_origin THEN ''::bytea END"
+        )
+        before = f"{q}.lines p ON p.sid = s.sid AND p.seq = l.seq - 1 AND p.seq > s.snap_seq"
         self.lines_at = (
-            f"SELECT l.seq, l.line, s.snap_len + l.stream_off - s.live_origin,"
-            f" CASE WHEN p.seq IS NOT NULL THEN substring(p.line from octet_length(p.line) - 24)"
-            f" WHEN s.snap_len = 0 AND l.stream_off = s.live_origin THEN ''::bytea END"
-            f" FROM {q}.sessions s JOIN {q}.lines l ON l.sid = s.sid"
-            f" LEFT JOIN {q}.lines p ON p.sid = s.sid AND p.seq = l.seq - 1 AND p.seq > s.snap_seq"
+            f"SELECT {line} FROM {q}.sessions s JOIN {q}.lines l ON l.sid = s.sid"
+            f" LEFT JOIN {before}"
             f" WHERE s.session_id = %s AND l.seq = ANY(%s::bigint[]) AND l.seq > s.snap_seq"
+        )
+        # the head, with the newest %s lines (`tail`): a row each, or one with no line
+        self.tail = (
+            f"SELECT {_HEAD_COLS}, {line} FROM {q}.sessions s LEFT JOIN {q}.lines l"
+            f" ON l.sid = s.sid AND l.seq > greatest(s.snap_seq, s.head_seq - %s)"
+            f" AND l.seq <= s.head_seq LEFT JOIN {before} WHERE s.session_id = %s"
         )
 
     def _cache_statements(self, q: str) -> None:
@@ -1207,6 +1225,16 @@ def _head_of(row: Any) -> Head:
         size=int(size),
         base_seq=int(base_seq),
     )
+
+
+def _seq_lines(rows: Iterable[Any]) -> dict[int, SeqLine]:
+    """`lines_at`'s answer from rows of (seq, line, offset, the end of the line before):
+    a line read whole (its newline) whose line before was found."""
+    return {
+        seq: SeqLine(bytes(line[:-1]), offset, bytes(before))
+        for seq, line, offset, before in rows
+        if before is not None and line.endswith(b"\n")
+    }
 
 
 def _split_keep(data: bytes) -> list[bytes]:

@@ -208,6 +208,14 @@ def _head_of(c: list[Any]) -> Head:
     return Head(seq, _text(c[2]), _text(c[3]), RedisPosition(gen, int(c[6]), size), size, int(c[4]))
 
 
+def _seq_lines(out: list[Any]) -> dict[int, SeqLine]:
+    """The lines of a LINES_AT or TAIL answer ([seq, line, offset, before] each), by seq."""
+    return {
+        int(seq): SeqLine(bytes(line[:-1]), int(offset), bytes(before))
+        for seq, line, offset, before in zip(*[iter(out)] * 4, strict=True)
+    }
+
+
 def _kept_at(fields: list[str], gen: str) -> bool:
     """Whether a cache's kept head ("gen seq link hh base size n" split) is one of the
     live log `gen` (as `scripts.CACHE_OPEN` checks it, but for where its line is)."""
@@ -270,6 +278,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
                 "CACHE_OPEN",
                 "CACHE_DROP_PARTS",
                 "LINES_AT",
+                "TAIL",
             )  # fmt: skip
         }
         self._ix_keys = [f"{parsed.prefix}:ix:{k}" for k in ("u", "c", "i")]
@@ -400,10 +409,15 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         if not want:
             return {}
         out = self._run("LINES_AT", session_id, want, f"reading lines of {session_id!r} by seq")
-        found = {}
-        for seq, line, offset, before in zip(*[iter(out)] * 4, strict=True):
-            found[int(seq)] = SeqLine(bytes(line[:-1]), int(offset), bytes(before))
-        return found
+        return _seq_lines(out)
+
+    def tail(self, session_id: str, count: int) -> tuple[Head, dict[int, SeqLine]]:
+        """One script (`scripts.TAIL`): the head, then the newest `count` lines as
+        `lines_at` finds them."""
+        out = self._run(
+            "TAIL", session_id, [max(1, int(count))], f"reading the end of {session_id!r}"
+        )
+        return _head_of(out), _seq_lines(out[7:])
 
     def head(self, session_id: str) -> Head:
         """The session's head (one hash)."""

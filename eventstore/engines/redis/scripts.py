@@ -58,14 +58,14 @@ from __future__ import annotations
 __all__ = [
     "APPEND", "CACHE_DROP_PARTS", "CACHE_OPEN", "CACHE_STORE", "INDEX_DROP", "INDEX_SET",
     "INSTALL", "IX_OFFSET", "KINDS", "LINES_AT", "PRUNE", "READ", "READ_ONLY", "RELEASE",
-    "REMOVE", "REWRITE", "ixkey",
+    "REMOVE", "REWRITE", "TAIL", "ixkey",
 ]  # fmt: skip
 
 KINDS = ("h", "l", "a", "b", "s", "w", "k")
 CACHES = "c"  # the kind of the caches' key, after the index's sets in KEYS
 OFFSETS = "q"  # the kind of the live log's index, the last of KEYS
 # the scripts flagged no-writes: run with EVALSHA_RO
-READ_ONLY = frozenset({"READ", "CACHE_OPEN", "LINES_AT"})
+READ_ONLY = frozenset({"READ", "CACHE_OPEN", "LINES_AT", "TAIL"})
 IX_OFFSET = 1 << 52  # what `ixkey` adds to a time: every member's time is non-negative
 
 
@@ -483,17 +483,15 @@ return gone
 # a line's seq is found in the index (`q`) by a binary search over its elements' first
 # seqs, then within its element by counting newlines (JSON escapes every newline inside
 # a line)
-LINES_AT = (
-    "#!lua flags=no-writes"
-    + _PRELUDE
-    + """
--- ARGV: seqs, ascending -> {seq, line (its newline included), offset, the last 25 bytes
---       of the line before it ('' for the log's first line), ...}; a seq the live log
---       does not hold, or right after its opening snapshot, is left out; nothing for a
---       log without an index
+# the head (`c`, as `head()` gives it) and `line_of(seq)`: the line of `seq` in the live
+# log (its newline included), its offset and the last 25 bytes of the line before it
+# ('' for the log's first line), or nil (a seq it does not hold, the line right after
+# its opening snapshot, a log without an index); shared by LINES_AT and TAIL
+_LINE_OF = """
 local c = head()
 local n = tonumber(c[7])
-if c[1] == '' or redis.call('LLEN', KEYS[13]) ~= n then return {} end
+-- (no line is found in a log without an index)
+local indexed = c[1] ~= '' and redis.call('LLEN', KEYS[13]) == n
 local entries, batches = {}, {}
 local function entry(i)  -- 0-based: {first seq, end offset, a snapshot line?} | false
   if entries[i] == nil then
@@ -516,6 +514,7 @@ local cursor = {-1, 0, 1}
 -- the line of `seq` (its newline included), its offset and the end of the line before
 -- it, or nil
 local function line_of(seq)
+  if not indexed then return nil end
   local lo, hi = 0, n - 1  -- the last element whose first seq is at most seq
   while lo < hi do
     local mid = math.floor((lo + hi + 1) / 2)
@@ -552,10 +551,8 @@ local function line_of(seq)
   end
   return string.sub(b, start, stop), offset, before
 end
-local out = {}
-for _, a in ipairs(ARGV) do
-  local seq = tonumber(a)
-  if seq and seq >= tonumber(c[5]) and seq <= tonumber(c[2]) then
+local function add(out, seq)
+  if seq >= tonumber(c[5]) and seq <= tonumber(c[2]) then
     local line, offset, before = line_of(seq)
     if line then
       out[#out + 1] = tostring(seq)
@@ -565,6 +562,36 @@ for _, a in ipairs(ARGV) do
     end
   end
 end
+"""
+
+LINES_AT = (
+    "#!lua flags=no-writes"
+    + _PRELUDE
+    + _LINE_OF
+    + """
+-- ARGV: seqs, ascending -> {seq, line (its newline included), offset, the last 25 bytes
+--       of the line before it ('' for the log's first line), ...}; a seq the live log
+--       does not hold, or right after its opening snapshot, is left out; nothing for a
+--       log without an index
+local out = {}
+for _, a in ipairs(ARGV) do
+  local seq = tonumber(a)
+  if seq then add(out, seq) end
+end
+return out
+"""
+)
+
+TAIL = (
+    "#!lua flags=no-writes"
+    + _PRELUDE
+    + _LINE_OF
+    + """
+-- ARGV: count -> the head (gen seq link hh base size n), then the lines of the newest
+--       `count` seqs, ascending, as LINES_AT gives them
+local out = {c[1], c[2], c[3], c[4], c[5], c[6], c[7]}
+local hi = tonumber(c[2])
+for seq = math.max(1, hi - tonumber(ARGV[1]) + 1), hi do add(out, seq) end
 return out
 """
 )
