@@ -363,6 +363,26 @@ def test_bad_ids_are_typed_errors_and_write_nothing(tmp_path: Path) -> None:
     run(main())
 
 
+def test_attack_an_id_too_long_for_the_store_lists_nothing(url: str) -> None:
+    """Attack: a session id whose eventstore id is over the 1,024-byte limit (`é` is
+    six bytes percent-encoded) failed only at the session's append, after its app index
+    had listed it: `list_sessions` of the app then raised on every call. Now the id is
+    refused before anything is written, and the app still lists."""
+
+    async def main() -> None:
+        service = EventStoreSessionService(url)
+        await service.create_session(app_name=APP, user_id=USER, session_id="ok")
+        seq = service.store.last_seq(f"adk-app.{APP}")
+        with pytest.raises(EventStoreError):
+            await service.create_session(app_name=APP, user_id=USER, session_id="é" * 200)
+        assert service.store.last_seq(f"adk-app.{APP}") == seq  # nothing written
+        listed = await service.list_sessions(app_name=APP)
+        assert [s.id for s in listed.sessions] == ["ok"]
+        await service.close()
+
+    run(main())
+
+
 # -- end to end: a Runner with a fake model, reopened in another process --------------------
 
 RUNNER_SCRIPT = r"""

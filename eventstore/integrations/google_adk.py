@@ -97,6 +97,7 @@ from eventstore.integrations.google_adk_state import (
     index_key,
 )
 from eventstore.records import Message, Role
+from eventstore.session_ids import validate_session_id
 from eventstore.store import SessionStore
 
 __all__ = [
@@ -137,7 +138,8 @@ def _part(text: object, what: str) -> str:
 def session_id_of(app_name: str, user_id: str, session_id: str) -> str:
     """The eventstore session of an ADK session."""
     app, user = _part(app_name, "app_name"), _part(user_id, "user_id")
-    return f"adk.{app}.{user}.{_part(session_id, 'session_id')}"
+    # checked here: a create must fail before it lists an id no engine can hold
+    return validate_session_id(f"adk.{app}.{user}.{_part(session_id, 'session_id')}")
 
 
 def _app_sid(app_name: str) -> str:
