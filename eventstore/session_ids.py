@@ -4,9 +4,11 @@ NUL. Every engine and every entry point checks ids here, so a bad id gets the sa
 
 from __future__ import annotations
 
-from eventstore.errors import InvalidSessionIdError
+from urllib.parse import quote
 
-__all__ = ["MAX_SESSION_ID_BYTES", "validate_session_id"]
+from eventstore.errors import InvalidArgumentError, InvalidSessionIdError
+
+__all__ = ["MAX_SESSION_ID_BYTES", "id_part", "validate_session_id"]
 
 MAX_SESSION_ID_BYTES = 1024
 
@@ -30,3 +32,17 @@ def validate_session_id(session_id: object) -> str:
             f"session id is {size} bytes of UTF-8; the limit is {MAX_SESSION_ID_BYTES}"
         )
     return session_id
+
+
+def id_part(text: object, what: str) -> str:
+    """One part of a session id an adapter composes from its keys (an app, a user, a
+    project...): a non-empty str, percent-encoded, `.` included (the parts' separator);
+    `InvalidArgumentError` naming `what` otherwise."""
+    if not isinstance(text, str) or not text:
+        raise InvalidArgumentError(f"{what} must be a non-empty str, got {text!r}")
+    try:
+        return quote(text, safe="").replace(".", "%2E")
+    except UnicodeEncodeError:  # a lone surrogate: no id can carry it
+        raise InvalidArgumentError(
+            f"{what} {text!r} is not encodable as UTF-8 (lone surrogate)"
+        ) from None

@@ -54,6 +54,7 @@ __all__ = [
     "feature_lists",
     "features",
     "init_plans",
+    "lone_surrogated",
     "manifests",
     "messages",
     "progress_entries",
@@ -66,6 +67,15 @@ __all__ = [
 _chars = st.characters(codec="utf-8")
 texts = st.text(_chars, max_size=24)
 short_ids = st.text(_chars, min_size=1, max_size=12)
+# a str holding a lone surrogate: no UTF-8, so no session id or log line, can carry it
+lone_surrogated = st.builds(
+    "".join,
+    st.tuples(
+        st.text(max_size=4),
+        st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+        st.text(max_size=4),
+    ),
+)
 
 # Fixed offsets in whole minutes strictly inside (-24h, +24h); UTC itself included.
 offsets = st.one_of(

@@ -14,6 +14,9 @@ from typing import Any, TypeVar
 import pytest
 from conftest import cli_in_process
 from engines import EngineCase
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import lone_surrogated
 
 pytest.importorskip("claude_agent_sdk")
 
@@ -284,3 +287,30 @@ def test_summaries_keep_every_racing_append(tmp_path: Path) -> None:
     run(main())
     with SessionStore(root) as plain:
         assert plain.verify(session_id_of(KEY)).ok
+
+
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    bad=lone_surrogated,
+    field=st.sampled_from(["project_key", "session_id", "subpath"]),
+)
+def test_attack_a_lone_surrogate_in_a_key_is_a_typed_error(url: str, bad: str, field: str) -> None:
+    """Attack: a key part holding a lone surrogate raised a bare `UnicodeEncodeError`
+    (percent-encoding it for the session id). Now every call raises
+    `InvalidArgumentError` and writes nothing."""
+    key: Any = {**KEY, field: bad}
+
+    async def main() -> None:
+        store = EventStoreSessionStore(url)
+        calls = [store.append(key, [{"type": "x"}]), store.load(key), store.delete(key)]
+        if field == "project_key":
+            calls += [store.list_sessions(bad), store.list_session_summaries(bad)]
+        for call in calls:
+            with pytest.raises(InvalidArgumentError):
+                await call
+        assert store.store.list_sessions() == []
+        await store.close()
+
+    run(main())

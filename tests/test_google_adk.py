@@ -20,6 +20,9 @@ from typing import Any, TypeVar
 import pytest
 from conftest import cli_in_process, run_threads
 from engines import EngineCase
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import lone_surrogated
 
 pytest.importorskip("google.adk")
 
@@ -378,6 +381,37 @@ def test_attack_an_id_too_long_for_the_store_lists_nothing(url: str) -> None:
         assert service.store.last_seq(f"adk-app.{APP}") == seq  # nothing written
         listed = await service.list_sessions(app_name=APP)
         assert [s.id for s in listed.sessions] == ["ok"]
+        await service.close()
+
+    run(main())
+
+
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(bad=lone_surrogated, field=st.sampled_from(["app_name", "user_id", "session_id"]))
+def test_attack_a_lone_surrogate_in_an_id_is_a_typed_error(url: str, bad: str, field: str) -> None:
+    """Attack: an app name, user id or session id holding a lone surrogate raised a bare
+    `UnicodeEncodeError` from every call (percent-encoding it for the session id). Now
+    each call raises `InvalidArgumentError` and writes nothing."""
+    ids = {"app_name": APP, "user_id": USER, "session_id": "s", field: bad}
+
+    async def main() -> None:
+        service = EventStoreSessionService(url)
+        calls: list[Callable[[], Coroutine[Any, Any, Any]]] = [
+            lambda: service.create_session(**ids),
+            lambda: service.get_session(**ids),
+            lambda: service.delete_session(**ids),
+        ]
+        if field != "session_id":
+            calls += [
+                lambda: service.get_user_state(app_name=ids["app_name"], user_id=ids["user_id"]),
+                lambda: service.list_sessions(app_name=ids["app_name"], user_id=ids["user_id"]),
+            ]
+        for call in calls:
+            with pytest.raises(InvalidArgumentError):
+                await call()
+        assert service.store.list_sessions() == []
         await service.close()
 
     run(main())

@@ -22,13 +22,14 @@ Free of the SDK, so the `eventstore` command (which loads `EVENT_TYPES` through 
 import hashlib
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import msgspec
 
 from eventstore.errors import InvalidArgumentError
 from eventstore.format.events import Event
 from eventstore.integrations.claude_code import ClaudeCodeLine
+from eventstore.session_ids import id_part
 from projections import StructProjection
 
 __all__ = [
@@ -51,9 +52,7 @@ PREFIX = "claude-sdk"
 
 def key_part(text: object, what: str) -> str:
     """One part of a session name: a non-empty str, percent-encoded (`.` too)."""
-    if not isinstance(text, str) or not text:
-        raise InvalidArgumentError(f"a session key's {what} must be a non-empty str, got {text!r}")
-    return quote(text, safe="").replace(".", "%2E")
+    return id_part(text, f"a session key's {what}")
 
 
 def session_id_of(key: Any) -> str:

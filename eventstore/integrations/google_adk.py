@@ -50,7 +50,6 @@ import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, cast
-from urllib.parse import quote
 
 try:
     from google.adk.errors import StaleSessionError
@@ -97,7 +96,7 @@ from eventstore.integrations.google_adk_state import (
     index_key,
 )
 from eventstore.records import Message, Role
-from eventstore.session_ids import validate_session_id
+from eventstore.session_ids import id_part, validate_session_id
 from eventstore.store import SessionStore
 
 __all__ = [
@@ -130,9 +129,7 @@ class _Stored(EventStoreError):
 
 
 def _part(text: object, what: str) -> str:
-    if not isinstance(text, str) or not text:
-        raise InvalidArgumentError(f"{what} must be a non-empty str, got {text!r}")
-    return quote(text, safe="").replace(".", "%2E")
+    return id_part(text, what)
 
 
 def session_id_of(app_name: str, user_id: str, session_id: str) -> str:
