@@ -32,6 +32,7 @@ from google.adk.errors.session_not_found_error import SessionNotFoundError  # no
 from google.adk.events.event import Event  # noqa: E402
 from google.adk.events.event_actions import EventActions  # noqa: E402
 from google.adk.sessions.base_session_service import GetSessionConfig  # noqa: E402
+from google.adk.sessions.in_memory_session_service import InMemorySessionService  # noqa: E402
 from google.genai import types  # noqa: E402
 
 from eventstore import (  # noqa: E402
@@ -412,6 +413,39 @@ def test_attack_a_lone_surrogate_in_an_id_is_a_typed_error(url: str, bad: str, f
             with pytest.raises(InvalidArgumentError):
                 await call()
         assert service.store.list_sessions() == []
+        await service.close()
+
+    run(main())
+
+
+def test_attack_a_session_created_again_after_a_delete_shares_its_state(url: str) -> None:
+    """Attack: the app and user logs knew how far each session's deltas were copied by
+    its id and seq alone; a deleted id created again starts its seqs over, so its
+    initial `app:`/`user:` state (and its first deltas) counted as copied and were lost:
+    not in the session it returned, nor in any other, nor in `get_user_state`. Now each
+    creation's copies are its own, and the answers equal ADK's InMemorySessionService."""
+
+    async def script(service: Any) -> list[Any]:
+        s = await service.create_session(
+            app_name=APP, user_id=USER, session_id="s", state={"app:x": 1}
+        )
+        for i in range(3):
+            delta = {"app:y": i, "user:z": i}
+            await service.append_event(s, text_event(actions=EventActions(state_delta=delta)))
+        await service.delete_session(app_name=APP, user_id=USER, session_id="s")
+        again = await service.create_session(
+            app_name=APP, user_id=USER, session_id="s", state={"app:x": 9, "user:w": 5}
+        )
+        delta = {"app:y": "new", "user:z": "new"}
+        await service.append_event(again, text_event(actions=EventActions(state_delta=delta)))
+        other = await service.create_session(app_name=APP, user_id=USER, session_id="o")
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        user = await service.get_user_state(app_name=APP, user_id=USER)
+        return [again.state, other.state, got.state, user]
+
+    async def main() -> None:
+        service = EventStoreSessionService(url)
+        assert await script(service) == await script(InMemorySessionService())
         await service.close()
 
     run(main())

@@ -14,8 +14,9 @@ Sessions (the events and projections are in `eventstore.integrations.google_adk_
 
 **App and user state.** Nothing writes two sessions at once: the commit point of every
 delta is its own session's log. The app's and user's logs hold copies, made right after
-the append by the writer (idempotent: each copy names its source session and seq, and
-the newest value of a key by ADK's event time wins whatever order copies land in). A
+the append by the writer (idempotent: each copy names its source session, the creation
+of it (an id deleted and created again starts its seqs over) and seq, and the newest
+value of a key by ADK's event time wins whatever order copies land in). A
 crash between the append and the copy loses nothing: the session's log still holds the
 delta, `get_session` of that session overlays what was not copied yet (a read writes
 nothing), and its next `append_event` or `create_session` copies it. Why this and not
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -94,6 +96,7 @@ from eventstore.integrations.google_adk_state import (
     SharedDelta,
     StateDelta,
     index_key,
+    source_of,
 )
 from eventstore.records import Message, Role
 from eventstore.session_ids import id_part, validate_session_id
@@ -250,6 +253,7 @@ class EventStoreSessionService(BaseSessionService):
             state=own,
             app=app,
             user=user,
+            incarnation=uuid.uuid4().hex,
         )
 
         self.store.codec.check(created)  # a state that is not JSON: nothing written
@@ -286,7 +290,9 @@ class EventStoreSessionService(BaseSessionService):
                 raise AdkSessionExistsError(
                     f"Session with id {session_id} already exists."
                 ) from None
-            sess = AdkSession(seq=result.last_seq, created=True, state=own)
+            sess = AdkSession(
+                seq=result.last_seq, created=True, state=own, incarnation=created.incarnation
+            )
             sess.app_seq = result.last_seq if app else 0
             sess.user_seq = result.last_seq if user else 0
             self._copy_shared(sid, app_name, user_id, AdkSession(), sess, created)
@@ -445,7 +451,14 @@ class EventStoreSessionService(BaseSessionService):
                     " than the update_time in storage. Please check if it is a stale"
                     " session."
                 )
-            judged[:] = [AdkSession(seq=sess.seq, app_seq=sess.app_seq, user_seq=sess.user_seq)]
+            judged[:] = [
+                AdkSession(
+                    seq=sess.seq,
+                    app_seq=sess.app_seq,
+                    user_seq=sess.user_seq,
+                    incarnation=sess.incarnation,
+                )
+            ]
             return batch
 
         def append() -> None:
@@ -458,7 +471,7 @@ class EventStoreSessionService(BaseSessionService):
                 raise AdkSessionNotFoundError(f"Session {session.id} not found.") from None
             assert result is not None  # `decide` appends or raises
             before = judged[0]
-            after = AdkSession(seq=result.last_seq, created=True)
+            after = AdkSession(seq=result.last_seq, created=True, incarnation=before.incarnation)
             after.app_seq = result.last_seq if app else before.app_seq
             after.user_seq = result.last_seq if user else before.user_seq
             self._copy_shared(sid, session.app_name, session.user_id, before, after, delta)
@@ -489,23 +502,32 @@ class EventStoreSessionService(BaseSessionService):
         ):
             if new == 0:
                 continue  # the session never changed this scope
-            self.store.append_decided(target, SHARED, self._copier(sid, field, old, new, fresh))
+            copier = self._copier(sid, after.incarnation, field, old, new, fresh)
+            self.store.append_decided(target, SHARED, copier)
 
     def _copier(
-        self, sid: str, field: str, old: int, new: int, fresh: SessionCreated | StateDelta
+        self,
+        sid: str,
+        incarnation: str,
+        field: str,
+        old: int,
+        new: int,
+        fresh: SessionCreated | StateDelta,
     ) -> Callable[[AdkShared], list[Event]]:
         """What copies the session's `field` deltas up to seq `new` into a shared log:
         nothing if copied already, `fresh` alone if every delta up to `old` was."""
 
+        source = source_of(sid, incarnation)
+
         def copy(shared: AdkShared) -> list[Event]:
-            done = shared.applied.get(sid, 0)
+            done = shared.applied.get(source, 0)
             if done >= new:
                 return []  # (from a cached state too: `applied` only ever grows)
             if done >= old:
                 changes = _changes([fresh], field)
             else:
                 changes = _changes(self._deltas(sid, done, new), field)
-            return [SharedDelta(source=sid, upto=new, changes=changes)]
+            return [SharedDelta(source=source, upto=new, changes=changes)]
 
         return copy
 
@@ -520,7 +542,7 @@ class EventStoreSessionService(BaseSessionService):
             (_user_sid(app_name, user_id), "user", sess.user_seq),
         ):
             shared = cast(AdkShared, self.store.load(target, SHARED))
-            done = shared.applied.get(sid, 0)
+            done = shared.applied.get(source_of(sid, sess.incarnation), 0)
             if upto > done:
                 for key, (ts, value) in _changes(self._deltas(sid, done, upto), field).items():
                     held = shared.values.get(key)

@@ -51,6 +51,7 @@ __all__ = [
     "SharedDelta",
     "StateDelta",
     "index_key",
+    "source_of",
 ]
 
 
@@ -64,6 +65,7 @@ class SessionCreated(Event, tag="adk_session_created", kw_only=True):
     state: dict[str, Any] = msgspec.field(default_factory=dict)
     app: dict[str, Any] = msgspec.field(default_factory=dict)
     user: dict[str, Any] = msgspec.field(default_factory=dict)
+    incarnation: str = ""  # unique per create ("": a log written before it was kept)
 
 
 class StateDelta(Event, tag="adk_state_delta", kw_only=True):
@@ -119,6 +121,7 @@ class AdkSession(msgspec.Struct):
     event_ids: set[str] = msgspec.field(default_factory=set)
     app_seq: int = 0  # the seq of the newest app delta
     user_seq: int = 0
+    incarnation: str = ""  # its `adk_session_created`'s
 
 
 class AdkSessionProjection(StructProjection[AdkSession]):
@@ -138,6 +141,7 @@ class AdkSessionProjection(StructProjection[AdkSession]):
         """Fold one event."""
         if isinstance(event, SessionCreated):
             state.created = True
+            state.incarnation = event.incarnation
             state.state.update(event.state)
             state.update_time = event.created
             if event.app:
@@ -165,6 +169,7 @@ class AdkSessionProjection(StructProjection[AdkSession]):
             set(state.event_ids),
             state.app_seq,
             state.user_seq,
+            state.incarnation,
         )
 
 
@@ -173,6 +178,13 @@ class AdkShared(msgspec.Struct):
 
     values: dict[str, tuple[float, Any]] = msgspec.field(default_factory=dict)
     applied: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+def source_of(sid: str, incarnation: str) -> str:
+    """The source a session's copies name in `adk_shared`: its id and its incarnation (a
+    deleted id created again starts its seqs over, so its copies must not be judged by
+    the seqs the deleted one's reached)."""
+    return f"{sid} {incarnation}" if incarnation else sid
 
 
 class AdkSharedProjection(StructProjection[AdkShared]):
