@@ -40,6 +40,7 @@ from eventstore import (  # noqa: E402
     InvalidArgumentError,
     InvalidRecordError,
     SessionStore,
+    StorageError,
 )
 from eventstore.integrations.google_adk import (  # noqa: E402
     EventStoreSessionService,
@@ -447,6 +448,42 @@ def test_attack_a_session_created_again_after_a_delete_shares_its_state(url: str
         service = EventStoreSessionService(url)
         assert await script(service) == await script(InMemorySessionService())
         await service.close()
+
+    run(main())
+
+
+def test_attack_a_retry_of_an_append_whose_copies_failed_completes_them(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: an append_event whose event was stored but whose copy to the user's and
+    app's logs failed (an engine error) raised; its retry (the same event) found the
+    event stored and returned at once, so the copies were never made: the user's state
+    and the app's other sessions never saw its deltas. Now the retry completes them
+    and writes nothing to the session."""
+
+    async def main() -> None:
+        with SessionStore(url) as store:
+            service = EventStoreSessionService(store)
+            s = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+            await service.create_session(app_name=APP, user_id=USER, session_id="o")
+            real = store.engine.append
+
+            def failing(sid: str, *args: Any, **kw: Any) -> Any:
+                if sid.startswith(("adk-app.", "adk-user.")):
+                    raise StorageError("injected: the shared logs are unreachable")
+                return real(sid, *args, **kw)
+
+            event = text_event(actions=EventActions(state_delta={"user:u": 1, "app:a": 2}))
+            monkeypatch.setattr(store.engine, "append", failing)
+            with pytest.raises(StorageError):
+                await service.append_event(s, event)
+            monkeypatch.setattr(store.engine, "append", real)
+            seq = store.last_seq(session_id_of(APP, USER, "s"))
+            await service.append_event(s, event)  # the caller's retry
+            assert store.last_seq(session_id_of(APP, USER, "s")) == seq
+            assert await service.get_user_state(app_name=APP, user_id=USER) == {"u": 1}
+            o = await service.get_session(app_name=APP, user_id=USER, session_id="o")
+            assert o is not None and o.state == {"user:u": 1, "app:a": 2}
 
     run(main())
 

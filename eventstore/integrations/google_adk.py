@@ -465,7 +465,11 @@ class EventStoreSessionService(BaseSessionService):
             try:
                 result = self.store.append_decided(sid, SESSION, decide)
             except _Stored:
-                return  # a re-delivered event: it is stored already
+                # a re-delivered event: stored already, but maybe by a call that failed
+                # before its copies (its retry): copy what the log holds and they lack
+                sess = cast(AdkSession, self.store.load(sid, SESSION))
+                self._copy_shared(sid, session.app_name, session.user_id, sess, sess, delta)
+                return
             except SessionDeletedError:
                 # a tombstone: ADK's answer for a session gone
                 raise AdkSessionNotFoundError(f"Session {session.id} not found.") from None
