@@ -314,3 +314,27 @@ def test_attack_a_lone_surrogate_in_a_key_is_a_typed_error(url: str, bad: str, f
         await store.close()
 
     run(main())
+
+
+def test_attack_list_subkeys_of_a_bad_key_is_a_typed_error(tmp_path: Path) -> None:
+    """Attack: `list_subkeys` read the key's parts by subscript, so a key missing one
+    raised a bare KeyError and a key that is no dict a TypeError, where every other
+    method raises InvalidArgumentError. Now it does too."""
+
+    async def main() -> None:
+        store = EventStoreSessionStore(tmp_path / "store")
+        bad_keys: list[Any] = [
+            None,
+            "k",
+            {"project_key": "p"},
+            {"session_id": "s"},
+            {"project_key": "", "session_id": "s"},
+            {"project_key": "p", "session_id": 7},
+        ]
+        for key in bad_keys:
+            with pytest.raises(InvalidArgumentError):
+                await store.list_subkeys(key)
+        assert await store.list_subkeys(KEY) == []  # a good key: none yet
+        await store.close()
+
+    run(main())

@@ -208,7 +208,7 @@ class EventStoreSessionStore:
 
     async def list_subkeys(self, key: SessionListSubkeysKey) -> list[str]:
         """The subpaths of the session's subagent transcripts."""
-        sid = session_id_of({"project_key": key["project_key"], "session_id": key["session_id"]})
+        sid = session_id_of(_main(key))
 
         def subkeys() -> list[str]:
             found = (session_key_of(s) for s in self.store.list_sessions())
@@ -239,8 +239,12 @@ class _AllHeld(EventStoreError):
     this store kept is judged again on a fresh read before nothing is written."""
 
 
-def _main(key: dict[str, str]) -> dict[str, str]:
-    return {"project_key": key["project_key"], "session_id": key["session_id"]}
+def _main(key: Any) -> Any:
+    """The main transcript's key of `key` (what is no dict stays, for `session_id_of`
+    to refuse: a missing part is its InvalidArgumentError, not a KeyError)."""
+    if not isinstance(key, dict):
+        return key
+    return {"project_key": key.get("project_key"), "session_id": key.get("session_id")}
 
 
 def _line(entry: object, i: int) -> ClaudeCodeLine:
