@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -484,6 +485,99 @@ def test_attack_a_retry_of_an_append_whose_copies_failed_completes_them(
             assert await service.get_user_state(app_name=APP, user_id=USER) == {"u": 1}
             o = await service.get_session(app_name=APP, user_id=USER, session_id="o")
             assert o is not None and o.state == {"user:u": 1, "app:a": 2}
+
+    run(main())
+
+
+def test_attack_a_create_racing_a_delete_of_its_id_stays_listed(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: another writer created the id again between `delete_session`'s delete and
+    its unlisting (its listing step found the id listed and wrote nothing): the unlisting
+    then landed after the creation, and the live session was left out of
+    `list_sessions` for good. Now the delete lists it again when it finds it created,
+    and a create over a deleted id lists it again after its append."""
+
+    async def main() -> None:
+        with SessionStore(url) as one, SessionStore(url) as two:
+            deleter, creator = EventStoreSessionService(one), EventStoreSessionService(two)
+            await deleter.create_session(app_name=APP, user_id=USER, session_id="s")
+            real = one.engine.append
+            raced: list[str] = []
+
+            def create_first(sid: str, *args: Any, **kw: Any) -> Any:
+                if sid == f"adk-app.{APP}" and not raced:  # the unlisting's append
+                    raced.append(sid)
+                    run(creator.create_session(app_name=APP, user_id=USER, session_id="s"))
+                return real(sid, *args, **kw)
+
+            monkeypatch.setattr(one.engine, "append", create_first)
+            await deleter.delete_session(app_name=APP, user_id=USER, session_id="s")
+            assert raced
+            for service in (deleter, creator):
+                got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+                listed = await service.list_sessions(app_name=APP, user_id=USER)
+                assert got is not None and [x.id for x in listed.sessions] == ["s"]
+
+    run(main())
+
+
+@pytest.mark.parametrize("before", ["created", "a create that crashed after its listing"])
+def test_attack_a_create_whose_append_lands_after_a_delete_finished_stays_listed(
+    url: str, monkeypatch: pytest.MonkeyPatch, before: str
+) -> None:
+    """Attack: another writer's create of the id being deleted found it listed (before
+    the delete's unlisting), and its append landed after the delete had finished,
+    unlisting and all: the live session was left out of `list_sessions` for good. Now
+    a create over a deleted id lists it again after its append, and a delete that
+    deleted nothing (the id listed by a create that crashed) unlists nothing."""
+
+    async def main() -> None:
+        with SessionStore(url) as one, SessionStore(url) as two:
+            deleter, creator = EventStoreSessionService(one), EventStoreSessionService(two)
+            sid = session_id_of(APP, USER, "s")
+            real_one, real_two = one.engine.append, two.engine.append
+            if before == "created":
+                await deleter.create_session(app_name=APP, user_id=USER, session_id="s")
+            else:
+
+                def crash(s: str, *args: Any, **kw: Any) -> Any:
+                    if s == sid:
+                        raise StorageError("injected: a crash after the listing")
+                    return real_one(s, *args, **kw)
+
+                monkeypatch.setattr(one.engine, "append", crash)
+                with pytest.raises(StorageError):
+                    await deleter.create_session(app_name=APP, user_id=USER, session_id="s")
+            creating, deleted = threading.Event(), threading.Event()
+            creator_thread: list[threading.Thread] = []
+
+            def create() -> None:
+                run(creator.create_session(app_name=APP, user_id=USER, session_id="s"))
+
+            def unlist_after_the_creators_listing(s: str, *args: Any, **kw: Any) -> Any:
+                if s == f"adk-app.{APP}" and not creator_thread:
+                    creator_thread.append(threading.Thread(target=create))
+                    creator_thread[0].start()
+                    assert creating.wait(30)  # listed (found listed) and restored
+                return real_one(s, *args, **kw)
+
+            def append_after_the_delete(s: str, *args: Any, **kw: Any) -> Any:
+                if s == sid:
+                    creating.set()
+                    assert deleted.wait(30)
+                return real_two(s, *args, **kw)
+
+            monkeypatch.setattr(one.engine, "append", unlist_after_the_creators_listing)
+            monkeypatch.setattr(two.engine, "append", append_after_the_delete)
+            await deleter.delete_session(app_name=APP, user_id=USER, session_id="s")
+            deleted.set()
+            if creator_thread:
+                creator_thread[0].join(30)
+            else:  # the delete wrote nothing to the index: the create after it
+                await creator.create_session(app_name=APP, user_id=USER, session_id="s")
+            listed = await deleter.list_sessions(app_name=APP, user_id=USER)
+            assert [x.id for x in listed.sessions] == ["s"]
 
     run(main())
 

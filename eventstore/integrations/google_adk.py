@@ -258,24 +258,10 @@ class EventStoreSessionService(BaseSessionService):
 
         self.store.codec.check(created)  # a state that is not JSON: nothing written
 
-        key = index_key(user_id, session_id)
-        listed = SessionListed(user_id=user_id, session_id=session_id)
-
-        def unlisted_only(index: AdkIndex) -> list[Event]:
-            if key in index.sessions:
-                # an error, so judged again on a fresh read: another process may have
-                # unlisted it since this store's state was folded
-                raise _Stored(_app_sid(app_name))
-            return [listed]
-
         def create() -> dict[str, Any]:
             # listed first: a crash after it leaves a listed session that is not there,
-            # which `list_sessions` skips; never one that is not listed (each append is
-            # judged against the store's state, with no read when it is at the head)
-            try:
-                self.store.append_decided(_app_sid(app_name), INDEX, unlisted_only)
-            except _Stored:
-                pass  # listed already (by the log as it is now)
+            # which `list_sessions` skips; never one that is not listed
+            self._list(app_name, user_id, session_id)
             try:
                 try:
                     # conditional on an empty log: one head read and the append (a state
@@ -286,6 +272,8 @@ class EventStoreSessionService(BaseSessionService):
                     # late append_event still finds it gone: stale, or not found)
                     self.store.restore(sid)
                     result = self.store.append(sid, [created], expected_seq=0)
+                    # the delete's unlisting may have landed after the listing above
+                    self._list(app_name, user_id, session_id)
             except ConcurrencyError:
                 raise AdkSessionExistsError(
                     f"Session with id {session_id} already exists."
@@ -399,14 +387,37 @@ class EventStoreSessionService(BaseSessionService):
 
         def delete() -> None:
             self.store.delete_session(sid)
+            if self.store.tombstone_of(sid) is None:
+                return  # never created, or created again since: its listing stands
             unlisted = SessionUnlisted(user_id=user_id, session_id=session_id)
             if (
                 index_key(user_id, session_id)
                 in self.store.load(_app_sid(app_name), INDEX).sessions
             ):
                 self.store.append(_app_sid(app_name), [unlisted])
+                if cast(AdkSession, self.store.load(sid, SESSION)).created:
+                    # created again by another writer since the delete: listed again
+                    self._list(app_name, user_id, session_id)
 
         await self.aio.call(sid, delete)
+
+    def _list(self, app_name: str, user_id: str, session_id: str) -> None:
+        """List the session in its app's index unless the index lists it (judged on the
+        index as it is now: each append is judged against the store's state, with no read
+        when it is at the head)."""
+        key = index_key(user_id, session_id)
+
+        def unlisted_only(index: AdkIndex) -> list[Event]:
+            if key in index.sessions:
+                # an error, so judged again on a fresh read: another process may have
+                # unlisted it since this store's state was folded
+                raise _Stored(_app_sid(app_name))
+            return [SessionListed(user_id=user_id, session_id=session_id)]
+
+        try:
+            self.store.append_decided(_app_sid(app_name), INDEX, unlisted_only)
+        except _Stored:
+            pass  # listed already (by the log as it is now)
 
     @override
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
