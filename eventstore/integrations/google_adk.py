@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -73,6 +72,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         " pip install 'harness-eventstore[google-adk]'"
     ) from exc
 
+from eventstore import entropy
 from eventstore.aio import AsyncSessionStore
 from eventstore.errors import (
     ConcurrencyError,
@@ -253,7 +253,7 @@ class EventStoreSessionService(BaseSessionService):
             state=own,
             app=app,
             user=user,
-            incarnation=uuid.uuid4().hex,
+            incarnation=entropy.token_hex(16),
         )
 
         self.store.codec.check(created)  # a state that is not JSON: nothing written
