@@ -422,7 +422,8 @@ def _lines_at(engine: Any, seqs: Any) -> dict[int, tuple[bytes, int, bytes]]:
 )
 def test_lines_by_seq_agree_with_the_log_after_any_writes(server: str, steps: list[str]) -> None:
     """Whatever appends (of one line or several), compactions (history kept or not) and
-    repairs came before, every seq is answered as the live log holds it."""
+    repairs came before, every seq is answered as the live log holds it, and a tail
+    answers its newest seqs so too."""
     with SessionStore(fresh_redis()) as store:
         engine = store.engine
         for i, step in enumerate(["append", *steps]):
@@ -435,6 +436,9 @@ def test_lines_by_seq_agree_with_the_log_after_any_writes(server: str, steps: li
                 corrupt(engine, SID, lambda data: data)  # a repair's rewrite, same bytes
             want = _lines_as_read(engine)
             assert _lines_at(engine, range(store.last_seq(SID) + 2)) == want
+            head, newest = engine.tail(SID, 4)  # the head and its newest lines, read together
+            assert head == engine.head(SID)
+            assert newest == engine.lines_at(SID, range(head.seq - 3, head.seq + 1))
 
 
 def test_a_log_without_an_index_is_read_otherwise_until_it_is_replaced(url: str) -> None:
@@ -448,6 +452,7 @@ def test_a_log_without_an_index_is_read_otherwise_until_it_is_replaced(url: str)
         _client(url).delete(index)
         store.append_progress_entry(SID, make_entry(4))
         assert store.engine.lines_at(SID, range(1, 6)) == {}
+        assert store.engine.tail(SID, 3) == (store.engine.head(SID), {})  # the head still
         assert [e.seq for e in store.read_events(SID)] == [1, 2, 3, 4, 5]
         with events_by_seq(store, SID, frozenset({"progress_appended"})) as event_at:
             assert event_at is not None and event_at(2) is None
