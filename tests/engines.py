@@ -12,10 +12,13 @@ from __future__ import annotations
 import atexit
 import os
 import uuid
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from eventstore import SessionStore
 from eventstore.engines.base import (
@@ -27,6 +30,7 @@ from eventstore.engines.base import (
     Position,
     ReadResult,
     RepairHold,
+    SeqEngine,
 )
 from eventstore.engines.conformance import corrupt
 from eventstore.engines.file.engine import FileEngine
@@ -185,3 +189,32 @@ class WholeLogsOnly(Engine):
 
     def close(self) -> None:
         self.inner.close()
+
+
+def after_each_read_of_the_end(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch, then: Callable[[], None]
+) -> None:
+    """Call `then()` right after each read of a log's end by `store`'s engine: its
+    `tail` on an engine that reads lines by seq (PostgreSQL, Redis), on leaving a view of
+    the live log on one that reads byte ranges (files, memory). Where a race between a
+    reader of a log's end and another writer is staged."""
+    engine: Any = store.engine
+    if isinstance(engine, SeqEngine):
+        real_tail = engine.tail
+
+        def tail(session_id: str, count: int) -> Any:
+            got = real_tail(session_id, count)
+            then()
+            return got
+
+        monkeypatch.setattr(engine, "tail", tail)
+        return
+    real_view = engine.live_view
+
+    @contextmanager
+    def live_view(session_id: str) -> Iterator[Any]:
+        with real_view(session_id) as view:
+            yield view
+        then()
+
+    monkeypatch.setattr(engine, "live_view", live_view)

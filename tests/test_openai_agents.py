@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import multiprocessing
-from collections.abc import AsyncIterator, Coroutine, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,7 +22,7 @@ from agents.memory import Session, SQLiteSession
 from agents.models.interface import Model
 from agents.usage import Usage
 from conftest import same_value
-from engines import ENGINES, EngineCase
+from engines import ENGINES, EngineCase, after_each_read_of_the_end
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
@@ -841,26 +840,7 @@ def test_a_cold_pop_never_lands_on_another_log_of_as_many_lines(
             replaced.append(True)
             case.rewrite(store, "s", lambda b: other[0])
 
-    engine: Any = store.engine
-    if case.name in ("postgres", "redis"):  # the newest lines read by seq, from the end
-        real = engine.tail
-
-        def tail(session_id: str, count: int) -> Any:
-            got = real(session_id, count)
-            replace()
-            return got
-
-        monkeypatch.setattr(engine, "tail", tail)
-    else:  # read by bytes, through a view of the live log
-        real_view = engine.live_view
-
-        @contextmanager
-        def live_view(session_id: str) -> Iterator[Any]:
-            with real_view(session_id) as view:
-                yield view
-            replace()
-
-        monkeypatch.setattr(engine, "live_view", live_view)
+    after_each_read_of_the_end(store, monkeypatch, replace)
     popped = run(EventStoreSession("s", store).pop_item())
     store.close()
     assert replaced, "the race was not run"

@@ -15,14 +15,11 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import cli_in_process, make_checkpoint, make_entry, make_features, make_manifest
-from engines import EngineCase
+from engines import EngineCase, after_each_read_of_the_end
 
 from eventstore import (
     BootstrapState,
@@ -234,7 +231,6 @@ def test_a_first_write_judged_on_the_last_line_lands_only_at_that_head(
         with SessionStore(url) as store:
             _seed(store, "r", seeded)
     fresh = SessionStore(url)
-    engine: Any = fresh.engine
     deleted: list[int] = []
 
     def delete() -> None:
@@ -244,25 +240,7 @@ def test_a_first_write_judged_on_the_last_line_lands_only_at_that_head(
                 other.delete_session("r")
                 deleted.append(other.last_seq("r"))
 
-    if case.name in ("postgres", "redis"):
-        real = engine.tail
-
-        def tail(session_id: str, count: int) -> Any:
-            got = real(session_id, count)
-            delete()
-            return got
-
-        monkeypatch.setattr(engine, "tail", tail)
-    else:
-        real_view = engine.live_view
-
-        @contextmanager
-        def live_view(session_id: str) -> Iterator[Any]:
-            with real_view(session_id) as view:
-                yield view
-            delete()
-
-        monkeypatch.setattr(engine, "live_view", live_view)
+    after_each_read_of_the_end(fresh, monkeypatch, delete)
     with pytest.raises(SessionDeletedError):
         fresh.append_progress_entry("r", make_entry(1))
     fresh.close()
