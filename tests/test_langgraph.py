@@ -315,6 +315,20 @@ def test_prune_refuses_an_unknown_strategy(tmp_path: Path) -> None:
         EventStoreSaver(tmp_path).prune(["x"], strategy="keep_some")
 
 
+@pytest.mark.parametrize("strategy", ["delete", "keep_latest"])
+def test_prune_refuses_a_single_thread_id_string(url: str, strategy: str) -> None:
+    """Attack: `prune("ab", strategy="delete")` iterated the string and deleted threads
+    "a" and "b" (keep_latest pruned them), on every engine. A str is now a TypeError,
+    as PostgresSaver raises, and no thread is touched."""
+    with EventStoreSaver(url) as saver:
+        for thread in ("a", "b"):
+            put(saver, thread, put(saver, thread, v=1), v=2)
+        with pytest.raises(TypeError, match="not a str"):
+            saver.prune("ab", strategy=strategy)
+        for thread in ("a", "b"):
+            assert len(list(saver.list({"configurable": {"thread_id": thread}}))) == 2
+
+
 def test_a_plainly_opened_store_learns_the_langgraph_events(tmp_path: Path) -> None:
     with SessionStore(tmp_path) as store:
         saver = EventStoreSaver(store)

@@ -501,7 +501,11 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """`"keep_latest"`: keep each namespace's newest checkpoint, then compact the
         thread without an archive so the pruned bytes leave the live log (archives an
-        earlier compaction made are kept). `"delete"`: delete the threads."""
+        earlier compaction made are kept). `"delete"`: delete the threads. A single
+        str is refused (TypeError), as PostgresSaver refuses it: taken as a sequence,
+        its characters would name other threads to prune or delete."""
+        if isinstance(thread_ids, str):
+            raise TypeError("thread_ids must be a sequence of thread IDs, not a str")
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"prune strategy must be 'keep_latest' or 'delete', not {strategy!r}")
         for thread_id in thread_ids:
