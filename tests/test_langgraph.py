@@ -22,6 +22,7 @@ import pytest
 from conftest import checkpoint_summary, same_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -313,6 +314,52 @@ def test_prune_keep_latest_removes_the_bytes(tmp_path: Path) -> None:
 def test_prune_refuses_an_unknown_strategy(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="strategy"):
         EventStoreSaver(tmp_path).prune(["x"], strategy="keep_some")
+
+
+@pytest.mark.parametrize("strategy", ["delete", "keep_latest"])
+def test_prune_refuses_a_single_thread_id_string(url: str, strategy: str) -> None:
+    """Attack: `prune("ab", strategy="delete")` iterated the string and deleted threads
+    "a" and "b" (keep_latest pruned them), on every engine. A str is now a TypeError,
+    as PostgresSaver raises, and no thread is touched."""
+    with EventStoreSaver(url) as saver:
+        for thread in ("a", "b"):
+            put(saver, thread, put(saver, thread, v=1), v=2)
+        with pytest.raises(TypeError, match="not a str"):
+            saver.prune("ab", strategy=strategy)
+        for thread in ("a", "b"):
+            assert len(list(saver.list({"configurable": {"thread_id": thread}}))) == 2
+
+
+def _appended(state: list[str], writes: list[list[str]]) -> list[str]:
+    return [*state, *(w for batch in writes for w in batch)]
+
+
+class DeltaDoc(TypedDict):
+    log: Annotated[list[str], DeltaChannel(_appended)]
+
+
+def test_prune_keep_latest_refuses_a_thread_of_delta_channels(url: str) -> None:
+    """Attack: a `DeltaChannel` keeps its value as writes since its last snapshot, read
+    back through the older checkpoints; `prune(keep_latest)` kept only the newest, and
+    the graph's state then read `{'log': []}` with no error, on every engine. It now
+    raises NotImplementedError (as PostgresSaver does) before pruning any thread of
+    the call, and every state reads as before."""
+    g = StateGraph(DeltaDoc)
+    g.add_node("draft", lambda state: {"log": ["drafted"]})
+    g.add_edge(START, "draft")
+    g.add_edge("draft", END)
+    with EventStoreSaver(url) as saver:
+        put(saver, "plain", put(saver, "plain", v=1), v=2)
+        graph = g.compile(checkpointer=saver)
+        cfg: Any = {"configurable": {"thread_id": "delta"}}
+        for i in range(3):
+            graph.invoke({"log": [f"in{i}"]}, cfg)
+        values = graph.get_state(cfg).values
+        assert len(values["log"]) == 6
+        with pytest.raises(NotImplementedError, match="DeltaChannel: delta"):
+            saver.prune(["plain", "delta"])
+        assert graph.get_state(cfg).values == values
+        assert len(list(saver.list({"configurable": {"thread_id": "plain"}}))) == 2
 
 
 def test_a_plainly_opened_store_learns_the_langgraph_events(tmp_path: Path) -> None:

@@ -501,9 +501,23 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """`"keep_latest"`: keep each namespace's newest checkpoint, then compact the
         thread without an archive so the pruned bytes leave the live log (archives an
-        earlier compaction made are kept). `"delete"`: delete the threads."""
+        earlier compaction made are kept); a thread a graph with a `DeltaChannel` wrote
+        is refused (NotImplementedError, no thread pruned). `"delete"`: delete the
+        threads. A single str is refused (TypeError), as PostgresSaver refuses it: taken
+        as a sequence, its characters would name other threads to prune or delete."""
+        if isinstance(thread_ids, str):
+            raise TypeError("thread_ids must be a sequence of thread IDs, not a str")
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"prune strategy must be 'keep_latest' or 'delete', not {strategy!r}")
+        if strategy == "keep_latest":
+            # a DeltaChannel's value is rebuilt from older checkpoints' writes: kept alone,
+            # the newest would read it empty. Refused before any thread is pruned, as
+            # PostgresSaver refuses it
+            delta = [str(t) for t in thread_ids if self._uses_delta_channels(str(t))]
+            if delta:
+                raise NotImplementedError(
+                    f"keep_latest can't prune threads that use a DeltaChannel: {', '.join(delta)}"
+                )
         for thread_id in thread_ids:
             if strategy == "delete":
                 self.delete_thread(thread_id)
@@ -513,6 +527,16 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
                 self.store.compact(self.session_id(str(thread_id)), archive=False, force=True)
                 # the compaction restarted the store's folds, and its snapshot holds a head
                 self._forget(str(thread_id))
+
+    def _uses_delta_channels(self, thread_id: str) -> bool:
+        """Whether a graph with a `DeltaChannel` put a checkpoint of the thread (LangGraph
+        counts in its metadata the steps since each such channel's last snapshot)."""
+        for e in self._state(thread_id).values():
+            if isinstance(e, CheckpointEntry):
+                metadata = self._load(e.metadata)
+                if isinstance(metadata, dict) and _DELTA_METADATA & metadata.keys():
+                    return True
+        return False
 
     def _remove(
         self,
@@ -616,6 +640,10 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
     def _load(self, value: TypedValue) -> Any:
         return self.serde.loads_typed((value.type, value.data))
 
+
+# the metadata keys LangGraph writes for a graph with a DeltaChannel (as PostgresSaver
+# tells such a thread from them)
+_DELTA_METADATA = frozenset({"counters_since_delta_snapshot", "delta_writes_versioned"})
 
 # a lane key for calls that span threads; no session id can equal it (ids are non-empty)
 _EVERY_THREAD = ""
