@@ -2665,3 +2665,44 @@ def test_remove_session_racing_appending_threads(pg_url: str) -> None:
             assert fresh.verify("s").ok
             assert _summaries(fresh, "s") == _summaries(store, "s")
             assert _summaries(fresh, "s")[-1] == "last"
+
+
+@pytest.mark.parametrize("level", ["repeatable read", "serializable"])
+def test_attack_a_default_isolation_above_read_committed_keeps_appends_optimistic(
+    pg_url: str, level: str
+) -> None:
+    """Attack: with `default_transaction_isolation` above read committed (a role's or a
+    database's setting, or the URL's `options`), an append that waited for another
+    append to the same session ran on a snapshot taken before that one committed: the
+    server refused it ('could not serialize access', a StorageError), where the
+    optimistic append catches up and lands. The engine's connections now pin read
+    committed, which its server-side functions are written for."""
+    _build(pg_url, "s", 1)
+    url = with_query(
+        pg_url, options="-c default_transaction_isolation=" + level.replace(" ", "\\ ")
+    )
+    conninfo, schema = pg.split_url(pg_url)
+    errors: list[BaseException] = []
+    with pg.from_url(url) as engine, psycopg.connect(conninfo) as first:
+        head = engine.head("s")
+        batch = make_batch(head, 1, tag="first")
+        first.execute(  # another writer's append, in a transaction left open
+            f'SELECT moved FROM "{schema}".append(%s, 1, %s, 2, %s, %s, %s, false, NULL, NULL)',
+            ("s", head.link, [batch.data], batch.hashes[-1], batch.link),
+        )
+
+        def second() -> None:
+            try:
+                append_retrying(engine, "s", tag="second")
+            except BaseException as exc:  # noqa: BLE001 - the test inspects it
+                errors.append(exc)
+
+        t = threading.Thread(target=second)
+        t.start()
+        deadline = time.monotonic() + 20
+        while not _waiting_backends(conninfo, "advisory") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        first.commit()
+        t.join(20)
+        assert not errors, errors
+        assert check_chain(engine.read("s", None).data)[-1].seq == 3

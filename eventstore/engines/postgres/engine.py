@@ -313,7 +313,7 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
                 self._pool = psycopg_pool.ConnectionPool(
                     self._conninfo,
                     connection_class=self._handover.connection_class,
-                    configure=_CONNECTIONS.add,
+                    configure=_configure,
                     min_size=1,
                     max_size=self._pool_size,
                     kwargs={"autocommit": True},
@@ -924,6 +924,14 @@ _CONNECTIONS: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
 """Every long-lived connection this module opened (pooled or listening)."""
 
 
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """Track a new long-lived connection and pin read committed on it: the server-side
+    functions rely on each statement seeing what committed before it (after the locks
+    it waited for), which a role's or database's default isolation above it breaks."""
+    _CONNECTIONS.add(conn)
+    conn.execute("SET default_transaction_isolation TO 'read committed'")
+
+
 def _stored_key(key: str) -> str:
     """The form of an idempotency key the keys table holds: a key with a NUL (text
     cannot hold one) or too long for its index is stored as its SHA-256. Replays are
@@ -1451,7 +1459,7 @@ class _Listener:
         while not self._closed:
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as conn:
-                    _CONNECTIONS.add(conn)
+                    _configure(conn)
                     conn.execute(f"LISTEN {self._channel}")
                     conn.execute(f"SELECT {self._q}.listen()")
                     with self._cond:
