@@ -2706,3 +2706,39 @@ def test_attack_a_default_isolation_above_read_committed_keeps_appends_optimisti
         t.join(20)
         assert not errors, errors
         assert check_chain(engine.read("s", None).data)[-1].seq == 3
+
+
+def test_attack_a_function_planted_on_the_search_path_is_never_called(pg_url: str) -> None:
+    """Attack: another role that can create functions in a schema on the engine's search
+    path (`public`, writable by every role before PostgreSQL 15) planted `nextval(text)`
+    and `format(text, text)`, which outrank the built-ins for the engine's calls. The
+    migration then ran the planted `format` (as the role running init-db) and bound the
+    lines' default to the planted `nextval`, run by every append after, and a repair set
+    the live log's id to what it returned. The engine's connections now resolve names in
+    pg_catalog alone: the planted functions never run."""
+    planted = f"t_{uuid.uuid4().hex[:12]}"
+    conninfo = pg.split_url(pg_url)[0]
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {planted}; CREATE TABLE {planted}.calls (what text)")
+        for signature, returns in (
+            ("nextval(text) RETURNS bigint", "7::bigint"),
+            ("format(text, text) RETURNS text", "pg_catalog.format($1, $2)"),
+        ):
+            conn.execute(
+                f"CREATE FUNCTION {planted}.{signature} LANGUAGE sql AS $$ INSERT INTO"
+                f" {planted}.calls VALUES ('{signature}') RETURNING {returns} $$"
+            )
+    try:
+        url = with_query(pg_url, options=f"-c search_path={planted},public")
+        with SessionStore(url) as store:
+            for i in range(3):
+                store.append_progress_entry("s", _entry(f"e{i}"))
+            with store.engine.hold("s") as hold:  # a repair keeping the first line
+                hold.keep_prefix(hold.data.index(b"\n") + 1, "attack")
+            assert _summaries(store, "s") == ["e0"]
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            calls = conn.execute(f"SELECT what FROM {planted}.calls").fetchall()
+        assert calls == []
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {planted} CASCADE")

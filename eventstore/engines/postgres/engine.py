@@ -263,7 +263,7 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         self._sql = _Statements(self._q)
         # the schema is checked on a connection of our own (a wrong URL fails at once,
         # with the server's words), then handed to the pool as its first connection
-        self._handover = Handover()
+        self._handover = Handover(_set_up)
         try:
             conn = self._handover.connection_class.connect(
                 self._conninfo, autocommit=True, connect_timeout=10
@@ -313,7 +313,7 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
                 self._pool = psycopg_pool.ConnectionPool(
                     self._conninfo,
                     connection_class=self._handover.connection_class,
-                    configure=_configure,
+                    configure=_CONNECTIONS.add,
                     min_size=1,
                     max_size=self._pool_size,
                     kwargs={"autocommit": True},
@@ -924,12 +924,16 @@ _CONNECTIONS: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
 """Every long-lived connection this module opened (pooled or listening)."""
 
 
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    """Track a new long-lived connection and pin read committed on it: the server-side
-    functions rely on each statement seeing what committed before it (after the locks
-    it waited for), which a role's or database's default isolation above it breaks."""
-    _CONNECTIONS.add(conn)
-    conn.execute("SET default_transaction_isolation TO 'read committed'")
+def _set_up(conn: psycopg.Connection[Any]) -> None:
+    """Pin the settings every statement of this module relies on, first thing on each
+    connection, whatever the role, database or URL set: read committed (the server-side
+    functions expect each statement to see what committed before it, after the locks it
+    waited for) and a search path of pg_catalog alone (a function or operator another
+    role created in a schema on the path, `public` say, would else be called in place
+    of the built-in one by the statements sent from here and by the migrations)."""
+    conn.execute(
+        "SET search_path TO pg_catalog; SET default_transaction_isolation TO 'read committed'"
+    )
 
 
 def _stored_key(key: str) -> str:
@@ -1459,7 +1463,8 @@ class _Listener:
         while not self._closed:
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as conn:
-                    _configure(conn)
+                    _set_up(conn)
+                    _CONNECTIONS.add(conn)
                     conn.execute(f"LISTEN {self._channel}")
                     conn.execute(f"SELECT {self._q}.listen()")
                     with self._cond:
@@ -1500,6 +1505,7 @@ def init_db(url: str) -> tuple[int, int]:
     conninfo, schema = split_url(url)
     try:
         with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+            _set_up(conn)
             before = ensure_schema(conn, schema)
     except psycopg.Error as exc:
         text = _first_line(exc, secrets_of(url))

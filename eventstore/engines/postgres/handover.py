@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:  # imported when a class is made: the engine imports it first, with
@@ -23,9 +24,11 @@ __all__ = ["Handover"]
 
 class Handover:
     """One connection waiting for a pool (`give`), taken by the pool's first connect
-    (`connection_class`); never by a forked child, whose parent's connection it is."""
+    (`connection_class`); never by a forked child, whose parent's connection it is.
+    `set_up`, when given, runs on every connection `connection_class` opens, once."""
 
-    def __init__(self) -> None:
+    def __init__(self, set_up: Callable[[psycopg.Connection[Any]], None] | None = None) -> None:
+        self.set_up = set_up
         self._conn: psycopg.Connection[Any] | None = None
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -61,7 +64,14 @@ def _class_taking_from(handover: Handover) -> type[psycopg.Connection[Any]]:
         def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
             conn = handover.take()
             if isinstance(conn, cls):
-                return conn
-            return super().connect(conninfo, **kwargs)
+                return conn  # (set up when it was opened)
+            opened = super().connect(conninfo, **kwargs)
+            if handover.set_up is not None:
+                try:
+                    handover.set_up(opened)
+                except BaseException:
+                    opened.close()
+                    raise
+            return opened
 
     return HandedOver
