@@ -2742,3 +2742,22 @@ def test_attack_a_function_planted_on_the_search_path_is_never_called(pg_url: st
     finally:
         with psycopg.connect(conninfo, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {planted} CASCADE")
+
+
+def test_attack_a_repair_dropping_the_opening_snapshot_needs_no_second_connection(
+    pg_url: str,
+) -> None:
+    """Attack: a repair hold that keeps less than the live log's opening snapshot saves
+    the session's whole history aside first, and read it on a second pooled connection
+    while the hold kept its own: with `pool_size=1` it waited 30 s for one that never
+    came and failed (StorageError), the session unrepaired. It now reads on the hold's
+    own connection: the session starts over empty, its history saved aside."""
+    with pg.from_url(pg_url, pool_size=1) as engine:
+        covers = append_retrying(engine, "s", 3)
+        engine.install_snapshot("s", snapshot_line(covers), covers, keep_history=True)
+        append_retrying(engine, "s")
+        with engine.hold("s") as hold:
+            saved = hold.keep_prefix(0, "attack")
+        assert saved is not None and engine.head("s") == EMPTY_HEAD
+        assert append_retrying(engine, "s").seq == 1
+        check_chain(engine.read("s", None).data)

@@ -414,20 +414,24 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
 
     def history(self, session_id: str) -> History:
         """Every kept segment, then the live log, read in one repeatable-read snapshot."""
-        where = self.where(session_id)
 
         def run(conn: psycopg.Connection[Any]) -> History:
             with conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                srow = conn.execute(self._sql.session_row, (session_id,)).fetchone()
-                if srow is None:
-                    return History([])
-                sid, snap_seq = srow[0], srow[1]
-                snaps = conn.execute(self._sql.snapshots_of, (sid,), binary=True).fetchall()
-                lines = conn.execute(self._sql.lines_of, (sid,), binary=True).fetchall()
-            return History(_segments(where, snap_seq, snaps, lines))
+                return self._history_on(conn, session_id)
 
         return self._query("reading a session's history", run)
+
+    def _history_on(self, conn: psycopg.Connection[Any], session_id: str) -> History:
+        """`history`'s reads, on `conn` in the transaction it is in (a repair hold's:
+        not another pooled connection, which a pool of one would never give it)."""
+        srow = conn.execute(self._sql.session_row, (session_id,)).fetchone()
+        if srow is None:
+            return History([])
+        sid, snap_seq = srow[0], srow[1]
+        snaps = conn.execute(self._sql.snapshots_of, (sid,), binary=True).fetchall()
+        lines = conn.execute(self._sql.lines_of, (sid,), binary=True).fetchall()
+        return History(_segments(self.where(session_id), snap_seq, snaps, lines))
 
     def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
         """Block until the session's head is no longer `position` (True) or `timeout`
@@ -1333,7 +1337,7 @@ class _PgRepairHold(RepairHold):
         if snap_seq and n < snap_len:
             # the opening snapshot itself goes: nothing before it can stay linked, so the
             # whole history is saved aside too and the session starts over empty
-            with self.engine.history(self.session_id) as hist:
+            with self.engine._history_on(conn, self.session_id) as hist:
                 old = b"".join(seg.read() for seg in hist if seg.archived)
             if old:
                 conn.execute(sql.save, (key, f"{reason}-history", old))
