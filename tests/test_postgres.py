@@ -2761,3 +2761,26 @@ def test_attack_a_repair_dropping_the_opening_snapshot_needs_no_second_connectio
         assert saved is not None and engine.head("s") == EMPTY_HEAD
         assert append_retrying(engine, "s").seq == 1
         check_chain(engine.read("s", None).data)
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        f"DELETE FROM @S.lines WHERE sid = {SID_ROW} AND seq = 4",
+        f"UPDATE @S.sessions SET head_seq = 5 WHERE sid = {SID_ROW}",
+        f"DELETE FROM @S.lines WHERE sid = {SID_ROW}",
+    ],
+    ids=["last-row-deleted", "head-ahead", "every-row-deleted"],
+)
+def test_attack_verify_of_a_live_log_short_of_its_head_is_not_ok(pg_url: str, tamper: str) -> None:
+    """Attack: the live log's rows end before the head's seq (its last rows deleted, or
+    the head moved on). Every load raises CorruptLogError ('a row deleted at the end is
+    a CorruptLogError, not a shorter log'), but `verify` read the history's rows alone
+    and reported the shorter log ok, with another head hash. The history's live log is
+    now checked against the head as a read checks it: verify reports it, not ok."""
+    _build(pg_url, "s", 4)
+    _sql(pg_url, tamper, "s")
+    assert isinstance(_cold_load_error(pg_url, "s", caches=False), CorruptLogError)
+    with SessionStore(pg_url) as store:
+        report = store.verify("s")
+    assert not report.ok and "its head is at seq" in report.problems[-1].message, report

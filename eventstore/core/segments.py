@@ -10,7 +10,7 @@ import re
 import msgspec
 
 from eventstore.engines.base import History, Segment
-from eventstore.errors import CorruptLogError
+from eventstore.errors import CorruptLogError, EventStoreError
 from eventstore.format.chain import SNAPSHOT_OPEN
 from eventstore.format.codec import EventCodec, LineDecoder
 from eventstore.format.events import ArchivePruned
@@ -88,7 +88,11 @@ def pruned_start(hist: History) -> tuple[int, str | None]:
     for seg in hist.segments:
         if seg.archived and not gap:
             continue
-        for ev, _ in pruning_records(seg.read()):
+        try:
+            data = seg.read()
+        except (OSError, EventStoreError):
+            continue  # (its reader reports it: verify as `unreadable`)
+        for ev, _ in pruning_records(data):
             if ev.last_seq + 1 > kept:
                 kept, link = ev.last_seq + 1, ev.last_h or None
     return kept, link

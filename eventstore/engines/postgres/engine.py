@@ -389,10 +389,7 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         # wrong before the end the fold reports, where it is)
         end = _end_seq(rows, after if same else 0)
         if end is not None and end != head.seq:
-            raise CorruptLogError(
-                where, len(data), head.seq,
-                f"the live log ends at seq {end} but its head is at seq {head.seq}",
-            )  # fmt: skip
+            raise _short_of_head(where, len(data), end, head.seq)
         if same:
             assert pos is not None
             return ReadResult(data, head, False, where, pos.offset)
@@ -428,10 +425,14 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         srow = conn.execute(self._sql.session_row, (session_id,)).fetchone()
         if srow is None:
             return History([])
-        sid, snap_seq = srow[0], srow[1]
+        sid, snap_seq, head_seq = srow
         snaps = conn.execute(self._sql.snapshots_of, (sid,), binary=True).fetchall()
         lines = conn.execute(self._sql.lines_of, (sid,), binary=True).fetchall()
-        return History(_segments(self.where(session_id), snap_seq, snaps, lines))
+        segments = _segments(self.where(session_id), snap_seq, snaps, lines)
+        # as `read` checks it: rows deleted at the end are no shorter, valid log
+        live = segments.pop() if segments and not segments[-1].archived else None
+        checked = _checked_live(live, self.where(session_id), int(head_seq))
+        return History(segments if checked is None else [*segments, checked])
 
     def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
         """Block until the session's head is no longer `position` (True) or `timeout`
@@ -1048,7 +1049,7 @@ class _Statements:
             f" ORDER BY 1, 2"
         )
         self.head = f"SELECT {_HEAD_COLS} FROM {q}.sessions s WHERE s.session_id = %s"
-        self.session_row = f"SELECT sid, snap_seq FROM {q}.sessions WHERE session_id = %s"
+        self.session_row = f"SELECT sid, snap_seq, head_seq FROM {q}.sessions WHERE session_id = %s"
         self.snapshots_of = f"SELECT n, seq, line FROM {q}.snapshots WHERE sid = %s ORDER BY n"
         self._lines_statements(q)
         # the lines go in binary (`%b`): psycopg sends a list of bytes as a text array
@@ -1226,6 +1227,42 @@ def _end_seq(rows: list[Any], start: int) -> int | None:
         return _head_decoder.decode(last[8]).seq
     except msgspec.MsgspecError:
         return None
+
+
+def _short_of_head(where: str, offset: int, end: int, head_seq: int) -> CorruptLogError:
+    """The error of a live log whose rows end at `end`, not at the head's seq."""
+    reason = f"the live log ends at seq {end} but its head is at seq {head_seq}"
+    return CorruptLogError(where, offset, head_seq, reason)
+
+
+class _ShortSegment(BytesSegment):
+    """A live log whose rows do not end at the head's seq: reading it raises, as `read`
+    does (so `verify` reports it, and no export or copy takes it for the whole log)."""
+
+    def __init__(self, data: bytes, where: str, error: CorruptLogError) -> None:
+        super().__init__(data, where, False)
+        self.error = error
+
+    def read(self) -> bytes:
+        raise self.error
+
+
+def _checked_live(live: Segment | None, where: str, head_seq: int) -> Segment | None:
+    """`live` (the live log's segment of a history, None: no rows), or a `_ShortSegment`
+    when the seq its last line claims is not the head's (an undecodable last line is
+    left to the reader of the segment, as `read` leaves it to the fold)."""
+    data = live.read() if live is not None else b""
+    if live is None and head_seq == 0:
+        return None
+    end: int | None = 0
+    if data:
+        try:
+            end = _head_decoder.decode(data[data.rfind(b"\n", 0, len(data) - 1) + 1 :]).seq
+        except msgspec.MsgspecError:
+            end = None
+    if end is None or end == head_seq:
+        return live
+    return _ShortSegment(data, where, _short_of_head(where, len(data), end, head_seq))
 
 
 def _head_of(row: Any) -> Head:
