@@ -302,6 +302,37 @@ def test_ttl_expires_a_whole_session_and_every_write_refreshes_it(server: str) -
         assert (info.session_id, info.last_seq, info.events) == (SID, 1, 1)
 
 
+@pytest.mark.parametrize("write", ["compact", "compact-archive", "repair", "append"])
+def test_attack_a_write_by_a_store_without_ttl_keeps_the_session_expiring_whole(
+    server: str, write: str
+) -> None:
+    """Attack: a write by a store opened without `ttl=` (the CLI's `compact`, a repair)
+    to a session a `ttl=` store writes made its live log anew (DEL, RPUSH), its archive
+    and index with no expiry, while its head kept its own: the head expired, the rest
+    stayed forever, and the next session of that id was appended onto the old log
+    (verify: "sequence 1 where 4 was expected"). Now every such write gives every key of
+    the session the head's expiry as it stands: one deadline for all of them."""
+    url = fresh_redis()
+    with SessionStore(url + "&ttl=60") as timed, SessionStore(url) as plain:
+        for i in range(3):
+            timed.append_progress_entry(SID, make_entry(i))
+        if write == "compact":
+            plain.compact(SID, force=True)
+        elif write == "compact-archive":
+            plain.compact(SID, archive=True, force=True)
+        elif write == "repair":
+            corrupt(plain.engine, SID, lambda data: data)
+        else:
+            plain.append_progress_entry(SID, make_entry(3))
+        client = _client(url)
+        keys = [k for k in _keys_of(url) if b":{s}:" in k and not k.endswith(b":k")]
+        pipe = client.pipeline(transaction=True)
+        for key in keys:
+            pipe.pexpiretime(key)
+        deadlines = dict(zip(keys, pipe.execute(), strict=True))
+        assert len(set(deadlines.values())) == 1 and min(deadlines.values()) > 0, deadlines
+
+
 def _index_members(url: str) -> int:
     """How many members the store's session index sets hold, all three together."""
     client = _client(url)

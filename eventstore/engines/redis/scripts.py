@@ -48,9 +48,9 @@ session's own `w` stands in and is not written to), then ix:u ix:c ix:i (outside
 session's slot too), then c, then q.
 
 Every write script refreshes the expiry (`ttl`, milliseconds; 0: none) of keys h..w, c
-and q to the same deadline, so a session expires whole (a kept cache takes the session's
-expiry as it is); scripts see one frozen clock, so no script ever finds part of a
-session expired.
+and q to the same deadline, so a session expires whole (a kept cache, and every key a
+store without a ttl writes, takes the head's expiry as it is); scripts see one frozen
+clock, so no script ever finds part of a session expired.
 """
 
 from __future__ import annotations
@@ -76,6 +76,9 @@ def ixkey(ts_us: int) -> str:
 
 _PRELUDE = """
 local function touch(ttl)
+  -- a store without a ttl of its own keeps the session's (another store's) on every key,
+  -- those it made anew too: no key outlives the head and lands under a later session
+  if ttl <= 0 then ttl = redis.call('PTTL', KEYS[1]) end
   if ttl > 0 then
     for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ttl) end
     redis.call('PEXPIRE', KEYS[12], ttl)
