@@ -532,6 +532,39 @@ def test_a_planted_index_answers_no_other_line_than_the_log_holds(url: str) -> N
         assert list(store.read_events(SID)) == events
 
 
+_OUTSIDE_EDITS = {
+    "head-deleted": lambda c, key: c.delete(key("h")),
+    "log-deleted": lambda c, key: c.delete(key("l")),
+    "last-append-popped": lambda c, key: c.rpop(key("l")),
+    "append-pushed": lambda c, key: c.rpush(key("l"), b"{}\n"),
+}
+
+
+@pytest.mark.parametrize("edit", list(_OUTSIDE_EDITS))
+def test_attack_no_append_builds_on_a_head_that_does_not_count_its_log(url: str, edit: str) -> None:
+    """Attack: with the head hash or the live log list edited from outside (the head
+    deleted, the list deleted or popped), an append went on from the head it found:
+    onto the old log at seq 1 after the head was deleted, at seq 4 onto an emptied
+    list, a line dropped for good, and only later reads failed. Now an append whose
+    session's head does not count the live log's appends writes nothing and raises
+    CorruptLogError; the log stays as the outsider left it."""
+    from eventstore import CorruptLogError
+
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+    client = _client(url)
+
+    def key(kind: str) -> str:
+        return f"{_prefix(url)}:{{{SID}}}:{kind}"
+
+    _OUTSIDE_EDITS[edit](client, key)
+    before = client.lrange(key("l"), 0, -1), client.hgetall(key("h"))
+    with SessionStore(url) as store, pytest.raises(CorruptLogError, match="from outside"):
+        store.append_progress_entry(SID, make_entry(7))
+    assert (client.lrange(key("l"), 0, -1), client.hgetall(key("h"))) == before
+
+
 # -- connections killed mid-append and mid-follow ----------------------------------------------
 
 

@@ -84,7 +84,12 @@ from eventstore.engines.base import (
 from eventstore.engines.raw import raw_end
 from eventstore.engines.redis import scripts
 from eventstore.engines.redis.url import RedisUrl, split_url
-from eventstore.errors import InvalidArgumentError, StorageError, UnsupportedError
+from eventstore.errors import (
+    CorruptLogError,
+    InvalidArgumentError,
+    StorageError,
+    UnsupportedError,
+)
 from eventstore.format.chain import split_hash
 from eventstore.session_ids import validate_session_id
 
@@ -521,6 +526,13 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
             if status == 2:  # a repair holds the session: wait for it
                 time.sleep(0.005)
                 continue
+            if status == 3:
+                raise CorruptLogError(
+                    self.where(session_id), 0, None,
+                    f"its head counts {_text(out[2])} appends but the live log holds"
+                    f" {int(out[1])}: edited or deleted from outside the store; nothing"
+                    " was written",
+                )  # fmt: skip
             head = _head_of(out[1:])
             if status == 1:
                 if lost:

@@ -149,7 +149,8 @@ APPEND = (
 -- ARGV: expected seq, expected link, first seq, last seq, last h, link after, data,
 --       session id, a new log's gen, ttl, feed maxlen (-1: no feed, 0: untrimmed),
 --       the batch's time (us; '': the server's clock), its labels (JSON; '': unchanged)
--- -> {0 written | 1 moved | 2 held by a repair, head...}
+-- -> {0 written | 1 moved | 2 held by a repair, head... | 3 the head does not count
+--     the live log's appends, how many it holds}
 if held('') then return {2} end
 local c, tail = head()
 if c[2] ~= ARGV[1] or c[3] ~= ARGV[2] then
@@ -159,6 +160,9 @@ if c[2] ~= ARGV[1] or c[3] ~= ARGV[2] then
   end
   return {1, unpack(c)}
 end
+-- the head or the list edited or deleted from outside: nothing is built on them
+local batches = redis.call('LLEN', KEYS[2])
+if batches ~= tonumber(c[7]) then return {3, batches, c[7]} end
 if tail then
   redis.call('RPUSH', KEYS[5], tail)
   redis.call('HDEL', KEYS[1], 'tail')
