@@ -565,6 +565,32 @@ def test_attack_no_append_builds_on_a_head_that_does_not_count_its_log(url: str,
     assert (client.lrange(key("l"), 0, -1), client.hgetall(key("h"))) == before
 
 
+@pytest.mark.parametrize("edit", ["head-deleted", "log-deleted", "last-append-popped"])
+def test_attack_no_read_answers_past_a_head_that_does_not_count_its_log(
+    url: str, edit: str
+) -> None:
+    """Attack: with the live log list popped or deleted from outside, a cold load
+    answered the lines left (two of three, or none, with the head at seq 3) and verify
+    said ok: a line lost without a word; with the head deleted, the history still gave
+    the old lines while loads gave none. Now every read of the live log (a cold load,
+    the history, verify) checks the appends it read against the count the head keeps
+    and raises CorruptLogError when they differ."""
+    from eventstore import CorruptLogError
+
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+    _OUTSIDE_EDITS[edit](_client(url), lambda kind: f"{_prefix(url)}:{{{SID}}}:{kind}")
+    with SessionStore(url) as store:
+        if edit != "head-deleted":  # (no head: no session to load, nothing to count)
+            with pytest.raises(CorruptLogError, match="from outside"):
+                store.load_bootstrap_state(SID)
+        with pytest.raises(CorruptLogError, match="from outside"):
+            list(store.read_events(SID))
+        with pytest.raises(CorruptLogError, match="from outside"):
+            store.verify(SID)
+
+
 # -- connections killed mid-append and mid-follow ----------------------------------------------
 
 

@@ -221,6 +221,18 @@ def _seq_lines(out: list[Any]) -> dict[int, SeqLine]:
     }
 
 
+def _counted(where: str, n: int, got: int) -> None:
+    """CorruptLogError unless the live log's appends (`got`) are the `n` its head counts:
+    the list or the head edited or deleted from outside (the lines left would pass as
+    the whole log)."""
+    if got != n:
+        raise CorruptLogError(
+            where, 0, None,
+            f"its head counts {n} appends but the live log holds {got}: edited or deleted"
+            " from outside the store",
+        )  # fmt: skip
+
+
 def _kept_at(fields: list[str], gen: str) -> bool:
     """Whether a cache's kept head ("gen seq link hh base size n" split) is one of the
     live log `gen` (as `scripts.CACHE_OPEN` checks it, but for where its line is)."""
@@ -401,6 +413,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         out = self._run("READ", session_id, args, "reading a session")
         head = _head_of(out)
         where = self.where(session_id)
+        _counted(where, int(out[6]) if out[0] else 0, int(out[7]) + len(out[8:]))
         data = b"".join(out[8:])
         if pos is not None and int(out[7]) == pos.n and _text(out[0]) == pos.gen:
             return ReadResult(data, head, False, where, pos.size)
@@ -442,13 +455,14 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
 
         def run() -> list[Any]:
             pipe = self._client.pipeline(transaction=True)
-            pipe.hget(h, "tail")
+            pipe.hmget(h, ["tail", "n"])
             pipe.lrange(bounds, 0, -1)
             pipe.lrange(arch, 0, -1)
             pipe.lrange(live, 0, -1)
             return pipe.execute()  # type: ignore[no-any-return]
 
-        tail, bounds_l, blobs, items = self._call("reading a session's history", run)
+        (tail, n), bounds_l, blobs, items = self._call("reading a session's history", run)
+        _counted(where, int(n or 0), len(items))
         segments: list[Segment] = []
         for bound, blob in zip(bounds_l, blobs, strict=True):
             first, last = (int(x) for x in bound.split())
@@ -526,13 +540,8 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
             if status == 2:  # a repair holds the session: wait for it
                 time.sleep(0.005)
                 continue
-            if status == 3:
-                raise CorruptLogError(
-                    self.where(session_id), 0, None,
-                    f"its head counts {_text(out[2])} appends but the live log holds"
-                    f" {int(out[1])}: edited or deleted from outside the store; nothing"
-                    " was written",
-                )  # fmt: skip
+            if status == 3:  # nothing was written
+                _counted(self.where(session_id), int(out[2]), int(out[1]))
             head = _head_of(out[1:])
             if status == 1:
                 if lost:
@@ -653,14 +662,17 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         out = self._run("CACHE_OPEN", session_id, args, "reading a fold cache")
         found = _text(out[0])
         cache = kept = read_on = None
-        offset = 0
+        offset = first = 0  # the read on's first byte and batch
         if "c" in found:
-            head = _head_of(_text(out[1]).split(" "))
-            cache, offset = (head, BytesCacheReader(bytes(out[2]))), head.size
+            at = _text(out[1]).split(" ")
+            head = _head_of(at)
+            cache, offset, first = (head, BytesCacheReader(bytes(out[2]))), head.size, int(at[6])
         elif "m" in found:
             kept = (_head_of(_text(out[3]).split(" ")), bytes(out[4]))
         if "r" in found:
-            now, where = _head_of(_text(out[5]).split(" ")), self.where(session_id)
+            at, where = _text(out[5]).split(" "), self.where(session_id)
+            now = _head_of(at)
+            _counted(where, int(at[6]) if at[0] else 0, first + len(out[6:]))
             read_on = ReadResult(b"".join(out[6:]), now, False, where, offset)
         if cache is not None:
             cache[1].read_on = read_on
