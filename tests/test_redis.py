@@ -987,6 +987,31 @@ def test_a_server_killed_and_restarted_from_its_aof_loses_nothing_acknowledged_u
         assert len(positions) == len(landed)
 
 
+def test_attack_a_feed_reader_behind_a_trim_is_told_never_skipped(server: str) -> None:
+    """Attack: with `feed_maxlen`, a reader whose position fell behind the feed's trim
+    got the lines still kept after it as if they came next: the lines trimmed between
+    (another session's 275 appends) were skipped without a word. Now such a read gives
+    the lines up to the gap, then raises HistoryUnavailableError; a reader that kept up,
+    or one reading from the start (what the feed keeps), reads on as before."""
+    from eventstore import HistoryUnavailableError
+
+    with SessionStore(fresh_redis(feed_maxlen="10")) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+        behind = store.feed(limit=1)[0][0]
+        kept_up, seen = store.feed()[-1][0], []
+        for i in range(300):  # trimmed in whole nodes of the stream: a hundred at a time
+            store.append_progress_entry("other", make_entry(i))
+            if i % 5 == 4:  # (`~`: at least the newest 10 are kept)
+                got = store.feed(after=kept_up)
+                kept_up, seen = got[-1][0], seen + [e.seq for _, _, e in got]
+        assert seen == list(range(1, 301))
+        with pytest.raises(HistoryUnavailableError, match="trimmed"):
+            store.feed(after=behind)
+        oldest = store.feed(limit=10_000)  # from the start: what the feed keeps
+        assert oldest[-1][2].seq == 300 and oldest[0][1:] != (SID, 1)
+
+
 def test_the_engine_is_opened_by_url_and_options(url: str) -> None:
     from eventstore.engines.redis import RedisEngine, RedisFeedEngine
 

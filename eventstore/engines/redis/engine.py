@@ -86,6 +86,7 @@ from eventstore.engines.redis import scripts
 from eventstore.engines.redis.url import RedisUrl, split_url
 from eventstore.errors import (
     CorruptLogError,
+    HistoryUnavailableError,
     InvalidArgumentError,
     StorageError,
     UnsupportedError,
@@ -970,16 +971,23 @@ class RedisFeedEngine(RedisEngine, FeedEngine):
         """Up to `limit` lines of every session after feed position `after`, in the order
         their appends ran on the server (stream ids: the server's clock, never going
         back). Lines of removed, expired or compacted sessions stay until the feed is
-        trimmed (`feed_maxlen`)."""
+        trimmed (`feed_maxlen`). A position the trim passed (lines after it gone) gives
+        the lines before the gap, then `HistoryUnavailableError`."""
         start = FEED_START if after is None else RedisFeedPosition(*after)
         out: list[RedisFeedEntry] = []
         lower = f"{start.ms}-{start.sq}"
+        # the last entry read (from the start: none, the oldest kept comes first)
+        seen = None if start <= FEED_START else (start.ms, start.sq)
         while len(out) < limit:
             entries = self._call("reading the feed", functools.partial(self._xrange, lower))
             if not entries:
                 break
             for eid, fields in entries:
                 ms, sq = (int(x) for x in eid.split(b"-"))
+                before = fields.get(b"p")  # (none in an entry of a release before it)
+                if seen and before and tuple(int(x) for x in before.split(b"-")) > seen:
+                    return self._trimmed(out, start, _text(eid))
+                seen = (ms, sq)
                 sid, first = fields[b"s"].decode("utf-8"), int(fields[b"q"])
                 for i, line in enumerate(fields[b"d"].split(b"\n")[:-1]):
                     pos = RedisFeedPosition(ms, sq, i)
@@ -987,6 +995,19 @@ class RedisFeedEngine(RedisEngine, FeedEngine):
                         out.append(RedisFeedEntry(pos, sid, first + i, line + b"\n"))
             lower = "(" + _text(entries[-1][0])
         return out
+
+    def _trimmed(
+        self, out: list[RedisFeedEntry], start: RedisFeedPosition, kept: str
+    ) -> list[RedisFeedEntry]:
+        """The lines read before a gap the feed's trim left; none: the gap is right after
+        `start`, which `HistoryUnavailableError` says."""
+        if out:
+            return out
+        raise HistoryUnavailableError(
+            f"{self.url}: the global feed was trimmed past position {tuple(start)}"
+            f" (feed_maxlen): lines after it are gone, the next kept is at {kept};"
+            " read from the start (what the feed keeps) and resync what was missed"
+        )
 
     def _xrange(self, lower: str) -> list[Any]:
         return list(self._client.xrange(self._feed_key, lower, "+", count=100))

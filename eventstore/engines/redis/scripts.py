@@ -43,9 +43,10 @@ whose session expired (`ttl`) or was written again stays until a page walks past
 (`INDEX_DROP`).
 
 KEYS, in this order in every script: h l a b s w k, then the global feed stream (one key
-for the whole store: the only key outside the session's slot; when the feed is off the
-session's own `w` stands in and is not written to), then ix:u ix:c ix:i (outside the
-session's slot too), then c, then q.
+for the whole store, an entry an append: `s` the session id, `q` its first seq, `d` its
+bytes, `p` the id of the entry before it; the only key outside the session's slot; when
+the feed is off the session's own `w` stands in and is not written to), then ix:u ix:c
+ix:i (outside the session's slot too), then c, then q.
 
 Every write script refreshes the expiry (`ttl`, milliseconds; 0: none) of keys h..w, c
 and q to the same deadline, so a session expires whole (a kept cache, and every key a
@@ -199,10 +200,16 @@ redis.call('HSET', KEYS[1], 'seq', ARGV[4], 'link', ARGV[6], 'hh', ARGV[5], 'bas
            'size', size, 'n', n)
 wake()
 local maxlen = tonumber(ARGV[11])
-if maxlen > 0 then
-  redis.call('XADD', KEYS[8], 'MAXLEN', '~', maxlen, '*', 's', ARGV[8], 'q', ARGV[3], 'd', ARGV[7])
-elseif maxlen == 0 then
-  redis.call('XADD', KEYS[8], '*', 's', ARGV[8], 'q', ARGV[3], 'd', ARGV[7])
+if maxlen >= 0 then
+  -- with the id of the entry before it (`p`): a reader past that entry whose next one
+  -- names a later one knows a trim took lines it never read
+  local last = redis.call('XREVRANGE', KEYS[8], '+', '-', 'COUNT', 1)
+  local entry = {'s', ARGV[8], 'q', ARGV[3], 'd', ARGV[7], 'p', last[1] and last[1][1] or '0-0'}
+  if maxlen > 0 then
+    redis.call('XADD', KEYS[8], 'MAXLEN', '~', maxlen, '*', unpack(entry))
+  else
+    redis.call('XADD', KEYS[8], '*', unpack(entry))
+  end
 end
 touch(tonumber(ARGV[10]))
 return {0, gen, ARGV[4], ARGV[6], ARGV[5], base, tostring(size), tostring(n)}
