@@ -591,6 +591,38 @@ def test_attack_no_read_answers_past_a_head_that_does_not_count_its_log(
             store.verify(SID)
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("seq", "x"), ("seq", "-1"), ("seq", "1e3"), ("seq", "5"), ("seq", "2"),
+     ("link", "x"), ("hh", "0123456789abcdef"), ("base", "x")],
+)  # fmt: skip
+def test_attack_a_head_edited_from_outside_is_never_built_on(
+    url: str, field: str, value: str
+) -> None:
+    """Attack: a field of the head hash edited from outside: one that is no number made
+    loads raise a bare ValueError; another seq or link was taken as the session's end,
+    and the next append built on it (seq 0 after seq=-1, seq 6 onto a log ending at 3,
+    a second seq 3, a line chained to "x"), corrupting a log that was whole. Now a read
+    checks the head against the live log's last line (seq, h, link) as PostgreSQL's
+    does, and a field that is no number is CorruptLogError too: no append lands (a
+    cold write's last line is taken alone only when the head's link is its h)."""
+    from eventstore import CorruptLogError
+
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+    client = _client(url)
+    log = f"{_prefix(url)}:{{{SID}}}:l"
+    client.hset(f"{_prefix(url)}:{{{SID}}}:h", field, value)
+    before = client.lrange(log, 0, -1)
+    with SessionStore(url) as store:
+        with pytest.raises(CorruptLogError):
+            store.load_bootstrap_state(SID)
+        with pytest.raises(EventStoreError):  # (or the read script's own error)
+            store.append_progress_entry(SID, make_entry(7))
+    assert client.lrange(log, 0, -1) == before
+
+
 # -- connections killed mid-append and mid-follow ----------------------------------------------
 
 

@@ -92,6 +92,7 @@ from eventstore.errors import (
     UnsupportedError,
 )
 from eventstore.format.chain import split_hash
+from eventstore.format.depth import HEAD_DECODER
 from eventstore.session_ids import validate_session_id
 
 try:
@@ -206,12 +207,34 @@ def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def _head_of(c: list[Any]) -> Head:
-    """A Head from a script's [gen, seq, link, hh, base, size, n]."""
-    gen, seq, size = _text(c[0]), int(c[1]), int(c[5])
+def _head_of(c: list[Any], where: str) -> Head:
+    """A Head from a script's [gen, seq, link, hh, base, size, n]; CorruptLogError for a
+    number field that is no whole number (the head hash edited from outside)."""
+    gen, nums = _text(c[0]), [_text(c[i]) for i in (1, 5, 6, 4)]
+    if not all(x.isascii() and x.isdigit() for x in nums):
+        raise CorruptLogError(where, 0, None, f"its head's seq, size, n, base are {nums}")
+    seq, size, n, base = map(int, nums)
     if not gen or (seq == 0 and size == 0):
         return EMPTY_HEAD
-    return Head(seq, _text(c[2]), _text(c[3]), RedisPosition(gen, int(c[6]), size), size, int(c[4]))
+    return Head(seq, _text(c[2]), _text(c[3]), RedisPosition(gen, n, size), size, base)
+
+
+def _ends_at(where: str, data: bytes, head: Head, offset: int) -> None:
+    """CorruptLogError unless `data` (batches read up to `head`) ends with the head's line
+    (its seq, h and link, as `raw_end` reads them): a head edited from outside would be
+    built on. A last line that does not decode is left to the fold to report."""
+    start = data.rfind(b"\n", 0, len(data) - 1) + 1
+    try:
+        last = HEAD_DECODER.decode(data[start:-1])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return
+    link = (last.base_h or "") if last.type == "snapshot" else last.h
+    if (last.seq, last.h, link) != (head.seq, head.h, head.link):
+        raise CorruptLogError(
+            where, offset + start, last.seq,
+            f"the live log ends with seq {last.seq} (h {last.h}) but its head is at seq"
+            f" {head.seq} (h {head.h}, link {head.link}): edited from outside the store",
+        )  # fmt: skip
 
 
 def _seq_lines(out: list[Any]) -> dict[int, SeqLine]:
@@ -412,10 +435,12 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         pos = position if isinstance(position, RedisPosition) else None
         args = [pos.gen, pos.n] if pos is not None else ["", 0]
         out = self._run("READ", session_id, args, "reading a session")
-        head = _head_of(out)
         where = self.where(session_id)
+        head = _head_of(out, where)
         _counted(where, int(out[6]) if out[0] else 0, int(out[7]) + len(out[8:]))
         data = b"".join(out[8:])
+        if data:
+            _ends_at(where, data, head, pos.size if pos is not None and out[7] else 0)
         if pos is not None and int(out[7]) == pos.n and _text(out[0]) == pos.gen:
             return ReadResult(data, head, False, where, pos.size)
         return ReadResult(data, head, position is not None, where, 0)
@@ -436,7 +461,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         out = self._run(
             "TAIL", session_id, [max(1, int(count))], f"reading the end of {session_id!r}"
         )
-        return _head_of(out), _seq_lines(out[7:])
+        return _head_of(out, self.where(session_id)), _seq_lines(out[7:])
 
     def head(self, session_id: str) -> Head:
         """The session's head (one hash)."""
@@ -447,7 +472,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         )
         if c[0] is None:
             return EMPTY_HEAD
-        return _head_of(c)
+        return _head_of(c, self.where(session_id))
 
     def history(self, session_id: str) -> History:
         """The archived segments then the live log, read in one MULTI/EXEC."""
@@ -543,7 +568,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
                 continue
             if status == 3:  # nothing was written
                 _counted(self.where(session_id), int(out[2]), int(out[1]))
-            head = _head_of(out[1:])
+            head = _head_of(out[1:], self.where(session_id))
             if status == 1:
                 if lost:
                     raise self._lost(session_id, batch, None)
@@ -596,7 +621,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
             os.urandom(8).hex(), self._ttl,
         ]  # fmt: skip
         out = self._write("INSTALL", session_id, args, f"installing a snapshot of {session_id!r}")
-        head = _head_of(out[1:8])
+        head = _head_of(out[1:8], self.where(session_id))
         if int(out[0]) == 1:
             raise HeadMovedError(self.where(session_id), covers, head)
         archived = None
@@ -661,20 +686,22 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         was found)."""
         args = [name or "", mark or "", ahead, int(start)]
         out = self._run("CACHE_OPEN", session_id, args, "reading a fold cache")
-        found = _text(out[0])
+        found, where = _text(out[0]), self.where(session_id)
         cache = kept = read_on = None
         offset = first = 0  # the read on's first byte and batch
         if "c" in found:
             at = _text(out[1]).split(" ")
-            head = _head_of(at)
+            head = _head_of(at, where)
             cache, offset, first = (head, BytesCacheReader(bytes(out[2]))), head.size, int(at[6])
         elif "m" in found:
-            kept = (_head_of(_text(out[3]).split(" ")), bytes(out[4]))
+            kept = (_head_of(_text(out[3]).split(" "), where), bytes(out[4]))
         if "r" in found:
-            at, where = _text(out[5]).split(" "), self.where(session_id)
-            now = _head_of(at)
+            at = _text(out[5]).split(" ")
+            now = _head_of(at, where)
             _counted(where, int(at[6]) if at[0] else 0, first + len(out[6:]))
             read_on = ReadResult(b"".join(out[6:]), now, False, where, offset)
+            if read_on.data:
+                _ends_at(where, bytes(read_on.data), now, offset)
         if cache is not None:
             cache[1].read_on = read_on
             return ColdStart(cache)
@@ -701,7 +728,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         for at, data in parts:
             fields = [] if at is None or data is None or gen is None else _text(at).split(" ")
             if _kept_at(fields, _text(gen)):
-                yield _head_of(fields), BytesCacheReader(bytes(data))
+                yield _head_of(fields, self.where(session_id)), BytesCacheReader(bytes(data))
             else:
                 yield None
 
