@@ -302,6 +302,37 @@ def test_ttl_expires_a_whole_session_and_every_write_refreshes_it(server: str) -
         assert (info.session_id, info.last_seq, info.events) == (SID, 1, 1)
 
 
+@pytest.mark.parametrize("write", ["compact", "compact-archive", "repair", "append"])
+def test_attack_a_write_by_a_store_without_ttl_keeps_the_session_expiring_whole(
+    server: str, write: str
+) -> None:
+    """Attack: a write by a store opened without `ttl=` (the CLI's `compact`, a repair)
+    to a session a `ttl=` store writes made its live log anew (DEL, RPUSH), its archive
+    and index with no expiry, while its head kept its own: the head expired, the rest
+    stayed forever, and the next session of that id was appended onto the old log
+    (verify: "sequence 1 where 4 was expected"). Now every such write gives every key of
+    the session the head's expiry as it stands: one deadline for all of them."""
+    url = fresh_redis()
+    with SessionStore(url + "&ttl=60") as timed, SessionStore(url) as plain:
+        for i in range(3):
+            timed.append_progress_entry(SID, make_entry(i))
+        if write == "compact":
+            plain.compact(SID, force=True)
+        elif write == "compact-archive":
+            plain.compact(SID, archive=True, force=True)
+        elif write == "repair":
+            corrupt(plain.engine, SID, lambda data: data)
+        else:
+            plain.append_progress_entry(SID, make_entry(3))
+        client = _client(url)
+        keys = [k for k in _keys_of(url) if b":{s}:" in k and not k.endswith(b":k")]
+        pipe = client.pipeline(transaction=True)
+        for key in keys:
+            pipe.pexpiretime(key)
+        deadlines = dict(zip(keys, pipe.execute(), strict=True))
+        assert len(set(deadlines.values())) == 1 and min(deadlines.values()) > 0, deadlines
+
+
 def _index_members(url: str) -> int:
     """How many members the store's session index sets hold, all three together."""
     client = _client(url)
@@ -499,6 +530,97 @@ def test_a_planted_index_answers_no_other_line_than_the_log_holds(url: str) -> N
                 for seq in range(1, 13):
                     assert event_at(seq) in (None, events[seq - 1])
         assert list(store.read_events(SID)) == events
+
+
+_OUTSIDE_EDITS = {
+    "head-deleted": lambda c, key: c.delete(key("h")),
+    "log-deleted": lambda c, key: c.delete(key("l")),
+    "last-append-popped": lambda c, key: c.rpop(key("l")),
+    "append-pushed": lambda c, key: c.rpush(key("l"), b"{}\n"),
+}
+
+
+@pytest.mark.parametrize("edit", list(_OUTSIDE_EDITS))
+def test_attack_no_append_builds_on_a_head_that_does_not_count_its_log(url: str, edit: str) -> None:
+    """Attack: with the head hash or the live log list edited from outside (the head
+    deleted, the list deleted or popped), an append went on from the head it found:
+    onto the old log at seq 1 after the head was deleted, at seq 4 onto an emptied
+    list, a line dropped for good, and only later reads failed. Now an append whose
+    session's head does not count the live log's appends writes nothing and raises
+    CorruptLogError; the log stays as the outsider left it."""
+    from eventstore import CorruptLogError
+
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+    client = _client(url)
+
+    def key(kind: str) -> str:
+        return f"{_prefix(url)}:{{{SID}}}:{kind}"
+
+    _OUTSIDE_EDITS[edit](client, key)
+    before = client.lrange(key("l"), 0, -1), client.hgetall(key("h"))
+    with SessionStore(url) as store, pytest.raises(CorruptLogError, match="from outside"):
+        store.append_progress_entry(SID, make_entry(7))
+    assert (client.lrange(key("l"), 0, -1), client.hgetall(key("h"))) == before
+
+
+@pytest.mark.parametrize("edit", ["head-deleted", "log-deleted", "last-append-popped"])
+def test_attack_no_read_answers_past_a_head_that_does_not_count_its_log(
+    url: str, edit: str
+) -> None:
+    """Attack: with the live log list popped or deleted from outside, a cold load
+    answered the lines left (two of three, or none, with the head at seq 3) and verify
+    said ok: a line lost without a word; with the head deleted, the history still gave
+    the old lines while loads gave none. Now every read of the live log (a cold load,
+    the history, verify) checks the appends it read against the count the head keeps
+    and raises CorruptLogError when they differ."""
+    from eventstore import CorruptLogError
+
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+    _OUTSIDE_EDITS[edit](_client(url), lambda kind: f"{_prefix(url)}:{{{SID}}}:{kind}")
+    with SessionStore(url) as store:
+        if edit != "head-deleted":  # (no head: no session to load, nothing to count)
+            with pytest.raises(CorruptLogError, match="from outside"):
+                store.load_bootstrap_state(SID)
+        with pytest.raises(CorruptLogError, match="from outside"):
+            list(store.read_events(SID))
+        with pytest.raises(CorruptLogError, match="from outside"):
+            store.verify(SID)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("seq", "x"), ("seq", "-1"), ("seq", "1e3"), ("seq", "5"), ("seq", "2"),
+     ("link", "x"), ("hh", "0123456789abcdef"), ("base", "x")],
+)  # fmt: skip
+def test_attack_a_head_edited_from_outside_is_never_built_on(
+    url: str, field: str, value: str
+) -> None:
+    """Attack: a field of the head hash edited from outside: one that is no number made
+    loads raise a bare ValueError; another seq or link was taken as the session's end,
+    and the next append built on it (seq 0 after seq=-1, seq 6 onto a log ending at 3,
+    a second seq 3, a line chained to "x"), corrupting a log that was whole. Now a read
+    checks the head against the live log's last line (seq, h, link) as PostgreSQL's
+    does, and a field that is no number is CorruptLogError too: no append lands (a
+    cold write's last line is taken alone only when the head's link is its h)."""
+    from eventstore import CorruptLogError
+
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+    client = _client(url)
+    log = f"{_prefix(url)}:{{{SID}}}:l"
+    client.hset(f"{_prefix(url)}:{{{SID}}}:h", field, value)
+    before = client.lrange(log, 0, -1)
+    with SessionStore(url) as store:
+        with pytest.raises(CorruptLogError):
+            store.load_bootstrap_state(SID)
+        with pytest.raises(EventStoreError):  # (or the read script's own error)
+            store.append_progress_entry(SID, make_entry(7))
+    assert client.lrange(log, 0, -1) == before
 
 
 # -- connections killed mid-append and mid-follow ----------------------------------------------
@@ -895,6 +1017,31 @@ def test_a_server_killed_and_restarted_from_its_aof_loses_nothing_acknowledged_u
         positions = [pos for pos, _, _ in s.feed(limit=100_000)]
         assert positions == sorted(positions) and len(set(positions)) == len(positions)
         assert len(positions) == len(landed)
+
+
+def test_attack_a_feed_reader_behind_a_trim_is_told_never_skipped(server: str) -> None:
+    """Attack: with `feed_maxlen`, a reader whose position fell behind the feed's trim
+    got the lines still kept after it as if they came next: the lines trimmed between
+    (another session's 275 appends) were skipped without a word. Now such a read gives
+    the lines up to the gap, then raises HistoryUnavailableError; a reader that kept up,
+    or one reading from the start (what the feed keeps), reads on as before."""
+    from eventstore import HistoryUnavailableError
+
+    with SessionStore(fresh_redis(feed_maxlen="10")) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+        behind = store.feed(limit=1)[0][0]
+        kept_up, seen = store.feed()[-1][0], []
+        for i in range(300):  # trimmed in whole nodes of the stream: a hundred at a time
+            store.append_progress_entry("other", make_entry(i))
+            if i % 5 == 4:  # (`~`: at least the newest 10 are kept)
+                got = store.feed(after=kept_up)
+                kept_up, seen = got[-1][0], seen + [e.seq for _, _, e in got]
+        assert seen == list(range(1, 301))
+        with pytest.raises(HistoryUnavailableError, match="trimmed"):
+            store.feed(after=behind)
+        oldest = store.feed(limit=10_000)  # from the start: what the feed keeps
+        assert oldest[-1][2].seq == 300 and oldest[0][1:] != (SID, 1)
 
 
 def test_the_engine_is_opened_by_url_and_options(url: str) -> None:

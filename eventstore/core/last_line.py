@@ -124,8 +124,10 @@ def _last_by_seq(
     if head.seq == 0:
         return (None, EMPTY_HEAD, where) if head == EMPTY_HEAD else None
     got = lines.get(head.seq)
-    if got is None or got.line[-18:-2] != head.h.encode():
-        return None  # (no line of that seq: a snapshot; another line: the log changed)
+    if got is None or got.line[-18:-2] != head.h.encode() or head.link != head.h:
+        # (no line of that seq: a snapshot; another line: the log changed; a link that
+        # is not the line's h: a head edited, which the fold reports)
+        return None
     link = link_before(got.before)
     if link is None or not chains_to(link, got.line):
         return None

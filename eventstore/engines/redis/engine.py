@@ -84,8 +84,15 @@ from eventstore.engines.base import (
 from eventstore.engines.raw import raw_end
 from eventstore.engines.redis import scripts
 from eventstore.engines.redis.url import RedisUrl, split_url
-from eventstore.errors import InvalidArgumentError, StorageError, UnsupportedError
+from eventstore.errors import (
+    CorruptLogError,
+    HistoryUnavailableError,
+    InvalidArgumentError,
+    StorageError,
+    UnsupportedError,
+)
 from eventstore.format.chain import split_hash
+from eventstore.format.depth import HEAD_DECODER
 from eventstore.session_ids import validate_session_id
 
 try:
@@ -200,12 +207,34 @@ def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def _head_of(c: list[Any]) -> Head:
-    """A Head from a script's [gen, seq, link, hh, base, size, n]."""
-    gen, seq, size = _text(c[0]), int(c[1]), int(c[5])
+def _head_of(c: list[Any], where: str) -> Head:
+    """A Head from a script's [gen, seq, link, hh, base, size, n]; CorruptLogError for a
+    number field that is no whole number (the head hash edited from outside)."""
+    gen, nums = _text(c[0]), [_text(c[i]) for i in (1, 5, 6, 4)]
+    if not all(x.isascii() and x.isdigit() for x in nums):
+        raise CorruptLogError(where, 0, None, f"its head's seq, size, n, base are {nums}")
+    seq, size, n, base = map(int, nums)
     if not gen or (seq == 0 and size == 0):
         return EMPTY_HEAD
-    return Head(seq, _text(c[2]), _text(c[3]), RedisPosition(gen, int(c[6]), size), size, int(c[4]))
+    return Head(seq, _text(c[2]), _text(c[3]), RedisPosition(gen, n, size), size, base)
+
+
+def _ends_at(where: str, data: bytes, head: Head, offset: int) -> None:
+    """CorruptLogError unless `data` (batches read up to `head`) ends with the head's line
+    (its seq, h and link, as `raw_end` reads them): a head edited from outside would be
+    built on. A last line that does not decode is left to the fold to report."""
+    start = data.rfind(b"\n", 0, len(data) - 1) + 1
+    try:
+        last = HEAD_DECODER.decode(data[start:-1])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return
+    link = (last.base_h or "") if last.type == "snapshot" else last.h
+    if (last.seq, last.h, link) != (head.seq, head.h, head.link):
+        raise CorruptLogError(
+            where, offset + start, last.seq,
+            f"the live log ends with seq {last.seq} (h {last.h}) but its head is at seq"
+            f" {head.seq} (h {head.h}, link {head.link}): edited from outside the store",
+        )  # fmt: skip
 
 
 def _seq_lines(out: list[Any]) -> dict[int, SeqLine]:
@@ -214,6 +243,18 @@ def _seq_lines(out: list[Any]) -> dict[int, SeqLine]:
         int(seq): SeqLine(bytes(line[:-1]), int(offset), bytes(before))
         for seq, line, offset, before in zip(*[iter(out)] * 4, strict=True)
     }
+
+
+def _counted(where: str, n: int, got: int) -> None:
+    """CorruptLogError unless the live log's appends (`got`) are the `n` its head counts:
+    the list or the head edited or deleted from outside (the lines left would pass as
+    the whole log)."""
+    if got != n:
+        raise CorruptLogError(
+            where, 0, None,
+            f"its head counts {n} appends but the live log holds {got}: edited or deleted"
+            " from outside the store",
+        )  # fmt: skip
 
 
 def _kept_at(fields: list[str], gen: str) -> bool:
@@ -394,9 +435,12 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         pos = position if isinstance(position, RedisPosition) else None
         args = [pos.gen, pos.n] if pos is not None else ["", 0]
         out = self._run("READ", session_id, args, "reading a session")
-        head = _head_of(out)
         where = self.where(session_id)
+        head = _head_of(out, where)
+        _counted(where, int(out[6]) if out[0] else 0, int(out[7]) + len(out[8:]))
         data = b"".join(out[8:])
+        if data:
+            _ends_at(where, data, head, pos.size if pos is not None and out[7] else 0)
         if pos is not None and int(out[7]) == pos.n and _text(out[0]) == pos.gen:
             return ReadResult(data, head, False, where, pos.size)
         return ReadResult(data, head, position is not None, where, 0)
@@ -417,7 +461,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         out = self._run(
             "TAIL", session_id, [max(1, int(count))], f"reading the end of {session_id!r}"
         )
-        return _head_of(out), _seq_lines(out[7:])
+        return _head_of(out, self.where(session_id)), _seq_lines(out[7:])
 
     def head(self, session_id: str) -> Head:
         """The session's head (one hash)."""
@@ -428,7 +472,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         )
         if c[0] is None:
             return EMPTY_HEAD
-        return _head_of(c)
+        return _head_of(c, self.where(session_id))
 
     def history(self, session_id: str) -> History:
         """The archived segments then the live log, read in one MULTI/EXEC."""
@@ -437,13 +481,14 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
 
         def run() -> list[Any]:
             pipe = self._client.pipeline(transaction=True)
-            pipe.hget(h, "tail")
+            pipe.hmget(h, ["tail", "n"])
             pipe.lrange(bounds, 0, -1)
             pipe.lrange(arch, 0, -1)
             pipe.lrange(live, 0, -1)
             return pipe.execute()  # type: ignore[no-any-return]
 
-        tail, bounds_l, blobs, items = self._call("reading a session's history", run)
+        (tail, n), bounds_l, blobs, items = self._call("reading a session's history", run)
+        _counted(where, int(n or 0), len(items))
         segments: list[Segment] = []
         for bound, blob in zip(bounds_l, blobs, strict=True):
             first, last = (int(x) for x in bound.split())
@@ -521,7 +566,9 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
             if status == 2:  # a repair holds the session: wait for it
                 time.sleep(0.005)
                 continue
-            head = _head_of(out[1:])
+            if status == 3:  # nothing was written
+                _counted(self.where(session_id), int(out[2]), int(out[1]))
+            head = _head_of(out[1:], self.where(session_id))
             if status == 1:
                 if lost:
                     raise self._lost(session_id, batch, None)
@@ -574,7 +621,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
             os.urandom(8).hex(), self._ttl,
         ]  # fmt: skip
         out = self._write("INSTALL", session_id, args, f"installing a snapshot of {session_id!r}")
-        head = _head_of(out[1:8])
+        head = _head_of(out[1:8], self.where(session_id))
         if int(out[0]) == 1:
             raise HeadMovedError(self.where(session_id), covers, head)
         archived = None
@@ -639,17 +686,22 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         was found)."""
         args = [name or "", mark or "", ahead, int(start)]
         out = self._run("CACHE_OPEN", session_id, args, "reading a fold cache")
-        found = _text(out[0])
+        found, where = _text(out[0]), self.where(session_id)
         cache = kept = read_on = None
-        offset = 0
+        offset = first = 0  # the read on's first byte and batch
         if "c" in found:
-            head = _head_of(_text(out[1]).split(" "))
-            cache, offset = (head, BytesCacheReader(bytes(out[2]))), head.size
+            at = _text(out[1]).split(" ")
+            head = _head_of(at, where)
+            cache, offset, first = (head, BytesCacheReader(bytes(out[2]))), head.size, int(at[6])
         elif "m" in found:
-            kept = (_head_of(_text(out[3]).split(" ")), bytes(out[4]))
+            kept = (_head_of(_text(out[3]).split(" "), where), bytes(out[4]))
         if "r" in found:
-            now, where = _head_of(_text(out[5]).split(" ")), self.where(session_id)
+            at = _text(out[5]).split(" ")
+            now = _head_of(at, where)
+            _counted(where, int(at[6]) if at[0] else 0, first + len(out[6:]))
             read_on = ReadResult(b"".join(out[6:]), now, False, where, offset)
+            if read_on.data:
+                _ends_at(where, bytes(read_on.data), now, offset)
         if cache is not None:
             cache[1].read_on = read_on
             return ColdStart(cache)
@@ -676,7 +728,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         for at, data in parts:
             fields = [] if at is None or data is None or gen is None else _text(at).split(" ")
             if _kept_at(fields, _text(gen)):
-                yield _head_of(fields), BytesCacheReader(bytes(data))
+                yield _head_of(fields, self.where(session_id)), BytesCacheReader(bytes(data))
             else:
                 yield None
 
@@ -946,16 +998,23 @@ class RedisFeedEngine(RedisEngine, FeedEngine):
         """Up to `limit` lines of every session after feed position `after`, in the order
         their appends ran on the server (stream ids: the server's clock, never going
         back). Lines of removed, expired or compacted sessions stay until the feed is
-        trimmed (`feed_maxlen`)."""
+        trimmed (`feed_maxlen`). A position the trim passed (lines after it gone) gives
+        the lines before the gap, then `HistoryUnavailableError`."""
         start = FEED_START if after is None else RedisFeedPosition(*after)
         out: list[RedisFeedEntry] = []
         lower = f"{start.ms}-{start.sq}"
+        # the last entry read (from the start: none, the oldest kept comes first)
+        seen = None if start <= FEED_START else (start.ms, start.sq)
         while len(out) < limit:
             entries = self._call("reading the feed", functools.partial(self._xrange, lower))
             if not entries:
                 break
             for eid, fields in entries:
                 ms, sq = (int(x) for x in eid.split(b"-"))
+                before = fields.get(b"p")  # (none in an entry of a release before it)
+                if seen and before and tuple(int(x) for x in before.split(b"-")) > seen:
+                    return self._trimmed(out, start, _text(eid))
+                seen = (ms, sq)
                 sid, first = fields[b"s"].decode("utf-8"), int(fields[b"q"])
                 for i, line in enumerate(fields[b"d"].split(b"\n")[:-1]):
                     pos = RedisFeedPosition(ms, sq, i)
@@ -963,6 +1022,19 @@ class RedisFeedEngine(RedisEngine, FeedEngine):
                         out.append(RedisFeedEntry(pos, sid, first + i, line + b"\n"))
             lower = "(" + _text(entries[-1][0])
         return out
+
+    def _trimmed(
+        self, out: list[RedisFeedEntry], start: RedisFeedPosition, kept: str
+    ) -> list[RedisFeedEntry]:
+        """The lines read before a gap the feed's trim left; none: the gap is right after
+        `start`, which `HistoryUnavailableError` says."""
+        if out:
+            return out
+        raise HistoryUnavailableError(
+            f"{self.url}: the global feed was trimmed past position {tuple(start)}"
+            f" (feed_maxlen): lines after it are gone, the next kept is at {kept};"
+            " read from the start (what the feed keeps) and resync what was missed"
+        )
 
     def _xrange(self, lower: str) -> list[Any]:
         return list(self._client.xrange(self._feed_key, lower, "+", count=100))

@@ -43,14 +43,15 @@ whose session expired (`ttl`) or was written again stays until a page walks past
 (`INDEX_DROP`).
 
 KEYS, in this order in every script: h l a b s w k, then the global feed stream (one key
-for the whole store: the only key outside the session's slot; when the feed is off the
-session's own `w` stands in and is not written to), then ix:u ix:c ix:i (outside the
-session's slot too), then c, then q.
+for the whole store, an entry an append: `s` the session id, `q` its first seq, `d` its
+bytes, `p` the id of the entry before it; the only key outside the session's slot; when
+the feed is off the session's own `w` stands in and is not written to), then ix:u ix:c
+ix:i (outside the session's slot too), then c, then q.
 
 Every write script refreshes the expiry (`ttl`, milliseconds; 0: none) of keys h..w, c
-and q to the same deadline, so a session expires whole (a kept cache takes the session's
-expiry as it is); scripts see one frozen clock, so no script ever finds part of a
-session expired.
+and q to the same deadline, so a session expires whole (a kept cache, and every key a
+store without a ttl writes, takes the head's expiry as it is); scripts see one frozen
+clock, so no script ever finds part of a session expired.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ def ixkey(ts_us: int) -> str:
 
 _PRELUDE = """
 local function touch(ttl)
+  -- a store without a ttl of its own keeps the session's (another store's) on every key,
+  -- those it made anew too: no key outlives the head and lands under a later session
+  if ttl <= 0 then ttl = redis.call('PTTL', KEYS[1]) end
   if ttl > 0 then
     for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ttl) end
     redis.call('PEXPIRE', KEYS[12], ttl)
@@ -146,7 +150,8 @@ APPEND = (
 -- ARGV: expected seq, expected link, first seq, last seq, last h, link after, data,
 --       session id, a new log's gen, ttl, feed maxlen (-1: no feed, 0: untrimmed),
 --       the batch's time (us; '': the server's clock), its labels (JSON; '': unchanged)
--- -> {0 written | 1 moved | 2 held by a repair, head...}
+-- -> {0 written | 1 moved | 2 held by a repair, head... | 3 the head does not count
+--     the live log's appends, how many it holds}
 if held('') then return {2} end
 local c, tail = head()
 if c[2] ~= ARGV[1] or c[3] ~= ARGV[2] then
@@ -156,6 +161,9 @@ if c[2] ~= ARGV[1] or c[3] ~= ARGV[2] then
   end
   return {1, unpack(c)}
 end
+-- the head or the list edited or deleted from outside: nothing is built on them
+local batches = redis.call('LLEN', KEYS[2])
+if batches ~= tonumber(c[7]) then return {3, batches, c[7]} end
 if tail then
   redis.call('RPUSH', KEYS[5], tail)
   redis.call('HDEL', KEYS[1], 'tail')
@@ -192,10 +200,16 @@ redis.call('HSET', KEYS[1], 'seq', ARGV[4], 'link', ARGV[6], 'hh', ARGV[5], 'bas
            'size', size, 'n', n)
 wake()
 local maxlen = tonumber(ARGV[11])
-if maxlen > 0 then
-  redis.call('XADD', KEYS[8], 'MAXLEN', '~', maxlen, '*', 's', ARGV[8], 'q', ARGV[3], 'd', ARGV[7])
-elseif maxlen == 0 then
-  redis.call('XADD', KEYS[8], '*', 's', ARGV[8], 'q', ARGV[3], 'd', ARGV[7])
+if maxlen >= 0 then
+  -- with the id of the entry before it (`p`): a reader past that entry whose next one
+  -- names a later one knows a trim took lines it never read
+  local last = redis.call('XREVRANGE', KEYS[8], '+', '-', 'COUNT', 1)
+  local entry = {'s', ARGV[8], 'q', ARGV[3], 'd', ARGV[7], 'p', last[1] and last[1][1] or '0-0'}
+  if maxlen > 0 then
+    redis.call('XADD', KEYS[8], 'MAXLEN', '~', maxlen, '*', unpack(entry))
+  else
+    redis.call('XADD', KEYS[8], '*', unpack(entry))
+  end
 end
 touch(tonumber(ARGV[10]))
 return {0, gen, ARGV[4], ARGV[6], ARGV[5], base, tostring(size), tostring(n)}
