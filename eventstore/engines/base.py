@@ -175,8 +175,9 @@ __all__ = [
     "Segment",
     "SeqEngine",
     "SeqLine",
-    "WriterTurn",
     "UnknownEngineError",
+    "UnreadableSegment",
+    "WriterTurn",
     "cache_part_name",
     "index_after",
     "index_appended",
@@ -396,6 +397,20 @@ class BytesSegment(Segment):
     def read(self) -> bytes:
         """The bytes it was made with."""
         return self._data
+
+
+class UnreadableSegment(BytesSegment):
+    """A live log a history found unreadable (its rows or list do not reach the head it
+    was read with, edited from outside): reading it raises `error`, as a read of the log
+    does, so `verify` reports it and no export or copy takes the rest for the whole log."""
+
+    def __init__(self, data: bytes, where: str, error: EventStoreError) -> None:
+        super().__init__(data, where, False)
+        self.error = error
+
+    def read(self) -> bytes:
+        """Raise the error the history found."""
+        raise self.error
 
 
 class History:

@@ -63,6 +63,7 @@ from eventstore.engines.base import (
     Segment,
     SeqEngine,
     SeqLine,
+    UnreadableSegment,
     cache_part_name,
     read_whole,
     redact_text,
@@ -1235,20 +1236,8 @@ def _short_of_head(where: str, offset: int, end: int, head_seq: int) -> CorruptL
     return CorruptLogError(where, offset, head_seq, reason)
 
 
-class _ShortSegment(BytesSegment):
-    """A live log whose rows do not end at the head's seq: reading it raises, as `read`
-    does (so `verify` reports it, and no export or copy takes it for the whole log)."""
-
-    def __init__(self, data: bytes, where: str, error: CorruptLogError) -> None:
-        super().__init__(data, where, False)
-        self.error = error
-
-    def read(self) -> bytes:
-        raise self.error
-
-
 def _checked_live(live: Segment | None, where: str, head_seq: int) -> Segment | None:
-    """`live` (the live log's segment of a history, None: no rows), or a `_ShortSegment`
+    """`live` (the live log's segment of a history, None: no rows), or an unreadable one
     when the seq its last line claims is not the head's (an undecodable last line is
     left to the reader of the segment, as `read` leaves it to the fold)."""
     data = live.read() if live is not None else b""
@@ -1262,7 +1251,7 @@ def _checked_live(live: Segment | None, where: str, head_seq: int) -> Segment | 
             end = None
     if end is None or end == head_seq:
         return live
-    return _ShortSegment(data, where, _short_of_head(where, len(data), end, head_seq))
+    return UnreadableSegment(data, where, _short_of_head(where, len(data), end, head_seq))
 
 
 def _head_of(row: Any) -> Head:

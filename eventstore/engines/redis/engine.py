@@ -76,6 +76,7 @@ from eventstore.engines.base import (
     Segment,
     SeqEngine,
     SeqLine,
+    UnreadableSegment,
     cache_part_name,
     index_matches,
     read_whole,
@@ -488,15 +489,19 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
             return pipe.execute()  # type: ignore[no-any-return]
 
         (tail, n), bounds_l, blobs, items = self._call("reading a session's history", run)
-        _counted(where, int(n or 0), len(items))
         segments: list[Segment] = []
         for bound, blob in zip(bounds_l, blobs, strict=True):
             first, last = (int(x) for x in bound.split())
             name = f"{where}/archive/{first:012d}-{last:012d}"
             segments.append(BytesSegment(blob, name, True, first, last))
         data = b"".join(items) + (tail or b"")
-        if data:
-            segments.append(BytesSegment(data, where, False))
+        try:
+            _counted(where, int(n or 0), len(items))
+        except CorruptLogError as exc:  # (reported by whoever reads it: verify says so)
+            segments.append(UnreadableSegment(data, where, exc))
+        else:
+            if data:
+                segments.append(BytesSegment(data, where, False))
         return History(segments)
 
     def wait(self, session_id: str, position: Position | None, timeout: float) -> bool:
