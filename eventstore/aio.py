@@ -9,9 +9,9 @@ call at the head of a lane occupies a worker; when it ends, the next one starts.
 
 What a call raises in its worker (a `ConcurrencyError`, a `FeatureNotFoundError`, ...) is
 raised, unchanged, by the coroutine. A caller cancelled while its call waits for its
-turn withdraws the call (it never runs); a call already running in a worker runs to
-completion (a thread cannot be stopped halfway through an append), and the next call on
-that session waits for it.
+turn (in its lane, or for a free worker) withdraws the call (it never runs); a call
+already running in a worker runs to completion (a thread cannot be stopped halfway
+through an append), and the next call on that session waits for it.
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ class AsyncSessionStore:
             else:
                 del self._lanes[loop][lane_key]
                 return
-        work = self._pool.submit(fn)
+        work = self._pool.submit(_unless_withdrawn, fn, fut)
         work.add_done_callback(lambda w: self._finished_in_worker(loop, lane_key, lane, w))
 
     def _finished_in_worker(
@@ -679,6 +679,12 @@ class AsyncSessionStore:
             stop.set()
             with self._guard:
                 self._follows.discard(stop)
+
+
+def _unless_withdrawn(fn: Callable[[], Any], fut: asyncio.Future[Any]) -> Any:
+    """Run `fn` in the worker unless its caller was cancelled while the call waited for
+    a free worker (all `max_workers` busy): that call is withdrawn too, never run."""
+    return None if fut.cancelled() else fn()
 
 
 def _wait_elsewhere(futures: list[asyncio.Future[Any]]) -> None:

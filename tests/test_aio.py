@@ -567,3 +567,39 @@ def test_the_async_store_takes_every_argument_the_store_takes(tmp_path: Path) ->
             assert (await st.load_bootstrap_state(SID, idempotency_key="r")).manifest is None
 
     asyncio.run(main())
+
+
+# -- attacks: withdrawal while every worker is busy, lanes across event loops ----------------
+
+
+def test_a_call_cancelled_while_waiting_for_a_free_worker_never_runs(url: str) -> None:
+    """Attack: with `max_workers=1` held by a call on "a", an append on "b" (the head of
+    its lane, so already handed to the pool) is cancelled while it waits for a thread.
+    It was appended anyway once the worker came free, though the docs say a call
+    cancelled while it waits is withdrawn and never runs (a `wait_for` timeout that
+    still writes). Now a call whose caller was cancelled before a worker picked it up
+    is skipped, on every engine."""
+    started, release = threading.Event(), threading.Event()
+
+    def hold() -> bool:
+        started.set()
+        return release.wait(10)
+
+    async def main() -> None:
+        async with AsyncSessionStore(url, max_workers=1) as st:
+            blocker = asyncio.ensure_future(st.call("a", hold))
+            while not started.is_set():
+                await asyncio.sleep(0.005)
+            waiting = asyncio.ensure_future(st.append("b", [note("withdrawn")]))
+            await asyncio.sleep(0)  # submitted: queued in the pool behind the blocker
+            waiting.cancel()
+            release.set()
+            assert await blocker is True
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert await st.last_seq("b") == 0  # runs after the withdrawn call
+            await st.append("b", [note("after")])
+
+    run(main())
+    with SessionStore(url) as plain:
+        assert summaries(plain, "b") == ["after"]
