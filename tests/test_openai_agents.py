@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import multiprocessing
+import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +32,7 @@ from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 from eventstore import (
     CorruptLogError,
     EventStoreError,
+    InvalidArgumentError,
     InvalidRecordError,
     NestingTooDeepError,
     SessionDeletedError,
@@ -881,3 +883,34 @@ async def _add_turns(store: SessionStore, sid: str, turns: int) -> None:
     for i in range(turns):
         await s.add_items([msg(f"Q{i:04d}"), msg(f"A{i:04d}", "assistant")])
     await s.close()
+
+
+# -- attacks: limits that are no int ----------------------------------------------------
+
+_BAD_LIMIT = st.one_of(st.floats(), st.text(max_size=3), st.binary(max_size=2))
+
+
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(limit=_BAD_LIMIT)
+def test_a_limit_that_is_no_int_is_refused_warm_or_cold(url: str, limit: Any) -> None:
+    """Attack: `get_items(2.5)` answered the newest 3 items on a store that had not folded
+    the conversation (read from the log's end) and raised a bare TypeError ("slice
+    indices must be integers") on one that had: one call, two answers. A limit that is
+    no int is now InvalidArgumentError, before any read, warm or cold, on every engine
+    (`SQLiteSession` refuses 2.5 too; it takes 2.0 as 2, by its SQL: a documented
+    difference)."""
+    sid = uuid.uuid4().hex  # a session of its own per example
+
+    async def main() -> None:
+        warm = EventStoreSession(sid, url)
+        await warm.add_items([msg(str(i)) for i in range(5)])
+        assert len(await warm.get_items()) == 5  # folded: a limit slices the state
+        cold = EventStoreSession(sid, url)
+        for session in (warm, cold):
+            with pytest.raises(InvalidArgumentError):
+                await session.get_items(limit)
+            await session.close()
+
+    run(main())

@@ -147,8 +147,12 @@ class EventStoreSession:
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The conversation in order; with a limit, its newest `limit` items (0: none; a
-        negative limit: all, as the SDK's SQLite session does)."""
+        negative limit: all, as the SDK's SQLite session does; a limit that is no int:
+        InvalidArgumentError)."""
         n = resolve_session_limit(limit, self.session_settings)
+        if n is not None and not isinstance(n, int):
+            # (a float slices no list: refused before any read, warm or cold alike)
+            raise InvalidArgumentError(f"limit must be an int or None, not {n!r}")
         if n is not None and n >= 0:
 
             def newest() -> list[StoredItem]:
