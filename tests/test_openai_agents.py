@@ -32,6 +32,7 @@ from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 from eventstore import (
     CorruptLogError,
     EventStoreError,
+    HistoryUnavailableError,
     InvalidArgumentError,
     InvalidRecordError,
     NestingTooDeepError,
@@ -912,5 +913,37 @@ def test_a_limit_that_is_no_int_is_refused_warm_or_cold(url: str, limit: Any) ->
             with pytest.raises(InvalidArgumentError):
                 await session.get_items(limit)
             await session.close()
+
+    run(main())
+
+
+def test_items_at_history_compacted_away_is_an_error_never_a_wrong_conversation(
+    url: str,
+) -> None:
+    """Attack: `items_at` folded whatever `read_events` gave. After a compaction without
+    an archive, `items_at(seq=2)` and `items_at(at=<the time of event 2>)` answered `[]`
+    (the conversation was ["a", "b"]), `items_at(seq=9)` of a 4-event log answered the
+    current conversation and `items_at(seq=-1)` answered `[]`, where
+    `SessionStore.transcript_at` raises. It now replays as the store does, on every
+    engine: HistoryUnavailableError for history that is gone or not written yet,
+    InvalidArgumentError for a bad seq (and for seq with at)."""
+
+    async def main() -> None:
+        s = EventStoreSession("s", url)
+        for text in "abc":
+            await s.add_items([msg(text)])
+        at_two = next(e.ts for e in s.store.read_events("s") if e.seq == 2)
+        assert await s.items_at(at=at_two) == [msg("a"), msg("b")]  # all history kept
+        s.store.compact("s", archive=False, force=True)
+        await s.add_items([msg("d")])
+        for gone in ({"seq": 2}, {"at": at_two}, {"seq": 9}):
+            with pytest.raises(HistoryUnavailableError):
+                await s.items_at(**gone)
+        for bad in ({"seq": -1}, {"seq": 1, "at": at_two}):
+            with pytest.raises(InvalidArgumentError):
+                await s.items_at(**bad)
+        assert await s.items_at(seq=3) == [msg(t) for t in "abc"]  # the snapshot's own
+        assert await s.items_at() == [msg(t) for t in "abcd"]
+        await s.close()
 
     run(main())

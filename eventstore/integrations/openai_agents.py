@@ -81,9 +81,9 @@ from eventstore.integrations.openai_agents_state import (
     SessionCleared,
     StoredItem,
 )
+from eventstore.ops.history import projection_at
 from eventstore.ops.paging import newest_events
 from eventstore.store import SessionStore
-from projections import fold
 
 __all__ = [
     "EVENT_TYPES",
@@ -289,19 +289,22 @@ class EventStoreSession:
         self, *, seq: int | None = None, at: datetime | None = None
     ) -> list[TResponseInputItem]:
         """The conversation as it was after event `seq`, or at time `at` (at most one;
-        neither: now), read from the whole history (the archive included)."""
+        neither: now), read from the whole history (the archive included); an error
+        where that history is gone, as `SessionStore.state_at` raises (an unknown
+        session: `[]`)."""
         if seq is not None and at is not None:
-            raise ValueError("give seq or at, not both")
+            raise InvalidArgumentError("give seq or at, not both")
         if at is not None and (not isinstance(at, datetime) or at.utcoffset() is None):
             raise InvalidArgumentError(f"at= must be a timezone-aware datetime, got {at!r}")
 
         def replay() -> list[TResponseInputItem]:
-            if not self.store.last_seq(self.session_id):
-                return []  # read_events would say the session is unknown
-            events = self.store.read_events(self.session_id, to_seq=seq)
-            if at is not None:
-                events = (e for e in events if e.ts <= at)
-            state = fold(PROJECTION, PROJECTION.initial(), events)
+            last = self.store.last_seq(self.session_id)
+            if not last:
+                return []  # the store would say it has no such event
+            # (the store's own replay: history compacted away is an error, never a fold
+            # of what is left of it)
+            upto = last if seq is None and at is None else seq
+            state = projection_at(self.store, PROJECTION, self.session_id, upto, at)
             return [_decode(i.item) for i in state.items]
 
         return await self.aio.call(self.session_id, replay)
