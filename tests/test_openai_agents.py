@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import multiprocessing
+import threading
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import contextmanager
@@ -947,3 +948,41 @@ def test_items_at_history_compacted_away_is_an_error_never_a_wrong_conversation(
         await s.close()
 
     run(main())
+
+
+def test_two_cancelled_adds_of_the_same_items_retried_append_them_twice_not_thrice(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: two `add_items` of the same items on one session object, both cancelled
+    (a task group torn down): the first while its append ran (committed), the second
+    while it waited behind it (never ran). The object kept one key per fingerprint, so
+    the second's key replaced the first's: the first retry appended under the unused
+    key and the second under a new one, three copies for two adds. Every unacknowledged
+    key is kept now, each retry takes one: two copies, on every engine."""
+    store = plain_store(url)
+    real_append = store.append
+    started, release = threading.Event(), threading.Event()
+
+    def held_append(*args: Any, **kwargs: Any) -> Any:
+        started.set()
+        release.wait(10)
+        return real_append(*args, **kwargs)
+
+    monkeypatch.setattr(store, "append", held_append)
+
+    async def main() -> None:
+        s = EventStoreSession("s", store)
+        tasks = [asyncio.ensure_future(s.add_items([msg("yes")])) for _ in range(2)]
+        while not started.is_set():
+            await asyncio.sleep(0.005)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        release.set()
+        for _ in tasks:  # one retry per attempt whose outcome was never seen
+            await s.add_items([msg("yes")])
+        assert await s.get_items() == [msg("yes")] * 2
+        await s.close()
+
+    run(main())
+    store.close()

@@ -16,7 +16,8 @@ Retries: each `add_items` is appended under an idempotency key. A call whose cal
 no outcome (an exception, a cancellation: its append may have been committed anyway)
 leaves its key with the session object, filed under a fingerprint of its items
 (canonical JSON, so key order does not matter); the next `add_items` of the same items
-reuses that key, and appends nothing if the first attempt was committed. A call that
+reuses that key, and appends nothing if the first attempt was committed (two such
+calls of the same items leave two keys, one for each retry). A call that
 returned consumed its key: adding the same items again is a new message (a user who
 really says "yes" twice is recorded twice). The keys live in the object: a retry from
 another process (or a new object) cannot be told from a new message and appends again.
@@ -140,7 +141,8 @@ class EventStoreSession:
             self.aio, self._owns = AsyncSessionStore(store), True
         self.aio.store.learn(EVENT_TYPES, PROJECTIONS)
         self.store = self.aio.store
-        # fingerprint of items -> the key of an add whose caller saw no outcome
+        # the key of each add whose caller saw no outcome -> the fingerprint of its items
+        # (every one kept: two such adds of the same items are two retries' keys)
         self._unacknowledged: dict[str, str] = {}
 
     # -- the Session protocol -----------------------------------------------------------
@@ -213,7 +215,11 @@ class EventStoreSession:
         raws, fingerprint = _encode_items(items)
         # a new attempt gets a new key; a retry of an attempt whose outcome its caller
         # never saw (an error, a cancellation) reuses that attempt's key
-        key = self._unacknowledged.pop(fingerprint, None) or f"agents-add:{secrets.token_hex(8)}"
+        key = next((k for k, f in self._unacknowledged.items() if f == fingerprint), None)
+        if key is None:
+            key = f"agents-add:{secrets.token_hex(8)}"
+        else:
+            del self._unacknowledged[key]
         event = ItemsAdded(items=raws)
         try:
             await self.aio.call(
@@ -221,7 +227,7 @@ class EventStoreSession:
                 lambda: self.store.append(self.session_id, [event], idempotency_key=key),
             )
         except BaseException:
-            self._unacknowledged[fingerprint] = key
+            self._unacknowledged[key] = fingerprint
             while len(self._unacknowledged) > MAX_UNACKNOWLEDGED:
                 del self._unacknowledged[next(iter(self._unacknowledged))]
             raise
