@@ -603,3 +603,45 @@ def test_a_call_cancelled_while_waiting_for_a_free_worker_never_runs(url: str) -
     run(main())
     with SessionStore(url) as plain:
         assert summaries(plain, "b") == ["after"]
+
+
+def test_calls_on_one_session_from_two_event_loops_never_overlap(url: str) -> None:
+    """Attack: the lanes were kept per event loop, so calls on one session submitted from
+    two loops ran at once: a call left running when its loop ended (`asyncio.run` over,
+    its caller cancelled) and the next loop's append on that session (a new loop per
+    turn, as `Runner.run_sync` makes), or two threads each running a loop. The later
+    append landed first: the log's order was not the order of submission. One lane per
+    session now serves every loop: the later call waits, on every engine."""
+    st = AsyncSessionStore(url)
+    started, release = threading.Event(), threading.Event()
+
+    def held(summary: str) -> Any:
+        started.set()
+        release.wait(10)
+        return st.store.append("s", [note(summary)])
+
+    async def then_append(summary: str) -> None:
+        later = asyncio.ensure_future(st.append("s", [note(summary)]))
+        with pytest.raises(asyncio.TimeoutError):  # it waits for the held call
+            await asyncio.wait_for(asyncio.shield(later), 0.3)
+        release.set()
+        await later
+
+    async def abandon() -> None:
+        asyncio.ensure_future(st.call("s", lambda: held("first")))
+        while not started.is_set():
+            await asyncio.sleep(0.005)
+        # returning ends the loop: the call's caller is cancelled, the call runs on
+
+    run(abandon())
+    run(then_append("second"))
+    started.clear()
+    release.clear()
+    other = threading.Thread(target=lambda: run(st.call("s", lambda: held("third"))))
+    other.start()
+    assert started.wait(10)
+    run(then_append("fourth"))
+    other.join(10)
+    run(st.close())
+    with SessionStore(url) as plain:
+        assert summaries(plain, "s") == ["first", "second", "third", "fourth"]
