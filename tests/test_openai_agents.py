@@ -40,6 +40,7 @@ from eventstore import (
     SessionDeletedError,
     SessionStore,
     StorageError,
+    StoreClosedError,
 )
 from eventstore.aio import AsyncSessionStore
 from eventstore.engines.file.layout import SessionPaths
@@ -986,3 +987,22 @@ def test_two_cancelled_adds_of_the_same_items_retried_append_them_twice_not_thri
 
     run(main())
     store.close()
+
+
+def test_a_closed_session_refuses_every_add_the_empty_one_too(url: str) -> None:
+    """Attack: after `close()`, every call raised StoreClosedError but `add_items([])`,
+    which returned as if it had worked. The SDK's `SQLiteSession` checks for a closed
+    session before its empty-list fast path (its comment says why: it "would otherwise
+    return successfully on a closed session"); this one now does too, on every engine."""
+
+    async def main() -> None:
+        s = EventStoreSession("s", url)
+        await s.add_items([msg("a")])
+        await s.close()
+        for call in (lambda: s.add_items([]), lambda: s.add_items([msg("b")]), s.get_items):
+            with pytest.raises(StoreClosedError):
+                await call()
+
+    run(main())
+    with plain_store(url) as store:
+        assert [e.seq for e in store.read_events("s")] == [1]

@@ -68,6 +68,7 @@ from eventstore.errors import (
     InvalidRecordError,
     NestingTooDeepError,
     SessionDeletedError,
+    StoreClosedError,
 )
 from eventstore.format.depth import MAX_DEPTH
 from eventstore.format.events import SessionDeleted
@@ -210,6 +211,8 @@ class EventStoreSession:
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items as one atomic event; a retry of a failed or cancelled call
         with the same items appends nothing if the first attempt was committed."""
+        if self.aio.closed:  # before the empty fast path, as SQLiteSession checks
+            raise StoreClosedError("the session's store is closed")
         if not items:
             return
         raws, fingerprint = _encode_items(items)
