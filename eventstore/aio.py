@@ -21,7 +21,7 @@ import asyncio
 import os
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -123,6 +123,9 @@ class AsyncSessionStore:
         self._queued: set[asyncio.Future[Any]] = set()
         self._follows: set[threading.Event] = set()  # the stop events of running follows
         self._guard = threading.Lock()
+        # follows' reads in flight: the store is closed only once they are over
+        self._polls = 0
+        self._polls_over = threading.Condition(self._guard)
         self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------
@@ -133,9 +136,9 @@ class AsyncSessionStore:
         return self._closed
 
     async def close(self) -> None:
-        """Refuse new calls, end every `follow`, wait for every call already submitted,
-        then release the threads (and close the underlying store if this object opened
-        it)."""
+        """Refuse new calls, end every `follow`, wait for every call already submitted
+        (and a follow's read under way), then release the threads (and close the
+        underlying store if this object opened it)."""
         with self._guard:
             self._closed = True
             queued = [f for f in self._queued if not f.cancelled()]
@@ -154,6 +157,9 @@ class AsyncSessionStore:
         await loop.run_in_executor(None, self._release)
 
     def _release(self) -> None:
+        with self._guard:
+            while self._polls:
+                self._polls_over.wait()
         self._pool.shutdown(wait=True)
         if self._owns_store:
             self.store.close()
@@ -655,7 +661,7 @@ class AsyncSessionStore:
         end = object()
         try:
             while True:
-                ev = await asyncio.to_thread(next, it, end)
+                ev = await asyncio.to_thread(self._poll, it, stop, end)
                 if ev is end:
                     return
                 assert isinstance(ev, Event)
@@ -664,6 +670,21 @@ class AsyncSessionStore:
             stop.set()
             with self._guard:
                 self._follows.discard(stop)
+
+    def _poll(self, it: Iterator[Event], stop: threading.Event, end: object) -> object:
+        """A follow's next event, read in a thread; `end` once `close()` has stopped it.
+        `close()` waits for a read begun before it set `stop` (a store closed under a
+        read would raise "the engine is closed" where the follow should just end)."""
+        with self._guard:
+            if stop.is_set():
+                return end
+            self._polls += 1
+        try:
+            return next(it, end)
+        finally:
+            with self._guard:
+                self._polls -= 1
+                self._polls_over.notify_all()
 
 
 def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

@@ -645,3 +645,48 @@ def test_calls_on_one_session_from_two_event_loops_never_overlap(url: str) -> No
     run(st.close())
     with SessionStore(url) as plain:
         assert summaries(plain, "s") == ["first", "second", "third", "fourth"]
+
+
+def test_close_ends_a_follow_whose_read_is_in_flight_cleanly(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: `close()` set a follow's stop and closed the store at once, while the
+    follow's thread could be inside a read of the log: on PostgreSQL and Redis that
+    read raised StorageError ("the engine is closed") in the consumer, where the docs
+    say close ends every follow. close() now waits for a read begun before it stopped
+    the follow, then closes the store; the iteration just ends, on every engine."""
+    st = AsyncSessionStore(url)
+    engine: Any = st.store.engine
+    real_read, real_close = engine.read, st.store.close
+    reading, store_closed = threading.Event(), threading.Event()
+
+    def read_across_close(*args: Any, **kwargs: Any) -> Any:
+        reading.set()
+        store_closed.wait(0.5)  # (the whole wait when close waits for this read)
+        return real_read(*args, **kwargs)
+
+    def close() -> None:
+        real_close()
+        store_closed.set()
+
+    monkeypatch.setattr(st.store, "close", close)
+
+    async def main() -> list[int]:
+        await st.append("s", [note(0)])
+        seen: list[int] = []
+
+        async def consume() -> None:
+            async for ev in st.follow("s", poll_interval=0.01):
+                seen.append(ev.seq)
+
+        consumer = asyncio.ensure_future(consume())
+        while not seen:
+            await asyncio.sleep(0.005)
+        monkeypatch.setattr(engine, "read", read_across_close)
+        while not reading.is_set():
+            await asyncio.sleep(0.005)
+        await asyncio.wait_for(st.close(), 10)
+        await asyncio.wait_for(consumer, 10)  # ended, no error
+        return seen
+
+    assert run(main()) == [1]
