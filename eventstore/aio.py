@@ -2,16 +2,17 @@
 
 Every call runs the blocking `SessionStore` method in a bounded thread pool, so the
 event loop never waits on a lock, a file or a fold. Calls on one session run one after
-another in the order they were submitted (the order their coroutines started); calls on
-different sessions run in parallel, up to `max_workers` at a time. A call waiting for
-its turn holds no thread: each session has a queue (its lane) on the loop, and only the
-call at the head of a lane occupies a worker; when it ends, the next one starts.
+another in the order they were submitted (the order their coroutines started), from
+whichever event loop or thread; calls on different sessions run in parallel, up to
+`max_workers` at a time. A call waiting for its turn holds no thread: each session has
+a queue (its lane), and only the call at the head of a lane occupies a worker; when it
+ends, the next one starts.
 
 What a call raises in its worker (a `ConcurrencyError`, a `FeatureNotFoundError`, ...) is
 raised, unchanged, by the coroutine. A caller cancelled while its call waits for its
-turn withdraws the call (it never runs); a call already running in a worker runs to
-completion (a thread cannot be stopped halfway through an append), and the next call on
-that session waits for it.
+turn (in its lane, or for a free worker) withdraws the call (it never runs); a call
+already running in a worker runs to completion (a thread cannot be stopped halfway
+through an append), and the next call on that session waits for it.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -117,14 +117,15 @@ class AsyncSessionStore:
             )
             self._owns_store = True
         self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix="eventstore-aio")
-        # each session's calls in submission order, the running one first, per event
-        # loop (a store may be used from several loops one after another)
-        self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[object, _Lane]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # each session's calls in submission order, the running one first, whichever
+        # event loop (thread) submitted them: one lane per session across loops
+        self._lanes: dict[object, _Lane] = {}
         self._queued: set[asyncio.Future[Any]] = set()
         self._follows: set[threading.Event] = set()  # the stop events of running follows
         self._guard = threading.Lock()
+        # follows' reads in flight: the store is closed only once they are over
+        self._polls = 0
+        self._polls_over = threading.Condition(self._guard)
         self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------
@@ -135,9 +136,9 @@ class AsyncSessionStore:
         return self._closed
 
     async def close(self) -> None:
-        """Refuse new calls, end every `follow`, wait for every call already submitted,
-        then release the threads (and close the underlying store if this object opened
-        it)."""
+        """Refuse new calls, end every `follow`, wait for every call already submitted
+        (and a follow's read under way), then release the threads (and close the
+        underlying store if this object opened it)."""
         with self._guard:
             self._closed = True
             queued = [f for f in self._queued if not f.cancelled()]
@@ -156,6 +157,9 @@ class AsyncSessionStore:
         await loop.run_in_executor(None, self._release)
 
     def _release(self) -> None:
+        with self._guard:
+            while self._polls:
+                self._polls_over.wait()
         self._pool.shutdown(wait=True)
         if self._owns_store:
             self.store.close()
@@ -194,20 +198,24 @@ class AsyncSessionStore:
         with self._guard:
             if self._closed:
                 raise StoreClosedError("the async store is closed")
-            lanes = self._lanes.setdefault(loop, {})
-            lane = lanes.get(lane_key)
+            lane = self._lanes.get(lane_key)
             if lane is None:
-                lane = lanes[lane_key] = deque()
+                lane = self._lanes[lane_key] = deque()
             lane.append((fn, fut))
             self._queued.add(fut)
             first = len(lane) == 1
         if first:
-            self._start_next(loop, lane_key, lane)
+            self._start_next(lane_key, lane)
         return await fut
 
-    def _start_next(self, loop: asyncio.AbstractEventLoop, lane_key: object, lane: _Lane) -> None:
-        """Hand the lane's head to a worker, skipping calls withdrawn while they waited."""
+    def _start_next(self, lane_key: object, lane: _Lane, *, ended: bool = False) -> None:
+        """Hand the lane's head to a worker, skipping calls withdrawn while they waited
+        (called on the loop of a call that found its lane empty, or in the worker of
+        the call before, which has `ended`: it leaves the lane under the same lock, so
+        a call submitted meanwhile is started once, here or by its own submit)."""
         with self._guard:
+            if ended:
+                self._queued.discard(lane.popleft()[1])
             while lane:
                 fn, fut = lane[0]
                 if not fut.cancelled():
@@ -215,46 +223,29 @@ class AsyncSessionStore:
                 lane.popleft()
                 self._queued.discard(fut)
             else:
-                del self._lanes[loop][lane_key]
+                del self._lanes[lane_key]
                 return
-        work = self._pool.submit(fn)
-        work.add_done_callback(lambda w: self._finished_in_worker(loop, lane_key, lane, w))
+        self._pool.submit(self._run, lane_key, lane, fn, fut)
 
-    def _finished_in_worker(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        lane_key: object,
-        lane: _Lane,
-        work: Future[Any],
+    def _run(
+        self, lane_key: object, lane: _Lane, fn: Callable[[], Any], fut: asyncio.Future[Any]
     ) -> None:
-        try:
-            loop.call_soon_threadsafe(self._finished, loop, lane_key, lane, work)
+        """In a worker: the call (unless its caller was cancelled while it waited for a
+        free worker), its outcome to the caller's loop, then the next call of its lane.
+        The lane moves on here, not on that loop: a loop closed or stopped under a call
+        its caller gave up on holds up no other loop's calls on the session."""
+        result: Any = None
+        error: BaseException | None = None
+        if not fut.cancelled():
+            try:
+                result = fn()
+            except BaseException as exc:  # (the pool's own worker catches these too)
+                error = exc
+        try:  # (before the next call starts: callers hear of their calls in order)
+            fut.get_loop().call_soon_threadsafe(_settle, fut, result, error)
         except RuntimeError:  # the loop was closed under a call its caller gave up on
             pass
-
-    def _finished(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        lane_key: object,
-        lane: _Lane,
-        work: Future[Any],
-    ) -> None:
-        with self._guard:
-            _, fut = lane.popleft()
-            self._queued.discard(fut)
-        if not fut.cancelled():  # a caller cancelled while its call ran gets no result
-            exc = work.exception()
-            if type(exc) is StopIteration:
-                # a future refuses it (TypeError, and this lane would never move again):
-                # a RuntimeError caused by it, as PEP 479 turns one leaving a generator
-                stop = exc
-                exc = RuntimeError(f"the call raised StopIteration: {stop!r}")
-                exc.__cause__ = stop
-            if exc is not None:
-                fut.set_exception(exc)
-            else:
-                fut.set_result(work.result())
-        self._start_next(loop, lane_key, lane)
+        self._start_next(lane_key, lane, ended=True)
 
     # -- the session API --------------------------------------------------------------
 
@@ -670,7 +661,7 @@ class AsyncSessionStore:
         end = object()
         try:
             while True:
-                ev = await asyncio.to_thread(next, it, end)
+                ev = await asyncio.to_thread(self._poll, it, stop, end)
                 if ev is end:
                     return
                 assert isinstance(ev, Event)
@@ -679,6 +670,38 @@ class AsyncSessionStore:
             stop.set()
             with self._guard:
                 self._follows.discard(stop)
+
+    def _poll(self, it: Iterator[Event], stop: threading.Event, end: object) -> object:
+        """A follow's next event, read in a thread; `end` once `close()` has stopped it.
+        `close()` waits for a read begun before it set `stop` (a store closed under a
+        read would raise "the engine is closed" where the follow should just end)."""
+        with self._guard:
+            if stop.is_set():
+                return end
+            self._polls += 1
+        try:
+            return next(it, end)
+        finally:
+            with self._guard:
+                self._polls -= 1
+                self._polls_over.notify_all()
+
+
+def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    """On the caller's loop: give the call's outcome to its caller, unless the caller was
+    cancelled while the call ran (it gets no result)."""
+    if fut.cancelled():
+        return
+    if type(error) is StopIteration:
+        # a future refuses it (TypeError, and the caller would wait forever): a
+        # RuntimeError caused by it, as PEP 479 turns one leaving a generator
+        stop = error
+        error = RuntimeError(f"the call raised StopIteration: {stop!r}")
+        error.__cause__ = stop
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(result)
 
 
 def _wait_elsewhere(futures: list[asyncio.Future[Any]]) -> None:

@@ -567,3 +567,126 @@ def test_the_async_store_takes_every_argument_the_store_takes(tmp_path: Path) ->
             assert (await st.load_bootstrap_state(SID, idempotency_key="r")).manifest is None
 
     asyncio.run(main())
+
+
+# -- attacks: withdrawal while every worker is busy, lanes across event loops ----------------
+
+
+def test_a_call_cancelled_while_waiting_for_a_free_worker_never_runs(url: str) -> None:
+    """Attack: with `max_workers=1` held by a call on "a", an append on "b" (the head of
+    its lane, so already handed to the pool) is cancelled while it waits for a thread.
+    It was appended anyway once the worker came free, though the docs say a call
+    cancelled while it waits is withdrawn and never runs (a `wait_for` timeout that
+    still writes). Now a call whose caller was cancelled before a worker picked it up
+    is skipped, on every engine."""
+    started, release = threading.Event(), threading.Event()
+
+    def hold() -> bool:
+        started.set()
+        return release.wait(10)
+
+    async def main() -> None:
+        async with AsyncSessionStore(url, max_workers=1) as st:
+            blocker = asyncio.ensure_future(st.call("a", hold))
+            while not started.is_set():
+                await asyncio.sleep(0.005)
+            waiting = asyncio.ensure_future(st.append("b", [note("withdrawn")]))
+            await asyncio.sleep(0)  # submitted: queued in the pool behind the blocker
+            waiting.cancel()
+            release.set()
+            assert await blocker is True
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert await st.last_seq("b") == 0  # runs after the withdrawn call
+            await st.append("b", [note("after")])
+
+    run(main())
+    with SessionStore(url) as plain:
+        assert summaries(plain, "b") == ["after"]
+
+
+def test_calls_on_one_session_from_two_event_loops_never_overlap(url: str) -> None:
+    """Attack: the lanes were kept per event loop, so calls on one session submitted from
+    two loops ran at once: a call left running when its loop ended (`asyncio.run` over,
+    its caller cancelled) and the next loop's append on that session (a new loop per
+    turn, as `Runner.run_sync` makes), or two threads each running a loop. The later
+    append landed first: the log's order was not the order of submission. One lane per
+    session now serves every loop: the later call waits, on every engine."""
+    st = AsyncSessionStore(url)
+    started, release = threading.Event(), threading.Event()
+
+    def held(summary: str) -> Any:
+        started.set()
+        release.wait(10)
+        return st.store.append("s", [note(summary)])
+
+    async def then_append(summary: str) -> None:
+        later = asyncio.ensure_future(st.append("s", [note(summary)]))
+        with pytest.raises(asyncio.TimeoutError):  # it waits for the held call
+            await asyncio.wait_for(asyncio.shield(later), 0.3)
+        release.set()
+        await later
+
+    async def abandon() -> None:
+        asyncio.ensure_future(st.call("s", lambda: held("first")))
+        while not started.is_set():
+            await asyncio.sleep(0.005)
+        # returning ends the loop: the call's caller is cancelled, the call runs on
+
+    run(abandon())
+    run(then_append("second"))
+    started.clear()
+    release.clear()
+    other = threading.Thread(target=lambda: run(st.call("s", lambda: held("third"))))
+    other.start()
+    assert started.wait(10)
+    run(then_append("fourth"))
+    other.join(10)
+    run(st.close())
+    with SessionStore(url) as plain:
+        assert summaries(plain, "s") == ["first", "second", "third", "fourth"]
+
+
+def test_close_ends_a_follow_whose_read_is_in_flight_cleanly(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: `close()` set a follow's stop and closed the store at once, while the
+    follow's thread could be inside a read of the log: on PostgreSQL and Redis that
+    read raised StorageError ("the engine is closed") in the consumer, where the docs
+    say close ends every follow. close() now waits for a read begun before it stopped
+    the follow, then closes the store; the iteration just ends, on every engine."""
+    st = AsyncSessionStore(url)
+    engine: Any = st.store.engine
+    real_read, real_close = engine.read, st.store.close
+    reading, store_closed = threading.Event(), threading.Event()
+
+    def read_across_close(*args: Any, **kwargs: Any) -> Any:
+        reading.set()
+        store_closed.wait(0.5)  # (the whole wait when close waits for this read)
+        return real_read(*args, **kwargs)
+
+    def close() -> None:
+        real_close()
+        store_closed.set()
+
+    monkeypatch.setattr(st.store, "close", close)
+
+    async def main() -> list[int]:
+        await st.append("s", [note(0)])
+        seen: list[int] = []
+
+        async def consume() -> None:
+            async for ev in st.follow("s", poll_interval=0.01):
+                seen.append(ev.seq)
+
+        consumer = asyncio.ensure_future(consume())
+        while not seen:
+            await asyncio.sleep(0.005)
+        monkeypatch.setattr(engine, "read", read_across_close)
+        while not reading.is_set():
+            await asyncio.sleep(0.005)
+        await asyncio.wait_for(st.close(), 10)
+        await asyncio.wait_for(consumer, 10)  # ended, no error
+        return seen
+
+    assert run(main()) == [1]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import multiprocessing
+import threading
+import uuid
 from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,11 +32,14 @@ from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 from eventstore import (
     CorruptLogError,
     EventStoreError,
+    HistoryUnavailableError,
+    InvalidArgumentError,
     InvalidRecordError,
     NestingTooDeepError,
     SessionDeletedError,
     SessionStore,
     StorageError,
+    StoreClosedError,
 )
 from eventstore.aio import AsyncSessionStore
 from eventstore.engines.file.layout import SessionPaths
@@ -861,3 +866,123 @@ async def _add_turns(store: SessionStore, sid: str, turns: int) -> None:
     for i in range(turns):
         await s.add_items([msg(f"Q{i:04d}"), msg(f"A{i:04d}", "assistant")])
     await s.close()
+
+
+# -- attacks: limits that are no int ----------------------------------------------------
+
+_BAD_LIMIT = st.one_of(st.floats(), st.text(max_size=3), st.binary(max_size=2))
+
+
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(limit=_BAD_LIMIT)
+def test_a_limit_that_is_no_int_is_refused_warm_or_cold(url: str, limit: Any) -> None:
+    """Attack: `get_items(2.5)` answered the newest 3 items on a store that had not folded
+    the conversation (read from the log's end) and raised a bare TypeError ("slice
+    indices must be integers") on one that had: one call, two answers. A limit that is
+    no int is now InvalidArgumentError, before any read, warm or cold, on every engine
+    (`SQLiteSession` refuses 2.5 too; it takes 2.0 as 2, by its SQL: a documented
+    difference)."""
+    sid = uuid.uuid4().hex  # a session of its own per example
+
+    async def main() -> None:
+        warm = EventStoreSession(sid, url)
+        await warm.add_items([msg(str(i)) for i in range(5)])
+        assert len(await warm.get_items()) == 5  # folded: a limit slices the state
+        cold = EventStoreSession(sid, url)
+        for session in (warm, cold):
+            with pytest.raises(InvalidArgumentError):
+                await session.get_items(limit)
+            await session.close()
+
+    run(main())
+
+
+def test_items_at_history_compacted_away_is_an_error_never_a_wrong_conversation(
+    url: str,
+) -> None:
+    """Attack: `items_at` folded whatever `read_events` gave. After a compaction without
+    an archive, `items_at(seq=2)` and `items_at(at=<the time of event 2>)` answered `[]`
+    (the conversation was ["a", "b"]), `items_at(seq=9)` of a 4-event log answered the
+    current conversation and `items_at(seq=-1)` answered `[]`, where
+    `SessionStore.transcript_at` raises. It now replays as the store does, on every
+    engine: HistoryUnavailableError for history that is gone or not written yet,
+    InvalidArgumentError for a bad seq (and for seq with at)."""
+
+    async def main() -> None:
+        s = EventStoreSession("s", url)
+        for text in "abc":
+            await s.add_items([msg(text)])
+        at_two = next(e.ts for e in s.store.read_events("s") if e.seq == 2)
+        assert await s.items_at(at=at_two) == [msg("a"), msg("b")]  # all history kept
+        s.store.compact("s", archive=False, force=True)
+        await s.add_items([msg("d")])
+        for gone in ({"seq": 2}, {"at": at_two}, {"seq": 9}):
+            with pytest.raises(HistoryUnavailableError):
+                await s.items_at(**gone)
+        for bad in ({"seq": -1}, {"seq": 1, "at": at_two}):
+            with pytest.raises(InvalidArgumentError):
+                await s.items_at(**bad)
+        assert await s.items_at(seq=3) == [msg(t) for t in "abc"]  # the snapshot's own
+        assert await s.items_at() == [msg(t) for t in "abcd"]
+        await s.close()
+
+    run(main())
+
+
+def test_two_cancelled_adds_of_the_same_items_retried_append_them_twice_not_thrice(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: two `add_items` of the same items on one session object, both cancelled
+    (a task group torn down): the first while its append ran (committed), the second
+    while it waited behind it (never ran). The object kept one key per fingerprint, so
+    the second's key replaced the first's: the first retry appended under the unused
+    key and the second under a new one, three copies for two adds. Every unacknowledged
+    key is kept now, each retry takes one: two copies, on every engine."""
+    store = plain_store(url)
+    real_append = store.append
+    started, release = threading.Event(), threading.Event()
+
+    def held_append(*args: Any, **kwargs: Any) -> Any:
+        started.set()
+        release.wait(10)
+        return real_append(*args, **kwargs)
+
+    monkeypatch.setattr(store, "append", held_append)
+
+    async def main() -> None:
+        s = EventStoreSession("s", store)
+        tasks = [asyncio.ensure_future(s.add_items([msg("yes")])) for _ in range(2)]
+        while not started.is_set():
+            await asyncio.sleep(0.005)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        release.set()
+        for _ in tasks:  # one retry per attempt whose outcome was never seen
+            await s.add_items([msg("yes")])
+        assert await s.get_items() == [msg("yes")] * 2
+        await s.close()
+
+    run(main())
+    store.close()
+
+
+def test_a_closed_session_refuses_every_add_the_empty_one_too(url: str) -> None:
+    """Attack: after `close()`, every call raised StoreClosedError but `add_items([])`,
+    which returned as if it had worked. The SDK's `SQLiteSession` checks for a closed
+    session before its empty-list fast path (its comment says why: it "would otherwise
+    return successfully on a closed session"); this one now does too, on every engine."""
+
+    async def main() -> None:
+        s = EventStoreSession("s", url)
+        await s.add_items([msg("a")])
+        await s.close()
+        for call in (lambda: s.add_items([]), lambda: s.add_items([msg("b")]), s.get_items):
+            with pytest.raises(StoreClosedError):
+                await call()
+
+    run(main())
+    with plain_store(url) as store:
+        assert [e.seq for e in store.read_events("s")] == [1]

@@ -16,7 +16,8 @@ Retries: each `add_items` is appended under an idempotency key. A call whose cal
 no outcome (an exception, a cancellation: its append may have been committed anyway)
 leaves its key with the session object, filed under a fingerprint of its items
 (canonical JSON, so key order does not matter); the next `add_items` of the same items
-reuses that key, and appends nothing if the first attempt was committed. A call that
+reuses that key, and appends nothing if the first attempt was committed (two such
+calls of the same items leave two keys, one for each retry). A call that
 returned consumed its key: adding the same items again is a new message (a user who
 really says "yes" twice is recorded twice). The keys live in the object: a retry from
 another process (or a new object) cannot be told from a new message and appends again.
@@ -67,6 +68,7 @@ from eventstore.errors import (
     InvalidRecordError,
     NestingTooDeepError,
     SessionDeletedError,
+    StoreClosedError,
 )
 from eventstore.format.depth import MAX_DEPTH
 from eventstore.format.events import SessionDeleted
@@ -81,9 +83,9 @@ from eventstore.integrations.openai_agents_state import (
     SessionCleared,
     StoredItem,
 )
+from eventstore.ops.history import projection_at
 from eventstore.ops.paging import newest_events
 from eventstore.store import SessionStore
-from projections import fold
 
 __all__ = [
     "EVENT_TYPES",
@@ -140,15 +142,20 @@ class EventStoreSession:
             self.aio, self._owns = AsyncSessionStore(store), True
         self.aio.store.learn(EVENT_TYPES, PROJECTIONS)
         self.store = self.aio.store
-        # fingerprint of items -> the key of an add whose caller saw no outcome
+        # the key of each add whose caller saw no outcome -> the fingerprint of its items
+        # (every one kept: two such adds of the same items are two retries' keys)
         self._unacknowledged: dict[str, str] = {}
 
     # -- the Session protocol -----------------------------------------------------------
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The conversation in order; with a limit, its newest `limit` items (0: none; a
-        negative limit: all, as the SDK's SQLite session does)."""
+        negative limit: all, as the SDK's SQLite session does; a limit that is no int:
+        InvalidArgumentError)."""
         n = resolve_session_limit(limit, self.session_settings)
+        if n is not None and not isinstance(n, int):
+            # (a float slices no list: refused before any read, warm or cold alike)
+            raise InvalidArgumentError(f"limit must be an int or None, not {n!r}")
         if n is not None and n >= 0:
 
             def newest() -> list[StoredItem]:
@@ -204,12 +211,18 @@ class EventStoreSession:
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items as one atomic event; a retry of a failed or cancelled call
         with the same items appends nothing if the first attempt was committed."""
+        if self.aio.closed:  # before the empty fast path, as SQLiteSession checks
+            raise StoreClosedError("the session's store is closed")
         if not items:
             return
         raws, fingerprint = _encode_items(items)
         # a new attempt gets a new key; a retry of an attempt whose outcome its caller
         # never saw (an error, a cancellation) reuses that attempt's key
-        key = self._unacknowledged.pop(fingerprint, None) or f"agents-add:{secrets.token_hex(8)}"
+        key = next((k for k, f in self._unacknowledged.items() if f == fingerprint), None)
+        if key is None:
+            key = f"agents-add:{secrets.token_hex(8)}"
+        else:
+            del self._unacknowledged[key]
         event = ItemsAdded(items=raws)
         try:
             await self.aio.call(
@@ -217,7 +230,7 @@ class EventStoreSession:
                 lambda: self.store.append(self.session_id, [event], idempotency_key=key),
             )
         except BaseException:
-            self._unacknowledged[fingerprint] = key
+            self._unacknowledged[key] = fingerprint
             while len(self._unacknowledged) > MAX_UNACKNOWLEDGED:
                 del self._unacknowledged[next(iter(self._unacknowledged))]
             raise
@@ -285,19 +298,22 @@ class EventStoreSession:
         self, *, seq: int | None = None, at: datetime | None = None
     ) -> list[TResponseInputItem]:
         """The conversation as it was after event `seq`, or at time `at` (at most one;
-        neither: now), read from the whole history (the archive included)."""
+        neither: now), read from the whole history (the archive included); an error
+        where that history is gone, as `SessionStore.state_at` raises (an unknown
+        session: `[]`)."""
         if seq is not None and at is not None:
-            raise ValueError("give seq or at, not both")
+            raise InvalidArgumentError("give seq or at, not both")
         if at is not None and (not isinstance(at, datetime) or at.utcoffset() is None):
             raise InvalidArgumentError(f"at= must be a timezone-aware datetime, got {at!r}")
 
         def replay() -> list[TResponseInputItem]:
-            if not self.store.last_seq(self.session_id):
-                return []  # read_events would say the session is unknown
-            events = self.store.read_events(self.session_id, to_seq=seq)
-            if at is not None:
-                events = (e for e in events if e.ts <= at)
-            state = fold(PROJECTION, PROJECTION.initial(), events)
+            last = self.store.last_seq(self.session_id)
+            if not last:
+                return []  # the store would say it has no such event
+            # (the store's own replay: history compacted away is an error, never a fold
+            # of what is left of it)
+            upto = last if seq is None and at is None else seq
+            state = projection_at(self.store, PROJECTION, self.session_id, upto, at)
             return [_decode(i.item) for i in state.items]
 
         return await self.aio.call(self.session_id, replay)

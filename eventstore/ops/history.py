@@ -73,6 +73,7 @@ __all__ = [
     "is_pruned",
     "iter_history",
     "parse_time",
+    "projection_at",
     "pruned_message",
     "read_events",
     "require_history",
@@ -323,13 +324,15 @@ def parse_time(text: str) -> datetime:
     return ts
 
 
-def _state_at(
-    core: SessionCore,
+def projection_at(
+    core: CoreOwner,
     proj: Projection[Any],
     session_id: str,
     seq: int | None,
     at: datetime | str | None,
 ) -> Any:
+    """The state of any projection as of `seq` or `at` (exactly one); see `state_at`."""
+    core = core_of(core)
     if (seq is None) == (at is None):
         raise InvalidArgumentError("give exactly one of seq= and at=")
     if isinstance(at, str):
@@ -391,7 +394,7 @@ def state_at(
     HistoryUnavailableError for a seq beyond the last, or history compacted away.
     """
     core = core_of(core)
-    return _state_at(core, core.projections["bootstrap"], session_id, seq, at)  # type: ignore[no-any-return]
+    return projection_at(core, core.projections["bootstrap"], session_id, seq, at)  # type: ignore[no-any-return]
 
 
 def transcript_at(
@@ -403,7 +406,7 @@ def transcript_at(
 ) -> list[Message]:
     """The transcript as of `seq` or `at` (exactly one); see `state_at`."""
     core = core_of(core)
-    return _state_at(core, core.projections["transcript"], session_id, seq, at)  # type: ignore[no-any-return]
+    return projection_at(core, core.projections["transcript"], session_id, seq, at)  # type: ignore[no-any-return]
 
 
 def _iso(ts: datetime) -> str:
