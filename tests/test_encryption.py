@@ -10,6 +10,7 @@ are typed errors naming the key id, with nothing written and no key material sho
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import textwrap
@@ -447,6 +448,21 @@ def test_bad_key_rings_are_refused(tmp_path: Path) -> None:
     with pytest.raises(StorageError):
         KeyRing.write_new(bad, "m1")
     assert bad.read_text() == "not a key"
+
+
+@settings(max_examples=25, deadline=None)
+@given(key=st.binary(min_size=32, max_size=32))
+def test_a_key_ring_given_the_wrong_way_round_never_echoes_the_key(key: bytes) -> None:
+    """Attack: a mapping given the wrong way round, `{key: "m1"}` or `{key.hex(): "m1"}`,
+    was refused with an error quoting the "id", which is the master key itself (its
+    repr, or its 64 hex digits). Now an entry is named by its place, never by its id."""
+    b64 = base64.b64encode(key).decode()
+    for keys in ({key: "m1"}, {key.hex(): "m1"}, {b64: "m1"}, {key.hex(): key[:16]}):
+        with pytest.raises(InvalidArgumentError) as err:
+            KeyRing(keys)  # type: ignore[arg-type]
+        text = f"{err.value} {err.value!r}"
+        for secret in (key.hex(), repr(key)[2:-1], b64, key[:16].hex()):
+            assert secret not in text, text
 
 
 # -- the server engines: every row, every key -------------------------------------------

@@ -127,13 +127,19 @@ class KeyRing:
             )
         if not keys:
             raise InvalidArgumentError("a KeyRing needs at least one master key")
-        for kid, key in keys.items():
+        # an entry is named by its place, never by its id: in a mapping given the wrong
+        # way round ({key: id}, {key.hex(): id}) the "id" is the key itself
+        for n, (kid, key) in enumerate(keys.items(), 1):
             if not isinstance(kid, str) or not _KEY_ID.fullmatch(kid):
                 raise InvalidArgumentError(
-                    f"a master key id must match {_KEY_ID.pattern}, got {kid!r}"
+                    f"master key #{n}: its id must be a str matching {_KEY_ID.pattern},"
+                    f" not this {type(kid).__name__}"
                 )
             if not isinstance(key, bytes) or len(key) != _KEY_LEN:
-                raise InvalidArgumentError(f"master key {kid!r} must be 32 bytes")
+                raise InvalidArgumentError(
+                    f"master key #{n}: the key must be 32 bytes, not {type(key).__name__}"
+                    f" of length {len(key) if isinstance(key, (bytes, str)) else '?'}"
+                )
         if current is None:
             if len(keys) != 1:
                 raise InvalidArgumentError("a KeyRing of several keys needs current=KEY_ID")
