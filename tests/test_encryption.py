@@ -465,6 +465,21 @@ def test_a_key_ring_given_the_wrong_way_round_never_echoes_the_key(key: bytes) -
             assert secret not in text, text
 
 
+@settings(max_examples=20, deadline=None)
+@given(key=st.binary(min_size=32, max_size=32), tail=st.sampled_from(["m1", "zz", "0x"]))
+def test_a_key_file_with_its_fields_swapped_never_echoes_the_key(
+    tmp_path_factory: pytest.TempPathFactory, key: bytes, tail: str
+) -> None:
+    """Attack: a key file written `eventstore-master-key <64 hex> m1` (id and key
+    swapped) was refused with "key '<64 hex digits>' is not 64 hex digits": the master
+    key in the error, and on the CLI's stderr. Now the error names the file only."""
+    path = tmp_path_factory.mktemp("k") / "m1.key"
+    path.write_text(f"eventstore-master-key {key.hex()} {tail}\n")
+    with pytest.raises(InvalidArgumentError) as err:
+        KeyRing.load(path)
+    assert str(path) in str(err.value) and key.hex() not in str(err.value)
+
+
 # -- the server engines: every row, every key -------------------------------------------
 
 

@@ -233,7 +233,8 @@ def _read_key_file(path: Path) -> tuple[str, bytes]:
     except ValueError:
         key = b""
     if len(key) != _KEY_LEN:
-        raise InvalidArgumentError(f"{str(path)!r}: key {parts[1]!r} is not 64 hex digits")
+        # (the id is not named: in a file with its fields swapped it is the key)
+        raise InvalidArgumentError(f"{str(path)!r}: its key is not 64 hex digits")
     return parts[1], key
 
 
