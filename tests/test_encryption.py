@@ -480,6 +480,24 @@ def test_a_key_file_with_its_fields_swapped_never_echoes_the_key(
     assert str(path) in str(err.value) and key.hex() not in str(err.value)
 
 
+def test_two_key_files_of_one_id_and_different_keys_are_refused(tmp_path: Path) -> None:
+    """Attack: `KeyRing.load(a, b)` (and `--master-key a --master-key b`) with two key
+    files of the same id kept the second key under the first's id, silently: the ring
+    named 'm1' current but wrapped new data keys with the other key, and every data key
+    wrapped by the first read as WrongKeyError. Now two different keys under one id are
+    refused (InvalidArgumentError, nothing opened); the same key twice is one key."""
+    a, b, root = tmp_path / "a.key", tmp_path / "b.key", tmp_path / "st"
+    KeyRing.write_new(a, "m1")
+    KeyRing.write_new(b, "m1")
+    with SessionStore(root, keys=KeyRing.load(a)) as store:
+        fill(store)
+    with pytest.raises(InvalidArgumentError) as err:
+        KeyRing.load(a, b)
+    assert "'m1'" in str(err.value) and str(b) in str(err.value)
+    with SessionStore(root, keys=KeyRing.load(a, a)) as store:
+        assert store.load_transcript_messages("s1")[-1].content == MARKER
+
+
 # -- the server engines: every row, every key -------------------------------------------
 
 

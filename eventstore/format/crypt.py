@@ -167,6 +167,11 @@ class KeyRing:
             if not isinstance(path, (str, os.PathLike)):
                 raise InvalidArgumentError(f"a key file is a path, not {type(path).__name__}")
             kid, key = _read_key_file(Path(path))
+            if keys.get(kid, key) != key:  # (one would silently stand in for the other)
+                raise InvalidArgumentError(
+                    f"two key files hold different master keys under one id {kid!r}"
+                    f" (the second: {os.fspath(path)!r})"
+                )
             keys[kid] = key
             first = kid if first is None else first
         return cls(keys, current if current is not None else first)
