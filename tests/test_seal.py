@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -585,3 +586,18 @@ def test_a_witness_that_cannot_be_written_is_a_typed_error_and_the_seal_stays(
             s.seal(SID)
         assert isinstance(list(s.read_events(SID))[-1], Sealed)
     assert kinds(str(root), public_key=KEY) == []
+
+
+@pytest.mark.timeout(60)  # (opened for reading, a FIFO with no writer blocks)
+def test_a_fifo_or_device_given_as_the_witness_to_verify_is_a_finding_never_a_hang(
+    tmp_path: Path,
+) -> None:
+    """Attack: `verify(witness=PATH)` (`eventstore verify --witness PATH`) read the
+    witness file with a plain read: a FIFO there hung verify forever, /dev/zero read
+    until memory ran out. Now a witness that is not a regular file is a `witness`
+    finding, as one that cannot be read is."""
+    root, fifo = tmp_path / "store", tmp_path / "w.fifo"
+    write_sealed(str(root), 2, every=5)
+    os.mkfifo(fifo)
+    for witness in (fifo, Path("/dev/zero")):
+        assert kinds(str(root), public_key=KEY, witness=witness) == ["witness"]

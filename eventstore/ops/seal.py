@@ -33,7 +33,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -54,6 +53,7 @@ from eventstore.format.events import Event, Sealed, SealWitnessed, Snapshot
 from eventstore.format.reader import Problem, Severity
 from eventstore.logger import log
 from eventstore.ops import history
+from eventstore.regular import read_regular
 from eventstore.signing import key_id, sign, signature_checks
 from projections.lifecycle import is_erased_tombstone
 
@@ -400,7 +400,7 @@ def read_witness(path: str | os.PathLike[str], session_id: str) -> Witness:
     seal (or the file that cannot be read)."""
     where = os.fspath(path)
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(path)  # (a FIFO or device there would hang the reader)
     except OSError as exc:
         why = f"cannot read the witness: {exc.strerror}"
         return Witness(where, [], [Problem(where, 0, None, "witness", why)])
