@@ -601,3 +601,21 @@ def test_a_fifo_or_device_given_as_the_witness_to_verify_is_a_finding_never_a_ha
     os.mkfifo(fifo)
     for witness in (fifo, Path("/dev/zero")):
         assert kinds(str(root), public_key=KEY, witness=witness) == ["witness"]
+
+
+@pytest.mark.timeout(60)  # (opened for writing, a FIFO with no reader blocks)
+def test_a_fifo_given_as_the_witness_to_a_sealing_store_is_a_typed_error_never_a_hang(
+    tmp_path: Path,
+) -> None:
+    """Attack: `SealPolicy(witness=PATH)` opened the witness file for writing as it
+    is: a FIFO there (no reader) hung the seal, and so the store's close, forever. Now
+    a witness that is not a regular file fails the write to it (StorageError naming
+    the witness), and the seal stays in the log."""
+    root, fifo = tmp_path / "store", tmp_path / "w.fifo"
+    os.mkfifo(fifo)
+    policy = SealPolicy(every=None, on_close=False, witness=fifo)
+    with SessionStore(root, signing_key=KEY, seal_policy=policy) as s:
+        s.append_progress_entry(SID, make_entry(0))
+        with pytest.raises(StorageError, match="witness"):
+            s.seal(SID)
+        assert isinstance(list(s.read_events(SID))[-1], Sealed)

@@ -27,8 +27,10 @@ the history ends before a sealed seq, i.e. it was cut short), a session with no 
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -297,8 +299,11 @@ def _seal_line(facts: SealFacts) -> Sealed:
 def append_witness(path: str | os.PathLike[str], facts: SealFacts) -> None:
     """Append `facts` as one line to the witness file (created 0600), flushed to the disk."""
     line = _encoder.encode(facts) + b"\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    # (not blocking, and only a regular file: a FIFO there would hang the sealing writer)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o600)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
         os.write(fd, line)  # one write of one line with O_APPEND: lines never interleave
         os.fsync(fd)
     finally:
