@@ -930,7 +930,7 @@ class SessionStore:
                 # duplicate it; the next due append tries compacting again
                 log.warning("eventstore: automatic compaction of %r failed: %s", session_id, exc)
         if self.sealer is not None:
-            self.sealer.after_write(self.core, session_id, result.last_seq)
+            self.sealer.after_write(self.core, session_id, result.last_seq, result.first_seq)
 
     def _maybe_compact(self, session_id: str) -> None:
         auto = self.auto_compact

@@ -619,3 +619,25 @@ def test_a_fifo_given_as_the_witness_to_a_sealing_store_is_a_typed_error_never_a
         with pytest.raises(StorageError, match="witness"):
             s.seal(SID)
         assert isinstance(list(s.read_events(SID))[-1], Sealed)
+
+
+@pytest.mark.parametrize("purge", [False, True], ids=["restore", "purge"])
+def test_a_session_deleted_and_written_again_is_sealed_by_the_same_store(
+    url: str, purge: bool
+) -> None:
+    """Attack: a sealing store that deleted a session (and restored it, or purged it)
+    and wrote to the id again never sealed it: it still counted from the old log's
+    last seal (seq 9), the new log's seqs start at 1, so no count reached `every` and
+    close found nothing unsealed; verify --public-key reported `seal_missing`. Now a
+    write at or before the seal known starts the count again: sealed by count and close."""
+    with SessionStore(url, signing_key=KEY, seal_policy=SealPolicy(every=2)) as s:
+        for i in range(6):
+            s.append_progress_entry(SID, make_entry(i))
+        assert s.delete_session(SID, purge=purge)
+        if not purge:
+            assert s.restore(SID)
+        for i in range(5):
+            s.append_progress_entry(SID, make_entry(i))
+    assert kinds(url, public_key=KEY) == []
+    with SessionStore(url) as s:
+        assert sum(isinstance(e, Sealed) for e in s.read_events(SID)) == 3

@@ -243,12 +243,19 @@ class Sealer:
         last = list(history.read_events(core, session_id, from_seq=n, to_seq=n))
         return bool(last) and type(last[-1]) is Sealed and last[-1].sealed_seq == n - 1
 
-    def after_write(self, core: CoreOwner, session_id: str, last_seq: int) -> None:
-        """Note a committed write ending at `last_seq`; seal when the policy says so: the
-        lines since the last seal this store knows of (any writer's) reach `every`."""
+    def after_write(
+        self, core: CoreOwner, session_id: str, last_seq: int, first_seq: int | None = None
+    ) -> None:
+        """Note a committed write of seqs `first_seq`..`last_seq`; seal when the policy says
+        so: the lines since the last seal this store knows of (any writer's) reach `every`."""
         policy = self.policy
         now = time.monotonic()
         with self._lock:
+            if self._seal_seq.get(session_id, 0) >= (first_seq or last_seq):
+                # the log restarted under this id (a purge, or a restore after a delete):
+                # the seal known went with the old log, and the count starts again
+                self._seal_seq.pop(session_id, None)
+                self._sealed_h.pop(session_id, None)
             n = last_seq - self._seal_seq.get(session_id, 0)
             self._unsealed[session_id] = n
             since = self._since.setdefault(session_id, now)
