@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from importlib.metadata import EntryPoint
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from conftest import LOGS, cli_in_process, make_entry, make_features, make_manifest, one_line_error
@@ -181,6 +182,26 @@ def test_a_url_password_is_never_printed(monkeypatch: pytest.MonkeyPatch) -> Non
     res = cli("state", "postgresql://alice:s3cret@db.example/store", "s", code=2)
     assert "s3cret" not in res.err
     assert "cannot connect to postgresql://alice:***@db.example/store" in res.err
+
+
+def test_no_command_echoes_the_password_of_a_store_url_it_refuses(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack: `delete URL S` of an unknown S, `export URL S --format claude-code` of one,
+    and `contexts URL` printed the URL with its password (each wrote its own error line
+    from the ROOT as given). Every such line now shows it as `***`."""
+    parts = urlsplit(url)
+    if parts.scheme in ("", "memory"):
+        pytest.skip("a file or memory store has no password")
+    netloc = f"{parts.username or ''}:s3cr3t-pw@{parts.hostname}:{parts.port}"
+    secret_url = urlunsplit(parts._replace(netloc=netloc))
+    for argv in (
+        ["delete", secret_url, "nosuch"],
+        ["export", secret_url, "nosuch", "--format", "claude-code"],
+        ["contexts", secret_url],
+    ):
+        rc, out, err = cli_in_process(capsys, *argv)
+        assert rc == 2 and "s3cr3t-pw" not in out + err, (argv, err)
 
 
 # -- specific refusals ---------------------------------------------------------------

@@ -33,6 +33,7 @@ from eventstore import (
     UnknownSessionError,
 )
 from eventstore.aio import AsyncSessionStore
+from eventstore.engines.base import PruningEngine
 from eventstore.ops.export import export_jsonl
 from eventstore.ops.migrate import migrate_session
 from eventstore.report.page import render_page, report_data
@@ -247,6 +248,28 @@ def test_a_compacted_fork_keeps_its_origin_and_its_check(url: str, archive: bool
         assert {e.origin for e in snaps} == {ForkOrigin("a", 3, done.h)}
         assert store.verify("b").problems == []
         assert report_data(store, "b").origin == f"forked from a at seq 3 (hash {done.h})"
+
+
+def test_a_fork_at_a_pruned_sources_compacted_head_names_its_line_not_the_snapshot(
+    url: str,
+) -> None:
+    """Attack: after `prune_archive`, a fork of a source whose live log was only its
+    compaction's snapshot named that snapshot line's own hash as the origin (the exact
+    read let the snapshot stand in for the pruned events, passing over the archived line
+    it covers), so `verify` of the fork failed (`fork_origin`). The fork names the hash
+    of the source's line at that seq, as its history holds it, and verifies clean."""
+    with SessionStore(url) as store:
+        if not isinstance(store.engine, PruningEngine):
+            pytest.skip("this engine does not prune archived history")
+        _seed(store, "a")
+        store.compact("a", archive=True, force=True)
+        store.append_progress_entry("a", make_entry(8))
+        store.compact("a", archive=True, force=True)
+        assert store.prune_archive("a", store.last_seq("a")).segments
+        assert store.compact("a", archive=True, force=True).compacted
+        done = store.fork_session("a", "b")
+        assert store.verify("b").problems == []
+        assert done.h == next(iter(store.read_events("a", from_seq=done.seq))).h
 
 
 def test_a_source_gone_or_compacted_away_is_info_not_an_error(url: str) -> None:

@@ -1662,6 +1662,23 @@ def test_reading_a_schema_that_is_not_there_never_creates_it(
     assert found == [] and not (tmp_path / "dst").exists()
 
 
+def test_exporting_claude_code_lines_from_a_schema_that_is_not_there_never_creates_it(
+    server_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack: `eventstore export URL?schema=typo S --format claude-code` opened the store
+    as a writer does, so it created the schema (with its tables) it was only to read.
+    Now it refuses it (exit 2, one line) like every other read, and the schema is never
+    made."""
+    missing = with_query(server_url, schema=f"t_{uuid.uuid4().hex[:12]}")
+    rc, out, err = cli_in_process(capsys, "export", missing, "s", "--format", "claude-code")
+    assert rc == 2 and out == "" and "no store in schema" in err, err
+    with psycopg.connect(pg.split_url(server_url)[0]) as conn:
+        found = conn.execute(
+            "SELECT 1 FROM pg_namespace WHERE nspname = %s", (pg.split_url(missing)[1],)
+        ).fetchall()
+    assert found == []
+
+
 def _open_kind(kind: str, server_url: str, tmp: Path) -> tuple[str, Callable[[], None]]:
     """A new, empty store URL of an engine kind, and how to drop it."""
     name = f"t_{uuid.uuid4().hex[:12]}"

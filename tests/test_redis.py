@@ -208,6 +208,27 @@ def test_only_a_store_with_unindexed_sessions_is_stale(url: str) -> None:
         assert engine.index_stale() is False
 
 
+def test_a_read_command_on_a_prefix_that_is_not_there_writes_no_key(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack: every read command given a Redis prefix that holds nothing (a typo) left a
+    key there: opening the engine marked the empty store's session index current
+    (`ix:v`). A read opens it with `create=False` now, and writes no key; a writer's
+    store still marks it."""
+    for argv in (
+        ["sessions", url],
+        ["sessions", url, "--limit", "1"],
+        ["verify", url, "--all"],
+        ["log", url, "s"],
+        ["export", url, "s"],
+    ):
+        cli_in_process(capsys, *argv)
+        assert _keys_of(url) == [], argv
+    with SessionStore(url):
+        pass
+    assert _keys_of(url) == [f"{_prefix(url)}:ix:v".encode()]
+
+
 def test_a_rebuild_beside_writers_keeps_what_they_wrote(url: str) -> None:
     # a rebuild's entries are computed from logs a writer moves on from meanwhile: the
     # writer's newer entry (a higher seq) stays

@@ -18,6 +18,7 @@ from typing import TextIO
 import msgspec
 
 from eventstore.cli.format import one_line
+from eventstore.engines.base import redact_text
 from eventstore.errors import EventStoreError
 from eventstore.harness_sessions import (
     HarnessBinding,
@@ -54,7 +55,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("root", metavar="ROOT", type=Path, help="the map's root directory")
+    # kept as given (a Path would fold a URL's `//`, hiding it from redact_text)
+    p.add_argument("root", metavar="ROOT", help="the map's root directory")
     p.add_argument(
         "--history", action="store_true", help="show every put and forget instead of bindings"
     )
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     """Execute `eventstore contexts` for parsed `args`; returns the exit status."""
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
-    root: Path = args.root
+    root, shown = Path(args.root), redact_text(str(args.root))
     history: list[HistoryEntry] = []
     bindings: list[HarnessBinding] = []
     try:
@@ -75,10 +77,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         else:
             bindings = current_bindings(root)
     except FileNotFoundError:
-        print(f"eventstore contexts: error: {root}: no such directory", file=err)
+        print(f"eventstore contexts: error: {shown}: no such directory", file=err)
         return EXIT_USAGE
     except NotADirectoryError:
-        print(f"eventstore contexts: error: {root}: not a directory", file=err)
+        print(f"eventstore contexts: error: {shown}: not a directory", file=err)
         return EXIT_USAGE
     except (OSError, EventStoreError) as exc:
         print(f"eventstore contexts: error: {one_line(str(exc))}", file=err)

@@ -25,6 +25,7 @@ import msgspec
 
 from eventstore.cli.args import age
 from eventstore.cli.claude_code import missing_store
+from eventstore.engines.base import redact_text
 from eventstore.errors import (
     EventStoreError,
     InvalidArgumentError,
@@ -86,7 +87,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     err = sys.stderr if err is None else err
 
     def usage(message: str) -> int:
-        print(f"eventstore delete: error: {message}", file=err)
+        # the message may quote ROOT, a URL: never print its password
+        print(f"eventstore delete: error: {redact_text(message)}", file=err)
         return EXIT_USAGE
 
     if bool(args.sessions) == (args.older_than is not None):

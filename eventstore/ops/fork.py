@@ -33,7 +33,7 @@ from eventstore.errors import (
     UnknownSessionError,
 )
 from eventstore.format.chain import link_of
-from eventstore.format.events import Event, ForkOrigin
+from eventstore.format.events import Event, ForkOrigin, Snapshot
 from eventstore.ops.compaction import build_snapshot
 from eventstore.ops.history import iter_history, require_history
 from projections import fold, snapshot_entry, stored_in_snapshot
@@ -113,8 +113,9 @@ def fork_session(
         if core.keys is None:
             core.refuse_encrypted(source, "forking it")
         events, states = _fold_source(core, source, hist, at_seq)
-    last = events[-1]
-    origin = ForkOrigin(session_id=source, seq=last.seq, h=last.h)
+        last = events[-1]
+        h = _held_hash(core, source, hist, last)
+    origin = ForkOrigin(session_id=source, seq=last.seq, h=h)
     snap = build_snapshot(events, states, b"", link_of(last), core.codec, False, False)
     snap = msgspec.structs.replace(snap, origin=origin)
     cipher = core.snapshot_cipher(session_id, "forking into it", first=True)
@@ -130,7 +131,18 @@ def fork_session(
             f" created meanwhile in the store at {core.url}"
         ) from None
     core.forget(session_id)  # anything kept of it (an empty fold) restarts from the engine
-    return ForkResult(session_id, source, last.seq, last.h, len(line))
+    return ForkResult(session_id, source, last.seq, h, len(line))
+
+
+def _held_hash(core: SessionCore, src: str, hist: History, last: Event) -> str:
+    """The hash of `src`'s line at `last.seq` as the picture `hist` holds it, which
+    `source_line` reads: after pruning, the exact fold's last event may be a snapshot
+    standing in for the pruned events while the line it covers is still archived."""
+    if type(last) is not Snapshot:
+        return last.h
+    envelopes = core.codec.decoder(frozenset())
+    held = iter_history(core, src, envelopes, last.seq, last.seq, history=hist)
+    return next((ev.h for ev, _ in held if ev.seq == last.seq), last.h)
 
 
 def source_line(core: CoreOwner, origin: ForkOrigin) -> tuple[str, str] | None:

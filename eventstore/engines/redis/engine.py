@@ -177,10 +177,11 @@ def from_url(url: str | os.PathLike[str], **options: Any) -> RedisEngine:
     """Open the Redis engine a `redis://`, `rediss://` or `unix://` URL names.
 
     Options: `durability` ("flush" or "fsync", see the module docstring), `ttl`
-    (seconds; the URL's `ttl=` otherwise), `create` (ignored)."""
+    (seconds; the URL's `ttl=` otherwise), `create` (False: a store opened only to be
+    read, which writes nothing, not even the session index's version key)."""
     durability = options.pop("durability", "flush")
     ttl = options.pop("ttl", None)
-    options.pop("create", None)  # a Redis database has nothing to make before a write
+    create = bool(options.pop("create", True))
     if options:
         raise InvalidArgumentError(f"unknown Redis engine options: {', '.join(sorted(options))}")
     parsed = split_url(os.fspath(url))
@@ -192,7 +193,7 @@ def from_url(url: str | os.PathLike[str], **options: Any) -> RedisEngine:
             int(ttl * 1000), parsed.feed, parsed.feed_maxlen,
         )  # fmt: skip
     cls = RedisFeedEngine if parsed.feed else RedisEngine
-    return cls(parsed, durability=durability)
+    return cls(parsed, durability=durability, create=create)
 
 
 def session_tag(session_id: str) -> str:
@@ -282,7 +283,9 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
     (`IndexingEngine`: sorted sets the append script writes); `RedisFeedEngine` adds
     the global feed."""
 
-    def __init__(self, parsed: RedisUrl, *, durability: Durability = "flush") -> None:
+    def __init__(
+        self, parsed: RedisUrl, *, durability: Durability = "flush", create: bool = True
+    ) -> None:
         if durability not in ("flush", "fsync"):
             raise InvalidArgumentError(f"durability must be 'flush' or 'fsync', not {durability!r}")
         self.url = parsed.shown
@@ -326,6 +329,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         self._ix_keys = [f"{parsed.prefix}:ix:{k}" for k in ("u", "c", "i")]
         self._ix_version = f"{parsed.prefix}:ix:v"
         self._waitaof = False
+        self._create = create
         self._call("connecting", lambda: self._client.ping())
         # a store that has no session yet is marked indexed now, before its first append:
         # otherwise its first page would take the sessions written since for a release's
@@ -960,6 +964,8 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
 
         if self._call("reading the session index", any_head):
             return True
+        if not self._create:
+            return False  # a reader's store: a prefix it only reads gets no key from it
         self._call("marking the session index", lambda: self._client.set(key, 1, nx=True))
         return False
 
