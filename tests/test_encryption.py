@@ -660,7 +660,8 @@ def test_forget_key_removes_a_wrapped_copy_a_killed_writer_left(tmp_path: Path) 
     leftover.write_bytes(slot.read_bytes())
     with SessionStore(root, keys=ring()) as store:
         assert store.forget_key("s1")
-    assert [p.name for p in (root / "keys").iterdir()] == [slot.name]
+    # (the lock every replacer of a slot takes holds no byte of a key)
+    assert sorted(p.name for p in (root / "keys").iterdir()) == [".lock", slot.name]
     assert b'"wraps"' not in slot.read_bytes()
 
 
@@ -916,6 +917,41 @@ def test_only_a_key_slot_holding_the_given_bytes_is_removed(url: str) -> None:
         assert engine.load_key_slot(dk) == live
         assert engine.remove_key_slot(dk, live) and engine.load_key_slot(dk) is None
         assert not engine.remove_key_slot(dk, live)
+
+
+def test_a_rekey_never_writes_back_a_key_forgotten_after_it_read_the_slot(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: another store forgets a session's key right after `rekey` read its slot.
+    The rekey does not write the destroyed key back under the new master key (it counts
+    the slot among those left): the session opens under neither ring, its slot stays
+    forgotten, and the other session is rewrapped."""
+    dk = key_id_of("s1")
+    forgot: list[bool] = []
+    with SessionStore(url, keys=ring()) as store, SessionStore(url, keys=ring()) as other:
+        fill(store, "s1")
+        store.append_transcript_messages("s2", [Message(role=Role.USER, content="kept")])
+        engine = store.engine
+        assert isinstance(engine, KeyEngine)
+        read = engine.load_key_slot
+
+        def read_then_forget(slot_id: str) -> bytes | None:
+            data = read(slot_id)
+            if slot_id == dk and not forgot:  # the race: a forget between read and write
+                forgot.append(other.forget_key("s1"))
+            return data
+
+        monkeypatch.setattr(engine, "load_key_slot", read_then_forget)
+        assert store.rekey(ring("m2", M2)) == (1, 1)
+        monkeypatch.undo()
+    assert forgot == [True]
+    for keys in (ring(), ring("m2", M2)):
+        with SessionStore(url, keys=keys) as store:
+            assert set(_nothing_readable(store)) == {"KeyForgottenError"}
+            slot = _slot(store)
+            assert slot is not None and decode_slot(slot, dk).forgotten is not None
+    with SessionStore(url, keys=ring("m2", M2)) as store:
+        assert [m.content for m in store.load_transcript_messages("s2")] == ["kept"]
 
 
 @pytest.mark.timeout(60)  # (opened for reading, a FIFO with no writer blocks)

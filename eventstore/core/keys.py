@@ -226,12 +226,22 @@ def rekey(engine: Engine, old: KeyRing, new: KeyRing) -> tuple[int, int]:
     keeper = key_engine(engine)
     done = left = 0
     for dk in keeper.list_key_slots():
+        if _rewrap(keeper, dk, old, new):
+            done += 1
+        else:
+            left += 1
+    return done, left
+
+
+def _rewrap(keeper: KeyEngine, dk: str, old: KeyRing, new: KeyRing) -> bool:
+    """Rewrap slot `dk` if `old` unwraps it; False if it is gone, forgotten or not
+    `old`'s. Replaced only if it still holds what was read (compare and replace): a
+    forget landing between the read and the write must win, or the key is back."""
+    while True:
         data = keeper.load_key_slot(dk)
         slot = None if data is None else decode_slot(data, dk)
         key = None if slot is None or slot.forgotten is not None else old.unwrap(slot, None)
-        if key is None:
-            left += 1
-            continue
-        keeper.replace_key_slot(dk, encode_slot(KeySlot(dk, [new.wrap(key)])))
-        done += 1
-    return done, left
+        if data is None or key is None:
+            return False
+        if keeper.replace_key_slot(dk, encode_slot(KeySlot(dk, [new.wrap(key)])), data):
+            return True

@@ -762,9 +762,12 @@ class KeyEngine(Engine):
         durably."""
 
     @abstractmethod
-    def replace_key_slot(self, dk: str, data: bytes) -> None:
+    def replace_key_slot(self, dk: str, data: bytes, expected: bytes | None = None) -> bool:
         """Replace the key slot `dk` with `data`, atomically and durably; what it held
-        before is not kept by the engine."""
+        before is not kept by the engine. With `expected`, only if the slot holds exactly
+        `expected` (compare and replace, as one step: a slot another writer replaced,
+        removed or never created is kept, and False), so a rewrap never undoes a forget
+        that landed after its read. True if it was replaced (always, without `expected`)."""
 
     @abstractmethod
     def list_key_slots(self) -> list[str]:

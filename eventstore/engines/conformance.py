@@ -16,9 +16,9 @@ and run pytest. Every `test_*` method then runs against your engine: the require
 contract always (appends and expected heads, batches, reads, pieces and positions, resets
 after a snapshot install, installs with and without history, history as one picture,
 wait, listing and removing sessions, the repair hold, a forked child), and the tests of
-each capability (`CachingEngine`, `RangedEngine`, `SeqEngine`, `PruningEngine`, `FeedEngine`) only
-when the engine subclasses that interface; they skip otherwise. A handful of tests go
-through the session API on top of the engine (`make_store`, by default
+each capability (`CachingEngine`, `RangedEngine`, `SeqEngine`, `PruningEngine`, `FeedEngine`,
+`KeyEngine`) only when the engine subclasses that interface; they skip otherwise. A
+handful of tests go through the session API on top of the engine (`make_store`, by default
 `SessionStore(engine)`): what a user sees behaves the same on every engine.
 
 Hooks a subclass may set or override:
@@ -63,6 +63,7 @@ from eventstore.engines.base import (
     HeadMovedError,
     IndexEntry,
     IndexingEngine,
+    KeyEngine,
     PruningEngine,
     RangedEngine,
     ReadResult,
@@ -797,6 +798,20 @@ class EngineConformance:
         later = _feed_until(engine, entries[-1].position, 1, self.timeout)
         assert [(e.session_id, e.seq) for e in later] == [("b", 3)]
         assert [e.seq for e in engine.feed(entries[1].position, limit=2)] == [1, 2]
+
+    def test_key_slots_are_replaced_only_when_they_hold_the_expected_bytes(self) -> None:
+        engine = self.engine()
+        if not isinstance(engine, KeyEngine):
+            _skip(f"{type(engine).__name__} keeps no key slots (not a KeyEngine)")
+        dk, live, forgotten, rewrapped = "0123456789abcdef0123", b"live", b"gone", b"new"
+        assert not engine.replace_key_slot(dk, rewrapped, live)  # no slot: none is made
+        assert engine.load_key_slot(dk) is None
+        assert engine.create_key_slot(dk, live)
+        assert engine.replace_key_slot(dk, forgotten)  # (no `expected`: always replaced)
+        assert not engine.replace_key_slot(dk, rewrapped, live)  # stale: nothing changes
+        assert engine.load_key_slot(dk) == forgotten
+        assert engine.replace_key_slot(dk, rewrapped, forgotten)
+        assert engine.load_key_slot(dk) == rewrapped and engine.list_key_slots() == [dk]
 
     def test_the_index_follows_appends_installs_repairs_and_removals(self) -> None:
         engine = self.engine()

@@ -329,10 +329,13 @@ class MemoryEngine(RangedEngine, PruningEngine, KeyEngine, IndexingEngine):
             self._store.key_slots[dk] = bytes(data)
             return True
 
-    def replace_key_slot(self, dk: str, data: bytes) -> None:
-        """Replace the key slot `dk` (`KeyEngine`)."""
+    def replace_key_slot(self, dk: str, data: bytes, expected: bytes | None = None) -> bool:
+        """Replace the key slot `dk`, if it holds `expected` when given (`KeyEngine`)."""
         with self._store.changed:
+            if expected is not None and self._store.key_slots.get(dk) != expected:
+                return False
             self._store.key_slots[dk] = bytes(data)
+            return True
 
     def list_key_slots(self) -> list[str]:
         """Every key slot's id (`KeyEngine`)."""

@@ -1054,10 +1054,10 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         with self._key_slots("creating key slot", dk):
             return keys.create_slot(self.root, dk, data)
 
-    def replace_key_slot(self, dk: str, data: bytes) -> None:
-        """Replace the key slot `dk` (`KeyEngine`)."""
+    def replace_key_slot(self, dk: str, data: bytes, expected: bytes | None = None) -> bool:
+        """Replace the key slot `dk`, if it holds `expected` when given (`KeyEngine`)."""
         with self._key_slots("replacing key slot", dk):
-            keys.replace_slot(self.root, dk, data)
+            return keys.replace_slot(self.root, dk, data, expected)
 
     def list_key_slots(self) -> list[str]:
         """Every key slot's id (`KeyEngine`)."""

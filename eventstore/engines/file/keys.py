@@ -8,16 +8,19 @@ another writer got there first: both agree on one key), replaced atomically
 (`write_atomically`), files 0600 in a 0700 directory. Replacing a slot unlinks the old
 file; the bytes it held may remain in free blocks of the file system until reused
 (docs/encryption.md says what crypto-shredding reaches). A slot is removed only if it holds
-given bytes (a forgotten key's record), under an exclusive `flock` of `<root>/keys/.lock`
-that every remover takes: a slot is created only where none is, and a forgotten record is
-never replaced, so between a remover's read and its unlink the slot can change only by
-another remover's hand, which the lock excludes.
+given bytes (a forgotten key's record), and `rekey` replaces one only if it still holds
+what it read, each under an exclusive `flock` of `<root>/keys/.lock` that every replacer
+and remover takes: a slot is created only where none is (never where a compare expects
+bytes), so between a compare and the write after it the slot can change only by another
+replacer's or remover's hand, which the lock excludes.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from eventstore import entropy
@@ -76,19 +79,25 @@ def create_slot(root: Path, dk: str, data: bytes) -> bool:
         os.unlink(tmp)
 
 
-def replace_slot(root: Path, dk: str, data: bytes) -> None:
-    """Replace slot `dk` atomically and durably, then remove any temporary file of it
+def replace_slot(root: Path, dk: str, data: bytes, expected: bytes | None = None) -> bool:
+    """Replace slot `dk` atomically and durably (with `expected`: only if it holds
+    exactly that, else False and nothing changes), then remove any temporary file of it
     a killed writer left (it would hold a wrapped copy that outlives `forget_key`)."""
     path = _path(root, dk)
     ensure_private_dir(path.parent)
-    write_atomically(path, data)
-    prefix = f"{dk}{TMP_MARK}"
-    for name in os.listdir(path.parent):
-        if name.startswith(prefix):
-            try:
-                os.unlink(path.parent / name)
-            except FileNotFoundError:
-                pass  # (another process removed it)
+    with _slots_locked(path.parent):
+        if expected is not None and load_slot(root, dk) != expected:
+            return False
+        write_atomically(path, data)
+        # under the lock: another replacer's temporary file is never taken for a leftover
+        prefix = f"{dk}{TMP_MARK}"
+        for name in os.listdir(path.parent):
+            if name.startswith(prefix):
+                try:
+                    os.unlink(path.parent / name)
+                except FileNotFoundError:
+                    pass  # (another process removed it)
+        return True
 
 
 def list_slots(root: Path) -> list[str]:
@@ -105,13 +114,21 @@ def remove_slot(root: Path, dk: str, data: bytes) -> bool:
     none); durable when True."""
     path = _path(root, dk)
     ensure_private_dir(path.parent)
-    fd = open_private(path.parent / _LOCK_NAME, os.O_RDWR | os.O_CREAT)
-    try:
-        lock_exclusive(fd)
+    with _slots_locked(path.parent):
         if load_slot(root, dk) != data:
             return False
         os.unlink(path)
         fsync_dir(path.parent)
         return True
+
+
+@contextmanager
+def _slots_locked(keys_dir: Path) -> Iterator[None]:
+    """The exclusive `flock` of `<keys_dir>/.lock`, held by every replacer and remover
+    (so a compare and the write after it are one step for every other process)."""
+    fd = open_private(keys_dir / _LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    try:
+        lock_exclusive(fd)
+        yield
     finally:
         os.close(fd)  # (closing releases the lock)

@@ -794,14 +794,22 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
             )
             return cur.rowcount == 1
 
-    def replace_key_slot(self, dk: str, data: bytes) -> None:
-        """Replace the key slot `dk` (an upsert, committed before it returns)."""
+    def replace_key_slot(self, dk: str, data: bytes, expected: bytes | None = None) -> bool:
+        """Replace the key slot `dk` (an upsert; with `expected`, one conditional UPDATE),
+        committed before it returns."""
         with self._conn("replacing a key slot") as conn, conn.transaction():
-            conn.execute(
-                f"INSERT INTO {self._q}.meta (name, value) VALUES (%s, %s)"
-                " ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
-                (_SLOT + dk, data.decode()),
+            if expected is None:
+                conn.execute(
+                    f"INSERT INTO {self._q}.meta (name, value) VALUES (%s, %s)"
+                    " ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+                    (_SLOT + dk, data.decode()),
+                )
+                return True
+            cur = conn.execute(
+                f"UPDATE {self._q}.meta SET value = %s WHERE name = %s AND value = %s",
+                (data.decode(), _SLOT + dk, expected.decode()),
             )
+            return cur.rowcount == 1
 
     def list_key_slots(self) -> list[str]:
         """Every key slot's id."""

@@ -274,6 +274,11 @@ def _kept_at(fields: list[str], gen: str) -> bool:
 _REMOVE_IF_SAME = (
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 )
+# compare and set in one step: a slot forgotten meanwhile is never rewritten by a rekey
+_REPLACE_IF_SAME = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2])"
+    " return 1 end return 0"
+)
 
 
 class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEngine):
@@ -816,11 +821,18 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
             self._durable()
         return made
 
-    def replace_key_slot(self, dk: str, data: bytes) -> None:
-        """Replace the key slot `dk` (SET)."""
+    def replace_key_slot(self, dk: str, data: bytes, expected: bytes | None = None) -> bool:
+        """Replace the key slot `dk` (SET; with `expected`, a script: GET, compare, SET)."""
         key = self._slot_key(dk)
-        self._call("replacing a key slot", lambda: self._client.set(key, data))
+        if expected is None:
+            self._call("replacing a key slot", lambda: self._client.set(key, data))
+        elif not self._call(
+            "replacing a key slot",
+            lambda: self._client.eval(_REPLACE_IF_SAME, 1, key, expected, data),
+        ):
+            return False
         self._durable()
+        return True
 
     def list_key_slots(self) -> list[str]:
         """Every key slot's id (a SCAN)."""
