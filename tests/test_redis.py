@@ -644,6 +644,35 @@ def test_attack_a_head_edited_from_outside_is_never_built_on(
     assert client.lrange(log, 0, -1) == before
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("cr", "when-7f3a"), ("up", "12.5"), ("lb", "{not json 7f3a"), ("lb", '{"a": 17}')],
+)
+def test_attack_session_index_fields_edited_from_outside_are_a_typed_error(
+    url: str, field: str, value: str
+) -> None:
+    """Attack: a session's index fields in its head hash (`cr`, `up`: times; `lb`: its
+    labels as JSON) edited from outside made a page of `sessions()` raise a bare
+    ValueError or msgspec's DecodeError. Now it is CorruptLogError naming the session
+    (the fields' values are not quoted); nothing is written, and the other fields and
+    the log are left as the outsider left them."""
+    from eventstore import CorruptLogError
+
+    with SessionStore(url) as store:
+        for i in range(2):
+            store.append_progress_entry(SID, make_entry(i))
+        store.append_progress_entry("other", make_entry(0))
+    client = _client(url)
+    head = f"{_prefix(url)}:{{{SID}}}:h"
+    client.hset(head, field, value)
+    before = (client.hgetall(head), client.lrange(f"{_prefix(url)}:{{{SID}}}:l", 0, -1))
+    with SessionStore(url) as store:
+        with pytest.raises(CorruptLogError, match=f"#{SID}") as raised:
+            store.sessions(order="id")
+        assert value not in str(raised.value)
+    assert (client.hgetall(head), client.lrange(f"{_prefix(url)}:{{{SID}}}:l", 0, -1)) == before
+
+
 # -- connections killed mid-append and mid-follow ----------------------------------------------
 
 

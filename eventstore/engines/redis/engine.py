@@ -937,26 +937,28 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         """The entry a member stands for (None: a session with no committed line, or a
         member that is not the session's own any more, which is dropped)."""
         _, seq, base, size, cr, up, lb = h
-        own = cr is not None
-        if own and field:
-            own = scripts.ixkey(int(h[self._INDEX_FIELDS.index(field)])) + sid == member.decode()
+        if cr is None:
+            own = False
+        else:
+            try:  # (fields edited from outside: a typed error naming the session)
+                times = {"cr": int(cr), "up": int(up)}
+                labels = _labels_decoder.decode(lb) if lb else {}
+                last, first, size_ = int(seq or 0), int(base or 0), int(size or 0)
+            except (ValueError, TypeError, msgspec.DecodeError, msgspec.ValidationError):
+                raise CorruptLogError(
+                    self.where(sid), 0, None,
+                    "its session index fields (cr, up, lb, seq, base, size) are not what"
+                    " the store writes: edited from outside the store",
+                ) from None  # fmt: skip
+            own = not field or scripts.ixkey(times[field]) + sid == member.decode()
         if not own:
             keys = [self._keys(sid)[0], self._zset_of(field)]
             args = [member, field, sid]
             self._call("tidying the session index", lambda: self._script("INDEX_DROP", keys, args))
             return None
-        last = int(seq or 0)
         if last == 0:
             return None
-        return IndexEntry(
-            sid,
-            int(cr),
-            int(up),
-            last,
-            last - int(base or 0) + 1,
-            int(size or 0),
-            _labels_decoder.decode(lb) if lb else {},
-        )
+        return IndexEntry(sid, times["cr"], times["up"], last, last - first + 1, size_, labels)
 
     def _zset_of(self, field: str) -> str:
         return self._ix_keys[{"up": 0, "cr": 1, "": 2}[field]]
