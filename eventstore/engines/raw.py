@@ -8,11 +8,13 @@ function, so every such engine reads a damaged log the same way.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from eventstore.format.depth import HEAD_DECODER
 
-__all__ = ["RawEnd", "raw_end"]
+__all__ = ["LineEnd", "RawEnd", "last_line_end", "raw_end"]
 
 _head_decoder = HEAD_DECODER  # reads the envelope of a line of any depth
 
@@ -27,6 +29,32 @@ class RawEnd(msgspec.Struct, frozen=True):
     link: str
     h: str
     first_seq: int
+
+
+class LineEnd(msgspec.Struct, frozen=True):
+    """A line's `seq`, `link` (what the line after it chains to: its `h`, a snapshot's
+    `base_h`), `h` and `start` (its offset in the bytes it was read from)."""
+
+    seq: int
+    link: str
+    h: str
+    start: int
+
+
+def last_line_end(data: bytes) -> LineEnd | None:
+    """The last line of `data` (whole lines, each ending in a newline; not empty), None
+    when it does not decode: what a head read with the bytes must match."""
+    start = data.rfind(b"\n", 0, len(data) - 1) + 1
+    try:
+        last = _head_decoder.decode(data[start:-1])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return LineEnd(last.seq, _link_after(last), last.h, start)
+
+
+def _link_after(head: Any) -> str:
+    """What the line after a line of envelope `head` chains to."""
+    return (head.base_h or "") if head.type == "snapshot" else head.h
 
 
 def raw_end(data: bytes) -> RawEnd | None:
@@ -47,7 +75,6 @@ def raw_end(data: bytes) -> RawEnd | None:
             end = prev
             continue
         if last.more == 0:
-            link = (last.base_h or "") if last.type == "snapshot" else last.h
-            return RawEnd(end + 1, last.seq, link, last.h, first_seq)
+            return RawEnd(end + 1, last.seq, _link_after(last), last.h, first_seq)
         end = prev
     return None

@@ -83,6 +83,7 @@ from eventstore.engines.postgres.url import (
     secrets_of,
     split_url,
 )
+from eventstore.engines.raw import last_line_end
 from eventstore.errors import (
     CorruptLogError,
     InvalidArgumentError,
@@ -1251,12 +1252,8 @@ def _checked_live(live: Segment | None, where: str, head_seq: int) -> Segment | 
     data = live.read() if live is not None else b""
     if live is None and head_seq == 0:
         return None
-    end: int | None = 0
-    if data:
-        try:
-            end = _head_decoder.decode(data[data.rfind(b"\n", 0, len(data) - 1) + 1 :]).seq
-        except msgspec.MsgspecError:
-            end = None
+    last = last_line_end(data) if data else None
+    end = 0 if not data else None if last is None else last.seq
     if end is None or end == head_seq:
         return live
     return UnreadableSegment(data, where, _short_of_head(where, len(data), end, head_seq))

@@ -82,7 +82,7 @@ from eventstore.engines.base import (
     read_whole,
     redact_text,
 )
-from eventstore.engines.raw import raw_end
+from eventstore.engines.raw import last_line_end, raw_end
 from eventstore.engines.redis import scripts
 from eventstore.engines.redis.url import RedisUrl, split_url
 from eventstore.errors import (
@@ -93,7 +93,6 @@ from eventstore.errors import (
     UnsupportedError,
 )
 from eventstore.format.chain import split_hash
-from eventstore.format.depth import HEAD_DECODER
 from eventstore.session_ids import validate_session_id
 
 try:
@@ -223,17 +222,12 @@ def _head_of(c: list[Any], where: str) -> Head:
 
 def _ends_at(where: str, data: bytes, head: Head, offset: int) -> None:
     """CorruptLogError unless `data` (batches read up to `head`) ends with the head's line
-    (its seq, h and link, as `raw_end` reads them): a head edited from outside would be
-    built on. A last line that does not decode is left to the fold to report."""
-    start = data.rfind(b"\n", 0, len(data) - 1) + 1
-    try:
-        last = HEAD_DECODER.decode(data[start:-1])
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return
-    link = (last.base_h or "") if last.type == "snapshot" else last.h
-    if (last.seq, last.h, link) != (head.seq, head.h, head.link):
+    (its seq, h and link): a head edited from outside would be built on. A last line
+    that does not decode is left to the fold to report."""
+    last = last_line_end(data)
+    if last is not None and (last.seq, last.h, last.link) != (head.seq, head.h, head.link):
         raise CorruptLogError(
-            where, offset + start, last.seq,
+            where, offset + last.start, last.seq,
             f"the live log ends with seq {last.seq} (h {last.h}) but its head is at seq"
             f" {head.seq} (h {head.h}, link {head.link}): edited from outside the store",
         )  # fmt: skip
