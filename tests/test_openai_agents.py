@@ -719,30 +719,32 @@ def _edit(case: EngineCase, root: str, old: bytes, new: bytes) -> None:
         store.close()
 
 
-def test_a_cold_newest_page_never_returns_an_edited_item(case: EngineCase, url: str) -> None:
-    """An item's line edited in the log, on every engine: a fresh store's `get_items(n)`
-    and `pop_item` that would return it raise CorruptLogError (each line read from the
-    end is checked against its link, as a fold checks it), never the edited item."""
-    _agents_log(url, 50)
-    _edit(case, url, b"q0049", b"q9999")
-    with pytest.raises(CorruptLogError):
-        run(EventStoreSession("s", url).get_items(3))
-    with pytest.raises(CorruptLogError):
-        run(EventStoreSession("s", url).pop_item())
+_EDITS = {
+    # an item's text: the page that would return it
+    "item": (b"q0049", b"q9999", 3, "pop_item"),
+    # Attack: the newest item's line with its type made another word (its `h` kept):
+    # `get_items(1)` passed over it unchecked, as a line of no type it reads, and
+    # returned the item before it as the newest
+    "type": (b'"agents_items_added","seq":50,', b'"agents_items_addex","seq":50,', 1, "all"),
+}
 
 
-def test_a_cold_newest_page_never_skips_an_edited_line(case: EngineCase, url: str) -> None:
-    """Attack: the newest item's line with its type edited (`agents_items_added` made
-    another word, its `h` kept). A fresh store's `get_items(1)` passed over it unchecked,
-    as a line of no type it reads, and returned the item before it as the newest, on
-    every engine; now every line it passes is checked, so it raises CorruptLogError as
-    the fold does."""
+@pytest.mark.parametrize("edit", list(_EDITS))
+def test_a_cold_newest_page_never_returns_an_edited_item(
+    case: EngineCase, url: str, edit: str
+) -> None:
+    """A line edited in the log, on every engine: a fresh store's `get_items(n)` (and
+    `pop_item`, or the whole conversation) raise CorruptLogError as the fold does: every
+    line a read from the end passes is checked against its link, never the edited item
+    returned nor the edited line skipped."""
+    old, new, n, then = _EDITS[edit]
     _agents_log(url, 50)
-    _edit(case, url, b'"agents_items_added","seq":50,', b'"agents_items_addex","seq":50,')
+    _edit(case, url, old, new)
     with pytest.raises(CorruptLogError):
-        run(EventStoreSession("s", url).get_items(1))
+        run(EventStoreSession("s", url).get_items(n))
     with pytest.raises(CorruptLogError):
-        run(EventStoreSession("s", url).get_items())
+        session = EventStoreSession("s", url)
+        run(session.pop_item() if then == "pop_item" else session.get_items())
 
 
 def test_a_cold_newest_page_reads_only_the_logs_end(case: EngineCase, url: str) -> None:
