@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from eventstore.core.session_core import SessionCacheInfo
+from eventstore.core.session_core import DEFAULT_CACHED_SESSIONS, SessionCacheInfo
 from eventstore.engines.base import Durability
 from eventstore.errors import (
     InvalidArgumentError,
@@ -97,7 +97,7 @@ class AsyncSessionStore:
         projections: Iterable[Projection[Any]] = (),
         upcasters: Iterable[tuple[type[Event], int, Upcaster]] = (),
         auto_compact: AutoCompact | None = None,
-        cached_sessions: int = 1000,
+        cached_sessions: int = DEFAULT_CACHED_SESSIONS,
         max_workers: int = DEFAULT_MAX_WORKERS,
     ) -> None:
         if not isinstance(max_workers, int) or isinstance(max_workers, bool) or max_workers < 1:

@@ -24,6 +24,7 @@ from eventstore.core import validation
 from eventstore.core.fingerprint import fingerprint
 from eventstore.core.keys import rekey
 from eventstore.core.session_core import (
+    DEFAULT_CACHED_SESSIONS,
     AppendResult,
     Build,
     SessionCacheInfo,
@@ -170,7 +171,7 @@ class SessionStore:
         projections: Iterable[Projection[Any]] = (),
         upcasters: Iterable[tuple[type[Event], int, Upcaster]] = (),
         auto_compact: AutoCompact | None = None,
-        cached_sessions: int = 1000,
+        cached_sessions: int = DEFAULT_CACHED_SESSIONS,
         caches: bool = True,
         tuning: Tuning | None = None,
         signing_key: Ed25519PrivateKey | str | os.PathLike[str] | None = None,

@@ -53,6 +53,16 @@ def test_the_store_keeps_as_many_sessions_as_cached_sessions_says(root: Path, li
             assert "bootstrap" in s.cache_info(sids[-1]).folds
 
 
+def test_a_store_keeps_256_sessions_by_default(root: Path) -> None:
+    """The documented default bound (docs/session-api.md): a process going through many
+    sessions keeps 256 folded states, not one per session it ever touched."""
+    with SessionStore(root) as s:
+        assert s.cached_sessions == 256
+        for i in range(300):
+            s.append_progress_entry(f"s{i}", make_entry(0))
+        assert len(s.core.sessions) == 256
+
+
 def test_a_dropped_session_saves_its_caches(root: Path) -> None:
     with SessionStore(root, cached_sessions=1) as s:
         s.initialize_session_if_missing("big", make_manifest("big"), make_features(50))

@@ -98,6 +98,10 @@ T = TypeVar("T")
 # a build function: given the head and the folded states asked for, the events to append
 Build = Callable[[Head, list[Any]], list[Event]]
 
+# Sessions whose folded states a store keeps by default: a process going through 10,000
+# sessions grows about as much as on sqlite3 (~6 kB a kept session); one let go is
+# loaded again from its fold caches (bench/results/2026-12-05-session-cache-default-256.md).
+DEFAULT_CACHED_SESSIONS = 256
 _NO_PAUSE = nullcontext()  # a warm load folds only a tail: the collector stays on
 
 
@@ -138,7 +142,7 @@ class SessionCore:
         codec: EventCodec,
         projections: Iterable[Projection[Any]] = (),
         *,
-        cached_sessions: int = 1000,
+        cached_sessions: int = DEFAULT_CACHED_SESSIONS,
         caches: bool = True,
         tuning: Tuning | None = None,
         cache_mac: CacheMac | None = None,
