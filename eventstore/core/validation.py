@@ -111,7 +111,7 @@ def flag(value: object, what: str) -> bool:
 def listed(values: object, what: str) -> list[Any]:
     """`values` as a new list: any iterable but a str, bytes or mapping (whose items
     would be characters, ints or keys), else InvalidArgumentError naming `what`."""
-    if type(values) in (list, tuple):
+    if type(values) is list or type(values) is tuple:
         # the usual case, told apart without the ABC checks below: a process's first
         # `isinstance(_, Mapping)` walks the ABC's registry, ~0.2 ms of a cold call
         return list(values)
