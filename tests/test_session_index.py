@@ -19,6 +19,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,7 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.aio import AsyncSessionStore
+from eventstore.engines.file import index_lag
 
 # -- what it promises -------------------------------------------------------------------
 
@@ -510,6 +512,53 @@ def test_another_process_sees_a_writers_rows_once_it_closes(tmp_path: Path) -> N
     finally:
         writer.close()
         reader.close()
+
+
+def test_an_open_writers_rows_reach_other_pages_within_the_lag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: a writer that appends, then stays open without writing or paging (a
+    server between turns). Its row waited for its next write past the lag, a page or
+    close: another process's page of sessions updated since then missed the session
+    however long it waited. A thread now writes it within `INDEX_LAG`."""
+    monkeypatch.setattr(index_lag, "INDEX_LAG", 0.05)
+    root = tmp_path / "store"
+    with SessionStore(root) as writer, SessionStore(root) as reader:
+        writer.append_progress_entry("a", make_entry(0))  # created: its row at once
+        since = datetime.now(UTC)
+        writer.append_progress_entry("a", make_entry(1))
+        deadline = time.monotonic() + 30
+        while not reader.sessions(updated_since=since):
+            assert time.monotonic() < deadline, "the writer's row never reached the index"
+            time.sleep(0.01)
+        assert [(i.session_id, i.last_seq) for i in reader.sessions(updated_since=since)] == [
+            ("a", 2)
+        ]
+
+
+def test_an_append_never_waits_for_a_locked_index(tmp_path: Path) -> None:
+    """Attack: another process holds the session index locked (a long transaction, a
+    tool reading it) when a fresh process appends to a session it has. The append
+    waited out SQLite's busy timeout (10 s) for the row; now it returns at once and the
+    row is written once the lock is let go."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("a", make_entry(0))
+    with SessionStore(root) as store:
+        locker = sqlite3.connect(root / "index.sqlite3", isolation_level=None)
+        locker.execute("BEGIN EXCLUSIVE")
+        try:
+            append = threading.Thread(target=store.append_progress_entry, args=("a", make_entry(1)))
+            append.start()
+            append.join(timeout=5)  # a hang detector: the busy timeout is 10 s
+            assert not append.is_alive(), "the append waited for the index's lock"
+        finally:
+            locker.execute("ROLLBACK")
+            locker.close()
+        append.join()
+        assert store.last_seq("a") == 2
+    with SessionStore(root) as store:
+        assert [(i.session_id, i.last_seq) for i in store.sessions()] == [("a", 2)]
 
 
 @pytest.mark.skipif(POSTGRES_URL is None, reason="EVENTSTORE_TEST_POSTGRES_URL is not set")

@@ -93,6 +93,7 @@ from eventstore.engines.file.durability import (
 )
 from eventstore.engines.file.groupflush import GroupTurn
 from eventstore.engines.file.index import FileIndex
+from eventstore.engines.file.index_lag import LaggingRows
 from eventstore.engines.file.layout import (
     SessionPaths,
     fd_path,
@@ -154,16 +155,12 @@ from eventstore.format.tail import committed_end
 from eventstore.logger import log
 from eventstore.session_ids import validate_session_id
 
-__all__ = ["INDEX_LAG", "MAX_OPEN_SESSIONS", "FileEngine", "FilePosition", "from_url"]
+__all__ = ["MAX_OPEN_SESSIONS", "FileEngine", "FilePosition", "from_url"]
 
 
 _REMOVED_PREFIX = ".removed-"  # a session being removed: never an id (ids cannot start with ".")
 _HISTORY_TRIES = 50  # lock-free pictures spoiled by installs before a reader takes the lock
 
-
-INDEX_LAG = 1.0
-"""Seconds a session's index row may lag behind appends to it made by this process
-(a page from this engine, and `close`, write what lags first)."""
 
 _Lagging = tuple[int, "dict[str, str] | None", Head, bool]
 """An append's index row waiting out its lag: the batch's time (µs) and the labels it
@@ -197,10 +194,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         self._open: dict[str, SessionState] = {}
         self._guard = threading.Lock()
         self._index = FileIndex(self.root, durable=durability == "fsync")
-        # appends' rows waiting out INDEX_LAG, and when each session's row was written
-        self._index_guard = threading.Lock()
-        self._lagging: dict[str, _Lagging] = {}
-        self._indexed_at: dict[str, float] = {}
+        self._lagging: LaggingRows[_Lagging] = LaggingRows(self._write_lagging)
         process.track(self)
 
     def reset_after_fork(self) -> None:
@@ -210,8 +204,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         the child closes its copies (the parent's lock, if held, stays with the parent's
         copy) and opens its own."""
         self._guard = threading.Lock()
-        self._index_guard = threading.Lock()
-        self._lagging = {}  # the parent's to write, not the child's
+        self._lagging.reset_after_fork()  # the parent's to write, not the child's
         for sess in self._sessions.values():
             sess.drop_fds()
         self._sessions = {}
@@ -1101,8 +1094,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
                 raise storage_error(paths.dir, "removing the session", exc) from exc
             # this process's too: a generation no lock file holds (8 bytes or none)
             sess.gen = b"removed"
-            with self._index_guard:
-                self._lagging.pop(session_id, None)
+            self._lagging.discard(session_id)
             self._index.drop(session_id)
         # what was renamed is no session any more: delete it, and what a removal that
         # crashed before finishing left behind
@@ -1119,35 +1111,24 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         self, session_id: str, batch: EncodedBatch, new: Head, created: bool
     ) -> None:
         """The row after an append (writers' lock held). A session's first append and
-        a labels batch are written at once; other appends to a session this process
-        indexed less than `INDEX_LAG` seconds ago wait (the newest row per session) for
-        the next write past the lag, a page from this engine, or `close`: a burst of
-        appends costs one index write a second, not one each."""
+        a labels batch are written at once; any other append's row waits
+        (`index_lag`: for this engine's next page, `close`, or at most `INDEX_LAG`
+        seconds), so no such append waits for the index."""
         # what the row is made of (made only when written: most are replaced unwritten)
         forced = created or batch.labels is not None
         lagging = (batch.ts_us or _now_us(), batch.labels, new, forced)
-        now = time.monotonic()
-        with self._index_guard:
-            self._lagging[session_id] = lagging
-            if not forced and now - self._indexed_at.get(session_id, -INDEX_LAG) < INDEX_LAG:
-                return
-            due = [
-                sid
-                for sid in self._lagging
-                if sid == session_id or now - self._indexed_at.get(sid, -INDEX_LAG) >= INDEX_LAG
-            ]
-            rows = [_lagging_row(sid, self._lagging.pop(sid)) for sid in due]
-            for sid in due:
-                self._indexed_at[sid] = now
-        self._index.put_appended(rows)
+        if not forced:
+            self._lagging.add(session_id, lagging)
+            return
+        self._lagging.discard(session_id)
+        self._write_lagging([(session_id, lagging)])
+
+    def _write_lagging(self, rows: list[tuple[str, _Lagging]]) -> None:
+        self._index.put_appended([_lagging_row(sid, lagging) for sid, lagging in rows])
 
     def _flush_index(self) -> None:
         """Write every row still waiting out its lag."""
-        with self._index_guard:
-            rows = [_lagging_row(sid, lagging) for sid, lagging in self._lagging.items()]
-            self._lagging.clear()
-        if rows:
-            self._index.put_appended(rows)
+        self._lagging.flush()
 
     def _index_moved(self, session_id: str, head: Head) -> None:
         """The row after the live log was replaced (writers' lock held)."""
@@ -1210,7 +1191,10 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         return fixed
 
     def index_stale(self) -> bool:
-        """Whether the index may lack a session (see `eventstore.engines.file.index`)."""
+        """Whether the index may lack a session (see `eventstore.engines.file.index`),
+        asked after this process's waiting rows are written: a write the index refuses
+        marks it stale, and the page asking must rebuild it first."""
+        self._flush_index()
         return self._index.stale()
 
     def replace_index(self, entries: Sequence[IndexEntry], started_us: int) -> None:
@@ -1257,7 +1241,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
             self._release_group(sess)
             with sess.lock:
                 self._release(sess)
-        self._flush_index()
+        self._lagging.stop()
         self._index.close()
 
     def _release(self, sess: SessionState) -> None:

@@ -7,7 +7,8 @@ own would have to rebuild: atomic multi-process updates (its own locking, a busy
 of `BUSY_MS`), a crash at any point leaving the last committed state, ordered range
 reads. The index is a cache of the logs, never their authority:
 
-- Written beside each write, after the log (the new head) — except a session's first
+- Written after each write's log (the new head; most appends' rows a little later, by
+  `eventstore.engines.file.index_lag`) — except a session's first
   append, whose row is put in *before* its log is created (a "pending" row, `last_seq`
   0, committed with a full sync under `durability="fsync"`). So a crash at any point
   never leaves a session with a log and no row: at worst a row that is stale (the head

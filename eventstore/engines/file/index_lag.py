@@ -1,0 +1,103 @@
+"""Appends' session index rows waiting to be written, and the thread that writes them.
+
+The file engine writes a session's index row at once only where a page must find it:
+the session's creation and a change of its labels. Any other append leaves its row (the
+newest per session) here, written by the first of: a page from the same engine (which
+lists this process's own writes as they are), `close`, or a timer thread that writes
+whatever waits `INDEX_LAG` seconds after the first of it arrived. So no such append
+waits for the index (a fresh process's first append to a session would otherwise open
+SQLite and make its write-ahead log: ~1 ms), a burst of appends costs one index write,
+and another process's page sees a row at most about a second behind while this one
+lives. The index is a cache of the logs: a row lost with a killed process is corrected
+when a page reaches it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from eventstore.logger import log
+
+__all__ = ["INDEX_LAG", "LaggingRows"]
+
+INDEX_LAG = 1.0
+"""Seconds an append's row may wait before the timer thread writes it (read each time
+the timer starts)."""
+
+V = TypeVar("V")
+
+
+class LaggingRows(Generic[V]):
+    """The rows waiting, one per session (`V`: what the row is made of, made only when
+    written: most are replaced unwritten), and at most one timer thread. `write` takes
+    the waiting (session id, value) pairs and never raises for a refused index."""
+
+    def __init__(self, write: Callable[[list[tuple[str, V]]], None]) -> None:
+        self._write = write
+        self._guard = threading.Lock()
+        # one flush at a time: two writing at once could land an older row last
+        self._writing = threading.Lock()
+        self._waiting: dict[str, V] = {}
+        self._timer: threading.Timer | None = None
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: the parent's rows are the parent's to write, and its
+        timer thread does not exist here."""
+        self._guard = threading.Lock()
+        self._writing = threading.Lock()
+        self._waiting = {}
+        self._timer = None
+
+    def add(self, session_id: str, value: V) -> None:
+        """Let `value` wait as the session's row (replacing one waiting)."""
+        with self._guard:
+            self._waiting[session_id] = value
+            if self._timer is None:
+                self._timer = self._started()
+
+    def discard(self, session_id: str) -> None:
+        """Forget the session's waiting row (the session is gone, or written at once)."""
+        with self._guard:
+            self._waiting.pop(session_id, None)
+
+    def flush(self) -> None:
+        """Write every waiting row now."""
+        with self._writing:
+            with self._guard:
+                rows = list(self._waiting.items())
+                self._waiting.clear()
+            if rows:
+                self._write(rows)
+
+    def stop(self) -> None:
+        """Stop the timer thread (waiting for a write it is making) and write what waits."""
+        while True:
+            with self._guard:
+                timer = self._timer
+            if timer is None:
+                break
+            timer.cancel()
+            timer.join()
+            with self._guard:
+                if self._timer is timer:  # cancelled before it ran: nothing cleared it
+                    self._timer = None
+        self.flush()
+
+    def _started(self) -> threading.Timer:
+        timer = threading.Timer(INDEX_LAG, self._on_time)
+        timer.daemon = True  # never holds a process's exit: what waits is only a cache
+        timer.name = "eventstore-index"
+        timer.start()
+        return timer
+
+    def _on_time(self) -> None:
+        try:
+            self.flush()
+        except Exception as exc:  # no caller to tell: the rows stay stale until a page
+            log.warning("eventstore: writing the session index's waiting rows: %s", exc)
+        with self._guard:
+            self._timer = None
+            if self._waiting:  # added while this wrote
+                self._timer = self._started()
