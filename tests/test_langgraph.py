@@ -343,7 +343,11 @@ def test_prune_keep_latest_leaves_the_kept_checkpoint_with_no_parent(url: str) -
         parent = saver.get_tuple(cfg)
         assert parent is not None and parent.parent_config is not None
         put(saver, "other", put(saver, "other", v=0), v=1)  # not pruned: keeps its parent
-        saver.prune(["t"])
+        # a thread whose one checkpoint lost its parent to delete_for_runs: PostgresSaver's
+        # prune leaves every kept checkpoint whose parent is not kept with none
+        put(saver, "runs", put(saver, "runs", run_id="r1", v=0), run_id="r2", v=1)
+        saver.delete_for_runs(["r1"])
+        saver.prune(["t", "runs"])
         latest: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
         for reader in (saver, EventStoreSaver(url)):
             reads = [reader.get_tuple(latest), reader.get_tuple(cfg)]
@@ -354,6 +358,8 @@ def test_prune_keep_latest_leaves_the_kept_checkpoint_with_no_parent(url: str) -
                 assert tup.parent_config is None
             other = reader.get_tuple({"configurable": {"thread_id": "other"}})
             assert other is not None and other.parent_config is not None
+            runs = reader.get_tuple({"configurable": {"thread_id": "runs"}})
+            assert runs is not None and runs.parent_config is None
 
 
 def test_delete_for_runs_refuses_a_single_run_id_string(url: str) -> None:

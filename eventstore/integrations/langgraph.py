@@ -554,24 +554,21 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         ones kept whose parent is not kept lose it (a prune's, as PostgresSaver's)."""
         entries = [e for e in self._state(thread_id).values() if isinstance(e, CheckpointEntry)]
         gone = [(e.ns, e.checkpoint_id) for e in select(entries)]
-        if not gone:
-            return False
-        gone_set = set(gone)
-        kept = {(e.ns, e.checkpoint_id) for e in entries} - gone_set
+        kept = {(e.ns, e.checkpoint_id) for e in entries} - set(gone)
+        # (a parent gone before, by delete_for_runs, is not kept either)
         orphans = [
             (e.ns, e.checkpoint_id)
             for e in entries
-            if (e.ns, e.checkpoint_id) in kept
+            if unparent
+            and (e.ns, e.checkpoint_id) in kept
             and e.parent_id is not None
             and (e.ns, e.parent_id) not in kept
         ]
+        if not gone and not orphans:
+            return False
         self.store.append(
             self.session_id(thread_id),
-            [
-                CheckpointsRemoved(
-                    checkpoints=gone, reason=reason, unparented=orphans if unparent else []
-                )
-            ],
+            [CheckpointsRemoved(checkpoints=gone, reason=reason, unparented=orphans)],
         )
         return True
 
