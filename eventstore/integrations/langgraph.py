@@ -11,6 +11,7 @@ One eventstore session per LangGraph thread (`<thread_prefix><thread_id>`, by de
 | `delete_for_runs`, `prune` | `langgraph_removed`: the checkpoints (and writes) removed |
 | `delete_thread` | the session is deleted (`SessionStore.delete_session`), leaving a tombstone |
 
+A prune's `langgraph_removed` also names the kept checkpoints it leaves with no parent.
 Two projections fold those events (`eventstore.integrations.langgraph_state`): `langgraph`,
 every checkpoint, blob and pending write of a thread as one flat dict of immutable
 entries; and `langgraph_head`, each namespace's newest checkpoint with its blobs and
