@@ -220,6 +220,44 @@ def test_a_store_that_did_not_see_a_delete_appends_nothing_after_it(tmp_path: Pa
     run(main())
 
 
+def test_attack_a_subagent_transcript_appended_during_a_delete_goes_with_it(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: `delete` of a main transcript listed its subagent transcripts, then
+    deleted them: one a racing writer appended between the listing and the deletion
+    survived the delete, an orphan whose main is gone (the SDK's own store removes every
+    subkey with its main), on every engine. Now the delete lists again until a listing
+    finds no new one, so what is appended during it goes with it."""
+    sub: SessionKey = {**KEY, "subpath": "subagents/agent-late"}
+
+    with SessionStore(url) as plain:
+        listings = plain.list_sessions
+
+        async def main() -> None:
+            store = EventStoreSessionStore(plain)
+            await store.append(KEY, [{"type": "user", "uuid": "u1"}])
+            await store.append({**KEY, "subpath": "subagents/agent-1"}, [{"type": "user"}])
+            racing = EventStoreSessionStore(plain)
+            appended: list[bool] = []
+
+            def listing(prefix: str | None = None) -> list[str]:
+                found = listings(prefix)
+                if not appended:  # once, right after the delete's first listing
+                    appended.append(True)
+                    asyncio.run(racing.append(sub, [{"type": "user", "uuid": "late"}]))
+                return found
+
+            monkeypatch.setattr(plain, "list_sessions", listing)
+            await store.delete(KEY)
+            monkeypatch.undo()
+            assert appended
+            assert await store.load(sub) is None
+            assert await store.list_subkeys(KEY) == []
+            assert plain.list_sessions() == []
+
+        run(main())
+
+
 def test_keys_map_to_sessions_and_back() -> None:
     for key in (
         KEY,

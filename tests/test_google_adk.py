@@ -14,6 +14,7 @@ import asyncio
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -415,6 +416,43 @@ def test_attack_a_lone_surrogate_in_an_id_is_a_typed_error(url: str, bad: str, f
             with pytest.raises(InvalidArgumentError):
                 await call()
         assert service.store.list_sessions() == []
+        await service.close()
+
+    run(main())
+
+
+PADDING = st.text(alphabet=" \t\n\r\x0b\x0c\u00a0\u2003", max_size=3)
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(left=PADDING, right=PADDING)
+def test_attack_session_ids_are_stripped_by_every_call_as_adk_strips_them(
+    url: str, left: str, right: str
+) -> None:
+    """Attack: `create_session` stripped its id but `get_session` and `delete_session`
+    did not (a padded id read None and deleted nothing), and a whitespace-only id was
+    refused where ADK's InMemorySessionService makes a new id. Now every call strips
+    the id as ADK's does (blank: get None, delete nothing), answering as it answers."""
+    padded, blank = f"{left}s{right}", left + right
+
+    async def script(service: Any, app: str) -> list[Any]:
+        made = await service.create_session(app_name=app, user_id=USER, session_id=padded)
+        got = await service.get_session(app_name=app, user_id=USER, session_id=padded)
+        new = await service.create_session(app_name=app, user_id=USER, session_id=blank)
+        answers = [made.id, got.id if got else None, bool(new.id.strip()) and new.id != "s"]
+        answers.append(await service.get_session(app_name=app, user_id=USER, session_id=blank))
+        await service.delete_session(app_name=app, user_id=USER, session_id=blank)
+        await service.delete_session(app_name=app, user_id=USER, session_id=padded)
+        answers.append(await service.get_session(app_name=app, user_id=USER, session_id="s"))
+        listed = await service.list_sessions(app_name=app, user_id=USER)
+        return [*answers, [s.id == new.id for s in listed.sessions]]
+
+    async def main() -> None:
+        service = EventStoreSessionService(url)
+        app = f"app-{uuid.uuid4().hex}"  # one app per example: the examples share the store
+        assert await script(service, app) == await script(InMemorySessionService(), app)
         await service.close()
 
     run(main())

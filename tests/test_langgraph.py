@@ -30,6 +30,7 @@ from langgraph.types import Command, interrupt
 
 from eventstore import (
     CorruptLogError,
+    InvalidArgumentError,
     InvalidSessionIdError,
     SessionDeletedError,
     SessionStore,
@@ -328,6 +329,53 @@ def test_prune_refuses_a_single_thread_id_string(url: str, strategy: str) -> Non
             saver.prune("ab", strategy=strategy)
         for thread in ("a", "b"):
             assert len(list(saver.list({"configurable": {"thread_id": thread}}))) == 2
+
+
+def test_prune_keep_latest_leaves_the_kept_checkpoint_with_no_parent(url: str) -> None:
+    """Attack: after `prune(["t"])` the kept checkpoint's `parent_config` still named
+    the checkpoint the prune removed (get_tuple of it: None), on every engine.
+    PostgresSaver's prune leaves a kept checkpoint whose parent it deletes with no
+    parent: every read (the head, the list, a named read, a new saver) now says None."""
+    with EventStoreSaver(url) as saver:
+        cfg = put(saver, "t", v=0)
+        for i in range(1, 4):
+            cfg = put(saver, "t", cfg, v=i)
+        parent = saver.get_tuple(cfg)
+        assert parent is not None and parent.parent_config is not None
+        put(saver, "other", put(saver, "other", v=0), v=1)  # not pruned: keeps its parent
+        # a thread whose one checkpoint lost its parent to delete_for_runs: PostgresSaver's
+        # prune leaves every kept checkpoint whose parent is not kept with none
+        put(saver, "runs", put(saver, "runs", run_id="r1", v=0), run_id="r2", v=1)
+        saver.delete_for_runs(["r1"])
+        saver.prune(["t", "runs"])
+        latest: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        for reader in (saver, EventStoreSaver(url)):
+            reads = [reader.get_tuple(latest), reader.get_tuple(cfg)]
+            reads += list(reader.list({"configurable": {"thread_id": "t"}}))
+            assert len(reads) == 3
+            for tup in reads:
+                assert tup is not None and tup.checkpoint["channel_values"] == {"v": 3}
+                assert tup.parent_config is None
+            other = reader.get_tuple({"configurable": {"thread_id": "other"}})
+            assert other is not None and other.parent_config is not None
+            runs = reader.get_tuple({"configurable": {"thread_id": "runs"}})
+            assert runs is not None and runs.parent_config is None
+
+
+def test_delete_for_runs_refuses_a_single_run_id_string(url: str) -> None:
+    """Attack: `delete_for_runs("ab")` iterated the string and deleted runs "a" and
+    "b", on every engine. A str is now InvalidArgumentError (a TypeError, as `prune`
+    and PostgresSaver's prune raise for one) and no checkpoint is removed."""
+    with EventStoreSaver(url) as saver:
+        for run in ("a", "b", "ab"):
+            put(saver, f"t-{run}", run_id=run, v=1)
+        with pytest.raises(InvalidArgumentError, match="run_ids .*not a str: 'ab'"):
+            saver.delete_for_runs("ab")
+        for run in ("a", "b", "ab"):
+            assert saver.get_tuple({"configurable": {"thread_id": f"t-{run}"}}) is not None
+        saver.delete_for_runs(["ab"])  # the one run, named as a sequence of one
+        assert saver.get_tuple({"configurable": {"thread_id": "t-ab"}}) is None
+        assert saver.get_tuple({"configurable": {"thread_id": "t-a"}}) is not None
 
 
 def _appended(state: list[str], writes: list[list[str]]) -> list[str]:

@@ -358,6 +358,51 @@ def test_input_that_is_not_json_is_refused_and_nothing_written(tmp_path: Path) -
     assert plain_store(tmp_path).last_seq("s") == 0
 
 
+# keys the json module writes as names (SQLiteSession stores json.dumps(item)), with
+# names some of them share ("true" and True, 1 and "1", two NaNs: "NaN")
+ODD_KEY = st.one_of(
+    st.booleans(),
+    st.none(),
+    st.floats(),
+    st.integers(-2, 2),
+    st.sampled_from(["true", "null", "1", "1.5", "NaN", "x"]),
+)
+ODD_KEYED = st.dictionaries(ODD_KEY, st.one_of(st.integers(), st.text(max_size=3)), max_size=4)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(extra=ODD_KEYED, nested=ODD_KEYED)
+def test_attack_keys_that_are_not_str_read_back_as_sqlite_sessions_do(
+    tmp_path: Path, extra: dict[Any, Any], nested: dict[Any, Any]
+) -> None:
+    """Attack: an item holding a dict keyed by True, None or a float was refused
+    (InvalidRecordError) where `SQLiteSession` stores `json.dumps(item)` and reads it
+    back with the keys as JSON names them. Now such an item reads back as
+    SQLiteSession's does; one with two keys of one JSON name, of which SQLiteSession
+    keeps only the last, is refused and nothing written."""
+    item: Any = {"role": "user", "content": "x", "extra": extra, "deep": [{"d": nested}]}
+
+    async def main() -> None:
+        ours = EventStoreSession(f"s-{uuid.uuid4().hex}", tmp_path)
+        ref = SQLiteSession("s")
+        await ref.add_items([item])
+        want = await ref.get_items()
+        if len(want[0]["extra"]) < len(extra) or len(want[0]["deep"][0]["d"]) < len(nested):
+            with pytest.raises(InvalidRecordError, match=r"items\[0\].*'"):  # names the key
+                await ours.add_items([item])
+            assert await ours.get_items() == []
+        else:
+            await ours.add_items([item])
+            assert await ours.get_items() == want
+            assert await EventStoreSession(ours.session_id, tmp_path).get_items() == want
+        await ours.close()
+        ref.close()
+
+    run(main())
+
+
 @pytest.mark.parametrize("levels", [300, 5000])
 def test_an_item_nested_too_deep_is_a_typed_error_and_nothing_written(
     tmp_path: Path, levels: int

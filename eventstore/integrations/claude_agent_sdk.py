@@ -25,7 +25,8 @@ transcript `claude-sdk.<project_key>.<session_id>.<subpath>` (each part percent-
 - **Listings** read the names of the store's sessions and, per session of the project,
   the small `claude_sdk` projection: `mtime` is the time of the newest
   append, on the store's clock, in epoch ms, for both listings.
-- `delete` of a main transcript removes its subagent transcripts too.
+- `delete` of a main transcript removes its subagent transcripts too, those appended
+  while it runs included.
 
 Any `SessionStore` (or `AsyncSessionStore`) will do: the store learns the event types and
 projections (`SessionStore.learn`), so one store can serve every adapter at once.
@@ -194,15 +195,25 @@ class EventStoreSessionStore:
         return out
 
     async def delete(self, key: SessionKey) -> None:
-        """Remove the transcript (a main one with its subagents' transcripts)."""
+        """Remove the transcript (a main one with its subagents' transcripts, as the SDK
+        asks: none is left an orphan). A subagent transcript appended while the delete
+        runs goes with it: the subagents are listed again until a listing finds no new
+        one, so one first appended after that is an append after the delete (kept, as
+        the SDK's own in-memory store keeps it)."""
         sid = session_id_of(key)
 
         def delete() -> None:
-            doomed = [sid]
-            if key.get("subpath") is None:
-                doomed += [s for s in self.store.list_sessions() if s.startswith(sid + ".")]
-            for s in doomed:
-                self.store.delete_session(s)
+            self.store.delete_session(sid)
+            if key.get("subpath") is not None:
+                return
+            # each part of a key is percent-encoded, "." included: only the main's
+            # subagents start with its id and a "."; each is deleted once (a listing
+            # that still names one cannot make this loop forever)
+            done: set[str] = set()
+            while fresh := [s for s in self.store.list_sessions(sid + ".") if s not in done]:
+                for s in fresh:
+                    self.store.delete_session(s)
+                    done.add(s)
 
         await self.aio.call(sid, delete)
 

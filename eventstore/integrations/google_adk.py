@@ -135,6 +135,12 @@ def _part(text: object, what: str) -> str:
     return id_part(text, what)
 
 
+def _stripped(session_id: Any) -> Any:
+    """A session id as ADK's services take it: stripped of surrounding whitespace (any
+    other value is left to `session_id_of` to refuse)."""
+    return session_id.strip() if isinstance(session_id, str) else session_id
+
+
 def session_id_of(app_name: str, user_id: str, session_id: str) -> str:
     """The eventstore session of an ADK session."""
     app, user = _part(app_name, "app_name"), _part(user_id, "user_id")
@@ -238,11 +244,11 @@ class EventStoreSessionService(BaseSessionService):
         state: dict[str, Any] | None = None,
         session_id: str | None = None,
     ) -> Session:
-        """A new session (AdkSessionExistsError if the user has one of that id)."""
+        """A new session (AdkSessionExistsError if the user has one of that id); the id
+        stripped, a new one when none is given or it is blank (as ADK's services do)."""
+        session_id = _stripped(session_id)
         if session_id is None or session_id == "":
             session_id = platform_uuid.new_uuid()
-        elif isinstance(session_id, str):
-            session_id = session_id.strip()
         sid = session_id_of(app_name, user_id, session_id)
         own, app, user = _split({} if state is None else state)
         created = SessionCreated(
@@ -305,7 +311,12 @@ class EventStoreSessionService(BaseSessionService):
         session_id: str,
         config: GetSessionConfig | None = None,
     ) -> Session | None:
-        """The session with its events (those `config` asks for); None if unknown."""
+        """The session with its events (those `config` asks for); None if unknown. The
+        id is stripped as `create_session` strips it (blank: None, as ADK's services)."""
+        session_id = _stripped(session_id)
+        if session_id == "":
+            _user_sid(app_name, user_id)  # a bad app or user is still refused
+            return None
         sid = session_id_of(app_name, user_id, session_id)
 
         def get() -> Session | None:
@@ -382,7 +393,13 @@ class EventStoreSessionService(BaseSessionService):
 
     @override
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
-        """Remove the session's log (its app and user deltas stay, as ADK's do)."""
+        """Remove the session's log (its app and user deltas stay, as ADK's do). The id
+        is stripped as `create_session` strips it (blank: nothing to delete, as ADK's
+        services)."""
+        session_id = _stripped(session_id)
+        if session_id == "":
+            _user_sid(app_name, user_id)  # a bad app or user is still refused
+            return
         sid = session_id_of(app_name, user_id, session_id)
 
         def delete() -> None:

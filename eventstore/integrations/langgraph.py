@@ -11,6 +11,7 @@ One eventstore session per LangGraph thread (`<thread_prefix><thread_id>`, by de
 | `delete_for_runs`, `prune` | `langgraph_removed`: the checkpoints (and writes) removed |
 | `delete_thread` | the session is deleted (`SessionStore.delete_session`), leaving a tombstone |
 
+A prune's `langgraph_removed` also names the kept checkpoints it leaves with no parent.
 Two projections fold those events (`eventstore.integrations.langgraph_state`): `langgraph`,
 every checkpoint, blob and pending write of a thread as one flat dict of immutable
 entries; and `langgraph_head`, each namespace's newest checkpoint with its blobs and
@@ -64,7 +65,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from eventstore.aio import AsyncSessionStore
 from eventstore.core.session_core import core_of
-from eventstore.errors import SnapshotVersionError
+from eventstore.errors import InvalidArgumentError, SnapshotVersionError
 from eventstore.integrations.langgraph_lines import LINES_PROJECTION, indexed_checkpoint
 from eventstore.integrations.langgraph_older import OlderCheckpoint, older_checkpoint
 from eventstore.integrations.langgraph_state import (
@@ -478,7 +479,10 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Remove every checkpoint (and its writes) whose metadata has one of `run_ids`,
-        in every thread: one atomic append per thread that has any."""
+        in every thread: one atomic append per thread that has any. A single str is
+        refused (InvalidArgumentError, a TypeError as `prune` raises): taken as a
+        sequence, its characters would name other runs to delete."""
+        _refuse_str(run_ids, "run_ids", "run IDs")
         wanted = {str(r) for r in run_ids}
         if not wanted:
             return
@@ -501,12 +505,13 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """`"keep_latest"`: keep each namespace's newest checkpoint, then compact the
         thread without an archive so the pruned bytes leave the live log (archives an
-        earlier compaction made are kept); a thread a graph with a `DeltaChannel` wrote
+        earlier compaction made are kept), a kept checkpoint whose parent went left with
+        no parent (as PostgresSaver's); a thread a graph with a `DeltaChannel` wrote
         is refused (NotImplementedError, no thread pruned). `"delete"`: delete the
-        threads. A single str is refused (TypeError), as PostgresSaver refuses it: taken
-        as a sequence, its characters would name other threads to prune or delete."""
-        if isinstance(thread_ids, str):
-            raise TypeError("thread_ids must be a sequence of thread IDs, not a str")
+        threads. A single str is refused (InvalidArgumentError, a TypeError as
+        PostgresSaver raises): taken as a sequence, its characters would name other
+        threads to prune or delete."""
+        _refuse_str(thread_ids, "thread_ids", "thread IDs")
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"prune strategy must be 'keep_latest' or 'delete', not {strategy!r}")
         if strategy == "keep_latest":
@@ -521,7 +526,7 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         for thread_id in thread_ids:
             if strategy == "delete":
                 self.delete_thread(thread_id)
-            elif self._remove(str(thread_id), _all_but_newest, "prune"):
+            elif self._remove(str(thread_id), _all_but_newest, "prune", unparent=True):
                 # forced: the pruned bytes must leave the log even where a snapshot
                 # would not be smaller
                 self.store.compact(self.session_id(str(thread_id)), archive=False, force=True)
@@ -543,14 +548,30 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         thread_id: str,
         select: Callable[[_Entries], _Entries],
         reason: str,
+        *,
+        unparent: bool = False,
     ) -> bool:
+        """Append the removal of the thread's checkpoints `select` picks; `unparent`: the
+        ones kept whose parent is not kept lose it (a prune's, as PostgresSaver's)."""
         entries = [e for e in self._state(thread_id).values() if isinstance(e, CheckpointEntry)]
         gone = [(e.ns, e.checkpoint_id) for e in select(entries)]
-        if gone:
-            self.store.append(
-                self.session_id(thread_id), [CheckpointsRemoved(checkpoints=gone, reason=reason)]
-            )
-        return bool(gone)
+        kept = {(e.ns, e.checkpoint_id) for e in entries} - set(gone)
+        # (a parent gone before, by delete_for_runs, is not kept either)
+        orphans = [
+            (e.ns, e.checkpoint_id)
+            for e in entries
+            if unparent
+            and (e.ns, e.checkpoint_id) in kept
+            and e.parent_id is not None
+            and (e.ns, e.parent_id) not in kept
+        ]
+        if not gone and not orphans:
+            return False
+        self.store.append(
+            self.session_id(thread_id),
+            [CheckpointsRemoved(checkpoints=gone, reason=reason, unparented=orphans)],
+        )
+        return True
 
     # -- async: the same calls, in the thread's lane of the async store ------------------
 
@@ -647,6 +668,13 @@ _DELTA_METADATA = frozenset({"counters_since_delta_snapshot", "delta_writes_vers
 
 # a lane key for calls that span threads; no session id can equal it (ids are non-empty)
 _EVERY_THREAD = ""
+
+
+def _refuse_str(ids: Sequence[str], name: str, what: str) -> None:
+    """A str where a sequence of ids goes is refused, as PostgresSaver's prune refuses
+    one (its message), before anything is removed."""
+    if isinstance(ids, str):
+        raise InvalidArgumentError(f"{name} must be a sequence of {what}, not a str: {ids!r}")
 
 
 def _all_but_newest(entries: list[CheckpointEntry]) -> list[CheckpointEntry]:

@@ -241,10 +241,14 @@ class WritesPut(Event, tag="langgraph_writes", kw_only=True, gc=False):
 
 
 class CheckpointsRemoved(Event, tag="langgraph_removed", kw_only=True, gc=False):
-    """`delete_for_runs` / `prune`: checkpoints removed, as [ns, checkpoint_id] pairs."""
+    """`delete_for_runs` / `prune`: checkpoints removed, as [ns, checkpoint_id] pairs;
+    `unparented`: the checkpoints kept that are left with no parent (a prune's, whose
+    parent it removed, as PostgresSaver's prune leaves them)."""
 
     checkpoints: list[tuple[str, str]]
     reason: str
+    # empty in a removal written before it existed, which then folds as it always did
+    unparented: list[tuple[str, str]] = msgspec.field(default_factory=list)
 
 
 class ThreadCopied(Event, tag="langgraph_thread_copied", kw_only=True, gc=False):
@@ -280,6 +284,11 @@ def newest_key(ns: str) -> str:
 def blob_key(ns: str, channel: str, version: str) -> str:
     """The key of a channel's value at a version in the `langgraph` state."""
     return f"b{len(ns)}:{ns}{len(channel)}:{channel}{version}"
+
+
+def _no_parent(entry: CheckpointEntry) -> CheckpointEntry:
+    """`entry` with no parent (a prune removed it)."""
+    return msgspec.structs.replace(entry, parent_id=None)
 
 
 def merged_writes(old: WritesEntry | None, event: WritesPut) -> WritesEntry:
@@ -347,6 +356,11 @@ class LangGraphProjection(StructProjection[State]):
             for ns, checkpoint_id in event.checkpoints:
                 state.pop(checkpoint_key(ns, checkpoint_id), None)
                 state.pop(writes_key(ns, checkpoint_id), None)
+            for ns, checkpoint_id in event.unparented:
+                key = checkpoint_key(ns, checkpoint_id)
+                kept = state.get(key)
+                if isinstance(kept, CheckpointEntry):
+                    state[key] = _no_parent(kept)
             _drop_unreferenced_blobs(state)
             _index_newest(state, {ns for ns, _ in event.checkpoints})
         elif isinstance(event, ThreadCopied):
@@ -561,7 +575,7 @@ class LangGraphHeadProjection(StructProjection[HeadState]):
         elif isinstance(event, WritesPut):
             self._writes(state, event)
         elif isinstance(event, CheckpointsRemoved):
-            self._removed(state, event.checkpoints)
+            self._removed(state, event.checkpoints, event.unparented)
         elif isinstance(event, ThreadCopied):
             self._copied(state, event.entries)
         return state
@@ -640,10 +654,20 @@ class LangGraphHeadProjection(StructProjection[HeadState]):
             state[event.ns] = NamespaceHead(cur.max_id, head, cur.early)
 
     @staticmethod
-    def _removed(state: HeadState, pairs: Iterable[tuple[str, str]]) -> None:
+    def _removed(
+        state: HeadState,
+        pairs: Iterable[tuple[str, str]],
+        orphans: Iterable[tuple[str, str]] = (),
+    ) -> None:
         gone: dict[str, set[str]] = {}
         for ns, cid in pairs:
             gone.setdefault(ns, set()).add(cid)
+        for ns, cid in orphans:
+            cur = state.get(ns)
+            head = cur.head if cur is not None else None
+            if cur is not None and head is not None and head.checkpoint.checkpoint_id == cid:
+                kept = msgspec.structs.replace(head, checkpoint=_no_parent(head.checkpoint))
+                state[ns] = NamespaceHead(cur.max_id, kept, cur.early)
         for ns, ids in gone.items():
             cur = state.get(ns)
             if cur is None:

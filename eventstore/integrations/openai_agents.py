@@ -340,14 +340,9 @@ def _encode_items(items: list[TResponseInputItem]) -> tuple[list[msgspec.Raw], s
     raws: list[msgspec.Raw] = []
     for i, item in enumerate(items):
         try:
-            raw = _encoder.encode(item)
-            if msgspec.json.decode(raw) != item:
-                # msgspec writes NaN as null and bytes, datetimes and sets in forms of its
-                # own: refuse what the json module refuses (SQLiteSession's judge); what
-                # it accepts (tuples, int keys) reads back as SQLiteSession's does
-                json.dumps(item, allow_nan=False)
+            raw, value = _stored(item)
             raws.append(msgspec.Raw(raw))
-            canonical = _sorted_encoder.encode(item)
+            canonical = _sorted_encoder.encode(value)
         except RecursionError:  # far past the log's depth limit (which refuses the rest)
             raise NestingTooDeepError(
                 f"items[{i}] nests arrays and objects too deep to encode; a log line may"
@@ -358,6 +353,38 @@ def _encode_items(items: list[TResponseInputItem]) -> tuple[list[msgspec.Raw], s
         digest.update(len(canonical).to_bytes(8, "big"))
         digest.update(canonical)
     return raws, digest.hexdigest()
+
+
+def _stored(item: Any) -> tuple[bytes, Any]:
+    """The JSON the log stores of `item`, and the value a read returns of it: `item`
+    itself when msgspec's JSON reads back equal; otherwise what SQLiteSession (the SDK's
+    reference) reads back of it, `json.loads(json.dumps(item))` (tuples as lists, keys
+    True, None, 1.5 as "true", "null", "1.5"), refusing (ValueError) what would lose
+    data there (two keys of one JSON name: it keeps the last) or what JSON cannot hold
+    (NaN, infinities: msgspec would write null); TypeError for what the json module
+    refuses (bytes, datetimes, sets)."""
+    try:
+        raw = _encoder.encode(item)
+        if msgspec.json.decode(raw) == item:
+            return raw, item
+    except (TypeError, msgspec.EncodeError):
+        pass  # keys msgspec does not write (True, None): the json module's judge
+    value = json.loads(json.dumps(item), object_pairs_hook=_one_per_name, parse_constant=_refused)
+    return _encoder.encode(value), value
+
+
+def _one_per_name(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of the json module's writing, refused when two of its keys got one name."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(f"two keys of one object are both written {key!r} in JSON")
+        seen.add(key)
+    return dict(pairs)
+
+
+def _refused(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON (out of range float values are not JSON compliant)")
 
 
 def _newest_part(n: int) -> Callable[[AgentItems], list[StoredItem]]:
