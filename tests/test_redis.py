@@ -673,6 +673,42 @@ def test_attack_session_index_fields_edited_from_outside_are_a_typed_error(
     assert (client.hgetall(head), client.lrange(f"{_prefix(url)}:{{{SID}}}:l", 0, -1)) == before
 
 
+@pytest.mark.parametrize(
+    ("field", "value"), [("cr", "when-7f3a"), ("cr", "12.5"), ("up", "x"), ("up", "")]
+)
+def test_attack_session_index_times_edited_from_outside_refuse_appends_typed(
+    url: str, field: str, value: str
+) -> None:
+    """Attack: a session's index time (`cr`, `up`) edited from outside to no number
+    made every append a StorageError quoting the append script's Lua line. Now the
+    append is CorruptLogError naming the session, writes nothing (the head, the log and
+    the index's sets as the outsider left them), and a purge still removes the session."""
+    from eventstore import CorruptLogError
+
+    with SessionStore(url) as store:
+        for i in range(2):
+            store.append_progress_entry(SID, make_entry(i))
+    client = _client(url)
+    head = f"{_prefix(url)}:{{{SID}}}:h"
+    client.hset(head, field, value)
+
+    def state() -> Any:
+        return (
+            client.hgetall(head),
+            client.lrange(f"{_prefix(url)}:{{{SID}}}:l", 0, -1),
+            [client.zrange(f"{_prefix(url)}:ix:{k}", 0, -1) for k in "uci"],
+        )
+
+    before = state()
+    with SessionStore(url) as store:
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*from outside") as raised:
+            store.append_progress_entry(SID, make_entry(7))
+        assert "lua" not in str(raised.value).lower()
+        assert state() == before
+        store.delete_session(SID, purge=True)
+        assert not client.exists(head)
+
+
 # -- connections killed mid-append and mid-follow ----------------------------------------------
 
 

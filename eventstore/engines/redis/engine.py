@@ -253,6 +253,16 @@ def _counted(where: str, n: int, got: int) -> None:
         )  # fmt: skip
 
 
+def _index_fields_edited(where: str) -> CorruptLogError:
+    """The error for a session whose index fields in its head hash are not what the
+    store writes (their values not quoted: they are whatever an outsider put there)."""
+    return CorruptLogError(
+        where, 0, None,
+        "its session index fields (cr, up, lb, seq, base, size) are not what"
+        " the store writes: edited from outside the store",
+    )  # fmt: skip
+
+
 def _kept_at(fields: list[str], gen: str) -> bool:
     """Whether a cache's kept head ("gen seq link hh base size n" split) is one of the
     live log `gen` (as `scripts.CACHE_OPEN` checks it, but for where its line is)."""
@@ -576,6 +586,8 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
                 continue
             if status == 3:  # nothing was written
                 _counted(self.where(session_id), int(out[2]), int(out[1]))
+            if status == 4:  # nothing was written
+                raise _index_fields_edited(self.where(session_id))
             head = _head_of(out[1:], self.where(session_id))
             if status == 1:
                 if lost:
@@ -939,11 +951,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
                 labels = _labels_decoder.decode(lb) if lb else {}
                 last, first, size_ = int(seq or 0), int(base or 0), int(size or 0)
             except (ValueError, TypeError, msgspec.DecodeError, msgspec.ValidationError):
-                raise CorruptLogError(
-                    self.where(sid), 0, None,
-                    "its session index fields (cr, up, lb, seq, base, size) are not what"
-                    " the store writes: edited from outside the store",
-                ) from None  # fmt: skip
+                raise _index_fields_edited(self.where(sid)) from None
             own = not field or scripts.ixkey(times[field]) + sid == member.decode()
         if not own:
             keys = [self._keys(sid)[0], self._zset_of(field)]
