@@ -612,6 +612,47 @@ def test_attack_no_read_answers_past_a_head_that_does_not_count_its_log(
         assert not report.ok and "from outside" in report.problems[-1].message, report
 
 
+@pytest.mark.parametrize("edit", [*_OUTSIDE_EDITS, "count-edited"])
+def test_attack_verify_and_repair_never_call_a_log_its_head_does_not_count_intact(
+    url: str, edit: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack: with the head's count of appends and the live log list made to disagree
+    from outside (an append popped or pushed, the list or head deleted, the count
+    edited), every read and append refused the session but `repair` said "the log is
+    intact; nothing to do" (or that there was no live log), and only a purge cleared
+    it. Now verify reports it (the CLI exits 1 naming the session) and repair, which
+    cannot tell whether the head or the list is right, raises CorruptLogError naming
+    the session and saying so, and changes nothing; a purge still clears it."""
+    from eventstore import CorruptLogError
+    from eventstore.ops import audit
+
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+    client = _client(url)
+
+    def key(kind: str) -> str:
+        return f"{_prefix(url)}:{{{SID}}}:{kind}"
+
+    if edit == "count-edited":
+        client.hset(key("h"), "n", 5)
+    else:
+        _OUTSIDE_EDITS[edit](client, key)
+    before = _keys_of(url), client.lrange(key("l"), 0, -1), client.hgetall(key("h"))
+    with SessionStore(url) as store:
+        assert not store.verify(SID).ok
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*repair cannot tell"):
+            audit.repair(store.core, SID)
+    if edit != "head-deleted":  # (no head: an id no listing knows, the CLI's "unknown")
+        rc, out, _ = cli_in_process(capsys, "verify", url, SID)
+        assert rc == 1 and out.startswith(f"FAILED  {SID} ") and f"#{SID}" in out
+    assert (_keys_of(url), client.lrange(key("l"), 0, -1), client.hgetall(key("h"))) == before
+    with SessionStore(url) as store:
+        store.delete_session(SID, purge=True)
+        store.append_progress_entry(SID, make_entry(0))
+        assert store.verify(SID).ok
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [("seq", "x"), ("seq", "-1"), ("seq", "1e3"), ("seq", "5"), ("seq", "2"),

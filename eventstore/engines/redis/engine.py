@@ -1080,10 +1080,19 @@ class _RedisRepairHold(RepairHold):
         def run() -> list[Any]:
             pipe = engine._client.pipeline(transaction=True)
             pipe.lrange(keys[1], 0, -1)
-            pipe.hmget(keys[0], ["tail", "gen"])
+            pipe.hmget(keys[0], ["tail", "gen", "n"])
             return pipe.execute()  # type: ignore[no-any-return]
 
-        items, (tail, gen) = engine._call("reading a session for repair", run)
+        items, (tail, gen, n) = engine._call("reading a session for repair", run)
+        try:  # (which of the two is right cannot be told from them: nothing is cut)
+            _counted(self.where, int(n or 0) if gen is not None else 0, len(items))
+        except CorruptLogError as exc:
+            raise CorruptLogError(
+                self.where, 0, None,
+                f"{exc.reason}; repair cannot tell whether the head or the log is right"
+                " and changes nothing: restore the session from a backup, or purge it"
+                " (delete_session(purge=True), `eventstore delete --purge`)",
+            ) from None  # fmt: skip
         self._exists = gen is not None
         self._data = b"".join(items) + (tail or b"")
 
