@@ -263,6 +263,12 @@ def _index_fields_edited(where: str) -> CorruptLogError:
     )  # fmt: skip
 
 
+def _own_member(member: bytes, sid: str, field: str, times: dict[str, int]) -> bool:
+    """Whether a member of the index's set for `field` ("up", "cr"; "" for the ids) is
+    the one session `sid`'s index times (`times`, as its head hash holds them) make."""
+    return not field or scripts.ixkey(times[field]) + sid == member.decode()
+
+
 def _kept_at(fields: list[str], gen: str) -> bool:
     """Whether a cache's kept head ("gen seq link hh base size n" split) is one of the
     live log `gen` (as `scripts.CACHE_OPEN` checks it, but for where its line is)."""
@@ -881,7 +887,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         backwards for the times), each with its session's hash (one pipeline a chunk),
         filtered until the page is full. A member that is no longer its session's (the
         session removed, expired or written since: it stands further on now) is passed
-        over, and dropped (`INDEX_DROP`)."""
+        over; a page writes nothing (`replace_index`, a rebuild, drops such members)."""
         want = labels or {}
         field = {"updated": "up", "created": "cr", "id": ""}[order]
         zkey = self._ix_keys[("updated", "created", "id").index(order)]
@@ -941,26 +947,54 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
 
     def _index_entry(self, sid: str, member: bytes, field: str, h: list[Any]) -> IndexEntry | None:
         """The entry a member stands for (None: a session with no committed line, or a
-        member that is not the session's own any more, which is dropped)."""
+        member that is not the session's own any more, passed over: a page writes
+        nothing, `rebuild_index` drops it)."""
         _, seq, base, size, cr, up, lb = h
         if cr is None:
-            own = False
-        else:
-            try:  # (fields edited from outside: a typed error naming the session)
-                times = {"cr": int(cr), "up": int(up)}
-                labels = _labels_decoder.decode(lb) if lb else {}
-                last, first, size_ = int(seq or 0), int(base or 0), int(size or 0)
-            except (ValueError, TypeError, msgspec.DecodeError, msgspec.ValidationError):
-                raise _index_fields_edited(self.where(sid)) from None
-            own = not field or scripts.ixkey(times[field]) + sid == member.decode()
-        if not own:
-            keys = [self._keys(sid)[0], self._zset_of(field)]
-            args = [member, field, sid]
-            self._call("tidying the session index", lambda: self._script("INDEX_DROP", keys, args))
-            return None
-        if last == 0:
+            return None  # (the session expired or was removed)
+        try:  # (fields edited from outside: a typed error naming the session)
+            times = {"cr": int(cr), "up": int(up)}
+            labels = _labels_decoder.decode(lb) if lb else {}
+            last, first, size_ = int(seq or 0), int(base or 0), int(size or 0)
+        except (ValueError, TypeError, msgspec.DecodeError, msgspec.ValidationError):
+            raise _index_fields_edited(self.where(sid)) from None
+        if not _own_member(member, sid, field, times) or last == 0:
             return None
         return IndexEntry(sid, times["cr"], times["up"], last, last - first + 1, size_, labels)
+
+    def _tidy_index(self) -> None:
+        """Drop every member of the index's sets that stands for no session any more
+        (one expired or removed, or written since), each checked against its session
+        again in the script that drops it (`INDEX_DROP`): a session written meanwhile
+        keeps its own. A member whose session's times are not numbers is left (verify
+        and the pages name that session)."""
+        orders: tuple[tuple[IndexOrder, str], ...] = (
+            ("updated", "up"), ("created", "cr"), ("id", ""),
+        )  # fmt: skip
+        for order, field in orders:
+            zkey = self._zset_of(field)
+            bound = b"-" if order == "id" else b"+"
+            while True:
+                members, hashes = self._call(
+                    "reading the session index",
+                    functools.partial(self._index_chunk, zkey, order, bound, 500),
+                )
+                for member, h in zip(members, hashes, strict=True):
+                    sid = (member if order == "id" else member[14:]).decode("utf-8")
+                    cr, up = h[4], h[5]
+                    try:
+                        times = None if cr is None else {"cr": int(cr), "up": int(up)}
+                    except (ValueError, TypeError):
+                        continue
+                    if times is None or not _own_member(member, sid, field, times):
+                        keys, args = [self._keys(sid)[0], zkey], [member, field, sid]
+                        self._call(
+                            "tidying the session index",
+                            functools.partial(self._script, "INDEX_DROP", keys, args),
+                        )
+                if len(members) < 500:
+                    break
+                bound = b"(" + members[-1]
 
     def _zset_of(self, field: str) -> str:
         return self._ix_keys[{"up": 0, "cr": 1, "": 2}[field]]
@@ -987,8 +1021,9 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
 
     def replace_index(self, entries: Sequence[IndexEntry], started_us: int) -> None:
         """A rebuild's entries, one script each (`INDEX_SET`, a pipeline of 500 a round
-        trip): a session written since (a higher seq) keeps its own; members standing
-        for no session are dropped when a page meets them. Then the version key."""
+        trip): a session written since (a higher seq) keeps its own. Then the members
+        standing for no session (expired, removed) are dropped (`_tidy_index`: pages
+        pass over them and write nothing), then the version key."""
         for i in range(0, len(entries), 500):
             pipe = self._client.pipeline(transaction=False)
             for e in entries[i : i + 500]:
@@ -998,6 +1033,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
                 ]  # fmt: skip
                 self._scripts["INDEX_SET"](keys=self._keys(e.session_id), args=args, client=pipe)
             self._call("rebuilding the session index", pipe.execute, tries=1)
+        self._tidy_index()
         self._call("rebuilding the session index", lambda: self._client.set(self._ix_version, 1))
 
     def remove_session(self, session_id: str) -> bool:

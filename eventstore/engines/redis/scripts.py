@@ -39,8 +39,8 @@ range that starts just past its cursor):
 
 `ixkey(t)` is t + 2^52 as 14 hex digits: fixed width, so byte order is time order
 (times are clamped to +-2^52 us, about 1827..2112; exact in Lua's doubles). A member
-whose session expired (`ttl`) or was written again stays until a page walks past it
-(`INDEX_DROP`).
+whose session expired (`ttl`) stays, passed over by every page (a read writes nothing),
+until a rebuild of the index drops it (`INDEX_DROP`).
 
 KEYS, in this order in every script: h l a b s w k, then the global feed stream (one key
 for the whole store, an entry an append: `s` the session id, `q` its first seq, `d` its
@@ -399,7 +399,7 @@ return 1
 INDEX_DROP = (
     _PRELUDE
     + """
--- KEYS: a session's h, one of the index's sets; ARGV: a member of it a page found
+-- KEYS: a session's h, one of the index's sets; ARGV: a member of it a rebuild found
 -- standing for no session, its field ('up', 'cr'; '' for ix:i), the session id
 -- -> 1 dropped | 0 kept (the session's current member after all)
 local v = redis.call('HGET', KEYS[1], 'cr')
