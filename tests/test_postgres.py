@@ -1232,6 +1232,56 @@ def test_schema_is_versioned_and_refuses_a_newer_one(pg_url: str) -> None:
         pg.from_url(pg_url)
 
 
+def test_attack_a_reader_open_of_an_older_schema_upgrades_nothing(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack: opening a store of an older schema version with `create=False` (every
+    read command of the CLI) upgraded it: a read wrote DDL, and a read-only role could
+    not read at all. Now such an open is SchemaVersionError naming the version found,
+    the one this code reads and how to upgrade (create=True, `init-db`), and writes
+    nothing: the tables, functions and `meta` as they were; an open with create=True
+    upgrades it."""
+    from eventstore.engines.postgres.schema import ddl
+
+    conninfo, schema = pg.split_url(pg_url)
+    q = quote_schema(schema)
+
+    def catalog(conn: Any) -> Any:
+        return (
+            conn.execute(f"SELECT name, value FROM {q}.meta ORDER BY name").fetchall(),  # noqa: S608
+            conn.execute(
+                "SELECT p.oid::regprocedure::text, md5(p.prosrc) FROM pg_proc p"
+                " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s"
+                " ORDER BY 1",
+                (schema,),
+            ).fetchall(),
+            conn.execute(
+                "SELECT table_name, column_name FROM information_schema.columns"
+                " WHERE table_schema = %s ORDER BY 1, 2",
+                (schema,),
+            ).fetchall(),
+        )
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        for version in range(1, 5):
+            conn.execute(ddl(schema, version))
+        conn.execute(f"INSERT INTO {q}.meta VALUES ('schema_version', '4')")
+        before = catalog(conn)
+    with pytest.raises(pg.SchemaVersionError) as raised:
+        pg.from_url(pg_url, create=False)
+    message = str(raised.value)
+    assert "version 4" in message and f"version {pg.SCHEMA_VERSION}" in message
+    assert "create=True" in message and "init-db" in message
+    rc, _, err = cli_in_process(capsys, "sessions", pg_url)
+    assert rc != 0 and "version 4" in err
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        assert catalog(conn) == before
+    with pg.from_url(pg_url) as engine:  # create=True: the upgrade
+        assert engine.list_sessions() == []
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        assert catalog(conn)[0][-1] == ("schema_version", str(pg.SCHEMA_VERSION))
+
+
 INIT_RACE = textwrap.dedent(
     """
     import sys, time
