@@ -2112,6 +2112,51 @@ def test_privileges_the_readme_lists_are_enough(pg_url: str) -> None:
             admin.execute(f"DROP ROLE {role}")
 
 
+def test_attack_a_read_only_follower_polls_without_reconnecting(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: a follower under a read-only role (SELECT only: the schema's `listen()`
+    refuses to register it) made its LISTEN connection again every 0.2 s for as long as
+    it followed, each refused in turn; following still worked, by polling. Now the
+    first refusal stops the listener for the engine's life: one LISTEN connection, and
+    a wait still wakes on an append (by polling)."""
+    conninfo, schema = pg.split_url(pg_url)
+    with pg.from_url(pg_url) as writer:
+        append_retrying(writer, "s")
+        role = f"es_ro_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(conninfo, autocommit=True) as admin:
+            admin.execute(f"CREATE ROLE {role} LOGIN")
+            admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+            admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+        real_connect, made = psycopg.connect, []
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            made.append(args)
+            return real_connect(*args, **kwargs)
+
+        monkeypatch.setattr(psycopg, "connect", counting)  # (the listener's connections)
+        try:
+            parts = urlsplit(pg_url)
+            netloc = f"{role}@{parts.hostname}:{parts.port or 5432}"
+            with pg.from_url(urlunsplit(parts._replace(netloc=netloc)), create=False) as ro:
+                head = ro.head("s")
+                for _ in range(3):  # long enough for the old listener to reconnect often
+                    assert ro.wait("s", head.position, 0.6) is False
+                timer = threading.Timer(0.3, append_retrying, (writer, "s"))
+                timer.start()
+                try:
+                    assert ro.wait("s", head.position, 30.0) is True
+                finally:
+                    timer.join()
+                assert ro.head("s").seq == 2
+            assert len(made) == 1, f"{len(made)} LISTEN connections"
+        finally:
+            monkeypatch.undo()
+            with psycopg.connect(conninfo, autocommit=True) as admin:
+                admin.execute(f"DROP OWNED BY {role}")
+                admin.execute(f"DROP ROLE {role}")
+
+
 def test_postgres_scheme_alias_and_default_schema(server_url: str) -> None:
     conninfo, schema = pg.split_url(server_url.replace("postgresql://", "postgres://", 1))
     assert conninfo.startswith("postgresql://") and schema == "eventstore"
