@@ -616,17 +616,32 @@ def test_attack_no_read_answers_past_a_head_that_does_not_count_its_log(
         assert not report.ok and "from outside" in report.problems[-1].message, report
 
 
-@pytest.mark.parametrize("edit", [*_OUTSIDE_EDITS, "count-edited"])
+def _forge_next_batch(url: str, client: Any, key: Any) -> None:
+    """Push, from outside, a batch that chains to the session's last line as an append
+    would (the right seq, link and hash) without moving the head."""
+    from datetime import UTC, datetime
+
+    with SessionStore(url) as store:
+        head = store.engine.head(SID)
+    data, _, _ = EventCodec().encode_batch(
+        [ProgressAppended(entry=make_entry(9))], head.seq + 1, head.link, datetime.now(UTC), None
+    )
+    client.rpush(key("l"), data)
+
+
+@pytest.mark.parametrize(
+    "edit", ["head-deleted", "log-deleted", "last-append-popped", "count-edited"]
+)
 def test_attack_verify_and_repair_never_call_a_log_its_head_does_not_count_intact(
     url: str, edit: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Attack: with the head's count of appends and the live log list made to disagree
-    from outside (an append popped or pushed, the list or head deleted, the count
-    edited), every read and append refused the session but `repair` said "the log is
-    intact; nothing to do" (or that there was no live log), and only a purge cleared
-    it. Now verify reports it (the CLI exits 1 naming the session) and repair, which
-    cannot tell whether the head or the list is right, raises CorruptLogError naming
-    the session and saying so, and changes nothing; a purge still clears it."""
+    from outside (an append popped, the list or head deleted, the count edited), every
+    read and append refused the session but `repair` said "the log is intact; nothing
+    to do" (or that there was no live log), and only a purge cleared it. Now verify
+    reports it (the CLI exits 1 naming the session) and repair, which cannot tell
+    whether the head or the list is right, raises CorruptLogError naming the session
+    and saying so, and changes nothing; a purge still clears it."""
     from eventstore import CorruptLogError
     from eventstore.ops import audit
 
@@ -654,6 +669,42 @@ def test_attack_verify_and_repair_never_call_a_log_its_head_does_not_count_intac
     with SessionStore(url) as store:
         store.delete_session(SID, purge=True)
         store.append_progress_entry(SID, make_entry(0))
+        assert store.verify(SID).ok
+
+
+@pytest.mark.parametrize("pushed", ["garbage", "a-chained-batch"])
+def test_attack_repair_cuts_batches_pushed_past_the_head(url: str, pushed: str) -> None:
+    """Attack: a batch pushed onto the live log list from outside, past the batches the
+    head counts, left the session refused everywhere; one that chains to the last line
+    as an append would (the right seq, link and hash) was even called intact by repair.
+    Now, the head's own batches ending at its line, repair keeps them and cuts the rest
+    (the whole original saved aside first; the pushed seq held by a `quarantined`
+    record, so no number is used twice): verify is ok and appends go on."""
+    from eventstore.ops import audit
+
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+    client = _client(url)
+
+    def key(kind: str) -> str:
+        return f"{_prefix(url)}:{{{SID}}}:{kind}"
+
+    if pushed == "garbage":
+        _OUTSIDE_EDITS["append-pushed"](client, key)
+    else:
+        _forge_next_batch(url, client, key)
+    original = b"".join(client.lrange(key("l"), 0, -1))
+    with SessionStore(url) as store:
+        assert not store.verify(SID).ok
+        report = audit.repair(store.core, SID)
+        assert report.action == "moved_aside" and report.kept_events == 3, report
+        assert report.problem is not None and report.problem.offset == report.kept_bytes
+        assert report.quarantined == (4, 4)
+        assert client.lrange(key("s"), 0, -1) == [original]  # saved aside whole
+        assert store.verify(SID).ok
+        store.append_progress_entry(SID, make_entry(3))
+        assert _summaries(store) == [f"step {i}" for i in range(4)]
         assert store.verify(SID).ok
 
 

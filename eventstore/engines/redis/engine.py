@@ -1116,21 +1116,38 @@ class _RedisRepairHold(RepairHold):
         def run() -> list[Any]:
             pipe = engine._client.pipeline(transaction=True)
             pipe.lrange(keys[1], 0, -1)
-            pipe.hmget(keys[0], ["tail", "gen", "n"])
+            pipe.hmget(keys[0], ["tail", "gen", "n", "seq", "hh", "link"])
             return pipe.execute()  # type: ignore[no-any-return]
 
-        items, (tail, gen, n) = engine._call("reading a session for repair", run)
-        try:  # (which of the two is right cannot be told from them: nothing is cut)
-            _counted(self.where, int(n or 0) if gen is not None else 0, len(items))
-        except CorruptLogError as exc:
-            raise CorruptLogError(
-                self.where, 0, None,
-                f"{exc.reason}; repair cannot tell whether the head or the log is right"
-                " and changes nothing: restore the session from a backup, or purge it"
-                " (delete_session(purge=True), `eventstore delete --purge`)",
-            ) from None  # fmt: skip
+        items, (tail, gen, n, seq, hh, link) = engine._call("reading a session for repair", run)
         self._exists = gen is not None
         self._data = b"".join(items) + (tail or b"")
+        self._head_end: int | None = None
+        try:
+            _counted(self.where, int(n or 0) if gen is not None else 0, len(items))
+        except CorruptLogError as exc:
+            # batches pushed past a head whose own batches end at its line: the head is
+            # right, the rest is cut (saved aside); any other disagreement (batches
+            # lost, the head or its count edited) cannot be told apart: nothing is cut
+            count = int(n or 0) if gen is not None else 0
+            ours = b"".join(items[:count])
+            last = last_line_end(ours) if 0 < count < len(items) else None
+            if last is None or (str(last.seq), last.h, last.link) != (
+                _text(seq),
+                _text(hh),
+                _text(link),
+            ):
+                raise CorruptLogError(
+                    self.where, 0, None,
+                    f"{exc.reason}; repair cannot tell whether the head or the log is"
+                    " right and changes nothing: restore the session from a backup, or"
+                    " purge it (delete_session(purge=True), `eventstore delete --purge`)",
+                ) from None  # fmt: skip
+            self._head_end = len(ours)
+
+    @property
+    def head_end(self) -> int | None:
+        return self._head_end
 
     @property
     def data(self) -> bytes:
