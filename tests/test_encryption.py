@@ -498,6 +498,33 @@ def test_two_key_files_of_one_id_and_different_keys_are_refused(tmp_path: Path) 
         assert store.load_transcript_messages("s1")[-1].content == MARKER
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.permutations(["good", "other-key", "damaged", "other-id"]), st.booleans())
+def test_attack_unwrap_tries_every_wrap_whose_id_matches(order: list[str], whole: bool) -> None:
+    """Attack: `KeyRing.unwrap` gave up (WrongKeyError) at the first wrap whose key id
+    the ring holds that did not open, though a later wrap under the same id (a master
+    key id reused for another key, a damaged copy) opened with the ring's key. Now
+    every wrap whose id matches is tried; WrongKeyError naming the id only when none
+    opens, and None when the ring holds none of the ids."""
+    from eventstore.format.crypt import KeySlot, WrappedKey
+
+    data_key = os.urandom(32)
+    wraps = {
+        "good": ring("m1", M1).wrap(data_key),
+        "other-key": ring("m1", M2).wrap(data_key),
+        "damaged": WrappedKey("m1", "not base64 !"),
+        "other-id": ring("m9", M2).wrap(data_key),
+    }
+    kinds = order if whole else [k for k in order if k != "good"]
+    slot = KeySlot("dk1", [wraps[k] for k in kinds])
+    if whole:
+        assert ring("m1", M1).unwrap(slot, "s1") == data_key
+    else:
+        with pytest.raises(WrongKeyError, match="m1"):
+            ring("m1", M1).unwrap(slot, "s1")
+    assert KeyRing({"m7": M1}).unwrap(slot, "s1") is None
+
+
 # -- the server engines: every row, every key -------------------------------------------
 
 

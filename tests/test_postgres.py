@@ -1232,6 +1232,56 @@ def test_schema_is_versioned_and_refuses_a_newer_one(pg_url: str) -> None:
         pg.from_url(pg_url)
 
 
+def test_attack_a_reader_open_of_an_older_schema_upgrades_nothing(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack: opening a store of an older schema version with `create=False` (every
+    read command of the CLI) upgraded it: a read wrote DDL, and a read-only role could
+    not read at all. Now such an open is SchemaVersionError naming the version found,
+    the one this code reads and how to upgrade (create=True, `init-db`), and writes
+    nothing: the tables, functions and `meta` as they were; an open with create=True
+    upgrades it."""
+    from eventstore.engines.postgres.schema import ddl
+
+    conninfo, schema = pg.split_url(pg_url)
+    q = quote_schema(schema)
+
+    def catalog(conn: Any) -> Any:
+        return (
+            conn.execute(f"SELECT name, value FROM {q}.meta ORDER BY name").fetchall(),  # noqa: S608
+            conn.execute(
+                "SELECT p.oid::regprocedure::text, md5(p.prosrc) FROM pg_proc p"
+                " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s"
+                " ORDER BY 1",
+                (schema,),
+            ).fetchall(),
+            conn.execute(
+                "SELECT table_name, column_name FROM information_schema.columns"
+                " WHERE table_schema = %s ORDER BY 1, 2",
+                (schema,),
+            ).fetchall(),
+        )
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        for version in range(1, 5):
+            conn.execute(ddl(schema, version))
+        conn.execute(f"INSERT INTO {q}.meta VALUES ('schema_version', '4')")
+        before = catalog(conn)
+    with pytest.raises(pg.SchemaVersionError) as raised:
+        pg.from_url(pg_url, create=False)
+    message = str(raised.value)
+    assert "version 4" in message and f"version {pg.SCHEMA_VERSION}" in message
+    assert "create=True" in message and "init-db" in message
+    rc, _, err = cli_in_process(capsys, "sessions", pg_url)
+    assert rc != 0 and "version 4" in err
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        assert catalog(conn) == before
+    with pg.from_url(pg_url) as engine:  # create=True: the upgrade
+        assert engine.list_sessions() == []
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        assert catalog(conn)[0][-1] == ("schema_version", str(pg.SCHEMA_VERSION))
+
+
 INIT_RACE = textwrap.dedent(
     """
     import sys, time
@@ -2060,6 +2110,51 @@ def test_privileges_the_readme_lists_are_enough(pg_url: str) -> None:
         with psycopg.connect(conninfo, autocommit=True) as admin:
             admin.execute(f"DROP OWNED BY {role}")
             admin.execute(f"DROP ROLE {role}")
+
+
+def test_attack_a_read_only_follower_polls_without_reconnecting(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: a follower under a read-only role (SELECT only: the schema's `listen()`
+    refuses to register it) made its LISTEN connection again every 0.2 s for as long as
+    it followed, each refused in turn; following still worked, by polling. Now the
+    first refusal stops the listener for the engine's life: one LISTEN connection, and
+    a wait still wakes on an append (by polling)."""
+    conninfo, schema = pg.split_url(pg_url)
+    with pg.from_url(pg_url) as writer:
+        append_retrying(writer, "s")
+        role = f"es_ro_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(conninfo, autocommit=True) as admin:
+            admin.execute(f"CREATE ROLE {role} LOGIN")
+            admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+            admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+        real_connect, made = psycopg.connect, []
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            made.append(args)
+            return real_connect(*args, **kwargs)
+
+        monkeypatch.setattr(psycopg, "connect", counting)  # (the listener's connections)
+        try:
+            parts = urlsplit(pg_url)
+            netloc = f"{role}@{parts.hostname}:{parts.port or 5432}"
+            with pg.from_url(urlunsplit(parts._replace(netloc=netloc)), create=False) as ro:
+                head = ro.head("s")
+                for _ in range(3):  # long enough for the old listener to reconnect often
+                    assert ro.wait("s", head.position, 0.6) is False
+                timer = threading.Timer(0.3, append_retrying, (writer, "s"))
+                timer.start()
+                try:
+                    assert ro.wait("s", head.position, 30.0) is True
+                finally:
+                    timer.join()
+                assert ro.head("s").seq == 2
+            assert len(made) == 1, f"{len(made)} LISTEN connections"
+        finally:
+            monkeypatch.undo()
+            with psycopg.connect(conninfo, autocommit=True) as admin:
+                admin.execute(f"DROP OWNED BY {role}")
+                admin.execute(f"DROP ROLE {role}")
 
 
 def test_postgres_scheme_alias_and_default_schema(server_url: str) -> None:

@@ -313,9 +313,13 @@ def test_ttl_expires_a_whole_session_and_every_write_refreshes_it(server: str) -
         assert fresh.list_sessions() == []
         assert fresh.load_bootstrap_state(SID).recent_progress == []
         assert list(fresh.read_events(SID)) == []
-        # the index's members outlive an expired session until a page walks past them
+        # the index's members outlive an expired session: pages pass over them and
+        # write nothing (readers never write); a rebuild of the index drops them
+        members = _index_members(url)
         for order in ("updated", "created", "id"):
             assert fresh.sessions(order=order) == []
+        assert _index_members(url) == members == 6
+        assert fresh.rebuild_index() == 0
         assert _index_members(url) == 0
         fresh.append_progress_entry(SID, make_entry(5))  # starts over at seq 1
         assert fresh.last_seq(SID) == 1
@@ -610,6 +614,98 @@ def test_attack_no_read_answers_past_a_head_that_does_not_count_its_log(
         assert not report.ok and "from outside" in report.problems[-1].message, report
 
 
+def _forge_next_batch(url: str, client: Any, key: Any) -> None:
+    """Push, from outside, a batch that chains to the session's last line as an append
+    would (the right seq, link and hash) without moving the head."""
+    from datetime import UTC, datetime
+
+    with SessionStore(url) as store:
+        head = store.engine.head(SID)
+    data, _, _ = EventCodec().encode_batch(
+        [ProgressAppended(entry=make_entry(9))], head.seq + 1, head.link, datetime.now(UTC), None
+    )
+    client.rpush(key("l"), data)
+
+
+@pytest.mark.parametrize(
+    "edit", ["head-deleted", "log-deleted", "last-append-popped", "count-edited"]
+)
+def test_attack_verify_and_repair_never_call_a_log_its_head_does_not_count_intact(
+    url: str, edit: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack: with the head's count of appends and the live log list made to disagree
+    from outside (an append popped, the list or head deleted, the count edited), every
+    read and append refused the session but `repair` said "the log is intact; nothing
+    to do" (or that there was no live log), and only a purge cleared it. Now verify
+    reports it (the CLI exits 1 naming the session) and repair, which cannot tell
+    whether the head or the list is right, raises CorruptLogError naming the session
+    and saying so, and changes nothing; a purge still clears it."""
+    from eventstore import CorruptLogError
+    from eventstore.ops import audit
+
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+    client = _client(url)
+
+    def key(kind: str) -> str:
+        return f"{_prefix(url)}:{{{SID}}}:{kind}"
+
+    if edit == "count-edited":
+        client.hset(key("h"), "n", 5)
+    else:
+        _OUTSIDE_EDITS[edit](client, key)
+    before = _keys_of(url), client.lrange(key("l"), 0, -1), client.hgetall(key("h"))
+    with SessionStore(url) as store:
+        assert not store.verify(SID).ok
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*repair cannot tell"):
+            audit.repair(store.core, SID)
+    if edit != "head-deleted":  # (no head: an id no listing knows, the CLI's "unknown")
+        rc, out, _ = cli_in_process(capsys, "verify", url, SID)
+        assert rc == 1 and out.startswith(f"FAILED  {SID} ") and f"#{SID}" in out
+    assert (_keys_of(url), client.lrange(key("l"), 0, -1), client.hgetall(key("h"))) == before
+    with SessionStore(url) as store:
+        store.delete_session(SID, purge=True)
+        store.append_progress_entry(SID, make_entry(0))
+        assert store.verify(SID).ok
+
+
+@pytest.mark.parametrize("pushed", ["garbage", "a-chained-batch"])
+def test_attack_repair_cuts_batches_pushed_past_the_head(url: str, pushed: str) -> None:
+    """Attack: a batch pushed onto the live log list from outside, past the batches the
+    head counts, left the session refused everywhere; one that chains to the last line
+    as an append would (the right seq, link and hash) was even called intact by repair.
+    Now, the head's own batches ending at its line, repair keeps them and cuts the rest
+    (the whole original saved aside first; the pushed seq held by a `quarantined`
+    record, so no number is used twice): verify is ok and appends go on."""
+    from eventstore.ops import audit
+
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+    client = _client(url)
+
+    def key(kind: str) -> str:
+        return f"{_prefix(url)}:{{{SID}}}:{kind}"
+
+    if pushed == "garbage":
+        _OUTSIDE_EDITS["append-pushed"](client, key)
+    else:
+        _forge_next_batch(url, client, key)
+    original = b"".join(client.lrange(key("l"), 0, -1))
+    with SessionStore(url) as store:
+        assert not store.verify(SID).ok
+        report = audit.repair(store.core, SID)
+        assert report.action == "moved_aside" and report.kept_events == 3, report
+        assert report.problem is not None and report.problem.offset == report.kept_bytes
+        assert report.quarantined == (4, 4)
+        assert client.lrange(key("s"), 0, -1) == [original]  # saved aside whole
+        assert store.verify(SID).ok
+        store.append_progress_entry(SID, make_entry(3))
+        assert _summaries(store) == [f"step {i}" for i in range(4)]
+        assert store.verify(SID).ok
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [("seq", "x"), ("seq", "-1"), ("seq", "1e3"), ("seq", "5"), ("seq", "2"),
@@ -669,6 +765,42 @@ def test_attack_session_index_fields_edited_from_outside_are_a_typed_error(
             store.sessions(order="id")
         assert value not in str(raised.value)
     assert (client.hgetall(head), client.lrange(f"{_prefix(url)}:{{{SID}}}:l", 0, -1)) == before
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("cr", "when-7f3a"), ("cr", "12.5"), ("up", "x"), ("up", "")]
+)
+def test_attack_session_index_times_edited_from_outside_refuse_appends_typed(
+    url: str, field: str, value: str
+) -> None:
+    """Attack: a session's index time (`cr`, `up`) edited from outside to no number
+    made every append a StorageError quoting the append script's Lua line. Now the
+    append is CorruptLogError naming the session, writes nothing (the head, the log and
+    the index's sets as the outsider left them), and a purge still removes the session."""
+    from eventstore import CorruptLogError
+
+    with SessionStore(url) as store:
+        for i in range(2):
+            store.append_progress_entry(SID, make_entry(i))
+    client = _client(url)
+    head = f"{_prefix(url)}:{{{SID}}}:h"
+    client.hset(head, field, value)
+
+    def state() -> Any:
+        return (
+            client.hgetall(head),
+            client.lrange(f"{_prefix(url)}:{{{SID}}}:l", 0, -1),
+            [client.zrange(f"{_prefix(url)}:ix:{k}", 0, -1) for k in "uci"],
+        )
+
+    before = state()
+    with SessionStore(url) as store:
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*from outside") as raised:
+            store.append_progress_entry(SID, make_entry(7))
+        assert "lua" not in str(raised.value).lower()
+        assert state() == before
+        store.delete_session(SID, purge=True)
+        assert not client.exists(head)
 
 
 # -- connections killed mid-append and mid-follow ----------------------------------------------

@@ -488,6 +488,15 @@ class RepairHold(ABC):
     def data(self) -> bytes:
         """Every byte of the live log, torn tail included (b"" when it has none)."""
 
+    @property
+    def head_end(self) -> int | None:
+        """Where the engine's own record of the log's end (a head kept apart from the
+        bytes) says the committed bytes end, when that is before the end of `data`:
+        what follows was written past the head from outside the store, never by an
+        append (Redis: batches its head does not count). None (the default): the bytes
+        are the whole log."""
+        return None
+
     @abstractmethod
     def keep_prefix(self, n: int, reason: str) -> str | None:
         """Replace the live log by its first `n` bytes (a line boundary), atomically.

@@ -205,11 +205,14 @@ class KeyRing:
         return WrappedKey(kid=self.current, key=base64.b64encode(wrapped).decode())
 
     def unwrap(self, slot: KeySlot, session_id: str | None) -> bytes | None:
-        """The data key of `slot`, unwrapped by the first of its wraps whose master key
-        the ring holds; None if it holds none of them. WrongKeyError if a key of the
-        right id does not unwrap it."""
+        """The data key of `slot`, unwrapped by the first of its wraps that a master key
+        of the ring opens (every wrap whose id the ring holds is tried: one slot may
+        hold two wraps under one id, one of them damaged or by another key); None if
+        the ring holds none of their ids. WrongKeyError, naming the first such id, if
+        no key of a matching id unwraps it."""
         from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap
 
+        refused = None
         for w in slot.wraps:
             master = self._keys.get(w.kid)
             if master is None:
@@ -217,9 +220,9 @@ class KeyRing:
             try:
                 return aes_key_unwrap(master, base64.b64decode(w.key, validate=True))
             except (InvalidUnwrap, binascii.Error, ValueError):
-                raise WrongKeyError(
-                    w.kid, session_id, f"does not unwrap the data key {slot.dk!r}"
-                ) from None
+                refused = w.kid if refused is None else refused
+        if refused is not None:
+            raise WrongKeyError(refused, session_id, f"does not unwrap the data key {slot.dk!r}")
         return None
 
 

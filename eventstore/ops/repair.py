@@ -17,7 +17,9 @@ stops at the first error, and what is kept is the committed batches before it. A
 tail is cut off; a log with a bad line keeps its valid prefix. Either way the engine
 saves the whole original aside first (`RepairHold.keep_prefix`: for the file engine a
 hard link `<log>.torn-<UTC time>` or `<log>.corrupt-<UTC time>`, so there is never a
-moment without a log). Archived history is never changed.
+moment without a log). Archived history is never changed. Bytes past the end an
+engine's own head records (`RepairHold.head_end`: written from outside, never appended)
+are cut the same way, as a `past_head` problem, even when they read as lines.
 """
 
 from __future__ import annotations
@@ -102,9 +104,17 @@ def repair(core: CoreOwner, session_id: str) -> RepairReport:
             raise UnknownSessionError(f"session {session_id!r} has no live log to repair")
         where = hold.where
         reporter = PrefixReporter()
-        kept = read_lines(buf, codec, codec.decoder(frozenset()), where, reporter=reporter)
+        end = hold.head_end  # (bytes past it: written from outside, never committed)
+        scan = buf if end is None else buf[:end]
+        kept = read_lines(scan, codec, codec.decoder(frozenset()), where, reporter=reporter)
         torn = [p for p in reporter.warnings if p.kind in ("torn_tail", "torn_batch")]
         bad = reporter.error
+        if bad is None and end is not None:
+            bad = Problem(
+                where, end, (kept.seq or 0) + 1, "past_head",
+                f"{len(buf) - end} bytes after the end the log's head records: written"
+                " from outside the store",
+            )  # fmt: skip
         cut = kept.end
         n = len(kept.events)
         if bad is None and not torn:

@@ -1463,7 +1463,10 @@ class _Listener:
     """One LISTEN connection per engine and process, on a daemon thread: counts the
     notifications per session so `wait` can block on a condition until one arrives.
     It registers as a follower (the schema's `listen()`) once listening, so appends
-    notify; it is counted as listening only then (see `eventstore.engines.postgres.schema`)."""
+    notify; it is counted as listening only then (see `eventstore.engines.postgres.schema`).
+    A role the server refuses that (a read-only role, a standby) would never be notified:
+    the listener then stops for the engine's life, without connecting again, and
+    waiters poll."""
 
     def __init__(self, conninfo: str, channel: str, quoted_schema: str) -> None:
         self._conninfo = conninfo
@@ -1473,6 +1476,7 @@ class _Listener:
         self._counts: dict[str, int] = {}
         self._generation = 0  # bumped on every (re)connection: waiters then re-read
         self._listening = False
+        self._refused = False  # the server refused to register it: waiters poll
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="eventstore-listen", daemon=True)
         self._thread.start()
@@ -1481,7 +1485,9 @@ class _Listener:
         """Where the notifications stand for a session, once LISTEN is active (None if it
         is not within a bounded wait: then the caller polls)."""
         with self._cond:
-            self._cond.wait_for(lambda: self._listening or self._closed, min(timeout, 2.0))
+            self._cond.wait_for(
+                lambda: self._listening or self._closed or self._refused, min(timeout, 2.0)
+            )
             if not self._listening:
                 return None
             return (self._generation, self._counts.get(session_id, 0))
@@ -1500,8 +1506,8 @@ class _Listener:
                 with psycopg.connect(self._conninfo, autocommit=True) as conn:
                     _set_up(conn)
                     _CONNECTIONS.add(conn)
-                    conn.execute(f"LISTEN {self._channel}")
-                    conn.execute(f"SELECT {self._q}.listen()")
+                    if not self._register(conn):
+                        return
                     with self._cond:
                         self._listening = True
                         self._generation += 1
@@ -1527,6 +1533,20 @@ class _Listener:
                 self._cond.notify_all()
             if not self._closed:
                 time.sleep(0.2)
+
+    def _register(self, conn: Any) -> bool:
+        """LISTEN and register as a follower; False (and `_refused` set, waiters woken to
+        poll) when the server refuses it for good: no right to write the listeners
+        table, or a read-only server."""
+        try:
+            conn.execute(f"LISTEN {self._channel}")
+            conn.execute(f"SELECT {self._q}.listen()")
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction):
+            with self._cond:
+                self._refused = True
+                self._cond.notify_all()
+            return False
+        return True
 
     def close(self) -> None:
         with self._cond:

@@ -623,9 +623,10 @@ def ensure_schema(conn: Any, schema: str, *, create: bool = True) -> int:
     connection); returns the version found before (0: none). Safe when many processes
     race: the work runs under a transaction-scoped advisory lock.
 
-    Raises SchemaVersionError if the database's schema is newer than this code's, and
-    StorageError if there is none and not `create` (a reader's open: the store is not
-    there, and reading it must not make it).
+    Raises SchemaVersionError if the database's schema is newer than this code's, or
+    older and not `create`, and StorageError if there is none and not `create` (a
+    reader's open writes nothing: it neither makes, upgrades nor adopts a store, which
+    a read-only role could not do either).
     """
     import psycopg
 
@@ -634,7 +635,8 @@ def ensure_schema(conn: Any, schema: str, *, create: bool = True) -> int:
         return SCHEMA_VERSION
     found = _version(conn, quoted)
     if found == SCHEMA_VERSION:
-        _adopt_if_moved(conn, quoted)
+        if create:
+            _adopt_if_moved(conn, quoted)
         return found
     if found == 0 and not create:
         raise StorageError(f"no store in schema {schema!r}: it holds no eventstore tables")
@@ -642,6 +644,14 @@ def ensure_schema(conn: Any, schema: str, *, create: bool = True) -> int:
         raise SchemaVersionError(
             f"the database's eventstore schema {schema!r} is at version {found}; this"
             f" eventstore reads version {SCHEMA_VERSION}: upgrade eventstore"
+        )
+    if not create:  # (this code reads only its own version's tables and functions)
+        raise SchemaVersionError(
+            f"the database's eventstore schema {schema!r} is at version {found}; this"
+            f" eventstore reads version {SCHEMA_VERSION}, and an open with create=False"
+            " writes nothing, so it does not upgrade it: upgrade it once with a role"
+            " that may alter the schema, by opening it with create=True or"
+            " `eventstore init-db URL`"
         )
     # a session-level lock taken before the transaction starts: a transaction that began
     # before another process committed the schema would still see its catalog as it was

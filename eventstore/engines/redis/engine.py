@@ -253,6 +253,22 @@ def _counted(where: str, n: int, got: int) -> None:
         )  # fmt: skip
 
 
+def _index_fields_edited(where: str) -> CorruptLogError:
+    """The error for a session whose index fields in its head hash are not what the
+    store writes (their values not quoted: they are whatever an outsider put there)."""
+    return CorruptLogError(
+        where, 0, None,
+        "its session index fields (cr, up, lb, seq, base, size) are not what"
+        " the store writes: edited from outside the store",
+    )  # fmt: skip
+
+
+def _own_member(member: bytes, sid: str, field: str, times: dict[str, int]) -> bool:
+    """Whether a member of the index's set for `field` ("up", "cr"; "" for the ids) is
+    the one session `sid`'s index times (`times`, as its head hash holds them) make."""
+    return not field or scripts.ixkey(times[field]) + sid == member.decode()
+
+
 def _kept_at(fields: list[str], gen: str) -> bool:
     """Whether a cache's kept head ("gen seq link hh base size n" split) is one of the
     live log `gen` (as `scripts.CACHE_OPEN` checks it, but for where its line is)."""
@@ -576,6 +592,8 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
                 continue
             if status == 3:  # nothing was written
                 _counted(self.where(session_id), int(out[2]), int(out[1]))
+            if status == 4:  # nothing was written
+                raise _index_fields_edited(self.where(session_id))
             head = _head_of(out[1:], self.where(session_id))
             if status == 1:
                 if lost:
@@ -869,7 +887,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         backwards for the times), each with its session's hash (one pipeline a chunk),
         filtered until the page is full. A member that is no longer its session's (the
         session removed, expired or written since: it stands further on now) is passed
-        over, and dropped (`INDEX_DROP`)."""
+        over; a page writes nothing (`replace_index`, a rebuild, drops such members)."""
         want = labels or {}
         field = {"updated": "up", "created": "cr", "id": ""}[order]
         zkey = self._ix_keys[("updated", "created", "id").index(order)]
@@ -929,30 +947,54 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
 
     def _index_entry(self, sid: str, member: bytes, field: str, h: list[Any]) -> IndexEntry | None:
         """The entry a member stands for (None: a session with no committed line, or a
-        member that is not the session's own any more, which is dropped)."""
+        member that is not the session's own any more, passed over: a page writes
+        nothing, `rebuild_index` drops it)."""
         _, seq, base, size, cr, up, lb = h
         if cr is None:
-            own = False
-        else:
-            try:  # (fields edited from outside: a typed error naming the session)
-                times = {"cr": int(cr), "up": int(up)}
-                labels = _labels_decoder.decode(lb) if lb else {}
-                last, first, size_ = int(seq or 0), int(base or 0), int(size or 0)
-            except (ValueError, TypeError, msgspec.DecodeError, msgspec.ValidationError):
-                raise CorruptLogError(
-                    self.where(sid), 0, None,
-                    "its session index fields (cr, up, lb, seq, base, size) are not what"
-                    " the store writes: edited from outside the store",
-                ) from None  # fmt: skip
-            own = not field or scripts.ixkey(times[field]) + sid == member.decode()
-        if not own:
-            keys = [self._keys(sid)[0], self._zset_of(field)]
-            args = [member, field, sid]
-            self._call("tidying the session index", lambda: self._script("INDEX_DROP", keys, args))
-            return None
-        if last == 0:
+            return None  # (the session expired or was removed)
+        try:  # (fields edited from outside: a typed error naming the session)
+            times = {"cr": int(cr), "up": int(up)}
+            labels = _labels_decoder.decode(lb) if lb else {}
+            last, first, size_ = int(seq or 0), int(base or 0), int(size or 0)
+        except (ValueError, TypeError, msgspec.DecodeError, msgspec.ValidationError):
+            raise _index_fields_edited(self.where(sid)) from None
+        if not _own_member(member, sid, field, times) or last == 0:
             return None
         return IndexEntry(sid, times["cr"], times["up"], last, last - first + 1, size_, labels)
+
+    def _tidy_index(self) -> None:
+        """Drop every member of the index's sets that stands for no session any more
+        (one expired or removed, or written since), each checked against its session
+        again in the script that drops it (`INDEX_DROP`): a session written meanwhile
+        keeps its own. A member whose session's times are not numbers is left (verify
+        and the pages name that session)."""
+        orders: tuple[tuple[IndexOrder, str], ...] = (
+            ("updated", "up"), ("created", "cr"), ("id", ""),
+        )  # fmt: skip
+        for order, field in orders:
+            zkey = self._zset_of(field)
+            bound = b"-" if order == "id" else b"+"
+            while True:
+                members, hashes = self._call(
+                    "reading the session index",
+                    functools.partial(self._index_chunk, zkey, order, bound, 500),
+                )
+                for member, h in zip(members, hashes, strict=True):
+                    sid = (member if order == "id" else member[14:]).decode("utf-8")
+                    cr, up = h[4], h[5]
+                    try:
+                        times = None if cr is None else {"cr": int(cr), "up": int(up)}
+                    except (ValueError, TypeError):
+                        continue
+                    if times is None or not _own_member(member, sid, field, times):
+                        keys, args = [self._keys(sid)[0], zkey], [member, field, sid]
+                        self._call(
+                            "tidying the session index",
+                            functools.partial(self._script, "INDEX_DROP", keys, args),
+                        )
+                if len(members) < 500:
+                    break
+                bound = b"(" + members[-1]
 
     def _zset_of(self, field: str) -> str:
         return self._ix_keys[{"up": 0, "cr": 1, "": 2}[field]]
@@ -979,8 +1021,9 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
 
     def replace_index(self, entries: Sequence[IndexEntry], started_us: int) -> None:
         """A rebuild's entries, one script each (`INDEX_SET`, a pipeline of 500 a round
-        trip): a session written since (a higher seq) keeps its own; members standing
-        for no session are dropped when a page meets them. Then the version key."""
+        trip): a session written since (a higher seq) keeps its own. Then the members
+        standing for no session (expired, removed) are dropped (`_tidy_index`: pages
+        pass over them and write nothing), then the version key."""
         for i in range(0, len(entries), 500):
             pipe = self._client.pipeline(transaction=False)
             for e in entries[i : i + 500]:
@@ -990,6 +1033,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
                 ]  # fmt: skip
                 self._scripts["INDEX_SET"](keys=self._keys(e.session_id), args=args, client=pipe)
             self._call("rebuilding the session index", pipe.execute, tries=1)
+        self._tidy_index()
         self._call("rebuilding the session index", lambda: self._client.set(self._ix_version, 1))
 
     def remove_session(self, session_id: str) -> bool:
@@ -1072,12 +1116,38 @@ class _RedisRepairHold(RepairHold):
         def run() -> list[Any]:
             pipe = engine._client.pipeline(transaction=True)
             pipe.lrange(keys[1], 0, -1)
-            pipe.hmget(keys[0], ["tail", "gen"])
+            pipe.hmget(keys[0], ["tail", "gen", "n", "seq", "hh", "link"])
             return pipe.execute()  # type: ignore[no-any-return]
 
-        items, (tail, gen) = engine._call("reading a session for repair", run)
+        items, (tail, gen, n, seq, hh, link) = engine._call("reading a session for repair", run)
         self._exists = gen is not None
         self._data = b"".join(items) + (tail or b"")
+        self._head_end: int | None = None
+        try:
+            _counted(self.where, int(n or 0) if gen is not None else 0, len(items))
+        except CorruptLogError as exc:
+            # batches pushed past a head whose own batches end at its line: the head is
+            # right, the rest is cut (saved aside); any other disagreement (batches
+            # lost, the head or its count edited) cannot be told apart: nothing is cut
+            count = int(n or 0) if gen is not None else 0
+            ours = b"".join(items[:count])
+            last = last_line_end(ours) if 0 < count < len(items) else None
+            if last is None or (str(last.seq), last.h, last.link) != (
+                _text(seq),
+                _text(hh),
+                _text(link),
+            ):
+                raise CorruptLogError(
+                    self.where, 0, None,
+                    f"{exc.reason}; repair cannot tell whether the head or the log is"
+                    " right and changes nothing: restore the session from a backup, or"
+                    " purge it (delete_session(purge=True), `eventstore delete --purge`)",
+                ) from None  # fmt: skip
+            self._head_end = len(ours)
+
+    @property
+    def head_end(self) -> int | None:
+        return self._head_end
 
     @property
     def data(self) -> bytes:

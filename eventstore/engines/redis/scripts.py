@@ -39,8 +39,8 @@ range that starts just past its cursor):
 
 `ixkey(t)` is t + 2^52 as 14 hex digits: fixed width, so byte order is time order
 (times are clamped to +-2^52 us, about 1827..2112; exact in Lua's doubles). A member
-whose session expired (`ttl`) or was written again stays until a page walks past it
-(`INDEX_DROP`).
+whose session expired (`ttl`) stays, passed over by every page (a read writes nothing),
+until a rebuild of the index drops it (`INDEX_DROP`).
 
 KEYS, in this order in every script: h l a b s w k, then the global feed stream (one key
 for the whole store, an entry an append: `s` the session id, `q` its first seq, `d` its
@@ -98,6 +98,12 @@ local function held(token)
   local holder = redis.call('GET', KEYS[7])
   return holder and holder ~= token
 end
+-- a stored time field (`cr`, `up`) as a number, or nil for one that is not the whole
+-- number the scripts write (edited from outside: never read as a time)
+local function num(v)
+  if v and string.match(v, '^%-?%d+$') then return tonumber(v) end
+  return nil
+end
 local function ixkey(ts)
   if ts > 4503599627370495 then ts = 4503599627370495 end
   if ts < -4503599627370496 then ts = -4503599627370496 end
@@ -106,8 +112,8 @@ end
 -- the session's index fields and members: times `cr`/`up` (numbers) replacing `old`
 -- ({cr, up} as stored, or nils)
 local function index_set(id, old, cr, up)
-  if old[2] then redis.call('ZREM', KEYS[9], ixkey(tonumber(old[2])) .. id) end
-  if old[1] then redis.call('ZREM', KEYS[10], ixkey(tonumber(old[1])) .. id) end
+  if num(old[2]) then redis.call('ZREM', KEYS[9], ixkey(num(old[2])) .. id) end
+  if num(old[1]) then redis.call('ZREM', KEYS[10], ixkey(num(old[1])) .. id) end
   redis.call('ZADD', KEYS[9], 0, ixkey(up) .. id)
   redis.call('ZADD', KEYS[10], 0, ixkey(cr) .. id)
   redis.call('ZADD', KEYS[11], 0, id)
@@ -151,7 +157,8 @@ APPEND = (
 --       session id, a new log's gen, ttl, feed maxlen (-1: no feed, 0: untrimmed),
 --       the batch's time (us; '': the server's clock), its labels (JSON; '': unchanged)
 -- -> {0 written | 1 moved | 2 held by a repair, head... | 3 the head does not count
---     the live log's appends, how many it holds}
+--     the live log's appends, how many it holds | 4 its index times (`cr`, `up`) are
+--     not numbers}
 if held('') then return {2} end
 local c, tail = head()
 if c[2] ~= ARGV[1] or c[3] ~= ARGV[2] then
@@ -164,6 +171,8 @@ end
 -- the head or the list edited or deleted from outside: nothing is built on them
 local batches = redis.call('LLEN', KEYS[2])
 if batches ~= tonumber(c[7]) then return {3, batches, c[7]} end
+local old = redis.call('HMGET', KEYS[1], 'cr', 'up')
+if (old[1] and not num(old[1])) or (old[2] and not num(old[2])) then return {4} end
 if tail then
   redis.call('RPUSH', KEYS[5], tail)
   redis.call('HDEL', KEYS[1], 'tail')
@@ -182,9 +191,8 @@ if ts == '' then
 else
   ts = tonumber(ts)
 end
-local old = redis.call('HMGET', KEYS[1], 'cr', 'up')
 local cr = ts
-if c[2] ~= '0' and old[1] then cr = tonumber(old[1]) end
+if c[2] ~= '0' and old[1] then cr = num(old[1]) end
 index_set(ARGV[8], old, cr, math.max(ts, cr))
 if ARGV[13] ~= '' then redis.call('HSET', KEYS[1], 'lb', ARGV[13]) end
 local base = c[5]
@@ -297,8 +305,8 @@ local seq = c[1]
 local had = (seq and seq ~= '0') or redis.call('EXISTS', KEYS[3]) == 1
 if c[2] then
   -- the index's members go with the session
-  if c[4] then redis.call('ZREM', KEYS[9], ixkey(tonumber(c[4])) .. c[2]) end
-  if c[3] then redis.call('ZREM', KEYS[10], ixkey(tonumber(c[3])) .. c[2]) end
+  if num(c[4]) then redis.call('ZREM', KEYS[9], ixkey(num(c[4])) .. c[2]) end
+  if num(c[3]) then redis.call('ZREM', KEYS[10], ixkey(num(c[3])) .. c[2]) end
   redis.call('ZREM', KEYS[11], c[2])
 end
 redis.call('DEL', KEYS[12], KEYS[13])
@@ -381,7 +389,7 @@ INDEX_SET = (
 local c = redis.call('HMGET', KEYS[1], 'seq', 'cr', 'up', 'id')
 if not c[4] or tonumber(c[1] or '0') > tonumber(ARGV[1]) then return 0 end
 local up = tonumber(ARGV[3])
-if c[3] and tonumber(c[3]) > up then up = tonumber(c[3]) end
+if num(c[3]) and num(c[3]) > up then up = num(c[3]) end
 index_set(ARGV[5], {c[2], c[3]}, tonumber(ARGV[2]), up)
 redis.call('HSET', KEYS[1], 'lb', ARGV[4])
 return 1
@@ -391,7 +399,7 @@ return 1
 INDEX_DROP = (
     _PRELUDE
     + """
--- KEYS: a session's h, one of the index's sets; ARGV: a member of it a page found
+-- KEYS: a session's h, one of the index's sets; ARGV: a member of it a rebuild found
 -- standing for no session, its field ('up', 'cr'; '' for ix:i), the session id
 -- -> 1 dropped | 0 kept (the session's current member after all)
 local v = redis.call('HGET', KEYS[1], 'cr')
@@ -399,7 +407,7 @@ if ARGV[2] ~= '' then v = redis.call('HGET', KEYS[1], ARGV[2]) end
 local current = nil
 if v then
   current = ARGV[3]
-  if ARGV[2] ~= '' then current = ixkey(tonumber(v)) .. ARGV[3] end
+  if ARGV[2] ~= '' then current = num(v) and ixkey(num(v)) .. ARGV[3] end
 end
 if current ~= ARGV[1] then
   redis.call('ZREM', KEYS[2], ARGV[1])
