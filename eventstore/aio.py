@@ -120,12 +120,12 @@ class AsyncSessionStore:
         # each session's calls in submission order, the running one first, whichever
         # event loop (thread) submitted them: one lane per session across loops
         self._lanes: dict[object, _Lane] = {}
-        self._queued: set[asyncio.Future[Any]] = set()
         self._follows: set[threading.Event] = set()  # the stop events of running follows
         self._guard = threading.Lock()
         # follows' reads in flight: the store is closed only once they are over
         self._polls = 0
-        self._polls_over = threading.Condition(self._guard)
+        # notified as a follow's read or a lane ends: close() waits for both to be none
+        self._quieter = threading.Condition(self._guard)
         self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------
@@ -137,29 +137,28 @@ class AsyncSessionStore:
 
     async def close(self) -> None:
         """Refuse new calls, end every `follow`, wait for every call already submitted
-        (and a follow's read under way), then release the threads (and close the
-        underlying store if this object opened it)."""
+        to run (and a follow's read under way), then release the threads (and close the
+        underlying store if this object opened it).
+
+        A call submitted from another event loop is waited for in the workers, not on
+        its loop: one stopped (and not closed) still has its calls run, and its callers
+        hear of them when it runs again."""
+        loop = asyncio.get_running_loop()
         with self._guard:
             self._closed = True
-            queued = [f for f in self._queued if not f.cancelled()]
+            here = [f for lane in self._lanes.values() for _, f in lane if f.get_loop() is loop]
             for stop in self._follows:
                 stop.set()
-        loop = asyncio.get_running_loop()
-        # they start as the calls before them finish; cancelled ones may still run, and
-        # the pool's shutdown waits for them. A call submitted from another event loop
-        # (another thread) finishes on that loop: asyncio.wait cannot wait for it
-        here = [f for f in queued if f.get_loop() is loop]
-        elsewhere = [f for f in queued if f.get_loop() is not loop]
-        if here:
+        if here:  # (their callers hear of them before close returns)
             await asyncio.wait(here)
-        if elsewhere:
-            await loop.run_in_executor(None, _wait_elsewhere, elsewhere)
         await loop.run_in_executor(None, self._release)
 
     def _release(self) -> None:
         with self._guard:
-            while self._polls:
-                self._polls_over.wait()
+            # every lane drains in the workers whatever became of its callers' loops
+            # (a future of a stopped loop is never done: waiting for it hung close)
+            while self._lanes or self._polls:
+                self._quieter.wait()
         self._pool.shutdown(wait=True)
         if self._owns_store:
             self.store.close()
@@ -202,7 +201,6 @@ class AsyncSessionStore:
             if lane is None:
                 lane = self._lanes[lane_key] = deque()
             lane.append((fn, fut))
-            self._queued.add(fut)
             first = len(lane) == 1
         if first:
             self._start_next(lane_key, lane)
@@ -215,15 +213,15 @@ class AsyncSessionStore:
         a call submitted meanwhile is started once, here or by its own submit)."""
         with self._guard:
             if ended:
-                self._queued.discard(lane.popleft()[1])
+                lane.popleft()
             while lane:
                 fn, fut = lane[0]
                 if not fut.cancelled():
                     break
                 lane.popleft()
-                self._queued.discard(fut)
             else:
                 del self._lanes[lane_key]
+                self._quieter.notify_all()
                 return
         self._pool.submit(self._run, lane_key, lane, fn, fut)
 
@@ -684,7 +682,7 @@ class AsyncSessionStore:
         finally:
             with self._guard:
                 self._polls -= 1
-                self._polls_over.notify_all()
+                self._quieter.notify_all()
 
 
 def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -702,17 +700,3 @@ def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) 
         fut.set_exception(error)
     else:
         fut.set_result(result)
-
-
-def _wait_elsewhere(futures: list[asyncio.Future[Any]]) -> None:
-    """Wait in this thread until every future, each of an event loop running in
-    another thread, is done (or its loop is closed: nothing will finish it then)."""
-    for fut in futures:
-        done = threading.Event()
-        loop = fut.get_loop()
-        try:
-            loop.call_soon_threadsafe(fut.add_done_callback, lambda _, d=done: d.set())
-        except RuntimeError:  # that loop is closed
-            continue
-        while not done.wait(0.1) and not loop.is_closed():
-            pass

@@ -71,6 +71,7 @@ __all__ = [
     "HarnessSessionPut",
     "HistoryEntry",
     "current_bindings",
+    "history_in",
     "is_plain_context_id",
     "new_harness_session_id",
     "read_history",
@@ -350,11 +351,18 @@ def read_history(root: str | os.PathLike[str]) -> list[HistoryEntry]:
             # compacted without an archive by a store that did not know this projection
             # (e.g. a plain `eventstore compact`): the snapshot kept our events verbatim
             # in `unknown`, so fold them from there
-            return _history_from_events(store)
+            return history_in(store)
         return entries
 
 
-def _history_from_events(store: SessionStore) -> list[HistoryEntry]:
+def history_in(store: SessionStore) -> list[HistoryEntry]:
+    """Every put and forget the map's history session (`HISTORY_SESSION_ID`) holds in
+    `store`, oldest first; `[]` when it has none.
+
+    For a store the history was copied to (`eventstore migrate ROOT/.eventstore URL
+    --all`), on any engine; `store` must decode `HISTORY_EVENT_TYPES` (give them as its
+    `event_types`). CorruptLogError if the log was tampered with.
+    """
     state = _HISTORY.initial()
     for ev in store.read_events(HISTORY_SESSION_ID):
         if type(ev) is Snapshot:

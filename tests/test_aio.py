@@ -465,7 +465,7 @@ def test_close_waits_for_a_call_submitted_from_another_event_loop(tmp_path: Path
     store. Broken: a call submitted from an event loop in another thread (a store
     shared by two loops) was waited for with asyncio.wait on the closing loop, which
     never hears of a future of another loop: close() never returned. It waits for
-    those in a thread, until their own loop finishes them."""
+    those in a thread, until the workers have run them."""
     st = AsyncSessionStore(tmp_path)
     started, release = threading.Event(), threading.Event()
     result: dict[str, Any] = {}
@@ -690,3 +690,40 @@ def test_close_ends_a_follow_whose_read_is_in_flight_cleanly(
         return seen
 
     assert run(main()) == [1]
+
+
+def test_close_finishes_with_calls_of_an_event_loop_stopped_but_never_closed(url: str) -> None:
+    """Attack: an event loop submits calls on a session, then is stopped (`loop.stop()`)
+    and never closed; close() from another loop waited for those calls' futures, which
+    only a running loop settles: close never returned. close() now waits for the calls
+    to run in the workers (each is completed, on every engine), and a caller whose loop
+    runs again gets its call's outcome: nothing it was promised is lost."""
+    st = AsyncSessionStore(url)
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> int:
+        started.set()
+        release.wait(10)
+        return st.store.append(SID, [note("first")]).last_seq
+
+    stopped = asyncio.new_event_loop()
+    try:
+        first = stopped.create_task(st.call(SID, slow))
+        behind = stopped.create_task(st.append(SID, [note("behind")]))
+        stopped.call_soon(stopped.stop)  # one turn: both calls submitted, then stopped
+        stopped.run_forever()
+        assert started.wait(10)
+        closer = threading.Thread(target=lambda: run(st.close()), daemon=True)
+        closer.start()
+        release.set()
+        closer.join(30)  # a hang detector, not a speed limit
+        assert not closer.is_alive(), "close() never returned"
+        assert st.closed
+        with SessionStore(url) as plain:
+            assert summaries(plain, SID) == ["first", "behind"]
+        # the loop runs again: its callers hear of their calls, in order
+        assert stopped.run_until_complete(first) == 1
+        assert stopped.run_until_complete(behind).last_seq == 2
+    finally:
+        release.set()
+        stopped.close()

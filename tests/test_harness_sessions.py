@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_threads
+from conftest import cli_in_process, one_line_error, run_threads
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -1061,6 +1061,55 @@ def test_cli_contexts_tampered_history_is_a_clear_error(map_root: Path, workdir:
     log.write_bytes(b"garbage\n" + lines[1])
     code, out, err = run_cli(str(map_root), "--history")
     assert code == 1 and out == "" and err.count("\n") == 1 and "error" in err
+
+
+def test_cli_contexts_takes_root_as_a_file_url_as_every_command_does(
+    map_root: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack: `contexts` took ROOT as a directory path only, where every other command
+    takes a store URL: `contexts file:///the/map` was "no such directory". A `file://`
+    URL of the map's directory now reads it as its path does, bindings and history."""
+    with HarnessSessionMap(map_root, workdir) as m:
+        m.put("ctx", "sid", "claude-code", "acp")
+        m.forget("ctx", by=FORGET_BY_CLI)
+        m.put("ctx2", "sid2", "codex", "pty")
+    for extra in (["--json"], ["--history", "--json"]):
+        by_path = cli_in_process(capsys, "contexts", str(map_root), *extra)
+        assert by_path[0] == 0 and json.loads(by_path[1])
+        assert cli_in_process(capsys, "contexts", map_root.as_uri(), *extra) == by_path
+
+
+def test_cli_contexts_reads_the_history_at_a_store_url(
+    url: str, map_root: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack: `contexts URL` of a memory, PostgreSQL or Redis store (the map's history
+    migrated there) was "no such directory" where every other command opens the URL.
+    It now reads the history there as from the map's directory; a store holds no
+    bindings (they are files), so without --history it is a one-line refusal; a store
+    that is not there is one too, as for `sessions`, and is not made."""
+    if "://" not in url:
+        pytest.skip("a directory is the map's own root (the test above)")
+    with HarnessSessionMap(map_root, workdir) as m:
+        m.put("ctx", "sid", "claude-code", "acp")
+        m.forget("ctx", by=FORGET_BY_A2A)
+    want = cli_in_process(capsys, "contexts", str(map_root), "--history", "--json")
+    assert want[0] == 0 and len(json.loads(want[1])) == 2
+    # a store with no history (or none at all) answers as `sessions` does: never made
+    rc, out, err = cli_in_process(capsys, "contexts", url, "--history")
+    assert rc == cli_in_process(capsys, "sessions", url)[0]
+    if rc:  # a PostgreSQL schema that is not there
+        assert out == "" and "no store" in err
+        one_line_error(err)
+    else:
+        assert out == "no history recorded\n"
+    rc, _, _ = cli_in_process(capsys, "migrate", str(map_root / HISTORY_STORE_DIR), url, "--all")
+    assert rc == 0
+    assert cli_in_process(capsys, "contexts", url, "--history", "--json") == want
+    rc, out, err = cli_in_process(capsys, "contexts", url, "--history")
+    assert rc == 0 and "forget" in out and "a2a" in out
+    rc, out, err = cli_in_process(capsys, "contexts", url)
+    assert rc == 2 and out == "" and "--history" in err
+    one_line_error(err)
 
 
 def test_cli_contexts_help_has_an_example() -> None:

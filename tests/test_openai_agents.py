@@ -42,6 +42,7 @@ from eventstore import (
     StoreClosedError,
 )
 from eventstore.aio import AsyncSessionStore
+from eventstore.engines.base import SeqEngine
 from eventstore.engines.file.layout import SessionPaths
 from eventstore.integrations import openai_agents as oa
 from eventstore.integrations.openai_agents import (
@@ -899,6 +900,78 @@ def test_a_cold_pop_never_lands_on_another_log_of_as_many_lines(
     after = [i["content"] for i in run(EventStoreSession("s", url).get_items())]  # type: ignore[typeddict-item]
     assert popped is not None and after == ["Q0", "Q1", "Q2", "Q3"]
     assert popped["content"] == "Q4"  # type: ignore[typeddict-item]
+
+
+def test_a_cold_pop_reads_the_end_of_the_log_once_where_lines_are_read_by_seq(
+    case: EngineCase, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack (a round trip): on PostgreSQL and Redis a cold `pop_item` read the log's
+    newest lines with its head, then the head and its line again (`tail(1)`) for the
+    first write's lifecycle state. The first read holds that line with that head: the
+    state is judged from it (the append stays conditional on that head), one read."""
+    store = plain_store(url)
+    if not isinstance(store.engine, SeqEngine):
+        store.close()
+        pytest.skip("the engine reads byte ranges: no read of lines by seq")
+    run(_add_turns_as(store, "s", "q", 5))
+    store.close()
+    store = plain_store(url)
+    engine: Any = store.engine
+    real_tail, tails = engine.tail, []
+
+    def tail(session_id: str, count: int) -> Any:
+        tails.append(count)
+        return real_tail(session_id, count)
+
+    monkeypatch.setattr(engine, "tail", tail)
+    popped = run(EventStoreSession("s", store).pop_item())
+    store.close()
+    assert popped is not None and popped["content"] == "q4"  # type: ignore[typeddict-item]
+    assert len(tails) == 1, tails
+    after = [i["content"] for i in run(EventStoreSession("s", url).get_items())]  # type: ignore[typeddict-item]
+    assert after == ["q0", "q1", "q2", "q3"]
+
+
+@pytest.mark.parametrize("then", ["deleted", "added"])
+def test_a_cold_pop_judged_on_its_read_of_the_end_lands_only_at_that_head(
+    case: EngineCase, url: str, then: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Coverage (held): another store deletes the session, or adds an item, right after a
+    cold `pop_item`'s one read of the log's end (whose head line judges the lifecycle
+    state on PostgreSQL and Redis). The pop raises SessionDeletedError with the
+    tombstone still ending the log, or pops the item added, on every engine."""
+    store = plain_store(url)
+    run(_add_turns_as(store, "s", "q", 3))
+    store.close()
+    store = plain_store(url)
+    raced: list[int] = []
+
+    def race() -> None:
+        if not raced:  # once, right after the pop's read
+            with plain_store(url) as other:
+                if then == "deleted":
+                    other.delete_session("s")
+                else:
+                    run(_add_turns_as(other, "s", "late", 1))
+                raced.append(other.last_seq("s"))
+
+    after_each_read_of_the_end(store, monkeypatch, race)
+    if then == "deleted":
+        with pytest.raises(SessionDeletedError):
+            run(EventStoreSession("s", store).pop_item())
+    else:
+        popped = run(EventStoreSession("s", store).pop_item())
+        assert popped is not None and popped["content"] == "late0"  # type: ignore[typeddict-item]
+    store.close()
+    assert raced, "the race was not run"
+    with plain_store(url) as plain:
+        if then == "deleted":
+            assert plain.last_seq("s") == raced[0] and plain.tombstone_of("s") is not None
+        else:
+            assert plain.last_seq("s") == raced[0] + 1  # the pop, after the add
+    if then == "added":
+        after = [i["content"] for i in run(EventStoreSession("s", url).get_items())]  # type: ignore[typeddict-item]
+        assert after == ["q0", "q1", "q2"]
 
 
 async def _add_turns_as(store: SessionStore, sid: str, prefix: str, turns: int) -> None:

@@ -14,6 +14,7 @@ import textwrap
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import cli_in_process, make_entry, make_features, make_manifest
@@ -32,6 +33,7 @@ from eventstore import (
     entropy,
 )
 from eventstore.errors import InvalidArgumentError, UnsupportedError
+from eventstore.ops import lifecycle
 from eventstore.ops.tombstone import delete_session
 
 REPO = Path(__file__).resolve().parent.parent
@@ -363,6 +365,54 @@ def test_cli_gc_dry_run_json_then_for_real(
     assert code == 0 and "1 tombstoned" in out and "deleted       idle" in out
     code, out, err = cli_in_process(capsys, "gc", str(root), "--idle", "0s", "--json")
     assert code == 0 and sorted(json.loads(out)["tombstoned"]) == ["archived", "long", "short"]
+
+
+def test_cli_gc_never_reports_a_session_failed_whose_archive_another_process_pruned(
+    url: str, case: EngineCase, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: another process prunes a session's archive while `eventstore gc --idle`
+    judges it, between the read of where its history starts and the read of its newest
+    events: gc reported the session as failed (HistoryPrunedError). What is gone was
+    never its newest activity: it is judged from what is kept, nothing failed (exit 0),
+    the young session kept and the old one too (the pruning record is a write after
+    its judgment) until the next gc tombstones it, on every engine that prunes."""
+    if case.name not in PRUNES:
+        pytest.skip("the engine cannot prune archived history")
+    with SessionStore(url) as store:
+        for _ in range(3):
+            _old_session(store, "old", seed=11, events=3)
+            with entropy.fixed(12, start=LONG_AGO, step=timedelta(seconds=1)):
+                assert store.compact("old", force=True).compacted
+            _session(store, "young", events=3)
+            assert store.compact("young", force=True).compacted
+        _old_session(store, "old", seed=13, events=1)  # (its activity is not all pruned)
+        _session(store, "young", events=1)
+    other = SessionStore(url)  # the other process
+    real = lifecycle.first_kept_seq
+    pruned: list[str] = []
+
+    def then_pruned(core: Any, session_id: str) -> int:
+        first = real(core, session_id)
+        if session_id not in pruned:  # once per session, right after gc read it
+            pruned.append(session_id)
+            assert other.prune_archive(session_id, datetime.now(UTC) + timedelta(days=1)).segments
+        return first
+
+    monkeypatch.setattr(lifecycle, "first_kept_seq", then_pruned)
+    try:
+        rc, out, err = cli_in_process(capsys, "gc", url, "--idle", "30d", "--json")
+    finally:
+        other.close()
+    assert sorted(pruned) == ["old", "young"]
+    report = json.loads(out)
+    assert (rc, report["failed"], err) == (0, [], "")
+    # the pruning record moved the old one's head after gc judged it: kept this time
+    assert (report["tombstoned"], report["kept"]) == ([], ["old"])
+    monkeypatch.undo()
+    rc, out, err = cli_in_process(capsys, "gc", url, "--idle", "30d", "--json")
+    assert (rc, json.loads(out)["tombstoned"]) == (0, ["old"])
+    with SessionStore(url) as store:
+        assert store.tombstone_of("young") is None and store.verify("young").ok
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,13 @@
 
 Owns the command-line view of the harness session map (eventstore.harness_sessions):
 the current bindings (`<root>/*/harness-session.json`) or, with `--history`, every put
-and forget recorded in the map's log. `add_parser` registers it on the `eventstore`
-command's subparsers; `run` executes it and returns the exit status.
+and forget recorded in the map's log. ROOT is taken as every command takes it
+(eventstore.cli.store): the map's directory or a `file://` URL of it, or the URL of a
+store on another engine (`memory://`, `postgresql://`, `redis://`) holding the map's
+history, as `eventstore migrate ROOT/.eventstore URL --all` copies it there; such a
+store holds no bindings (they are files), so it is read with `--history` only.
+`add_parser` registers it on the `eventstore` command's subparsers; `run` executes it
+and returns the exit status.
 """
 
 from __future__ import annotations
@@ -17,13 +22,17 @@ from typing import TextIO
 
 import msgspec
 
+from eventstore.cli.args import CliError
 from eventstore.cli.format import one_line
+from eventstore.cli.store import store_at, store_path
 from eventstore.engines.base import redact_text
 from eventstore.errors import EventStoreError
 from eventstore.harness_sessions import (
+    HISTORY_EVENT_TYPES,
     HarnessBinding,
     HistoryEntry,
     current_bindings,
+    history_in,
     read_history,
 )
 
@@ -34,6 +43,7 @@ examples:
   eventstore contexts ~/.murmur/contexts             # each context's session
   eventstore contexts ~/.murmur/contexts --history   # every put and forget
   eventstore contexts ~/.murmur/contexts --json | jq '.[].session_id'
+  eventstore contexts postgresql://USER@HOST/DB --history  # migrated there
 """
 
 # exit statuses: 0 ok, 1 the history cannot be read (e.g. tampered), 2 bad usage/root
@@ -50,13 +60,18 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description=(
             "Show which harness session each conversation context resumes, read from\n"
             "ROOT/<context-id>/harness-session.json, or with --history every put and\n"
-            "forget recorded in the map's audit log (ROOT/.eventstore)."
+            "forget recorded in the map's audit log (ROOT/.eventstore, or the store\n"
+            "ROOT names when it is the URL of another engine's store)."
         ),
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     # kept as given (a Path would fold a URL's `//`, hiding it from redact_text)
-    p.add_argument("root", metavar="ROOT", help="the map's root directory")
+    p.add_argument(
+        "root",
+        metavar="ROOT",
+        help="the map's root directory (or file:// URL), or a store URL holding its history",
+    )
     p.add_argument(
         "--history", action="store_true", help="show every put and forget instead of bindings"
     )
@@ -68,14 +83,20 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     """Execute `eventstore contexts` for parsed `args`; returns the exit status."""
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
-    root, shown = Path(args.root), redact_text(str(args.root))
+    shown = redact_text(str(args.root))
     history: list[HistoryEntry] = []
     bindings: list[HarnessBinding] = []
     try:
-        if args.history:
+        root = store_path(str(args.root))  # None: the URL of another engine's store
+        if root is None:
+            history = _history_at(str(args.root), shown, args.history)
+        elif args.history:
             history = read_history(root)
         else:
             bindings = current_bindings(root)
+    except CliError as exc:
+        print(f"eventstore contexts: error: {redact_text(str(exc))}", file=err)
+        return exc.code
     except FileNotFoundError:
         print(f"eventstore contexts: error: {shown}: no such directory", file=err)
         return EXIT_USAGE
@@ -95,7 +116,23 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     return EXIT_OK
 
 
-def _print_bindings(rows: Sequence[HarnessBinding], out: TextIO, root: Path) -> None:
+def _history_at(url: str, shown: str, history: bool) -> list[HistoryEntry]:
+    """The map's history held by the store at `url` (never created: CliError when it
+    is not there or cannot be opened, as for every command)."""
+    if not history:
+        raise CliError(
+            f"{shown} is a store: it can hold the map's history (give --history), not its"
+            " bindings, which are files in the map's directory"
+        )
+    try:
+        store = store_at(url, create=False, event_types=HISTORY_EVENT_TYPES)
+    except EventStoreError as exc:
+        raise CliError(one_line(str(exc))) from None
+    with store:
+        return history_in(store)
+
+
+def _print_bindings(rows: Sequence[HarnessBinding], out: TextIO, root: Path | None) -> None:
     if not rows:
         print(f"no harness sessions under {root}", file=out)
         return

@@ -14,10 +14,13 @@ Either way the line must check against the link before it, as a fold checks it.
 Anything unexpected (no newline found, a line that does not decode or check, a log that
 changed between the two reads) answers None, and the caller folds from the start as
 usual. The fold is as fresh as that read: the catch-up that follows reads nothing more.
+A reader of a log's newest lines by seq has that line with its head already
+(`SessionCore.seed_from_tail` judges from it through `head_line`, with the same checks).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from eventstore.core.sessions import Fold
@@ -29,6 +32,7 @@ from eventstore.engines.base import (
     RangedEngine,
     ReadResult,
     SeqEngine,
+    SeqLine,
 )
 from eventstore.errors import EventStoreError
 from eventstore.format.chain import chains_to, link_at, link_before
@@ -36,7 +40,7 @@ from eventstore.format.codec import EventCodec
 from eventstore.format.events import Event, Snapshot
 from projections import Projection, fold
 
-__all__ = ["last_line_fold", "last_line_only"]
+__all__ = ["fold_of_last_line", "head_line", "last_line_fold", "last_line_only"]
 
 _STEP = 4096  # bytes read at a time, backwards from the end (doubling)
 
@@ -71,14 +75,21 @@ def last_line_fold(
         f.cold = ColdStart(None, None, after)
         f.read_on = after
         return f
+    seeded = fold_of_last_line(proj, ev, head)
+    if seeded is not None:
+        seeded.read_on = after
+    return seeded
+
+
+def fold_of_last_line(proj: Projection[Any], ev: Event, head: Head) -> Fold | None:
+    """`proj` folded over `ev` alone, the last line of the log at `head` (None: not the
+    line of the head's seq, or one the projection refuses: fold from the start)."""
     if ev.seq != head.seq:
         return None  # (a batch's last line carries the head's seq; anything else: refold)
     try:
-        f = Fold(fold(proj, proj.initial(), [ev]), head)
+        return Fold(fold(proj, proj.initial(), [ev]), head)
     except EventStoreError:
         return None
-    f.read_on = after
-    return f
 
 
 def _last_of_view(
@@ -123,6 +134,16 @@ def _last_by_seq(
     where = engine.where(session_id)
     if head.seq == 0:
         return (None, EMPTY_HEAD, where) if head == EMPTY_HEAD else None
+    ev = head_line(codec, where, head, lines)
+    return None if ev is None else (ev, head, where)
+
+
+def head_line(
+    codec: EventCodec, where: str, head: Head, lines: Mapping[int, SeqLine]
+) -> Event | None:
+    """The event of the head's line among `lines`, read with `head` in one read
+    (`SeqEngine.tail`), if it is that line and checks against the link before it, as a
+    fold checks it; None otherwise (fold from the start, which reports what is wrong)."""
     got = lines.get(head.seq)
     if got is None or got.line[-18:-2] != head.h.encode() or head.link != head.h:
         # (no line of that seq: a snapshot; another line: the log changed; a link that
@@ -132,6 +153,6 @@ def _last_by_seq(
     if link is None or not chains_to(link, got.line):
         return None
     try:
-        return codec.decode_line(got.line, got.offset, where), head, where
+        return codec.decode_line(got.line, got.offset, where)
     except EventStoreError:
         return None

@@ -16,7 +16,7 @@ operations (`eventstore.ops`) take the core. Nothing here knows an operation.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -30,7 +30,12 @@ from eventstore.core.fingerprint import fingerprint
 from eventstore.core.fold_loop import FoldContext, fold_log
 from eventstore.core.gc_pause import paused_gc
 from eventstore.core.keys import CacheCipher, SessionKeys
-from eventstore.core.last_line import last_line_fold, last_line_only
+from eventstore.core.last_line import (
+    fold_of_last_line,
+    head_line,
+    last_line_fold,
+    last_line_only,
+)
 from eventstore.core.sessions import Fold, SessionState, SessionTable
 from eventstore.core.tuning import Tuning
 from eventstore.core.validation import check_key, projections_of
@@ -41,6 +46,7 @@ from eventstore.engines.base import (
     Head,
     HeadMovedError,
     KeyEngine,
+    SeqLine,
     WriterTurn,
 )
 from eventstore.errors import (
@@ -452,6 +458,34 @@ class SessionCore:
             if seeded is not None:
                 return seeded
         return self.caches.first_fold(sess, proj)
+
+    def seed_from_tail(
+        self, session_id: str, head: Head, lines: Mapping[int, SeqLine], where: str
+    ) -> None:
+        """Give a session this store has neither seen the head of nor folded the
+        lifecycle state of that state, from its head's line among `lines`, read with
+        `head` in one read by the caller (`SeqEngine.tail`, reading the log's newest
+        lines), and `head` as its head; nothing when that line is not among them or
+        does not check (`last_line.head_line`).
+
+        The state is what a write's own first read of the last line would judge on
+        (`last_line_fold`: the same checks), as fresh as that read, and a write judged
+        on it appends only at `head` (a state this store keeps at its head is judged
+        with no read): anything written after the caller's read moves the head, so the
+        write reads the log and judges again. It saves a cold write after a read of
+        the log's end (an Agents SDK `pop_item`) its read of the last line."""
+        if head.seq == 0:
+            return
+        sess = self.session(session_id)
+        proj = self.lifecycle
+        with sess.lock:
+            if sess.head is not None or proj.name in sess.folds:
+                return  # (what this store saw may be newer than the caller's read)
+            ev = head_line(self.codec, where, head, lines)
+            f = None if ev is None else fold_of_last_line(proj, ev, head)
+            if f is not None:
+                sess.folds[proj.name] = f
+                sess.head = head
 
     def fold_to_one_head(
         self, sess: SessionState, projections: tuple[Projection[Any], ...]

@@ -28,6 +28,7 @@ from eventstore.engines.base import (
 from eventstore.errors import (
     CorruptLogError,
     EventStoreError,
+    HistoryPrunedError,
     InvalidArgumentError,
     UnsupportedError,
 )
@@ -101,7 +102,17 @@ def last_activity(core: CoreOwner, session_id: str) -> datetime | None:
     window = 8
     while seq >= first:
         lo = max(first, seq - window + 1)
-        events = list(read_events(core, session_id, from_seq=lo, to_seq=seq))
+        try:
+            events = list(read_events(core, session_id, from_seq=lo, to_seq=seq))
+        except HistoryPrunedError as exc:
+            if exc.first_kept <= first:
+                raise  # not pruned since `first` was read: no further to go
+            # another process pruned the archive since `first` was read: what went was
+            # never the newest activity of what is kept, so read on from there (a gc
+            # reported the session as failed); with all up to `seq` gone, the newest
+            # line read so far (or None: not judged idle now) answers
+            first = exc.first_kept
+            continue
         if newest is None and events:
             newest = events[-1].ts
         for ev in reversed(events):

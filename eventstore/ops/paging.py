@@ -359,6 +359,9 @@ def _newest_by_seq(
     want = _SEQ_BATCH[0]
     head, got = engine.tail(sid, want)  # (the head and the first batch: one read)
     where = engine.where(sid)
+    # the head's line was read with the head: a cold store's first write after this
+    # read (a pop) judges the lifecycle state from it, not from a read of its own
+    core.seed_from_tail(sid, head, got, where)
     floor = 1 if head.base_seq <= 1 else head.base_seq + 2
     hi, link = head.seq, head.h  # `link`: the h line `hi` must end with
     while hi >= floor:
