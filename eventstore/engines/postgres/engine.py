@@ -597,8 +597,7 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         found = _live_cache(row[:8])
         if found is not None and row[14] is not None:  # (None: more than READ_AHEAD after)
             pos = cast(PgPosition, found[0].position)
-            # as `read`'s rows: the head's row, then a row of each line
-            rows = [(0, 0, *row[8:14], None), *((2, 0, *_NO_HEAD, line) for line in row[14])]
+            rows = _read_rows(row[8:14], None, row[14])
             with suppress(CorruptLogError):  # (the fold's own read says so)
                 found[1].read_on = self._read_result(session_id, rows, pos, True)
         return found
@@ -613,17 +612,20 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         if found is not None:
             return ColdStart(found)
         params = {"sid": session_id, "mark": mark or "", "ahead": READ_AHEAD}
-        rows = self._query(
+        row = self._query(
             "reading a fold cache",
-            lambda conn: conn.execute(self._sql.open_start, params, binary=True).fetchall(),
+            lambda conn: conn.execute(self._sql.open_start, params, binary=True).fetchone(),
         )
-        kept = None
-        if rows and rows[0][0] == -1:
-            kept, rows = read_whole(_live_cache(rows[0][2:10])), rows[1:]
+        if row is None:  # no session
+            return ColdStart(None, None, self._read_result(session_id, [], None, False))
+        kept = None if row[0] is None else read_whole(_live_cache(row[:8]))
         read_on = None
-        if not rows or rows[0][3] - rows[0][6] < READ_AHEAD:
+        if row[16] is not None:  # (None: more than READ_AHEAD lines)
+            snapshot = None if row[15] is None else (row[14], row[15])
             with suppress(CorruptLogError):  # (the fold's own read says so)
-                read_on = self._read_result(session_id, rows, None, False)
+                read_on = self._read_result(
+                    session_id, _read_rows(row[8:14], snapshot, row[16]), None, False
+                )
         return ColdStart(None, kept, read_on)
 
     def load_cache(self, session_id: str, name: str) -> tuple[Head, bytes] | None:
@@ -1007,6 +1009,21 @@ def _live_cache(row: Sequence[Any]) -> tuple[Head, CacheReader] | None:
     return head, BytesCacheReader(bytes(data))
 
 
+_NO_HEAD = (None,) * 6  # a line's row of `read`: no head's columns
+
+
+def _read_rows(
+    head: Sequence[Any], snapshot: tuple[int, bytes] | None, lines: Iterable[bytes]
+) -> list[tuple[Any, ...]]:
+    """`read`'s rows (what `_read_result` takes) from a one-row statement's columns: the
+    head's row, the opening snapshot's ((seq, line)), a row of each line."""
+    rows: list[tuple[Any, ...]] = [(0, 0, *head, None)]
+    if snapshot is not None:
+        rows.append((1, snapshot[0], *_NO_HEAD, snapshot[1]))
+    rows.extend((2, 0, *_NO_HEAD, line) for line in lines)
+    return rows
+
+
 def _remove_cache_parts_sql(q: str) -> str:
     """The statement of `remove_cache_parts` (the CASE: a name whose tail is no number
     is never cast)."""
@@ -1018,7 +1035,6 @@ def _remove_cache_parts_sql(q: str) -> str:
     )
 
 
-_NO_HEAD = (None,) * 6  # a line's row of `read`: no head's columns
 _LIVE_SIZE = "s.snap_len + s.stream_end - s.live_origin"  # (s: a sessions row)
 # a head's columns, as `_head_of` reads them (s: a sessions row)
 _HEAD_COLS = f"s.log_id, s.head_seq, s.head_link, s.head_h, s.base_seq, {_LIVE_SIZE}"
@@ -1136,7 +1152,8 @@ class _Statements:
         # the live log only (the lines a snapshot covers may be kept as its archive:
         # `l.seq - s.snap_seq > 0`, a filter the planner cannot take for the index's
         # range, which on a table not yet analyzed it took over the seqs asked for and
-        # read every line of the session)
+        # read every line of the session); the seqs go in binary (`%b`: a text array's
+        # dumper compiles its quoting pattern on a process's first, ~0.2 ms)
         line = (
             "l.seq, l.line, s.snap_len + l.stream_off - s.live_origin,"
             " CASE WHEN p.seq IS NOT NULL THEN substring(p.line from octet_length(p.line) - 24)"
@@ -1146,7 +1163,7 @@ class _Statements:
         self.lines_at = (
             f"SELECT {line} FROM {q}.sessions s JOIN {q}.lines l ON l.sid = s.sid"
             f" LEFT JOIN {before}"
-            f" WHERE s.session_id = %s AND l.seq = ANY(%s::bigint[]) AND l.seq - s.snap_seq > 0"
+            f" WHERE s.session_id = %s AND l.seq = ANY(%b::bigint[]) AND l.seq - s.snap_seq > 0"
         )
         # the head, with the newest %s lines (`tail`): a row each, or one with no line
         self.tail = (
@@ -1183,23 +1200,18 @@ class _Statements:
             f" FROM {q}.sessions s JOIN {q}.caches c ON c.sid = s.sid AND c.name = %(name)s"
             f" WHERE s.session_id = %(sid)s AND {is_live}"
         )
-        # a fold with nothing in memory and no cache (`open_cold`), one statement: the
-        # mark's row (k -1), the head (k 0), then the live log from its start (its
-        # opening snapshot, k 1, and its lines), those only when at most %(ahead)s lines
+        # a fold with nothing in memory and no cache (`open_cold`), one statement, one
+        # row (as `open_cache_on`'s): the mark's columns (NULL: none), the head's, then
+        # the live log from its start, those only when at most %(ahead)s lines: its
+        # opening snapshot's seq and line (NULL: it opens with none) and its lines
+        ahead = "CASE WHEN s.head_seq - s.base_seq < %(ahead)s"
         self.open_start = (
-            f"WITH s AS (SELECT * FROM {q}.sessions WHERE session_id = %(sid)s),"
-            f" c AS (SELECT c.* FROM {q}.caches c, s WHERE c.sid = s.sid"
-            f" AND c.name = %(mark)s AND {is_live})"
-            f" SELECT -1 AS k, c.seq, {cols} FROM s, c"
-            f" UNION ALL SELECT 0, 0, {_HEAD_COLS}, NULL, NULL FROM s"
-            f" UNION ALL SELECT 1, s.snap_seq, NULL, NULL, NULL, NULL, NULL, NULL,"
-            f" coalesce(x.line, ''), NULL FROM {q}.snapshots x, s"
-            f" WHERE x.sid = s.sid AND s.snap_seq > 0 AND s.head_seq - s.base_seq < %(ahead)s"
-            f" AND {_newest_snapshot(q)}"
-            f" UNION ALL SELECT 2, l.seq, NULL, NULL, NULL, NULL, NULL, NULL, l.line, NULL"
-            f" FROM {q}.lines l, s WHERE l.sid = s.sid AND l.seq > s.snap_seq"
-            f" AND s.head_seq - s.base_seq < %(ahead)s"
-            f" ORDER BY 1, 2"
+            f"SELECT {cols}, {_HEAD_COLS}, s.snap_seq, {ahead} AND s.snap_seq > 0 THEN"
+            f" (SELECT coalesce(x.line, '') FROM {q}.snapshots x WHERE x.sid = s.sid"
+            f" ORDER BY x.n DESC LIMIT 1) END, {ahead} THEN ARRAY(SELECT l.line"
+            f" FROM {q}.lines l WHERE l.sid = s.sid AND l.seq > s.snap_seq ORDER BY l.seq) END"
+            f" FROM {q}.sessions s LEFT JOIN {q}.caches c ON c.sid = s.sid"
+            f" AND c.name = %(mark)s AND {is_live} WHERE s.session_id = %(sid)s"
         )
         self.open_cache_parts = f"{cached} = ANY(%s){live}"
         self.store_cache = (
