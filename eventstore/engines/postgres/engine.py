@@ -368,10 +368,17 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         after = pos.seq if pos is not None else 0
         params = {"log": log_id, "after": after, "sid": session_id}
         # the common read, on in the same log: a statement without the opening
-        # snapshot's part (planned in half the time: ~0.35 ms less as a backend's
-        # first); the head alone, of another log, says the log was replaced
-        rows = self._rows(self._sql.read_on, params) if pos is not None else []
-        if not rows or rows[0][2] != log_id:
+        # snapshot's part, one row (planned in a fraction of the time as a backend's
+        # first); no lines, of another log, says the log was replaced
+        rows: list[Any] = []
+        if pos is not None:
+            row = self._query(
+                "reading a session",
+                lambda conn: conn.execute(self._sql.read_on, params, binary=True).fetchone(),
+            )
+            if row is not None and row[6] is not None:
+                rows = _read_rows(row[:6], None, row[6])
+        if not rows:
             rows = self._rows(self._sql.read, params)
         return self._read_result(session_id, rows, pos, position is not None)
 
@@ -398,7 +405,7 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         return ReadResult(data, head, from_position, where, 0)
 
     def _rows(self, statement: str, params: dict[str, Any]) -> list[Any]:
-        """The rows of one of `read`'s statements."""
+        """The rows of `read`'s statement from the start."""
         return self._query(
             "reading a session",
             lambda conn: conn.execute(statement, params, binary=True).fetchall(),
@@ -594,6 +601,8 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         )
         if row is None:
             return None
+        if row[15]:  # at the live log's opening snapshot (rare): its line in a statement
+            return self._cache_at(session_id, name)  # of its own, and no lines after
         found = _live_cache(row[:8])
         if found is not None and row[14] is not None:  # (None: more than READ_AHEAD after)
             pos = cast(PgPosition, found[0].position)
@@ -631,12 +640,16 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
     def load_cache(self, session_id: str, name: str) -> tuple[Head, bytes] | None:
         """`open_cache`, read whole, and without the lines after it (a small cache, such
         as a checked prefix, is not followed by a read from its head)."""
+        return read_whole(self._cache_at(session_id, name))
+
+    def _cache_at(self, session_id: str, name: str) -> tuple[Head, CacheReader] | None:
+        """The cache `name` checked as `open_cache` checks it, with nothing more."""
         row = self._query(
             "reading a fold cache",
             lambda conn: conn.execute(self._sql.open_cache, (name, session_id), binary=True)
             .fetchone(),
         )  # fmt: skip
-        return None if row is None else read_whole(_live_cache(row[1:]))
+        return None if row is None else _live_cache(row[1:])
 
     def open_cache_parts(
         self, session_id: str, name: str, count: int
@@ -1071,11 +1084,12 @@ class _Statements:
             f" CASE WHEN s.log_id = %(log)s THEN %(after)s ELSE 0 END)"
             f" ORDER BY 1, 2"
         )
-        # `read` on from a position: the head, then the lines after it if the live log is
-        # still the position's
+        # `read` on from a position, one row: the head, then the lines after it in an
+        # array if the live log is still the position's (NULL: it is not)
         self.read_on = (
-            f"{head_row} UNION ALL {line_rows} s.log_id = %(log)s AND l.seq > %(after)s"
-            f" ORDER BY 1, 2"
+            f"SELECT {_HEAD_COLS}, CASE WHEN s.log_id = %(log)s THEN ARRAY(SELECT l.line"
+            f" FROM {q}.lines l WHERE l.sid = s.sid AND l.seq > %(after)s ORDER BY l.seq) END"
+            f" FROM {q}.sessions s WHERE s.session_id = %(sid)s"
         )
         self.head = f"SELECT {_HEAD_COLS} FROM {q}.sessions s WHERE s.session_id = %s"
         self.session_row = f"SELECT sid, snap_seq, head_seq FROM {q}.sessions WHERE session_id = %s"
@@ -1175,10 +1189,12 @@ class _Statements:
     def _cache_statements(self, q: str) -> None:
         """The fold caches' statements (`PostgresEngine.open_cache` and the rest)."""
         # the line at the cache's head: a line of the live log, or its opening snapshot
-        at_head = (
+        at_line = (
             f"CASE WHEN c.seq > s.snap_seq THEN"
             f" (SELECT l.line FROM {q}.lines l WHERE l.sid = s.sid AND l.seq = c.seq)"
-            f" WHEN c.seq = s.snap_seq THEN (SELECT x.line FROM {q}.snapshots x"
+        )
+        at_head = (
+            f"{at_line} WHEN c.seq = s.snap_seq THEN (SELECT x.line FROM {q}.snapshots x"
             f" WHERE x.sid = s.sid ORDER BY x.n DESC LIMIT 1) END"
         )
         cols = f"c.log_id, c.seq, c.link, c.h, c.base_seq, c.size, c.data, {at_head}"
@@ -1193,10 +1209,14 @@ class _Statements:
         # the lines after the cache's head in an array (NULL when more than %(ahead)s).
         # (Not a UNION of a row each, as `open_start` is: planned on a new server
         # session, the single row took ~0.9 ms less, and this is a cold load's first.)
+        # A cache at the live log's opening snapshot is told by a flag, its line left
+        # to `open_cache`'s own statement: the snapshots table named here cost ~0.2 ms
+        # more (its catalog entries loaded, whether read or not).
+        line_cols = cols.replace(at_head, f"{at_line} END")
         self.open_cache_on = (
-            f"SELECT {cols}, {_HEAD_COLS}, CASE WHEN s.head_seq - c.seq <= %(ahead)s THEN"
+            f"SELECT {line_cols}, {_HEAD_COLS}, CASE WHEN s.head_seq - c.seq <= %(ahead)s THEN"
             f" ARRAY(SELECT l.line FROM {q}.lines l WHERE l.sid = s.sid AND l.seq > c.seq"
-            f" ORDER BY l.seq) END"
+            f" ORDER BY l.seq) END, c.seq = s.snap_seq"
             f" FROM {q}.sessions s JOIN {q}.caches c ON c.sid = s.sid AND c.name = %(name)s"
             f" WHERE s.session_id = %(sid)s AND {is_live}"
         )
