@@ -633,6 +633,25 @@ class EngineConformance:
         got = engine.read(SID, head.position)  # the same point, reached by another read
         assert _seqs(got.data) == [head.seq + 1]
 
+    def test_a_cache_at_the_opening_snapshot_opens_as_any_other(self) -> None:
+        """A cache kept at the head a snapshot opened the live log with (its head checked
+        against the snapshot's line) opens with its bytes, and reads on from there."""
+        engine = self.caching()
+        covers = self.append(engine, 3)
+        engine.install_snapshot(SID, _snapshot_line(covers), covers, keep_history=True)
+        head = engine.head(SID)
+        engine.store_cache(SID, "fold", head, [b"state"])
+        later = head
+        for appended in (0, 2):
+            later = self.append(engine, appended) if appended else later
+            opened = engine.open_cache(SID, "fold")
+            assert opened is not None and opened[0] == head
+            with opened[1] as reader:
+                assert reader.read(reader.size) == b"state"
+                self._same_read(engine, reader.read_on, head)
+            got = engine.read(SID, head.position)
+            assert got.head == later and _seqs(got.data) == list(range(head.seq + 1, later.seq + 1))
+
     def test_caches_are_dropped_when_their_head_leaves_the_live_log(self) -> None:
         engine = self.caching()
         head = self.append(engine, 3)

@@ -368,10 +368,17 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         after = pos.seq if pos is not None else 0
         params = {"log": log_id, "after": after, "sid": session_id}
         # the common read, on in the same log: a statement without the opening
-        # snapshot's part (planned in half the time: ~0.35 ms less as a backend's
-        # first); the head alone, of another log, says the log was replaced
-        rows = self._rows(self._sql.read_on, params) if pos is not None else []
-        if not rows or rows[0][2] != log_id:
+        # snapshot's part, one row (planned in a fraction of the time as a backend's
+        # first); no lines, of another log, says the log was replaced
+        rows: list[Any] = []
+        if pos is not None:
+            row = self._query(
+                "reading a session",
+                lambda conn: conn.execute(self._sql.read_on, params, binary=True).fetchone(),
+            )
+            if row is not None and row[6] is not None:
+                rows = _read_rows(row[:6], None, row[6])
+        if not rows:
             rows = self._rows(self._sql.read, params)
         return self._read_result(session_id, rows, pos, position is not None)
 
@@ -398,7 +405,7 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         return ReadResult(data, head, from_position, where, 0)
 
     def _rows(self, statement: str, params: dict[str, Any]) -> list[Any]:
-        """The rows of one of `read`'s statements."""
+        """The rows of `read`'s statement from the start."""
         return self._query(
             "reading a session",
             lambda conn: conn.execute(statement, params, binary=True).fetchall(),
@@ -588,17 +595,20 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         cache's: the reader's `read_on`, which the fold from the cache takes instead of
         a read (a round trip less)."""
         params = {"sid": session_id, "name": name, "ahead": READ_AHEAD}
-        rows = self._query(
+        row = self._query(
             "reading a fold cache",
-            lambda conn: conn.execute(self._sql.open_cache_on, params, binary=True).fetchall(),
+            lambda conn: conn.execute(self._sql.open_cache_on, params, binary=True).fetchone(),
         )
-        if not rows or rows[0][0] != -1:
+        if row is None:
             return None
-        found = _live_cache(rows[0][2:10])
-        if found is not None and rows[1][3] - found[0].seq <= READ_AHEAD:
+        if row[15]:  # at the live log's opening snapshot (rare): its line in a statement
+            return self._cache_at(session_id, name)  # of its own, and no lines after
+        found = _live_cache(row[:8])
+        if found is not None and row[14] is not None:  # (None: more than READ_AHEAD after)
             pos = cast(PgPosition, found[0].position)
+            rows = _read_rows(row[8:14], None, row[14])
             with suppress(CorruptLogError):  # (the fold's own read says so)
-                found[1].read_on = self._read_result(session_id, rows[1:], pos, True)
+                found[1].read_on = self._read_result(session_id, rows, pos, True)
         return found
 
     def open_cold(self, session_id: str, name: str | None, mark: str | None) -> ColdStart:
@@ -611,28 +621,35 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         if found is not None:
             return ColdStart(found)
         params = {"sid": session_id, "mark": mark or "", "ahead": READ_AHEAD}
-        rows = self._query(
+        row = self._query(
             "reading a fold cache",
-            lambda conn: conn.execute(self._sql.open_start, params, binary=True).fetchall(),
+            lambda conn: conn.execute(self._sql.open_start, params, binary=True).fetchone(),
         )
-        kept = None
-        if rows and rows[0][0] == -1:
-            kept, rows = read_whole(_live_cache(rows[0][2:10])), rows[1:]
+        if row is None:  # no session
+            return ColdStart(None, None, self._read_result(session_id, [], None, False))
+        kept = None if row[0] is None else read_whole(_live_cache(row[:8]))
         read_on = None
-        if not rows or rows[0][3] - rows[0][6] < READ_AHEAD:
+        if row[16] is not None:  # (None: more than READ_AHEAD lines)
+            snapshot = None if row[15] is None else (row[14], row[15])
             with suppress(CorruptLogError):  # (the fold's own read says so)
-                read_on = self._read_result(session_id, rows, None, False)
+                read_on = self._read_result(
+                    session_id, _read_rows(row[8:14], snapshot, row[16]), None, False
+                )
         return ColdStart(None, kept, read_on)
 
     def load_cache(self, session_id: str, name: str) -> tuple[Head, bytes] | None:
         """`open_cache`, read whole, and without the lines after it (a small cache, such
         as a checked prefix, is not followed by a read from its head)."""
+        return read_whole(self._cache_at(session_id, name))
+
+    def _cache_at(self, session_id: str, name: str) -> tuple[Head, CacheReader] | None:
+        """The cache `name` checked as `open_cache` checks it, with nothing more."""
         row = self._query(
             "reading a fold cache",
             lambda conn: conn.execute(self._sql.open_cache, (name, session_id), binary=True)
             .fetchone(),
         )  # fmt: skip
-        return None if row is None else read_whole(_live_cache(row[1:]))
+        return None if row is None else _live_cache(row[1:])
 
     def open_cache_parts(
         self, session_id: str, name: str, count: int
@@ -1005,6 +1022,21 @@ def _live_cache(row: Sequence[Any]) -> tuple[Head, CacheReader] | None:
     return head, BytesCacheReader(bytes(data))
 
 
+_NO_HEAD = (None,) * 6  # a line's row of `read`: no head's columns
+
+
+def _read_rows(
+    head: Sequence[Any], snapshot: tuple[int, bytes] | None, lines: Iterable[bytes]
+) -> list[tuple[Any, ...]]:
+    """`read`'s rows (what `_read_result` takes) from a one-row statement's columns: the
+    head's row, the opening snapshot's ((seq, line)), a row of each line."""
+    rows: list[tuple[Any, ...]] = [(0, 0, *head, None)]
+    if snapshot is not None:
+        rows.append((1, snapshot[0], *_NO_HEAD, snapshot[1]))
+    rows.extend((2, 0, *_NO_HEAD, line) for line in lines)
+    return rows
+
+
 def _remove_cache_parts_sql(q: str) -> str:
     """The statement of `remove_cache_parts` (the CASE: a name whose tail is no number
     is never cast)."""
@@ -1052,11 +1084,12 @@ class _Statements:
             f" CASE WHEN s.log_id = %(log)s THEN %(after)s ELSE 0 END)"
             f" ORDER BY 1, 2"
         )
-        # `read` on from a position: the head, then the lines after it if the live log is
-        # still the position's
+        # `read` on from a position, one row: the head, then the lines after it in an
+        # array if the live log is still the position's (NULL: it is not)
         self.read_on = (
-            f"{head_row} UNION ALL {line_rows} s.log_id = %(log)s AND l.seq > %(after)s"
-            f" ORDER BY 1, 2"
+            f"SELECT {_HEAD_COLS}, CASE WHEN s.log_id = %(log)s THEN ARRAY(SELECT l.line"
+            f" FROM {q}.lines l WHERE l.sid = s.sid AND l.seq > %(after)s ORDER BY l.seq) END"
+            f" FROM {q}.sessions s WHERE s.session_id = %(sid)s"
         )
         self.head = f"SELECT {_HEAD_COLS} FROM {q}.sessions s WHERE s.session_id = %s"
         self.session_row = f"SELECT sid, snap_seq, head_seq FROM {q}.sessions WHERE session_id = %s"
@@ -1130,7 +1163,11 @@ class _Statements:
         self.lines_of = f"SELECT seq, line FROM {q}.lines WHERE sid = %s ORDER BY seq"
         # lines by seq (`lines_at`), each with the last 25 bytes of the line before it
         # (b"" for the live log's first line; none for the first after a snapshot), of
-        # the live log only (the lines a snapshot covers may be kept as its archive)
+        # the live log only (the lines a snapshot covers may be kept as its archive:
+        # `l.seq - s.snap_seq > 0`, a filter the planner cannot take for the index's
+        # range, which on a table not yet analyzed it took over the seqs asked for and
+        # read every line of the session); the seqs go in binary (`%b`: a text array's
+        # dumper compiles its quoting pattern on a process's first, ~0.2 ms)
         line = (
             "l.seq, l.line, s.snap_len + l.stream_off - s.live_origin,"
             " CASE WHEN p.seq IS NOT NULL THEN substring(p.line from octet_length(p.line) - 24)"
@@ -1140,7 +1177,7 @@ class _Statements:
         self.lines_at = (
             f"SELECT {line} FROM {q}.sessions s JOIN {q}.lines l ON l.sid = s.sid"
             f" LEFT JOIN {before}"
-            f" WHERE s.session_id = %s AND l.seq = ANY(%s::bigint[]) AND l.seq > s.snap_seq"
+            f" WHERE s.session_id = %s AND l.seq = ANY(%b::bigint[]) AND l.seq - s.snap_seq > 0"
         )
         # the head, with the newest %s lines (`tail`): a row each, or one with no line
         self.tail = (
@@ -1152,10 +1189,12 @@ class _Statements:
     def _cache_statements(self, q: str) -> None:
         """The fold caches' statements (`PostgresEngine.open_cache` and the rest)."""
         # the line at the cache's head: a line of the live log, or its opening snapshot
-        at_head = (
+        at_line = (
             f"CASE WHEN c.seq > s.snap_seq THEN"
             f" (SELECT l.line FROM {q}.lines l WHERE l.sid = s.sid AND l.seq = c.seq)"
-            f" WHEN c.seq = s.snap_seq THEN (SELECT x.line FROM {q}.snapshots x"
+        )
+        at_head = (
+            f"{at_line} WHEN c.seq = s.snap_seq THEN (SELECT x.line FROM {q}.snapshots x"
             f" WHERE x.sid = s.sid ORDER BY x.n DESC LIMIT 1) END"
         )
         cols = f"c.log_id, c.seq, c.link, c.h, c.base_seq, c.size, c.data, {at_head}"
@@ -1166,37 +1205,33 @@ class _Statements:
         )
         live = f" WHERE s.session_id = %s AND {is_live}"
         self.open_cache = f"{cached} = %s{live}"
-        # one statement: the cache row as `open_cache`'s (k -1), then the head and the
-        # lines after the cache's head as `read`'s rows (k 0, 2), those only when at most
-        # %(ahead)s
+        # one statement, one row: the cache's columns as `open_cache`'s, the head's, and
+        # the lines after the cache's head in an array (NULL when more than %(ahead)s).
+        # (Not a UNION of a row each, as `open_start` is: planned on a new server
+        # session, the single row took ~0.9 ms less, and this is a cold load's first.)
+        # A cache at the live log's opening snapshot is told by a flag, its line left
+        # to `open_cache`'s own statement: the snapshots table named here cost ~0.2 ms
+        # more (its catalog entries loaded, whether read or not).
+        line_cols = cols.replace(at_head, f"{at_line} END")
         self.open_cache_on = (
-            f"WITH s AS (SELECT * FROM {q}.sessions WHERE session_id = %(sid)s),"
-            f" c AS (SELECT c.* FROM {q}.caches c, s WHERE c.sid = s.sid"
-            f" AND c.name = %(name)s AND {is_live})"
-            f" SELECT -1 AS k, c.seq, {cols} FROM s, c"
-            f" UNION ALL SELECT 0, 0, {_HEAD_COLS}, NULL, NULL FROM s, c"
-            f" UNION ALL SELECT 2, l.seq, NULL, NULL, NULL, NULL, NULL, NULL, l.line, NULL"
-            f" FROM {q}.lines l, s, c WHERE l.sid = s.sid AND l.seq > c.seq"
-            f" AND s.head_seq - c.seq <= %(ahead)s"
-            f" ORDER BY 1, 2"
+            f"SELECT {line_cols}, {_HEAD_COLS}, CASE WHEN s.head_seq - c.seq <= %(ahead)s THEN"
+            f" ARRAY(SELECT l.line FROM {q}.lines l WHERE l.sid = s.sid AND l.seq > c.seq"
+            f" ORDER BY l.seq) END, c.seq = s.snap_seq"
+            f" FROM {q}.sessions s JOIN {q}.caches c ON c.sid = s.sid AND c.name = %(name)s"
+            f" WHERE s.session_id = %(sid)s AND {is_live}"
         )
-        # a fold with nothing in memory and no cache (`open_cold`), one statement: the
-        # mark's row (k -1), the head (k 0), then the live log from its start (its
-        # opening snapshot, k 1, and its lines), those only when at most %(ahead)s lines
+        # a fold with nothing in memory and no cache (`open_cold`), one statement, one
+        # row (as `open_cache_on`'s): the mark's columns (NULL: none), the head's, then
+        # the live log from its start, those only when at most %(ahead)s lines: its
+        # opening snapshot's seq and line (NULL: it opens with none) and its lines
+        ahead = "CASE WHEN s.head_seq - s.base_seq < %(ahead)s"
         self.open_start = (
-            f"WITH s AS (SELECT * FROM {q}.sessions WHERE session_id = %(sid)s),"
-            f" c AS (SELECT c.* FROM {q}.caches c, s WHERE c.sid = s.sid"
-            f" AND c.name = %(mark)s AND {is_live})"
-            f" SELECT -1 AS k, c.seq, {cols} FROM s, c"
-            f" UNION ALL SELECT 0, 0, {_HEAD_COLS}, NULL, NULL FROM s"
-            f" UNION ALL SELECT 1, s.snap_seq, NULL, NULL, NULL, NULL, NULL, NULL,"
-            f" coalesce(x.line, ''), NULL FROM {q}.snapshots x, s"
-            f" WHERE x.sid = s.sid AND s.snap_seq > 0 AND s.head_seq - s.base_seq < %(ahead)s"
-            f" AND {_newest_snapshot(q)}"
-            f" UNION ALL SELECT 2, l.seq, NULL, NULL, NULL, NULL, NULL, NULL, l.line, NULL"
-            f" FROM {q}.lines l, s WHERE l.sid = s.sid AND l.seq > s.snap_seq"
-            f" AND s.head_seq - s.base_seq < %(ahead)s"
-            f" ORDER BY 1, 2"
+            f"SELECT {cols}, {_HEAD_COLS}, s.snap_seq, {ahead} AND s.snap_seq > 0 THEN"
+            f" (SELECT coalesce(x.line, '') FROM {q}.snapshots x WHERE x.sid = s.sid"
+            f" ORDER BY x.n DESC LIMIT 1) END, {ahead} THEN ARRAY(SELECT l.line"
+            f" FROM {q}.lines l WHERE l.sid = s.sid AND l.seq > s.snap_seq ORDER BY l.seq) END"
+            f" FROM {q}.sessions s LEFT JOIN {q}.caches c ON c.sid = s.sid"
+            f" AND c.name = %(mark)s AND {is_live} WHERE s.session_id = %(sid)s"
         )
         self.open_cache_parts = f"{cached} = ANY(%s){live}"
         self.store_cache = (
