@@ -19,6 +19,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,7 +36,9 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.aio import AsyncSessionStore
+from eventstore.engines.base import IndexEntry
 from eventstore.engines.file import index_lag
+from eventstore.engines.file.index import FileIndex
 
 # -- what it promises -------------------------------------------------------------------
 
@@ -559,6 +562,41 @@ def test_an_append_never_waits_for_a_locked_index(tmp_path: Path) -> None:
         assert store.last_seq("a") == 2
     with SessionStore(root) as store:
         assert [(i.session_id, i.last_seq) for i in store.sessions()] == [("a", 2)]
+
+
+def test_a_row_being_written_never_brings_back_a_purged_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: the thread has taken a session's waiting row and is about to write it
+    when the session is purged: the purge's drop of the row landed first, and the row
+    written after brought the session back into the index file."""
+    monkeypatch.setattr(index_lag, "INDEX_LAG", 0.01)
+    taken, go = threading.Event(), threading.Event()
+    real = FileIndex.put_appended
+
+    def slow(self: FileIndex, entries: Sequence[tuple[IndexEntry, bool]]) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            taken.set()
+            go.wait(timeout=30)
+        real(self, entries)
+
+    monkeypatch.setattr(FileIndex, "put_appended", slow)
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("a", make_entry(0))
+        store.append_progress_entry("a", make_entry(1))  # its row waits for the thread
+        assert taken.wait(timeout=30)
+        purge = threading.Thread(target=store.delete_session, args=("a",), kwargs={"purge": True})
+        purge.start()
+        purge.join(timeout=0.2)  # (the fixed purge waits for the write: let it start)
+        go.set()
+        purge.join()
+        assert store.list_sessions() == []
+    index = sqlite3.connect(root / "index.sqlite3")
+    try:
+        assert index.execute("SELECT id FROM sessions").fetchall() == []
+    finally:
+        index.close()
 
 
 @pytest.mark.skipif(POSTGRES_URL is None, reason="EVENTSTORE_TEST_POSTGRES_URL is not set")

@@ -58,8 +58,10 @@ class LaggingRows(Generic[V]):
                 self._timer = self._started()
 
     def discard(self, session_id: str) -> None:
-        """Forget the session's waiting row (the session is gone, or written at once)."""
-        with self._guard:
+        """Forget the session's waiting row (the session is gone, or written at once),
+        after a write in progress, which may hold it: written after the caller's own
+        change of the row (a removal's drop), it would undo that change."""
+        with self._writing, self._guard:
             self._waiting.pop(session_id, None)
 
     def flush(self) -> None:
