@@ -564,6 +564,26 @@ def test_an_append_never_waits_for_a_locked_index(tmp_path: Path) -> None:
         assert [(i.session_id, i.last_seq) for i in store.sessions()] == [("a", 2)]
 
 
+def test_an_append_when_no_thread_can_start_still_succeeds_and_is_indexed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: no thread can be started (a process or container at its thread limit;
+    from Python 3.12, an atexit handler): the append, its line already in the log,
+    raised RuntimeError. It now returns, its row written at once."""
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("a", make_entry(0))
+        monkeypatch.setattr(threading.Thread, "start", refuse)
+        store.append_progress_entry("a", make_entry(1))
+        monkeypatch.undo()
+        with SessionStore(root) as reader:
+            assert [(i.session_id, i.last_seq) for i in reader.sessions()] == [("a", 2)]
+
+
 def test_a_row_being_written_never_brings_back_a_purged_session(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,8 +8,9 @@ whatever waits `INDEX_LAG` seconds after the first of it arrived. So no such app
 waits for the index (a fresh process's first append to a session would otherwise open
 SQLite and make its write-ahead log: ~1 ms), a burst of appends costs one index write,
 and another process's page sees a row at most about a second behind while this one
-lives. The index is a cache of the logs: a row lost with a killed process is corrected
-when a page reaches it.
+lives. A process that cannot start the thread (at its thread limit; from Python 3.12,
+in an `atexit` handler) writes the row at once. The index is a cache of the logs: a
+row lost with a killed process is corrected when a page reaches it.
 """
 
 from __future__ import annotations
@@ -54,8 +55,14 @@ class LaggingRows(Generic[V]):
         """Let `value` wait as the session's row (replacing one waiting)."""
         with self._guard:
             self._waiting[session_id] = value
-            if self._timer is None:
+            if self._timer is not None:
+                return
+            try:
                 self._timer = self._started()
+                return
+            except RuntimeError as exc:  # no thread to be had: the row is written now
+                log.debug("eventstore: the session index's thread did not start: %s", exc)
+        self.flush()
 
     def discard(self, session_id: str) -> None:
         """Forget the session's waiting row (the session is gone, or written at once),
@@ -102,4 +109,7 @@ class LaggingRows(Generic[V]):
         with self._guard:
             self._timer = None
             if self._waiting:  # added while this wrote
-                self._timer = self._started()
+                try:
+                    self._timer = self._started()
+                except RuntimeError as exc:  # they wait for the next add, page or close
+                    log.debug("eventstore: the session index's thread did not start: %s", exc)
