@@ -16,6 +16,8 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -562,6 +564,35 @@ def test_an_append_never_waits_for_a_locked_index(tmp_path: Path) -> None:
         assert store.last_seq("a") == 2
     with SessionStore(root) as store:
         assert [(i.session_id, i.last_seq) for i in store.sessions()] == [("a", 2)]
+
+
+_EXIT_WITHOUT_CLOSE = """
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from eventstore import ProgressEntry, SessionStore
+store = SessionStore(sys.argv[1])
+store.append_progress_entry("a", ProgressEntry(run_id="r", summary="first"))
+print(datetime.now(UTC).isoformat(), flush=True)
+store.append_progress_entry("a", ProgressEntry(run_id="r", summary="second"))
+"""
+
+
+def test_a_process_that_exits_without_close_leaves_its_rows_written(tmp_path: Path) -> None:
+    """Attack: a script appends and exits without `close` (the thread is a daemon, its
+    rows were dropped): a page of sessions updated since then missed the session until
+    some page without that filter reached it; nothing may be printed either."""
+    root = tmp_path / "store"
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_WITHOUT_CLOSE, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    with SessionStore(root) as store:
+        page = store.sessions(updated_since=done.stdout.strip())
+        assert [(i.session_id, i.last_seq) for i in page] == [("a", 2)]
 
 
 def test_an_append_when_no_thread_can_start_still_succeeds_and_is_indexed(
