@@ -21,7 +21,7 @@ import atexit
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from eventstore.logger import log
 
@@ -34,7 +34,7 @@ the timer starts)."""
 V = TypeVar("V")
 
 # every LaggingRows alive, for the exit hook (weak: a store let go is not kept)
-_alive: weakref.WeakSet[LaggingRows[object]] = weakref.WeakSet()
+_alive: weakref.WeakSet[LaggingRows[Any]] = weakref.WeakSet()
 
 
 class LaggingRows(Generic[V]):
@@ -49,7 +49,7 @@ class LaggingRows(Generic[V]):
         self._writing = threading.Lock()
         self._waiting: dict[str, V] = {}
         self._timer: threading.Timer | None = None
-        _alive.add(self)  # type: ignore[arg-type]
+        _alive.add(self)
 
     def reset_after_fork(self) -> None:
         """In a forked child: the parent's rows are the parent's to write, and its
