@@ -9,10 +9,10 @@ waits for the index (a fresh process's first append to a session would otherwise
 SQLite and make its write-ahead log: ~1 ms), a burst of appends costs one index write,
 and another process's page sees a row at most about a second behind while this one
 lives. A process that exits without `close` writes what waits at its exit (an `atexit`
-hook: the thread is a daemon, which never holds up an exit, and dies where it is). A
-process that cannot start the thread (at its thread limit; from Python 3.12,
-in an `atexit` handler) writes the row at once. The index is a cache of the logs: a
-row lost with a killed process is corrected when a page reaches it.
+hook: the thread is a daemon, which never holds up an exit, and dies where it is); one
+that cannot start the thread (at its thread limit; from Python 3.12, in an `atexit`
+handler) writes the row at once. The index is a cache of the logs: a row lost with a
+killed process is corrected when a page reaches it.
 """
 
 from __future__ import annotations
