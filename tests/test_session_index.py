@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import cli_in_process, make_entry
+from conftest import cli_in_process, in_forked_child, make_entry
 from engines import POSTGRES_URL, EngineCase, fresh_postgres
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -613,6 +613,53 @@ def test_an_append_when_no_thread_can_start_still_succeeds_and_is_indexed(
         monkeypatch.undo()
         with SessionStore(root) as reader:
             assert [(i.session_id, i.last_seq) for i in reader.sessions()] == [("a", 2)]
+
+
+_LOCK_THE_INDEX = """
+import sqlite3, sys, time
+index = sqlite3.connect(sys.argv[1], isolation_level=None)
+index.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+time.sleep(0.5)
+index.execute("ROLLBACK")
+"""
+
+
+def test_a_fork_while_the_thread_writes_leaves_parent_and_child_working(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: a process forks while its index thread is in the middle of a write (held
+    up by another process's lock on the index): the child, which has the thread's lock
+    held and no thread, appends and pages; the parent's own row still reaches the index."""
+    monkeypatch.setattr(index_lag, "INDEX_LAG", 0.01)
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("a", make_entry(0))
+        store.append_progress_entry("p", make_entry(0))
+        locker = subprocess.Popen(
+            [sys.executable, "-c", _LOCK_THE_INDEX, str(root / "index.sqlite3")],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert locker.stdout is not None and locker.stdout.readline() == "locked\n"
+        store.append_progress_entry("p", make_entry(1))  # the thread waits on the lock
+        time.sleep(0.1)
+
+        def child() -> bool:
+            store.append_progress_entry("a", make_entry(1))
+            store.append_progress_entry("b", make_entry(0))
+            store.append_progress_entry("b", make_entry(1))
+            page = [(i.session_id, i.last_seq) for i in store.sessions()]
+            return page[:2] == [("b", 2), ("a", 2)]
+
+        assert in_forked_child(child, 60) == 0
+        assert locker.wait(timeout=60) == 0
+    index = sqlite3.connect(root / "index.sqlite3")
+    try:
+        rows = index.execute("SELECT id, last_seq FROM sessions ORDER BY id").fetchall()
+    finally:
+        index.close()
+    assert rows == [("a", 2), ("b", 2), ("p", 2)]  # the parent's row, by the parent
 
 
 def test_a_row_being_written_never_brings_back_a_purged_session(
