@@ -16,14 +16,17 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import cli_in_process, make_entry
+from conftest import cli_in_process, in_forked_child, make_entry
 from engines import POSTGRES_URL, EngineCase, fresh_postgres
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -35,7 +38,9 @@ from eventstore import (
     SessionStore,
 )
 from eventstore.aio import AsyncSessionStore
+from eventstore.engines.base import IndexEntry
 from eventstore.engines.file import index_lag
+from eventstore.engines.file.index import FileIndex
 
 # -- what it promises -------------------------------------------------------------------
 
@@ -559,6 +564,137 @@ def test_an_append_never_waits_for_a_locked_index(tmp_path: Path) -> None:
         assert store.last_seq("a") == 2
     with SessionStore(root) as store:
         assert [(i.session_id, i.last_seq) for i in store.sessions()] == [("a", 2)]
+
+
+_EXIT_WITHOUT_CLOSE = """
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from eventstore import ProgressEntry, SessionStore
+store = SessionStore(sys.argv[1])
+store.append_progress_entry("a", ProgressEntry(run_id="r", summary="first"))
+print(datetime.now(UTC).isoformat(), flush=True)
+store.append_progress_entry("a", ProgressEntry(run_id="r", summary="second"))
+"""
+
+
+def test_a_process_that_exits_without_close_leaves_its_rows_written(tmp_path: Path) -> None:
+    """Attack: a script appends and exits without `close` (the thread is a daemon, its
+    rows were dropped): a page of sessions updated since then missed the session until
+    some page without that filter reached it; nothing may be printed either."""
+    root = tmp_path / "store"
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_WITHOUT_CLOSE, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    with SessionStore(root) as store:
+        page = store.sessions(updated_since=done.stdout.strip())
+        assert [(i.session_id, i.last_seq) for i in page] == [("a", 2)]
+
+
+def test_an_append_when_no_thread_can_start_still_succeeds_and_is_indexed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: no thread can be started (a process or container at its thread limit;
+    from Python 3.12, an atexit handler): the append, its line already in the log,
+    raised RuntimeError. It now returns, its row written at once."""
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("a", make_entry(0))
+        monkeypatch.setattr(threading.Thread, "start", refuse)
+        store.append_progress_entry("a", make_entry(1))
+        monkeypatch.undo()
+        with SessionStore(root) as reader:
+            assert [(i.session_id, i.last_seq) for i in reader.sessions()] == [("a", 2)]
+
+
+_LOCK_THE_INDEX = """
+import sqlite3, sys, time
+index = sqlite3.connect(sys.argv[1], isolation_level=None)
+index.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+time.sleep(0.5)
+index.execute("ROLLBACK")
+"""
+
+
+def test_a_fork_while_the_thread_writes_leaves_parent_and_child_working(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: a process forks while its index thread is in the middle of a write (held
+    up by another process's lock on the index): the child, which has the thread's lock
+    held and no thread, appends and pages; the parent's own row still reaches the index."""
+    monkeypatch.setattr(index_lag, "INDEX_LAG", 0.01)
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("a", make_entry(0))
+        store.append_progress_entry("p", make_entry(0))
+        locker = subprocess.Popen(
+            [sys.executable, "-c", _LOCK_THE_INDEX, str(root / "index.sqlite3")],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert locker.stdout is not None and locker.stdout.readline() == "locked\n"
+        store.append_progress_entry("p", make_entry(1))  # the thread waits on the lock
+        time.sleep(0.1)
+
+        def child() -> bool:
+            store.append_progress_entry("a", make_entry(1))
+            store.append_progress_entry("b", make_entry(0))
+            store.append_progress_entry("b", make_entry(1))
+            page = [(i.session_id, i.last_seq) for i in store.sessions()]
+            return page[:2] == [("b", 2), ("a", 2)]
+
+        assert in_forked_child(child, 60) == 0
+        assert locker.wait(timeout=60) == 0
+    index = sqlite3.connect(root / "index.sqlite3")
+    try:
+        rows = index.execute("SELECT id, last_seq FROM sessions ORDER BY id").fetchall()
+    finally:
+        index.close()
+    assert rows == [("a", 2), ("b", 2), ("p", 2)]  # the parent's row, by the parent
+
+
+def test_a_row_being_written_never_brings_back_a_purged_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: the thread has taken a session's waiting row and is about to write it
+    when the session is purged: the purge's drop of the row landed first, and the row
+    written after brought the session back into the index file."""
+    monkeypatch.setattr(index_lag, "INDEX_LAG", 0.01)
+    taken, go = threading.Event(), threading.Event()
+    real = FileIndex.put_appended
+
+    def slow(self: FileIndex, entries: Sequence[tuple[IndexEntry, bool]]) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            taken.set()
+            go.wait(timeout=30)
+        real(self, entries)
+
+    monkeypatch.setattr(FileIndex, "put_appended", slow)
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("a", make_entry(0))
+        store.append_progress_entry("a", make_entry(1))  # its row waits for the thread
+        assert taken.wait(timeout=30)
+        purge = threading.Thread(target=store.delete_session, args=("a",), kwargs={"purge": True})
+        purge.start()
+        purge.join(timeout=0.2)  # (the fixed purge waits for the write: let it start)
+        go.set()
+        purge.join()
+        assert store.list_sessions() == []
+    index = sqlite3.connect(root / "index.sqlite3")
+    try:
+        assert index.execute("SELECT id FROM sessions").fetchall() == []
+    finally:
+        index.close()
 
 
 @pytest.mark.skipif(POSTGRES_URL is None, reason="EVENTSTORE_TEST_POSTGRES_URL is not set")

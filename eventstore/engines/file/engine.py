@@ -1112,8 +1112,8 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
     ) -> None:
         """The row after an append (writers' lock held). A session's first append and
         a labels batch are written at once; any other append's row waits
-        (`index_lag`: for this engine's next page, `close`, or at most `INDEX_LAG`
-        seconds), so no such append waits for the index."""
+        (`index_lag`: for this engine's next page, `close`, the process's exit, or at
+        most `INDEX_LAG` seconds), so no such append waits for the index."""
         # what the row is made of (made only when written: most are replaced unwritten)
         forced = created or batch.labels is not None
         lagging = (batch.ts_us or _now_us(), batch.labels, new, forced)

@@ -8,15 +8,20 @@ whatever waits `INDEX_LAG` seconds after the first of it arrived. So no such app
 waits for the index (a fresh process's first append to a session would otherwise open
 SQLite and make its write-ahead log: ~1 ms), a burst of appends costs one index write,
 and another process's page sees a row at most about a second behind while this one
-lives. The index is a cache of the logs: a row lost with a killed process is corrected
-when a page reaches it.
+lives. A process that exits without `close` writes what waits at its exit (an `atexit`
+hook: the thread is a daemon, which never holds up an exit, and dies where it is); one
+that cannot start the thread (at its thread limit; from Python 3.12, in an `atexit`
+handler) writes the row at once. The index is a cache of the logs: a row lost with a
+killed process is corrected when a page reaches it.
 """
 
 from __future__ import annotations
 
+import atexit
 import threading
+import weakref
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from eventstore.logger import log
 
@@ -27,6 +32,9 @@ INDEX_LAG = 1.0
 the timer starts)."""
 
 V = TypeVar("V")
+
+# every LaggingRows alive, for the exit hook (weak: a store let go is not kept)
+_alive: weakref.WeakSet[LaggingRows[Any]] = weakref.WeakSet()
 
 
 class LaggingRows(Generic[V]):
@@ -41,6 +49,7 @@ class LaggingRows(Generic[V]):
         self._writing = threading.Lock()
         self._waiting: dict[str, V] = {}
         self._timer: threading.Timer | None = None
+        _alive.add(self)
 
     def reset_after_fork(self) -> None:
         """In a forked child: the parent's rows are the parent's to write, and its
@@ -54,12 +63,20 @@ class LaggingRows(Generic[V]):
         """Let `value` wait as the session's row (replacing one waiting)."""
         with self._guard:
             self._waiting[session_id] = value
-            if self._timer is None:
+            if self._timer is not None:
+                return
+            try:
                 self._timer = self._started()
+                return
+            except RuntimeError as exc:  # no thread to be had: the row is written now
+                log.debug("eventstore: the session index's thread did not start: %s", exc)
+        self.flush()
 
     def discard(self, session_id: str) -> None:
-        """Forget the session's waiting row (the session is gone, or written at once)."""
-        with self._guard:
+        """Forget the session's waiting row (the session is gone, or written at once),
+        after a write in progress, which may hold it: written after the caller's own
+        change of the row (a removal's drop), it would undo that change."""
+        with self._writing, self._guard:
             self._waiting.pop(session_id, None)
 
     def flush(self) -> None:
@@ -100,4 +117,18 @@ class LaggingRows(Generic[V]):
         with self._guard:
             self._timer = None
             if self._waiting:  # added while this wrote
-                self._timer = self._started()
+                try:
+                    self._timer = self._started()
+                except RuntimeError as exc:  # they wait for the next add, page, close or exit
+                    log.debug("eventstore: the session index's thread did not start: %s", exc)
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    """Write what waits in every store of a process exiting without `close` (a write
+    the thread is making is finished first: `flush` waits for it)."""
+    for rows in list(_alive):
+        try:
+            rows.flush()
+        except Exception as exc:  # the other stores still get theirs
+            log.warning("eventstore: writing the session index's waiting rows at exit: %s", exc)
