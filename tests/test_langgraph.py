@@ -312,6 +312,22 @@ def test_prune_keep_latest_removes_the_bytes(tmp_path: Path) -> None:
     assert plain_store(tmp_path).verify("langgraph-p").ok
 
 
+@pytest.mark.parametrize("strategy", ["delete", "keep_latest"])
+def test_prune_of_a_generator_of_thread_ids_prunes_them(url: str, strategy: str) -> None:
+    """Attack: `prune(t for t in ["t"])` (keep_latest) pruned nothing: the DeltaChannel
+    check read the generator through, leaving the prune itself no thread. Each thread
+    named is pruned (or deleted) as for a list, on every engine."""
+    with EventStoreSaver(url) as saver:
+        for thread in ("t", "u"):
+            put(saver, thread, put(saver, thread, v=1), v=2)
+        saver.prune((t for t in ["t", "u"]), strategy=strategy)
+        for reader in (saver, EventStoreSaver(url)):
+            for thread in ("t", "u"):
+                left = list(reader.list({"configurable": {"thread_id": thread}}))
+                want = [] if strategy == "delete" else [{"v": 2}]
+                assert [tup.checkpoint["channel_values"] for tup in left] == want
+
+
 def test_prune_refuses_an_unknown_strategy(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="strategy"):
         EventStoreSaver(tmp_path).prune(["x"], strategy="keep_some")

@@ -512,6 +512,9 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         PostgresSaver raises): taken as a sequence, its characters would name other
         threads to prune or delete."""
         _refuse_str(thread_ids, "thread_ids", "thread IDs")
+        # read once: an iterator (a generator) would be spent by the DeltaChannel check,
+        # leaving nothing to prune
+        thread_ids = [str(t) for t in thread_ids]
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"prune strategy must be 'keep_latest' or 'delete', not {strategy!r}")
         if strategy == "keep_latest":
