@@ -360,9 +360,12 @@ def history_in(store: SessionStore) -> list[HistoryEntry]:
     `store`, oldest first; `[]` when it has none.
 
     For a store the history was copied to (`eventstore migrate ROOT/.eventstore URL
-    --all`), on any engine; `store` must decode `HISTORY_EVENT_TYPES` (give them as its
-    `event_types`). CorruptLogError if the log was tampered with.
+    --all`), on any engine; `store` learns `HISTORY_EVENT_TYPES` (`SessionStore.learn`)
+    if it was not opened with them. CorruptLogError if the log was tampered with.
     """
+    # a store that did not know them would read each put and forget as an unknown
+    # event, passed over: a history that is there would read as none
+    store.learn(HISTORY_EVENT_TYPES)
     state = _HISTORY.initial()
     for ev in store.read_events(HISTORY_SESSION_ID):
         if type(ev) is Snapshot:

@@ -34,6 +34,7 @@ from eventstore.harness_sessions import (
     HISTORY_STORE_DIR,
     HarnessSessionMap,
     current_bindings,
+    history_in,
     is_plain_context_id,
     new_harness_session_id,
     read_history,
@@ -1110,6 +1111,25 @@ def test_cli_contexts_reads_the_history_at_a_store_url(
     rc, out, err = cli_in_process(capsys, "contexts", url)
     assert rc == 2 and out == "" and "--history" in err
     one_line_error(err)
+
+
+def test_history_in_a_plainly_opened_store_is_the_maps_history(
+    url: str, map_root: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack: `history_in(SessionStore(url))` of a store holding the map's history, opened
+    without `event_types=HISTORY_EVENT_TYPES`, answered `[]` (every put and forget read
+    as an unknown event and passed over): a history that is there, silently empty, on
+    every engine. The store learns the history's event types first (as every adapter
+    teaches a store it is given), so any store answers what `read_history` does."""
+    with HarnessSessionMap(map_root, workdir) as m:
+        m.put("ctx", "sid", "claude-code", "acp")
+        m.forget("ctx", by=FORGET_BY_CLI)
+    want = read_history(map_root)
+    assert len(want) == 2
+    rc, _, _ = cli_in_process(capsys, "migrate", str(map_root / HISTORY_STORE_DIR), url, "--all")
+    assert rc == 0
+    with SessionStore(url) as plain:
+        assert history_in(plain) == want
 
 
 def test_cli_contexts_help_has_an_example() -> None:
