@@ -394,6 +394,23 @@ def test_delete_for_runs_refuses_a_single_run_id_string(url: str) -> None:
         assert saver.get_tuple({"configurable": {"thread_id": "t-a"}}) is not None
 
 
+@pytest.mark.parametrize("ids", [b"ab", bytearray(b"ab")])
+def test_prune_and_delete_for_runs_refuse_bytes(url: str, ids: bytes) -> None:
+    """Attack: `prune(b"ab", strategy="delete")` took the bytes as the ids 97 and 98 and
+    deleted threads "97" and "98" (`delete_for_runs(b"ab")` their runs), on every engine.
+    Bytes are refused as a str is (InvalidArgumentError naming them) and nothing goes."""
+    with EventStoreSaver(url) as saver:
+        for thread in ("97", "98"):
+            put(saver, thread, put(saver, thread, run_id=thread, v=1), run_id=thread, v=2)
+        for strategy in ("delete", "keep_latest"):
+            with pytest.raises(InvalidArgumentError, match=r"thread_ids .*not (bytes|bytearray)"):
+                saver.prune(ids, strategy=strategy)
+        with pytest.raises(InvalidArgumentError, match=r"run_ids .*not (bytes|bytearray)"):
+            saver.delete_for_runs(ids)
+        for thread in ("97", "98"):
+            assert len(list(saver.list({"configurable": {"thread_id": thread}}))) == 2
+
+
 def _appended(state: list[str], writes: list[list[str]]) -> list[str]:
     return [*state, *(w for batch in writes for w in batch)]
 

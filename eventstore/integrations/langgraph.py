@@ -479,8 +479,8 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Remove every checkpoint (and its writes) whose metadata has one of `run_ids`,
-        in every thread: one atomic append per thread that has any. A single str is
-        refused (InvalidArgumentError, a TypeError as `prune` raises): taken as a
+        in every thread: one atomic append per thread that has any. A single str (or
+        bytes) is refused (InvalidArgumentError, a TypeError as `prune` raises): taken as a
         sequence, its characters would name other runs to delete."""
         _refuse_str(run_ids, "run_ids", "run IDs")
         wanted = {str(r) for r in run_ids}
@@ -508,7 +508,7 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         earlier compaction made are kept), a kept checkpoint whose parent went left with
         no parent (as PostgresSaver's); a thread a graph with a `DeltaChannel` wrote
         is refused (NotImplementedError, no thread pruned). `"delete"`: delete the
-        threads. A single str is refused (InvalidArgumentError, a TypeError as
+        threads. A single str (or bytes) is refused (InvalidArgumentError, a TypeError as
         PostgresSaver raises): taken as a sequence, its characters would name other
         threads to prune or delete."""
         _refuse_str(thread_ids, "thread_ids", "thread IDs")
@@ -675,9 +675,11 @@ _EVERY_THREAD = ""
 
 def _refuse_str(ids: Sequence[str], name: str, what: str) -> None:
     """A str where a sequence of ids goes is refused, as PostgresSaver's prune refuses
-    one (its message), before anything is removed."""
-    if isinstance(ids, str):
-        raise InvalidArgumentError(f"{name} must be a sequence of {what}, not a str: {ids!r}")
+    one (its message), before anything is removed; so are bytes, whose items (ints)
+    would name other ids as their digits."""
+    if isinstance(ids, (str, bytes, bytearray)):
+        kind = "a str" if isinstance(ids, str) else type(ids).__name__
+        raise InvalidArgumentError(f"{name} must be a sequence of {what}, not {kind}: {ids!r}")
 
 
 def _all_but_newest(entries: list[CheckpointEntry]) -> list[CheckpointEntry]:
