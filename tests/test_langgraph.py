@@ -328,6 +328,19 @@ def test_prune_of_a_generator_of_thread_ids_prunes_them(url: str, strategy: str)
                 assert [tup.checkpoint["channel_values"] for tup in left] == want
 
 
+@pytest.mark.parametrize("strategy", ["delete", "keep_latest"])
+@pytest.mark.parametrize("bad", ["nul\x00", "x" * 2000, "lone\ud800"])
+def test_prune_with_a_bad_thread_id_touches_no_thread(url: str, strategy: str, bad: str) -> None:
+    """Attack: `prune(["ok", "nul\\x00"], strategy="delete")` deleted thread "ok", then
+    raised InvalidSessionIdError for the next: a bad id with a thread gone, on every
+    engine. Every id is checked first: the error names the bad one, no thread changes."""
+    with EventStoreSaver(url) as saver:
+        put(saver, "ok", put(saver, "ok", v=1), v=2)
+        with pytest.raises(InvalidSessionIdError):
+            saver.prune(["ok", bad], strategy=strategy)
+        assert len(list(saver.list({"configurable": {"thread_id": "ok"}}))) == 2
+
+
 def test_prune_refuses_an_unknown_strategy(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="strategy"):
         EventStoreSaver(tmp_path).prune(["x"], strategy="keep_some")

@@ -98,6 +98,7 @@ from eventstore.integrations.langgraph_state import (
 )
 from eventstore.integrations.langgraph_state import PROJECTIONS as STATE_PROJECTIONS
 from eventstore.ops.seek import can_seek
+from eventstore.session_ids import validate_session_id
 from eventstore.store import SessionStore
 
 # a read of a named checkpoint from the log: (store, session, namespace, id)
@@ -510,13 +511,16 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         is refused (NotImplementedError, no thread pruned). `"delete"`: delete the
         threads. A single str (or bytes) is refused (InvalidArgumentError, a TypeError as
         PostgresSaver raises): taken as a sequence, its characters would name other
-        threads to prune or delete."""
+        threads to prune or delete. A bad id (InvalidSessionIdError) is refused before
+        any thread is touched."""
         _refuse_str(thread_ids, "thread_ids", "thread IDs")
         # read once: an iterator (a generator) would be spent by the DeltaChannel check,
         # leaving nothing to prune
         thread_ids = [str(t) for t in thread_ids]
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"prune strategy must be 'keep_latest' or 'delete', not {strategy!r}")
+        for t in thread_ids:  # a bad id refused before any thread is touched
+            validate_session_id(self.session_id(t))
         if strategy == "keep_latest":
             # a DeltaChannel's value is rebuilt from older checkpoints' writes: kept alone,
             # the newest would read it empty. Refused before any thread is pruned, as
