@@ -690,8 +690,9 @@ def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) 
     cancelled while the call ran (it gets no result)."""
     if fut.cancelled():
         return
-    if type(error) is StopIteration:
-        # a future refuses it (TypeError, and the caller would wait forever): a
+    if isinstance(error, StopIteration):
+        # a future refuses it (TypeError, and the caller would wait forever), or takes
+        # a subclass that the caller's await then reads as its return value: a
         # RuntimeError caused by it, as PEP 479 turns one leaving a generator
         stop = error
         error = RuntimeError(f"the call raised StopIteration: {stop!r}")

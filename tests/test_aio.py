@@ -460,6 +460,33 @@ def test_a_call_raising_stop_iteration_raises_and_frees_its_session(tmp_path: Pa
     asyncio.run(main())
 
 
+class _Exhausted(StopIteration):
+    """A StopIteration of a library's own (a subclass)."""
+
+
+def test_a_call_raising_a_stop_iteration_subclass_raises_not_returns(tmp_path: Path) -> None:
+    """Attack: a function given to `call` that raised a subclass of StopIteration was
+    not turned into a RuntimeError (the check named StopIteration's exact type): the
+    future took it, and the caller's `await` read it as the coroutine's return, so the
+    call "returned" the exception's value, a failure answered as a success. Any
+    StopIteration is raised as a RuntimeError caused by it, and close() still ends."""
+
+    def fails() -> int:
+        raise _Exhausted("not a result")
+
+    async def main() -> None:
+        async with AsyncSessionStore(tmp_path) as st:
+            got = await asyncio.wait_for(
+                asyncio.gather(st.call(SID, fails), st.last_seq(SID), return_exceptions=True),
+                timeout=30,
+            )
+            assert isinstance(got[0], RuntimeError)
+            assert isinstance(got[0].__cause__, _Exhausted)
+            assert got[1] == 0
+
+    asyncio.run(asyncio.wait_for(main(), timeout=60))
+
+
 def test_close_waits_for_a_call_submitted_from_another_event_loop(tmp_path: Path) -> None:
     """Promise: `close()` "waits for the calls already submitted", then closes the
     store. Broken: a call submitted from an event loop in another thread (a store
