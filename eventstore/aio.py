@@ -18,6 +18,7 @@ through an append), and the next call on that session waits for it.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import threading
 from collections import deque
@@ -27,6 +28,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from eventstore.core.session_core import DEFAULT_CACHED_SESSIONS, SessionCacheInfo
+from eventstore.core.validation import described
 from eventstore.engines.base import Durability
 from eventstore.errors import (
     InvalidArgumentError,
@@ -182,7 +184,15 @@ class AsyncSessionStore:
 
         The building block of every method here; integrations use it to run several
         store operations on one session as one step.
+        A `fn` that is not callable, or an async function (a worker cannot run its
+        coroutine), is refused (InvalidArgumentError naming the session); so is a call
+        whose `fn()` returns a coroutine, which is closed unrun.
         """
+        if not callable(fn) or inspect.iscoroutinefunction(fn):
+            raise InvalidArgumentError(
+                f"session {session_id!r}: fn must be a plain function to run in a worker,"
+                f" not {described(fn)}"
+            )
         return await self._submit(session_id, fn)
 
     async def _submit(self, lane_key: object, fn: Callable[[], T]) -> T:
@@ -239,6 +249,16 @@ class AsyncSessionStore:
                 result = fn()
             except BaseException as exc:  # (the pool's own worker catches these too)
                 error = exc
+            if inspect.iscoroutine(result):
+                # returned unrun, it would answer the call as done: nothing of it ran
+                result.close()
+                result, error = (
+                    None,
+                    InvalidArgumentError(
+                        f"session {lane_key!r}: the call returned a coroutine, which a worker"
+                        " cannot run (give `call` a plain function)"
+                    ),
+                )
         try:  # (before the next call starts: callers hear of their calls in order)
             fut.get_loop().call_soon_threadsafe(_settle, fut, result, error)
         except RuntimeError:  # the loop was closed under a call its caller gave up on

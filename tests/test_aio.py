@@ -38,7 +38,7 @@ from eventstore import (
     StoreClosedError,
 )
 from eventstore.aio import AsyncSessionStore
-from eventstore.errors import EventStoreError
+from eventstore.errors import EventStoreError, InvalidArgumentError
 from eventstore.format.events import Event
 
 T = TypeVar("T")
@@ -485,6 +485,29 @@ def test_a_call_raising_a_stop_iteration_subclass_raises_not_returns(tmp_path: P
             assert got[1] == 0
 
     asyncio.run(asyncio.wait_for(main(), timeout=60))
+
+
+def test_a_call_of_an_async_function_or_no_function_is_refused(tmp_path: Path) -> None:
+    """Attack: `call(sid, some_async_function)` "succeeded" at once, answering with the
+    coroutine it never ran (the work its caller awaited was never done, in order or at
+    all), and `call(sid, 5)` raised a bare TypeError. Both are InvalidArgumentError
+    naming the session, as is a function returning a coroutine (closed unrun); the
+    session's calls go on."""
+    ran: list[str] = []
+
+    async def work() -> str:
+        ran.append("work")
+        return "done"
+
+    async def main() -> None:
+        async with AsyncSessionStore(tmp_path) as st:
+            for fn in (work, 5, None, lambda: work()):
+                with pytest.raises(InvalidArgumentError, match=f"session '{SID}'"):
+                    await asyncio.wait_for(st.call(SID, fn), timeout=30)
+            assert await asyncio.wait_for(st.call(SID, lambda: "next"), timeout=30) == "next"
+
+    asyncio.run(main())
+    assert ran == []
 
 
 def test_close_waits_for_a_call_submitted_from_another_event_loop(tmp_path: Path) -> None:
