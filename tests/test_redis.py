@@ -670,6 +670,40 @@ def test_attack_verify_and_repair_never_call_a_log_its_head_does_not_count_intac
         assert store.verify(SID).ok
 
 
+@pytest.mark.parametrize("count", ["x", "1e3", "3.0", "-3"])
+def test_attack_a_head_count_that_is_no_number_is_reported_not_a_value_error(
+    url: str, count: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack: the head's count of appends (`n`) edited from outside to no whole number
+    made verify, repair and an append raise a bare ValueError. Now verify reports the
+    session (the CLI exits 1 naming it), repair and an append raise CorruptLogError
+    naming it, and nothing changes; a purge still clears it."""
+    from eventstore import CorruptLogError
+    from eventstore.ops import audit
+
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+    client = _client(url)
+    head = f"{_prefix(url)}:{{{SID}}}:h"
+    client.hset(head, "n", count)
+    before = _keys_of(url), client.lrange(head[:-1] + "l", 0, -1), client.hgetall(head)
+    with SessionStore(url) as store:
+        report = store.verify(SID)
+        assert not report.ok and f"#{SID}" in report.problems[-1].message, report
+        with pytest.raises(CorruptLogError, match=f"#{SID}"):
+            audit.repair(store.core, SID)
+        with pytest.raises(CorruptLogError, match=f"#{SID}"):
+            store.append_progress_entry(SID, make_entry(7))
+    rc, out, _ = cli_in_process(capsys, "verify", url, SID)
+    assert rc == 1 and out.startswith(f"FAILED  {SID} ") and f"#{SID}" in out
+    assert (_keys_of(url), client.lrange(head[:-1] + "l", 0, -1), client.hgetall(head)) == before
+    with SessionStore(url) as store:
+        store.delete_session(SID, purge=True)
+        store.append_progress_entry(SID, make_entry(0))
+        assert store.verify(SID).ok
+
+
 @pytest.mark.parametrize("pushed", ["garbage", "a-chained-batch"])
 def test_attack_repair_cuts_batches_pushed_past_the_head(url: str, pushed: str) -> None:
     """Attack: a batch pushed onto the live log list from outside, past the batches the

@@ -241,16 +241,30 @@ def _seq_lines(out: list[Any]) -> dict[int, SeqLine]:
     }
 
 
-def _counted(where: str, n: int, got: int) -> None:
-    """CorruptLogError unless the live log's appends (`got`) are the `n` its head counts:
-    the list or the head edited or deleted from outside (the lines left would pass as
-    the whole log)."""
+def _counted(where: str, n: object, got: int) -> None:
+    """CorruptLogError unless the live log's appends (`got`) are the `n` its head counts
+    (as stored: `_count_of`): the list or the head edited or deleted from outside (the
+    lines left would pass as the whole log)."""
+    n = _count_of(where, n)
     if got != n:
         raise CorruptLogError(
             where, 0, None,
             f"its head counts {n} appends but the live log holds {got}: edited or deleted"
             " from outside the store",
         )  # fmt: skip
+
+
+def _count_of(where: str, n: object) -> int:
+    """The head's count of appends (`n`) as stored (None: no head, 0), or
+    CorruptLogError naming the session when it is not the whole number the scripts
+    write (edited from outside: never a bare ValueError, and never read as a count)."""
+    text = "0" if n is None else _text(n)
+    if re.fullmatch(r"[0-9]+", text) is None:
+        raise CorruptLogError(
+            where, 0, None,
+            "its head's count of appends (n) is not a number: edited from outside the store",
+        )  # fmt: skip
+    return int(text)
 
 
 def _index_fields_edited(where: str) -> CorruptLogError:
@@ -515,7 +529,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
             segments.append(BytesSegment(blob, name, True, first, last))
         data = b"".join(items) + (tail or b"")
         try:
-            _counted(where, int(n or 0), len(items))
+            _counted(where, n, len(items))
         except CorruptLogError as exc:  # (reported by whoever reads it: verify says so)
             segments.append(UnreadableSegment(data, where, exc))
         else:
@@ -591,7 +605,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
                 time.sleep(0.005)
                 continue
             if status == 3:  # nothing was written
-                _counted(self.where(session_id), int(out[2]), int(out[1]))
+                _counted(self.where(session_id), out[2], int(out[1]))
             if status == 4:  # nothing was written
                 raise _index_fields_edited(self.where(session_id))
             head = _head_of(out[1:], self.where(session_id))
@@ -1123,13 +1137,13 @@ class _RedisRepairHold(RepairHold):
         self._exists = gen is not None
         self._data = b"".join(items) + (tail or b"")
         self._head_end: int | None = None
+        count = _count_of(self.where, n) if gen is not None else 0
         try:
-            _counted(self.where, int(n or 0) if gen is not None else 0, len(items))
+            _counted(self.where, count, len(items))
         except CorruptLogError as exc:
             # batches pushed past a head whose own batches end at its line: the head is
             # right, the rest is cut (saved aside); any other disagreement (batches
             # lost, the head or its count edited) cannot be told apart: nothing is cut
-            count = int(n or 0) if gen is not None else 0
             ours = b"".join(items[:count])
             last = last_line_end(ours) if 0 < count < len(items) else None
             if last is None or (str(last.seq), last.h, last.link) != (
