@@ -740,6 +740,31 @@ def test_attack_repair_cuts_batches_pushed_past_the_head(url: str, pushed: str) 
         assert store.verify(SID).ok
 
 
+def test_attack_repair_never_cuts_appends_a_head_taken_back_still_sizes(url: str) -> None:
+    """Attack: the head's count, seq, h and link taken back from outside to an older
+    append's (its size left counting the whole list) made the later, acknowledged
+    appends read as batches pushed past the head, and repair cut them. The head's own
+    size says the list is its log: repair cannot tell which is right and changes
+    nothing (CorruptLogError naming the session)."""
+    from eventstore import CorruptLogError
+    from eventstore.ops import audit
+
+    client = _client(url)
+    head = f"{_prefix(url)}:{{{SID}}}:h"
+    with SessionStore(url) as store:
+        for i in range(5):
+            store.append_progress_entry(SID, make_entry(i))
+            if i == 1:
+                older = client.hmget(head, ["n", "seq", "hh", "link"])
+    client.hset(head, mapping=dict(zip(["n", "seq", "hh", "link"], older, strict=True)))
+    before = _keys_of(url), client.lrange(head[:-1] + "l", 0, -1), client.hgetall(head)
+    with SessionStore(url) as store:
+        assert not store.verify(SID).ok
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*repair cannot tell"):
+            audit.repair(store.core, SID)
+    assert (_keys_of(url), client.lrange(head[:-1] + "l", 0, -1), client.hgetall(head)) == before
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [("seq", "x"), ("seq", "-1"), ("seq", "1e3"), ("seq", "5"), ("seq", "2"),

@@ -1130,10 +1130,12 @@ class _RedisRepairHold(RepairHold):
         def run() -> list[Any]:
             pipe = engine._client.pipeline(transaction=True)
             pipe.lrange(keys[1], 0, -1)
-            pipe.hmget(keys[0], ["tail", "gen", "n", "seq", "hh", "link"])
+            pipe.hmget(keys[0], ["tail", "gen", "n", "seq", "hh", "link", "size"])
             return pipe.execute()  # type: ignore[no-any-return]
 
-        items, (tail, gen, n, seq, hh, link) = engine._call("reading a session for repair", run)
+        items, (tail, gen, n, seq, hh, link, size) = engine._call(
+            "reading a session for repair", run
+        )
         self._exists = gen is not None
         self._data = b"".join(items) + (tail or b"")
         self._head_end: int | None = None
@@ -1141,15 +1143,18 @@ class _RedisRepairHold(RepairHold):
         try:
             _counted(self.where, count, len(items))
         except CorruptLogError as exc:
-            # batches pushed past a head whose own batches end at its line: the head is
-            # right, the rest is cut (saved aside); any other disagreement (batches
-            # lost, the head or its count edited) cannot be told apart: nothing is cut
+            # batches pushed past a head whose own batches end at its line, and whose
+            # size is theirs: the head is right, the rest is cut (saved aside); any
+            # other disagreement (batches lost, the head or its count edited: a head
+            # taken back to an older line but whose size still counts the whole list)
+            # cannot be told apart: nothing is cut
             ours = b"".join(items[:count])
             last = last_line_end(ours) if 0 < count < len(items) else None
-            if last is None or (str(last.seq), last.h, last.link) != (
+            if last is None or (str(last.seq), last.h, last.link, str(len(ours))) != (
                 _text(seq),
                 _text(hh),
                 _text(link),
+                _text(size),
             ):
                 raise CorruptLogError(
                     self.where, 0, None,
