@@ -740,6 +740,33 @@ def test_attack_repair_cuts_batches_pushed_past_the_head(url: str, pushed: str) 
         assert store.verify(SID).ok
 
 
+@pytest.mark.parametrize("junk", [b"x", b"{}", b"0123456789abcdefghijklm"])
+def test_attack_a_cold_append_never_lands_after_a_line_too_short_to_end_one(
+    url: str, junk: bytes
+) -> None:
+    """Attack: the live log rewritten from outside to a line too short to end with an
+    `h`, then a line chained to "" as a log's first is: the read of the log's end gave
+    that line the end of nothing before it, the last line checked, and a cold append
+    landed on a log every fold refuses. Now the line is not read as checked: the
+    append folds the log, and CorruptLogError names the session; nothing is written."""
+    from datetime import UTC, datetime
+
+    from eventstore import CorruptLogError
+
+    with SessionStore(url) as store:
+        for i in range(2):
+            store.append_progress_entry(SID, make_entry(i))
+        forged, _, _ = EventCodec().encode_batch(
+            [ProgressAppended(entry=make_entry(9))], 2, "", datetime.now(UTC), None
+        )
+        corrupt(store.engine, SID, lambda _: junk + b"\n" + forged)
+        before = store.engine.head(SID)
+    with SessionStore(url) as store:
+        with pytest.raises(CorruptLogError, match=f"#{SID}"):
+            store.append_progress_entry(SID, make_entry(5))
+        assert store.engine.head(SID) == before
+
+
 def test_attack_repair_never_cuts_appends_a_head_taken_back_still_sizes(url: str) -> None:
     """Attack: the head's count, seq, h and link taken back from outside to an older
     append's (its size left counting the whole list) made the later, acknowledged

@@ -565,8 +565,12 @@ local function line_of(seq)
     if not p then return nil end
     offset = offset + p[2]
   end
-  if start > 1 then
+  if start > 25 then
     before = string.sub(b, start - 25, start - 1)
+  elseif start > 1 then
+    -- a line before it too short to end with an `h` (written from outside: a sub
+    -- from below 1 counts from the element's end, whose '' read as a log's start)
+    return nil
   elseif lo > 0 then
     if p[3] and p[1] == seq - 1 then return nil end  -- right after the snapshot
     before = string.sub(batch(lo - 1) or '', -25)
