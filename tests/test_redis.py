@@ -767,6 +767,35 @@ def test_attack_a_cold_append_never_lands_after_a_line_too_short_to_end_one(
         assert store.engine.head(SID) == before
 
 
+@pytest.mark.parametrize("order", ["updated", "created", "id"])
+@pytest.mark.parametrize(
+    "junk", [b"", b"s", b"\xff\xfe", b"0000000000000", b"00000000000000\xff", b"a\x00b",
+             b"zzzzzzzzzzzzzzs1"],
+)  # fmt: skip
+def test_attack_an_index_member_naming_no_session_is_passed_over_and_dropped(
+    url: str, order: str, junk: bytes
+) -> None:
+    """Attack: a member added from outside to a set of the session index that names no
+    session a store could have (empty, not UTF-8, no time before the id, a NUL) made
+    every page of `sessions()` raise InvalidSessionIdError or a bare UnicodeDecodeError,
+    and `rebuild_index`, the way to drop such members, raised the same. Now pages pass
+    over it and write nothing, and a rebuild drops it."""
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(f"s{i}", make_entry(i))
+    client = _client(url)
+    zkey = f"{_prefix(url)}:ix:{order[0] if order != 'id' else 'i'}"
+    client.zadd(zkey, {junk: 0})
+    with SessionStore(url) as store:
+        for limit in (None, 1, 2):
+            page = store.sessions(order=order, limit=limit)
+            assert len(page) == (3 if limit is None else limit)
+        assert client.zscore(zkey, junk) is not None  # a page writes nothing
+        assert store.rebuild_index() == 3
+        assert client.zscore(zkey, junk) is None
+        assert sorted(e.session_id for e in store.sessions(order=order)) == ["s0", "s1", "s2"]
+
+
 def test_attack_repair_never_cuts_appends_a_head_taken_back_still_sizes(url: str) -> None:
     """Attack: the head's count, seq, h and link taken back from outside to an older
     append's (its size left counting the whole list) made the later, acknowledged

@@ -89,6 +89,7 @@ from eventstore.errors import (
     CorruptLogError,
     HistoryUnavailableError,
     InvalidArgumentError,
+    InvalidSessionIdError,
     StorageError,
     UnsupportedError,
 )
@@ -275,6 +276,22 @@ def _index_fields_edited(where: str) -> CorruptLogError:
         "its session index fields (cr, up, lb, seq, base, size) are not what"
         " the store writes: edited from outside the store",
     )  # fmt: skip
+
+
+_IX_TIME = re.compile(rb"[0-9a-f]{14}")
+
+
+def _member_sid(member: bytes, order: str) -> str | None:
+    """The session id a member of the index's set for `order` names (after its 14 hex
+    digits of time, but in the ids' set), or None when it names none a session could
+    have (not UTF-8, no time, an id the store refuses): added from outside, no session's
+    own, so a page passes over it and a rebuild drops it."""
+    if order != "id" and _IX_TIME.fullmatch(member[:14]) is None:
+        return None
+    try:
+        return validate_session_id((member if order == "id" else member[14:]).decode("utf-8"))
+    except (UnicodeDecodeError, InvalidSessionIdError):
+        return None
 
 
 def _own_member(member: bytes, sid: str, field: str, times: dict[str, int]) -> bool:
@@ -919,12 +936,14 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         chunk = 500 if limit is None or filtered else min(limit + 8, 500)
         page: list[IndexEntry] = []
         while limit is None or len(page) < limit:
-            members, hashes = self._call(
+            members, found = self._call(
                 "paging the session index",
                 functools.partial(self._index_chunk, zkey, order, bound, chunk),
             )
-            for member, h in zip(members, hashes, strict=True):
-                sid = (member if order == "id" else member[14:]).decode("utf-8")
+            for member, of in zip(members, found, strict=True):
+                if of is None:
+                    continue  # (names no session: added from outside)
+                sid, h = of
                 if order == "id" and prefix and not sid.startswith(prefix):
                     return page  # past the ids that start with it
                 if (
@@ -947,17 +966,20 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
 
     def _index_chunk(
         self, zkey: str, order: IndexOrder, bound: bytes, chunk: int
-    ) -> tuple[list[bytes], list[list[Any]]]:
-        """Up to `chunk` members of `zkey` past `bound`, and each one's session hash."""
+    ) -> tuple[list[bytes], list[tuple[str, list[Any]] | None]]:
+        """Up to `chunk` members of `zkey` past `bound`, and each one's session id and
+        hash (None: a member that names no session, `_member_sid`)."""
         if order == "id":
             members = self._client.zrangebylex(zkey, bound, b"+", 0, chunk)
         else:
             members = self._client.zrevrangebylex(zkey, bound, b"-", 0, chunk)
+        sids = [_member_sid(member, order) for member in members]
         pipe = self._client.pipeline(transaction=False)
-        for member in members:
-            sid = (member if order == "id" else member[14:]).decode("utf-8")
-            pipe.hmget(self._keys(sid)[0], self._INDEX_FIELDS)
-        return list(members), pipe.execute() if members else []
+        for sid in sids:
+            if sid is not None:
+                pipe.hmget(self._keys(sid)[0], self._INDEX_FIELDS)
+        hashes = iter(pipe.execute() if any(sid is not None for sid in sids) else [])
+        return list(members), [None if sid is None else (sid, next(hashes)) for sid in sids]
 
     def _index_entry(self, sid: str, member: bytes, field: str, h: list[Any]) -> IndexEntry | None:
         """The entry a member stands for (None: a session with no committed line, or a
@@ -989,12 +1011,18 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
             zkey = self._zset_of(field)
             bound = b"-" if order == "id" else b"+"
             while True:
-                members, hashes = self._call(
+                members, found = self._call(
                     "reading the session index",
                     functools.partial(self._index_chunk, zkey, order, bound, 500),
                 )
-                for member, h in zip(members, hashes, strict=True):
-                    sid = (member if order == "id" else member[14:]).decode("utf-8")
+                for member, of in zip(members, found, strict=True):
+                    if of is None:  # no session's own, now or ever: no check to make
+                        self._call(
+                            "tidying the session index",
+                            functools.partial(self._client.zrem, zkey, member),
+                        )
+                        continue
+                    sid, h = of
                     cr, up = h[4], h[5]
                     try:
                         times = None if cr is None else {"cr": int(cr), "up": int(up)}
