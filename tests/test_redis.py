@@ -675,8 +675,9 @@ def test_attack_a_head_count_that_is_no_number_is_reported_not_a_value_error(
     url: str, count: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Attack: the head's count of appends (`n`) edited from outside to no whole number
-    made verify, repair and an append raise a bare ValueError. Now verify reports the
-    session (the CLI exits 1 naming it), repair and an append raise CorruptLogError
+    made verify, repair and an append raise a bare ValueError, and a cold load a
+    StorageError quoting the cache script's Lua line. Now verify reports the session
+    (the CLI exits 1 naming it), repair, an append and a load raise CorruptLogError
     naming it, and nothing changes; a purge still clears it."""
     from eventstore import CorruptLogError
     from eventstore.ops import audit
@@ -695,6 +696,8 @@ def test_attack_a_head_count_that_is_no_number_is_reported_not_a_value_error(
             audit.repair(store.core, SID)
         with pytest.raises(CorruptLogError, match=f"#{SID}"):
             store.append_progress_entry(SID, make_entry(7))
+        with pytest.raises(CorruptLogError, match=f"#{SID}"):
+            store.load_bootstrap_state(SID)
     rc, out, _ = cli_in_process(capsys, "verify", url, SID)
     assert rc == 1 and out.startswith(f"FAILED  {SID} ") and f"#{SID}" in out
     assert (_keys_of(url), client.lrange(head[:-1] + "l", 0, -1), client.hgetall(head)) == before

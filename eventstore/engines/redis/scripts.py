@@ -447,6 +447,11 @@ CACHE_OPEN = (
 -- -> {what was found ('c' the cache, 'm' the mark, 'r' the read on, in that order),
 --     the cache's head, its bytes, the mark's head, its bytes, the head, batches...}
 local c = head()
+if not string.match(c[7], '^%d+$') then
+  -- a count of appends edited from outside to no number (compared below, it failed
+  -- the script): the head alone, which the caller refuses naming the session
+  return {'r', '', '', '', '', table.concat(c, ' ', 1, 7)}
+end
 local function kept(name)
   if name == '' or c[1] == '' then return nil end
   local got = redis.call('HMGET', KEYS[12], 'h:' .. name, 'd:' .. name)
