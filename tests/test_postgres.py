@@ -550,12 +550,14 @@ def test_attack_repair_never_calls_a_log_with_lines_past_its_head_intact(
     pg_url: str, edit: str
 ) -> None:
     """Attack: a line row inserted from outside past the head (chained to its line as
-    an append's would be) made every load refuse the session, yet `repair` said "the
-    log is intact; nothing to do", and the session stayed refused. Now repair cuts the
-    rows past the head's own, which end at its line and its end of the stream (the
-    whole original saved aside, the seq quarantined). A head taken back over lines an
-    append acknowledged (its end of the stream left) cannot be told apart from them:
-    repair raises CorruptLogError naming the session and changes nothing."""
+    an append's would be) made every load refuse the session and an append a
+    StorageError quoting a unique-key violation, yet `repair` said "the log is intact;
+    nothing to do", and the session stayed refused. Now an append is CorruptLogError
+    naming the session, and repair cuts the rows past the head's own, which end at its
+    line and its end of the stream (the whole original saved aside, the seq
+    quarantined). A head taken back over lines an append acknowledged (its end of the
+    stream left) cannot be told apart from them: repair raises CorruptLogError naming
+    the session and changes nothing."""
     from eventstore.ops import audit
 
     conninfo, schema = pg.split_url(pg_url)
@@ -585,6 +587,8 @@ def test_attack_repair_never_calls_a_log_with_lines_past_its_head_intact(
         rows = conn.execute(f"SELECT seq, line FROM {q}.lines ORDER BY seq").fetchall()
     with SessionStore(pg_url) as store:
         assert not store.verify("s").ok
+        with pytest.raises(CorruptLogError, match="#s"):
+            store.append_progress_entry("s", _entry("refused"))
         if edit == "head-taken-back":
             with pytest.raises(CorruptLogError, match="#s.*repair cannot tell"):
                 audit.repair(store.core, "s")

@@ -740,6 +740,18 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
                 f" failed (the connection was lost; it may or may not be committed):"
                 f" {_first_line(exc, self._secrets)}"
             ) from None
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != "lines_pkey":
+                raise _storage_error(self, f"appending to {session_id!r}", exc) from None
+            # (every append writes its lines and its head in one transaction: a row at
+            # a seq past the head was inserted from outside; nothing was written)
+            raise CorruptLogError(
+                self.where(session_id),
+                0,
+                batch.first_seq,
+                "the live log holds a line past its head (a row inserted from outside"
+                " the store): nothing is appended on it; `eventstore repair` cuts it",
+            ) from None
         except psycopg.Error as exc:
             raise _storage_error(self, f"appending to {session_id!r}", exc) from None
         assert row is not None
