@@ -545,6 +545,70 @@ def test_a_cold_load_starts_from_the_fold_cache_and_reads_what_came_after(
         assert fresh.verify("s").ok
 
 
+@pytest.mark.parametrize("edit", ["row-inserted", "head-taken-back"])
+def test_attack_repair_never_calls_a_log_with_lines_past_its_head_intact(
+    pg_url: str, edit: str
+) -> None:
+    """Attack: a line row inserted from outside past the head (chained to its line as
+    an append's would be) made every load refuse the session and an append a
+    StorageError quoting a unique-key violation, yet `repair` said "the log is intact;
+    nothing to do", and the session stayed refused. Now an append is CorruptLogError
+    naming the session, and repair cuts the rows past the head's own, which end at its
+    line and its end of the stream (the whole original saved aside, the seq
+    quarantined). A head taken back over lines an append acknowledged (its end of the
+    stream left) cannot be told apart from them: repair raises CorruptLogError naming
+    the session and changes nothing."""
+    from eventstore.ops import audit
+
+    conninfo, schema = pg.split_url(pg_url)
+    q = quote_schema(schema)
+    with SessionStore(pg_url) as store:
+        for i in range(3):
+            store.append_progress_entry("s", _entry(f"step {i}"))
+            if i == 1:
+                older = store.engine.head("s")
+        head = store.engine.head("s")
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        if edit == "row-inserted":
+            event = ProgressAppended(entry=_entry("forged"))
+            line, _, _ = EventCodec().encode_batch(
+                [event], head.seq + 1, head.link, datetime.now(UTC), None
+            )
+            conn.execute(
+                f"INSERT INTO {q}.lines (sid, seq, stream_off, line) SELECT sid, seq + 1,"
+                f" stream_off + octet_length(line), %s FROM {q}.lines WHERE seq = 3",
+                (line,),
+            )
+        else:
+            conn.execute(
+                f"UPDATE {q}.sessions SET head_seq = 2, head_link = %s, head_h = %s",
+                (older.link, older.h),
+            )
+        rows = conn.execute(f"SELECT seq, line FROM {q}.lines ORDER BY seq").fetchall()
+    with SessionStore(pg_url) as store:
+        assert not store.verify("s").ok
+        with pytest.raises(CorruptLogError, match="#s"):
+            store.append_progress_entry("s", _entry("refused"))
+        if edit == "head-taken-back":
+            with pytest.raises(CorruptLogError, match="#s.*repair cannot tell"):
+                audit.repair(store.core, "s")
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                got = conn.execute(f"SELECT seq, line FROM {q}.lines ORDER BY seq").fetchall()
+                assert got == rows
+            return
+        report = audit.repair(store.core, "s")
+        assert report.action == "moved_aside" and report.kept_events == 3, report
+        assert report.problem is not None and report.problem.kind == "past_head"
+        assert report.quarantined == (4, 4)
+        assert store.verify("s").ok
+        store.append_progress_entry("s", _entry("step 3"))
+        recent = store.load_bootstrap_state("s").recent_progress
+        assert [p.summary for p in recent] == [f"step {i}" for i in range(4)]
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        saved = conn.execute(f"SELECT data FROM {q}.saved").fetchall()
+    assert [bytes(r[0]) for r in saved] == [b"".join(bytes(r[1]) for r in rows)]
+
+
 def test_a_fold_cache_is_read_with_the_lines_after_it(pg_url: str) -> None:
     """A fold cache comes with the log after its head, read in the same statement, up to
     `READ_AHEAD` lines (a fold from it then reads nothing more); the same bytes a read

@@ -670,6 +670,43 @@ def test_attack_verify_and_repair_never_call_a_log_its_head_does_not_count_intac
         assert store.verify(SID).ok
 
 
+@pytest.mark.parametrize("count", ["x", "1e3", "3.0", "-3"])
+def test_attack_a_head_count_that_is_no_number_is_reported_not_a_value_error(
+    url: str, count: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack: the head's count of appends (`n`) edited from outside to no whole number
+    made verify, repair and an append raise a bare ValueError, and a cold load a
+    StorageError quoting the cache script's Lua line. Now verify reports the session
+    (the CLI exits 1 naming it), repair, an append and a load raise CorruptLogError
+    naming it, and nothing changes; a purge still clears it."""
+    from eventstore import CorruptLogError
+    from eventstore.ops import audit
+
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+    client = _client(url)
+    head = f"{_prefix(url)}:{{{SID}}}:h"
+    client.hset(head, "n", count)
+    before = _keys_of(url), client.lrange(head[:-1] + "l", 0, -1), client.hgetall(head)
+    with SessionStore(url) as store:
+        report = store.verify(SID)
+        assert not report.ok and f"#{SID}" in report.problems[-1].message, report
+        with pytest.raises(CorruptLogError, match=f"#{SID}"):
+            audit.repair(store.core, SID)
+        with pytest.raises(CorruptLogError, match=f"#{SID}"):
+            store.append_progress_entry(SID, make_entry(7))
+        with pytest.raises(CorruptLogError, match=f"#{SID}"):
+            store.load_bootstrap_state(SID)
+    rc, out, _ = cli_in_process(capsys, "verify", url, SID)
+    assert rc == 1 and out.startswith(f"FAILED  {SID} ") and f"#{SID}" in out
+    assert (_keys_of(url), client.lrange(head[:-1] + "l", 0, -1), client.hgetall(head)) == before
+    with SessionStore(url) as store:
+        store.delete_session(SID, purge=True)
+        store.append_progress_entry(SID, make_entry(0))
+        assert store.verify(SID).ok
+
+
 @pytest.mark.parametrize("pushed", ["garbage", "a-chained-batch"])
 def test_attack_repair_cuts_batches_pushed_past_the_head(url: str, pushed: str) -> None:
     """Attack: a batch pushed onto the live log list from outside, past the batches the
@@ -704,6 +741,87 @@ def test_attack_repair_cuts_batches_pushed_past_the_head(url: str, pushed: str) 
         store.append_progress_entry(SID, make_entry(3))
         assert _summaries(store) == [f"step {i}" for i in range(4)]
         assert store.verify(SID).ok
+
+
+@pytest.mark.parametrize("junk", [b"x", b"{}", b"0123456789abcdefghijklm"])
+def test_attack_a_cold_append_never_lands_after_a_line_too_short_to_end_one(
+    url: str, junk: bytes
+) -> None:
+    """Attack: the live log rewritten from outside to a line too short to end with an
+    `h`, then a line chained to "" as a log's first is: the read of the log's end gave
+    that line the end of nothing before it, the last line checked, and a cold append
+    landed on a log every fold refuses. Now the line is not read as checked: the
+    append folds the log, and CorruptLogError names the session; nothing is written."""
+    from datetime import UTC, datetime
+
+    from eventstore import CorruptLogError
+
+    with SessionStore(url) as store:
+        for i in range(2):
+            store.append_progress_entry(SID, make_entry(i))
+        forged, _, _ = EventCodec().encode_batch(
+            [ProgressAppended(entry=make_entry(9))], 2, "", datetime.now(UTC), None
+        )
+        corrupt(store.engine, SID, lambda _: junk + b"\n" + forged)
+        before = store.engine.head(SID)
+    with SessionStore(url) as store:
+        with pytest.raises(CorruptLogError, match=f"#{SID}"):
+            store.append_progress_entry(SID, make_entry(5))
+        assert store.engine.head(SID) == before
+
+
+@pytest.mark.parametrize("order", ["updated", "created", "id"])
+@pytest.mark.parametrize(
+    "junk", [b"", b"s", b"\xff\xfe", b"0000000000000", b"00000000000000\xff", b"a\x00b",
+             b"zzzzzzzzzzzzzzs1"],
+)  # fmt: skip
+def test_attack_an_index_member_naming_no_session_is_passed_over_and_dropped(
+    url: str, order: str, junk: bytes
+) -> None:
+    """Attack: a member added from outside to a set of the session index that names no
+    session a store could have (empty, not UTF-8, no time before the id, a NUL) made
+    every page of `sessions()` raise InvalidSessionIdError or a bare UnicodeDecodeError,
+    and `rebuild_index`, the way to drop such members, raised the same. Now pages pass
+    over it and write nothing, and a rebuild drops it."""
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(f"s{i}", make_entry(i))
+    client = _client(url)
+    zkey = f"{_prefix(url)}:ix:{order[0] if order != 'id' else 'i'}"
+    client.zadd(zkey, {junk: 0})
+    with SessionStore(url) as store:
+        for limit in (None, 1, 2):
+            page = store.sessions(order=order, limit=limit)
+            assert len(page) == (3 if limit is None else limit)
+        assert client.zscore(zkey, junk) is not None  # a page writes nothing
+        assert store.rebuild_index() == 3
+        assert client.zscore(zkey, junk) is None
+        assert sorted(e.session_id for e in store.sessions(order=order)) == ["s0", "s1", "s2"]
+
+
+def test_attack_repair_never_cuts_appends_a_head_taken_back_still_sizes(url: str) -> None:
+    """Attack: the head's count, seq, h and link taken back from outside to an older
+    append's (its size left counting the whole list) made the later, acknowledged
+    appends read as batches pushed past the head, and repair cut them. The head's own
+    size says the list is its log: repair cannot tell which is right and changes
+    nothing (CorruptLogError naming the session)."""
+    from eventstore import CorruptLogError
+    from eventstore.ops import audit
+
+    client = _client(url)
+    head = f"{_prefix(url)}:{{{SID}}}:h"
+    with SessionStore(url) as store:
+        for i in range(5):
+            store.append_progress_entry(SID, make_entry(i))
+            if i == 1:
+                older = client.hmget(head, ["n", "seq", "hh", "link"])
+    client.hset(head, mapping=dict(zip(["n", "seq", "hh", "link"], older, strict=True)))
+    before = _keys_of(url), client.lrange(head[:-1] + "l", 0, -1), client.hgetall(head)
+    with SessionStore(url) as store:
+        assert not store.verify(SID).ok
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*repair cannot tell"):
+            audit.repair(store.core, SID)
+    assert (_keys_of(url), client.lrange(head[:-1] + "l", 0, -1), client.hgetall(head)) == before
 
 
 @pytest.mark.parametrize(

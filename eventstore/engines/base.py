@@ -493,8 +493,8 @@ class RepairHold(ABC):
         """Where the engine's own record of the log's end (a head kept apart from the
         bytes) says the committed bytes end, when that is before the end of `data`:
         what follows was written past the head from outside the store, never by an
-        append (Redis: batches its head does not count). None (the default): the bytes
-        are the whole log."""
+        append (Redis: batches its head does not count; PostgreSQL: line rows past its
+        head's seq). None (the default): the bytes are the whole log."""
         return None
 
     @abstractmethod

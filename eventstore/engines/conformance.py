@@ -762,6 +762,30 @@ class EngineConformance:
         found = after[later.seq]
         assert live[found.offset :] == found.line + b"\n"  # at its offset in the live log
 
+    def test_a_line_after_one_too_short_to_end_a_line_is_never_read_as_a_first(
+        self,
+    ) -> None:
+        """Attack: a live log rewritten from outside to a line too short to end with an
+        `h`, then a line chained to "" as a log's first is (`tail`'s answer: what a cold
+        write judges the session on): the second line's `before` came back b"", the
+        end of nothing, and a reader of lines by seq checked it against "" and took it
+        (a fold refuses the log). `before` is the bytes before the line, or it is left
+        out."""
+        engine = self.engine()
+        if not isinstance(engine, SeqEngine):
+            _skip(f"{type(engine).__name__} reads no line by its seq (not a SeqEngine)")
+        self.append(engine, 2, 2)
+        event = ProgressAppended(entry=ProgressEntry(run_id="forged", summary="forged"))
+        forged, _, _ = _codec.encode_batch([event], 2, "", datetime.now(UTC), None)
+        corrupt(engine, SID, lambda _: b"x\n" + forged)
+        whole = bytes(engine.read(SID, None).data)
+        head, tail = engine.tail(SID, 2)
+        assert head.seq == 2
+        for found in (*tail.values(), *engine.lines_at(SID, [1, 2]).values()):
+            at = found.offset
+            assert whole[at:].startswith(found.line + b"\n")
+            assert found.before == whole[max(0, at - 25) : at], found
+
     def test_a_tail_is_the_head_with_its_newest_lines_by_seq(self) -> None:
         engine = self.engine()
         if not isinstance(engine, SeqEngine):

@@ -89,7 +89,7 @@ from eventstore.errors import (
     InvalidArgumentError,
     StorageError,
 )
-from eventstore.format.chain import split_hash
+from eventstore.format.chain import LINE_END_LEN, link_ending, split_hash
 from eventstore.format.depth import HEAD_DECODER
 from eventstore.logger import log
 
@@ -740,6 +740,18 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
                 f" failed (the connection was lost; it may or may not be committed):"
                 f" {_first_line(exc, self._secrets)}"
             ) from None
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != "lines_pkey":
+                raise _storage_error(self, f"appending to {session_id!r}", exc) from None
+            # (every append writes its lines and its head in one transaction: a row at
+            # a seq past the head was inserted from outside; nothing was written)
+            raise CorruptLogError(
+                self.where(session_id),
+                0,
+                batch.first_seq,
+                "the live log holds a line past its head (a row inserted from outside"
+                " the store): nothing is appended on it; `eventstore repair` cuts it",
+            ) from None
         except psycopg.Error as exc:
             raise _storage_error(self, f"appending to {session_id!r}", exc) from None
         assert row is not None
@@ -1137,6 +1149,7 @@ class _Statements:
         self.live_snapshot = (
             f"SELECT line FROM {q}.snapshots WHERE sid = %s ORDER BY n DESC LIMIT 1"
         )
+        self.held_head = f"SELECT head_seq, head_h, stream_end FROM {q}.sessions WHERE sid = %s"
         self.live_lines = (
             f"SELECT seq, stream_off, line FROM {q}.lines WHERE sid = %s AND seq > %s ORDER BY seq"
         )
@@ -1373,6 +1386,7 @@ class _PgRepairHold(RepairHold):
         self.row = row
         self._lines: list[tuple[int, int, bytes]] = []
         self._snap = b""
+        self._head_end: int | None = None
         if row is None:
             self._data = b""
             return
@@ -1385,6 +1399,41 @@ class _PgRepairHold(RepairHold):
             for s, o, line in conn.execute(sql.live_lines, (key, snap_seq), binary=True)
         ]
         self._data = self._snap + b"".join(line for _, _, line in self._lines)
+        held = conn.execute(sql.held_head, (key,)).fetchone()  # (the row is locked)
+        assert held is not None
+        self._head_end = self._past_head(int(held[0]), held[1], int(held[2]))
+
+    def _past_head(self, head_seq: int, head_h: str, stream_end: int) -> int | None:
+        """Where the head's own lines end (its end of the stream), when rows past it
+        follow them (inserted from outside: an append writes its lines and the head in
+        one transaction), as `head_end`; None when there are none. Cut only when the
+        head's own lines end at its line; a last line that is not the head's but
+        claims a later seq (the head edited back over acknowledged lines) cannot be
+        told apart from the head being right: CorruptLogError, whether rows follow or
+        not (a repair that read the lines alone called such a log intact)."""
+        ours = [got for got in self._lines if got[1] < stream_end]
+        last = ours[-1][2] if ours else self._snap
+        if link_ending(last[-LINE_END_LEN:]) == head_h:
+            if len(ours) == len(self._lines):
+                return None
+            return len(self._snap) + sum(len(line) for _, _, line in ours)
+        try:
+            claims = _head_decoder.decode(last).seq
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            claims = None  # (a damaged line: the repair of its lines says so)
+        if len(ours) == len(self._lines) and (claims is None or claims <= head_seq):
+            return None
+        raise CorruptLogError(
+            self.where, 0, head_seq,
+            f"its head is at seq {head_seq} but the live log's lines go on past it, and"
+            " repair cannot tell whether the head or the log is right and changes"
+            " nothing: restore the session from a backup, or purge it"
+            " (delete_session(purge=True), `eventstore delete --purge`)",
+        )  # fmt: skip
+
+    @property
+    def head_end(self) -> int | None:
+        return self._head_end
 
     @property
     def data(self) -> bytes:

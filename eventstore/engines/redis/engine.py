@@ -89,6 +89,7 @@ from eventstore.errors import (
     CorruptLogError,
     HistoryUnavailableError,
     InvalidArgumentError,
+    InvalidSessionIdError,
     StorageError,
     UnsupportedError,
 )
@@ -241,16 +242,30 @@ def _seq_lines(out: list[Any]) -> dict[int, SeqLine]:
     }
 
 
-def _counted(where: str, n: int, got: int) -> None:
-    """CorruptLogError unless the live log's appends (`got`) are the `n` its head counts:
-    the list or the head edited or deleted from outside (the lines left would pass as
-    the whole log)."""
+def _counted(where: str, n: object, got: int) -> None:
+    """CorruptLogError unless the live log's appends (`got`) are the `n` its head counts
+    (as stored: `_count_of`): the list or the head edited or deleted from outside (the
+    lines left would pass as the whole log)."""
+    n = _count_of(where, n)
     if got != n:
         raise CorruptLogError(
             where, 0, None,
             f"its head counts {n} appends but the live log holds {got}: edited or deleted"
             " from outside the store",
         )  # fmt: skip
+
+
+def _count_of(where: str, n: object) -> int:
+    """The head's count of appends (`n`) as stored (None: no head, 0), or
+    CorruptLogError naming the session when it is not the whole number the scripts
+    write (edited from outside: never a bare ValueError, and never read as a count)."""
+    text = "0" if n is None else _text(n)
+    if re.fullmatch(r"[0-9]+", text) is None:
+        raise CorruptLogError(
+            where, 0, None,
+            "its head's count of appends (n) is not a number: edited from outside the store",
+        )  # fmt: skip
+    return int(text)
 
 
 def _index_fields_edited(where: str) -> CorruptLogError:
@@ -261,6 +276,22 @@ def _index_fields_edited(where: str) -> CorruptLogError:
         "its session index fields (cr, up, lb, seq, base, size) are not what"
         " the store writes: edited from outside the store",
     )  # fmt: skip
+
+
+_IX_TIME = re.compile(rb"[0-9a-f]{14}")
+
+
+def _member_sid(member: bytes, order: str) -> str | None:
+    """The session id a member of the index's set for `order` names (after its 14 hex
+    digits of time, but in the ids' set), or None when it names none a session could
+    have (not UTF-8, no time, an id the store refuses): added from outside, no session's
+    own, so a page passes over it and a rebuild drops it."""
+    if order != "id" and _IX_TIME.fullmatch(member[:14]) is None:
+        return None
+    try:
+        return validate_session_id((member if order == "id" else member[14:]).decode("utf-8"))
+    except (UnicodeDecodeError, InvalidSessionIdError):
+        return None
 
 
 def _own_member(member: bytes, sid: str, field: str, times: dict[str, int]) -> bool:
@@ -515,7 +546,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
             segments.append(BytesSegment(blob, name, True, first, last))
         data = b"".join(items) + (tail or b"")
         try:
-            _counted(where, int(n or 0), len(items))
+            _counted(where, n, len(items))
         except CorruptLogError as exc:  # (reported by whoever reads it: verify says so)
             segments.append(UnreadableSegment(data, where, exc))
         else:
@@ -591,7 +622,7 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
                 time.sleep(0.005)
                 continue
             if status == 3:  # nothing was written
-                _counted(self.where(session_id), int(out[2]), int(out[1]))
+                _counted(self.where(session_id), out[2], int(out[1]))
             if status == 4:  # nothing was written
                 raise _index_fields_edited(self.where(session_id))
             head = _head_of(out[1:], self.where(session_id))
@@ -905,12 +936,14 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         chunk = 500 if limit is None or filtered else min(limit + 8, 500)
         page: list[IndexEntry] = []
         while limit is None or len(page) < limit:
-            members, hashes = self._call(
+            members, found = self._call(
                 "paging the session index",
                 functools.partial(self._index_chunk, zkey, order, bound, chunk),
             )
-            for member, h in zip(members, hashes, strict=True):
-                sid = (member if order == "id" else member[14:]).decode("utf-8")
+            for member, of in zip(members, found, strict=True):
+                if of is None:
+                    continue  # (names no session: added from outside)
+                sid, h = of
                 if order == "id" and prefix and not sid.startswith(prefix):
                     return page  # past the ids that start with it
                 if (
@@ -933,17 +966,20 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
 
     def _index_chunk(
         self, zkey: str, order: IndexOrder, bound: bytes, chunk: int
-    ) -> tuple[list[bytes], list[list[Any]]]:
-        """Up to `chunk` members of `zkey` past `bound`, and each one's session hash."""
+    ) -> tuple[list[bytes], list[tuple[str, list[Any]] | None]]:
+        """Up to `chunk` members of `zkey` past `bound`, and each one's session id and
+        hash (None: a member that names no session, `_member_sid`)."""
         if order == "id":
             members = self._client.zrangebylex(zkey, bound, b"+", 0, chunk)
         else:
             members = self._client.zrevrangebylex(zkey, bound, b"-", 0, chunk)
+        sids = [_member_sid(member, order) for member in members]
         pipe = self._client.pipeline(transaction=False)
-        for member in members:
-            sid = (member if order == "id" else member[14:]).decode("utf-8")
-            pipe.hmget(self._keys(sid)[0], self._INDEX_FIELDS)
-        return list(members), pipe.execute() if members else []
+        for sid in sids:
+            if sid is not None:
+                pipe.hmget(self._keys(sid)[0], self._INDEX_FIELDS)
+        hashes = iter(pipe.execute() if any(sid is not None for sid in sids) else [])
+        return list(members), [None if sid is None else (sid, next(hashes)) for sid in sids]
 
     def _index_entry(self, sid: str, member: bytes, field: str, h: list[Any]) -> IndexEntry | None:
         """The entry a member stands for (None: a session with no committed line, or a
@@ -975,12 +1011,18 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
             zkey = self._zset_of(field)
             bound = b"-" if order == "id" else b"+"
             while True:
-                members, hashes = self._call(
+                members, found = self._call(
                     "reading the session index",
                     functools.partial(self._index_chunk, zkey, order, bound, 500),
                 )
-                for member, h in zip(members, hashes, strict=True):
-                    sid = (member if order == "id" else member[14:]).decode("utf-8")
+                for member, of in zip(members, found, strict=True):
+                    if of is None:  # no session's own, now or ever: no check to make
+                        self._call(
+                            "tidying the session index",
+                            functools.partial(self._client.zrem, zkey, member),
+                        )
+                        continue
+                    sid, h = of
                     cr, up = h[4], h[5]
                     try:
                         times = None if cr is None else {"cr": int(cr), "up": int(up)}
@@ -1116,26 +1158,31 @@ class _RedisRepairHold(RepairHold):
         def run() -> list[Any]:
             pipe = engine._client.pipeline(transaction=True)
             pipe.lrange(keys[1], 0, -1)
-            pipe.hmget(keys[0], ["tail", "gen", "n", "seq", "hh", "link"])
+            pipe.hmget(keys[0], ["tail", "gen", "n", "seq", "hh", "link", "size"])
             return pipe.execute()  # type: ignore[no-any-return]
 
-        items, (tail, gen, n, seq, hh, link) = engine._call("reading a session for repair", run)
+        items, (tail, gen, n, seq, hh, link, size) = engine._call(
+            "reading a session for repair", run
+        )
         self._exists = gen is not None
         self._data = b"".join(items) + (tail or b"")
         self._head_end: int | None = None
+        count = _count_of(self.where, n) if gen is not None else 0
         try:
-            _counted(self.where, int(n or 0) if gen is not None else 0, len(items))
+            _counted(self.where, count, len(items))
         except CorruptLogError as exc:
-            # batches pushed past a head whose own batches end at its line: the head is
-            # right, the rest is cut (saved aside); any other disagreement (batches
-            # lost, the head or its count edited) cannot be told apart: nothing is cut
-            count = int(n or 0) if gen is not None else 0
+            # batches pushed past a head whose own batches end at its line, and whose
+            # size is theirs: the head is right, the rest is cut (saved aside); any
+            # other disagreement (batches lost, the head or its count edited: a head
+            # taken back to an older line but whose size still counts the whole list)
+            # cannot be told apart: nothing is cut
             ours = b"".join(items[:count])
             last = last_line_end(ours) if 0 < count < len(items) else None
-            if last is None or (str(last.seq), last.h, last.link) != (
+            if last is None or (str(last.seq), last.h, last.link, str(len(ours))) != (
                 _text(seq),
                 _text(hh),
                 _text(link),
+                _text(size),
             ):
                 raise CorruptLogError(
                     self.where, 0, None,

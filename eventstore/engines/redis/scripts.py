@@ -447,6 +447,11 @@ CACHE_OPEN = (
 -- -> {what was found ('c' the cache, 'm' the mark, 'r' the read on, in that order),
 --     the cache's head, its bytes, the mark's head, its bytes, the head, batches...}
 local c = head()
+if not string.match(c[7], '^%d+$') then
+  -- a count of appends edited from outside to no number (compared below, it failed
+  -- the script): the head alone, which the caller refuses naming the session
+  return {'r', '', '', '', '', table.concat(c, ' ', 1, 7)}
+end
 local function kept(name)
   if name == '' or c[1] == '' then return nil end
   local got = redis.call('HMGET', KEYS[12], 'h:' .. name, 'd:' .. name)
@@ -565,8 +570,12 @@ local function line_of(seq)
     if not p then return nil end
     offset = offset + p[2]
   end
-  if start > 1 then
+  if start > 25 then
     before = string.sub(b, start - 25, start - 1)
+  elseif start > 1 then
+    -- a line before it too short to end with an `h` (written from outside: a sub
+    -- from below 1 counts from the element's end, whose '' read as a log's start)
+    return nil
   elseif lo > 0 then
     if p[3] and p[1] == seq - 1 then return nil end  -- right after the snapshot
     before = string.sub(batch(lo - 1) or '', -25)
