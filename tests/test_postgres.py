@@ -640,6 +640,39 @@ def test_a_fold_cache_is_read_with_the_lines_after_it(pg_url: str) -> None:
     assert read_on == [True, True, True, False]
 
 
+def test_lines_past_the_array_bound_are_read_a_row_each(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: more bytes of lines after a read's position, after a fold cache, or from a
+    log's start than one PostgreSQL value holds (1 GB; `ARRAY_BYTES` made small here).
+    The one-row reads put them all in one array, which fails there; past `ARRAY_BYTES`
+    they come a row each, in a statement of their own: the same bytes."""
+    monkeypatch.setattr(pg, "ARRAY_BYTES", 2_000)
+    with SessionStore(pg_url) as store:
+        for i in range(3):
+            store.append_progress_entry("s", _entry(f"{i}" + "x" * 400_000))
+        store.load_bootstrap_state("s")  # a fold of over 1 MiB: its cache is saved
+    with SessionStore(pg_url) as store:  # a writer that folds nothing: the cache stays
+        engine = pg.PostgresEngine(pg_url)
+        try:
+            cached = engine.head("s")
+            for i in range(10):
+                store.append_progress_entry("s", _entry(f"after {i} " + "y" * 300))
+            whole = engine.read("s", None)
+            on = engine.read("s", cached.position)
+            assert on.head == whole.head and bytes(whole.data).endswith(bytes(on.data))
+            assert bytes(on.data).count(b"\n") == whole.head.seq - cached.seq == 10
+            opened = engine.open_cache("s", "bootstrap")
+            assert opened is not None and opened[0] == cached
+            with opened[1] as reader:
+                assert reader.read_on is None  # past the bound: the fold reads them itself
+        finally:
+            engine.close()
+    with SessionStore(pg_url) as store:
+        recent = store.load_bootstrap_state("s").recent_progress
+        assert [p.summary for p in recent][-10:] == [f"after {i} " + "y" * 300 for i in range(10)]
+
+
 # -- the global feed ------------------------------------------------------------------
 
 

@@ -103,6 +103,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 __all__ = [
+    "ARRAY_BYTES",
     "DEFAULT_SCHEMA",
     "SCHEMA_VERSION",
     "FEED_START",
@@ -366,7 +367,8 @@ class PostgresEngine(FeedEngine, CachingEngine, KeyEngine, IndexingEngine, SeqEn
         pos = position if isinstance(position, PgPosition) else None
         log_id = pos.log_id if pos is not None else -1
         after = pos.seq if pos is not None else 0
-        params = {"log": log_id, "after": after, "sid": session_id}
+        offset = pos.offset if pos is not None else 0
+        params = {"log": log_id, "after": after, "offset": offset, "sid": session_id}
         # the common read, on in the same log: a statement without the opening
         # snapshot's part, one row (planned in a fraction of the time as a backend's
         # first); no lines, of another log, says the log was replaced
@@ -1061,6 +1063,11 @@ def _remove_cache_parts_sql(q: str) -> str:
 
 
 _LIVE_SIZE = "s.snap_len + s.stream_end - s.live_origin"  # (s: a sessions row)
+
+ARRAY_BYTES = 64 << 20
+"""The most bytes of lines a read takes in one array value of one row (a PostgreSQL
+value holds at most 1 GB); past it the lines come a row each, in a statement of their
+own. Read when an engine is made."""
 # a head's columns, as `_head_of` reads them (s: a sessions row)
 _HEAD_COLS = f"s.log_id, s.head_seq, s.head_link, s.head_h, s.base_seq, {_LIVE_SIZE}"
 
@@ -1099,7 +1106,8 @@ class _Statements:
         # `read` on from a position, one row: the head, then the lines after it in an
         # array if the live log is still the position's (NULL: it is not)
         self.read_on = (
-            f"SELECT {_HEAD_COLS}, CASE WHEN s.log_id = %(log)s THEN ARRAY(SELECT l.line"
+            f"SELECT {_HEAD_COLS}, CASE WHEN s.log_id = %(log)s"
+            f" AND {_LIVE_SIZE} - %(offset)s <= {ARRAY_BYTES} THEN ARRAY(SELECT l.line"
             f" FROM {q}.lines l WHERE l.sid = s.sid AND l.seq > %(after)s ORDER BY l.seq) END"
             f" FROM {q}.sessions s WHERE s.session_id = %(sid)s"
         )
@@ -1227,7 +1235,8 @@ class _Statements:
         # more (its catalog entries loaded, whether read or not).
         line_cols = cols.replace(at_head, f"{at_line} END")
         self.open_cache_on = (
-            f"SELECT {line_cols}, {_HEAD_COLS}, CASE WHEN s.head_seq - c.seq <= %(ahead)s THEN"
+            f"SELECT {line_cols}, {_HEAD_COLS}, CASE WHEN s.head_seq - c.seq <= %(ahead)s"
+            f" AND {_LIVE_SIZE} - c.size <= {ARRAY_BYTES} THEN"
             f" ARRAY(SELECT l.line FROM {q}.lines l WHERE l.sid = s.sid AND l.seq > c.seq"
             f" ORDER BY l.seq) END, c.seq = s.snap_seq"
             f" FROM {q}.sessions s JOIN {q}.caches c ON c.sid = s.sid AND c.name = %(name)s"
@@ -1237,7 +1246,7 @@ class _Statements:
         # row (as `open_cache_on`'s): the mark's columns (NULL: none), the head's, then
         # the live log from its start, those only when at most %(ahead)s lines: its
         # opening snapshot's seq and line (NULL: it opens with none) and its lines
-        ahead = "CASE WHEN s.head_seq - s.base_seq < %(ahead)s"
+        ahead = f"CASE WHEN s.head_seq - s.base_seq < %(ahead)s AND {_LIVE_SIZE} <= {ARRAY_BYTES}"
         self.open_start = (
             f"SELECT {cols}, {_HEAD_COLS}, s.snap_seq, {ahead} AND s.snap_seq > 0 THEN"
             f" (SELECT coalesce(x.line, '') FROM {q}.snapshots x WHERE x.sid = s.sid"
