@@ -57,6 +57,7 @@ from eventstore.format.events import (
     LineHead,
     ManifestSet,
     ProgressAppended,
+    SessionDeleted,
 )
 from eventstore.format.reader import read_lines
 from eventstore.records import (
@@ -269,12 +270,20 @@ def _seen(ev: Event) -> Any:
 @given(
     regions=st.lists(st.lists(payload_events, min_size=1, max_size=4), min_size=1, max_size=4),
     needed=st.sets(st.sampled_from(PAYLOAD_TAGS), min_size=1),
+    opened=st.booleans(),
+    ended=st.booleans(),
 )
 def test_a_needed_types_decoder_decodes_alike_before_and_after_other_types_come(
-    regions: list[list[Event]], needed: set[str]
+    regions: list[list[Event]], needed: set[str], opened: bool, ended: bool
 ) -> None:
     """A decoder of some types decodes only those until another type's line comes (its
-    stubs made then): the events are the same as from one that made its stubs first."""
+    stubs made then), and a snapshot (`opened`: the log's first line) and a tombstone
+    (`ended`: its last) whole whenever they come: the events are the same as from one
+    that made its stubs first."""
+    if opened:
+        regions[0].insert(0, Snapshot(base_h="0" * 64, states={}))
+    if ended:
+        regions[-1].append(SessionDeleted(by="test", last_seq=1))
     datas = []
     seq = 1
     for events in regions:
@@ -286,12 +295,13 @@ def test_a_needed_types_decoder_decodes_alike_before_and_after_other_types_come(
         MessagesAppended(messages=[]) if "messages_appended" not in needed else LabelsSet(labels={})
     )
     warmed.decoder(frozenset(needed)).decode_lines(CODEC.encode_batch([other], 1, "", TS, None)[0])
+    whole = needed | {"snapshot", "session_deleted"}
     for data in datas:
         got = fresh.decoder(frozenset(needed)).decode_lines(data)
         want = warmed.decoder(frozenset(needed)).decode_lines(data)
         assert [_seen(e) for e in got] == [_seen(e) for e in want]
         for ev in got:
-            assert getattr(type(ev), "SKIPPED", False) != (type(ev).__struct_config__.tag in needed)  # type: ignore[attr-defined]
+            assert getattr(type(ev), "SKIPPED", False) != (type(ev).__struct_config__.tag in whole)  # type: ignore[attr-defined]
 
 
 def test_golden_log_hash_chain_and_round_trip() -> None:

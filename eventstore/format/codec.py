@@ -98,54 +98,86 @@ class LineDecoder(Protocol):
 
 class _PlainDecoder(Protocol):
     """What `_DecryptingDecoder` decodes plain lines with: a msgspec decoder, or
-    `_StubsWhenNeeded`."""
+    `_Widening`."""
 
     def decode_lines(self, buf: bytes, /) -> list[Event]: ...
 
     def decode(self, buf: bytes, /) -> Event: ...
 
 
-class _StubsWhenNeeded:
-    """The decoder of a set of needed types: of those types alone (and the ones always
-    decoded) until a line of another type comes, then of every type, the others as
-    stubs (made then). Making a stub and building it into a decoder costs ~30 us a type,
-    most of the first fold of a fresh process whose logs hold only the types it needs
-    (LangGraph's: 12 stubs, ~0.3 ms); the events decoded are the same either way. A
-    ValidationError (a line of another type, or an invalid one) moves it to every type
-    for good; an invalid line then fails there too, as it would have."""
+class _Widening:
+    """The decoder of a set of needed types, widened only when a line asks for it.
 
-    __slots__ = ("_every", "_make_every", "_needed")
+    Building a type into a decoder costs ~20-80 us the first time in a process (msgspec
+    reads its annotations): most of the first fold of a fresh process after a fold
+    cache, whose few lines hold a type or two. So the first decoder is of the needed
+    types the first lines decoded hold (when they are few: `_GUESS_LINES`), then of
+    every needed type (snapshots and tombstones always), then of every type, the others
+    as stubs (made then, ~30 us a type; LangGraph's: 12 stubs, ~0.3 ms). The events
+    decoded are the same either way: a ValidationError (a line of a type not in this
+    decoder, or an invalid one) moves it to the next decoder for good; an invalid line
+    then fails in the widest, as it would have."""
 
-    def __init__(
-        self,
-        needed: msgspec.json.Decoder[Event],
-        make_every: Callable[[], msgspec.json.Decoder[Event]],
-    ) -> None:
-        self._needed: msgspec.json.Decoder[Event] | None = needed
-        self._every: msgspec.json.Decoder[Event] | None = None
-        self._make_every = make_every
+    __slots__ = ("_codec", "_key", "_now")
 
-    def _stubbed(self) -> msgspec.json.Decoder[Event]:
-        every = self._every
-        if every is None:
-            every = self._every = self._make_every()  # (two threads may both: same result)
-            self._needed = None
-        return every
+    def __init__(self, codec: EventCodec, key: frozenset[str]) -> None:
+        self._codec, self._key = codec, key
+        # (tier, its decoder), replaced whole: threads may widen it at once
+        self._now: tuple[int, msgspec.json.Decoder[Event]] | None = None
+
+    def _made(self, tier: int, tags: frozenset[str] = frozenset()) -> msgspec.json.Decoder[Event]:
+        """The decoder of `tier`: 0 of `tags`, 1 of the needed types, 2 of every type."""
+        known, key = self._codec.types, self._key
+        if tier == 0:
+            types = [known[t] for t in tags]
+        elif tier == 1:
+            types = [c for t, c in known.items() if t in key]
+        else:
+            stub = self._codec._stub
+            types = [c if t in key else stub(t) for t, c in known.items()]
+        return _union_decoder(types)
+
+    def _first(self, buf: bytes) -> tuple[int, msgspec.json.Decoder[Event]]:
+        """The first decoder, of the types `buf`'s lines hold if they are few and all
+        needed, else of every needed type."""
+        tier, tags = 1, frozenset[str]()
+        if buf.count(b"\n") <= _GUESS_LINES:
+            tags = _tags_of(buf)
+            if tags and tags <= self._key and tags <= self._codec.types.keys():
+                tier = 0
+        now = self._now = (tier, self._made(tier, tags))
+        return now
 
     def decode_lines(self, buf: bytes, /) -> list[Event]:
-        return self._with(lambda dec: dec.decode_lines(buf))
+        return self._with(buf, msgspec.json.Decoder.decode_lines)
 
     def decode(self, buf: bytes, /) -> Event:
-        return self._with(lambda dec: dec.decode(buf))
+        return self._with(buf, msgspec.json.Decoder.decode)
 
-    def _with(self, call: Callable[[msgspec.json.Decoder[Event]], _T]) -> _T:
-        needed = self._needed
-        if needed is not None:
+    def _with(self, buf: bytes, call: Callable[[msgspec.json.Decoder[Event], bytes], _T]) -> _T:
+        tier, dec = self._now or self._first(buf)
+        while True:
             try:
-                return call(needed)
+                return call(dec, buf)
             except msgspec.ValidationError:
-                pass
-        return call(self._stubbed())
+                if tier == 2:
+                    raise
+                now = self._now
+                if now is not None and now[0] > tier:  # (another thread widened it meanwhile)
+                    tier, dec = now
+                else:
+                    tier += 1
+                    dec = self._made(tier)
+                    self._now = (tier, dec)
+
+
+# the most lines whose types choose a needed types decoder's first types (`_Widening`)
+_GUESS_LINES = 64
+
+
+def _tags_of(buf: bytes) -> frozenset[str]:
+    """The `type`s of the lines of `buf` as the codec writes them (`line_tag`)."""
+    return frozenset(line_tag(line).decode("utf-8", "replace") for line in buf.split(b"\n") if line)
 
 
 class _DecryptingDecoder:
@@ -573,13 +605,7 @@ class EventCodec:
             if key is None:
                 dec = _union_decoder(list(known.values()))
             else:
-                needed = [cls for tag, cls in known.items() if tag in key]
-                dec = _StubsWhenNeeded(
-                    _union_decoder(needed),
-                    lambda: _union_decoder(
-                        [cls if tag in key else self._stub(tag) for tag, cls in known.items()]
-                    ),
-                )
+                dec = _Widening(self, key)
             self._decoders[key] = dec
         return dec
 
