@@ -609,14 +609,20 @@ def test_attack_repair_never_calls_a_log_with_lines_past_its_head_intact(
     assert [bytes(r[0]) for r in saved] == [b"".join(bytes(r[1]) for r in rows)]
 
 
+def _with_a_saved_fold_cache(pg_url: str) -> None:
+    """Session "s" of three appends of 400 kB, folded: a fold of over 1 MiB, so its
+    bootstrap state's cache is saved."""
+    with SessionStore(pg_url) as store:
+        for i in range(3):
+            store.append_progress_entry("s", _entry(f"{i}" + "x" * 400_000))
+        store.load_bootstrap_state("s")
+
+
 def test_a_fold_cache_is_read_with_the_lines_after_it(pg_url: str) -> None:
     """A fold cache comes with the log after its head, read in the same statement, up to
     `READ_AHEAD` lines (a fold from it then reads nothing more); the same bytes a read
     from its head returns. Further behind, the fold reads them itself."""
-    with SessionStore(pg_url) as store:
-        for i in range(3):
-            store.append_progress_entry("s", _entry(f"{i}" + "x" * 400_000))
-        store.load_bootstrap_state("s")  # a fold of over 1 MiB: its cache is saved
+    _with_a_saved_fold_cache(pg_url)
     with SessionStore(pg_url) as store:  # a writer that folds nothing: the cache stays
         engine = pg.PostgresEngine(pg_url)
         read_on = []
@@ -648,10 +654,7 @@ def test_lines_past_the_array_bound_are_read_a_row_each(
     The one-row reads put them all in one array, which fails there; past `ARRAY_BYTES`
     they come a row each, in a statement of their own: the same bytes."""
     monkeypatch.setattr(pg, "ARRAY_BYTES", 2_000)
-    with SessionStore(pg_url) as store:
-        for i in range(3):
-            store.append_progress_entry("s", _entry(f"{i}" + "x" * 400_000))
-        store.load_bootstrap_state("s")  # a fold of over 1 MiB: its cache is saved
+    _with_a_saved_fold_cache(pg_url)
     with SessionStore(pg_url) as store:  # a writer that folds nothing: the cache stays
         engine = pg.PostgresEngine(pg_url)
         try:

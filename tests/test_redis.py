@@ -20,7 +20,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -66,6 +66,19 @@ def _prefix(url: str) -> str:
 
 def _keys_of(url: str) -> list[bytes]:
     return sorted(_client(url).scan_iter(match=f"{_prefix(url)}:*"))
+
+
+def _three_appends(url: str) -> tuple[redis.Redis, Callable[[str], str]]:
+    """A session of three appends, a client of its server, and the name of its key of a
+    kind (`h` the head, `l` the live log list, ...)."""
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+
+    def key(kind: str) -> str:
+        return f"{_prefix(url)}:{{{SID}}}:{kind}"
+
+    return _client(url), key
 
 
 def _summaries(store: SessionStore, sid: str = SID) -> list[str]:
@@ -573,13 +586,7 @@ def test_attack_no_append_builds_on_a_head_that_does_not_count_its_log(url: str,
     CorruptLogError; the log stays as the outsider left it."""
     from eventstore import CorruptLogError
 
-    with SessionStore(url) as store:
-        for i in range(3):
-            store.append_progress_entry(SID, make_entry(i))
-    client = _client(url)
-
-    def key(kind: str) -> str:
-        return f"{_prefix(url)}:{{{SID}}}:{kind}"
+    client, key = _three_appends(url)
 
     _OUTSIDE_EDITS[edit](client, key)
     before = client.lrange(key("l"), 0, -1), client.hgetall(key("h"))
@@ -643,13 +650,7 @@ def test_attack_verify_and_repair_never_call_a_log_its_head_does_not_count_intac
     from eventstore import CorruptLogError
     from eventstore.ops import audit
 
-    with SessionStore(url) as store:
-        for i in range(3):
-            store.append_progress_entry(SID, make_entry(i))
-    client = _client(url)
-
-    def key(kind: str) -> str:
-        return f"{_prefix(url)}:{{{SID}}}:{kind}"
+    client, key = _three_appends(url)
 
     if edit == "count-edited":
         client.hset(key("h"), "n", 5)
@@ -717,13 +718,7 @@ def test_attack_repair_cuts_batches_pushed_past_the_head(url: str, pushed: str) 
     record, so no number is used twice): verify is ok and appends go on."""
     from eventstore.ops import audit
 
-    with SessionStore(url) as store:
-        for i in range(3):
-            store.append_progress_entry(SID, make_entry(i))
-    client = _client(url)
-
-    def key(kind: str) -> str:
-        return f"{_prefix(url)}:{{{SID}}}:{kind}"
+    client, key = _three_appends(url)
 
     if pushed == "garbage":
         _OUTSIDE_EDITS["append-pushed"](client, key)
