@@ -77,13 +77,20 @@ def ixkey(ts_us: int) -> str:
 
 _PRELUDE = """
 local function touch(ttl)
-  -- a store without a ttl of its own keeps the session's (another store's) on every key,
-  -- those it made anew too: no key outlives the head and lands under a later session
-  if ttl <= 0 then ttl = redis.call('PTTL', KEYS[1]) end
   if ttl > 0 then
     for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ttl) end
     redis.call('PEXPIRE', KEYS[12], ttl)
     redis.call('PEXPIRE', KEYS[13], ttl)
+    return
+  end
+  -- a store without a ttl of its own keeps the session's (another store's) on every key,
+  -- those it made anew too: no key outlives the head and lands under a later session.
+  -- The head's deadline itself (PTTL's whole ms, added to the clock again, moved it)
+  local at = redis.call('PEXPIRETIME', KEYS[1])
+  if at > 0 then
+    for i = 1, 6 do redis.call('PEXPIREAT', KEYS[i], at) end
+    redis.call('PEXPIREAT', KEYS[12], at)
+    redis.call('PEXPIREAT', KEYS[13], at)
   end
 end
 local function wake()
@@ -428,8 +435,8 @@ if c[1] == '' or c[1] ~= ARGV[2] or n < 1 or tonumber(c[7]) < n then return 0 en
 local at = table.concat({ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]}, ' ')
 redis.call('HSET', KEYS[12], 'h:' .. ARGV[1], at, 'd:' .. ARGV[1], ARGV[9])
 -- the session's expiry, as it stands: a cache kept by a reader does not extend it
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl > 0 then redis.call('PEXPIRE', KEYS[12], ttl) end
+local at = redis.call('PEXPIRETIME', KEYS[1])
+if at > 0 then redis.call('PEXPIREAT', KEYS[12], at) end
 return 1
 """
 )
