@@ -39,12 +39,17 @@ def main() -> None:
         roots = {}
         for name, src in (("base", base), ("new", new)):
             roots[name] = os.path.join(tmp, name)
-            subprocess.run([sys.executable, "-c", CHILD, src, roots[name]], check=True,
-                           capture_output=True)  # the session, made first
+            subprocess.run(
+                [sys.executable, "-c", CHILD, src, roots[name]], check=True, capture_output=True
+            )  # the session, made first
         for _ in range(reps):
             for name, src in (("base", base), ("new", new)):
-                out = subprocess.run([sys.executable, "-c", CHILD, src, roots[name]],
-                                     check=True, capture_output=True, text=True).stdout
+                out = subprocess.run(
+                    [sys.executable, "-c", CHILD, src, roots[name]],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
                 for k, v in json.loads(out).items():
                     runs[name].setdefault(k, []).append(v)
     print("| figure | base ms (min-max) | new ms (min-max) |")
