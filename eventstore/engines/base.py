@@ -137,6 +137,7 @@ from urllib.parse import parse_qsl, urlencode
 import msgspec
 
 from eventstore.errors import (
+    CorruptLogError,
     EventStoreError,
     InvalidArgumentError,
     UnknownEngineError,
@@ -145,6 +146,7 @@ from eventstore.errors import (
 
 __all__ = [
     "EMPTY_HEAD",
+    "head_disputed",
     "READ_AHEAD",
     "SCHEMES",
     "BytesCacheReader",
@@ -475,6 +477,17 @@ class PrunedSegment(msgspec.Struct, frozen=True):
     first_seq: int
     last_seq: int
     size: int
+
+
+def head_disputed(where: str, seq: int | None, why: str) -> CorruptLogError:
+    """What a `RepairHold` raises for a live log its head disagrees with (`why`) where
+    it cannot tell which of the two is right: nothing is changed."""
+    return CorruptLogError(
+        where, 0, seq,
+        f"{why}; repair cannot tell whether the head or the log is right and changes"
+        " nothing: restore the session from a backup, or purge it"
+        " (delete_session(purge=True), `eventstore delete --purge`)",
+    )  # fmt: skip
 
 
 class RepairHold(ABC):

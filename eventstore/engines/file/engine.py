@@ -1126,13 +1126,9 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
     def _write_lagging(self, rows: list[tuple[str, _Lagging]]) -> None:
         self._index.put_appended([_lagging_row(sid, lagging) for sid, lagging in rows])
 
-    def _flush_index(self) -> None:
-        """Write every row still waiting out its lag."""
-        self._lagging.flush()
-
     def _index_moved(self, session_id: str, head: Head) -> None:
         """The row after the live log was replaced (writers' lock held)."""
-        self._flush_index()  # an append's row written later would undo this one
+        self._lagging.flush()  # an append's row written later would undo this one
         old = self._index.get(session_id)
         if old is not None:
             self._index.put(index_moved(old, head))
@@ -1149,7 +1145,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
     ) -> list[IndexEntry]:
         """A page from the index file, each row checked against its log (one stat) and
         corrected or dropped when stale."""
-        self._flush_index()  # this process's own writes are listed as they are
+        self._lagging.flush()  # this process's own writes are listed as they are
         page: list[IndexEntry] = []
         for entry in self._index.rows(order, after, prefix, updated_since_us, labels or {}):
             fresh = self._checked(entry)
@@ -1194,7 +1190,7 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         """Whether the index may lack a session (see `eventstore.engines.file.index`),
         asked after this process's waiting rows are written: a write the index refuses
         marks it stale, and the page asking must rebuild it first."""
-        self._flush_index()
+        self._lagging.flush()
         return self._index.stale()
 
     def replace_index(self, entries: Sequence[IndexEntry], started_us: int) -> None:

@@ -63,14 +63,11 @@ class LaggingRows(Generic[V]):
         """Let `value` wait as the session's row (replacing one waiting)."""
         with self._guard:
             self._waiting[session_id] = value
+            if self._timer is None:
+                self._timer = self._started()
             if self._timer is not None:
                 return
-            try:
-                self._timer = self._started()
-                return
-            except RuntimeError as exc:  # no thread to be had: the row is written now
-                log.debug("eventstore: the session index's thread did not start: %s", exc)
-        self.flush()
+        self.flush()  # no thread to be had: the row is written now
 
     def discard(self, session_id: str) -> None:
         """Forget the session's waiting row (the session is gone, or written at once),
@@ -102,11 +99,17 @@ class LaggingRows(Generic[V]):
                     self._timer = None
         self.flush()
 
-    def _started(self) -> threading.Timer:
+    def _started(self) -> threading.Timer | None:
+        """The timer thread, started; None when no thread can start (a process at its
+        thread limit; from Python 3.12, in an `atexit` handler)."""
         timer = threading.Timer(INDEX_LAG, self._on_time)
         timer.daemon = True  # never holds a process's exit: what waits is only a cache
         timer.name = "eventstore-index"
-        timer.start()
+        try:
+            timer.start()
+        except RuntimeError as exc:
+            log.debug("eventstore: the session index's thread did not start: %s", exc)
+            return None
         return timer
 
     def _on_time(self) -> None:
@@ -115,12 +118,9 @@ class LaggingRows(Generic[V]):
         except Exception as exc:  # no caller to tell: the rows stay stale until a page
             log.warning("eventstore: writing the session index's waiting rows: %s", exc)
         with self._guard:
-            self._timer = None
-            if self._waiting:  # added while this wrote
-                try:
-                    self._timer = self._started()
-                except RuntimeError as exc:  # they wait for the next add, page, close or exit
-                    log.debug("eventstore: the session index's thread did not start: %s", exc)
+            # rows added while this wrote: a thread of their own (or, none to be had,
+            # they wait for the next add, page, close or exit)
+            self._timer = self._started() if self._waiting else None
 
 
 @atexit.register

@@ -65,6 +65,7 @@ from eventstore.engines.base import (
     SeqLine,
     UnreadableSegment,
     cache_part_name,
+    head_disputed,
     read_whole,
     redact_text,
 )
@@ -1432,13 +1433,11 @@ class _PgRepairHold(RepairHold):
             claims = None  # (a damaged line: the repair of its lines says so)
         if len(ours) == len(self._lines) and (claims is None or claims <= head_seq):
             return None
-        raise CorruptLogError(
-            self.where, 0, head_seq,
-            f"its head is at seq {head_seq} but the live log's lines go on past it, and"
-            " repair cannot tell whether the head or the log is right and changes"
-            " nothing: restore the session from a backup, or purge it"
-            " (delete_session(purge=True), `eventstore delete --purge`)",
-        )  # fmt: skip
+        raise head_disputed(
+            self.where,
+            head_seq,
+            f"its head is at seq {head_seq} but the live log's lines go on past it",
+        )
 
     @property
     def head_end(self) -> int | None:

@@ -78,6 +78,7 @@ from eventstore.engines.base import (
     SeqLine,
     UnreadableSegment,
     cache_part_name,
+    head_disputed,
     index_matches,
     read_whole,
     redact_text,
@@ -1184,12 +1185,7 @@ class _RedisRepairHold(RepairHold):
                 _text(link),
                 _text(size),
             ):
-                raise CorruptLogError(
-                    self.where, 0, None,
-                    f"{exc.reason}; repair cannot tell whether the head or the log is"
-                    " right and changes nothing: restore the session from a backup, or"
-                    " purge it (delete_session(purge=True), `eventstore delete --purge`)",
-                ) from None  # fmt: skip
+                raise head_disputed(self.where, None, exc.reason) from None
             self._head_end = len(ours)
 
     @property
