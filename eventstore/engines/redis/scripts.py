@@ -77,16 +77,17 @@ def ixkey(ts_us: int) -> str:
 
 _PRELUDE = """
 local function touch(ttl)
+  -- one deadline for every key of the session, as a time (PEXPIRE's, one per key, each
+  -- from the clock as it stands, set keys a millisecond apart). A store without a ttl
+  -- of its own keeps the session's (another store's) on every key, those it made anew
+  -- too: no key outlives the head and lands under a later session
+  local at
   if ttl > 0 then
-    for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ttl) end
-    redis.call('PEXPIRE', KEYS[12], ttl)
-    redis.call('PEXPIRE', KEYS[13], ttl)
-    return
+    local now = redis.call('TIME')
+    at = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + ttl
+  else
+    at = redis.call('PEXPIRETIME', KEYS[1])
   end
-  -- a store without a ttl of its own keeps the session's (another store's) on every key,
-  -- those it made anew too: no key outlives the head and lands under a later session.
-  -- The head's deadline itself (PTTL's whole ms, added to the clock again, moved it)
-  local at = redis.call('PEXPIRETIME', KEYS[1])
   if at > 0 then
     for i = 1, 6 do redis.call('PEXPIREAT', KEYS[i], at) end
     redis.call('PEXPIREAT', KEYS[12], at)
