@@ -310,7 +310,7 @@ class Recorder:
         """Replay the whole trace with everything persisted and compare it with the real
         tree: a difference means the workload changed files in a way not recorded."""
         assert not self._active
-        want = {p: v for p, v in _tree_of(self.root).items() if self._modelled(p)}
+        want = _tree_of(self.root, self._modelled)
         state = CrashState(len(self.trace.ops), frozenset(_dir_op_indices(self.trace.ops)), {})
         got = _build(self.trace, state)
         if got != want:
@@ -1018,12 +1018,17 @@ def materialise(trace: Trace, state: CrashState, dest: Path) -> None:
             first[ino] = target
 
 
-def _tree_of(root: str) -> _Tree:
+def _tree_of(root: str, modelled: Callable[[str], bool]) -> _Tree:
+    """The modelled names under `root` and their bytes. Unmodelled files are never opened:
+    another thread may be writing them (a store's index rows are written off the append
+    path, and SQLite removes its `-shm` as it closes)."""
     tree: _Tree = {"": None}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, root)
+            if not modelled(rel):
+                continue
             if os.path.isdir(full):
                 tree[rel] = None
             else:

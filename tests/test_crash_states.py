@@ -616,18 +616,19 @@ MAP = "contexts"
 
 
 def wl_map() -> Workload:
+    # each map is closed: its history store's index rows are otherwise written by a timer
+    # thread after the workload, while the next step reads the tree
     def setup(root: Path) -> None:
-        HarnessSessionMap(root / MAP, workdir=root.parent).put(
-            "c0", "old-0", harness="h", driver="d"
-        )
+        with HarnessSessionMap(root / MAP, workdir=root.parent) as m:
+            m.put("c0", "old-0", harness="h", driver="d")
 
     def run(root: Path, rec: Recorder) -> None:
-        m = HarnessSessionMap(root / MAP, workdir=root.parent)
-        for ctx, sid in (("c1", "new-1"), ("c1", "new-2"), ("c0", "new-0")):
-            m.put(ctx, sid, harness="h", driver="d")
-            rec.ack(f"put {ctx}", {"map": ctx, "bytes": _entry_bytes(root, ctx)})
-        m.forget("c1", by="test")
-        rec.ack("forget c1", {"map": "c1", "bytes": None})
+        with HarnessSessionMap(root / MAP, workdir=root.parent) as m:
+            for ctx, sid in (("c1", "new-1"), ("c1", "new-2"), ("c0", "new-0")):
+                m.put(ctx, sid, harness="h", driver="d")
+                rec.ack(f"put {ctx}", {"map": ctx, "bytes": _entry_bytes(root, ctx)})
+            m.forget("c1", by="test")
+            rec.ack("forget c1", {"map": "c1", "bytes": None})
 
     return Workload("harness map put/forget", run, setup=setup, sessions=())
 
@@ -817,8 +818,8 @@ def check_map(trace: Trace, acks: list[Op], root: Path) -> None:
         assert got in allowed, (
             f"map {ctx}: the file is {got!r}, expected one of {allowed!r} ({n} writes acknowledged)"
         )
-        m = HarnessSessionMap(root / MAP, workdir=root.parent)
-        sid = m.get(ctx)
+        with HarnessSessionMap(root / MAP, workdir=root.parent) as m:
+            sid = m.get(ctx)
         assert (sid is None) == (got is None), f"map {ctx}: get() says {sid!r}"
     if versions:
         # the audit history reads back and records every acknowledged put and forget
@@ -826,10 +827,10 @@ def check_map(trace: Trace, acks: list[Op], root: Path) -> None:
         acked = 1 + sum(done.values())  # the setup's put, then the workload's
         assert len(history) >= acked, f"map history: {len(history)} entries, {acked} acked"
         # the map keeps working: a put after the crash is read back
-        HarnessSessionMap(root / MAP, workdir=root.parent).put(
-            "after", "s", harness="h", driver="d"
-        )
-        assert HarnessSessionMap(root / MAP, workdir=root.parent).get("after") == "s"
+        with HarnessSessionMap(root / MAP, workdir=root.parent) as m:
+            m.put("after", "s", harness="h", driver="d")
+        with HarnessSessionMap(root / MAP, workdir=root.parent) as m:
+            assert m.get("after") == "s"
 
 
 def check_state(wl: Workload, trace: Trace, top: Path, acks: list[Op], state: CrashState) -> None:
