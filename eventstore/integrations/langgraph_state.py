@@ -551,7 +551,11 @@ class LangGraphHeadProjection(StructProjection[HeadState]):
     """
 
     name = "langgraph_head"
-    version = 1
+    # 2: a removal's `unparented` leaves those checkpoints with no parent. A release
+    # that kept the parent folded another state from the same lines, so neither may use
+    # the other's fold cache; a snapshot of version 1 is derived from the full index
+    # (`state_from_snapshot`), whose state is what it was
+    version = 2
     event_types = _TAGS
     state_type = HeadState
     changes_events = False  # a writer folds the events it put, not a decode of them
