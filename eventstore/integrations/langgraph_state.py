@@ -70,6 +70,7 @@ __all__ = [
     "HEAD_PROJECTION",
     "PROJECTION",
     "PROJECTIONS",
+    "PRUNED",
     "PUT_TAGS",
     "STAND_IN",
     "BlobEntry",
@@ -240,6 +241,9 @@ class WritesPut(Event, tag="langgraph_writes", kw_only=True, gc=False):
     writes: list[WriteRecord]
 
 
+PRUNED = "prune"  # the `reason` of a prune's removal
+
+
 class CheckpointsRemoved(Event, tag="langgraph_removed", kw_only=True, gc=False):
     """`delete_for_runs` / `prune`: checkpoints removed, as [ns, checkpoint_id] pairs;
     `unparented`: the checkpoints kept that are left with no parent (a prune's, whose
@@ -249,6 +253,12 @@ class CheckpointsRemoved(Event, tag="langgraph_removed", kw_only=True, gc=False)
     reason: str
     # empty in a removal written before it existed, which then folds as it always did
     unparented: list[tuple[str, str]] = msgspec.field(default_factory=list)
+
+    def is_maintenance(self) -> bool:
+        """A prune's removal is upkeep, as the compaction it ends with: a thread pruned
+        nightly still ages for `gc --idle` from its last put. A `delete_for_runs` changes
+        what the thread holds: activity."""
+        return self.reason == PRUNED
 
 
 class ThreadCopied(Event, tag="langgraph_thread_copied", kw_only=True, gc=False):
