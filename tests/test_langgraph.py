@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
+import json
 import math
 import multiprocessing
 import operator
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from conftest import checkpoint_summary, same_value
+from conftest import checkpoint_summary, cli_in_process, same_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langgraph.channels.delta import DeltaChannel
@@ -34,6 +35,7 @@ from eventstore import (
     InvalidSessionIdError,
     SessionDeletedError,
     SessionStore,
+    entropy,
 )
 from eventstore.cli.app import main as cli_main
 from eventstore.engines.file.layout import SessionPaths
@@ -389,6 +391,35 @@ def test_prune_keep_latest_leaves_the_kept_checkpoint_with_no_parent(url: str) -
             assert other is not None and other.parent_config is not None
             runs = reader.get_tuple({"configurable": {"thread_id": "runs"}})
             assert runs is not None and runs.parent_config is None
+
+
+def test_a_pruned_thread_idle_since_its_last_put_is_collected_by_gc_idle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: a thread last put 60 days ago and pruned today was never idle for `gc
+    --idle 30d`: the prune's removal counted as activity, so a thread pruned nightly
+    never aged out. A prune is maintenance, as the compaction it ends with is: the
+    thread is idle since its last put (also when the prune was killed before compacting).
+    A `delete_for_runs` changes what the thread holds: it is activity."""
+    long_ago = dt.datetime.now(dt.UTC) - dt.timedelta(days=60)
+    with EventStoreSaver(tmp_path) as saver:
+        with entropy.fixed(3, start=long_ago, step=dt.timedelta(seconds=1)):
+            for thread in ("pruned", "half-pruned", "runs-deleted", "untouched"):
+                cfg = put(saver, thread, run_id=f"{thread}-1", v=0)
+                put(saver, thread, cfg, run_id=f"{thread}-2", v=1)
+        saver.prune(["pruned"])
+        saver.delete_for_runs(["runs-deleted-1"])
+        put(saver, "fresh", v=0)
+        with monkeypatch.context() as m:  # a prune killed before its compaction
+            m.setattr(saver.store, "compact", lambda *args, **kwargs: None)
+            saver.prune(["half-pruned"])
+    code, out, err = cli_in_process(capsys, "gc", str(tmp_path), "--idle", "30d", "--json")
+    assert code == 0 and err == ""
+    assert sorted(json.loads(out)["tombstoned"]) == [
+        "langgraph-half-pruned",
+        "langgraph-pruned",
+        "langgraph-untouched",
+    ]
 
 
 def test_delete_for_runs_refuses_a_single_run_id_string(url: str) -> None:

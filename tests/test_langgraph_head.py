@@ -775,6 +775,57 @@ def test_a_head_cache_an_earlier_version_wrote_is_read(
         assert ("task-new", "v", "new") in (got.pending_writes or [])
 
 
+class _HeadKeepingParents(lg.LangGraphHeadProjection):
+    """The head projection as the release before `unparented` folded it (version 1): a
+    prune's kept checkpoint keeps its parent."""
+
+    version = 1
+
+    def apply(self, state: Any, event: Any) -> Any:
+        if isinstance(event, CheckpointsRemoved):
+            event = msgspec.structs.replace(event, unparented=[])
+        return super().apply(state, event)
+
+
+def _parent_of_head(heads: Any) -> str | None:
+    head = heads[""].head
+    assert head is not None
+    return head.checkpoint.parent_id  # type: ignore[no-any-return]
+
+
+def test_a_head_cache_of_the_release_that_kept_parents_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: a fold cache saved by the release whose head kept a pruned checkpoint's
+    parent (same projection version) was used by this one, whose head has none.
+    The head's version is 2 now: neither release uses the other's cache."""
+    monkeypatch.setattr(
+        eventstore.core.tuning, "DEFAULT_TUNING", eventstore.core.tuning.Tuning(cache_on_close=0)
+    )  # every close leaves its caches
+    with EventStoreSaver(tmp_path) as saver:
+        _chain(saver, "t", 5)
+        # a prune killed before its compaction: its removal, naming the kept checkpoint
+        # in `unparented`, stays in the live log, where each release folds it its way
+        monkeypatch.setattr(saver.store, "compact", lambda *args, **kwargs: None)
+        saver.prune(["t"])
+    cache = cache_path(tmp_path, "langgraph-t", "langgraph_head")
+
+    def old_release_parent() -> str | None:
+        with SessionStore(tmp_path) as old:
+            old.learn(lg.EVENT_TYPES, [_HeadKeepingParents()])
+            parent = _parent_of_head(old.load("langgraph-t", "langgraph_head"))
+        assert cache.exists()  # its close saved its fold
+        return parent
+
+    assert old_release_parent() is not None
+    with EventStoreSaver(tmp_path) as saver:
+        got = saver.get_tuple(_latest("t", ""))
+        assert got is not None and got.parent_config is None
+        assert _parent_of_head(saver.store.load("langgraph-t", "langgraph_head")) is None
+    # and the other way: the old release folds its own state, not this one's cache
+    assert old_release_parent() is not None
+
+
 class Chat(TypedDict):
     messages: Annotated[list[str], operator.add]
     turns: int

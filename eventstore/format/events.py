@@ -81,6 +81,8 @@ class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
 
     VERSION: ClassVar[int] = 1
     SKIPPED: ClassVar[bool] = False  # True on the envelope-only stand-ins of skipped types
+    # True on types whose lines are upkeep of the log, never activity (`is_maintenance`)
+    MAINTENANCE: ClassVar[bool] = False
 
     seq: int = 0
     ts: datetime = EPOCH
@@ -88,6 +90,13 @@ class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
     key: str | None = None
     v: int = 1
     h: str = ""
+
+    def is_maintenance(self) -> bool:
+        """Whether this line is upkeep of the log (a compaction's snapshot, a pruned
+        archive, a seal...) rather than activity of its session: a session's last
+        activity, which `gc --idle` ages, passes over it. Its type's `MAINTENANCE`; a
+        type with lines of both kinds overrides this."""
+        return self.MAINTENANCE
 
 
 class ManifestSet(Event, tag="manifest_set", kw_only=True):
@@ -152,6 +161,8 @@ class ArchivePruned(Event, tag="archive_pruned", kw_only=True):
     before: str
     last_h: str = ""
 
+    MAINTENANCE = True
+
 
 class ForkOrigin(msgspec.Struct, frozen=True):
     """Where a forked session came from (`eventstore.ops.fork`): the source session's id,
@@ -176,6 +187,8 @@ class Quarantined(Event, tag="quarantined", kw_only=True):
     bytes: int
     problem: str
 
+    MAINTENANCE = True
+
 
 class Sealed(Event, tag="seal", kw_only=True):
     """A seal (`eventstore.ops.seal`): the signature of the key `key_id` (an Ed25519 key,
@@ -193,12 +206,17 @@ class Sealed(Event, tag="seal", kw_only=True):
     every: int | None = None
     sig: str
 
+    MAINTENANCE = True
+
 
 class SealWitnessed(Sealed, tag="seal_witnessed", kw_only=True):
     """A seal as a witness store keeps it (`SealPolicy(witness=URL)`): the facts of a
     seal line of the session of the same id in the store that sealed it (`sealed_seq`,
     `sealed_h`: the line it sealed there). Checked by `verify(witness=URL)` against that
     store's history; in the witness store itself it folds to nothing."""
+
+    # the record of a seal made elsewhere: the witness session's activity
+    MAINTENANCE = False
 
 
 class SessionDeleted(Event, tag="session_deleted", kw_only=True):
@@ -253,6 +271,8 @@ class Snapshot(Event, tag="snapshot", kw_only=True):
     trimmed: bool = False
     last_ts: datetime | None = None
     origin: ForkOrigin | None = None
+
+    MAINTENANCE = True
 
 
 class SnapshotHead(msgspec.Struct):

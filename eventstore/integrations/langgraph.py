@@ -72,6 +72,7 @@ from eventstore.integrations.langgraph_state import (
     EVENT_TYPES,
     HEAD_PROJECTION,
     PROJECTION,
+    PRUNED,
     BlobEntry,
     BlobPut,
     CheckpointEntry,
@@ -533,7 +534,7 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         for thread_id in thread_ids:
             if strategy == "delete":
                 self.delete_thread(thread_id)
-            elif self._remove(str(thread_id), _all_but_newest, "prune", unparent=True):
+            elif self._remove(str(thread_id), _all_but_newest, PRUNED, unparent=True):
                 # forced: the pruned bytes must leave the log even where a snapshot
                 # would not be smaller
                 self.store.compact(self.session_id(str(thread_id)), archive=False, force=True)

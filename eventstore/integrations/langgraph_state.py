@@ -70,6 +70,7 @@ __all__ = [
     "HEAD_PROJECTION",
     "PROJECTION",
     "PROJECTIONS",
+    "PRUNED",
     "PUT_TAGS",
     "STAND_IN",
     "BlobEntry",
@@ -240,6 +241,9 @@ class WritesPut(Event, tag="langgraph_writes", kw_only=True, gc=False):
     writes: list[WriteRecord]
 
 
+PRUNED = "prune"  # the `reason` of a prune's removal
+
+
 class CheckpointsRemoved(Event, tag="langgraph_removed", kw_only=True, gc=False):
     """`delete_for_runs` / `prune`: checkpoints removed, as [ns, checkpoint_id] pairs;
     `unparented`: the checkpoints kept that are left with no parent (a prune's, whose
@@ -249,6 +253,12 @@ class CheckpointsRemoved(Event, tag="langgraph_removed", kw_only=True, gc=False)
     reason: str
     # empty in a removal written before it existed, which then folds as it always did
     unparented: list[tuple[str, str]] = msgspec.field(default_factory=list)
+
+    def is_maintenance(self) -> bool:
+        """A prune's removal is upkeep, as the compaction it ends with: a thread pruned
+        nightly still ages for `gc --idle` from its last put. A `delete_for_runs` changes
+        what the thread holds: activity."""
+        return self.reason == PRUNED
 
 
 class ThreadCopied(Event, tag="langgraph_thread_copied", kw_only=True, gc=False):
@@ -551,7 +561,11 @@ class LangGraphHeadProjection(StructProjection[HeadState]):
     """
 
     name = "langgraph_head"
-    version = 1
+    # 2: a removal's `unparented` leaves those checkpoints with no parent. A release
+    # that kept the parent folded another state from the same lines, so neither may use
+    # the other's fold cache; a snapshot of version 1 is derived from the full index
+    # (`state_from_snapshot`), whose state is what it was
+    version = 2
     event_types = _TAGS
     state_type = HeadState
     changes_events = False  # a writer folds the events it put, not a decode of them

@@ -38,10 +38,7 @@ from eventstore.engines.base import HeadMovedError, ReadResult
 from eventstore.errors import InvalidArgumentError
 from eventstore.format.codec import EventCodec
 from eventstore.format.events import (
-    ArchivePruned,
     Event,
-    Quarantined,
-    Sealed,
     SessionDeleted,
     Snapshot,
     UnknownEvent,
@@ -102,7 +99,7 @@ def _last_activity(events: list[Event]) -> datetime | None:
     for ev in reversed(events):
         if type(ev) is Snapshot:
             return ev.last_ts
-        if type(ev) not in (ArchivePruned, Quarantined, Sealed):
+        if not ev.is_maintenance():
             return ev.ts
     return None
 

@@ -37,8 +37,6 @@ from eventstore.format.depth import HEAD_DECODER
 from eventstore.format.events import (
     ArchivePruned,
     LineHead,
-    Quarantined,
-    Sealed,
     Snapshot,
 )
 from eventstore.ops import tombstone
@@ -87,10 +85,11 @@ def delete_session(
 def last_activity(core: CoreOwner, session_id: str) -> datetime | None:
     """When the session's last event was appended (None for a session with none).
 
-    Maintenance is not activity: compaction snapshots and `archive_pruned` records are
-    passed over (the events a snapshot covers are read from the archive; a snapshot
-    standing in for them answers with the time of the newest it covers, `last_ts`; one
-    written before snapshots kept it, or only maintenance left, with the newest line's).
+    Maintenance is not activity: compaction snapshots, `archive_pruned` records and any
+    other line whose `Event.is_maintenance` says so are passed over (the events a
+    snapshot covers are read from the archive; a snapshot standing in for them answers
+    with the time of the newest it covers, `last_ts`; one written before snapshots kept
+    it, or only maintenance left, with the newest line's).
     """
     core = core_of(core)
     core.session(session_id)
@@ -118,13 +117,10 @@ def last_activity(core: CoreOwner, session_id: str) -> datetime | None:
         for ev in reversed(events):
             if type(ev) is Snapshot and ev.last_ts is not None:
                 return ev.last_ts  # (standing in for the events it covers)
-            if type(ev) not in _MAINTENANCE:
+            if not ev.is_maintenance():
                 return ev.ts
         seq, window = lo - 1, window * 4
     return newest
-
-
-_MAINTENANCE = (Snapshot, ArchivePruned, Quarantined, Sealed)
 
 
 class ExpiryResult(msgspec.Struct, frozen=True):
