@@ -23,7 +23,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -129,6 +129,8 @@ class AsyncSessionStore:
         # notified as a follow's read or a lane ends: close() waits for both to be none
         self._quieter = threading.Condition(self._guard)
         self._closed = False
+        # the closing begun by the first close(), which every close() awaits
+        self._released: Future[None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -144,26 +146,46 @@ class AsyncSessionStore:
 
         A call submitted from another event loop is waited for in the workers, not on
         its loop: one stopped (and not closed) still has its calls run, and its callers
-        hear of them when it runs again."""
+        hear of them when it runs again. The closing runs in a thread of its own, begun
+        by the first `close()`: a close cancelled (or timed out) once begun still
+        finishes, and another `close()` waits for that one (raising what it raised),
+        never begins a second."""
         loop = asyncio.get_running_loop()
         with self._guard:
             self._closed = True
             here = [f for lane in self._lanes.values() for _, f in lane if f.get_loop() is loop]
             for stop in self._follows:
                 stop.set()
+            released = self._released
+            if released is None:
+                released = self._released = Future()
+                # running: a cancelled close() cannot cancel it (others await it)
+                released.set_running_or_notify_cancel()
+                closer = threading.Thread(
+                    target=self._release, args=(released,), name="eventstore-aio-close"
+                )
+                try:
+                    closer.start()
+                except BaseException as exc:  # (a close() awaiting it would wait forever)
+                    released.set_exception(exc)
         if here:  # (their callers hear of them before close returns)
             await asyncio.wait(here)
-        await loop.run_in_executor(None, self._release)
+        await asyncio.wrap_future(released)
 
-    def _release(self) -> None:
-        with self._guard:
-            # every lane drains in the workers whatever became of its callers' loops
-            # (a future of a stopped loop is never done: waiting for it hung close)
-            while self._lanes or self._polls:
-                self._quieter.wait()
-        self._pool.shutdown(wait=True)
-        if self._owns_store:
-            self.store.close()
+    def _release(self, released: Future[None]) -> None:
+        try:
+            with self._guard:
+                # every lane drains in the workers whatever became of its callers' loops
+                # (a future of a stopped loop is never done: waiting for it hung close)
+                while self._lanes or self._polls:
+                    self._quieter.wait()
+            self._pool.shutdown(wait=True)
+            if self._owns_store:
+                self.store.close()
+        except BaseException as exc:  # (told to every close() awaiting it)
+            released.set_exception(exc)
+        else:
+            released.set_result(None)
 
     async def __aenter__(self) -> AsyncSessionStore:
         return self

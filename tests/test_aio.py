@@ -777,3 +777,58 @@ def test_close_finishes_with_calls_of_an_event_loop_stopped_but_never_closed(url
     finally:
         release.set()
         stopped.close()
+
+
+def test_a_close_cancelled_while_it_waits_still_closes_and_a_second_close_is_a_no_op(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: a close() cancelled (a timeout, a task cancelled) while it waited for a
+    running call left the store open: its threads and engine were never released, and
+    only another close() closed them, a second time. The closing now runs on its own,
+    begun by the first close(): calls are refused as after any close, the store closes
+    once the running call ends (on every engine), and a later close() waits for that
+    closing and returns, without closing anything again."""
+    st = AsyncSessionStore(url)
+    started, release = threading.Event(), threading.Event()
+    closes: list[int] = []
+    real_close = st.store.close
+
+    def counted_close() -> None:
+        closes.append(1)
+        real_close()
+
+    monkeypatch.setattr(st.store, "close", counted_close)
+
+    def slow() -> int:
+        started.set()
+        release.wait(10)
+        return st.store.append(SID, [note("first")]).last_seq
+
+    async def main() -> None:
+        running = asyncio.ensure_future(st.call(SID, slow))
+        assert await asyncio.to_thread(started.wait, 10)
+        closing = asyncio.ensure_future(st.close())
+        await asyncio.sleep(0)  # close begins: it waits for the running call
+        assert st.closed and not closing.done()
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        with pytest.raises(StoreClosedError):  # as after any close
+            await st.append(SID, [note("late")])
+        release.set()
+        assert await running == 1
+        for _ in range(3000):  # a hang detector (30 s), not a speed limit
+            if st.store.core.closed:
+                break
+            await asyncio.sleep(0.01)
+        assert st.store.core.closed, "the cancelled close never closed the store"
+        await asyncio.wait_for(st.close(), 30)  # a no-op: nothing closed twice
+        await asyncio.wait_for(asyncio.gather(st.close(), st.close()), 30)
+
+    try:
+        run(main())
+    finally:
+        release.set()
+    assert closes == [1]
+    with SessionStore(url) as plain:
+        assert summaries(plain, SID) == ["first"]

@@ -2217,9 +2217,9 @@ def test_attack_a_read_only_follower_polls_without_reconnecting(
 ) -> None:
     """Attack: a follower under a read-only role (SELECT only: the schema's `listen()`
     refuses to register it) made its LISTEN connection again every 0.2 s for as long as
-    it followed, each refused in turn; following still worked, by polling. Now the
-    first refusal stops the listener for the engine's life: one LISTEN connection, and
-    a wait still wakes on an append (by polling)."""
+    it followed, each refused in turn; following still worked, by polling. Now a
+    refusal stops the listener for `LISTEN_RETRY` seconds (a minute, doubled each
+    time): one LISTEN connection, and a wait still wakes on an append (by polling)."""
     conninfo, schema = pg.split_url(pg_url)
     with pg.from_url(pg_url) as writer:
         append_retrying(writer, "s")
@@ -2252,6 +2252,59 @@ def test_attack_a_read_only_follower_polls_without_reconnecting(
             assert len(made) == 1, f"{len(made)} LISTEN connections"
         finally:
             monkeypatch.undo()
+            with psycopg.connect(conninfo, autocommit=True) as admin:
+                admin.execute(f"DROP OWNED BY {role}")
+                admin.execute(f"DROP ROLE {role}")
+
+
+def test_attack_a_refused_follower_listens_once_its_role_may(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: a follower whose registration the server refused (a SELECT-only role)
+    polled for the engine's life, even once the role was granted what registering
+    needs (or a standby promoted): never woken by a NOTIFY again. Now the refusal is
+    tried again after `LISTEN_RETRY` seconds (doubled each time): once the role may, the
+    follower registers and an append wakes it."""
+    monkeypatch.setattr(pg, "LISTEN_RETRY", 0.05)
+    conninfo, schema = pg.split_url(pg_url)
+    with pg.from_url(pg_url) as writer:
+        append_retrying(writer, "s")
+        role = f"es_ro_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(conninfo, autocommit=True) as admin:
+            admin.execute(f"CREATE ROLE {role} LOGIN")
+            admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+            admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+
+        def registered() -> int:
+            with psycopg.connect(conninfo, autocommit=True) as admin:
+                row = admin.execute(
+                    f"SELECT count(*) FROM {schema}.listeners l JOIN pg_stat_activity a"
+                    " ON a.pid = l.pid WHERE a.usename = %s",
+                    (role,),
+                ).fetchone()
+                return int(row[0]) if row else 0
+
+        try:
+            parts = urlsplit(pg_url)
+            netloc = f"{role}@{parts.hostname}:{parts.port or 5432}"
+            with pg.from_url(urlunsplit(parts._replace(netloc=netloc)), create=False) as ro:
+                head = ro.head("s")
+                assert ro.wait("s", head.position, 0.3) is False  # refused: it polls
+                assert registered() == 0
+                with psycopg.connect(conninfo, autocommit=True) as admin:
+                    admin.execute(f"GRANT INSERT, UPDATE, DELETE ON {schema}.listeners TO {role}")
+                deadline = time.monotonic() + 30  # a hang detector, not a speed limit
+                while registered() == 0:
+                    assert time.monotonic() < deadline, "the follower never listened again"
+                    ro.wait("s", head.position, 0.1)
+                timer = threading.Timer(0.3, append_retrying, (writer, "s"))
+                timer.start()
+                try:
+                    assert ro.wait("s", head.position, 30.0) is True
+                finally:
+                    timer.join()
+                assert ro.head("s").seq == 2
+        finally:
             with psycopg.connect(conninfo, autocommit=True) as admin:
                 admin.execute(f"DROP OWNED BY {role}")
                 admin.execute(f"DROP ROLE {role}")

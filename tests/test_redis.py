@@ -643,8 +643,9 @@ def test_attack_verify_and_repair_never_call_a_log_its_head_does_not_count_intac
     """Attack: with the head's count of appends and the live log list made to disagree
     from outside (an append popped, the list or head deleted, the count edited), every
     read and append refused the session but `repair` said "the log is intact; nothing
-    to do" (or that there was no live log), and only a purge cleared it. Now verify
-    reports it (the CLI exits 1 naming the session) and repair, which cannot tell
+    to do" (or that there was no live log), and only a purge cleared it; with the head
+    deleted the CLI's verify said "unknown session". Now verify reports it (the CLI
+    too: exit 1 naming the session) and repair, which cannot tell
     whether the head or the list is right, raises CorruptLogError naming the session
     and saying so, and changes nothing; a purge still clears it."""
     from eventstore import CorruptLogError
@@ -661,9 +662,12 @@ def test_attack_verify_and_repair_never_call_a_log_its_head_does_not_count_intac
         assert not store.verify(SID).ok
         with pytest.raises(CorruptLogError, match=f"#{SID}.*repair cannot tell"):
             audit.repair(store.core, SID)
-    if edit != "head-deleted":  # (no head: an id no listing knows, the CLI's "unknown")
-        rc, out, _ = cli_in_process(capsys, "verify", url, SID)
-        assert rc == 1 and out.startswith(f"FAILED  {SID} ") and f"#{SID}" in out
+    # (with no head, no listing knows the id: the CLI said "unknown session", exit 2,
+    # where the API reports the damage; it reports what the API reports now)
+    rc, out, _ = cli_in_process(capsys, "verify", url, SID)
+    assert rc == 1 and out.startswith(f"FAILED  {SID} ") and f"#{SID}" in out
+    rc, _, err = cli_in_process(capsys, "verify", url, "never-written")
+    assert rc == 2 and "unknown session 'never-written'" in err
     assert (_keys_of(url), client.lrange(key("l"), 0, -1), client.hgetall(key("h"))) == before
     with SessionStore(url) as store:
         store.delete_session(SID, purge=True)

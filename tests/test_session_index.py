@@ -40,7 +40,7 @@ from eventstore import (
 from eventstore.aio import AsyncSessionStore
 from eventstore.engines.base import IndexEntry
 from eventstore.engines.file import index_lag
-from eventstore.engines.file.index import FileIndex
+from eventstore.engines.file.index import INDEX_NAME, FileIndex
 
 # -- what it promises -------------------------------------------------------------------
 
@@ -595,6 +595,50 @@ def test_a_process_that_exits_without_close_leaves_its_rows_written(tmp_path: Pa
         assert [(i.session_id, i.last_seq) for i in page] == [("a", 2)]
 
 
+_APPEND_THEN_EXIT = """
+import sys, time
+from datetime import UTC, datetime
+from eventstore import ProgressEntry, SessionStore
+from eventstore.engines.file.index_lag import INDEX_LAG
+store = SessionStore(sys.argv[1])
+print(datetime.now(UTC).isoformat(), flush=True)
+store.append_progress_entry("a", ProgressEntry(run_id="r", summary="second"))
+if sys.argv[2] == "while-its-thread-writes":
+    time.sleep(INDEX_LAG + 0.5)  # the thread's write has begun, held up by the lock
+"""
+
+
+@pytest.mark.parametrize("when", ["at-once", "while-its-thread-writes"])
+def test_an_exit_never_waits_out_a_locked_index_and_its_rows_are_not_lost(
+    tmp_path: Path, when: str
+) -> None:
+    """Attack: a process appends and exits without `close` while another process holds
+    the session index locked: its exit waited out SQLite's busy timeout (10 s) for its
+    waiting rows (or for its thread's write, held up so). It now waits `EXIT_WAIT` and
+    leaves the index stale: a page after the lock is let go, filtered by the time the
+    row was written, still finds the session at its latest seq."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("a", make_entry(0))
+    locker = sqlite3.connect(root / INDEX_NAME, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        # a bound on the behaviour (the busy timeout is 10 s), not a speed limit
+        done = subprocess.run(
+            [sys.executable, "-c", _APPEND_THEN_EXIT, str(root), when],
+            capture_output=True,
+            text=True,
+            timeout=8,
+        )
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    assert done.returncode == 0, done.stderr
+    with SessionStore(root) as store:
+        page = store.sessions(updated_since=done.stdout.strip())
+        assert [(i.session_id, i.last_seq) for i in page] == [("a", 2)]
+
+
 def test_an_append_when_no_thread_can_start_still_succeeds_and_is_indexed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -672,11 +716,13 @@ def test_a_row_being_written_never_brings_back_a_purged_session(
     taken, go = threading.Event(), threading.Event()
     real = FileIndex.put_appended
 
-    def slow(self: FileIndex, entries: Sequence[tuple[IndexEntry, bool]]) -> None:
+    def slow(
+        self: FileIndex, entries: Sequence[tuple[IndexEntry, bool]], *, busy_ms: int | None = None
+    ) -> None:
         if threading.current_thread() is not threading.main_thread():
             taken.set()
             go.wait(timeout=30)
-        real(self, entries)
+        real(self, entries, busy_ms=busy_ms)
 
     monkeypatch.setattr(FileIndex, "put_appended", slow)
     root = tmp_path / "store"

@@ -31,6 +31,7 @@ from eventstore.store import SessionStore
 __all__ = [
     "ENTRY_POINT_GROUP",
     "load_event_types",
+    "check_session_id",
     "need_session",
     "need_sessions",
     "open_store",
@@ -194,11 +195,21 @@ def need_sessions(store: SessionStore, session_ids: Iterable[str], shown: str) -
     """CliError (exit 2) naming the first of `session_ids` the store does not have."""
     known: set[str] | None = None
     for sid in session_ids:
-        try:
-            validate_session_id(sid)
-        except InvalidSessionIdError as exc:
-            raise CliError(str(exc)) from None
+        check_session_id(sid)
         if known is None:
             known = set(store.list_sessions())
         if sid not in known and store.tombstone_of(sid) is None:  # a tombstone is known
-            raise CliError(f"unknown session {sid!r} in {shown} (see: eventstore sessions {shown})")
+            raise unknown_session(sid, shown)
+
+
+def check_session_id(session_id: str) -> None:
+    """CliError (exit 2) unless `session_id` is a valid session id."""
+    try:
+        validate_session_id(session_id)
+    except InvalidSessionIdError as exc:
+        raise CliError(str(exc)) from None
+
+
+def unknown_session(session_id: str, shown: str) -> CliError:
+    """The CliError (exit 2) for a session the store has nothing of; `shown` is ROOT."""
+    return CliError(f"unknown session {session_id!r} in {shown} (see: eventstore sessions {shown})")

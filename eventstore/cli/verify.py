@@ -28,12 +28,14 @@ from eventstore.cli.format import (
     terminal_width,
 )
 from eventstore.cli.store import (
+    check_session_id,
     need_session,
     open_store,
     shown_root,
     store_path,
+    unknown_session,
 )
-from eventstore.errors import EventStoreError
+from eventstore.errors import EventStoreError, UnknownSessionError
 from eventstore.ops import audit
 from eventstore.signing import load_public_key
 
@@ -96,15 +98,20 @@ def run_verify(args: argparse.Namespace) -> int:
         if args.all:
             ids = store.list_sessions()
         else:
-            need_session(store, args.session, shown_root(args))
+            # not whether a page lists it: the API says whether anything of it is
+            # stored (a session whose head or index row is gone is damaged, not unknown)
+            check_session_id(args.session)
             ids = [args.session]
         reports: list[audit.VerifyReport] = []
         for sid in ids:
             try:
                 reports.append(store.verify(sid, public_key=key, witness=args.witness))
+            except UnknownSessionError as exc:
+                if not args.all:
+                    raise unknown_session(sid, shown_root(args)) from None
+                reports.append(_unreadable(sid, exc))  # (listed, then gone)
             except (EventStoreError, OSError) as exc:  # one unreadable session, not all
-                problem = audit.Problem("", 0, None, "unreadable", str(exc))
-                reports.append(audit.VerifyReport(sid, False, [problem], "", 0, 0, []))
+                reports.append(_unreadable(sid, exc))
     ok = all(r.ok for r in reports)
     status = EXIT_OK if ok else EXIT_PROBLEMS
     if args.json:
@@ -141,6 +148,12 @@ def run_verify(args: argparse.Namespace) -> int:
         bad = sum(1 for r in reports if not r.ok)
         print(f"\n{plural(len(reports), 'session')} verified, {bad} with errors")
     return status
+
+
+def _unreadable(session_id: str, exc: BaseException) -> audit.VerifyReport:
+    """The report of a session whose verify raised `exc`."""
+    problem = audit.Problem("", 0, None, "unreadable", str(exc))
+    return audit.VerifyReport(session_id, False, [problem], "", 0, 0, [])
 
 
 def run_repair(args: argparse.Namespace) -> int:

@@ -194,7 +194,9 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         self._open: dict[str, SessionState] = {}
         self._guard = threading.Lock()
         self._index = FileIndex(self.root, durable=durability == "fsync")
-        self._lagging: LaggingRows[_Lagging] = LaggingRows(self._write_lagging)
+        self._lagging: LaggingRows[_Lagging] = LaggingRows(
+            self._write_lagging, self._index.mark_stale
+        )
         process.track(self)
 
     def reset_after_fork(self) -> None:
@@ -1123,8 +1125,11 @@ class FileEngine(CachingEngine, RangedEngine, PruningEngine, KeyEngine, Indexing
         self._lagging.discard(session_id)
         self._write_lagging([(session_id, lagging)])
 
-    def _write_lagging(self, rows: list[tuple[str, _Lagging]]) -> None:
-        self._index.put_appended([_lagging_row(sid, lagging) for sid, lagging in rows])
+    def _write_lagging(self, rows: list[tuple[str, _Lagging]], wait: float | None = None) -> None:
+        self._index.put_appended(
+            [_lagging_row(sid, lagging) for sid, lagging in rows],
+            busy_ms=None if wait is None else round(wait * 1000),
+        )
 
     def _index_moved(self, session_id: str, head: Head) -> None:
         """The row after the live log was replaced (writers' lock held)."""

@@ -282,15 +282,22 @@ class FileIndex:
         return conn
 
     @contextlib.contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self, busy_ms: int | None = None) -> Iterator[sqlite3.Connection]:
+        """A write transaction, waiting `busy_ms` (None: `BUSY_MS`) for a locked index."""
         conn = self._connect()
-        conn.execute("BEGIN IMMEDIATE")
+        if busy_ms is not None:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
         try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            if busy_ms is not None:
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
 
     # -- what writes do ------------------------------------------------------------------
 
@@ -339,12 +346,15 @@ class FileIndex:
                 raise
             self.mark_stale(f"writing {entry.session_id!r}: {exc}")
 
-    def put_appended(self, entries: Sequence[tuple[IndexEntry, bool]]) -> None:
+    def put_appended(
+        self, entries: Sequence[tuple[IndexEntry, bool]], *, busy_ms: int | None = None
+    ) -> None:
         """Write appends' rows in one transaction (each with whether its batch set the
-        labels); a refusal marks the index stale, never raises."""
+        labels), waiting `busy_ms` (None: `BUSY_MS`) for a locked index; a refusal marks
+        the index stale, never raises."""
         rows = [(*_row(e)[:7], with_labels) for e, with_labels in entries]
         try:
-            with self._lock, self._tx() as conn:
+            with self._lock, self._tx(busy_ms) as conn:
                 conn.executemany(_UPSERT_APPEND, rows)
         except Exception as exc:
             if not self._refusal(exc):

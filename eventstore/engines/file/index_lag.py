@@ -9,7 +9,9 @@ waits for the index (a fresh process's first append to a session would otherwise
 SQLite and make its write-ahead log: ~1 ms), a burst of appends costs one index write,
 and another process's page sees a row at most about a second behind while this one
 lives. A process that exits without `close` writes what waits at its exit (an `atexit`
-hook: the thread is a daemon, which never holds up an exit, and dies where it is); one
+hook: the thread is a daemon, which never holds up an exit, and dies where it is),
+waiting at most `EXIT_WAIT` for an index another process holds locked (or for the
+thread's write, held up so), then leaving the index stale instead; one
 that cannot start the thread (at its thread limit; from Python 3.12, in an `atexit`
 handler) writes the row at once. The index is a cache of the logs: a row lost with a
 killed process is corrected when a page reaches it.
@@ -25,11 +27,18 @@ from typing import Any, Generic, TypeVar
 
 from eventstore.logger import log
 
-__all__ = ["INDEX_LAG", "LaggingRows"]
+__all__ = ["EXIT_WAIT", "INDEX_LAG", "LaggingRows"]
 
 INDEX_LAG = 1.0
 """Seconds an append's row may wait before the timer thread writes it (read each time
 the timer starts)."""
+
+EXIT_WAIT = 0.25
+"""Seconds a process's exit waits for the index (another process's lock on it, or the
+thread's write held up by one) before it leaves the index stale: the next page rebuilds
+it from the logs. Short, as the rows are only a cache of the logs: an exit should not
+wait out SQLite's busy timeout (10 s) for them, while the thread and `close` do (a
+refused write costs the next page a rebuild)."""
 
 V = TypeVar("V")
 
@@ -40,10 +49,17 @@ _alive: weakref.WeakSet[LaggingRows[Any]] = weakref.WeakSet()
 class LaggingRows(Generic[V]):
     """The rows waiting, one per session (`V`: what the row is made of, made only when
     written: most are replaced unwritten), and at most one timer thread. `write` takes
-    the waiting (session id, value) pairs and never raises for a refused index."""
+    the waiting (session id, value) pairs and how long to wait for a locked index (None:
+    the index's own wait), and never raises for a refused index (it leaves the index
+    stale); `abandon(why)` leaves the index stale where rows are not written at exit."""
 
-    def __init__(self, write: Callable[[list[tuple[str, V]]], None]) -> None:
+    def __init__(
+        self,
+        write: Callable[[list[tuple[str, V]], float | None], None],
+        abandon: Callable[[str], None],
+    ) -> None:
         self._write = write
+        self._abandon = abandon
         self._guard = threading.Lock()
         # one flush at a time: two writing at once could land an older row last
         self._writing = threading.Lock()
@@ -76,14 +92,21 @@ class LaggingRows(Generic[V]):
         with self._writing, self._guard:
             self._waiting.pop(session_id, None)
 
-    def flush(self) -> None:
-        """Write every waiting row now."""
-        with self._writing:
+    def flush(self, wait: float | None = None) -> None:
+        """Write every waiting row now, waiting at most `wait` seconds (None: as long as
+        the index waits) for the index, or for a write the thread is making; past it the
+        index is left stale instead."""
+        if not self._writing.acquire(timeout=-1 if wait is None else wait):
+            self._abandon("the index's thread is held up writing rows")
+            return
+        try:
             with self._guard:
                 rows = list(self._waiting.items())
                 self._waiting.clear()
             if rows:
-                self._write(rows)
+                self._write(rows, wait)
+        finally:
+            self._writing.release()
 
     def stop(self) -> None:
         """Stop the timer thread (waiting for a write it is making) and write what waits."""
@@ -125,10 +148,10 @@ class LaggingRows(Generic[V]):
 
 @atexit.register
 def _flush_at_exit() -> None:
-    """Write what waits in every store of a process exiting without `close` (a write
-    the thread is making is finished first: `flush` waits for it)."""
+    """Write what waits in every store of a process exiting without `close`, each
+    waiting at most `EXIT_WAIT` for the index (or a write the thread is making)."""
     for rows in list(_alive):
         try:
-            rows.flush()
+            rows.flush(EXIT_WAIT)
         except Exception as exc:  # the other stores still get theirs
             log.warning("eventstore: writing the session index's waiting rows at exit: %s", exc)

@@ -108,6 +108,8 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "SCHEMA_VERSION",
     "FEED_START",
+    "LISTEN_RETRY",
+    "LISTEN_RETRY_MAX",
     "STALL_WARNING",
     "FeedBlocker",
     "FeedEntry",
@@ -193,6 +195,15 @@ class FeedBlocker(msgspec.Struct, frozen=True):
 STALL_WARNING = 60.0
 """Seconds the feed's horizon may stay behind committed lines before `feed` logs a
 warning naming what holds it (`PostgresEngine.feed_blockers`)."""
+
+LISTEN_RETRY = 60.0
+"""Seconds after the server refuses a follower's LISTEN registration (a role that may
+not register, a read-only server) before it is tried again, doubled after each refusal
+up to `LISTEN_RETRY_MAX`: a grant or a promotion is noticed, and a role refused for
+good costs one connection every few minutes, not one per poll. Waiters poll meanwhile."""
+
+LISTEN_RETRY_MAX = 600.0
+"""The longest wait between two tries of a refused LISTEN registration."""
 
 
 def from_url(url: str | os.PathLike[str], **options: Any) -> PostgresEngine:
@@ -1557,8 +1568,8 @@ class _Listener:
     It registers as a follower (the schema's `listen()`) once listening, so appends
     notify; it is counted as listening only then (see `eventstore.engines.postgres.schema`).
     A role the server refuses that (a read-only role, a standby) would never be notified:
-    the listener then stops for the engine's life, without connecting again, and
-    waiters poll."""
+    the listener then lets its connection go and tries again after `LISTEN_RETRY`
+    seconds (doubled each refusal, at most `LISTEN_RETRY_MAX`), and waiters poll."""
 
     def __init__(self, conninfo: str, channel: str, quoted_schema: str) -> None:
         self._conninfo = conninfo
@@ -1593,43 +1604,53 @@ class _Listener:
             )
 
     def _run(self) -> None:
+        retry = LISTEN_RETRY
         while not self._closed:
+            refused = False
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as conn:
                     _set_up(conn)
                     _CONNECTIONS.add(conn)
-                    if not self._register(conn):
-                        return
-                    with self._cond:
-                        self._listening = True
-                        self._generation += 1
-                        self._cond.notify_all()
-                    while not self._closed:
-                        got = False
-                        for note in conn.notifies(timeout=0.5):
-                            got = True
-                            with self._cond:
-                                sid = note.payload
-                                self._counts[sid] = self._counts.get(sid, 0) + 1
-                                self._cond.notify_all()
-                        if not got:
-                            conn.execute("SELECT 1")  # notices a dead connection
-                    # closed: appends stop notifying once no one else follows (a
-                    # connection lost instead leaves its row to the next listen())
-                    conn.execute(f"SELECT {self._q}.unlisten()")
+                    refused = not self._register(conn)
+                    if not refused:
+                        retry = LISTEN_RETRY
+                        self._listen(conn)
             except psycopg.Error:
                 pass
             with self._cond:
                 self._listening = False
                 self._generation += 1
                 self._cond.notify_all()
-            if not self._closed:
+                if refused:  # tried again later (or never: woken by close)
+                    self._cond.wait_for(lambda: self._closed, retry)
+                    retry = min(retry * 2, LISTEN_RETRY_MAX)
+            if not self._closed and not refused:
                 time.sleep(0.2)
+
+    def _listen(self, conn: Any) -> None:
+        """Count the notifications a registered connection gets until closed."""
+        with self._cond:
+            self._listening, self._refused = True, False
+            self._generation += 1
+            self._cond.notify_all()
+        while not self._closed:
+            got = False
+            for note in conn.notifies(timeout=0.5):
+                got = True
+                with self._cond:
+                    sid = note.payload
+                    self._counts[sid] = self._counts.get(sid, 0) + 1
+                    self._cond.notify_all()
+            if not got:
+                conn.execute("SELECT 1")  # notices a dead connection
+        # closed: appends stop notifying once no one else follows (a
+        # connection lost instead leaves its row to the next listen())
+        conn.execute(f"SELECT {self._q}.unlisten()")
 
     def _register(self, conn: Any) -> bool:
         """LISTEN and register as a follower; False (and `_refused` set, waiters woken to
-        poll) when the server refuses it for good: no right to write the listeners
-        table, or a read-only server."""
+        poll) when the server refuses it: no right to write the listeners table, or a
+        read-only server (tried again after `LISTEN_RETRY`: a grant, a promotion)."""
         try:
             conn.execute(f"LISTEN {self._channel}")
             conn.execute(f"SELECT {self._q}.listen()")
