@@ -1742,3 +1742,51 @@ def test_two_writers_either_side_of_a_compaction_with_retention_never_mix_chunks
         s.append_transcript_messages(SID, _numbered(1405, 600))
     got, used = _cold(root)
     assert used and got == oracle.truth(root, SID).transcript
+
+
+@pytest.mark.parametrize("order", ["older-first", "newer-first"])
+def test_two_writers_that_folded_without_a_cache_never_replace_each_others_chunks(
+    root: Path, order: str
+) -> None:
+    """Promise 3, for chunks. Attack: with the cache gone and its chunks left, writer A
+    folds the transcript from the log (1,400 messages: two complete frames) and writer
+    B folds it and appends 300 messages (its appends keep complete frames as chunks);
+    they close in either order. Neither replaces a chunk the other's cache lists with
+    one of its own head: whichever cache is left is used, and equals the log."""
+    _write_numbered(root, 700)
+    kept = {p: p.read_bytes() for p in _parts(root)}
+    _cache(root).unlink()
+    a, b = SessionStore(root), SessionStore(root)
+    assert a.load_transcript_messages(SID) == b.load_transcript_messages(SID)
+    for i in range(700, 850):
+        b.append_transcript_messages(SID, _turn(i))
+    assert len(_parts(root)) == 3
+    for s in [a, b] if order == "older-first" else [b, a]:
+        s.close()
+    truth = oracle.truth(root, SID).transcript
+    assert truth == _expected(850)
+    assert _cold(root) == (truth, True)
+    assert {p: p.read_bytes() for p in _parts(root)[:2]} == kept  # the first writer's
+
+
+def test_a_writer_behind_a_chunk_kept_at_a_later_head_leaves_it_and_keeps_the_frame_itself(
+    root: Path,
+) -> None:
+    """Promise 3, for chunks. Attack: with the cache and its chunks gone, writer A folds
+    the transcript from the log; writer B folds it and appends one turn, which keeps
+    chunk 0 at B's head, past A's. A closes first: its cache cannot list that chunk
+    (past its head), and must not write its own over it (B's cache will list it); each
+    close leaves a cache that is used and equals the log."""
+    _write_numbered(root, 700)
+    for p in [*_parts(root), _cache(root)]:
+        p.unlink()
+    a, b = SessionStore(root), SessionStore(root)
+    assert a.load_transcript_messages(SID) == b.load_transcript_messages(SID)
+    b.append_transcript_messages(SID, _turn(700))
+    b_chunk = _parts(root)[0].read_bytes()
+    a.close()
+    assert _parts(root)[0].read_bytes() == b_chunk
+    assert _cold(root) == (oracle.truth(root, SID).transcript, True)
+    b.close()
+    assert _parts(root)[0].read_bytes() == b_chunk
+    assert _cold(root) == (oracle.truth(root, SID).transcript, True)
