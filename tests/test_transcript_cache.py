@@ -1742,3 +1742,60 @@ def test_two_writers_either_side_of_a_compaction_with_retention_never_mix_chunks
         s.append_transcript_messages(SID, _numbered(1405, 600))
     got, used = _cold(root)
     assert used and got == oracle.truth(root, SID).transcript
+
+
+@pytest.mark.parametrize("order", ["older-first", "newer-first"])
+def test_two_writers_that_folded_without_a_cache_never_replace_each_others_chunks(
+    url: str, order: str
+) -> None:
+    """Promise 3, for chunks. Attack: a writer keeps two chunks and no cache (its close
+    finds the log too short to cache); writer A folds the transcript from the log (two
+    complete frames) and writer B folds it and appends 300 messages (its appends keep
+    complete frames as chunks); they close in either order, on every caching engine.
+    Neither writes a chunk over one kept already: whichever cache is left is used, and
+    equals the log."""
+    with SessionStore(url, tuning=Tuning(cache_on_close=1 << 40)) as s:
+        for i in range(700):
+            s.append_transcript_messages(SID, _turn(i))
+        engine = s.engine
+        if not isinstance(engine, CachingEngine):
+            pytest.skip(f"{type(engine).__name__} keeps no caches")
+        assert engine.load_cache(SID, "transcript") is None
+        kept = [engine.load_cache(SID, f"transcript#{k}") for k in range(2)]
+    a, b = SessionStore(url), SessionStore(url)
+    assert a.load_transcript_messages(SID) == b.load_transcript_messages(SID)
+    for i in range(700, 850):
+        b.append_transcript_messages(SID, _turn(i))
+    for s in [a, b] if order == "older-first" else [b, a]:
+        s.close()
+    with oracle.bare_store(url) as bare, SessionStore(url) as cold:
+        truth = bare.load_transcript_messages(SID)
+        assert truth == _expected(850)
+        assert cold.load_transcript_messages(SID) == truth
+        assert cold.cache_info(SID).folds["transcript"][1] is not None
+        engine = cold.engine
+        assert isinstance(engine, CachingEngine)
+        assert [engine.load_cache(SID, f"transcript#{k}") for k in range(2)] == kept
+
+
+def test_a_writer_behind_a_chunk_kept_at_a_later_head_leaves_it_and_keeps_the_frame_itself(
+    root: Path,
+) -> None:
+    """Promise 3, for chunks. Attack: with the cache and its chunks gone, writer A folds
+    the transcript from the log; writer B folds it and appends one turn, which keeps
+    chunk 0 at B's head, past A's. A closes first: its cache cannot list that chunk
+    (past its head), and must not write its own over it (B's cache will list it); each
+    close leaves a cache that is used and equals the log."""
+    _write_numbered(root, 700)
+    for p in [*_parts(root), _cache(root)]:
+        p.unlink()
+    a, b = SessionStore(root), SessionStore(root)
+    assert a.load_transcript_messages(SID) == b.load_transcript_messages(SID)
+    b.append_transcript_messages(SID, _turn(700))
+    b_chunk = _parts(root)[0].read_bytes()
+    a.close()
+    assert _parts(root)[0].read_bytes() == b_chunk
+    assert _cold(root) == (oracle.truth(root, SID).transcript, True)
+    b.close()
+    assert _parts(root)[0].read_bytes() == b_chunk
+    assert _cold(root) == (oracle.truth(root, SID).transcript, True)

@@ -34,6 +34,12 @@ its state was folded to then. The projection's own cache lists its chunks, each 
 head (`seq`, `link`, `h`) and its checksum line, and holds the frames after them: a
 close writes only the last, partial frame and the list. Chunks are of one state object
 (`Chunks.of`): a state replaced (a snapshot folded, a reset, a refold) starts with none.
+A chunk is never written over one that another cache may list: a writer that finds chunk
+k kept already as it would write it (the same frame, at a head the engine finds in the
+live log) lists that one, and one kept at a head past its own it leaves alone, keeping
+the frames from there in its own cache (`_chunk_kept`: two writers that folded the log
+without a cache, closing at once, would otherwise each replace the other's chunks and
+leave a cache that lists one it no longer has).
 
 The trust rule of loads holds: every byte that went into a state this library returns
 was hash-checked once. A cache is written only from states folded from checked lines (or
@@ -64,7 +70,7 @@ import hashlib
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import msgspec
 
@@ -624,6 +630,36 @@ def _store_chunk(
     return (h.seq, h.link, h.h, digest)
 
 
+def _chunk_kept(
+    engine: CachingEngine,
+    want: _Want,
+    frame: bytes,
+    crypt: CacheCrypt | None,
+) -> ChunkRef | Literal[False] | None:
+    """Chunk `want.part` as the engine keeps it already, when it is `frame` exactly as
+    this process would write it at the head it names, a point of the live log
+    (`open_cache` checks that): its listing, or False when that head is past
+    `want.head` (a cache at `want.head` may not list it). None when there is no such
+    chunk (none, of another history, damaged, another writer's of other bytes): the
+    caller writes its own. Why: two writers that folded the log without a cache both
+    keep every complete frame; a chunk rewritten at another head than the one a cache
+    lists makes that whole cache ignored, so a writer lists the one kept instead."""
+    name = cache_part_name(want.projection.name, want.part)
+    found = _opened(engine.open_cache(want.session_id, name), want.session_id, name, crypt)
+    if found is None:
+        return None
+    head, reader = found
+    pieces = _pieces(
+        want.session_id, want.projection, want.part, [frame], head, want.known, want.mac
+    )
+    with reader:
+        if reader.size != sum(map(len, pieces)) or any(reader.read(len(p)) != p for p in pieces):
+            return None
+    if head.seq > want.head.seq:
+        return False
+    return (head.seq, head.link, head.h, pieces[-1][:-1].decode("ascii"))
+
+
 def _add_chunks(
     engine: CachingEngine,
     want: _Want,
@@ -632,18 +668,25 @@ def _add_chunks(
     crypt: CacheCrypt | None,
 ) -> int:
     """Keep `frames` (complete, in order) as the chunks after `chunks.refs`, recording
-    each one written; the bytes of their frames, or -1 if the cipher keeps none."""
+    each one kept; the bytes of the frames written, or -1 if the cipher keeps none. A
+    chunk kept already as this process would write it (`_chunk_kept`) is listed as it
+    is, never written again; one kept at a head past `want.head` stops it (the caller
+    keeps the frames from there in its own cache and leaves that chunk alone)."""
     written = 0
     for frame in frames:
         part = _Want(
             want.session_id, want.projection, want.head, want.known, want.mac, len(chunks.refs)
         )
-        ref = _store_chunk(engine, part, frame, crypt)
+        ref = _chunk_kept(engine, part, frame, crypt)
+        if ref is False:
+            break
         if ref is None:
-            chunks.sealed_out = True
-            return -1
+            ref = _store_chunk(engine, part, frame, crypt)
+            if ref is None:
+                chunks.sealed_out = True
+                return -1
+            written += len(frame)
         chunks.refs.append(ref)
-        written += len(frame)
     return written
 
 
@@ -666,7 +709,7 @@ def store(
     those `chunks` (of this very state: `chunks_of`) hold already, each one added to
     them; its own cache lists them and holds the rest. A call given no `chunks` (a
     compaction's states, a delete's empty ones) also removes the chunks a longer state
-    left past those it wrote."""
+    left past this one's complete frames."""
     if head.seq == 0 or head.position is None or not isinstance(engine, CachingEngine):
         return 0
     chunked = chunks_kept(engine, projection)
@@ -676,13 +719,16 @@ def store(
     try:
         pieces: list[bytes] | None
         if chunked:
-            frames, complete = projection.cache_frames_from(state, len(chunks.refs))
+            start = len(chunks.refs)
+            frames, complete = projection.cache_frames_from(state, start)
             want = _Want(session_id, projection, head, known, mac)
             written = _add_chunks(engine, want, chunks, frames[:complete], crypt)
             if written < 0:
                 return 0
+            # the frames now chunks (fewer than `complete` where `_add_chunks` stopped)
+            listed = len(chunks.refs) - start
             pieces = _pieces(
-                session_id, projection, _WHOLE, frames[complete:], head, known, mac, chunks.refs
+                session_id, projection, _WHOLE, frames[listed:], head, known, mac, chunks.refs
             )
         else:
             pieces = encode(session_id, projection, state, head, known, mac)
@@ -694,7 +740,8 @@ def store(
         if chunked and fresh:
             # what a longer state of another history left (compaction with retention, a
             # delete's erase): its messages are not kept beside a state that dropped them
-            engine.remove_cache_parts(session_id, projection.name, len(chunks.refs))
+            # (past the state's complete frames: one left alone by `_add_chunks` stays)
+            engine.remove_cache_parts(session_id, projection.name, start + complete)
     except Exception as exc:  # noqa: BLE001 - a cache must never fail what called it
         log.warning("eventstore: saving the fold cache of %r failed: %s", session_id, exc)
         return 0
