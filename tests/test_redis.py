@@ -371,6 +371,48 @@ def test_attack_a_write_by_a_store_without_ttl_keeps_the_session_expiring_whole(
         assert len(set(deadlines.values())) == 1 and min(deadlines.values()) > 0, deadlines
 
 
+@pytest.mark.parametrize(
+    ("how", "ttl"),
+    [
+        ("option", 0.0004),  # under a millisecond: 0 ms, which means no expiry
+        ("option", float("nan")),
+        ("option", float("inf")),
+        ("option", True),
+        ("option", 10**16),  # a deadline PEXPIREAT takes as no integer
+        ("url", str(10**14)),
+    ],
+)
+def test_attack_a_ttl_the_server_cannot_keep_is_refused_when_the_store_opens(
+    server: str, how: str, ttl: Any
+) -> None:
+    """Attack: `ttl=` below a millisecond was kept as 0 ms, no expiry at all (a session
+    meant to vanish lived forever); NaN or infinity raised a bare ValueError or
+    OverflowError; one so large that the deadline is no integer the server's PEXPIREAT
+    takes failed every append with a StorageError after its line had landed (a caller's
+    retry wrote it twice) and left every key without expiry. Now each is an
+    InvalidArgumentError when the store opens, and nothing is written."""
+    from eventstore import InvalidArgumentError
+
+    url = fresh_redis()
+    with pytest.raises(InvalidArgumentError, match="ttl"):
+        if how == "url":
+            open_engine(f"{url}&ttl={ttl}")
+        else:
+            open_engine(url, ttl=ttl)
+    assert [k for k in _keys_of(url) if b":{" in k] == []
+    # the bounds themselves are kept: a millisecond expires, the largest takes appends
+    for ttl_s, sid in ((0.001, "brief"), (10**10, "long")):
+        with SessionStore(open_engine(url, ttl=ttl_s)) as store:
+            store.append_progress_entry(sid, make_entry(1))
+            deadline = _client(url).pexpiretime(f"{_prefix(url)}:{{{sid}}}:h")
+            assert deadline > 0 or (sid == "brief" and deadline == -2)  # (-2: gone already)
+    assert (
+        0
+        < _client(url).pexpiretime(f"{_prefix(url)}:{{long}}:l") / 1000 - time.time()
+        < 10**10 + 60
+    )
+
+
 def _index_members(url: str) -> int:
     """How many members the store's session index sets hold, all three together."""
     client = _client(url)

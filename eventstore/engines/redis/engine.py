@@ -85,7 +85,7 @@ from eventstore.engines.base import (
 )
 from eventstore.engines.raw import last_line_end, raw_end
 from eventstore.engines.redis import scripts
-from eventstore.engines.redis.url import RedisUrl, split_url
+from eventstore.engines.redis.url import RedisUrl, split_url, ttl_ms
 from eventstore.errors import (
     CorruptLogError,
     HistoryUnavailableError,
@@ -187,11 +187,9 @@ def from_url(url: str | os.PathLike[str], **options: Any) -> RedisEngine:
         raise InvalidArgumentError(f"unknown Redis engine options: {', '.join(sorted(options))}")
     parsed = split_url(os.fspath(url))
     if ttl is not None:
-        if not isinstance(ttl, int | float) or ttl <= 0:
-            raise InvalidArgumentError(f"ttl must be a positive number of seconds, not {ttl!r}")
         parsed = RedisUrl(
             parsed.client, parsed.shown, parsed.password, parsed.prefix,
-            int(ttl * 1000), parsed.feed, parsed.feed_maxlen,
+            ttl_ms(ttl, parsed.shown), parsed.feed, parsed.feed_maxlen,
         )  # fmt: skip
     cls = RedisFeedEngine if parsed.feed else RedisEngine
     return cls(parsed, durability=durability, create=create)
