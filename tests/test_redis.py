@@ -663,6 +663,51 @@ def test_attack_no_read_answers_past_a_head_that_does_not_count_its_log(
         assert not report.ok and "from outside" in report.problems[-1].message, report
 
 
+def _compacted_twice(url: str) -> tuple[redis.Redis, Callable[[str], str]]:
+    """A session with an archive (two compactions kept history) and appends after it,
+    its caches kept; a client of its server and the name of its key of a kind."""
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+            store.compact(SID, archive=True, force=True)
+        store.append_progress_entry(SID, make_entry(3))
+        store.load_bootstrap_state(SID)
+    return _client(url), lambda kind: f"{_prefix(url)}:{{{SID}}}:{kind}"
+
+
+@pytest.mark.parametrize("kind", ["a", "b"])
+def test_attack_an_archive_without_its_bounds_is_a_typed_error_naming_the_session(
+    server: str, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack: the archive list (`a`) or its bounds list (`b`) deleted from outside (or
+    gone apart, evicted under maxmemory) made every history read raise a bare
+    ValueError ("zip() argument 2 is shorter than argument 1"): read_events, verify,
+    prune_archive and follow, and the CLI printed it naming no session. Now the history
+    is one unreadable segment: reads raise CorruptLogError naming the session, verify
+    reports it (the CLI exits 1 naming it), and a purge clears it."""
+    from eventstore import CorruptLogError
+
+    url = fresh_redis(ttl="60")
+    client, key = _compacted_twice(url)
+    client.delete(key(kind))
+    with SessionStore(url) as store:
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*archive"):
+            list(store.read_events(SID))
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*archive"):
+            store.prune_archive(SID, 3)
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*archive"):
+            next(iter(store.follow(SID)))
+        report = store.verify(SID)
+        assert not report.ok and f"#{SID}" in report.problems[-1].message, report
+    rc, out, _ = cli_in_process(capsys, "verify", url, SID)
+    assert rc == 1 and out.startswith(f"FAILED  {SID} ") and f"#{SID}" in out
+    rc, _, err = cli_in_process(capsys, "log", url, SID)
+    assert rc != 0 and f"#{SID}" in err
+    with SessionStore(url) as store:
+        store.delete_session(SID, purge=True)
+        assert [k for k in _keys_of(url) if b":{s}:" in k] == [key("w").encode()]
+
+
 def _forge_next_batch(url: str, client: Any, key: Any) -> None:
     """Push, from outside, a batch that chains to the session's last line as an append
     would (the right seq, link and hash) without moving the head."""

@@ -267,6 +267,27 @@ def _count_of(where: str, n: object) -> int:
     return int(text)
 
 
+def _archived(where: str, bounds: list[bytes], blobs: list[bytes]) -> list[Segment]:
+    """The archived segments of a session's archive list and its bounds list (`a`,
+    `b`); CorruptLogError naming the session when the two do not pair up (one deleted
+    or edited from outside, or evicted apart: a segment would be read under another's
+    seqs)."""
+    pairs = [bound.split() for bound in bounds]
+    if len(blobs) != len(bounds) or not all(
+        len(p) == 2 and all(x.isdigit() for x in p) for p in pairs
+    ):
+        raise CorruptLogError(
+            where, 0, None,
+            f"its archive's {len(blobs)} segments and {len(bounds)} bounds of segments do"
+            " not pair up: edited or deleted from outside the store",
+        )  # fmt: skip
+    segments: list[Segment] = []
+    for (first, last), blob in zip(((int(a), int(b)) for a, b in pairs), blobs, strict=True):
+        name = f"{where}/archive/{first:012d}-{last:012d}"
+        segments.append(BytesSegment(blob, name, True, first, last))
+    return segments
+
+
 def _index_fields_edited(where: str) -> CorruptLogError:
     """The error for a session whose index fields in its head hash are not what the
     store writes (their values not quoted: they are whatever an outsider put there)."""
@@ -538,12 +559,12 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
             return pipe.execute()  # type: ignore[no-any-return]
 
         (tail, n), bounds_l, blobs, items = self._call("reading a session's history", run)
-        segments: list[Segment] = []
-        for bound, blob in zip(bounds_l, blobs, strict=True):
-            first, last = (int(x) for x in bound.split())
-            name = f"{where}/archive/{first:012d}-{last:012d}"
-            segments.append(BytesSegment(blob, name, True, first, last))
         data = b"".join(items) + (tail or b"")
+        try:
+            segments = _archived(where, bounds_l, blobs)
+        except CorruptLogError as exc:
+            # the whole history one unreadable segment: no read takes the rest for it
+            return History([UnreadableSegment(b"".join(blobs) + data, where, exc)])
         try:
             _counted(where, n, len(items))
         except CorruptLogError as exc:  # (reported by whoever reads it: verify says so)
