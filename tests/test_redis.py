@@ -708,6 +708,35 @@ def test_attack_an_archive_without_its_bounds_is_a_typed_error_naming_the_sessio
         assert [k for k in _keys_of(url) if b":{s}:" in k] == [key("w").encode()]
 
 
+def test_attack_no_write_starts_a_session_over_an_archive_its_head_left(server: str) -> None:
+    """Attack: a session's head and live log gone while its archive stayed (deleted from
+    outside, or evicted apart under maxmemory) read as the old archive alone
+    (read_events gave seqs 1..3 of a session with no head), and the next append started
+    a new session at seq 1 on top of it: its history was the old archive, the new line
+    hidden behind the old seq 1, and verify said ok. Now a history with an archive but
+    no head is a CorruptLogError naming the session (verify reports it), an append
+    there writes nothing and raises it, and a purge clears it for a fresh session."""
+    from eventstore import CorruptLogError
+
+    url = fresh_redis(ttl="60")
+    client, key = _compacted_twice(url)
+    client.delete(key("h"), key("l"))
+    before = {k: client.dump(k) for k in _keys_of(url)}
+    with SessionStore(url) as store:
+        assert store.list_sessions() == [] and store.last_seq(SID) == 0
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*archive"):
+            list(store.read_events(SID))
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*archive"):
+            store.append_progress_entry(SID, make_entry(9))
+        report = store.verify(SID)
+        assert not report.ok and f"#{SID}" in report.problems[-1].message, report
+    assert {k: client.dump(k) for k in _keys_of(url)} == before
+    with SessionStore(url) as store:
+        store.delete_session(SID, purge=True)
+        store.append_progress_entry(SID, make_entry(9))
+        assert [e.seq for e in store.read_events(SID)] == [1] and store.verify(SID).ok
+
+
 def _forge_next_batch(url: str, client: Any, key: Any) -> None:
     """Push, from outside, a batch that chains to the session's last line as an append
     would (the right seq, link and hash) without moving the head."""

@@ -288,6 +288,17 @@ def _archived(where: str, bounds: list[bytes], blobs: list[bytes]) -> list[Segme
     return segments
 
 
+def _headless(where: str, segments: int) -> CorruptLogError:
+    """The error for a session with an archive but no head (its head and live log
+    deleted or evicted from outside, the archive left): neither the old session (its
+    live log is gone) nor no session (a new one would take the archive for its own)."""
+    return CorruptLogError(
+        where, 0, None,
+        f"its archive holds {segments} segments but it has no head: its head and live log"
+        " were deleted or evicted from outside the store (restore it, or purge it)",
+    )  # fmt: skip
+
+
 def _index_fields_edited(where: str) -> CorruptLogError:
     """The error for a session whose index fields in its head hash are not what the
     store writes (their values not quoted: they are whatever an outsider put there)."""
@@ -552,16 +563,18 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
 
         def run() -> list[Any]:
             pipe = self._client.pipeline(transaction=True)
-            pipe.hmget(h, ["tail", "n"])
+            pipe.hmget(h, ["tail", "n", "gen"])
             pipe.lrange(bounds, 0, -1)
             pipe.lrange(arch, 0, -1)
             pipe.lrange(live, 0, -1)
             return pipe.execute()  # type: ignore[no-any-return]
 
-        (tail, n), bounds_l, blobs, items = self._call("reading a session's history", run)
+        (tail, n, gen), bounds_l, blobs, items = self._call("reading a session's history", run)
         data = b"".join(items) + (tail or b"")
         try:
             segments = _archived(where, bounds_l, blobs)
+            if gen is None and segments:
+                raise _headless(where, len(blobs))
         except CorruptLogError as exc:
             # the whole history one unreadable segment: no read takes the rest for it
             return History([UnreadableSegment(b"".join(blobs) + data, where, exc)])
@@ -645,6 +658,8 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
                 _counted(self.where(session_id), out[2], int(out[1]))
             if status == 4:  # nothing was written
                 raise _index_fields_edited(self.where(session_id))
+            if status == 5:  # nothing was written
+                raise _headless(self.where(session_id), int(out[1]))
             head = _head_of(out[1:], self.where(session_id))
             if status == 1:
                 if lost:

@@ -12,7 +12,8 @@ of them live in one hash slot (one shard of a Redis Cluster):
         snapshot install makes the snapshot line the first element
     a   a list: archived segments (the bytes each snapshot replaced, less the snapshot
         that opened them when the archive already holds what it covers), oldest first
-    b   a list: each archived segment's "first_seq last_seq"
+    b   a list: each archived segment's "first_seq last_seq" (one for each of `a`'s;
+        with `a`, only beside a head: without one, no append starts a session there)
     s   a list: what repairs saved aside (the whole original live log, each time)
     w   a stream of one entry, rewritten on every change: what `wait` blocks on
     k   the repair hold (a token, set with an expiry)
@@ -166,7 +167,7 @@ APPEND = (
 --       the batch's time (us; '': the server's clock), its labels (JSON; '': unchanged)
 -- -> {0 written | 1 moved | 2 held by a repair, head... | 3 the head does not count
 --     the live log's appends, how many it holds | 4 its index times (`cr`, `up`) are
---     not numbers}
+--     not numbers | 5 no head but an archive, its segments}
 if held('') then return {2} end
 local c, tail = head()
 if c[2] ~= ARGV[1] or c[3] ~= ARGV[2] then
@@ -179,6 +180,11 @@ end
 -- the head or the list edited or deleted from outside: nothing is built on them
 local batches = redis.call('LLEN', KEYS[2])
 if batches ~= tonumber(c[7]) then return {3, batches, c[7]} end
+-- no head, but an archive: the head and live log went without it (deleted, evicted);
+-- a new session started here would take that archive for its history
+if c[1] == '' and redis.call('EXISTS', KEYS[3], KEYS[4]) > 0 then
+  return {5, redis.call('LLEN', KEYS[3])}
+end
 local old = redis.call('HMGET', KEYS[1], 'cr', 'up')
 if (old[1] and not num(old[1])) or (old[2] and not num(old[2])) then return {4} end
 if tail then
