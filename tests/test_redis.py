@@ -737,6 +737,24 @@ def test_attack_no_write_starts_a_session_over_an_archive_its_head_left(server: 
         assert [e.seq for e in store.read_events(SID)] == [1] and store.verify(SID).ok
 
 
+def test_attack_a_new_session_takes_no_line_index_its_head_left(server: str) -> None:
+    """Attack: a session's head and live log gone (deleted from outside, evicted) while
+    its index of lines (`q`) stayed: the next session of that id found the old index
+    longer than its log, so it was never extended and lines by seq answered nothing for
+    the new session's whole life (or, at one length, old entries beside new ones). Now
+    a session that starts afresh starts its index afresh too: every seq is answered as
+    its live log holds it."""
+    url = fresh_redis(ttl="60")
+    client, key = _three_appends(url)
+    client.delete(key("h"), key("l"))
+    with SessionStore(url) as store:
+        for i in range(1, 4):  # 1, 2, 3 lines
+            store.append(SID, [ProgressAppended(entry=make_entry(10 * i + k)) for k in range(i)])
+            want = _lines_as_read(store.engine)
+            assert _lines_at(store.engine, range(store.last_seq(SID) + 2)) == want
+        assert len(want) == store.last_seq(SID) == 6 and store.verify(SID).ok
+
+
 def _forge_next_batch(url: str, client: Any, key: Any) -> None:
     """Push, from outside, a batch that chains to the session's last line as an append
     would (the right seq, link and hash) without moving the head."""

@@ -195,6 +195,9 @@ local gen = c[1]
 if gen == '' then
   gen = ARGV[9]
   redis.call('HSET', KEYS[1], 'id', ARGV[8], 'gen', gen)
+  -- a log made anew has an empty index: one its head left behind (deleted, evicted)
+  -- was never extended, being longer than the log
+  redis.call('DEL', KEYS[13])
 end
 -- the index, as `eventstore.engines.base.index_appended` says: created at the first
 -- committed batch (a log emptied by a repair starts again), updated at this one
