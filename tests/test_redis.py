@@ -413,6 +413,57 @@ def test_attack_a_ttl_the_server_cannot_keep_is_refused_when_the_store_opens(
     )
 
 
+def _deadlines(url: str, sid: str = SID) -> dict[bytes, int]:
+    """Each key of the session (all but the repair hold) and its deadline, read in one
+    MULTI (one instant of the server's)."""
+    keys = [k for k in _keys_of(url) if f":{{{sid}}}:".encode() in k and not k.endswith(b":k")]
+    pipe = _client(url).pipeline(transaction=True)
+    for key in keys:
+        pipe.pexpiretime(key)
+    return dict(zip(keys, pipe.execute(), strict=True))
+
+
+_TTL_STEPS = ["append", "append-plain", "compact", "keep", "keep-plain", "load", "load-plain"]
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(steps=st.lists(st.sampled_from([*_TTL_STEPS, "repair", "prune", "prune-plain"]), max_size=8))
+def test_attack_every_key_of_a_session_keeps_one_deadline_whatever_writes_it(
+    server: str, steps: list[str]
+) -> None:
+    """Attack: any sequence of writes to a session of a `ttl=` store, by it and by a
+    store without `ttl=` (the CLI's compact and repair), and of fold caches kept by cold
+    readers of either, a millisecond or more apart, leaves a key of the session with
+    another deadline than its head (one that outlives it and lands under the next
+    session of the id, or goes first and leaves half a session). Held: after every step
+    each key of the session (head, live log, archive, saved, wake stream, caches, line
+    index) has the one deadline, in the future."""
+    url = fresh_redis()
+    with SessionStore(url + "&ttl=60") as timed, SessionStore(url) as plain:
+        timed.append_progress_entry(SID, make_entry(0))
+        for i, step in enumerate(steps, 1):
+            time.sleep(0.002)  # (the server's clock moves: a deadline set anew differs)
+            store = plain if step.endswith("-plain") else timed
+            if step.startswith("append"):
+                store.append_progress_entry(SID, make_entry(i))
+            elif step in ("compact", "keep", "keep-plain"):
+                store.compact(SID, force=True, archive=step != "compact")
+            elif step.startswith("load"):
+                with SessionStore(store.url) as cold:  # a fresh reader: keeps its caches
+                    cold.load_bootstrap_state(SID)
+            elif step == "repair":
+                corrupt(plain.engine, SID, lambda data: data)
+            else:
+                store.prune_archive(SID, store.last_seq(SID))
+            deadlines = _deadlines(url)
+            assert len(set(deadlines.values())) == 1, (steps[:i], deadlines)
+            assert min(deadlines.values()) > 0, (steps[:i], deadlines)
+
+
 def _index_members(url: str) -> int:
     """How many members the store's session index sets hold, all three together."""
     client = _client(url)
