@@ -464,6 +464,35 @@ def test_attack_every_key_of_a_session_keeps_one_deadline_whatever_writes_it(
             assert min(deadlines.values()) > 0, (steps[:i], deadlines)
 
 
+@pytest.mark.parametrize("repairer", ["timed", "plain"])
+def test_attack_a_session_that_expires_during_a_repair_is_not_written_back(
+    server: str, repairer: str
+) -> None:
+    """Attack: a session of a `ttl=` store that expired while a repair held it (read,
+    then idle past its deadline before the rewrite) was written back whole by the
+    rewrite, from the repair's copy: a session the store had let go came back, and when
+    the repair ran in a store without `ttl=` (the CLI's `eventstore repair`) its keys
+    never expired at all. Now the rewrite finds no head, writes nothing and raises
+    StorageError naming the session; the session stays gone, no key of it left."""
+    url = fresh_redis()
+    client = _client(url)
+    with SessionStore(url + "&ttl=60") as timed, SessionStore(url) as plain:
+        for i in range(3):
+            timed.append_progress_entry(SID, make_entry(i))
+
+        def expire(data: bytes) -> bytes:  # the session's deadline comes, mid-repair
+            for key in _deadlines(url):
+                client.pexpire(key, 1)
+            time.sleep(0.01)
+            return data
+
+        store = timed if repairer == "timed" else plain
+        with pytest.raises(StorageError, match=f"#{SID}.*expired"):
+            corrupt(store.engine, SID, expire)
+        assert _deadlines(url) == {}  # no key of the session, not even the one saved aside
+        assert store.list_sessions() == [] and store.last_seq(SID) == 0
+
+
 def _index_members(url: str) -> int:
     """How many members the store's session index sets hold, all three together."""
     client = _client(url)

@@ -1251,5 +1251,10 @@ class _RedisRepairHold(RepairHold):
         )
         if int(out[0]) == 3:
             raise StorageError(f"{self.where}: the repair hold expired before the rewrite")
+        if int(out[0]) == 4:
+            raise StorageError(
+                f"{self.where}: the session expired (or its head was deleted) while the"
+                " repair held it: nothing written"
+            )
         self._data = data
         return f"{self.where}/saved/{int(out[1])}-{reason}"

@@ -339,8 +339,11 @@ REWRITE = (
     _PRELUDE
     + """
 -- ARGV: hold token, new gen, committed bytes, torn tail, seq, link, hh, base, session
---       id, ttl -> {0, saved index} | {3} (the hold expired)
+--       id, ttl -> {0, saved index} | {3} (the hold expired) | {4} (the session did)
 if redis.call('GET', KEYS[7]) ~= ARGV[1] then return {3} end
+-- the head, there when the hold read the session, gone: it expired meanwhile (nothing
+-- else removes a held session); written back, it would live again, or forever
+if redis.call('EXISTS', KEYS[1]) == 0 then return {4} end
 local tail = redis.call('HGET', KEYS[1], 'tail')
 local items = redis.call('LRANGE', KEYS[2], 0, -1)
 local k = redis.call('RPUSH', KEYS[5], table.concat(items) .. (tail or ''))
