@@ -464,6 +464,50 @@ def test_attack_every_key_of_a_session_keeps_one_deadline_whatever_writes_it(
             assert min(deadlines.values()) > 0, (steps[:i], deadlines)
 
 
+_READS: dict[str, Callable[[SessionStore], object]] = {
+    "load": lambda store: store.load_bootstrap_state(SID),
+    "transcript": lambda store: store.load_transcript_messages(SID),
+    "read_events": lambda store: list(store.read_events(SID)),
+    "state_at": lambda store: store.state_at(SID, seq=2),
+    "transcript_at": lambda store: store.transcript_at(SID, seq=2),
+    "verify": lambda store: store.verify(SID),
+    "last_seq": lambda store: store.last_seq(SID),
+    "list_sessions": lambda store: store.list_sessions(),
+    "sessions": lambda store: store.sessions(),
+    "rebuild_index": lambda store: store.rebuild_index(),
+    "feed": lambda store: store.feed(limit=10),
+    "follow": lambda store: next(iter(store.follow(SID))),
+    "cache_info": lambda store: store.cache_info(SID),
+    "export": lambda store: list(export_jsonl(store.core, SID)),
+}
+
+
+@pytest.mark.parametrize("ttl_of_reader", ["60", "600", None])
+def test_attack_no_read_of_any_kind_moves_a_sessions_deadline(
+    server: str, ttl_of_reader: str | None
+) -> None:
+    """Attack: every public read of a session of a `ttl=` store (a cold load that keeps
+    fold caches, the history, verify, the index's pages and its rebuild, the feed, a
+    follow, an export), by a store of the same `ttl=`, a longer one or none, each a few
+    milliseconds after the last write, moves the deadline of some key of the session
+    (a read that keeps a session alive, or one key pushed past the rest). Held: every key
+    of the session keeps the deadline the last write gave it."""
+    url = fresh_redis()
+    with SessionStore(url + "&ttl=60") as writer:
+        for i in range(3):
+            writer.append_progress_entry(SID, make_entry(i))
+            writer.compact(SID, force=True, archive=True)
+        writer.append_progress_entry(SID, make_entry(3))
+    before = _deadlines(url)
+    assert len(set(before.values())) == 1 and len(before) >= 7, before
+    reader_url = url if ttl_of_reader is None else f"{url}&ttl={ttl_of_reader}"
+    for name, read in _READS.items():
+        time.sleep(0.002)  # (the server's clock moves: a deadline set anew differs)
+        with SessionStore(reader_url) as reader:
+            read(reader)
+        assert _deadlines(url) == before, name
+
+
 @pytest.mark.parametrize("repairer", ["timed", "plain"])
 def test_attack_a_session_that_expires_during_a_repair_is_not_written_back(
     server: str, repairer: str
