@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore import EventStoreError, ProgressAppended, SessionStore, StorageError
-from eventstore.engines.base import CachingEngine, EncodedBatch, open_engine
+from eventstore.engines.base import CachingEngine, EncodedBatch, PruningEngine, open_engine
 from eventstore.engines.conformance import EngineConformance, corrupt
 from eventstore.format.chain import SNAPSHOT_OPEN
 from eventstore.format.codec import EventCodec
@@ -906,6 +906,30 @@ def test_attack_an_archive_without_its_bounds_is_a_typed_error_naming_the_sessio
     with SessionStore(url) as store:
         store.delete_session(SID, purge=True)
         assert [k for k in _keys_of(url) if b":{s}:" in k] == [key("w").encode()]
+
+
+@pytest.mark.parametrize("kind", ["a", "b"])
+def test_attack_a_delete_never_leaves_an_archive_it_cannot_pair_up(server: str, kind: str) -> None:
+    """Attack: with the archive's bounds list (`b`) deleted from outside, delete_session
+    (a tombstone, then the erase pruning the archive by its bounds) returned as done
+    while the deleted session's archived lines stayed on the server; with the archive
+    list (`a`) deleted, it failed with a StorageError quoting the prune script's Lua
+    error, naming no session. Now the prune finds the two lists unpaired, drops nothing
+    and raises CorruptLogError naming the session; a purge removes every key."""
+    from eventstore import CorruptLogError
+
+    url = fresh_redis(ttl="60")
+    client, key = _compacted_twice(url)
+    client.delete(key(kind))
+    with SessionStore(url) as store:
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*archive"):
+            store.delete_session(SID)
+        engine = store.engine
+        assert isinstance(engine, PruningEngine)
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*archive"):
+            engine.prune_history(SID, 100)
+        store.delete_session(SID, purge=True)
+    assert [k for k in _keys_of(url) if b":{s}:" in k] == [key("w").encode()]
 
 
 def test_attack_no_write_starts_a_session_over_an_archive_its_head_left(server: str) -> None:

@@ -276,16 +276,22 @@ def _archived(where: str, bounds: list[bytes], blobs: list[bytes]) -> list[Segme
     if len(blobs) != len(bounds) or not all(
         len(p) == 2 and all(x.isdigit() for x in p) for p in pairs
     ):
-        raise CorruptLogError(
-            where, 0, None,
-            f"its archive's {len(blobs)} segments and {len(bounds)} bounds of segments do"
-            " not pair up: edited or deleted from outside the store",
-        )  # fmt: skip
+        raise _unpaired(where, len(blobs), len(bounds))
     segments: list[Segment] = []
     for (first, last), blob in zip(((int(a), int(b)) for a, b in pairs), blobs, strict=True):
         name = f"{where}/archive/{first:012d}-{last:012d}"
         segments.append(BytesSegment(blob, name, True, first, last))
     return segments
+
+
+def _unpaired(where: str, segments: int, bounds: int) -> CorruptLogError:
+    """The error for a session whose archive list and bounds list (`a`, `b`) do not
+    pair up: no segment can be told its seqs, nor pruned by them."""
+    return CorruptLogError(
+        where, 0, None,
+        f"its archive's {segments} segments and {bounds} bounds of segments do not pair"
+        " up: edited or deleted from outside the store",
+    )  # fmt: skip
 
 
 def _headless(where: str, segments: int) -> CorruptLogError:
@@ -726,6 +732,8 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         """Drop the archived segments whose last line comes before `before_seq`."""
         out = self._write("PRUNE", session_id, [before_seq, self._ttl], "pruning history")
         where = self.where(session_id)
+        if int(out[0]) == 3:  # nothing was dropped
+            raise _unpaired(where, int(out[1]), int(out[2]))
         gone = []
         for bound, size in zip(out[1::2], out[2::2], strict=True):
             first, last = (int(x) for x in bound.split())

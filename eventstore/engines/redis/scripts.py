@@ -377,7 +377,10 @@ PRUNE = (
     _PRELUDE
     + """
 -- ARGV: before seq, ttl -> {0 | 2 held, "first last", size, ...} of the segments removed
+--       | {3, segments, bounds}: the two lists do not pair up (one deleted from outside)
 if held('') then return {2} end
+local segments, bounded = redis.call('LLEN', KEYS[3]), redis.call('LLEN', KEYS[4])
+if segments ~= bounded then return {3, segments, bounded} end
 local bounds = redis.call('LRANGE', KEYS[4], 0, -1)
 local before = tonumber(ARGV[1])
 local k = 0
