@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore import EventStoreError, ProgressAppended, SessionStore, StorageError
-from eventstore.engines.base import CachingEngine, EncodedBatch, open_engine
+from eventstore.engines.base import CachingEngine, EncodedBatch, PruningEngine, open_engine
 from eventstore.engines.conformance import EngineConformance, corrupt
 from eventstore.format.chain import SNAPSHOT_OPEN
 from eventstore.format.codec import EventCodec
@@ -371,6 +371,219 @@ def test_attack_a_write_by_a_store_without_ttl_keeps_the_session_expiring_whole(
         assert len(set(deadlines.values())) == 1 and min(deadlines.values()) > 0, deadlines
 
 
+@pytest.mark.parametrize(
+    ("how", "ttl"),
+    [
+        ("option", 0.0004),  # under a millisecond: 0 ms, which means no expiry
+        ("option", float("nan")),
+        ("option", float("inf")),
+        ("option", True),
+        ("option", 10**16),  # a deadline PEXPIREAT takes as no integer
+        ("url", str(10**14)),
+    ],
+)
+def test_attack_a_ttl_the_server_cannot_keep_is_refused_when_the_store_opens(
+    server: str, how: str, ttl: Any
+) -> None:
+    """Attack: `ttl=` below a millisecond was kept as 0 ms, no expiry at all (a session
+    meant to vanish lived forever); NaN or infinity raised a bare ValueError or
+    OverflowError; one so large that the deadline is no integer the server's PEXPIREAT
+    takes failed every append with a StorageError after its line had landed (a caller's
+    retry wrote it twice) and left every key without expiry. Now each is an
+    InvalidArgumentError when the store opens, and nothing is written."""
+    from eventstore import InvalidArgumentError
+
+    url = fresh_redis()
+    with pytest.raises(InvalidArgumentError, match="ttl"):
+        if how == "url":
+            open_engine(f"{url}&ttl={ttl}")
+        else:
+            open_engine(url, ttl=ttl)
+    assert [k for k in _keys_of(url) if b":{" in k] == []
+    # the bounds themselves are kept: a millisecond expires, the largest takes appends
+    for ttl_s, sid in ((0.001, "brief"), (10**10, "long")):
+        with SessionStore(open_engine(url, ttl=ttl_s)) as store:
+            store.append_progress_entry(sid, make_entry(1))
+            deadline = _client(url).pexpiretime(f"{_prefix(url)}:{{{sid}}}:h")
+            assert deadline > 0 or (sid == "brief" and deadline == -2)  # (-2: gone already)
+    assert (
+        0
+        < _client(url).pexpiretime(f"{_prefix(url)}:{{long}}:l") / 1000 - time.time()
+        < 10**10 + 60
+    )
+
+
+def _deadlines(url: str, sid: str = SID) -> dict[bytes, int]:
+    """Each key of the session (all but the repair hold) and its deadline, read in one
+    MULTI (one instant of the server's)."""
+    keys = [k for k in _keys_of(url) if f":{{{sid}}}:".encode() in k and not k.endswith(b":k")]
+    pipe = _client(url).pipeline(transaction=True)
+    for key in keys:
+        pipe.pexpiretime(key)
+    return dict(zip(keys, pipe.execute(), strict=True))
+
+
+_TTL_STEPS = ["append", "append-plain", "compact", "keep", "keep-plain", "load", "load-plain"]
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(steps=st.lists(st.sampled_from([*_TTL_STEPS, "repair", "prune", "prune-plain"]), max_size=8))
+def test_attack_every_key_of_a_session_keeps_one_deadline_whatever_writes_it(
+    server: str, steps: list[str]
+) -> None:
+    """Attack: any sequence of writes to a session of a `ttl=` store, by it and by a
+    store without `ttl=` (the CLI's compact and repair), and of fold caches kept by cold
+    readers of either, a millisecond or more apart, leaves a key of the session with
+    another deadline than its head (one that outlives it and lands under the next
+    session of the id, or goes first and leaves half a session). Held: after every step
+    each key of the session (head, live log, archive, saved, wake stream, caches, line
+    index) has the one deadline, in the future."""
+    url = fresh_redis()
+    with SessionStore(url + "&ttl=60") as timed, SessionStore(url) as plain:
+        timed.append_progress_entry(SID, make_entry(0))
+        for i, step in enumerate(steps, 1):
+            time.sleep(0.002)  # (the server's clock moves: a deadline set anew differs)
+            store = plain if step.endswith("-plain") else timed
+            if step.startswith("append"):
+                store.append_progress_entry(SID, make_entry(i))
+            elif step in ("compact", "keep", "keep-plain"):
+                store.compact(SID, force=True, archive=step != "compact")
+            elif step.startswith("load"):
+                with SessionStore(store.url) as cold:  # a fresh reader: keeps its caches
+                    cold.load_bootstrap_state(SID)
+            elif step == "repair":
+                corrupt(plain.engine, SID, lambda data: data)
+            else:
+                store.prune_archive(SID, store.last_seq(SID))
+            deadlines = _deadlines(url)
+            assert len(set(deadlines.values())) == 1, (steps[:i], deadlines)
+            assert min(deadlines.values()) > 0, (steps[:i], deadlines)
+
+
+_READS: dict[str, Callable[[SessionStore], object]] = {
+    "load": lambda store: store.load_bootstrap_state(SID),
+    "transcript": lambda store: store.load_transcript_messages(SID),
+    "read_events": lambda store: list(store.read_events(SID)),
+    "state_at": lambda store: store.state_at(SID, seq=2),
+    "transcript_at": lambda store: store.transcript_at(SID, seq=2),
+    "verify": lambda store: store.verify(SID),
+    "last_seq": lambda store: store.last_seq(SID),
+    "list_sessions": lambda store: store.list_sessions(),
+    "sessions": lambda store: store.sessions(),
+    "rebuild_index": lambda store: store.rebuild_index(),
+    "feed": lambda store: store.feed(limit=10),
+    "follow": lambda store: next(iter(store.follow(SID))),
+    "cache_info": lambda store: store.cache_info(SID),
+    "export": lambda store: list(export_jsonl(store.core, SID)),
+}
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    ttl=st.sampled_from([0.001, 0.02]),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["append", "batch", "keep", "load"]),
+            st.sampled_from([0.0, 0.5, 1.0, 1.5]),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_attack_writes_racing_a_tiny_ttl_never_mix_two_lives_of_a_session(
+    server: str, ttl: float, steps: list[tuple[str, float]]
+) -> None:
+    """Attack: with the smallest ttl (a millisecond) or 20 ms, appends, batches,
+    compactions that keep history and cold loads, spaced 0 to 1.5 ttls apart, so that
+    the session expires between or during them: a writer that still holds the old
+    life's head, a snapshot or cache of it, mixes old lines into the next life of the
+    id. Held: every read sees one life, whole (seqs 1..n, each once, verify ok), or
+    none; a write that lost the race fails typed."""
+    url = fresh_redis()
+    with SessionStore(open_engine(url, ttl=ttl)) as store:
+        for i, (step, ttls) in enumerate(steps):
+            time.sleep(ttl * ttls)
+            try:
+                if step == "append":
+                    store.append_progress_entry(SID, make_entry(i))
+                elif step == "batch":
+                    store.append(SID, [ProgressAppended(entry=make_entry(i + k)) for k in range(3)])
+                elif step == "keep":
+                    store.compact(SID, force=True, archive=True)
+                else:
+                    with SessionStore(open_engine(url, ttl=ttl)) as cold:
+                        cold.load_bootstrap_state(SID)
+                seqs = [e.seq for e in store.read_events(SID)]
+                report = store.verify(SID) if seqs else None
+            except EventStoreError:
+                continue  # (typed: the session went mid-way)
+            assert seqs == list(range(1, len(seqs) + 1)), (steps[: i + 1], seqs)
+            assert report is None or report.ok or not list(store.read_events(SID)), report
+
+
+@pytest.mark.parametrize("ttl_of_reader", ["60", "600", None])
+def test_attack_no_read_of_any_kind_moves_a_sessions_deadline(
+    server: str, ttl_of_reader: str | None
+) -> None:
+    """Attack: every public read of a session of a `ttl=` store (a cold load that keeps
+    fold caches, the history, verify, the index's pages and its rebuild, the feed, a
+    follow, an export), by a store of the same `ttl=`, a longer one or none, each a few
+    milliseconds after the last write, moves the deadline of some key of the session
+    (a read that keeps a session alive, or one key pushed past the rest). Held: every key
+    of the session keeps the deadline the last write gave it."""
+    url = fresh_redis()
+    with SessionStore(url + "&ttl=60") as writer:
+        for i in range(3):
+            writer.append_progress_entry(SID, make_entry(i))
+            writer.compact(SID, force=True, archive=True)
+        writer.append_progress_entry(SID, make_entry(3))
+    before = _deadlines(url)
+    assert len(set(before.values())) == 1 and len(before) >= 7, before
+    reader_url = url if ttl_of_reader is None else f"{url}&ttl={ttl_of_reader}"
+    for name, read in _READS.items():
+        time.sleep(0.002)  # (the server's clock moves: a deadline set anew differs)
+        with SessionStore(reader_url) as reader:
+            read(reader)
+        assert _deadlines(url) == before, name
+
+
+@pytest.mark.parametrize("repairer", ["timed", "plain"])
+def test_attack_a_session_that_expires_during_a_repair_is_not_written_back(
+    server: str, repairer: str
+) -> None:
+    """Attack: a session of a `ttl=` store that expired while a repair held it (read,
+    then idle past its deadline before the rewrite) was written back whole by the
+    rewrite, from the repair's copy: a session the store had let go came back, and when
+    the repair ran in a store without `ttl=` (the CLI's `eventstore repair`) its keys
+    never expired at all. Now the rewrite finds no head, writes nothing and raises
+    StorageError naming the session; the session stays gone, no key of it left."""
+    url = fresh_redis()
+    client = _client(url)
+    with SessionStore(url + "&ttl=60") as timed, SessionStore(url) as plain:
+        for i in range(3):
+            timed.append_progress_entry(SID, make_entry(i))
+
+        def expire(data: bytes) -> bytes:  # the session's deadline comes, mid-repair
+            for key in _deadlines(url):
+                client.pexpire(key, 1)
+            time.sleep(0.01)
+            return data
+
+        store = timed if repairer == "timed" else plain
+        with pytest.raises(StorageError, match=f"#{SID}.*expired"):
+            corrupt(store.engine, SID, expire)
+        assert _deadlines(url) == {}  # no key of the session, not even the one saved aside
+        assert store.list_sessions() == [] and store.last_seq(SID) == 0
+
+
 def _index_members(url: str) -> int:
     """How many members the store's session index sets hold, all three together."""
     client = _client(url)
@@ -385,6 +598,35 @@ def _gone_within(store: SessionStore, sid: str, seconds: float) -> bool:
             return store.last_seq(sid) == 0 and list(store.read_events(sid)) == []
         time.sleep(0.05)
     return False
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a product decision: on a ttl= store a tombstoned session is an idle session"
+    " and expires whole, tombstone included, so its id takes writes again as a fresh"
+    " session, against docs/guarantees.md's 'a write to a tombstoned id raises"
+    " SessionDeletedError ... on every engine'. Either the tombstone outlives the ttl"
+    " (deleted ids then never leave the server) or the guarantee says ttl= ends it",
+)
+def test_attack_a_tombstone_on_a_ttl_store_keeps_its_id_deleted(server: str) -> None:
+    """Attack: a session deleted (tombstoned, not purged) on a `ttl=` store, left idle
+    past its ttl, then written again under its id: the write should be refused with
+    SessionDeletedError, as on every engine. It lands: the tombstone expired with the
+    session."""
+    from eventstore import SessionDeletedError
+
+    url = fresh_redis(ttl="1")
+    with SessionStore(url) as store:
+        store.append_progress_entry(SID, make_entry(0))
+        store.delete_session(SID)
+        with pytest.raises(SessionDeletedError):
+            store.append_progress_entry(SID, make_entry(1))
+        head, deadline = f"{_prefix(url)}:{{{SID}}}:h", time.monotonic() + 10
+        while _client(url).exists(head) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _client(url).exists(head)  # expired, the tombstone with it
+        with pytest.raises(SessionDeletedError):
+            store.append_progress_entry(SID, make_entry(2))
 
 
 def test_a_kept_cache_expires_with_its_session_and_no_read_extends_it(server: str) -> None:
@@ -619,6 +861,144 @@ def test_attack_no_read_answers_past_a_head_that_does_not_count_its_log(
             list(store.read_events(SID))
         report = store.verify(SID)  # reports it, as it reports every unreadable log
         assert not report.ok and "from outside" in report.problems[-1].message, report
+
+
+def _compacted_twice(url: str) -> tuple[redis.Redis, Callable[[str], str]]:
+    """A session with an archive (two compactions kept history) and appends after it,
+    its caches kept; a client of its server and the name of its key of a kind."""
+    with SessionStore(url) as store:
+        for i in range(3):
+            store.append_progress_entry(SID, make_entry(i))
+            store.compact(SID, archive=True, force=True)
+        store.append_progress_entry(SID, make_entry(3))
+        store.load_bootstrap_state(SID)
+    return _client(url), lambda kind: f"{_prefix(url)}:{{{SID}}}:{kind}"
+
+
+@pytest.mark.parametrize("kind", ["a", "b"])
+def test_attack_an_archive_without_its_bounds_is_a_typed_error_naming_the_session(
+    server: str, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack: the archive list (`a`) or its bounds list (`b`) deleted from outside (or
+    gone apart, evicted under maxmemory) made every history read raise a bare
+    ValueError ("zip() argument 2 is shorter than argument 1"): read_events, verify,
+    prune_archive and follow, and the CLI printed it naming no session. Now the history
+    is one unreadable segment: reads raise CorruptLogError naming the session, verify
+    reports it (the CLI exits 1 naming it), and a purge clears it."""
+    from eventstore import CorruptLogError
+
+    url = fresh_redis(ttl="60")
+    client, key = _compacted_twice(url)
+    client.delete(key(kind))
+    with SessionStore(url) as store:
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*archive"):
+            list(store.read_events(SID))
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*archive"):
+            store.prune_archive(SID, 3)
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*archive"):
+            next(iter(store.follow(SID)))
+        report = store.verify(SID)
+        assert not report.ok and f"#{SID}" in report.problems[-1].message, report
+    rc, out, _ = cli_in_process(capsys, "verify", url, SID)
+    assert rc == 1 and out.startswith(f"FAILED  {SID} ") and f"#{SID}" in out
+    rc, _, err = cli_in_process(capsys, "log", url, SID)
+    assert rc != 0 and f"#{SID}" in err
+    with SessionStore(url) as store:
+        store.delete_session(SID, purge=True)
+        assert [k for k in _keys_of(url) if b":{s}:" in k] == [key("w").encode()]
+
+
+@pytest.mark.parametrize("kind", ["a", "b"])
+def test_attack_a_delete_never_leaves_an_archive_it_cannot_pair_up(server: str, kind: str) -> None:
+    """Attack: with the archive's bounds list (`b`) deleted from outside, delete_session
+    (a tombstone, then the erase pruning the archive by its bounds) returned as done
+    while the deleted session's archived lines stayed on the server; with the archive
+    list (`a`) deleted, it failed with a StorageError quoting the prune script's Lua
+    error, naming no session. Now the prune finds the two lists unpaired, drops nothing
+    and raises CorruptLogError naming the session; a purge removes every key."""
+    from eventstore import CorruptLogError
+
+    url = fresh_redis(ttl="60")
+    client, key = _compacted_twice(url)
+    client.delete(key(kind))
+    with SessionStore(url) as store:
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*archive"):
+            store.delete_session(SID)
+        engine = store.engine
+        assert isinstance(engine, PruningEngine)
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*archive"):
+            engine.prune_history(SID, 100)
+        store.delete_session(SID, purge=True)
+    assert [k for k in _keys_of(url) if b":{s}:" in k] == [key("w").encode()]
+
+
+def test_attack_no_write_starts_a_session_over_an_archive_its_head_left(server: str) -> None:
+    """Attack: a session's head and live log gone while its archive stayed (deleted from
+    outside, or evicted apart under maxmemory) read as the old archive alone
+    (read_events gave seqs 1..3 of a session with no head), and the next append started
+    a new session at seq 1 on top of it: its history was the old archive, the new line
+    hidden behind the old seq 1, and verify said ok. Now a history with an archive but
+    no head is a CorruptLogError naming the session (verify reports it), an append
+    there writes nothing and raises it, and a purge clears it for a fresh session."""
+    from eventstore import CorruptLogError
+
+    url = fresh_redis(ttl="60")
+    client, key = _compacted_twice(url)
+    client.delete(key("h"), key("l"))
+    before = {k: client.dump(k) for k in _keys_of(url)}
+    with SessionStore(url) as store:
+        assert store.list_sessions() == [] and store.last_seq(SID) == 0
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*archive"):
+            list(store.read_events(SID))
+        with pytest.raises(CorruptLogError, match=f"#{SID}.*archive"):
+            store.append_progress_entry(SID, make_entry(9))
+        report = store.verify(SID)
+        assert not report.ok and f"#{SID}" in report.problems[-1].message, report
+    assert {k: client.dump(k) for k in _keys_of(url)} == before
+    with SessionStore(url) as store:
+        store.delete_session(SID, purge=True)
+        store.append_progress_entry(SID, make_entry(9))
+        assert [e.seq for e in store.read_events(SID)] == [1] and store.verify(SID).ok
+
+
+def test_attack_a_new_session_takes_no_line_index_its_head_left(server: str) -> None:
+    """Attack: a session's head and live log gone (deleted from outside, evicted) while
+    its index of lines (`q`) stayed: the next session of that id found the old index
+    longer than its log, so it was never extended and lines by seq answered nothing for
+    the new session's whole life (or, at one length, old entries beside new ones). Now
+    a session that starts afresh starts its index afresh too: every seq is answered as
+    its live log holds it."""
+    url = fresh_redis(ttl="60")
+    client, key = _three_appends(url)
+    client.delete(key("h"), key("l"))
+    with SessionStore(url) as store:
+        for i in range(1, 4):  # 1, 2, 3 lines
+            store.append(SID, [ProgressAppended(entry=make_entry(10 * i + k)) for k in range(i)])
+            want = _lines_as_read(store.engine)
+            assert _lines_at(store.engine, range(store.last_seq(SID) + 2)) == want
+        assert len(want) == store.last_seq(SID) == 6 and store.verify(SID).ok
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a decision on the append's cost: Redis does not roll a script back, so an"
+    " error after its first write (XADD on a wake stream or feed key that is another"
+    " type) keeps the line pushed and the head moved while the caller gets StorageError;"
+    " refusing first means a TYPE check of each key on every append",
+)
+def test_attack_an_append_that_fails_on_a_key_of_another_type_writes_nothing(
+    url: str,
+) -> None:
+    """Attack: the session's wake stream (`w`) replaced from outside by a string: an
+    append raises StorageError, and should have written nothing; its line landed and
+    the head moved (a caller that retries writes it twice)."""
+    client, key = _three_appends(url)
+    client.delete(key("w"))
+    client.set(key("w"), "x")
+    with SessionStore(url) as store, pytest.raises(StorageError, match=f"'{SID}'"):
+        store.append_progress_entry(SID, make_entry(3))
+    with SessionStore(url) as store:
+        assert store.last_seq(SID) == 3
 
 
 def _forge_next_batch(url: str, client: Any, key: Any) -> None:

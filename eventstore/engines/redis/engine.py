@@ -85,7 +85,7 @@ from eventstore.engines.base import (
 )
 from eventstore.engines.raw import last_line_end, raw_end
 from eventstore.engines.redis import scripts
-from eventstore.engines.redis.url import RedisUrl, split_url
+from eventstore.engines.redis.url import RedisUrl, split_url, ttl_ms
 from eventstore.errors import (
     CorruptLogError,
     HistoryUnavailableError,
@@ -187,11 +187,9 @@ def from_url(url: str | os.PathLike[str], **options: Any) -> RedisEngine:
         raise InvalidArgumentError(f"unknown Redis engine options: {', '.join(sorted(options))}")
     parsed = split_url(os.fspath(url))
     if ttl is not None:
-        if not isinstance(ttl, int | float) or ttl <= 0:
-            raise InvalidArgumentError(f"ttl must be a positive number of seconds, not {ttl!r}")
         parsed = RedisUrl(
             parsed.client, parsed.shown, parsed.password, parsed.prefix,
-            int(ttl * 1000), parsed.feed, parsed.feed_maxlen,
+            ttl_ms(ttl, parsed.shown), parsed.feed, parsed.feed_maxlen,
         )  # fmt: skip
     cls = RedisFeedEngine if parsed.feed else RedisEngine
     return cls(parsed, durability=durability, create=create)
@@ -267,6 +265,44 @@ def _count_of(where: str, n: object) -> int:
             "its head's count of appends (n) is not a number: edited from outside the store",
         )  # fmt: skip
     return int(text)
+
+
+def _archived(where: str, bounds: list[bytes], blobs: list[bytes]) -> list[Segment]:
+    """The archived segments of a session's archive list and its bounds list (`a`,
+    `b`); CorruptLogError naming the session when the two do not pair up (one deleted
+    or edited from outside, or evicted apart: a segment would be read under another's
+    seqs)."""
+    pairs = [bound.split() for bound in bounds]
+    if len(blobs) != len(bounds) or not all(
+        len(p) == 2 and all(x.isdigit() for x in p) for p in pairs
+    ):
+        raise _unpaired(where, len(blobs), len(bounds))
+    segments: list[Segment] = []
+    for (first, last), blob in zip(((int(a), int(b)) for a, b in pairs), blobs, strict=True):
+        name = f"{where}/archive/{first:012d}-{last:012d}"
+        segments.append(BytesSegment(blob, name, True, first, last))
+    return segments
+
+
+def _unpaired(where: str, segments: int, bounds: int) -> CorruptLogError:
+    """The error for a session whose archive list and bounds list (`a`, `b`) do not
+    pair up: no segment can be told its seqs, nor pruned by them."""
+    return CorruptLogError(
+        where, 0, None,
+        f"its archive's {segments} segments and {bounds} bounds of segments do not pair"
+        " up: edited or deleted from outside the store",
+    )  # fmt: skip
+
+
+def _headless(where: str, segments: int) -> CorruptLogError:
+    """The error for a session with an archive but no head (its head and live log
+    deleted or evicted from outside, the archive left): neither the old session (its
+    live log is gone) nor no session (a new one would take the archive for its own)."""
+    return CorruptLogError(
+        where, 0, None,
+        f"its archive holds {segments} segments but it has no head: its head and live log"
+        " were deleted or evicted from outside the store (restore it, or purge it)",
+    )  # fmt: skip
 
 
 def _index_fields_edited(where: str) -> CorruptLogError:
@@ -533,19 +569,21 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
 
         def run() -> list[Any]:
             pipe = self._client.pipeline(transaction=True)
-            pipe.hmget(h, ["tail", "n"])
+            pipe.hmget(h, ["tail", "n", "gen"])
             pipe.lrange(bounds, 0, -1)
             pipe.lrange(arch, 0, -1)
             pipe.lrange(live, 0, -1)
             return pipe.execute()  # type: ignore[no-any-return]
 
-        (tail, n), bounds_l, blobs, items = self._call("reading a session's history", run)
-        segments: list[Segment] = []
-        for bound, blob in zip(bounds_l, blobs, strict=True):
-            first, last = (int(x) for x in bound.split())
-            name = f"{where}/archive/{first:012d}-{last:012d}"
-            segments.append(BytesSegment(blob, name, True, first, last))
+        (tail, n, gen), bounds_l, blobs, items = self._call("reading a session's history", run)
         data = b"".join(items) + (tail or b"")
+        try:
+            segments = _archived(where, bounds_l, blobs)
+            if gen is None and segments:
+                raise _headless(where, len(blobs))
+        except CorruptLogError as exc:
+            # the whole history one unreadable segment: no read takes the rest for it
+            return History([UnreadableSegment(b"".join(blobs) + data, where, exc)])
         try:
             _counted(where, n, len(items))
         except CorruptLogError as exc:  # (reported by whoever reads it: verify says so)
@@ -626,6 +664,8 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
                 _counted(self.where(session_id), out[2], int(out[1]))
             if status == 4:  # nothing was written
                 raise _index_fields_edited(self.where(session_id))
+            if status == 5:  # nothing was written
+                raise _headless(self.where(session_id), int(out[1]))
             head = _head_of(out[1:], self.where(session_id))
             if status == 1:
                 if lost:
@@ -692,6 +732,8 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         """Drop the archived segments whose last line comes before `before_seq`."""
         out = self._write("PRUNE", session_id, [before_seq, self._ttl], "pruning history")
         where = self.where(session_id)
+        if int(out[0]) == 3:  # nothing was dropped
+            raise _unpaired(where, int(out[1]), int(out[2]))
         gone = []
         for bound, size in zip(out[1::2], out[2::2], strict=True):
             first, last = (int(x) for x in bound.split())
@@ -1217,5 +1259,10 @@ class _RedisRepairHold(RepairHold):
         )
         if int(out[0]) == 3:
             raise StorageError(f"{self.where}: the repair hold expired before the rewrite")
+        if int(out[0]) == 4:
+            raise StorageError(
+                f"{self.where}: the session expired (or its head was deleted) while the"
+                " repair held it: nothing written"
+            )
         self._data = data
         return f"{self.where}/saved/{int(out[1])}-{reason}"

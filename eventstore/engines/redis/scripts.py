@@ -12,7 +12,8 @@ of them live in one hash slot (one shard of a Redis Cluster):
         snapshot install makes the snapshot line the first element
     a   a list: archived segments (the bytes each snapshot replaced, less the snapshot
         that opened them when the archive already holds what it covers), oldest first
-    b   a list: each archived segment's "first_seq last_seq"
+    b   a list: each archived segment's "first_seq last_seq" (one for each of `a`'s;
+        with `a`, only beside a head: without one, no append starts a session there)
     s   a list: what repairs saved aside (the whole original live log, each time)
     w   a stream of one entry, rewritten on every change: what `wait` blocks on
     k   the repair hold (a token, set with an expiry)
@@ -166,7 +167,7 @@ APPEND = (
 --       the batch's time (us; '': the server's clock), its labels (JSON; '': unchanged)
 -- -> {0 written | 1 moved | 2 held by a repair, head... | 3 the head does not count
 --     the live log's appends, how many it holds | 4 its index times (`cr`, `up`) are
---     not numbers}
+--     not numbers | 5 no head but an archive, its segments}
 if held('') then return {2} end
 local c, tail = head()
 if c[2] ~= ARGV[1] or c[3] ~= ARGV[2] then
@@ -179,6 +180,11 @@ end
 -- the head or the list edited or deleted from outside: nothing is built on them
 local batches = redis.call('LLEN', KEYS[2])
 if batches ~= tonumber(c[7]) then return {3, batches, c[7]} end
+-- no head, but an archive: the head and live log went without it (deleted, evicted);
+-- a new session started here would take that archive for its history
+if c[1] == '' and redis.call('EXISTS', KEYS[3], KEYS[4]) > 0 then
+  return {5, redis.call('LLEN', KEYS[3])}
+end
 local old = redis.call('HMGET', KEYS[1], 'cr', 'up')
 if (old[1] and not num(old[1])) or (old[2] and not num(old[2])) then return {4} end
 if tail then
@@ -189,6 +195,9 @@ local gen = c[1]
 if gen == '' then
   gen = ARGV[9]
   redis.call('HSET', KEYS[1], 'id', ARGV[8], 'gen', gen)
+  -- a log made anew has an empty index: one its head left behind (deleted, evicted)
+  -- was never extended, being longer than the log
+  redis.call('DEL', KEYS[13])
 end
 -- the index, as `eventstore.engines.base.index_appended` says: created at the first
 -- committed batch (a log emptied by a repair starts again), updated at this one
@@ -330,8 +339,11 @@ REWRITE = (
     _PRELUDE
     + """
 -- ARGV: hold token, new gen, committed bytes, torn tail, seq, link, hh, base, session
---       id, ttl -> {0, saved index} | {3} (the hold expired)
+--       id, ttl -> {0, saved index} | {3} (the hold expired) | {4} (the session did)
 if redis.call('GET', KEYS[7]) ~= ARGV[1] then return {3} end
+-- the head, there when the hold read the session, gone: it expired meanwhile (nothing
+-- else removes a held session); written back, it would live again, or forever
+if redis.call('EXISTS', KEYS[1]) == 0 then return {4} end
 local tail = redis.call('HGET', KEYS[1], 'tail')
 local items = redis.call('LRANGE', KEYS[2], 0, -1)
 local k = redis.call('RPUSH', KEYS[5], table.concat(items) .. (tail or ''))
@@ -365,7 +377,10 @@ PRUNE = (
     _PRELUDE
     + """
 -- ARGV: before seq, ttl -> {0 | 2 held, "first last", size, ...} of the segments removed
+--       | {3, segments, bounds}: the two lists do not pair up (one deleted from outside)
 if held('') then return {2} end
+local segments, bounded = redis.call('LLEN', KEYS[3]), redis.call('LLEN', KEYS[4])
+if segments ~= bounded then return {3, segments, bounded} end
 local bounds = redis.call('LRANGE', KEYS[4], 0, -1)
 local before = tonumber(ARGV[1])
 local k = 0
