@@ -979,26 +979,30 @@ def test_attack_a_new_session_takes_no_line_index_its_head_left(server: str) -> 
         assert len(want) == store.last_seq(SID) == 6 and store.verify(SID).ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a decision on the append's cost: Redis does not roll a script back, so an"
-    " error after its first write (XADD on a wake stream or feed key that is another"
-    " type) keeps the line pushed and the head moved while the caller gets StorageError;"
-    " refusing first means a TYPE check of each key on every append",
-)
-def test_attack_an_append_that_fails_on_a_key_of_another_type_writes_nothing(
-    url: str,
+@pytest.mark.parametrize("kind", ["w", "q", "c", "s"])
+@pytest.mark.parametrize("write", ["append", "compact"])
+def test_attack_a_write_that_meets_a_key_of_another_type_writes_nothing(
+    url: str, kind: str, write: str
 ) -> None:
-    """Attack: the session's wake stream (`w`) replaced from outside by a string: an
-    append raises StorageError, and should have written nothing; its line landed and
-    the head moved (a caller that retries writes it twice)."""
+    """Attack: a key of the session (its wake stream `w`, line index `q`, caches `c`,
+    saved logs `s`) replaced from outside by a string. An append failed on `w` or `q`
+    after its line was pushed and its head moved (a caller that retries writes it
+    twice). Every writing script checks its keys' types first: StorageError naming the
+    session, and nothing written."""
     client, key = _three_appends(url)
-    client.delete(key("w"))
-    client.set(key("w"), "x")
-    with SessionStore(url) as store, pytest.raises(StorageError, match=f"'{SID}'"):
-        store.append_progress_entry(SID, make_entry(3))
+    client.delete(key(kind))
+    client.set(key(kind), "x")
+    before = {k: client.dump(k) for k in client.scan_iter(match=key("*"))}
+    with SessionStore(url) as store, pytest.raises(StorageError, match=f"'{SID}'.*WRONGTYPE"):
+        if write == "append":
+            store.append_progress_entry(SID, make_entry(3))
+        else:
+            store.compact(SID, force=True)
+    assert {k: client.dump(k) for k in client.scan_iter(match=key("*"))} == before
+    client.delete(key(kind))  # put right, the session takes writes again
     with SessionStore(url) as store:
-        assert store.last_seq(SID) == 3
+        store.append_progress_entry(SID, make_entry(3))
+        assert store.last_seq(SID) == 4 and store.verify(SID).ok
 
 
 def _forge_next_batch(url: str, client: Any, key: Any) -> None:

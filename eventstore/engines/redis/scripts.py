@@ -129,6 +129,19 @@ local function index_set(id, old, cr, up)
   -- '%d', not the number itself: a number argument may be sent as 1.7e+15
   redis.call('HSET', KEYS[1], 'cr', string.format('%d', cr), 'up', string.format('%d', up))
 end
+-- the type of each of KEYS (in their order): a key of another type, put there from
+-- outside, refuses a writing script before its first write (Redis does not roll a
+-- script back: one failing on a later key left its line pushed and its head moved)
+local KEY_TYPES = {'hash', 'list', 'list', 'list', 'list', 'stream', 'string', 'stream',
+                   'zset', 'zset', 'zset', 'hash', 'list'}
+local function check_types()
+  for i = 1, #KEYS do
+    local t = redis.call('TYPE', KEYS[i])['ok']
+    if t ~= 'none' and t ~= KEY_TYPES[i] then
+      error({err = 'WRONGTYPE ' .. KEYS[i] .. ' is a ' .. t .. ', not a ' .. KEY_TYPES[i]})
+    end
+  end
+end
 local function push_all(key, items, from, to)
   local i = from
   while i <= to do
@@ -159,8 +172,11 @@ local function index_log(items, first, snap)
 end
 """
 
+# the prelude of a script that writes and is given every key: nothing of another type
+_WRITES = _PRELUDE + "check_types()\n"
+
 APPEND = (
-    _PRELUDE
+    _WRITES
     + """
 -- ARGV: expected seq, expected link, first seq, last seq, last h, link after, data,
 --       session id, a new log's gen, ttl, feed maxlen (-1: no feed, 0: untrimmed),
@@ -263,7 +279,7 @@ return out
 )
 
 INSTALL = (
-    _PRELUDE
+    _WRITES
     + """
 -- ARGV: covers' gen, batch count and seq, the snapshot line, its h, keep (1/0), the new
 --       gen, ttl -> {0 | 1 moved | 2 held, head..., bytes before, archived (1/0),
@@ -313,7 +329,7 @@ return {0, ARGV[7], c[2], c[3], hh, ARGV[3], tostring(size), tostring(n), c[6], 
 )
 
 REMOVE = (
-    _PRELUDE
+    _PRELUDE  # (not _WRITES: a purge clears a session whatever was put in its keys)
     + """
 -- -> {0 nothing | 1 removed | 2 held}
 if held('') then return {2} end
@@ -336,7 +352,7 @@ return {0}
 )
 
 REWRITE = (
-    _PRELUDE
+    _WRITES
     + """
 -- ARGV: hold token, new gen, committed bytes, torn tail, seq, link, hh, base, session
 --       id, ttl -> {0, saved index} | {3} (the hold expired) | {4} (the session did)
@@ -374,7 +390,7 @@ return 0
 """
 
 PRUNE = (
-    _PRELUDE
+    _WRITES
     + """
 -- ARGV: before seq, ttl -> {0 | 2 held, "first last", size, ...} of the segments removed
 --       | {3, segments, bounds}: the two lists do not pair up (one deleted from outside)
@@ -404,7 +420,7 @@ return out
 )
 
 INDEX_SET = (
-    _PRELUDE
+    _WRITES
     + """
 -- a rebuild's entry (`replace_index`): ARGV: its last seq, created, updated, labels
 -- (JSON), the session id -> 1 set | 0 kept (no such session, or written since: a
@@ -441,7 +457,7 @@ return 0
 )
 
 CACHE_STORE = (
-    _PRELUDE
+    _WRITES
     + """
 -- ARGV: the cache's name, its head (gen seq link hh base size n, one argument each),
 --       its bytes -> 1 kept | 0 not (no live log, or the head is not a point of it)
