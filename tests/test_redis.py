@@ -600,19 +600,14 @@ def _gone_within(store: SessionStore, sid: str, seconds: float) -> bool:
     return False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a product decision: on a ttl= store a tombstoned session is an idle session"
-    " and expires whole, tombstone included, so its id takes writes again as a fresh"
-    " session, against docs/guarantees.md's 'a write to a tombstoned id raises"
-    " SessionDeletedError ... on every engine'. Either the tombstone outlives the ttl"
-    " (deleted ids then never leave the server) or the guarantee says ttl= ends it",
-)
-def test_attack_a_tombstone_on_a_ttl_store_keeps_its_id_deleted(server: str) -> None:
-    """Attack: a session deleted (tombstoned, not purged) on a `ttl=` store, left idle
-    past its ttl, then written again under its id: the write should be refused with
-    SessionDeletedError, as on every engine. It lands: the tombstone expired with the
-    session."""
+def test_a_tombstone_on_a_ttl_store_refuses_writes_until_it_expires_with_its_session(
+    server: str,
+) -> None:
+    """Attack: a session deleted (tombstoned, not purged) on a `ttl=` store is written
+    again under its id, before and after its ttl. Before: SessionDeletedError, nothing
+    written. A tombstone is a key of the session, which `ttl=` expires whole (a
+    tombstone outliving it would keep every deleted id on the server for ever): after
+    it, the id starts a new session at seq 1, no line of the deleted one in it."""
     from eventstore import SessionDeletedError
 
     url = fresh_redis(ttl="1")
@@ -621,12 +616,17 @@ def test_attack_a_tombstone_on_a_ttl_store_keeps_its_id_deleted(server: str) -> 
         store.delete_session(SID)
         with pytest.raises(SessionDeletedError):
             store.append_progress_entry(SID, make_entry(1))
+        assert store.tombstone_of(SID) is not None
         head, deadline = f"{_prefix(url)}:{{{SID}}}:h", time.monotonic() + 10
         while _client(url).exists(head) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _client(url).exists(head)  # expired, the tombstone with it
-        with pytest.raises(SessionDeletedError):
-            store.append_progress_entry(SID, make_entry(2))
+        assert store.tombstone_of(SID) is None
+        store.append_progress_entry(SID, make_entry(2))
+        assert [e.summary for e in store.load_bootstrap_state(SID).recent_progress] == [
+            make_entry(2).summary
+        ]
+        assert store.last_seq(SID) == 1
 
 
 def test_a_kept_cache_expires_with_its_session_and_no_read_extends_it(server: str) -> None:
