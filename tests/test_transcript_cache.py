@@ -1799,3 +1799,42 @@ def test_a_writer_behind_a_chunk_kept_at_a_later_head_leaves_it_and_keeps_the_fr
     b.close()
     assert _parts(root)[0].read_bytes() == b_chunk
     assert _cold(root) == (oracle.truth(root, SID).transcript, True)
+
+
+def test_a_compaction_with_retention_beside_a_writer_leaves_no_chunk_of_the_dropped_messages(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise 3, for chunks. Attack: a transcript of 2,100 messages kept in four chunks
+    is compacted keeping 1,100 (no archive); a writer folds the new log and appends
+    while the compaction keeps its caches, so chunk 0 is the writer's, at a head past
+    the compaction's. The compaction leaves that chunk alone, but no chunk of the old
+    history, holding messages it dropped, stays beside the state that dropped them;
+    every cold load equals the log and the writer's cache is used."""
+    with SessionStore(root) as s:
+        for i in range(0, 2100, 100):
+            s.append_transcript_messages(SID, _numbered(i, 100, width=FRAME_LOOK // 100))
+    assert len(_parts(root)) == 4
+    x, w = SessionStore(root), SessionStore(root)
+    engine = x.engine
+    assert isinstance(engine, CachingEngine)
+    real_open = engine.open_cache
+    raced: list[str] = []
+
+    def open_cache(session_id: str, name: str) -> Any:
+        if name == "transcript#0" and not raced:  # the compaction keeping its chunks
+            raced.append(name)
+            w.load_transcript_messages(SID)
+            w.append_transcript_messages(SID, _numbered(2100, 5))
+        return real_open(session_id, name)
+
+    monkeypatch.setattr(engine, "open_cache", open_cache)
+    retention = Retention(messages=1100)
+    assert x.compact(SID, force=True, archive=False, retention=retention).compacted
+    assert raced
+    x.close()
+    dropped = [f"n{i} ".encode() for i in range(1000)]
+    assert not [p for p, data in _keep_caches(root).items() if any(d in data for d in dropped)]
+    got, _ = _cold(root)
+    assert got == oracle.truth(root, SID).transcript
+    w.close()
+    assert _cold(root) == (oracle.truth(root, SID).transcript, True)
