@@ -9,6 +9,7 @@ import asyncio
 import json
 import threading
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -25,12 +26,14 @@ from eventstore import (
     InvalidArgumentError,
     InvalidSessionIdError,
     Message,
+    Policy,
     ProgressAppended,
     Role,
     SessionExistsError,
     SessionStore,
     Snapshot,
     UnknownSessionError,
+    entropy,
 )
 from eventstore.aio import AsyncSessionStore
 from eventstore.engines.base import PruningEngine
@@ -103,6 +106,23 @@ def test_a_fork_starts_from_state_at_its_seq_and_appends_continue(
         assert state.recent_progress[:-1] == want[0].recent_progress
         assert store.verify(dst).ok
         assert store.last_seq(src) == last and _exported(store, src) == before
+
+
+def test_a_fork_made_now_is_not_idle_since_its_sources_last_event(url: str) -> None:
+    """Attack: a session forked just now from one last written 60 days ago was
+    tombstoned by the next `gc --idle 30d`: its only line, the fork's snapshot, answered
+    for its last activity with the source's (`last_ts`). The fork is the new session's
+    first activity, on every engine, also once the fork is compacted."""
+    idle = Policy(idle=timedelta(days=30))
+    with SessionStore(url) as store:
+        with entropy.fixed(3, start=datetime.now(UTC) - timedelta(days=60)):
+            _seed(store, "src")
+        want = store.load_bootstrap_state("src")
+        store.fork_session("src", "dst")
+        assert store.gc(idle, dry_run=True).tombstoned == ["src"]
+        store.compact("dst", force=True)
+        assert store.gc(idle).tombstoned == ["src"]
+        assert store.load_bootstrap_state("dst") == want  # kept, and still the fork
 
 
 def test_the_async_store_forks(tmp_path: Path) -> None:

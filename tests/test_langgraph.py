@@ -422,6 +422,37 @@ def test_a_pruned_thread_idle_since_its_last_put_is_collected_by_gc_idle(
     ]
 
 
+def test_a_pruned_thread_used_since_its_prune_is_not_collected_by_gc_idle(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: a prune is maintenance, so `gc --idle` must still see every use of a
+    pruned thread after it: writes put after the prune, a thread copied into it, a put
+    after a prune killed before its compaction, a `delete_for_runs` before a prune, and a
+    fork of a pruned thread made now. On every engine, only the thread left alone since
+    its last put 60 days ago is tombstoned."""
+    from eventstore import Policy
+
+    long_ago = dt.datetime.now(dt.UTC) - dt.timedelta(days=60)
+    used = ["writes", "copied-into", "put-after-killed-prune", "runs-then-pruned"]
+    with EventStoreSaver(url) as saver:
+        last: dict[str, Any] = {}
+        with entropy.fixed(5, start=long_ago, step=dt.timedelta(seconds=1)):
+            for thread in [*used, "idle", "source"]:
+                cfg = put(saver, thread, run_id=f"{thread}-1", v=0)
+                last[thread] = put(saver, thread, cfg, run_id=f"{thread}-2", v=1)
+        saver.delete_for_runs(["runs-then-pruned-1"])
+        saver.prune(["writes", "copied-into", "runs-then-pruned", "idle"])
+        saver.put_writes(last["writes"], [("v", 2)], "task")
+        saver.copy_thread("source", "copied-into")
+        with monkeypatch.context() as m:  # a prune killed before its compaction
+            m.setattr(saver.store, "compact", lambda *args, **kwargs: None)
+            saver.prune(["put-after-killed-prune"])
+        put(saver, "put-after-killed-prune", v=3)
+        saver.store.fork_session(saver.session_id("idle"), saver.session_id("forked"))
+        report = saver.store.gc(Policy(idle=dt.timedelta(days=30)))
+    assert sorted(report.tombstoned) == ["langgraph-idle", "langgraph-source"]
+
+
 def test_delete_for_runs_refuses_a_single_run_id_string(url: str) -> None:
     """Attack: `delete_for_runs("ab")` iterated the string and deleted runs "a" and
     "b", on every engine. A str is now InvalidArgumentError (a TypeError, as `prune`

@@ -1641,6 +1641,26 @@ def test_a_cold_load_checks_the_live_log_once_not_once_a_chunk(
     ]  # fmt: skip
 
 
+def _another_historys_chunk(root: Path, mine: bytes) -> tuple[bytes, bytes, bytes]:
+    """Chunk 0 of a copy of the session whose log has other messages (the same length,
+    lines and seqs: each line's `h` differs; `mine`: this session's chunk 0): as it is,
+    with its engine line made to name the head of `mine`, and with the engine line and
+    the header made to name it and its CRC made to match."""
+    mine_engine, mine_face, _ = _headers(mine)
+    other = root.parent / "other"
+    with SessionStore(other) as s:
+        for i in range(700):
+            s.append_transcript_messages(SID, _turn(i + 1000))  # m1000...: same lengths
+    theirs = _parts(other)[0].read_bytes()
+    t_engine, t_face, at = _headers(theirs)
+    assert json.loads(t_engine)["seq"] == json.loads(mine_engine)["seq"]
+    assert json.loads(t_engine)["h"] != json.loads(mine_engine)["h"]
+    lying = mine_engine + theirs[len(t_engine) :]
+    body = theirs[at:-9]
+    relabelled = mine_engine + mine_face + body + b"%08x\n" % zlib.crc32(mine_face + body)
+    return theirs, lying, relabelled
+
+
 def test_a_chunk_of_another_history_at_the_listed_seq_is_refused(
     root: Path, three_frames: tuple[bytes, list[Message]]
 ) -> None:
@@ -1654,18 +1674,7 @@ def test_a_chunk_of_another_history_at_the_listed_seq_is_refused(
     good, truth = three_frames
     kept = _keep_caches(root)
     p0 = _parts(root)[0]
-    mine_engine, mine_face, _ = _headers(kept[p0])
-    other = root.parent / "other"
-    with SessionStore(other) as s:
-        for i in range(700):
-            s.append_transcript_messages(SID, _turn(i + 1000))  # m1000...: same lengths
-    theirs = _parts(other)[0].read_bytes()
-    t_engine, t_face, at = _headers(theirs)
-    assert json.loads(t_engine)["seq"] == json.loads(mine_engine)["seq"]
-    assert json.loads(t_engine)["h"] != json.loads(mine_engine)["h"]
-    lying = mine_engine + theirs[len(t_engine) :]
-    body = theirs[at:-9]
-    relabelled = mine_engine + mine_face + body + b"%08x\n" % zlib.crc32(mine_face + body)
+    theirs, lying, relabelled = _another_historys_chunk(root, kept[p0])
     for bad in (theirs, lying, relabelled):
         _put_back(root, {**kept, p0: bad})
         _assert_ignored(root, truth)
@@ -1799,3 +1808,69 @@ def test_a_writer_behind_a_chunk_kept_at_a_later_head_leaves_it_and_keeps_the_fr
     b.close()
     assert _parts(root)[0].read_bytes() == b_chunk
     assert _cold(root) == (oracle.truth(root, SID).transcript, True)
+
+
+def test_a_compaction_with_retention_beside_a_writer_leaves_no_chunk_of_the_dropped_messages(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise 3, for chunks. Attack: a transcript of 2,100 messages kept in four chunks
+    is compacted keeping 1,100 (no archive); a writer folds the new log and appends
+    while the compaction keeps its caches, so chunk 0 is the writer's, at a head past
+    the compaction's. The compaction leaves that chunk alone, but no chunk of the old
+    history, holding messages it dropped, stays beside the state that dropped them;
+    every cold load equals the log and the writer's cache is used."""
+    with SessionStore(root) as s:
+        for i in range(0, 2100, 100):
+            s.append_transcript_messages(SID, _numbered(i, 100, width=FRAME_LOOK // 100))
+    assert len(_parts(root)) == 4
+    x, w = SessionStore(root), SessionStore(root)
+    engine = x.engine
+    assert isinstance(engine, CachingEngine)
+    real_open = engine.open_cache
+    raced: list[str] = []
+
+    def open_cache(session_id: str, name: str) -> Any:
+        if name == "transcript#0" and not raced:  # the compaction keeping its chunks
+            raced.append(name)
+            w.load_transcript_messages(SID)
+            w.append_transcript_messages(SID, _numbered(2100, 5))
+        return real_open(session_id, name)
+
+    monkeypatch.setattr(engine, "open_cache", open_cache)
+    retention = Retention(messages=1100)
+    assert x.compact(SID, force=True, archive=False, retention=retention).compacted
+    assert raced
+    x.close()
+    dropped = [f"n{i} ".encode() for i in range(1000)]
+    assert not [p for p, data in _keep_caches(root).items() if any(d in data for d in dropped)]
+    got, _ = _cold(root)
+    assert got == oracle.truth(root, SID).transcript
+    w.close()
+    assert _cold(root) == (oracle.truth(root, SID).transcript, True)
+
+
+def test_a_writer_never_lists_a_chunk_of_another_history_planted_at_a_live_head(
+    root: Path, three_frames: tuple[bytes, list[Message]]
+) -> None:
+    """Promise 3, for chunks. Attack: a writer lists a chunk kept already instead of
+    writing its own (`_chunk_kept`). With the cache gone, chunk 0 of a log of other
+    messages is planted, as it is, naming this log's head, and with its header naming
+    it and its CRC made to match; so is this log's own chunk 0 with one message other
+    (the same size) and its CRC made to match. A writer folds the log and closes: it
+    writes its own chunk over each, and the next cold load starts from its cache,
+    equals the log and holds no planted message."""
+    _, truth = three_frames
+    p0 = _parts(root)[0]
+    mine = p0.read_bytes()
+    engine_line, face, at = _headers(mine)
+    body = mine[at:-9].replace(b"m100 a ", b"m999 a ", 1)
+    other = engine_line + face + body + b"%08x\n" % zlib.crc32(face + body)
+    assert len(other) == len(mine) and other != mine
+    for bad in (*_another_historys_chunk(root, mine), other):
+        for p in [*_parts(root), _cache(root)]:
+            p.unlink()
+        p0.write_bytes(bad)
+        with SessionStore(root) as s:
+            assert s.load_transcript_messages(SID) == truth
+        assert _frames(p0.read_bytes()) == _frames(mine)  # its own frame, at its head
+        assert _cold(root) == (truth, True)

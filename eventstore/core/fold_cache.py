@@ -39,7 +39,8 @@ k kept already as it would write it (the same frame, at a head the engine finds 
 live log) lists that one, and one kept at a head past its own it leaves alone, keeping
 the frames from there in its own cache (`_chunk_kept`: two writers that folded the log
 without a cache, closing at once, would otherwise each replace the other's chunks and
-leave a cache that lists one it no longer has).
+leave a cache that lists one it no longer has); a compaction still removes the chunks
+after it that are not its state's (`_kept_from`).
 
 The trust rule of loads holds: every byte that went into a state this library returns
 was hash-checked once. A cache is written only from states folded from checked lines (or
@@ -690,6 +691,22 @@ def _add_chunks(
     return written
 
 
+def _kept_from(
+    engine: CachingEngine, want: _Want, frames: list[bytes], k: int, crypt: CacheCrypt | None
+) -> int:
+    """The first chunk from `k` on that is not `frames[i]` (chunk `k + i`) kept already
+    (`_chunk_kept`: that very frame, at a live head). Where `_add_chunks` stopped at a
+    writer's chunk past a compaction's head, the chunks after it are that writer's (of
+    this very state) or the longer state's it replaced, holding messages it dropped:
+    only the latter are removed."""
+    for frame in frames:
+        part = _Want(want.session_id, want.projection, want.head, want.known, want.mac, k)
+        if _chunk_kept(engine, part, frame, crypt) is None:
+            break
+        k += 1
+    return k
+
+
 def store(
     engine: Engine,
     session_id: str,
@@ -740,8 +757,9 @@ def store(
         if chunked and fresh:
             # what a longer state of another history left (compaction with retention, a
             # delete's erase): its messages are not kept beside a state that dropped them
-            # (past the state's complete frames: one left alone by `_add_chunks` stays)
-            engine.remove_cache_parts(session_id, projection.name, start + complete)
+            # (a writer's chunks of this state, where `_add_chunks` stopped, stay)
+            kept = _kept_from(engine, want, frames[listed:complete], len(chunks.refs), crypt)
+            engine.remove_cache_parts(session_id, projection.name, kept)
     except Exception as exc:  # noqa: BLE001 - a cache must never fail what called it
         log.warning("eventstore: saving the fold cache of %r failed: %s", session_id, exc)
         return 0

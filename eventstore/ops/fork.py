@@ -18,11 +18,11 @@ Because the origin is part of the snapshot line, `migrate` copies it byte for by
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
+from eventstore import entropy
 from eventstore.core.session_core import CoreOwner, SessionCore, core_of
 from eventstore.engines.base import EMPTY_HEAD, EncodedBatch, HeadMovedError, History
 from eventstore.errors import (
@@ -117,11 +117,13 @@ def fork_session(
         h = _held_hash(core, source, hist, last)
     origin = ForkOrigin(session_id=source, seq=last.seq, h=h)
     snap = build_snapshot(events, states, b"", link_of(last), core.codec, False, False)
-    snap = msgspec.structs.replace(snap, origin=origin)
+    at = entropy.now()
+    # the fork is `session_id`'s first activity: its snapshot answering last activity
+    # with `source`'s (`last_ts`) made a session forked now idle since `source`'s last
+    # event, tombstoned by the next `gc --idle`
+    snap = msgspec.structs.replace(snap, origin=origin, last_ts=at)
     cipher = core.snapshot_cipher(session_id, "forking into it", first=True)
-    line, stamped = core.codec.encode_snapshot(
-        snap, last.seq, link_of(last), datetime.now(UTC), cipher
-    )
+    line, stamped = core.codec.encode_snapshot(snap, last.seq, link_of(last), at, cipher)
     batch = EncodedBatch(line, last.seq, last.seq, (stamped.h,), stamped.base_h)
     try:
         engine.append(session_id, batch, EMPTY_HEAD)
