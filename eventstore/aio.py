@@ -255,7 +255,16 @@ class AsyncSessionStore:
                 del self._lanes[lane_key]
                 self._quieter.notify_all()
                 return
-        self._pool.submit(self._run, lane_key, lane, fn, fut)
+        try:
+            self._pool.submit(self._run, lane_key, lane, fn, fut)
+        except RuntimeError:
+            # the interpreter is exiting: its pools take no more work (they are shut
+            # before its other threads are joined), yet a thread still running its loop
+            # awaits this call, and close() the lane's end; the call gets a thread of
+            # its own, as does each after it, so the lane drains and the exit ends
+            threading.Thread(
+                target=self._run, args=(lane_key, lane, fn, fut), name="eventstore-aio-exit"
+            ).start()
 
     def _run(
         self, lane_key: object, lane: _Lane, fn: Callable[[], Any], fut: asyncio.Future[Any]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Coroutine
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from engines import EngineCase
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -832,3 +835,61 @@ def test_a_close_cancelled_while_it_waits_still_closes_and_a_second_close_is_a_n
     assert closes == [1]
     with SessionStore(url) as plain:
         assert summaries(plain, SID) == ["first"]
+
+
+_EXIT_WITH_A_CLOSE_IN_FLIGHT = """
+import asyncio, sys, threading, time
+from eventstore import ProgressAppended, ProgressEntry
+from eventstore.aio import AsyncSessionStore
+store = AsyncSessionStore(sys.argv[1])
+queued = threading.Event()
+
+def writer() -> None:  # a thread of its own, running its loop while the process exits
+    async def main() -> None:
+        async def one(i: int) -> None:
+            ev = ProgressAppended(entry=ProgressEntry(run_id="r", summary=str(i)))
+            print((await store.append("x", [ev])).last_seq, flush=True)
+
+        running = asyncio.ensure_future(store.call("x", lambda: time.sleep(1)))
+        appends = [asyncio.ensure_future(one(i)) for i in range(10)]  # queued behind it
+        await asyncio.sleep(0)
+        queued.set()
+        await asyncio.gather(running, *appends)
+
+    asyncio.run(main())
+
+threading.Thread(target=writer).start()
+queued.wait(30)
+
+async def close() -> None:
+    try:
+        await asyncio.wait_for(store.close(), 0.001)  # left in flight
+    except asyncio.TimeoutError:
+        pass
+
+asyncio.run(close())  # then the main thread ends (the running call sleeps on): an exit
+"""
+
+
+def test_an_exit_with_a_close_in_flight_and_another_loops_calls_queued_ends(
+    case: EngineCase, url: str
+) -> None:
+    """Attack: a process's main thread ends with a close() in flight while another
+    thread's loop has calls queued on a session behind a running one: the interpreter
+    shuts the workers' pool before joining that thread, so the next call of the lane
+    could not be submitted, its caller and the closing waited forever, and the exit
+    hung. Each such call gets a thread of its own: the process ends, and every append
+    acknowledged (all ten) is read back."""
+    if not case.processes:
+        pytest.skip(f"the {case.name} engine is not shared across processes")
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_WITH_A_CLOSE_IN_FLIGHT, url],
+        capture_output=True,
+        text=True,
+        timeout=60,  # a hang detector, not a speed limit
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert sorted(int(line) for line in done.stdout.split()) == list(range(1, 11))
+    with SessionStore(url) as store:
+        assert [e.seq for e in store.read_events("x")] == list(range(1, 11))
