@@ -685,6 +685,47 @@ def test_an_exit_beside_a_thread_held_up_by_a_locked_index_does_not_wait_for_it(
         assert ("a", 2) in page
 
 
+_MANY_STORES_THEN_EXIT = """
+import sys
+from eventstore import ProgressEntry, SessionStore
+stores = [SessionStore(sys.argv[1]) for _ in range(40)]
+for k, store in enumerate(stores):  # each store's row waits, for its own session
+    store.append_progress_entry(f"s{k}", ProgressEntry(run_id="r", summary="second"))
+"""
+
+
+def test_an_exit_with_many_stores_waits_exit_wait_in_all_for_a_locked_index(
+    tmp_path: Path,
+) -> None:
+    """Attack: a process with forty stores open, each with a row waiting, exits without
+    `close` while another process holds the index locked: each store waited its own
+    `EXIT_WAIT`, forty of them SQLite's ten seconds again. The exit waits `EXIT_WAIT`
+    in all, then leaves the index stale: a page after the lock is let go lists every
+    session at its latest seq."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        for k in range(40):
+            store.append_progress_entry(f"s{k}", make_entry(0))
+    locker = sqlite3.connect(root / INDEX_NAME, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        # a bound on the behaviour (40 x 0.25 s is the busy timeout), not a speed limit
+        done = subprocess.run(
+            [sys.executable, "-c", _MANY_STORES_THEN_EXIT, str(root)],
+            capture_output=True,
+            text=True,
+            timeout=8,
+        )
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    with SessionStore(root) as store:
+        page = sorted((i.session_id, i.last_seq) for i in store.sessions(limit=100))
+        assert page == sorted((f"s{k}", 2) for k in range(40))
+
+
 def test_an_append_when_no_thread_can_start_still_succeeds_and_is_indexed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
