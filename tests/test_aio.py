@@ -956,3 +956,77 @@ def test_closes_from_loops_in_several_threads_at_once_lose_no_acknowledged_appen
             assert seqs, f"{sid}: no append was acknowledged"
             assert seqs == list(range(1, len(seqs) + 1))
             assert [e.seq for e in plain.read_events(sid)] == seqs
+
+
+_FORKS_OF_AN_ASYNC_STORE = """
+import asyncio, os, sys, threading
+from eventstore import ProgressAppended, ProgressEntry
+from eventstore.aio import AsyncSessionStore
+
+def note(i: int) -> ProgressAppended:
+    return ProgressAppended(entry=ProgressEntry(run_id="r", summary=str(i)))
+
+store = AsyncSessionStore(sys.argv[1])
+started, release = threading.Event(), threading.Event()
+
+def blocked() -> int:
+    started.set()
+    release.wait(30)
+    return store.store.append("parent", [note(0)]).last_seq
+
+thread = threading.Thread(target=lambda: asyncio.run(store.call("parent", blocked)))
+thread.start()
+started.wait(30)
+
+def in_child(main) -> None:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            asyncio.run(asyncio.wait_for(main(), 30))  # a hang detector
+        except BaseException as exc:
+            print("child:", repr(exc), file=sys.stderr, flush=True)
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "a child failed"
+
+async def writes_and_closes() -> None:
+    await store.append("child", [note(1)])
+    await store.close()
+
+in_child(writes_and_closes)  # forked with the parent's call running
+
+async def close_in_flight() -> None:
+    try:
+        await asyncio.wait_for(store.close(), 0.01)
+    except asyncio.TimeoutError:
+        pass
+
+asyncio.run(close_in_flight())
+in_child(store.close)  # forked with the parent's close in flight
+release.set()
+thread.join(30)
+asyncio.run(asyncio.wait_for(store.close(), 30))
+print("ok")
+"""
+
+
+def test_a_forked_child_calls_and_closes_its_async_store(case: EngineCase, url: str) -> None:
+    """Attack: a child forked while the parent's AsyncSessionStore ran a call (and
+    another while its close() was in flight) used the store: the parent's workers and
+    closing thread do not exist in a child, so its calls, and its close(), waited
+    forever. A child starts with workers, lanes and a closing of its own: it appends
+    and closes, the parent's call and close finish, and both appends are read back."""
+    if not case.processes:
+        pytest.skip(f"the {case.name} engine is not shared across processes")
+    done = subprocess.run(
+        [sys.executable, "-c", _FORKS_OF_AN_ASYNC_STORE, url],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang detector, not a speed limit
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    with SessionStore(url) as store:
+        assert summaries(store, "parent") == ["0"]
+        assert summaries(store, "child") == ["1"]
