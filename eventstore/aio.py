@@ -27,6 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from eventstore import process
 from eventstore.core.session_core import DEFAULT_CACHED_SESSIONS, SessionCacheInfo
 from eventstore.core.validation import described
 from eventstore.engines.base import Durability
@@ -118,6 +119,7 @@ class AsyncSessionStore:
                 cached_sessions=cached_sessions,
             )
             self._owns_store = True
+        self._max_workers = max_workers
         self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix="eventstore-aio")
         # each session's calls in submission order, the running one first, whichever
         # event loop (thread) submitted them: one lane per session across loops
@@ -131,6 +133,21 @@ class AsyncSessionStore:
         self._closed = False
         # the closing begun by the first close(), which every close() awaits
         self._released: Future[None] | None = None
+        process.track(self)
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: none of the parent's threads (workers, its closing, the
+        follows' reads) exist here, so calls would wait forever for them. The parent's
+        calls and follows are its own (their futures belong to its loops): the child
+        starts with no lanes, fresh workers and locks, and a closing of its own."""
+        self._guard = threading.Lock()
+        self._quieter = threading.Condition(self._guard)
+        self._lanes = {}
+        self._follows = set()
+        self._polls = 0
+        self._pool = ThreadPoolExecutor(self._max_workers, thread_name_prefix="eventstore-aio")
+        if self._released is not None and not self._released.done():
+            self._released = None  # (begun by a thread that is not here)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -255,7 +272,16 @@ class AsyncSessionStore:
                 del self._lanes[lane_key]
                 self._quieter.notify_all()
                 return
-        self._pool.submit(self._run, lane_key, lane, fn, fut)
+        try:
+            self._pool.submit(self._run, lane_key, lane, fn, fut)
+        except RuntimeError:
+            # the interpreter is exiting: its pools take no more work (they are shut
+            # before its other threads are joined), yet a thread still running its loop
+            # awaits this call, and close() the lane's end; the call gets a thread of
+            # its own, as does each after it, so the lane drains and the exit ends
+            threading.Thread(
+                target=self._run, args=(lane_key, lane, fn, fut), name="eventstore-aio-exit"
+            ).start()
 
     def _run(
         self, lane_key: object, lane: _Lane, fn: Callable[[], Any], fut: asyncio.Future[Any]

@@ -152,6 +152,39 @@ def test_an_unknown_session_is_exit_2_everywhere(demo: Path, argv: list[str]) ->
         assert cli("sessions", demo, "--json").json()[0]["archive_files"] == 0
 
 
+@pytest.mark.parametrize(
+    ("sid", "code", "says"),
+    [
+        ("never", 2, "unknown session 'never'"),
+        ("purged", 2, "unknown session 'purged'"),
+        ("tomb", 0, "ok      tomb"),
+        ("live", 0, "ok      live"),
+        ("a\x00b", 2, "session id 'a\\x00b' contains a NUL character"),
+        ("x" * 1100, 2, "session id is 1100 bytes of UTF-8; the limit is 1024"),
+    ],
+)
+def test_verify_of_a_never_written_deleted_purged_or_invalid_id_on_every_engine(
+    url: str, sid: str, code: int, says: str
+) -> None:
+    """Attack: `verify` (asking the API now, not a listing) of an id never written, one
+    purged, one tombstoned, and ids the API refuses, on every engine: unknown and
+    purged ids are exit 2 naming them, a tombstoned one verifies (its tombstone is what
+    is stored), a bad id is its typed one-line error (exit 2), and nothing is written
+    (held)."""
+    with SessionStore(url) as store:
+        for name in ("tomb", "purged", "live"):
+            store.append_progress_entry(name, make_entry(0))
+        store.delete_session("tomb")
+        store.delete_session("purged", purge=True)
+    res = cli("verify", url, sid, code=code)
+    assert says in (res.out if code == 0 else res.err)
+    if code == 2:
+        one_line_error(res.err)
+    with SessionStore(url) as store:
+        assert sorted(store.list_sessions()) == ["live"]
+        assert [t.session_id for t in store.deleted_sessions()] == ["tomb"]
+
+
 def test_a_regular_file_as_root_says_so(tmp_path: Path) -> None:
     f = tmp_path / "notes.txt"
     f.write_text("hello\n")

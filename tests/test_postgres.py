@@ -2310,6 +2310,63 @@ def test_attack_a_refused_follower_listens_once_its_role_may(
                 admin.execute(f"DROP ROLE {role}")
 
 
+def test_attack_listen_retries_hold_no_backend_and_close_ends_a_retry_wait(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: a refused follower retrying LISTEN every few milliseconds (`LISTEN_RETRY`
+    and `LISTEN_RETRY_MAX` made tiny) keeps no retry's connection (the role's backends
+    stay at most its pool's plus the one retry under way), and the engine closed while a
+    retry waits (a minute) ends the listener's thread and leaves no backend of the role
+    (held)."""
+    conninfo, schema = pg.split_url(pg_url)
+    with pg.from_url(pg_url) as writer:
+        append_retrying(writer, "s")
+    role = f"es_ro_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(conninfo, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+
+    def backends() -> int:
+        with psycopg.connect(conninfo, autocommit=True) as admin:
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE usename = %s", (role,)
+            ).fetchone()
+            return int(row[0]) if row else 0
+
+    def listeners() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "eventstore-listen"]
+
+    try:
+        parts = urlsplit(pg_url)
+        ro_url = urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port or 5432}"))
+        before = set(listeners())
+        monkeypatch.setattr(pg, "LISTEN_RETRY", 0.005)
+        monkeypatch.setattr(pg, "LISTEN_RETRY_MAX", 0.01)
+        ro = pg.from_url(ro_url, create=False)
+        head = ro.head("s")
+        pool_size = backends()
+        seen = []
+        for _ in range(30):  # many retries, each refused
+            ro.wait("s", head.position, 0.05)
+            seen.append(backends())
+        assert max(seen) <= pool_size + 1, seen
+        monkeypatch.setattr(pg, "LISTEN_RETRY", 60.0)  # the next engine's retry waits long
+        monkeypatch.setattr(pg, "LISTEN_RETRY_MAX", 60.0)
+        ro.close()
+        ro = pg.from_url(ro_url, create=False)
+        assert ro.wait("s", head.position, 0.3) is False  # refused: now it waits a minute
+        ro.close()
+        deadline = time.monotonic() + 30  # a hang detector, not a speed limit
+        while set(listeners()) - before or backends():
+            assert time.monotonic() < deadline, "a listener or a backend outlived close"
+            time.sleep(0.05)
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as admin:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")
+
+
 def test_postgres_scheme_alias_and_default_schema(server_url: str) -> None:
     conninfo, schema = pg.split_url(server_url.replace("postgresql://", "postgres://", 1))
     assert conninfo.startswith("postgresql://") and schema == "eventstore"

@@ -639,6 +639,93 @@ def test_an_exit_never_waits_out_a_locked_index_and_its_rows_are_not_lost(
         assert [(i.session_id, i.last_seq) for i in page] == [("a", 2)]
 
 
+_EXIT_BESIDE_A_HELD_THREAD = """
+import sys, threading, time
+from eventstore import ProgressEntry, SessionStore
+store = SessionStore(sys.argv[1])
+store.append_progress_entry("a", ProgressEntry(run_id="r", summary="second"))
+def create() -> None:  # a new session's row is written at once: it waits for the lock
+    store.append_progress_entry("b", ProgressEntry(run_id="r", summary="first"))
+threading.Thread(target=create, daemon=True).start()
+time.sleep(0.5)  # the thread waits for the index, holding this process's use of it
+"""
+
+
+def test_an_exit_beside_a_thread_held_up_by_a_locked_index_does_not_wait_for_it(
+    tmp_path: Path,
+) -> None:
+    """Attack: a process exits without `close` while a daemon thread of its own writes
+    a new session's row, held up by another process's lock on the index: the exit's
+    write of its waiting rows waited for that thread (SQLite's busy timeout, 10 s)
+    before its own `EXIT_WAIT`. It waits `EXIT_WAIT` for the thread too, and leaves
+    the index stale: a page after the lock is let go lists every session at its
+    latest seq."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        store.append_progress_entry("a", make_entry(0))
+    locker = sqlite3.connect(root / INDEX_NAME, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        # a bound on the behaviour (the busy timeout is 10 s), not a speed limit
+        done = subprocess.run(
+            [sys.executable, "-c", _EXIT_BESIDE_A_HELD_THREAD, str(root)],
+            capture_output=True,
+            text=True,
+            timeout=8,
+        )
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    with SessionStore(root) as store:
+        page = sorted((i.session_id, i.last_seq) for i in store.sessions())
+        # (the thread's append, never acknowledged, may have stopped before its log)
+        assert page == [(sid, store.last_seq(sid)) for sid in store.list_sessions()]
+        assert ("a", 2) in page
+
+
+_MANY_STORES_THEN_EXIT = """
+import sys
+from eventstore import ProgressEntry, SessionStore
+stores = [SessionStore(sys.argv[1]) for _ in range(40)]
+for k, store in enumerate(stores):  # each store's row waits, for its own session
+    store.append_progress_entry(f"s{k}", ProgressEntry(run_id="r", summary="second"))
+"""
+
+
+def test_an_exit_with_many_stores_waits_exit_wait_in_all_for_a_locked_index(
+    tmp_path: Path,
+) -> None:
+    """Attack: a process with forty stores open, each with a row waiting, exits without
+    `close` while another process holds the index locked: each store waited its own
+    `EXIT_WAIT`, forty of them SQLite's ten seconds again. The exit waits `EXIT_WAIT`
+    in all, then leaves the index stale: a page after the lock is let go lists every
+    session at its latest seq."""
+    root = tmp_path / "store"
+    with SessionStore(root) as store:
+        for k in range(40):
+            store.append_progress_entry(f"s{k}", make_entry(0))
+    locker = sqlite3.connect(root / INDEX_NAME, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        # a bound on the behaviour (40 x 0.25 s is the busy timeout), not a speed limit
+        done = subprocess.run(
+            [sys.executable, "-c", _MANY_STORES_THEN_EXIT, str(root)],
+            capture_output=True,
+            text=True,
+            timeout=8,
+        )
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    with SessionStore(root) as store:
+        page = sorted((i.session_id, i.last_seq) for i in store.sessions(limit=100))
+        assert page == sorted((f"s{k}", 2) for k in range(40))
+
+
 def test_an_append_when_no_thread_can_start_still_succeeds_and_is_indexed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

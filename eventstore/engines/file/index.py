@@ -353,9 +353,17 @@ class FileIndex:
         labels), waiting `busy_ms` (None: `BUSY_MS`) for a locked index; a refusal marks
         the index stale, never raises."""
         rows = [(*_row(e)[:7], with_labels) for e, with_labels in entries]
+        # the wait covers this process's other threads too: one writing a row, itself
+        # held up by another process's lock, holds `_lock` for the whole busy timeout
+        if not self._lock.acquire(timeout=-1 if busy_ms is None else busy_ms / 1000):
+            self.mark_stale(f"writing {len(rows)} rows: another thread holds the index")
+            return
         try:
-            with self._lock, self._tx(busy_ms) as conn:
-                conn.executemany(_UPSERT_APPEND, rows)
+            try:
+                with self._tx(busy_ms) as conn:
+                    conn.executemany(_UPSERT_APPEND, rows)
+            finally:
+                self._lock.release()  # (before `_refusal`, which may take it)
         except Exception as exc:
             if not self._refusal(exc):
                 raise

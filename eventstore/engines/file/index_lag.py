@@ -10,8 +10,8 @@ SQLite and make its write-ahead log: ~1 ms), a burst of appends costs one index 
 and another process's page sees a row at most about a second behind while this one
 lives. A process that exits without `close` writes what waits at its exit (an `atexit`
 hook: the thread is a daemon, which never holds up an exit, and dies where it is),
-waiting at most `EXIT_WAIT` for an index another process holds locked (or for the
-thread's write, held up so), then leaving the index stale instead; one
+waiting at most `EXIT_WAIT` in all (however many stores) for an index another process
+holds locked (or for a thread's write, held up so), then leaving the index stale instead; one
 that cannot start the thread (at its thread limit; from Python 3.12, in an `atexit`
 handler) writes the row at once. The index is a cache of the logs: a row lost with a
 killed process is corrected when a page reaches it.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -34,11 +35,11 @@ INDEX_LAG = 1.0
 the timer starts)."""
 
 EXIT_WAIT = 0.25
-"""Seconds a process's exit waits for the index (another process's lock on it, or the
-thread's write held up by one) before it leaves the index stale: the next page rebuilds
-it from the logs. Short, as the rows are only a cache of the logs: an exit should not
-wait out SQLite's busy timeout (10 s) for them, while the thread and `close` do (a
-refused write costs the next page a rebuild)."""
+"""Seconds a process's exit waits in all (however many stores it has open) for the
+index (another process's lock on it, or a thread's write held up by one) before it
+leaves the index stale: the next page rebuilds it from the logs. Short, as the rows are
+only a cache of the logs: an exit should not wait out SQLite's busy timeout (10 s) for
+them, while the thread and `close` do (a refused write costs the next page a rebuild)."""
 
 V = TypeVar("V")
 
@@ -148,10 +149,13 @@ class LaggingRows(Generic[V]):
 
 @atexit.register
 def _flush_at_exit() -> None:
-    """Write what waits in every store of a process exiting without `close`, each
-    waiting at most `EXIT_WAIT` for the index (or a write the thread is making)."""
+    """Write what waits in every store of a process exiting without `close`, all of them
+    waiting at most `EXIT_WAIT` in all for the index (or a write a thread is making)."""
+    # one deadline for the whole exit: each store waiting its own would hold an exit
+    # with forty stores on a locked index for SQLite's ten seconds again
+    deadline = time.monotonic() + EXIT_WAIT
     for rows in list(_alive):
         try:
-            rows.flush(EXIT_WAIT)
+            rows.flush(max(deadline - time.monotonic(), 0.0))
         except Exception as exc:  # the other stores still get theirs
             log.warning("eventstore: writing the session index's waiting rows at exit: %s", exc)
