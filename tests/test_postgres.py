@@ -2212,6 +2212,28 @@ def test_privileges_the_readme_lists_are_enough(pg_url: str) -> None:
             admin.execute(f"DROP ROLE {role}")
 
 
+@contextlib.contextmanager
+def _read_only_role(pg_url: str) -> Iterator[tuple[str, str]]:
+    """A login role that may only SELECT in the store's schema (its `listen()` refuses
+    to register it), and the store's URL as that role; dropped after."""
+    conninfo, schema = pg.split_url(pg_url)
+    role = f"es_ro_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(conninfo, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+    try:
+        parts = urlsplit(pg_url)
+        yield (
+            role,
+            urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port or 5432}")),
+        )
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as admin:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")
+
+
 def test_attack_a_read_only_follower_polls_without_reconnecting(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -2220,14 +2242,8 @@ def test_attack_a_read_only_follower_polls_without_reconnecting(
     it followed, each refused in turn; following still worked, by polling. Now a
     refusal stops the listener for `LISTEN_RETRY` seconds (a minute, doubled each
     time): one LISTEN connection, and a wait still wakes on an append (by polling)."""
-    conninfo, schema = pg.split_url(pg_url)
-    with pg.from_url(pg_url) as writer:
+    with pg.from_url(pg_url) as writer, _read_only_role(pg_url) as (_, ro_url):
         append_retrying(writer, "s")
-        role = f"es_ro_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(conninfo, autocommit=True) as admin:
-            admin.execute(f"CREATE ROLE {role} LOGIN")
-            admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
-            admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
         real_connect, made = psycopg.connect, []
 
         def counting(*args: Any, **kwargs: Any) -> Any:
@@ -2236,9 +2252,7 @@ def test_attack_a_read_only_follower_polls_without_reconnecting(
 
         monkeypatch.setattr(psycopg, "connect", counting)  # (the listener's connections)
         try:
-            parts = urlsplit(pg_url)
-            netloc = f"{role}@{parts.hostname}:{parts.port or 5432}"
-            with pg.from_url(urlunsplit(parts._replace(netloc=netloc)), create=False) as ro:
+            with pg.from_url(ro_url, create=False) as ro:
                 head = ro.head("s")
                 for _ in range(3):  # long enough for the old listener to reconnect often
                     assert ro.wait("s", head.position, 0.6) is False
@@ -2252,9 +2266,6 @@ def test_attack_a_read_only_follower_polls_without_reconnecting(
             assert len(made) == 1, f"{len(made)} LISTEN connections"
         finally:
             monkeypatch.undo()
-            with psycopg.connect(conninfo, autocommit=True) as admin:
-                admin.execute(f"DROP OWNED BY {role}")
-                admin.execute(f"DROP ROLE {role}")
 
 
 def test_attack_a_refused_follower_listens_once_its_role_may(
@@ -2267,13 +2278,8 @@ def test_attack_a_refused_follower_listens_once_its_role_may(
     follower registers and an append wakes it."""
     monkeypatch.setattr(pg, "LISTEN_RETRY", 0.05)
     conninfo, schema = pg.split_url(pg_url)
-    with pg.from_url(pg_url) as writer:
+    with pg.from_url(pg_url) as writer, _read_only_role(pg_url) as (role, ro_url):
         append_retrying(writer, "s")
-        role = f"es_ro_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(conninfo, autocommit=True) as admin:
-            admin.execute(f"CREATE ROLE {role} LOGIN")
-            admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
-            admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
 
         def registered() -> int:
             with psycopg.connect(conninfo, autocommit=True) as admin:
@@ -2284,30 +2290,23 @@ def test_attack_a_refused_follower_listens_once_its_role_may(
                 ).fetchone()
                 return int(row[0]) if row else 0
 
-        try:
-            parts = urlsplit(pg_url)
-            netloc = f"{role}@{parts.hostname}:{parts.port or 5432}"
-            with pg.from_url(urlunsplit(parts._replace(netloc=netloc)), create=False) as ro:
-                head = ro.head("s")
-                assert ro.wait("s", head.position, 0.3) is False  # refused: it polls
-                assert registered() == 0
-                with psycopg.connect(conninfo, autocommit=True) as admin:
-                    admin.execute(f"GRANT INSERT, UPDATE, DELETE ON {schema}.listeners TO {role}")
-                deadline = time.monotonic() + 30  # a hang detector, not a speed limit
-                while registered() == 0:
-                    assert time.monotonic() < deadline, "the follower never listened again"
-                    ro.wait("s", head.position, 0.1)
-                timer = threading.Timer(0.3, append_retrying, (writer, "s"))
-                timer.start()
-                try:
-                    assert ro.wait("s", head.position, 30.0) is True
-                finally:
-                    timer.join()
-                assert ro.head("s").seq == 2
-        finally:
+        with pg.from_url(ro_url, create=False) as ro:
+            head = ro.head("s")
+            assert ro.wait("s", head.position, 0.3) is False  # refused: it polls
+            assert registered() == 0
             with psycopg.connect(conninfo, autocommit=True) as admin:
-                admin.execute(f"DROP OWNED BY {role}")
-                admin.execute(f"DROP ROLE {role}")
+                admin.execute(f"GRANT INSERT, UPDATE, DELETE ON {schema}.listeners TO {role}")
+            deadline = time.monotonic() + 30  # a hang detector, not a speed limit
+            while registered() == 0:
+                assert time.monotonic() < deadline, "the follower never listened again"
+                ro.wait("s", head.position, 0.1)
+            timer = threading.Timer(0.3, append_retrying, (writer, "s"))
+            timer.start()
+            try:
+                assert ro.wait("s", head.position, 30.0) is True
+            finally:
+                timer.join()
+            assert ro.head("s").seq == 2
 
 
 def test_attack_listen_retries_hold_no_backend_and_close_ends_a_retry_wait(
@@ -2318,14 +2317,17 @@ def test_attack_listen_retries_hold_no_backend_and_close_ends_a_retry_wait(
     stay at most its pool's plus the one retry under way), and the engine closed while a
     retry waits (a minute) ends the listener's thread and leaves no backend of the role
     (held)."""
-    conninfo, schema = pg.split_url(pg_url)
+    conninfo, _ = pg.split_url(pg_url)
     with pg.from_url(pg_url) as writer:
         append_retrying(writer, "s")
-    role = f"es_ro_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(conninfo, autocommit=True) as admin:
-        admin.execute(f"CREATE ROLE {role} LOGIN")
-        admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
-        admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+    with _read_only_role(pg_url) as (role, ro_url):
+        _listen_retries_against(conninfo, role, ro_url, monkeypatch)
+
+
+def _listen_retries_against(
+    conninfo: str, role: str, ro_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The body of the attack above, as `role` (`ro_url`)."""
 
     def backends() -> int:
         with psycopg.connect(conninfo, autocommit=True) as admin:
@@ -2337,34 +2339,27 @@ def test_attack_listen_retries_hold_no_backend_and_close_ends_a_retry_wait(
     def listeners() -> list[threading.Thread]:
         return [t for t in threading.enumerate() if t.name == "eventstore-listen"]
 
-    try:
-        parts = urlsplit(pg_url)
-        ro_url = urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port or 5432}"))
-        before = set(listeners())
-        monkeypatch.setattr(pg, "LISTEN_RETRY", 0.005)
-        monkeypatch.setattr(pg, "LISTEN_RETRY_MAX", 0.01)
-        ro = pg.from_url(ro_url, create=False)
-        head = ro.head("s")
-        pool_size = backends()
-        seen = []
-        for _ in range(30):  # many retries, each refused
-            ro.wait("s", head.position, 0.05)
-            seen.append(backends())
-        assert max(seen) <= pool_size + 1, seen
-        monkeypatch.setattr(pg, "LISTEN_RETRY", 60.0)  # the next engine's retry waits long
-        monkeypatch.setattr(pg, "LISTEN_RETRY_MAX", 60.0)
-        ro.close()
-        ro = pg.from_url(ro_url, create=False)
-        assert ro.wait("s", head.position, 0.3) is False  # refused: now it waits a minute
-        ro.close()
-        deadline = time.monotonic() + 30  # a hang detector, not a speed limit
-        while set(listeners()) - before or backends():
-            assert time.monotonic() < deadline, "a listener or a backend outlived close"
-            time.sleep(0.05)
-    finally:
-        with psycopg.connect(conninfo, autocommit=True) as admin:
-            admin.execute(f"DROP OWNED BY {role}")
-            admin.execute(f"DROP ROLE {role}")
+    before = set(listeners())
+    monkeypatch.setattr(pg, "LISTEN_RETRY", 0.005)
+    monkeypatch.setattr(pg, "LISTEN_RETRY_MAX", 0.01)
+    ro = pg.from_url(ro_url, create=False)
+    head = ro.head("s")
+    pool_size = backends()
+    seen = []
+    for _ in range(30):  # many retries, each refused
+        ro.wait("s", head.position, 0.05)
+        seen.append(backends())
+    assert max(seen) <= pool_size + 1, seen
+    monkeypatch.setattr(pg, "LISTEN_RETRY", 60.0)  # the next engine's retry waits long
+    monkeypatch.setattr(pg, "LISTEN_RETRY_MAX", 60.0)
+    ro.close()
+    ro = pg.from_url(ro_url, create=False)
+    assert ro.wait("s", head.position, 0.3) is False  # refused: now it waits a minute
+    ro.close()
+    deadline = time.monotonic() + 30  # a hang detector, not a speed limit
+    while set(listeners()) - before or backends():
+        assert time.monotonic() < deadline, "a listener or a backend outlived close"
+        time.sleep(0.05)
 
 
 def test_postgres_scheme_alias_and_default_schema(server_url: str) -> None:

@@ -608,6 +608,27 @@ if sys.argv[2] == "while-its-thread-writes":
 """
 
 
+def _exit_while_the_index_is_locked(
+    root: Path, script: str, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """Run `script` (argv: the store's root, then `args`) in a child process to its
+    exit while this process holds the store's index locked (`BEGIN EXCLUSIVE`)."""
+    locker = sqlite3.connect(root / INDEX_NAME, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        # a bound on the behaviour (SQLite's busy timeout is 10 s; forty stores each
+        # waiting EXIT_WAIT took as long), not a speed limit
+        return subprocess.run(
+            [sys.executable, "-c", script, str(root), *args],
+            capture_output=True,
+            text=True,
+            timeout=8,
+        )
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+
+
 @pytest.mark.parametrize("when", ["at-once", "while-its-thread-writes"])
 def test_an_exit_never_waits_out_a_locked_index_and_its_rows_are_not_lost(
     tmp_path: Path, when: str
@@ -620,19 +641,7 @@ def test_an_exit_never_waits_out_a_locked_index_and_its_rows_are_not_lost(
     root = tmp_path / "store"
     with SessionStore(root) as store:
         store.append_progress_entry("a", make_entry(0))
-    locker = sqlite3.connect(root / INDEX_NAME, isolation_level=None)
-    locker.execute("BEGIN EXCLUSIVE")
-    try:
-        # a bound on the behaviour (the busy timeout is 10 s), not a speed limit
-        done = subprocess.run(
-            [sys.executable, "-c", _APPEND_THEN_EXIT, str(root), when],
-            capture_output=True,
-            text=True,
-            timeout=8,
-        )
-    finally:
-        locker.execute("ROLLBACK")
-        locker.close()
+    done = _exit_while_the_index_is_locked(root, _APPEND_THEN_EXIT, when)
     assert done.returncode == 0, done.stderr
     with SessionStore(root) as store:
         page = store.sessions(updated_since=done.stdout.strip())
@@ -663,19 +672,7 @@ def test_an_exit_beside_a_thread_held_up_by_a_locked_index_does_not_wait_for_it(
     root = tmp_path / "store"
     with SessionStore(root) as store:
         store.append_progress_entry("a", make_entry(0))
-    locker = sqlite3.connect(root / INDEX_NAME, isolation_level=None)
-    locker.execute("BEGIN EXCLUSIVE")
-    try:
-        # a bound on the behaviour (the busy timeout is 10 s), not a speed limit
-        done = subprocess.run(
-            [sys.executable, "-c", _EXIT_BESIDE_A_HELD_THREAD, str(root)],
-            capture_output=True,
-            text=True,
-            timeout=8,
-        )
-    finally:
-        locker.execute("ROLLBACK")
-        locker.close()
+    done = _exit_while_the_index_is_locked(root, _EXIT_BESIDE_A_HELD_THREAD)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     with SessionStore(root) as store:
@@ -706,19 +703,7 @@ def test_an_exit_with_many_stores_waits_exit_wait_in_all_for_a_locked_index(
     with SessionStore(root) as store:
         for k in range(40):
             store.append_progress_entry(f"s{k}", make_entry(0))
-    locker = sqlite3.connect(root / INDEX_NAME, isolation_level=None)
-    locker.execute("BEGIN EXCLUSIVE")
-    try:
-        # a bound on the behaviour (40 x 0.25 s is the busy timeout), not a speed limit
-        done = subprocess.run(
-            [sys.executable, "-c", _MANY_STORES_THEN_EXIT, str(root)],
-            capture_output=True,
-            text=True,
-            timeout=8,
-        )
-    finally:
-        locker.execute("ROLLBACK")
-        locker.close()
+    done = _exit_while_the_index_is_locked(root, _MANY_STORES_THEN_EXIT)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     with SessionStore(root) as store:
