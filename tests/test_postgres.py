@@ -2212,6 +2212,18 @@ def test_privileges_the_readme_lists_are_enough(pg_url: str) -> None:
             admin.execute(f"DROP ROLE {role}")
 
 
+def _woken_by_an_append(writer: pg.PostgresEngine, follower: pg.PostgresEngine, head: Any) -> None:
+    """An append by `writer` 0.3 s on wakes `follower`'s wait from `head` (its second
+    line)."""
+    timer = threading.Timer(0.3, append_retrying, (writer, "s"))
+    timer.start()
+    try:
+        assert follower.wait("s", head.position, 30.0) is True
+    finally:
+        timer.join()
+    assert follower.head("s").seq == 2
+
+
 @contextlib.contextmanager
 def _read_only_role(pg_url: str) -> Iterator[tuple[str, str]]:
     """A login role that may only SELECT in the store's schema (its `listen()` refuses
@@ -2256,13 +2268,7 @@ def test_attack_a_read_only_follower_polls_without_reconnecting(
                 head = ro.head("s")
                 for _ in range(3):  # long enough for the old listener to reconnect often
                     assert ro.wait("s", head.position, 0.6) is False
-                timer = threading.Timer(0.3, append_retrying, (writer, "s"))
-                timer.start()
-                try:
-                    assert ro.wait("s", head.position, 30.0) is True
-                finally:
-                    timer.join()
-                assert ro.head("s").seq == 2
+                _woken_by_an_append(writer, ro, head)
             assert len(made) == 1, f"{len(made)} LISTEN connections"
         finally:
             monkeypatch.undo()
@@ -2300,13 +2306,7 @@ def test_attack_a_refused_follower_listens_once_its_role_may(
             while registered() == 0:
                 assert time.monotonic() < deadline, "the follower never listened again"
                 ro.wait("s", head.position, 0.1)
-            timer = threading.Timer(0.3, append_retrying, (writer, "s"))
-            timer.start()
-            try:
-                assert ro.wait("s", head.position, 30.0) is True
-            finally:
-                timer.join()
-            assert ro.head("s").seq == 2
+            _woken_by_an_append(writer, ro, head)
 
 
 def test_attack_listen_retries_hold_no_backend_and_close_ends_a_retry_wait(
