@@ -133,6 +133,9 @@ class AsyncSessionStore:
         self._closed = False
         # the closing begun by the first close(), which every close() awaits
         self._released: Future[None] | None = None
+        # set in a worker while it runs a call's function (`_run`): close() from there
+        # cannot wait for the closing, which waits for that very call
+        self._in_call = threading.local()
         process.track(self)
 
     def reset_after_fork(self) -> None:
@@ -166,7 +169,8 @@ class AsyncSessionStore:
         hear of them when it runs again. The closing runs in a thread of its own, begun
         by the first `close()`: a close cancelled (or timed out) once begun still
         finishes, and another `close()` waits for that one (raising what it raised),
-        never begins a second."""
+        never begins a second. A `close()` from a function `call` runs on this store
+        begins the closing and returns: the closing waits for that call to end."""
         loop = asyncio.get_running_loop()
         with self._guard:
             self._closed = True
@@ -185,6 +189,8 @@ class AsyncSessionStore:
                     closer.start()
                 except BaseException as exc:  # (a close() awaiting it would wait forever)
                     released.set_exception(exc)
+        if getattr(self._in_call, "running", False):
+            return  # (waiting here for the closing, which waits for this call, would hang)
         if here:  # (their callers hear of them before close returns)
             await asyncio.wait(here)
         await asyncio.wrap_future(released)
@@ -293,10 +299,13 @@ class AsyncSessionStore:
         result: Any = None
         error: BaseException | None = None
         if not fut.cancelled():
+            self._in_call.running = True
             try:
                 result = fn()
             except BaseException as exc:  # (the pool's own worker catches these too)
                 error = exc
+            finally:
+                self._in_call.running = False
             if inspect.iscoroutine(result):
                 # returned unrun, it would answer the call as done: nothing of it ran
                 result.close()
