@@ -4,12 +4,19 @@ cannot move (see `bench.instructions` for what callgrind counts and what it does
 
     python -m bench.instructions_langgraph get STORE [--backend eventstore|sqlite]
     python -m bench.instructions_langgraph puts [--backend ...] [--turns 4]
+    python -m bench.instructions_langgraph list STORE [--thread react] [--limit N] [--warm]
     python -m bench.instructions_langgraph ... --src CHECKOUT   # another checkout's code
 
 `get`: one cold `get_tuple` of the newest checkpoint of thread "react" in a fresh
 process, as `bench.langgraph_cold` times it (its modules imported and its saver opened
 first), on a store `python -m bench.langgraph_cold build BACKEND STORE STEPS 0|1` built
 (copied for the run: a killed writer's store is read as killed each time).
+
+`list`: one `list` of thread THREAD (every checkpoint, or the newest LIMIT) in a fresh
+process on (a copy of) STORE, every tuple built, after a `get_tuple` of its newest
+(as `bench.integrations` lists after its gets: the store open, its modules imported);
+`--warm`: after a first `list` too, so the full index is folded and only the tuples'
+building is counted.
 
 `puts`: the saver's `put` in `bench.langgraph_cold`'s ReAct graph (12 a turn), at
 `durability="fsync"` for eventstore, over the puts of TURNS turns after a first (the
@@ -52,6 +59,21 @@ cfg = {{"configurable": {{"thread_id": "react", "checkpoint_ns": ""}}}}
 assert sys.call_tracing(saver.get_tuple, (cfg,)) is not None
 import os
 os._exit(0)  # (closing is not the get's cost)
+"""
+)
+
+_LIST = (
+    _PRELUDE
+    + """
+saver, closer = lc._saver({backend!r}, Path({root!r}))
+cfg = {{"configurable": {{"thread_id": {thread!r}, "checkpoint_ns": ""}}}}
+assert saver.get_tuple(cfg) is not None
+if {warm!r}:
+    list(saver.list(cfg, limit={limit!r}))
+got = sys.call_tracing(lambda: list(saver.list(cfg, limit={limit!r})), ())
+assert got
+import os
+os._exit(0)
 """
 )
 
@@ -107,6 +129,19 @@ def cold_get(src: Path, backend: str, store: Path) -> int:
         return count(_GET.format(src=str(src), backend=backend, root=str(root)))
 
 
+def listing(
+    src: Path, backend: str, store: Path, thread: str, limit: int | None, warm: bool
+) -> int:
+    """Instructions of one `list` of `thread` on (a copy of) `store` (`warm`: the second)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "store"
+        shutil.copytree(store, root)
+        code = _LIST.format(
+            src=str(src), backend=backend, root=str(root), thread=thread, limit=limit, warm=warm
+        )
+        return count(code)
+
+
 def per_put(src: Path, backend: str, turns: int) -> float:
     """Instructions of one put (LangGraph's step included) over `turns` turns."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,18 +151,25 @@ def per_put(src: Path, backend: str, turns: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.instructions_langgraph")
-    ap.add_argument("what", choices=["get", "puts"])
+    ap.add_argument("what", choices=["get", "puts", "list"])
     ap.add_argument("store", type=Path, nargs="?")
     ap.add_argument("--backend", default="eventstore", choices=["eventstore", "sqlite"])
     ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--thread", default="react", help="list: the thread listed")
+    ap.add_argument("--limit", type=int, help="list: its limit (default: every checkpoint)")
+    ap.add_argument("--warm", action="store_true", help="list: the second, index folded")
     ap.add_argument("--src", type=Path, default=Path(__file__).resolve().parents[1])
     a = ap.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (e.g. apt-get install valgrind)", file=sys.stderr)
         return 2
-    if a.what == "get":
-        if a.store is None:
-            ap.error("get needs the STORE a `bench.langgraph_cold build` made")
+    if a.what in ("get", "list") and a.store is None:
+        ap.error(f"{a.what} needs the STORE a `bench.langgraph_cold build` made")
+    if a.what == "list":
+        got = listing(a.src.resolve(), a.backend, a.store, a.thread, a.limit, a.warm)
+        print(f"{a.backend} {'warm ' if a.warm else ''}list: {got:,}")
+    elif a.what == "get":
+        assert a.store is not None
         print(f"{a.backend} cold get_tuple: {cold_get(a.src.resolve(), a.backend, a.store):,}")
     else:
         print(f"{a.backend} put: {per_put(a.src.resolve(), a.backend, a.turns):,.0f}")

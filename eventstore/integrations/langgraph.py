@@ -377,26 +377,29 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
     ) -> CheckpointTuple:
         """Checkpoint `e` decoded, with the values of its blobs (`blob_of(channel,
         version)`) and its pending writes."""
-        checkpoint = cast(Checkpoint, self._load(e.checkpoint))
+        # the serde's call bound once, not through `_load` per value: a `list` of a long
+        # thread builds thousands of these
+        loads = self.serde.loads_typed
+        checkpoint: Checkpoint = loads((e.checkpoint.type, e.checkpoint.data))
         values: dict[str, Any] = {}
         for channel, version in e.versions.items():
             blob = blob_of(channel, version)
-            if blob is not None and blob.value is not None:
-                values[channel] = self._load(blob.value)
+            if blob is not None and (value := blob.value) is not None:
+                values[channel] = loads((value.type, value.data))
         checkpoint["channel_values"] = values
         pending = (
-            [(w.task_id, w.channel, self._load(w.value)) for w in writes.writes]
+            [(w.task_id, w.channel, loads((w.value.type, w.value.data))) for w in writes.writes]
             if writes is not None
             else []
         )
+        if metadata is None:
+            metadata = loads((e.metadata.type, e.metadata.data))
         return CheckpointTuple(
-            config=_config(thread_id, e.ns, e.checkpoint_id),
-            checkpoint=checkpoint,
-            metadata=cast(
-                CheckpointMetadata, metadata if metadata is not None else self._load(e.metadata)
-            ),
-            parent_config=_config(thread_id, e.ns, e.parent_id) if e.parent_id else None,
-            pending_writes=pending,
+            _config(thread_id, e.ns, e.checkpoint_id),
+            checkpoint,
+            metadata,
+            _config(thread_id, e.ns, e.parent_id) if e.parent_id else None,
+            pending,
         )
 
     # -- writes -------------------------------------------------------------------------
