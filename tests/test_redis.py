@@ -1029,11 +1029,12 @@ def test_attack_verify_and_repair_never_call_a_log_its_head_does_not_count_intac
     read and append refused the session but `repair` said "the log is intact; nothing
     to do" (or that there was no live log), and only a purge cleared it; with the head
     deleted the CLI's verify, repair, stats and log said "unknown session" (no listing
-    knows the id). Now verify reports it (the CLI too: exit 1 naming the session) and
-    repair, which cannot tell whether the head or the list is right, raises
-    CorruptLogError naming the session and saying so, and changes nothing (the CLI's
-    repair, stats and log say that damage: a corrupt log, exit 2, never "unknown"); a
-    purge still clears it."""
+    knows the id), and the engine's read gave an empty session, which `follow` waited
+    on. Now verify reports it (the CLI too: exit 1 naming the session), the read
+    refuses it, and repair, which cannot tell whether the head or the list is right,
+    raises CorruptLogError naming the session and saying so, and changes nothing (the
+    CLI's repair, stats, log and follow say that damage: a corrupt log, exit 2, never
+    "unknown"); a purge still clears it."""
     from eventstore import CorruptLogError
     from eventstore.ops import audit
 
@@ -1052,7 +1053,9 @@ def test_attack_verify_and_repair_never_call_a_log_its_head_does_not_count_intac
     # where the API reports the damage; it reports what the API reports now)
     rc, out, _ = cli_in_process(capsys, "verify", url, SID)
     assert rc == 1 and out.startswith(f"FAILED  {SID} ") and f"#{SID}" in out
-    for command in ("repair", "stats", "log"):
+    with SessionStore(url) as store, pytest.raises(CorruptLogError, match=f"#{SID}.*head"):
+        store.engine.read(SID, None)  # (with the head deleted: read as an empty session)
+    for command in ("repair", "stats", "log", "follow"):
         rc, _, err = cli_in_process(capsys, command, url, SID)
         assert rc == 2 and f"#{SID}: byte 0: its head counts" in err, (command, err)
         assert "repair cannot tell" in err if command == "repair" else "unknown" not in err
