@@ -1034,7 +1034,8 @@ def test_attack_verify_and_repair_never_call_a_log_its_head_does_not_count_intac
     refuses it, and repair, which cannot tell whether the head or the list is right,
     raises CorruptLogError naming the session and saying so, and changes nothing (the
     CLI's repair, stats, log and follow say that damage: a corrupt log, exit 2, never
-    "unknown"); a purge still clears it."""
+    "unknown"); a purge still clears it, `eventstore delete --purge` too (it said
+    "unknown session" with the head deleted)."""
     from eventstore import CorruptLogError
     from eventstore.ops import audit
 
@@ -1063,8 +1064,10 @@ def test_attack_verify_and_repair_never_call_a_log_its_head_does_not_count_intac
         rc, _, err = cli_in_process(capsys, command, url, "never-written")
         assert rc == 2 and "unknown session 'never-written'" in err
     assert (_keys_of(url), client.lrange(key("l"), 0, -1), client.hgetall(key("h"))) == before
+    rc, out, err = cli_in_process(capsys, "delete", url, SID, "--purge")  # (not "unknown")
+    assert rc == 0 and SID in out, err
     with SessionStore(url) as store:
-        store.delete_session(SID, purge=True)
+        assert store.delete_session(SID, purge=True) is False  # (purged already)
         store.append_progress_entry(SID, make_entry(0))
         assert store.verify(SID).ok
 
