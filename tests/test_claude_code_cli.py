@@ -104,7 +104,7 @@ def test_export_of_an_unknown_session_or_store_is_a_usage_error(
     assert not (tmp_path / "none").exists()
     main(["import-claude-code", str(tmp_path / "s"), str(FILE1)])
     assert main(["export", str(tmp_path / "s"), "nope", "--format", "claude-code"]) == 2
-    assert "no session 'nope'" in capsys.readouterr().err
+    assert "unknown session 'nope'" in capsys.readouterr().err
 
 
 def test_follow_imports_lines_as_they_are_written_and_exits_when_idle(

@@ -185,6 +185,62 @@ def test_verify_of_a_never_written_deleted_purged_or_invalid_id_on_every_engine(
         assert [t.session_id for t in store.deleted_sessions()] == ["tomb"]
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["log"], ["state"], ["state", "--at-seq", "1"], ["transcript"],
+        ["transcript", "--at-time", "2026-01-01T00:00:00Z"], ["stats"], ["export"],
+        ["export", "--format", "jsonl"], ["export", "--format", "claude-code"], ["repair"],
+        ["verify"], ["follow"], ["follow", "--from-seq", "1"],
+    ],
+)  # fmt: skip
+def test_every_one_session_command_says_unknown_of_a_never_written_id_on_every_engine(
+    url: str, argv: list[str]
+) -> None:
+    """Attack: every one-session command, on every engine, given an id nothing of which
+    is stored (asked of the store, not of a listing, since verify's fix): the same
+    "unknown session 'ID' in ROOT" (exit 2, one line; `export --format claude-code`
+    said "no session" its own way), and nothing is written."""
+    with SessionStore(url) as store:
+        store.append_progress_entry("live", make_entry(0))
+    res = cli(argv[0], url, "never-written", *argv[1:], code=2)
+    assert f"unknown session 'never-written' in {url} (see: eventstore sessions" in res.err
+    one_line_error(res.err)
+    with SessionStore(url) as store:
+        assert store.list_sessions() == ["live"] and store.last_seq("never-written") == 0
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_verify_all_passes_over_a_session_purged_after_the_listing(
+    url: str, json_out: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: a session purged between `verify --all`'s listing and its turn was a
+    FAILED "unreadable" session (exit 1) though nothing of it is stored any more, as a
+    later listing would show. It is named as gone since the listing, and is no failure
+    (exit 0) when the others verify."""
+    with SessionStore(url) as store:
+        for name in ("a", "b", "c"):
+            store.append_progress_entry(name, make_entry(0))
+    listing = SessionStore.list_sessions
+
+    def listed_then_purged(self: SessionStore, prefix: str | None = None) -> list[str]:
+        ids = listing(self, prefix)
+        self.delete_session("b", purge=True)  # (another process, just after the listing)
+        return ids
+
+    monkeypatch.setattr(SessionStore, "list_sessions", listed_then_purged)
+    res = cli("verify", url, "--all", *(["--json"] if json_out else []), code=0)
+    if json_out:
+        doc = res.json()
+        assert doc["ok"] is True and doc["gone"] == ["b"]
+        assert [r["session_id"] for r in doc["sessions"]] == ["a", "c"]
+    else:
+        lines = res.out.splitlines()
+        assert [line.split()[:2] for line in lines[:3]] == [["ok", "a"], ["ok", "c"], ["gone", "b"]]
+        assert lines[-1] == "2 sessions verified, 0 with errors, 1 gone since the listing"
+    assert res.err == ""
+
+
 def test_a_regular_file_as_root_says_so(tmp_path: Path) -> None:
     f = tmp_path / "notes.txt"
     f.write_text("hello\n")

@@ -1028,10 +1028,14 @@ def test_attack_verify_and_repair_never_call_a_log_its_head_does_not_count_intac
     from outside (an append popped, the list or head deleted, the count edited), every
     read and append refused the session but `repair` said "the log is intact; nothing
     to do" (or that there was no live log), and only a purge cleared it; with the head
-    deleted the CLI's verify said "unknown session". Now verify reports it (the CLI
-    too: exit 1 naming the session) and repair, which cannot tell
-    whether the head or the list is right, raises CorruptLogError naming the session
-    and saying so, and changes nothing; a purge still clears it."""
+    deleted the CLI's verify, repair, stats and log said "unknown session" (no listing
+    knows the id), and the engine's read gave an empty session, which `follow` waited
+    on. Now verify reports it (the CLI too: exit 1 naming the session), the read
+    refuses it, and repair, which cannot tell whether the head or the list is right,
+    raises CorruptLogError naming the session and saying so, and changes nothing (the
+    CLI's repair, stats, log and follow say that damage: a corrupt log, exit 2, never
+    "unknown"); a purge still clears it, `eventstore delete --purge` too (it said
+    "unknown session" with the head deleted)."""
     from eventstore import CorruptLogError
     from eventstore.ops import audit
 
@@ -1050,11 +1054,20 @@ def test_attack_verify_and_repair_never_call_a_log_its_head_does_not_count_intac
     # where the API reports the damage; it reports what the API reports now)
     rc, out, _ = cli_in_process(capsys, "verify", url, SID)
     assert rc == 1 and out.startswith(f"FAILED  {SID} ") and f"#{SID}" in out
-    rc, _, err = cli_in_process(capsys, "verify", url, "never-written")
-    assert rc == 2 and "unknown session 'never-written'" in err
+    with SessionStore(url) as store, pytest.raises(CorruptLogError, match=f"#{SID}.*head"):
+        store.engine.read(SID, None)  # (with the head deleted: read as an empty session)
+    for command in ("repair", "stats", "log", "follow"):
+        rc, _, err = cli_in_process(capsys, command, url, SID)
+        assert rc == 2 and f"#{SID}: byte 0: its head counts" in err, (command, err)
+        assert "repair cannot tell" in err if command == "repair" else "unknown" not in err
+    for command in ("verify", "repair", "stats", "log"):
+        rc, _, err = cli_in_process(capsys, command, url, "never-written")
+        assert rc == 2 and "unknown session 'never-written'" in err
     assert (_keys_of(url), client.lrange(key("l"), 0, -1), client.hgetall(key("h"))) == before
+    rc, out, err = cli_in_process(capsys, "delete", url, SID, "--purge")  # (not "unknown")
+    assert rc == 0 and SID in out, err
     with SessionStore(url) as store:
-        store.delete_session(SID, purge=True)
+        assert store.delete_session(SID, purge=True) is False  # (purged already)
         store.append_progress_entry(SID, make_entry(0))
         assert store.verify(SID).ok
 

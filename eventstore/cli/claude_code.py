@@ -28,8 +28,8 @@ import msgspec
 
 from eventstore.cli.args import poll_seconds
 from eventstore.cli.format import plural, table
+from eventstore.cli.store import known_session, shown_root
 from eventstore.cli.store import open_store as read_store
-from eventstore.cli.store import shown_root
 from eventstore.engines.base import scheme_of
 from eventstore.errors import EventStoreError
 from eventstore.integrations.claude_agent_sdk_state import session_of_file
@@ -231,13 +231,7 @@ def missing_store(root: str | os.PathLike[str]) -> bool:
 def run_export(args: argparse.Namespace) -> int:
     """Write session `args.session`'s Claude Code lines to stdout, byte for byte."""
     # a read never creates a store: a directory or schema that is not there is refused
-    with read_store(args) as store:
-        if args.session not in store.list_sessions():
-            print(
-                f"eventstore: error: no session {args.session!r} in {shown_root(args)}",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
+    with read_store(args) as store, known_session(store, args.session, shown_root(args)):
         sink = sys.stdout.buffer
         for line in export_transcript(store, args.session):
             sink.write(line)

@@ -25,6 +25,7 @@ import msgspec
 
 from eventstore.cli.args import age
 from eventstore.cli.claude_code import missing_store
+from eventstore.cli.store import is_stored
 from eventstore.engines.base import redact_text
 from eventstore.errors import (
     EventStoreError,
@@ -105,10 +106,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
                 store.core, args.older_than, dry_run=args.dry_run, purge=args.purge
             )
         else:
-            known = set(store.list_sessions())
-            if args.purge:  # a tombstone is purged by name too
-                known.update(t.session_id for t in store.deleted_sessions())
-            missing = [s for s in args.sessions if s not in known]
+            # what the store holds of each (a tombstone too), not whether a listing
+            # names it: a session whose head was deleted from outside is purged by name
+            missing = [s for s in args.sessions if not is_stored(store, s)]
             if missing:
                 return usage(f"unknown session {missing[0]!r} in {args.root} (nothing deleted)")
             results = []

@@ -27,9 +27,11 @@ from eventstore.cli.format import (
     terminal_width,
 )
 from eventstore.cli.store import (
-    need_session,
+    check_session_id,
+    is_stored,
     open_store,
     shown_root,
+    unknown_session,
 )
 from eventstore.ops import audit
 from eventstore.ops.export import event_to_json
@@ -71,12 +73,12 @@ def add_parser(sub: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print events as they are appended until SIGINT/SIGTERM."""
     with open_store(args) as store:
-        known = args.session in store.list_sessions()
-        if not (args.wait and not known):
-            try:
-                need_session(store, args.session, shown_root(args))
-            except CliError as exc:
-                raise CliError(f"{exc} (or give --wait to wait for it)") from None
+        check_session_id(args.session)
+        # what the store holds of it, not whether a listing names it (as every command)
+        known = is_stored(store, args.session)
+        if not known and not args.wait:
+            unknown = unknown_session(args.session, shown_root(args))
+            raise CliError(f"{unknown} (or give --wait to wait for it)")
         stop = threading.Event()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:

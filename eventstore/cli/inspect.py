@@ -37,7 +37,7 @@ from eventstore.cli.format import (
     table,
 )
 from eventstore.cli.store import (
-    need_session,
+    known_session,
     open_store,
     root_hint,
     shown_root,
@@ -265,8 +265,7 @@ def _check_types(store: SessionStore, types: list[str] | None) -> None:
 
 def run_log(args: argparse.Namespace) -> int:
     """The session's events, one per line."""
-    with open_store(args) as store:
-        need_session(store, args.session, shown_root(args))
+    with open_store(args) as store, known_session(store, args.session, shown_root(args)):
         _check_types(store, args.type)
         from_seq = args.from_seq
         if from_seq is None:  # the whole history kept: after pruning, from its first event
@@ -317,8 +316,7 @@ def _as_of(
 
 def run_state(args: argparse.Namespace) -> int:
     """The bootstrap state, now or as of a sequence number or a time."""
-    with open_store(args) as store:
-        need_session(store, args.session, shown_root(args))
+    with open_store(args) as store, known_session(store, args.session, shown_root(args)):
         seq, at, where = _as_of(args, store)
         if seq is None and at is None:
             state = store.load_bootstrap_state(args.session)
@@ -333,8 +331,7 @@ def run_state(args: argparse.Namespace) -> int:
 
 def run_transcript(args: argparse.Namespace) -> int:
     """The transcript (its last N messages with --last)."""
-    with open_store(args) as store:
-        need_session(store, args.session, shown_root(args))
+    with open_store(args) as store, known_session(store, args.session, shown_root(args)):
         seq, at, _ = _as_of(args, store)
         if seq is None and at is None:
             messages = store.load_transcript_messages(args.session)
@@ -360,8 +357,10 @@ def run_transcript(args: argparse.Namespace) -> int:
 
 def run_stats(args: argparse.Namespace) -> int:
     """Counts, sizes and times of a session."""
-    with open_store(args) as store:
-        need_session(store, args.session, shown_root(args))
+    with (
+        open_store(args) as store,
+        known_session(store, args.session, shown_root(args), check_first=False),
+    ):
         s = audit.stats(store.core, args.session)
     if args.json:
         emit_json(s)
@@ -400,8 +399,10 @@ def run_export(args: argparse.Namespace) -> int:
         return run_claude_code_export(args)
     if args.json and args.format == "jsonl":
         raise CliError("--json and --format jsonl ask for different outputs: give one")
-    with open_store(args) as store:
-        need_session(store, args.session, shown_root(args))
+    with (
+        open_store(args) as store,
+        known_session(store, args.session, shown_root(args), check_first=False),
+    ):
         if args.format == "jsonl":
             out = sys.stdout.buffer
             for line in audit.export_jsonl(store.core, args.session):

@@ -6,6 +6,8 @@ PostgreSQL schema), or a file where the directory should be, is a one-line error
 types come from `--event-types MODULE:ATTR` and from the `eventstore.event_types`
 entry-point group, so `log`, `state` and `verify` decode them like the built-in ones.
 Anything printed about ROOT goes through `shown_root`, which hides a URL's password.
+Whether a command's session is unknown is decided one way, `known_session`: from what
+the store holds of it, never from a listing.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import argparse
 import importlib
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -22,9 +25,10 @@ from urllib.parse import unquote, urlsplit
 
 from eventstore.cli.args import CliError
 from eventstore.engines.base import is_conninfo, open_engine, redact_text
-from eventstore.errors import InvalidSessionIdError
+from eventstore.errors import InvalidSessionIdError, UnknownSessionError
 from eventstore.format.crypt import KeyRing
 from eventstore.format.events import Event
+from eventstore.ops import audit
 from eventstore.session_ids import validate_session_id
 from eventstore.store import SessionStore
 
@@ -32,6 +36,8 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "load_event_types",
     "check_session_id",
+    "is_stored",
+    "known_session",
     "need_session",
     "need_sessions",
     "open_store",
@@ -39,6 +45,7 @@ __all__ = [
     "shown_root",
     "store_at",
     "store_path",
+    "unknown_session",
 ]
 
 ENTRY_POINT_GROUP = "eventstore.event_types"
@@ -186,20 +193,51 @@ def _first_dirs(path: Path, n: int) -> list[Path]:
     return found
 
 
+def is_stored(store: SessionStore, session_id: str) -> bool:
+    """Whether anything of `session_id` is stored (a live log, an archived segment, a
+    tombstone), listed or not: the test the library's own calls make before raising
+    UnknownSessionError (`eventstore.ops.history.require_history`), never a listing's
+    (a Redis session whose head was deleted from outside is listed nowhere, yet its log
+    is there: its reads report the damage)."""
+    return bool(audit.history_files(store.core, session_id))
+
+
 def need_session(store: SessionStore, session_id: str, shown: str) -> None:
-    """CliError (exit 2) unless the store has `session_id`; `shown` is ROOT as printed."""
+    """CliError (exit 2) unless anything of `session_id` is stored (`is_stored`);
+    `shown` is ROOT as printed."""
     need_sessions(store, [session_id], shown)
 
 
 def need_sessions(store: SessionStore, session_ids: Iterable[str], shown: str) -> None:
-    """CliError (exit 2) naming the first of `session_ids` the store does not have."""
-    known: set[str] | None = None
+    """CliError (exit 2) naming the first of `session_ids` nothing of which is stored."""
     for sid in session_ids:
         check_session_id(sid)
-        if known is None:
-            known = set(store.list_sessions())
-        if sid not in known and store.tombstone_of(sid) is None:  # a tombstone is known
+        if not is_stored(store, sid):
             raise unknown_session(sid, shown)
+
+
+@contextmanager
+def known_session(
+    store: SessionStore, session_id: str, shown: str, *, check_first: bool = True
+) -> Iterator[None]:
+    """Run a one-session command's library calls on `session_id`; the one way every such
+    command decides that the session is unknown (CliError, exit 2, `unknown_session`):
+    the library says so (UnknownSessionError) and nothing of the session is stored. No
+    listing is asked: a session a listing misses but whose log is there is read, and its
+    damage reported, as the library reports it. `check_first`: ask the store first
+    (`need_session`), for calls that give a session nothing of which is stored the empty
+    state (or, `follow`, wait for it) instead of raising; False for those that raise
+    (verify, repair, stats, export). An UnknownSessionError while something is stored
+    (repair of a session with an archive but no live log) keeps the library's words."""
+    check_session_id(session_id)
+    try:
+        if check_first:
+            need_session(store, session_id, shown)
+        yield
+    except UnknownSessionError:
+        if is_stored(store, session_id):
+            raise
+        raise unknown_session(session_id, shown) from None
 
 
 def check_session_id(session_id: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eventstore.cli.args import (
     EXIT_OK,
@@ -28,16 +29,19 @@ from eventstore.cli.format import (
     terminal_width,
 )
 from eventstore.cli.store import (
-    check_session_id,
-    need_session,
+    known_session,
     open_store,
     shown_root,
     store_path,
-    unknown_session,
 )
 from eventstore.errors import EventStoreError, UnknownSessionError
 from eventstore.ops import audit
 from eventstore.signing import load_public_key
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from eventstore.store import SessionStore
 
 __all__ = ["add_parser"]
 
@@ -94,28 +98,24 @@ def run_verify(args: argparse.Namespace) -> int:
     if not args.all and not args.session:
         raise CliError("give a SESSION or --all")
     key = None if args.public_key is None else load_public_key(args.public_key)
+    reports: list[audit.VerifyReport] = []
+    gone: list[str] = []  # (--all) listed, then purged before their turn
     with open_store(args) as store:
         if args.all:
-            ids = store.list_sessions()
+            for sid in store.list_sessions():
+                try:
+                    reports.append(_verify_one(store, sid, key, args.witness))
+                except UnknownSessionError:  # not a failure: a later listing would not name it
+                    gone.append(sid)
         else:
-            # not whether a page lists it: the API says whether anything of it is
+            # not whether a page lists it: the store says whether anything of it is
             # stored (a session whose head or index row is gone is damaged, not unknown)
-            check_session_id(args.session)
-            ids = [args.session]
-        reports: list[audit.VerifyReport] = []
-        for sid in ids:
-            try:
-                reports.append(store.verify(sid, public_key=key, witness=args.witness))
-            except UnknownSessionError as exc:
-                if not args.all:
-                    raise unknown_session(sid, shown_root(args)) from None
-                reports.append(_unreadable(sid, exc))  # (listed, then gone)
-            except (EventStoreError, OSError) as exc:  # one unreadable session, not all
-                reports.append(_unreadable(sid, exc))
+            with known_session(store, args.session, shown_root(args), check_first=False):
+                reports = [_verify_one(store, args.session, key, args.witness)]
     ok = all(r.ok for r in reports)
     status = EXIT_OK if ok else EXIT_PROBLEMS
     if args.json:
-        emit_json(reports[0] if not args.all else {"ok": ok, "sessions": reports})
+        emit_json(reports[0] if not args.all else {"ok": ok, "sessions": reports, "gone": gone})
         return status
     for r in reports:
         errors = sum(1 for p in r.problems if p.severity == "error")
@@ -144,22 +144,35 @@ def run_verify(args: argparse.Namespace) -> int:
                 headers, rows, right=(2, 3), flex=5, full=args.full, width=terminal_width() - 2
             )
             print(textwrap.indent(fitted, "  "))
+    for sid in gone:
+        print(f"{'gone':<6}  {sid}  (purged since the listing: nothing of it is stored)")
     if len(reports) > 1 or args.all:
         bad = sum(1 for r in reports if not r.ok)
-        print(f"\n{plural(len(reports), 'session')} verified, {bad} with errors")
+        since = f", {len(gone)} gone since the listing" if gone else ""
+        print(f"\n{plural(len(reports), 'session')} verified, {bad} with errors{since}")
     return status
 
 
-def _unreadable(session_id: str, exc: BaseException) -> audit.VerifyReport:
-    """The report of a session whose verify raised `exc`."""
-    problem = audit.Problem("", 0, None, "unreadable", str(exc))
-    return audit.VerifyReport(session_id, False, [problem], "", 0, 0, [])
+def _verify_one(
+    store: SessionStore, session_id: str, key: Ed25519PublicKey | None, witness: str | None
+) -> audit.VerifyReport:
+    """The session's report; one that cannot be read is reported unreadable, never
+    stops the others. UnknownSessionError (nothing of it is stored) propagates."""
+    try:
+        return store.verify(session_id, public_key=key, witness=witness)
+    except UnknownSessionError:
+        raise
+    except (EventStoreError, OSError) as exc:
+        problem = audit.Problem("", 0, None, "unreadable", str(exc))
+        return audit.VerifyReport(session_id, False, [problem], "", 0, 0, [])
 
 
 def run_repair(args: argparse.Namespace) -> int:
     """Truncate a torn tail, or keep the valid prefix and move the corrupt log aside."""
-    with open_store(args) as store:
-        need_session(store, args.session, shown_root(args))
+    with (
+        open_store(args) as store,
+        known_session(store, args.session, shown_root(args), check_first=False),
+    ):
         r = audit.repair(store.core, args.session)
     if args.json:
         emit_json(r)

@@ -270,10 +270,10 @@ local from = 0
 if c[1] ~= '' and c[1] == ARGV[1] then from = tonumber(ARGV[2]) end
 local out = c
 out[8] = tostring(from)
-if c[1] ~= '' then
-  local items = redis.call('LRANGE', KEYS[2], from, -1)
-  for i = 1, #items do out[8 + i] = items[i] end
-end
+-- with no head too: a live log whose head was deleted from outside is no empty session
+-- (the reader's count check refuses it, as every append does)
+local items = redis.call('LRANGE', KEYS[2], from, -1)
+for i = 1, #items do out[8 + i] = items[i] end
 return out
 """
 )
