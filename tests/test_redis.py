@@ -1054,9 +1054,15 @@ def test_attack_verify_and_repair_never_call_a_log_its_head_does_not_count_intac
     # where the API reports the damage; it reports what the API reports now)
     rc, out, _ = cli_in_process(capsys, "verify", url, SID)
     assert rc == 1 and out.startswith(f"FAILED  {SID} ") and f"#{SID}" in out
-    with SessionStore(url) as store, pytest.raises(CorruptLogError, match=f"#{SID}.*head"):
-        store.engine.read(SID, None)  # (with the head deleted: read as an empty session)
-    for command in ("repair", "stats", "log", "follow"):
+    with SessionStore(url) as store:
+        # (with the head deleted: read as an empty session, its state empty, seq 0)
+        reads = [lambda: store.engine.read(SID, None), lambda: store.load_bootstrap_state(SID)]
+        if edit == "head-deleted":  # (the head itself: a head that is there is what it says)
+            reads.append(lambda: store.last_seq(SID))
+        for read in reads:
+            with pytest.raises(CorruptLogError, match=f"#{SID}.*head"):
+                read()
+    for command in ("repair", "stats", "log", "follow", "state", "transcript", "export"):
         rc, _, err = cli_in_process(capsys, command, url, SID)
         assert rc == 2 and f"#{SID}: byte 0: its head counts" in err, (command, err)
         assert "repair cannot tell" in err if command == "repair" else "unknown" not in err

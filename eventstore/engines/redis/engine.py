@@ -552,13 +552,20 @@ class RedisEngine(CachingEngine, SeqEngine, PruningEngine, KeyEngine, IndexingEn
         return _head_of(out, self.where(session_id)), _seq_lines(out[7:])
 
     def head(self, session_id: str) -> Head:
-        """The session's head (one hash)."""
-        key = self._keys(session_id)[0]
-        c = self._call(
-            "reading a head",
-            lambda: self._client.hmget(key, ["gen", "seq", "link", "hh", "base", "size", "n"]),
-        )
+        """The session's head (one hash), with its live log's length in the same round
+        trip: a log whose head hash is gone (deleted from outside) is CorruptLogError
+        naming the session, not an empty session (its state read as empty, exit 0)."""
+        key, live = self._keys(session_id)[:2]
+
+        def run() -> list[Any]:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hmget(key, ["gen", "seq", "link", "hh", "base", "size", "n"])
+            pipe.llen(live)
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        c, batches = self._call("reading a head", run)
         if c[0] is None:
+            _counted(self.where(session_id), None, int(batches))
             return EMPTY_HEAD
         return _head_of(c, self.where(session_id))
 

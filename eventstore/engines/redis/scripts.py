@@ -520,10 +520,9 @@ end
 if tonumber(c[7]) - from > tonumber(ARGV[3]) then return out end
 out[1] = out[1] .. 'r'
 out[6] = table.concat(c, ' ', 1, 7)
-if c[1] ~= '' then
-  local items = redis.call('LRANGE', KEYS[2], from, -1)
-  for i = 1, #items do out[6 + i] = items[i] end
-end
+-- with no head too, as READ: a live log whose head is gone is refused by the count check
+local items = redis.call('LRANGE', KEYS[2], from, -1)
+for i = 1, #items do out[6 + i] = items[i] end
 return out
 """
 )
