@@ -326,6 +326,17 @@ class _Want:
         self.mac = mac
         self.part = part
 
+    def chunk(self, part: int, head: Head | None = None) -> _Want:
+        """The same for chunk `part` (at `head`, where given)."""
+        return _Want(
+            self.session_id,
+            self.projection,
+            self.head if head is None else head,
+            self.known,
+            self.mac,
+            part,
+        )
+
 
 # opens the chunks listed (in order) and folds their frames into the state: the state,
 # or why not
@@ -556,8 +567,7 @@ def _fold_chunk(
     with reader:
         if (head.seq, head.link, head.h) != (seq, link, h):
             return "at another head than listed"
-        part = _Want(want.session_id, want.projection, head, want.known, want.mac, k)
-        got = _check(reader, part, None, state)
+        got = _check(reader, want.chunk(k, head), None, state)
     if isinstance(got, str):
         return got
     if got[1] != digest.encode("ascii", "replace"):
@@ -675,9 +685,7 @@ def _add_chunks(
     keeps the frames from there in its own cache and leaves that chunk alone)."""
     written = 0
     for frame in frames:
-        part = _Want(
-            want.session_id, want.projection, want.head, want.known, want.mac, len(chunks.refs)
-        )
+        part = want.chunk(len(chunks.refs))
         ref = _chunk_kept(engine, part, frame, crypt)
         if ref is False:
             break
@@ -700,8 +708,7 @@ def _kept_from(
     this very state) or the longer state's it replaced, holding messages it dropped:
     only the latter are removed."""
     for frame in frames:
-        part = _Want(want.session_id, want.projection, want.head, want.known, want.mac, k)
-        if _chunk_kept(engine, part, frame, crypt) is None:
+        if _chunk_kept(engine, want.chunk(k), frame, crypt) is None:
             break
         k += 1
     return k
